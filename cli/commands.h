@@ -1,0 +1,30 @@
+/*
+ * commands.h - the subcommands of the dtrun binary. Each lives in its own file
+ * under cli/ (cmd_<name>.c) and returns the process exit code (CONTRACT.md:
+ * 0 ok, 1 job failed, 2 usage/config, 3 rendezvous/network, 128+N signal).
+ * main.c holds weak fallbacks so a subcommand that is not built yet says so.
+ */
+#ifndef DT_CLI_COMMANDS_H
+#define DT_CLI_COMMANDS_H
+
+enum {
+    DT_EXIT_OK = 0,
+    DT_EXIT_FAILED = 1,
+    DT_EXIT_USAGE = 2,
+    DT_EXIT_NETWORK = 3,
+};
+
+/* dtrun [LAUNCH FLAGS] CONFIG.json | --exec PROG ... | bench comm ... */
+int dt_cmd_launch(int argc, char **argv);
+/* hidden: the worker side, exec'd by the agent */
+int dt_cmd_worker(int argc, char **argv);
+/* hidden dev server: dtrun store --host H --port P */
+int dt_cmd_store(int argc, char **argv);
+/* dtrun bench store ... (bench comm goes through the launcher) */
+int dt_cmd_bench_store(int argc, char **argv);
+int dt_cmd_plan(int argc, char **argv);
+int dt_cmd_sample(int argc, char **argv);
+int dt_cmd_export(int argc, char **argv);
+int dt_cmd_report(int argc, char **argv);
+
+#endif /* DT_CLI_COMMANDS_H */

@@ -1,0 +1,79 @@
+/*
+ * main.c - entry point: routes argv to a subcommand (cli/commands.h).
+ *
+ * Everything that is not a named subcommand is a launch: launch flags, then a
+ * config file, `--exec PROGRAM ...` or `bench comm`.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
+
+static int not_built(const char *what) {
+    fprintf(stderr, "dtrun: %s is not built yet in this version (%s)\n", what, DT_VERSION);
+    return DT_EXIT_USAGE;
+}
+
+/* Weak fallbacks: the real command, when its file exists, overrides these. */
+__attribute__((weak)) int dt_cmd_launch(int argc, char **argv) { return not_built("launching"); }
+__attribute__((weak)) int dt_cmd_worker(int argc, char **argv) { return not_built("the worker"); }
+__attribute__((weak)) int dt_cmd_store(int argc, char **argv) { return not_built("'dtrun store'"); }
+__attribute__((weak)) int dt_cmd_bench_store(int argc, char **argv) {
+    return not_built("'dtrun bench store'");
+}
+__attribute__((weak)) int dt_cmd_plan(int argc, char **argv) { return not_built("'dtrun plan'"); }
+__attribute__((weak)) int dt_cmd_sample(int argc, char **argv) { return not_built("'dtrun sample'"); }
+__attribute__((weak)) int dt_cmd_export(int argc, char **argv) { return not_built("'dtrun export'"); }
+__attribute__((weak)) int dt_cmd_report(int argc, char **argv) { return not_built("'dtrun report'"); }
+
+static const char usage[] =
+    "usage:\n"
+    "  dtrun [LAUNCH FLAGS] CONFIG.json [KEY=VALUE ...]   run the built-in trainer\n"
+    "  dtrun [LAUNCH FLAGS] --exec PROGRAM [ARGS ...]     run any program once per rank\n"
+    "  dtrun plan CONFIG.json [PLAN FLAGS]                memory / time / cost plan\n"
+    "  dtrun [LAUNCH FLAGS] bench comm [BENCH FLAGS]      collective bandwidth table\n"
+    "  dtrun bench store [--conns N,...]                  rendezvous store benchmark\n"
+    "  dtrun sample CHECKPOINT [--prompt S] [--tokens N]  generate text from a checkpoint\n"
+    "  dtrun export CHECKPOINT -o FILE.safetensors        consolidated weights\n"
+    "  dtrun report RUN_DIR                               plot of a run's metrics\n"
+    "  dtrun --help | --version\n"
+    "\n"
+    "Launch flags (torchrun's names; '_' or '-'; also from PET_<FLAG> variables):\n"
+    "  --nnodes N|MIN:MAX  --nproc_per_node N|auto|gpu|cpu  --node_rank R\n"
+    "  --master_addr HOST  --master_port PORT  --rdzv_endpoint HOST[:PORT]  --rdzv_id ID\n"
+    "  --rdzv_conf K=V,...  --standalone  --max_restarts K  --monitor_interval S\n"
+    "  --log_dir DIR  --redirects SPEC  --tee SPEC  --local_ranks_filter LIST\n"
+    "\n"
+    "Exit codes: 0 ok, 1 job failed, 2 bad usage or config, 3 rendezvous/network,\n"
+    "128+N ended by signal N.\n";
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fputs(usage, stderr);
+        return DT_EXIT_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+        fputs(usage, stdout);
+        return DT_EXIT_OK;
+    }
+    if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
+        printf("dtrun %s (%s)%s\n", DT_VERSION, DT_GIT_REV,
+#ifdef DT_USE_CUDA
+               " cuda"
+#else
+               " cpu-only"
+#endif
+        );
+        return DT_EXIT_OK;
+    }
+    if (!strcmp(cmd, "__worker")) return dt_cmd_worker(argc - 1, argv + 1);
+    if (!strcmp(cmd, "store")) return dt_cmd_store(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench") && argc > 2 && !strcmp(argv[2], "store"))
+        return dt_cmd_bench_store(argc - 2, argv + 2);
+    if (!strcmp(cmd, "plan")) return dt_cmd_plan(argc - 1, argv + 1);
+    if (!strcmp(cmd, "sample")) return dt_cmd_sample(argc - 1, argv + 1);
+    if (!strcmp(cmd, "export")) return dt_cmd_export(argc - 1, argv + 1);
+    if (!strcmp(cmd, "report")) return dt_cmd_report(argc - 1, argv + 1);
+    return dt_cmd_launch(argc, argv);
+}

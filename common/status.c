@@ -1,0 +1,70 @@
+/*
+ * status.c - names, messages and the per-thread failure detail of dt_status_t.
+ */
+#include "common/status.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+static const char *const status_names[] = {
+#define DT_STATUS_NAME_(name, msg) #name,
+    DT_STATUS_MAP(DT_STATUS_NAME_)
+#undef DT_STATUS_NAME_
+};
+
+static const char *const status_msgs[] = {
+#define DT_STATUS_MSG_(name, msg) msg,
+    DT_STATUS_MAP(DT_STATUS_MSG_)
+#undef DT_STATUS_MSG_
+};
+
+static _Thread_local char error_detail[1024];
+
+const char *dt_status_name(dt_status_t st) {
+    if ((unsigned)st >= DT_STATUS_COUNT_) return "UNKNOWN";
+    return status_names[st];
+}
+
+const char *dt_strerror(dt_status_t st) {
+    if ((unsigned)st >= DT_STATUS_COUNT_) return "unknown status";
+    return status_msgs[st];
+}
+
+dt_status_t dt_verror(dt_status_t st, const char *fmt, va_list ap) {
+    vsnprintf(error_detail, sizeof error_detail, fmt, ap);
+    return st;
+}
+
+dt_status_t dt_error(dt_status_t st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    dt_verror(st, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+const char *dt_error_detail(void) { return error_detail; }
+
+void dt_error_clear(void) { error_detail[0] = '\0'; }
+
+dt_status_t dt_status_from_errno(int err) {
+    switch (err) {
+    case 0: return DT_STATUS_OK;
+    case EAGAIN:
+    case ETIMEDOUT: return DT_STATUS_TIMEOUT;
+    case ENOMEM: return DT_STATUS_NOMEM;
+    case EINVAL: return DT_STATUS_INVALID;
+    case ENOENT: return DT_STATUS_NOT_FOUND;
+    case ECONNREFUSED: return DT_STATUS_REFUSED;
+    case ECONNRESET:
+    case EPIPE:
+    case ENOTCONN: return DT_STATUS_CLOSED;
+    case ECANCELED: return DT_STATUS_CANCELED;
+    case EIO:
+    case ENOSPC:
+    case EROFS:
+    case EDQUOT: return DT_STATUS_IO;
+    default: return DT_STATUS_SYS;
+    }
+}

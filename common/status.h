@@ -1,0 +1,77 @@
+/*
+ * status.h - the one status type of dtrun.
+ *
+ * Every fallible function returns dt_status_t. Codes from errno, libuv, CUDA and
+ * NCCL are translated where they enter the project. A status carries a code; the
+ * human detail of the most recent failure on this thread ("timed out after 30 s
+ * waiting for keys a, b") is kept beside it, set with dt_error() and read with
+ * dt_error_detail().
+ */
+#ifndef DT_COMMON_STATUS_H
+#define DT_COMMON_STATUS_H
+
+#include <stdarg.h>
+
+/* X(name, message): the table drives the enum, dt_status_name and dt_strerror. */
+#define DT_STATUS_MAP(X)                                                     \
+    X(OK, "success")                                                         \
+    X(INVALID, "invalid argument")                                           \
+    X(NOMEM, "out of memory")                                                \
+    X(IO, "input/output error")                                              \
+    X(SYS, "system call failed")                                             \
+    X(TIMEOUT, "timed out")                                                  \
+    X(CLOSED, "connection closed")                                           \
+    X(REFUSED, "connection refused")                                         \
+    X(PROTOCOL, "protocol error")                                            \
+    X(LIMIT, "limit exceeded")                                               \
+    X(NOT_FOUND, "not found")                                                \
+    X(CANCELED, "canceled")                                                  \
+    X(CONFIG, "invalid configuration")                                       \
+    X(USAGE, "invalid usage")                                                \
+    X(FORMAT, "invalid file format")                                         \
+    X(CHECKSUM, "checksum mismatch")                                         \
+    X(MISMATCH, "mismatch between ranks or files")                           \
+    X(UNSUPPORTED, "not supported")                                          \
+    X(CUDA, "CUDA error")                                                    \
+    X(NCCL, "NCCL error")                                                    \
+    X(WORKER_FAILED, "worker failed")                                        \
+    X(RENDEZVOUS, "rendezvous failed")
+
+typedef enum dt_status {
+#define DT_STATUS_ENUM_(name, msg) DT_STATUS_##name,
+    DT_STATUS_MAP(DT_STATUS_ENUM_)
+#undef DT_STATUS_ENUM_
+    DT_STATUS_COUNT_
+} dt_status_t;
+
+/* "TIMEOUT" for DT_STATUS_TIMEOUT; "UNKNOWN" outside the table. */
+const char *dt_status_name(dt_status_t st);
+/* "timed out" for DT_STATUS_TIMEOUT. */
+const char *dt_strerror(dt_status_t st);
+
+/* Records a printf-style detail for this thread's latest failure and returns st,
+ * so that `return dt_error(DT_STATUS_TIMEOUT, "waited %d s", s);` reads naturally. */
+dt_status_t dt_error(dt_status_t st, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+dt_status_t dt_verror(dt_status_t st, const char *fmt, va_list ap);
+/* The detail set by the last dt_error() on this thread ("" if none). */
+const char *dt_error_detail(void);
+void dt_error_clear(void);
+/* Translates an errno value: EAGAIN/ETIMEDOUT -> TIMEOUT, ENOMEM -> NOMEM, ... */
+dt_status_t dt_status_from_errno(int err);
+
+/* Return early on failure. */
+#define DT_CHECK(call)                                                       \
+    do {                                                                     \
+        dt_status_t dt_check_st_ = (call);                                   \
+        if (dt_check_st_ != DT_STATUS_OK) return dt_check_st_;               \
+    } while (0)
+
+/* On failure store the status in st and jump to label (which releases). */
+#define DT_CHECK_GOTO(call, st, label)                                       \
+    do {                                                                     \
+        (st) = (call);                                                       \
+        if ((st) != DT_STATUS_OK) goto label;                                \
+    } while (0)
+
+#endif /* DT_COMMON_STATUS_H */

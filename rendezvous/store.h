@@ -1,0 +1,83 @@
+/*
+ * store.h - the key-value store that node 0's agent hosts: a libuv server and a
+ * blocking client, speaking the c10d TCPStore wire protocol so that PyTorch
+ * programs launched with --exec use it as they use torchrun's agent store.
+ *
+ * Server: one libuv loop on its own thread; IPv4 and IPv6; waiters are woken by
+ * SET / ADD / COMPARE_SET / MULTI_SET without polling. A bad frame or a request
+ * over the limits closes only that client's connection.
+ *
+ * Client: blocking calls, each bounded by the client's timeout. Values returned
+ * to the caller are malloc'ed and freed by the caller with free().
+ * Not thread-safe: one client per thread.
+ */
+#ifndef DT_RENDEZVOUS_STORE_H
+#define DT_RENDEZVOUS_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+
+/* Limits enforced by the server (a violation closes that client's connection). */
+#define DT_STORE_MAX_KEY_BYTES (8u * 1024u)
+#define DT_STORE_MAX_VALUE_BYTES (8u * 1024u * 1024u)
+#define DT_STORE_MAX_KEYS_PER_REQUEST (128u * 1024u)
+#define DT_STORE_DEFAULT_PORT 29500
+
+/* ---- server -------------------------------------------------------------- */
+
+typedef struct dt_store_server dt_store_server_t;
+
+/* Binds host:port (host "0.0.0.0", "::", "127.0.0.2", a name; port 0 picks a
+ * free port) and serves on a background thread until dt_store_server_stop(). */
+dt_status_t dt_store_server_start(const char *host, int port, dt_store_server_t **out);
+/* The port actually bound (useful with port 0). */
+int dt_store_server_port(const dt_store_server_t *srv);
+/* Number of keys held and clients connected (for tests and the log). */
+size_t dt_store_server_num_keys(dt_store_server_t *srv);
+size_t dt_store_server_num_clients(dt_store_server_t *srv);
+/* Stops the loop, closes every connection, frees everything. NULL is fine. */
+void dt_store_server_stop(dt_store_server_t *srv);
+
+/* ---- client -------------------------------------------------------------- */
+
+typedef struct dt_store dt_store_t;
+
+/* Connects to host:port, retrying refused/unreachable connects with exponential
+ * backoff and jitter until timeout_s has passed (DT_STATUS_TIMEOUT, with the
+ * endpoint and the time tried in dt_error_detail()). Sends VALIDATE. The same
+ * timeout then bounds every later call (dt_store_set_timeout changes it). */
+dt_status_t dt_store_connect(const char *host, int port, double timeout_s, dt_store_t **out);
+void dt_store_close(dt_store_t *st);
+void dt_store_set_timeout(dt_store_t *st, double timeout_s);
+
+dt_status_t dt_store_set(dt_store_t *st, const char *key, const void *val, size_t len);
+/* Waits (up to the timeout) until key exists, then returns its value. */
+dt_status_t dt_store_get(dt_store_t *st, const char *key, void **val, size_t *len);
+/* Adds delta to the integer at key (missing = 0); *result gets the new value. */
+dt_status_t dt_store_add(dt_store_t *st, const char *key, int64_t delta, int64_t *result);
+/* c10d semantics: missing key and empty expected -> sets desired; missing key and
+ * non-empty expected -> returns expected unchanged; present key -> swaps only if
+ * equal to expected. *result gets the value now held (or expected, as said). */
+dt_status_t dt_store_compare_set(dt_store_t *st, const char *key, const void *expected,
+                                 size_t expected_len, const void *desired, size_t desired_len,
+                                 void **result, size_t *result_len);
+/* *ready = 1 when all keys exist, else 0. */
+dt_status_t dt_store_check(dt_store_t *st, const char *const *keys, size_t n, int *ready);
+/* Waits until all keys exist. DT_STATUS_TIMEOUT names the missing keys. */
+dt_status_t dt_store_wait(dt_store_t *st, const char *const *keys, size_t n, double timeout_s);
+dt_status_t dt_store_num_keys(dt_store_t *st, int64_t *n);
+/* *deleted = number of keys removed (0 or 1). */
+dt_status_t dt_store_delete(dt_store_t *st, const char *key, int *deleted);
+/* Appends to the value at key (creating it). */
+dt_status_t dt_store_append(dt_store_t *st, const char *key, const void *val, size_t len);
+/* Waits until all keys exist, then vals[i]/lens[i] get each value (caller frees). */
+dt_status_t dt_store_multi_get(dt_store_t *st, const char *const *keys, size_t n, void **vals,
+                               size_t *lens);
+dt_status_t dt_store_multi_set(dt_store_t *st, const char *const *keys, const void *const *vals,
+                               const size_t *lens, size_t n);
+/* Round trip; *rtt_s (may be NULL) gets the time it took. */
+dt_status_t dt_store_ping(dt_store_t *st, double *rtt_s);
+
+#endif /* DT_RENDEZVOUS_STORE_H */

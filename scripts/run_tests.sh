@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# run_tests.sh - runs every Criterion binary under $BUILD/tests and every
+# tests/integration/test_*.sh, then prints one summary line:
+#   tests: N passed, N failed, N skipped
+# Integration scripts report each case as "PASS: name", "FAIL: name" or
+# "SKIP: name: reason" (tests/integration/lib.sh).
+# Environment: DTRUN (binary under test), BUILD (build folder), ONLY (regex on names).
+set -u
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+export DTRUN=${DTRUN:-$PWD/dtrun}
+export DTRUN_TEST_BUILD=$PWD/$BUILD
+ONLY=${ONLY:-.}
+passed=0; failed=0; skipped=0; failed_names=()
+
+for t in "$BUILD"/tests/test_*; do
+  [ -x "$t" ] || continue
+  name=$(basename "$t")
+  echo "$name" | grep -Eq "$ONLY" || continue
+  out=$("$t" --ascii 2>&1); rc=$?
+  syn=$(printf '%s\n' "$out" | grep -a 'Synthesis:' | tail -1)
+  tested=$(printf '%s' "$syn" | sed -n 's/.*Tested: \([0-9]*\).*/\1/p')
+  passing=$(printf '%s' "$syn" | sed -n 's/.*Passing: \([0-9]*\).*/\1/p')
+  if [ -z "$tested" ]; then tested=1; passing=0; fi
+  bad=$((tested - passing))
+  [ $rc -ne 0 ] && [ $bad -eq 0 ] && bad=1
+  passed=$((passed + passing)); failed=$((failed + bad))
+  if [ $bad -ne 0 ]; then
+    printf '%s\n' "$out" | grep -av '^\[----\]\|^\[RUN \]\|^\[PASS\]' | tail -40
+    failed_names+=("$name")
+  fi
+  printf '%-28s %s\n' "$name" "${syn#*Synthesis: }"
+done
+
+for s in tests/integration/test_*.sh; do
+  [ -f "$s" ] || continue
+  name=$(basename "$s" .sh)
+  echo "$name" | grep -Eq "$ONLY" || continue
+  log=$(mktemp)
+  start=$(date +%s)
+  bash "$s" >"$log" 2>&1; rc=$?
+  p=$(grep -ac '^PASS: ' "$log"); f=$(grep -ac '^FAIL: ' "$log"); k=$(grep -ac '^SKIP: ' "$log")
+  if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+  passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + k))
+  if [ "$f" -ne 0 ]; then
+    grep -a -B2 -A20 '^FAIL: ' "$log" | tail -60
+    [ $rc -ne 0 ] && tail -20 "$log"
+    failed_names+=("$name")
+  fi
+  grep -a '^SKIP: ' "$log"
+  printf '%-28s passed %d, failed %d, skipped %d (%ds)\n' "$name" "$p" "$f" "$k" $(( $(date +%s) - start ))
+  rm -f "$log"
+done
+
+[ ${#failed_names[@]} -ne 0 ] && echo "failing: ${failed_names[*]}"
+echo "tests: $passed passed, $failed failed, $skipped skipped"
+[ $failed -eq 0 ]

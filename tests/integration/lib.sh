@@ -1,0 +1,17 @@
+# lib.sh - helpers for integration tests (sourced). Each case prints one of
+#   PASS: name   FAIL: name   SKIP: name: reason
+# and the script exits non-zero if any case failed.
+set -u
+DTRUN=${DTRUN:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/dtrun}
+DT_FAILS=0
+DT_TMP=$(mktemp -d /tmp/dtrun-it.XXXXXX)
+trap 'rm -rf "$DT_TMP"' EXIT
+
+pass() { echo "PASS: $1"; }
+fail() { echo "FAIL: $1${2:+: $2}"; DT_FAILS=$((DT_FAILS + 1)); }
+skip() { echo "SKIP: $1: $2"; }
+# check NAME COMMAND...: passes when the command exits 0
+check() { local n=$1; shift; if "$@"; then pass "$n"; else fail "$n"; fi; }
+# A free TCP port on loopback (the kernel picks it).
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+finish() { exit $(( DT_FAILS > 0 )); }
