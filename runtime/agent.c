@@ -65,6 +65,7 @@ typedef struct worker {
     int exited;
     int wstatus;
     int signaled_by_agent; /* we sent it a signal while it ran */
+    int reaped_seq;        /* order within one SIGCHLD batch, 0 when handled */
     double end_wall;
     uv_pipe_t pipe[2];     /* [0] stdout, [1] stderr */
     int pipe_open[2];
@@ -675,10 +676,9 @@ static void local_failure(agent_t *ag, worker_t *w) {
     }
 }
 
-static void worker_exited(agent_t *ag, worker_t *w, int status) {
-    w->exited = 1;
-    w->wstatus = status;
-    w->end_wall = dt_wall_s();
+/* w was reaped (w->exited, w->wstatus set by on_sigchld). */
+static void worker_exited(agent_t *ag, worker_t *w) {
+    int status = w->wstatus;
     ag->running--;
     drain_pipes(w);
     int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
@@ -707,13 +707,28 @@ static void worker_exited(agent_t *ag, worker_t *w, int status) {
 static void on_sigchld(uv_signal_t *h, int signum) {
     (void)signum;
     agent_t *ag = h->data;
+    /* Reap everything first: workers that failed together are all reported as
+     * failures, and a reaped pid is never signalled again. */
+    int n = 0;
     for (;;) {
         int status;
         pid_t pid = waitpid(-1, &status, WNOHANG);
         if (pid <= 0) break;
-        for (int i = 0; i < ag->nw; i++)
-            if (ag->w[i].pid == pid && !ag->w[i].exited) worker_exited(ag, &ag->w[i], status);
+        for (int i = 0; i < ag->nw; i++) {
+            worker_t *w = &ag->w[i];
+            if (w->pid != pid || w->exited) continue;
+            w->exited = 1;
+            w->wstatus = status;
+            w->end_wall = dt_wall_s();
+            w->reaped_seq = ++n;
+        }
     }
+    for (int k = 1; k <= n; k++)
+        for (int i = 0; i < ag->nw; i++)
+            if (ag->w[i].reaped_seq == k) {
+                ag->w[i].reaped_seq = 0;
+                worker_exited(ag, &ag->w[i]);
+            }
 }
 
 static void on_signal(uv_signal_t *h, int signum) {
