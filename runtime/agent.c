@@ -796,7 +796,7 @@ static void on_tick(uv_timer_t *t) {
         snprintf(reason, sizeof reason, "node %d (%s) lost: no heartbeat for %.1f s", lost,
                  nd->host, 3 * ag->rz->heartbeat_s);
         int won = 0;
-        if (dt_rdzv_request_stop(ag->rz, reason, &won) == DT_STATUS_OK && won) {
+        if (dt_rdzv_declare_lost(ag->rz, reason, &won) == DT_STATUS_OK && won) {
             sbuf_t b = {0};
             for (int r = 0; r < nd->nproc; r++) {
                 failure_t f;
@@ -930,7 +930,8 @@ static dt_status_t join_round(agent_t *ag) {
     }
     signals_stop(ag);
     double t0 = dt_now_s();
-    DT_CHECK(dt_rdzv_join(ag->rz, ag->restart_count, sp->node_rank, sp->nproc_per_node, ag->host));
+    DT_CHECK(dt_rdzv_join(ag->rz, ag->restart_count, sp->node_rank, ag->is_host == 1,
+                           sp->nproc_per_node, ag->host));
     ag->nnodes = ag->rz->nnodes;
     ag->node_rank = ag->rz->node_rank;
     ag->base_rank = ag->rz->base_rank;

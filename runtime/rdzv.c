@@ -29,9 +29,10 @@ static void key(const dt_rdzv_t *rz, char *buf, const char *fmt, ...) {
 
 /* Store failures after the connection is up mean node 0 (the store) is gone. */
 static dt_status_t lost_store(const dt_rdzv_t *rz, dt_status_t st, const char *what) {
+    char detail[512]; /* dt_error() overwrites the detail it would read */
+    snprintf(detail, sizeof detail, "%s", dt_error_detail());
     return dt_error(DT_STATUS_RENDEZVOUS, "lost the rendezvous store at %s (node 0) while %s: %s%s%s",
-                    rz->endpoint, what, dt_strerror(st), *dt_error_detail() ? ": " : "",
-                    dt_error_detail());
+                    rz->endpoint, what, dt_strerror(st), detail[0] ? ": " : "", detail);
 }
 
 dt_status_t dt_rdzv_connect(const char *host, int port, const char *run_id, int nnodes_min,
@@ -117,7 +118,8 @@ static dt_status_t close_after_last_call(dt_rdzv_t *rz) {
     return DT_STATUS_OK;
 }
 
-dt_status_t dt_rdzv_join(dt_rdzv_t *rz, int round, int want, int nproc, const char *host) {
+dt_status_t dt_rdzv_join(dt_rdzv_t *rz, int round, int want, int is_host, int nproc,
+                         const char *host) {
     char k[KEY_MAX], clash[256], mine[1024];
     dt_status_t st;
     rz->round = round;
@@ -164,10 +166,20 @@ dt_status_t dt_rdzv_join(dt_rdzv_t *rz, int round, int want, int nproc, const ch
         }
     }
 
+    /* Assigned ranks: the store's host is node 0, the others take 1, 2, ... in
+     * arrival order. */
+    int slot = want;
+    if (want < 0 && is_host) {
+        slot = 0;
+    } else if (want < 0) {
+        int64_t arrival = 0;
+        key(rz, k, "arrivals");
+        DT_CHECK_GOTO(dt_store_add(rz->store, k, 1, &arrival), st, out_store);
+        slot = (int)arrival;
+    }
     int64_t count = 0;
     key(rz, k, "joined");
     DT_CHECK_GOTO(dt_store_add(rz->store, k, 1, &count), st, out_store);
-    int slot = want >= 0 ? want : (int)count - 1;
     if (!bad && slot < rz->nnodes_max) {
         char rec[200];
         snprintf(rec, sizeof rec, "%d %s", nproc, host);
@@ -196,6 +208,7 @@ dt_status_t dt_rdzv_join(dt_rdzv_t *rz, int round, int want, int nproc, const ch
         int64_t n = 0;
         key(rz, k, "joined");
         dt_store_add(rz->store, k, 0, &n);
+        rz->nnodes = (int)n; /* those the host waits for before it stops the store */
         return dt_error(DT_STATUS_RENDEZVOUS,
                         "rendezvous round %d at %s timed out after %.0f s (join_timeout): "
                         "%lld of %d node(s) joined", round, rz->endpoint, rz->join_timeout_s,
@@ -210,6 +223,7 @@ dt_status_t dt_rdzv_join(dt_rdzv_t *rz, int round, int want, int nproc, const ch
     snprintf(nb, sizeof nb, "%.*s", (int)vlen, (const char *)val);
     int n = atoi(nb);
     free(val);
+    rz->nnodes = n;
 
     int ready = 0;
     key(rz, k, "error");
@@ -417,10 +431,25 @@ void dt_rdzv_leave(dt_rdzv_t *rz, int is_host, double timeout_s) {
         dt_store_add(rz->store, k, 1, &n);
         return;
     }
+    /* Lost nodes will never say goodbye. */
+    char kl[KEY_MAX];
+    key(rz, kl, "lost");
     uint64_t end = dt_now_ns() + (uint64_t)(timeout_s * 1e9);
     while (dt_now_ns() < end) {
+        int64_t lost = 0;
         if (dt_store_add(rz->store, k, 0, &n) != DT_STATUS_OK) return;
-        if (n >= rz->nnodes - 1) return;
+        if (dt_store_add(rz->store, kl, 0, &lost) != DT_STATUS_OK) return;
+        if (n + lost >= rz->nnodes - 1) return;
         dt_sleep_ms(5);
     }
+}
+
+dt_status_t dt_rdzv_declare_lost(dt_rdzv_t *rz, const char *reason, int *won) {
+    DT_CHECK(dt_rdzv_request_stop(rz, reason, won));
+    if (!*won) return DT_STATUS_OK;
+    char k[KEY_MAX];
+    int64_t n = 0;
+    key(rz, k, "lost");
+    dt_status_t st = dt_store_add(rz->store, k, 1, &n);
+    return st == DT_STATUS_OK ? st : lost_store(rz, st, "declaring a node lost");
 }

@@ -5,7 +5,8 @@
  * number of store operations per agent plus one MULTI_GET of the node records:
  *   1. (fixed ranks) COMPARE_SET claim/<node_rank>, COMPARE_SET nnodes: a clash is
  *      APPENDed to "error" (duplicate node rank, rank out of range, --nnodes differs);
- *   2. ADD joined 1 -> arrival index (the node rank when none was given);
+ *   2. (assigned ranks) the host is node 0, ADD arrivals 1 -> the others' node rank;
+ *      ADD joined 1 -> the count;
  *   3. SET node/<rank> (host, nproc) and hb/<rank>;
  *   4. the agent that completes the count SETs "complete" (with MIN:MAX, the agent
  *      that reaches MIN closes the round after last_call_timeout if MAX is not reached);
@@ -66,10 +67,12 @@ dt_status_t dt_rdzv_connect(const char *host, int port, const char *run_id, int 
                             double heartbeat_s, dt_rdzv_t **out);
 void dt_rdzv_close(dt_rdzv_t *rz);
 
-/* Joins round `round`. want_rank -1 lets the rendezvous assign node ranks. On a
+/* Joins round `round`. want_rank -1 lets the rendezvous assign node ranks (the
+ * store's host, is_host = 1, is node 0; the others follow in arrival order). On a
  * clash every agent of the round gets DT_STATUS_USAGE naming it; on a timeout
- * DT_STATUS_RENDEZVOUS naming who joined. */
-dt_status_t dt_rdzv_join(dt_rdzv_t *rz, int round, int want_rank, int nproc, const char *host);
+ * DT_STATUS_RENDEZVOUS naming how many joined. */
+dt_status_t dt_rdzv_join(dt_rdzv_t *rz, int round, int want_rank, int is_host, int nproc,
+                         const char *host);
 
 /* One liveness step: bump own heartbeat, check "stop", check everyone's heartbeat.
  * *lost_node gets the node rank for DT_RDZV_EVENT_NODE_LOST. A store that no longer
@@ -79,6 +82,9 @@ dt_status_t dt_rdzv_tick(dt_rdzv_t *rz, dt_rdzv_event_t *ev, int *lost_node);
 /* Asks every agent of the round to stop; the first reason set wins (*won = 1 when
  * it was ours; won may be NULL). */
 dt_status_t dt_rdzv_request_stop(dt_rdzv_t *rz, const char *reason, int *won);
+/* A node stopped heartbeating: request_stop, and when ours won, count the node as
+ * lost so that the host does not wait for it to leave. */
+dt_status_t dt_rdzv_declare_lost(dt_rdzv_t *rz, const char *reason, int *won);
 /* The stop reason (malloc'ed, caller frees) or NULL if none was set. */
 dt_status_t dt_rdzv_stop_reason(dt_rdzv_t *rz, char **reason);
 /* Appends failure records (one JSON object per line) for the summary. */
