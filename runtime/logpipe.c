@@ -44,17 +44,18 @@ static void batch_line(batch_t *bt, const char *pre, size_t prelen, const char *
     if (bt->len + need > sizeof bt->buf) batch_flush(bt);
     if (need > sizeof bt->buf) { /* one long line: a single write of its own */
         char *tmp = dt_xmalloc(need);
-        memcpy(tmp, pre, prelen);
-        memcpy(tmp + prelen, a, alen);
-        memcpy(tmp + prelen + alen, b, blen);
+        if (prelen) memcpy(tmp, pre, prelen);
+        if (alen) memcpy(tmp + prelen, a, alen);
+        if (blen) memcpy(tmp + prelen + alen, b, blen);
         tmp[need - 1] = '\n';
         write_all(bt->fd, tmp, need);
         free(tmp);
         return;
     }
-    memcpy(bt->buf + bt->len, pre, prelen);
-    memcpy(bt->buf + bt->len + prelen, a, alen);
-    memcpy(bt->buf + bt->len + prelen + alen, b, blen);
+    /* (memcpy with a NULL source is undefined even for 0 bytes: partial starts NULL) */
+    if (prelen) memcpy(bt->buf + bt->len, pre, prelen);
+    if (alen) memcpy(bt->buf + bt->len + prelen, a, alen);
+    if (blen) memcpy(bt->buf + bt->len + prelen + alen, b, blen);
     bt->buf[bt->len + need - 1] = '\n';
     bt->len += need;
 }
@@ -63,9 +64,9 @@ static void keep_tail(dt_logpipe_t *lp, const char *a, size_t alen, const char *
     char *t = lp->tail[lp->tail_next];
     size_t w = DT_LOGPIPE_TAIL_WIDTH - 1;
     size_t na = alen < w ? alen : w;
-    memcpy(t, a, na);
+    if (na) memcpy(t, a, na);
     size_t nb = blen < w - na ? blen : w - na;
-    memcpy(t + na, b, nb);
+    if (nb) memcpy(t + na, b, nb);
     t[na + nb] = '\0';
     lp->tail_next = (lp->tail_next + 1) % DT_LOGPIPE_TAIL_LINES;
     if (lp->tail_n < DT_LOGPIPE_TAIL_LINES) lp->tail_n++;

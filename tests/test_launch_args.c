@@ -12,7 +12,8 @@
 
 static char *no_env[] = {NULL};
 
-/* Parses a NULL-terminated list of arguments after "dtrun". */
+/* Parses a list of arguments after "dtrun". The array lives only inside the
+ * macro: tests that read prog_argv/config_path afterwards declare their own. */
 #define PARSE(envp, spec, ...)                                                       \
     ({                                                                               \
         char *argv_[] = {"dtrun", __VA_ARGS__, NULL};                                \
@@ -22,7 +23,8 @@ static char *no_env[] = {NULL};
 
 Test(launch_args, defaults_and_exec) {
     dt_launch_spec_t s;
-    cr_assert_eq(PARSE(no_env, &s, "--exec", "prog", "-x", "--nnodes", "9"), DT_STATUS_OK);
+    char *argv[] = {"dtrun", "--exec", "prog", "-x", "--nnodes", "9", NULL};
+    cr_assert_eq(dt_launch_args_parse(6, argv, no_env, &s), DT_STATUS_OK);
     cr_assert_eq(s.mode, DT_LAUNCH_MODE_EXEC);
     cr_assert_eq(s.prog_argc, 4); /* flags after --exec belong to the program */
     cr_assert_str_eq(s.prog_argv[0], "prog");
@@ -169,8 +171,8 @@ Test(launch_args, redirects_tee_filter_rdzv_conf) {
 
 Test(launch_args, config_and_bench_modes) {
     dt_launch_spec_t s;
-    cr_assert_eq(PARSE(no_env, &s, "--nproc_per_node", "2", "c.json", "a.b=3", "x=y"),
-                 DT_STATUS_OK);
+    char *argv[] = {"dtrun", "--nproc_per_node", "2", "c.json", "a.b=3", "x=y", NULL};
+    cr_assert_eq(dt_launch_args_parse(6, argv, no_env, &s), DT_STATUS_OK);
     cr_assert_eq(s.mode, DT_LAUNCH_MODE_CONFIG);
     cr_assert_str_eq(s.config_path, "c.json");
     cr_assert_eq(s.extra_argc, 2);
