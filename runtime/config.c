@@ -364,6 +364,9 @@ static void consider(const char *path, const char *cand, size_t cand_len, int *b
     memcpy(buf, cand, cand_len);
     buf[cand_len] = '\0';
     int d = edit_distance(path, buf);
+    /* a key cut short ("train_micro_batch_size") is as good as a one-letter typo */
+    size_t plen = strlen(path);
+    if (plen >= 4 && plen < cand_len && !strncmp(buf, path, plen) && buf[plen] == '_') d = 1;
     if (d < *best_d) {
         *best_d = d;
         snprintf(best, best_size, "%s", buf);
@@ -603,6 +606,8 @@ static void apply_path(parse_ctx_t *ctx, const char *path, const cJSON *v) {
 
 /* ---- life cycle --------------------------------------------------------- */
 
+static void derive(dt_config_t *cfg);
+
 void dt_config_init(dt_config_t *cfg) {
     memset(cfg, 0, sizeof *cfg);
     parse_ctx_t ctx = {.cfg = cfg, .src = "default", .origin = 0};
@@ -611,6 +616,7 @@ void dt_config_init(dt_config_t *cfg) {
         set_value(&ctx, i, d); /* a bad default is a bug: test_config checks none fail */
         cJSON_Delete(d);
     }
+    derive(cfg);
     cfg->errors = dt_xstrdup("");
     cfg->errors_cap = 1;
     cfg->warnings = dt_xstrdup("");
@@ -686,6 +692,14 @@ static void sync_strategy_override(parse_ctx_t *ctx) {
     }
 }
 
+/* Values that default to other keys' values. */
+static void derive(dt_config_t *cfg) {
+    if (!cfg->origin[key_find("scheduler.params.warmup_max_lr")])
+        cfg->scheduler.warmup_max_lr = cfg->optimizer.lr;
+    if (!cfg->origin[key_find("scheduler.params.total_num_steps")])
+        cfg->scheduler.total_num_steps = cfg->train_steps;
+}
+
 /* Rules across keys, once the file and the overrides are in. */
 static void finish(dt_config_t *cfg, const char *src) {
     int rs = key_find("strategy"), rz = key_find("zero_optimization.stage");
@@ -704,11 +718,7 @@ static void finish(dt_config_t *cfg, const char *src) {
         cfg->strategy = strategy_for_stage(cfg->zero.stage, cfg->strategy);
     }
 
-    /* derived scheduler values */
-    if (!cfg->origin[key_find("scheduler.params.warmup_max_lr")])
-        cfg->scheduler.warmup_max_lr = cfg->optimizer.lr;
-    if (!cfg->origin[key_find("scheduler.params.total_num_steps")])
-        cfg->scheduler.total_num_steps = cfg->train_steps;
+    derive(cfg);
     if ((cfg->scheduler.type == DT_SCHED_WARMUP_DECAY_LR ||
          cfg->scheduler.type == DT_SCHED_WARMUP_COSINE_LR) &&
         cfg->scheduler.total_num_steps < cfg->scheduler.warmup_num_steps)
@@ -819,6 +829,44 @@ static void apply_override(dt_config_t *cfg, const char *kv) {
     free(src);
 }
 
+/* Where cJSON stopped, as line and column, with the text there. */
+static void json_error(dt_config_t *cfg, const char *name, const char *json, const char *end) {
+    const char *blank = " \t\r\n";
+    size_t len = strlen(json);
+    if (strspn(json, blank) == len) {
+        add_error(cfg, name, "expected a JSON object, found an empty file");
+        return;
+    }
+    const char *stop = end && end >= json && end <= json + len ? end : json + len;
+    bool at_end = stop[strspn(stop, blank)] == '\0';
+    /* cJSON may stop on blanks after the offending token: step back to it */
+    while (stop > json && (*stop == '\0' || strchr(blank, *stop))) stop--;
+    int line = 1, col = 1;
+    for (const char *p = json; p < stop; p++) {
+        if (*p == '\n') {
+            line++;
+            col = 1;
+        } else {
+            col++;
+        }
+    }
+    char near[32];
+    size_t k = 0;
+    if (at_end) { /* the text ran out: show what came last */
+        const char *from = stop;
+        while (from > json && from[-1] != '\n' && stop - from < 23) from--;
+        for (const char *p = from; p <= stop && k < sizeof near - 1; p++) near[k++] = *p;
+        near[k] = '\0';
+        add_error(cfg, name,
+                  "line %d, column %d: expected valid JSON, found the end of the file after \"%s\"",
+                  line, col, near);
+        return;
+    }
+    for (const char *p = stop; *p && *p != '\n' && k < 24; p++) near[k++] = *p;
+    near[k] = '\0';
+    add_error(cfg, name, "line %d, column %d: expected valid JSON, found \"%s\"", line, col, near);
+}
+
 static void set_first_error_detail(const dt_config_t *cfg) {
     dt_error(DT_STATUS_CONFIG, "%d config error%s:\n%s", cfg->n_errors,
              cfg->n_errors == 1 ? "" : "s", cfg->errors);
@@ -831,25 +879,7 @@ static dt_status_t load_text(const char *json, const char *name, const char *con
         const char *end = NULL;
         cJSON *root = cJSON_ParseWithOpts(json, &end, 1);
         if (!root) {
-            int line = 1, col = 1;
-            const char *stop = end ? end : json;
-            for (const char *p = json; *p && p < stop; p++) {
-                if (*p == '\n') {
-                    line++;
-                    col = 1;
-                } else {
-                    col++;
-                }
-            }
-            char near[40];
-            size_t k = 0;
-            for (const char *p = stop; *p && *p != '\n' && k < 24; p++) near[k++] = *p;
-            near[k] = '\0';
-            if (*json == '\0' || strspn(json, " \t\r\n") == strlen(json))
-                add_error(cfg, name, "expected a JSON object, found an empty file");
-            else
-                add_error(cfg, name, "line %d, column %d: expected valid JSON, found \"%s\"",
-                          line, col, k ? near : "the end of the file");
+            json_error(cfg, name, json, end);
         } else if (!cJSON_IsObject(root)) {
             char found[80];
             render(root, found, sizeof found);
@@ -1055,7 +1085,12 @@ static cJSON *value_json(const dt_config_t *cfg, int row) {
             return cJSON_CreateString("auto");
         return cJSON_CreateNumber((double)x);
     }
-    case KT_FLOAT: return cJSON_CreateNumber(*(const double *)f);
+    case KT_FLOAT: {
+        double x = *(const double *)f;
+        if ((k->flags & KF_DERIVED) && x == 0 && cfg->origin[row] == 0)
+            return cJSON_CreateString("auto");
+        return cJSON_CreateNumber(x);
+    }
     case KT_FLOAT2: return cJSON_CreateDoubleArray((const double *)f, 2);
     case KT_STRING: {
         const char *s = *(char *const *)f;
