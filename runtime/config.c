@@ -109,7 +109,11 @@ static const config_key_t keys[] = {
     {"optimizer.params.eps", KT_FLOAT, OFF(optimizer.eps), 0, INFINITY, KF_DS | KF_MIN_EXCL,
      NULL, "1e-08", "Adam epsilon"},
     {"optimizer.params.weight_decay", KT_FLOAT, OFF(optimizer.weight_decay), 0, INFINITY, KF_DS,
-     NULL, "0.01", "decoupled weight decay (AdamW) / L2 (Adam)"},
+     NULL, "0.01", "weight decay (decoupled unless Adam with adam_w_mode false)"},
+    {"optimizer.params.adam_w_mode", KT_BOOL, OFF(optimizer.adam_w_mode), 0, 0, KF_DS, NULL,
+     "true", "type Adam: decoupled decay as AdamW (DeepSpeed's default); false: L2"},
+    {"optimizer.params.decay_embeddings", KT_BOOL, OFF(optimizer.decay_embeddings), 0, 0, 0,
+     NULL, "false", "decay embeddings too (biases and LayerNorm never decay)"},
     {"scheduler.type", KT_ENUM, OFF(scheduler.type), 0, 0, KF_DS, sched_names, "\"none\"",
      "learning-rate schedule (none = constant lr)"},
     {"scheduler.params.warmup_min_lr", KT_FLOAT, OFF(scheduler.warmup_min_lr), 0, INFINITY,
@@ -224,8 +228,7 @@ static const char *const ignored_keys[] = {
     "use_data_before_expert_parallelism", "vocabulary_size", "weight_quantization", "compile",
     "timers", "graph_harvesting", "checkpoint.tag_validation", "checkpoint.load_universal",
     "checkpoint.use_node_local_storage", "checkpoint.parallel_write",
-    "optimizer.legacy_fusion", "optimizer.params.torch_adam", "optimizer.params.adam_w_mode",
-    "optimizer.params.bias_correction", "optimizer.params.amsgrad", "optimizer.params.fused",
+    "optimizer.legacy_fusion", "optimizer.params.torch_adam",     "optimizer.params.bias_correction", "optimizer.params.amsgrad", "optimizer.params.fused",
     "scheduler.params.last_batch_iteration", "bf16.check_overflow",
     "bf16.immediate_grad_update", "bf16.bf16_master_weights_and_grads",
     "bf16.bf16_optimizer_states", "bf16.auto_cast", "zero_optimization.offload_optimizer",
@@ -500,7 +503,7 @@ static void set_value(parse_ctx_t *ctx, int row, const cJSON *v) {
 
     switch (k->type) {
     case KT_BOOL:
-        if (!cJSON_IsBool(v)) goto bad_value;
+        if (!cJSON_IsBool(v)) goto out_type_error;
         *(bool *)f = cJSON_IsTrue(v);
         break;
     case KT_INT: {
@@ -510,7 +513,7 @@ static void set_value(parse_ctx_t *ctx, int row, const cJSON *v) {
         }
         if (!cJSON_IsNumber(v) || !in_bounds(k, v->valuedouble) ||
             floor(v->valuedouble) != v->valuedouble)
-            goto bad_value;
+            goto out_type_error;
         *(int64_t *)f = (int64_t)v->valuedouble;
         break;
     }
@@ -520,16 +523,16 @@ static void set_value(parse_ctx_t *ctx, int row, const cJSON *v) {
             break;
         }
         if (!cJSON_IsNumber(v) || !in_bounds(k, v->valuedouble))
-            goto bad_value;
+            goto out_type_error;
         *(double *)f = v->valuedouble;
         break;
     case KT_FLOAT2: {
-        if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != 2) goto bad_value;
+        if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != 2) goto out_type_error;
         double x[2];
         for (int i = 0; i < 2; i++) {
             const cJSON *e = cJSON_GetArrayItem(v, i);
             if (!cJSON_IsNumber(e) || !in_bounds(k, e->valuedouble))
-                goto bad_value;
+                goto out_type_error;
             x[i] = e->valuedouble;
         }
         memcpy(f, x, sizeof x);
@@ -543,24 +546,24 @@ static void set_value(parse_ctx_t *ctx, int row, const cJSON *v) {
             break;
         }
         if (!cJSON_IsString(v) || ((k->flags & KF_PATH) && v->valuestring[0] == '\0'))
-            goto bad_value;
+            goto out_type_error;
         free(*s);
         *s = dt_xstrdup(v->valuestring);
         break;
     }
     case KT_ENUM: {
-        if (!cJSON_IsString(v)) goto bad_value;
+        if (!cJSON_IsString(v)) goto out_type_error;
         int found = -1;
         for (int i = 0; k->names[i]; i++)
             if (!strcasecmp(k->names[i], v->valuestring)) found = i;
-        if (found < 0) goto bad_value;
+        if (found < 0) goto out_type_error;
         *(int *)f = found;
         break;
     }
     }
     cfg->origin[row] = (unsigned char)ctx->origin;
     return;
-bad_value:
+out_type_error:
     type_error(ctx, k, v, NULL);
 }
 

@@ -114,6 +114,10 @@ typedef struct dt_config {
         double betas[2];
         double eps;
         double weight_decay;
+        /* Decoupled (AdamW) decay when type is AdamW, or Adam with adam_w_mode (true by
+         * default, as in DeepSpeed); L2 added to the gradient for Adam with it false. */
+        bool adam_w_mode;
+        bool decay_embeddings; /* weight decay on embeddings too; biases/LN never */
     } optimizer;
     struct {
         dt_sched_type_t type; /* DT_SCHED_NONE: constant optimizer.lr */

@@ -176,6 +176,7 @@ Test(config, deepspeed_keys_dtrun_ignores_are_listed_once) {
     cr_assert_eq(cfg.zero.stage, 2);
     cr_assert_eq(cfg.strategy, DT_STRATEGY_ZERO2);
     cr_assert_eq(cfg.optimizer.type, DT_OPTIM_ADAM);
+    cr_assert(cfg.optimizer.adam_w_mode, "DeepSpeed's Adam decays as AdamW by default");
     dt_config_free(&cfg);
 }
 
@@ -384,9 +385,10 @@ Test(config, overrides) {
         "optimizer={\"params\":{\"eps\":1e-6}}", /* a whole section */
         "scheduler.type=warmupcosinelr",     /* enum names ignore case */
         "model.type=gpt",
+        "optimizer.params.adam_w_mode=false",
     };
     dt_config_t cfg;
-    cr_assert_eq(load("{\"optimizer\":{\"params\":{\"lr\":1}}}", &cfg, 11, ov), DT_STATUS_OK, "%s",
+    cr_assert_eq(load("{\"optimizer\":{\"params\":{\"lr\":1}}}", &cfg, 12, ov), DT_STATUS_OK, "%s",
                  dt_config_errors(&cfg));
     cr_assert_eq(cfg.optimizer.lr, 3e-4);
     cr_assert_eq(cfg.model.n_layer, 2);
@@ -401,6 +403,7 @@ Test(config, overrides) {
     cr_assert_eq(cfg.optimizer.eps, 1e-6);
     cr_assert_eq(cfg.scheduler.type, DT_SCHED_WARMUP_COSINE_LR);
     cr_assert_eq(cfg.model.type, DT_MODEL_GPT);
+    cr_assert_not(cfg.optimizer.adam_w_mode);
     /* a later override on the loaded config */
     cr_assert_eq(dt_config_set(&cfg, "train_steps=77"), DT_STATUS_OK);
     cr_assert_eq(cfg.train_steps, 77);
