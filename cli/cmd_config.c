@@ -15,8 +15,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
-#include "common/log.h"
-#include "common/mem.h"
+#include "common/mem.h" /* defines: dt_xcalloc */
 #include "runtime/config.h" /* defines: dt_config_load, dt_config_resolve, dt_config_dump_json */
 
 static const char config_usage[] =

@@ -38,8 +38,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "common/log.h"
-#include "common/mem.h"
+#include "common/log.h" /* defines: DT_LOG_WARN */
+#include "common/mem.h" /* defines: dt_xmalloc, dt_xrealloc, dt_xstrdup */
 
 /* ---- enum names --------------------------------------------------------- */
 
