@@ -207,6 +207,8 @@ static const config_key_t keys[] = {
      "communicator (auto: nccl on GPUs, shm in a node, hier across nodes)"},
     {"comm.timeout_s", KT_FLOAT, OFF(comm.timeout_s), 0, 1e6, KF_MIN_EXCL, NULL, "300",
      "a collective waiting longer is a hang"},
+    {"sample_tokens", KT_INT, OFF(sample_tokens), 0, 100000, 0, NULL, "0",
+     "characters generated from the trained model at the end (text data only)"},
     {"threads", KT_INT, OFF(threads), 0, 4096, 0, NULL, "0",
      "CPU threads per rank (0 = cores / local ranks)"},
 };

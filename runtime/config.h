@@ -38,6 +38,7 @@
 #include <stdio.h>
 
 #include "common/status.h" /* defines: dt_status_t */
+#include "runtime/model.h"  /* defines: dt_model_type_t */
 
 /* X(enum suffix, name in JSON). The order is the numeric value. */
 #define DT_MODEL_TYPE_MAP(X) X(GPT, "gpt") X(MLP, "mlp")
@@ -55,11 +56,8 @@
 #define DT_COMM_BACKEND_MAP(X)                                               \
     X(AUTO, "auto") X(SHM, "shm") X(TCP, "tcp") X(HIER, "hier") X(NCCL, "nccl")
 
-typedef enum dt_model_type {
-#define X(n, s) DT_MODEL_##n,
-    DT_MODEL_TYPE_MAP(X)
-#undef X
-} dt_model_type_t;
+/* dt_model_type_t (DT_MODEL_GPT, DT_MODEL_MLP) comes from runtime/model.h, in
+ * the order of DT_MODEL_TYPE_MAP. */
 typedef enum dt_optim_type {
 #define X(n, s) DT_OPTIM_##n,
     DT_OPTIM_TYPE_MAP(X)
@@ -75,16 +73,17 @@ typedef enum dt_warmup_type {
     DT_WARMUP_TYPE_MAP(X)
 #undef X
 } dt_warmup_type_t;
-typedef enum dt_dtype {
-#define X(n, s) DT_DTYPE_##n,
+/* Prefixed DT_CONFIG_: kernels/kernels.h owns dt_dtype_t and dt_device_t. */
+typedef enum dt_config_dtype {
+#define X(n, s) DT_CONFIG_DTYPE_##n,
     DT_DTYPE_MAP(X)
 #undef X
-} dt_dtype_t;
-typedef enum dt_device {
-#define X(n, s) DT_DEVICE_##n,
+} dt_config_dtype_t;
+typedef enum dt_config_device {
+#define X(n, s) DT_CONFIG_DEVICE_##n,
     DT_DEVICE_MAP(X)
 #undef X
-} dt_device_t;
+} dt_config_device_t;
 typedef enum dt_strategy {
 #define X(n, s) DT_STRATEGY_##n,
     DT_STRATEGY_MAP(X)
@@ -132,7 +131,7 @@ typedef struct dt_config {
     struct {
         bool enabled;
     } bf16;
-    dt_dtype_t communication_data_type;
+    dt_config_dtype_t communication_data_type;
     struct {
         int64_t stage; /* 0-3, always equal to the stage of `strategy` */
         bool overlap_comm;
@@ -160,7 +159,7 @@ typedef struct dt_config {
     } data;
     int64_t train_steps;
     int64_t seed;
-    dt_device_t device;
+    dt_config_device_t device;
     dt_strategy_t strategy;
     struct {
         char *dir;
@@ -180,6 +179,7 @@ typedef struct dt_config {
         double timeout_s;
     } comm;
     int64_t threads; /* CPU threads per rank; 0 = auto */
+    int64_t sample_tokens; /* characters rank 0 generates at the end (text data); 0 = none */
 
     /* bookkeeping, not keys */
     char *source;       /* the file name (or the name given to load_string) */
