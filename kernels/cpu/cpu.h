@@ -11,6 +11,7 @@
 #ifndef DT_KERNELS_CPU_CPU_H
 #define DT_KERNELS_CPU_CPU_H
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -53,11 +54,28 @@ static inline float dt_cpu_expf(float x) {
     p = p * r + 0.5f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
-    int32_t bits = ((int32_t)n + 127) << 23;
+    uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);
     float y = p * scale;
     return x < -87.3f ? 0.0f : y;
+}
+
+/* In place: row[0:n] = softmax(row[0:n]) with max subtraction. Vectorised. */
+static inline void dt_cpu_softmax_row(float *row, int n) {
+    float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+    for (int j = 0; j < n; j++) mx = row[j] > mx ? row[j] : mx;
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j < n; j++) {
+        float e = dt_cpu_expf(row[j] - mx);
+        row[j] = e;
+        sum += e;
+    }
+    float inv = 1.0f / sum;
+#pragma omp simd
+    for (int j = 0; j < n; j++) row[j] *= inv;
 }
 
 /* ---- ops, defined in kernels/cpu/cpu_{layers,attention,loss,optim}.c ---- */

@@ -30,19 +30,8 @@ size_t dt_cpu_attention_scratch_bytes(const dt_device_t *dev, int B, int T, int 
 static void causal_softmax_rows(float *S, int T, int r0, int r1) {
     for (int t = r0; t < r1; t++) {
         float *row = S + (size_t)t * T;
-        float mx = -INFINITY;
-        for (int j = 0; j <= t; j++) mx = row[j] > mx ? row[j] : mx;
-        float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-        for (int j = 0; j <= t; j++) {
-            float e = dt_cpu_expf(row[j] - mx);
-            row[j] = e;
-            sum += e;
-        }
-        float inv = 1.0f / sum;
-#pragma omp simd
-        for (int j = 0; j <= t; j++) row[j] *= inv;
-        for (int j = t + 1; j < T; j++) row[j] = 0.0f;
+        dt_cpu_softmax_row(row, t + 1);
+        memset(row + t + 1, 0, sizeof(float) * (size_t)(T - t - 1));
     }
 }
 

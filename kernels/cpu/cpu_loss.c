@@ -11,6 +11,7 @@
 /* Max and sum of exp(x - max) over the first V entries of one row. */
 static void row_logsumexp(const float *x, int V, float *mx_out, float *sum_out) {
     float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
     for (int j = 0; j < V; j++) mx = x[j] > mx ? x[j] : mx;
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)

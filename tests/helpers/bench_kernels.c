@@ -7,7 +7,7 @@
  * the n_layer-6 model can be estimated as head + 6 blocks + optimizer.
  *
  * usage: bench_kernels [--threads N] [--iters K] [-B 8] [-T 256] [-C 384] [--heads 6]
- *                      [--layers 6] [--vocab 256]
+ *                      [--layers 6] [--vocab 256] [--profile]
  * Prints milliseconds per part (median of K iterations after one warm-up) and the
  * estimated tokens/s of a full step.
  */
@@ -31,6 +31,29 @@ typedef struct block {
     float *g[12], *dx, *dln1, *dqkv, *datty, *dres2, *dln2, *dfch, *dfch_gelu, *dout;
     float *scratch;
 } block;
+
+/* --profile: milliseconds per op name, summed over the timed iterations. */
+static int profiling;
+static struct {
+    const char *name;
+    double ms;
+} prof[32];
+static void prof_add(const char *name, double ms) {
+    for (int i = 0; i < 32; i++) {
+        if (!prof[i].name) prof[i].name = name;
+        if (prof[i].name == name || !strcmp(prof[i].name, name)) {
+            prof[i].ms += ms;
+            return;
+        }
+    }
+}
+/* Runs one op call, timing it under `name` when profiling. */
+#define OP(name, call)                                                                       \
+    do {                                                                                     \
+        double op_t0_ = profiling ? dt_now_s() : 0;                                          \
+        call;                                                                                \
+        if (profiling) prof_add(name, (dt_now_s() - op_t0_) * 1e3);                         \
+    } while (0)
 
 static float *buf(size_t n, float scale, unsigned *seed) {
     float *p = dt_mem_alloc(DT_MEM_ACTIVATIONS, n * sizeof(float));
@@ -88,16 +111,16 @@ static void block_init(block *k, dt_device_t *dev, int B, int T, int C, int NH) 
 static void block_forward(block *k, dt_device_t *dev, int B, int T, int C, int NH) {
     const dt_ops_t *o = dev->ops;
     int N = B * T;
-    o->layernorm_forward(dev, k->ln1, k->ln1_mean, k->ln1_rstd, k->x, k->ln1w, k->ln1b, N, C);
-    o->matmul_forward(dev, k->qkv, k->ln1, k->qkvw, k->qkvb, N, C, 3 * C);
-    o->attention_forward(dev, k->atty, k->att, k->qkv, B, T, C, NH);
-    o->matmul_forward(dev, k->attproj, k->atty, k->attprojw, k->attprojb, N, C, C);
-    o->residual_forward(dev, k->res2, k->x, k->attproj, (size_t)N * C);
-    o->layernorm_forward(dev, k->ln2, k->ln2_mean, k->ln2_rstd, k->res2, k->ln2w, k->ln2b, N, C);
-    o->matmul_forward(dev, k->fch, k->ln2, k->fcw, k->fcb, N, C, 4 * C);
-    o->gelu_forward(dev, k->fch_gelu, k->fch, (size_t)N * 4 * C);
-    o->matmul_forward(dev, k->fcproj, k->fch_gelu, k->fcprojw, k->fcprojb, N, 4 * C, C);
-    o->residual_forward(dev, k->out, k->res2, k->fcproj, (size_t)N * C);
+    OP("layernorm fwd", o->layernorm_forward(dev, k->ln1, k->ln1_mean, k->ln1_rstd, k->x, k->ln1w, k->ln1b, N, C));
+    OP("matmul fwd", o->matmul_forward(dev, k->qkv, k->ln1, k->qkvw, k->qkvb, N, C, 3 * C));
+    OP("attention fwd", o->attention_forward(dev, k->atty, k->att, k->qkv, B, T, C, NH));
+    OP("matmul fwd", o->matmul_forward(dev, k->attproj, k->atty, k->attprojw, k->attprojb, N, C, C));
+    OP("residual fwd", o->residual_forward(dev, k->res2, k->x, k->attproj, (size_t)N * C));
+    OP("layernorm fwd", o->layernorm_forward(dev, k->ln2, k->ln2_mean, k->ln2_rstd, k->res2, k->ln2w, k->ln2b, N, C));
+    OP("matmul fwd", o->matmul_forward(dev, k->fch, k->ln2, k->fcw, k->fcb, N, C, 4 * C));
+    OP("gelu fwd", o->gelu_forward(dev, k->fch_gelu, k->fch, (size_t)N * 4 * C));
+    OP("matmul fwd", o->matmul_forward(dev, k->fcproj, k->fch_gelu, k->fcprojw, k->fcprojb, N, 4 * C, C));
+    OP("residual fwd", o->residual_forward(dev, k->out, k->res2, k->fcproj, (size_t)N * C));
 }
 
 static void block_backward(block *k, dt_device_t *dev, int B, int T, int C, int NH) {
@@ -108,22 +131,23 @@ static void block_backward(block *k, dt_device_t *dev, int B, int T, int C, int 
     float *zero[] = {k->dx, k->dln1, k->dqkv, k->datty, k->dres2, k->dln2, k->dfch, k->dfch_gelu};
     size_t zn[] = {NC, NC, 3 * NC, NC, NC, NC, 4 * NC, 4 * NC};
     for (int i = 0; i < 8; i++) o->set(dev, zero[i], 0, zn[i] * sizeof(float));
-    o->residual_backward(dev, k->dres2, NULL, k->dout, NC);
-    o->matmul_backward(dev, k->dfch_gelu, k->g[10], k->g[11], k->dout, k->fch_gelu, k->fcprojw,
-                       N, 4 * C, C);
-    o->gelu_backward(dev, k->dfch, k->fch, k->dfch_gelu, 4 * NC);
-    o->matmul_backward(dev, k->dln2, k->g[8], k->g[9], k->dfch, k->ln2, k->fcw, N, C, 4 * C);
-    o->layernorm_backward(dev, k->dres2, k->g[6], k->g[7], k->dln2, k->res2, k->ln2w,
-                          k->ln2_mean, k->ln2_rstd, N, C);
-    o->residual_backward(dev, k->dx, k->datty, k->dres2, NC); /* datty: dattproj */
-    o->matmul_backward(dev, k->dln1, k->g[4], k->g[5], k->datty, k->atty, k->attprojw, N, C, C);
+    OP("residual bwd", o->residual_backward(dev, k->dres2, NULL, k->dout, NC));
+    OP("matmul bwd", o->matmul_backward(dev, k->dfch_gelu, k->g[10], k->g[11], k->dout, k->fch_gelu, k->fcprojw,
+                       N, 4 * C, C));
+    OP("gelu bwd", o->gelu_backward(dev, k->dfch, k->fch, k->dfch_gelu, 4 * NC));
+    OP("matmul bwd", o->matmul_backward(dev, k->dln2, k->g[8], k->g[9], k->dfch, k->ln2, k->fcw, N, C, 4 * C));
+    OP("layernorm bwd", o->layernorm_backward(dev, k->dres2, k->g[6], k->g[7], k->dln2, k->res2, k->ln2w,
+                          k->ln2_mean, k->ln2_rstd, N, C));
+    /* datty receives d(attproj) here */
+    OP("residual bwd", o->residual_backward(dev, k->dx, k->datty, k->dres2, NC));
+    OP("matmul bwd", o->matmul_backward(dev, k->dln1, k->g[4], k->g[5], k->datty, k->atty, k->attprojw, N, C, C));
     /* dln1 now holds d(atty); reuse datty as its buffer for the attention input. */
-    o->set(dev, k->datty, 0, NC * sizeof(float));
-    o->attention_backward(dev, k->dqkv, k->scratch, k->dln1, k->qkv, k->att, B, T, C, NH);
-    o->set(dev, k->dln1, 0, NC * sizeof(float));
-    o->matmul_backward(dev, k->dln1, k->g[2], k->g[3], k->dqkv, k->ln1, k->qkvw, N, C, 3 * C);
-    o->layernorm_backward(dev, k->dx, k->g[0], k->g[1], k->dln1, k->x, k->ln1w, k->ln1_mean,
-                          k->ln1_rstd, N, C);
+    OP("set", o->set(dev, k->datty, 0, NC * sizeof(float)));
+    OP("attention bwd", o->attention_backward(dev, k->dqkv, k->scratch, k->dln1, k->qkv, k->att, B, T, C, NH));
+    OP("set", o->set(dev, k->dln1, 0, NC * sizeof(float)));
+    OP("matmul bwd", o->matmul_backward(dev, k->dln1, k->g[2], k->g[3], k->dqkv, k->ln1, k->qkvw, N, C, 3 * C));
+    OP("layernorm bwd", o->layernorm_backward(dev, k->dx, k->g[0], k->g[1], k->dln1, k->x, k->ln1w, k->ln1_mean,
+                          k->ln1_rstd, N, C));
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -138,7 +162,16 @@ static double median(double *v, int n) {
 
 int main(int argc, char **argv) {
     int threads = 0, iters = 5, B = 8, T = 256, C = 384, NH = 6, L = 6, V = 256;
-    for (int i = 1; i + 1 < argc; i += 2) {
+    for (int i = 1; i < argc; i += 2) {
+        if (!strcmp(argv[i], "--profile")) {
+            profiling = 1;
+            i--;
+            continue;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "bench_kernels: option '%s' needs a value\n", argv[i]);
+            return 2;
+        }
         int v = atoi(argv[i + 1]);
         if (!strcmp(argv[i], "--threads")) threads = v;
         else if (!strcmp(argv[i], "--iters")) iters = v;
@@ -190,7 +223,9 @@ int main(int argc, char **argv) {
 
     double *tf = calloc(iters, sizeof(double)), *tb = calloc(iters, sizeof(double));
     double *th = calloc(iters, sizeof(double)), *to = calloc(iters, sizeof(double));
+    int want_profile = profiling;
     for (int it = -1; it < iters; it++) {
+        profiling = want_profile && it >= 0;
         double t0 = dt_now_s();
         block_forward(&k, dev, B, T, C, NH);
         double t1 = dt_now_s();
@@ -233,6 +268,11 @@ int main(int argc, char **argv) {
     printf("adamw+norm      %8.2f ms  (%zu params)\n", opt, nparam);
     printf("model step est. %8.2f ms = %d blocks + head + optimizer -> %.0f tokens/s\n", step_ms,
            L, N / step_ms * 1e3);
+    if (want_profile) {
+        printf("per op, ms per block fwd+bwd (timed separately, so the sum exceeds the above):\n");
+        for (int i = 0; i < 32 && prof[i].name; i++)
+            printf("  %-22s %8.2f\n", prof[i].name, prof[i].ms / iters);
+    }
     dt_device_free(dev);
     return 0;
 }
