@@ -90,6 +90,10 @@ struct dt_ops {
      * (initialisation, checkpoints, export). */
     dt_status_t (*upload_f32)(dt_device_t *dev, void *dst, const float *src, size_t n);
     dt_status_t (*download_f32)(dt_device_t *dev, float *dst, const void *src, size_t n);
+    /* Peak FLOP/s in the compute dtype with dev->nthreads, the denominator of MFU.
+     * CPU: measured by a short sgemm probe through matmul_forward (~0.1 s, once per
+     * device; cached). CUDA: from a table of known GPUs. 0 when unknown. */
+    double (*peak_flops)(dt_device_t *dev);
 
     /* ---- embedding: out[b,t,:] = wte[inp[b,t],:] + wpe[t,:] ---------------- */
     void (*encoder_forward)(dt_device_t *dev, void *out,  // (B, T, C)

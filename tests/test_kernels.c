@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/mem.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/kernels.h"
@@ -152,6 +153,17 @@ Test(device, openblas_uses_vector_kernels_when_cpu_has_them) {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2") && !getenv("OPENBLAS_CORETYPE"))
         cr_assert_str_neq(dt_cpu_blas_core(), "Prescott", "OpenBLAS left on generic kernels");
+    dt_device_free(dev);
+}
+
+Test(device, peak_flops_probe_is_plausible_and_cached) {
+    dt_device_t *dev = open_cpu(1);
+    double t0 = dt_now_s();
+    double f = dev->ops->peak_flops(dev);
+    cr_assert_lt(dt_now_s() - t0, 1.0, "probe took too long");
+    cr_assert_gt(f, 1e9, "peak %g FLOP/s", f); /* any CPU with a vector unit */
+    cr_assert_lt(f, 1e13);
+    cr_assert_eq(dev->ops->peak_flops(dev), f, "second call returns the cached value");
     dt_device_free(dev);
 }
 

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 
 /* OpenBLAS with DYNAMIC_ARCH exports these; weak so that a build without them
@@ -67,7 +68,10 @@ dt_status_t dt_cpu_device_init(dt_device_t *dev, int nthreads) {
     return DT_STATUS_OK;
 }
 
-void dt_cpu_device_free(dt_device_t *dev) { (void)dev; }
+void dt_cpu_device_free(dt_device_t *dev) {
+    free(dev->impl); /* the cached peak FLOP/s, if measured */
+    dev->impl = NULL;
+}
 
 /* ---- memory ------------------------------------------------------------- */
 
@@ -106,6 +110,34 @@ static dt_status_t cpu_download_f32(dt_device_t *dev, float *dst, const void *sr
     return cpu_copy(dev, dst, src, n * sizeof(float), DT_COPY_DEVICE_TO_HOST);
 }
 
+/* Best of a few timed matmuls (512^3, near sgemm's plateau) for at most 0.1 s,
+ * with the device's threads. The result is cached in dev->impl, the CPU
+ * backend's only private state. */
+static double cpu_peak_flops(dt_device_t *dev) {
+    if (dev->impl) return *(double *)dev->impl;
+    const int N = 512, C = 512, OC = 512;
+    size_t bytes = sizeof(float) * ((size_t)N * C + (size_t)OC * C + (size_t)N * OC);
+    float *buf = dt_mem_alloc(DT_MEM_OTHER, bytes);
+    if (!buf) return 0.0;
+    float *x = buf, *w = x + (size_t)N * C, *out = w + (size_t)OC * C;
+    for (size_t i = 0; i < (size_t)N * C; i++) x[i] = (float)(i % 17) * 0.01f;
+    for (size_t i = 0; i < (size_t)OC * C; i++) w[i] = (float)(i % 13) * 0.01f;
+    double best = 0.0, start = dt_now_s();
+    dt_cpu_matmul_forward(dev, out, x, w, NULL, N, C, OC); /* warm-up */
+    for (int rep = 0; rep < 50 && dt_now_s() - start < 0.1; rep++) {
+        double t0 = dt_now_s();
+        dt_cpu_matmul_forward(dev, out, x, w, NULL, N, C, OC);
+        double dt = dt_now_s() - t0;
+        double f = 2.0 * N * C * OC / (dt > 1e-9 ? dt : 1e-9);
+        if (f > best) best = f;
+    }
+    dt_mem_free(buf);
+    double *cache = dt_xmalloc(sizeof *cache);
+    *cache = best;
+    dev->impl = cache;
+    return best;
+}
+
 static const dt_ops_t cpu_ops = {
     .name = "cpu",
     .dtype = DT_DTYPE_F32,
@@ -116,6 +148,7 @@ static const dt_ops_t cpu_ops = {
     .synchronize = cpu_synchronize,
     .upload_f32 = cpu_upload_f32,
     .download_f32 = cpu_download_f32,
+    .peak_flops = cpu_peak_flops,
     .encoder_forward = dt_cpu_encoder_forward,
     .encoder_backward = dt_cpu_encoder_backward,
     .layernorm_forward = dt_cpu_layernorm_forward,
