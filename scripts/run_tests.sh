@@ -17,7 +17,7 @@ for t in "$BUILD"/tests/test_*; do
   [ -x "$t" ] || continue
   name=$(basename "$t")
   echo "$name" | grep -Eq "$ONLY" || continue
-  out=$("$t" --ascii 2>&1); rc=$?
+  out=$("$t" 2>&1); rc=$?
   syn=$(printf '%s\n' "$out" | grep -a 'Synthesis:' | tail -1)
   tested=$(printf '%s' "$syn" | sed -n 's/.*Tested: \([0-9]*\).*/\1/p')
   passing=$(printf '%s' "$syn" | sed -n 's/.*Passing: \([0-9]*\).*/\1/p')

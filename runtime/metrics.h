@@ -1,0 +1,47 @@
+/*
+ * metrics.h - what a run reports: per-step metrics (metrics.jsonl), the final
+ * summary (summary.json), the progress line, and the peak FLOP/s that MFU is
+ * measured against (a short sgemm probe on CPU, a table for GPUs).
+ */
+#ifndef DT_RUNTIME_METRICS_H
+#define DT_RUNTIME_METRICS_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "common/status.h"
+
+typedef struct dt_step_metrics {
+    int64_t step; /* 1-based optimizer step */
+    int64_t total_steps;
+    double loss;  /* mean over every token of the global batch */
+    double lr;
+    double grad_norm;
+    double tokens_per_s;
+    double mfu; /* fraction of peak, 0 when unknown */
+    double step_ms, compute_ms, comm_ms, data_ms;
+    double val_loss; /* NAN when not evaluated at this step */
+    double eta_s;    /* seconds left, <0 unknown */
+} dt_step_metrics;
+
+typedef struct dt_metrics dt_metrics_t;
+
+/* Creates log_dir (and parents) and opens metrics.jsonl for appending
+ * (truncating when `fresh`, i.e. not resuming). */
+dt_status_t dt_metrics_open(const char *log_dir, int fresh, dt_metrics_t **out);
+void dt_metrics_close(dt_metrics_t *m);
+/* Appends one JSON object line and flushes it. */
+dt_status_t dt_metrics_log(dt_metrics_t *m, const dt_step_metrics *s);
+/* Writes <log_dir>/<name> atomically (temporary file, fsync, rename). */
+dt_status_t dt_metrics_write_file(const char *log_dir, const char *name, const char *text);
+/* The human line for stdout: "step 10/1000 | loss 2.3456 | lr 1.00e-03 | ...". */
+void dt_metrics_format(const dt_step_metrics *s, char *buf, size_t len);
+
+/* Dense fp32 FLOP/s of this CPU with `threads` threads, measured by timing an
+ * sgemm for about 0.2 s (cached per thread count within the process). */
+double dt_peak_flops_cpu(int threads);
+/* Dense bf16 tensor-core FLOP/s of a GPU by its name (e.g. "NVIDIA H200"), or 0
+ * when unknown; DTRUN_PEAK_TFLOPS overrides. */
+double dt_peak_flops_gpu(const char *device_name);
+
+#endif /* DT_RUNTIME_METRICS_H */
