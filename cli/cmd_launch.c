@@ -1,10 +1,11 @@
 /*
  * cmd_launch.c - `dtrun [LAUNCH FLAGS] CONFIG.json | --exec PROG ... | bench comm`:
- * parses the launch flags, checks what is to be run before anything starts, and
- * hands over to the agent (runtime/agent.h).
+ * parses the launch flags, checks what is to be run before anything starts (the
+ * config, for its world size), and hands over to the agent (runtime/agent.h), whose
+ * workers are the program given to --exec or `dtrun __worker CONFIG ...`.
  */
-#include <cjson/cJSON.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,42 +15,45 @@
 #include "common/log.h"
 #include "common/mem.h"
 #include "runtime/agent.h"
+#include "runtime/config.h"
 #include "runtime/launch_args.h"
 
 extern char **environ;
 
-/* The config must exist and be JSON before anything starts. */
-static int check_config(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "dtrun: error: cannot open config %s: %s\n", path, strerror(errno));
-        return DT_EXIT_USAGE;
+/* The config is loaded and checked (for the world size when it is fixed) before
+ * anything starts: its errors are exit 2, as the worker would find them. */
+static int check_config(const dt_launch_spec_t *spec) {
+    dt_config_t cfg;
+    dt_status_t st = dt_config_load(spec->config_path, (const char *const *)spec->extra_argv,
+                                    spec->extra_argc, &cfg);
+    if (st == DT_STATUS_OK && spec->nnodes_min == spec->nnodes_max)
+        st = dt_config_resolve(&cfg, spec->nnodes_max * spec->nproc_per_node);
+    if (st != DT_STATUS_OK) {
+        fputs(dt_config_errors(&cfg), stderr);
+        fprintf(stderr, "dtrun: error: config %s is not valid (nothing was started)\n",
+                spec->config_path);
     }
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    if (len < 0 || len > (64L << 20)) {
-        fclose(f);
-        fprintf(stderr, "dtrun: error: config %s: not a regular file of at most 64 MiB\n", path);
-        return DT_EXIT_USAGE;
+    dt_config_free(&cfg);
+    return st == DT_STATUS_OK ? DT_EXIT_OK : DT_EXIT_USAGE;
+}
+
+/* Workers run this binary: `dtrun __worker CONFIG [KEY=VALUE ...]`. */
+static int run_trainer(const dt_launch_spec_t *spec) {
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) {
+        fprintf(stderr, "dtrun: error: cannot find its own binary: %s\n", strerror(errno));
+        return DT_EXIT_FAILED;
     }
-    char *buf = dt_xmalloc((size_t)len + 1);
-    size_t n = fread(buf, 1, (size_t)len, f);
-    fclose(f);
-    buf[n] = '\0';
-    cJSON *root = cJSON_ParseWithLength(buf, n);
-    if (!root) {
-        const char *at = cJSON_GetErrorPtr();
-        long off = at ? (long)(at - buf) : -1;
-        int line = 1;
-        for (long i = 0; i < off && i < (long)n; i++) line += buf[i] == '\n';
-        fprintf(stderr, "dtrun: error: config %s is not valid JSON (near line %d)\n", path, line);
-        free(buf);
-        return DT_EXIT_USAGE;
-    }
-    cJSON_Delete(root);
-    free(buf);
-    return DT_EXIT_OK;
+    self[n] = '\0';
+    char **argv = dt_xcalloc((size_t)spec->extra_argc + 4, sizeof *argv);
+    argv[0] = self;
+    argv[1] = "__worker";
+    argv[2] = spec->config_path;
+    for (int i = 0; i < spec->extra_argc; i++) argv[3 + i] = spec->extra_argv[i];
+    int code = dt_agent_run(spec, argv, spec->extra_argc + 3);
+    free(argv);
+    return code;
 }
 
 int dt_cmd_launch(int argc, char **argv) {
@@ -67,14 +71,8 @@ int dt_cmd_launch(int argc, char **argv) {
                         "nothing was started\n", DT_VERSION);
         code = DT_EXIT_USAGE;
     } else if (spec.mode == DT_LAUNCH_MODE_CONFIG) {
-        code = check_config(spec.config_path);
-        if (code == DT_EXIT_OK) {
-            /* The worker command line, ready for when the trainer lands:
-             * dtrun __worker CONFIG [KEY=VALUE ...] with the same environment. */
-            fprintf(stderr, "dtrun: error: the built-in trainer is not built yet; use --exec "
-                            "PROGRAM to launch your own program (nothing was started)\n");
-            code = DT_EXIT_USAGE;
-        }
+        code = check_config(&spec);
+        if (code == DT_EXIT_OK) code = run_trainer(&spec);
     } else {
         code = dt_agent_run(&spec, spec.prog_argv, spec.prog_argc);
     }

@@ -114,11 +114,15 @@ bad() { # NAME NEEDLE ARGS...
 bad "unknown flag" "--nproc_per_nod" --nproc_per_nod 2 --exec touch "$DT_TMP/started"
 bad "contradiction" "--standalone contradicts --master_port" --standalone --master_port 5000 --exec touch "$DT_TMP/started"
 bad "missing program" "not found in PATH" --exec no-such-program-xyz
-bad "missing config" "cannot open config" "$DT_TMP/none.json"
+bad "missing config" "none.json: expected a readable JSON file" "$DT_TMP/none.json"
 echo '{"a": [1,' >"$DT_TMP/bad.json"
-bad "config not JSON" "not valid JSON" "$DT_TMP/bad.json"
-echo '{"train_steps": 1}' >"$DT_TMP/ok.json"
-bad "trainer not built" "built-in trainer is not built yet; use --exec" "$DT_TMP/ok.json" train_steps=2
+bad "config not JSON" "expected valid JSON" "$DT_TMP/bad.json"
+echo '{"train_steps": 1, "log": {"dir": "'"$DT_TMP"'/trainlog"}}' >"$DT_TMP/ok.json"
+bad "bad override" "train_stepz" "$DT_TMP/ok.json" train_stepz=2
+# a config runs the built-in trainer as rank 0's worker (dtrun __worker CONFIG ...)
+out=$($T "$DTRUN" "$DT_TMP/ok.json" train_steps=2 2>&1); rc=$?
+if [ $rc -eq 0 ] && printf '%s\n' "$out" | grep -q '^\[rank0\]:step 2/2' && [ -s "$DT_TMP/trainlog/metrics.jsonl" ]; then
+  pass "config launches the trainer"; else fail "config launch" "rc=$rc $out"; fi
 bad "bench comm" "not built yet" --nproc_per_node 2 bench comm
 bad "no arguments" "usage:"
 bad "flags only" "nothing to launch" --nproc_per_node 2
