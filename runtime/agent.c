@@ -39,6 +39,10 @@
 
 extern char **environ;
 
+/* Stop reasons that start with this tag come from an agent ended by a signal: the
+ * others stop too and do not restart (that node is going away). */
+#define SIGNAL_STOP_TAG "signal: "
+
 static const int forwarded_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
 #define N_FWD ((int)(sizeof forwarded_signals / sizeof forwarded_signals[0]))
 
@@ -116,6 +120,7 @@ typedef struct agent {
     outcome_t outcome;
     int signo, sigint_count;
     char stop_note[512];
+    int no_restart;     /* the group cannot be restarted (spawn failure, a signalled node) */
     failure_t *fails;
     int nfails;
     char readbuf[65536];
@@ -753,7 +758,8 @@ static void on_signal(uv_signal_t *h, int signum) {
     }
     if (ag->rz) {
         char reason[200];
-        snprintf(reason, sizeof reason, "the agent on %s received %s", ag->host, signame(signum));
+        snprintf(reason, sizeof reason, "%sthe agent on %s received %s", SIGNAL_STOP_TAG, ag->host,
+                 signame(signum));
         dt_rdzv_request_stop(ag->rz, reason, NULL);
     }
     ag->phase = PHASE_RUNNING; /* from the barrier too */
@@ -787,7 +793,12 @@ static void on_tick(uv_timer_t *t) {
     if (ev == DT_RDZV_EVENT_STOP) {
         char *reason = NULL;
         dt_rdzv_stop_reason(ag->rz, &reason);
-        snprintf(ag->stop_note, sizeof ag->stop_note, "%s", reason ? reason : "stop requested");
+        const char *r = reason ? reason : "stop requested";
+        if (!strncmp(r, SIGNAL_STOP_TAG, strlen(SIGNAL_STOP_TAG))) {
+            r += strlen(SIGNAL_STOP_TAG);
+            ag->no_restart = 1;
+        }
+        snprintf(ag->stop_note, sizeof ag->stop_note, "%s", r);
         free(reason);
         DT_LOG_INFO("group stop: %s", ag->stop_note);
     } else {
@@ -841,6 +852,7 @@ static dt_status_t run_round(agent_t *ag) {
     ag->outcome = OUTCOME_SUCCESS;
     ag->running = 0;
     ag->stop_note[0] = '\0';
+    ag->no_restart = 0;
     for (int i = 0; i < ag->nw; i++) {
         worker_t *w = &ag->w[i];
         memset(w, 0, sizeof *w);
@@ -854,7 +866,11 @@ static dt_status_t run_round(agent_t *ag) {
     for (int i = 0; i < ag->nw; i++) {
         st = spawn_worker(ag, &ag->w[i]);
         if (st != DT_STATUS_OK) {
-            DT_LOG_ERROR("cannot start local rank %d: %s", i, dt_error_detail());
+            snprintf(ag->stop_note, sizeof ag->stop_note, "cannot start local rank %d on %s: %s",
+                     i, ag->host, dt_error_detail());
+            DT_LOG_ERROR("%s", ag->stop_note);
+            if (ag->rz) dt_rdzv_request_stop(ag->rz, ag->stop_note, NULL);
+            ag->no_restart = 1;
             begin_stop(ag, SIGKILL, OUTCOME_FAILED);
             break;
         }
@@ -1046,7 +1062,7 @@ int dt_agent_run(const dt_launch_spec_t *sp, char **argv, int argc) {
             break;
         }
         /* OUTCOME_FAILED */
-        if (ag->restart_count < sp->max_restarts) {
+        if (ag->restart_count < sp->max_restarts && !ag->no_restart) {
             ag->restart_count++;
             DT_LOG_WARN("restarting the workers (restart %d of %d)", ag->restart_count,
                         sp->max_restarts);
@@ -1055,23 +1071,24 @@ int dt_agent_run(const dt_launch_spec_t *sp, char **argv, int argc) {
             ag->nfails = 0;
             continue;
         }
-        failure_t *fs = ag->fails;
-        int n = ag->nfails;
+        /* Every node's failures when there is a store, else this node's. */
+        int printed = 0;
         if (ag->rz) {
             char *jsonl = NULL;
             if (dt_rdzv_get_failures(ag->rz, &jsonl) == DT_STATUS_OK && jsonl && *jsonl) {
                 failure_t *remote = NULL;
                 int nr = parse_failures(jsonl, &remote);
-                if (nr > 0) {
-                    print_summary(ag, remote, nr);
-                    fs = NULL;
-                }
+                if (nr > 0) print_summary(ag, remote, nr);
+                printed = nr > 0;
                 free_failures(remote, nr);
             }
             free(jsonl);
         }
-        if (fs) print_summary(ag, fs, n);
-        if (n == 0 && ag->stop_note[0])
+        if (!printed && ag->nfails > 0) {
+            print_summary(ag, ag->fails, ag->nfails);
+            printed = 1;
+        }
+        if (!printed && ag->stop_note[0])
             fprintf(stderr, "dtrun: the group was stopped: %s\n", ag->stop_note);
         code = 1;
         break;

@@ -9,10 +9,11 @@ T="timeout -k 2 30"
 cd "$DT_TMP"
 # bg ARGS...: starts dtrun in the background as $pid (the agent itself, so that
 # signals reach it) with a watchdog that SIGKILLs it after 30 s.
-bg() { "$DTRUN" "$@" & pid=$!; ( sleep 30; kill -9 $pid ) 2>/dev/null & wd=$!; }
+bg() { "$DTRUN" "$@" & pid=$!; ( sleep 30; kill -9 $pid ) >/dev/null 2>&1 & wd=$!; }
 # is_alive PID: running and not a zombie (a sandbox's pid 1 may never reap).
 is_alive() { local st; st=$(awk '{print $3}' /proc/$1/stat 2>/dev/null) || return 1; [ -n "$st" ] && [ "$st" != Z ] && [ "$st" != X ]; }
-bg_end() { kill $wd 2>/dev/null; wait $wd 2>/dev/null; }
+# the watchdog and its sleep, by their ids
+bg_end() { pkill -P $wd 2>/dev/null; kill $wd 2>/dev/null; wait $wd 2>/dev/null; }
 
 # ---- environment of every rank ----
 for np in 1 4; do

@@ -92,12 +92,12 @@ kill_node() { # KILLED_NODE: 0 (the store's host) or 1
       --exec sh -c 'echo $$ > '"$DT_TMP/pid"'$GROUP_RANK; exec sleep 30' >/dev/null 2>"$DT_TMP/k$i.err" &
     eval "apid$i=$!"
   done
-  ( sleep 30; kill -9 $apid0 $apid1 ) 2>/dev/null & local wd=$!
+  ( sleep 30; kill -9 $apid0 $apid1 ) >/dev/null 2>&1 & local wd=$!
   for _ in $(seq 300); do [ -s "$DT_TMP/pid0" ] && [ -s "$DT_TMP/pid1" ] && break; sleep 0.02; done
   local victim; eval "victim=\$apid$1"; local other; eval "other=\$apid$((1 - $1))"
   s=$(date +%s%N); kill -9 $victim; wait $victim 2>/dev/null
   wait $other; krc=$?; kms=$(( ($(date +%s%N) - s) / 1000000 ))
-  kill $wd 2>/dev/null; wait $wd 2>/dev/null
+  pkill -P $wd 2>/dev/null; kill $wd 2>/dev/null; wait $wd 2>/dev/null
   sleep 0.2; kalive=0; is_alive "$(cat "$DT_TMP/pid$1")" && kalive=1; is_alive "$(cat "$DT_TMP/pid$((1 - $1))")" && kalive=$((kalive + 2))
 }
 kill_node 1
@@ -107,4 +107,19 @@ if [ $krc -eq 1 ] && [ $kalive = 0 ] && [ $kms -lt 5000 ] && grep -q 'node 1 (12
 kill_node 0
 if [ $krc -eq 3 ] && [ $kalive = 0 ] && [ $kms -lt 10000 ] && grep -q 'lost the rendezvous store at 127.0.0.2' "$DT_TMP/k1.err"; then
   pass "store's node killed: the other exits 3 in ${kms} ms, no worker left"; else fail "host killed" "rc=$krc alive=$kalive ms=$kms $(tail -3 "$DT_TMP/k1.err")"; fi
+
+# SIGTERM to node 1's agent: it forwards and exits 143; node 0 stops at once and,
+# restarts or not, does not wait for a node that is going away
+port=$(free_port); rm -f "$DT_TMP"/pid*
+for i in 1 0; do
+  "$DTRUN" --nnodes 2 --max_restarts 3 --rdzv_endpoint 127.0.0.2:$port --local_addr 127.0.0.$((i + 2)) $FAST \
+    --exec sh -c 'echo $$ > '"$DT_TMP/pid"'$GROUP_RANK; exec sleep 30' >/dev/null 2>"$DT_TMP/k$i.err" &
+  eval "apid$i=$!"
+done
+( sleep 30; kill -9 $apid0 $apid1 ) >/dev/null 2>&1 & wd=$!
+for _ in $(seq 300); do [ -s "$DT_TMP/pid0" ] && [ -s "$DT_TMP/pid1" ] && break; sleep 0.02; done
+s=$(date +%s%N); kill -TERM $apid1; wait $apid1; rc1=$?; wait $apid0; rc0=$?; ms=$(( ($(date +%s%N) - s) / 1000000 ))
+pkill -P $wd 2>/dev/null; kill $wd 2>/dev/null; wait $wd 2>/dev/null
+if [ $rc1 = 143 ] && [ $rc0 = 1 ] && [ $ms -lt 5000 ] && grep -q 'the agent on 127.0.0.3 received SIGTERM' "$DT_TMP/k0.err"; then
+  pass "SIGTERM to one agent: it exits 143, the other 1 without restarting (${ms} ms)"; else fail "agent signalled" "rc=$rc1/$rc0 ms=$ms $(tail -3 "$DT_TMP/k0.err")"; fi
 finish
