@@ -22,10 +22,10 @@ median_ms() {
 "$DTRUN" --standalone --nproc_per_node=4 --exec true >/dev/null 2>&1  # warm the page cache
 d=$(median_ms "$RUNS" "$DTRUN" --standalone --nproc_per_node=4 --exec true)
 echo "dtrun    --standalone --nproc_per_node=4 --exec true: median ${d} ms of $RUNS runs"
-if command -v torchrun >/dev/null; then
+if [ "$TORCH_RUNS" -gt 0 ] && command -v torchrun >/dev/null; then
   t=$(median_ms "$TORCH_RUNS" torchrun --standalone --nproc_per_node=4 --no-python true)
   echo "torchrun --standalone --nproc_per_node=4 --no-python true: median ${t} ms of $TORCH_RUNS runs"
   awk -v d="$d" -v t="$t" 'BEGIN {printf "ratio torchrun/dtrun: %.0fx\n", t / d}'
 else
-  echo "torchrun not found: skipped"
+  echo "torchrun: skipped (TORCH_RUNS=0 or torchrun not installed)"
 fi

@@ -3,3 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ./dtrun bench store
+TORCH_RUNS=0 scripts/bench/launch_startup.sh   # dtrun only; TORCH_RUNS=5 adds torchrun
+scripts/bench/launch_rdzv.sh
