@@ -15,6 +15,7 @@
 
 #include "common/clock.h"
 #include "common/mem.h"
+#include "runtime/plan.h" /* defines: dt_plan_gpu_by_device_name */
 
 struct dt_metrics {
     char *dir;
@@ -160,17 +161,7 @@ double dt_peak_flops_cpu(int threads) {
 double dt_peak_flops_gpu(const char *device_name) {
     const char *env = getenv("DTRUN_PEAK_TFLOPS");
     if (env && atof(env) > 0) return atof(env) * 1e12;
-    /* Dense bf16 tensor-core peaks from the vendors' data sheets (no sparsity). */
-    static const struct {
-        const char *needle;
-        double tflops;
-    } table[] = {
-        {"H200", 989.0}, {"H100 PCIe", 756.0}, {"H100", 989.0}, {"GH200", 989.0},
-        {"B200", 2250.0}, {"A100", 312.0},     {"A10G", 125.0}, {"L40S", 362.0},
-        {"L4", 121.0},    {"RTX 4090", 165.0}, {"RTX 5090", 209.0}, {"V100", 125.0},
-    };
-    if (!device_name) return 0;
-    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
-        if (strstr(device_name, table[i].needle)) return table[i].tflops * 1e12;
-    return 0;
+    /* Dense bf16 tensor-core peaks: the one GPU table, in plan.c. */
+    const dt_plan_gpu *g = dt_plan_gpu_by_device_name(device_name);
+    return g && g->tflops > 0 ? g->tflops * 1e12 : 0;
 }
