@@ -23,6 +23,15 @@
 #include "runtime/model.h"
 #include "runtime/plan.h"
 
+/* The config path needs the config loader (runtime/config.h); until it is built
+ * in, `dtrun plan CONFIG.json` says so and the flags mode works alone. */
+#if defined(__has_include)
+#if __has_include("runtime/config.h")
+#include "runtime/config.h"
+#define PLAN_HAVE_CONFIG 1
+#endif
+#endif
+
 #define MAX_GPU_COUNTS 32
 #define MAX_OVERRIDES 64
 
@@ -315,6 +324,11 @@ static int parse_args(int argc, char **argv, plan_opts *o) {
         return usage_error("--params/--layers/--hidden/--seq/--heads/--vocab describe a model; "
                            "the config %s already defines one (use KEY=VALUE overrides)",
                            o->config);
+    if (o->config && (o->micro_batch || o->accum))
+        return usage_error("%s: the config sets the batch; override it with "
+                           "train_micro_batch_size_per_gpu=B or gradient_accumulation_steps=K "
+                           "instead of %s",
+                           o->config, o->micro_batch ? "--micro-batch" : "--accum");
     if (!o->config && o->params <= 0)
         return usage_error(sizes ? "--params: required with --layers/--hidden/--seq"
                                  : "expected CONFIG.json or --params N --layers L --hidden H "
@@ -341,9 +355,14 @@ static int parse_args(int argc, char **argv, plan_opts *o) {
 
 typedef struct plan_ctx {
     dt_plan_input in;
+#ifdef PLAN_HAVE_CONFIG
+    dt_config_t cfg;
+#endif
+    int have_cfg;
+    int cfg_bf16;       /* the config's bf16.enabled (1 without a config) */
+    int cfg_comm_bytes; /* the config's communication_data_type, 0 = the precision's */
     const dt_plan_gpu *gpu;
-    char gpu_label[96], model_label[256], work_label[160];
-    double tokens_per_step_gpu;
+    char gpu_label[96], model_label[384], work_label[160];
 } plan_ctx;
 
 static double host_mem_bytes(void) {
@@ -357,13 +376,88 @@ static double host_mem_bytes(void) {
     return kb * 1024;
 }
 
-/* The model: from the config (once the config loader is on main) or the sizes. */
-static int load_model(const plan_opts *o, plan_ctx *c, int *is_cpu_default) {
+#ifdef PLAN_HAVE_CONFIG
+/* The config's vocabulary: given, else what the data implies (256 for text,
+ * 50257 for GPT-2 token shards, as the trainer decides). */
+static int config_vocab(const dt_config_t *cfg, const char **why) {
+    *why = "";
+    if (cfg->model.vocab_size > 0) return (int)cfg->model.vocab_size;
+    const char *t = cfg->data.train ? cfg->data.train : "";
+    size_t n = strlen(t);
+    if (n >= 4 && !strcmp(t + n - 4, ".bin")) {
+        *why = " (vocab 50257 from the token shards)";
+        return 50257;
+    }
+    *why = " (vocab 256: text data)";
+    return 256;
+}
+
+/* Gradient accumulation of the config at world size n (its global batch is kept). */
+static int config_accum(dt_config_t *cfg, int n, int *accum) {
+    if (dt_config_resolve(cfg, n) != DT_STATUS_OK)
+        return usage_error("--gpus %d: the config's batch sizes do not fit %d GPUs:\n%s", n, n,
+                           dt_config_errors(cfg));
+    *accum = (int)cfg->gradient_accumulation_steps;
+    return 0;
+}
+
+static int load_config(plan_opts *o, plan_ctx *c, int *is_cpu_default) {
+    dt_config_t *cfg = &c->cfg;
+    c->have_cfg = 1;
+    if (dt_config_load(o->config, o->overrides, o->n_overrides, cfg) != DT_STATUS_OK) {
+        fprintf(stderr, "dtrun plan: %s", dt_config_errors(cfg));
+        return DT_EXIT_USAGE;
+    }
+    const char *why;
+    dt_model_spec spec = {.type = cfg->model.type,
+                          .n_layer = (int)cfg->model.n_layer,
+                          .n_head = (int)cfg->model.n_head,
+                          .n_embd = (int)cfg->model.n_embd,
+                          .seq_len = (int)cfg->model.seq_len,
+                          .vocab_size = config_vocab(cfg, &why),
+                          .vocab_pad_multiple = (int)cfg->model.vocab_pad_multiple,
+                          .in_dim = (int)cfg->model.in_dim,
+                          .hidden_dim = (int)cfg->model.hidden_dim,
+                          .n_hidden_layers = (int)cfg->model.n_hidden_layers,
+                          .n_classes = (int)cfg->model.n_classes};
+    dt_model_layout l;
+    if (dt_model_layout_init(&spec, &l) != DT_STATUS_OK)
+        return usage_error("%s: %s", o->config, dt_error_detail());
+    dt_plan_model_from_layout(&l, &c->in.model);
+    if (spec.type == DT_MODEL_GPT)
+        snprintf(c->model_label, sizeof c->model_label,
+                 "%s: gpt, %d layers, %d heads, n_embd %d, seq %d, vocab %d padded to %d%s; "
+                 "%zu parameters (%zu without vocab padding)",
+                 o->config, spec.n_layer, spec.n_head, spec.n_embd, spec.seq_len,
+                 spec.vocab_size, l.vocab_padded, why, l.n_params, dt_model_unpadded_params(&l));
+    else
+        snprintf(c->model_label, sizeof c->model_label,
+                 "%s: mlp %d -> %d x %d -> %d, %zu parameters", o->config, spec.in_dim,
+                 spec.hidden_dim, spec.n_hidden_layers, spec.n_classes, l.n_params);
+    dt_model_layout_free(&l);
+    /* micro-batch and accumulation come per GPU count from dt_config_resolve */
+    c->cfg_bf16 = cfg->bf16.enabled;
+    c->cfg_comm_bytes = cfg->communication_data_type == DT_CONFIG_DTYPE_BF16 ? 2 : 4;
+    c->in.bucket_elems = (double)cfg->zero.reduce_bucket_size;
+    o->highlight_strategy = dt_plan_strategy_parse(dt_config_strategy_name(cfg->strategy));
+    *is_cpu_default = cfg->device == DT_CONFIG_DEVICE_CPU;
+    return 0;
+}
+#endif
+
+/* The model: from the config or from the sizes given as flags. */
+static int load_model(plan_opts *o, plan_ctx *c, int *is_cpu_default) {
     *is_cpu_default = 0;
+    c->cfg_bf16 = 1;
+    c->cfg_comm_bytes = 0;
     if (o->config) {
+#ifdef PLAN_HAVE_CONFIG
+        return load_config(o, c, is_cpu_default);
+#else
         return usage_error("%s: reading a config needs the config loader, which is not built "
                            "yet in this version; use --params N --layers L --hidden H --seq S",
                            o->config);
+#endif
     }
     int heads = o->heads ? o->heads : (o->hidden >= 128 ? o->hidden / 128 : 1);
     int vocab = o->vocab ? o->vocab : 50304;
@@ -377,7 +471,7 @@ static int load_model(const plan_opts *o, plan_ctx *c, int *is_cpu_default) {
     return 0;
 }
 
-static int setup(const plan_opts *o, plan_ctx *c) {
+static int setup(plan_opts *o, plan_ctx *c) {
     dt_plan_input_defaults(&c->in);
     int cpu_default = 0;
     int rc = load_model(o, c, &cpu_default);
@@ -394,11 +488,12 @@ static int setup(const plan_opts *o, plan_ctx *c) {
                            gname, names);
     }
     int is_cpu = !strcmp(c->gpu->name, "cpu");
-    c->in.precision = is_cpu ? DT_PLAN_PRECISION_FP32 : DT_PLAN_PRECISION_BF16;
+    c->in.precision = is_cpu || !c->cfg_bf16 ? DT_PLAN_PRECISION_FP32 : DT_PLAN_PRECISION_BF16;
     if (o->precision)
         c->in.precision = strcasecmp(o->precision, "fp32") ? DT_PLAN_PRECISION_BF16
                                                            : DT_PLAN_PRECISION_FP32;
     c->in.comm_bytes = c->in.precision == DT_PLAN_PRECISION_BF16 ? 2 : 4;
+    if (c->cfg_comm_bytes && !is_cpu) c->in.comm_bytes = c->cfg_comm_bytes;
     if (o->comm_dtype) c->in.comm_bytes = strcasecmp(o->comm_dtype, "fp32") ? 2 : 4;
     c->in.flash_attention = !is_cpu;
     c->in.mem_bytes = is_cpu ? host_mem_bytes() : c->gpu->mem_gib * 1073741824.0;
@@ -446,8 +541,6 @@ static int setup(const plan_opts *o, plan_ctx *c) {
     else if (is_cpu) c->in.gpus_per_node = 0; /* every rank on this host */
 
     double fpt = c->in.model.flops_per_token;
-    c->tokens_per_step_gpu =
-        (double)c->in.micro_batch * (c->in.model.is_mlp ? 1 : c->in.model.seq_len) * c->in.accum;
     if (o->hours > 0) {
         c->in.hours_1gpu = o->hours;
         snprintf(c->work_label, sizeof c->work_label, "%.4g one-GPU hours (given)", o->hours);
@@ -492,14 +585,15 @@ static void print_text(const plan_opts *o, const plan_ctx *c, const dt_plan_row 
                        int n_rows, const dt_plan_choice *ch) {
     const dt_plan_input *in = &c->in;
     printf("model:  %s\n", c->model_label);
-    printf("        %.0f parameters, %.4g training FLOPs per token, micro-batch %d x %d "
-           "micro-batches, %s\n",
-           in->model.n_params, in->model.flops_per_token, in->micro_batch, in->accum,
+    printf("        %.0f parameters, %.4g training FLOPs per token, micro-batch %d per GPU "
+           "(accumulation per GPU count in the tables), %s\n",
+           in->model.n_params, in->model.flops_per_token, in->micro_batch,
            in->precision == DT_PLAN_PRECISION_BF16 ? "bf16 mixed precision" : "fp32");
-    printf("gpu:    %s, %.1f GB (%.1f GiB) per %s, %.0f TFLOP/s peak, MFU %.2f (assumed), "
+    printf("gpu:    %s, %.1f GB (%.1f GiB) per %s, %.4g TFLOP/s peak%s, MFU %.2f (assumed), "
            "%.0f%% of memory reserved\n",
            c->gpu_label, in->mem_bytes / 1e9, in->mem_bytes / 1073741824.0,
-           in->mem_shared ? "host, shared by its ranks" : "GPU", in->peak_flops / 1e12, in->mfu,
+           in->mem_shared ? "host, shared by its ranks" : "GPU", in->peak_flops / 1e12,
+           in->mem_shared ? " per rank (one core's sgemm, measured)" : "", in->mfu,
            100 * in->reserve);
     printf("links:  within a node %s %.4g GB/s α %.0f µs; across nodes %s %.4g GB/s α %.0f µs;",
            in->intra.name, in->intra.gbps, in->intra.alpha_us, in->inter.name, in->inter.gbps,
@@ -507,8 +601,13 @@ static void print_text(const plan_opts *o, const plan_ctx *c, const dt_plan_row 
     if (in->gpus_per_node > 0) printf(" %d GPUs per node\n", in->gpus_per_node);
     else printf(" all ranks on one host\n");
     printf("work:   %s%s\n", c->work_label, in->price > 0 ? "" : "; no --price: cost not shown");
-    printf("\nMemory per GPU in GB (1e9); times per optimizer step in ms; fits: yes, ckpt "
-           "(only with activation checkpointing), no.\n");
+    /* GB unless every figure is below 1 GB (small models): then MB */
+    double most = 0;
+    for (int i = 0; i < n_rows; i++) most = fmax(most, rows[i].total);
+    double unit = most < 1e9 ? 1e6 : 1e9;
+    printf("\nMemory per %s in %s; times per optimizer step in ms; fits: yes, ckpt "
+           "(only with activation checkpointing), no.\n",
+           in->mem_shared ? "rank" : "GPU", unit == 1e9 ? "GB (1e9 bytes)" : "MB (1e6 bytes)");
     int cur = -1;
     for (int i = 0; i < n_rows; i++) {
         const dt_plan_row *r = &rows[i];
@@ -516,9 +615,9 @@ static void print_text(const plan_opts *o, const plan_ctx *c, const dt_plan_row 
             cur = (int)r->strategy;
             printf("\n%s%s\n", dt_plan_strategy_name(r->strategy),
                    cur == o->highlight_strategy ? "  <- the config's strategy" : "");
-            printf("%5s %5s | %8s %8s %8s %8s %8s %7s | %8s %8s %4s | %9s %9s %9s %9s | %6s | "
+            printf("%5s %5s %5s | %8s %8s %8s %8s %8s %7s | %8s %8s %4s | %9s %9s %9s %9s | %6s | "
                    "%10s %9s %10s\n",
-                   "GPUs", "nodes", "params", "grads", "optim", "acts", "acts-ck", "comm",
+                   "GPUs", "nodes", "accum", "params", "grads", "optim", "acts", "acts-ck", "comm",
                    "total", "total-ck", "fits", "compute", "comm", "exposed", "step", "eff",
                    "tokens/s", "hours", "cost");
         }
@@ -526,11 +625,11 @@ static void print_text(const plan_opts *o, const plan_ctx *c, const dt_plan_row 
         if (r->hours > 0 && r->fit != DT_PLAN_FIT_NO) snprintf(hours, sizeof hours, "%.2f", r->hours);
         if (r->cost > 0 && r->fit != DT_PLAN_FIT_NO) snprintf(cost, sizeof cost, "%.2f", r->cost);
         int mark = ch->cheapest == i || ch->fastest == i;
-        printf("%5d %5d | %8.2f %8.2f %8.2f %8.2f %8.2f %7.3f | %8.2f %8.2f %4s | %9.2f %9.2f "
+        printf("%5d %5d %5d | %8.2f %8.2f %8.2f %8.2f %8.2f %7.3f | %8.2f %8.2f %4s | %9.2f %9.2f "
                "%9.2f %9.2f | %5.1f%% | %10.0f %9s %10s%s\n",
-               r->n_gpus, r->n_nodes, r->params / 1e9, r->grads / 1e9, r->optim / 1e9,
-               r->acts / 1e9, r->acts_ckpt / 1e9, r->comm_buf / 1e9, r->total / 1e9,
-               r->total_ckpt / 1e9, fit_name(r->fit), 1e3 * r->compute_s, 1e3 * r->comm_s,
+               r->n_gpus, r->n_nodes, r->accum, r->params / unit, r->grads / unit,
+               r->optim / unit, r->acts / unit, r->acts_ckpt / unit, r->comm_buf / unit,
+               r->total / unit, r->total_ckpt / unit, fit_name(r->fit), 1e3 * r->compute_s, 1e3 * r->comm_s,
                1e3 * r->exposed_s, 1e3 * r->step_s, 100 * r->efficiency, r->tokens_per_s, hours,
                cost,
                mark ? (ch->cheapest == i && ch->fastest == i ? "  <- cheapest, fastest"
@@ -548,6 +647,8 @@ static cJSON *row_json(const dt_plan_row *r) {
     cJSON_AddNumberToObject(j, "gpus", r->n_gpus);
     cJSON_AddNumberToObject(j, "nodes", r->n_nodes);
     cJSON_AddNumberToObject(j, "shard", r->shard);
+    cJSON_AddNumberToObject(j, "micro_batch", r->micro_batch);
+    cJSON_AddNumberToObject(j, "accum", r->accum);
     cJSON *m = cJSON_AddObjectToObject(j, "memory_bytes");
     cJSON_AddNumberToObject(m, "params", r->params);
     cJSON_AddNumberToObject(m, "grads", r->grads);
@@ -788,6 +889,19 @@ out_remove_dir:
     return rc;
 }
 
+/* Sets the micro-batch and accumulation of the input for n GPUs: a config keeps
+ * its global batch (DeepSpeed's rules in dt_config_resolve). */
+static int row_input(const plan_opts *o, plan_ctx *c, int n) {
+#ifdef PLAN_HAVE_CONFIG
+    if (c->have_cfg) {
+        int rc = config_accum(&c->cfg, n, &c->in.accum);
+        if (rc) return rc;
+        c->in.micro_batch = (int)c->cfg.train_micro_batch_size_per_gpu;
+    }
+#endif
+    return 0;
+}
+
 /* ---- the command ------------------------------------------------------------------ */
 
 int dt_cmd_plan(int argc, char **argv) {
@@ -813,12 +927,17 @@ int dt_cmd_plan(int argc, char **argv) {
     dt_plan_row *rows = dt_xcalloc((size_t)n_rows, sizeof *rows);
     int r = 0;
     for (int s = 0; s < o.n_strategies; s++)
-        for (int i = 0; i < o.n_counts; i++, r++)
+        for (int i = 0; i < o.n_counts; i++, r++) {
+            rc = row_input(&o, &c, o.counts[i]);
+            if (rc) goto out_free_rows;
             if (dt_plan_row_compute(&c.in, o.strategies[s], o.counts[i], &rows[r]) !=
                 DT_STATUS_OK) {
                 rc = usage_error("%s", dt_error_detail());
                 goto out_free_rows;
             }
+        }
+    rc = row_input(&o, &c, o.counts[0]); /* the header shows the first count's batch */
+    if (rc) goto out_free_rows;
     dt_plan_choice ch;
     dt_plan_recommend(&c.in, rows, n_rows, &ch);
     if (o.json) print_json(&o, &c, rows, n_rows, &ch);
@@ -829,6 +948,8 @@ int dt_cmd_plan(int argc, char **argv) {
         /* the config's strategy at the first GPU count */
         int want = o.highlight_strategy >= 0 ? o.highlight_strategy : DT_PLAN_DDP;
         dt_plan_row est;
+        rc = row_input(&o, &c, o.counts[0]);
+        if (rc) goto out_free_rows;
         if (dt_plan_row_compute(&c.in, want, o.counts[0], &est) != DT_STATUS_OK) {
             rc = usage_error("%s", dt_error_detail());
             goto out_free_rows;
@@ -839,5 +960,8 @@ out_free_rows:
     free(rows);
 out_free_model:
     dt_plan_model_free(&c.in.model);
+#ifdef PLAN_HAVE_CONFIG
+    if (c.have_cfg) dt_config_free(&c.cfg);
+#endif
     return rc;
 }

@@ -321,6 +321,8 @@ dt_status_t dt_plan_row_compute(const dt_plan_input *in, dt_plan_strategy_t s, i
     out->strategy = s;
     out->n_gpus = n_gpus;
     out->n_nodes = nodes;
+    out->micro_batch = in->micro_batch;
+    out->accum = in->accum;
     out->shard = s == DT_PLAN_DDP ? 1 : (s == DT_PLAN_HYBRID ? local : n_gpus);
 
     /* memory */

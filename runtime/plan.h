@@ -186,6 +186,7 @@ typedef struct dt_plan_mem {
 typedef struct dt_plan_row {
     dt_plan_strategy_t strategy;
     int n_gpus, n_nodes, shard; /* shard: ranks the states are divided by */
+    int micro_batch, accum;     /* of the input it was computed from */
     /* memory per GPU, bytes */
     double params, grads, optim, acts, acts_ckpt, comm_buf;
     double total, total_ckpt, usable;
