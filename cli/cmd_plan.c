@@ -19,18 +19,10 @@
 
 #include "cli/commands.h"
 #include "common/mem.h"
+#include "runtime/config.h"
 #include "runtime/metrics.h"
 #include "runtime/model.h"
 #include "runtime/plan.h"
-
-/* The config path needs the config loader (runtime/config.h); until it is built
- * in, `dtrun plan CONFIG.json` says so and the flags mode works alone. */
-#if defined(__has_include)
-#if __has_include("runtime/config.h")
-#include "runtime/config.h"
-#define PLAN_HAVE_CONFIG 1
-#endif
-#endif
 
 #define MAX_GPU_COUNTS 32
 #define MAX_OVERRIDES 64
@@ -342,6 +334,8 @@ static int parse_args(int argc, char **argv, plan_opts *o) {
     if (o->nodes_m && o->gpus_per_node && o->gpus_per_node != o->nodes_g)
         return usage_error("--nodes %dx%d and --gpus-per-node %d disagree", o->nodes_m,
                            o->nodes_g, o->gpus_per_node);
+    if (o->measure && o->json)
+        return usage_error("--measure prints a text comparison after the tables: drop --json");
     if (o->measure && !o->config)
         return usage_error("--measure runs a config: give CONFIG.json instead of --params");
     if (o->precision && strcasecmp(o->precision, "bf16") && strcasecmp(o->precision, "fp32"))
@@ -355,9 +349,7 @@ static int parse_args(int argc, char **argv, plan_opts *o) {
 
 typedef struct plan_ctx {
     dt_plan_input in;
-#ifdef PLAN_HAVE_CONFIG
     dt_config_t cfg;
-#endif
     int have_cfg;
     int cfg_bf16;       /* the config's bf16.enabled (1 without a config) */
     int cfg_comm_bytes; /* the config's communication_data_type, 0 = the precision's */
@@ -376,7 +368,6 @@ static double host_mem_bytes(void) {
     return kb * 1024;
 }
 
-#ifdef PLAN_HAVE_CONFIG
 /* The config's vocabulary: given, else what the data implies (256 for text,
  * 50257 for GPT-2 token shards, as the trainer decides). */
 static int config_vocab(const dt_config_t *cfg, const char **why) {
@@ -443,22 +434,13 @@ static int load_config(plan_opts *o, plan_ctx *c, int *is_cpu_default) {
     *is_cpu_default = cfg->device == DT_CONFIG_DEVICE_CPU;
     return 0;
 }
-#endif
 
 /* The model: from the config or from the sizes given as flags. */
 static int load_model(plan_opts *o, plan_ctx *c, int *is_cpu_default) {
     *is_cpu_default = 0;
     c->cfg_bf16 = 1;
     c->cfg_comm_bytes = 0;
-    if (o->config) {
-#ifdef PLAN_HAVE_CONFIG
-        return load_config(o, c, is_cpu_default);
-#else
-        return usage_error("%s: reading a config needs the config loader, which is not built "
-                           "yet in this version; use --params N --layers L --hidden H --seq S",
-                           o->config);
-#endif
-    }
+    if (o->config) return load_config(o, c, is_cpu_default);
     int heads = o->heads ? o->heads : (o->hidden >= 128 ? o->hidden / 128 : 1);
     int vocab = o->vocab ? o->vocab : 50304;
     if (dt_plan_model_from_sizes(o->params, o->layers, o->hidden, heads, o->seq, vocab,
@@ -892,13 +874,11 @@ out_remove_dir:
 /* Sets the micro-batch and accumulation of the input for n GPUs: a config keeps
  * its global batch (DeepSpeed's rules in dt_config_resolve). */
 static int row_input(const plan_opts *o, plan_ctx *c, int n) {
-#ifdef PLAN_HAVE_CONFIG
     if (c->have_cfg) {
         int rc = config_accum(&c->cfg, n, &c->in.accum);
         if (rc) return rc;
         c->in.micro_batch = (int)c->cfg.train_micro_batch_size_per_gpu;
     }
-#endif
     return 0;
 }
 
@@ -960,8 +940,6 @@ out_free_rows:
     free(rows);
 out_free_model:
     dt_plan_model_free(&c.in.model);
-#ifdef PLAN_HAVE_CONFIG
     if (c.have_cfg) dt_config_free(&c.cfg);
-#endif
     return rc;
 }

@@ -8,6 +8,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "runtime/config.h"
 #include "runtime/model.h"
 #include "runtime/plan.h"
 
@@ -263,4 +264,25 @@ Test(plan, bad_sizes_name_the_flag) {
     cr_assert(strstr(dt_error_detail(), "--params"));
     cr_assert_eq(dt_plan_model_from_sizes(7e9, 32, 4096, 32, 0, 50304, &m), DT_STATUS_USAGE);
     cr_assert(strstr(dt_error_detail(), "--seq"));
+}
+
+Test(plan, gpt2_124m_from_the_preset_config) {
+    dt_config_t cfg;
+    dt_status_t st = dt_config_load("configs/gpt2-124m.json", NULL, 0, &cfg);
+    cr_assert_eq(st, DT_STATUS_OK, "%s", dt_config_errors(&cfg));
+    dt_model_spec s = {.type = cfg.model.type, .n_layer = (int)cfg.model.n_layer,
+                       .n_head = (int)cfg.model.n_head, .n_embd = (int)cfg.model.n_embd,
+                       .seq_len = (int)cfg.model.seq_len, .vocab_size = (int)cfg.model.vocab_size,
+                       .vocab_pad_multiple = (int)cfg.model.vocab_pad_multiple};
+    dt_model_layout l;
+    cr_assert_eq(dt_model_layout_init(&s, &l), DT_STATUS_OK);
+    dt_plan_model m;
+    cr_assert_eq(dt_plan_model_from_layout(&l, &m), DT_STATUS_OK);
+    cr_assert_eq((long long)m.n_params, 124475904LL);
+    cr_assert_eq((long long)m.n_params_unpadded, 124439808LL);
+    /* 16 bytes per parameter of the padded buffer: 1.99 GB under DDP */
+    assert_near(states(&m, DT_PLAN_PRECISION_BF16, DT_PLAN_DDP, 8, 8), 1991614464.0, 0);
+    dt_plan_model_free(&m);
+    dt_model_layout_free(&l);
+    dt_config_free(&cfg);
 }
