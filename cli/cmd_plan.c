@@ -755,13 +755,19 @@ static double pct_err(double measured, double est) {
  * log.dir=TMP ...` and prints measured against estimated. Returns an exit code. */
 static int run_measure(const plan_opts *o, const dt_plan_row *est) {
     char exe[4096];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0) {
-        fprintf(stderr, "dtrun plan: --measure: cannot find the dtrun binary: %s\n",
-                strerror(errno));
-        return DT_EXIT_FAILED;
+    /* DTRUN_PLAN_MEASURE_EXE replaces the binary (tests use a stand-in trainer) */
+    const char *env_exe = getenv("DTRUN_PLAN_MEASURE_EXE");
+    if (env_exe && *env_exe) {
+        snprintf(exe, sizeof exe, "%s", env_exe);
+    } else {
+        ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+        if (n <= 0) {
+            fprintf(stderr, "dtrun plan: --measure: cannot find the dtrun binary: %s\n",
+                    strerror(errno));
+            return DT_EXIT_FAILED;
+        }
+        exe[n] = '\0';
     }
-    exe[n] = '\0';
     char dir[] = "/tmp/dtrun-plan-measure.XXXXXX";
     if (!mkdtemp(dir)) {
         fprintf(stderr, "dtrun plan: --measure: cannot create a temporary directory: %s\n",

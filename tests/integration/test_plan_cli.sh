@@ -107,6 +107,47 @@ bad_flag "bad override names the key" "model.n_layer" configs/demo.json model.n_
 bad_flag "GPU count that the config's batch cannot use" "--gpus 3" configs/fsdp-example.json --gpus 3
 bad_flag "--measure with --json" "--json" configs/demo.json --measure --json
 
+# --measure's reading of a run, with a stand-in trainer that writes the files the
+# trainer writes (summary.json ranks[].model_state_bytes.total and peak_bytes,
+# metrics.jsonl step_ms) with known numbers: 16 bytes x 842,496 parameters exactly,
+# a peak 10% over the plan's total, and steps of 100 ms after a slow first one.
+est=$("$DTRUN" plan configs/demo.json --gpus 2 --strategy ddp --json | python3 -c '
+import json, sys; r = json.load(sys.stdin)["rows"][0]
+print(r["memory_bytes"]["total"], r["step_s"]["total"] * 1e3)')
+cat > "$DT_TMP/fake_train.sh" <<FAKE
+#!/usr/bin/env bash
+echo "fake trainer: \$*" >&2
+[ "\$2 \$3" = "--nproc_per_node 2" ] || { echo "expected --nproc_per_node 2, got \$*" >&2; exit 9; }
+for a in "\$@"; do case \$a in log.dir=*) dir=\${a#log.dir=};; esac; done
+set -- $est
+python3 - "\$dir" "\$1" <<PY
+import json, sys
+d, total = sys.argv[1], float(sys.argv[2])
+rank = {"model_state_bytes": {"total": 16 * 842496}, "peak_bytes": total * 1.1}
+json.dump({"ranks": [rank, rank]}, open(d + "/summary.json", "w"))
+with open(d + "/metrics.jsonl", "w") as f:
+    for ms in (900, 100, 100, 100): f.write(json.dumps({"step_ms": ms}) + "\\n")
+PY
+FAKE
+chmod +x "$DT_TMP/fake_train.sh"
+DTRUN_PLAN_MEASURE_EXE="$DT_TMP/fake_train.sh" "$DTRUN" plan configs/demo.json --gpus 2 --measure \
+  >"$DT_TMP/out" 2>"$DT_TMP/err"; rc=$?
+if [ $rc -eq 0 ] &&
+   grep -Eq "model-state bytes per rank +13479936 +13479936 +0\.0%" "$DT_TMP/out" &&
+   grep -Eq "peak bytes per rank .* 10\.0%" "$DT_TMP/out" &&
+   grep -Eq "step ms +100\.00 " "$DT_TMP/out"; then
+  pass "--measure reads summary.json and metrics.jsonl, errors against the plan"
+else
+  fail "--measure reads summary.json and metrics.jsonl" "rc=$rc $(cat "$DT_TMP/err") $(sed -n '/^Measured/,$p' "$DT_TMP/out")"
+fi
+printf '#!/bin/sh\necho "fake trainer: disk on fire" >&2\nexit 1\n' > "$DT_TMP/fail_train.sh"
+chmod +x "$DT_TMP/fail_train.sh"
+DTRUN_PLAN_MEASURE_EXE="$DT_TMP/fail_train.sh" "$DTRUN" plan configs/demo.json --gpus 1 --measure \
+  >/dev/null 2>"$DT_TMP/err"; rc=$?
+if [ $rc -eq 1 ] && grep -q "disk on fire" "$DT_TMP/err" && grep -q "exit code 1" "$DT_TMP/err"; then
+  pass "--measure: a failing run's error is shown and plan exits 1"
+else fail "--measure: a failing run" "rc=$rc $(cat "$DT_TMP/err")"; fi
+
 # --measure: a real run of the demo model on a small text file
 head -c 200000 /dev/urandom | base64 > "$DT_TMP/text.txt"
 "$DTRUN" plan configs/demo.json data.train="$DT_TMP/text.txt" --gpus 1 --measure --measure-steps 3 \
