@@ -39,7 +39,7 @@ static const char help_text[] =
     "  CONFIG.json            the exact model of the config (its micro-batch, seq,\n"
     "                         bf16, device and strategy, highlighted in the table)\n"
     "  --params N             parameters (7e9, 7B, 124M); with --layers --hidden --seq\n"
-    "  --heads NH             attention heads (default hidden/128)\n"
+    "  --heads NH             attention heads (default: head size 128, else 64, else 1)\n"
     "  --vocab V              vocabulary (default 50304)\n"
     "  --micro-batch B        sequences per GPU per micro-batch (default: config, else 1)\n"
     "  --accum K              micro-batches per optimizer step (default 1)\n"
@@ -166,6 +166,7 @@ static const char *const value_flags[] = {
 
 static int parse_list_counts(const char *s, plan_opts *o) {
     char buf[512];
+    if (strlen(s) >= sizeof buf) return usage_error("--gpus: the list is too long");
     snprintf(buf, sizeof buf, "%s", s);
     o->n_counts = 0;
     char *save = NULL;
@@ -185,6 +186,7 @@ static int parse_list_counts(const char *s, plan_opts *o) {
 
 static int parse_list_strategies(const char *s, plan_opts *o) {
     char buf[256];
+    if (strlen(s) >= sizeof buf) return usage_error("--strategy: the list is too long");
     snprintf(buf, sizeof buf, "%s", s);
     o->n_strategies = 0;
     char *save = NULL;
@@ -441,7 +443,11 @@ static int load_model(plan_opts *o, plan_ctx *c, int *is_cpu_default) {
     c->cfg_bf16 = 1;
     c->cfg_comm_bytes = 0;
     if (o->config) return load_config(o, c, is_cpu_default);
-    int heads = o->heads ? o->heads : (o->hidden >= 128 ? o->hidden / 128 : 1);
+    /* default heads: head dimension 128 (Llama), else 64 (GPT-2), else one head */
+    int heads = o->heads                                   ? o->heads
+                : o->hidden % 128 == 0                     ? o->hidden / 128
+                : o->hidden % 64 == 0                      ? o->hidden / 64
+                                                           : 1;
     int vocab = o->vocab ? o->vocab : 50304;
     if (dt_plan_model_from_sizes(o->params, o->layers, o->hidden, heads, o->seq, vocab,
                                  &c->in.model) != DT_STATUS_OK)
@@ -587,8 +593,9 @@ static void print_text(const plan_opts *o, const plan_ctx *c, const dt_plan_row 
     double most = 0;
     for (int i = 0; i < n_rows; i++) most = fmax(most, rows[i].total);
     double unit = most < 1e9 ? 1e6 : 1e9;
-    printf("\nMemory per %s in %s; times per optimizer step in ms; fits: yes, ckpt "
-           "(only with activation checkpointing), no.\n",
+    printf("\nMemory per %s in %s; times per optimizer step in ms (comm: all of it, exposed: "
+           "the part not overlapped with compute); fits: yes, ckpt (only with activation "
+           "checkpointing), no.\n",
            in->mem_shared ? "rank" : "GPU", unit == 1e9 ? "GB (1e9 bytes)" : "MB (1e6 bytes)");
     int cur = -1;
     for (int i = 0; i < n_rows; i++) {

@@ -171,9 +171,12 @@ dt_status_t dt_plan_model_from_sizes(double params, int layers, int hidden, int 
     if (!(params >= 1) || params > 1e15)
         return dt_error(DT_STATUS_USAGE, "--params: expected a count between 1 and 1e15, found %g",
                         params);
-    if (layers <= 0) return dt_error(DT_STATUS_USAGE, "--layers: expected an integer > 0");
-    if (hidden <= 0) return dt_error(DT_STATUS_USAGE, "--hidden: expected an integer > 0");
-    if (seq <= 0) return dt_error(DT_STATUS_USAGE, "--seq: expected an integer > 0");
+    if (layers <= 0 || layers > 100000)
+        return dt_error(DT_STATUS_USAGE, "--layers: expected an integer from 1 to 100000");
+    if (hidden <= 0 || hidden > 10000000)
+        return dt_error(DT_STATUS_USAGE, "--hidden: expected an integer from 1 to 10000000");
+    if (seq <= 0 || seq > 100000000)
+        return dt_error(DT_STATUS_USAGE, "--seq: expected an integer from 1 to 100000000");
     if (heads <= 0 || hidden % heads)
         return dt_error(DT_STATUS_USAGE, "--heads: expected a divisor of --hidden %d, found %d",
                         hidden, heads);
@@ -296,7 +299,7 @@ void dt_plan_input_defaults(dt_plan_input *in) {
 /* Time of `total` bytes moved by one collective kind split into `count`
  * collectives: the ring's bandwidth term for the whole plus α each. */
 typedef double (*coll_fn)(double, int, double, double);
-static double coll_split(coll_fn f, double total, int count, int n, const dt_plan_link *ln) {
+static double coll_split(coll_fn f, double total, double count, int n, const dt_plan_link *ln) {
     if (n <= 1 || count <= 0) return 0;
     double bw = ln->gbps * 1e9, a = ln->alpha_us * 1e-6;
     return f(total, n, bw, 0) + count * (n > 1 ? a : 0);
@@ -365,10 +368,10 @@ dt_status_t dt_plan_row_compute(const dt_plan_input *in, dt_plan_strategy_t s, i
     double psi = m->n_params;
     double grad_b = psi * in->comm_bytes, param_b = psi * cb;
     double bucket = fmin(in->bucket_elems, psi);
-    int n_buckets = (int)ceil(psi / bucket);
+    double n_buckets = ceil(psi / bucket);
     double bucket_b = bucket * in->comm_bytes;
     double comm = 0, exposed = 0;
-    int ncoll = 0;
+    double ncoll = 0;
     if (n_gpus > 1) switch (s) {
     case DT_PLAN_DDP: {
         double ar = coll_split(dt_plan_all_reduce_s, grad_b, n_buckets, n_gpus, ring);
@@ -380,7 +383,7 @@ dt_status_t dt_plan_row_compute(const dt_plan_input *in, dt_plan_strategy_t s, i
     }
     case DT_PLAN_ZERO1:
     case DT_PLAN_ZERO2: {
-        int times = s == DT_PLAN_ZERO2 ? in->accum : 1;
+        double times = s == DT_PLAN_ZERO2 ? in->accum : 1;
         double rs = coll_split(dt_plan_reduce_scatter_s, grad_b, n_buckets, n_gpus, ring);
         double tail = coll_split(dt_plan_reduce_scatter_s, bucket_b, 1, n_gpus, ring);
         double ag = coll_split(dt_plan_all_gather_s, param_b, n_buckets, n_gpus, ring);
@@ -393,7 +396,7 @@ dt_status_t dt_plan_row_compute(const dt_plan_input *in, dt_plan_strategy_t s, i
     case DT_PLAN_HYBRID: {
         int k = s == DT_PLAN_HYBRID ? local : n_gpus;
         const dt_plan_link *ln = s == DT_PLAN_HYBRID ? &in->intra : ring;
-        int nu = m->n_units > 0 ? m->n_units : 1;
+        double nu = m->n_units > 0 ? m->n_units : 1;
         double ag = coll_split(dt_plan_all_gather_s, param_b, nu, k, ln);
         double rs = coll_split(dt_plan_reduce_scatter_s, grad_b, nu, k, ln);
         double always = coll_split(dt_plan_all_gather_s, m->largest_unit * cb, 1, k, ln) +
@@ -406,7 +409,7 @@ dt_status_t dt_plan_row_compute(const dt_plan_input *in, dt_plan_strategy_t s, i
         comm = in->accum * per_mb + inter;
         exposed = (in->accum - 1) * fmax(per_mb - (fwd_mb + bwd_mb), always) +
                   fmax(per_mb + inter - (fwd_mb + bwd_mb), always);
-        ncoll = in->accum * 3 * nu + (inter > 0 ? nu : 0);
+        ncoll = (double)in->accum * 3 * nu + (inter > 0 ? nu : 0);
         break;
     }
     default: break;

@@ -193,7 +193,7 @@ typedef struct dt_plan_row {
     dt_plan_fit_t fit;
     /* one optimizer step, seconds (with recompute when fit is CKPT) */
     double compute_s, comm_s, overlapped_s, exposed_s, step_s;
-    int n_collectives;
+    double n_collectives; /* per step (buckets or units x kinds x micro-batches) */
     double efficiency;
     double tokens_per_s; /* whole job */
     double hours, cost;  /* 0 when the work (or price) is unknown */

@@ -163,7 +163,7 @@ Test(plan, ddp_step_time_and_efficiency) {
     assert_near(r.hours, 1000 / (8 * r.efficiency), 1e-9);
     assert_near(r.cost, 8 * 3 * r.hours, 1e-9);
     cr_assert_eq(r.fit, DT_PLAN_FIT_NO); /* 112 GB of states on an 80 GiB GPU */
-    cr_assert_eq(r.n_collectives, (int)buckets);
+    cr_assert_eq(r.n_collectives, buckets);
     dt_plan_model_free(&in.model);
 }
 
