@@ -355,6 +355,7 @@ typedef struct plan_ctx {
     int have_cfg;
     int cfg_bf16;       /* the config's bf16.enabled (1 without a config) */
     int cfg_comm_bytes; /* the config's communication_data_type, 0 = the precision's */
+    int cfg_threads;    /* the config's threads per rank, 0 = auto */
     const dt_plan_gpu *gpu;
     char gpu_label[96], model_label[384], work_label[160];
 } plan_ctx;
@@ -432,6 +433,7 @@ static int load_config(plan_opts *o, plan_ctx *c, int *is_cpu_default) {
     c->cfg_bf16 = cfg->bf16.enabled;
     c->cfg_comm_bytes = cfg->communication_data_type == DT_CONFIG_DTYPE_BF16 ? 2 : 4;
     c->in.bucket_elems = (double)cfg->zero.reduce_bucket_size;
+    c->cfg_threads = (int)cfg->threads;
     o->highlight_strategy = dt_plan_strategy_parse(dt_config_strategy_name(cfg->strategy));
     *is_cpu_default = cfg->device == DT_CONFIG_DEVICE_CPU;
     return 0;
@@ -457,6 +459,15 @@ static int load_model(plan_opts *o, plan_ctx *c, int *is_cpu_default) {
              "%.4g parameters (given), %d layers, hidden %d, %d heads, seq %d, vocab %d",
              o->params, o->layers, o->hidden, heads, o->seq, vocab);
     return 0;
+}
+
+/* CPU threads of each of n ranks on this host: the config's `threads`, else what
+ * the trainer gets by default: all cores for one rank, one each for several
+ * (OMP_NUM_THREADS=1 with more than one worker, CONTRACT.md). */
+static int cpu_threads(const plan_ctx *c, int n) {
+    if (c->cfg_threads > 0) return c->cfg_threads;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    return n == 1 && cores > 1 ? (int)cores : 1;
 }
 
 static int setup(plan_opts *o, plan_ctx *c) {
@@ -487,8 +498,8 @@ static int setup(plan_opts *o, plan_ctx *c) {
     c->in.mem_bytes = is_cpu ? host_mem_bytes() : c->gpu->mem_gib * 1073741824.0;
     c->in.mem_shared = is_cpu;
     if (is_cpu) {
-        /* ranks run one thread each when several share the host (CONTRACT.md) */
-        c->in.peak_flops = dt_peak_flops_cpu(1);
+        c->in.cpu_threads = cpu_threads(c, 1);
+        c->in.peak_flops = dt_peak_flops_cpu(c->in.cpu_threads);
     } else {
         c->in.peak_flops = c->gpu->tflops * 1e12;
     }
@@ -581,7 +592,7 @@ static void print_text(const plan_opts *o, const plan_ctx *c, const dt_plan_row 
            "%.0f%% of memory reserved\n",
            c->gpu_label, in->mem_bytes / 1e9, in->mem_bytes / 1073741824.0,
            in->mem_shared ? "host, shared by its ranks" : "GPU", in->peak_flops / 1e12,
-           in->mem_shared ? " per rank (one core's sgemm, measured)" : "", in->mfu,
+           in->mem_shared ? " per rank (sgemm at the rank's threads, measured)" : "", in->mfu,
            100 * in->reserve);
     printf("links:  within a node %s %.4g GB/s α %.0f µs; across nodes %s %.4g GB/s α %.0f µs;",
            in->intra.name, in->intra.gbps, in->intra.alpha_us, in->inter.name, in->inter.gbps,
@@ -759,7 +770,9 @@ static double pct_err(double measured, double est) {
 }
 
 /* Runs `dtrun --standalone --nproc_per_node N CONFIG [overrides] train_steps=K
- * log.dir=TMP ...` and prints measured against estimated. Returns an exit code. */
+ * log.dir=TMP ...` (for one rank `dtrun __worker CONFIG ...` with RANK=0
+ * WORLD_SIZE=1, what the agent would exec) and prints measured against
+ * estimated. Returns an exit code. */
 static int run_measure(const plan_opts *o, const dt_plan_row *est) {
     char exe[4096];
     /* DTRUN_PLAN_MEASURE_EXE replaces the binary (tests use a stand-in trainer) */
@@ -785,21 +798,29 @@ static int run_measure(const plan_opts *o, const dt_plan_row *est) {
     snprintf(nproc, sizeof nproc, "%d", est->n_gpus);
     snprintf(steps, sizeof steps, "train_steps=%d", o->measure_steps);
     snprintf(logdir, sizeof logdir, "log.dir=%s", dir);
+    /* One rank needs no launcher: run the worker as the agent would exec it. */
+    int one = est->n_gpus == 1;
     const char *args[MAX_OVERRIDES + 16];
     int k = 0;
     args[k++] = exe;
-    args[k++] = "--standalone";
-    args[k++] = "--nproc_per_node";
-    args[k++] = nproc;
+    if (one) {
+        args[k++] = "__worker";
+    } else {
+        args[k++] = "--standalone";
+        args[k++] = "--nproc_per_node";
+        args[k++] = nproc;
+    }
     args[k++] = o->config;
     for (int i = 0; i < o->n_overrides; i++) args[k++] = o->overrides[i];
     args[k++] = steps;
     args[k++] = logdir;
+    args[k++] = "steps_per_print=1";
     args[k++] = "checkpoint.every_steps=0";
     args[k++] = "eval.every_steps=0";
     args[k++] = NULL;
-    fprintf(stderr, "dtrun plan: measuring: %s --standalone --nproc_per_node %s %s ... %s %s\n",
-            exe, nproc, o->config, steps, logdir);
+    fprintf(stderr, "dtrun plan: measuring: %s %s%s %s ... %s %s\n", exe,
+            one ? "__worker" : "--standalone --nproc_per_node ", one ? "" : nproc, o->config,
+            steps, logdir);
     fflush(NULL);
     int rc = DT_EXIT_FAILED;
     pid_t pid = fork();
@@ -809,6 +830,12 @@ static int run_measure(const plan_opts *o, const dt_plan_row *est) {
     }
     if (pid == 0) {
         dup2(STDERR_FILENO, STDOUT_FILENO); /* the run's lines go to stderr, ours to stdout */
+        if (one) { /* torchrun's environment of a single rank */
+            setenv("RANK", "0", 1);
+            setenv("WORLD_SIZE", "1", 1);
+            setenv("LOCAL_RANK", "0", 1);
+            setenv("LOCAL_WORLD_SIZE", "1", 1);
+        }
         execv(exe, (char *const *)args);
         fprintf(stderr, "dtrun plan: --measure: cannot run %s: %s\n", exe, strerror(errno));
         _exit(127);
@@ -887,6 +914,10 @@ out_remove_dir:
 /* Sets the micro-batch and accumulation of the input for n GPUs: a config keeps
  * its global batch (DeepSpeed's rules in dt_config_resolve). */
 static int row_input(const plan_opts *o, plan_ctx *c, int n) {
+    if (c->in.mem_shared) { /* CPU ranks: threads and their measured peak */
+        c->in.cpu_threads = cpu_threads(c, n);
+        if (o->gpu_tflops <= 0) c->in.peak_flops = dt_peak_flops_cpu(c->in.cpu_threads);
+    }
     if (c->have_cfg) {
         int rc = config_accum(&c->cfg, n, &c->in.accum);
         if (rc) return rc;

@@ -241,18 +241,35 @@ dt_plan_mem dt_plan_model_states(const dt_plan_model *m, dt_plan_precision_t p,
     return r;
 }
 
+/* One arena slot: net.c rounds every slot up to 64 bytes. */
+static double slot(double bytes) { return ceil(bytes / 64) * 64; }
+
 double dt_plan_activation_bytes(const dt_plan_model *m, int micro_batch, int compute_bytes,
-                                int flash_attention, int checkpointing) {
+                                int attention, int checkpointing) {
     double B = micro_batch, d = compute_bytes;
     if (m->is_mlp) {
-        double h = m->n_hidden_layers * 2.0 * B * m->hidden_dim * d;
-        return B * m->in_dim * d + h + B * m->n_classes * d + B * 4;
+        double maxd = fmax(m->in_dim, fmax(m->hidden_dim, m->n_classes));
+        double g = slot(B * 4) + slot(B * m->in_dim * d) + slot(B * 4) + 2 * slot(B * maxd * d);
+        double layers = m->n_hidden_layers * 2 * slot(B * m->hidden_dim * d) +
+                        2 * slot(B * m->n_classes * d);
+        return g + layers;
     }
-    double T = m->seq_len, C = m->n_embd, L = m->n_layer, NH = m->n_head;
-    double attn = flash_attention ? B * NH * T * 4 : B * NH * T * T * d;
-    double layer = 18 * B * T * C * d + 4 * B * T * 4 + attn;
-    double once = 2 * B * T * C * d + 2 * B * T * 4 + B * T * m->vocab_padded * d + B * T * 4;
-    if (checkpointing) return L * B * T * C * d + layer + once;
+    double T = m->seq_len, C = m->n_embd, L = m->n_layer, NH = m->n_head, BT = B * T;
+    double saved, scratch;
+    if (attention > 0) { /* materialised, fp32 (CPU), `attention` threads of scratch rows */
+        saved = 4 * B * NH * T * T;
+        scratch = 4.0 * attention * fmin(T, 64) * T;
+    } else { /* flash-style: log-sum-exp per row */
+        saved = 4 * B * NH * T;
+        scratch = 0;
+    }
+    double btc = slot(BT * C * d), bt4 = slot(BT * 4);
+    double layer = 7 * btc + 4 * bt4 + slot(3 * BT * C * d) + 2 * slot(4 * BT * C * d) + slot(saved);
+    double once = 2 * bt4 /* tokens, targets */ + 2 * btc /* encoded, lnf */ +
+                  3 * bt4 /* lnf mean, rstd, losses */ + slot(BT * m->vocab_padded * d) +
+                  2 * btc /* dres, dtmp */ + slot(3 * BT * C * d) + 2 * slot(4 * BT * C * d) +
+                  slot(scratch);
+    if (checkpointing) return L * btc + layer + once;
     return L * layer + once;
 }
 
@@ -334,10 +351,9 @@ dt_status_t dt_plan_row_compute(const dt_plan_input *in, dt_plan_strategy_t s, i
     out->params = ms.params;
     out->grads = ms.grads;
     out->optim = ms.optim;
-    out->acts = dt_plan_activation_bytes(m, in->micro_batch, cb, in->flash_attention, 0);
-    out->acts_ckpt = m->is_mlp ? out->acts
-                               : dt_plan_activation_bytes(m, in->micro_batch, cb,
-                                                          in->flash_attention, 1);
+    int attn = in->flash_attention ? 0 : (in->cpu_threads > 0 ? in->cpu_threads : 1);
+    out->acts = dt_plan_activation_bytes(m, in->micro_batch, cb, attn, 0);
+    out->acts_ckpt = m->is_mlp ? out->acts : dt_plan_activation_bytes(m, in->micro_batch, cb, attn, 1);
     if (n_gpus > 1) {
         if (s == DT_PLAN_FSDP || s == DT_PLAN_HYBRID)
             out->comm_buf = m->largest_unit * (2.0 * cb + in->comm_bytes);

@@ -16,19 +16,22 @@
  *   and replicates across nodes, 16Ψ/G.
  *
  * Activations per GPU at micro-batch B and sequence T (GPT: C width, L layers,
- * NH heads, Vp padded vocab, d bytes of the compute dtype): the slots the GPT
- * forward keeps for backward, mirroring the activation arena the trainer's forward
- * allocates (llm.c's list):
+ * NH heads, Vp padded vocab, d bytes of the compute dtype): exactly the arena
+ * runtime/net.c allocates (every slot rounded up to 64 bytes; a unit test holds
+ * the two together):
  *   per layer  18·B·T·C·d  (ln1, atty, attproj, res2, ln2, fcproj, res3: 7BTC;
  *                           qkv 3BTC; fch, fch_gelu 2·4BTC)
  *            + 4·B·T·4     (LayerNorm mean/rstd ×2, fp32)
- *            + attention:  B·NH·T·T·d probabilities when materialised (CPU), or
+ *            + attention:  B·NH·T·T·4 probabilities when materialised (CPU), or
  *                          B·NH·T·4 log-sum-exp (flash-style, GPU)
- *   once       2·B·T·C·d (encoded, lnf) + 2·B·T·4 (lnf mean/rstd)
- *            + B·T·Vp·d (logits) + B·T·4 (losses)
+ *   once       2·B·T·4 (tokens, targets) + 2·B·T·C·d (encoded, lnf)
+ *            + 3·B·T·4 (lnf mean/rstd, losses) + B·T·Vp·d (logits)
+ *            + 13·B·T·C·d backward scratch (dres, dtmp, dqkv, dfch, dfch_gelu)
+ *            + CPU attention scratch: 4·threads·min(T, 64)·T
  *   with activation checkpointing: per layer only its input B·T·C·d, plus one
  *   layer's full set (recomputed in backward), plus the once-part.
- *   MLP: B·in·d + 2·B·H·d per hidden layer + B·classes·d + B·4; no checkpointing.
+ *   MLP: B·4 targets + B·in·d features + B·4 losses + 2·B·max(dims)·d scratch
+ *   + 2·B·out·d per layer (pre- and post-activation); no checkpointing.
  * Communication buffers: none at N = 1; DDP/ZeRO-1/ZeRO-2 two gradient buckets
  * (reduce_bucket_size elements in the communication dtype); FSDP/hybrid two
  * gathered units (the largest unit: the one computing and the one prefetched) in
@@ -157,6 +160,7 @@ typedef struct dt_plan_input {
     dt_plan_precision_t precision;
     int comm_bytes;      /* bytes per gradient element on the wire (2 bf16, 4 fp32) */
     int flash_attention; /* 1: attention keeps B·NH·T fp32 (GPU); 0: B·NH·T·T (CPU) */
+    int cpu_threads;     /* threads per rank when !flash_attention (attention scratch) */
     double mem_bytes;    /* per device */
     int mem_shared;      /* 1: mem_bytes is one host's memory shared by its ranks (CPU) */
     double peak_flops;   /* per device */
@@ -202,9 +206,11 @@ typedef struct dt_plan_row {
 /* Model-state bytes per GPU for a strategy at n ranks (g GPUs per node). */
 dt_plan_mem dt_plan_model_states(const dt_plan_model *m, dt_plan_precision_t p,
                                  dt_plan_strategy_t s, int n, int g);
-/* Activation bytes per GPU for one micro-batch of B sequences. */
+/* Activation bytes per GPU for one micro-batch of B sequences. attention: 0 for
+ * flash-style (GPU), else the CPU threads whose scratch rows the materialised
+ * attention uses. */
 double dt_plan_activation_bytes(const dt_plan_model *m, int micro_batch, int compute_bytes,
-                                int flash_attention, int checkpointing);
+                                int attention, int checkpointing);
 
 /* Ring collective times (seconds) of a buffer of `bytes` over n ranks, one
  * collective, including its latency; 0 when n <= 1. */

@@ -8,7 +8,9 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/kernels.h"
 #include "runtime/config.h"
+#include "runtime/net.h"
 #include "runtime/model.h"
 #include "runtime/plan.h"
 
@@ -102,19 +104,51 @@ Test(plan, activation_bytes_by_hand) {
     cr_assert_eq(dt_model_layout_init(&s, &l), DT_STATUS_OK);
     dt_plan_model m;
     cr_assert_eq(dt_plan_model_from_layout(&l, &m), DT_STATUS_OK);
-    /* B=2, T=8, C=16, fp32, attention materialised:
-     * layer 18*2*8*16*4 = 18432, mean/rstd 4*16*4 = 256, att 2*2*8*8*4 = 1024 -> 19712
-     * once: encoded+lnf 2*2*8*16*4 = 2048, lnf stats 2*16*4 = 128,
-     *       logits 16*64*4 = 4096, losses 16*4 = 64 -> 6336 */
-    cr_assert_eq(dt_plan_activation_bytes(&m, 2, 4, 0, 0), 2 * 19712 + 6336);
+    /* B=2, T=8, C=16, fp32, attention materialised with 1 thread:
+     * layer: 7 x BTC 7168, 4 LayerNorm stats 4*64 = 256, qkv 3072, fch + fch_gelu
+     *        8192, attention 2*2*8*8*4 = 1024                                -> 19712
+     * once:  tokens + targets 128, encoded + lnf 2048, lnf stats + losses 192,
+     *        logits 16*64*4 = 4096, dres + dtmp 2048, dqkv 3072, dfch x2 8192,
+     *        attention scratch 4*1*8*8 = 256                                  -> 20032 */
+    cr_assert_eq(dt_plan_activation_bytes(&m, 2, 4, 1, 0), 2 * 19712 + 20032);
     /* checkpointing: two layer inputs 2*1024, one layer's set, the once-part */
-    cr_assert_eq(dt_plan_activation_bytes(&m, 2, 4, 0, 1), 2 * 1024 + 19712 + 6336);
-    /* bf16 flash-style: attention keeps B*NH*T fp32 = 128 bytes per layer */
-    double layer = 18 * 2 * 8 * 16 * 2 + 256 + 128;
-    double once = 2 * 2 * 8 * 16 * 2 + 128 + 16 * 64 * 2 + 64;
-    cr_assert_eq(dt_plan_activation_bytes(&m, 2, 2, 1, 0), 2 * layer + once);
+    cr_assert_eq(dt_plan_activation_bytes(&m, 2, 4, 1, 1), 2 * 1024 + 19712 + 20032);
+    /* bf16 flash-style: attention keeps B*NH*T fp32 = 128 bytes per layer, no scratch:
+     * layer 3584 + 256 + 1536 + 4096 + 128 = 9600;
+     * once 128 + 1024 + 192 + 2048 + 1024 + 1536 + 4096 = 10048 */
+    cr_assert_eq(dt_plan_activation_bytes(&m, 2, 2, 0, 0), 2 * 9600 + 10048);
     dt_plan_model_free(&m);
     dt_model_layout_free(&l);
+}
+
+/* The plan's activation formula is the trainer's arena (runtime/net.c), byte for
+ * byte, on sizes that exercise the 64-byte slot rounding. */
+Test(plan, activations_match_the_trainers_arena) {
+    dt_device_t *dev;
+    cr_assert_eq(dt_device_init(&dev, DT_DEVICE_CPU, 3), DT_STATUS_OK, "%s", dt_error_detail());
+    dt_model_spec specs[] = {
+        {.type = DT_MODEL_GPT, .n_layer = 3, .n_head = 3, .n_embd = 12, .seq_len = 7,
+         .vocab_size = 50, .vocab_pad_multiple = 1},
+        {.type = DT_MODEL_GPT, .n_layer = 2, .n_head = 4, .n_embd = 64, .seq_len = 100,
+         .vocab_size = 256, .vocab_pad_multiple = 64},
+        {.type = DT_MODEL_MLP, .in_dim = 5, .hidden_dim = 7, .n_hidden_layers = 2,
+         .n_classes = 3},
+        {.type = DT_MODEL_MLP, .in_dim = 33, .hidden_dim = 9, .n_hidden_layers = 0,
+         .n_classes = 40},
+    };
+    for (size_t i = 0; i < sizeof specs / sizeof *specs; i++)
+        for (int B = 1; B <= 5; B += 2) {
+            dt_model_layout l;
+            cr_assert_eq(dt_model_layout_init(&specs[i], &l), DT_STATUS_OK);
+            dt_plan_model m;
+            cr_assert_eq(dt_plan_model_from_layout(&l, &m), DT_STATUS_OK);
+            double want = (double)dt_net_arena_bytes(dev, &l, B);
+            double got = dt_plan_activation_bytes(&m, B, 4, 3, 0);
+            cr_assert_eq(got, want, "spec %zu, B %d: plan %.0f, net.c %.0f", i, B, got, want);
+            dt_plan_model_free(&m);
+            dt_model_layout_free(&l);
+        }
+    dt_device_free(dev);
 }
 
 Test(plan, ring_collectives_by_hand) {
