@@ -3,6 +3,20 @@
  * memory, step time, scaling efficiency, time and cost of each strategy at each
  * GPU count, and a recommendation (the arithmetic is runtime/plan.c). --measure
  * runs the config for a few steps and prints the measurement beside the estimate.
+ *
+ * --json keys (stable; bytes, seconds, FLOP/s; null where unknown):
+ *   model {source, type, params, params_unpadded, flops_per_token, micro_batch, accum,
+ *          seq_len, precision, strategy (with a config)}
+ *   gpu {name, mem_bytes, mem_shared, peak_flops, mfu, reserve}
+ *   links {intra {name, bytes_per_s, alpha_s}, inter {...}, gpus_per_node}
+ *   work {hours_1gpu, tokens, price}
+ *   rows [{strategy, gpus, nodes, shard, micro_batch, accum,
+ *          memory_bytes {params, grads, optim, model_states, activations,
+ *                        activations_ckpt, comm_buffers, total, total_ckpt, usable},
+ *          fits ("yes" | "ckpt" | "no"),
+ *          step_s {compute, comm, overlapped, exposed, total}, collectives,
+ *          efficiency, tokens_per_s, hours, cost}]
+ *   recommendation {cheapest {strategy, gpus, row, reason}, fastest {...}}
  */
 #define _XOPEN_SOURCE 700 /* nftw */
 #include <cjson/cJSON.h>
