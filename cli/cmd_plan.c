@@ -33,6 +33,7 @@
 
 #include "cli/commands.h"
 #include "common/mem.h"
+#include "kernels/kernels.h"
 #include "runtime/config.h"
 #include "runtime/metrics.h"
 #include "runtime/model.h"
@@ -40,6 +41,16 @@
 
 #define MAX_GPU_COUNTS 32
 #define MAX_OVERRIDES 64
+
+
+/* The CPU's peak with `threads` threads, from the CPU device's own probe. */
+static double cpu_peak_flops(int threads) {
+    dt_device_t *dev;
+    if (dt_device_init(&dev, DT_DEVICE_CPU, threads) != DT_STATUS_OK) return 0;
+    double p = dev->ops->peak_flops(dev);
+    dt_device_free(dev);
+    return p;
+}
 
 static const char help_text[] =
     "usage: dtrun plan CONFIG.json [KEY=VALUE ...] [PLAN FLAGS]\n"
@@ -513,7 +524,7 @@ static int setup(plan_opts *o, plan_ctx *c) {
     c->in.mem_shared = is_cpu;
     if (is_cpu) {
         c->in.cpu_threads = cpu_threads(c, 1);
-        c->in.peak_flops = dt_peak_flops_cpu(c->in.cpu_threads);
+        c->in.peak_flops = cpu_peak_flops(c->in.cpu_threads);
     } else {
         c->in.peak_flops = c->gpu->tflops * 1e12;
     }
@@ -930,7 +941,7 @@ out_remove_dir:
 static int row_input(const plan_opts *o, plan_ctx *c, int n) {
     if (c->in.mem_shared) { /* CPU ranks: threads and their measured peak */
         c->in.cpu_threads = cpu_threads(c, n);
-        if (o->gpu_tflops <= 0) c->in.peak_flops = dt_peak_flops_cpu(c->in.cpu_threads);
+        if (o->gpu_tflops <= 0) c->in.peak_flops = cpu_peak_flops(c->in.cpu_threads);
     }
     if (c->have_cfg) {
         int rc = config_accum(&c->cfg, n, &c->in.accum);

@@ -3,7 +3,6 @@
  */
 #include "runtime/metrics.h"
 
-#include <cblas.h>
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -130,32 +129,6 @@ void dt_metrics_format(const dt_step_metrics *s, char *buf, size_t len) {
                      s->data_ms, eta);
     if (!isnan(s->val_loss) && n > 0 && (size_t)n < len)
         snprintf(buf + n, len - (size_t)n, " | val %.4f", s->val_loss);
-}
-
-double dt_peak_flops_cpu(int threads) {
-    static double cached[257];
-    if (threads < 1) threads = 1;
-    if (threads > 256) threads = 256;
-    if (cached[threads] > 0) return cached[threads];
-    const int n = 384;
-    float *a = dt_mem_alloc(DT_MEM_OTHER, (size_t)n * n * sizeof(float) * 3);
-    if (!a) return 0;
-    float *b = a + n * n, *c = b + n * n;
-    for (int i = 0; i < n * n; i++) a[i] = b[i] = (float)(i % 7) * 0.1f;
-    int prev = openblas_get_num_threads();
-    openblas_set_num_threads(threads);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-    double best = 0, t_end = dt_now_s() + 0.2;
-    while (dt_now_s() < t_end) { /* best of repeated runs: the machine's ceiling */
-        double t0 = dt_now_s();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-        double fl = 2.0 * n * n * n / (dt_now_s() - t0);
-        if (fl > best) best = fl;
-    }
-    openblas_set_num_threads(prev);
-    dt_mem_free(a);
-    cached[threads] = best;
-    return best;
 }
 
 double dt_peak_flops_gpu(const char *device_name) {
