@@ -65,6 +65,9 @@ int dt_cmd_launch(int argc, char **argv) {
         return DT_EXIT_USAGE;
     }
     for (int i = 0; i < spec.n_notes; i++) DT_LOG_INFO("SLURM: %s", spec.notes[i]);
+    if (strcmp(spec.nproc_source, "N") != 0)
+        DT_LOG_INFO("--nproc_per_node %s: %d worker(s) per node", spec.nproc_source,
+                    spec.nproc_per_node);
     int code;
     if (spec.mode == DT_LAUNCH_MODE_BENCH_COMM) {
         fprintf(stderr, "dtrun: error: 'bench comm' is not built yet in this version (%s); "
