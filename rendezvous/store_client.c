@@ -381,6 +381,7 @@ dt_status_t dt_store_wait(dt_store_t *st, const char *const *keys, size_t n, dou
 }
 
 dt_status_t dt_store_get(dt_store_t *st, const char *key, void **val, size_t *len) {
+    DT_CHECK(begin(st));
     DT_CHECK(check_key(st, key));
     DT_CHECK(dt_store_wait(st, &key, 1, st->timeout_s));
     DT_CHECK(begin(st));
