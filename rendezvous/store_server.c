@@ -165,8 +165,7 @@ static void entry_maybe_free(dt_store_server_t *srv, entry_t *e) {
 static void entry_set(dt_store_server_t *srv, entry_t *e, const void *v, size_t n) {
     if (!e->present) atomic_fetch_add(&srv->num_keys, 1);
     e->present = 1;
-    free(e->val);
-    e->val = dt_xmalloc(n);
+    if (e->vlen != n || !e->val) e->val = dt_xrealloc(e->val, n);
     if (n) memcpy(e->val, v, n);
     e->vlen = n;
 }
