@@ -32,6 +32,9 @@
 /* A frame still incomplete at this size is refused (128 Ki keys of 8 KiB each
  * would need 1 GiB; no rendezvous needs anything near). */
 #define MAX_PENDING_INPUT ((size_t)1 << 30)
+/* A client with this much of its replies still unsent is not reading them; it is
+ * closed rather than allowed to grow the server without bound. */
+#define MAX_UNSENT_REPLIES ((size_t)64 << 20)
 
 typedef struct client client_t;
 typedef struct entry entry_t;
@@ -172,6 +175,8 @@ static void entry_set(dt_store_server_t *srv, entry_t *e, const void *v, size_t 
 
 /* ---- replies and connection life ------------------------------------------- */
 
+static void client_close(client_t *c, const char *reason);
+
 static void mark_dirty(client_t *c) {
     if (c->in_dirty) return;
     c->in_dirty = 1;
@@ -188,8 +193,15 @@ static void reply_raw(client_t *c, const void *p, size_t n) {
 static void reply_u8(client_t *c, uint8_t v) { reply_raw(c, &v, 1); }
 static void reply_i64(client_t *c, int64_t v) { reply_raw(c, &v, 8); }
 
+/* Value replies (never sent from a wake-up, so closing here is safe): one reply of
+ * any size is fine, but not more than 64 MiB waiting behind earlier ones. */
 static void reply_bytes(client_t *c, const void *p, size_t n) {
     if (c->closing) return;
+    size_t pending = c->out.len + uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
+    if (pending > 0 && pending + n > MAX_UNSENT_REPLIES) {
+        client_close(c, "client is not reading its replies (over 64 MiB unsent)");
+        return;
+    }
     dt_store_buf_put_bytes(&c->out, p, n);
     mark_dirty(c);
 }
@@ -314,6 +326,7 @@ static void client_flush(client_t *c) {
     }
     if (done < c->out.len) {
         size_t left = c->out.len - done;
+
         write_req_t *w = dt_xmalloc(sizeof *w + left);
         w->client = c;
         w->len = left;

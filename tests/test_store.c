@@ -604,6 +604,33 @@ Test(store, frame_split_across_many_writes) {
     close(fd);
 }
 
+Test(store, client_that_never_reads_its_replies_is_closed) {
+    size_t big = DT_STORE_MAX_VALUE_BYTES;
+    char *val = calloc(1, big);
+    dt_store_t *st = connect_ok();
+    cr_assert_eq(dt_store_set(st, "big", val, big), DT_STATUS_OK);
+    cr_assert_eq(dt_store_ping(st, NULL), DT_STATUS_OK);
+    free(val);
+    /* 12 GETs of 8 MiB = 96 MiB of replies that are never read. */
+    int fd = raw_validated();
+    int rcvbuf = 4096;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+    dt_store_buf_t b = {0};
+    for (int i = 0; i < 12; i++) dt_store_encode_key(&b, DT_STORE_CMD_GET, "big", 3);
+    raw_send(fd, &b);
+    dt_store_buf_free(&b);
+    cr_assert_eq(dt_store_ping(st, NULL), DT_STATUS_OK, "others keep being served");
+    /* What the kernel had buffered arrives, then the close: far less than asked. */
+    size_t total = 0;
+    static char sink[1 << 16];
+    ssize_t r;
+    while ((r = recv(fd, sink, sizeof sink, 0)) > 0) total += (size_t)r;
+    cr_assert(r == 0 || errno == ECONNRESET, "no close: %s", strerror(errno));
+    cr_assert_lt(total, 12 * (8 + big), "got all %zu bytes: never closed", total);
+    close(fd);
+    dt_store_close(st);
+}
+
 /* ---- many clients, vanishing clients ------------------------------------------ */
 
 typedef struct {

@@ -41,6 +41,11 @@ kill -TERM "$pid"
 wait "$pid"
 rc=$?
 check "store exits 0 on SIGTERM" [ $rc -eq 0 ]
+if grep -q "Sanitizer" "$DT_TMP/store.err"; then
+  fail "store process ends clean under sanitizers" "$(grep -A5 Sanitizer "$DT_TMP/store.err" | head -20)"
+else
+  pass "store process ends clean under sanitizers"
+fi
 
 "$DTRUN" store --port 70000 >/dev/null 2>"$DT_TMP/usage.err"
 rc=$?
