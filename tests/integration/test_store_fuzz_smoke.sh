@@ -17,7 +17,7 @@ if ! clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -I. \
   fail "fuzz smoke builds" "$(head -5 "$DT_TMP/cc.err")"; finish
 fi
 mkdir -p "$DT_TMP/corpus"
-if "$bin" -runs=30000 -max_len=4096 -seed=1 "$DT_TMP/corpus" tests/fuzz/seeds \
+if "$bin" -runs=30000 -max_len=4096 -seed=1 -artifact_prefix="$DT_TMP/" "$DT_TMP/corpus" tests/fuzz/seeds \
      >"$DT_TMP/fuzz.log" 2>&1; then
   pass "fuzz smoke: 30000 inputs through the frame parser, no crash"
 else
