@@ -293,11 +293,29 @@ static void on_client_closed(uv_handle_t *h) {
     free(c);
 }
 
+/* "1.2.3.4:5" or "[::1]:5" of the peer, looked up only when a log line needs it. */
+static const char *client_addr(client_t *c) {
+    struct sockaddr_storage ss;
+    int sl = sizeof ss;
+    char ip[INET6_ADDRSTRLEN] = "?";
+    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &sl) != 0) return "?";
+    if (ss.ss_family == AF_INET6) {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+        uv_ip6_name(a, ip, sizeof ip);
+        snprintf(c->addr, sizeof c->addr, "[%s]:%d", ip, ntohs(a->sin6_port));
+    } else {
+        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+        uv_ip4_name(a, ip, sizeof ip);
+        snprintf(c->addr, sizeof c->addr, "%s:%d", ip, ntohs(a->sin_port));
+    }
+    return c->addr;
+}
+
 /* Closes one connection; reason (NULL for an orderly end) goes to the log. */
 static void client_close(client_t *c, const char *reason) {
     if (c->closing) return;
     c->closing = 1;
-    if (reason) DT_LOG_WARN("store: closing connection from %s: %s", c->addr, reason);
+    if (reason) DT_LOG_WARN("store: closing connection from %s: %s", client_addr(c), reason);
     while (c->reqs) req_cancel(c->srv, c->reqs);
     c->out.len = 0;
     uv_close((uv_handle_t *)&c->tcp, on_client_closed);
@@ -652,7 +670,8 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     dt_store_server_t *srv = c->srv;
     if (nread < 0) {
         if (nread == UV_EOF || nread == UV_ECONNRESET) {
-            DT_LOG_DEBUG("store: %s disconnected", c->addr);
+            if (dt_log_get_level() <= DT_LOG_DEBUG)
+                DT_LOG_DEBUG("store: %s disconnected", client_addr(c));
             client_close(c, NULL);
         } else {
             char why[128];
@@ -689,7 +708,6 @@ static void on_connection(uv_stream_t *listener, int status) {
     }
     client_t *c = dt_xcalloc(1, sizeof *c);
     c->srv = srv;
-    snprintf(c->addr, sizeof c->addr, "?");
     uv_tcp_init(&srv->loop, &c->tcp);
     c->next = srv->clients;
     if (srv->clients) srv->clients->prev = c;
@@ -700,23 +718,6 @@ static void on_connection(uv_stream_t *listener, int status) {
         return;
     }
     uv_tcp_nodelay(&c->tcp, 1);
-    struct sockaddr_storage ss;
-    int sl = sizeof ss;
-    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &sl) == 0) {
-        char ip[INET6_ADDRSTRLEN] = "?";
-        int port = 0;
-        if (ss.ss_family == AF_INET6) {
-            struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
-            uv_ip6_name(a, ip, sizeof ip);
-            port = ntohs(a->sin6_port);
-            snprintf(c->addr, sizeof c->addr, "[%s]:%d", ip, port);
-        } else {
-            struct sockaddr_in *a = (struct sockaddr_in *)&ss;
-            uv_ip4_name(a, ip, sizeof ip);
-            port = ntohs(a->sin_port);
-            snprintf(c->addr, sizeof c->addr, "%s:%d", ip, port);
-        }
-    }
     int r = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
     if (r < 0) client_close(c, uv_strerror(r));
 }

@@ -13,7 +13,11 @@
 #   torch-v4fd  the same server given an IPv4 socket already listening on 127.0.0.1
 #               (master_listen_fd=...): peers are 127.0.0.1, found in /etc/hosts, no
 #               stall. This is torch at its best and the fair comparison.
-# Needs torch. Usage: scripts/bench/store_vs_torch.sh [--conns 64,1024,4096] [--reps N]
+# The machine may be shared, so dtrun and torch-v4fd are measured in alternating
+# rounds (ROUNDS, default 5) and each row is the median over the rounds; the CPU
+# time each server process used over all its rounds is printed as well. The plain
+# torch server is measured once (its stalls make rounds slow).
+# Needs torch. Usage: [ROUNDS=N] scripts/bench/store_vs_torch.sh [--conns 64,1024,4096]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DTRUN=${DTRUN:-./dtrun}
@@ -60,36 +64,65 @@ while True:
 EOF
 }
 
-bench() { # $1 name, $2 port
-  echo "== $1 (127.0.0.1:$2)"
-  "$DTRUN" bench store --timeout 20 --connect "127.0.0.1:$2" "${ARGS[@]}" | tee "$TMP/$1.tab"
-  echo
+ROUNDS=${ROUNDS:-5}
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# bench NAME PID PORT: one round against that server, rows appended to NAME.all.
+bench() {
+  local a b
+  a=$(cpu_ticks "$2")
+  "$DTRUN" bench store --reps 1 --timeout 20 --connect "127.0.0.1:$3" "${ARGS[@]}" \
+    >"$TMP/$1.last"
+  b=$(cpu_ticks "$2")
+  echo $((b - a)) >>"$TMP/$1.cpu"
+  awk '($1=="barrier"||$1=="setget") && $2~/^[0-9]+$/ {print $1"/"$2, $3}' "$TMP/$1.last" \
+    >>"$TMP/$1.all"
+}
+# median NAME: "test/conns median" per row ("timeout" if any round timed out).
+median() {
+  sort -k1,1 -k2g "$TMP/$1.all" | awk '
+    { k = $1; if (!(k in n)) order[++m] = k; v[k, ++n[k]] = $2; if ($2 == "timeout") to[k] = 1 }
+    END { for (i = 1; i <= m; i++) { k = order[i];
+            print k, (k in to) ? "timeout" : v[k, int((n[k] + 1) / 2)] } }' | sort
 }
 
 "$DTRUN" store --host 127.0.0.1 --port 0 >"$TMP/dtrun.out" 2>"$TMP/dtrun.err" &
-pids+=($!)
-bench dtrun "$(first_port "$TMP/dtrun.out")"
-
+dtrun_pid=$!
+pids+=($dtrun_pid)
+dtrun_port=$(first_port "$TMP/dtrun.out")
 start_torch v4fd >"$TMP/torch-v4fd.out" 2>"$TMP/torch-v4fd.err"
-pids+=($!)
-bench torch-v4fd "$(first_port "$TMP/torch-v4fd.out")"
-
+v4_pid=$!
+pids+=($v4_pid)
+v4_port=$(first_port "$TMP/torch-v4fd.out")
 start_torch plain >"$TMP/torch.out" 2>"$TMP/torch.err"
-pids+=($!)
-bench torch "$(first_port "$TMP/torch.out")"
+plain_pid=$!
+pids+=($plain_pid)
+plain_port=$(first_port "$TMP/torch.out")
 
-rows() { awk '($1=="barrier"||$1=="setget") && $2~/^[0-9]+$/ {print $1"/"$2, $3}' "$1" | sort; }
+echo "driver: dtrun bench store ${ARGS[*]} (one round = --reps 1), $ROUNDS alternating rounds"
+for r in $(seq 1 "$ROUNDS"); do
+  bench dtrun "$dtrun_pid" "$dtrun_port"
+  bench torch-v4fd "$v4_pid" "$v4_port"
+  echo "round $r done"
+done
+bench torch "$plain_pid" "$plain_port"
+
+for n in dtrun torch-v4fd torch; do median "$n" >"$TMP/$n.med"; done
+sum() { awk '{s += $1} END {printf "%.2f", s / 100}' "$1"; }
+echo
+echo "server CPU seconds (user+sys) over all rounds: dtrun $(sum "$TMP/dtrun.cpu"), " \
+  "torch-v4fd $(sum "$TMP/torch-v4fd.cpu") ($ROUNDS rounds each)"
+echo
 ratio() { # dtrun value, torch value, test -> "N.NNx" (>1: dtrun faster)
   awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN {
     if (a == "timeout") print "dtrun t/o";
     else if (b == "timeout") print "torch t/o";
     else printf "%.2fx\n", (t == "barrier") ? b / a : a / b }'
 }
-echo "== ratios (>1 = dtrun faster; barrier in seconds, setget in round trips/s)"
+echo "medians (barrier: seconds until all released; setget: round trips/s; ratio >1 = dtrun faster)"
 printf '%-8s %6s %12s %12s %12s %10s %10s\n' test conns dtrun torch-v4fd torch \
   "vs v4fd" "vs torch"
-join -j1 <(rows "$TMP/dtrun.tab") <(rows "$TMP/torch-v4fd.tab") |
-  join -j1 - <(rows "$TMP/torch.tab") | sort -t/ -k1,1r -k2n |
+join -j1 "$TMP/dtrun.med" "$TMP/torch-v4fd.med" | join -j1 - "$TMP/torch.med" |
+  sort -t/ -k1,1r -k2n |
   while read -r key d v p; do
     t=${key%/*}; n=${key#*/}
     printf '%-8s %6s %12s %12s %12s %10s %10s\n' "$t" "$n" "$d" "$v" "$p" \
