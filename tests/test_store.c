@@ -788,6 +788,24 @@ Test(store, connect_timeout_names_the_endpoint) {
     cr_assert(strstr(dt_error_detail(), "refused"), "%s", dt_error_detail());
 }
 
+Test(store, connect_to_something_that_is_not_a_store_times_out_in_the_handshake) {
+    /* A socket that listens but never answers: TCP connects, VALIDATE + PING don't. */
+    int ls = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(bind(ls, (struct sockaddr *)&a, sizeof a), 0);
+    cr_assert_eq(listen(ls, 16), 0);
+    socklen_t l = sizeof a;
+    getsockname(ls, (struct sockaddr *)&a, &l);
+    dt_store_t *st = NULL;
+    double t0 = dt_now_s();
+    cr_assert_eq(dt_store_connect("127.0.0.1", ntohs(a.sin_port), 0.4, &st), DT_STATUS_TIMEOUT);
+    double dt = dt_now_s() - t0;
+    cr_assert(dt >= 0.35 && dt < 2.0, "took %.3f s", dt);
+    cr_assert(strstr(dt_error_detail(), "handshake"), "%s", dt_error_detail());
+    close(ls);
+}
+
 Test(store, bad_arguments_are_clear_errors) {
     dt_store_t *st = NULL;
     cr_assert_eq(dt_store_connect("127.0.0.1", 0, 1.0, &st), DT_STATUS_INVALID);
