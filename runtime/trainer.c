@@ -6,6 +6,7 @@
 
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,7 @@
 #include "runtime/model.h"
 #include "runtime/net.h"
 #include "runtime/sched.h"
+#include "runtime/train_ckpt.h"
 
 typedef struct trainer {
     const dt_config_t *cfg;
@@ -38,6 +40,9 @@ typedef struct trainer {
     dt_metrics_t *metrics;
     double peak_flops;
     char log_dir[4096];
+    dt_rng rng;         /* the trainer's stream (saved in checkpoints; nothing draws from it yet) */
+    int64_t start_step; /* the step a resumed run continues after (0: a fresh run) */
+    int64_t saved_step; /* the step of the last checkpoint written or loaded */
 } trainer;
 
 static int env_int(const char *name, int def) {
@@ -131,6 +136,65 @@ static dt_status_t open_device(const dt_config_t *cfg, dt_device_t **dev) {
     return dt_device_init(dev, DT_DEVICE_CPU, threads);
 }
 
+/* ---- checkpoints (runtime/train_ckpt.h) ---------------------------------- */
+
+static dt_train_ckpt ckpt_view(trainer *t) {
+    dt_train_ckpt c = {.cfg = t->cfg, .layout = &t->layout, .dev = t->dev, .rank = t->env->rank,
+                       .world_size = t->env->world_size, .params = t->params, .m = t->m, .v = t->v,
+                       .data = t->data, .rng = &t->rng};
+    if (t->layout.spec.type == DT_MODEL_MLP) c.mlp_cursor = &t->mlp_cursor;
+    return c;
+}
+
+/* Resumes per checkpoint.resume; a resumed run appends to metrics.jsonl from the
+ * step after its checkpoint. */
+static dt_status_t resume_checkpoint(trainer *t) {
+    dt_train_ckpt c = ckpt_view(t);
+    DT_CHECK(dt_train_ckpt_resume(&c, &t->start_step));
+    t->saved_step = t->start_step;
+    if (t->start_step > 0 && t->env->rank == 0) DT_CHECK(dt_train_ckpt_trim_metrics(t->log_dir, t->start_step));
+    dt_train_ckpt_catch_preemption();
+    return DT_STATUS_OK;
+}
+
+/* After each step: fault injection, the periodic checkpoint, and preemption
+ * (save, then *stop). A failed periodic save is reported and training goes on
+ * (the previous checkpoint is still there); a failed preemption save is an error. */
+static dt_status_t after_step(trainer *t, int64_t step, int *stop) {
+    dt_train_ckpt_fault_point(t->env->rank, step);
+    dt_train_ckpt c = ckpt_view(t);
+    int sig = dt_train_ckpt_preempted();
+    *stop = 0;
+    if (sig) {
+        if (!dt_train_ckpt_enabled(t->cfg)) {
+            DT_LOG_WARN("preempted by signal %d after step %lld; checkpoints are off (checkpoint.every_steps 0): "
+                        "nothing saved",
+                        sig, (long long)step);
+        } else if (t->saved_step != step) {
+            DT_CHECK(dt_train_ckpt_save(&c, step, sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : "SIGUSR2"));
+            t->saved_step = step;
+        }
+        if (t->env->rank == 0)
+            printf("dtrun: preempted by signal %d: stopped after step %lld%s; the next launch resumes from it\n", sig,
+                   (long long)step, dt_train_ckpt_enabled(t->cfg) ? ", checkpoint saved" : "");
+        fflush(stdout);
+        *stop = 1;
+        return DT_STATUS_OK;
+    }
+    int64_t every = t->cfg->checkpoint.every_steps;
+    int last = step == t->cfg->train_steps;
+    if (dt_train_ckpt_enabled(t->cfg) && (step % every == 0 || last) && t->saved_step != step) {
+        dt_status_t st = dt_train_ckpt_save(&c, step, last ? "final" : "every_steps");
+        if (st != DT_STATUS_OK) {
+            if (last) return st;
+            DT_LOG_ERROR("%s; training continues", dt_error_detail());
+        } else {
+            t->saved_step = step;
+        }
+    }
+    return DT_STATUS_OK;
+}
+
 static dt_status_t setup(trainer *t) {
     const dt_config_t *cfg = t->cfg;
     dt_model_spec spec;
@@ -167,7 +231,9 @@ static dt_status_t setup(trainer *t) {
     if (spec.type == DT_MODEL_MLP) t->features = dt_xcalloc((size_t)t->B * (size_t)spec.in_dim, sizeof(float));
     t->peak_flops = t->dev->ops->peak_flops ? t->dev->ops->peak_flops(t->dev) : 0;
     snprintf(t->log_dir, sizeof t->log_dir, "%s", cfg->log.dir ? cfg->log.dir : "runs/latest");
-    if (t->env->rank == 0) DT_CHECK(dt_metrics_open(t->log_dir, 1, &t->metrics));
+    dt_rng_seed(&t->rng, (uint64_t)cfg->seed, 0x747261696eull);
+    DT_CHECK(resume_checkpoint(t));
+    if (t->env->rank == 0) DT_CHECK(dt_metrics_open(t->log_dir, t->start_step == 0, &t->metrics));
     return DT_STATUS_OK;
 }
 
@@ -336,7 +402,8 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_trainer_env *env) {
     }
     double t_start = dt_now_s(), final_loss = NAN, final_val = NAN;
     dt_batch batch = {0};
-    for (int64_t step = 1; step <= steps; step++) {
+    int stop = 0;
+    for (int64_t step = t.start_step + 1; step <= steps && !stop; step++) {
         double t0 = dt_now_s(), data_s = 0, loss_sum = 0;
         DT_CHECK_GOTO(o->set(t.dev, t.grads, 0, n * es), st, out_teardown);
         for (int a = 0; a < t.accum; a++) {
@@ -384,16 +451,17 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_trainer_env *env) {
             m.compute_ms = m.step_ms - m.comm_ms - m.data_ms;
             m.mfu = t.peak_flops > 0 ? flops_per_token * m.tokens_per_s / env->world_size / t.peak_flops : 0;
             double elapsed = dt_now_s() - t_start;
-            m.eta_s = elapsed / (double)step * (double)(steps - step);
+            m.eta_s = elapsed / (double)(step - t.start_step) * (double)(steps - step);
             DT_CHECK_GOTO(dt_metrics_log(t.metrics, &m), st, out_teardown);
             char line[512];
             dt_metrics_format(&m, line, sizeof line);
             printf("%s\n", line);
             fflush(stdout);
         }
+        DT_CHECK_GOTO(after_step(&t, step, &stop), st, out_teardown);
     }
     double wall = dt_now_s() - t_start;
-    if (rank0) {
+    if (rank0 && !stop) {
         DT_CHECK_GOTO(write_summary(&t, final_loss, final_val, tokens_per_step * (double)steps, wall, steps),
                       st, out_teardown);
         printf("dtrun: done: %lld steps in %.1f s, final loss %.4f%s, log in %s\n", (long long)steps, wall,
