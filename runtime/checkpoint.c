@@ -899,6 +899,35 @@ dt_status_t dt_ckpt_read(dt_ckpt_t *c, const char *buffer, uint64_t offset, uint
     return DT_STATUS_OK;
 }
 
+dt_status_t dt_ckpt_load_params(const char *path, dt_ckpt_t **ck, dt_model_layout *layout, float **params) {
+    *ck = NULL;
+    *params = NULL;
+    memset(layout, 0, sizeof *layout);
+    dt_ckpt_t *c;
+    DT_CHECK(dt_ckpt_open(path, &c));
+    dt_model_spec spec;
+    dt_status_t st;
+    DT_CHECK_GOTO(dt_ckpt_model_spec(c, &spec), st, out_close);
+    DT_CHECK_GOTO(dt_model_layout_init(&spec, layout), st, out_close);
+    DT_CHECK_GOTO(dt_ckpt_check_layout(c, layout), st, out_free_layout);
+    *params = dt_mem_alloc(DT_MEM_PARAMS, layout->n_params * sizeof(float));
+    if (!*params) {
+        st = DT_STATUS_NOMEM;
+        goto out_free_layout;
+    }
+    DT_CHECK_GOTO(dt_ckpt_read(c, "params", 0, layout->n_params, *params), st, out_free_params);
+    *ck = c;
+    return DT_STATUS_OK;
+out_free_params:
+    dt_mem_free(*params);
+    *params = NULL;
+out_free_layout:
+    dt_model_layout_free(layout);
+out_close:
+    dt_ckpt_close(c);
+    return st;
+}
+
 /* ---- resume candidates ----------------------------------------------------- */
 
 void dt_ckpt_free_list(char **paths, int n) {

@@ -108,6 +108,11 @@ dt_status_t dt_ckpt_read(dt_ckpt_t *c, const char *buffer, uint64_t offset, uint
 /* Bytes read by dt_ckpt_read so far (for throughput figures). */
 uint64_t dt_ckpt_bytes_read(const dt_ckpt_t *c);
 
+/* For sample and export: opens a checkpoint (as dt_ckpt_open), builds the model
+ * layout saved in it and reads the whole "params" buffer into *params (host fp32,
+ * dt_mem_alloc'd; free with dt_mem_free). The caller frees layout and closes. */
+dt_status_t dt_ckpt_load_params(const char *path, dt_ckpt_t **ck, dt_model_layout *layout, float **params);
+
 /* The complete-looking step directories of a checkpoint root to try when
  * resuming, best first: the one `latest` names, then the others by descending
  * step (".tmp" ones never). *paths is a malloc'd array of malloc'd strings;

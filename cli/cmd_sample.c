@@ -1,0 +1,176 @@
+/*
+ * cmd_sample.c - dtrun sample CHECKPOINT [--prompt TEXT] [--tokens N]
+ * [--temperature T] [--top_k K] [--seed S] [--device auto|cpu|cuda]: text from a
+ * checkpoint's parameters. Byte-level models (vocab 256, text data) read and print
+ * text; larger vocabularies have no tokenizer here, so the prompt is a list of
+ * token ids and the output is token ids, said so on stderr.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "common/mem.h"
+#include "kernels/kernels.h"
+#include "runtime/checkpoint.h"
+#include "runtime/net.h"
+#include "runtime/sample.h"
+
+static const char sample_usage[] =
+    "usage: dtrun sample CHECKPOINT [--prompt TEXT] [--tokens N] [--temperature T] [--top_k K]\n"
+    "                    [--seed S] [--device auto|cpu|cuda]\n"
+    "  CHECKPOINT: a step directory or a checkpoint.dir (its latest). Defaults: --tokens 200,\n"
+    "  --temperature 0.8 (0 = greedy), --top_k 0 (all), --seed 1, --device auto.\n";
+
+static int bad(const char *fmt, const char *a) {
+    fprintf(stderr, "dtrun sample: ");
+    fprintf(stderr, fmt, a);
+    fprintf(stderr, "\n%s", sample_usage);
+    return DT_EXIT_USAGE;
+}
+
+static int parse_num(const char *s, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || v < lo || v > hi) return 0;
+    *out = v;
+    return 1;
+}
+
+/* "15496 11 995" or "15496,11,995" -> ids. */
+static int parse_ids(const char *s, int32_t **ids, int *n) {
+    *n = 0;
+    *ids = dt_xcalloc(strlen(s) / 2 + 2, sizeof **ids);
+    while (*s) {
+        while (*s == ' ' || *s == ',') s++;
+        if (!*s) break;
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 0 || v > 1 << 30) return 0;
+        (*ids)[(*n)++] = (int32_t)v;
+        s = end;
+    }
+    return 1;
+}
+
+int dt_cmd_sample(int argc, char **argv) {
+    const char *path = NULL, *prompt = NULL, *device = "auto";
+    dt_sample_opts o = {.tokens = 200, .temperature = 0.8, .top_k = 0, .seed = 1};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        double v;
+        int has = i + 1 < argc;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(sample_usage, stdout);
+            return DT_EXIT_OK;
+        } else if (!strcmp(a, "--prompt") && has) prompt = argv[++i];
+        else if (!strcmp(a, "--device") && has) device = argv[++i];
+        else if (!strcmp(a, "--tokens") && has) {
+            if (!parse_num(argv[++i], 0, 1e7, &v) || v != (int)v) return bad("--tokens wants a count, got '%s'", argv[i]);
+            o.tokens = (int)v;
+        } else if (!strcmp(a, "--temperature") && has) {
+            if (!parse_num(argv[++i], 0, 100, &v)) return bad("--temperature wants a number in [0, 100], got '%s'", argv[i]);
+            o.temperature = v;
+        } else if ((!strcmp(a, "--top_k") || !strcmp(a, "--top-k")) && has) {
+            if (!parse_num(argv[++i], 0, 1e7, &v) || v != (int)v) return bad("--top_k wants a count, got '%s'", argv[i]);
+            o.top_k = (int)v;
+        } else if (!strcmp(a, "--seed") && has) {
+            if (!parse_num(argv[++i], 0, 9e15, &v) || v != (double)(uint64_t)v) return bad("--seed wants an integer >= 0, got '%s'", argv[i]);
+            o.seed = (uint64_t)v;
+        } else if (a[0] == '-') return bad("unknown flag or missing value: %s", a);
+        else if (!path) path = a;
+        else return bad("unexpected argument %s", a);
+    }
+    if (!path) return bad("%s", "no CHECKPOINT given");
+    dt_device_kind_t kind;
+    if (!strcmp(device, "cpu")) kind = DT_DEVICE_CPU;
+    else if (!strcmp(device, "cuda")) kind = DT_DEVICE_CUDA;
+    else if (!strcmp(device, "auto")) kind = dt_device_built(DT_DEVICE_CUDA) ? DT_DEVICE_CUDA : DT_DEVICE_CPU;
+    else return bad("--device wants auto, cpu or cuda, got '%s'", device);
+
+    dt_ckpt_t *ck = NULL;
+    dt_model_layout l;
+    float *host = NULL;
+    if (dt_ckpt_load_params(path, &ck, &l, &host) != DT_STATUS_OK) {
+        fprintf(stderr, "dtrun sample: %s\n", dt_error_detail());
+        return DT_EXIT_USAGE;
+    }
+    int rc = DT_EXIT_FAILED, text = l.spec.vocab_size <= 256;
+    int32_t *ids = NULL, *out = NULL;
+    int n_ids = 0;
+    dt_device_t *dev = NULL;
+    void *params = NULL;
+    dt_net_t net;
+    int have_net = 0;
+    if (l.spec.type != DT_MODEL_GPT) {
+        fprintf(stderr, "dtrun sample: %s holds an MLP classifier; sampling needs a GPT model\n", dt_ckpt_path(ck));
+        rc = DT_EXIT_USAGE;
+        goto out_free;
+    }
+    if (text) {
+        const char *p = prompt && *prompt ? prompt : "\n";
+        n_ids = (int)strlen(p);
+        ids = dt_xcalloc((size_t)n_ids, sizeof *ids);
+        for (int i = 0; i < n_ids; i++) ids[i] = (unsigned char)p[i];
+    } else {
+        fprintf(stderr, "dtrun sample: vocabulary of %d tokens and no tokenizer here: the prompt is read as token "
+                        "ids and the output printed as token ids\n", l.spec.vocab_size);
+        if (prompt && *prompt) {
+            if (!parse_ids(prompt, &ids, &n_ids) || n_ids == 0) {
+                fprintf(stderr, "dtrun sample: --prompt '%s' is not a list of token ids\n", prompt);
+                rc = DT_EXIT_USAGE;
+                goto out_free;
+            }
+        } else {
+            ids = dt_xcalloc(1, sizeof *ids);
+            ids[0] = l.spec.vocab_size > 50256 ? 50256 : 0; /* GPT-2's <|endoftext|> */
+            n_ids = 1;
+        }
+    }
+    if (dt_device_init(&dev, kind, 0) != DT_STATUS_OK) {
+        if (strcmp(device, "auto") != 0 || dt_device_init(&dev, DT_DEVICE_CPU, 0) != DT_STATUS_OK) goto out_error;
+    }
+    if (dev->ops->alloc(dev, DT_MEM_PARAMS, l.n_params * dt_dtype_size(dev->ops->dtype), &params) != DT_STATUS_OK ||
+        dev->ops->upload_f32(dev, params, host, l.n_params) != DT_STATUS_OK || dt_net_init(&net, dev, &l, 1) != DT_STATUS_OK)
+        goto out_error;
+    have_net = 1;
+    dt_net_bind(&net, params, NULL);
+    out = dt_xcalloc((size_t)o.tokens + 1, sizeof *out);
+    if (dt_sample_generate(&net, ids, n_ids, &o, out) != DT_STATUS_OK) {
+        fprintf(stderr, "dtrun sample: %s\n", dt_error_detail());
+        rc = DT_EXIT_USAGE;
+        goto out_free;
+    }
+    fprintf(stderr, "dtrun sample: %s (step %lld), %s, %d tokens, temperature %g, top_k %d, seed %llu\n",
+            dt_ckpt_path(ck), (long long)dt_ckpt_step(ck), dt_device_kind_name(dev->kind), o.tokens, o.temperature,
+            o.top_k, (unsigned long long)o.seed);
+    if (text) {
+        if (prompt) fputs(prompt, stdout);
+        for (int i = 0; i < o.tokens; i++) {
+            int c = out[i];
+            putchar(c == '\n' || c == '\t' || c >= 32 ? c : '?');
+        }
+        putchar('\n');
+    } else {
+        for (int i = 0; i < o.tokens; i++) printf("%s%d", i ? " " : "", out[i]);
+        putchar('\n');
+    }
+    rc = DT_EXIT_OK;
+    goto out_free;
+out_error:
+    fprintf(stderr, "dtrun sample: %s\n", dt_error_detail());
+out_free:
+    if (have_net) dt_net_free(&net);
+    if (dev) {
+        dev->ops->free(dev, params);
+        dt_device_free(dev);
+    }
+    free(ids);
+    free(out);
+    dt_mem_free(host);
+    dt_model_layout_free(&l);
+    dt_ckpt_close(ck);
+    return rc;
+}
