@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -129,7 +130,9 @@ dt_status_t dt_train_ckpt_save(const dt_train_ckpt *t, int64_t step, const char 
     dt_ckpt_save_stats stats;
     st = dt_ckpt_save(&a, &stats);
     if (st != DT_STATUS_OK) {
-        st = dt_error(st, "checkpoint of step %lld (%s) failed: %s", (long long)step, why, dt_error_detail());
+        char detail[1024]; /* dt_error writes the buffer dt_error_detail reads */
+        snprintf(detail, sizeof detail, "%s", dt_error_detail());
+        st = dt_error(st, "checkpoint of step %lld (%s) failed: %s", (long long)step, why, detail);
         goto out_free;
     }
     double total = dt_now_s() - t0;
@@ -284,8 +287,11 @@ dt_status_t dt_train_ckpt_resume(const dt_train_ckpt *t, int64_t *step) {
     int touched = 0;
     if (strcmp(mode, "auto") != 0) {
         dt_status_t st = load_one(t, mode, step, &touched);
-        if (st != DT_STATUS_OK)
-            return dt_error(st, "checkpoint.resume %s: %s", mode, dt_error_detail());
+        if (st != DT_STATUS_OK) { /* the config names a checkpoint that cannot be used */
+            char detail[1024];
+            snprintf(detail, sizeof detail, "%s", dt_error_detail());
+            return dt_error(DT_STATUS_CONFIG, "checkpoint.resume: %s", detail);
+        }
         return DT_STATUS_OK;
     }
     const char *dir = t->cfg->checkpoint.dir;
@@ -367,7 +373,7 @@ dt_status_t dt_train_ckpt_trim_metrics(const char *log_dir, int64_t step) {
 
 void dt_train_ckpt_fault_point(int rank, int64_t step) {
     static int init;
-    static int64_t kill_step = -1;
+    static int64_t kill_step = -1, term_step = -1;
     static int kill_rank;
     if (!init) {
         init = 1;
@@ -375,6 +381,14 @@ void dt_train_ckpt_fault_point(int rank, int64_t step) {
         const char *rc = getenv("TORCHELASTIC_RESTART_COUNT");
         if (s && *s && (!rc || !*rc || atoi(rc) == 0)) kill_step = strtoll(s, NULL, 10);
         kill_rank = r && *r ? atoi(r) : 0;
+        const char *t = getenv("DTRUN_FAULT_TERM_PARENT_STEP");
+        if (t && *t && (!rc || !*rc || atoi(rc) == 0)) term_step = strtoll(t, NULL, 10);
+    }
+    if (step == term_step && rank == kill_rank) {
+        DT_LOG_WARN("fault injection: DTRUN_FAULT_TERM_PARENT_STEP=%lld: SIGTERM to the parent (pid %d), as a "
+                    "scheduler preempting the job would",
+                    (long long)step, (int)getppid());
+        kill(getppid(), SIGTERM);
     }
     if (step == kill_step && rank == kill_rank) {
         DT_LOG_WARN("fault injection: DTRUN_FAULT_KILL_STEP=%lld: SIGKILL to rank %d", (long long)step, rank);

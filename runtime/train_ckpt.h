@@ -72,7 +72,9 @@ dt_status_t dt_train_ckpt_trim_metrics(const char *log_dir, int64_t step);
 
 /* Fault injection for tests: DTRUN_FAULT_KILL_STEP=N (and optionally
  * DTRUN_FAULT_KILL_RANK=R, default 0) SIGKILLs that rank after step N in the first
- * attempt (TORCHELASTIC_RESTART_COUNT 0 or unset). */
+ * attempt (TORCHELASTIC_RESTART_COUNT 0 or unset); DTRUN_FAULT_TERM_PARENT_STEP=N
+ * sends SIGTERM to the parent (the agent) after step N, as a preempting scheduler
+ * would. */
 void dt_train_ckpt_fault_point(int rank, int64_t step);
 
 #endif /* DT_RUNTIME_TRAIN_CKPT_H */

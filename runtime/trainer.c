@@ -461,7 +461,11 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_trainer_env *env) {
         DT_CHECK_GOTO(after_step(&t, step, &stop), st, out_teardown);
     }
     double wall = dt_now_s() - t_start;
-    if (rank0 && !stop) {
+    if (rank0 && t.start_step >= steps) {
+        printf("dtrun: the checkpoint is at step %lld of %lld: nothing left to train\n", (long long)t.start_step,
+               (long long)steps);
+        fflush(stdout);
+    } else if (rank0 && !stop) {
         DT_CHECK_GOTO(write_summary(&t, final_loss, final_val, tokens_per_step * (double)steps, wall, steps),
                       st, out_teardown);
         printf("dtrun: done: %lld steps in %.1f s, final loss %.4f%s, log in %s\n", (long long)steps, wall,

@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# test_ckpt.sh - checkpoints as users meet them: a run killed and resumed gives the
+# uninterrupted run's losses (directly, and under the launcher with --max_restarts
+# at random steps), SIGTERM preemption then resume, a corrupt latest falls back to
+# the previous checkpoint, bad resume paths and wrong models are named, and
+# `dtrun sample` / `dtrun export` work on the result.
+source "$(dirname "$0")/lib.sh"
+cd "$(dirname "$0")/../.."
+W="$DTRUN __worker"
+
+python3 - "$DT_TMP/text.txt" <<'PY'
+import random, sys
+random.seed(1)
+words = "the quick brown fox jumps over a lazy dog while seven tired cats sleep".split()
+open(sys.argv[1], "w").write("".join(" ".join(random.choice(words) for _ in range(random.randint(3, 9))) + ".\n"
+                                     for _ in range(4000)))
+PY
+cat > "$DT_TMP/gpt.json" <<JSON
+{"model": {"type": "gpt", "n_layer": 2, "n_head": 2, "n_embd": 32, "seq_len": 32, "vocab_size": 256},
+ "data": {"train": "$DT_TMP/text.txt", "val_fraction": 0.05},
+ "train_micro_batch_size_per_gpu": 8, "train_steps": 60, "steps_per_print": 1,
+ "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.1}},
+ "scheduler": {"type": "WarmupCosineLR", "params": {"warmup_num_steps": 10}},
+ "gradient_clipping": 1.0, "threads": 1, "seed": 5,
+ "checkpoint": {"dir": "$DT_TMP/ck0", "every_steps": 10, "keep_last": 2, "resume": "auto"},
+ "log": {"dir": "$DT_TMP/run0"}}
+JSON
+expect2() { # name pattern command...
+  local name=$1 pat=$2; shift 2
+  "$@" >"$DT_TMP/err" 2>&1; local rc=$?
+  if [ $rc -eq 2 ] && grep -q -- "$pat" "$DT_TMP/err"; then pass "$name"; else fail "$name" "rc=$rc: $(head -3 "$DT_TMP/err")"; fi
+}
+# Losses (step, loss) of a run's metrics, one per line.
+losses() { python3 -c 'import json,sys; [print(json.loads(l)["step"], repr(json.loads(l)["loss"])) for l in open(sys.argv[1])]' "$1/metrics.jsonl"; }
+same_losses() { # name run_dir
+  if cmp -s <(losses "$DT_TMP/run0") <(losses "$2"); then pass "$1"; else fail "$1" "$(diff <(losses "$DT_TMP/run0") <(losses "$2") | head -4)"; fi
+}
+
+$W "$DT_TMP/gpt.json" >"$DT_TMP/o0" 2>&1 || fail "uninterrupted run" "$(tail -3 "$DT_TMP/o0")"
+if [ "$(cat "$DT_TMP/ck0/latest")" = step_00000060 ] && [ -f "$DT_TMP/ck0/step_00000060/meta.json" ] &&
+   [ -f "$DT_TMP/ck0/step_00000050/shard_00000.bin" ] && [ ! -e "$DT_TMP/ck0/step_00000040" ] &&
+   grep -q "saved to .* GB/s" "$DT_TMP/o0"; then
+  pass "checkpoints every 10 steps and at the end, keep_last 2, time and GB/s logged"
+else fail "checkpoint directory layout" "$(ls "$DT_TMP/ck0")"; fi
+python3 - "$DT_TMP/ck0/step_00000060/meta.json" <<'PY' && pass "meta.json holds step, config, world, strategy, tensors, ranges, data, rng, scheduler" || fail "meta.json contents"
+import json, sys
+m = json.load(open(sys.argv[1]))
+assert m["step"] == 60 and m["world_size"] == 1 and m["strategy"] == "ddp"
+assert m["config"]["train_steps"] == 60 and m["config"]["model"]["n_embd"] == 32
+assert m["tensors"][0]["name"] == "wte.weight" and m["tensors"][0]["shape"] == [256, 32]
+rs = m["shards"][0]["ranges"]
+assert {r["buffer"] for r in rs} == {"params", "m", "v"} and all(r["count"] == m["n_params"] for r in rs)
+assert "epoch" in m["data"] and m["data"]["cursor"] > 0 and len(m["rng"]["state"]) == 4
+assert m["scheduler"]["step"] == 60 and m["optimizer"]["adam_step"] == 60
+PY
+
+# Killed at step 27 (SIGKILL, no chance to save), resumed by the next run.
+sed "s#$DT_TMP/ck0#$DT_TMP/ck1#; s#$DT_TMP/run0#$DT_TMP/run1#" "$DT_TMP/gpt.json" > "$DT_TMP/g1.json"
+DTRUN_FAULT_KILL_STEP=27 $W "$DT_TMP/g1.json" >"$DT_TMP/o1" 2>&1
+rc=$?
+$W "$DT_TMP/g1.json" >"$DT_TMP/o1b" 2>&1
+if [ $rc -eq 137 ] && grep -q "resumed from .*step_00000020" "$DT_TMP/o1b"; then
+  same_losses "killed at step 27, resumed from step 20: identical losses" "$DT_TMP/run1"
+else fail "kill and resume" "rc=$rc $(grep -i checkpoint "$DT_TMP/o1b" | head -3)"; fi
+
+# Under the launcher: a worker SIGKILLed at a random step, --max_restarts 2.
+for seed in 1 2 3; do
+  k=$(python3 -c "import random; random.seed($seed); print(random.randint(2, 59))")
+  sed "s#$DT_TMP/ck0#$DT_TMP/ckr$seed#; s#$DT_TMP/run0#$DT_TMP/runr$seed#" "$DT_TMP/gpt.json" > "$DT_TMP/gr.json"
+  DTRUN_FAULT_KILL_STEP=$k "$DTRUN" --nproc_per_node 1 --max_restarts 2 "$DT_TMP/gr.json" >"$DT_TMP/or" 2>&1
+  rc=$?
+  if [ $rc -eq 0 ] && grep -q "restarting the workers (restart 1 of 2)" "$DT_TMP/or"; then
+    same_losses "launcher: SIGKILL at step $k, restart, resume: same losses as uninterrupted" "$DT_TMP/runr$seed"
+  else fail "launcher restart after SIGKILL at step $k" "rc=$rc $(tail -3 "$DT_TMP/or")"; fi
+done
+
+# Preemption: the agent gets SIGTERM (sent here by the worker at step 33, as a
+# scheduler would), forwards it; the worker finishes the step, saves, exits 0;
+# the agent exits 128+15. The next launch resumes.
+sed "s#$DT_TMP/ck0#$DT_TMP/ckp#; s#$DT_TMP/run0#$DT_TMP/runp#" "$DT_TMP/gpt.json" > "$DT_TMP/gp.json"
+DTRUN_FAULT_TERM_PARENT_STEP=33 "$DTRUN" --nproc_per_node 1 "$DT_TMP/gp.json" >"$DT_TMP/op" 2>&1
+rc=$?
+saved=$(cat "$DT_TMP/ckp/latest" 2>/dev/null)
+if [ $rc -eq 143 ] && grep -q "preempted by signal 15: stopped after step" "$DT_TMP/op" &&
+   grep -q "(SIGTERM) saved" "$DT_TMP/op" && [ "$saved" != step_00000030 ] && [ -n "$saved" ]; then
+  pass "SIGTERM to the agent: worker saved $saved and exited 0, agent exit 143"
+else fail "SIGTERM preemption" "rc=$rc latest=$saved $(tail -3 "$DT_TMP/op")"; fi
+"$DTRUN" --nproc_per_node 1 "$DT_TMP/gp.json" >"$DT_TMP/op2" 2>&1
+if grep -q "resumed from .*$saved" "$DT_TMP/op2"; then same_losses "relaunch after preemption resumes: same losses" "$DT_TMP/runp"
+else fail "relaunch after preemption" "$(tail -3 "$DT_TMP/op2")"; fi
+
+# A corrupt latest: auto-resume warns and falls back to the previous one.
+cp -r "$DT_TMP/ck1" "$DT_TMP/ckc"
+python3 - "$DT_TMP/ckc/step_00000060/shard_00000.bin" <<'PY'
+import sys
+f = open(sys.argv[1], "r+b"); f.seek(8192); b = f.read(1); f.seek(8192); f.write(bytes([b[0] ^ 0x40]))
+PY
+expect2 "resume from an explicit corrupt checkpoint: exit 2 naming the file" "shard_00000.bin: checksum mismatch" \
+  $W "$DT_TMP/g1.json" checkpoint.dir="$DT_TMP/x" checkpoint.resume="$DT_TMP/ckc/step_00000060"
+$W "$DT_TMP/g1.json" checkpoint.dir="$DT_TMP/ckc" train_steps=70 log.dir="$DT_TMP/runc" >"$DT_TMP/oc" 2>&1
+if grep -q "shard_00000.bin: checksum mismatch.*trying the previous one" "$DT_TMP/oc" &&
+   grep -q "resumed from .*step_00000050" "$DT_TMP/oc"; then pass "flipped byte in latest: warning naming the file, fallback to step 50"
+else fail "fallback from a corrupt latest" "$(grep -i checkpoint "$DT_TMP/oc" | head -3)"; fi
+
+expect2 "resume with another model: exit 2 naming the tensor" "wte.weight is (256, 32) .* (256, 48)" \
+  $W "$DT_TMP/g1.json" model.n_embd=48 checkpoint.resume="$DT_TMP/ck1"
+mkdir -p "$DT_TMP/ck1/step_00000099.tmp"
+expect2 "resume from a .tmp directory: incomplete" "incomplete" \
+  $W "$DT_TMP/g1.json" checkpoint.resume="$DT_TMP/ck1/step_00000099.tmp"
+$W "$DT_TMP/g1.json" model.n_embd=48 train_steps=3 log.dir="$DT_TMP/runm" >"$DT_TMP/om" 2>&1
+if grep -q "does not match the model" "$DT_TMP/om" && grep -q "starting from step 0" "$DT_TMP/om" &&
+   grep -q "step 3/3" "$DT_TMP/om"; then pass "auto-resume with another model: warning, fresh start"
+else fail "auto-resume with another model" "$(tail -3 "$DT_TMP/om")"; fi
+
+# sample and export
+out=$("$DTRUN" sample "$DT_TMP/ck0" --prompt "the quick" --tokens 40 --seed 3 2>"$DT_TMP/se")
+if [ "${out:0:9}" = "the quick" ] && [ ${#out} -ge 49 ] &&
+   [ "$out" = "$("$DTRUN" sample "$DT_TMP/ck0" --prompt "the quick" --tokens 40 --seed 3 2>/dev/null)" ]; then
+  pass "dtrun sample: prompt continued, same seed same text"
+else fail "dtrun sample" "$out $(cat "$DT_TMP/se")"; fi
+expect2 "dtrun sample of a missing checkpoint: exit 2 naming it" "nothing-here" "$DTRUN" sample "$DT_TMP/nothing-here"
+expect2 "dtrun sample bad flag value" "temperature" "$DTRUN" sample "$DT_TMP/ck0" --temperature hot
+if "$DTRUN" export "$DT_TMP/ck0" -o "$DT_TMP/m.safetensors" >"$DT_TMP/oe" 2>&1 && [ -s "$DT_TMP/m.safetensors" ]; then
+  pass "dtrun export writes a safetensors file"
+else fail "dtrun export" "$(cat "$DT_TMP/oe")"; fi
+expect2 "dtrun export without -o" "no -o FILE" "$DTRUN" export "$DT_TMP/ck0"
+if python3 -c "import safetensors, torch" 2>/dev/null; then
+  "$DTRUN" sample "$DT_TMP/ck0" --prompt "the quick" --tokens 30 --temperature 0 >"$DT_TMP/s1" 2>/dev/null
+  if python3 scripts/compat/safetensors_check.py "$DT_TMP/m.safetensors" --n_head 2 --prompt "the quick" --tokens 30 \
+       >"$DT_TMP/s2" 2>"$DT_TMP/s2e" && cmp -s "$DT_TMP/s1" "$DT_TMP/s2"; then
+    pass "safetensors package loads the export; GPT-2 forward in HF's layout gives dtrun's greedy text"
+  else fail "safetensors check" "$(cat "$DT_TMP/s2e" | tail -3) | $(head -c 80 "$DT_TMP/s1") | $(head -c 80 "$DT_TMP/s2")"; fi
+else skip "safetensors python check" "pip install safetensors"; fi
+finish
