@@ -69,7 +69,7 @@ typedef struct dt_adamw_args {
     float lr;
     float beta1, beta2, eps;
     float weight_decay; /* applied only when the op's `decay` flag is set */
-    int step;           /* 1-based step number, for bias correction */
+    int step;           /* 1-based step number, for bias correction (< 1 taken as 1) */
     float grad_scale;   /* gradients are multiplied by this first (clipping); 1 = none */
 } dt_adamw_args_t;
 
@@ -77,7 +77,7 @@ struct dt_ops {
     const char *name;  /* "cpu", "cuda" */
     dt_dtype_t dtype;  /* element type of parameters, activations and gradients */
 
-    /* ---- memory ---------------------------------------------------------- */
+    /* ---- memory (copy/set play memcpy/memset; those names can be libc macros) - */
     /* Zero-filled, 64-byte aligned, accounted under cat (common/mem.h). */
     dt_status_t (*alloc)(dt_device_t *dev, dt_mem_category_t cat, size_t bytes, void **out);
     void (*free)(dt_device_t *dev, void *ptr); /* NULL is fine */

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/clock.h"
 #include "common/status.h"
@@ -223,9 +224,15 @@ int main(int argc, char **argv) {
 
     double *tf = calloc(iters, sizeof(double)), *tb = calloc(iters, sizeof(double));
     double *th = calloc(iters, sizeof(double)), *to = calloc(iters, sizeof(double));
+    struct timespec cpu0, cpu1;
+    double wall0 = 0;
     int want_profile = profiling;
     for (int it = -1; it < iters; it++) {
         profiling = want_profile && it >= 0;
+        if (it == 0) {
+            clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu0);
+            wall0 = dt_now_s();
+        }
         double t0 = dt_now_s();
         block_forward(&k, dev, B, T, C, NH);
         double t1 = dt_now_s();
@@ -252,6 +259,9 @@ int main(int argc, char **argv) {
             to[it] = (t4 - t3) * 1e3;
         }
     }
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu1);
+    double wall = dt_now_s() - wall0;
+    double cpu = (double)(cpu1.tv_sec - cpu0.tv_sec) + (cpu1.tv_nsec - cpu0.tv_nsec) * 1e-9;
     double f = median(tf, iters), b = median(tb, iters), h = median(th, iters);
     double opt = median(to, iters);
     /* Matmul FLOPs of one block, forward: 2 N C (3C + C + 4C + 4C) + attention 2 * 2 B NH T^2 HS
@@ -268,6 +278,10 @@ int main(int argc, char **argv) {
     printf("adamw+norm      %8.2f ms  (%zu params)\n", opt, nparam);
     printf("model step est. %8.2f ms = %d blocks + head + optimizer -> %.0f tokens/s\n", step_ms,
            L, N / step_ms * 1e3);
+    /* CPU time per thread against wall time: below 1 means the cores were shared
+     * with other processes (or threads idled) and the timings above are inflated. */
+    printf("cpu/wall        %8.2f (process CPU time / (wall time * threads))\n",
+           cpu / (wall * dev->nthreads));
     if (want_profile) {
         printf("per op, ms per block fwd+bwd (timed separately, so the sum exceeds the above):\n");
         for (int i = 0; i < 32 && prof[i].name; i++)
