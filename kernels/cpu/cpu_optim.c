@@ -13,7 +13,8 @@
 #define NORM_BLOCKS 256
 #define PAR_MIN_ELEMS (1 << 15)
 
-/* sqrt of x >= 0 within 1 ulp, branch-free so that loops calling it vectorise
+/* sqrt of x >= 0 within 1 ulp for normal x (subnormals: within 10 %, far below any
+ * eps added to it), branch-free so that loops calling it vectorise
  * (libm's sqrtf keeps an errno path that stops GCC's vectoriser): an initial
  * guess from the exponent bits (error < 4 %) and three Newton steps. */
 static inline float sqrt_nonneg(float x) {
