@@ -81,6 +81,8 @@ struct dt_ops {
     /* Zero-filled, 64-byte aligned, accounted under cat (common/mem.h). */
     dt_status_t (*alloc)(dt_device_t *dev, dt_mem_category_t cat, size_t bytes, void **out);
     void (*free)(dt_device_t *dev, void *ptr); /* NULL is fine */
+    /* Ordered after the ops already issued on the device; a copy to the host has
+     * landed when it returns. Overlapping ranges are fine on CPU. */
     dt_status_t (*copy)(dt_device_t *dev, void *dst, const void *src, size_t bytes,
                         dt_copy_kind_t kind);
     dt_status_t (*set)(dt_device_t *dev, void *ptr, int byte, size_t bytes);
