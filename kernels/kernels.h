@@ -25,7 +25,8 @@
  *    inputs (token ids < vocab, sizes) is the caller's job, done once at start.
  *  - Results are bitwise identical run to run for a fixed dev->nthreads: work is
  *    split statically and every reduction has a fixed order.
- *  - Optional slots may be NULL; the CPU backend fills every slot.
+ *  - Slots marked (optional) may be NULL in a backend, and callers check them
+ *    (peak_flops, relu_*, mse_*); the CPU backend fills every slot.
  */
 #ifndef DT_KERNELS_KERNELS_H
 #define DT_KERNELS_KERNELS_H
@@ -92,7 +93,7 @@ struct dt_ops {
      * (initialisation, checkpoints, export). */
     dt_status_t (*upload_f32)(dt_device_t *dev, void *dst, const float *src, size_t n);
     dt_status_t (*download_f32)(dt_device_t *dev, float *dst, const void *src, size_t n);
-    /* Peak FLOP/s in the compute dtype with dev->nthreads, the denominator of MFU.
+    /* (optional) Peak FLOP/s in the compute dtype with dev->nthreads, for MFU.
      * CPU: measured by a short sgemm probe through matmul_forward (~0.1 s, once per
      * device; cached). CUDA: from a table of known GPUs. 0 when unknown. */
     double (*peak_flops)(dt_device_t *dev);
@@ -164,6 +165,7 @@ struct dt_ops {
     void (*gelu_forward)(dt_device_t *dev, void *out, const void *inp, size_t n);
     void (*gelu_backward)(dt_device_t *dev, void *dinp, // (n) +=
                           const void *inp, const void *dout, size_t n);
+    /* (optional) relu and mse, for the MLP model. */
     void (*relu_forward)(dt_device_t *dev, void *out, const void *inp, size_t n);
     void (*relu_backward)(dt_device_t *dev, void *dinp, // (n) +=
                           const void *inp, const void *dout, size_t n);
