@@ -489,6 +489,12 @@ Test(attention, forward_and_backward_small) {
     attention_case(2, 5, 12, 3, 2, 0);
 }
 
+Test(attention, single_position_and_single_head) {
+    rng_seed(18);
+    attention_case(3, 1, 5, 1, 2, 0); /* T = 1: output is v itself */
+    attention_case(1, 3, 7, 1, 1, 0); /* one head of odd width */
+}
+
 Test(attention, several_row_blocks) {
     rng_seed(8);
     /* T = 70 > the 64-row block: the second block sees the whole first one. */
