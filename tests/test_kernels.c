@@ -405,6 +405,12 @@ Test(matmul, no_bias_no_dinp) {
     matmul_case(7, 9, 5, 0, 0, 1, 0);
 }
 
+Test(matmul, threaded_few_rows_split_by_channel) {
+    rng_seed(19);
+    /* 3 rows, 4099 output channels: threads split the channels. */
+    matmul_case(3, 70, 4099, 1, 1, 2, 200);
+}
+
 Test(matmul, threaded_odd_shape) {
     rng_seed(6);
     /* 67 * 72 * 81 multiply-adds: above the threading threshold, odd splits. */
