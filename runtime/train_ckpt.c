@@ -192,6 +192,19 @@ static dt_status_t load_buffers(const dt_train_ckpt *t, dt_ckpt_t *c) {
                                out_free);
         }
     }
+    if (t->n_owned > 0 && t->load_full_params) {
+        size_t n_all = t->layout->n_params;
+        if (host_fp32(t->dev)) DT_CHECK_GOTO(dt_ckpt_read(c, "params", 0, n_all, t->params), st, out_free);
+        else {
+            dt_mem_free(h);
+            if (!(h = dt_mem_alloc(DT_MEM_OTHER, n_all * sizeof(float)))) {
+                st = DT_STATUS_NOMEM;
+                goto out_free;
+            }
+            DT_CHECK_GOTO(dt_ckpt_read(c, "params", 0, n_all, h), st, out_free);
+            DT_CHECK_GOTO(ops->upload_f32(t->dev, t->params, h, n_all), st, out_free);
+        }
+    }
     st = ops->synchronize(t->dev);
 out_free:
     dt_mem_free(h);
@@ -275,6 +288,7 @@ static dt_status_t reinit(const dt_train_ckpt *t) {
         if (st == DT_STATUS_OK) st = ops->set(t->dev, own[i].m, 0, own[i].count * sizeof(float));
         if (st == DT_STATUS_OK) st = ops->set(t->dev, own[i].v, 0, own[i].count * sizeof(float));
     }
+    if (st == DT_STATUS_OK && t->n_owned > 0 && t->load_full_params) st = ops->upload_f32(t->dev, t->params, host, n);
     free(own);
     dt_mem_free(host);
     return st;

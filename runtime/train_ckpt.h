@@ -42,6 +42,9 @@ typedef struct dt_train_ckpt {
     const dt_train_ckpt_owned *owned;
     int n_owned;
     void *params; /* full replicas (device), used when n_owned is 0 */
+    /* ZeRO-1/2 with owned ranges: parameters are replicated though m and v are not;
+     * set this (and params) so resume reads the whole parameter buffer. */
+    int load_full_params;
     float *m, *v;
     dt_data_t *data;      /* NULL for the MLP */
     uint64_t *mlp_cursor; /* the MLP's synthetic-data position */
