@@ -112,6 +112,17 @@ if grep -q "does not match the model" "$DT_TMP/om" && grep -q "starting from ste
    grep -q "step 3/3" "$DT_TMP/om"; then pass "auto-resume with another model: warning, fresh start"
 else fail "auto-resume with another model" "$(tail -3 "$DT_TMP/om")"; fi
 
+# An unwritable checkpoint directory: every save reports the problem, training
+# goes on to the end, and the run fails (exit 1) because its final save failed.
+touch "$DT_TMP/a-file"
+$W "$DT_TMP/g1.json" checkpoint.dir="$DT_TMP/a-file/ck" checkpoint.resume=never train_steps=25 log.dir="$DT_TMP/runu" \
+  >"$DT_TMP/ou" 2>&1
+rc=$?
+if [ $rc -eq 1 ] && [ "$(grep -c "cannot create directory $DT_TMP/a-file/ck.*training continues" "$DT_TMP/ou")" -eq 2 ] &&
+   grep -q "step 25/25" "$DT_TMP/ou" && grep -q "checkpoint of step 25 (final) failed" "$DT_TMP/ou"; then
+  pass "unwritable checkpoint dir: clear errors, training continues, exit 1 at the failed final save"
+else fail "unwritable checkpoint dir" "rc=$rc $(tail -3 "$DT_TMP/ou")"; fi
+
 # sample and export
 out=$("$DTRUN" sample "$DT_TMP/ck0" --prompt "the quick" --tokens 40 --seed 3 2>"$DT_TMP/se")
 if [ "${out:0:9}" = "the quick" ] && [ ${#out} -ge 49 ] &&
