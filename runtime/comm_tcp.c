@@ -1,0 +1,500 @@
+/*
+ * comm_tcp.c - TCP ring backend: each rank sends to rank+1 and receives from
+ * rank-1 over tcp_conns connections each way (TCP_NODELAY, non-blocking, one
+ * poll loop driving sends and receives at once).
+ *
+ * Bootstrap: every rank listens on an ephemeral port of the address it is
+ * reached on (DTRUN_COMM_ADDR / config, else the local address of the route to
+ * the store's host: 127.0.0.1 for a loopback store) and publishes "addr port"
+ * in the store; then connects to the next rank and accepts from the previous
+ * one. A hello on each connection names rank and connection index.
+ *
+ * Every op starts with a 40-byte header to the next rank (op, seq, count, dtype,
+ * reduction, root); a rank whose previous neighbour is in another op fails at
+ * once with DT_STATUS_MISMATCH naming both.
+ *
+ * Algorithms (n ranks, slices as in comm.h):
+ *   all_reduce: ring reduce-scatter (n-1 steps) then ring all-gather (n-1 steps).
+ *     At reduce-scatter step s rank r sends slice (r-s-1) mod n and receives
+ *     slice (r-s-2) mod n, which it adds to its own as bytes arrive; after n-1
+ *     steps it holds slice r reduced (in ring order r+1, r+2, ..., r+n), divides
+ *     it for avg, and the all-gather circulates the reduced slices. Every step's
+ *     bytes are striped over the tcp_conns connections.
+ *   reduce_scatter: the first half. all_gather: n-1 forwarding steps.
+ *   broadcast: a chain from the root, pipelined in chunks.
+ *   Reductions travel as fp32: bf16 inputs are widened first and rounded once
+ *   at the end (twice the bytes of a bf16 wire, but one rounding).
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/mem.h"
+#include "runtime/comm_impl.h"
+
+#define TCP_MAX_CONNS 8
+#define TCP_HELLO_MAGIC 0x64747470u /* "dttp" */
+#define TCP_OP_MAGIC 0x6474636fu    /* "dtco" */
+#define TCP_BCAST_CHUNK (512u * 1024u)
+
+typedef struct tcp_be {
+    int n, r, nconn;
+    int next[TCP_MAX_CONNS]; /* to rank r+1 */
+    int prev[TCP_MAX_CONNS]; /* from rank r-1 */
+    float *work, *stage;
+    size_t work_cap, stage_cap; /* in floats */
+    dt_comm_req_t *req;
+} tcp_be_t;
+
+typedef struct op_header {
+    uint32_t magic, op, dtype, redop;
+    uint64_t seq, count;
+    int32_t root;
+    uint32_t pad;
+} op_header_t;
+
+/* ---- bootstrap ----------------------------------------------------------------- */
+
+/* The local address used to reach host (no packet is sent). */
+static dt_status_t route_addr(const char *host, int port, char *out, size_t len) {
+    struct addrinfo hints = {0}, *ai = NULL;
+    hints.ai_socktype = SOCK_DGRAM;
+    char ps[16];
+    snprintf(ps, sizeof(ps), "%d", port);
+    int e = getaddrinfo(host, ps, &hints, &ai);
+    if (e) return dt_error(DT_STATUS_CONFIG, "tcp comm: cannot resolve store host %s: %s", host, gai_strerror(e));
+    dt_status_t st = DT_STATUS_OK;
+    int fd = socket(ai->ai_family, SOCK_DGRAM, 0);
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    if (fd < 0 || connect(fd, ai->ai_addr, ai->ai_addrlen) != 0 || getsockname(fd, (struct sockaddr *)&ss, &sl) != 0) {
+        st = dt_error(DT_STATUS_SYS, "tcp comm: no route to %s: %s", host, strerror(errno));
+    } else if (getnameinfo((struct sockaddr *)&ss, sl, out, (socklen_t)len, NULL, 0, NI_NUMERICHOST) != 0) {
+        st = dt_error(DT_STATUS_SYS, "tcp comm: cannot name the local address towards %s", host);
+    }
+    if (fd >= 0) close(fd);
+    freeaddrinfo(ai);
+    return st;
+}
+
+static void tune(int fd) {
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+static dt_status_t io_full(int fd, void *buf, size_t n, int is_send, double deadline, const char *what) {
+    uint8_t *p = buf;
+    size_t done = 0;
+    while (done < n) {
+        ssize_t k = is_send ? send(fd, p + done, n - done, MSG_NOSIGNAL) : recv(fd, p + done, n - done, 0);
+        if (k > 0) {
+            done += (size_t)k;
+            continue;
+        }
+        if (k == 0) return dt_error(DT_STATUS_CLOSED, "tcp comm: %s: connection closed", what);
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK)
+            return dt_error(dt_status_from_errno(errno), "tcp comm: %s: %s", what, strerror(errno));
+        if (dt_now_s() > deadline) return dt_error(DT_STATUS_TIMEOUT, "tcp comm: %s: timed out", what);
+        struct pollfd pf = {fd, (short)(is_send ? POLLOUT : POLLIN), 0};
+        poll(&pf, 1, 100);
+    }
+    return DT_STATUS_OK;
+}
+
+static void tcp_free(dt_comm_t *comm) {
+    tcp_be_t *be = comm->be;
+    if (!be) return;
+    for (int k = 0; k < TCP_MAX_CONNS; k++) {
+        if (be->next[k] >= 0) close(be->next[k]);
+        if (be->prev[k] >= 0) close(be->prev[k]);
+    }
+    dt_mem_free(be->work);
+    dt_mem_free(be->stage);
+    free(be);
+    comm->be = NULL;
+}
+
+static dt_status_t connect_next(dt_comm_t *comm, tcp_be_t *be, const char *host, const char *port, int k,
+                                double deadline) {
+    struct addrinfo hints = {0}, *ai = NULL;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
+    int e = getaddrinfo(host, port, &hints, &ai);
+    if (e) return dt_error(DT_STATUS_PROTOCOL, "tcp comm: bad peer address %s:%s: %s", host, port, gai_strerror(e));
+    int fd = -1;
+    dt_status_t st = DT_STATUS_OK;
+    for (;;) {
+        fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) break;
+        int err = errno;
+        if (fd >= 0) close(fd);
+        fd = -1;
+        if (dt_now_s() > deadline || (err != ECONNREFUSED && err != EINTR)) {
+            st = dt_error(DT_STATUS_REFUSED, "tcp comm: rank %d cannot connect to rank %d at %s:%s: %s", comm->rank,
+                          (comm->rank + 1) % comm->size, host, port, strerror(err));
+            break;
+        }
+        dt_sleep_ms(20);
+    }
+    freeaddrinfo(ai);
+    if (st != DT_STATUS_OK) return st;
+    tune(fd);
+    uint32_t hello[3] = {TCP_HELLO_MAGIC, (uint32_t)comm->rank, (uint32_t)k};
+    st = io_full(fd, hello, sizeof(hello), 1, deadline, "hello");
+    if (st != DT_STATUS_OK) {
+        close(fd);
+        return st;
+    }
+    be->next[k] = fd;
+    return DT_STATUS_OK;
+}
+
+static dt_status_t tcp_init(dt_comm_t *comm) {
+    dt_status_t st = DT_STATUS_OK;
+    tcp_be_t *be = dt_xcalloc(1, sizeof(*be));
+    comm->be = be;
+    be->n = comm->size;
+    be->r = comm->rank;
+    be->nconn = comm->tcp_conns >= 1 && comm->tcp_conns <= TCP_MAX_CONNS ? comm->tcp_conns : 1;
+    for (int k = 0; k < TCP_MAX_CONNS; k++) be->next[k] = be->prev[k] = -1;
+
+    char addr[NI_MAXHOST];
+    if (comm->tcp_addr)
+        snprintf(addr, sizeof(addr), "%s", comm->tcp_addr);
+    else
+        DT_CHECK(route_addr(comm->store_host, comm->store_port, addr, sizeof(addr)));
+
+    struct addrinfo hints = {0}, *ai = NULL;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICHOST;
+    int e = getaddrinfo(addr, "0", &hints, &ai);
+    if (e) return dt_error(DT_STATUS_CONFIG, "tcp comm: address \"%s\" (DTRUN_COMM_ADDR?): %s", addr, gai_strerror(e));
+    int lfd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (lfd < 0 || bind(lfd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(lfd, 64) != 0) {
+        st = dt_error(DT_STATUS_SYS, "tcp comm: cannot listen on %s: %s", addr, strerror(errno));
+        freeaddrinfo(ai);
+        if (lfd >= 0) close(lfd);
+        return st;
+    }
+    freeaddrinfo(ai);
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    char port[16];
+    getsockname(lfd, (struct sockaddr *)&ss, &sl);
+    getnameinfo((struct sockaddr *)&ss, sl, NULL, 0, port, sizeof(port), NI_NUMERICSERV);
+    char me[NI_MAXHOST + 32];
+    snprintf(me, sizeof(me), "%s %s", addr, port);
+    DT_CHECK_GOTO(dt_comm_kv_set_(comm, me, strlen(me), "tcp/%d", comm->rank), st, out_close_listen);
+
+    int nxt = (be->r + 1) % be->n;
+    char *peer = NULL;
+    DT_CHECK_GOTO(dt_comm_kv_get_(comm, &peer, NULL, "tcp/%d", nxt), st, out_close_listen);
+    char phost[NI_MAXHOST], pport[16];
+    if (sscanf(peer, "%1024s %15s", phost, pport) != 2) {
+        st = dt_error(DT_STATUS_PROTOCOL, "tcp comm: malformed address of rank %d: \"%s\"", nxt, peer);
+        free(peer);
+        goto out_close_listen;
+    }
+    free(peer);
+    double deadline = dt_now_s() + (comm->timeout_s < 60 ? 60 : comm->timeout_s);
+    for (int k = 0; k < be->nconn; k++) DT_CHECK_GOTO(connect_next(comm, be, phost, pport, k, deadline), st, out_close_listen);
+    int prv = (be->r - 1 + be->n) % be->n;
+    for (int got = 0; got < be->nconn;) {
+        struct pollfd pf = {lfd, POLLIN, 0};
+        if (poll(&pf, 1, 200) <= 0) {
+            if (dt_now_s() > deadline) {
+                st = dt_error(DT_STATUS_TIMEOUT, "tcp comm: rank %d: rank %d did not connect", be->r, prv);
+                goto out_close_listen;
+            }
+            continue;
+        }
+        int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd < 0) continue;
+        tune(fd);
+        uint32_t hello[3];
+        st = io_full(fd, hello, sizeof(hello), 0, deadline, "hello");
+        if (st != DT_STATUS_OK || hello[0] != TCP_HELLO_MAGIC || (int)hello[1] != prv || hello[2] >= (uint32_t)be->nconn ||
+            be->prev[hello[2]] >= 0) {
+            close(fd);
+            st = DT_STATUS_OK; /* not our peer: ignore it */
+            continue;
+        }
+        be->prev[hello[2]] = fd;
+        got++;
+    }
+    for (int k = 0; k < be->nconn; k++) {
+        fcntl(be->next[k], F_SETFL, fcntl(be->next[k], F_GETFL) | O_NONBLOCK);
+        fcntl(be->prev[k], F_SETFL, fcntl(be->prev[k], F_GETFL) | O_NONBLOCK);
+    }
+out_close_listen:
+    close(lfd);
+    return st;
+}
+
+/* ---- the progress engine --------------------------------------------------------- */
+
+typedef void (*arrived_fn)(void *arg, size_t lo, size_t hi); /* bytes [lo, hi) of the recv buffer */
+
+/* Part k of nbytes over nconn connections, aligned to align bytes. */
+static void part(size_t nbytes, int nconn, int k, size_t align, size_t *lo, size_t *hi) {
+    size_t units = nbytes / align;
+    size_t a = dt_comm_slice_offset(units, nconn, k) * align, b = a + dt_comm_slice_count(units, nconn, k) * align;
+    if (k == nconn - 1) b = nbytes;
+    *lo = a;
+    *hi = b;
+}
+
+/* Sends sbytes of sbuf to the next rank while receiving rbytes into rbuf from the
+ * previous one, striped over the connections; calls arrived as whole aligned
+ * units land. */
+static dt_status_t exchange(dt_comm_t *comm, tcp_be_t *be, const void *sbuf, size_t sbytes, void *rbuf,
+                            size_t rbytes, size_t align, arrived_fn arrived, void *arg) {
+    int K = be->nconn;
+    size_t slo[TCP_MAX_CONNS], shi[TCP_MAX_CONNS], rlo[TCP_MAX_CONNS], rhi[TCP_MAX_CONNS];
+    size_t sdone[TCP_MAX_CONNS], rdone[TCP_MAX_CONNS], rfed[TCP_MAX_CONNS];
+    for (int k = 0; k < K; k++) {
+        part(sbytes, K, k, align, &slo[k], &shi[k]);
+        part(rbytes, K, k, align, &rlo[k], &rhi[k]);
+        sdone[k] = slo[k];
+        rdone[k] = rfed[k] = rlo[k];
+    }
+    const uint8_t *sp = sbuf;
+    uint8_t *rp = rbuf;
+    uint32_t idle = 0;
+    for (;;) {
+        int pending = 0, progress = 0;
+        for (int k = 0; k < K; k++) {
+            if (sdone[k] < shi[k]) {
+                ssize_t m = send(be->next[k], sp + sdone[k], shi[k] - sdone[k], MSG_NOSIGNAL);
+                if (m > 0) {
+                    sdone[k] += (size_t)m;
+                    progress = 1;
+                } else if (m < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+                    return dt_error(DT_STATUS_CLOSED, "tcp comm: rank %d: sending to rank %d: %s", be->r,
+                                    (be->r + 1) % be->n, strerror(errno));
+                }
+                if (sdone[k] < shi[k]) pending = 1;
+            }
+            if (rdone[k] < rhi[k]) {
+                ssize_t m = recv(be->prev[k], rp + rdone[k], rhi[k] - rdone[k], 0);
+                if (m > 0) {
+                    rdone[k] += (size_t)m;
+                    progress = 1;
+                    size_t upto = rdone[k] == rhi[k] ? rhi[k] : rlo[k] + (rdone[k] - rlo[k]) / align * align;
+                    if (arrived && upto > rfed[k]) {
+                        arrived(arg, rfed[k], upto);
+                        rfed[k] = upto;
+                    }
+                } else if (m == 0) {
+                    return dt_error(DT_STATUS_CLOSED, "tcp comm: rank %d: rank %d closed the connection",
+                                    be->r, (be->r - 1 + be->n) % be->n);
+                } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+                    return dt_error(DT_STATUS_CLOSED, "tcp comm: rank %d: receiving from rank %d: %s", be->r,
+                                    (be->r - 1 + be->n) % be->n, strerror(errno));
+                }
+                if (rdone[k] < rhi[k]) pending = 1;
+            }
+        }
+        if (!pending) return DT_STATUS_OK;
+        if (progress) {
+            idle = 0;
+            continue;
+        }
+        struct pollfd pf[2 * TCP_MAX_CONNS];
+        int np = 0;
+        for (int k = 0; k < K; k++) {
+            if (sdone[k] < shi[k]) pf[np++] = (struct pollfd){be->next[k], POLLOUT, 0};
+            if (rdone[k] < rhi[k]) pf[np++] = (struct pollfd){be->prev[k], POLLIN, 0};
+        }
+        int pr = poll(pf, (nfds_t)np, ++idle > 4 ? 50 : 0);
+        if (pr == 0 && idle > 4) {
+            DT_CHECK(dt_comm_tick_slow_(comm));
+        } else if ((idle & 1023) == 0) {
+            DT_CHECK(dt_comm_tick_slow_(comm));
+        }
+    }
+}
+
+static dt_status_t ensure(float **buf, size_t *cap, size_t n) {
+    if (*cap >= n) return DT_STATUS_OK;
+    dt_mem_free(*buf);
+    *cap = 0;
+    *buf = dt_mem_alloc(DT_MEM_COMM, n * sizeof(float) + 64);
+    if (!*buf) return DT_STATUS_NOMEM;
+    *cap = n;
+    return DT_STATUS_OK;
+}
+
+/* ---- ops ------------------------------------------------------------------------- */
+
+static dt_status_t exchange_header(dt_comm_t *comm, tcp_be_t *be, const dt_comm_req_t *req) {
+    op_header_t mine = {TCP_OP_MAGIC, (uint32_t)req->op_, (uint32_t)req->dtype_, (uint32_t)req->redop_, req->seq_,
+                        req->count_, req->root_, 0};
+    op_header_t theirs;
+    int K = be->nconn;
+    be->nconn = 1; /* the header goes over the first connection */
+    dt_status_t st = exchange(comm, be, &mine, sizeof(mine), &theirs, sizeof(theirs), sizeof(theirs), NULL, NULL);
+    be->nconn = K;
+    DT_CHECK(st);
+    if (theirs.magic != TCP_OP_MAGIC)
+        return dt_error(DT_STATUS_PROTOCOL, "tcp comm: rank %d: bad op header from rank %d", be->r,
+                        (be->r - 1 + be->n) % be->n);
+    if (theirs.op != mine.op || theirs.dtype != mine.dtype || theirs.seq != mine.seq || theirs.count != mine.count ||
+        (req->op_ <= DT_COMM_OP_REDUCE_SCATTER && theirs.redop != mine.redop) ||
+        (req->op_ == DT_COMM_OP_BROADCAST && theirs.root != mine.root)) {
+        dt_comm_req_t other = *req;
+        other.op_ = (dt_comm_op_t)theirs.op;
+        other.dtype_ = (dt_comm_dtype_t)theirs.dtype;
+        other.redop_ = (dt_comm_redop_t)theirs.redop;
+        other.seq_ = theirs.seq;
+        other.count_ = (size_t)theirs.count;
+        char a[200], b[200];
+        dt_comm_describe_(req, a, sizeof(a));
+        dt_comm_describe_(&other, b, sizeof(b));
+        return dt_error(DT_STATUS_MISMATCH, "%s on rank %d: ranks disagree: rank %d is in %s", a, be->r,
+                        (be->r - 1 + be->n) % be->n, b);
+    }
+    return DT_STATUS_OK;
+}
+
+typedef struct reduce_arg {
+    float *acc;
+    const float *in;
+    const float *stage;
+    dt_comm_redop_t redop;
+} reduce_arg_t;
+
+static void reduce_arrived(void *p, size_t lo, size_t hi) {
+    reduce_arg_t *a = p;
+    size_t i0 = lo / 4, i1 = hi / 4;
+    const float *src[2] = {a->in + i0, a->stage + i0};
+    dt_comm_reduce_f32_(a->acc + i0, src, 2, i1 - i0, a->redop == DT_COMM_MAX ? DT_COMM_MAX : DT_COMM_SUM, 0);
+}
+
+/* Ring reduce-scatter (then all-gather when gather) over fp32: in is this rank's
+ * input, acc receives the results (may equal in). */
+static dt_status_t ring_reduce(dt_comm_t *comm, tcp_be_t *be, const float *in, float *acc, size_t count,
+                               dt_comm_redop_t redop, int gather) {
+    int n = be->n, r = be->r;
+    DT_CHECK(ensure(&be->stage, &be->stage_cap, dt_comm_slice_count(count, n, 0)));
+    for (int s = 0; s < n - 1; s++) {
+        int ss = ((r - s - 1) % n + n) % n, rs = ((r - s - 2) % n + n) % n;
+        const float *sbuf = (s == 0 ? in : acc) + dt_comm_slice_offset(count, n, ss);
+        size_t roff = dt_comm_slice_offset(count, n, rs);
+        reduce_arg_t a = {acc + roff, in + roff, be->stage, redop};
+        DT_CHECK(exchange(comm, be, sbuf, dt_comm_slice_count(count, n, ss) * 4, be->stage,
+                          dt_comm_slice_count(count, n, rs) * 4, 4, reduce_arrived, &a));
+    }
+    size_t off = dt_comm_slice_offset(count, n, r), len = dt_comm_slice_count(count, n, r);
+    if (redop == DT_COMM_AVG) {
+        float d = (float)n;
+        for (size_t i = 0; i < len; i++) acc[off + i] /= d;
+    }
+    if (!gather) return DT_STATUS_OK;
+    for (int s = n - 1; s < 2 * n - 2; s++) {
+        int ss = ((r - s - 1) % n + 2 * n) % n, rs = ((r - s - 2) % n + 2 * n) % n;
+        DT_CHECK(exchange(comm, be, acc + dt_comm_slice_offset(count, n, ss), dt_comm_slice_count(count, n, ss) * 4,
+                          acc + dt_comm_slice_offset(count, n, rs), dt_comm_slice_count(count, n, rs) * 4, 4, NULL,
+                          NULL));
+    }
+    return DT_STATUS_OK;
+}
+
+static dt_status_t tcp_all_reduce(dt_comm_t *comm, tcp_be_t *be, dt_comm_req_t *req) {
+    size_t count = req->count_;
+    if (req->dtype_ == DT_COMM_F32) return ring_reduce(comm, be, req->send_, req->recv_, count, req->redop_, 1);
+    DT_CHECK(ensure(&be->work, &be->work_cap, count));
+    dt_comm_bf16_to_f32_n_(be->work, req->send_, count);
+    DT_CHECK(ring_reduce(comm, be, be->work, be->work, count, req->redop_, 1));
+    dt_comm_f32_to_bf16_n_(req->recv_, be->work, count, DT_COMM_SUM, 0);
+    return DT_STATUS_OK;
+}
+
+static dt_status_t tcp_reduce_scatter(dt_comm_t *comm, tcp_be_t *be, dt_comm_req_t *req) {
+    size_t count = req->count_;
+    int n = be->n, r = be->r;
+    size_t off = dt_comm_slice_offset(count, n, r), len = dt_comm_slice_count(count, n, r);
+    DT_CHECK(ensure(&be->work, &be->work_cap, count));
+    if (req->dtype_ == DT_COMM_F32) {
+        DT_CHECK(ring_reduce(comm, be, req->send_, be->work, count, req->redop_, 0));
+        memmove(req->recv_, be->work + off, len * 4);
+    } else {
+        dt_comm_bf16_to_f32_n_(be->work, req->send_, count);
+        DT_CHECK(ring_reduce(comm, be, be->work, be->work, count, req->redop_, 0));
+        dt_comm_f32_to_bf16_n_(req->recv_, be->work + off, len, DT_COMM_SUM, 0);
+    }
+    return DT_STATUS_OK;
+}
+
+static dt_status_t tcp_all_gather(dt_comm_t *comm, tcp_be_t *be, dt_comm_req_t *req) {
+    int n = be->n, r = be->r;
+    size_t bytes = req->count_ * dt_comm_dtype_size(req->dtype_);
+    uint8_t *out = req->recv_;
+    if ((const uint8_t *)req->send_ != out + (size_t)r * bytes) memcpy(out + (size_t)r * bytes, req->send_, bytes);
+    for (int s = 0; s < n - 1; s++) {
+        int sb = ((r - s) % n + n) % n, rb = ((r - s - 1) % n + n) % n;
+        DT_CHECK(exchange(comm, be, out + (size_t)sb * bytes, bytes, out + (size_t)rb * bytes, bytes, 1, NULL, NULL));
+    }
+    return DT_STATUS_OK;
+}
+
+static dt_status_t tcp_broadcast(dt_comm_t *comm, tcp_be_t *be, dt_comm_req_t *req) {
+    size_t bytes = req->count_ * dt_comm_dtype_size(req->dtype_);
+    uint8_t *buf = req->recv_;
+    int root = req->root_, r = be->r;
+    int forward = (r + 1) % be->n != root;
+    size_t nch = (bytes + TCP_BCAST_CHUNK - 1) / TCP_BCAST_CHUNK;
+    for (size_t k = 0; k <= nch; k++) {
+        const uint8_t *sp = NULL;
+        size_t sn = 0;
+        uint8_t *rp = NULL;
+        size_t rn = 0;
+        size_t sk = r == root ? k : k - 1; /* chunk to send now */
+        if (forward && (r == root ? k < nch : k >= 1)) {
+            sp = buf + sk * TCP_BCAST_CHUNK;
+            sn = bytes - sk * TCP_BCAST_CHUNK < TCP_BCAST_CHUNK ? bytes - sk * TCP_BCAST_CHUNK : TCP_BCAST_CHUNK;
+        }
+        if (r != root && k < nch) {
+            rp = buf + k * TCP_BCAST_CHUNK;
+            rn = bytes - k * TCP_BCAST_CHUNK < TCP_BCAST_CHUNK ? bytes - k * TCP_BCAST_CHUNK : TCP_BCAST_CHUNK;
+        }
+        if (sn || rn) DT_CHECK(exchange(comm, be, sp, sn, rp, rn, 1, NULL, NULL));
+    }
+    return DT_STATUS_OK;
+}
+
+static dt_status_t tcp_run(dt_comm_t *comm, dt_comm_req_t *req) {
+    tcp_be_t *be = comm->be;
+    DT_CHECK(exchange_header(comm, be, req));
+    switch (req->op_) {
+    case DT_COMM_OP_ALL_REDUCE: return tcp_all_reduce(comm, be, req);
+    case DT_COMM_OP_REDUCE_SCATTER: return tcp_reduce_scatter(comm, be, req);
+    case DT_COMM_OP_ALL_GATHER: return tcp_all_gather(comm, be, req);
+    case DT_COMM_OP_BROADCAST: return tcp_broadcast(comm, be, req);
+    case DT_COMM_OP_BARRIER: {
+        float one = 1.0f, sum = 0.0f;
+        return ring_reduce(comm, be, &one, &sum, 1, DT_COMM_SUM, 1);
+    }
+    }
+    return dt_error(DT_STATUS_INVALID, "tcp: unknown op %d", (int)req->op_);
+}
+
+const dt_comm_backend_ops_t dt_comm_tcp_ops = {
+    .name = "tcp",
+    .init = tcp_init,
+    .free = tcp_free,
+    .run = tcp_run,
+};
