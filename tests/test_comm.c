@@ -10,6 +10,7 @@
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,7 +122,10 @@ static float val(int rank, size_t i, uint32_t salt, dt_comm_dtype_t dt) {
     h ^= h >> 33;
     h *= 0xff51afd7ed558ccdull;
     h ^= h >> 33;
-    float f = (float)((h >> 40) & 0xffffff) / 16777216.0f * 2.0f - 1.0f;
+    /* full 24-bit mantissas at exponents -8..0 and both signs: sums round, so
+     * a different summation order shows */
+    float f = ldexpf(1.0f + (float)((h >> 40) & 0x7fffff) / 8388608.0f, -(int)((h >> 20) % 9));
+    if (h & 1) f = -f;
     return dt == DT_COMM_BF16 ? dt_comm_bf16_to_f32(dt_comm_f32_to_bf16(f)) : f;
 }
 
@@ -145,7 +149,7 @@ static int slice_index(size_t count, int n, size_t i) {
 static float ref_sum(const group_t *g, dt_comm_backend_t b, size_t count, size_t i, uint32_t salt,
                      dt_comm_dtype_t dt, dt_comm_redop_t op) {
     int n = g->n;
-    float v[16];
+    float v[16] = {0};
     for (int k = 0; k < n; k++) v[k] = val(k, i, salt, dt);
     float acc;
     if (op == DT_COMM_MAX) {
@@ -164,7 +168,7 @@ static float ref_sum(const group_t *g, dt_comm_backend_t b, size_t count, size_t
         int L = g->lws, N = n / L;
         size_t q = (count + (size_t)L - 1) / (size_t)L;
         int j = slice_index(q, N, i % q);
-        float s[16];
+        float s[16] = {0};
         for (int k = 0; k < N; k++) {
             s[k] = v[k * L];
             for (int l = 1; l < L; l++) s[k] += v[k * L + l];
@@ -318,4 +322,293 @@ Test(comm_hier, every_op_two_nodes_of_two) {
     group_t g = group(4, DT_COMM_BACKEND_HIER);
     g.lws = 2;
     expect_all_ok(&g, every_op, NULL);
+}
+
+/* ---- async requests interleaved with compute ------------------------------------- */
+
+static int async_overlap(dt_comm_t *c, const group_t *g, void *arg) {
+    int n = dt_comm_size(c), r = dt_comm_rank(c);
+    enum { NB = 4, COUNT = 200003 };
+    float *bufs[NB];
+    dt_comm_req_t reqs[NB + 1];
+    for (int k = 0; k < NB; k++) {
+        bufs[k] = dt_mem_alloc(DT_MEM_COMM, COUNT * sizeof(float));
+        fill(bufs[k], r, COUNT, 100 + (uint32_t)k, DT_COMM_F32);
+        if (dt_comm_all_reduce_async(c, bufs[k], bufs[k], COUNT, DT_COMM_F32, DT_COMM_SUM, &reqs[k]) != DT_STATUS_OK)
+            return call_failed(c, "all_reduce_async", COUNT);
+    }
+    float mine = (float)r, *all = dt_mem_alloc(DT_MEM_COMM, sizeof(float) * (size_t)n);
+    if (dt_comm_all_gather_async(c, &mine, all, 1, DT_COMM_F32, &reqs[NB]) != DT_STATUS_OK)
+        return call_failed(c, "all_gather_async", 1);
+    /* compute while the communication thread works; requests must finish in order */
+    double acc = 0;
+    int done[NB + 1] = {0}, polls = 0;
+    for (int it = 0; it < 200000 && !done[NB]; it++) {
+        for (int j = 0; j < 2000; j++) acc += (double)j * 1e-9;
+        for (int k = 0; k <= NB; k++) {
+            int d = 0;
+            dt_comm_test(&reqs[k], &d);
+            if (d && !done[k]) {
+                for (int e = 0; e < k; e++)
+                    if (!done[e]) {
+                        fprintf(stderr, "request %d completed before request %d\n", k, e);
+                        return 3;
+                    }
+                done[k] = 1;
+            }
+        }
+        polls++;
+    }
+    for (int k = 0; k <= NB; k++)
+        if (dt_comm_wait(&reqs[k]) != DT_STATUS_OK) return call_failed(c, "wait", (size_t)k);
+    if (polls < 2) {
+        fprintf(stderr, "the ops completed before any compute ran (%d polls)\n", polls);
+        return 4;
+    }
+    for (int k = 0; k < NB; k++)
+        for (size_t i = 0; i < COUNT; i++) {
+            uint32_t want = ref_bits(ref_sum(g, DT_COMM_BACKEND_SHM, COUNT, i, 100 + (uint32_t)k, DT_COMM_F32, DT_COMM_SUM),
+                                     DT_COMM_F32);
+            if (bits_at(bufs[k], i, DT_COMM_F32) != want)
+                return fail_msg(g, c, "async all_reduce", COUNT, DT_COMM_F32, i, bits_at(bufs[k], i, DT_COMM_F32), want);
+        }
+    for (int k = 0; k < n; k++)
+        if (all[k] != (float)k) return fail_msg(g, c, "async all_gather", 1, DT_COMM_F32, (size_t)k, 0, 0);
+    /* a blocking op after async ones queues behind them and still works */
+    float one = 1, sum = 0;
+    if (dt_comm_all_reduce(c, &one, &sum, 1, DT_COMM_F32, DT_COMM_SUM) != DT_STATUS_OK || sum != (float)n)
+        return call_failed(c, "all_reduce after async", 1);
+    for (int k = 0; k < NB; k++) dt_mem_free(bufs[k]);
+    dt_mem_free(all);
+    return acc > 0 ? 0 : 5;
+}
+
+Test(comm_shm, async_requests_overlap_compute_and_complete_in_order) {
+    group_t g = group(2, DT_COMM_BACKEND_SHM);
+    g.chunk = 32 * 1024;
+    expect_all_ok(&g, async_overlap, NULL);
+}
+
+/* ---- sub-communicators ----------------------------------------------------------------- */
+
+static int split_groups(dt_comm_t *c, const group_t *g, void *arg) {
+    int r = dt_comm_rank(c);
+    /* even and odd ranks, ordered by descending parent rank; rank 3 joins none in a second split */
+    dt_comm_t *sub = NULL;
+    if (dt_comm_split(c, r % 2, -r, &sub) != DT_STATUS_OK) return call_failed(c, "split", 0);
+    if (dt_comm_size(sub) != 2) return 10;
+    int want_rank = r >= 2 ? 0 : 1;
+    if (dt_comm_rank(sub) != want_rank) {
+        fprintf(stderr, "rank %d: sub rank %d, expected %d\n", r, dt_comm_rank(sub), want_rank);
+        return 11;
+    }
+    float x = (float)(r + 1), y = 0;
+    if (dt_comm_all_reduce(sub, &x, &y, 1, DT_COMM_F32, DT_COMM_SUM) != DT_STATUS_OK) return call_failed(sub, "sub all_reduce", 1);
+    float want = r % 2 ? 2.0f + 4.0f : 1.0f + 3.0f;
+    if (y != want) {
+        fprintf(stderr, "rank %d: sub all_reduce %g, expected %g\n", r, y, want);
+        return 12;
+    }
+    float gathered[2];
+    if (dt_comm_all_gather(sub, &x, gathered, 1, DT_COMM_F32) != DT_STATUS_OK) return call_failed(sub, "sub all_gather", 1);
+    /* sub rank 0 is the higher parent rank */
+    if (gathered[0] != (float)((r % 2) + 2 + 1) || gathered[1] != (float)((r % 2) + 1)) return 13;
+    /* the parent still works between sub-communicator ops */
+    float s = 1, t = 0;
+    if (dt_comm_all_reduce(c, &s, &t, 1, DT_COMM_F32, DT_COMM_SUM) != DT_STATUS_OK || t != 4.0f) return 14;
+    dt_comm_t *sub2 = NULL;
+    if (dt_comm_split(c, r == 3 ? -1 : 0, 0, &sub2) != DT_STATUS_OK) return call_failed(c, "split 2", 0);
+    if (r == 3) {
+        if (sub2) return 15;
+    } else {
+        if (!sub2 || dt_comm_size(sub2) != 3) return 16;
+        if (dt_comm_barrier(sub2) != DT_STATUS_OK) return call_failed(sub2, "barrier", 0);
+    }
+    dt_comm_free(sub2);
+    dt_comm_free(sub);
+    return 0;
+}
+
+Test(comm_shm, split_into_groups) {
+    group_t g = group(4, DT_COMM_BACKEND_SHM);
+    expect_all_ok(&g, split_groups, NULL);
+}
+
+Test(comm_hier, split_across_nodes_uses_tcp) {
+    group_t g = group(4, DT_COMM_BACKEND_HIER);
+    g.lws = 2;
+    expect_all_ok(&g, split_groups, NULL);
+}
+
+/* ---- hangs and mismatches ---------------------------------------------------------------- */
+
+static int mismatched(dt_comm_t *c, const group_t *g, void *arg) {
+    int r = dt_comm_rank(c);
+    float in[1000] = {0}, out[2000];
+    float one = 1, sum;
+    /* one good op first so the mismatch is at #2 */
+    if (dt_comm_all_reduce(c, &one, &sum, 1, DT_COMM_F32, DT_COMM_SUM) != DT_STATUS_OK) return 20;
+    dt_status_t st = r == 1 ? dt_comm_all_gather(c, in, out, 500, DT_COMM_F32)
+                            : dt_comm_all_reduce(c, in, out, 1000, DT_COMM_F32, DT_COMM_SUM);
+    const char *d = dt_error_detail();
+    fprintf(stderr, "rank %d: %s: %s\n", r, dt_status_name(st), d);
+    if (st == DT_STATUS_OK) return 21;
+    if (g->backend == DT_COMM_BACKEND_SHM && st != DT_STATUS_TIMEOUT) return 22;
+    int names_both = strstr(d, "all_reduce #2 (count 1000, f32, sum)") && strstr(d, "all_gather #2 (count 500, f32)");
+    if (!names_both && g->backend == DT_COMM_BACKEND_SHM) return 23;
+    /* tcp: the rank that sees the other's header names both; others may see the peer leave */
+    if (!names_both && st != DT_STATUS_CLOSED && st != DT_STATUS_MISMATCH) return 24;
+    /* the communicator is broken now: the next op fails at once, naming the cause */
+    double t0 = dt_now_s();
+    if (dt_comm_barrier(c) == DT_STATUS_OK || dt_now_s() - t0 > 1.0) return 25;
+    if (!strstr(dt_error_detail(), "failed earlier")) return 26;
+    return names_both ? 0 : 30;
+}
+
+Test(comm_shm, mismatched_ops_time_out_naming_both_ops) {
+    group_t g = group(3, DT_COMM_BACKEND_SHM);
+    g.timeout_s = 2.0;
+    double t0 = dt_now_s();
+    int codes[3];
+    run_group(&g, mismatched, NULL, codes);
+    for (int i = 0; i < 3; i++) cr_expect_eq(codes[i], 0, "rank %d exited %d", i, codes[i]);
+    cr_expect(dt_now_s() - t0 < 10.0, "took %.1f s", dt_now_s() - t0);
+}
+
+Test(comm_tcp, mismatched_ops_fail_naming_both_ops) {
+    group_t g = group(2, DT_COMM_BACKEND_TCP);
+    g.timeout_s = 3.0;
+    int codes[2];
+    run_group(&g, mismatched, NULL, codes);
+    /* both ranks receive the other's op header */
+    for (int i = 0; i < 2; i++) cr_expect_eq(codes[i], 0, "rank %d exited %d", i, codes[i]);
+}
+
+/* ---- stale segments of a killed run -------------------------------------------------------- */
+
+static int count_segments(const char *run_id) {
+    char pre[128];
+    int plen = snprintf(pre, sizeof(pre), "dtrun.%s.", run_id), k = 0;
+    DIR *d = opendir("/dev/shm");
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        if (!strncmp(e->d_name, pre, (size_t)plen)) k++;
+    if (d) closedir(d);
+    return k;
+}
+
+static int hang_in_init_never(dt_comm_t *c, const group_t *g, void *arg) { return 0; }
+
+static int one_all_reduce(dt_comm_t *c, const group_t *g, void *arg) {
+    float x = 1, y = 0;
+    if (dt_comm_all_reduce(c, &x, &y, 1, DT_COMM_F32, DT_COMM_SUM) != DT_STATUS_OK) return 1;
+    return y == (float)dt_comm_size(c) ? 0 : 2;
+}
+
+static int all_reduce_forever(dt_comm_t *c, const group_t *g, void *arg) {
+    static float buf[1 << 18];
+    for (;;)
+        if (dt_comm_all_reduce(c, buf, buf, 1 << 18, DT_COMM_F32, DT_COMM_SUM) != DT_STATUS_OK) return 1;
+}
+
+Test(comm_shm, stale_segments_of_a_killed_round_are_removed) {
+    group_t g = group(2, DT_COMM_BACKEND_SHM);
+    g.timeout_s = 20;
+    /* round 0: only rank 0 starts, creates its segment and waits for rank 1; SIGKILL it */
+    pid_t p = spawn_rank(&g, 0, hang_in_init_never, NULL);
+    double deadline = dt_now_s() + 10;
+    while (count_segments(g.run_id) == 0 && dt_now_s() < deadline) dt_sleep_ms(5);
+    cr_assert_eq(count_segments(g.run_id), 1, "rank 0 did not create its segment");
+    kill(p, SIGKILL);
+    waitpid(p, NULL, 0);
+    cr_assert_eq(count_segments(g.run_id), 1, "the killed rank's segment should still be there");
+
+    /* round 1: both ranks run all_reduce; one is SIGKILLed mid-op */
+    g.round = 1;
+    pid_t a = spawn_rank(&g, 0, all_reduce_forever, NULL), b = spawn_rank(&g, 1, all_reduce_forever, NULL);
+    dt_sleep_ms(300);
+    kill(b, SIGKILL);
+    waitpid(b, NULL, 0);
+    kill(a, SIGKILL);
+    waitpid(a, NULL, 0);
+    cr_assert_eq(count_segments(g.run_id), 0, "round 1 should have removed round 0's segment and unlinked its own");
+
+    /* round 2 starts cleanly and leaves nothing behind */
+    g.round = 2;
+    expect_all_ok(&g, one_all_reduce, NULL);
+    cr_assert_eq(count_segments(g.run_id), 0);
+}
+
+/* ---- configuration and helpers -------------------------------------------------------------- */
+
+Test(comm, config_from_env_names_what_is_wrong) {
+    dt_comm_config_t cfg;
+    unsetenv("MASTER_ADDR");
+    cr_assert_eq(dt_comm_config_from_env(&cfg), DT_STATUS_CONFIG);
+    cr_assert(strstr(dt_error_detail(), "MASTER_ADDR"));
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    setenv("MASTER_PORT", "29500", 1);
+    setenv("WORLD_SIZE", "4", 1);
+    setenv("RANK", "4", 1);
+    cr_assert_eq(dt_comm_config_from_env(&cfg), DT_STATUS_CONFIG);
+    cr_assert(strstr(dt_error_detail(), "RANK=\"4\""), "%s", dt_error_detail());
+    setenv("RANK", "3", 1);
+    setenv("LOCAL_WORLD_SIZE", "2", 1);
+    setenv("LOCAL_RANK", "1", 1);
+    setenv("TORCHELASTIC_RUN_ID", "job/7", 1);
+    setenv("TORCHELASTIC_RESTART_COUNT", "2", 1);
+    cr_assert_eq(dt_comm_config_from_env(&cfg), DT_STATUS_OK, "%s", dt_error_detail());
+    cr_assert_eq(cfg.rank, 3);
+    cr_assert_eq(cfg.local_world_size, 2);
+    cr_assert_eq(cfg.restart_round, 2);
+    cr_assert_str_eq(cfg.run_id, "job/7");
+    setenv("DTRUN_COMM", "carrier-pigeon", 1);
+    cfg.store_port = store_port();
+    cfg.world_size = 1;
+    cfg.rank = 0;
+    cfg.local_world_size = 1;
+    dt_comm_t *c = NULL;
+    cr_assert_eq(dt_comm_init(&cfg, &c), DT_STATUS_CONFIG);
+    cr_assert(strstr(dt_error_detail(), "DTRUN_COMM=\"carrier-pigeon\""), "%s", dt_error_detail());
+    unsetenv("DTRUN_COMM");
+}
+
+Test(comm, bad_arguments_are_errors_not_crashes) {
+    group_t g = group(1, DT_COMM_BACKEND_SHM);
+    dt_comm_config_t cfg = {.store_host = "127.0.0.1", .store_port = store_port(), .run_id = g.run_id,
+                            .world_size = 1, .local_world_size = 1, .backend = DT_COMM_BACKEND_SHM, .device = -1};
+    dt_comm_t *c = NULL;
+    cr_assert_eq(dt_comm_init(&cfg, &c), DT_STATUS_OK, "%s", dt_error_detail());
+    float x = 1;
+    cr_assert_eq(dt_comm_broadcast(c, &x, 1, DT_COMM_F32, 1), DT_STATUS_INVALID);
+    cr_assert(strstr(dt_error_detail(), "root 1"), "%s", dt_error_detail());
+    cr_assert_eq(dt_comm_all_reduce(c, NULL, &x, 1, DT_COMM_F32, DT_COMM_SUM), DT_STATUS_INVALID);
+    cr_assert_eq(dt_comm_all_reduce(c, &x, &x, 1, (dt_comm_dtype_t)7, DT_COMM_SUM), DT_STATUS_INVALID);
+    cr_assert_eq(dt_comm_reduce_scatter(c, &x, &x, 1, DT_COMM_F32, DT_COMM_MAX), DT_STATUS_UNSUPPORTED);
+    /* still usable: bad arguments do not consume a sequence number */
+    cr_assert_eq(dt_comm_next_seq(c), 1);
+    cr_assert_eq(dt_comm_all_reduce(c, &x, &x, 1, DT_COMM_F32, DT_COMM_AVG), DT_STATUS_OK);
+    cr_assert_eq(x, 1.0f);
+    dt_comm_free(c);
+    cfg.rank = 2;
+    cr_assert_eq(dt_comm_init(&cfg, &c), DT_STATUS_CONFIG);
+}
+
+Test(comm, bf16_rounds_to_nearest_even_and_slices) {
+    cr_assert_eq(dt_comm_f32_to_bf16(1.0f), 0x3f80);
+    /* 1 + 2^-8 is halfway between bf16 1.0 and 1.0078125: ties to even (1.0) */
+    cr_assert_eq(dt_comm_f32_to_bf16(1.00390625f), 0x3f80);
+    /* 1 + 3*2^-8 is halfway between 1.0078125 (odd) and 1.015625 (even) */
+    cr_assert_eq(dt_comm_f32_to_bf16(1.01171875f), 0x3f82);
+    cr_assert_eq(dt_comm_f32_to_bf16(1.0f + 0.005f), 0x3f81);
+    cr_assert(isnan(dt_comm_bf16_to_f32(dt_comm_f32_to_bf16(NAN))));
+    cr_assert_eq(dt_comm_bf16_to_f32(0xc000), -2.0f);
+    /* 10 over 4 ranks: 3 3 2 2 */
+    size_t want_n[4] = {3, 3, 2, 2}, want_o[4] = {0, 3, 6, 8};
+    for (int r = 0; r < 4; r++) {
+        cr_assert_eq(dt_comm_slice_count(10, 4, r), want_n[r]);
+        cr_assert_eq(dt_comm_slice_offset(10, 4, r), want_o[r]);
+    }
+    cr_assert_eq(dt_comm_slice_count(2, 4, 3), 0);
+    cr_assert_eq(dt_comm_slice_offset(2, 4, 3), 2);
 }
