@@ -363,10 +363,8 @@ static void *comm_thread(void *arg) {
 }
 
 static dt_status_t check_args(dt_comm_t *comm, dt_comm_req_t *req) {
-    char what[200];
     if (!comm) return dt_error(DT_STATUS_INVALID, "communicator is NULL");
     if (!req) return dt_error(DT_STATUS_INVALID, "request is NULL");
-    dt_comm_describe_(req, what, sizeof(what));
     if (req->dtype_ != DT_COMM_F32 && req->dtype_ != DT_COMM_BF16)
         return dt_error(DT_STATUS_INVALID, "%s: unknown dtype %d", dt_comm_op_name(req->op_), (int)req->dtype_);
     if ((unsigned)req->redop_ > DT_COMM_MAX)
