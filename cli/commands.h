@@ -26,5 +26,7 @@ int dt_cmd_plan(int argc, char **argv);
 int dt_cmd_sample(int argc, char **argv);
 int dt_cmd_export(int argc, char **argv);
 int dt_cmd_report(int argc, char **argv);
+/* hidden: dtrun config CONFIG.json [KEY=VALUE ...] [--world-size N] | --keys */
+int dt_cmd_config(int argc, char **argv);
 
 #endif /* DT_CLI_COMMANDS_H */

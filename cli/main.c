@@ -28,6 +28,7 @@ __attribute__((weak)) int dt_cmd_plan(int argc, char **argv) { return not_built(
 __attribute__((weak)) int dt_cmd_sample(int argc, char **argv) { return not_built("'dtrun sample'"); }
 __attribute__((weak)) int dt_cmd_export(int argc, char **argv) { return not_built("'dtrun export'"); }
 __attribute__((weak)) int dt_cmd_report(int argc, char **argv) { return not_built("'dtrun report'"); }
+__attribute__((weak)) int dt_cmd_config(int argc, char **argv) { return not_built("'dtrun config'"); }
 
 static const char usage[] =
     "usage:\n"
@@ -79,5 +80,6 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "sample")) return dt_cmd_sample(argc - 1, argv + 1);
     if (!strcmp(cmd, "export")) return dt_cmd_export(argc - 1, argv + 1);
     if (!strcmp(cmd, "report")) return dt_cmd_report(argc - 1, argv + 1);
+    if (!strcmp(cmd, "config")) return dt_cmd_config(argc - 1, argv + 1);
     return dt_cmd_launch(argc, argv);
 }

@@ -1,0 +1,102 @@
+/*
+ * cmd_config.c - hidden subcommand: check a config the way the launcher does.
+ *
+ *   dtrun config CONFIG.json [KEY=VALUE ...] [--world-size N] [--print-config]
+ *   dtrun config --keys
+ *
+ * Loads the file, applies the overrides, resolves the batch sizes for the world
+ * size (default 1) and prints the resolved config as JSON on stdout (exit 0), or
+ * every error on stderr (exit 2). Warnings (ignored DeepSpeed keys, "auto")
+ * go to stderr either way.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "common/mem.h" /* defines: dt_xcalloc */
+#include "runtime/config.h" /* defines: dt_config_load, dt_config_resolve, dt_config_dump_json */
+
+static const char config_usage[] =
+    "usage: dtrun config CONFIG.json [KEY=VALUE ...] [--world-size N] [--print-config]\n"
+    "       dtrun config --keys\n"
+    "Checks a config as the launcher does and prints it resolved, as JSON.\n"
+    "Exit 0 when valid, 2 with every error otherwise.\n";
+
+static int parse_world_size(const char *s, int *out) {
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || !end || *end || end == s || v < 1 || v > 1000000) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+int dt_cmd_config(int argc, char **argv) {
+    const char *path = NULL;
+    int world_size = 1;
+    const char **overrides = dt_xcalloc((size_t)(argc > 0 ? argc : 1), sizeof *overrides);
+    int n_overrides = 0;
+    int rc = DT_EXIT_USAGE;
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--keys")) {
+            dt_config_print_keys(stdout);
+            rc = DT_EXIT_OK;
+            goto out_free_overrides;
+        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(config_usage, stdout);
+            rc = DT_EXIT_OK;
+            goto out_free_overrides;
+        } else if (!strcmp(a, "--print-config") || !strcmp(a, "--print_config")) {
+            /* printing is what this command does; accepted as the launcher's flag */
+        } else if (!strncmp(a, "--world-size", 12) || !strncmp(a, "--world_size", 12)) {
+            const char *v = a[12] == '=' ? a + 13 : (a[12] == '\0' && i + 1 < argc ? argv[++i] : NULL);
+            if (!v || parse_world_size(v, &world_size) != 0) {
+                fprintf(stderr, "dtrun config: --world-size: expected an integer >= 1, found %s\n",
+                        v ? v : "nothing");
+                goto out_free_overrides;
+            }
+        } else if (a[0] == '-' && a[1] == '-') {
+            fprintf(stderr, "dtrun config: unknown flag %s\n%s", a, config_usage);
+            goto out_free_overrides;
+        } else if (!path && !strchr(a, '=')) {
+            path = a;
+        } else if (strchr(a, '=')) {
+            overrides[n_overrides++] = a;
+        } else {
+            fprintf(stderr, "dtrun config: expected KEY=VALUE after the config file, found %s\n",
+                    a);
+            goto out_free_overrides;
+        }
+    }
+    if (!path) {
+        fputs(config_usage, stderr);
+        goto out_free_overrides;
+    }
+
+    dt_config_t cfg;
+    dt_status_t st = dt_config_load(path, overrides, n_overrides, &cfg);
+    dt_status_t st2 = dt_config_resolve(&cfg, world_size);
+    if (st != DT_STATUS_OK || st2 != DT_STATUS_OK) {
+        fprintf(stderr, "dtrun config: %d error%s in %s:\n%s", cfg.n_errors,
+                cfg.n_errors == 1 ? "" : "s", path, dt_config_errors(&cfg));
+        rc = DT_EXIT_USAGE;
+    } else {
+        char *json = dt_config_dump_json(&cfg);
+        if (json) {
+            printf("%s\n", json);
+            rc = DT_EXIT_OK;
+        } else {
+            fprintf(stderr, "dtrun config: out of memory printing the config\n");
+            rc = DT_EXIT_FAILED;
+        }
+        free(json);
+    }
+    dt_config_free(&cfg);
+out_free_overrides:
+    free(overrides);
+    return rc;
+}

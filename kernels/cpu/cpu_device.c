@@ -1,0 +1,177 @@
+/*
+ * cpu_device.c - the CPU backend's device side: memory (host memory accounted
+ * through common/mem.h), copies, the OpenBLAS set-up, and the op table itself.
+ */
+#include "kernels/cpu/cpu.h"
+
+#include <cblas.h>
+#include <omp.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+
+/* OpenBLAS with DYNAMIC_ARCH exports these; weak so that a build without them
+ * still links (then the set-up only fixes the thread count). */
+extern void gotoblas_dynamic_init(void) __attribute__((weak));
+extern void gotoblas_dynamic_quit(void) __attribute__((weak));
+
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+
+static int core_is_generic(const char *core) {
+    static const char *const generic[] = {"Prescott", "Katmai",  "Coppermine", "Northwood",
+                                          "Banias",   "Core2",   "Penryn",     "Dunnington",
+                                          "Nehalem",  "Atom",    "Unknown"};
+    for (size_t i = 0; i < sizeof generic / sizeof generic[0]; i++)
+        if (strcmp(core, generic[i]) == 0) return 1;
+    return 0;
+}
+
+static void blas_setup_once(void) {
+    const char *core = openblas_get_corename();
+    if (!getenv("OPENBLAS_CORETYPE") && gotoblas_dynamic_init && gotoblas_dynamic_quit &&
+        core && core_is_generic(core)) {
+        const char *want = NULL;
+        __builtin_cpu_init();
+        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+            want = "SkylakeX";
+        else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+            want = "Haswell";
+        if (want) {
+            /* Re-runs OpenBLAS's own selection, which reads OPENBLAS_CORETYPE. This
+             * happens before any of our sgemm calls. */
+            setenv("OPENBLAS_CORETYPE", want, 0);
+            gotoblas_dynamic_quit();
+            gotoblas_dynamic_init();
+            DT_LOG_DEBUG("OpenBLAS took this CPU for %s; switched to its %s kernels", core,
+                         openblas_get_corename());
+        }
+    }
+    openblas_set_num_threads(1);
+}
+
+void dt_cpu_blas_setup(void) { pthread_once(&blas_once, blas_setup_once); }
+
+const char *dt_cpu_blas_core(void) { return openblas_get_corename(); }
+
+dt_status_t dt_cpu_device_init(dt_device_t *dev, int nthreads) {
+    dt_cpu_blas_setup();
+    dev->kind = DT_DEVICE_CPU;
+    dev->ordinal = 0;
+    dev->nthreads = nthreads > 0 ? nthreads : omp_get_max_threads();
+    if (dev->nthreads < 1) dev->nthreads = 1;
+    dev->ops = dt_cpu_ops();
+    dev->impl = NULL;
+    return DT_STATUS_OK;
+}
+
+void dt_cpu_device_free(dt_device_t *dev) {
+    free(dev->impl); /* the cached peak FLOP/s, if measured */
+    dev->impl = NULL;
+}
+
+/* ---- memory ------------------------------------------------------------- */
+
+static dt_status_t cpu_alloc(dt_device_t *dev, dt_mem_category_t cat, size_t bytes, void **out) {
+    *out = dt_mem_alloc(cat, bytes ? bytes : 1);
+    if (!*out) return DT_STATUS_NOMEM; /* dt_mem_alloc set the detail */
+    return DT_STATUS_OK;
+}
+
+static void cpu_free(dt_device_t *dev, void *ptr) { dt_mem_free(ptr); }
+
+static dt_status_t cpu_copy(dt_device_t *dev, void *dst, const void *src, size_t bytes,
+                            dt_copy_kind_t kind) {
+    if ((unsigned)kind > DT_COPY_HOST_TO_HOST)
+        return dt_error(DT_STATUS_INVALID, "copy: unknown copy kind %d", (int)kind);
+    if (bytes && (!dst || !src))
+        return dt_error(DT_STATUS_INVALID, "copy: NULL %s for %zu bytes",
+                        dst ? "source" : "destination", bytes);
+    if (bytes) memmove(dst, src, bytes);
+    return DT_STATUS_OK;
+}
+
+static dt_status_t cpu_set(dt_device_t *dev, void *ptr, int byte, size_t bytes) {
+    if (bytes && !ptr) return dt_error(DT_STATUS_INVALID, "set: NULL pointer for %zu bytes", bytes);
+    if (bytes) memset(ptr, byte, bytes);
+    return DT_STATUS_OK;
+}
+
+static dt_status_t cpu_synchronize(dt_device_t *dev) { return DT_STATUS_OK; }
+
+static dt_status_t cpu_upload_f32(dt_device_t *dev, void *dst, const float *src, size_t n) {
+    return cpu_copy(dev, dst, src, n * sizeof(float), DT_COPY_HOST_TO_DEVICE);
+}
+
+static dt_status_t cpu_download_f32(dt_device_t *dev, float *dst, const void *src, size_t n) {
+    return cpu_copy(dev, dst, src, n * sizeof(float), DT_COPY_DEVICE_TO_HOST);
+}
+
+/* Best of a few timed matmuls (512^3, near sgemm's plateau) for at most 0.1 s,
+ * with the device's threads. The result is cached in dev->impl, the CPU
+ * backend's only private state. */
+static double cpu_peak_flops(dt_device_t *dev) {
+    if (dev->impl) return *(double *)dev->impl;
+    const int N = 512, C = 512, OC = 512;
+    size_t bytes = sizeof(float) * ((size_t)N * C + (size_t)OC * C + (size_t)N * OC);
+    float *buf = dt_mem_alloc(DT_MEM_OTHER, bytes);
+    if (!buf) return 0.0;
+    float *x = buf, *w = x + (size_t)N * C, *out = w + (size_t)OC * C;
+    for (size_t i = 0; i < (size_t)N * C; i++) x[i] = (float)(i % 17) * 0.01f;
+    for (size_t i = 0; i < (size_t)OC * C; i++) w[i] = (float)(i % 13) * 0.01f;
+    double best = 0.0, start = dt_now_s();
+    dt_cpu_matmul_forward(dev, out, x, w, NULL, N, C, OC); /* warm-up */
+    for (int rep = 0; rep < 50 && dt_now_s() - start < 0.1; rep++) {
+        double t0 = dt_now_s();
+        dt_cpu_matmul_forward(dev, out, x, w, NULL, N, C, OC);
+        double dt = dt_now_s() - t0;
+        double f = 2.0 * N * C * OC / (dt > 1e-9 ? dt : 1e-9);
+        if (f > best) best = f;
+    }
+    dt_mem_free(buf);
+    double *cache = dt_xmalloc(sizeof *cache);
+    *cache = best;
+    dev->impl = cache;
+    return best;
+}
+
+static const dt_ops_t cpu_ops = {
+    .name = "cpu",
+    .dtype = DT_DTYPE_F32,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .copy = cpu_copy,
+    .set = cpu_set,
+    .synchronize = cpu_synchronize,
+    .upload_f32 = cpu_upload_f32,
+    .download_f32 = cpu_download_f32,
+    .peak_flops = cpu_peak_flops,
+    .encoder_forward = dt_cpu_encoder_forward,
+    .encoder_backward = dt_cpu_encoder_backward,
+    .layernorm_forward = dt_cpu_layernorm_forward,
+    .layernorm_backward = dt_cpu_layernorm_backward,
+    .matmul_forward = dt_cpu_matmul_forward,
+    .matmul_backward = dt_cpu_matmul_backward,
+    .attention_saved_bytes = dt_cpu_attention_saved_bytes,
+    .attention_scratch_bytes = dt_cpu_attention_scratch_bytes,
+    .attention_forward = dt_cpu_attention_forward,
+    .attention_backward = dt_cpu_attention_backward,
+    .gelu_forward = dt_cpu_gelu_forward,
+    .gelu_backward = dt_cpu_gelu_backward,
+    .relu_forward = dt_cpu_relu_forward,
+    .relu_backward = dt_cpu_relu_backward,
+    .residual_forward = dt_cpu_residual_forward,
+    .residual_backward = dt_cpu_residual_backward,
+    .softmax_xent_forward = dt_cpu_softmax_xent_forward,
+    .softmax_xent_backward = dt_cpu_softmax_xent_backward,
+    .mse_forward = dt_cpu_mse_forward,
+    .mse_backward = dt_cpu_mse_backward,
+    .adamw = dt_cpu_adamw,
+    .grad_sq_norm = dt_cpu_grad_sq_norm,
+    .scale = dt_cpu_scale,
+};
+
+const dt_ops_t *dt_cpu_ops(void) { return &cpu_ops; }

@@ -1,0 +1,226 @@
+/*
+ * kernels.h - the device op table: one C ABI that every compute backend fills.
+ *
+ * A device is a context (kind, thread count, and for CUDA later its stream, cuBLASLt
+ * handle and workspace) plus a table of function pointers, as in ggml-backend. The
+ * models (runtime/) see only this file: they allocate their flat parameter, gradient
+ * and optimizer buffers and their activation arena through dev->ops, and run forward
+ * and backward as a sequence of ops. kernels/backend.c is the one file that knows
+ * which backends exist.
+ *
+ * Types. Tensors of parameters, activations and gradients are `void *` holding
+ * elements of the table's compute dtype (dev->ops->dtype: fp32 on CPU, bf16 for
+ * CUDA activations later). Always fp32 (`float *`): layernorm mean/rstd, losses,
+ * master weights, Adam m and v, regression targets. Token ids and class targets
+ * are `const int *`. Pointers given to compute ops are device memory (for CPU that
+ * is any host memory). Shapes are row-major and written in comments, `// (N, C)`.
+ *
+ * Conventions of the compute ops.
+ *  - Every backward ACCUMULATES (+=) into every gradient it produces, input or
+ *    parameter, as llm.c does: the caller zeroes gradient buffers once per step (or
+ *    not, for gradient accumulation). A NULL gradient pointer means "not needed".
+ *  - Loss ops are the start of the backward chain and WRITE their gradient (=).
+ *  - Compute ops return nothing: given shapes that match the buffers they cannot
+ *    fail (the CUDA backend reports launch errors at synchronize). Validating
+ *    inputs (token ids < vocab, sizes) is the caller's job, done once at start.
+ *  - Results are bitwise identical run to run for a fixed dev->nthreads: work is
+ *    split statically and every reduction has a fixed order.
+ *  - Optional slots may be NULL; the CPU backend fills every slot.
+ */
+#ifndef DT_KERNELS_KERNELS_H
+#define DT_KERNELS_KERNELS_H
+
+#include <stddef.h>
+
+#include "common/mem.h"    /* defines: dt_mem_category_t */
+#include "common/status.h" /* defines: dt_status_t */
+
+typedef enum dt_device_kind {
+    DT_DEVICE_CPU = 0,
+    DT_DEVICE_CUDA = 1,
+} dt_device_kind_t;
+
+typedef enum dt_dtype {
+    DT_DTYPE_F32 = 0,
+    DT_DTYPE_BF16 = 1,
+} dt_dtype_t;
+
+typedef enum dt_copy_kind {
+    DT_COPY_HOST_TO_DEVICE = 0,
+    DT_COPY_DEVICE_TO_HOST = 1,
+    DT_COPY_DEVICE_TO_DEVICE = 2,
+    DT_COPY_HOST_TO_HOST = 3,
+} dt_copy_kind_t;
+
+typedef struct dt_ops dt_ops_t;
+typedef struct dt_device dt_device_t;
+
+struct dt_device {
+    dt_device_kind_t kind;
+    int ordinal;        /* CUDA device index; 0 on CPU */
+    int nthreads;       /* CPU threads the ops use (OpenMP); >= 1 */
+    const dt_ops_t *ops;
+    void *impl;         /* backend-private state (CUDA stream, cuBLASLt, workspace) */
+};
+
+/* Hyper-parameters of one AdamW step (decoupled weight decay, Loshchilov & Hutter;
+ * the same update as torch.optim.AdamW). */
+typedef struct dt_adamw_args {
+    float lr;
+    float beta1, beta2, eps;
+    float weight_decay; /* applied only when the op's `decay` flag is set */
+    int step;           /* 1-based step number, for bias correction */
+    float grad_scale;   /* gradients are multiplied by this first (clipping); 1 = none */
+} dt_adamw_args_t;
+
+struct dt_ops {
+    const char *name;  /* "cpu", "cuda" */
+    dt_dtype_t dtype;  /* element type of parameters, activations and gradients */
+
+    /* ---- memory ---------------------------------------------------------- */
+    /* Zero-filled, 64-byte aligned, accounted under cat (common/mem.h). */
+    dt_status_t (*alloc)(dt_device_t *dev, dt_mem_category_t cat, size_t bytes, void **out);
+    void (*free)(dt_device_t *dev, void *ptr); /* NULL is fine */
+    dt_status_t (*copy)(dt_device_t *dev, void *dst, const void *src, size_t bytes,
+                        dt_copy_kind_t kind);
+    dt_status_t (*set)(dt_device_t *dev, void *ptr, int byte, size_t bytes);
+    /* Waits for all queued work; reports errors of asynchronous ops. */
+    dt_status_t (*synchronize)(dt_device_t *dev);
+    /* n elements between host fp32 and device tensors of the compute dtype
+     * (initialisation, checkpoints, export). */
+    dt_status_t (*upload_f32)(dt_device_t *dev, void *dst, const float *src, size_t n);
+    dt_status_t (*download_f32)(dt_device_t *dev, float *dst, const void *src, size_t n);
+    /* Peak FLOP/s in the compute dtype with dev->nthreads, the denominator of MFU.
+     * CPU: measured by a short sgemm probe through matmul_forward (~0.1 s, once per
+     * device; cached). CUDA: from a table of known GPUs. 0 when unknown. */
+    double (*peak_flops)(dt_device_t *dev);
+
+    /* ---- embedding: out[b,t,:] = wte[inp[b,t],:] + wpe[t,:] ---------------- */
+    void (*encoder_forward)(dt_device_t *dev, void *out,  // (B, T, C)
+                            const int *inp,               // (B, T) token ids < V
+                            const void *wte,              // (V, C)
+                            const void *wpe,              // (maxT, C), T <= maxT
+                            int B, int T, int C);
+    /* dwpe may be NULL. */
+    void (*encoder_backward)(dt_device_t *dev, void *dwte, // (V, C) +=
+                             void *dwpe,                   // (maxT, C) +=
+                             const void *dout,             // (B, T, C)
+                             const int *inp,               // (B, T)
+                             int B, int T, int C);
+
+    /* ---- layernorm over the last dim, eps 1e-5, saving mean and rstd ------- */
+    void (*layernorm_forward)(dt_device_t *dev, void *out, // (N, C)
+                              float *mean, float *rstd,    // (N), (N)
+                              const void *inp,             // (N, C)
+                              const void *weight,          // (C)
+                              const void *bias,            // (C)
+                              int N, int C);
+    void (*layernorm_backward)(dt_device_t *dev, void *dinp, // (N, C) +=
+                               void *dweight, void *dbias,   // (C) +=, (C) +=
+                               const void *dout,             // (N, C)
+                               const void *inp,              // (N, C)
+                               const void *weight,           // (C)
+                               const float *mean, const float *rstd, // (N), (N)
+                               int N, int C);
+
+    /* ---- matmul: out = inp @ weight^T + bias (bias may be NULL) ------------- */
+    void (*matmul_forward)(dt_device_t *dev, void *out, // (N, OC)
+                           const void *inp,             // (N, C)
+                           const void *weight,          // (OC, C)
+                           const void *bias,            // (OC) or NULL
+                           int N, int C, int OC);
+    /* dinp and dbias may be NULL. */
+    void (*matmul_backward)(dt_device_t *dev, void *dinp, // (N, C) +=
+                            void *dweight,                // (OC, C) +=
+                            void *dbias,                  // (OC) +=
+                            const void *dout,             // (N, OC)
+                            const void *inp,              // (N, C)
+                            const void *weight,           // (OC, C)
+                            int N, int C, int OC);
+
+    /* ---- causal multi-head self-attention ----------------------------------
+     * qkv holds q, k, v side by side along the last dim, each (NH, HS) with
+     * HS = C / NH; out = softmax(q k^T / sqrt(HS), causal) v, heads concatenated.
+     * `saved` is what the backward needs (CPU: the probabilities (B, NH, T, T));
+     * `scratch` is workspace for the backward only. Their sizes in bytes come from
+     * the two *_bytes slots and depend on dev->nthreads. */
+    size_t (*attention_saved_bytes)(const dt_device_t *dev, int B, int T, int C, int NH);
+    size_t (*attention_scratch_bytes)(const dt_device_t *dev, int B, int T, int C, int NH);
+    void (*attention_forward)(dt_device_t *dev, void *out, // (B, T, C)
+                              void *saved,                 // attention_saved_bytes
+                              const void *qkv,             // (B, T, 3C)
+                              int B, int T, int C, int NH);
+    void (*attention_backward)(dt_device_t *dev, void *dqkv, // (B, T, 3C) +=
+                               void *scratch,                // attention_scratch_bytes
+                               const void *dout,             // (B, T, C)
+                               const void *qkv,              // (B, T, 3C)
+                               const void *saved,            // from the forward
+                               int B, int T, int C, int NH);
+
+    /* ---- elementwise --------------------------------------------------------
+     * gelu: tanh form, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+    void (*gelu_forward)(dt_device_t *dev, void *out, const void *inp, size_t n);
+    void (*gelu_backward)(dt_device_t *dev, void *dinp, // (n) +=
+                          const void *inp, const void *dout, size_t n);
+    void (*relu_forward)(dt_device_t *dev, void *out, const void *inp, size_t n);
+    void (*relu_backward)(dt_device_t *dev, void *dinp, // (n) +=
+                          const void *inp, const void *dout, size_t n);
+    /* out = a + b; backward: da += dout, db += dout (either may be NULL). */
+    void (*residual_forward)(dt_device_t *dev, void *out, const void *a, const void *b,
+                             size_t n);
+    void (*residual_backward)(dt_device_t *dev, void *da, void *db, const void *dout,
+                              size_t n);
+
+    /* ---- losses ---------------------------------------------------------------
+     * Fused softmax + cross-entropy over a padded vocabulary: only the first V of
+     * the Vp logits of a row take part; padded columns are ignored. A target < 0
+     * marks a row to ignore (loss 0, gradient 0). losses[i] = -log p[i, target[i]]. */
+    void (*softmax_xent_forward)(dt_device_t *dev, float *losses, // (N)
+                                 const void *logits,              // (N, Vp)
+                                 const int *targets,              // (N), < V
+                                 int N, int V, int Vp);
+    /* Writes dlogits = dscale * (softmax(logits) - onehot(target)), 0 in padded
+     * columns, e.g. dscale = 1 / (B * T * grad_accum). dlogits may alias logits
+     * (then the logits are consumed). losses (N) is written too unless NULL. */
+    void (*softmax_xent_backward)(dt_device_t *dev, void *dlogits, // (N, Vp) =
+                                  float *losses,                   // (N) or NULL
+                                  const void *logits,              // (N, Vp)
+                                  const int *targets,              // (N)
+                                  float dscale, int N, int V, int Vp);
+    /* Mean squared error per row: losses[i] = (1/D) sum_d (pred - target)^2.
+     * Backward writes dpred = dscale * 2 (pred - target) / D. */
+    void (*mse_forward)(dt_device_t *dev, float *losses, // (N)
+                        const void *pred,                // (N, D)
+                        const float *target,             // (N, D)
+                        int N, int D);
+    void (*mse_backward)(dt_device_t *dev, void *dpred, // (N, D) =
+                         const void *pred, const float *target, float dscale, int N, int D);
+
+    /* ---- optimizer and gradient utilities over flat ranges ---------------------
+     * AdamW over n elements. With master == NULL (fp32 compute) params are the
+     * master weights and are updated in place; otherwise master (fp32) is updated
+     * and params receive its copy in the compute dtype. m, v (fp32) start at 0.
+     * decay = 0 skips weight decay for this range (biases, LayerNorm, embeddings). */
+    void (*adamw)(dt_device_t *dev, void *params, float *master, const void *grads,
+                  float *m, float *v, size_t n, const dt_adamw_args_t *args, int decay);
+    /* Sum of squares of n gradient elements, accumulated in double. */
+    double (*grad_sq_norm)(dt_device_t *dev, const void *grads, size_t n);
+    /* x *= s over n elements (gradient clipping, averaging). */
+    void (*scale)(dt_device_t *dev, void *x, float s, size_t n);
+};
+
+/* Opens a device of the given kind. nthreads <= 0 takes omp_get_max_threads(),
+ * which honours OMP_NUM_THREADS. Errors: UNSUPPORTED when the kind is not built
+ * or not present, with a detail saying which. */
+dt_status_t dt_device_init(dt_device_t **out, dt_device_kind_t kind, int nthreads);
+void dt_device_free(dt_device_t *dev);
+/* 1 when a device of this kind was built into this binary (not that one is present). */
+int dt_device_built(dt_device_kind_t kind);
+const char *dt_device_kind_name(dt_device_kind_t kind);
+/* "cpu" / "cuda" -> kind; INVALID (naming the value) otherwise. */
+dt_status_t dt_device_kind_parse(const char *s, dt_device_kind_t *out);
+/* Bytes of one element: 4 for F32, 2 for BF16. */
+size_t dt_dtype_size(dt_dtype_t dtype);
+const char *dt_dtype_name(dt_dtype_t dtype);
+
+#endif /* DT_KERNELS_KERNELS_H */

@@ -1,0 +1,408 @@
+/*
+ * trainer.c - the training loop (one rank; the gradient reduction across ranks
+ * plugs in at reduce_gradients()).
+ */
+#include "runtime/trainer.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/mem.h"
+#include "common/rng.h"
+#include "kernels/kernels.h"
+#include "runtime/data.h"
+#include "runtime/metrics.h"
+#include "runtime/model.h"
+#include "runtime/net.h"
+#include "runtime/sched.h"
+
+typedef struct trainer {
+    const dt_config_t *cfg;
+    const dt_trainer_env *env;
+    dt_device_t *dev;
+    dt_model_layout layout;
+    dt_net_t net;
+    dt_data_t *data; /* gpt */
+    void *params, *grads;
+    float *m, *v;
+    int B, T, accum;
+    int32_t *tokens, *targets; /* host (B, T) */
+    float *features;           /* host (B, in_dim), mlp */
+    uint64_t mlp_cursor;       /* global samples consumed (mlp synthetic data) */
+    dt_metrics_t *metrics;
+    double peak_flops;
+    char log_dir[4096];
+} trainer;
+
+static int env_int(const char *name, int def) {
+    const char *s = getenv(name);
+    if (!s || !*s) return def;
+    char *end;
+    long v = strtol(s, &end, 10);
+    return *end ? def : (int)v;
+}
+
+dt_status_t dt_trainer_env_from_environ(dt_trainer_env *env) {
+    memset(env, 0, sizeof *env);
+    env->rank = env_int("RANK", 0);
+    env->world_size = env_int("WORLD_SIZE", 1);
+    env->local_rank = env_int("LOCAL_RANK", env->rank);
+    env->local_world_size = env_int("LOCAL_WORLD_SIZE", env->world_size);
+    env->master_addr = getenv("MASTER_ADDR");
+    env->master_port = env_int("MASTER_PORT", 0);
+    env->run_id = getenv("TORCHELASTIC_RUN_ID");
+    if (env->world_size < 1 || env->rank < 0 || env->rank >= env->world_size)
+        return dt_error(DT_STATUS_INVALID, "bad RANK %d / WORLD_SIZE %d in the environment", env->rank,
+                        env->world_size);
+    return DT_STATUS_OK;
+}
+
+/* The MLP's synthetic task: x ~ N(0, 1) of in_dim features, label = argmax of a
+ * fixed random linear teacher. Sample `id` depends only on (seed, id), so any
+ * split over ranks sees the same samples. */
+static void mlp_sample(const dt_config_t *cfg, uint64_t id, float *x, int32_t *y) {
+    int in = (int)cfg->model.in_dim, k = (int)cfg->model.n_classes;
+    dt_rng rng;
+    dt_rng_seed(&rng, (uint64_t)cfg->seed, 0x73616d70ull + id);
+    for (int i = 0; i < in; i++) x[i] = (float)dt_rng_normal(&rng);
+    dt_rng teacher;
+    dt_rng_seed(&teacher, (uint64_t)cfg->seed, 0x7465616368ull);
+    double best = -INFINITY;
+    for (int c = 0; c < k; c++) {
+        double s = 0;
+        for (int i = 0; i < in; i++) s += dt_rng_normal(&teacher) * x[i];
+        if (s > best) best = s, *y = c;
+    }
+}
+
+static void next_batch(trainer *t, dt_batch *batch) {
+    if (t->layout.spec.type == DT_MODEL_GPT) {
+        dt_data_next(t->data, t->tokens, t->targets);
+        batch->tokens = t->tokens;
+    } else {
+        int in = (int)t->cfg->model.in_dim;
+        uint64_t first = t->mlp_cursor + (uint64_t)t->env->rank * (uint64_t)t->B;
+        for (int b = 0; b < t->B; b++)
+            mlp_sample(t->cfg, first + (uint64_t)b, t->features + (size_t)b * in, &t->targets[b]);
+        t->mlp_cursor += (uint64_t)t->env->world_size * (uint64_t)t->B;
+        batch->features = t->features;
+    }
+    batch->targets = t->targets;
+}
+
+static dt_status_t build_spec(const dt_config_t *cfg, dt_model_spec *spec) {
+    memset(spec, 0, sizeof *spec);
+    if (cfg->model.type == DT_MODEL_GPT) {
+        spec->type = DT_MODEL_GPT;
+        spec->n_layer = (int)cfg->model.n_layer;
+        spec->n_head = (int)cfg->model.n_head;
+        spec->n_embd = (int)cfg->model.n_embd;
+        spec->seq_len = (int)cfg->model.seq_len;
+        spec->vocab_pad_multiple = (int)cfg->model.vocab_pad_multiple;
+        spec->vocab_size = (int)cfg->model.vocab_size;
+        if (spec->vocab_size == 0) {
+            dt_data_kind_t kind;
+            DT_CHECK(dt_data_detect(cfg->data.train, &kind));
+            spec->vocab_size = dt_data_default_vocab(kind);
+        }
+    } else {
+        spec->type = DT_MODEL_MLP;
+        spec->in_dim = (int)cfg->model.in_dim;
+        spec->hidden_dim = (int)cfg->model.hidden_dim;
+        spec->n_hidden_layers = (int)cfg->model.n_hidden_layers;
+        spec->n_classes = (int)cfg->model.n_classes;
+    }
+    return DT_STATUS_OK;
+}
+
+static dt_status_t open_device(const dt_config_t *cfg, dt_device_t **dev) {
+    int threads = (int)cfg->threads;
+    if (cfg->device == DT_CONFIG_DEVICE_CUDA)
+        return dt_device_init(dev, DT_DEVICE_CUDA, threads);
+    if (cfg->device == DT_CONFIG_DEVICE_AUTO && dt_device_built(DT_DEVICE_CUDA) &&
+        dt_device_init(dev, DT_DEVICE_CUDA, threads) == DT_STATUS_OK)
+        return DT_STATUS_OK;
+    return dt_device_init(dev, DT_DEVICE_CPU, threads);
+}
+
+static dt_status_t setup(trainer *t) {
+    const dt_config_t *cfg = t->cfg;
+    dt_model_spec spec;
+    DT_CHECK(open_device(cfg, &t->dev));
+    DT_CHECK(build_spec(cfg, &spec));
+    DT_CHECK(dt_model_layout_init(&spec, &t->layout));
+    t->B = (int)cfg->train_micro_batch_size_per_gpu;
+    t->accum = (int)cfg->gradient_accumulation_steps;
+    t->T = spec.type == DT_MODEL_GPT ? spec.seq_len : 1;
+    if (spec.type == DT_MODEL_GPT) {
+        dt_data_opts o = {.train = cfg->data.train, .val = cfg->data.val,
+                          .val_fraction = cfg->data.val_fraction, .seq_len = spec.seq_len,
+                          .vocab_size = spec.vocab_size, .seed = (uint64_t)cfg->seed,
+                          .rank = t->env->rank, .world_size = t->env->world_size, .micro_batch = t->B};
+        DT_CHECK(dt_data_open(&o, &t->data));
+    }
+    const dt_ops_t *o = t->dev->ops;
+    size_t n = t->layout.n_params, es = dt_dtype_size(o->dtype);
+    DT_CHECK(o->alloc(t->dev, DT_MEM_PARAMS, n * es, &t->params));
+    DT_CHECK(o->alloc(t->dev, DT_MEM_GRADS, n * es, &t->grads));
+    DT_CHECK(o->alloc(t->dev, DT_MEM_OPTIM, n * sizeof(float), (void **)&t->m));
+    DT_CHECK(o->alloc(t->dev, DT_MEM_OPTIM, n * sizeof(float), (void **)&t->v));
+    float *host = dt_mem_alloc(DT_MEM_OTHER, n * sizeof(float));
+    if (!host) return DT_STATUS_NOMEM;
+    dt_model_init_params(&t->layout, (uint64_t)cfg->seed, host);
+    dt_status_t st = o->upload_f32(t->dev, t->params, host, n);
+    dt_mem_free(host);
+    DT_CHECK(st);
+    DT_CHECK(dt_net_init(&t->net, t->dev, &t->layout, t->B));
+    dt_net_bind(&t->net, t->params, t->grads);
+    size_t rows = (size_t)t->B * (size_t)t->T;
+    t->tokens = dt_xcalloc(rows, sizeof(int32_t));
+    t->targets = dt_xcalloc(rows, sizeof(int32_t));
+    if (spec.type == DT_MODEL_MLP) t->features = dt_xcalloc((size_t)t->B * (size_t)spec.in_dim, sizeof(float));
+    t->peak_flops = t->dev->kind == DT_DEVICE_CPU ? dt_peak_flops_cpu(t->dev->nthreads) : 0;
+    snprintf(t->log_dir, sizeof t->log_dir, "%s", cfg->log.dir ? cfg->log.dir : "runs/latest");
+    if (t->env->rank == 0) DT_CHECK(dt_metrics_open(t->log_dir, 1, &t->metrics));
+    return DT_STATUS_OK;
+}
+
+static void teardown(trainer *t) {
+    if (t->dev) {
+        const dt_ops_t *o = t->dev->ops;
+        dt_net_free(&t->net);
+        o->free(t->dev, t->params);
+        o->free(t->dev, t->grads);
+        o->free(t->dev, t->m);
+        o->free(t->dev, t->v);
+    }
+    dt_data_close(t->data);
+    dt_model_layout_free(&t->layout);
+    dt_metrics_close(t->metrics);
+    free(t->tokens);
+    free(t->targets);
+    free(t->features);
+    dt_device_free(t->dev);
+}
+
+/* Averages gradients (and the loss) over ranks. One rank: nothing to do. */
+static dt_status_t reduce_gradients(trainer *t, double *loss, double *comm_ms) {
+    (void)loss;
+    *comm_ms = 0;
+    if (t->env->world_size == 1) return DT_STATUS_OK;
+    return dt_error(DT_STATUS_UNSUPPORTED,
+                    "training on %d ranks needs the communicator, which this build does not have yet",
+                    t->env->world_size);
+}
+
+/* AdamW over runs of consecutive tensors that share the weight-decay flag. */
+static void optimizer_step(trainer *t, const dt_adamw_args_t *args) {
+    const dt_ops_t *o = t->dev->ops;
+    size_t es = dt_dtype_size(o->dtype);
+    int i = 0;
+    while (i < t->layout.n_tensors) {
+        int decay = t->layout.tensors[i].decay, j = i;
+        size_t off = t->layout.tensors[i].offset, n = 0;
+        while (j < t->layout.n_tensors && t->layout.tensors[j].decay == decay) n += t->layout.tensors[j++].numel;
+        o->adamw(t->dev, (char *)t->params + off * es, NULL, (char *)t->grads + off * es, t->m + off,
+                 t->v + off, n, args, decay);
+        i = j;
+    }
+}
+
+static dt_status_t evaluate(trainer *t, double *val_loss) {
+    *val_loss = NAN;
+    if (t->layout.spec.type != DT_MODEL_GPT || dt_data_val_samples(t->data) == 0) return DT_STATUS_OK;
+    int nb = t->cfg->eval.batches > 0 ? (int)t->cfg->eval.batches : 1;
+    double sum = 0;
+    for (int i = 0; i < nb; i++) {
+        DT_CHECK(dt_data_val_batch(t->data, (uint64_t)i, t->tokens, t->targets));
+        dt_batch b = {.tokens = t->tokens, .targets = t->targets};
+        double l;
+        DT_CHECK(dt_net_forward(&t->net, &b, &l));
+        sum += l;
+    }
+    t->net.have_forward = 0;
+    *val_loss = sum / nb;
+    return DT_STATUS_OK;
+}
+
+/* Prints n generated characters (text data only), sampling with temperature
+ * 0.8 from a fresh micro-batch-1 network over the trained parameters. */
+static dt_status_t print_sample(trainer *t, int n) {
+    if (n <= 0 || t->layout.spec.type != DT_MODEL_GPT || dt_data_kind(t->data) != DT_DATA_TEXT)
+        return DT_STATUS_OK;
+    dt_net_t net;
+    DT_CHECK(dt_net_init(&net, t->dev, &t->layout, 1));
+    dt_net_bind(&net, t->params, NULL);
+    int T = t->T, Vp = t->layout.vocab_padded, V = t->layout.spec.vocab_size;
+    int32_t *ctx = dt_xcalloc((size_t)T, sizeof(int32_t));
+    float *logits = dt_xcalloc((size_t)Vp, sizeof(float));
+    char *text = dt_xcalloc((size_t)n + 1, 1);
+    dt_rng rng;
+    dt_rng_seed(&rng, (uint64_t)t->cfg->seed, 0x73616d706c65ull);
+    int len = 1;
+    ctx[0] = '\n';
+    dt_status_t st = DT_STATUS_OK;
+    for (int i = 0; i < n; i++) {
+        int pos = len < T ? len : T;
+        DT_CHECK_GOTO(dt_net_logits(&net, ctx, 0, pos - 1, logits), st, out_free);
+        double mx = -INFINITY, sum = 0;
+        for (int v = 0; v < V; v++) mx = logits[v] > mx ? logits[v] : mx;
+        for (int v = 0; v < V; v++) sum += exp((logits[v] - mx) / 0.8);
+        double r = dt_rng_uniform(&rng) * sum, acc = 0;
+        int tok = V - 1;
+        for (int v = 0; v < V; v++) {
+            acc += exp((logits[v] - mx) / 0.8);
+            if (acc >= r) {
+                tok = v;
+                break;
+            }
+        }
+        text[i] = (char)((tok >= 32 && tok < 127) || tok == '\n' || tok == '\t' ? tok : '?');
+        if (len < T) ctx[len++] = tok;
+        else {
+            memmove(ctx, ctx + 1, (size_t)(T - 1) * sizeof *ctx);
+            ctx[T - 1] = tok;
+        }
+    }
+    printf("---- sample (%d characters) ----\n%s\n--------------------------------\n", n, text);
+    fflush(stdout);
+out_free:
+    free(ctx);
+    free(logits);
+    free(text);
+    dt_net_free(&net);
+    return st;
+}
+
+static dt_status_t write_summary(trainer *t, double final_loss, double final_val, double tokens,
+                                 double wall_s, int64_t steps) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "steps", (double)steps);
+    cJSON_AddNumberToObject(o, "final_loss", final_loss);
+    if (!isnan(final_val)) cJSON_AddNumberToObject(o, "final_val_loss", final_val);
+    cJSON_AddNumberToObject(o, "tokens", tokens);
+    cJSON_AddNumberToObject(o, "wall_s", wall_s);
+    cJSON_AddNumberToObject(o, "tokens_per_s", tokens / wall_s);
+    cJSON_AddNumberToObject(o, "world_size", t->env->world_size);
+    cJSON_AddStringToObject(o, "device", dt_device_kind_name(t->dev->kind));
+    cJSON_AddStringToObject(o, "strategy", dt_config_strategy_name(t->cfg->strategy));
+    cJSON_AddNumberToObject(o, "n_params", (double)t->layout.n_params);
+    cJSON *ranks = cJSON_AddArrayToObject(o, "ranks");
+    cJSON *r = cJSON_CreateObject(); /* this rank; other ranks join with the communicator */
+    cJSON_AddNumberToObject(r, "rank", t->env->rank);
+    cJSON_AddNumberToObject(r, "peak_bytes", (double)dt_mem_peak_total());
+    cJSON *ms = cJSON_AddObjectToObject(r, "model_state_bytes");
+    dt_mem_category_t cats[] = {DT_MEM_PARAMS, DT_MEM_GRADS, DT_MEM_MASTER, DT_MEM_OPTIM};
+    double total = 0;
+    for (size_t i = 0; i < sizeof cats / sizeof *cats; i++) {
+        cJSON_AddNumberToObject(ms, dt_mem_category_name(cats[i]), (double)dt_mem_peak(cats[i]));
+        total += (double)dt_mem_peak(cats[i]);
+    }
+    cJSON_AddNumberToObject(ms, "total", total);
+    cJSON_AddNumberToObject(r, "activation_bytes", (double)dt_mem_peak(DT_MEM_ACTIVATIONS));
+    cJSON_AddItemToArray(ranks, r);
+    char *text = cJSON_Print(o);
+    cJSON_Delete(o);
+    dt_status_t st = dt_metrics_write_file(t->log_dir, "summary.json", text);
+    free(text);
+    return st;
+}
+
+dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_trainer_env *env) {
+    trainer t = {.cfg = cfg, .env = env};
+    dt_status_t st = DT_STATUS_OK;
+    DT_CHECK_GOTO(setup(&t), st, out_teardown);
+    int rank0 = env->rank == 0;
+    const dt_ops_t *o = t.dev->ops;
+    size_t n = t.layout.n_params, es = dt_dtype_size(o->dtype);
+    int64_t steps = cfg->train_steps;
+    double tokens_per_step = (double)t.B * t.T * t.accum * env->world_size;
+    double flops_per_token = dt_model_flops_per_token(&t.layout);
+    if (rank0) {
+        char *dump = dt_config_dump_json(cfg);
+        if (dump) dt_metrics_write_file(t.log_dir, "config.json", dump);
+        free(dump);
+        printf("dtrun: %s model, %zu parameters (%.2f MB of fp32), %s x%d thread(s), world %d, "
+               "micro-batch %d x accumulation %d, %lld steps\n",
+               dt_config_model_name(cfg->model.type), n, n * 4.0 / 1e6, dt_device_kind_name(t.dev->kind),
+               t.dev->nthreads, env->world_size, t.B, t.accum, (long long)steps);
+        fflush(stdout);
+    }
+    double t_start = dt_now_s(), final_loss = NAN, final_val = NAN;
+    dt_batch batch = {0};
+    for (int64_t step = 1; step <= steps; step++) {
+        double t0 = dt_now_s(), data_s = 0, loss_sum = 0;
+        DT_CHECK_GOTO(o->set(t.dev, t.grads, 0, n * es), st, out_teardown);
+        for (int a = 0; a < t.accum; a++) {
+            double d0 = dt_now_s();
+            next_batch(&t, &batch);
+            data_s += dt_now_s() - d0;
+            double l;
+            DT_CHECK_GOTO(dt_net_forward(&t.net, &batch, &l), st, out_teardown);
+            loss_sum += l;
+            DT_CHECK_GOTO(dt_net_backward(&t.net, 1.0f / ((float)t.net.n_rows * (float)t.accum)), st,
+                          out_teardown);
+        }
+        double loss = loss_sum / t.accum, comm_ms = 0;
+        DT_CHECK_GOTO(reduce_gradients(&t, &loss, &comm_ms), st, out_teardown);
+        double norm = sqrt(o->grad_sq_norm(t.dev, t.grads, n));
+        if (!isfinite(loss) || !isfinite(norm)) {
+            st = dt_error(DT_STATUS_INVALID, "step %lld: the loss (%g) or gradient norm (%g) is not finite",
+                          (long long)step, loss, norm);
+            goto out_teardown;
+        }
+        dt_adamw_args_t args = {.lr = (float)dt_sched_lr(cfg, step - 1),
+                                .beta1 = (float)cfg->optimizer.betas[0],
+                                .beta2 = (float)cfg->optimizer.betas[1],
+                                .eps = (float)cfg->optimizer.eps,
+                                .weight_decay = (float)cfg->optimizer.weight_decay,
+                                .step = (int)step,
+                                .grad_scale = 1.0f};
+        if (cfg->gradient_clipping > 0 && norm > cfg->gradient_clipping)
+            args.grad_scale = (float)(cfg->gradient_clipping / norm);
+        optimizer_step(&t, &args);
+        DT_CHECK_GOTO(o->synchronize(t.dev), st, out_teardown);
+        double t1 = dt_now_s();
+        double val = NAN;
+        if (cfg->eval.every_steps > 0 && (step % cfg->eval.every_steps == 0 || step == steps))
+            DT_CHECK_GOTO(evaluate(&t, &val), st, out_teardown);
+        final_loss = loss;
+        if (!isnan(val)) final_val = val;
+        int print = cfg->steps_per_print > 0 ? (step % cfg->steps_per_print == 0) : 0;
+        if (rank0 && (print || step == steps || step == 1 || !isnan(val))) {
+            double step_s = t1 - t0;
+            dt_step_metrics m = {.step = step, .total_steps = steps, .loss = loss, .lr = args.lr,
+                                 .grad_norm = norm, .tokens_per_s = tokens_per_step / step_s,
+                                 .step_ms = step_s * 1e3, .comm_ms = comm_ms, .data_ms = data_s * 1e3,
+                                 .val_loss = val};
+            m.compute_ms = m.step_ms - m.comm_ms - m.data_ms;
+            m.mfu = t.peak_flops > 0 ? flops_per_token * m.tokens_per_s / env->world_size / t.peak_flops : 0;
+            double elapsed = dt_now_s() - t_start;
+            m.eta_s = elapsed / (double)step * (double)(steps - step);
+            DT_CHECK_GOTO(dt_metrics_log(t.metrics, &m), st, out_teardown);
+            char line[512];
+            dt_metrics_format(&m, line, sizeof line);
+            printf("%s\n", line);
+            fflush(stdout);
+        }
+    }
+    double wall = dt_now_s() - t_start;
+    if (rank0) {
+        DT_CHECK_GOTO(write_summary(&t, final_loss, final_val, tokens_per_step * (double)steps, wall, steps),
+                      st, out_teardown);
+        printf("dtrun: done: %lld steps in %.1f s, final loss %.4f%s, log in %s\n", (long long)steps, wall,
+               final_loss, isnan(final_val) ? "" : "", t.log_dir);
+        if (!isnan(final_val)) printf("dtrun: final val loss %.4f (perplexity %.2f)\n", final_val, exp(final_val));
+        fflush(stdout);
+        DT_CHECK_GOTO(print_sample(&t, (int)cfg->sample_tokens), st, out_teardown);
+    }
+out_teardown:
+    teardown(&t);
+    return st;
+}

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# test_train.sh - the trainer as users run it: losses fall, files follow the
+# contract, runs are deterministic, bad configs and data exit 2 naming the problem.
+source "$(dirname "$0")/lib.sh"
+cd "$(dirname "$0")/../.."
+W="$DTRUN __worker"
+
+# A small text corpus made here: enough structure for a tiny GPT to learn.
+python3 - "$DT_TMP/text.txt" <<'PY'
+import random, sys
+random.seed(0)
+words = "the quick brown fox jumps over a lazy dog while seven tired cats sleep".split()
+out = []
+for _ in range(6000):
+    out.append(" ".join(random.choice(words) for _ in range(random.randint(3, 9))) + ".\n")
+open(sys.argv[1], "w").write("".join(out))
+PY
+cat > "$DT_TMP/gpt.json" <<JSON
+{"model": {"type": "gpt", "n_layer": 2, "n_head": 2, "n_embd": 32, "seq_len": 32, "vocab_size": 256},
+ "data": {"train": "$DT_TMP/text.txt", "val_fraction": 0.05},
+ "train_micro_batch_size_per_gpu": 8, "train_steps": 150, "steps_per_print": 10,
+ "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.0}},
+ "eval": {"every_steps": 50, "batches": 4}, "threads": 1, "seed": 5,
+ "checkpoint": {"every_steps": 0, "resume": "never"}, "log": {"dir": "$DT_TMP/run1"}}
+JSON
+
+if $W "$DT_TMP/gpt.json" >"$DT_TMP/out1" 2>&1; then pass "gpt trains (exit 0)"; else fail "gpt trains" "$(tail -5 "$DT_TMP/out1")"; fi
+python3 - "$DT_TMP/run1" <<'PY' && pass "loss starts at ln(256), falls below the unigram entropy; metrics keys" || fail "loss curve and metrics keys"
+import json, math, sys
+rows = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl")]
+need = {"step", "loss", "lr", "tokens_per_s", "step_ms", "compute_ms", "comm_ms", "data_ms", "grad_norm"}
+assert all(need <= set(r) for r in rows), "missing keys"
+assert abs(rows[0]["loss"] - math.log(256)) < 0.1, rows[0]["loss"]
+text = open(sys.argv[1] + "/../text.txt", "rb").read()
+from collections import Counter
+c = Counter(text); n = len(text)
+h = -sum(v / n * math.log(v / n) for v in c.values())
+assert rows[-1]["step"] == 150
+assert rows[-1]["loss"] < h - 0.5, (rows[-1]["loss"], h)
+vals = [r["val_loss"] for r in rows if "val_loss" in r]
+assert len(vals) == 3 and vals[-1] < h, vals
+s = json.load(open(sys.argv[1] + "/summary.json"))
+ms = s["ranks"][0]["model_state_bytes"]
+assert ms["total"] == 16 * s["n_params"], ms
+PY
+sed "s#$DT_TMP/run1#$DT_TMP/run2#" "$DT_TMP/gpt.json" > "$DT_TMP/gpt2.json"
+$W "$DT_TMP/gpt2.json" train_steps=20 >/dev/null 2>&1
+$W "$DT_TMP/gpt.json" train_steps=20 log.dir="$DT_TMP/run3" >/dev/null 2>&1
+if cmp -s <(cut -d, -f1-2 "$DT_TMP/run2/metrics.jsonl") <(cut -d, -f1-2 "$DT_TMP/run3/metrics.jsonl"); then
+  pass "same seed, same losses"; else fail "same seed, same losses"; fi
+
+if $W configs/mlp-tiny.json log.dir="$DT_TMP/mlp" >"$DT_TMP/mlp.out" 2>&1 && grep -q "step 20/20" "$DT_TMP/mlp.out"; then
+  pass "mlp trains"; else fail "mlp trains" "$(tail -3 "$DT_TMP/mlp.out")"; fi
+
+# Bad input: exit 2 and a message that names the key or the file.
+expect2() { # name pattern command...
+  local name=$1 pat=$2; shift 2
+  "$@" >"$DT_TMP/err" 2>&1; local rc=$?
+  if [ $rc -eq 2 ] && grep -q -- "$pat" "$DT_TMP/err"; then pass "$name"; else fail "$name" "rc=$rc: $(head -3 "$DT_TMP/err")"; fi
+}
+expect2 "unknown key names it" "optimizer.params.lrr" $W "$DT_TMP/gpt.json" optimizer.params.lrr=1
+expect2 "missing data file named" "no file matches" $W "$DT_TMP/gpt.json" data.train=/nonexistent/x.txt
+printf 'garbage!' > "$DT_TMP/bad.bin"; head -c 3000 /dev/zero >> "$DT_TMP/bad.bin"
+expect2 "bad shard magic named" "bad.bin: not a token shard" $W "$DT_TMP/gpt.json" data.train="$DT_TMP/bad.bin" model.vocab_size=0
+expect2 "batch identity checked" "train_batch_size" $W "$DT_TMP/gpt.json" train_batch_size=7
+finish
