@@ -434,7 +434,7 @@ static dt_status_t issue(dt_comm_t *comm, dt_comm_req_t *req, int blocking) {
         pthread_mutex_lock(&comm->mu);
         comm->running = 0;
         atomic_store_explicit(&req->done_, 1, memory_order_release);
-        pthread_cond_broadcast(&comm->cv_work);
+        if (comm->head) pthread_cond_broadcast(&comm->cv_work); /* an async op queued meanwhile */
         pthread_mutex_unlock(&comm->mu);
         return DT_STATUS_OK;
     }
