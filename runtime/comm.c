@@ -711,9 +711,18 @@ dt_status_t dt_comm_init(const dt_comm_config_t *cfg, dt_comm_t **out) {
     like.timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : env_timeout();
     like.publish_after_s = like.timeout_s / 4 < 5.0 ? like.timeout_s / 4 : 5.0;
 
+    /* The first communicator of a process is "0"; later dt_comm_init calls (the
+     * same number on every rank) get their own names, segments and keys. */
+    static _Atomic int inits = 0;
+    int nth = atomic_fetch_add(&inits, 1);
+    char id[32];
+    if (nth == 0)
+        snprintf(id, sizeof(id), "0");
+    else
+        snprintf(id, sizeof(id), "i%d", nth);
     int *members = dt_xmalloc(sizeof(int) * (size_t)cfg->world_size);
     for (int i = 0; i < cfg->world_size; i++) members[i] = i;
-    dt_status_t st = dt_comm_create_group_(&like, "0", members, cfg->world_size, cfg->rank, kind, out);
+    dt_status_t st = dt_comm_create_group_(&like, id, members, cfg->world_size, cfg->rank, kind, out);
     free(members);
     free(run_id);
     return st;

@@ -139,7 +139,10 @@ const char *dt_comm_backend_name(dt_comm_backend_t b);
 
 /* Creates the communicator of all world_size ranks (collective: every rank
  * calls it with the same run id and round). Exchanges addresses, shared-memory
- * names or the NCCL unique id through the store. */
+ * names or the NCCL unique id through the store. A process may call it more
+ * than once (every rank the same number of times, in the same order); for
+ * groups of ranks prefer dt_comm_split. Errors name what is wrong (bad rank,
+ * unknown DTRUN_COMM, unreachable store, a peer that never came). */
 dt_status_t dt_comm_init(const dt_comm_config_t *cfg, dt_comm_t **out);
 /* Collective over parent: ranks passing the same color form a new
  * communicator, ordered by (key, parent rank). color < 0: this rank joins none

@@ -476,9 +476,7 @@ static dt_status_t tcp_broadcast(dt_comm_t *comm, tcp_be_t *be, dt_comm_req_t *r
     return DT_STATUS_OK;
 }
 
-static dt_status_t tcp_run(dt_comm_t *comm, dt_comm_req_t *req) {
-    tcp_be_t *be = comm->be;
-    DT_CHECK(exchange_header(comm, be, req));
+static dt_status_t tcp_dispatch(dt_comm_t *comm, tcp_be_t *be, dt_comm_req_t *req) {
     switch (req->op_) {
     case DT_COMM_OP_ALL_REDUCE: return tcp_all_reduce(comm, be, req);
     case DT_COMM_OP_REDUCE_SCATTER: return tcp_reduce_scatter(comm, be, req);
@@ -490,6 +488,19 @@ static dt_status_t tcp_run(dt_comm_t *comm, dt_comm_req_t *req) {
     }
     }
     return dt_error(DT_STATUS_INVALID, "tcp: unknown op %d", (int)req->op_);
+}
+
+static dt_status_t tcp_run(dt_comm_t *comm, dt_comm_req_t *req) {
+    tcp_be_t *be = comm->be;
+    DT_CHECK(exchange_header(comm, be, req));
+    dt_status_t st = tcp_dispatch(comm, be, req);
+    if (st != DT_STATUS_OK && st != DT_STATUS_TIMEOUT) { /* timeouts already name the op */
+        char what[200], detail[600];
+        dt_comm_describe_(req, what, sizeof(what));
+        snprintf(detail, sizeof(detail), "%s", dt_error_detail());
+        return dt_error(st, "%s failed: %s", what, detail);
+    }
+    return st;
 }
 
 const dt_comm_backend_ops_t dt_comm_tcp_ops = {
