@@ -526,12 +526,15 @@ Test(comm_shm, stale_segments_of_a_killed_round_are_removed) {
     /* round 1: both ranks run all_reduce; one is SIGKILLed mid-op */
     g.round = 1;
     pid_t a = spawn_rank(&g, 0, all_reduce_forever, NULL), b = spawn_rank(&g, 1, all_reduce_forever, NULL);
-    dt_sleep_ms(300);
+    deadline = dt_now_s() + 20;
+    while (count_segments(g.run_id) != 0 && dt_now_s() < deadline) dt_sleep_ms(5);
+    cr_expect_eq(count_segments(g.run_id), 0, "round 1 did not remove round 0's segment or unlink its own");
+    dt_sleep_ms(100); /* both are in all_reduce now */
     kill(b, SIGKILL);
     waitpid(b, NULL, 0);
     kill(a, SIGKILL);
     waitpid(a, NULL, 0);
-    cr_assert_eq(count_segments(g.run_id), 0, "round 1 should have removed round 0's segment and unlinked its own");
+    cr_assert_eq(count_segments(g.run_id), 0, "a rank killed mid-op left a segment behind");
 
     /* round 2 starts cleanly and leaves nothing behind */
     g.round = 2;
