@@ -20,7 +20,9 @@
  * names both, instead of mixing data.
  *
  * Waiting: spin with pause, then futex on the peer's wake word (the poster
- * wakes only when someone sleeps), checking the hang detector on the way.
+ * wakes only when someone sleeps), checking the hang detector on the way and,
+ * every ~100 ms, whether the peer's process still exists (a rank that died
+ * fails the op at once with DT_STATUS_CLOSED instead of waiting for the timeout).
  *
  * Algorithms (n ranks, S bytes):
  *   small all_reduce (S <= 32 KiB): one round: everyone copies its input into its
@@ -40,6 +42,7 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +69,7 @@ typedef struct shm_hdr {
     _Alignas(64) _Atomic uint32_t wake; /* futex word, bumped when a sleeper may wait */
     _Atomic uint32_t sleepers;
     uint32_t magic;
+    int32_t pid; /* so that waiting peers notice a rank that died */
     uint64_t slot_bytes;
 } shm_hdr_t;
 
@@ -179,6 +183,7 @@ static dt_status_t shm_init(dt_comm_t *comm) {
     DT_CHECK(map_segment(be->name, be->seg_bytes, 1, &be->base[be->r]));
     dt_mem_account(DT_MEM_COMM, (int64_t)be->seg_bytes);
     shm_hdr_t *h = hdr(be, be->r);
+    h->pid = (int32_t)getpid();
     h->magic = SHM_MAGIC;
     h->slot_bytes = be->slot_bytes;
 
@@ -236,6 +241,7 @@ static dt_status_t wait_flag(dt_comm_t *comm, shm_be_t *be, int k, int which, ui
     _Atomic uint64_t *f = which ? &h->flag_b : &h->flag_a;
     if (reached(f, v)) return DT_STATUS_OK;
     dt_comm_tick_t tick = {0};
+    unsigned naps = 0;
     for (int i = 0; i < SHM_SPIN; i++) {
         if (reached(f, v)) return DT_STATUS_OK;
         if (be->oversub && (i & 31) == 31) sched_yield();
@@ -252,6 +258,11 @@ static dt_status_t wait_flag(dt_comm_t *comm, shm_be_t *be, int k, int which, ui
         if (reached(f, v)) return DT_STATUS_OK;
         tick.n = 255; /* every pass here is at least a futex wait: check the clock */
         DT_CHECK(dt_comm_tick(comm, &tick));
+        if (++naps % 50 == 0 && h->pid > 0 && kill(h->pid, 0) != 0 && errno == ESRCH) {
+            char what[200];
+            dt_comm_describe_(comm->cur, what, sizeof(what));
+            return dt_error(DT_STATUS_CLOSED, "%s on rank %d: rank %d (pid %d) exited", what, be->r, k, (int)h->pid);
+        }
     }
 }
 

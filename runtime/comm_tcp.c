@@ -492,9 +492,9 @@ static dt_status_t tcp_dispatch(dt_comm_t *comm, tcp_be_t *be, dt_comm_req_t *re
 
 static dt_status_t tcp_run(dt_comm_t *comm, dt_comm_req_t *req) {
     tcp_be_t *be = comm->be;
-    DT_CHECK(exchange_header(comm, be, req));
-    dt_status_t st = tcp_dispatch(comm, be, req);
-    if (st != DT_STATUS_OK && st != DT_STATUS_TIMEOUT) { /* timeouts already name the op */
+    dt_status_t st = exchange_header(comm, be, req);
+    if (st == DT_STATUS_OK) st = tcp_dispatch(comm, be, req);
+    if (st != DT_STATUS_OK && st != DT_STATUS_TIMEOUT && st != DT_STATUS_MISMATCH) { /* timeouts already name the op */
         char what[200], detail[600];
         dt_comm_describe_(req, what, sizeof(what));
         snprintf(detail, sizeof(detail), "%s", dt_error_detail());

@@ -615,3 +615,32 @@ Test(comm, bf16_rounds_to_nearest_even_and_slices) {
     cr_assert_eq(dt_comm_slice_count(2, 4, 3), 0);
     cr_assert_eq(dt_comm_slice_offset(2, 4, 3), 2);
 }
+
+/* ---- a rank that dies: the others fail fast, naming the op ---------------------------------- */
+
+static int die_or_reduce(dt_comm_t *c, const group_t *g, void *arg) {
+    if (dt_comm_rank(c) == 1) _exit(0); /* gone without a word */
+    float x[4096] = {0};
+    double t0 = dt_now_s();
+    dt_status_t st = dt_comm_all_reduce(c, x, x, 4096, DT_COMM_F32, DT_COMM_SUM);
+    fprintf(stderr, "rank %d: %s: %s\n", dt_comm_rank(c), dt_status_name(st), dt_error_detail());
+    if (st != DT_STATUS_CLOSED) return 1;
+    if (!strstr(dt_error_detail(), "all_reduce #1 (count 4096, f32, sum)")) return 2;
+    return dt_now_s() - t0 < 5.0 ? 0 : 3;
+}
+
+Test(comm_shm, a_dead_peer_fails_the_op_fast) {
+    group_t g = group(2, DT_COMM_BACKEND_SHM);
+    g.timeout_s = 60;
+    int codes[2];
+    run_group(&g, die_or_reduce, NULL, codes);
+    cr_assert_eq(codes[0], 0, "rank 0 exited %d", codes[0]);
+}
+
+Test(comm_tcp, a_dead_peer_fails_the_op_fast) {
+    group_t g = group(2, DT_COMM_BACKEND_TCP);
+    g.timeout_s = 60;
+    int codes[2];
+    run_group(&g, die_or_reduce, NULL, codes);
+    cr_assert_eq(codes[0], 0, "rank 0 exited %d", codes[0]);
+}
