@@ -59,7 +59,7 @@
 
 #define SHM_MAGIC 0x64747368u /* "dtsh" */
 #define SHM_DATA_OFFSET 4096u
-#define SHM_DEFAULT_CHUNK (256u * 1024u)
+#define SHM_DEFAULT_CHUNK (1024u * 1024u)
 #define SHM_SMALL_MAX (32u * 1024u)
 #define SHM_SPIN 4000
 

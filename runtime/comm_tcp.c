@@ -21,6 +21,8 @@
  *     it for avg, and the all-gather circulates the reduced slices. Every step's
  *     bytes are striped over the tcp_conns connections.
  *   reduce_scatter: the first half. all_gather: n-1 forwarding steps.
+ *   Steps are pipelined: on each connection, bytes of step s go out as soon as
+ *   the same bytes of step s-1 arrived (the ring forwards what it received).
  *   broadcast: a chain from the root, pipelined in chunks.
  *   Reductions travel as fp32: bf16 inputs are widened first and rounded once
  *   at the end (twice the bytes of a bf16 wire, but one rounding).
@@ -92,6 +94,12 @@ static dt_status_t route_addr(const char *host, int port, char *out, size_t len)
 static void tune(int fd) {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    const char *b = getenv("DTRUN_COMM_TCP_BUF");
+    if (b && atoi(b) > 0) {
+        int sz = atoi(b);
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
+    }
 }
 
 static dt_status_t io_full(int fd, void *buf, size_t n, int is_send, double deadline, const char *what) {
@@ -370,47 +378,138 @@ static dt_status_t exchange_header(dt_comm_t *comm, tcp_be_t *be, const dt_comm_
     return DT_STATUS_OK;
 }
 
-typedef struct reduce_arg {
-    float *acc;
-    const float *in;
-    const float *stage;
-    dt_comm_redop_t redop;
-} reduce_arg_t;
+/* One step of a ring pass: what goes to the next rank and where the previous
+ * rank's bytes land. Reduce steps land in the stage and are combined with the
+ * own contribution (in) into acc as they arrive. */
+typedef struct ring_step {
+    const uint8_t *sbuf;
+    size_t slen;
+    uint8_t *rbuf;
+    size_t rlen;
+    float *acc;       /* reduce steps: destination of this segment */
+    const float *in;  /* reduce steps: own contribution */
+    int divide;       /* reduce step after which the segment is final: AVG divides */
+} ring_step_t;
 
-static void reduce_arrived(void *p, size_t lo, size_t hi) {
-    reduce_arg_t *a = p;
-    size_t i0 = lo / 4, i1 = hi / 4;
-    const float *src[2] = {a->in + i0, a->stage + i0};
-    dt_comm_reduce_f32_(a->acc + i0, src, 2, i1 - i0, a->redop == DT_COMM_MAX ? DT_COMM_MAX : DT_COMM_SUM, 0);
+/* Runs the steps pipelined: on each connection k, part k of step s (s >= 1) is
+ * sent as soon as the same bytes of step s-1 have arrived (and been reduced):
+ * in a ring the segment sent at step s is the one received at step s-1. */
+static dt_status_t ring_pipeline(dt_comm_t *comm, tcp_be_t *be, const ring_step_t *st, int nsteps,
+                                 dt_comm_redop_t redop) {
+    int K = be->nconn;
+    int ss[TCP_MAX_CONNS], rs[TCP_MAX_CONNS];
+    size_t soff[TCP_MAX_CONNS], roff[TCP_MAX_CONNS], rfed[TCP_MAX_CONNS];
+    for (int k = 0; k < K; k++) ss[k] = rs[k] = 0, soff[k] = roff[k] = rfed[k] = 0;
+    dt_comm_redop_t op = redop == DT_COMM_MAX ? DT_COMM_MAX : DT_COMM_SUM;
+    float d = (float)be->n;
+    uint32_t idle = 0;
+    for (;;) {
+        int pending = 0, progress = 0, can_send[TCP_MAX_CONNS] = {0};
+        for (int k = 0; k < K; k++) {
+            size_t lo, hi;
+            /* send */
+            while (ss[k] < nsteps) {
+                part(st[ss[k]].slen, K, k, 4, &lo, &hi);
+                if (lo + soff[k] < hi) break;
+                ss[k]++, soff[k] = 0;
+            }
+            if (ss[k] < nsteps) {
+                pending = 1;
+                size_t avail = hi - lo; /* bytes of this part that may go now */
+                if (ss[k] > 0 && rs[k] <= ss[k] - 1) avail = rs[k] == ss[k] - 1 ? rfed[k] : 0;
+                if (avail > soff[k]) {
+                    ssize_t m = send(be->next[k], st[ss[k]].sbuf + lo + soff[k], avail - soff[k], MSG_NOSIGNAL);
+                    if (m > 0) {
+                        soff[k] += (size_t)m;
+                        progress = 1;
+                    } else if (m < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+                        can_send[k] = 1; /* allowed, but the socket is full */
+                    } else if (m < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+                        return dt_error(DT_STATUS_CLOSED, "tcp comm: rank %d: sending to rank %d: %s", be->r,
+                                        (be->r + 1) % be->n, strerror(errno));
+                    }
+                }
+            }
+            /* receive */
+            while (rs[k] < nsteps) {
+                part(st[rs[k]].rlen, K, k, 4, &lo, &hi);
+                if (lo + roff[k] < hi) break;
+                rs[k]++, roff[k] = rfed[k] = 0;
+            }
+            if (rs[k] < nsteps) {
+                pending = 1;
+                const ring_step_t *p = &st[rs[k]];
+                ssize_t m = recv(be->prev[k], p->rbuf + lo + roff[k], hi - lo - roff[k], 0);
+                if (m > 0) {
+                    roff[k] += (size_t)m;
+                    progress = 1;
+                    size_t upto = lo + roff[k] == hi ? roff[k] : roff[k] / 4 * 4;
+                    if (upto > rfed[k]) {
+                        if (p->acc) {
+                            size_t i0 = (lo + rfed[k]) / 4, i1 = (lo + upto) / 4;
+                            const float *src[2] = {p->in + i0, (const float *)p->rbuf + i0};
+                            dt_comm_reduce_f32_(p->acc + i0, src, 2, i1 - i0, op, 0);
+                            if (p->divide)
+                                for (size_t i = i0; i < i1; i++) p->acc[i] /= d;
+                        }
+                        rfed[k] = upto;
+                    }
+                } else if (m == 0) {
+                    return dt_error(DT_STATUS_CLOSED, "tcp comm: rank %d: rank %d closed the connection", be->r,
+                                    (be->r - 1 + be->n) % be->n);
+                } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+                    return dt_error(DT_STATUS_CLOSED, "tcp comm: rank %d: receiving from rank %d: %s", be->r,
+                                    (be->r - 1 + be->n) % be->n, strerror(errno));
+                }
+            }
+        }
+        if (!pending) return DT_STATUS_OK;
+        if (progress) {
+            idle = 0;
+            continue;
+        }
+        /* wait for buffer space only where sending is allowed, else for input */
+        struct pollfd pf[2 * TCP_MAX_CONNS];
+        int np = 0;
+        for (int k = 0; k < K; k++) {
+            if (can_send[k]) pf[np++] = (struct pollfd){be->next[k], POLLOUT, 0};
+            if (rs[k] < nsteps) pf[np++] = (struct pollfd){be->prev[k], POLLIN, 0};
+        }
+        int pr = poll(pf, (nfds_t)np, ++idle > 2 ? 50 : 0);
+        if ((pr == 0 && idle > 2) || (idle & 1023) == 0) DT_CHECK(dt_comm_tick_slow_(comm));
+    }
 }
 
 /* Ring reduce-scatter (then all-gather when gather) over fp32: in is this rank's
- * input, acc receives the results (may equal in). */
+ * input, acc receives the results (may equal in). Slice j is summed in ring
+ * order j+1, j+2, ..., j+n. */
 static dt_status_t ring_reduce(dt_comm_t *comm, tcp_be_t *be, const float *in, float *acc, size_t count,
                                dt_comm_redop_t redop, int gather) {
     int n = be->n, r = be->r;
     DT_CHECK(ensure(&be->stage, &be->stage_cap, dt_comm_slice_count(count, n, 0)));
-    for (int s = 0; s < n - 1; s++) {
-        int ss = ((r - s - 1) % n + n) % n, rs = ((r - s - 2) % n + n) % n;
-        const float *sbuf = (s == 0 ? in : acc) + dt_comm_slice_offset(count, n, ss);
-        size_t roff = dt_comm_slice_offset(count, n, rs);
-        reduce_arg_t a = {acc + roff, in + roff, be->stage, redop};
-        DT_CHECK(exchange(comm, be, sbuf, dt_comm_slice_count(count, n, ss) * 4, be->stage,
-                          dt_comm_slice_count(count, n, rs) * 4, 4, reduce_arrived, &a));
+    ring_step_t steps[2 * 64];
+    int nsteps = gather ? 2 * n - 2 : n - 1;
+    if (n > 64) return dt_error(DT_STATUS_UNSUPPORTED, "tcp comm: at most 64 ranks in a ring");
+    for (int s = 0; s < nsteps; s++) {
+        int ssl = ((r - s - 1) % n + 2 * n) % n, rsl = ((r - s - 2) % n + 2 * n) % n;
+        size_t so = dt_comm_slice_offset(count, n, ssl), ro = dt_comm_slice_offset(count, n, rsl);
+        ring_step_t *p = &steps[s];
+        p->sbuf = (const uint8_t *)((s == 0 ? in : acc) + so);
+        p->slen = dt_comm_slice_count(count, n, ssl) * 4;
+        p->rlen = dt_comm_slice_count(count, n, rsl) * 4;
+        if (s < n - 1) { /* reduce-scatter step: land in the stage, add into acc */
+            p->rbuf = (uint8_t *)be->stage;
+            p->acc = acc + ro;
+            p->in = in + ro;
+            p->divide = s == n - 2 && redop == DT_COMM_AVG;
+        } else {
+            p->rbuf = (uint8_t *)(acc + ro);
+            p->acc = NULL;
+            p->in = NULL;
+            p->divide = 0;
+        }
     }
-    size_t off = dt_comm_slice_offset(count, n, r), len = dt_comm_slice_count(count, n, r);
-    if (redop == DT_COMM_AVG) {
-        float d = (float)n;
-        for (size_t i = 0; i < len; i++) acc[off + i] /= d;
-    }
-    if (!gather) return DT_STATUS_OK;
-    for (int s = n - 1; s < 2 * n - 2; s++) {
-        int ss = ((r - s - 1) % n + 2 * n) % n, rs = ((r - s - 2) % n + 2 * n) % n;
-        DT_CHECK(exchange(comm, be, acc + dt_comm_slice_offset(count, n, ss), dt_comm_slice_count(count, n, ss) * 4,
-                          acc + dt_comm_slice_offset(count, n, rs), dt_comm_slice_count(count, n, rs) * 4, 4, NULL,
-                          NULL));
-    }
-    return DT_STATUS_OK;
+    return ring_pipeline(comm, be, steps, nsteps, redop);
 }
 
 static dt_status_t tcp_all_reduce(dt_comm_t *comm, tcp_be_t *be, dt_comm_req_t *req) {
@@ -444,11 +543,13 @@ static dt_status_t tcp_all_gather(dt_comm_t *comm, tcp_be_t *be, dt_comm_req_t *
     size_t bytes = req->count_ * dt_comm_dtype_size(req->dtype_);
     uint8_t *out = req->recv_;
     if ((const uint8_t *)req->send_ != out + (size_t)r * bytes) memcpy(out + (size_t)r * bytes, req->send_, bytes);
+    if (n > 64) return dt_error(DT_STATUS_UNSUPPORTED, "tcp comm: at most 64 ranks in a ring");
+    ring_step_t steps[64];
     for (int s = 0; s < n - 1; s++) {
         int sb = ((r - s) % n + n) % n, rb = ((r - s - 1) % n + n) % n;
-        DT_CHECK(exchange(comm, be, out + (size_t)sb * bytes, bytes, out + (size_t)rb * bytes, bytes, 1, NULL, NULL));
+        steps[s] = (ring_step_t){out + (size_t)sb * bytes, bytes, out + (size_t)rb * bytes, bytes, NULL, NULL, 0};
     }
-    return DT_STATUS_OK;
+    return ring_pipeline(comm, be, steps, n - 1, DT_COMM_SUM);
 }
 
 static dt_status_t tcp_broadcast(dt_comm_t *comm, tcp_be_t *be, dt_comm_req_t *req) {

@@ -20,6 +20,10 @@ ap.add_argument("--max", default="32M")
 ap.add_argument("--iters", type=int, default=20)
 ap.add_argument("--warmup", type=int, default=5)
 ap.add_argument("--backends", default="shm,tcp")
+ap.add_argument("--repeat", type=int, default=1,
+                help="run everything this many times, alternating, and keep each size's best time "
+                     "(for a shared, noisy machine)")
+ap.add_argument("--extra", default="", help="extra flags for dtrun's bench, e.g. '--conns 2'")
 ap.add_argument("--dtrun", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "dtrun"))
 args = ap.parse_args()
 
@@ -87,6 +91,7 @@ def run_gloo(world, szs):
 def run_ours(world, backend, szs):
     cmd = [args.dtrun, "__bench_comm_rank", "--nproc", str(world), "--backend", backend, "--op", "all_reduce",
            "--min", str(szs[0]), "--max", str(szs[-1]), "--iters", str(args.iters), "--warmup", str(args.warmup)]
+    cmd += args.extra.split()
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     res, copy = {}, None
     for line in out.splitlines():
@@ -105,14 +110,17 @@ def main():
     for world in [int(x) for x in args.ranks.split(",")]:
         factor = 2.0 * (world - 1) / world
         busbw = lambda size, t: size / t / 1e9 * factor
-        gloo = run_gloo(world, szs)
-        ours = {}
-        copy = None
-        for b in backends:
-            ours[b], c = run_ours(world, b, szs)
-            copy = copy or c
-        print(f"\n# all_reduce fp32 sum, {world} ranks, busbw GB/s (factor {factor:.2f});"
-              f" memcpy bandwidth {copy} GB/s; load {os.getloadavg()[0]:.2f}")
+        best = lambda a, b: {k: min(a.get(k, 1e30), b.get(k, 1e30)) for k in set(a) | set(b)}
+        gloo, ours, copy, loads = {}, {b: {} for b in backends}, 0.0, []
+        for _ in range(args.repeat):
+            loads.append(os.getloadavg()[0])
+            gloo = best(gloo, run_gloo(world, szs))
+            for b in backends:
+                r, c = run_ours(world, b, szs)
+                ours[b] = best(ours[b], r)
+                copy = max(copy, c or 0.0)
+        print(f"\n# all_reduce fp32 sum, {world} ranks, busbw GB/s (factor {factor:.2f}), best of {args.repeat};"
+              f" memcpy bandwidth {copy} GB/s (best); load average {min(loads):.2f}..{max(loads):.2f}")
         hdr = f"{'size(B)':>10} {'gloo':>8}" + "".join(f" {b:>8} {b + '/gloo':>9}" for b in backends)
         print(hdr)
         for size in szs:
