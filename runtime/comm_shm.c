@@ -297,6 +297,31 @@ static void reduce_window(shm_be_t *be, const dt_comm_req_t *req, void *dst, con
     }
 }
 
+/* Two ranks, fp32: d1 = d2 = a (op) b, AVG halved; the same arithmetic as
+ * dt_comm_reduce_f32_ (d2 may alias a or b element by element). */
+static void reduce2_dual(float *restrict d1, float *d2, const float *a, const float *b, size_t n,
+                         dt_comm_redop_t redop) {
+    if (redop == DT_COMM_MAX) {
+        for (size_t i = 0; i < n; i++) {
+            float v = a[i] > b[i] ? a[i] : b[i];
+            d1[i] = v;
+            d2[i] = v;
+        }
+    } else if (redop == DT_COMM_AVG) {
+        for (size_t i = 0; i < n; i++) {
+            float v = (a[i] + b[i]) / 2.0f;
+            d1[i] = v;
+            d2[i] = v;
+        }
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            float v = a[i] + b[i];
+            d1[i] = v;
+            d2[i] = v;
+        }
+    }
+}
+
 /* ---- ops ------------------------------------------------------------------------- */
 
 static dt_status_t small_all_reduce(dt_comm_t *comm, shm_be_t *be, dt_comm_req_t *req, uint64_t sig) {
@@ -344,8 +369,13 @@ static dt_status_t sliced_reduce(dt_comm_t *comm, shm_be_t *be, dt_comm_req_t *r
             for (int k = 0; k < n; k++)
                 src[k] = k == r ? (const void *)(in + off * es) : (const void *)(slot(be, k, be->round) + (size_t)r * cs * es);
             uint8_t *dst = mine + (size_t)r * cs * es;
-            reduce_window(be, req, dst, src, m);
-            memcpy(out + (off - out_base) * es, dst, m * es);
+            if (n == 2 && req->dtype_ == DT_COMM_F32) {
+                /* one pass writing both the slot (for the peer) and the output */
+                reduce2_dual((float *)dst, (float *)(out + (off - out_base) * es), src[0], src[1], m, req->redop_);
+            } else {
+                reduce_window(be, req, dst, src, m);
+                memcpy(out + (off - out_base) * es, dst, m * es);
+            }
         }
         if (!gather) continue;
         post(be, 1, v);

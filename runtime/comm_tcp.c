@@ -35,6 +35,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +51,7 @@
 #define TCP_HELLO_MAGIC 0x64747470u /* "dttp" */
 #define TCP_OP_MAGIC 0x6474636fu    /* "dtco" */
 #define TCP_BCAST_CHUNK (512u * 1024u)
+#define TCP_STAGE_BYTES (256u * 1024u) /* per connection; a multiple of 4 */
 
 typedef struct tcp_be {
     int n, r, nconn;
@@ -57,7 +59,8 @@ typedef struct tcp_be {
     int prev[TCP_MAX_CONNS]; /* from rank r-1 */
     float *work, *stage;
     size_t work_cap, stage_cap; /* in floats */
-    dt_comm_req_t *req;
+    uint64_t spin_ns; /* poll without sleeping this long before blocking */
+    int oversub;      /* more ranks than CPUs on this host: yield while spinning */
 } tcp_be_t;
 
 typedef struct op_header {
@@ -178,6 +181,10 @@ static dt_status_t tcp_init(dt_comm_t *comm) {
     be->r = comm->rank;
     be->nconn = comm->tcp_conns >= 1 && comm->tcp_conns <= TCP_MAX_CONNS ? comm->tcp_conns : 1;
     for (int k = 0; k < TCP_MAX_CONNS; k++) be->next[k] = be->prev[k] = -1;
+    const char *spin = getenv("DTRUN_COMM_TCP_SPIN_US");
+    be->spin_ns = (uint64_t)(spin && *spin ? atof(spin) : 200.0) * 1000u;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    be->oversub = ncpu > 0 && comm->local_world_size > ncpu;
 
     char addr[NI_MAXHOST];
     if (comm->tcp_addr)
@@ -403,6 +410,7 @@ static dt_status_t ring_pipeline(dt_comm_t *comm, tcp_be_t *be, const ring_step_
     dt_comm_redop_t op = redop == DT_COMM_MAX ? DT_COMM_MAX : DT_COMM_SUM;
     float d = (float)be->n;
     uint32_t idle = 0;
+    uint64_t spin_start = 0;
     for (;;) {
         int pending = 0, progress = 0, can_send[TCP_MAX_CONNS] = {0};
         for (int k = 0; k < K; k++) {
@@ -439,25 +447,40 @@ static dt_status_t ring_pipeline(dt_comm_t *comm, tcp_be_t *be, const ring_step_
             if (rs[k] < nsteps) {
                 pending = 1;
                 const ring_step_t *p = &st[rs[k]];
-                ssize_t m = recv(be->prev[k], p->rbuf + lo + roff[k], hi - lo - roff[k], 0);
-                if (m > 0) {
-                    roff[k] += (size_t)m;
-                    progress = 1;
-                    size_t upto = lo + roff[k] == hi ? roff[k] : roff[k] / 4 * 4;
-                    if (upto > rfed[k]) {
-                        if (p->acc) {
-                            size_t i0 = (lo + rfed[k]) / 4, i1 = (lo + upto) / 4;
-                            const float *src[2] = {p->in + i0, (const float *)p->rbuf + i0};
-                            dt_comm_reduce_f32_(p->acc + i0, src, 2, i1 - i0, op, 0);
-                            if (p->divide)
-                                for (size_t i = i0; i < i1; i++) p->acc[i] /= d;
-                        }
-                        rfed[k] = upto;
+                size_t part_len = hi - lo;
+                ssize_t m;
+                if (p->acc) {
+                    /* reduce step: through this connection's small stage, so the
+                     * bytes are added while they are in cache */
+                    uint8_t *stage = (uint8_t *)be->stage + (size_t)k * TCP_STAGE_BYTES;
+                    size_t pend = roff[k] - rfed[k], want = part_len - roff[k];
+                    if (want > TCP_STAGE_BYTES - pend) want = TCP_STAGE_BYTES - pend;
+                    m = recv(be->prev[k], stage + pend, want, 0);
+                    if (m > 0) {
+                        roff[k] += (size_t)m;
+                        progress = 1;
+                        size_t have = pend + (size_t)m;
+                        size_t use = roff[k] == part_len ? have : have / 4 * 4;
+                        size_t i0 = (lo + rfed[k]) / 4, ne = use / 4;
+                        const float *src[2] = {p->in + i0, (const float *)stage};
+                        dt_comm_reduce_f32_(p->acc + i0, src, 2, ne, op, 0);
+                        if (p->divide)
+                            for (size_t i = i0; i < i0 + ne; i++) p->acc[i] /= d;
+                        rfed[k] += use;
+                        if (have > use) memmove(stage, stage + use, have - use);
                     }
-                } else if (m == 0) {
+                } else {
+                    m = recv(be->prev[k], p->rbuf + lo + roff[k], part_len - roff[k], 0);
+                    if (m > 0) {
+                        roff[k] += (size_t)m;
+                        rfed[k] = roff[k];
+                        progress = 1;
+                    }
+                }
+                if (m == 0) {
                     return dt_error(DT_STATUS_CLOSED, "tcp comm: rank %d: rank %d closed the connection", be->r,
                                     (be->r - 1 + be->n) % be->n);
-                } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+                } else if (m < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
                     return dt_error(DT_STATUS_CLOSED, "tcp comm: rank %d: receiving from rank %d: %s", be->r,
                                     (be->r - 1 + be->n) % be->n, strerror(errno));
                 }
@@ -475,8 +498,13 @@ static dt_status_t ring_pipeline(dt_comm_t *comm, tcp_be_t *be, const ring_step_
             if (can_send[k]) pf[np++] = (struct pollfd){be->next[k], POLLOUT, 0};
             if (rs[k] < nsteps) pf[np++] = (struct pollfd){be->prev[k], POLLIN, 0};
         }
-        int pr = poll(pf, (nfds_t)np, ++idle > 2 ? 50 : 0);
-        if ((pr == 0 && idle > 2) || (idle & 1023) == 0) DT_CHECK(dt_comm_tick_slow_(comm));
+        /* Spin (polling without sleeping) for a short while before blocking:
+         * a sleeping rank costs a wake-up per socket buffer refill. */
+        if (idle++ == 0) spin_start = dt_now_ns();
+        int spinning = dt_now_ns() - spin_start < be->spin_ns;
+        if (spinning && be->oversub) sched_yield();
+        int pr = poll(pf, (nfds_t)np, spinning ? 0 : 50);
+        if ((pr == 0 && !spinning) || (idle & 1023) == 0) DT_CHECK(dt_comm_tick_slow_(comm));
     }
 }
 
@@ -486,7 +514,7 @@ static dt_status_t ring_pipeline(dt_comm_t *comm, tcp_be_t *be, const ring_step_
 static dt_status_t ring_reduce(dt_comm_t *comm, tcp_be_t *be, const float *in, float *acc, size_t count,
                                dt_comm_redop_t redop, int gather) {
     int n = be->n, r = be->r;
-    DT_CHECK(ensure(&be->stage, &be->stage_cap, dt_comm_slice_count(count, n, 0)));
+    DT_CHECK(ensure(&be->stage, &be->stage_cap, (size_t)be->nconn * TCP_STAGE_BYTES / 4));
     ring_step_t steps[2 * 64];
     int nsteps = gather ? 2 * n - 2 : n - 1;
     if (n > 64) return dt_error(DT_STATUS_UNSUPPORTED, "tcp comm: at most 64 ranks in a ring");
