@@ -21,6 +21,9 @@
 /* ---- names and helpers ------------------------------------------------------ */
 
 static const char *const backend_names[] = {"auto", "shm", "tcp", "hier", "nccl"};
+_Static_assert(DT_COMM_BACKEND_AUTO == 0 && DT_COMM_BACKEND_SHM == 1 && DT_COMM_BACKEND_TCP == 2 &&
+                   DT_COMM_BACKEND_HIER == 3 && DT_COMM_BACKEND_NCCL == 4,
+               "backend_names follows config.h's DT_COMM_BACKEND_MAP");
 
 int dt_comm_backend_parse(const char *s) {
     if (!s) return -1;

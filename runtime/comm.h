@@ -58,6 +58,7 @@
 #include <stdint.h>
 
 #include "common/status.h"
+#include "runtime/config.h" /* defines: dt_comm_backend_t, DT_COMM_BACKEND_* */
 
 typedef enum dt_comm_dtype {
     DT_COMM_F32 = 0,
@@ -70,13 +71,9 @@ typedef enum dt_comm_redop {
     DT_COMM_MAX = 2,
 } dt_comm_redop_t;
 
-typedef enum dt_comm_backend {
-    DT_COMM_BACKEND_AUTO = 0, /* NCCL for CUDA devices, shm within a node, else hier */
-    DT_COMM_BACKEND_SHM = 1,
-    DT_COMM_BACKEND_TCP = 2,
-    DT_COMM_BACKEND_HIER = 3,
-    DT_COMM_BACKEND_NCCL = 4,
-} dt_comm_backend_t;
+/* dt_comm_backend_t is the config key comm.backend's enum (runtime/config.h):
+ * DT_COMM_BACKEND_AUTO (NCCL for CUDA devices, shm within a node, else hier),
+ * _SHM, _TCP, _HIER, _NCCL. */
 
 typedef enum dt_comm_op {
     DT_COMM_OP_ALL_REDUCE = 0,
