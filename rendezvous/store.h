@@ -53,7 +53,8 @@ void dt_store_close(dt_store_t *st);
 void dt_store_set_timeout(dt_store_t *st, double timeout_s);
 
 dt_status_t dt_store_set(dt_store_t *st, const char *key, const void *val, size_t len);
-/* Waits (up to the timeout) until key exists, then returns its value. */
+/* Waits (up to the timeout) until key exists, then returns its value (WAIT, then
+ * GET, as torch's client does). *val is NUL-terminated one past *len. */
 dt_status_t dt_store_get(dt_store_t *st, const char *key, void **val, size_t *len);
 /* Adds delta to the integer at key (missing = 0); *result gets the new value. */
 dt_status_t dt_store_add(dt_store_t *st, const char *key, int64_t delta, int64_t *result);
@@ -65,7 +66,9 @@ dt_status_t dt_store_compare_set(dt_store_t *st, const char *key, const void *ex
                                  void **result, size_t *result_len);
 /* *ready = 1 when all keys exist, else 0. */
 dt_status_t dt_store_check(dt_store_t *st, const char *const *keys, size_t n, int *ready);
-/* Waits until all keys exist. DT_STATUS_TIMEOUT names the missing keys. */
+/* Waits until all keys exist (timeout_s <= 0: the client's timeout). On timeout
+ * the wait is canceled on the server (CANCEL_WAIT), the connection stays usable,
+ * and DT_STATUS_TIMEOUT's detail names the keys still missing. */
 dt_status_t dt_store_wait(dt_store_t *st, const char *const *keys, size_t n, double timeout_s);
 dt_status_t dt_store_num_keys(dt_store_t *st, int64_t *n);
 /* *deleted = number of keys removed (0 or 1). */

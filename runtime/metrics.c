@@ -3,7 +3,6 @@
  */
 #include "runtime/metrics.h"
 
-#include <cblas.h>
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -15,6 +14,7 @@
 
 #include "common/clock.h"
 #include "common/mem.h"
+#include "runtime/plan.h" /* defines: dt_plan_gpu_by_device_name */
 
 struct dt_metrics {
     char *dir;
@@ -131,46 +131,10 @@ void dt_metrics_format(const dt_step_metrics *s, char *buf, size_t len) {
         snprintf(buf + n, len - (size_t)n, " | val %.4f", s->val_loss);
 }
 
-double dt_peak_flops_cpu(int threads) {
-    static double cached[257];
-    if (threads < 1) threads = 1;
-    if (threads > 256) threads = 256;
-    if (cached[threads] > 0) return cached[threads];
-    const int n = 384;
-    float *a = dt_mem_alloc(DT_MEM_OTHER, (size_t)n * n * sizeof(float) * 3);
-    if (!a) return 0;
-    float *b = a + n * n, *c = b + n * n;
-    for (int i = 0; i < n * n; i++) a[i] = b[i] = (float)(i % 7) * 0.1f;
-    int prev = openblas_get_num_threads();
-    openblas_set_num_threads(threads);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-    double best = 0, t_end = dt_now_s() + 0.2;
-    while (dt_now_s() < t_end) { /* best of repeated runs: the machine's ceiling */
-        double t0 = dt_now_s();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-        double fl = 2.0 * n * n * n / (dt_now_s() - t0);
-        if (fl > best) best = fl;
-    }
-    openblas_set_num_threads(prev);
-    dt_mem_free(a);
-    cached[threads] = best;
-    return best;
-}
-
 double dt_peak_flops_gpu(const char *device_name) {
     const char *env = getenv("DTRUN_PEAK_TFLOPS");
     if (env && atof(env) > 0) return atof(env) * 1e12;
-    /* Dense bf16 tensor-core peaks from the vendors' data sheets (no sparsity). */
-    static const struct {
-        const char *needle;
-        double tflops;
-    } table[] = {
-        {"H200", 989.0}, {"H100 PCIe", 756.0}, {"H100", 989.0}, {"GH200", 989.0},
-        {"B200", 2250.0}, {"A100", 312.0},     {"A10G", 125.0}, {"L40S", 362.0},
-        {"L4", 121.0},    {"RTX 4090", 165.0}, {"RTX 5090", 209.0}, {"V100", 125.0},
-    };
-    if (!device_name) return 0;
-    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
-        if (strstr(device_name, table[i].needle)) return table[i].tflops * 1e12;
-    return 0;
+    /* Dense bf16 tensor-core peaks: the one GPU table, in plan.c. */
+    const dt_plan_gpu *g = dt_plan_gpu_by_device_name(device_name);
+    return g && g->tflops > 0 ? g->tflops * 1e12 : 0;
 }

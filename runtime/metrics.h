@@ -1,7 +1,7 @@
 /*
  * metrics.h - what a run reports: per-step metrics (metrics.jsonl), the final
- * summary (summary.json), the progress line, and the peak FLOP/s that MFU is
- * measured against (a short sgemm probe on CPU, a table for GPUs).
+ * summary (summary.json), the progress line, and the GPU peak table lookup (a
+ * device's own peak comes from its op table: dt_ops_t.peak_flops).
  */
 #ifndef DT_RUNTIME_METRICS_H
 #define DT_RUNTIME_METRICS_H
@@ -37,9 +37,6 @@ dt_status_t dt_metrics_write_file(const char *log_dir, const char *name, const c
 /* The human line for stdout: "step 10/1000 | loss 2.3456 | lr 1.00e-03 | ...". */
 void dt_metrics_format(const dt_step_metrics *s, char *buf, size_t len);
 
-/* Dense fp32 FLOP/s of this CPU with `threads` threads, measured by timing an
- * sgemm for about 0.2 s (cached per thread count within the process). */
-double dt_peak_flops_cpu(int threads);
 /* Dense bf16 tensor-core FLOP/s of a GPU by its name (e.g. "NVIDIA H200"), or 0
  * when unknown; DTRUN_PEAK_TFLOPS overrides. */
 double dt_peak_flops_gpu(const char *device_name);

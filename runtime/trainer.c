@@ -165,7 +165,7 @@ static dt_status_t setup(trainer *t) {
     t->tokens = dt_xcalloc(rows, sizeof(int32_t));
     t->targets = dt_xcalloc(rows, sizeof(int32_t));
     if (spec.type == DT_MODEL_MLP) t->features = dt_xcalloc((size_t)t->B * (size_t)spec.in_dim, sizeof(float));
-    t->peak_flops = t->dev->kind == DT_DEVICE_CPU ? dt_peak_flops_cpu(t->dev->nthreads) : 0;
+    t->peak_flops = t->dev->ops->peak_flops ? t->dev->ops->peak_flops(t->dev) : 0;
     snprintf(t->log_dir, sizeof t->log_dir, "%s", cfg->log.dir ? cfg->log.dir : "runs/latest");
     if (t->env->rank == 0) DT_CHECK(dt_metrics_open(t->log_dir, 1, &t->metrics));
     return DT_STATUS_OK;

@@ -1,0 +1,1014 @@
+/*
+ * cmd_plan.c - dtrun plan [CONFIG.json [KEY=VALUE ...]] [PLAN FLAGS]: per-GPU
+ * memory, step time, scaling efficiency, time and cost of each strategy at each
+ * GPU count, and a recommendation (the arithmetic is runtime/plan.c). --measure
+ * runs the config for a few steps and prints the measurement beside the estimate.
+ *
+ * --json keys (stable; bytes, seconds, FLOP/s; null where unknown):
+ *   model {source, type, params, params_unpadded, flops_per_token, micro_batch, accum,
+ *          seq_len, precision, strategy (with a config)}
+ *   gpu {name, mem_bytes, mem_shared, peak_flops, mfu, reserve}
+ *   links {intra {name, bytes_per_s, alpha_s}, inter {...}, gpus_per_node}
+ *   work {hours_1gpu, tokens, price}
+ *   rows [{strategy, gpus, nodes, shard, micro_batch, accum,
+ *          memory_bytes {params, grads, optim, model_states, activations,
+ *                        activations_ckpt, comm_buffers, total, total_ckpt, usable},
+ *          fits ("yes" | "ckpt" | "no"),
+ *          step_s {compute, comm, overlapped, exposed, total}, collectives,
+ *          efficiency, tokens_per_s, hours, cost}]
+ *   recommendation {cheapest {strategy, gpus, row, reason}, fastest {...}}
+ */
+#define _XOPEN_SOURCE 700 /* nftw */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <ftw.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli/commands.h"
+#include "common/mem.h"
+#include "kernels/kernels.h"
+#include "runtime/config.h"
+#include "runtime/metrics.h"
+#include "runtime/model.h"
+#include "runtime/plan.h"
+
+#define MAX_GPU_COUNTS 32
+#define MAX_OVERRIDES 64
+
+
+/* The CPU's peak with `threads` threads, from the CPU device's own probe. */
+static double cpu_peak_flops(int threads) {
+    dt_device_t *dev;
+    if (dt_device_init(&dev, DT_DEVICE_CPU, threads) != DT_STATUS_OK) return 0;
+    double p = dev->ops->peak_flops(dev);
+    dt_device_free(dev);
+    return p;
+}
+
+static const char help_text[] =
+    "usage: dtrun plan CONFIG.json [KEY=VALUE ...] [PLAN FLAGS]\n"
+    "       dtrun plan --params N --layers L --hidden H --seq S [PLAN FLAGS]\n"
+    "\n"
+    "Per-GPU memory, step time, scaling efficiency, time and cost of training under\n"
+    "DDP, ZeRO-1, ZeRO-2, FSDP (ZeRO-3) and hybrid sharding at several GPU counts,\n"
+    "then the cheapest and the fastest configuration that fits.\n"
+    "\n"
+    "Model (a config, or sizes for models dtrun does not build):\n"
+    "  CONFIG.json            the exact model of the config (its micro-batch, seq,\n"
+    "                         bf16, device and strategy, highlighted in the table)\n"
+    "  --params N             parameters (7e9, 7B, 124M); with --layers --hidden --seq\n"
+    "  --heads NH             attention heads (default: head size 128, else 64, else 1)\n"
+    "  --vocab V              vocabulary (default 50304)\n"
+    "  --micro-batch B        sequences per GPU per micro-batch (default: config, else 1)\n"
+    "  --accum K              micro-batches per optimizer step (default 1)\n"
+    "  --precision bf16|fp32  default bf16 on GPUs, fp32 on cpu\n"
+    "  --comm-dtype bf16|fp32 gradient dtype on the wire (default: the precision's)\n"
+    "Hardware:\n"
+    "  --gpus LIST            GPU counts, e.g. 1,2,4,8 (default 1,2,4,8; cpu 1,2)\n"
+    "  --gpu NAME             %s\n"
+    "  --gpu-mem GiB          override the GPU's memory\n"
+    "  --gpu-tflops T         override its dense bf16 peak\n"
+    "  --mfu F                assumed model FLOPs utilisation, 0 < F <= 1 (default 0.4)\n"
+    "  --reserve F            memory fraction kept free for CUDA context and\n"
+    "                         fragmentation (default 0.10)\n"
+    "  --nodes MxG            M nodes of G GPUs (default GPU counts up to M*G)\n"
+    "  --gpus-per-node G      G GPUs per node (default 8)\n"
+    "  --link NAME            inter-node link (default ib400): %s\n"
+    "  --link-gbps B          inter-node GB/s per GPU (overrides --link's)\n"
+    "  --intra-link NAME      link within a node (default: the GPU's, nvlink4 on H100/H200)\n"
+    "  --intra-link-gbps B    GB/s within a node\n"
+    "Work and money:\n"
+    "  --tokens N             training tokens (1-GPU hours = N*flops/token/(peak*mfu))\n"
+    "  --hours-1gpu H         or the one-GPU hours directly\n"
+    "  --price P              per GPU-hour\n"
+    "  --strategy LIST        only these (ddp,zero1,zero2,fsdp,hybrid)\n"
+    "Output:\n"
+    "  --json                 one JSON object (stable keys) instead of the tables\n"
+    "  --measure              run the config for --measure-steps steps (default 5) on\n"
+    "                         this machine at the first --gpus count and print measured\n"
+    "                         model-state bytes, peak memory and step time beside the plan\n"
+    "\n"
+    "Formulas (GB = 1e9 bytes; Ψ parameters, N GPUs, G GPUs per node):\n"
+    "  model states, bf16 mixed precision: 2Ψ params + 2Ψ grads + 12Ψ fp32 master, m, v\n"
+    "    = 16Ψ; DDP 16Ψ, ZeRO-1 4Ψ+12Ψ/N, ZeRO-2 2Ψ+14Ψ/N, FSDP 16Ψ/N, hybrid 16Ψ/G.\n"
+    "    fp32 (cpu): 4Ψ params + 4Ψ grads + 8Ψ m, v = 16Ψ; ZeRO-1 8Ψ+8Ψ/N,\n"
+    "    ZeRO-2 4Ψ+12Ψ/N, FSDP 16Ψ/N.\n"
+    "  activations: the tensors the GPT forward keeps per layer (18·B·T·C in the compute\n"
+    "    dtype, 4·B·T fp32, attention B·NH·T fp32 flash-style on GPU or B·NH·T·T on\n"
+    "    cpu) + embeddings, final LayerNorm, logits B·T·Vp, losses; checkpointing keeps\n"
+    "    each layer's input B·T·C + one layer's set and recomputes (compute x 4/3).\n"
+    "  comm buffers: 2 gradient buckets (DDP, ZeRO-1/2); 2 gathered units + 1 unit\n"
+    "    gradient (FSDP, hybrid).\n"
+    "  compute = flops/token x tokens per GPU / (peak x mfu); forward 1/3, backward 2/3.\n"
+    "  ring: all-reduce 2(N-1)/N·S/B, reduce-scatter and all-gather (N-1)/N·S/B,\n"
+    "    + latency α per collective (per bucket or FSDP unit; α per link in the table).\n"
+    "  DDP: all-reduce overlapped with backward, last bucket exposed. ZeRO-1/2: the\n"
+    "    same volume as reduce-scatter (overlapped) + parameter all-gather after the\n"
+    "    optimizer (exposed). FSDP: 1.5x DDP's volume (all-gather forward and backward,\n"
+    "    reduce-scatter), prefetched under forward + backward, first gather and last\n"
+    "    reduce-scatter exposed. hybrid: FSDP in the node + all-reduce of the 1/G shard\n"
+    "    across nodes. exposed = max(comm - overlap window, always-exposed part).\n"
+    "  efficiency e = compute / step; time = H/(N·e); cost = N·price·H/(N·e).\n"
+    "\n"
+    "Exit codes: 0 ok, 1 --measure's run failed, 2 bad flags or config.\n";
+
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("dtrun plan: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputs("\n(dtrun plan --help for the flags)\n", stderr);
+    va_end(ap);
+    return DT_EXIT_USAGE;
+}
+
+/* "7e9", "7B", "124M", "1.5T": decimal suffixes k/K, M, B/G, T. */
+static int parse_count(const char *s, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno || !isfinite(v)) return -1;
+    switch (*end) {
+    case 'k': case 'K': v *= 1e3; end++; break;
+    case 'M': v *= 1e6; end++; break;
+    case 'B': case 'G': v *= 1e9; end++; break;
+    case 'T': v *= 1e12; end++; break;
+    default: break;
+    }
+    if (*end) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_double(const char *s, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end || errno || !isfinite(v)) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_int(const char *s, int *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end || errno || v < -1000000000L || v > 1000000000L) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+typedef struct plan_opts {
+    const char *config;
+    const char *overrides[MAX_OVERRIDES];
+    int n_overrides;
+    double params;
+    int layers, hidden, heads, seq, vocab, micro_batch, accum;
+    int counts[MAX_GPU_COUNTS], n_counts;
+    const char *gpu, *link, *intra_link, *precision, *comm_dtype;
+    double gpu_mem, gpu_tflops, link_gbps, intra_gbps, mfu, reserve, tokens, hours, price;
+    int nodes_m, nodes_g, gpus_per_node;
+    int strategies[DT_PLAN_STRATEGY_COUNT_], n_strategies;
+    int json, measure, measure_steps;
+    int highlight_strategy; /* the config's strategy, -1 none */
+} plan_opts;
+
+/* Flags that take a value; a flag in both spellings ('_' or '-') is accepted. */
+static const char *const value_flags[] = {
+    "--params", "--layers", "--hidden", "--heads", "--seq", "--vocab", "--micro-batch",
+    "--accum", "--gpus", "--gpu", "--gpu-mem", "--gpu-tflops", "--mfu", "--reserve",
+    "--nodes", "--gpus-per-node", "--link", "--link-gbps", "--intra-link",
+    "--intra-link-gbps", "--tokens", "--hours-1gpu", "--price", "--strategy",
+    "--precision", "--comm-dtype", "--measure-steps", NULL};
+
+static int parse_list_counts(const char *s, plan_opts *o) {
+    char buf[512];
+    if (strlen(s) >= sizeof buf) return usage_error("--gpus: the list is too long");
+    snprintf(buf, sizeof buf, "%s", s);
+    o->n_counts = 0;
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        int v;
+        if (parse_int(t, &v) || v < 1 || v > 1000000)
+            return usage_error("--gpus: expected a list of GPU counts >= 1 like 1,2,4,8, found "
+                               "\"%s\"",
+                               s);
+        if (o->n_counts == MAX_GPU_COUNTS)
+            return usage_error("--gpus: at most %d counts", MAX_GPU_COUNTS);
+        o->counts[o->n_counts++] = v;
+    }
+    if (!o->n_counts) return usage_error("--gpus: expected a list of GPU counts like 1,2,4,8");
+    return 0;
+}
+
+static int parse_list_strategies(const char *s, plan_opts *o) {
+    char buf[256];
+    if (strlen(s) >= sizeof buf) return usage_error("--strategy: the list is too long");
+    snprintf(buf, sizeof buf, "%s", s);
+    o->n_strategies = 0;
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        int v = dt_plan_strategy_parse(t);
+        if (v < 0)
+            return usage_error("--strategy: unknown strategy \"%s\" (known: ddp, zero1, zero2, "
+                               "fsdp, hybrid)",
+                               t);
+        if (o->n_strategies < DT_PLAN_STRATEGY_COUNT_) o->strategies[o->n_strategies++] = v;
+    }
+    if (!o->n_strategies) return usage_error("--strategy: expected a list like ddp,fsdp");
+    return 0;
+}
+
+/* Returns 0, or an exit code. */
+static int parse_args(int argc, char **argv, plan_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->gpu_mem = o->gpu_tflops = o->link_gbps = o->intra_gbps = o->mfu = o->reserve = -1;
+    o->tokens = o->hours = o->price = -1;
+    o->measure_steps = 5;
+    o->highlight_strategy = -1;
+    for (int i = 1; i < argc; i++) {
+        char flag[64];
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) return -1;
+        if (a[0] != '-' || a[1] != '-') {
+            if (strchr(a, '=') && o->config) {
+                if (o->n_overrides == MAX_OVERRIDES)
+                    return usage_error("too many KEY=VALUE overrides (at most %d)", MAX_OVERRIDES);
+                o->overrides[o->n_overrides++] = a;
+            } else if (!o->config && !strchr(a, '=')) {
+                o->config = a;
+            } else {
+                return usage_error("unexpected argument \"%s\" (one CONFIG.json, then KEY=VALUE "
+                                   "overrides)",
+                                   a);
+            }
+            continue;
+        }
+        snprintf(flag, sizeof flag, "%s", a);
+        char *eq = strchr(flag, '=');
+        const char *val = NULL;
+        if (eq) {
+            *eq = '\0';
+            val = a + (eq - flag) + 1;
+        }
+        for (char *p = flag + 2; *p; p++)
+            if (*p == '_') *p = '-';
+        if (!strcmp(flag, "--json") || !strcmp(flag, "--measure")) {
+            if (val) return usage_error("%s takes no value", flag);
+            if (flag[2] == 'j') o->json = 1;
+            else o->measure = 1;
+            continue;
+        }
+        int known = 0;
+        for (int k = 0; value_flags[k]; k++) known |= !strcmp(flag, value_flags[k]);
+        if (!known) return usage_error("unknown flag %s", a);
+        if (!val) {
+            if (i + 1 >= argc) return usage_error("%s: expected a value", flag);
+            val = argv[++i];
+        }
+        int bad = 0;
+        double d;
+        if (!strcmp(flag, "--params")) {
+            if (parse_count(val, &o->params) || o->params < 1)
+                return usage_error("--params: expected a parameter count like 7e9 or 124M, "
+                                   "found \"%s\"",
+                                   val);
+        } else if (!strcmp(flag, "--layers")) bad = parse_int(val, &o->layers) || o->layers < 1;
+        else if (!strcmp(flag, "--hidden")) bad = parse_int(val, &o->hidden) || o->hidden < 1;
+        else if (!strcmp(flag, "--heads")) bad = parse_int(val, &o->heads) || o->heads < 1;
+        else if (!strcmp(flag, "--seq")) bad = parse_int(val, &o->seq) || o->seq < 1;
+        else if (!strcmp(flag, "--vocab")) bad = parse_int(val, &o->vocab) || o->vocab < 1;
+        else if (!strcmp(flag, "--micro-batch"))
+            bad = parse_int(val, &o->micro_batch) || o->micro_batch < 1;
+        else if (!strcmp(flag, "--accum")) bad = parse_int(val, &o->accum) || o->accum < 1;
+        else if (!strcmp(flag, "--measure-steps"))
+            bad = parse_int(val, &o->measure_steps) || o->measure_steps < 1;
+        else if (!strcmp(flag, "--gpus-per-node"))
+            bad = parse_int(val, &o->gpus_per_node) || o->gpus_per_node < 1;
+        else if (!strcmp(flag, "--gpus")) {
+            int rc = parse_list_counts(val, o);
+            if (rc) return rc;
+        } else if (!strcmp(flag, "--strategy")) {
+            int rc = parse_list_strategies(val, o);
+            if (rc) return rc;
+        } else if (!strcmp(flag, "--nodes")) {
+            char tail;
+            if (sscanf(val, "%dx%d%c", &o->nodes_m, &o->nodes_g, &tail) != 2 || o->nodes_m < 1 ||
+                o->nodes_g < 1)
+                return usage_error("--nodes: expected MxG (M nodes of G GPUs, e.g. 2x8), found "
+                                   "\"%s\"",
+                                   val);
+        } else if (!strcmp(flag, "--gpu")) o->gpu = val;
+        else if (!strcmp(flag, "--link")) o->link = val;
+        else if (!strcmp(flag, "--intra-link")) o->intra_link = val;
+        else if (!strcmp(flag, "--precision")) o->precision = val;
+        else if (!strcmp(flag, "--comm-dtype")) o->comm_dtype = val;
+        else if (!strcmp(flag, "--tokens")) {
+            if (parse_count(val, &o->tokens) || o->tokens <= 0)
+                return usage_error("--tokens: expected a token count > 0 like 1e10 or 10B, "
+                                   "found \"%s\"",
+                                   val);
+        } else {
+            if (parse_double(val, &d))
+                return usage_error("%s: expected a number, found \"%s\"", flag, val);
+            if (!strcmp(flag, "--gpu-mem")) bad = !((o->gpu_mem = d) > 0);
+            else if (!strcmp(flag, "--gpu-tflops")) bad = !((o->gpu_tflops = d) > 0);
+            else if (!strcmp(flag, "--link-gbps")) bad = !((o->link_gbps = d) > 0);
+            else if (!strcmp(flag, "--intra-link-gbps")) bad = !((o->intra_gbps = d) > 0);
+            else if (!strcmp(flag, "--hours-1gpu")) bad = !((o->hours = d) > 0);
+            else if (!strcmp(flag, "--price")) bad = !((o->price = d) >= 0);
+            else if (!strcmp(flag, "--mfu")) {
+                o->mfu = d;
+                if (!(d > 0 && d <= 1))
+                    return usage_error("--mfu: expected a fraction 0 < F <= 1, found %s", val);
+            } else if (!strcmp(flag, "--reserve")) {
+                o->reserve = d;
+                if (!(d >= 0 && d < 1))
+                    return usage_error("--reserve: expected a fraction 0 <= F < 1, found %s", val);
+            }
+        }
+        if (bad) return usage_error("%s: expected a positive number, found \"%s\"", flag, val);
+    }
+    /* contradictions */
+    int sizes = o->layers || o->hidden || o->seq || o->heads || o->vocab;
+    if (o->config && (o->params > 0 || sizes))
+        return usage_error("--params/--layers/--hidden/--seq/--heads/--vocab describe a model; "
+                           "the config %s already defines one (use KEY=VALUE overrides)",
+                           o->config);
+    if (o->config && (o->micro_batch || o->accum))
+        return usage_error("%s: the config sets the batch; override it with "
+                           "train_micro_batch_size_per_gpu=B or gradient_accumulation_steps=K "
+                           "instead of %s",
+                           o->config, o->micro_batch ? "--micro-batch" : "--accum");
+    if (!o->config && o->params <= 0)
+        return usage_error(sizes ? "--params: required with --layers/--hidden/--seq"
+                                 : "expected CONFIG.json or --params N --layers L --hidden H "
+                                   "--seq S");
+    if (!o->config && (!o->layers || !o->hidden || !o->seq))
+        return usage_error("--params needs --layers, --hidden and --seq%s%s%s",
+                           o->layers ? "" : " (missing --layers)",
+                           o->hidden ? "" : " (missing --hidden)", o->seq ? "" : " (missing --seq)");
+    if (o->tokens > 0 && o->hours > 0)
+        return usage_error("--tokens and --hours-1gpu both give the work: give one");
+    if (o->nodes_m && o->gpus_per_node && o->gpus_per_node != o->nodes_g)
+        return usage_error("--nodes %dx%d and --gpus-per-node %d disagree", o->nodes_m,
+                           o->nodes_g, o->gpus_per_node);
+    if (o->measure && o->json)
+        return usage_error("--measure prints a text comparison after the tables: drop --json");
+    if (o->measure && !o->config)
+        return usage_error("--measure runs a config: give CONFIG.json instead of --params");
+    if (o->precision && strcasecmp(o->precision, "bf16") && strcasecmp(o->precision, "fp32"))
+        return usage_error("--precision: expected bf16 or fp32, found \"%s\"", o->precision);
+    if (o->comm_dtype && strcasecmp(o->comm_dtype, "bf16") && strcasecmp(o->comm_dtype, "fp32"))
+        return usage_error("--comm-dtype: expected bf16 or fp32, found \"%s\"", o->comm_dtype);
+    return 0;
+}
+
+/* ---- the model and hardware ------------------------------------------------ */
+
+typedef struct plan_ctx {
+    dt_plan_input in;
+    dt_config_t cfg;
+    int have_cfg;
+    int cfg_bf16;       /* the config's bf16.enabled (1 without a config) */
+    int cfg_comm_bytes; /* the config's communication_data_type, 0 = the precision's */
+    int cfg_threads;    /* the config's threads per rank, 0 = auto */
+    const dt_plan_gpu *gpu;
+    char gpu_label[96], model_label[384], work_label[160];
+} plan_ctx;
+
+static double host_mem_bytes(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    double kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemTotal: %lf kB", &kb) == 1) break;
+    fclose(f);
+    return kb * 1024;
+}
+
+/* The config's vocabulary: given, else what the data implies (256 for text,
+ * 50257 for GPT-2 token shards, as the trainer decides). */
+static int config_vocab(const dt_config_t *cfg, const char **why) {
+    *why = "";
+    if (cfg->model.vocab_size > 0) return (int)cfg->model.vocab_size;
+    const char *t = cfg->data.train ? cfg->data.train : "";
+    size_t n = strlen(t);
+    if (n >= 4 && !strcmp(t + n - 4, ".bin")) {
+        *why = " (vocab 50257 from the token shards)";
+        return 50257;
+    }
+    *why = " (vocab 256: text data)";
+    return 256;
+}
+
+/* Gradient accumulation of the config at world size n (its global batch is kept). */
+static int config_accum(dt_config_t *cfg, int n, int *accum) {
+    if (dt_config_resolve(cfg, n) != DT_STATUS_OK)
+        return usage_error("--gpus %d: the config's batch sizes do not fit %d GPUs:\n%s", n, n,
+                           dt_config_errors(cfg));
+    *accum = (int)cfg->gradient_accumulation_steps;
+    return 0;
+}
+
+static int load_config(plan_opts *o, plan_ctx *c, int *is_cpu_default) {
+    dt_config_t *cfg = &c->cfg;
+    c->have_cfg = 1;
+    if (dt_config_load(o->config, o->overrides, o->n_overrides, cfg) != DT_STATUS_OK) {
+        fprintf(stderr, "dtrun plan: %s", dt_config_errors(cfg));
+        return DT_EXIT_USAGE;
+    }
+    const char *why;
+    dt_model_spec spec = {.type = cfg->model.type,
+                          .n_layer = (int)cfg->model.n_layer,
+                          .n_head = (int)cfg->model.n_head,
+                          .n_embd = (int)cfg->model.n_embd,
+                          .seq_len = (int)cfg->model.seq_len,
+                          .vocab_size = config_vocab(cfg, &why),
+                          .vocab_pad_multiple = (int)cfg->model.vocab_pad_multiple,
+                          .in_dim = (int)cfg->model.in_dim,
+                          .hidden_dim = (int)cfg->model.hidden_dim,
+                          .n_hidden_layers = (int)cfg->model.n_hidden_layers,
+                          .n_classes = (int)cfg->model.n_classes};
+    dt_model_layout l;
+    if (dt_model_layout_init(&spec, &l) != DT_STATUS_OK)
+        return usage_error("%s: %s", o->config, dt_error_detail());
+    dt_plan_model_from_layout(&l, &c->in.model);
+    if (spec.type == DT_MODEL_GPT)
+        snprintf(c->model_label, sizeof c->model_label,
+                 "%s: gpt, %d layers, %d heads, n_embd %d, seq %d, vocab %d padded to %d%s; "
+                 "%zu parameters (%zu without vocab padding)",
+                 o->config, spec.n_layer, spec.n_head, spec.n_embd, spec.seq_len,
+                 spec.vocab_size, l.vocab_padded, why, l.n_params, dt_model_unpadded_params(&l));
+    else
+        snprintf(c->model_label, sizeof c->model_label,
+                 "%s: mlp %d -> %d x %d -> %d, %zu parameters", o->config, spec.in_dim,
+                 spec.hidden_dim, spec.n_hidden_layers, spec.n_classes, l.n_params);
+    dt_model_layout_free(&l);
+    /* micro-batch and accumulation come per GPU count from dt_config_resolve */
+    c->cfg_bf16 = cfg->bf16.enabled;
+    c->cfg_comm_bytes = cfg->communication_data_type == DT_CONFIG_DTYPE_BF16 ? 2 : 4;
+    c->in.bucket_elems = (double)cfg->zero.reduce_bucket_size;
+    c->cfg_threads = (int)cfg->threads;
+    o->highlight_strategy = dt_plan_strategy_parse(dt_config_strategy_name(cfg->strategy));
+    *is_cpu_default = cfg->device == DT_CONFIG_DEVICE_CPU;
+    return 0;
+}
+
+/* The model: from the config or from the sizes given as flags. */
+static int load_model(plan_opts *o, plan_ctx *c, int *is_cpu_default) {
+    *is_cpu_default = 0;
+    c->cfg_bf16 = 1;
+    c->cfg_comm_bytes = 0;
+    if (o->config) return load_config(o, c, is_cpu_default);
+    /* default heads: head dimension 128 (Llama), else 64 (GPT-2), else one head */
+    int heads = o->heads                                   ? o->heads
+                : o->hidden % 128 == 0                     ? o->hidden / 128
+                : o->hidden % 64 == 0                      ? o->hidden / 64
+                                                           : 1;
+    int vocab = o->vocab ? o->vocab : 50304;
+    if (dt_plan_model_from_sizes(o->params, o->layers, o->hidden, heads, o->seq, vocab,
+                                 &c->in.model) != DT_STATUS_OK)
+        return usage_error("%s", dt_error_detail());
+    c->in.micro_batch = o->micro_batch ? o->micro_batch : 1;
+    snprintf(c->model_label, sizeof c->model_label,
+             "%.4g parameters (given), %d layers, hidden %d, %d heads, seq %d, vocab %d",
+             o->params, o->layers, o->hidden, heads, o->seq, vocab);
+    return 0;
+}
+
+/* CPU threads of each of n ranks on this host: the config's `threads`, else what
+ * the trainer gets by default: all cores for one rank, one each for several
+ * (OMP_NUM_THREADS=1 with more than one worker, CONTRACT.md). */
+static int cpu_threads(const plan_ctx *c, int n) {
+    if (c->cfg_threads > 0) return c->cfg_threads;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    return n == 1 && cores > 1 ? (int)cores : 1;
+}
+
+static int setup(plan_opts *o, plan_ctx *c) {
+    dt_plan_input_defaults(&c->in);
+    int cpu_default = 0;
+    int rc = load_model(o, c, &cpu_default);
+    if (rc) return rc;
+    if (o->accum) c->in.accum = o->accum;
+
+    const char *gname = o->gpu ? o->gpu : (cpu_default ? "cpu" : "h100");
+    c->gpu = dt_plan_gpu_find(gname);
+    if (!c->gpu) {
+        char names[512];
+        dt_plan_gpu_names(names, sizeof names);
+        return usage_error("--gpu: unknown GPU \"%s\" (known: %s; or give --gpu-mem GiB "
+                           "--gpu-tflops T)",
+                           gname, names);
+    }
+    int is_cpu = !strcmp(c->gpu->name, "cpu");
+    c->in.precision = is_cpu || !c->cfg_bf16 ? DT_PLAN_PRECISION_FP32 : DT_PLAN_PRECISION_BF16;
+    if (o->precision)
+        c->in.precision = strcasecmp(o->precision, "fp32") ? DT_PLAN_PRECISION_BF16
+                                                           : DT_PLAN_PRECISION_FP32;
+    c->in.comm_bytes = c->in.precision == DT_PLAN_PRECISION_BF16 ? 2 : 4;
+    if (c->cfg_comm_bytes && !is_cpu) c->in.comm_bytes = c->cfg_comm_bytes;
+    if (o->comm_dtype) c->in.comm_bytes = strcasecmp(o->comm_dtype, "fp32") ? 2 : 4;
+    c->in.flash_attention = !is_cpu;
+    c->in.mem_bytes = is_cpu ? host_mem_bytes() : c->gpu->mem_gib * 1073741824.0;
+    c->in.mem_shared = is_cpu;
+    if (is_cpu) {
+        c->in.cpu_threads = cpu_threads(c, 1);
+        c->in.peak_flops = cpu_peak_flops(c->in.cpu_threads);
+    } else {
+        c->in.peak_flops = c->gpu->tflops * 1e12;
+    }
+    if (o->gpu_mem > 0) c->in.mem_bytes = o->gpu_mem * 1073741824.0;
+    if (o->gpu_tflops > 0) c->in.peak_flops = o->gpu_tflops * 1e12;
+    if (o->mfu > 0) c->in.mfu = o->mfu;
+    if (o->reserve >= 0) c->in.reserve = o->reserve;
+    if (!(c->in.mem_bytes > 0)) return usage_error("--gpu-mem: the memory size is unknown; give it");
+    if (!(c->in.peak_flops > 0))
+        return usage_error("--gpu-tflops: the peak FLOP/s is unknown; give it");
+    snprintf(c->gpu_label, sizeof c->gpu_label, "%s", c->gpu->name);
+
+    char names[512];
+    const char *intra = o->intra_link ? o->intra_link : c->gpu->intra_link;
+    const dt_plan_link *li = dt_plan_link_find(intra);
+    if (!li) {
+        dt_plan_link_names(names, sizeof names);
+        return usage_error("--intra-link: unknown link \"%s\" (known: %s)", intra, names);
+    }
+    c->in.intra = *li;
+    const char *inter = o->link ? o->link : "ib400";
+    const dt_plan_link *le = dt_plan_link_find(inter);
+    if (!le) {
+        dt_plan_link_names(names, sizeof names);
+        return usage_error("--link: unknown link \"%s\" (known: %s)", inter, names);
+    }
+    c->in.inter = *le;
+    if (o->intra_gbps > 0) {
+        c->in.intra.gbps = o->intra_gbps;
+        c->in.intra.name = "given";
+    }
+    if (o->link_gbps > 0) {
+        c->in.inter.gbps = o->link_gbps;
+        c->in.inter.name = "given";
+    }
+    if (o->nodes_g) c->in.gpus_per_node = o->nodes_g;
+    else if (o->gpus_per_node) c->in.gpus_per_node = o->gpus_per_node;
+    else if (is_cpu) c->in.gpus_per_node = 0; /* every rank on this host */
+
+    double fpt = c->in.model.flops_per_token;
+    if (o->hours > 0) {
+        c->in.hours_1gpu = o->hours;
+        snprintf(c->work_label, sizeof c->work_label, "%.4g one-GPU hours (given)", o->hours);
+    } else if (o->tokens > 0) {
+        c->in.hours_1gpu = o->tokens * fpt / (c->in.peak_flops * c->in.mfu) / 3600.0;
+        snprintf(c->work_label, sizeof c->work_label,
+                 "%.4g tokens x %.4g FLOPs/token at %.0f%% of peak = %.4g one-GPU hours",
+                 o->tokens, fpt, 100 * c->in.mfu, c->in.hours_1gpu);
+    } else {
+        snprintf(c->work_label, sizeof c->work_label,
+                 "not given (--tokens or --hours-1gpu for time and cost)");
+    }
+    if (o->price >= 0) c->in.price = o->price;
+    return 0;
+}
+
+/* GPU counts: given, else from --nodes (powers of two up to G, then multiples of G),
+ * else 1,2,4,8 (cpu: 1,2). */
+static void default_counts(plan_opts *o, int is_cpu) {
+    if (o->n_counts) return;
+    if (o->nodes_m) {
+        int total = o->nodes_m * o->nodes_g;
+        for (int n = 1; n < o->nodes_g && o->n_counts < MAX_GPU_COUNTS - 1; n *= 2)
+            o->counts[o->n_counts++] = n;
+        for (int n = o->nodes_g; n < total && o->n_counts < MAX_GPU_COUNTS - 1; n *= 2)
+            o->counts[o->n_counts++] = n;
+        o->counts[o->n_counts++] = total;
+        return;
+    }
+    static const int gpu_default[] = {1, 2, 4, 8};
+    int n = is_cpu ? 2 : 4;
+    for (int i = 0; i < n; i++) o->counts[o->n_counts++] = gpu_default[i];
+}
+
+/* ---- output ------------------------------------------------------------------ */
+
+static const char *fit_name(dt_plan_fit_t f) {
+    return f == DT_PLAN_FIT_YES ? "yes" : f == DT_PLAN_FIT_CKPT ? "ckpt" : "no";
+}
+
+static void print_text(const plan_opts *o, const plan_ctx *c, const dt_plan_row *rows,
+                       int n_rows, const dt_plan_choice *ch) {
+    const dt_plan_input *in = &c->in;
+    printf("model:  %s\n", c->model_label);
+    printf("        %.0f parameters, %.4g training FLOPs per token, micro-batch %d per GPU "
+           "(accumulation per GPU count in the tables), %s\n",
+           in->model.n_params, in->model.flops_per_token, in->micro_batch,
+           in->precision == DT_PLAN_PRECISION_BF16 ? "bf16 mixed precision" : "fp32");
+    printf("gpu:    %s, %.1f GB (%.1f GiB) per %s, %.4g TFLOP/s peak%s, MFU %.2f (assumed), "
+           "%.0f%% of memory reserved\n",
+           c->gpu_label, in->mem_bytes / 1e9, in->mem_bytes / 1073741824.0,
+           in->mem_shared ? "host, shared by its ranks" : "GPU", in->peak_flops / 1e12,
+           in->mem_shared ? " per rank (sgemm at the rank's threads, measured)" : "", in->mfu,
+           100 * in->reserve);
+    printf("links:  within a node %s %.4g GB/s α %.0f µs; across nodes %s %.4g GB/s α %.0f µs;",
+           in->intra.name, in->intra.gbps, in->intra.alpha_us, in->inter.name, in->inter.gbps,
+           in->inter.alpha_us);
+    if (in->gpus_per_node > 0) printf(" %d GPUs per node\n", in->gpus_per_node);
+    else printf(" all ranks on one host\n");
+    printf("work:   %s%s\n", c->work_label, in->price > 0 ? "" : "; no --price: cost not shown");
+    /* GB unless every figure is below 1 GB (small models): then MB */
+    double most = 0;
+    for (int i = 0; i < n_rows; i++) most = fmax(most, rows[i].total);
+    double unit = most < 1e9 ? 1e6 : 1e9;
+    printf("\nMemory per %s in %s; times per optimizer step in ms (comm: all of it, exposed: "
+           "the part not overlapped with compute); fits: yes, ckpt (only with activation "
+           "checkpointing), no.\n",
+           in->mem_shared ? "rank" : "GPU", unit == 1e9 ? "GB (1e9 bytes)" : "MB (1e6 bytes)");
+    int cur = -1;
+    for (int i = 0; i < n_rows; i++) {
+        const dt_plan_row *r = &rows[i];
+        if ((int)r->strategy != cur) {
+            cur = (int)r->strategy;
+            printf("\n%s%s\n", dt_plan_strategy_name(r->strategy),
+                   cur == o->highlight_strategy ? "  <- the config's strategy" : "");
+            printf("%5s %5s %5s | %8s %8s %8s %8s %8s %7s | %8s %8s %4s | %9s %9s %9s %9s | %6s | "
+                   "%10s %9s %10s\n",
+                   "GPUs", "nodes", "accum", "params", "grads", "optim", "acts", "acts-ck", "comm",
+                   "total", "total-ck", "fits", "compute", "comm", "exposed", "step", "eff",
+                   "tokens/s", "hours", "cost");
+        }
+        char hours[32] = "-", cost[32] = "-";
+        if (r->hours > 0 && r->fit != DT_PLAN_FIT_NO) snprintf(hours, sizeof hours, "%.2f", r->hours);
+        if (r->cost > 0 && r->fit != DT_PLAN_FIT_NO) snprintf(cost, sizeof cost, "%.2f", r->cost);
+        int mark = ch->cheapest == i || ch->fastest == i;
+        printf("%5d %5d %5d | %8.2f %8.2f %8.2f %8.2f %8.2f %7.3f | %8.2f %8.2f %4s | %9.2f %9.2f "
+               "%9.2f %9.2f | %5.1f%% | %10.0f %9s %10s%s\n",
+               r->n_gpus, r->n_nodes, r->accum, r->params / unit, r->grads / unit,
+               r->optim / unit, r->acts / unit, r->acts_ckpt / unit, r->comm_buf / unit,
+               r->total / unit, r->total_ckpt / unit, fit_name(r->fit), 1e3 * r->compute_s, 1e3 * r->comm_s,
+               1e3 * r->exposed_s, 1e3 * r->step_s, 100 * r->efficiency, r->tokens_per_s, hours,
+               cost,
+               mark ? (ch->cheapest == i && ch->fastest == i ? "  <- cheapest, fastest"
+                       : ch->cheapest == i                    ? "  <- cheapest"
+                                                              : "  <- fastest")
+                    : "");
+    }
+    printf("\nRecommendation\n  cheapest: %s\n  fastest:  %s\n", ch->cheapest_reason,
+           ch->fastest_reason);
+}
+
+static cJSON *row_json(const dt_plan_row *r) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "strategy", dt_plan_strategy_name(r->strategy));
+    cJSON_AddNumberToObject(j, "gpus", r->n_gpus);
+    cJSON_AddNumberToObject(j, "nodes", r->n_nodes);
+    cJSON_AddNumberToObject(j, "shard", r->shard);
+    cJSON_AddNumberToObject(j, "micro_batch", r->micro_batch);
+    cJSON_AddNumberToObject(j, "accum", r->accum);
+    cJSON *m = cJSON_AddObjectToObject(j, "memory_bytes");
+    cJSON_AddNumberToObject(m, "params", r->params);
+    cJSON_AddNumberToObject(m, "grads", r->grads);
+    cJSON_AddNumberToObject(m, "optim", r->optim);
+    cJSON_AddNumberToObject(m, "model_states", r->params + r->grads + r->optim);
+    cJSON_AddNumberToObject(m, "activations", r->acts);
+    cJSON_AddNumberToObject(m, "activations_ckpt", r->acts_ckpt);
+    cJSON_AddNumberToObject(m, "comm_buffers", r->comm_buf);
+    cJSON_AddNumberToObject(m, "total", r->total);
+    cJSON_AddNumberToObject(m, "total_ckpt", r->total_ckpt);
+    cJSON_AddNumberToObject(m, "usable", r->usable);
+    cJSON_AddStringToObject(j, "fits", fit_name(r->fit));
+    cJSON *t = cJSON_AddObjectToObject(j, "step_s");
+    cJSON_AddNumberToObject(t, "compute", r->compute_s);
+    cJSON_AddNumberToObject(t, "comm", r->comm_s);
+    cJSON_AddNumberToObject(t, "overlapped", r->overlapped_s);
+    cJSON_AddNumberToObject(t, "exposed", r->exposed_s);
+    cJSON_AddNumberToObject(t, "total", r->step_s);
+    cJSON_AddNumberToObject(j, "collectives", r->n_collectives);
+    cJSON_AddNumberToObject(j, "efficiency", r->efficiency);
+    cJSON_AddNumberToObject(j, "tokens_per_s", r->tokens_per_s);
+    if (r->hours > 0) cJSON_AddNumberToObject(j, "hours", r->hours);
+    else cJSON_AddNullToObject(j, "hours");
+    if (r->cost > 0) cJSON_AddNumberToObject(j, "cost", r->cost);
+    else cJSON_AddNullToObject(j, "cost");
+    return j;
+}
+
+static cJSON *choice_json(const dt_plan_row *rows, int idx, const char *reason) {
+    cJSON *j = cJSON_CreateObject();
+    if (idx >= 0) {
+        cJSON_AddStringToObject(j, "strategy", dt_plan_strategy_name(rows[idx].strategy));
+        cJSON_AddNumberToObject(j, "gpus", rows[idx].n_gpus);
+        cJSON_AddNumberToObject(j, "row", idx);
+    } else {
+        cJSON_AddNullToObject(j, "strategy");
+        cJSON_AddNullToObject(j, "gpus");
+        cJSON_AddNullToObject(j, "row");
+    }
+    cJSON_AddStringToObject(j, "reason", reason);
+    return j;
+}
+
+static void print_json(const plan_opts *o, const plan_ctx *c, const dt_plan_row *rows,
+                       int n_rows, const dt_plan_choice *ch) {
+    const dt_plan_input *in = &c->in;
+    cJSON *root = cJSON_CreateObject();
+    cJSON *m = cJSON_AddObjectToObject(root, "model");
+    cJSON_AddStringToObject(m, "source", o->config ? o->config : "flags");
+    cJSON_AddStringToObject(m, "type", in->model.is_mlp ? "mlp" : "gpt");
+    cJSON_AddNumberToObject(m, "params", in->model.n_params);
+    cJSON_AddNumberToObject(m, "params_unpadded", in->model.n_params_unpadded);
+    cJSON_AddNumberToObject(m, "flops_per_token", in->model.flops_per_token);
+    cJSON_AddNumberToObject(m, "micro_batch", in->micro_batch);
+    cJSON_AddNumberToObject(m, "accum", in->accum);
+    cJSON_AddNumberToObject(m, "seq_len", in->model.seq_len);
+    cJSON_AddStringToObject(m, "precision",
+                            in->precision == DT_PLAN_PRECISION_BF16 ? "bf16" : "fp32");
+    if (o->highlight_strategy >= 0)
+        cJSON_AddStringToObject(m, "strategy", dt_plan_strategy_name(o->highlight_strategy));
+    cJSON *g = cJSON_AddObjectToObject(root, "gpu");
+    cJSON_AddStringToObject(g, "name", c->gpu_label);
+    cJSON_AddNumberToObject(g, "mem_bytes", in->mem_bytes);
+    cJSON_AddBoolToObject(g, "mem_shared", in->mem_shared);
+    cJSON_AddNumberToObject(g, "peak_flops", in->peak_flops);
+    cJSON_AddNumberToObject(g, "mfu", in->mfu);
+    cJSON_AddNumberToObject(g, "reserve", in->reserve);
+    cJSON *l = cJSON_AddObjectToObject(root, "links");
+    const dt_plan_link *ls[2] = {&in->intra, &in->inter};
+    const char *keys[2] = {"intra", "inter"};
+    for (int i = 0; i < 2; i++) {
+        cJSON *x = cJSON_AddObjectToObject(l, keys[i]);
+        cJSON_AddStringToObject(x, "name", ls[i]->name);
+        cJSON_AddNumberToObject(x, "bytes_per_s", ls[i]->gbps * 1e9);
+        cJSON_AddNumberToObject(x, "alpha_s", ls[i]->alpha_us * 1e-6);
+    }
+    cJSON_AddNumberToObject(l, "gpus_per_node", in->gpus_per_node);
+    cJSON *w = cJSON_AddObjectToObject(root, "work");
+    if (in->hours_1gpu > 0) cJSON_AddNumberToObject(w, "hours_1gpu", in->hours_1gpu);
+    else cJSON_AddNullToObject(w, "hours_1gpu");
+    if (o->tokens > 0) cJSON_AddNumberToObject(w, "tokens", o->tokens);
+    else cJSON_AddNullToObject(w, "tokens");
+    if (in->price > 0) cJSON_AddNumberToObject(w, "price", in->price);
+    else cJSON_AddNullToObject(w, "price");
+    cJSON *arr = cJSON_AddArrayToObject(root, "rows");
+    for (int i = 0; i < n_rows; i++) cJSON_AddItemToArray(arr, row_json(&rows[i]));
+    cJSON *r = cJSON_AddObjectToObject(root, "recommendation");
+    cJSON_AddItemToObject(r, "cheapest", choice_json(rows, ch->cheapest, ch->cheapest_reason));
+    cJSON_AddItemToObject(r, "fastest", choice_json(rows, ch->fastest, ch->fastest_reason));
+    char *text = cJSON_Print(root);
+    if (text) puts(text);
+    free(text);
+    cJSON_Delete(root);
+}
+
+/* ---- --measure ------------------------------------------------------------------ */
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    return remove(path);
+}
+
+static char *read_text(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 4096, len = 0;
+    char *buf = dt_xmalloc(cap);
+    size_t n;
+    while ((n = fread(buf + len, 1, cap - len - 1, f)) > 0) {
+        len += n;
+        if (cap - len < 2) buf = dt_xrealloc(buf, cap *= 2);
+    }
+    buf[len] = '\0';
+    fclose(f);
+    return buf;
+}
+
+static double pct_err(double measured, double est) {
+    return est != 0 ? 100.0 * (measured - est) / est : NAN;
+}
+
+/* Runs `dtrun --standalone --nproc_per_node N CONFIG [overrides] train_steps=K
+ * log.dir=TMP ...` (for one rank `dtrun __worker CONFIG ...` with RANK=0
+ * WORLD_SIZE=1, what the agent would exec) and prints measured against
+ * estimated. Returns an exit code. */
+static int run_measure(const plan_opts *o, const dt_plan_row *est) {
+    char exe[4096];
+    /* DTRUN_PLAN_MEASURE_EXE replaces the binary (tests use a stand-in trainer) */
+    const char *env_exe = getenv("DTRUN_PLAN_MEASURE_EXE");
+    if (env_exe && *env_exe) {
+        snprintf(exe, sizeof exe, "%s", env_exe);
+    } else {
+        ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+        if (n <= 0) {
+            fprintf(stderr, "dtrun plan: --measure: cannot find the dtrun binary: %s\n",
+                    strerror(errno));
+            return DT_EXIT_FAILED;
+        }
+        exe[n] = '\0';
+    }
+    char dir[] = "/tmp/dtrun-plan-measure.XXXXXX";
+    if (!mkdtemp(dir)) {
+        fprintf(stderr, "dtrun plan: --measure: cannot create a temporary directory: %s\n",
+                strerror(errno));
+        return DT_EXIT_FAILED;
+    }
+    char nproc[16], steps[48], logdir[128];
+    snprintf(nproc, sizeof nproc, "%d", est->n_gpus);
+    snprintf(steps, sizeof steps, "train_steps=%d", o->measure_steps);
+    snprintf(logdir, sizeof logdir, "log.dir=%s", dir);
+    /* One rank needs no launcher: run the worker as the agent would exec it. */
+    int one = est->n_gpus == 1;
+    const char *args[MAX_OVERRIDES + 16];
+    int k = 0;
+    args[k++] = exe;
+    if (one) {
+        args[k++] = "__worker";
+    } else {
+        args[k++] = "--standalone";
+        args[k++] = "--nproc_per_node";
+        args[k++] = nproc;
+    }
+    args[k++] = o->config;
+    for (int i = 0; i < o->n_overrides; i++) args[k++] = o->overrides[i];
+    args[k++] = steps;
+    args[k++] = logdir;
+    args[k++] = "steps_per_print=1";
+    args[k++] = "checkpoint.every_steps=0";
+    args[k++] = "eval.every_steps=0";
+    args[k++] = NULL;
+    fprintf(stderr, "dtrun plan: measuring: %s %s%s %s ... %s %s\n", exe,
+            one ? "__worker" : "--standalone --nproc_per_node ", one ? "" : nproc, o->config,
+            steps, logdir);
+    fflush(NULL);
+    int rc = DT_EXIT_FAILED;
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "dtrun plan: --measure: fork failed: %s\n", strerror(errno));
+        goto out_remove_dir;
+    }
+    if (pid == 0) {
+        dup2(STDERR_FILENO, STDOUT_FILENO); /* the run's lines go to stderr, ours to stdout */
+        if (one) { /* torchrun's environment of a single rank */
+            setenv("RANK", "0", 1);
+            setenv("WORLD_SIZE", "1", 1);
+            setenv("LOCAL_RANK", "0", 1);
+            setenv("LOCAL_WORLD_SIZE", "1", 1);
+        }
+        execv(exe, (char *const *)args);
+        fprintf(stderr, "dtrun plan: --measure: cannot run %s: %s\n", exe, strerror(errno));
+        _exit(127);
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "dtrun plan: --measure: the measuring run failed (%s %d); see its "
+                        "error above\n",
+                WIFEXITED(status) ? "exit code" : "signal",
+                WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+        goto out_remove_dir;
+    }
+    char path[256];
+    snprintf(path, sizeof path, "%s/summary.json", dir);
+    char *text = read_text(path);
+    cJSON *sum = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    cJSON *ranks = sum ? cJSON_GetObjectItem(sum, "ranks") : NULL;
+    double states = 0, peak = 0;
+    int nr = 0;
+    cJSON *rk;
+    cJSON_ArrayForEach(rk, ranks) {
+        cJSON *msb = cJSON_GetObjectItem(rk, "model_state_bytes");
+        cJSON *tot = msb ? cJSON_GetObjectItem(msb, "total") : NULL;
+        cJSON *pk = cJSON_GetObjectItem(rk, "peak_bytes");
+        if (cJSON_IsNumber(tot) && tot->valuedouble > states) states = tot->valuedouble;
+        if (cJSON_IsNumber(pk) && pk->valuedouble > peak) peak = pk->valuedouble;
+        nr++;
+    }
+    cJSON_Delete(sum);
+    if (!nr) {
+        fprintf(stderr, "dtrun plan: --measure: %s has no ranks[] with model_state_bytes.total "
+                        "and peak_bytes\n",
+                path);
+        goto out_remove_dir;
+    }
+    /* step time: mean step_ms of metrics.jsonl lines after the first (warm-up) */
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    text = read_text(path);
+    double sum_ms = 0, first_ms = NAN;
+    int n_ms = 0;
+    for (char *save = NULL, *line = text ? strtok_r(text, "\n", &save) : NULL; line;
+         line = strtok_r(NULL, "\n", &save)) {
+        cJSON *j = cJSON_Parse(line);
+        cJSON *ms = j ? cJSON_GetObjectItem(j, "step_ms") : NULL;
+        if (cJSON_IsNumber(ms)) {
+            if (isnan(first_ms)) first_ms = ms->valuedouble;
+            else {
+                sum_ms += ms->valuedouble;
+                n_ms++;
+            }
+        }
+        cJSON_Delete(j);
+    }
+    free(text);
+    double step_ms = n_ms ? sum_ms / n_ms : first_ms;
+    double est_total = est->fit == DT_PLAN_FIT_CKPT ? est->total_ckpt : est->total;
+    printf("\nMeasured (%s on %d rank%s, %d steps) against the plan:\n",
+           dt_plan_strategy_name(est->strategy), est->n_gpus, est->n_gpus > 1 ? "s" : "",
+           o->measure_steps);
+    printf("  %-26s %14s %14s %8s\n", "", "measured", "estimated", "error");
+    printf("  %-26s %14.0f %14.0f %7.1f%%\n", "model-state bytes per rank", states,
+           est->params + est->grads + est->optim,
+           pct_err(states, est->params + est->grads + est->optim));
+    printf("  %-26s %14.0f %14.0f %7.1f%%\n", "peak bytes per rank", peak, est_total,
+           pct_err(peak, est_total));
+    printf("  %-26s %14.2f %14.2f %7.1f%%\n", "step ms", step_ms, 1e3 * est->step_s,
+           pct_err(step_ms, 1e3 * est->step_s));
+    rc = DT_EXIT_OK;
+out_remove_dir:
+    nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return rc;
+}
+
+/* Sets the micro-batch and accumulation of the input for n GPUs: a config keeps
+ * its global batch (DeepSpeed's rules in dt_config_resolve). */
+static int row_input(const plan_opts *o, plan_ctx *c, int n) {
+    if (c->in.mem_shared) { /* CPU ranks: threads and their measured peak */
+        c->in.cpu_threads = cpu_threads(c, n);
+        if (o->gpu_tflops <= 0) c->in.peak_flops = cpu_peak_flops(c->in.cpu_threads);
+    }
+    if (c->have_cfg) {
+        int rc = config_accum(&c->cfg, n, &c->in.accum);
+        if (rc) return rc;
+        c->in.micro_batch = (int)c->cfg.train_micro_batch_size_per_gpu;
+    }
+    return 0;
+}
+
+/* ---- the command ------------------------------------------------------------------ */
+
+int dt_cmd_plan(int argc, char **argv) {
+    plan_opts o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc < 0) {
+        char gpus_s[512], links_s[512];
+        dt_plan_gpu_names(gpus_s, sizeof gpus_s);
+        dt_plan_link_names(links_s, sizeof links_s);
+        printf(help_text, gpus_s, links_s);
+        return DT_EXIT_OK;
+    }
+    if (rc) return rc;
+    plan_ctx c;
+    memset(&c, 0, sizeof c);
+    rc = setup(&o, &c);
+    if (rc) goto out_free_model;
+    default_counts(&o, c.in.mem_shared);
+    if (!o.n_strategies)
+        for (int s = 0; s < DT_PLAN_STRATEGY_COUNT_; s++) o.strategies[o.n_strategies++] = s;
+
+    int n_rows = o.n_strategies * o.n_counts;
+    dt_plan_row *rows = dt_xcalloc((size_t)n_rows, sizeof *rows);
+    int r = 0;
+    for (int s = 0; s < o.n_strategies; s++)
+        for (int i = 0; i < o.n_counts; i++, r++) {
+            rc = row_input(&o, &c, o.counts[i]);
+            if (rc) goto out_free_rows;
+            if (dt_plan_row_compute(&c.in, o.strategies[s], o.counts[i], &rows[r]) !=
+                DT_STATUS_OK) {
+                rc = usage_error("%s", dt_error_detail());
+                goto out_free_rows;
+            }
+        }
+    rc = row_input(&o, &c, o.counts[0]); /* the header shows the first count's batch */
+    if (rc) goto out_free_rows;
+    dt_plan_choice ch;
+    dt_plan_recommend(&c.in, rows, n_rows, &ch);
+    if (o.json) print_json(&o, &c, rows, n_rows, &ch);
+    else print_text(&o, &c, rows, n_rows, &ch);
+    fflush(stdout);
+    rc = DT_EXIT_OK;
+    if (o.measure) {
+        /* the config's strategy at the first GPU count */
+        int want = o.highlight_strategy >= 0 ? o.highlight_strategy : DT_PLAN_DDP;
+        dt_plan_row est;
+        rc = row_input(&o, &c, o.counts[0]);
+        if (rc) goto out_free_rows;
+        if (dt_plan_row_compute(&c.in, want, o.counts[0], &est) != DT_STATUS_OK) {
+            rc = usage_error("%s", dt_error_detail());
+            goto out_free_rows;
+        }
+        rc = run_measure(&o, &est);
+    }
+out_free_rows:
+    free(rows);
+out_free_model:
+    dt_plan_model_free(&c.in.model);
+    if (c.have_cfg) dt_config_free(&c.cfg);
+    return rc;
+}

@@ -1,0 +1,322 @@
+/*
+ * test_plan.c - dtrun plan's arithmetic against the standard figures (16 bytes
+ * per parameter, the ZeRO paper's 7.5B model on 64 GPUs), hand-computed ring
+ * collectives, activations and cost, the exact GPT-2 124M count, the hardware
+ * tables and the recommendation.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "runtime/config.h"
+#include "runtime/net.h"
+#include "runtime/model.h"
+#include "runtime/plan.h"
+
+/* A model of psi parameters (the layer sizes do not enter model states). */
+static dt_plan_model sized(double psi) {
+    dt_plan_model m;
+    cr_assert_eq(dt_plan_model_from_sizes(psi, 32, 4096, 32, 2048, 50304, &m), DT_STATUS_OK);
+    return m;
+}
+
+static double states(const dt_plan_model *m, dt_plan_precision_t p, dt_plan_strategy_t s, int n,
+                     int g) {
+    dt_plan_mem r = dt_plan_model_states(m, p, s, n, g);
+    return r.params + r.grads + r.optim;
+}
+
+#define GB 1e9
+#define assert_near(a, b, tol) \
+    cr_assert(fabs((a) - (b)) <= (tol), "%s = %.6g, expected %.6g (±%g)", #a, (double)(a), (double)(b), (double)(tol))
+
+Test(plan, sixteen_bytes_per_parameter) {
+    const double psi[] = {1e9, 7e9, 13e9, 34e9, 70e9};
+    const double want[] = {16 * GB, 112 * GB, 208 * GB, 544 * GB, 1120 * GB};
+    for (int i = 0; i < 5; i++) {
+        dt_plan_model m = sized(psi[i]);
+        double ddp = states(&m, DT_PLAN_PRECISION_BF16, DT_PLAN_DDP, 1, 8);
+        assert_near(ddp, want[i], 1);
+        dt_plan_mem r = dt_plan_model_states(&m, DT_PLAN_PRECISION_BF16, DT_PLAN_DDP, 8, 8);
+        assert_near(r.params, 2 * psi[i], 1); /* bf16 */
+        assert_near(r.grads, 2 * psi[i], 1);
+        assert_near(r.optim, 12 * psi[i], 1); /* fp32 master + m + v */
+        /* fp32 on CPU is 16 bytes too, split 4 + 4 + 8 */
+        r = dt_plan_model_states(&m, DT_PLAN_PRECISION_FP32, DT_PLAN_DDP, 1, 8);
+        assert_near(r.params, 4 * psi[i], 1);
+        assert_near(r.optim, 8 * psi[i], 1);
+        dt_plan_model_free(&m);
+    }
+    dt_plan_model m = sized(7e9);
+    assert_near(states(&m, DT_PLAN_PRECISION_BF16, DT_PLAN_FSDP, 4, 8), 28 * GB, 1);
+    dt_plan_model_free(&m);
+}
+
+Test(plan, zero_paper_figures_for_7_5b_on_64_gpus) {
+    dt_plan_model m = sized(7.5e9);
+    dt_plan_precision_t p = DT_PLAN_PRECISION_BF16;
+    assert_near(states(&m, p, DT_PLAN_DDP, 64, 8) / GB, 120.0, 0.05);
+    assert_near(states(&m, p, DT_PLAN_ZERO1, 64, 8) / GB, 31.4, 0.05);
+    assert_near(states(&m, p, DT_PLAN_ZERO2, 64, 8) / GB, 16.6, 0.05);
+    assert_near(states(&m, p, DT_PLAN_FSDP, 64, 8) / GB, 1.9, 0.05);
+    /* hybrid: shards within the node of 8, replicated across the 8 nodes: 16Ψ/8 */
+    assert_near(states(&m, p, DT_PLAN_HYBRID, 64, 8) / GB, 15.0, 1e-9);
+    /* ... and at or below one node it is FSDP */
+    assert_near(states(&m, p, DT_PLAN_HYBRID, 4, 8), states(&m, p, DT_PLAN_FSDP, 4, 8), 0);
+    dt_plan_model_free(&m);
+}
+
+Test(plan, fp32_splits_on_cpu) {
+    dt_plan_model m = sized(1e9);
+    dt_plan_precision_t p = DT_PLAN_PRECISION_FP32;
+    assert_near(states(&m, p, DT_PLAN_ZERO1, 4, 0), 8e9 + 8e9 / 4, 1);
+    assert_near(states(&m, p, DT_PLAN_ZERO2, 4, 0), 4e9 + 12e9 / 4, 1);
+    assert_near(states(&m, p, DT_PLAN_FSDP, 4, 0), 16e9 / 4, 1);
+    dt_plan_model_free(&m);
+}
+
+Test(plan, gpt2_124m_exact_count_from_the_layout) {
+    dt_model_spec s = {.type = DT_MODEL_GPT, .n_layer = 12, .n_head = 12, .n_embd = 768,
+                       .seq_len = 1024, .vocab_size = 50257, .vocab_pad_multiple = 128};
+    dt_model_layout l;
+    cr_assert_eq(dt_model_layout_init(&s, &l), DT_STATUS_OK);
+    dt_plan_model m;
+    cr_assert_eq(dt_plan_model_from_layout(&l, &m), DT_STATUS_OK);
+    cr_assert_eq((long long)m.n_params, 124475904LL); /* vocab padded to 50304 */
+    cr_assert_eq((long long)m.n_params_unpadded, 124439808LL);
+    cr_assert_eq(m.n_units, 14);
+    cr_assert_eq((long long)m.largest_unit, 50304LL * 768 + 1024LL * 768); /* wte + wpe */
+    assert_near(states(&m, DT_PLAN_PRECISION_BF16, DT_PLAN_DDP, 1, 8), 16.0 * 124475904, 0);
+    /* FSDP pads each of the 14 units to a multiple of the rank count */
+    double shard = 0;
+    for (int u = 0; u < l.n_units; u++) shard += ceil((double)l.units[u].numel / 5);
+    assert_near(states(&m, DT_PLAN_PRECISION_BF16, DT_PLAN_FSDP, 5, 8), 16 * shard, 0);
+    cr_assert_gt(16 * shard, 16.0 * 124475904 / 5); /* 768 is not a multiple of 5 */
+    dt_plan_model_free(&m);
+    dt_model_layout_free(&l);
+}
+
+Test(plan, activation_bytes_by_hand) {
+    dt_model_spec s = {.type = DT_MODEL_GPT, .n_layer = 2, .n_head = 2, .n_embd = 16,
+                       .seq_len = 8, .vocab_size = 60, .vocab_pad_multiple = 64};
+    dt_model_layout l;
+    cr_assert_eq(dt_model_layout_init(&s, &l), DT_STATUS_OK);
+    dt_plan_model m;
+    cr_assert_eq(dt_plan_model_from_layout(&l, &m), DT_STATUS_OK);
+    /* B=2, T=8, C=16, fp32, attention materialised with 1 thread:
+     * layer: 7 x BTC 7168, 4 LayerNorm stats 4*64 = 256, qkv 3072, fch + fch_gelu
+     *        8192, attention 2*2*8*8*4 = 1024                                -> 19712
+     * once:  tokens + targets 128, encoded + lnf 2048, lnf stats + losses 192,
+     *        logits 16*64*4 = 4096, dres + dtmp 2048, dqkv 3072, dfch x2 8192,
+     *        attention scratch 4*1*8*8 = 256                                  -> 20032 */
+    cr_assert_eq(dt_plan_activation_bytes(&m, 2, 4, 1, 0), 2 * 19712 + 20032);
+    /* checkpointing: two layer inputs 2*1024, one layer's set, the once-part */
+    cr_assert_eq(dt_plan_activation_bytes(&m, 2, 4, 1, 1), 2 * 1024 + 19712 + 20032);
+    /* bf16 flash-style: attention keeps B*NH*T fp32 = 128 bytes per layer, no scratch:
+     * layer 3584 + 256 + 1536 + 4096 + 128 = 9600;
+     * once 128 + 1024 + 192 + 2048 + 1024 + 1536 + 4096 = 10048 */
+    cr_assert_eq(dt_plan_activation_bytes(&m, 2, 2, 0, 0), 2 * 9600 + 10048);
+    dt_plan_model_free(&m);
+    dt_model_layout_free(&l);
+}
+
+/* The plan's activation formula is the trainer's arena (runtime/net.c), byte for
+ * byte, on sizes that exercise the 64-byte slot rounding. */
+Test(plan, activations_match_the_trainers_arena) {
+    dt_device_t *dev;
+    cr_assert_eq(dt_device_init(&dev, DT_DEVICE_CPU, 3), DT_STATUS_OK, "%s", dt_error_detail());
+    dt_model_spec specs[] = {
+        {.type = DT_MODEL_GPT, .n_layer = 3, .n_head = 3, .n_embd = 12, .seq_len = 7,
+         .vocab_size = 50, .vocab_pad_multiple = 1},
+        {.type = DT_MODEL_GPT, .n_layer = 2, .n_head = 4, .n_embd = 64, .seq_len = 100,
+         .vocab_size = 256, .vocab_pad_multiple = 64},
+        {.type = DT_MODEL_MLP, .in_dim = 5, .hidden_dim = 7, .n_hidden_layers = 2,
+         .n_classes = 3},
+        {.type = DT_MODEL_MLP, .in_dim = 33, .hidden_dim = 9, .n_hidden_layers = 0,
+         .n_classes = 40},
+    };
+    for (size_t i = 0; i < sizeof specs / sizeof *specs; i++)
+        for (int B = 1; B <= 5; B += 2) {
+            dt_model_layout l;
+            cr_assert_eq(dt_model_layout_init(&specs[i], &l), DT_STATUS_OK);
+            dt_plan_model m;
+            cr_assert_eq(dt_plan_model_from_layout(&l, &m), DT_STATUS_OK);
+            double want = (double)dt_net_arena_bytes(dev, &l, B);
+            double got = dt_plan_activation_bytes(&m, B, 4, 3, 0);
+            cr_assert_eq(got, want, "spec %zu, B %d: plan %.0f, net.c %.0f", i, B, got, want);
+            dt_plan_model_free(&m);
+            dt_model_layout_free(&l);
+        }
+    dt_device_free(dev);
+}
+
+Test(plan, ring_collectives_by_hand) {
+    /* 1 GB over 4 ranks at 1 GB/s: all-reduce 2*3/4 = 1.5 s, RS/AG 0.75 s */
+    assert_near(dt_plan_all_reduce_s(1e9, 4, 1e9, 0), 1.5, 1e-12);
+    assert_near(dt_plan_reduce_scatter_s(1e9, 4, 1e9, 0), 0.75, 1e-12);
+    assert_near(dt_plan_all_gather_s(1e9, 4, 1e9, 1e-3), 0.751, 1e-12);
+    assert_near(dt_plan_all_reduce_s(2e9, 8, 50e9, 30e-6), 2.0 * 7 / 8 * 2e9 / 50e9 + 30e-6, 1e-12);
+    cr_assert_eq(dt_plan_all_reduce_s(1e9, 1, 1e9, 1), 0);
+}
+
+Test(plan, cost_formula) {
+    double h, c;
+    /* H = 1000 one-GPU hours, 8 GPUs at 80% efficiency, 2 per GPU-hour */
+    dt_plan_cost(1000, 8, 2.0, 0.8, &h, &c);
+    assert_near(h, 1000 / (8 * 0.8), 1e-9);
+    assert_near(c, 8 * 2.0 * 1000 / (8 * 0.8), 1e-9); /* = p*H/e = 2500 */
+    assert_near(c, 2500, 1e-9);
+}
+
+static dt_plan_input input_7b(void) {
+    dt_plan_input in;
+    dt_plan_input_defaults(&in);
+    in.model = sized(7e9);
+    in.mem_bytes = 80.0 * 1073741824.0;
+    in.peak_flops = 989e12;
+    return in;
+}
+
+Test(plan, ddp_step_time_and_efficiency) {
+    dt_plan_input in = input_7b();
+    in.hours_1gpu = 1000;
+    in.price = 3;
+    dt_plan_row r;
+    cr_assert_eq(dt_plan_row_compute(&in, DT_PLAN_DDP, 8, &r), DT_STATUS_OK);
+    double tokens = 2048; /* micro-batch 1 x seq 2048 */
+    double fpt = 6 * 7e9 + 12.0 * 32 * 4096 * 2048;
+    assert_near(r.compute_s, fpt * tokens / (989e12 * 0.4), 1e-12);
+    double buckets = ceil(7e9 / 6553600);
+    double ar = 2.0 * 7 / 8 * 7e9 * 2 / 450e9 + buckets * 10e-6; /* bf16 grads, nvlink4 */
+    assert_near(r.comm_s, ar, 1e-9);
+    double tail = 2.0 * 7 / 8 * 6553600 * 2 / 450e9 + 10e-6;
+    assert_near(r.exposed_s, fmax(ar - r.compute_s * 2 / 3, tail), 1e-9);
+    assert_near(r.step_s, r.compute_s + r.exposed_s, 1e-12);
+    assert_near(r.efficiency, r.compute_s / r.step_s, 1e-12);
+    assert_near(r.hours, 1000 / (8 * r.efficiency), 1e-9);
+    assert_near(r.cost, 8 * 3 * r.hours, 1e-9);
+    cr_assert_eq(r.fit, DT_PLAN_FIT_NO); /* 112 GB of states on an 80 GiB GPU */
+    cr_assert_eq(r.n_collectives, buckets);
+    dt_plan_model_free(&in.model);
+}
+
+Test(plan, fsdp_moves_one_and_a_half_times_ddp) {
+    dt_plan_input in = input_7b();
+    in.intra.alpha_us = 0;
+    dt_plan_row d, f, z1;
+    cr_assert_eq(dt_plan_row_compute(&in, DT_PLAN_DDP, 8, &d), DT_STATUS_OK);
+    cr_assert_eq(dt_plan_row_compute(&in, DT_PLAN_FSDP, 8, &f), DT_STATUS_OK);
+    cr_assert_eq(dt_plan_row_compute(&in, DT_PLAN_ZERO1, 8, &z1), DT_STATUS_OK);
+    assert_near(f.comm_s, 1.5 * d.comm_s, 1e-12);
+    assert_near(z1.comm_s, d.comm_s, 1e-12);
+    cr_assert_eq(f.fit, DT_PLAN_FIT_YES);
+    assert_near(f.total, f.params + f.grads + f.optim + f.acts + f.comm_buf, 1);
+    assert_near(f.usable, 80.0 * 1073741824.0 * 0.9, 1);
+    dt_plan_model_free(&in.model);
+}
+
+Test(plan, hybrid_uses_the_inter_node_link_for_the_shard) {
+    dt_plan_input in = input_7b();
+    in.intra.alpha_us = in.inter.alpha_us = 0;
+    dt_plan_row h, f;
+    cr_assert_eq(dt_plan_row_compute(&in, DT_PLAN_HYBRID, 16, &h), DT_STATUS_OK);
+    cr_assert_eq(dt_plan_row_compute(&in, DT_PLAN_FSDP, 16, &f), DT_STATUS_OK);
+    cr_assert_eq(h.n_nodes, 2);
+    cr_assert_eq(h.shard, 8);
+    double S = 7e9 * 2;
+    double intra = 7.0 / 8 * S / 450e9 * 3;             /* AG fwd, AG bwd, RS within the node */
+    double inter = 2.0 * 1 / 2 * (S / 8) / 50e9;        /* all-reduce of 1/8 across 2 nodes */
+    assert_near(h.comm_s, intra + inter, 1e-9);
+    assert_near(f.comm_s, 15.0 / 16 * S / 50e9 * 3, 1e-9); /* flat ring at the NIC's rate */
+    cr_assert_lt(h.comm_s, f.comm_s);
+    /* 12 GPUs on nodes of 8 is not a layout */
+    cr_assert_eq(dt_plan_row_compute(&in, DT_PLAN_HYBRID, 12, &h), DT_STATUS_USAGE);
+    cr_assert(strstr(dt_error_detail(), "--gpus"));
+    dt_plan_model_free(&in.model);
+}
+
+Test(plan, recommendation_picks_what_fits) {
+    dt_plan_input in = input_7b();
+    in.hours_1gpu = 100;
+    in.price = 2;
+    dt_plan_row rows[10];
+    int counts[] = {1, 8};
+    int n = 0;
+    for (int s = 0; s < DT_PLAN_STRATEGY_COUNT_; s++)
+        for (int i = 0; i < 2; i++)
+            cr_assert_eq(dt_plan_row_compute(&in, s, counts[i], &rows[n++]), DT_STATUS_OK);
+    dt_plan_choice ch;
+    dt_plan_recommend(&in, rows, n, &ch);
+    cr_assert_geq(ch.cheapest, 0);
+    cr_assert_neq(rows[ch.cheapest].fit, DT_PLAN_FIT_NO);
+    cr_assert_eq(rows[ch.cheapest].n_gpus, 8); /* nothing fits on one GPU */
+    cr_assert_neq(rows[ch.cheapest].strategy, DT_PLAN_DDP);
+    for (int i = 0; i < n; i++)
+        if (rows[i].fit != DT_PLAN_FIT_NO) {
+            cr_assert_leq(rows[ch.cheapest].cost, rows[i].cost * 1.001);
+            cr_assert_geq(rows[ch.fastest].tokens_per_s, rows[i].tokens_per_s * 0.999);
+        }
+    cr_assert(strstr(ch.cheapest_reason, "fits"), "%s", ch.cheapest_reason);
+
+    in.mem_bytes = 1e9; /* nothing fits anywhere */
+    for (int i = 0; i < n; i++)
+        cr_assert_eq(dt_plan_row_compute(&in, rows[i].strategy, rows[i].n_gpus, &rows[i]),
+                     DT_STATUS_OK);
+    dt_plan_recommend(&in, rows, n, &ch);
+    cr_assert_eq(ch.cheapest, -1);
+    cr_assert_eq(ch.fastest, -1);
+    cr_assert(strstr(ch.cheapest_reason, "nothing fits"), "%s", ch.cheapest_reason);
+    dt_plan_model_free(&in.model);
+}
+
+Test(plan, hardware_tables) {
+    const dt_plan_gpu *g = dt_plan_gpu_find("H100");
+    cr_assert(g && g->mem_gib == 80 && g->tflops == 989);
+    cr_assert_eq(dt_plan_gpu_find("h200")->mem_gib, 141);
+    cr_assert_str_eq(dt_plan_gpu_by_device_name("NVIDIA A100-SXM4-80GB")->name, "a100-80");
+    cr_assert_str_eq(dt_plan_gpu_by_device_name("NVIDIA A100-PCIE-40GB")->name, "a100-40");
+    cr_assert_str_eq(dt_plan_gpu_by_device_name("NVIDIA H100 PCIe")->name, "h100-pcie");
+    cr_assert_str_eq(dt_plan_gpu_by_device_name("NVIDIA L40S")->name, "l40s");
+    cr_assert_null(dt_plan_gpu_by_device_name("Mystery GPU"));
+    cr_assert_null(dt_plan_gpu_find("tpu"));
+    cr_assert_eq(dt_plan_link_find("nvlink4")->gbps, 450);
+    cr_assert_eq(dt_plan_link_find("ib400")->gbps, 50);
+    cr_assert_null(dt_plan_link_find("carrier-pigeon"));
+    char names[512];
+    dt_plan_gpu_names(names, sizeof names);
+    cr_assert(strstr(names, "rtx5090") && strstr(names, "a100-40"), "%s", names);
+    cr_assert_eq(dt_plan_strategy_parse("zero3"), DT_PLAN_FSDP);
+    cr_assert_eq(dt_plan_strategy_parse("nope"), -1);
+}
+
+Test(plan, bad_sizes_name_the_flag) {
+    dt_plan_model m;
+    cr_assert_eq(dt_plan_model_from_sizes(7e9, 32, 4096, 33, 2048, 50304, &m), DT_STATUS_USAGE);
+    cr_assert(strstr(dt_error_detail(), "--heads"));
+    cr_assert_eq(dt_plan_model_from_sizes(0, 32, 4096, 32, 2048, 50304, &m), DT_STATUS_USAGE);
+    cr_assert(strstr(dt_error_detail(), "--params"));
+    cr_assert_eq(dt_plan_model_from_sizes(7e9, 32, 4096, 32, 0, 50304, &m), DT_STATUS_USAGE);
+    cr_assert(strstr(dt_error_detail(), "--seq"));
+}
+
+Test(plan, gpt2_124m_from_the_preset_config) {
+    dt_config_t cfg;
+    dt_status_t st = dt_config_load("configs/gpt2-124m.json", NULL, 0, &cfg);
+    cr_assert_eq(st, DT_STATUS_OK, "%s", dt_config_errors(&cfg));
+    dt_model_spec s = {.type = cfg.model.type, .n_layer = (int)cfg.model.n_layer,
+                       .n_head = (int)cfg.model.n_head, .n_embd = (int)cfg.model.n_embd,
+                       .seq_len = (int)cfg.model.seq_len, .vocab_size = (int)cfg.model.vocab_size,
+                       .vocab_pad_multiple = (int)cfg.model.vocab_pad_multiple};
+    dt_model_layout l;
+    cr_assert_eq(dt_model_layout_init(&s, &l), DT_STATUS_OK);
+    dt_plan_model m;
+    cr_assert_eq(dt_plan_model_from_layout(&l, &m), DT_STATUS_OK);
+    cr_assert_eq((long long)m.n_params, 124475904LL);
+    cr_assert_eq((long long)m.n_params_unpadded, 124439808LL);
+    /* 16 bytes per parameter of the padded buffer: 1.99 GB under DDP */
+    assert_near(states(&m, DT_PLAN_PRECISION_BF16, DT_PLAN_DDP, 8, 8), 1991614464.0, 0);
+    dt_plan_model_free(&m);
+    dt_model_layout_free(&l);
+    dt_config_free(&cfg);
+}
