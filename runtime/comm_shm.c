@@ -251,7 +251,9 @@ static dt_status_t wait_flag(dt_comm_t *comm, shm_be_t *be, int k, int which, ui
     unsigned naps = 0;
     for (int i = 0; i < SHM_SPIN; i++) {
         if (reached(f, v)) return DT_STATUS_OK;
-        if (be->oversub && (i & 31) == 31) sched_yield();
+        /* after a few microseconds of pure spinning, let other runnable threads
+         * (perhaps the peer we wait for) have the CPU now and then */
+        if ((i & 15) == 15 && (be->oversub || i >= 256)) sched_yield();
         dt_comm_cpu_relax();
     }
     for (;;) {

@@ -502,7 +502,7 @@ static dt_status_t ring_pipeline(dt_comm_t *comm, tcp_be_t *be, const ring_step_
          * a sleeping rank costs a wake-up per socket buffer refill. */
         if (idle++ == 0) spin_start = dt_now_ns();
         int spinning = dt_now_ns() - spin_start < be->spin_ns;
-        if (spinning && be->oversub) sched_yield();
+        if (spinning && (be->oversub || dt_now_ns() - spin_start > 20000)) sched_yield();
         int pr = poll(pf, (nfds_t)np, spinning ? 0 : 50);
         if ((pr == 0 && !spinning) || (idle & 1023) == 0) DT_CHECK(dt_comm_tick_slow_(comm));
     }
