@@ -3,3 +3,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ./dtrun bench store
+./dtrun __bench_comm_rank --nproc 2 --backend shm --max 32M   # until the launcher routes `dtrun --nproc_per_node 2 bench comm`
