@@ -200,6 +200,11 @@ static dt_status_t shm_init(dt_comm_t *comm) {
         char *peer = NULL;
         DT_CHECK_GOTO(dt_comm_kv_get_(comm, &peer, NULL, "shm/%d", k), st, out_unlink);
         st = map_segment(peer, be->seg_bytes, 0, &be->base[k]);
+        if (st == DT_STATUS_NOT_FOUND || (st != DT_STATUS_OK && strstr(dt_error_detail(), "No such file")))
+            st = dt_error(DT_STATUS_CONFIG,
+                          "shm comm: rank %d cannot open rank %d's segment %s: is it on another node? "
+                          "(DTRUN_COMM=tcp or hier for several nodes)",
+                          be->r, k, peer);
         if (st == DT_STATUS_OK && hdr(be, k)->magic != SHM_MAGIC) /* creator may not have written yet */
             for (int i = 0; i < 2000 && atomic_load((_Atomic uint32_t *)&hdr(be, k)->magic) != SHM_MAGIC; i++)
                 dt_sleep_ms(1);
