@@ -175,9 +175,9 @@ fi
 if [ $rc -eq 0 ] && grep -q "model-state bytes per rank" "$DT_TMP/out"; then
   pass "--measure on two ranks through the launcher"
   sed -n '/^Measured/,$p' "$DT_TMP/out"
-elif [ $rc -eq 1 ] && grep -q "not built yet" "$DT_TMP/err" && grep -q "measuring run failed" "$DT_TMP/err"; then
+elif [ $rc -eq 1 ] && grep -Eq "not built yet|needs the communicator" "$DT_TMP/err" && grep -q "measuring run failed" "$DT_TMP/err"; then
   pass "--measure reports the failed run's error and exits 1"
-  skip "--measure on two ranks" "the launcher is not on main yet ($(grep -m1 'not built' "$DT_TMP/err"))"
+  skip "--measure on two ranks" "the launcher or the communicator is not on main yet ($(grep -Em1 'not built|needs the communicator' "$DT_TMP/err" | sed 's/^ *//'))"
 else
   fail "--measure on two ranks" "rc=$rc: $(tail -5 "$DT_TMP/err")"
 fi

@@ -1,0 +1,84 @@
+/*
+ * cmd_launch.c - `dtrun [LAUNCH FLAGS] CONFIG.json | --exec PROG ... | bench comm`:
+ * parses the launch flags, checks what is to be run before anything starts (the
+ * config, for its world size), and hands over to the agent (runtime/agent.h), whose
+ * workers are the program given to --exec or `dtrun __worker CONFIG ...`.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/commands.h"
+#include "common/log.h"
+#include "common/mem.h"
+#include "runtime/agent.h"
+#include "runtime/config.h"
+#include "runtime/launch_args.h"
+
+extern char **environ;
+
+/* The config is loaded and checked (for the world size when it is fixed) before
+ * anything starts: its errors are exit 2, as the worker would find them. */
+static int check_config(const dt_launch_spec_t *spec) {
+    dt_config_t cfg;
+    dt_status_t st = dt_config_load(spec->config_path, (const char *const *)spec->extra_argv,
+                                    spec->extra_argc, &cfg);
+    if (st == DT_STATUS_OK && spec->nnodes_min == spec->nnodes_max)
+        st = dt_config_resolve(&cfg, spec->nnodes_max * spec->nproc_per_node);
+    if (st != DT_STATUS_OK) {
+        fputs(dt_config_errors(&cfg), stderr);
+        fprintf(stderr, "dtrun: error: config %s is not valid (nothing was started)\n",
+                spec->config_path);
+    }
+    dt_config_free(&cfg);
+    return st == DT_STATUS_OK ? DT_EXIT_OK : DT_EXIT_USAGE;
+}
+
+/* Workers run this binary: `dtrun __worker CONFIG [KEY=VALUE ...]`. */
+static int run_trainer(const dt_launch_spec_t *spec) {
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) {
+        fprintf(stderr, "dtrun: error: cannot find its own binary: %s\n", strerror(errno));
+        return DT_EXIT_FAILED;
+    }
+    self[n] = '\0';
+    char **argv = dt_xcalloc((size_t)spec->extra_argc + 4, sizeof *argv);
+    argv[0] = self;
+    argv[1] = "__worker";
+    argv[2] = spec->config_path;
+    for (int i = 0; i < spec->extra_argc; i++) argv[3 + i] = spec->extra_argv[i];
+    int code = dt_agent_run(spec, argv, spec->extra_argc + 3);
+    free(argv);
+    return code;
+}
+
+int dt_cmd_launch(int argc, char **argv) {
+    dt_launch_spec_t spec;
+    dt_log_set_prefix("dtrun agent");
+    if (dt_launch_args_parse(argc, argv, environ, &spec) != DT_STATUS_OK) {
+        fprintf(stderr, "dtrun: error: %s\n(nothing was started; see dtrun --help)\n",
+                dt_error_detail());
+        return DT_EXIT_USAGE;
+    }
+    for (int i = 0; i < spec.n_notes; i++) DT_LOG_INFO("SLURM: %s", spec.notes[i]);
+    if (strcmp(spec.nproc_source, "N") != 0)
+        DT_LOG_INFO("--nproc_per_node %s: %d worker(s) per node", spec.nproc_source,
+                    spec.nproc_per_node);
+    int code;
+    if (spec.mode == DT_LAUNCH_MODE_BENCH_COMM) {
+        fprintf(stderr, "dtrun: error: 'bench comm' is not built yet in this version (%s); "
+                        "nothing was started\n", DT_VERSION);
+        code = DT_EXIT_USAGE;
+    } else if (spec.mode == DT_LAUNCH_MODE_CONFIG) {
+        code = check_config(&spec);
+        if (code == DT_EXIT_OK) code = run_trainer(&spec);
+    } else {
+        code = dt_agent_run(&spec, spec.prog_argv, spec.prog_argc);
+    }
+    dt_launch_spec_free(&spec);
+    return code;
+}
