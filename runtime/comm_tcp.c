@@ -26,6 +26,12 @@
  *   broadcast: a chain from the root, pipelined in chunks.
  *   Reductions travel as fp32: bf16 inputs are widened first and rounded once
  *   at the end (twice the bytes of a bf16 wire, but one rounding).
+ *
+ * Knobs (environment): DTRUN_COMM_TCP_CONNS (connections per neighbour, 1..8,
+ * default 1: on loopback with 2 cores more did not measurably help),
+ * DTRUN_COMM_TCP_SPIN_US (poll without sleeping this long before blocking,
+ * default 200), DTRUN_COMM_TCP_BUF (SO_SNDBUF/SO_RCVBUF bytes; default: the
+ * kernel's autotuning).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
