@@ -49,6 +49,9 @@ static int host_fp32(const dt_device_t *dev) {
     return dev->kind == DT_DEVICE_CPU && dev->ops->dtype == DT_DTYPE_F32;
 }
 
+/* Params of a range: fp32 masters, or device tensors of the compute dtype. */
+static int params_are_f32(const dt_train_ckpt *t) { return t->params_fp32 || t->dev->ops->dtype == DT_DTYPE_F32; }
+
 static char *extra_json(const dt_train_ckpt *t, int64_t step, const char *why) {
     cJSON *o = cJSON_CreateObject();
     char *dump = dt_config_dump_json(t->cfg);
@@ -114,7 +117,7 @@ dt_status_t dt_train_ckpt_save(const dt_train_ckpt *t, int64_t step, const char 
                 st = DT_STATUS_NOMEM;
                 goto out_free;
             }
-            if (b == 0) DT_CHECK_GOTO(ops->download_f32(t->dev, h, src[b], own[i].count), st, out_free);
+            if (b == 0 && !params_are_f32(t)) DT_CHECK_GOTO(ops->download_f32(t->dev, h, src[b], own[i].count), st, out_free);
             else DT_CHECK_GOTO(ops->copy(t->dev, h, src[b], own[i].count * sizeof(float), DT_COPY_DEVICE_TO_HOST), st,
                                out_free);
             r->data = h;
@@ -160,56 +163,43 @@ static int json_u64(const cJSON *o, const char *key, uint64_t *out) {
     return 1;
 }
 
-/* Reads this rank's ranges of the three buffers into the device buffers. */
-static dt_status_t load_buffers(const dt_train_ckpt *t, dt_ckpt_t *c) {
+dt_status_t dt_train_ckpt_read_range(const dt_train_ckpt *t, dt_ckpt_t *c, uint64_t offset, uint64_t count,
+                                     void *params, float *m, float *v) {
     const dt_ops_t *ops = t->dev->ops;
-    int n = 0;
-    dt_train_ckpt_owned *own = owned_ranges(t, &n);
-    if (t->n_owned == 0) { /* replicas: every rank needs the whole buffers */
-        own = dt_xrealloc(own, sizeof *own);
-        own[0] = (dt_train_ckpt_owned){0, t->layout->n_params, t->params, t->m, t->v};
-        n = 1;
+    void *dst[3] = {params, m, v};
+    static const char *names[3] = {"params", "m", "v"};
+    if (host_fp32(t->dev)) {
+        for (int b = 0; b < 3; b++)
+            if (dst[b]) DT_CHECK(dt_ckpt_read(c, names[b], offset, count, dst[b]));
+        return DT_STATUS_OK;
     }
+    float *h = dt_mem_alloc(DT_MEM_OTHER, count * sizeof(float));
+    if (!h) return DT_STATUS_NOMEM;
     dt_status_t st = DT_STATUS_OK;
-    float *h = NULL;
-    for (int i = 0; i < n; i++) {
-        void *dst[3] = {own[i].params, own[i].m, own[i].v};
-        static const char *names[3] = {"params", "m", "v"};
-        for (int b = 0; b < 3; b++) {
-            if (host_fp32(t->dev)) {
-                DT_CHECK_GOTO(dt_ckpt_read(c, names[b], own[i].offset, own[i].count, dst[b]), st, out_free);
-                continue;
-            }
-            dt_mem_free(h);
-            h = dt_mem_alloc(DT_MEM_OTHER, own[i].count * sizeof(float));
-            if (!h) {
-                st = DT_STATUS_NOMEM;
-                goto out_free;
-            }
-            DT_CHECK_GOTO(dt_ckpt_read(c, names[b], own[i].offset, own[i].count, h), st, out_free);
-            if (b == 0) DT_CHECK_GOTO(ops->upload_f32(t->dev, dst[b], h, own[i].count), st, out_free);
-            else DT_CHECK_GOTO(ops->copy(t->dev, dst[b], h, own[i].count * sizeof(float), DT_COPY_HOST_TO_DEVICE), st,
-                               out_free);
-        }
+    for (int b = 0; b < 3 && st == DT_STATUS_OK; b++) {
+        if (!dst[b]) continue;
+        st = dt_ckpt_read(c, names[b], offset, count, h);
+        if (st != DT_STATUS_OK) break;
+        if (b == 0 && !params_are_f32(t)) st = ops->upload_f32(t->dev, dst[b], h, count);
+        else st = ops->copy(t->dev, dst[b], h, count * sizeof(float), DT_COPY_HOST_TO_DEVICE);
     }
-    if (t->n_owned > 0 && t->load_full_params) {
-        size_t n_all = t->layout->n_params;
-        if (host_fp32(t->dev)) DT_CHECK_GOTO(dt_ckpt_read(c, "params", 0, n_all, t->params), st, out_free);
-        else {
-            dt_mem_free(h);
-            if (!(h = dt_mem_alloc(DT_MEM_OTHER, n_all * sizeof(float)))) {
-                st = DT_STATUS_NOMEM;
-                goto out_free;
-            }
-            DT_CHECK_GOTO(dt_ckpt_read(c, "params", 0, n_all, h), st, out_free);
-            DT_CHECK_GOTO(ops->upload_f32(t->dev, t->params, h, n_all), st, out_free);
-        }
-    }
-    st = ops->synchronize(t->dev);
-out_free:
+    if (st == DT_STATUS_OK) st = ops->synchronize(t->dev);
     dt_mem_free(h);
-    free(own);
     return st;
+}
+
+/* Reads what this rank holds: replicas the whole buffers; owned ranges their
+ * slices (and, with load_full_params, every parameter); or the caller's loader. */
+static dt_status_t load_buffers(const dt_train_ckpt *t, dt_ckpt_t *c) {
+    if (t->load) return t->load(t->load_ctx, c);
+    if (t->n_owned == 0)
+        return dt_train_ckpt_read_range(t, c, 0, t->layout->n_params, t->params, t->m, t->v);
+    for (int i = 0; i < t->n_owned; i++) {
+        const dt_train_ckpt_owned *o = &t->owned[i];
+        DT_CHECK(dt_train_ckpt_read_range(t, c, o->offset, o->count, t->load_full_params ? NULL : o->params, o->m, o->v));
+    }
+    if (t->load_full_params) DT_CHECK(dt_train_ckpt_read_range(t, c, 0, t->layout->n_params, t->params, NULL, NULL));
+    return DT_STATUS_OK;
 }
 
 /* Opens, checks and loads one checkpoint. *touched is set once device buffers
@@ -317,6 +307,14 @@ dt_status_t dt_train_ckpt_resume(const dt_train_ckpt *t, int64_t *step) {
     int loaded = 0;
     for (int i = 0; i < n && !loaded; i++) {
         st = load_one(t, paths[i], step, &touched);
+        if (t->agree) { /* every rank must take the same checkpoint */
+            char detail[1024];
+            snprintf(detail, sizeof detail, "%s", dt_error_detail());
+            int ok = st == DT_STATUS_OK;
+            DT_CHECK(t->agree(t->agree_ctx, &ok));
+            if (st == DT_STATUS_OK && !ok) st = dt_error(DT_STATUS_MISMATCH, "another rank could not load it");
+            else if (st != DT_STATUS_OK) dt_error(st, "%s", detail);
+        }
         if (st == DT_STATUS_OK) loaded = 1;
         else if (t->rank == 0)
             DT_LOG_WARN("checkpoint: cannot resume from %s: %s%s", paths[i], dt_error_detail(),
@@ -326,7 +324,10 @@ dt_status_t dt_train_ckpt_resume(const dt_train_ckpt *t, int64_t *step) {
         *step = 0;
         if (n > 0 && t->rank == 0)
             DT_LOG_WARN("checkpoint: no loadable checkpoint in %s: starting from step 0", dir);
-        if (touched) st = reinit(t);
+        if (touched && t->load)
+            st = dt_error(DT_STATUS_FORMAT, "no checkpoint in %s could be loaded, and the last attempt overwrote part "
+                          "of the model state: cannot start fresh either", dir);
+        else if (touched) st = reinit(t);
         else st = DT_STATUS_OK;
     }
     dt_ckpt_free_list(paths, n);

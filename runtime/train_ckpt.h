@@ -45,6 +45,16 @@ typedef struct dt_train_ckpt {
     /* ZeRO-1/2 with owned ranges: parameters are replicated though m and v are not;
      * set this (and params) so resume reads the whole parameter buffer. */
     int load_full_params;
+    int params_fp32; /* the params pointers are fp32 masters, not the compute dtype */
+    /* A strategy that loads its own way (dt_dp_load_ranges: collective, then
+     * all-gathers): called with the open, checked checkpoint instead of reading
+     * the ranges above; it reads with dt_train_ckpt_read_range. */
+    dt_status_t (*load)(void *ctx, dt_ckpt_t *c);
+    void *load_ctx;
+    /* Several ranks: *ok in, the AND over all ranks out (an all-reduce), so every
+     * rank resumes from the same checkpoint or all fall back together. */
+    dt_status_t (*agree)(void *ctx, int *ok);
+    void *agree_ctx;
     float *m, *v;
     dt_data_t *data;      /* NULL for the MLP */
     uint64_t *mlp_cursor; /* the MLP's synthetic-data position */
@@ -63,6 +73,11 @@ dt_status_t dt_train_ckpt_save(const dt_train_ckpt *t, int64_t step, const char 
  * when there is none; a path -> that checkpoint or an error naming the problem.
  * Restores buffers, data position, RNG; *step is the step to continue after. */
 dt_status_t dt_train_ckpt_resume(const dt_train_ckpt *t, int64_t *step);
+
+/* Reads [offset, offset+count) of params, m and v (any may be NULL) from c into
+ * device buffers of t's device (staged through host memory off the CPU). */
+dt_status_t dt_train_ckpt_read_range(const dt_train_ckpt *t, dt_ckpt_t *c, uint64_t offset, uint64_t count,
+                                     void *params, float *m, float *v);
 
 /* Preemption: handlers for SIGTERM, SIGUSR1 and SIGUSR2 that only record the
  * signal; dt_train_ckpt_preempted() returns it (0 when none arrived). */

@@ -95,6 +95,13 @@ python3 - "$DT_TMP/ckc/step_00000060/shard_00000.bin" <<'PY'
 import sys
 f = open(sys.argv[1], "r+b"); f.seek(8192); b = f.read(1); f.seek(8192); f.write(bytes([b[0] ^ 0x40]))
 PY
+# The only checkpoint corrupt: after the partial read, a fresh start from
+# re-initialised state, as if there had been no checkpoint.
+mkdir -p "$DT_TMP/cko" && cp -r "$DT_TMP/ckc/step_00000060" "$DT_TMP/ckc/latest" "$DT_TMP/cko/"
+$W "$DT_TMP/g1.json" checkpoint.dir="$DT_TMP/cko" log.dir="$DT_TMP/runo" >"$DT_TMP/oo" 2>&1
+if grep -q "checksum mismatch" "$DT_TMP/oo" && grep -q "starting from step 0" "$DT_TMP/oo"; then
+  same_losses "only checkpoint corrupt: warning, fresh start with the uninterrupted run's losses" "$DT_TMP/runo"
+else fail "only checkpoint corrupt" "$(grep -i checkpoint "$DT_TMP/oo" | head -3)"; fi
 expect2 "resume from an explicit corrupt checkpoint: exit 2 naming the file" "shard_00000.bin: checksum mismatch" \
   $W "$DT_TMP/g1.json" checkpoint.dir="$DT_TMP/x" checkpoint.resume="$DT_TMP/ckc/step_00000060"
 $W "$DT_TMP/g1.json" checkpoint.dir="$DT_TMP/ckc" train_steps=70 log.dir="$DT_TMP/runc" >"$DT_TMP/oc" 2>&1
