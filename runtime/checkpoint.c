@@ -45,7 +45,7 @@
 static uint32_t crc_table[8][256];
 static int crc_table_ready;
 
-__attribute__((unused)) static void crc_init_table(void) {
+static void crc_init_table(void) {
     for (uint32_t i = 0; i < 256; i++) {
         uint32_t c = i;
         for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
@@ -56,21 +56,9 @@ __attribute__((unused)) static void crc_init_table(void) {
     __atomic_store_n(&crc_table_ready, 1, __ATOMIC_RELEASE);
 }
 
-uint32_t dt_crc32c(uint32_t crc, const void *data, size_t len) {
+uint32_t dt_crc32c_portable(uint32_t crc, const void *data, size_t len) {
     const unsigned char *p = data;
     uint32_t c = ~crc;
-#if defined(__SSE4_2__) && defined(__x86_64__)
-    while (len && ((uintptr_t)p & 7)) c = __builtin_ia32_crc32qi(c, *p++), len--;
-    uint64_t c64 = c;
-    while (len >= 8) {
-        uint64_t w;
-        memcpy(&w, p, 8);
-        c64 = __builtin_ia32_crc32di(c64, w);
-        p += 8, len -= 8;
-    }
-    c = (uint32_t)c64;
-    while (len) c = __builtin_ia32_crc32qi(c, *p++), len--;
-#else
     if (!__atomic_load_n(&crc_table_ready, __ATOMIC_ACQUIRE)) crc_init_table();
     while (len >= 8) { /* slicing-by-8 */
         uint32_t lo, hi;
@@ -83,8 +71,27 @@ uint32_t dt_crc32c(uint32_t crc, const void *data, size_t len) {
         p += 8, len -= 8;
     }
     while (len--) c = (c >> 8) ^ crc_table[0][(c ^ *p++) & 0xff];
-#endif
     return ~c;
+}
+
+uint32_t dt_crc32c(uint32_t crc, const void *data, size_t len) {
+#if defined(__SSE4_2__) && defined(__x86_64__)
+    const unsigned char *p = data;
+    uint32_t c = ~crc;
+    while (len && ((uintptr_t)p & 7)) c = __builtin_ia32_crc32qi(c, *p++), len--;
+    uint64_t c64 = c;
+    while (len >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        c64 = __builtin_ia32_crc32di(c64, w);
+        p += 8, len -= 8;
+    }
+    c = (uint32_t)c64;
+    while (len) c = __builtin_ia32_crc32qi(c, *p++), len--;
+    return ~c;
+#else
+    return dt_crc32c_portable(crc, data, len);
+#endif
 }
 
 /* ---- test hook ----------------------------------------------------------- */
@@ -500,6 +507,11 @@ dt_status_t dt_ckpt_commit(const dt_ckpt_save_args *a, dt_ckpt_save_stats *stats
             cJSON_AddItemToObject(meta, item->string, item);
         }
         cJSON_Delete(extra);
+    }
+    /* Shards left in this .tmp by an interrupted save at a larger world size. */
+    for (int r = a->world_size;; r++) {
+        snprintf(path, sizeof path, "%s/shard_%05d.bin", tmpdir, r);
+        if (unlink(path) != 0) break;
     }
     text = cJSON_Print(meta);
     snprintf(path, sizeof path, "%s/meta.json", tmpdir);

@@ -122,5 +122,8 @@ void dt_ckpt_free_list(char **paths, int n);
 
 /* CRC32C (Castagnoli), hardware instruction where the build has SSE4.2. */
 uint32_t dt_crc32c(uint32_t crc, const void *data, size_t len);
+/* The same without the instruction (slicing-by-8 tables); for tests and builds
+ * without SSE4.2. */
+uint32_t dt_crc32c_portable(uint32_t crc, const void *data, size_t len);
 
 #endif /* DT_RUNTIME_CHECKPOINT_H */

@@ -142,6 +142,11 @@ Test(ckpt, crc32c_reference_values) {
     for (int i = 0; i < 1000; i++) buf[i] = (char)(i * 31 + 7);
     uint32_t one = dt_crc32c(0, buf + 3, 990);
     cr_assert_eq(dt_crc32c(dt_crc32c(0, buf + 3, 401), buf + 404, 589), one);
+    /* The table version agrees with the instruction version. */
+    cr_assert_eq(dt_crc32c_portable(0, "123456789", 9), 0xE3069283u);
+    for (int off = 0; off < 9; off++)
+        for (size_t len = 0; len < 300; len += 37)
+            cr_assert_eq(dt_crc32c_portable(0, buf + off, len), dt_crc32c(0, buf + off, len));
 }
 
 /* Save at N in {1..4} x 4 splits, load at M in {1..4} x 4 splits: every buffer
@@ -264,6 +269,30 @@ Test(ckpt, crash_between_shard_writes) { crash_at("shard_written", 2); }
 Test(ckpt, crash_between_shards_and_meta) { crash_at("before_meta", 1); }
 Test(ckpt, crash_before_rename) { crash_at("before_rename", 1); }
 Test(ckpt, crash_before_latest_switch) { crash_at("before_latest", 1); }
+
+/* A save interrupted at 4 ranks, redone at 2: the leftover shards of ranks 2-3 do
+ * not end up in the checkpoint. */
+Test(ckpt, leftover_shards_of_a_larger_world_removed) {
+    dt_model_layout l;
+    gpt_layout(&l, 2, 64);
+    float *v = make_buffers(l.n_params, 1);
+    pid_t pid = fork();
+    if (pid == 0) {
+        kill_point = "before_meta", kill_count = 1, kill_seen = 0;
+        dt_ckpt_set_test_hook(kill_hook, NULL);
+        save_as(&l, v, 20, 4, 1, 0);
+        _exit(0);
+    }
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert_eq(save_as(&l, v, 20, 2, 1, 0), DT_STATUS_OK, "%s", dt_error_detail());
+    char p[128];
+    snprintf(p, sizeof p, "%s/step_00000020/shard_00002.bin", dir);
+    cr_assert_neq(access(p, F_OK), 0);
+    load_and_compare(dir, &l, v, 3, 2);
+    free(v);
+    dt_model_layout_free(&l);
+}
 
 /* ---- damaged checkpoints ---- */
 

@@ -136,6 +136,22 @@ if [ "${out:0:9}" = "the quick" ] && [ ${#out} -ge 49 ] &&
    [ "$out" = "$("$DTRUN" sample "$DT_TMP/ck0" --prompt "the quick" --tokens 40 --seed 3 2>/dev/null)" ]; then
   pass "dtrun sample: prompt continued, same seed same text"
 else fail "dtrun sample" "$out $(cat "$DT_TMP/se")"; fi
+# A token-shard model (GPT-2 vocab, no tokenizer here): ids in, ids out.
+python3 - "$DT_TMP/tok.bin" <<'PY'
+import random, struct, sys
+random.seed(2)
+toks = [random.randrange(50257) for _ in range(4000)]
+hdr = struct.pack("<256i", 20240520, 1, len(toks), *([0] * 253))
+open(sys.argv[1], "wb").write(hdr + struct.pack("<%dH" % len(toks), *toks))
+PY
+$W "$DT_TMP/g1.json" data.train="$DT_TMP/tok.bin" model.vocab_size=0 train_steps=2 checkpoint.every_steps=2 \
+  checkpoint.dir="$DT_TMP/ckt" log.dir="$DT_TMP/runt" >"$DT_TMP/ot" 2>&1
+out=$("$DTRUN" sample "$DT_TMP/ckt" --prompt "50256 464" --tokens 5 2>"$DT_TMP/ste")
+if echo "$out" | grep -Eq '^[0-9]+( [0-9]+){4}$' && grep -q "no tokenizer" "$DT_TMP/ste"; then
+  pass "dtrun sample on a GPT-2-vocab checkpoint: token ids in and out, said so"
+else fail "dtrun sample token ids" "$out $(tail -2 "$DT_TMP/ste") $(tail -2 "$DT_TMP/ot")"; fi
+expect2 "dtrun sample: a text prompt for a token model is named" "not a list of token ids" \
+  "$DTRUN" sample "$DT_TMP/ckt" --prompt "hello"
 expect2 "dtrun sample of a missing checkpoint: exit 2 naming it" "nothing-here" "$DTRUN" sample "$DT_TMP/nothing-here"
 expect2 "dtrun sample bad flag value" "temperature" "$DTRUN" sample "$DT_TMP/ck0" --temperature hot
 if "$DTRUN" export "$DT_TMP/ck0" -o "$DT_TMP/m.safetensors" >"$DT_TMP/oe" 2>&1 && [ -s "$DT_TMP/m.safetensors" ]; then
