@@ -63,6 +63,17 @@ if [ $rc -eq 137 ] && grep -q "resumed from .*step_00000020" "$DT_TMP/o1b"; then
   same_losses "killed at step 27, resumed from step 20: identical losses" "$DT_TMP/run1"
 else fail "kill and resume" "rc=$rc $(grep -i checkpoint "$DT_TMP/o1b" | head -3)"; fi
 
+# Killed in the middle of saving step 30 (after its shard, before meta.json):
+# latest still names step 20, the next run resumes from it.
+sed "s#$DT_TMP/ck0#$DT_TMP/cks#; s#$DT_TMP/run0#$DT_TMP/runs#" "$DT_TMP/gpt.json" > "$DT_TMP/gs.json"
+DTRUN_CKPT_KILL_AT=before_meta:30 $W "$DT_TMP/gs.json" >"$DT_TMP/os" 2>&1
+if [ "$(cat "$DT_TMP/cks/latest")" = step_00000020 ] && [ -d "$DT_TMP/cks/step_00000030.tmp" ]; then
+  $W "$DT_TMP/gs.json" >"$DT_TMP/os2" 2>&1
+  if grep -q "resumed from .*step_00000020" "$DT_TMP/os2" && [ ! -e "$DT_TMP/cks/step_00000030.tmp" ]; then
+    same_losses "SIGKILL during a save: previous checkpoint used, same losses, leftovers cleaned" "$DT_TMP/runs"
+  else fail "resume after a killed save" "$(grep -i checkpoint "$DT_TMP/os2" | head -3)"; fi
+else fail "kill during save" "$(ls "$DT_TMP/cks") $(tail -2 "$DT_TMP/os")"; fi
+
 # Under the launcher: a worker SIGKILLed at a random step, --max_restarts 2.
 for seed in 1 2 3; do
   k=$(python3 -c "import random; random.seed($seed); print(random.randint(2, 59))")
