@@ -14,14 +14,15 @@ git clone -q . "$src"
 make -s -C "$src" ARCH=-march=x86-64-v3 \
   CUDA_ARCH="-gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90" dtrun gpu-tests-build
 rm -rf .carry && mkdir -p .carry/bin .carry/lib
-cp "$src/dtrun" "$src"/build/tests/gpu/test_* .carry/bin/
+cp "$src/dtrun" .carry/bin/
+for t in "$src"/build/tests/gpu/test_*; do case "$t" in *.d) ;; *) cp "$t" .carry/bin/ ;; esac; done
 for b in .carry/bin/*; do
   ldd "$b" | awk '/=> \//{print $3}' | while read -r lib; do
     case "$(basename "$lib")" in
-      libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libcuda*|libcudart*|libcublas*|libnccl*|libstdc++*|libgcc_s*) ;;
+      libc.so*|libresolv.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libcuda*|libcudart*|libcublas*|libnccl*|libstdc++*|libgcc_s*) ;;
       *) cp -L -n "$lib" .carry/lib/ ;;
     esac
   done
 done
-# OpenBLAS loads its kernels and gfortran at run time through these names too.
+strip --strip-debug .carry/bin/*
 du -sh .carry | awk '{print "gpu_pack: .carry is " $1}'
