@@ -21,6 +21,9 @@ __attribute__((weak)) int dt_cmd_store(int argc, char **argv) { return not_built
 __attribute__((weak)) int dt_cmd_bench_store(int argc, char **argv) {
     return not_built("'dtrun bench store'");
 }
+__attribute__((weak)) int dt_cmd_bench_comm_rank(int argc, char **argv) {
+    return not_built("'dtrun __bench_comm_rank'");
+}
 __attribute__((weak)) int dt_cmd_plan(int argc, char **argv) { return not_built("'dtrun plan'"); }
 __attribute__((weak)) int dt_cmd_sample(int argc, char **argv) { return not_built("'dtrun sample'"); }
 __attribute__((weak)) int dt_cmd_export(int argc, char **argv) { return not_built("'dtrun export'"); }
@@ -69,6 +72,7 @@ int main(int argc, char **argv) {
         return DT_EXIT_OK;
     }
     if (!strcmp(cmd, "__worker")) return dt_cmd_worker(argc - 1, argv + 1);
+    if (!strcmp(cmd, "__bench_comm_rank")) return dt_cmd_bench_comm_rank(argc - 1, argv + 1);
     if (!strcmp(cmd, "store")) return dt_cmd_store(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench") && argc > 2 && !strcmp(argv[2], "store"))
         return dt_cmd_bench_store(argc - 2, argv + 2);
