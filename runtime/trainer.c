@@ -1,6 +1,12 @@
 /*
- * trainer.c - the training loop (one rank; the gradient reduction across ranks
- * plugs in at reduce_gradients()).
+ * trainer.c - the training loop. Model state and the gradient reduction across
+ * ranks belong to the data-parallel object (dp.h); the loop drives it, averages
+ * the loss over ranks for metrics and gathers every rank's memory figures into
+ * rank 0's summary.json.
+ *
+ * Hidden test facility: with DTRUN_DUMP_PARAMS=PATH in the environment, after
+ * training every rank gathers the full fp32 parameters (model layout, as
+ * model.h) and rank 0 writes them raw (n_params little-endian floats) to PATH.
  */
 #include "runtime/trainer.h"
 
@@ -16,7 +22,9 @@
 #include "common/mem.h"
 #include "common/rng.h"
 #include "kernels/kernels.h"
+#include "runtime/comm.h"
 #include "runtime/data.h"
+#include "runtime/dp.h"
 #include "runtime/metrics.h"
 #include "runtime/model.h"
 #include "runtime/net.h"
@@ -29,8 +37,8 @@ typedef struct trainer {
     dt_model_layout layout;
     dt_net_t net;
     dt_data_t *data; /* gpt */
-    void *params, *grads;
-    float *m, *v;
+    dt_comm_t *comm; /* NULL on one rank */
+    dt_dp_t *dp;     /* owns parameters, gradients and optimizer state */
     int B, T, accum;
     int32_t *tokens, *targets; /* host (B, T) */
     float *features;           /* host (B, in_dim), mlp */
@@ -147,20 +155,18 @@ static dt_status_t setup(trainer *t) {
                           .rank = t->env->rank, .world_size = t->env->world_size, .micro_batch = t->B};
         DT_CHECK(dt_data_open(&o, &t->data));
     }
-    const dt_ops_t *o = t->dev->ops;
-    size_t n = t->layout.n_params, es = dt_dtype_size(o->dtype);
-    DT_CHECK(o->alloc(t->dev, DT_MEM_PARAMS, n * es, &t->params));
-    DT_CHECK(o->alloc(t->dev, DT_MEM_GRADS, n * es, &t->grads));
-    DT_CHECK(o->alloc(t->dev, DT_MEM_OPTIM, n * sizeof(float), (void **)&t->m));
-    DT_CHECK(o->alloc(t->dev, DT_MEM_OPTIM, n * sizeof(float), (void **)&t->v));
-    float *host = dt_mem_alloc(DT_MEM_OTHER, n * sizeof(float));
-    if (!host) return DT_STATUS_NOMEM;
-    dt_model_init_params(&t->layout, (uint64_t)cfg->seed, host);
-    dt_status_t st = o->upload_f32(t->dev, t->params, host, n);
-    dt_mem_free(host);
-    DT_CHECK(st);
     DT_CHECK(dt_net_init(&t->net, t->dev, &t->layout, t->B));
-    dt_net_bind(&t->net, t->params, t->grads);
+    if (t->env->world_size > 1) {
+        dt_comm_config_t cc;
+        DT_CHECK(dt_comm_config_from_env(&cc));
+        cc.backend = cfg->comm.backend;
+        cc.timeout_s = cfg->comm.timeout_s;
+        DT_CHECK(dt_comm_init(&cc, &t->comm));
+    }
+    dt_dp_opts dpo = {.strategy = cfg->strategy, .overlap_comm = cfg->zero.overlap_comm,
+                      .bucket_elems = (size_t)cfg->zero.reduce_bucket_size,
+                      .local_world_size = t->env->local_world_size, .seed = (uint64_t)cfg->seed};
+    DT_CHECK(dt_dp_init(&t->dp, &dpo, t->dev, &t->layout, &t->net, t->comm));
     size_t rows = (size_t)t->B * (size_t)t->T;
     t->tokens = dt_xcalloc(rows, sizeof(int32_t));
     t->targets = dt_xcalloc(rows, sizeof(int32_t));
@@ -172,14 +178,9 @@ static dt_status_t setup(trainer *t) {
 }
 
 static void teardown(trainer *t) {
-    if (t->dev) {
-        const dt_ops_t *o = t->dev->ops;
-        dt_net_free(&t->net);
-        o->free(t->dev, t->params);
-        o->free(t->dev, t->grads);
-        o->free(t->dev, t->m);
-        o->free(t->dev, t->v);
-    }
+    dt_dp_free(t->dp);
+    if (t->dev) dt_net_free(&t->net);
+    dt_comm_free(t->comm);
     dt_data_close(t->data);
     dt_model_layout_free(&t->layout);
     dt_metrics_close(t->metrics);
@@ -189,29 +190,16 @@ static void teardown(trainer *t) {
     dt_device_free(t->dev);
 }
 
-/* Averages gradients (and the loss) over ranks. One rank: nothing to do. */
-static dt_status_t reduce_gradients(trainer *t, double *loss, double *comm_ms) {
-    (void)loss;
-    *comm_ms = 0;
-    if (t->env->world_size == 1) return DT_STATUS_OK;
-    return dt_error(DT_STATUS_UNSUPPORTED,
-                    "training on %d ranks needs the communicator, which this build does not have yet",
-                    t->env->world_size);
-}
-
-/* AdamW over runs of consecutive tensors that share the weight-decay flag. */
-static void optimizer_step(trainer *t, const dt_adamw_args_t *args) {
-    const dt_ops_t *o = t->dev->ops;
-    size_t es = dt_dtype_size(o->dtype);
-    int i = 0;
-    while (i < t->layout.n_tensors) {
-        int decay = t->layout.tensors[i].decay, j = i;
-        size_t off = t->layout.tensors[i].offset, n = 0;
-        while (j < t->layout.n_tensors && t->layout.tensors[j].decay == decay) n += t->layout.tensors[j++].numel;
-        o->adamw(t->dev, (char *)t->params + off * es, NULL, (char *)t->grads + off * es, t->m + off,
-                 t->v + off, n, args, decay);
-        i = j;
-    }
+/* Mean of x over ranks (NaN stays NaN), in rank order so every rank agrees. */
+static dt_status_t mean_over_ranks(trainer *t, double *x) {
+    int n = dt_dp_world_size(t->dp);
+    if (n == 1) return DT_STATUS_OK;
+    double *all = dt_xcalloc((size_t)n, sizeof *all), sum = 0;
+    dt_status_t st = dt_dp_all_gather_f64(t->dp, x, 1, all);
+    for (int r = 0; r < n; r++) sum += all[r];
+    if (st == DT_STATUS_OK && !isnan(*x)) *x = sum / n;
+    free(all);
+    return st;
 }
 
 static dt_status_t evaluate(trainer *t, double *val_loss) {
@@ -220,7 +208,8 @@ static dt_status_t evaluate(trainer *t, double *val_loss) {
     int nb = t->cfg->eval.batches > 0 ? (int)t->cfg->eval.batches : 1;
     double sum = 0;
     for (int i = 0; i < nb; i++) {
-        DT_CHECK(dt_data_val_batch(t->data, (uint64_t)i, t->tokens, t->targets));
+        DT_CHECK(dt_dp_check(t->dp));
+    DT_CHECK(dt_data_val_batch(t->data, (uint64_t)i, t->tokens, t->targets));
         dt_batch b = {.tokens = t->tokens, .targets = t->targets};
         double l;
         DT_CHECK(dt_net_forward(&t->net, &b, &l));
@@ -228,17 +217,28 @@ static dt_status_t evaluate(trainer *t, double *val_loss) {
     }
     t->net.have_forward = 0;
     *val_loss = sum / nb;
-    return DT_STATUS_OK;
+    return dt_dp_check(t->dp);
 }
 
 /* Prints n generated characters (text data only), sampling with temperature
  * 0.8 from a fresh micro-batch-1 network over the trained parameters. */
-static dt_status_t print_sample(trainer *t, int n) {
-    if (n <= 0 || t->layout.spec.type != DT_MODEL_GPT || dt_data_kind(t->data) != DT_DATA_TEXT)
-        return DT_STATUS_OK;
+static int wants_sample(const trainer *t) {
+    return t->cfg->sample_tokens > 0 && t->layout.spec.type == DT_MODEL_GPT && dt_data_kind(t->data) == DT_DATA_TEXT;
+}
+
+static dt_status_t print_sample(trainer *t, int n, const float *host_params) {
+    if (n <= 0 || !wants_sample(t)) return DT_STATUS_OK;
     dt_net_t net;
-    DT_CHECK(dt_net_init(&net, t->dev, &t->layout, 1));
-    dt_net_bind(&net, t->params, NULL);
+    void *params = NULL;
+    DT_CHECK(t->dev->ops->alloc(t->dev, DT_MEM_OTHER, t->layout.n_params * dt_dtype_size(t->dev->ops->dtype),
+                                &params));
+    dt_status_t st = t->dev->ops->upload_f32(t->dev, params, host_params, t->layout.n_params);
+    if (st == DT_STATUS_OK) st = dt_net_init(&net, t->dev, &t->layout, 1);
+    if (st != DT_STATUS_OK) {
+        t->dev->ops->free(t->dev, params);
+        return st;
+    }
+    dt_net_bind(&net, params, NULL);
     int T = t->T, Vp = t->layout.vocab_padded, V = t->layout.spec.vocab_size;
     int32_t *ctx = dt_xcalloc((size_t)T, sizeof(int32_t));
     float *logits = dt_xcalloc((size_t)Vp, sizeof(float));
@@ -247,7 +247,6 @@ static dt_status_t print_sample(trainer *t, int n) {
     dt_rng_seed(&rng, (uint64_t)t->cfg->seed, 0x73616d706c65ull);
     int len = 1;
     ctx[0] = '\n';
-    dt_status_t st = DT_STATUS_OK;
     for (int i = 0; i < n; i++) {
         int pos = len < T ? len : T;
         DT_CHECK_GOTO(dt_net_logits(&net, ctx, 0, pos - 1, logits), st, out_free);
@@ -277,11 +276,30 @@ out_free:
     free(logits);
     free(text);
     dt_net_free(&net);
+    t->dev->ops->free(t->dev, params);
     return st;
 }
 
+/* Memory figures of one rank, in the order summary.json lists them. */
+enum { MEM_PEAK, MEM_PARAMS, MEM_GRADS, MEM_MASTER, MEM_OPTIM, MEM_ACT, MEM_COMM, MEM_EXPECT, MEM_WORK, MEM_N };
+
+static void my_memory(trainer *t, double *v) {
+    dt_dp_mem e;
+    dt_dp_expected_mem(t->dp, &e);
+    v[MEM_PEAK] = (double)dt_mem_peak_total();
+    v[MEM_PARAMS] = (double)dt_mem_peak(DT_MEM_PARAMS);
+    v[MEM_GRADS] = (double)dt_mem_peak(DT_MEM_GRADS);
+    v[MEM_MASTER] = (double)dt_mem_peak(DT_MEM_MASTER);
+    v[MEM_OPTIM] = (double)dt_mem_peak(DT_MEM_OPTIM);
+    v[MEM_ACT] = (double)dt_mem_peak(DT_MEM_ACTIVATIONS);
+    v[MEM_COMM] = (double)dt_mem_peak(DT_MEM_COMM);
+    v[MEM_EXPECT] = (double)(e.params + e.grads + e.master + e.optim);
+    v[MEM_WORK] = (double)e.work;
+}
+
+/* mem: MEM_N figures per rank (every rank's, gathered). */
 static dt_status_t write_summary(trainer *t, double final_loss, double final_val, double tokens,
-                                 double wall_s, int64_t steps) {
+                                 double wall_s, int64_t steps, const double *mem) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "steps", (double)steps);
     cJSON_AddNumberToObject(o, "final_loss", final_loss);
@@ -293,20 +311,29 @@ static dt_status_t write_summary(trainer *t, double final_loss, double final_val
     cJSON_AddStringToObject(o, "device", dt_device_kind_name(t->dev->kind));
     cJSON_AddStringToObject(o, "strategy", dt_config_strategy_name(t->cfg->strategy));
     cJSON_AddNumberToObject(o, "n_params", (double)t->layout.n_params);
+    const dt_dp_plan *plan = dt_dp_get_plan(t->dp);
+    cJSON_AddNumberToObject(o, "n_shards", plan->n_shards);
+    cJSON_AddNumberToObject(o, "padded_params", (double)plan->padded_total);
+    cJSON_AddNumberToObject(o, "n_buckets", plan->n_buckets);
     cJSON *ranks = cJSON_AddArrayToObject(o, "ranks");
-    cJSON *r = cJSON_CreateObject(); /* this rank; other ranks join with the communicator */
-    cJSON_AddNumberToObject(r, "rank", t->env->rank);
-    cJSON_AddNumberToObject(r, "peak_bytes", (double)dt_mem_peak_total());
-    cJSON *ms = cJSON_AddObjectToObject(r, "model_state_bytes");
-    dt_mem_category_t cats[] = {DT_MEM_PARAMS, DT_MEM_GRADS, DT_MEM_MASTER, DT_MEM_OPTIM};
-    double total = 0;
-    for (size_t i = 0; i < sizeof cats / sizeof *cats; i++) {
-        cJSON_AddNumberToObject(ms, dt_mem_category_name(cats[i]), (double)dt_mem_peak(cats[i]));
-        total += (double)dt_mem_peak(cats[i]);
+    for (int k = 0; k < t->env->world_size; k++) {
+        const double *v = mem + (size_t)k * MEM_N;
+        cJSON *r = cJSON_CreateObject();
+        cJSON_AddNumberToObject(r, "rank", k);
+        cJSON_AddNumberToObject(r, "peak_bytes", v[MEM_PEAK]);
+        cJSON *ms = cJSON_AddObjectToObject(r, "model_state_bytes");
+        cJSON_AddNumberToObject(ms, "params", v[MEM_PARAMS]);
+        cJSON_AddNumberToObject(ms, "grads", v[MEM_GRADS]);
+        cJSON_AddNumberToObject(ms, "master", v[MEM_MASTER]);
+        cJSON_AddNumberToObject(ms, "optim", v[MEM_OPTIM]);
+        cJSON_AddNumberToObject(ms, "total", v[MEM_PARAMS] + v[MEM_GRADS] + v[MEM_MASTER] + v[MEM_OPTIM]);
+        cJSON_AddNumberToObject(ms, "expected", v[MEM_EXPECT]);
+        /* comm: the communicator's buffers plus dp's bucket/unit buffers (dp_buffer_bytes) */
+        cJSON_AddNumberToObject(r, "comm_buffer_bytes", v[MEM_COMM]);
+        cJSON_AddNumberToObject(r, "dp_buffer_bytes", v[MEM_WORK]);
+        cJSON_AddNumberToObject(r, "activation_bytes", v[MEM_ACT]);
+        cJSON_AddItemToArray(ranks, r);
     }
-    cJSON_AddNumberToObject(ms, "total", total);
-    cJSON_AddNumberToObject(r, "activation_bytes", (double)dt_mem_peak(DT_MEM_ACTIVATIONS));
-    cJSON_AddItemToArray(ranks, r);
     char *text = cJSON_Print(o);
     cJSON_Delete(o);
     dt_status_t st = dt_metrics_write_file(t->log_dir, "summary.json", text);
@@ -317,10 +344,12 @@ static dt_status_t write_summary(trainer *t, double final_loss, double final_val
 dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_trainer_env *env) {
     trainer t = {.cfg = cfg, .env = env};
     dt_status_t st = DT_STATUS_OK;
+    double *mem_all = NULL;
+    float *full = NULL;
     DT_CHECK_GOTO(setup(&t), st, out_teardown);
     int rank0 = env->rank == 0;
     const dt_ops_t *o = t.dev->ops;
-    size_t n = t.layout.n_params, es = dt_dtype_size(o->dtype);
+    size_t n = t.layout.n_params;
     int64_t steps = cfg->train_steps;
     double tokens_per_step = (double)t.B * t.T * t.accum * env->world_size;
     double flops_per_token = dt_model_flops_per_token(&t.layout);
@@ -338,20 +367,23 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_trainer_env *env) {
     dt_batch batch = {0};
     for (int64_t step = 1; step <= steps; step++) {
         double t0 = dt_now_s(), data_s = 0, loss_sum = 0;
-        DT_CHECK_GOTO(o->set(t.dev, t.grads, 0, n * es), st, out_teardown);
+        DT_CHECK_GOTO(dt_dp_step_begin(t.dp), st, out_teardown);
         for (int a = 0; a < t.accum; a++) {
             double d0 = dt_now_s();
             next_batch(&t, &batch);
             data_s += dt_now_s() - d0;
             double l;
+            dt_dp_micro_begin(t.dp, a == t.accum - 1);
             DT_CHECK_GOTO(dt_net_forward(&t.net, &batch, &l), st, out_teardown);
             loss_sum += l;
             DT_CHECK_GOTO(dt_net_backward(&t.net, 1.0f / ((float)t.net.n_rows * (float)t.accum)), st,
                           out_teardown);
+            DT_CHECK_GOTO(dt_dp_micro_end(t.dp), st, out_teardown);
         }
-        double loss = loss_sum / t.accum, comm_ms = 0;
-        DT_CHECK_GOTO(reduce_gradients(&t, &loss, &comm_ms), st, out_teardown);
-        double norm = sqrt(o->grad_sq_norm(t.dev, t.grads, n));
+        double loss = loss_sum / t.accum, norm = 0;
+        DT_CHECK_GOTO(dt_dp_reduce_finish(t.dp), st, out_teardown);
+        DT_CHECK_GOTO(dt_dp_grad_norm(t.dp, &norm), st, out_teardown);
+        DT_CHECK_GOTO(mean_over_ranks(&t, &loss), st, out_teardown);
         if (!isfinite(loss) || !isfinite(norm)) {
             st = dt_error(DT_STATUS_INVALID, "step %lld: the loss (%g) or gradient norm (%g) is not finite",
                           (long long)step, loss, norm);
@@ -366,12 +398,15 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_trainer_env *env) {
                                 .grad_scale = 1.0f};
         if (cfg->gradient_clipping > 0 && norm > cfg->gradient_clipping)
             args.grad_scale = (float)(cfg->gradient_clipping / norm);
-        optimizer_step(&t, &args);
+        DT_CHECK_GOTO(dt_dp_optimizer_step(t.dp, &args), st, out_teardown);
         DT_CHECK_GOTO(o->synchronize(t.dev), st, out_teardown);
-        double t1 = dt_now_s();
+        double t1 = dt_now_s(), comm_ms = dt_dp_take_comm_ms(t.dp);
         double val = NAN;
-        if (cfg->eval.every_steps > 0 && (step % cfg->eval.every_steps == 0 || step == steps))
+        if (cfg->eval.every_steps > 0 && (step % cfg->eval.every_steps == 0 || step == steps)) {
             DT_CHECK_GOTO(evaluate(&t, &val), st, out_teardown);
+            DT_CHECK_GOTO(mean_over_ranks(&t, &val), st, out_teardown);
+            dt_dp_take_comm_ms(t.dp); /* evaluation's gathers are not the step's */
+        }
         final_loss = loss;
         if (!isnan(val)) final_val = val;
         int print = cfg->steps_per_print > 0 ? (step % cfg->steps_per_print == 0) : 0;
@@ -393,16 +428,47 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_trainer_env *env) {
         }
     }
     double wall = dt_now_s() - t_start;
+    /* Collective tail: every rank's memory figures, and the full parameters
+     * when rank 0 samples text or the test facility asks for them. */
+    const char *dump_path = getenv("DTRUN_DUMP_PARAMS");
+    if (dump_path && !*dump_path) dump_path = NULL;
+    double mine[MEM_N];
+    my_memory(&t, mine);
+    mem_all = dt_xcalloc((size_t)env->world_size * MEM_N, sizeof(double));
+    DT_CHECK_GOTO(dt_dp_all_gather_f64(t.dp, mine, MEM_N, mem_all), st, out_teardown);
+    if (dump_path || wants_sample(&t)) {
+        full = dt_mem_alloc(DT_MEM_OTHER, n * sizeof(float));
+        if (!full) {
+            st = DT_STATUS_NOMEM;
+            goto out_teardown;
+        }
+        DT_CHECK_GOTO(dt_dp_gather_params(t.dp, full), st, out_teardown);
+    }
+    if (rank0 && dump_path) {
+        FILE *f = fopen(dump_path, "wb");
+        if (!f || fwrite(full, sizeof(float), n, f) != n) {
+            st = dt_error(DT_STATUS_IO, "DTRUN_DUMP_PARAMS: cannot write %s", dump_path);
+            if (f) fclose(f);
+            goto out_teardown;
+        }
+        if (fclose(f) != 0) {
+            st = dt_error(DT_STATUS_IO, "DTRUN_DUMP_PARAMS: cannot write %s", dump_path);
+            goto out_teardown;
+        }
+    }
     if (rank0) {
-        DT_CHECK_GOTO(write_summary(&t, final_loss, final_val, tokens_per_step * (double)steps, wall, steps),
+        DT_CHECK_GOTO(write_summary(&t, final_loss, final_val, tokens_per_step * (double)steps, wall, steps,
+                                    mem_all),
                       st, out_teardown);
         printf("dtrun: done: %lld steps in %.1f s, final loss %.4f%s, log in %s\n", (long long)steps, wall,
                final_loss, isnan(final_val) ? "" : "", t.log_dir);
         if (!isnan(final_val)) printf("dtrun: final val loss %.4f (perplexity %.2f)\n", final_val, exp(final_val));
         fflush(stdout);
-        DT_CHECK_GOTO(print_sample(&t, (int)cfg->sample_tokens), st, out_teardown);
+        DT_CHECK_GOTO(print_sample(&t, (int)cfg->sample_tokens, full), st, out_teardown);
     }
 out_teardown:
+    free(mem_all);
+    dt_mem_free(full);
     teardown(&t);
     return st;
 }
