@@ -273,19 +273,23 @@ static dt_status_t gfifo_pop(dt_dp_t *dp) {
 
 static dt_status_t grad_buffer_get(dt_dp_t *dp, int b) {
     dp_bstate *s = &dp->bs[b];
-    while (s->in_fifo) DT_CHECK(gfifo_pop(dp)); /* the previous micro-step's reduction of b */
-    if (s->gslot >= 0) return DT_STATUS_OK;
+    dt_status_t st = DT_STATUS_OK, st2;
+    /* A failed pop still frees its buffer: b gets one whatever happens, so the
+     * net never writes through a stale pointer; the error is returned after. */
+    while (s->in_fifo) /* the previous micro-step's reduction of b */
+        if ((st2 = gfifo_pop(dp)) != DT_STATUS_OK && st == DT_STATUS_OK) st = st2;
+    if (s->gslot >= 0) return st;
     int i;
     while ((i = slot_get(dp->gslots, dp->n_gslots, b)) < 0) {
-        if (dp->gfifo_len == 0)
+        if (dp->gfifo_len == 0) /* at most two buckets are incomplete at once: cannot happen */
             return dt_error(DT_STATUS_LIMIT, "dp: no free gradient buffer for bucket %d", b);
-        DT_CHECK(gfifo_pop(dp));
+        if ((st2 = gfifo_pop(dp)) != DT_STATUS_OK && st == DT_STATUS_OK) st = st2;
     }
     s->gslot = i;
     const dt_dp_bucket *bk = &dp->plan.buckets[b];
     DT_CHECK(dp->dev->ops->set(dp->dev, dp->gslots[i].buf, 0, bk->slice * (size_t)dp->n_shards * dp->es));
     bind_bucket(dp, b, dp->gslots[i].buf, 1);
-    return DT_STATUS_OK;
+    return st;
 }
 
 static dt_status_t grad_bucket_launch(dt_dp_t *dp, int b) {
@@ -417,9 +421,14 @@ static dt_status_t on_post(dt_dp_t *dp, int b, int bwd) {
     if (dp->sharded_params && !in_lookahead(dp, b)) DT_CHECK(param_release(dp, b));
     if (!bwd) return DT_STATUS_OK;
     dp_bstate *s = &dp->bs[b];
-    if (--s->posts_left > 0 || !dp->opts.overlap_comm) return DT_STATUS_OK;
-    if (dp->sharded_grads) return grad_bucket_launch(dp, b);
-    if (dp->last_micro) return full_bucket_launch(dp, b);
+    if (--s->posts_left > 0) return DT_STATUS_OK;
+    if (dp->sharded_grads) {
+        /* Working buffers are per bucket, so zero2/fsdp reduce each bucket when it
+         * is done; with overlap off they wait for it at once (nothing overlaps). */
+        DT_CHECK(grad_bucket_launch(dp, b));
+        return dp->opts.overlap_comm ? DT_STATUS_OK : gfifo_pop(dp);
+    }
+    if (dp->last_micro && dp->opts.overlap_comm) return full_bucket_launch(dp, b);
     return DT_STATUS_OK;
 }
 
@@ -689,10 +698,7 @@ void dt_dp_micro_begin(dt_dp_t *dp, int last) {
 dt_status_t dt_dp_micro_end(dt_dp_t *dp) {
     DT_CHECK(dt_dp_check(dp));
     if (!dp->sharded_grads) return DT_STATUS_OK;
-    /* Buckets not launched during backward (overlap off): in bucket order. */
-    for (int b = 0; b < dp->plan.n_buckets; b++)
-        if (!dp->bs[b].launched && dp->bs[b].gslot >= 0) DT_CHECK(grad_bucket_launch(dp, b));
-    if (!dp->opts.overlap_comm || dp->last_micro)
+    if (dp->last_micro)
         while (dp->gfifo_len > 0) DT_CHECK(gfifo_pop(dp));
     return DT_STATUS_OK;
 }

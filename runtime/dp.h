@@ -48,9 +48,10 @@
  *          reduce-scattered gradient slices are all-reduced (avg) across the
  *          replica groups (same local rank on every node).
  * The bucket and unit working buffers are category COMM, reported apart from
- * the model state. With zero_optimization.overlap_comm false nothing is
- * launched during backward: the reductions run after it (and FSDP does not
- * prefetch), for comparison.
+ * the model state. With zero_optimization.overlap_comm false nothing overlaps
+ * compute, for comparison: ddp/zero1 reduce after backward; zero2/fsdp, whose
+ * gradients live only in per-bucket buffers, reduce each bucket when backward
+ * finishes it and wait for it there; FSDP does not prefetch.
  *
  * Every rank must start from identical parameters: dt_dp_init computes them
  * from the seed on every rank and checks a checksum across ranks (MISMATCH
