@@ -37,7 +37,7 @@ run() {
   DTRUN_DUMP_PARAMS="$DT_TMP/$name.bin" $T "$DTRUN" --standalone --nproc_per_node "$np" "$@" \
     log.dir="$DT_TMP/$name" >"$DT_TMP/$name.out" 2>&1
 }
-# same NAME REF: losses and final parameters within 1e-5 relative
+# same NAME REF: losses and final parameters within 1e-5 relative (see below)
 same() {
   python3 - "$DT_TMP/$1" "$DT_TMP/$2" <<'PY'
 import json, sys, numpy as np
@@ -48,8 +48,13 @@ assert len(la) == len(lb) == 20, (len(la), len(lb))
 dl = max(abs(x - y) / abs(y) for x, y in zip(la, lb))
 pa, pb = np.fromfile(a + ".bin", np.float32), np.fromfile(b + ".bin", np.float32)
 assert pa.size == pb.size, (pa.size, pb.size)
-dp = float(np.abs(pa - pb).max() / np.abs(pb).max())
-assert dl < 1e-5 and dp < 1e-5, ("loss", dl, "params", dp)
+# Relative error of the parameter vector (L2). Elementwise it is looser: the
+# attention key bias has an exactly zero true gradient (softmax ignores a
+# constant added to every key), so Adam turns its rounding noise into steps of
+# lr size that differ between summation orders.
+dp = float(np.linalg.norm(pa - pb) / np.linalg.norm(pb))
+dmax = float(np.abs(pa - pb).max() / np.abs(pb).max())
+assert dl < 1e-5 and dp < 1e-5 and dmax < 1e-4, ("loss", dl, "params", dp, "max", dmax)
 PY
 }
 # mem NAME STRATEGY: every rank's model-state bytes equal the formula (CPU fp32,
