@@ -163,6 +163,9 @@ static dt_status_t setup(trainer *t) {
         cc.timeout_s = cfg->comm.timeout_s;
         DT_CHECK(dt_comm_init(&cc, &t->comm));
     }
+    if (cfg->communication_data_type == DT_CONFIG_DTYPE_BF16 && t->env->world_size > 1)
+        DT_LOG_WARN("communication_data_type bf16: gradients travel in the compute dtype (%s) for now",
+                    dt_dtype_name(t->dev->ops->dtype));
     dt_dp_opts dpo = {.strategy = cfg->strategy, .overlap_comm = cfg->zero.overlap_comm,
                       .bucket_elems = (size_t)cfg->zero.reduce_bucket_size,
                       .local_world_size = t->env->local_world_size, .seed = (uint64_t)cfg->seed};
