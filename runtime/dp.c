@@ -550,13 +550,13 @@ dt_status_t dt_dp_init(dt_dp_t **out, const dt_dp_opts *opts, dt_device_t *dev, 
             if (dp->world_size % lws != 0) {
                 st = dt_error(DT_STATUS_CONFIG, "strategy hsdp: world size %d is not a multiple of the %d ranks "
                               "per node", dp->world_size, lws);
-                goto out_free;
+                goto out_free_dp;
             }
             int node = dp->rank / lws, local = dp->rank % lws;
-            DT_CHECK_GOTO(dt_comm_split(dp->world, node, local, &dp->shard), st, out_free);
+            DT_CHECK_GOTO(dt_comm_split(dp->world, node, local, &dp->shard), st, out_free_dp);
             dp->own_shard = 1;
             dt_comm_t *rep = NULL;
-            DT_CHECK_GOTO(dt_comm_split(dp->world, local, node, &rep), st, out_free);
+            DT_CHECK_GOTO(dt_comm_split(dp->world, local, node, &rep), st, out_free_dp);
             if (rep && dt_comm_size(rep) > 1) dp->replica = rep;
             else dt_comm_free(rep);
             if (dt_comm_size(dp->shard) == 1) { /* one rank per node: plain replication */
@@ -579,7 +579,7 @@ dt_status_t dt_dp_init(dt_dp_t **out, const dt_dp_opts *opts, dt_device_t *dev, 
     size_t first = (1u << 20) / dp->es;
     if (first > cap) first = cap;
     if (dp->sharded_params) cap = first = 0; /* one bucket per unit */
-    DT_CHECK_GOTO(dt_dp_plan_init(layout, dp->n_shards, dp->shard_rank, first, cap, &dp->plan), st, out_free);
+    DT_CHECK_GOTO(dt_dp_plan_init(layout, dp->n_shards, dp->shard_rank, first, cap, &dp->plan), st, out_free_dp);
     dp->bs = dt_xcalloc((size_t)dp->plan.n_buckets, sizeof *dp->bs);
     dp->gfifo = dt_xcalloc((size_t)dp->plan.n_buckets, sizeof *dp->gfifo);
     for (int b = 0; b < dp->plan.n_buckets; b++) {
@@ -590,32 +590,32 @@ dt_status_t dt_dp_init(dt_dp_t **out, const dt_dp_opts *opts, dt_device_t *dev, 
 
     /* Model state. */
     size_t full = dp->plan.padded_total, shard = dp->plan.shard_total;
-    if (!dp->sharded_params) DT_CHECK_GOTO(alloc_state(dp, DT_MEM_PARAMS, full, dp->es, &dp->params), st, out_free);
-    else DT_CHECK_GOTO(alloc_state(dp, DT_MEM_PARAMS, shard, dp->es, &dp->pshard), st, out_free);
-    if (!dp->sharded_grads) DT_CHECK_GOTO(alloc_state(dp, DT_MEM_GRADS, full, dp->es, &dp->grads), st, out_free);
-    else DT_CHECK_GOTO(alloc_state(dp, DT_MEM_GRADS, shard, sizeof(float), &dp->gshard), st, out_free);
-    DT_CHECK_GOTO(alloc_state(dp, DT_MEM_OPTIM, shard, sizeof(float), (void **)&dp->m), st, out_free);
-    DT_CHECK_GOTO(alloc_state(dp, DT_MEM_OPTIM, shard, sizeof(float), (void **)&dp->v), st, out_free);
+    if (!dp->sharded_params) DT_CHECK_GOTO(alloc_state(dp, DT_MEM_PARAMS, full, dp->es, &dp->params), st, out_free_dp);
+    else DT_CHECK_GOTO(alloc_state(dp, DT_MEM_PARAMS, shard, dp->es, &dp->pshard), st, out_free_dp);
+    if (!dp->sharded_grads) DT_CHECK_GOTO(alloc_state(dp, DT_MEM_GRADS, full, dp->es, &dp->grads), st, out_free_dp);
+    else DT_CHECK_GOTO(alloc_state(dp, DT_MEM_GRADS, shard, sizeof(float), &dp->gshard), st, out_free_dp);
+    DT_CHECK_GOTO(alloc_state(dp, DT_MEM_OPTIM, shard, sizeof(float), (void **)&dp->m), st, out_free_dp);
+    DT_CHECK_GOTO(alloc_state(dp, DT_MEM_OPTIM, shard, sizeof(float), (void **)&dp->v), st, out_free_dp);
     if (dp->sharded_grads) {
         dp->n_gslots = dp->plan.n_buckets < DP_GSLOTS ? dp->plan.n_buckets : DP_GSLOTS;
         for (int i = 0; i < dp->n_gslots; i++)
-            DT_CHECK_GOTO(alloc_state(dp, DT_MEM_COMM, dp->work_elems, dp->es, &dp->gslots[i].buf), st, out_free);
+            DT_CHECK_GOTO(alloc_state(dp, DT_MEM_COMM, dp->work_elems, dp->es, &dp->gslots[i].buf), st, out_free_dp);
     }
     if (dp->sharded_params) {
         dp->n_pslots = dp->plan.n_buckets < DP_PSLOTS ? dp->plan.n_buckets : DP_PSLOTS;
         for (int i = 0; i < dp->n_pslots; i++)
-            DT_CHECK_GOTO(alloc_state(dp, DT_MEM_COMM, dp->work_elems, dp->es, &dp->pslots[i].buf), st, out_free);
+            DT_CHECK_GOTO(alloc_state(dp, DT_MEM_COMM, dp->work_elems, dp->es, &dp->pslots[i].buf), st, out_free_dp);
     }
 
     /* Parameters from the seed, identical on every rank. */
     host = dt_mem_alloc(DT_MEM_OTHER, layout->n_params * sizeof(float));
     if (!host) {
         st = DT_STATUS_NOMEM;
-        goto out_free;
+        goto out_free_dp;
     }
     dt_model_init_params(layout, opts->seed, host);
-    DT_CHECK_GOTO(check_identical(dp, host), st, out_free);
-    DT_CHECK_GOTO(upload_params(dp, host), st, out_free);
+    DT_CHECK_GOTO(check_identical(dp, host), st, out_free_dp);
+    DT_CHECK_GOTO(upload_params(dp, host), st, out_free_dp);
 
     /* Bind the net: full buffers where they exist; working buffers come and go. */
     for (int b = 0; b < dp->plan.n_buckets; b++) {
@@ -632,7 +632,7 @@ dt_status_t dt_dp_init(dt_dp_t **out, const dt_dp_opts *opts, dt_device_t *dev, 
     dt_mem_free(host);
     *out = dp;
     return DT_STATUS_OK;
-out_free:
+out_free_dp:
     dt_mem_free(host);
     dt_dp_free(dp);
     return st;
