@@ -154,6 +154,8 @@ struct dt_dp {
     /* fsdp use sequence (buckets of each PRE hook in one micro-step) */
     int *seq, *seq_bwd, n_seq, seq_pos;
     double comm_s;
+    int in_backward;       /* inside a backward hook */
+    dt_dp_stats stats;
     dt_status_t err;
     char err_detail[512];
 };
@@ -297,6 +299,8 @@ static dt_status_t grad_bucket_launch(dt_dp_t *dp, int b) {
     const dt_dp_bucket *bk = &dp->plan.buckets[b];
     char *buf = dp->gslots[s->gslot].buf;
     s->launched = 1;
+    if (dp->in_backward && dp->opts.overlap_comm) dp->stats.reductions_in_backward++;
+    else dp->stats.reductions_after++;
     s->in_fifo = 1;
     dp->gfifo[(dp->gfifo_head + dp->gfifo_len) % dp->plan.n_buckets] = b;
     dp->gfifo_len++;
@@ -315,6 +319,8 @@ static dt_status_t full_bucket_launch(dt_dp_t *dp, int b) {
     const dt_dp_bucket *bk = &dp->plan.buckets[b];
     s->launched = 1;
     if (!dp->world) return DT_STATUS_OK;
+    if (dp->in_backward) dp->stats.reductions_in_backward++;
+    else dp->stats.reductions_after++;
     char *g = at(dp->grads, bk->padded_offset, dp->es);
     if (dp->opts.strategy == DT_STRATEGY_DDP)
         DT_CHECK(dt_comm_all_reduce_async(dp->world, g, g, bk->count, comm_dtype(dp), DT_COMM_AVG, &s->req));
@@ -351,6 +357,8 @@ static dt_status_t param_gather_launch(dt_dp_t *dp, int b, int need) {
         }
     }
     s->pstate = PSTATE_FLIGHT;
+    if (need) dp->stats.gathers_on_demand++;
+    else dp->stats.gathers_prefetched++;
     return DT_STATUS_OK;
 }
 
@@ -437,8 +445,10 @@ static void dp_hook(void *ctx, int unit, dt_net_phase_t phase) {
     if (dp->err != DT_STATUS_OK) return;
     int b = dp->plan.unit_bucket[unit];
     int bwd = phase == DT_NET_BWD_PRE || phase == DT_NET_BWD_POST;
+    dp->in_backward = bwd;
     dt_status_t st = phase == DT_NET_FWD_PRE || phase == DT_NET_BWD_PRE ? on_pre(dp, b, bwd)
                                                                          : on_post(dp, b, bwd);
+    dp->in_backward = 0;
     if (st != DT_STATUS_OK) set_err(dp, st);
 }
 
@@ -840,6 +850,8 @@ dt_status_t dt_dp_load_ranges(dt_dp_t *dp, dt_dp_read_fn read, void *ctx) {
     DT_CHECK(st);
     return gather_full_params(dp);
 }
+
+void dt_dp_get_stats(const dt_dp_t *dp, dt_dp_stats *out) { *out = dp->stats; }
 
 void dt_dp_expected_mem(const dt_dp_t *dp, dt_dp_mem *m) {
     size_t full = dp->plan.padded_total, shard = dp->plan.shard_total, es = dp->es;

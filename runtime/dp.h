@@ -189,6 +189,15 @@ typedef dt_status_t (*dt_dp_read_fn)(void *ctx, const dt_dp_range *range);
  * consistent on every rank (ZeRO-1/2 all-gather, FSDP drops gathered units). */
 dt_status_t dt_dp_load_ranges(dt_dp_t *dp, dt_dp_read_fn read, void *ctx);
 
+/* What overlapped: gradient reductions launched from the backward hooks (as
+ * buckets completed) or after backward, and FSDP gathers issued ahead of
+ * their unit (prefetch) or when the unit was needed. Counts since init. */
+typedef struct dt_dp_stats {
+    long reductions_in_backward, reductions_after;
+    long gathers_prefetched, gathers_on_demand;
+} dt_dp_stats;
+void dt_dp_get_stats(const dt_dp_t *dp, dt_dp_stats *out);
+
 /* Model-state bytes per rank the strategy's formula predicts (params, grads,
  * master, optim as in common/mem.h), for reports and tests. */
 typedef struct dt_dp_mem {

@@ -318,6 +318,14 @@ static dt_status_t write_summary(trainer *t, double final_loss, double final_val
     cJSON_AddNumberToObject(o, "n_shards", plan->n_shards);
     cJSON_AddNumberToObject(o, "padded_params", (double)plan->padded_total);
     cJSON_AddNumberToObject(o, "n_buckets", plan->n_buckets);
+    dt_dp_stats ds; /* rank 0's: what overlapped with compute */
+    dt_dp_get_stats(t->dp, &ds);
+    cJSON *ov = cJSON_AddObjectToObject(o, "overlap");
+    cJSON_AddBoolToObject(ov, "enabled", t->cfg->zero.overlap_comm);
+    cJSON_AddNumberToObject(ov, "reductions_in_backward", (double)ds.reductions_in_backward);
+    cJSON_AddNumberToObject(ov, "reductions_after", (double)ds.reductions_after);
+    cJSON_AddNumberToObject(ov, "gathers_prefetched", (double)ds.gathers_prefetched);
+    cJSON_AddNumberToObject(ov, "gathers_on_demand", (double)ds.gathers_on_demand);
     cJSON *ranks = cJSON_AddArrayToObject(o, "ranks");
     for (int k = 0; k < t->env->world_size; k++) {
         const double *v = mem + (size_t)k * MEM_N;

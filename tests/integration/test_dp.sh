@@ -4,8 +4,9 @@
 # accumulation N*A (losses and final parameters within 1e-5 relative after 20
 # steps) for ddp, zero1, zero2, fsdp and hsdp, on an MLP whose parameter count N
 # does not divide and on a tiny GPT over text; every rank's model-state bytes
-# in summary.json equal the strategy's formula; overlap off gives the same
-# result; a rank with another seed is refused.
+# in summary.json equal the strategy's formula; reductions start from the
+# backward hooks and FSDP prefetches (summary.json "overlap" counts); overlap
+# off gives the same result; a rank with another seed is refused.
 # Final parameters come from the hidden facility DTRUN_DUMP_PARAMS=PATH (rank 0
 # writes the gathered fp32 parameters raw).
 source "$(dirname "$0")/lib.sh"
@@ -76,6 +77,23 @@ for r in s["ranks"]:
 PY
 }
 
+# overlap NAME on|off: summary.json's counts of what overlapped with compute
+# (20 steps): every bucket's reduction launched from backward as the bucket
+# completed, FSDP gathers mostly prefetched; with overlap off none of that.
+overlap() {
+  python3 - "$DT_TMP/$1/summary.json" "$2" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1])); o = s["overlap"]; n = s["n_buckets"] * s["steps"]
+if sys.argv[2] == "on":
+    assert o["reductions_in_backward"] == n and o["reductions_after"] == 0, o
+    if s["strategy"] in ("fsdp", "hsdp"):
+        assert o["gathers_prefetched"] > 2 * o["gathers_on_demand"] > 0, o
+else:
+    assert o["reductions_in_backward"] == 0 and o["reductions_after"] == n, o
+    assert o["gathers_prefetched"] == 0, o
+PY
+}
+
 # --- MLP, N=2, A=2 (Ψ odd) against 1 rank with A=4
 run m1 1 $MLP model.hidden_dim=33 gradient_accumulation_steps=4 || fail "mlp reference" "$(tail -3 "$DT_TMP/m1.out")"
 for s in ddp zero1 zero2 fsdp; do
@@ -103,16 +121,17 @@ done
 # --- tiny GPT on text, N=2 with several buckets, against 1 rank with A=2
 run g1 1 "$DT_TMP/gpt.json" gradient_accumulation_steps=2 || fail "gpt reference" "$(tail -3 "$DT_TMP/g1.out")"
 for s in ddp zero1 zero2 fsdp; do
-  if run g2_$s 2 "$DT_TMP/gpt.json" strategy=$s && same g2_$s g1 && mem g2_$s $s; then
-    pass "gpt $s: 2 ranks == 1 rank x A2 (tied head, $(python3 -c "import json;print(json.load(open('$DT_TMP/g2_$s/summary.json'))['n_buckets'])") buckets), memory formula"
+  if run g2_$s 2 "$DT_TMP/gpt.json" strategy=$s && same g2_$s g1 && mem g2_$s $s && overlap g2_$s on; then
+    pass "gpt $s: 2 ranks == 1 rank x A2 (tied head, $(python3 -c "import json;print(json.load(open('$DT_TMP/g2_$s/summary.json'))['n_buckets'])") buckets), memory formula, reductions launched in backward"
   else fail "gpt $s 2 ranks" "$(tail -3 "$DT_TMP/g2_$s.out")"; fi
 done
 # strategies agree with each other directly, too
 if same g2_fsdp g2_ddp && same g2_zero2 g2_zero1; then pass "gpt: fsdp == ddp, zero2 == zero1"; else fail "strategies agree"; fi
 # overlap off: the same numbers
-if run g2_off 2 "$DT_TMP/gpt.json" strategy=zero2 zero_optimization.overlap_comm=false && same g2_off g1 \
+if run g2_off 2 "$DT_TMP/gpt.json" strategy=zero2 zero_optimization.overlap_comm=false && same g2_off g1 && overlap g2_off off \
    && run g3_off 3 "$DT_TMP/gpt.json" strategy=fsdp zero_optimization.overlap_comm=false train_micro_batch_size_per_gpu=1 gradient_accumulation_steps=2 \
-   && run g3ref 1 "$DT_TMP/gpt.json" train_micro_batch_size_per_gpu=1 gradient_accumulation_steps=6 && same g3_off g3ref; then
+   && run g3ref 1 "$DT_TMP/gpt.json" train_micro_batch_size_per_gpu=1 gradient_accumulation_steps=6 && same g3_off g3ref \
+   && python3 -c "import json,sys; o=json.load(open('$DT_TMP/g3_off/summary.json'))['overlap']; sys.exit(o['gathers_prefetched'] != 0 or o['reductions_in_backward'] != 0)"; then
   pass "overlap_comm false: zero2 (2 ranks) and fsdp (3 ranks x A2) unchanged"
 else fail "overlap off" "$(tail -3 "$DT_TMP/g3_off.out")"; fi
 
