@@ -77,7 +77,7 @@ endif
 
 DEPS_STAMP := $(BUILD)/.deps-ok
 
-.PHONY: all deps test run bench fuzz clean features gpu-tests
+.PHONY: all deps test run bench fuzz clean features gpu-tests gpu-tests-build
 all: features dtrun$(if $(filter 1,$(SAN)),-san)
 
 features:
@@ -125,6 +125,8 @@ DTRUN_BIN := $(if $(filter 1,$(SAN)),dtrun-san,dtrun)
 
 test: features $(DTRUN_BIN) $(TEST_BIN) $(HELPER_BIN)
 	$(Q)DTRUN=$(CURDIR)/$(DTRUN_BIN) BUILD=$(BUILD) SAN=$(SAN) scripts/run_tests.sh
+
+gpu-tests-build: $(DTRUN_BIN) $(GPU_TEST_BIN)
 
 gpu-tests: $(DTRUN_BIN) $(GPU_TEST_BIN)
 	$(Q)for t in $(GPU_TEST_BIN); do $$t || exit 1; done

@@ -38,7 +38,10 @@ static int check_config(const dt_launch_spec_t *spec) {
 }
 
 /* Workers run this binary: `dtrun __worker CONFIG [KEY=VALUE ...]`. */
-static int run_trainer(const dt_launch_spec_t *spec) {
+/* Runs this binary's hidden worker command on every rank:
+ * `dtrun SUBCOMMAND [FIRST] EXTRA...` (the trainer: __worker CONFIG KEY=VALUE...;
+ * the collective benchmark: __bench_comm_rank FLAGS...). */
+static int run_self(const dt_launch_spec_t *spec, const char *subcommand, const char *first) {
     char self[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (n <= 0) {
@@ -47,11 +50,12 @@ static int run_trainer(const dt_launch_spec_t *spec) {
     }
     self[n] = '\0';
     char **argv = dt_xcalloc((size_t)spec->extra_argc + 4, sizeof *argv);
-    argv[0] = self;
-    argv[1] = "__worker";
-    argv[2] = spec->config_path;
-    for (int i = 0; i < spec->extra_argc; i++) argv[3 + i] = spec->extra_argv[i];
-    int code = dt_agent_run(spec, argv, spec->extra_argc + 3);
+    int argc = 0;
+    argv[argc++] = self;
+    argv[argc++] = (char *)subcommand;
+    if (first) argv[argc++] = (char *)first;
+    for (int i = 0; i < spec->extra_argc; i++) argv[argc++] = spec->extra_argv[i];
+    int code = dt_agent_run(spec, argv, argc);
     free(argv);
     return code;
 }
@@ -70,12 +74,10 @@ int dt_cmd_launch(int argc, char **argv) {
                     spec.nproc_per_node);
     int code;
     if (spec.mode == DT_LAUNCH_MODE_BENCH_COMM) {
-        fprintf(stderr, "dtrun: error: 'bench comm' is not built yet in this version (%s); "
-                        "nothing was started\n", DT_VERSION);
-        code = DT_EXIT_USAGE;
+        code = run_self(&spec, "__bench_comm_rank", NULL);
     } else if (spec.mode == DT_LAUNCH_MODE_CONFIG) {
         code = check_config(&spec);
-        if (code == DT_EXIT_OK) code = run_trainer(&spec);
+        if (code == DT_EXIT_OK) code = run_self(&spec, "__worker", spec.config_path);
     } else {
         code = dt_agent_run(&spec, spec.prog_argv, spec.prog_argc);
     }

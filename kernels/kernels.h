@@ -25,7 +25,8 @@
  *    inputs (token ids < vocab, sizes) is the caller's job, done once at start.
  *  - Results are bitwise identical run to run for a fixed dev->nthreads: work is
  *    split statically and every reduction has a fixed order.
- *  - Optional slots may be NULL; the CPU backend fills every slot.
+ *  - Slots marked (optional) may be NULL in a backend, and callers check them
+ *    (peak_flops, relu_*, mse_*); the CPU backend fills every slot.
  */
 #ifndef DT_KERNELS_KERNELS_H
 #define DT_KERNELS_KERNELS_H
@@ -69,7 +70,7 @@ typedef struct dt_adamw_args {
     float lr;
     float beta1, beta2, eps;
     float weight_decay; /* applied only when the op's `decay` flag is set */
-    int step;           /* 1-based step number, for bias correction */
+    int step;           /* 1-based step number, for bias correction (< 1 taken as 1) */
     float grad_scale;   /* gradients are multiplied by this first (clipping); 1 = none */
 } dt_adamw_args_t;
 
@@ -77,10 +78,12 @@ struct dt_ops {
     const char *name;  /* "cpu", "cuda" */
     dt_dtype_t dtype;  /* element type of parameters, activations and gradients */
 
-    /* ---- memory ---------------------------------------------------------- */
+    /* ---- memory (copy/set play memcpy/memset; those names can be libc macros) - */
     /* Zero-filled, 64-byte aligned, accounted under cat (common/mem.h). */
     dt_status_t (*alloc)(dt_device_t *dev, dt_mem_category_t cat, size_t bytes, void **out);
     void (*free)(dt_device_t *dev, void *ptr); /* NULL is fine */
+    /* Ordered after the ops already issued on the device; a copy to the host has
+     * landed when it returns. Overlapping ranges are fine on CPU. */
     dt_status_t (*copy)(dt_device_t *dev, void *dst, const void *src, size_t bytes,
                         dt_copy_kind_t kind);
     dt_status_t (*set)(dt_device_t *dev, void *ptr, int byte, size_t bytes);
@@ -90,7 +93,7 @@ struct dt_ops {
      * (initialisation, checkpoints, export). */
     dt_status_t (*upload_f32)(dt_device_t *dev, void *dst, const float *src, size_t n);
     dt_status_t (*download_f32)(dt_device_t *dev, float *dst, const void *src, size_t n);
-    /* Peak FLOP/s in the compute dtype with dev->nthreads, the denominator of MFU.
+    /* (optional) Peak FLOP/s in the compute dtype with dev->nthreads, for MFU.
      * CPU: measured by a short sgemm probe through matmul_forward (~0.1 s, once per
      * device; cached). CUDA: from a table of known GPUs. 0 when unknown. */
     double (*peak_flops)(dt_device_t *dev);
@@ -162,6 +165,7 @@ struct dt_ops {
     void (*gelu_forward)(dt_device_t *dev, void *out, const void *inp, size_t n);
     void (*gelu_backward)(dt_device_t *dev, void *dinp, // (n) +=
                           const void *inp, const void *dout, size_t n);
+    /* (optional) relu and mse, for the MLP model. */
     void (*relu_forward)(dt_device_t *dev, void *out, const void *inp, size_t n);
     void (*relu_backward)(dt_device_t *dev, void *dinp, // (n) +=
                           const void *inp, const void *dout, size_t n);

@@ -202,7 +202,7 @@ static const char *const managed_vars[] = {
     "ROLE_NAME", "ROLE_WORLD_SIZE", "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
     "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
     "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE", "DTRUN_RUN_DIR",
-    "DTRUN_LOG_DIR", "DTRUN_NNODES", "DTRUN_HOST", "DTRUN_AGENT_PID", NULL};
+    "DTRUN_LOG_DIR", "DTRUN_NNODES", "DTRUN_HOST", "DTRUN_AGENT_PID", "DTRUN_PROGRESS_TTY", NULL};
 
 static int is_managed(const char *kv) {
     for (const char *const *m = managed_vars; *m; m++) {
@@ -250,6 +250,8 @@ static char **build_env(agent_t *ag, const worker_t *w) {
     ADD("DTRUN_NNODES=%d", ag->nnodes);
     ADD("DTRUN_HOST=%s", ag->host);
     ADD("DTRUN_AGENT_PID=%d", (int)getpid());
+    /* The console is a terminal: the trainer may draw a live progress line. */
+    if (isatty(STDOUT_FILENO)) ADD("DTRUN_PROGRESS_TTY=%d", 1);
 #undef ADD
     env[o] = NULL;
     return env;

@@ -34,6 +34,10 @@
  *     writes its share of the big buffers once.
  *   reduce_scatter: the first half of that. all_gather, broadcast: copy through
  *     slots.
+ *   Slots are 1 MiB (config chunk_bytes): fewer rounds keep the cost of a
+ *   descheduled peer low on a busy host. From 4 MiB the output is written with
+ *   non-temporal stores. Two ranks in fp32 reduce and write slot and output in
+ *   one pass.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -51,6 +55,9 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -193,6 +200,11 @@ static dt_status_t shm_init(dt_comm_t *comm) {
         char *peer = NULL;
         DT_CHECK_GOTO(dt_comm_kv_get_(comm, &peer, NULL, "shm/%d", k), st, out_unlink);
         st = map_segment(peer, be->seg_bytes, 0, &be->base[k]);
+        if (st == DT_STATUS_NOT_FOUND || (st != DT_STATUS_OK && strstr(dt_error_detail(), "No such file")))
+            st = dt_error(DT_STATUS_CONFIG,
+                          "shm comm: rank %d cannot open rank %d's segment %s: is it on another node? "
+                          "(DTRUN_COMM=tcp or hier for several nodes)",
+                          be->r, k, peer);
         if (st == DT_STATUS_OK && hdr(be, k)->magic != SHM_MAGIC) /* creator may not have written yet */
             for (int i = 0; i < 2000 && atomic_load((_Atomic uint32_t *)&hdr(be, k)->magic) != SHM_MAGIC; i++)
                 dt_sleep_ms(1);
@@ -244,7 +256,9 @@ static dt_status_t wait_flag(dt_comm_t *comm, shm_be_t *be, int k, int which, ui
     unsigned naps = 0;
     for (int i = 0; i < SHM_SPIN; i++) {
         if (reached(f, v)) return DT_STATUS_OK;
-        if (be->oversub && (i & 31) == 31) sched_yield();
+        /* after a few microseconds of pure spinning, let other runnable threads
+         * (perhaps the peer we wait for) have the CPU now and then */
+        if ((i & 15) == 15 && (be->oversub || i >= 256)) sched_yield();
         dt_comm_cpu_relax();
     }
     for (;;) {
@@ -295,6 +309,58 @@ static void reduce_window(shm_be_t *be, const dt_comm_req_t *req, void *dst, con
         dt_comm_accum_bf16_(be->acc, (const uint16_t *const *)src, be->n, n, req->redop_, 1);
         dt_comm_f32_to_bf16_n_(dst, be->acc, n, req->redop_, navg);
     }
+}
+
+/* Output writes of large ops use non-temporal stores: the output does not fit in
+ * cache anyway, and a streaming store saves the read-for-ownership of every
+ * line (a third of the memory traffic of a copy). stream_fence() orders them
+ * before the op is reported complete. */
+#define SHM_STREAM_MIN (4u << 20) /* message bytes from which outputs stream */
+
+static void stream_copy(void *dst, const void *src, size_t bytes) {
+#if defined(__x86_64__)
+    uint8_t *d = dst;
+    const uint8_t *s = src;
+    size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+    if (head > bytes) head = bytes;
+    memcpy(d, s, head);
+    d += head, s += head, bytes -= head;
+    size_t body = bytes & ~(size_t)63;
+    for (size_t i = 0; i < body; i += 64) {
+        __m128i x0 = _mm_loadu_si128((const __m128i *)(s + i)), x1 = _mm_loadu_si128((const __m128i *)(s + i + 16));
+        __m128i x2 = _mm_loadu_si128((const __m128i *)(s + i + 32)), x3 = _mm_loadu_si128((const __m128i *)(s + i + 48));
+        _mm_stream_si128((__m128i *)(d + i), x0);
+        _mm_stream_si128((__m128i *)(d + i + 16), x1);
+        _mm_stream_si128((__m128i *)(d + i + 32), x2);
+        _mm_stream_si128((__m128i *)(d + i + 48), x3);
+    }
+    memcpy(d + body, s + body, bytes - body);
+#else
+    memcpy(dst, src, bytes);
+#endif
+}
+
+static void plain_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
+
+static void stream_fence(void) {
+#if defined(__x86_64__)
+    _mm_sfence();
+#endif
+}
+
+/* Two ranks, fp32 sum, streaming: d1 (slot) = d2 (output) = a + b. Same
+ * arithmetic as dt_comm_reduce_f32_; d2 may alias a or b element by element. */
+static void reduce2_sum_stream(float *d1, float *d2, const float *a, const float *b, size_t n) {
+    size_t i = 0;
+#if defined(__x86_64__)
+    for (; i < n && ((uintptr_t)(d2 + i) & 15); i++) d1[i] = d2[i] = a[i] + b[i];
+    for (; i + 4 <= n; i += 4) {
+        __m128 v = _mm_add_ps(_mm_loadu_ps(a + i), _mm_loadu_ps(b + i));
+        _mm_storeu_ps(d1 + i, v);
+        _mm_stream_ps(d2 + i, v);
+    }
+#endif
+    for (; i < n; i++) d1[i] = d2[i] = a[i] + b[i];
 }
 
 /* Two ranks, fp32: d1 = d2 = a (op) b, AVG halved; the same arithmetic as
@@ -349,6 +415,8 @@ static dt_status_t sliced_reduce(dt_comm_t *comm, shm_be_t *be, dt_comm_req_t *r
     const uint8_t *in = req->send_;
     uint8_t *out = req->recv_;
     size_t out_base = gather ? 0 : dt_comm_slice_offset(count, n, r); /* reduce_scatter: out is the slice */
+    int stream = count * es >= SHM_STREAM_MIN;
+    void (*copy_out)(void *, const void *, size_t) = stream ? stream_copy : plain_copy;
     for (size_t c = 0; c < rounds; c++) {
         uint64_t v = next_round(be, sig);
         uint8_t *mine = slot(be, r, be->round);
@@ -369,12 +437,14 @@ static dt_status_t sliced_reduce(dt_comm_t *comm, shm_be_t *be, dt_comm_req_t *r
             for (int k = 0; k < n; k++)
                 src[k] = k == r ? (const void *)(in + off * es) : (const void *)(slot(be, k, be->round) + (size_t)r * cs * es);
             uint8_t *dst = mine + (size_t)r * cs * es;
-            if (n == 2 && req->dtype_ == DT_COMM_F32) {
+            if (n == 2 && req->dtype_ == DT_COMM_F32 && stream && req->redop_ == DT_COMM_SUM) {
+                reduce2_sum_stream((float *)dst, (float *)(out + (off - out_base) * es), src[0], src[1], m);
+            } else if (n == 2 && req->dtype_ == DT_COMM_F32) {
                 /* one pass writing both the slot (for the peer) and the output */
                 reduce2_dual((float *)dst, (float *)(out + (off - out_base) * es), src[0], src[1], m, req->redop_);
             } else {
                 reduce_window(be, req, dst, src, m);
-                memcpy(out + (off - out_base) * es, dst, m * es);
+                copy_out(out + (off - out_base) * es, dst, m * es);
             }
         }
         if (!gather) continue;
@@ -385,10 +455,11 @@ static dt_status_t sliced_reduce(dt_comm_t *comm, shm_be_t *be, dt_comm_req_t *r
             size_t jl = dt_comm_slice_count(count, n, j);
             if (lo >= jl) continue;
             size_t jm = jl - lo < cs ? jl - lo : cs;
-            memcpy(out + (dt_comm_slice_offset(count, n, j) + lo) * es,
+            copy_out(out + (dt_comm_slice_offset(count, n, j) + lo) * es,
                    slot(be, j, be->round) + (size_t)j * cs * es, jm * es);
         }
     }
+    if (stream) stream_fence();
     return DT_STATUS_OK;
 }
 

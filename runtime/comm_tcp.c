@@ -26,6 +26,12 @@
  *   broadcast: a chain from the root, pipelined in chunks.
  *   Reductions travel as fp32: bf16 inputs are widened first and rounded once
  *   at the end (twice the bytes of a bf16 wire, but one rounding).
+ *
+ * Knobs (environment): DTRUN_COMM_TCP_CONNS (connections per neighbour, 1..8,
+ * default 1: on loopback with 2 cores more did not measurably help),
+ * DTRUN_COMM_TCP_SPIN_US (poll without sleeping this long before blocking,
+ * default 200), DTRUN_COMM_TCP_BUF (SO_SNDBUF/SO_RCVBUF bytes; default: the
+ * kernel's autotuning).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -502,7 +508,7 @@ static dt_status_t ring_pipeline(dt_comm_t *comm, tcp_be_t *be, const ring_step_
          * a sleeping rank costs a wake-up per socket buffer refill. */
         if (idle++ == 0) spin_start = dt_now_ns();
         int spinning = dt_now_ns() - spin_start < be->spin_ns;
-        if (spinning && be->oversub) sched_yield();
+        if (spinning && (be->oversub || dt_now_ns() - spin_start > 20000)) sched_yield();
         int pr = poll(pf, (nfds_t)np, spinning ? 0 : 50);
         if ((pr == 0 && !spinning) || (idle & 1023) == 0) DT_CHECK(dt_comm_tick_slow_(comm));
     }

@@ -72,8 +72,21 @@ static void keep_tail(dt_logpipe_t *lp, const char *a, size_t alen, const char *
     if (lp->tail_n < DT_LOGPIPE_TAIL_LINES) lp->tail_n++;
 }
 
+/* A status line is on the terminal (shared by every logpipe of the agent). */
+static int status_shown;
+
+static void clear_status(batch_t *con) {
+    static const char erase[] = "\r\033[K";
+    if (!status_shown || con->fd < 0) return;
+    if (con->len + sizeof erase - 1 > sizeof con->buf) batch_flush(con);
+    memcpy(con->buf + con->len, erase, sizeof erase - 1);
+    con->len += sizeof erase - 1;
+    status_shown = 0;
+}
+
 void dt_logpipe_init(dt_logpipe_t *lp, const char *prefix, int console_fd, int file_fd) {
     memset(lp, 0, sizeof *lp);
+    lp->console_tty = console_fd >= 0 && isatty(console_fd);
     snprintf(lp->prefix, sizeof lp->prefix, "%s", prefix ? prefix : "");
     lp->prefix_len = strlen(lp->prefix);
     lp->console_fd = console_fd;
@@ -81,6 +94,7 @@ void dt_logpipe_init(dt_logpipe_t *lp, const char *prefix, int console_fd, int f
 }
 
 static void emit(dt_logpipe_t *lp, batch_t *con, batch_t *file, const char *line, size_t n) {
+    if (con->fd >= 0 && lp->console_tty) clear_status(con);
     batch_line(con, lp->prefix, lp->prefix_len, lp->partial, lp->plen, line, n);
     batch_line(file, "", 0, lp->partial, lp->plen, line, n);
     keep_tail(lp, lp->partial, lp->plen, line, n);
@@ -88,10 +102,51 @@ static void emit(dt_logpipe_t *lp, batch_t *con, batch_t *file, const char *line
     lp->lines++;
 }
 
+/* A '\r'-ended segment: drawn in place on a terminal, else an ordinary line. */
+static void emit_status(dt_logpipe_t *lp, batch_t *con, batch_t *file, const char *line, size_t n) {
+    if (!lp->console_tty) {
+        emit(lp, con, file, line, n);
+        return;
+    }
+    if (con->fd >= 0) {
+        batch_flush(con);
+        size_t need = 1 + lp->prefix_len + lp->plen + n + 3;
+        char *tmp = dt_xmalloc(need);
+        size_t o = 0;
+        tmp[o++] = '\r';
+        memcpy(tmp + o, lp->prefix, lp->prefix_len), o += lp->prefix_len;
+        if (lp->plen) memcpy(tmp + o, lp->partial, lp->plen), o += lp->plen;
+        if (n) memcpy(tmp + o, line, n), o += n;
+        memcpy(tmp + o, "\033[K", 3), o += 3;
+        write_all(con->fd, tmp, o);
+        free(tmp);
+        status_shown = 1;
+    }
+    lp->plen = 0;
+}
+
 void dt_logpipe_feed(dt_logpipe_t *lp, const char *buf, size_t len) {
     batch_t con = {.fd = lp->console_fd}, file = {.fd = lp->file_fd};
+    if (len > 0 && lp->after_cr && buf[0] == '\n') { /* "\r\n" split across reads */
+        buf++, len--;
+    }
+    lp->after_cr = 0;
     while (len > 0) {
         const char *nl = memchr(buf, '\n', len);
+        const char *cr = memchr(buf, '\r', nl ? (size_t)(nl - buf) : len);
+        if (cr && !(cr + 1 == nl)) { /* a status line (not "\r\n") */
+            emit_status(lp, &con, &file, buf, (size_t)(cr - buf));
+            len -= (size_t)(cr - buf) + 1;
+            buf = cr + 1;
+            if (len == 0) lp->after_cr = 1;
+            continue;
+        }
+        if (cr) { /* "\r\n": an ordinary line end */
+            emit(lp, &con, &file, buf, (size_t)(cr - buf));
+            len -= (size_t)(nl - buf) + 1;
+            buf = nl + 1;
+            continue;
+        }
         if (nl) {
             emit(lp, &con, &file, buf, (size_t)(nl - buf));
             len -= (size_t)(nl - buf) + 1;

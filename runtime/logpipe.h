@@ -7,6 +7,12 @@
  * bytes per write(2), so lines never tear, even between agents sharing a
  * terminal. A line longer than DT_LOGPIPE_MAX_LINE is cut into pieces of that
  * size. The last few lines are kept for the failure summary.
+ *
+ * Status lines: a segment ended by '\r' (a progress bar, dtrun's live progress
+ * line) is, on a terminal console, drawn in place ("\r" + prefix + text + erase
+ * to end of line) and erased before the next whole line; on any other console it
+ * is an ordinary line. Status lines never go to the log file or the tail. "\r\n"
+ * is an ordinary line end.
  */
 #ifndef DT_RUNTIME_LOGPIPE_H
 #define DT_RUNTIME_LOGPIPE_H
@@ -28,6 +34,8 @@ typedef struct dt_logpipe {
     char tail[DT_LOGPIPE_TAIL_LINES][DT_LOGPIPE_TAIL_WIDTH];
     int tail_next, tail_n;
     uint64_t lines; /* whole lines seen */
+    int console_tty; /* console_fd is a terminal: status lines drawn in place */
+    int after_cr;    /* the last byte fed was a '\r' ending a status line */
 } dt_logpipe_t;
 
 /* console_fd / file_fd may be -1. The logpipe does not own or close them. */

@@ -644,3 +644,45 @@ Test(comm_tcp, a_dead_peer_fails_the_op_fast) {
     run_group(&g, die_or_reduce, NULL, codes);
     cr_assert_eq(codes[0], 0, "rank 0 exited %d", codes[0]);
 }
+
+/* ---- large messages (streaming output stores from 4 MiB) ----------------------------------- */
+
+static int large_ops(dt_comm_t *c, const group_t *g, void *arg) {
+    int n = dt_comm_size(c), r = dt_comm_rank(c);
+    size_t count = 1048583; /* 4 MiB + 28 bytes, prime */
+    float *in = dt_mem_alloc(DT_MEM_OTHER, count * 4), *out = dt_mem_alloc(DT_MEM_OTHER, (count + 1) * 4);
+    for (int v = 0; v < 4; v++) {
+        dt_comm_redop_t op = v == 1 ? DT_COMM_AVG : DT_COMM_SUM;
+        uint32_t salt = 900 + (uint32_t)v;
+        fill(in, r, count, salt, DT_COMM_F32);
+        float *dst = v == 2 ? in : out + (v == 3); /* in place; and a misaligned output */
+        if (dt_comm_all_reduce(c, in, dst, count, DT_COMM_F32, op) != DT_STATUS_OK)
+            return call_failed(c, "large all_reduce", count);
+        for (size_t i = 0; i < count; i++) {
+            uint32_t want = ref_bits(ref_sum(g, DT_COMM_BACKEND_SHM, count, i, salt, DT_COMM_F32, op), DT_COMM_F32);
+            if (bits_at(dst, i, DT_COMM_F32) != want)
+                return fail_msg(g, c, "large all_reduce", count, DT_COMM_F32, i, bits_at(dst, i, DT_COMM_F32), want);
+        }
+    }
+    fill(in, r, count, 950, DT_COMM_F32);
+    if (dt_comm_reduce_scatter(c, in, out, count, DT_COMM_F32, DT_COMM_SUM) != DT_STATUS_OK)
+        return call_failed(c, "large reduce_scatter", count);
+    size_t off = dt_comm_slice_offset(count, n, r);
+    for (size_t i = 0; i < dt_comm_slice_count(count, n, r); i++) {
+        uint32_t want =
+            ref_bits(ref_sum(g, DT_COMM_BACKEND_SHM, count, off + i, 950, DT_COMM_F32, DT_COMM_SUM), DT_COMM_F32);
+        if (bits_at(out, i, DT_COMM_F32) != want)
+            return fail_msg(g, c, "large reduce_scatter", count, DT_COMM_F32, off + i, bits_at(out, i, DT_COMM_F32), want);
+    }
+    dt_mem_free(in);
+    dt_mem_free(out);
+    return 0;
+}
+
+Test(comm_shm, large_messages_world_2_and_3) {
+    group_t g = group(2, DT_COMM_BACKEND_SHM);
+    expect_all_ok(&g, large_ops, NULL);
+    g = group(3, DT_COMM_BACKEND_SHM);
+    g.round = 1;
+    expect_all_ok(&g, large_ops, NULL);
+}

@@ -78,3 +78,55 @@ Test(logpipe, tail_keeps_last_lines_and_long_lines_are_cut) {
     dt_logpipe_free(&lp);
     fclose(tmp);
 }
+
+Test(logpipe, carriage_returns_on_a_pipe_are_ordinary_lines) {
+    int con[2], file[2];
+    cr_assert_eq(pipe(con), 0);
+    cr_assert_eq(pipe(file), 0);
+    dt_logpipe_t lp;
+    dt_logpipe_init(&lp, "[rank0]:", con[1], file[1]);
+    dt_logpipe_feed(&lp, "10%\r20%\rdone\r", 13);
+    dt_logpipe_feed(&lp, "\nwin\r\nend\n", 10); /* "\r\n" split across reads, and whole */
+    close(con[1]);
+    close(file[1]);
+    char buf[1024];
+    slurp(con[0], buf, sizeof buf);
+    cr_assert_str_eq(buf, "[rank0]:10%\n[rank0]:20%\n[rank0]:done\n[rank0]:win\n[rank0]:end\n");
+    slurp(file[0], buf, sizeof buf);
+    cr_assert_str_eq(buf, "10%\n20%\ndone\nwin\nend\n");
+    dt_logpipe_free(&lp);
+    close(con[0]);
+    close(file[0]);
+}
+
+#include <pty.h>
+
+Test(logpipe, status_lines_on_a_terminal_are_drawn_in_place) {
+    int master, slave, file[2];
+    cr_assert_eq(openpty(&master, &slave, NULL, NULL, NULL), 0);
+    cr_assert_eq(pipe(file), 0);
+    struct termios tio; /* raw: bytes arrive as written */
+    tcgetattr(slave, &tio);
+    cfmakeraw(&tio);
+    tcsetattr(slave, TCSANOW, &tio);
+    dt_logpipe_t lp;
+    dt_logpipe_init(&lp, "[rank0]:", slave, file[1]);
+    cr_assert(lp.console_tty);
+    dt_logpipe_feed(&lp, "step 1\rstep 2\r", 14);
+    dt_logpipe_feed(&lp, "final\n", 6);
+    close(file[1]);
+    char buf[1024];
+    ssize_t n = read(master, buf, sizeof buf - 1);
+    cr_assert_gt(n, 0);
+    buf[n] = '\0';
+    cr_assert_str_eq(buf, "\r[rank0]:step 1\033[K\r[rank0]:step 2\033[K\r\033[K[rank0]:final\n");
+    slurp(file[0], buf, sizeof buf);
+    cr_assert_str_eq(buf, "final\n", "status lines stay out of the log file");
+    char tail[256];
+    dt_logpipe_tail(&lp, tail, sizeof tail);
+    cr_assert_str_eq(tail, "final\n");
+    dt_logpipe_free(&lp);
+    close(master);
+    close(slave);
+    close(file[0]);
+}

@@ -151,18 +151,26 @@ void dt_cpu_matmul_forward(dt_device_t *dev, void *out_, const void *inp_, const
     float *out = out_;
     const float *inp = inp_, *w = weight_, *bias = bias_;
     int nt = threads_for(dev, (size_t)N * C * OC, PAR_MIN_FLOPS);
+    /* Split rows when there are enough of them, else output channels (few rows:
+     * sampling one position, small MLP batches). Either way each output element
+     * is computed by one sgemm call of a shape that depends only on nt. */
+    int by_rows = N >= 32 * nt;
 #pragma omp parallel num_threads(nt)
     {
-        size_t r0, r1;
-        dt_cpu_split((size_t)N, omp_get_num_threads(), omp_get_thread_num(), &r0, &r1);
-        if (r1 > r0) {
+        size_t r0 = 0, r1 = (size_t)N, o0 = 0, o1 = (size_t)OC;
+        if (by_rows)
+            dt_cpu_split((size_t)N, omp_get_num_threads(), omp_get_thread_num(), &r0, &r1);
+        else
+            dt_cpu_split((size_t)OC, omp_get_num_threads(), omp_get_thread_num(), &o0, &o1);
+        if (r1 > r0 && o1 > o0) {
             float beta = 0.0f;
             if (bias) {
-                for (size_t r = r0; r < r1; r++) memcpy(out + r * OC, bias, sizeof(float) * OC);
+                for (size_t r = r0; r < r1; r++)
+                    memcpy(out + r * OC + o0, bias + o0, sizeof(float) * (o1 - o0));
                 beta = 1.0f;
             }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(r1 - r0), OC, C, 1.0f,
-                        inp + r0 * C, C, w, C, beta, out + r0 * OC, OC);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(r1 - r0), (int)(o1 - o0), C,
+                        1.0f, inp + r0 * C, C, w + o0 * C, C, beta, out + r0 * OC + o0, OC);
         }
     }
 }

@@ -13,7 +13,8 @@
 #define NORM_BLOCKS 256
 #define PAR_MIN_ELEMS (1 << 15)
 
-/* sqrt of x >= 0 within 1 ulp, branch-free so that loops calling it vectorise
+/* sqrt of x >= 0 within 1 ulp for normal x (subnormals: within 10 %, far below any
+ * eps added to it), branch-free so that loops calling it vectorise
  * (libm's sqrtf keeps an errno path that stops GCC's vectoriser): an initial
  * guess from the exponent bits (error < 4 %) and three Newton steps. */
 static inline float sqrt_nonneg(float x) {
@@ -63,8 +64,9 @@ static void adamw_range(
 void dt_cpu_adamw(dt_device_t *dev, void *params, float *master, const void *grads, float *m,
                   float *v, size_t n, const dt_adamw_args_t *a, int decay) {
     float wd = decay ? a->weight_decay : 0.0f;
-    float bc1 = (float)(1.0 - pow((double)a->beta1, (double)a->step));
-    float bc2 = (float)(1.0 - pow((double)a->beta2, (double)a->step));
+    double t = a->step < 1 ? 1.0 : (double)a->step; /* step 0 would divide by 0 */
+    float bc1 = (float)(1.0 - pow((double)a->beta1, t));
+    float bc2 = (float)(1.0 - pow((double)a->beta2, t));
     int nt = n < PAR_MIN_ELEMS ? 1 : dev->nthreads;
 #pragma omp parallel num_threads(nt)
     {

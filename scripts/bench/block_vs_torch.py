@@ -54,13 +54,19 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
 
 
+CPU_SHARE = []
+
+
 def timed(fn, iters):
+    """Median wall ms of fn; records process CPU time / wall time (per thread)."""
     fn()
     out = []
+    c0, w0 = time.process_time(), time.perf_counter()
     for _ in range(iters):
         t = time.perf_counter()
         fn()
         out.append((time.perf_counter() - t) * 1e3)
+    CPU_SHARE.append((time.process_time() - c0) / (time.perf_counter() - w0) / torch.get_num_threads())
     return statistics.median(out)
 
 
@@ -104,6 +110,7 @@ def main():
           f"heads={a.heads} layers={a.layers}")
     print(f"block fwd+bwd   {ms_block:8.2f} ms")
     print(f"model step      {ms_step:8.2f} ms -> {ntok / ms_step * 1e3:.0f} tokens/s")
+    print(f"cpu/wall        {min(CPU_SHARE):8.2f} (process CPU time / (wall time * threads))")
 
 
 if __name__ == "__main__":

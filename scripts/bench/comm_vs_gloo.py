@@ -23,6 +23,8 @@ ap.add_argument("--backends", default="shm,tcp")
 ap.add_argument("--repeat", type=int, default=1,
                 help="run everything this many times, alternating, and keep each size's best time "
                      "(for a shared, noisy machine)")
+ap.add_argument("--quiet-wait", type=float, default=0,
+                help="before each run wait up to this many seconds for a second with all CPUs >= 90%% idle")
 ap.add_argument("--extra", default="", help="extra flags for dtrun's bench, e.g. '--conns 2'")
 ap.add_argument("--dtrun", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "dtrun"))
 args = ap.parse_args()
@@ -41,6 +43,25 @@ def sizes():
         out.append(s)
         s *= 2
     return out
+
+
+def cpu_idle_1s():
+    def snap():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return sum(v), v[3] + v[4]
+    t1, i1 = snap()
+    time.sleep(1)
+    t2, i2 = snap()
+    return (i2 - i1) / max(1, t2 - t1)
+
+
+def wait_quiet():
+    """Waits (up to --quiet-wait s) for a second in which the machine is >= 90% idle."""
+    end = time.time() + args.quiet_wait
+    while args.quiet_wait > 0 and time.time() < end:
+        if cpu_idle_1s() >= 0.9:
+            return
 
 
 def free_port():
@@ -114,8 +135,10 @@ def main():
         gloo, ours, copy, loads = {}, {b: {} for b in backends}, 0.0, []
         for _ in range(args.repeat):
             loads.append(os.getloadavg()[0])
+            wait_quiet()
             gloo = best(gloo, run_gloo(world, szs))
             for b in backends:
+                wait_quiet()
                 r, c = run_ours(world, b, szs)
                 ours[b] = best(ours[b], r)
                 copy = max(copy, c or 0.0)

@@ -9,14 +9,21 @@ DTRUN=${DTRUN:-./dtrun}
 RUNS=${RUNS:-20}
 TORCH_RUNS=${TORCH_RUNS:-5}
 
-# median_ms RUNS CMD...: median wall time in ms of RUNS runs (output discarded)
+# median_ms RUNS CMD...: median wall time in ms of RUNS runs (output discarded),
+# timed around the child alone (no shell or `date` forks inside the interval).
 median_ms() {
   local n=$1; shift
-  for ((i = 0; i < n; i++)); do
-    local s; s=$(date +%s%N)
-    "$@" >/dev/null 2>&1 || { echo "failed: $*" >&2; return 1; }
-    echo $(( $(date +%s%N) - s ))
-  done | sort -n | awk '{a[NR]=$1} END {m = (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2; printf "%.2f\n", m / 1e6}'
+  python3 - "$n" "$@" <<'PY'
+import statistics, subprocess, sys, time
+n, cmd = int(sys.argv[1]), sys.argv[2:]
+ts = []
+for _ in range(n):
+    t = time.perf_counter()
+    if subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode:
+        sys.exit("failed: " + " ".join(cmd))
+    ts.append((time.perf_counter() - t) * 1e3)
+print("%.2f" % statistics.median(ts))
+PY
 }
 
 "$DTRUN" --standalone --nproc_per_node=4 --exec true >/dev/null 2>&1  # warm the page cache

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/clock.h"
 #include "common/status.h"
@@ -48,11 +49,11 @@ static void prof_add(const char *name, double ms) {
     }
 }
 /* Runs one op call, timing it under `name` when profiling. */
-#define OP(name, call)                                                                       \
-    do {                                                                                     \
-        double op_t0_ = profiling ? dt_now_s() : 0;                                          \
-        call;                                                                                \
-        if (profiling) prof_add(name, (dt_now_s() - op_t0_) * 1e3);                         \
+#define OP(name, call)                                                                             \
+    do {                                                                                           \
+        double op_t0_ = profiling ? dt_now_s() : 0;                                                \
+        call;                                                                                      \
+        if (profiling) prof_add(name, (dt_now_s() - op_t0_) * 1e3);                                \
     } while (0)
 
 static float *buf(size_t n, float scale, unsigned *seed) {
@@ -71,11 +72,10 @@ static float *buf(size_t n, float scale, unsigned *seed) {
 static void block_init(block *k, dt_device_t *dev, int B, int T, int C, int NH) {
     unsigned s = 1;
     size_t N = (size_t)B * T;
-    float *const *params[] = {&k->ln1w, &k->ln1b, &k->qkvw, &k->qkvb, &k->attprojw,
-                              &k->attprojb, &k->ln2w, &k->ln2b, &k->fcw, &k->fcb,
-                              &k->fcprojw, &k->fcprojb};
-    size_t sizes[] = {C, C, 3 * C * (size_t)C, 3 * C, (size_t)C * C, C, C, C,
-                      4 * (size_t)C * C, 4 * C, 4 * (size_t)C * C, C};
+    float *const *params[] = {&k->ln1w, &k->ln1b, &k->qkvw, &k->qkvb, &k->attprojw, &k->attprojb,
+                              &k->ln2w, &k->ln2b, &k->fcw,  &k->fcb,  &k->fcprojw,  &k->fcprojb};
+    size_t sizes[] = {C, C, 3 * C * (size_t)C, 3 * C, (size_t)C * C,     C,
+                      C, C, 4 * (size_t)C * C, 4 * C, 4 * (size_t)C * C, C};
     for (int i = 0; i < 12; i++) {
         *(float **)params[i] = buf(sizes[i], 0.04f, &s);
         k->g[i] = buf(sizes[i], 0, &s);
@@ -111,15 +111,19 @@ static void block_init(block *k, dt_device_t *dev, int B, int T, int C, int NH) 
 static void block_forward(block *k, dt_device_t *dev, int B, int T, int C, int NH) {
     const dt_ops_t *o = dev->ops;
     int N = B * T;
-    OP("layernorm fwd", o->layernorm_forward(dev, k->ln1, k->ln1_mean, k->ln1_rstd, k->x, k->ln1w, k->ln1b, N, C));
+    OP("layernorm fwd",
+       o->layernorm_forward(dev, k->ln1, k->ln1_mean, k->ln1_rstd, k->x, k->ln1w, k->ln1b, N, C));
     OP("matmul fwd", o->matmul_forward(dev, k->qkv, k->ln1, k->qkvw, k->qkvb, N, C, 3 * C));
     OP("attention fwd", o->attention_forward(dev, k->atty, k->att, k->qkv, B, T, C, NH));
-    OP("matmul fwd", o->matmul_forward(dev, k->attproj, k->atty, k->attprojw, k->attprojb, N, C, C));
+    OP("matmul fwd",
+       o->matmul_forward(dev, k->attproj, k->atty, k->attprojw, k->attprojb, N, C, C));
     OP("residual fwd", o->residual_forward(dev, k->res2, k->x, k->attproj, (size_t)N * C));
-    OP("layernorm fwd", o->layernorm_forward(dev, k->ln2, k->ln2_mean, k->ln2_rstd, k->res2, k->ln2w, k->ln2b, N, C));
+    OP("layernorm fwd", o->layernorm_forward(dev, k->ln2, k->ln2_mean, k->ln2_rstd, k->res2,
+                                             k->ln2w, k->ln2b, N, C));
     OP("matmul fwd", o->matmul_forward(dev, k->fch, k->ln2, k->fcw, k->fcb, N, C, 4 * C));
     OP("gelu fwd", o->gelu_forward(dev, k->fch_gelu, k->fch, (size_t)N * 4 * C));
-    OP("matmul fwd", o->matmul_forward(dev, k->fcproj, k->fch_gelu, k->fcprojw, k->fcprojb, N, 4 * C, C));
+    OP("matmul fwd",
+       o->matmul_forward(dev, k->fcproj, k->fch_gelu, k->fcprojw, k->fcprojb, N, 4 * C, C));
     OP("residual fwd", o->residual_forward(dev, k->out, k->res2, k->fcproj, (size_t)N * C));
 }
 
@@ -130,24 +134,29 @@ static void block_backward(block *k, dt_device_t *dev, int B, int T, int C, int 
     /* Activation gradients are accumulated into, so zero them as a trainer would. */
     float *zero[] = {k->dx, k->dln1, k->dqkv, k->datty, k->dres2, k->dln2, k->dfch, k->dfch_gelu};
     size_t zn[] = {NC, NC, 3 * NC, NC, NC, NC, 4 * NC, 4 * NC};
-    for (int i = 0; i < 8; i++) o->set(dev, zero[i], 0, zn[i] * sizeof(float));
+    for (int i = 0; i < 8; i++)
+        o->set(dev, zero[i], 0, zn[i] * sizeof(float));
     OP("residual bwd", o->residual_backward(dev, k->dres2, NULL, k->dout, NC));
-    OP("matmul bwd", o->matmul_backward(dev, k->dfch_gelu, k->g[10], k->g[11], k->dout, k->fch_gelu, k->fcprojw,
-                       N, 4 * C, C));
+    OP("matmul bwd", o->matmul_backward(dev, k->dfch_gelu, k->g[10], k->g[11], k->dout, k->fch_gelu,
+                                        k->fcprojw, N, 4 * C, C));
     OP("gelu bwd", o->gelu_backward(dev, k->dfch, k->fch, k->dfch_gelu, 4 * NC));
-    OP("matmul bwd", o->matmul_backward(dev, k->dln2, k->g[8], k->g[9], k->dfch, k->ln2, k->fcw, N, C, 4 * C));
-    OP("layernorm bwd", o->layernorm_backward(dev, k->dres2, k->g[6], k->g[7], k->dln2, k->res2, k->ln2w,
-                          k->ln2_mean, k->ln2_rstd, N, C));
+    OP("matmul bwd",
+       o->matmul_backward(dev, k->dln2, k->g[8], k->g[9], k->dfch, k->ln2, k->fcw, N, C, 4 * C));
+    OP("layernorm bwd", o->layernorm_backward(dev, k->dres2, k->g[6], k->g[7], k->dln2, k->res2,
+                                              k->ln2w, k->ln2_mean, k->ln2_rstd, N, C));
     /* datty receives d(attproj) here */
     OP("residual bwd", o->residual_backward(dev, k->dx, k->datty, k->dres2, NC));
-    OP("matmul bwd", o->matmul_backward(dev, k->dln1, k->g[4], k->g[5], k->datty, k->atty, k->attprojw, N, C, C));
+    OP("matmul bwd",
+       o->matmul_backward(dev, k->dln1, k->g[4], k->g[5], k->datty, k->atty, k->attprojw, N, C, C));
     /* dln1 now holds d(atty); reuse datty as its buffer for the attention input. */
     OP("set", o->set(dev, k->datty, 0, NC * sizeof(float)));
-    OP("attention bwd", o->attention_backward(dev, k->dqkv, k->scratch, k->dln1, k->qkv, k->att, B, T, C, NH));
+    OP("attention bwd",
+       o->attention_backward(dev, k->dqkv, k->scratch, k->dln1, k->qkv, k->att, B, T, C, NH));
     OP("set", o->set(dev, k->dln1, 0, NC * sizeof(float)));
-    OP("matmul bwd", o->matmul_backward(dev, k->dln1, k->g[2], k->g[3], k->dqkv, k->ln1, k->qkvw, N, C, 3 * C));
-    OP("layernorm bwd", o->layernorm_backward(dev, k->dx, k->g[0], k->g[1], k->dln1, k->x, k->ln1w, k->ln1_mean,
-                          k->ln1_rstd, N, C));
+    OP("matmul bwd",
+       o->matmul_backward(dev, k->dln1, k->g[2], k->g[3], k->dqkv, k->ln1, k->qkvw, N, C, 3 * C));
+    OP("layernorm bwd", o->layernorm_backward(dev, k->dx, k->g[0], k->g[1], k->dln1, k->x, k->ln1w,
+                                              k->ln1_mean, k->ln1_rstd, N, C));
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -173,14 +182,22 @@ int main(int argc, char **argv) {
             return 2;
         }
         int v = atoi(argv[i + 1]);
-        if (!strcmp(argv[i], "--threads")) threads = v;
-        else if (!strcmp(argv[i], "--iters")) iters = v;
-        else if (!strcmp(argv[i], "-B")) B = v;
-        else if (!strcmp(argv[i], "-T")) T = v;
-        else if (!strcmp(argv[i], "-C")) C = v;
-        else if (!strcmp(argv[i], "--heads")) NH = v;
-        else if (!strcmp(argv[i], "--layers")) L = v;
-        else if (!strcmp(argv[i], "--vocab")) V = v;
+        if (!strcmp(argv[i], "--threads"))
+            threads = v;
+        else if (!strcmp(argv[i], "--iters"))
+            iters = v;
+        else if (!strcmp(argv[i], "-B"))
+            B = v;
+        else if (!strcmp(argv[i], "-T"))
+            T = v;
+        else if (!strcmp(argv[i], "-C"))
+            C = v;
+        else if (!strcmp(argv[i], "--heads"))
+            NH = v;
+        else if (!strcmp(argv[i], "--layers"))
+            L = v;
+        else if (!strcmp(argv[i], "--vocab"))
+            V = v;
         else {
             fprintf(stderr, "bench_kernels: unknown option '%s'\n", argv[i]);
             return 2;
@@ -205,27 +222,40 @@ int main(int argc, char **argv) {
     unsigned s = 7;
     float *wte = buf((size_t)Vp * C, 0.04f, &s), *wpe = buf((size_t)T * C, 0.04f, &s);
     float *dwte = buf((size_t)Vp * C, 0, &s), *dwpe = buf((size_t)T * C, 0, &s);
-    float *lnfw = buf(C, 1, &s), *lnfb = buf(C, 0, &s), *dlnfw = buf(C, 0, &s), *dlnfb = buf(C, 0, &s);
+    float *lnfw = buf(C, 1, &s), *lnfb = buf(C, 0, &s), *dlnfw = buf(C, 0, &s),
+          *dlnfb = buf(C, 0, &s);
     float *enc = buf((size_t)N * C, 0, &s), *lnf = buf((size_t)N * C, 0, &s);
     float *lnf_mean = buf(N, 0, &s), *lnf_rstd = buf(N, 0, &s);
     float *logits = buf((size_t)N * Vp, 0, &s), *losses = buf(N, 0, &s);
     float *dlnf = buf((size_t)N * C, 0, &s), *dres = buf((size_t)N * C, 0, &s);
     int *tok = malloc(sizeof(int) * N);
-    for (int i = 0; i < N; i++) tok[i] = (i * 7919) % V;
+    for (int i = 0; i < N; i++)
+        tok[i] = (i * 7919) % V;
 
     /* Optimizer over the whole model's parameter count. */
-    size_t nparam = (size_t)L * 12 * C * C + (size_t)L * 13 * C + (size_t)Vp * C +
-                    (size_t)T * C + 2 * (size_t)C;
+    size_t nparam = (size_t)L * 12 * C * C + (size_t)L * 13 * C + (size_t)Vp * C + (size_t)T * C +
+                    2 * (size_t)C;
     float *p = buf(nparam, 0.02f, &s), *g = buf(nparam, 0.001f, &s);
     float *m = buf(nparam, 0, &s), *v = buf(nparam, 0, &s);
-    dt_adamw_args_t a = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
-                         .weight_decay = 0.1f, .step = 1, .grad_scale = 1};
+    dt_adamw_args_t a = {.lr = 1e-3f,
+                         .beta1 = 0.9f,
+                         .beta2 = 0.95f,
+                         .eps = 1e-8f,
+                         .weight_decay = 0.1f,
+                         .step = 1,
+                         .grad_scale = 1};
 
     double *tf = calloc(iters, sizeof(double)), *tb = calloc(iters, sizeof(double));
     double *th = calloc(iters, sizeof(double)), *to = calloc(iters, sizeof(double));
+    struct timespec cpu0, cpu1;
+    double wall0 = 0;
     int want_profile = profiling;
     for (int it = -1; it < iters; it++) {
         profiling = want_profile && it >= 0;
+        if (it == 0) {
+            clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu0);
+            wall0 = dt_now_s();
+        }
         double t0 = dt_now_s();
         block_forward(&k, dev, B, T, C, NH);
         double t1 = dt_now_s();
@@ -252,6 +282,9 @@ int main(int argc, char **argv) {
             to[it] = (t4 - t3) * 1e3;
         }
     }
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu1);
+    double wall = dt_now_s() - wall0;
+    double cpu = (double)(cpu1.tv_sec - cpu0.tv_sec) + (cpu1.tv_nsec - cpu0.tv_nsec) * 1e-9;
     double f = median(tf, iters), b = median(tb, iters), h = median(th, iters);
     double opt = median(to, iters);
     /* Matmul FLOPs of one block, forward: 2 N C (3C + C + 4C + 4C) + attention 2 * 2 B NH T^2 HS
@@ -266,8 +299,12 @@ int main(int argc, char **argv) {
     printf("head fwd+bwd    %8.2f ms  (embedding, final LN, LM head V=%d/%d, cross-entropy)\n", h,
            V, Vp);
     printf("adamw+norm      %8.2f ms  (%zu params)\n", opt, nparam);
-    printf("model step est. %8.2f ms = %d blocks + head + optimizer -> %.0f tokens/s\n", step_ms,
-           L, N / step_ms * 1e3);
+    printf("model step est. %8.2f ms = %d blocks + head + optimizer -> %.0f tokens/s\n", step_ms, L,
+           N / step_ms * 1e3);
+    /* CPU time per thread against wall time: below 1 means the cores were shared
+     * with other processes (or threads idled) and the timings above are inflated. */
+    printf("cpu/wall        %8.2f (process CPU time / (wall time * threads))\n",
+           cpu / (wall * dev->nthreads));
     if (want_profile) {
         printf("per op, ms per block fwd+bwd (timed separately, so the sum exceeds the above):\n");
         for (int i = 0; i < 32 && prof[i].name; i++)

@@ -23,4 +23,10 @@ else fail "bad --op is a usage error" "rc $rc: $out"; fi
 out=$(env -u RANK -u MASTER_ADDR "$DTRUN" __bench_comm_rank --max 64K 2>&1); rc=$?
 if [ $rc -eq 2 ] && printf '%s' "$out" | grep -q 'MASTER_ADDR'; then pass "no launcher env names the variable"
 else fail "no launcher env names the variable" "rc $rc: $out"; fi
+# Through the launcher, as users run it: dtrun [launch flags] bench comm [flags].
+out=$(timeout 60 "$DTRUN" --standalone --nproc_per_node 2 bench comm --op reduce_scatter --min 1K --max 32K --iters 3 --warmup 1 2>&1); rc=$?
+rows=$(printf '%s\n' "$out" | grep -cE '^\[rank0\]: +[0-9]+ ')
+wrong=$(printf '%s\n' "$out" | grep -E '^\[rank0\]: +[0-9]+ ' | awk '{s += $NF} END {print s + 0}')
+if [ $rc -eq 0 ] && [ "$rows" -eq 6 ] && [ "$wrong" -eq 0 ]; then pass "launcher: bench comm on 2 ranks"
+else fail "launcher: bench comm on 2 ranks" "rc $rc rows $rows: $out"; fi
 finish
