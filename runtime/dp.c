@@ -529,9 +529,13 @@ static dt_status_t upload_params(dt_dp_t *dp, const float *host) {
 dt_status_t dt_dp_init(dt_dp_t **out, const dt_dp_opts *opts, dt_device_t *dev, const dt_model_layout *layout,
                        dt_net_t *net, dt_comm_t *comm) {
     *out = NULL;
-    if (dev->ops->dtype != DT_DTYPE_F32)
-        return dt_error(DT_STATUS_UNSUPPORTED, "data parallelism needs fp32 compute (device %s computes in %s)",
-                        dev->ops->name, dt_dtype_name(dev->ops->dtype));
+    int shards_grads = opts->strategy == DT_STRATEGY_ZERO2 || opts->strategy == DT_STRATEGY_FSDP ||
+                       opts->strategy == DT_STRATEGY_HSDP;
+    if (shards_grads && (dev->kind != DT_DEVICE_CPU || dev->ops->dtype != DT_DTYPE_F32))
+        return dt_error(DT_STATUS_UNSUPPORTED,
+                        "strategy %s runs on the CPU device in fp32 for now (gradient shards are accumulated "
+                        "on the host); device %s computes in %s: use ddp or zero1",
+                        dt_config_strategy_name(opts->strategy), dev->ops->name, dt_dtype_name(dev->ops->dtype));
     dt_dp_t *dp = dt_xcalloc(1, sizeof *dp);
     dp->opts = *opts;
     dp->dev = dev;

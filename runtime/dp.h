@@ -62,7 +62,10 @@
  * next dt_dp_* call (micro_end, reduce_finish, ...); the net keeps pointing at
  * valid memory meanwhile.
  *
- * Limits: compute dtype fp32 on host memory (the CPU device).
+ * Limits: zero2, fsdp and hsdp need the CPU device in fp32 (gradient shards
+ * are accumulated and FSDP's one-shard gathers copied on the host); ddp and
+ * zero1 use only device ops and the communicator. The master-weight slot of
+ * AdamW is not used yet (the parameters are the master: fp32 compute).
  */
 #ifndef DT_RUNTIME_DP_H
 #define DT_RUNTIME_DP_H
