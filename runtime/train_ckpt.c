@@ -23,6 +23,10 @@ int dt_train_ckpt_enabled(const dt_config_t *cfg) {
 
 /* The ranges this rank owns; replicated buffers: an even slice per rank. */
 static dt_train_ckpt_owned *owned_ranges(const dt_train_ckpt *t, int *n) {
+    if (t->n_owned < 0) { /* owns nothing */
+        *n = 0;
+        return dt_xcalloc(1, sizeof(dt_train_ckpt_owned));
+    }
     if (t->n_owned > 0) {
         dt_train_ckpt_owned *o = dt_xcalloc((size_t)t->n_owned, sizeof *o);
         memcpy(o, t->owned, (size_t)t->n_owned * sizeof *o);
@@ -324,9 +328,7 @@ dt_status_t dt_train_ckpt_resume(const dt_train_ckpt *t, int64_t *step) {
         *step = 0;
         if (n > 0 && t->rank == 0)
             DT_LOG_WARN("checkpoint: no loadable checkpoint in %s: starting from step 0", dir);
-        if (touched && t->load)
-            st = dt_error(DT_STATUS_FORMAT, "no checkpoint in %s could be loaded, and the last attempt overwrote part "
-                          "of the model state: cannot start fresh either", dir);
+        if (touched && t->load) st = t->load(t->load_ctx, NULL); /* the strategy's fresh state */
         else if (touched) st = reinit(t);
         else st = DT_STATUS_OK;
     }

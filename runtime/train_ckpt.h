@@ -38,7 +38,8 @@ typedef struct dt_train_ckpt {
     dt_device_t *dev;
     int rank, world_size;
     /* The ranges this rank saves and loads. n_owned 0: the whole buffers below are
-     * replicated on every rank, and each rank saves an even slice of them. */
+     * replicated on every rank, and each rank saves an even slice of them; -1: this
+     * rank saves nothing (another replica of its shard does). */
     const dt_train_ckpt_owned *owned;
     int n_owned;
     void *params; /* full replicas (device), used when n_owned is 0 */
@@ -48,7 +49,10 @@ typedef struct dt_train_ckpt {
     int params_fp32; /* the params pointers are fp32 masters, not the compute dtype */
     /* A strategy that loads its own way (dt_dp_load_ranges: collective, then
      * all-gathers): called with the open, checked checkpoint instead of reading
-     * the ranges above; it reads with dt_train_ckpt_read_range. */
+     * the ranges above; it reads with dt_train_ckpt_read_range. Called with c NULL
+     * when a failed attempt overwrote part of the state and no checkpoint loads:
+     * it then puts back the freshly initialised state (dt_model_init_params, m and v
+     * zero). */
     dt_status_t (*load)(void *ctx, dt_ckpt_t *c);
     void *load_ctx;
     /* Several ranks: *ok in, the AND over all ranks out (an all-reduce), so every

@@ -1,6 +1,12 @@
 /*
- * trainer.c - the training loop (one rank; the gradient reduction across ranks
- * plugs in at reduce_gradients()).
+ * trainer.c - the training loop. Model state and the gradient reduction across
+ * ranks belong to the data-parallel object (dp.h); the loop drives it, averages
+ * the loss over ranks for metrics and gathers every rank's memory figures into
+ * rank 0's summary.json.
+ *
+ * Hidden test facility: with DTRUN_DUMP_PARAMS=PATH in the environment, after
+ * training every rank gathers the full fp32 parameters (model layout, as
+ * model.h) and rank 0 writes them raw (n_params little-endian floats) to PATH.
  */
 #include "runtime/trainer.h"
 
@@ -17,7 +23,9 @@
 #include "common/mem.h"
 #include "common/rng.h"
 #include "kernels/kernels.h"
+#include "runtime/comm.h"
 #include "runtime/data.h"
+#include "runtime/dp.h"
 #include "runtime/metrics.h"
 #include "runtime/model.h"
 #include "runtime/net.h"
@@ -31,8 +39,8 @@ typedef struct trainer {
     dt_model_layout layout;
     dt_net_t net;
     dt_data_t *data; /* gpt */
-    void *params, *grads;
-    float *m, *v;
+    dt_comm_t *comm; /* NULL on one rank */
+    dt_dp_t *dp;     /* owns parameters, gradients and optimizer state */
     int B, T, accum;
     int32_t *tokens, *targets; /* host (B, T) */
     float *features;           /* host (B, in_dim), mlp */
@@ -138,59 +146,144 @@ static dt_status_t open_device(const dt_config_t *cfg, dt_device_t **dev) {
 
 /* ---- checkpoints (runtime/train_ckpt.h) ---------------------------------- */
 
-static dt_train_ckpt ckpt_view(trainer *t) {
+typedef struct ckpt_load_ctx {
+    trainer *t;
+    dt_ckpt_t *c;
+    dt_train_ckpt view;
+    float *init; /* fresh parameters (host), when no checkpoint loads */
+} ckpt_load_ctx;
+
+static dt_status_t ckpt_barrier(void *ctx) {
+    trainer *t = ctx;
+    return t->comm ? dt_comm_barrier(t->comm) : DT_STATUS_OK;
+}
+
+/* The AND of ok over ranks. */
+static dt_status_t ckpt_agree(void *ctx, int *ok) {
+    trainer *t = ctx;
+    int n = dt_dp_world_size(t->dp);
+    if (n == 1) return DT_STATUS_OK;
+    double mine = *ok, *all = dt_xcalloc((size_t)n, sizeof *all);
+    dt_status_t st = dt_dp_all_gather_f64(t->dp, &mine, 1, all);
+    for (int r = 0; r < n; r++)
+        if (all[r] == 0) *ok = 0;
+    free(all);
+    return st;
+}
+
+static dt_status_t ckpt_dp_read(void *ctx, const dt_dp_range *r) {
+    ckpt_load_ctx *x = ctx;
+    return dt_train_ckpt_read_range(&x->view, x->c, r->offset, r->count, r->param, r->m, r->v);
+}
+
+/* Fresh state for one range: initial parameters, zero moments. */
+static dt_status_t ckpt_dp_fresh(void *ctx, const dt_dp_range *r) {
+    ckpt_load_ctx *x = ctx;
+    const dt_ops_t *o = x->t->dev->ops;
+    DT_CHECK(o->upload_f32(x->t->dev, r->param, x->init + r->offset, r->count));
+    DT_CHECK(o->set(x->t->dev, r->m, 0, r->count * sizeof(float)));
+    return o->set(x->t->dev, r->v, 0, r->count * sizeof(float));
+}
+
+static dt_status_t ckpt_load(void *ctx, dt_ckpt_t *c) {
+    ckpt_load_ctx *x = ctx;
+    x->c = c;
+    if (c) return dt_dp_load_ranges(x->t->dp, ckpt_dp_read, x);
+    size_t n = x->t->layout.n_params;
+    x->init = dt_mem_alloc(DT_MEM_OTHER, n * sizeof(float));
+    if (!x->init) return DT_STATUS_NOMEM;
+    dt_model_init_params(&x->t->layout, (uint64_t)x->t->cfg->seed, x->init);
+    dt_status_t st = dt_dp_load_ranges(x->t->dp, ckpt_dp_fresh, x);
+    dt_mem_free(x->init);
+    x->init = NULL;
+    return st;
+}
+
+/* What a checkpoint saves and loads: the ranges dp owns (dt_dp_owned_ranges), read
+ * back through dt_dp_load_ranges; ranks agree on the checkpoint and meet at a
+ * barrier of the communicator. *owned is malloc'd (free it). */
+static dt_train_ckpt ckpt_view(trainer *t, dt_train_ckpt_owned **owned, ckpt_load_ctx *lc) {
+    int max = dt_dp_owned_ranges(t->dp, NULL, 0), n;
+    dt_dp_range *r = dt_xcalloc((size_t)max + 1, sizeof *r);
+    n = dt_dp_owned_ranges(t->dp, r, max);
+    *owned = dt_xcalloc((size_t)n + 1, sizeof **owned);
+    for (int i = 0; i < n; i++) (*owned)[i] = (dt_train_ckpt_owned){r[i].offset, r[i].count, r[i].param, r[i].m, r[i].v};
+    free(r);
     dt_train_ckpt c = {.cfg = t->cfg, .layout = &t->layout, .dev = t->dev, .rank = t->env->rank,
-                       .world_size = t->env->world_size, .params = t->params, .m = t->m, .v = t->v,
-                       .data = t->data, .rng = &t->rng};
+                       .world_size = t->env->world_size, .owned = *owned, .n_owned = n, .data = t->data,
+                       .rng = &t->rng, .load = ckpt_load, .load_ctx = lc};
+    if (n == 0) c.n_owned = -1; /* owns nothing (an HSDP replica): writes an empty shard */
+    if (t->env->world_size > 1) {
+        c.barrier = ckpt_barrier, c.barrier_ctx = t;
+        c.agree = ckpt_agree, c.agree_ctx = t;
+    }
     if (t->layout.spec.type == DT_MODEL_MLP) c.mlp_cursor = &t->mlp_cursor;
+    lc->t = t;
+    lc->view = c;
     return c;
 }
 
 /* Resumes per checkpoint.resume; a resumed run appends to metrics.jsonl from the
  * step after its checkpoint. */
 static dt_status_t resume_checkpoint(trainer *t) {
-    dt_train_ckpt c = ckpt_view(t);
-    DT_CHECK(dt_train_ckpt_resume(&c, &t->start_step));
+    dt_train_ckpt_owned *owned;
+    ckpt_load_ctx lc;
+    dt_train_ckpt c = ckpt_view(t, &owned, &lc);
+    dt_status_t st = dt_train_ckpt_resume(&c, &t->start_step);
+    free(owned);
+    DT_CHECK(st);
     t->saved_step = t->start_step;
     if (t->start_step > 0 && t->env->rank == 0) DT_CHECK(dt_train_ckpt_trim_metrics(t->log_dir, t->start_step));
     dt_train_ckpt_catch_preemption();
     return DT_STATUS_OK;
 }
 
+/* The preemption signal any rank got (ranks may see it a step apart; all stop at
+ * the same step). */
+static dt_status_t preempt_signal(trainer *t, int *sig) {
+    *sig = dt_train_ckpt_preempted();
+    int n = dt_dp_world_size(t->dp);
+    if (n == 1) return DT_STATUS_OK;
+    double mine = *sig, *all = dt_xcalloc((size_t)n, sizeof *all);
+    dt_status_t st = dt_dp_all_gather_f64(t->dp, &mine, 1, all);
+    for (int r = 0; r < n; r++)
+        if (all[r] > 0 && !*sig) *sig = (int)all[r];
+    free(all);
+    return st;
+}
+
 /* After each step: fault injection, the periodic checkpoint, and preemption
  * (save, then *stop). A failed periodic save is reported and training goes on
- * (the previous checkpoint is still there); a failed preemption save is an error. */
+ * (the previous checkpoint is still there); a failed final or preemption save is
+ * an error. */
 static dt_status_t after_step(trainer *t, int64_t step, int *stop) {
     dt_train_ckpt_fault_point(t->env->rank, step);
-    dt_train_ckpt c = ckpt_view(t);
-    int sig = dt_train_ckpt_preempted();
-    *stop = 0;
-    if (sig) {
-        if (!dt_train_ckpt_enabled(t->cfg)) {
-            DT_LOG_WARN("preempted by signal %d after step %lld; checkpoints are off (checkpoint.every_steps 0): "
-                        "nothing saved",
-                        sig, (long long)step);
-        } else if (t->saved_step != step) {
-            DT_CHECK(dt_train_ckpt_save(&c, step, sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : "SIGUSR2"));
-            t->saved_step = step;
-        }
-        if (t->env->rank == 0)
-            printf("dtrun: preempted by signal %d: stopped after step %lld%s; the next launch resumes from it\n", sig,
-                   (long long)step, dt_train_ckpt_enabled(t->cfg) ? ", checkpoint saved" : "");
-        fflush(stdout);
-        *stop = 1;
-        return DT_STATUS_OK;
-    }
+    int sig;
+    DT_CHECK(preempt_signal(t, &sig));
+    *stop = sig != 0;
     int64_t every = t->cfg->checkpoint.every_steps;
-    int last = step == t->cfg->train_steps;
-    if (dt_train_ckpt_enabled(t->cfg) && (step % every == 0 || last) && t->saved_step != step) {
-        dt_status_t st = dt_train_ckpt_save(&c, step, last ? "final" : "every_steps");
+    int last = step == t->cfg->train_steps, on = dt_train_ckpt_enabled(t->cfg);
+    const char *why = sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : sig ? "SIGUSR2" : last ? "final"
+                                                                                                 : "every_steps";
+    if (on && (sig || step % every == 0 || last) && t->saved_step != step) {
+        dt_train_ckpt_owned *owned;
+        ckpt_load_ctx lc;
+        dt_train_ckpt c = ckpt_view(t, &owned, &lc);
+        dt_status_t st = dt_train_ckpt_save(&c, step, why);
+        free(owned);
         if (st != DT_STATUS_OK) {
-            if (last) return st;
+            if (last || sig) return st;
             DT_LOG_ERROR("%s; training continues", dt_error_detail());
         } else {
             t->saved_step = step;
         }
+    }
+    if (sig && t->env->rank == 0) {
+        if (!on)
+            DT_LOG_WARN("preempted by signal %d; checkpoints are off (checkpoint.every_steps 0): nothing saved", sig);
+        printf("dtrun: preempted by signal %d: stopped after step %lld%s; the next launch resumes from it\n", sig,
+               (long long)step, on ? ", checkpoint saved" : "");
+        fflush(stdout);
     }
     return DT_STATUS_OK;
 }
@@ -211,20 +304,21 @@ static dt_status_t setup(trainer *t) {
                           .rank = t->env->rank, .world_size = t->env->world_size, .micro_batch = t->B};
         DT_CHECK(dt_data_open(&o, &t->data));
     }
-    const dt_ops_t *o = t->dev->ops;
-    size_t n = t->layout.n_params, es = dt_dtype_size(o->dtype);
-    DT_CHECK(o->alloc(t->dev, DT_MEM_PARAMS, n * es, &t->params));
-    DT_CHECK(o->alloc(t->dev, DT_MEM_GRADS, n * es, &t->grads));
-    DT_CHECK(o->alloc(t->dev, DT_MEM_OPTIM, n * sizeof(float), (void **)&t->m));
-    DT_CHECK(o->alloc(t->dev, DT_MEM_OPTIM, n * sizeof(float), (void **)&t->v));
-    float *host = dt_mem_alloc(DT_MEM_OTHER, n * sizeof(float));
-    if (!host) return DT_STATUS_NOMEM;
-    dt_model_init_params(&t->layout, (uint64_t)cfg->seed, host);
-    dt_status_t st = o->upload_f32(t->dev, t->params, host, n);
-    dt_mem_free(host);
-    DT_CHECK(st);
     DT_CHECK(dt_net_init(&t->net, t->dev, &t->layout, t->B));
-    dt_net_bind(&t->net, t->params, t->grads);
+    if (t->env->world_size > 1) {
+        dt_comm_config_t cc;
+        DT_CHECK(dt_comm_config_from_env(&cc));
+        cc.backend = cfg->comm.backend;
+        cc.timeout_s = cfg->comm.timeout_s;
+        DT_CHECK(dt_comm_init(&cc, &t->comm));
+    }
+    if (cfg->communication_data_type == DT_CONFIG_DTYPE_BF16 && t->env->world_size > 1)
+        DT_LOG_WARN("communication_data_type bf16: gradients travel in the compute dtype (%s) for now",
+                    dt_dtype_name(t->dev->ops->dtype));
+    dt_dp_opts dpo = {.strategy = cfg->strategy, .overlap_comm = cfg->zero.overlap_comm,
+                      .bucket_elems = (size_t)cfg->zero.reduce_bucket_size,
+                      .local_world_size = t->env->local_world_size, .seed = (uint64_t)cfg->seed};
+    DT_CHECK(dt_dp_init(&t->dp, &dpo, t->dev, &t->layout, &t->net, t->comm));
     size_t rows = (size_t)t->B * (size_t)t->T;
     t->tokens = dt_xcalloc(rows, sizeof(int32_t));
     t->targets = dt_xcalloc(rows, sizeof(int32_t));
@@ -238,14 +332,9 @@ static dt_status_t setup(trainer *t) {
 }
 
 static void teardown(trainer *t) {
-    if (t->dev) {
-        const dt_ops_t *o = t->dev->ops;
-        dt_net_free(&t->net);
-        o->free(t->dev, t->params);
-        o->free(t->dev, t->grads);
-        o->free(t->dev, t->m);
-        o->free(t->dev, t->v);
-    }
+    dt_dp_free(t->dp);
+    if (t->dev) dt_net_free(&t->net);
+    dt_comm_free(t->comm);
     dt_data_close(t->data);
     dt_model_layout_free(&t->layout);
     dt_metrics_close(t->metrics);
@@ -255,29 +344,16 @@ static void teardown(trainer *t) {
     dt_device_free(t->dev);
 }
 
-/* Averages gradients (and the loss) over ranks. One rank: nothing to do. */
-static dt_status_t reduce_gradients(trainer *t, double *loss, double *comm_ms) {
-    (void)loss;
-    *comm_ms = 0;
-    if (t->env->world_size == 1) return DT_STATUS_OK;
-    return dt_error(DT_STATUS_UNSUPPORTED,
-                    "training on %d ranks needs the communicator, which this build does not have yet",
-                    t->env->world_size);
-}
-
-/* AdamW over runs of consecutive tensors that share the weight-decay flag. */
-static void optimizer_step(trainer *t, const dt_adamw_args_t *args) {
-    const dt_ops_t *o = t->dev->ops;
-    size_t es = dt_dtype_size(o->dtype);
-    int i = 0;
-    while (i < t->layout.n_tensors) {
-        int decay = t->layout.tensors[i].decay, j = i;
-        size_t off = t->layout.tensors[i].offset, n = 0;
-        while (j < t->layout.n_tensors && t->layout.tensors[j].decay == decay) n += t->layout.tensors[j++].numel;
-        o->adamw(t->dev, (char *)t->params + off * es, NULL, (char *)t->grads + off * es, t->m + off,
-                 t->v + off, n, args, decay);
-        i = j;
-    }
+/* Mean of x over ranks (NaN stays NaN), in rank order so every rank agrees. */
+static dt_status_t mean_over_ranks(trainer *t, double *x) {
+    int n = dt_dp_world_size(t->dp);
+    if (n == 1) return DT_STATUS_OK;
+    double *all = dt_xcalloc((size_t)n, sizeof *all), sum = 0;
+    dt_status_t st = dt_dp_all_gather_f64(t->dp, x, 1, all);
+    for (int r = 0; r < n; r++) sum += all[r];
+    if (st == DT_STATUS_OK && !isnan(*x)) *x = sum / n;
+    free(all);
+    return st;
 }
 
 static dt_status_t evaluate(trainer *t, double *val_loss) {
@@ -286,7 +362,8 @@ static dt_status_t evaluate(trainer *t, double *val_loss) {
     int nb = t->cfg->eval.batches > 0 ? (int)t->cfg->eval.batches : 1;
     double sum = 0;
     for (int i = 0; i < nb; i++) {
-        DT_CHECK(dt_data_val_batch(t->data, (uint64_t)i, t->tokens, t->targets));
+        DT_CHECK(dt_dp_check(t->dp));
+    DT_CHECK(dt_data_val_batch(t->data, (uint64_t)i, t->tokens, t->targets));
         dt_batch b = {.tokens = t->tokens, .targets = t->targets};
         double l;
         DT_CHECK(dt_net_forward(&t->net, &b, &l));
@@ -294,17 +371,28 @@ static dt_status_t evaluate(trainer *t, double *val_loss) {
     }
     t->net.have_forward = 0;
     *val_loss = sum / nb;
-    return DT_STATUS_OK;
+    return dt_dp_check(t->dp);
 }
 
 /* Prints n generated characters (text data only), sampling with temperature
  * 0.8 from a fresh micro-batch-1 network over the trained parameters. */
-static dt_status_t print_sample(trainer *t, int n) {
-    if (n <= 0 || t->layout.spec.type != DT_MODEL_GPT || dt_data_kind(t->data) != DT_DATA_TEXT)
-        return DT_STATUS_OK;
+static int wants_sample(const trainer *t) {
+    return t->cfg->sample_tokens > 0 && t->layout.spec.type == DT_MODEL_GPT && dt_data_kind(t->data) == DT_DATA_TEXT;
+}
+
+static dt_status_t print_sample(trainer *t, int n, const float *host_params) {
+    if (n <= 0 || !wants_sample(t)) return DT_STATUS_OK;
     dt_net_t net;
-    DT_CHECK(dt_net_init(&net, t->dev, &t->layout, 1));
-    dt_net_bind(&net, t->params, NULL);
+    void *params = NULL;
+    DT_CHECK(t->dev->ops->alloc(t->dev, DT_MEM_OTHER, t->layout.n_params * dt_dtype_size(t->dev->ops->dtype),
+                                &params));
+    dt_status_t st = t->dev->ops->upload_f32(t->dev, params, host_params, t->layout.n_params);
+    if (st == DT_STATUS_OK) st = dt_net_init(&net, t->dev, &t->layout, 1);
+    if (st != DT_STATUS_OK) {
+        t->dev->ops->free(t->dev, params);
+        return st;
+    }
+    dt_net_bind(&net, params, NULL);
     int T = t->T, Vp = t->layout.vocab_padded, V = t->layout.spec.vocab_size;
     int32_t *ctx = dt_xcalloc((size_t)T, sizeof(int32_t));
     float *logits = dt_xcalloc((size_t)Vp, sizeof(float));
@@ -313,7 +401,6 @@ static dt_status_t print_sample(trainer *t, int n) {
     dt_rng_seed(&rng, (uint64_t)t->cfg->seed, 0x73616d706c65ull);
     int len = 1;
     ctx[0] = '\n';
-    dt_status_t st = DT_STATUS_OK;
     for (int i = 0; i < n; i++) {
         int pos = len < T ? len : T;
         DT_CHECK_GOTO(dt_net_logits(&net, ctx, 0, pos - 1, logits), st, out_free);
@@ -343,11 +430,30 @@ out_free:
     free(logits);
     free(text);
     dt_net_free(&net);
+    t->dev->ops->free(t->dev, params);
     return st;
 }
 
+/* Memory figures of one rank, in the order summary.json lists them. */
+enum { MEM_PEAK, MEM_PARAMS, MEM_GRADS, MEM_MASTER, MEM_OPTIM, MEM_ACT, MEM_COMM, MEM_EXPECT, MEM_WORK, MEM_N };
+
+static void my_memory(trainer *t, double *v) {
+    dt_dp_mem e;
+    dt_dp_expected_mem(t->dp, &e);
+    v[MEM_PEAK] = (double)dt_mem_peak_total();
+    v[MEM_PARAMS] = (double)dt_mem_peak(DT_MEM_PARAMS);
+    v[MEM_GRADS] = (double)dt_mem_peak(DT_MEM_GRADS);
+    v[MEM_MASTER] = (double)dt_mem_peak(DT_MEM_MASTER);
+    v[MEM_OPTIM] = (double)dt_mem_peak(DT_MEM_OPTIM);
+    v[MEM_ACT] = (double)dt_mem_peak(DT_MEM_ACTIVATIONS);
+    v[MEM_COMM] = (double)dt_mem_peak(DT_MEM_COMM);
+    v[MEM_EXPECT] = (double)(e.params + e.grads + e.master + e.optim);
+    v[MEM_WORK] = (double)e.work;
+}
+
+/* mem: MEM_N figures per rank (every rank's, gathered). */
 static dt_status_t write_summary(trainer *t, double final_loss, double final_val, double tokens,
-                                 double wall_s, int64_t steps) {
+                                 double wall_s, int64_t steps, const double *mem) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "steps", (double)steps);
     cJSON_AddNumberToObject(o, "final_loss", final_loss);
@@ -359,20 +465,37 @@ static dt_status_t write_summary(trainer *t, double final_loss, double final_val
     cJSON_AddStringToObject(o, "device", dt_device_kind_name(t->dev->kind));
     cJSON_AddStringToObject(o, "strategy", dt_config_strategy_name(t->cfg->strategy));
     cJSON_AddNumberToObject(o, "n_params", (double)t->layout.n_params);
+    const dt_dp_plan *plan = dt_dp_get_plan(t->dp);
+    cJSON_AddNumberToObject(o, "n_shards", plan->n_shards);
+    cJSON_AddNumberToObject(o, "padded_params", (double)plan->padded_total);
+    cJSON_AddNumberToObject(o, "n_buckets", plan->n_buckets);
+    dt_dp_stats ds; /* rank 0's: what overlapped with compute */
+    dt_dp_get_stats(t->dp, &ds);
+    cJSON *ov = cJSON_AddObjectToObject(o, "overlap");
+    cJSON_AddBoolToObject(ov, "enabled", t->cfg->zero.overlap_comm);
+    cJSON_AddNumberToObject(ov, "reductions_in_backward", (double)ds.reductions_in_backward);
+    cJSON_AddNumberToObject(ov, "reductions_after", (double)ds.reductions_after);
+    cJSON_AddNumberToObject(ov, "gathers_prefetched", (double)ds.gathers_prefetched);
+    cJSON_AddNumberToObject(ov, "gathers_on_demand", (double)ds.gathers_on_demand);
     cJSON *ranks = cJSON_AddArrayToObject(o, "ranks");
-    cJSON *r = cJSON_CreateObject(); /* this rank; other ranks join with the communicator */
-    cJSON_AddNumberToObject(r, "rank", t->env->rank);
-    cJSON_AddNumberToObject(r, "peak_bytes", (double)dt_mem_peak_total());
-    cJSON *ms = cJSON_AddObjectToObject(r, "model_state_bytes");
-    dt_mem_category_t cats[] = {DT_MEM_PARAMS, DT_MEM_GRADS, DT_MEM_MASTER, DT_MEM_OPTIM};
-    double total = 0;
-    for (size_t i = 0; i < sizeof cats / sizeof *cats; i++) {
-        cJSON_AddNumberToObject(ms, dt_mem_category_name(cats[i]), (double)dt_mem_peak(cats[i]));
-        total += (double)dt_mem_peak(cats[i]);
+    for (int k = 0; k < t->env->world_size; k++) {
+        const double *v = mem + (size_t)k * MEM_N;
+        cJSON *r = cJSON_CreateObject();
+        cJSON_AddNumberToObject(r, "rank", k);
+        cJSON_AddNumberToObject(r, "peak_bytes", v[MEM_PEAK]);
+        cJSON *ms = cJSON_AddObjectToObject(r, "model_state_bytes");
+        cJSON_AddNumberToObject(ms, "params", v[MEM_PARAMS]);
+        cJSON_AddNumberToObject(ms, "grads", v[MEM_GRADS]);
+        cJSON_AddNumberToObject(ms, "master", v[MEM_MASTER]);
+        cJSON_AddNumberToObject(ms, "optim", v[MEM_OPTIM]);
+        cJSON_AddNumberToObject(ms, "total", v[MEM_PARAMS] + v[MEM_GRADS] + v[MEM_MASTER] + v[MEM_OPTIM]);
+        cJSON_AddNumberToObject(ms, "expected", v[MEM_EXPECT]);
+        /* comm: the communicator's buffers plus dp's bucket/unit buffers (dp_buffer_bytes) */
+        cJSON_AddNumberToObject(r, "comm_buffer_bytes", v[MEM_COMM]);
+        cJSON_AddNumberToObject(r, "dp_buffer_bytes", v[MEM_WORK]);
+        cJSON_AddNumberToObject(r, "activation_bytes", v[MEM_ACT]);
+        cJSON_AddItemToArray(ranks, r);
     }
-    cJSON_AddNumberToObject(ms, "total", total);
-    cJSON_AddNumberToObject(r, "activation_bytes", (double)dt_mem_peak(DT_MEM_ACTIVATIONS));
-    cJSON_AddItemToArray(ranks, r);
     char *text = cJSON_Print(o);
     cJSON_Delete(o);
     dt_status_t st = dt_metrics_write_file(t->log_dir, "summary.json", text);
@@ -383,10 +506,12 @@ static dt_status_t write_summary(trainer *t, double final_loss, double final_val
 dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_trainer_env *env) {
     trainer t = {.cfg = cfg, .env = env};
     dt_status_t st = DT_STATUS_OK;
+    double *mem_all = NULL;
+    float *full = NULL;
     DT_CHECK_GOTO(setup(&t), st, out_teardown);
     int rank0 = env->rank == 0;
     const dt_ops_t *o = t.dev->ops;
-    size_t n = t.layout.n_params, es = dt_dtype_size(o->dtype);
+    size_t n = t.layout.n_params;
     int64_t steps = cfg->train_steps;
     double tokens_per_step = (double)t.B * t.T * t.accum * env->world_size;
     double flops_per_token = dt_model_flops_per_token(&t.layout);
@@ -405,20 +530,23 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_trainer_env *env) {
     int stop = 0;
     for (int64_t step = t.start_step + 1; step <= steps && !stop; step++) {
         double t0 = dt_now_s(), data_s = 0, loss_sum = 0;
-        DT_CHECK_GOTO(o->set(t.dev, t.grads, 0, n * es), st, out_teardown);
+        DT_CHECK_GOTO(dt_dp_step_begin(t.dp), st, out_teardown);
         for (int a = 0; a < t.accum; a++) {
             double d0 = dt_now_s();
             next_batch(&t, &batch);
             data_s += dt_now_s() - d0;
             double l;
+            dt_dp_micro_begin(t.dp, a == t.accum - 1);
             DT_CHECK_GOTO(dt_net_forward(&t.net, &batch, &l), st, out_teardown);
             loss_sum += l;
             DT_CHECK_GOTO(dt_net_backward(&t.net, 1.0f / ((float)t.net.n_rows * (float)t.accum)), st,
                           out_teardown);
+            DT_CHECK_GOTO(dt_dp_micro_end(t.dp), st, out_teardown);
         }
-        double loss = loss_sum / t.accum, comm_ms = 0;
-        DT_CHECK_GOTO(reduce_gradients(&t, &loss, &comm_ms), st, out_teardown);
-        double norm = sqrt(o->grad_sq_norm(t.dev, t.grads, n));
+        double loss = loss_sum / t.accum, norm = 0;
+        DT_CHECK_GOTO(dt_dp_reduce_finish(t.dp), st, out_teardown);
+        DT_CHECK_GOTO(dt_dp_grad_norm(t.dp, &norm), st, out_teardown);
+        DT_CHECK_GOTO(mean_over_ranks(&t, &loss), st, out_teardown);
         if (!isfinite(loss) || !isfinite(norm)) {
             st = dt_error(DT_STATUS_INVALID, "step %lld: the loss (%g) or gradient norm (%g) is not finite",
                           (long long)step, loss, norm);
@@ -433,12 +561,15 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_trainer_env *env) {
                                 .grad_scale = 1.0f};
         if (cfg->gradient_clipping > 0 && norm > cfg->gradient_clipping)
             args.grad_scale = (float)(cfg->gradient_clipping / norm);
-        optimizer_step(&t, &args);
+        DT_CHECK_GOTO(dt_dp_optimizer_step(t.dp, &args), st, out_teardown);
         DT_CHECK_GOTO(o->synchronize(t.dev), st, out_teardown);
-        double t1 = dt_now_s();
+        double t1 = dt_now_s(), comm_ms = dt_dp_take_comm_ms(t.dp);
         double val = NAN;
-        if (cfg->eval.every_steps > 0 && (step % cfg->eval.every_steps == 0 || step == steps))
+        if (cfg->eval.every_steps > 0 && (step % cfg->eval.every_steps == 0 || step == steps)) {
             DT_CHECK_GOTO(evaluate(&t, &val), st, out_teardown);
+            DT_CHECK_GOTO(mean_over_ranks(&t, &val), st, out_teardown);
+            dt_dp_take_comm_ms(t.dp); /* evaluation's gathers are not the step's */
+        }
         final_loss = loss;
         if (!isnan(val)) final_val = val;
         int print = cfg->steps_per_print > 0 ? (step % cfg->steps_per_print == 0) : 0;
@@ -460,21 +591,53 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_trainer_env *env) {
         }
         DT_CHECK_GOTO(after_step(&t, step, &stop), st, out_teardown);
     }
+    if (stop) goto out_teardown; /* preempted: saved; every rank stops here */
     double wall = dt_now_s() - t_start;
+    /* Collective tail: every rank's memory figures, and the full parameters
+     * when rank 0 samples text or the test facility asks for them. */
+    const char *dump_path = getenv("DTRUN_DUMP_PARAMS");
+    if (dump_path && !*dump_path) dump_path = NULL;
+    double mine[MEM_N];
+    my_memory(&t, mine);
+    mem_all = dt_xcalloc((size_t)env->world_size * MEM_N, sizeof(double));
+    DT_CHECK_GOTO(dt_dp_all_gather_f64(t.dp, mine, MEM_N, mem_all), st, out_teardown);
+    if (dump_path || wants_sample(&t)) {
+        full = dt_mem_alloc(DT_MEM_OTHER, n * sizeof(float));
+        if (!full) {
+            st = DT_STATUS_NOMEM;
+            goto out_teardown;
+        }
+        DT_CHECK_GOTO(dt_dp_gather_params(t.dp, full), st, out_teardown);
+    }
+    if (rank0 && dump_path) {
+        FILE *f = fopen(dump_path, "wb");
+        if (!f || fwrite(full, sizeof(float), n, f) != n) {
+            st = dt_error(DT_STATUS_IO, "DTRUN_DUMP_PARAMS: cannot write %s", dump_path);
+            if (f) fclose(f);
+            goto out_teardown;
+        }
+        if (fclose(f) != 0) {
+            st = dt_error(DT_STATUS_IO, "DTRUN_DUMP_PARAMS: cannot write %s", dump_path);
+            goto out_teardown;
+        }
+    }
     if (rank0 && t.start_step >= steps) {
         printf("dtrun: the checkpoint is at step %lld of %lld: nothing left to train\n", (long long)t.start_step,
                (long long)steps);
         fflush(stdout);
-    } else if (rank0 && !stop) {
-        DT_CHECK_GOTO(write_summary(&t, final_loss, final_val, tokens_per_step * (double)steps, wall, steps),
+    } else if (rank0) {
+        DT_CHECK_GOTO(write_summary(&t, final_loss, final_val, tokens_per_step * (double)steps, wall, steps,
+                                    mem_all),
                       st, out_teardown);
         printf("dtrun: done: %lld steps in %.1f s, final loss %.4f%s, log in %s\n", (long long)steps, wall,
                final_loss, isnan(final_val) ? "" : "", t.log_dir);
         if (!isnan(final_val)) printf("dtrun: final val loss %.4f (perplexity %.2f)\n", final_val, exp(final_val));
         fflush(stdout);
-        DT_CHECK_GOTO(print_sample(&t, (int)cfg->sample_tokens), st, out_teardown);
+        DT_CHECK_GOTO(print_sample(&t, (int)cfg->sample_tokens, full), st, out_teardown);
     }
 out_teardown:
+    free(mem_all);
+    dt_mem_free(full);
     teardown(&t);
     return st;
 }
