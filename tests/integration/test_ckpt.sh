@@ -63,6 +63,38 @@ if [ $rc -eq 137 ] && grep -q "resumed from .*step_00000020" "$DT_TMP/o1b"; then
   same_losses "killed at step 27, resumed from step 20: identical losses" "$DT_TMP/run1"
 else fail "kill and resume" "rc=$rc $(grep -i checkpoint "$DT_TMP/o1b" | head -3)"; fi
 
+# Several ranks (dp): saved by 2 ranks with fsdp, a rank SIGKILLed and the group
+# restarted gives the same losses; resumed at other world sizes and strategies
+# (3 zero1, 1 ddp, 2 zero2): the same samples, losses within 1e-5 relative.
+sed "s#$DT_TMP/ck0#$DT_TMP/mk0#; s#$DT_TMP/run0#$DT_TMP/mrun0#; s#\"train_micro_batch_size_per_gpu\": 8#\"train_batch_size\": 24, \"train_micro_batch_size_per_gpu\": 4#; s#\"train_steps\": 60#\"train_steps\": 30#" \
+  "$DT_TMP/gpt.json" > "$DT_TMP/m.json"
+"$DTRUN" --nproc_per_node 2 "$DT_TMP/m.json" strategy=fsdp >"$DT_TMP/om0" 2>&1 || fail "2-rank fsdp run" "$(tail -3 "$DT_TMP/om0")"
+mlosses() { python3 -c 'import json,sys; [print(json.loads(l)["step"], repr(json.loads(l)["loss"])) for l in open(sys.argv[1])]' "$1/metrics.jsonl"; }
+k=$(python3 -c "import random; print(random.randint(11, 29))")
+DTRUN_FAULT_KILL_STEP=$k DTRUN_FAULT_KILL_RANK=1 "$DTRUN" --nproc_per_node 2 --max_restarts 2 "$DT_TMP/m.json" strategy=fsdp \
+  checkpoint.dir="$DT_TMP/mk1" log.dir="$DT_TMP/mrun1" >"$DT_TMP/om1" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && grep -q "SIGKILL to rank 1" "$DT_TMP/om1" && grep -q "resumed from" "$DT_TMP/om1" &&
+   cmp -s <(mlosses "$DT_TMP/mrun0") <(mlosses "$DT_TMP/mrun1"); then
+  pass "2 ranks fsdp: rank 1 SIGKILLed at step $k, group restarted and resumed: same losses"
+else fail "2-rank kill and resume (step $k)" "rc=$rc $(grep -i "resumed\|error" "$DT_TMP/om1" | head -3)"; fi
+for ws in "3 zero1" "1 ddp" "2 zero2"; do
+  set -- $ws
+  rm -rf "$DT_TMP/mk2"; mkdir -p "$DT_TMP/mk2"; cp -r "$DT_TMP/mk0/step_00000020" "$DT_TMP/mk2/"; echo step_00000020 > "$DT_TMP/mk2/latest"
+  "$DTRUN" --nproc_per_node $1 "$DT_TMP/m.json" strategy=$2 checkpoint.dir="$DT_TMP/mk2" log.dir="$DT_TMP/mrun$1$2" \
+    >"$DT_TMP/om2" 2>&1
+  if grep -q "resumed from .*step_00000020 (step 20, saved by 2 rank(s) with fsdp)" "$DT_TMP/om2" &&
+     python3 - "$DT_TMP/mrun0/metrics.jsonl" "$DT_TMP/mrun$1$2/metrics.jsonl" <<'PY'; then
+import json, sys
+a = {json.loads(l)["step"]: json.loads(l)["loss"] for l in open(sys.argv[1])}
+b = {json.loads(l)["step"]: json.loads(l)["loss"] for l in open(sys.argv[2])}
+assert sorted(b) == list(range(21, 31)), sorted(b)
+assert max(abs(a[s] - b[s]) / abs(a[s]) for s in range(21, 31)) < 1e-5
+PY
+    pass "saved by 2 ranks fsdp, resumed by $1 with $2: losses within 1e-5"
+  else fail "reshard 2 fsdp -> $1 $2" "$(grep -i "resumed\|error" "$DT_TMP/om2" | head -3)"; fi
+done
+
 # Killed in the middle of saving step 30 (after its shard, before meta.json):
 # latest still names step 20, the next run resumes from it.
 sed "s#$DT_TMP/ck0#$DT_TMP/cks#; s#$DT_TMP/run0#$DT_TMP/runs#" "$DT_TMP/gpt.json" > "$DT_TMP/gs.json"
