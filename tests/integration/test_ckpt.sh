@@ -95,6 +95,19 @@ PY
   else fail "reshard 2 fsdp -> $1 $2" "$(grep -i "resumed\|error" "$DT_TMP/om2" | head -3)"; fi
 done
 
+# Preemption at 2 ranks (zero1): both ranks stop after the same step and save.
+DTRUN_FAULT_TERM_PARENT_STEP=13 "$DTRUN" --nproc_per_node 2 "$DT_TMP/m.json" strategy=zero1 checkpoint.dir="$DT_TMP/mk3" \
+  log.dir="$DT_TMP/mrun3" >"$DT_TMP/om3" 2>&1
+rc=$?
+"$DTRUN" --nproc_per_node 2 "$DT_TMP/m.json" strategy=zero1 checkpoint.dir="$DT_TMP/mk3" log.dir="$DT_TMP/mrun3" \
+  >"$DT_TMP/om4" 2>&1
+"$DTRUN" --nproc_per_node 2 "$DT_TMP/m.json" strategy=zero1 checkpoint.dir="$DT_TMP/mk4" log.dir="$DT_TMP/mrun4" \
+  >/dev/null 2>&1
+if [ $rc -eq 143 ] && grep -q "(SIGTERM) saved" "$DT_TMP/om3" && grep -q "resumed from" "$DT_TMP/om4" &&
+   cmp -s <(mlosses "$DT_TMP/mrun3") <(mlosses "$DT_TMP/mrun4"); then
+  pass "2 ranks zero1: SIGTERM preemption saved, relaunch resumed: same losses"
+else fail "2-rank preemption" "rc=$rc $(grep -i "preempt\|resumed\|error" "$DT_TMP/om3" "$DT_TMP/om4" | head -4)"; fi
+
 # Killed in the middle of saving step 30 (after its shard, before meta.json):
 # latest still names step 20, the next run resumes from it.
 sed "s#$DT_TMP/ck0#$DT_TMP/cks#; s#$DT_TMP/run0#$DT_TMP/runs#" "$DT_TMP/gpt.json" > "$DT_TMP/gs.json"
