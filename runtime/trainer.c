@@ -510,6 +510,8 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_trainer_env *env) {
     float *full = NULL;
     DT_CHECK_GOTO(setup(&t), st, out_teardown);
     int rank0 = env->rank == 0;
+    const char *tty = getenv("DTRUN_PROGRESS_TTY");
+    int live = tty ? strcmp(tty, "1") == 0 : isatty(STDOUT_FILENO);
     const dt_ops_t *o = t.dev->ops;
     size_t n = t.layout.n_params;
     int64_t steps = cfg->train_steps;
@@ -573,7 +575,9 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_trainer_env *env) {
         final_loss = loss;
         if (!isnan(val)) final_val = val;
         int print = cfg->steps_per_print > 0 ? (step % cfg->steps_per_print == 0) : 0;
-        if (rank0 && (print || step == steps || step == 1 || !isnan(val))) {
+        int logged = print || step == steps || step == 1 || !isnan(val);
+        /* On a terminal the other steps redraw one live line ('\r', no newline). */
+        if (rank0 && (logged || live)) {
             double step_s = t1 - t0;
             dt_step_metrics m = {.step = step, .total_steps = steps, .loss = loss, .lr = args.lr,
                                  .grad_norm = norm, .tokens_per_s = tokens_per_step / step_s,
@@ -583,10 +587,10 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_trainer_env *env) {
             m.mfu = t.peak_flops > 0 ? flops_per_token * m.tokens_per_s / env->world_size / t.peak_flops : 0;
             double elapsed = dt_now_s() - t_start;
             m.eta_s = elapsed / (double)(step - t.start_step) * (double)(steps - step);
-            DT_CHECK_GOTO(dt_metrics_log(t.metrics, &m), st, out_teardown);
+            if (logged) DT_CHECK_GOTO(dt_metrics_log(t.metrics, &m), st, out_teardown);
             char line[512];
             dt_metrics_format(&m, line, sizeof line);
-            printf("%s\n", line);
+            printf("%s%c", line, logged ? '\n' : '\r');
             fflush(stdout);
         }
         DT_CHECK_GOTO(after_step(&t, step, &stop), st, out_teardown);

@@ -63,4 +63,14 @@ expect2 "missing data file named" "no file matches" $W "$DT_TMP/gpt.json" data.t
 printf 'garbage!' > "$DT_TMP/bad.bin"; head -c 3000 /dev/zero >> "$DT_TMP/bad.bin"
 expect2 "bad shard magic named" "bad.bin: not a token shard" $W "$DT_TMP/gpt.json" data.train="$DT_TMP/bad.bin" model.vocab_size=0
 expect2 "batch identity checked" "train_batch_size" $W "$DT_TMP/gpt.json" train_batch_size=7
+# On a terminal rank 0 redraws one live line between logged steps; on a pipe only
+# whole lines (and no carriage returns) come out.
+if command -v script >/dev/null; then
+  script -qc "$DTRUN --standalone --nproc_per_node 1 configs/mlp-tiny.json train_steps=12 steps_per_print=5 log.dir=$DT_TMP/live" /dev/null > "$DT_TMP/tty.out" 2>&1
+  if grep -q $'\r\[rank0\]:step 3/12 .*\033\[K' "$DT_TMP/tty.out" && grep -q $'\033\[K\[rank0\]:step 5/12' "$DT_TMP/tty.out"; then
+    pass "live progress line on a terminal"; else fail "live progress line on a terminal" "$(cat -v "$DT_TMP/tty.out" | head -5)"; fi
+else skip "live progress line on a terminal" "no script(1)"; fi
+"$DTRUN" --standalone --nproc_per_node 1 configs/mlp-tiny.json train_steps=12 steps_per_print=5 log.dir="$DT_TMP/plain" > "$DT_TMP/pipe.out" 2>&1
+if ! grep -q $'\r' "$DT_TMP/pipe.out" && [ "$(grep -c 'step [0-9]*/12' "$DT_TMP/pipe.out")" -eq 4 ] && [ "$(wc -l < "$DT_TMP/plain/metrics.jsonl")" -eq 4 ]; then
+  pass "plain lines on a pipe"; else fail "plain lines on a pipe" "$(cat -v "$DT_TMP/pipe.out" | head)"; fi
 finish
