@@ -32,6 +32,10 @@ static int check_config(const dt_launch_spec_t *spec) {
         fputs(dt_config_errors(&cfg), stderr);
         fprintf(stderr, "dtrun: error: config %s is not valid (nothing was started)\n",
                 spec->config_path);
+    } else if (spec->print_config) { /* the config as the workers would see it */
+        char *dump = dt_config_dump_json(&cfg);
+        if (dump) printf("%s\n", dump);
+        free(dump);
     }
     dt_config_free(&cfg);
     return st == DT_STATUS_OK ? DT_EXIT_OK : DT_EXIT_USAGE;
@@ -77,7 +81,8 @@ int dt_cmd_launch(int argc, char **argv) {
         code = run_self(&spec, "__bench_comm_rank", NULL);
     } else if (spec.mode == DT_LAUNCH_MODE_CONFIG) {
         code = check_config(&spec);
-        if (code == DT_EXIT_OK) code = run_self(&spec, "__worker", spec.config_path);
+        if (code == DT_EXIT_OK && !spec.print_config)
+            code = run_self(&spec, "__worker", spec.config_path);
     } else {
         code = dt_agent_run(&spec, spec.prog_argv, spec.prog_argc);
     }

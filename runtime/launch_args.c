@@ -43,6 +43,7 @@ typedef enum flag_id {
     F_RANKS_FILTER,
     F_LOCAL_ADDR,
     F_SHUTDOWN_TIMEOUT,
+    F_PRINT_CONFIG,
     F_COUNT_
 } flag_id_t;
 
@@ -70,6 +71,7 @@ static const flag_def_t flags[F_COUNT_] = {
     [F_RANKS_FILTER] = {"local_ranks_filter", 0},
     [F_LOCAL_ADDR] = {"local_addr", 0},
     [F_SHUTDOWN_TIMEOUT] = {"shutdown_timeout", 0},
+    [F_PRINT_CONFIG] = {"print_config", 1},
 };
 
 typedef struct raw_args {
@@ -430,6 +432,7 @@ static dt_status_t interpret(const raw_args_t *raw, char **envp, dt_launch_spec_
                         spec->node_rank);
 
     spec->standalone = raw->val[F_STANDALONE] != NULL;
+    spec->print_config = raw->val[F_PRINT_CONFIG] != NULL;
     int have_master = raw->val[F_MASTER_ADDR] || raw->val[F_MASTER_PORT];
     if (spec->standalone) {
         const int conflicts[] = {F_RDZV_ENDPOINT, F_MASTER_ADDR, F_MASTER_PORT};

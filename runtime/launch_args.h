@@ -34,6 +34,7 @@ typedef struct dt_launch_spec {
     char nproc_source[16];       /* "N", "gpu", "cpu" or "auto(gpu)"/"auto(cpu)" */
     int node_rank;               /* -1: assigned at the rendezvous */
     int standalone;              /* single node, free port, generated run id */
+    int print_config;            /* print the resolved config and start nothing */
     char *endpoint_host;         /* rendezvous / store host (NULL: 127.0.0.1) */
     int endpoint_port;           /* 0: pick a free port (standalone) */
     int endpoint_given;          /* an endpoint came from a flag, PET_ or SLURM */

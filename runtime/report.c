@@ -56,8 +56,12 @@ static void draw_panel(FILE *f, panel *p, const series *s, const char *const *na
         double fx = p->x0 + p->w * t / 4.0, vx = p->xmin + (p->xmax - p->xmin) * t / 4.0;
         fprintf(f, "<line x1='%.0f' y1='%.1f' x2='%.0f' y2='%.1f' stroke='#eee'/>\n", p->x0, fy,
                 p->x0 + p->w, fy);
-        fprintf(f, "<text x='%.0f' y='%.1f' font-size='11' text-anchor='end'>%.4g</text>\n",
-                p->x0 - 4, fy + 4, vy);
+        char label[32];
+        if (fabs(vy) >= 1e6) snprintf(label, sizeof label, "%.2fM", vy / 1e6);
+        else if (fabs(vy) >= 1e4) snprintf(label, sizeof label, "%.1fk", vy / 1e3);
+        else snprintf(label, sizeof label, "%.4g", vy);
+        fprintf(f, "<text x='%.0f' y='%.1f' font-size='11' text-anchor='end'>%s</text>\n",
+                p->x0 - 4, fy + 4, label);
         fprintf(f, "<text x='%.1f' y='%.0f' font-size='11' text-anchor='middle'>%.0f</text>\n", fx,
                 p->y0 + p->h + 14, vx);
     }

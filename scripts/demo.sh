@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# demo.sh - what `make run` does: the most real thing dtrun can do so far.
+# demo.sh - what `make run` does: prepares the demo corpus (Debian's fortunes,
+# installed by install-deps.sh) and trains the character-level GPT of
+# configs/demo.json on 2 CPU ranks with DDP, ending with generated text.
+# A GPU machine would train on its GPUs once the CUDA backend exists (issue 6).
+# Extra arguments are config overrides, e.g. `scripts/demo.sh train_steps=200`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ -f configs/demo.json ] && ./dtrun --help >/dev/null 2>&1 && [ -f runtime/trainer.c ]; then
-  exec ./dtrun --standalone --nproc_per_node 2 configs/demo.json
-fi
-echo "The trainer is not built yet; running the rendezvous store benchmark instead."
-exec ./dtrun bench store
+scripts/prepare_demo_data.sh
+exec ./dtrun --standalone --nproc_per_node 2 configs/demo.json "$@"

@@ -73,4 +73,9 @@ else skip "live progress line on a terminal" "no script(1)"; fi
 "$DTRUN" --standalone --nproc_per_node 1 configs/mlp-tiny.json train_steps=12 steps_per_print=5 log.dir="$DT_TMP/plain" > "$DT_TMP/pipe.out" 2>&1
 if ! grep -q $'\r' "$DT_TMP/pipe.out" && [ "$(grep -c 'step [0-9]*/12' "$DT_TMP/pipe.out")" -eq 4 ] && [ "$(wc -l < "$DT_TMP/plain/metrics.jsonl")" -eq 4 ]; then
   pass "plain lines on a pipe"; else fail "plain lines on a pipe" "$(cat -v "$DT_TMP/pipe.out" | head)"; fi
+# --print-config: the config resolved for the launch's world size; nothing starts.
+out=$("$DTRUN" --nproc_per_node 2 --print-config configs/mlp-tiny.json optimizer.params.lr=0.5 2>&1); rc=$?
+if [ $rc -eq 0 ] && printf '%s' "$out" | python3 -c 'import json,sys; c=json.load(sys.stdin); assert c["train_batch_size"] == 16 and c["optimizer"]["params"]["lr"] == 0.5' \
+   && ! printf '%s' "$out" | grep -q '\[rank'; then pass "--print-config resolves for the world size, starts nothing"
+else fail "--print-config" "rc=$rc $out"; fi
 finish
