@@ -112,6 +112,7 @@ typedef struct agent {
     int master_port;
 
     int restart_count;
+    int joined_once; /* the first join looks for a round in progress */
     int nnodes, node_rank, base_rank, world_size;
 
     worker_t *w;
@@ -948,6 +949,15 @@ static dt_status_t join_round(agent_t *ag) {
     }
     signals_stop(ag);
     double t0 = dt_now_s();
+    if (ag->restart_count == 0 && ag->is_host != 1 && !ag->joined_once) {
+        /* Returning to a run in progress: join the round the others are in. */
+        int r = dt_rdzv_latest_round(ag->rz);
+        if (r > 0) {
+            DT_LOG_INFO("the run is in rendezvous round %d: joining it (restart count %d)", r, r);
+            ag->restart_count = r;
+        }
+    }
+    ag->joined_once = 1;
     DT_CHECK(dt_rdzv_join(ag->rz, ag->restart_count, sp->node_rank, ag->is_host == 1,
                            sp->nproc_per_node, ag->host));
     ag->nnodes = ag->rz->nnodes;

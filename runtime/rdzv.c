@@ -118,6 +118,27 @@ static dt_status_t close_after_last_call(dt_rdzv_t *rz) {
     return DT_STATUS_OK;
 }
 
+/* The run-level key holding the newest round an agent has joined. */
+static void latest_round_key(const dt_rdzv_t *rz, char *buf) {
+    snprintf(buf, KEY_MAX, "/dtrun/%s/latest_round", rz->run_id);
+}
+
+int dt_rdzv_latest_round(dt_rdzv_t *rz) {
+    char k[KEY_MAX];
+    latest_round_key(rz, k);
+    const char *keys[] = {k};
+    int ready = 0;
+    if (dt_store_check(rz->store, keys, 1, &ready) != DT_STATUS_OK || !ready) return 0;
+    void *v = NULL;
+    size_t n = 0;
+    if (dt_store_get(rz->store, k, &v, &n) != DT_STATUS_OK) return 0;
+    char buf[32] = {0};
+    memcpy(buf, v, n < sizeof buf - 1 ? n : sizeof buf - 1);
+    free(v);
+    int r = atoi(buf);
+    return r > 0 ? r : 0;
+}
+
 dt_status_t dt_rdzv_join(dt_rdzv_t *rz, int round, int want, int is_host, int nproc,
                          const char *host) {
     char k[KEY_MAX], clash[256], mine[1024];
@@ -130,6 +151,12 @@ dt_status_t dt_rdzv_join(dt_rdzv_t *rz, int round, int want, int is_host, int np
     rz->hb_seen = NULL;
     rz->hb_changed = NULL;
     dt_store_set_timeout(rz->store, rz->join_timeout_s);
+    {
+        char lk[KEY_MAX], val[16];
+        latest_round_key(rz, lk);
+        int vn = snprintf(val, sizeof val, "%d", round);
+        DT_CHECK_GOTO(dt_store_set(rz->store, lk, val, (size_t)vn), st, out_store);
+    }
 
     int bad = 0;
     char cfg[64];

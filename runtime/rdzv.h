@@ -67,6 +67,10 @@ dt_status_t dt_rdzv_connect(const char *host, int port, const char *run_id, int 
                             double heartbeat_s, dt_rdzv_t **out);
 void dt_rdzv_close(dt_rdzv_t *rz);
 
+/* The newest round any agent of the run has joined (0 when none). An agent that
+ * starts while the others are already in round r > 0 (its node was lost and it
+ * returns, or it was restarted by hand) joins round r rather than round 0. */
+int dt_rdzv_latest_round(dt_rdzv_t *rz);
 /* Joins round `round`. want_rank -1 lets the rendezvous assign node ranks (the
  * store's host, is_host = 1, is node 0; the others follow in arrival order). On a
  * clash every agent of the round gets DT_STATUS_USAGE naming it; on a timeout
