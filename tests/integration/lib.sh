@@ -15,3 +15,14 @@ check() { local n=$1; shift; if "$@"; then pass "$n"; else fail "$n"; fi; }
 # A free TCP port on loopback (the kernel picks it).
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 finish() { exit $(( DT_FAILS > 0 )); }
+# make_text FILE SEED LINES: a small corpus of random sentences from 14 words,
+# enough structure for a tiny GPT to learn (the same bytes for the same seed).
+make_text() {
+  python3 - "$1" "$2" "$3" <<'PY'
+import random, sys
+random.seed(int(sys.argv[2]))
+words = "the quick brown fox jumps over a lazy dog while seven tired cats sleep".split()
+open(sys.argv[1], "w").write("".join(" ".join(random.choice(words) for _ in range(random.randint(3, 9))) + ".\n"
+                                     for _ in range(int(sys.argv[3]))))
+PY
+}

@@ -8,13 +8,7 @@ source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
 W="$DTRUN __worker"
 
-python3 - "$DT_TMP/text.txt" <<'PY'
-import random, sys
-random.seed(1)
-words = "the quick brown fox jumps over a lazy dog while seven tired cats sleep".split()
-open(sys.argv[1], "w").write("".join(" ".join(random.choice(words) for _ in range(random.randint(3, 9))) + ".\n"
-                                     for _ in range(4000)))
-PY
+make_text "$DT_TMP/text.txt" 1 4000
 cat > "$DT_TMP/gpt.json" <<JSON
 {"model": {"type": "gpt", "n_layer": 2, "n_head": 2, "n_embd": 32, "seq_len": 32, "vocab_size": 256},
  "data": {"train": "$DT_TMP/text.txt", "val_fraction": 0.05},

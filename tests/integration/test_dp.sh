@@ -13,13 +13,7 @@ source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
 T="timeout -k 2 60"
 
-python3 - "$DT_TMP/text.txt" <<'PY'
-import random, sys
-random.seed(1)
-words = "the quick brown fox jumps over a lazy dog while seven tired cats sleep".split()
-open(sys.argv[1], "w").write("".join(" ".join(random.choice(words) for _ in range(random.randint(3, 9))) + ".\n"
-                                     for _ in range(3000)))
-PY
+make_text "$DT_TMP/text.txt" 1 3000
 # GPT: 34,688 parameters (not divisible by 3); MLP 16-33-33-4: 1,819 (odd).
 cat > "$DT_TMP/gpt.json" <<JSON
 {"model": {"type": "gpt", "n_layer": 2, "n_head": 2, "n_embd": 32, "seq_len": 32, "vocab_size": 256},

@@ -6,13 +6,7 @@
 # checkpoint, and every step's loss equals the uninterrupted run's.
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
-python3 - "$DT_TMP/text.txt" <<'PY'
-import random, sys
-random.seed(1)
-w = "the quick brown fox jumps over a lazy dog while seven tired cats sleep".split()
-open(sys.argv[1], "w").write("".join(" ".join(random.choice(w) for _ in range(random.randint(3, 9))) + ".\n"
-                                     for _ in range(4000)))
-PY
+make_text "$DT_TMP/text.txt" 1 4000
 cfg() { cat <<JSON
 {"model": {"type": "gpt", "n_layer": 2, "n_head": 2, "n_embd": 32, "seq_len": 32, "vocab_size": 256},
  "data": {"train": "$DT_TMP/text.txt"}, "train_micro_batch_size_per_gpu": 8, "train_steps": 150,

@@ -6,15 +6,7 @@ cd "$(dirname "$0")/../.."
 W="$DTRUN __worker"
 
 # A small text corpus made here: enough structure for a tiny GPT to learn.
-python3 - "$DT_TMP/text.txt" <<'PY'
-import random, sys
-random.seed(0)
-words = "the quick brown fox jumps over a lazy dog while seven tired cats sleep".split()
-out = []
-for _ in range(6000):
-    out.append(" ".join(random.choice(words) for _ in range(random.randint(3, 9))) + ".\n")
-open(sys.argv[1], "w").write("".join(out))
-PY
+make_text "$DT_TMP/text.txt" 0 6000
 cat > "$DT_TMP/gpt.json" <<JSON
 {"model": {"type": "gpt", "n_layer": 2, "n_head": 2, "n_embd": 32, "seq_len": 32, "vocab_size": 256},
  "data": {"train": "$DT_TMP/text.txt", "val_fraction": 0.05},
