@@ -1,7 +1,7 @@
 /*
  * backend.c - the one file that knows which compute backends exist: it opens a
  * device of a given kind and hands out its op table (kernels.h). The CPU backend
- * is always built; the CUDA backend joins under DT_USE_CUDA in a later issue.
+ * is always built; the CUDA backend (kernels/cuda) joins under DT_USE_CUDA.
  */
 #include "kernels/kernels.h"
 
@@ -9,6 +9,9 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu.h"
+#ifdef DT_USE_CUDA
+#include "kernels/cuda/cuda.h"
+#endif
 
 static const char *const kind_names[] = {"cpu", "cuda"};
 
@@ -41,30 +44,48 @@ const char *dt_dtype_name(dt_dtype_t dtype) {
 int dt_device_built(dt_device_kind_t kind) {
     switch (kind) {
     case DT_DEVICE_CPU: return 1;
-    case DT_DEVICE_CUDA:
-        /* The CUDA op table arrives with its own issue; until then no CUDA device. */
-        return 0;
+#ifdef DT_USE_CUDA
+    case DT_DEVICE_CUDA: return 1;
+#else
+    case DT_DEVICE_CUDA: return 0;
+#endif
     }
     return 0;
 }
 
-dt_status_t dt_device_init(dt_device_t **out, dt_device_kind_t kind, int nthreads) {
-    *out = NULL;
-    if (!dt_device_built(kind)) {
+int dt_device_count(dt_device_kind_t kind) {
+    switch (kind) {
+    case DT_DEVICE_CPU: return 1;
+    case DT_DEVICE_CUDA:
 #ifdef DT_USE_CUDA
-        const char *why = "the CUDA op table is not implemented yet";
+        return dt_cuda_device_count();
 #else
-        const char *why = "this dtrun was built without CUDA (no nvcc, or NO_CUDA=1)";
+        return 0;
 #endif
-        return dt_error(DT_STATUS_UNSUPPORTED, "device '%s' is not available: %s",
-                        dt_device_kind_name(kind), why);
     }
+    return 0;
+}
+
+dt_status_t dt_device_open(dt_device_t **out, const dt_device_opts_t *o) {
+    *out = NULL;
+    if (!dt_device_built(o->kind))
+        return dt_error(DT_STATUS_UNSUPPORTED, "device '%s' is not available: %s", dt_device_kind_name(o->kind),
+                        "this dtrun was built without CUDA (no nvcc, or NO_CUDA=1)");
+    if (o->kind == DT_DEVICE_CPU && o->dtype != DT_DTYPE_F32)
+        return dt_error(DT_STATUS_UNSUPPORTED, "device 'cpu' computes in fp32 only (asked for %s)",
+                        dt_dtype_name(o->dtype));
     dt_device_t *dev = dt_xcalloc(1, sizeof *dev);
     dt_status_t st = DT_STATUS_OK;
-    switch (kind) {
-    case DT_DEVICE_CPU: DT_CHECK_GOTO(dt_cpu_device_init(dev, nthreads), st, out_free_dev); break;
+    switch (o->kind) {
+    case DT_DEVICE_CPU: DT_CHECK_GOTO(dt_cpu_device_init(dev, o->nthreads), st, out_free_dev); break;
+#ifdef DT_USE_CUDA
+    case DT_DEVICE_CUDA:
+        dev->nthreads = 1;
+        DT_CHECK_GOTO(dt_cuda_device_init(dev, o->ordinal, o->dtype), st, out_free_dev);
+        break;
+#endif
     default:
-        st = dt_error(DT_STATUS_UNSUPPORTED, "device kind %d unknown", (int)kind);
+        st = dt_error(DT_STATUS_UNSUPPORTED, "device kind %d unknown", (int)o->kind);
         goto out_free_dev;
     }
     *out = dev;
@@ -75,8 +96,16 @@ out_free_dev:
     return st;
 }
 
+dt_status_t dt_device_init(dt_device_t **out, dt_device_kind_t kind, int nthreads) {
+    dt_device_opts_t o = {kind, nthreads, 0, kind == DT_DEVICE_CUDA ? DT_DTYPE_BF16 : DT_DTYPE_F32};
+    return dt_device_open(out, &o);
+}
+
 void dt_device_free(dt_device_t *dev) {
     if (!dev) return;
     if (dev->kind == DT_DEVICE_CPU) dt_cpu_device_free(dev);
+#ifdef DT_USE_CUDA
+    if (dev->kind == DT_DEVICE_CUDA) dt_cuda_device_free(dev);
+#endif
     free(dev);
 }

@@ -213,9 +213,23 @@ struct dt_ops {
     void (*scale)(dt_device_t *dev, void *x, float s, size_t n);
 };
 
-/* Opens a device of the given kind. nthreads <= 0 takes omp_get_max_threads(),
- * which honours OMP_NUM_THREADS. Errors: UNSUPPORTED when the kind is not built
- * or not present, with a detail saying which. */
+/* How to open a device. */
+typedef struct dt_device_opts {
+    dt_device_kind_t kind;
+    int nthreads;     /* CPU threads the ops use; <= 0 takes omp_get_max_threads() */
+    int ordinal;      /* CUDA device index, as numbered under CUDA_VISIBLE_DEVICES; CPU: 0 */
+    dt_dtype_t dtype; /* compute dtype: CPU only F32; CUDA F32 or BF16 (fp32 master weights) */
+} dt_device_opts_t;
+
+/* Opens a device. Errors: UNSUPPORTED when the kind is not built into this binary,
+ * no such device is present, or the kind does not compute in opts->dtype; the
+ * detail says which (and CUDA's own message). */
+dt_status_t dt_device_open(dt_device_t **out, const dt_device_opts_t *opts);
+/* Devices of a kind present: CPU 1; CUDA the visible GPUs (0 when none, or not built). */
+int dt_device_count(dt_device_kind_t kind);
+
+/* dt_device_open with ordinal 0 and the kind's default dtype (CPU fp32, CUDA bf16).
+ * nthreads <= 0 takes omp_get_max_threads(), which honours OMP_NUM_THREADS. */
 dt_status_t dt_device_init(dt_device_t **out, dt_device_kind_t kind, int nthreads);
 void dt_device_free(dt_device_t *dev);
 /* 1 when a device of this kind was built into this binary (not that one is present). */

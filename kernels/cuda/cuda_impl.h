@@ -1,0 +1,76 @@
+/*
+ * cuda_impl.h - private to kernels/cuda: the CUDA device's state (dev->impl) and
+ * the seams between the .cu files of the backend. Included through
+ * cuda_common.cuh (C++ only).
+ *
+ * Files and what each fills in the op table (kernels.h), for both compute dtypes
+ * (DT_DTYPE_BF16: bf16 parameters, activations and gradients with fp32 master
+ * weights and fp32 accumulation; DT_DTYPE_F32: fp32 throughout, no TF32):
+ *   cuda_device.cu  device open/close, alloc/free/copy/set/synchronize,
+ *                   upload_f32/download_f32, peak_flops, error translation;
+ *                   builds the table by calling the fill functions below.
+ *   cuda_matmul.cu  matmul_forward/backward (cuBLASLt)      } dt_cuda_fill_core_ops
+ *   cuda_elementwise.cu gelu, relu, residual, scale         }
+ *   cuda_optim.cu   adamw, grad_sq_norm                     }
+ *   cuda_encoder.cu, cuda_layernorm.cu, cuda_attention.cu,
+ *   cuda_loss.cu    encoder, layernorm, attention,          } dt_cuda_fill_layer_ops
+ *                   softmax_xent, mse                       }
+ *
+ * Errors: compute ops return void (kernels.h). Each launch is followed by
+ * DT_CUDA_LAUNCHED(dev), which checks cudaGetLastError and keeps the first
+ * failure (sticky) with the op's name; synchronize reports it as a dt_status with
+ * CUDA's message. Calls that can fail outside ops (malloc, memcpy, cuBLASLt
+ * set-up) return dt_cuda_status(...) directly.
+ */
+#ifndef DT_KERNELS_CUDA_IMPL_H
+#define DT_KERNELS_CUDA_IMPL_H
+
+#include <stddef.h>
+
+extern "C" {
+#include "common/log.h"
+#include "common/status.h"
+#include "kernels/kernels.h"
+}
+
+typedef __nv_bfloat16 dt_bf16;
+
+typedef struct dt_cuda_impl {
+    cudaStream_t stream;       /* every op of the device runs on this stream, in order */
+    cublasLtHandle_t lt;
+    cublasHandle_t blas;
+    void *workspace;           /* cuBLASLt workspace */
+    size_t workspace_bytes;    /* 32 MiB */
+    int sm_count;
+    int cc_major, cc_minor;
+    char name[256];            /* cudaDeviceProp.name */
+    double peak_flops;         /* dense, compute dtype; 0 when the GPU is unknown */
+    cudaError_t sticky;        /* first error seen after a launch (cudaSuccess: none) */
+    char sticky_op[64];        /* the op that saw it */
+    void *scratch;             /* small device scratch (reductions), scratch_bytes */
+    size_t scratch_bytes;
+} dt_cuda_impl;
+
+static inline dt_cuda_impl *dt_cuda(dt_device_t *dev) { return (dt_cuda_impl *)dev->impl; }
+static inline cudaStream_t dt_cuda_stream(dt_device_t *dev) { return dt_cuda(dev)->stream; }
+
+/* Translates a CUDA / cuBLAS(Lt) status into dt_status (DT_STATUS_OK for success),
+ * setting the detail to "<what>: <library message>". */
+dt_status_t dt_cuda_status(cudaError_t e, const char *what);
+dt_status_t dt_cublas_status(cublasStatus_t s, const char *what);
+/* After a kernel launch: records the first launch error with the op's name. */
+void dt_cuda_note_launch(dt_device_t *dev, const char *op);
+#define DT_CUDA_LAUNCHED(dev) dt_cuda_note_launch((dev), __func__)
+
+/* Fill the compute slots of an op table for one compute dtype (F32 or BF16). */
+extern "C" void dt_cuda_fill_core_ops(dt_ops_t *ops, dt_dtype_t dtype);
+extern "C" void dt_cuda_fill_layer_ops(dt_ops_t *ops, dt_dtype_t dtype) __attribute__((weak));
+
+/* Element load/store for kernels templated on the storage type (float or dt_bf16). */
+static __device__ __forceinline__ float dt_ld(float x) { return x; }
+static __device__ __forceinline__ float dt_ld(dt_bf16 x) { return __bfloat162float(x); }
+template <typename T> __device__ __forceinline__ T dt_st(float x);
+template <> __device__ __forceinline__ float dt_st<float>(float x) { return x; }
+template <> __device__ __forceinline__ dt_bf16 dt_st<dt_bf16>(float x) { return __float2bfloat16(x); }
+
+#endif /* DT_KERNELS_CUDA_IMPL_H */
