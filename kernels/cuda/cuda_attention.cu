@@ -9,7 +9,10 @@
  * out + b*T*C + h*HS with row stride C: the heads of one sequence are equally
  * strided (HS apart), so one strided-batched GEMM covers the NH heads of a
  * sequence, and the op issues B of them per product. No copies, and no saved
- * q/k/v.
+ * q/k/v. The price is B cuBLAS calls per product instead of one (llm.c permutes
+ * q, k, v into (B, NH, T, HS) to batch over B*NH): launch cost only, which the
+ * stream hides while the host keeps ahead of the GPU; the permutes would cost
+ * four extra passes over (B, T, 3C) per layer.
  *
  *   forward, per b:  att = scale q k^T            (NH, T, T)   GEMM
  *                    att = causal_softmax(att)    in place, masked entries 0
@@ -21,16 +24,20 @@
  *
  * saved = att (B, NH, T, T) in the compute dtype; scratch = dS (NH, T, T) for one
  * sequence at a time (the stream orders the B rounds). GEMMs run in fp32 compute
- * (CUBLAS_COMPUTE_32F) on bf16 or fp32 storage.
+ * (CUBLAS_COMPUTE_32F) on bf16 or fp32 storage, on the device's cuBLAS handle,
+ * which cuda_device.cu binds to the device's stream (not re-bound here:
+ * cublasSetStream would also reset the handle's workspace).
  *
  * What a fused flash-style kernel (online softmax over key tiles, recomputing the
- * probabilities in the backward) would save: the (B, NH, T, T) probabilities
- * (GPT-2 124M, B=16, T=1024, bf16: 402 MB per layer, 4.8 GB over 12 layers) and
- * their round trips through HBM (written once and read three times per layer and
- * step, i.e. ~1.6 GB of traffic per layer against ~0.1 GB for q, k, v, out), plus
- * the masked upper triangle, which the GEMMs here compute and throw away (half of
- * the 4 B NH T^2 HS attention FLOPs). Measuring both needs a GPU; this version is
- * the reference the fused one will be tested against.
+ * probabilities in the backward) would save: the saved (B, NH, T, T)
+ * probabilities (GPT-2 124M, B=16, T=1024, bf16: 402 MB per layer, 4.8 GB over 12
+ * layers) and their trips through HBM: here the scores are written, read and
+ * rewritten by the softmax and read by the output GEMM (4 passes) in the forward,
+ * and the backward reads them twice and writes/reads dP and dS (~5 more passes):
+ * ~3.6 GB of traffic per layer and step against ~0.2 GB for q, k, v, out and
+ * their gradients. It would also skip the masked upper triangle, which the GEMMs
+ * here compute and throw away (half of the attention FLOPs). Measuring both needs
+ * a GPU; this version is the reference the fused one will be tested against.
  */
 #include "kernels/cuda/cuda_layers.cuh"
 
