@@ -373,7 +373,7 @@ extern "C" dt_status_t dt_cuda_device_init(dt_device_t *dev, int ordinal, dt_dty
     }
     if (ordinal < 0 || ordinal >= n)
         return dt_error(DT_STATUS_UNSUPPORTED,
-                        "no CUDA device %d: %d GPU%s visible (CUDA_VISIBLE_DEVICES=%s)", ordinal, n,
+                        "device 'cuda' is not available: no CUDA device %d, %d GPU%s visible (CUDA_VISIBLE_DEVICES=%s)", ordinal, n,
                         n == 1 ? "" : "s", cvd ? cvd : "(unset)");
     e = cudaSetDevice(ordinal);
     if (e != cudaSuccess) {
