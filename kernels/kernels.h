@@ -72,6 +72,13 @@ typedef struct dt_adamw_args {
     float weight_decay; /* applied only when the op's `decay` flag is set */
     int step;           /* 1-based step number, for bias correction (< 1 taken as 1) */
     float grad_scale;   /* gradients are multiplied by this first (clipping); 1 = none */
+    /* Rounding of the bf16 parameter copy written from the fp32 master weights:
+     * 0 = round to nearest even; otherwise stochastic rounding (rounds up with
+     * probability equal to the distance from the lower bf16 neighbour, so the
+     * expected value is the fp32 weight) driven by a counter-based hash of
+     * (sr_seed, step, element index): the same seed gives the same bits run to run.
+     * Only the CUDA bf16 table rounds; the CPU backend and fp32 tables ignore it. */
+    unsigned sr_seed;
 } dt_adamw_args_t;
 
 struct dt_ops {

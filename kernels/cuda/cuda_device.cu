@@ -1,16 +1,459 @@
 /*
- * cuda_device.cu - the CUDA device: open/close, memory, error translation, and the
- * op table. (Placeholder until the backend lands: reports the device unavailable.)
+ * cuda_device.cu - the CUDA device: open/close, memory (cudaMalloc accounted in
+ * common/mem.h), copies, fp32 upload/download through a device staging buffer,
+ * peak FLOP/s from a table of known GPUs, CUDA/cuBLAS error translation, and the
+ * two op tables (bf16 and fp32 compute).
+ *
+ * Ordering: every op and copy of the device runs on one stream, created with plain
+ * cudaStreamCreate, i.e. a BLOCKING stream: work on the legacy default stream (what
+ * runtime/comm_nccl.c orders against, and synchronous cudaMemcpy) waits for it and
+ * it waits for that work.
  */
 #include "kernels/cuda/cuda_common.cuh"
 
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "kernels/cuda/cuda.h"
 
-extern "C" dt_status_t dt_cuda_device_init(dt_device_t *dev, int ordinal, dt_dtype_t dtype) {
-    (void)dev; (void)ordinal; (void)dtype;
-    return dt_error(DT_STATUS_UNSUPPORTED, "device 'cuda' is not available: the CUDA op table is not implemented yet");
+#define WORKSPACE_BYTES ((size_t)32 << 20)
+#define SCRATCH_BYTES ((size_t)64 << 10)
+/* upload_f32/download_f32 convert at most this many elements per round trip. */
+#define STAGING_ELEMS ((size_t)4 << 20)
+
+struct dt_cuda_alloc_rec {
+    void *ptr;
+    size_t bytes;
+    dt_mem_category_t cat;
+};
+
+/* ---- error translation ---------------------------------------------------- */
+
+dt_status_t dt_cuda_status(cudaError_t e, const char *what) {
+    if (e == cudaSuccess) return DT_STATUS_OK;
+    /* A failing runtime call also sets the thread's last error; clear it so that the
+     * next kernel launch check does not report it a second time under a wrong name. */
+    (void)cudaGetLastError();
+    return dt_error(e == cudaErrorMemoryAllocation ? DT_STATUS_NOMEM : DT_STATUS_CUDA, "%s: %s (%s)",
+                    what, cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
-extern "C" void dt_cuda_device_free(dt_device_t *dev) { (void)dev; }
+static const char *blas_status_text(cublasStatus_t s) {
+    switch (s) {
+    case CUBLAS_STATUS_SUCCESS: return "success";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "cuBLAS not initialized (CUBLAS_STATUS_NOT_INITIALIZED)";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "cuBLAS could not allocate memory (CUBLAS_STATUS_ALLOC_FAILED)";
+    case CUBLAS_STATUS_INVALID_VALUE: return "invalid value given to cuBLAS (CUBLAS_STATUS_INVALID_VALUE)";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "not supported by this GPU architecture (CUBLAS_STATUS_ARCH_MISMATCH)";
+    case CUBLAS_STATUS_MAPPING_ERROR: return "GPU memory access failed (CUBLAS_STATUS_MAPPING_ERROR)";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "GPU program failed to execute (CUBLAS_STATUS_EXECUTION_FAILED)";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "cuBLAS internal error (CUBLAS_STATUS_INTERNAL_ERROR)";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "operation not supported (CUBLAS_STATUS_NOT_SUPPORTED)";
+    case CUBLAS_STATUS_LICENSE_ERROR: return "cuBLAS license error (CUBLAS_STATUS_LICENSE_ERROR)";
+    default: return "unknown cuBLAS status";
+    }
+}
 
-extern "C" int dt_cuda_device_count(void) { return 0; }
+dt_status_t dt_cublas_status(cublasStatus_t s, const char *what) {
+    if (s == CUBLAS_STATUS_SUCCESS) return DT_STATUS_OK;
+    return dt_error(s == CUBLAS_STATUS_ALLOC_FAILED ? DT_STATUS_NOMEM : DT_STATUS_CUDA, "%s: %s (status %d)",
+                    what, blas_status_text(s), (int)s);
+}
+
+static int sticky_free(const dt_cuda_impl *c) {
+    return c->sticky == cudaSuccess && c->sticky_blas == CUBLAS_STATUS_SUCCESS;
+}
+
+static void note_op(dt_cuda_impl *c, const char *op) {
+    snprintf(c->sticky_op, sizeof c->sticky_op, "%s", op ? op : "?");
+}
+
+void dt_cuda_note_launch(dt_device_t *dev, const char *op) {
+    cudaError_t e = cudaGetLastError();
+    dt_cuda_impl *c = dt_cuda(dev);
+    if (e != cudaSuccess && sticky_free(c)) {
+        c->sticky = e;
+        note_op(c, op);
+    }
+}
+
+void dt_cuda_note_error(dt_device_t *dev, const char *op, cudaError_t e) {
+    dt_cuda_impl *c = dt_cuda(dev);
+    if (e == cudaSuccess) return;
+    (void)cudaGetLastError();
+    if (sticky_free(c)) {
+        c->sticky = e;
+        note_op(c, op);
+    }
+}
+
+void dt_cuda_note_blas(dt_device_t *dev, const char *op, cublasStatus_t s) {
+    dt_cuda_impl *c = dt_cuda(dev);
+    if (s != CUBLAS_STATUS_SUCCESS && sticky_free(c)) {
+        c->sticky_blas = s;
+        note_op(c, op);
+    }
+}
+
+/* ---- device count, peak FLOP/s ---------------------------------------------- */
+
+extern "C" int dt_cuda_device_count(void) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* no driver / no GPU: not an error here */
+        return 0;
+    }
+    return n > 0 ? n : 0;
+}
+
+/* Dense (no sparsity) peak FLOP/s from the vendors' datasheets: bf16 tensor cores
+ * with fp32 accumulation, and fp32 without tensor cores (our fp32 table uses no
+ * TF32). The first entry whose key occurs in cudaDeviceProp.name wins, so the
+ * more specific names come first. */
+static const struct {
+    const char *key;
+    double bf16, fp32;
+} peak_table[] = {
+    {"H100 PCIe", 756.0e12, 51.2e12},
+    {"H100 NVL", 835.5e12, 60.0e12},
+    {"H100", 989.4e12, 66.9e12}, /* SXM5 */
+    {"H200", 989.4e12, 66.9e12}, /* also GH200 */
+    {"H800", 989.4e12, 66.9e12},
+    {"A100", 312.0e12, 19.5e12},
+    {"A800", 312.0e12, 19.5e12},
+    {"L40S", 362.05e12, 91.6e12},
+    {"RTX 4090", 165.2e12, 82.6e12}, /* GeForce: fp32 accumulation runs at half the fp16-accumulate rate */
+    {"A10G", 70.0e12, 31.2e12},
+    {"A10", 125.0e12, 31.2e12},
+    {"L4", 121.0e12, 30.3e12},
+};
+
+static double peak_for(const char *name, dt_dtype_t dtype) {
+    for (size_t i = 0; i < sizeof peak_table / sizeof peak_table[0]; i++)
+        if (strstr(name, peak_table[i].key))
+            return dtype == DT_DTYPE_BF16 ? peak_table[i].bf16 : peak_table[i].fp32;
+    return 0.0;
+}
+
+static double cuda_peak_flops(dt_device_t *dev) { return dt_cuda(dev)->peak_flops; }
+
+/* ---- memory ----------------------------------------------------------------- */
+
+static dt_status_t cuda_alloc(dt_device_t *dev, dt_mem_category_t cat, size_t bytes, void **out) {
+    dt_cuda_impl *c = dt_cuda(dev);
+    *out = NULL;
+    if ((unsigned)cat >= DT_MEM_CATEGORY_COUNT_)
+        return dt_error(DT_STATUS_INVALID, "alloc: unknown memory category %d", (int)cat);
+    size_t want = bytes ? bytes : 1;
+    void *p = NULL;
+    char what[96];
+    snprintf(what, sizeof what, "alloc of %zu bytes (%s) on GPU %d", bytes, dt_mem_category_name(cat),
+             dev->ordinal);
+    DT_CHECK(dt_cuda_status(cudaMalloc(&p, want), what));
+    /* Zero-filled (kernels.h), in stream order before any op that uses it. */
+    dt_status_t st = dt_cuda_status(cudaMemsetAsync(p, 0, want, c->stream), what);
+    if (st != DT_STATUS_OK) {
+        cudaFree(p);
+        return st;
+    }
+    pthread_mutex_lock(&c->alloc_lock);
+    if (c->nallocs == c->cap_allocs) {
+        c->cap_allocs = c->cap_allocs ? 2 * c->cap_allocs : 64;
+        c->allocs = (struct dt_cuda_alloc_rec *)dt_xrealloc(c->allocs, c->cap_allocs * sizeof *c->allocs);
+    }
+    c->allocs[c->nallocs++] = dt_cuda_alloc_rec{p, want, cat};
+    pthread_mutex_unlock(&c->alloc_lock);
+    dt_mem_account(cat, (int64_t)want);
+    *out = p;
+    return DT_STATUS_OK;
+}
+
+static void cuda_free(dt_device_t *dev, void *ptr) {
+    if (!ptr) return;
+    dt_cuda_impl *c = dt_cuda(dev);
+    struct dt_cuda_alloc_rec rec = {NULL, 0, DT_MEM_OTHER};
+    pthread_mutex_lock(&c->alloc_lock);
+    for (size_t i = 0; i < c->nallocs; i++) {
+        if (c->allocs[i].ptr == ptr) {
+            rec = c->allocs[i];
+            c->allocs[i] = c->allocs[--c->nallocs];
+            break;
+        }
+    }
+    pthread_mutex_unlock(&c->alloc_lock);
+    if (!rec.ptr) {
+        DT_LOG_WARN("cuda free: %p was not allocated by this device; ignored", ptr);
+        return;
+    }
+    cudaError_t e = cudaFree(ptr); /* waits for work that may still use it */
+    if (e != cudaSuccess) {
+        DT_LOG_WARN("cuda free of %zu bytes: %s", rec.bytes, cudaGetErrorString(e));
+        (void)cudaGetLastError();
+    }
+    dt_mem_account(rec.cat, -(int64_t)rec.bytes);
+}
+
+static const char *copy_kind_name(dt_copy_kind_t kind) {
+    switch (kind) {
+    case DT_COPY_HOST_TO_DEVICE: return "host to device";
+    case DT_COPY_DEVICE_TO_HOST: return "device to host";
+    case DT_COPY_DEVICE_TO_DEVICE: return "device to device";
+    case DT_COPY_HOST_TO_HOST: return "host to host";
+    }
+    return "unknown";
+}
+
+static dt_status_t cuda_copy(dt_device_t *dev, void *dst, const void *src, size_t bytes, dt_copy_kind_t kind) {
+    dt_cuda_impl *c = dt_cuda(dev);
+    if ((unsigned)kind > DT_COPY_HOST_TO_HOST)
+        return dt_error(DT_STATUS_INVALID, "copy: unknown copy kind %d", (int)kind);
+    if (bytes && (!dst || !src))
+        return dt_error(DT_STATUS_INVALID, "copy (%s): NULL %s for %zu bytes", copy_kind_name(kind),
+                        dst ? "source" : "destination", bytes);
+    if (!bytes) return DT_STATUS_OK;
+    char what[96];
+    snprintf(what, sizeof what, "copy (%s) of %zu bytes", copy_kind_name(kind), bytes);
+    if (kind == DT_COPY_HOST_TO_HOST) {
+        /* Host memory may be the target of an earlier device-to-host copy, which has
+         * landed (copy waits for those); nothing else on the stream touches it. */
+        memmove(dst, src, bytes);
+        return DT_STATUS_OK;
+    }
+    cudaMemcpyKind k = kind == DT_COPY_HOST_TO_DEVICE   ? cudaMemcpyHostToDevice
+                       : kind == DT_COPY_DEVICE_TO_HOST ? cudaMemcpyDeviceToHost
+                                                        : cudaMemcpyDeviceToDevice;
+    DT_CHECK(dt_cuda_status(cudaMemcpyAsync(dst, src, bytes, k, c->stream), what));
+    if (kind == DT_COPY_DEVICE_TO_HOST) DT_CHECK(dt_cuda_status(cudaStreamSynchronize(c->stream), what));
+    return DT_STATUS_OK;
+}
+
+static dt_status_t cuda_set(dt_device_t *dev, void *ptr, int byte, size_t bytes) {
+    if (bytes && !ptr) return dt_error(DT_STATUS_INVALID, "set: NULL pointer for %zu bytes", bytes);
+    if (!bytes) return DT_STATUS_OK;
+    char what[64];
+    snprintf(what, sizeof what, "set of %zu bytes", bytes);
+    return dt_cuda_status(cudaMemsetAsync(ptr, byte, bytes, dt_cuda(dev)->stream), what);
+}
+
+static dt_status_t cuda_synchronize(dt_device_t *dev) {
+    dt_cuda_impl *c = dt_cuda(dev);
+    cudaError_t e = cudaStreamSynchronize(c->stream);
+    /* Also catches a launch error whose op forgot DT_CUDA_LAUNCHED. */
+    cudaError_t late = cudaGetLastError();
+    if (c->sticky != cudaSuccess) {
+        cudaError_t s = c->sticky;
+        c->sticky = cudaSuccess; /* reported once */
+        return dt_error(s == cudaErrorMemoryAllocation ? DT_STATUS_NOMEM : DT_STATUS_CUDA,
+                        "GPU %d op %s failed: %s (%s)", dev->ordinal, c->sticky_op, cudaGetErrorString(s),
+                        cudaGetErrorName(s));
+    }
+    if (c->sticky_blas != CUBLAS_STATUS_SUCCESS) {
+        cublasStatus_t s = c->sticky_blas;
+        c->sticky_blas = CUBLAS_STATUS_SUCCESS;
+        char what[96];
+        snprintf(what, sizeof what, "GPU %d op %s failed in cuBLAS", dev->ordinal, c->sticky_op);
+        return dt_cublas_status(s, what);
+    }
+    char what[64];
+    snprintf(what, sizeof what, "synchronize GPU %d", dev->ordinal);
+    if (e != cudaSuccess) return dt_cuda_status(e, what);
+    return dt_cuda_status(late, what);
+}
+
+/* ---- fp32 upload / download -------------------------------------------------- */
+
+template <typename T> __global__ void cast_from_f32_kernel(T *dst, const float *src, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = dt_st<T>(src[i]);
+}
+
+template <typename T> __global__ void cast_to_f32_kernel(float *dst, const T *src, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = dt_ld(src[i]);
+}
+
+/* The staging buffer holds min(n, STAGING_ELEMS) floats; grown on demand. */
+static dt_status_t staging_reserve(dt_device_t *dev, size_t n) {
+    dt_cuda_impl *c = dt_cuda(dev);
+    size_t want = (n < STAGING_ELEMS ? n : STAGING_ELEMS) * sizeof(float);
+    if (c->staging_bytes >= want) return DT_STATUS_OK;
+    if (c->staging) {
+        cudaFree(c->staging);
+        dt_mem_account(DT_MEM_OTHER, -(int64_t)c->staging_bytes);
+        c->staging = NULL;
+        c->staging_bytes = 0;
+    }
+    DT_CHECK(dt_cuda_status(cudaMalloc(&c->staging, want), "staging buffer for fp32 upload/download"));
+    c->staging_bytes = want;
+    dt_mem_account(DT_MEM_OTHER, (int64_t)want);
+    return DT_STATUS_OK;
+}
+
+static dt_status_t cuda_upload_f32(dt_device_t *dev, void *dst, const float *src, size_t n) {
+    dt_cuda_impl *c = dt_cuda(dev);
+    if (!n) return DT_STATUS_OK;
+    if (!dst || !src) return dt_error(DT_STATUS_INVALID, "upload_f32: NULL %s for %zu elements", dst ? "source" : "destination", n);
+    if (dev->ops->dtype == DT_DTYPE_F32) return cuda_copy(dev, dst, src, n * sizeof(float), DT_COPY_HOST_TO_DEVICE);
+    DT_CHECK(staging_reserve(dev, n));
+    dt_bf16 *d = (dt_bf16 *)dst;
+    for (size_t off = 0; off < n; off += STAGING_ELEMS) {
+        size_t k = n - off < STAGING_ELEMS ? n - off : STAGING_ELEMS;
+        /* From pageable memory the copy has read src when it returns; stream order
+         * keeps the next chunk's copy behind this chunk's cast. */
+        DT_CHECK(dt_cuda_status(cudaMemcpyAsync(c->staging, src + off, k * sizeof(float), cudaMemcpyHostToDevice,
+                                                c->stream),
+                                "upload_f32: copy to the staging buffer"));
+        DT_LAUNCH(cast_from_f32_kernel<dt_bf16>, dt_cuda_grid(dev, k, 256), 256, 0, c->stream)(d + off, (const float *)c->staging, k);
+        DT_CHECK(dt_cuda_status(cudaGetLastError(), "upload_f32: cast kernel launch"));
+    }
+    /* pageable source: the copies have read it; nothing to wait for */
+    return DT_STATUS_OK;
+}
+
+static dt_status_t cuda_download_f32(dt_device_t *dev, float *dst, const void *src, size_t n) {
+    dt_cuda_impl *c = dt_cuda(dev);
+    if (!n) return DT_STATUS_OK;
+    if (!dst || !src) return dt_error(DT_STATUS_INVALID, "download_f32: NULL %s for %zu elements", dst ? "source" : "destination", n);
+    if (dev->ops->dtype == DT_DTYPE_F32) return cuda_copy(dev, dst, src, n * sizeof(float), DT_COPY_DEVICE_TO_HOST);
+    DT_CHECK(staging_reserve(dev, n));
+    const dt_bf16 *s = (const dt_bf16 *)src;
+    for (size_t off = 0; off < n; off += STAGING_ELEMS) {
+        size_t k = n - off < STAGING_ELEMS ? n - off : STAGING_ELEMS;
+        DT_LAUNCH(cast_to_f32_kernel<dt_bf16>, dt_cuda_grid(dev, k, 256), 256, 0, c->stream)((float *)c->staging, s + off, k);
+        DT_CHECK(dt_cuda_status(cudaGetLastError(), "download_f32: cast kernel launch"));
+        DT_CHECK(dt_cuda_status(cudaMemcpyAsync(dst + off, c->staging, k * sizeof(float), cudaMemcpyDeviceToHost,
+                                                c->stream),
+                                "download_f32: copy from the staging buffer"));
+        DT_CHECK(dt_cuda_status(cudaStreamSynchronize(c->stream), "download_f32"));
+    }
+    return DT_STATUS_OK;
+}
+
+/* ---- the op tables ---------------------------------------------------------- */
+
+static dt_ops_t ops_bf16, ops_f32;
+static pthread_once_t ops_once = PTHREAD_ONCE_INIT;
+
+static void fill_table(dt_ops_t *o, dt_dtype_t dtype) {
+    memset(o, 0, sizeof *o);
+    o->name = "cuda";
+    o->dtype = dtype;
+    o->alloc = cuda_alloc;
+    o->free = cuda_free;
+    o->copy = cuda_copy;
+    o->set = cuda_set;
+    o->synchronize = cuda_synchronize;
+    o->upload_f32 = cuda_upload_f32;
+    o->download_f32 = cuda_download_f32;
+    o->peak_flops = cuda_peak_flops;
+    dt_cuda_fill_core_ops(o, dtype);
+    if (dt_cuda_fill_layer_ops) dt_cuda_fill_layer_ops(o, dtype);
+}
+
+static void fill_tables(void) {
+    fill_table(&ops_bf16, DT_DTYPE_BF16);
+    fill_table(&ops_f32, DT_DTYPE_F32);
+}
+
+/* ---- open / close ------------------------------------------------------------ */
+
+extern "C" dt_status_t dt_cuda_device_init(dt_device_t *dev, int ordinal, dt_dtype_t dtype) {
+    if (dtype != DT_DTYPE_F32 && dtype != DT_DTYPE_BF16)
+        return dt_error(DT_STATUS_UNSUPPORTED, "device 'cuda' computes in fp32 or bf16 (asked for dtype %d)",
+                        (int)dtype);
+    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return dt_error(DT_STATUS_UNSUPPORTED, "device 'cuda' is not available: %s (%s); CUDA_VISIBLE_DEVICES=%s",
+                        cudaGetErrorString(e), cudaGetErrorName(e), cvd ? cvd : "(unset)");
+    }
+    if (ordinal < 0 || ordinal >= n)
+        return dt_error(DT_STATUS_UNSUPPORTED,
+                        "device 'cuda' is not available: no CUDA device %d, %d GPU%s visible (CUDA_VISIBLE_DEVICES=%s)", ordinal, n,
+                        n == 1 ? "" : "s", cvd ? cvd : "(unset)");
+    e = cudaSetDevice(ordinal);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return dt_error(DT_STATUS_UNSUPPORTED, "cannot use CUDA device %d of %d (CUDA_VISIBLE_DEVICES=%s): %s (%s)",
+                        ordinal, n, cvd ? cvd : "(unset)", cudaGetErrorString(e), cudaGetErrorName(e));
+    }
+
+    dt_cuda_impl *c = (dt_cuda_impl *)dt_xcalloc(1, sizeof *c);
+    pthread_mutex_init(&c->alloc_lock, NULL);
+    dev->kind = DT_DEVICE_CUDA;
+    dev->ordinal = ordinal;
+    dev->impl = c;
+    dt_status_t st = DT_STATUS_OK;
+
+    cudaDeviceProp prop;
+    DT_CHECK_GOTO(dt_cuda_status(cudaGetDeviceProperties(&prop, ordinal), "cudaGetDeviceProperties"), st, out_free);
+    snprintf(c->name, sizeof c->name, "%s", prop.name);
+    c->sm_count = prop.multiProcessorCount;
+    c->cc_major = prop.major;
+    c->cc_minor = prop.minor;
+    if (dtype == DT_DTYPE_BF16 && c->cc_major < 8) {
+        st = dt_error(DT_STATUS_UNSUPPORTED, "CUDA device %d (%s, compute capability %d.%d) has no bf16 tensor cores; "
+                      "bf16 needs 8.0 or newer (set bf16.enabled=false for fp32)", ordinal, c->name, c->cc_major, c->cc_minor);
+        goto out_free;
+    }
+    c->peak_flops = peak_for(c->name, dtype);
+
+    DT_CHECK_GOTO(dt_cuda_status(cudaStreamCreate(&c->stream), "cudaStreamCreate"), st, out_free);
+    DT_CHECK_GOTO(dt_cublas_status(cublasLtCreate(&c->lt), "cublasLtCreate"), st, out_free);
+    DT_CHECK_GOTO(dt_cublas_status(cublasCreate(&c->blas), "cublasCreate"), st, out_free);
+    DT_CHECK_GOTO(dt_cublas_status(cublasSetStream(c->blas, c->stream), "cublasSetStream"), st, out_free);
+    DT_CHECK_GOTO(dt_cuda_status(cudaMalloc(&c->workspace, WORKSPACE_BYTES), "cuBLASLt workspace (32 MiB)"), st, out_free);
+    c->workspace_bytes = WORKSPACE_BYTES;
+    dt_mem_account(DT_MEM_OTHER, (int64_t)c->workspace_bytes);
+    DT_CHECK_GOTO(dt_cuda_status(cudaMalloc(&c->scratch, SCRATCH_BYTES), "reduction scratch"), st, out_free);
+    c->scratch_bytes = SCRATCH_BYTES;
+    dt_mem_account(DT_MEM_OTHER, (int64_t)c->scratch_bytes);
+
+    pthread_once(&ops_once, fill_tables);
+    dev->ops = dtype == DT_DTYPE_BF16 ? &ops_bf16 : &ops_f32;
+    DT_LOG_DEBUG("cuda device %d: %s, %d SMs, cc %d.%d, %s compute, peak %.1f TFLOP/s", ordinal, c->name,
+                 c->sm_count, c->cc_major, c->cc_minor, dt_dtype_name(dtype), c->peak_flops / 1e12);
+    return DT_STATUS_OK;
+
+out_free:
+    dt_cuda_device_free(dev);
+    return st;
+}
+
+extern "C" void dt_cuda_device_free(dt_device_t *dev) {
+    dt_cuda_impl *c = dev ? dt_cuda(dev) : NULL;
+    if (!c) return;
+    if (c->stream) (void)cudaStreamSynchronize(c->stream);
+    dt_cuda_matmul_cache_free(c);
+    for (size_t i = 0; i < c->nallocs; i++) {
+        /* Buffers the caller did not free: release them so accounting stays honest. */
+        cudaFree(c->allocs[i].ptr);
+        dt_mem_account(c->allocs[i].cat, -(int64_t)c->allocs[i].bytes);
+    }
+    if (c->nallocs) DT_LOG_DEBUG("cuda device %d closed with %zu buffers still allocated; freed them", dev->ordinal, c->nallocs);
+    free(c->allocs);
+    if (c->staging) {
+        cudaFree(c->staging);
+        dt_mem_account(DT_MEM_OTHER, -(int64_t)c->staging_bytes);
+    }
+    if (c->scratch) {
+        cudaFree(c->scratch);
+        dt_mem_account(DT_MEM_OTHER, -(int64_t)c->scratch_bytes);
+    }
+    if (c->workspace) {
+        cudaFree(c->workspace);
+        dt_mem_account(DT_MEM_OTHER, -(int64_t)c->workspace_bytes);
+    }
+    if (c->blas) cublasDestroy(c->blas);
+    if (c->lt) cublasLtDestroy(c->lt);
+    if (c->stream) cudaStreamDestroy(c->stream);
+    (void)cudaGetLastError();
+    pthread_mutex_destroy(&c->alloc_lock);
+    free(c);
+    dev->impl = NULL;
+    dev->ops = NULL;
+}

@@ -25,6 +25,7 @@
 #ifndef DT_KERNELS_CUDA_IMPL_H
 #define DT_KERNELS_CUDA_IMPL_H
 
+#include <pthread.h>
 #include <stddef.h>
 
 extern "C" {
@@ -49,6 +50,15 @@ typedef struct dt_cuda_impl {
     char sticky_op[64];        /* the op that saw it */
     void *scratch;             /* small device scratch (reductions), scratch_bytes */
     size_t scratch_bytes;
+    /* Added by the core backend (cuda_device.cu, cuda_matmul.cu): */
+    cublasStatus_t sticky_blas; /* first cuBLAS(Lt) failure inside an op, when no CUDA
+                                   error came first; reported by synchronize too */
+    void *staging;             /* fp32 staging for upload_f32/download_f32 (lazy) */
+    size_t staging_bytes;
+    struct dt_cuda_alloc_rec *allocs; /* live allocations: pointer, bytes, category */
+    size_t nallocs, cap_allocs;
+    pthread_mutex_t alloc_lock;
+    struct dt_cuda_mm_cache *mm_cache; /* cuBLASLt plans per shape (cuda_matmul.cu) */
 } dt_cuda_impl;
 
 static inline dt_cuda_impl *dt_cuda(dt_device_t *dev) { return (dt_cuda_impl *)dev->impl; }
@@ -61,10 +71,29 @@ dt_status_t dt_cublas_status(cublasStatus_t s, const char *what);
 /* After a kernel launch: records the first launch error with the op's name. */
 void dt_cuda_note_launch(dt_device_t *dev, const char *op);
 #define DT_CUDA_LAUNCHED(dev) dt_cuda_note_launch((dev), __func__)
+/* Inside an op: records the first cuBLAS(Lt) failure (s != SUCCESS) with the op's name. */
+void dt_cuda_note_blas(dt_device_t *dev, const char *op, cublasStatus_t s);
+/* Inside an op, for a failing CUDA runtime call (not a launch): records e with the op. */
+void dt_cuda_note_error(dt_device_t *dev, const char *op, cudaError_t e);
+
+/* Blocks of `block` threads for a grid-stride loop over `work` items: enough to fill
+ * the GPU a few times over, never more than the work needs (at least 1). */
+static inline unsigned dt_cuda_grid(dt_device_t *dev, size_t work, unsigned block) {
+    size_t want = (work + block - 1) / block;
+    size_t cap = (size_t)(dt_cuda(dev)->sm_count > 0 ? dt_cuda(dev)->sm_count : 1) * 8;
+    if (want > cap) want = cap;
+    return want ? (unsigned)want : 1u;
+}
+
+/* Releases the matmul plans (cuda_matmul.cu); called by dt_cuda_device_free. */
+void dt_cuda_matmul_cache_free(dt_cuda_impl *impl);
 
 /* Fill the compute slots of an op table for one compute dtype (F32 or BF16). */
 extern "C" void dt_cuda_fill_core_ops(dt_ops_t *ops, dt_dtype_t dtype);
 extern "C" void dt_cuda_fill_layer_ops(dt_ops_t *ops, dt_dtype_t dtype) __attribute__((weak));
+/* The parts of dt_cuda_fill_core_ops (cuda_optim.cu) that live in other files. */
+void dt_cuda_fill_matmul_ops(dt_ops_t *ops, dt_dtype_t dtype);
+void dt_cuda_fill_elementwise_ops(dt_ops_t *ops, dt_dtype_t dtype);
 
 /* Element load/store for kernels templated on the storage type (float or dt_bf16). */
 static __device__ __forceinline__ float dt_ld(float x) { return x; }

@@ -1,0 +1,265 @@
+/*
+ * cuda_matmul.cu - matmul_forward/backward through cuBLASLt, plus our own
+ * deterministic kernel for the bias gradient.
+ *
+ * Row-major vs column-major: cuBLAS(Lt) is column-major, and a row-major (R, C)
+ * matrix is the column-major (C, R) matrix, its transpose. So with m, n, k in
+ * cuBLAS's sense:
+ *   forward  out (N,OC) = inp (N,C) @ W^T       is  out^T (OC,N)  = W^T[T] . inp^T       m=OC n=N  k=C
+ *   dinp     (N,C)     += dout (N,OC) @ W       is  dinp^T (C,N) += W^T . dout^T         m=C  n=N  k=OC
+ *   dweight  (OC,C)    += dout^T @ inp (N,C)    is  dW^T (C,OC)  += inp^T . dout^T[T]    m=C  n=OC k=N
+ * where X^T is how the row-major X already sits in memory and [T] asks cuBLAS to
+ * transpose. The bias is added by the BIAS epilogue (a vector over D's rows = OC).
+ *
+ * Inputs bf16 (or fp32), accumulation and scaling in fp32 (CUBLAS_COMPUTE_32F; no
+ * TF32 for the fp32 table). Split-K partial sums, when cuBLASLt chooses them, are
+ * kept in fp32 (reduction scheme COMPUTE_TYPE only), so a bf16 result is rounded
+ * once. Plans (descriptor, layouts, heuristic's algorithm) are cached per shape
+ * and pointer alignment; when the heuristic finds nothing (unusual alignments) the
+ * product goes through cublasGemmEx instead.
+ */
+#include "kernels/cuda/cuda_common.cuh"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define MM_CACHE_MAX 64
+#define DB_ROWG 8 /* row groups per dbias block; 32 columns per block */
+
+typedef struct mm_key {
+    cudaDataType_t type;
+    int transa, transb;
+    int m, n, k, lda, ldb, ldd;
+    int has_bias, beta_nonzero;
+    int align_a, align_b, align_d, align_bias;
+} mm_key;
+
+typedef struct mm_plan {
+    mm_key key;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatmulAlgo_t algo;
+    int have_algo; /* 0: the heuristic found none; use cublasGemmEx */
+} mm_plan;
+
+struct dt_cuda_mm_cache {
+    mm_plan plans[MM_CACHE_MAX];
+    int n;
+    int next_evict;
+};
+
+/* Alignment in bytes that cuBLASLt may assume for p: the largest power of two
+ * dividing the address, at most 256. */
+static int ptr_align(const void *p) {
+    uintptr_t a = (uintptr_t)p;
+    int al = 1;
+    while (al < 256 && (a & (uintptr_t)(2 * al - 1)) == 0) al *= 2;
+    return al;
+}
+
+static void plan_release(mm_plan *p) {
+    if (p->desc) cublasLtMatmulDescDestroy(p->desc);
+    if (p->la) cublasLtMatrixLayoutDestroy(p->la);
+    if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
+    if (p->ld) cublasLtMatrixLayoutDestroy(p->ld);
+    memset(p, 0, sizeof *p);
+}
+
+void dt_cuda_matmul_cache_free(dt_cuda_impl *impl) {
+    if (!impl || !impl->mm_cache) return;
+    for (int i = 0; i < impl->mm_cache->n; i++) plan_release(&impl->mm_cache->plans[i]);
+    free(impl->mm_cache);
+    impl->mm_cache = NULL;
+}
+
+/* Builds the descriptor, layouts and algorithm for key; returns a cuBLAS status. */
+static cublasStatus_t plan_build(dt_cuda_impl *c, mm_plan *p, const mm_key *key, const void *bias) {
+    cublasStatus_t s;
+    cublasLtMatmulPreference_t pref = NULL;
+    memset(p, 0, sizeof *p);
+    p->key = *key;
+    cublasOperation_t ta = key->transa ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t tb = key->transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if ((s = cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F)) != CUBLAS_STATUS_SUCCESS) goto out_release;
+    if ((s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta)) != CUBLAS_STATUS_SUCCESS) goto out_release;
+    if ((s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb)) != CUBLAS_STATUS_SUCCESS) goto out_release;
+    if (key->has_bias) {
+        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+        if ((s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi)) != CUBLAS_STATUS_SUCCESS) goto out_release;
+        /* The heuristic reads the pointer's alignment. */
+        if ((s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias)) != CUBLAS_STATUS_SUCCESS) goto out_release;
+    }
+    /* Column-major storage: A is (m,k) or, transposed, (k,m); B is (k,n) or (n,k). */
+    if ((s = cublasLtMatrixLayoutCreate(&p->la, key->type, key->transa ? key->k : key->m, key->transa ? key->m : key->k, key->lda)) != CUBLAS_STATUS_SUCCESS) goto out_release;
+    if ((s = cublasLtMatrixLayoutCreate(&p->lb, key->type, key->transb ? key->n : key->k, key->transb ? key->k : key->n, key->ldb)) != CUBLAS_STATUS_SUCCESS) goto out_release;
+    if ((s = cublasLtMatrixLayoutCreate(&p->ld, key->type, key->m, key->n, key->ldd)) != CUBLAS_STATUS_SUCCESS) goto out_release;
+
+    if ((s = cublasLtMatmulPreferenceCreate(&pref)) != CUBLAS_STATUS_SUCCESS) goto out_release;
+    {
+        uint64_t ws = c->workspace_bytes;
+        uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE; /* split-K partials in fp32 */
+        uint32_t al_a = (uint32_t)key->align_a, al_b = (uint32_t)key->align_b, al_d = (uint32_t)key->align_d;
+        if ((s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws)) != CUBLAS_STATUS_SUCCESS ||
+            (s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reduction, sizeof reduction)) != CUBLAS_STATUS_SUCCESS ||
+            (s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a)) != CUBLAS_STATUS_SUCCESS ||
+            (s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b)) != CUBLAS_STATUS_SUCCESS ||
+            (s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d)) != CUBLAS_STATUS_SUCCESS ||
+            (s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d)) != CUBLAS_STATUS_SUCCESS)
+            goto out_release;
+    }
+    {
+        cublasLtMatmulHeuristicResult_t res;
+        int found = 0;
+        memset(&res, 0, sizeof res);
+        s = cublasLtMatmulAlgoGetHeuristic(c->lt, p->desc, p->la, p->lb, p->ld, p->ld, pref, 1, &res, &found);
+        if (s == CUBLAS_STATUS_SUCCESS && found > 0 && res.state == CUBLAS_STATUS_SUCCESS) {
+            p->algo = res.algo;
+            p->have_algo = 1;
+        } else {
+            DT_LOG_DEBUG("cuBLASLt has no algorithm for m=%d n=%d k=%d (alignments %d/%d/%d, bias %d); using cublasGemmEx",
+                         key->m, key->n, key->k, key->align_a, key->align_b, key->align_d, key->align_bias);
+        }
+    }
+    cublasLtMatmulPreferenceDestroy(pref);
+    return CUBLAS_STATUS_SUCCESS;
+
+out_release:
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    plan_release(p);
+    return s;
+}
+
+static mm_plan *plan_get(dt_device_t *dev, const mm_key *key, const void *bias, cublasStatus_t *st) {
+    dt_cuda_impl *c = dt_cuda(dev);
+    if (!c->mm_cache) c->mm_cache = (struct dt_cuda_mm_cache *)dt_xcalloc(1, sizeof *c->mm_cache);
+    struct dt_cuda_mm_cache *mc = c->mm_cache;
+    for (int i = 0; i < mc->n; i++)
+        if (memcmp(&mc->plans[i].key, key, sizeof *key) == 0) return &mc->plans[i];
+    mm_plan *p;
+    if (mc->n < MM_CACHE_MAX) {
+        p = &mc->plans[mc->n++];
+    } else {
+        p = &mc->plans[mc->next_evict];
+        mc->next_evict = (mc->next_evict + 1) % MM_CACHE_MAX;
+        plan_release(p);
+    }
+    *st = plan_build(c, p, key, bias);
+    if (*st != CUBLAS_STATUS_SUCCESS) {
+        /* leave an empty slot at the end rather than a half-built plan */
+        *p = mc->plans[--mc->n];
+        memset(&mc->plans[mc->n], 0, sizeof mc->plans[mc->n]);
+        return NULL;
+    }
+    return p;
+}
+
+/* D (m,n) [col-major, ld ldd] = bias broadcast along columns; for the GemmEx path. */
+template <typename T> __global__ void bias_fill_kernel(T *d, const T *bias, int m, int n, int ldd) {
+    size_t total = (size_t)m * n;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        size_t col = i / (size_t)m, row = i % (size_t)m;
+        d[col * ldd + row] = bias[row];
+    }
+}
+
+/* D = op(A) op(B) (+ bias over rows) (+ beta D), column-major; bias only with beta 0. */
+template <typename T>
+static void gemm(dt_device_t *dev, const char *op, int transa, int transb, int m, int n, int k, const T *A,
+                 int lda, const T *B, int ldb, T *D, int ldd, const T *bias, float beta) {
+    dt_cuda_impl *c = dt_cuda(dev);
+    if (m < 0 || n < 0 || k < 0) {
+        dt_cuda_note_blas(dev, op, CUBLAS_STATUS_INVALID_VALUE);
+        return;
+    }
+    if (m == 0 || n == 0) return;
+    cudaDataType_t type = sizeof(T) == 2 ? CUDA_R_16BF : CUDA_R_32F;
+    mm_key key;
+    memset(&key, 0, sizeof key); /* compared with memcmp: no stray padding bytes */
+    key.type = type;
+    key.transa = transa;
+    key.transb = transb;
+    key.m = m, key.n = n, key.k = k, key.lda = lda, key.ldb = ldb, key.ldd = ldd;
+    key.has_bias = bias != NULL;
+    key.beta_nonzero = beta != 0.0f;
+    key.align_a = ptr_align(A), key.align_b = ptr_align(B), key.align_d = ptr_align(D);
+    key.align_bias = bias ? ptr_align(bias) : 0;
+    float alpha = 1.0f;
+    cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
+    mm_plan *p = plan_get(dev, &key, bias, &s);
+    if (!p) {
+        dt_cuda_note_blas(dev, op, s);
+        return;
+    }
+    if (p->have_algo) {
+        if (bias) {
+            s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+            if (s != CUBLAS_STATUS_SUCCESS) {
+                dt_cuda_note_blas(dev, op, s);
+                return;
+            }
+        }
+        s = cublasLtMatmul(c->lt, p->desc, &alpha, A, p->la, B, p->lb, &beta, D, p->ld, D, p->ld, &p->algo,
+                           c->workspace, c->workspace_bytes, c->stream);
+        dt_cuda_note_blas(dev, op, s);
+        return;
+    }
+    if (bias) {
+        DT_LAUNCH(bias_fill_kernel<T>, dt_cuda_grid(dev, (size_t)m * n, 256), 256, 0, c->stream)(D, bias, m, n, ldd);
+        dt_cuda_note_launch(dev, op);
+        beta = 1.0f;
+    }
+    s = cublasGemmEx(c->blas, transa ? CUBLAS_OP_T : CUBLAS_OP_N, transb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha,
+                     A, type, lda, B, type, ldb, &beta, D, type, ldd, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    dt_cuda_note_blas(dev, op, s);
+}
+
+/* dbias (OC) += column sums of dout (N, OC). A block owns 32 columns; its DB_ROWG
+ * warps each sum every DB_ROWG-th row in fp32, then warp 0 adds the DB_ROWG partial
+ * sums in order: a fixed order, so the result is the same every run. */
+template <typename T> __global__ void dbias_kernel(T *dbias, const T *dout, int N, int OC) {
+    __shared__ float part[DB_ROWG][32];
+    int lane = threadIdx.x & 31, g = threadIdx.x >> 5;
+    int col = blockIdx.x * 32 + lane;
+    float s = 0.0f;
+    if (col < OC)
+        for (int r = g; r < N; r += DB_ROWG) s += dt_ld(dout[(size_t)r * OC + col]);
+    part[g][lane] = s;
+    __syncthreads();
+    if (g == 0 && col < OC) {
+        float t = 0.0f;
+        for (int j = 0; j < DB_ROWG; j++) t += part[j][lane];
+        dbias[col] = dt_st<T>(dt_ld(dbias[col]) + t);
+    }
+}
+
+template <typename T>
+static void matmul_forward(dt_device_t *dev, void *out, const void *inp, const void *weight, const void *bias, int N,
+                           int C, int OC) {
+    gemm<T>(dev, "matmul_forward", 1, 0, OC, N, C, (const T *)weight, C, (const T *)inp, C, (T *)out, OC,
+            (const T *)bias, 0.0f);
+}
+
+template <typename T>
+static void matmul_backward(dt_device_t *dev, void *dinp, void *dweight, void *dbias, const void *dout,
+                            const void *inp, const void *weight, int N, int C, int OC) {
+    if (dinp)
+        gemm<T>(dev, "matmul_backward", 0, 0, C, N, OC, (const T *)weight, C, (const T *)dout, OC, (T *)dinp, C, NULL,
+                1.0f);
+    gemm<T>(dev, "matmul_backward", 0, 1, C, OC, N, (const T *)inp, C, (const T *)dout, OC, (T *)dweight, C, NULL,
+            1.0f);
+    if (dbias && OC > 0 && N >= 0) {
+        DT_LAUNCH(dbias_kernel<T>, (unsigned)((OC + 31) / 32), 32 * DB_ROWG, 0, dt_cuda_stream(dev))((T *)dbias,
+                                                                                                  (const T *)dout, N, OC);
+        dt_cuda_note_launch(dev, "matmul_backward");
+    }
+}
+
+void dt_cuda_fill_matmul_ops(dt_ops_t *ops, dt_dtype_t dtype) {
+    if (dtype == DT_DTYPE_BF16) {
+        ops->matmul_forward = matmul_forward<dt_bf16>;
+        ops->matmul_backward = matmul_backward<dt_bf16>;
+    } else {
+        ops->matmul_forward = matmul_forward<float>;
+        ops->matmul_backward = matmul_backward<float>;
+    }
+}
