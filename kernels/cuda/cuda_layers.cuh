@@ -2,8 +2,8 @@
  * cuda_layers.cuh - private to the layer ops of the CUDA backend (cuda_encoder.cu,
  * cuda_layernorm.cu, cuda_attention.cu, cuda_loss.cu, cuda_layers.cu): reductions
  * over a warp or a block in a fixed order, 16-byte vector loads and stores, the
- * device's shared scratch buffer, error recording for ops (which return void), and
- * the per-file fill functions that dt_cuda_fill_layer_ops calls.
+ * device's shared scratch buffer, and the per-file fill functions that
+ * dt_cuda_fill_layer_ops calls.
  *
  * Determinism: every reduction here is a butterfly over the lanes of a warp
  * (__shfl_xor_sync) followed, for a block, by one more butterfly over the warps'
@@ -141,13 +141,10 @@ static inline int dt_aligned16(const void *p) { return ((size_t)p & 15u) == 0; }
 /* ---- host-side helpers (cuda_layers.cu) ---------------------------------- */
 
 /* The device's shared scratch (dt_cuda_impl.scratch), grown to at least `bytes`
- * (the old buffer is freed after the stream drains). Its contents do not survive
- * from one op to the next: any op may use it. NULL on failure, recorded as op's
- * error (reported at synchronize). */
+ * (the old buffer is freed after the stream drains; the size is kept in the
+ * memory accounting). Its contents do not survive from one op to the next: any op
+ * may use it. NULL on failure, recorded as op's error (reported at synchronize). */
 void *dt_cuda_layer_scratch(dt_device_t *dev, size_t bytes, const char *op);
-/* Records a failure of a CUDA or cuBLAS call inside op (the first one is kept). */
-void dt_cuda_layer_fail(dt_device_t *dev, cudaError_t e, const char *op, const char *what);
-void dt_cuda_layer_fail_blas(dt_device_t *dev, cublasStatus_t s, const char *op);
 
 /* Grid size for n items at `per_block` items per block. */
 static inline unsigned dt_blocks(size_t n, size_t per_block) {
