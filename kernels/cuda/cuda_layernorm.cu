@@ -2,9 +2,10 @@
  * cuda_layernorm.cu - layernorm over the last dim on the GPU (eps 1e-5), forward
  * saving fp32 mean and rstd, and backward (kernels.h).
  *
- * Forward and the input gradient: one warp per row; the row is read with the lanes
- * striding over channels (coalesced) and reduced with warp butterflies, so every
- * row's sums have a fixed order. Mean and variance take two passes over the row
+ * Forward and the input gradient: one warp per row; the lanes stride over the row
+ * in 16-byte packs (8 bf16 / 4 fp32; one element at a time when C or a pointer does
+ * not allow packs) and reduce with warp butterflies, so every row's sums have a
+ * fixed order. Mean and variance take two passes over the row
  * (the second hits L1), as the CPU op does: no E[x^2] - E[x]^2 cancellation.
  *
  * Parameter gradients (dweight, dbias: sums over all N rows) in two stages, with
@@ -24,64 +25,98 @@
 #define CHUNK_ROWS 32
 #define MAX_CHUNKS 1024
 
-template <typename S>
+/* Lane `lane` of a warp visits the row's elements in packs of N (16 bytes when
+ * N > 1): pack p = lane, lane + 32, ... The same lane visits the same elements in
+ * every pass, and the order of each lane's additions is fixed. */
+template <typename S, int N>
 __global__ void layernorm_forward_kernel(S *out, float *mean, float *rstd, const S *inp,
-                                         const S *weight, const S *bias, int N, int C) {
+                                         const S *weight, const S *bias, int N_rows, int C) {
     int lane = threadIdx.x % DT_WARP;
     int row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / DT_WARP;
-    if (row >= N) return; /* a whole warp leaves together; no block barrier follows */
+    if (row >= N_rows) return; /* a whole warp leaves together; no block barrier follows */
     const S *x = inp + (size_t)row * C;
     S *o = out + (size_t)row * C;
     float sum = 0.0f;
-    for (int i = lane; i < C; i += DT_WARP) sum += dt_ld(x[i]);
+    for (int c = lane * N; c < C; c += DT_WARP * N) {
+        dt_vec<S, N> v = dt_vec_ld<S, N>(x + c);
+        for (int k = 0; k < N; k++) sum += dt_ld(v.v[k]);
+    }
     float m = dt_warp_sum(sum) / (float)C;
     float var = 0.0f;
-    for (int i = lane; i < C; i += DT_WARP) {
-        float d = dt_ld(x[i]) - m;
-        var += d * d;
+    for (int c = lane * N; c < C; c += DT_WARP * N) {
+        dt_vec<S, N> v = dt_vec_ld<S, N>(x + c);
+        for (int k = 0; k < N; k++) {
+            float d = dt_ld(v.v[k]) - m;
+            var += d * d;
+        }
     }
     float s = 1.0f / sqrtf(dt_warp_sum(var) / (float)C + LN_EPS);
-    for (int i = lane; i < C; i += DT_WARP)
-        o[i] = dt_st<S>((dt_ld(x[i]) - m) * s * dt_ld(weight[i]) + dt_ld(bias[i]));
+    for (int c = lane * N; c < C; c += DT_WARP * N) {
+        dt_vec<S, N> v = dt_vec_ld<S, N>(x + c), w = dt_vec_ld<S, N>(weight + c);
+        dt_vec<S, N> b = dt_vec_ld<S, N>(bias + c), r;
+        for (int k = 0; k < N; k++)
+            r.v[k] = dt_st<S>((dt_ld(v.v[k]) - m) * s * dt_ld(w.v[k]) + dt_ld(b.v[k]));
+        dt_vec_st<S, N>(o + c, r);
+    }
     if (lane == 0) {
         if (mean) mean[row] = m;
         if (rstd) rstd[row] = s;
     }
 }
 
+/* 16-byte packs when C is a whole number of them and every row pointer is aligned. */
+template <typename S> static int ln_vec(int C, const void *a, const void *b, const void *c,
+                                        const void *d, const void *e) {
+    return C % dt_vec_width<S>() == 0 && dt_aligned16(a) && dt_aligned16(b) && dt_aligned16(c) &&
+           dt_aligned16(d) && dt_aligned16(e);
+}
+
 template <typename S>
 static void layernorm_forward(dt_device_t *dev, void *out, float *mean, float *rstd,
                               const void *inp, const void *weight, const void *bias, int N,
                               int C) {
+    constexpr int W = dt_vec_width<S>();
     if (N <= 0) return;
-    DT_LAUNCH(layernorm_forward_kernel<S>, dt_blocks(N, ROWS_PER_BLOCK), ROWS_PER_BLOCK * DT_WARP,
-              0, dt_cuda_stream(dev))
+    void (*kernel)(S *, float *, float *, const S *, const S *, const S *, int, int) =
+        ln_vec<S>(C, out, inp, weight, bias, NULL) ? layernorm_forward_kernel<S, W>
+                                                   : layernorm_forward_kernel<S, 1>;
+    DT_LAUNCH(kernel, dt_blocks(N, ROWS_PER_BLOCK), ROWS_PER_BLOCK * DT_WARP, 0, dt_cuda_stream(dev))
     ((S *)out, mean, rstd, (const S *)inp, (const S *)weight, (const S *)bias, N, C);
     DT_CUDA_LAUNCHED(dev);
 }
 
-/* dinp += (w dout - mean(w dout) - norm mean(w dout norm)) rstd, a warp per row. */
-template <typename S>
+/* dinp += (w dout - mean(w dout) - norm mean(w dout norm)) rstd, a warp per row,
+ * packs as in the forward. */
+template <typename S, int N>
 __global__ void layernorm_dinp_kernel(S *dinp, const S *dout, const S *inp, const S *weight,
-                                      const float *mean, const float *rstd, int N, int C) {
+                                      const float *mean, const float *rstd, int N_rows, int C) {
     int lane = threadIdx.x % DT_WARP;
     int row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / DT_WARP;
-    if (row >= N) return;
+    if (row >= N_rows) return;
     const S *x = inp + (size_t)row * C, *d = dout + (size_t)row * C;
     S *dx = dinp + (size_t)row * C;
     float m = mean[row], s = rstd[row];
     float dmean = 0.0f, dnmean = 0.0f;
-    for (int i = lane; i < C; i += DT_WARP) {
-        float dnorm = dt_ld(weight[i]) * dt_ld(d[i]);
-        dmean += dnorm;
-        dnmean += dnorm * (dt_ld(x[i]) - m) * s;
+    for (int c = lane * N; c < C; c += DT_WARP * N) {
+        dt_vec<S, N> xv = dt_vec_ld<S, N>(x + c), dv = dt_vec_ld<S, N>(d + c);
+        dt_vec<S, N> wv = dt_vec_ld<S, N>(weight + c);
+        for (int k = 0; k < N; k++) {
+            float dnorm = dt_ld(wv.v[k]) * dt_ld(dv.v[k]);
+            dmean += dnorm;
+            dnmean += dnorm * (dt_ld(xv.v[k]) - m) * s;
+        }
     }
     dmean = dt_warp_sum(dmean) / (float)C;
     dnmean = dt_warp_sum(dnmean) / (float)C;
-    for (int i = lane; i < C; i += DT_WARP) {
-        float norm = (dt_ld(x[i]) - m) * s;
-        float g = (dt_ld(weight[i]) * dt_ld(d[i]) - dmean - norm * dnmean) * s;
-        dx[i] = dt_st<S>(dt_ld(dx[i]) + g);
+    for (int c = lane * N; c < C; c += DT_WARP * N) {
+        dt_vec<S, N> xv = dt_vec_ld<S, N>(x + c), dv = dt_vec_ld<S, N>(d + c);
+        dt_vec<S, N> wv = dt_vec_ld<S, N>(weight + c), gv = dt_vec_ld<S, N>(dx + c);
+        for (int k = 0; k < N; k++) {
+            float norm = (dt_ld(xv.v[k]) - m) * s;
+            float g = (dt_ld(wv.v[k]) * dt_ld(dv.v[k]) - dmean - norm * dnmean) * s;
+            gv.v[k] = dt_st<S>(dt_ld(gv.v[k]) + g);
+        }
+        dt_vec_st<S, N>(dx + c, gv);
     }
 }
 
@@ -127,8 +162,11 @@ static void layernorm_backward(dt_device_t *dev, void *dinp, void *dweight, void
     cudaStream_t st = dt_cuda_stream(dev);
     if (N <= 0) return;
     if (dinp) {
-        DT_LAUNCH(layernorm_dinp_kernel<S>, dt_blocks(N, ROWS_PER_BLOCK), ROWS_PER_BLOCK * DT_WARP, 0,
-                  st)
+        constexpr int W = dt_vec_width<S>();
+        void (*kernel)(S *, const S *, const S *, const S *, const float *, const float *, int, int) =
+            ln_vec<S>(C, dinp, dout, inp, weight, NULL) ? layernorm_dinp_kernel<S, W>
+                                                        : layernorm_dinp_kernel<S, 1>;
+        DT_LAUNCH(kernel, dt_blocks(N, ROWS_PER_BLOCK), ROWS_PER_BLOCK * DT_WARP, 0, st)
         ((S *)dinp, (const S *)dout, (const S *)inp, (const S *)weight, mean, rstd, N, C);
         DT_CUDA_LAUNCHED(dev);
     }

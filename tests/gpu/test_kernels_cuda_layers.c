@@ -353,11 +353,13 @@ Test(cuda_layers, layernorm_f32) {
     run_layernorm(DT_DTYPE_F32, 10, 12, 11);
     run_layernorm(DT_DTYPE_F32, 128, 128, 12);
     run_layernorm(DT_DTYPE_F32, 67, 200, 13);
+    run_layernorm(DT_DTYPE_F32, 9, 13, 14); /* C not a whole number of 16-byte packs */
 }
 Test(cuda_layers, layernorm_bf16) {
     run_layernorm(DT_DTYPE_BF16, 10, 12, 11);
     run_layernorm(DT_DTYPE_BF16, 128, 128, 12);
     run_layernorm(DT_DTYPE_BF16, 67, 200, 13);
+    run_layernorm(DT_DTYPE_BF16, 9, 13, 14); /* C not a whole number of 16-byte packs */
 }
 
 /* ---- attention ----------------------------------------------------------------
