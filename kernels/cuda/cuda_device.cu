@@ -124,8 +124,9 @@ static const struct {
     {"A100", 312.0e12, 19.5e12},
     {"A800", 312.0e12, 19.5e12},
     {"L40S", 362.05e12, 91.6e12},
+    {"L40", 181.05e12, 90.5e12},
     {"RTX 4090", 165.2e12, 82.6e12}, /* GeForce: fp32 accumulation runs at half the fp16-accumulate rate */
-    {"A10G", 70.0e12, 31.2e12},
+    {"A10G", 0.0, 0.0},             /* AWS's variant: no published figures; keeps it off "A10" */
     {"A10", 125.0e12, 31.2e12},
     {"L4", 121.0e12, 30.3e12},
 };

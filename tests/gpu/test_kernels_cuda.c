@@ -387,7 +387,7 @@ static void ew_case(dt_dtype_t dt, enum ew_op op, size_t n, size_t off) {
     void *da = ba + off * x.es, *db = bb + off * x.es, *dout = bo + off * x.es, *dout2 = bo2 + off * x.es;
     upload_round(&x, da, a, n);
     upload_round(&x, db, b, n);
-    int accumulates = op == EW_GELU_B || op == EW_RELU_B || op >= EW_RES_B;
+    int accumulates = op == EW_GELU_B || op == EW_RELU_B || op == EW_RES_B || op == EW_RES_B_NO_DB || op == EW_RES_B_NO_DA;
     if (op == EW_SCALE) {
         memcpy(acc, a, n * sizeof(float));
         upload_round(&x, dout, acc, n);
