@@ -151,3 +151,6 @@ clean:
 	rm -rf build build-san build-fuzz dtrun dtrun-san
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+
+# The CUDA emulator build (build-emu/, `make emu`, run by `make test`): tests/cuemu/cuemu.mk
+include tests/cuemu/cuemu.mk

@@ -199,19 +199,26 @@ static dt_status_t choose_backend(const dt_comm_config_t *cfg, dt_comm_backend_t
         return dt_error(DT_STATUS_CONFIG, "communicator backend %d is unknown", (int)b);
     if (b == DT_COMM_BACKEND_AUTO) {
         int lws = cfg->local_world_size > 0 ? cfg->local_world_size : cfg->world_size;
+#ifdef DT_HAVE_NCCL
         if (cfg->device >= 0)
             b = DT_COMM_BACKEND_NCCL;
-        else if (lws >= cfg->world_size)
+        else
+#endif
+        if (lws >= cfg->world_size)
             b = DT_COMM_BACKEND_SHM;
         else if (lws == 1)
             b = DT_COMM_BACKEND_TCP;
         else
             b = DT_COMM_BACKEND_HIER;
     }
-#ifndef DT_USE_CUDA
+#ifndef DT_HAVE_NCCL
     if (b == DT_COMM_BACKEND_NCCL)
         return dt_error(DT_STATUS_UNSUPPORTED,
-                        "communicator backend nccl: this dtrun was built without CUDA");
+                        "communicator backend nccl: this dtrun was built without CUDA"
+#ifdef DT_CUEMU
+                        " (the CPU emulator has no NCCL)"
+#endif
+                        );
 #endif
     *out = b;
     return DT_STATUS_OK;
@@ -222,7 +229,7 @@ static const dt_comm_backend_ops_t *backend_ops(dt_comm_backend_t b) {
     case DT_COMM_BACKEND_SHM: return &dt_comm_shm_ops;
     case DT_COMM_BACKEND_TCP: return &dt_comm_tcp_ops;
     case DT_COMM_BACKEND_HIER: return &dt_comm_hier_ops;
-#ifdef DT_USE_CUDA
+#ifdef DT_HAVE_NCCL
     case DT_COMM_BACKEND_NCCL: return &dt_comm_nccl_ops;
 #endif
     default: return NULL;

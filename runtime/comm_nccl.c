@@ -11,7 +11,7 @@
  * world size does not divide runs as one ncclReduce per slice in a group.
  * Compiled and linked in CI; runs only on a GPU machine (scripts/gpu_check.sh).
  */
-#ifdef DT_USE_CUDA
+#if defined(DT_USE_CUDA) && !defined(DT_CUEMU)
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <stdio.h>

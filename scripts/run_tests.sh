@@ -17,9 +17,12 @@ export DTRUN_TEST_BUILD=$PWD/$BUILD
 ONLY=${ONLY:-.}
 passed=0; failed=0; skipped=0; failed_names=(); flaky_names=()
 
-for t in "$BUILD"/tests/test_*; do
+# The CUDA emulator's test binaries (build-emu/, tests/cuemu/cuemu.mk), not under SAN.
+emu_tests=()
+[ "${SAN:-0}" = 1 ] || mapfile -t emu_tests < <(find build-emu/tests -type f -name 'test_*' -perm -u+x 2>/dev/null | sort)
+for t in "$BUILD"/tests/test_* "${emu_tests[@]}"; do
   [ -x "$t" ] || continue
-  name=$(basename "$t")
+  name=$(basename "$t"); case "$t" in build-emu/*) name="emu/$name" ;; esac
   echo "$name" | grep -Eq "$ONLY" || continue
   # Multi-process tests (comm) run one at a time: their ranks spin, and two such
   # tests at once on 2 cores starve each other.

@@ -1,0 +1,616 @@
+/*
+ * cuemu.h - a CUDA emulator on the CPU, for tests: force-included (g++ -x c++
+ * -std=c++17 -include tests/cuemu/cuemu.h -DDT_CUEMU -DDT_USE_CUDA) before every .cu
+ * file of kernels/cuda, so the very same sources run on a machine without a GPU.
+ * Kernels run as cooperative fibers (tests/cuemu/cuemu.cc), one block at a time,
+ * every thread of the block a fiber; cuBLASLt/cuBLAS calls run as reference loops
+ * (tests/cuemu/cuemu_blas.cc). Everything executes synchronously, in issue order.
+ *
+ * It does not include the CUDA headers. What kernels and the backend may use is
+ * exactly this list; anything else fails to compile here, on purpose:
+ *
+ *   qualifiers   __global__ __device__ __host__ __forceinline__
+ *                __launch_bounds__(...) __restrict__ __align__(n) __shared__
+ *                (static __shared__ arrays: zero at program start, NOT poisoned, and
+ *                they keep the previous block's contents: never read before writing)
+ *   launch       DT_LAUNCH(kernel, grid, block, smem, stream)(args...),
+ *                DT_DYN_SMEM(T, name) (dynamic shared memory: poisoned with 0xFF at the
+ *                start of every block, a PROT_NONE page right after its end)
+ *   built-ins    dim3 uint3 threadIdx blockIdx blockDim gridDim warpSize
+ *   sync         __syncthreads() __syncwarp(mask)
+ *                __shfl_sync __shfl_xor_sync __shfl_down_sync __shfl_up_sync
+ *                (float, int, unsigned, long long, unsigned long long, double; width)
+ *   atomics      atomicAdd (float, double, int, unsigned, unsigned long long),
+ *                atomicMax (int, unsigned), atomicMin (int, unsigned),
+ *                atomicCAS (int, unsigned, unsigned long long), atomicExch (int,
+ *                unsigned, float)
+ *   math         expf logf tanhf sqrtf rsqrtf fmaxf fminf fabsf powf erff floorf ceilf
+ *                isnan isinf isfinite (and the rest of <math.h>), __expf __logf
+ *                __fdividef __frcp_rn __float_as_int __int_as_float __float_as_uint
+ *                __uint_as_float INFINITY NAN FLT_MAX
+ *   loads        __ldg __ldcs __ldcg __stcs __stcg (scalars, float2/4, int2/4,
+ *                uint2/4, bf16, bf162)
+ *   vectors      float2 float4 int2 int4 uint2 uint4 make_float2 make_float4
+ *                make_int2 make_int4 make_uint2 make_uint4 (16-byte aligned where CUDA's are)
+ *   bf16         __nv_bfloat16 (2 bytes, CUDA's bit layout; no implicit conversion and no
+ *                arithmetic operators: convert explicitly), __nv_bfloat162,
+ *                __float2bfloat16 __float2bfloat16_rn (round to nearest even, NaN ->
+ *                0x7FFF) __float2bfloat16_rz __bfloat162float __floats2bfloat162_rn
+ *                __float22bfloat162_rn __bfloat1622float2 __low2float __high2float
+ *   runtime      cudaError_t and its codes below, cudaGetErrorString/Name,
+ *                cudaGetLastError, cudaPeekAtLastError, cudaGetDeviceCount (1 emulated
+ *                GPU; 0 + cudaErrorNoDevice when DTRUN_CUEMU_GPUS=0), cudaSetDevice,
+ *                cudaGetDevice, cudaGetDeviceProperties, cudaDeviceGetAttribute,
+ *                cudaMemGetInfo, cudaMalloc, cudaFree, cudaMallocHost, cudaFreeHost,
+ *                cudaMemcpy(Async), cudaMemset(Async), cudaStreamCreate(WithFlags),
+ *                cudaStreamDestroy, cudaStreamSynchronize, cudaStreamWaitEvent,
+ *                cudaDeviceSynchronize, cudaEventCreate(WithFlags), cudaEventRecord,
+ *                cudaEventSynchronize, cudaEventElapsedTime, cudaEventDestroy,
+ *                cudaFuncSetAttribute(cudaFuncAttributeMaxDynamicSharedMemorySize)
+ *   cuBLASLt     cublasLtCreate/Destroy, cublasLtMatmulDescCreate/Destroy/SetAttribute,
+ *                cublasLtMatrixLayoutCreate/Destroy/SetAttribute,
+ *                cublasLtMatmulPreferenceCreate/Destroy/SetAttribute,
+ *                cublasLtMatmulAlgoGetHeuristic, cublasLtMatmul,
+ *                cublasLtGetStatusString/Name
+ *   cuBLAS       cublasCreate/Destroy/SetStream/SetMathMode/SetWorkspace, cublasGemmEx,
+ *                cublasGemmStridedBatchedEx, cublasSgemm, cublasGetStatusString/Name
+ *
+ * Loud on misuse: a divergent or deadlocked barrier, a shuffle whose mask names an
+ * exited lane, a launch fault, a write past the end of a cudaMalloc'd buffer, a memcpy
+ * against where the pointers live: each aborts or fails with a message naming the
+ * kernel, block and thread. Device memory is poisoned with 0xFF (NaN in fp32 and bf16).
+ * Environment: DTRUN_CUEMU_GPUS=0 (no GPU), DTRUN_CUEMU_MEM_GB (device memory, 16).
+ */
+#ifndef DT_TESTS_CUEMU_H
+#define DT_TESTS_CUEMU_H
+
+#ifndef __cplusplus
+#error "cuemu.h is C++ only: compile .cu files with g++ -x c++"
+#endif
+
+#include <float.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+/* ---- qualifiers ------------------------------------------------------------------ */
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
+/* Blocks run one at a time on one OS thread, so a static local is the block's memory. */
+#define __shared__ static
+#define CUDART_VERSION 13000
+
+/* ---- built-in vector types and variables ---------------------------------------- */
+struct uint3 { unsigned int x, y, z; };
+struct dim3 {
+    unsigned int x, y, z;
+    constexpr dim3(unsigned int vx = 1, unsigned int vy = 1, unsigned int vz = 1) : x(vx), y(vy), z(vz) {}
+    constexpr dim3(uint3 v) : x(v.x), y(v.y), z(v.z) {}
+};
+struct __align__(8) float2 { float x, y; };
+struct __align__(16) float4 { float x, y, z, w; };
+struct __align__(8) int2 { int x, y; };
+struct __align__(16) int4 { int x, y, z, w; };
+struct __align__(8) uint2 { unsigned int x, y; };
+struct __align__(16) uint4 { unsigned int x, y, z, w; };
+static inline float2 make_float2(float x, float y) { return float2{x, y}; }
+static inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
+static inline int2 make_int2(int x, int y) { return int2{x, y}; }
+static inline int4 make_int4(int x, int y, int z, int w) { return int4{x, y, z, w}; }
+static inline uint2 make_uint2(unsigned x, unsigned y) { return uint2{x, y}; }
+static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
+
+/* Set by the scheduler before every switch to a thread's fiber. */
+extern uint3 threadIdx, blockIdx;
+extern dim3 blockDim, gridDim;
+static constexpr int warpSize = 32;
+
+/* ---- runtime types (CUDA 13 names and values) ------------------------------------ */
+enum cudaError {
+    cudaSuccess = 0,
+    cudaErrorInvalidValue = 1,
+    cudaErrorMemoryAllocation = 2,
+    cudaErrorInitializationError = 3,
+    cudaErrorInvalidConfiguration = 9,
+    cudaErrorInvalidPitchValue = 12,
+    cudaErrorInvalidDevicePointer = 17,
+    cudaErrorInvalidMemcpyDirection = 21,
+    cudaErrorInvalidDeviceFunction = 98,
+    cudaErrorNoDevice = 100,
+    cudaErrorInvalidDevice = 101,
+    cudaErrorInvalidResourceHandle = 400,
+    cudaErrorIllegalState = 401,
+    cudaErrorNotReady = 600,
+    cudaErrorIllegalAddress = 700,
+    cudaErrorLaunchOutOfResources = 701,
+    cudaErrorLaunchFailure = 719,
+    cudaErrorNotSupported = 801,
+    cudaErrorUnknown = 999
+};
+typedef enum cudaError cudaError_t;
+
+enum cudaMemcpyKind {
+    cudaMemcpyHostToHost = 0,
+    cudaMemcpyHostToDevice = 1,
+    cudaMemcpyDeviceToHost = 2,
+    cudaMemcpyDeviceToDevice = 3,
+    cudaMemcpyDefault = 4
+};
+
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+
+enum cudaDeviceAttr {
+    cudaDevAttrMaxThreadsPerBlock = 1,
+    cudaDevAttrMaxBlockDimX = 2,
+    cudaDevAttrMaxBlockDimY = 3,
+    cudaDevAttrMaxBlockDimZ = 4,
+    cudaDevAttrMaxGridDimX = 5,
+    cudaDevAttrMaxGridDimY = 6,
+    cudaDevAttrMaxGridDimZ = 7,
+    cudaDevAttrMaxSharedMemoryPerBlock = 8,
+    cudaDevAttrWarpSize = 10,
+    cudaDevAttrMaxRegistersPerBlock = 12,
+    cudaDevAttrClockRate = 13,
+    cudaDevAttrMultiProcessorCount = 16,
+    cudaDevAttrMemoryClockRate = 36,
+    cudaDevAttrGlobalMemoryBusWidth = 37,
+    cudaDevAttrL2CacheSize = 38,
+    cudaDevAttrComputeCapabilityMajor = 75,
+    cudaDevAttrComputeCapabilityMinor = 76,
+    cudaDevAttrMaxSharedMemoryPerMultiprocessor = 81,
+    cudaDevAttrMaxSharedMemoryPerBlockOptin = 97
+};
+
+typedef struct CUstream_st *cudaStream_t;
+typedef struct CUevent_st *cudaEvent_t;
+#define cudaStreamDefault 0x00
+#define cudaStreamNonBlocking 0x01
+#define cudaStreamLegacy ((cudaStream_t)0x1)
+#define cudaStreamPerThread ((cudaStream_t)0x2)
+#define cudaEventDefault 0x00
+#define cudaEventBlockingSync 0x01
+#define cudaEventDisableTiming 0x02
+
+/* The fields of CUDA 13's cudaDeviceProp that the emulator fills (same names). */
+struct cudaDeviceProp {
+    char name[256];
+    size_t totalGlobalMem;
+    size_t sharedMemPerBlock;
+    int regsPerBlock;
+    int warpSize;
+    int maxThreadsPerBlock;
+    int maxThreadsDim[3];
+    int maxGridSize[3];
+    size_t totalConstMem;
+    int major;
+    int minor;
+    int multiProcessorCount;
+    int memoryBusWidth;
+    int l2CacheSize;
+    int maxThreadsPerMultiProcessor;
+    size_t sharedMemPerMultiprocessor;
+    int regsPerMultiprocessor;
+    size_t sharedMemPerBlockOptin;
+    int maxBlocksPerMultiProcessor;
+    int unifiedAddressing;
+    int pciBusID;
+    int pciDeviceID;
+    int pciDomainID;
+};
+
+/* ---- runtime API -------------------------------------------------------------------- */
+const char *cudaGetErrorString(cudaError_t error);
+const char *cudaGetErrorName(cudaError_t error);
+cudaError_t cudaGetLastError(void);
+cudaError_t cudaPeekAtLastError(void);
+cudaError_t cudaGetDeviceCount(int *count);
+cudaError_t cudaSetDevice(int device);
+cudaError_t cudaGetDevice(int *device);
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device);
+cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device);
+cudaError_t cudaMemGetInfo(size_t *free, size_t *total);
+cudaError_t cudaMalloc(void **devPtr, size_t size);
+cudaError_t cudaFree(void *devPtr);
+cudaError_t cudaMallocHost(void **ptr, size_t size);
+cudaError_t cudaFreeHost(void *ptr);
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind);
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
+                            cudaStream_t stream = 0);
+cudaError_t cudaMemset(void *devPtr, int value, size_t count);
+cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t stream = 0);
+cudaError_t cudaStreamCreate(cudaStream_t *pStream);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int flags);
+cudaError_t cudaStreamDestroy(cudaStream_t stream);
+cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags = 0);
+cudaError_t cudaDeviceSynchronize(void);
+cudaError_t cudaEventCreate(cudaEvent_t *event);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags);
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = 0);
+cudaError_t cudaEventSynchronize(cudaEvent_t event);
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end);
+cudaError_t cudaEventDestroy(cudaEvent_t event);
+cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, int value);
+
+/* The C++ conveniences cuda_runtime.h has. */
+template <class T> static inline cudaError_t cudaMalloc(T **devPtr, size_t size) {
+    return cudaMalloc((void **)(void *)devPtr, size);
+}
+template <class T> static inline cudaError_t cudaMallocHost(T **ptr, size_t size) {
+    return cudaMallocHost((void **)(void *)ptr, size);
+}
+template <class T>
+static inline cudaError_t cudaFuncSetAttribute(T *entry, enum cudaFuncAttribute attr, int value) {
+    return cudaFuncSetAttribute((const void *)entry, attr, value);
+}
+
+/* ---- bf16 ------------------------------------------------------------------------------ */
+struct __align__(2) __nv_bfloat16 {
+    unsigned short __x;
+    __nv_bfloat16() = default;
+};
+struct __align__(4) __nv_bfloat162 {
+    __nv_bfloat16 x, y;
+};
+typedef __nv_bfloat16 nv_bfloat16;
+typedef __nv_bfloat162 nv_bfloat162;
+
+static inline unsigned int cuemu_f2u(float f) { unsigned int u; memcpy(&u, &f, 4); return u; }
+static inline float cuemu_u2f(unsigned int u) { float f; memcpy(&f, &u, 4); return f; }
+
+static inline __nv_bfloat16 __float2bfloat16_rn(float f) {
+    unsigned int u = cuemu_f2u(f);
+    __nv_bfloat16 r;
+    if ((u & 0x7fffffffU) > 0x7f800000U) {
+        r.__x = 0x7fffU;
+    } else {
+        u += 0x7fffU + ((u >> 16) & 1U); /* round to nearest, ties to even */
+        r.__x = (unsigned short)(u >> 16);
+    }
+    return r;
+}
+static inline __nv_bfloat16 __float2bfloat16(float f) { return __float2bfloat16_rn(f); }
+static inline __nv_bfloat16 __float2bfloat16_rz(float f) {
+    unsigned int u = cuemu_f2u(f);
+    __nv_bfloat16 r;
+    r.__x = (u & 0x7fffffffU) > 0x7f800000U ? (unsigned short)0x7fffU : (unsigned short)(u >> 16);
+    return r;
+}
+static inline float __bfloat162float(__nv_bfloat16 b) { return cuemu_u2f((unsigned int)b.__x << 16); }
+static inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) {
+    return __nv_bfloat162{__float2bfloat16_rn(a), __float2bfloat16_rn(b)};
+}
+static inline __nv_bfloat162 __float22bfloat162_rn(float2 v) { return __floats2bfloat162_rn(v.x, v.y); }
+static inline float2 __bfloat1622float2(__nv_bfloat162 v) {
+    return float2{__bfloat162float(v.x), __bfloat162float(v.y)};
+}
+static inline float __low2float(__nv_bfloat162 v) { return __bfloat162float(v.x); }
+static inline float __high2float(__nv_bfloat162 v) { return __bfloat162float(v.y); }
+
+/* ---- math intrinsics ------------------------------------------------------------------- */
+static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+/* glibc declares __expf/__logf itself: macros, so the calls are the plain ones. */
+#define __expf(x) expf(x)
+#define __logf(x) logf(x)
+static inline float __fdividef(float a, float b) { return a / b; }
+static inline float __frcp_rn(float x) { return 1.0f / x; }
+static inline int __float_as_int(float f) { int i; memcpy(&i, &f, 4); return i; }
+static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
+static inline unsigned int __float_as_uint(float f) { return cuemu_f2u(f); }
+static inline float __uint_as_float(unsigned int u) { return cuemu_u2f(u); }
+
+/* Cache-hinted loads and stores: plain memory accesses here. */
+#define CUEMU_LDST(T)                                                                  \
+    static inline T __ldg(const T *p) { return *p; }                                   \
+    static inline T __ldcs(const T *p) { return *p; }                                  \
+    static inline T __ldcg(const T *p) { return *p; }                                  \
+    static inline void __stcs(T *p, T v) { *p = v; }                                   \
+    static inline void __stcg(T *p, T v) { *p = v; }
+CUEMU_LDST(char)
+CUEMU_LDST(signed char)
+CUEMU_LDST(unsigned char)
+CUEMU_LDST(short)
+CUEMU_LDST(unsigned short)
+CUEMU_LDST(int)
+CUEMU_LDST(unsigned int)
+CUEMU_LDST(long long)
+CUEMU_LDST(unsigned long long)
+CUEMU_LDST(float)
+CUEMU_LDST(double)
+CUEMU_LDST(float2)
+CUEMU_LDST(float4)
+CUEMU_LDST(int2)
+CUEMU_LDST(int4)
+CUEMU_LDST(uint2)
+CUEMU_LDST(uint4)
+CUEMU_LDST(__nv_bfloat16)
+CUEMU_LDST(__nv_bfloat162)
+#undef CUEMU_LDST
+
+/* ---- atomics (blocks and threads never run at once: plain read-modify-write) ------------ */
+static inline float atomicAdd(float *p, float v) { float o = *p; *p = o + v; return o; }
+static inline double atomicAdd(double *p, double v) { double o = *p; *p = o + v; return o; }
+static inline int atomicAdd(int *p, int v) { int o = *p; *p = (int)((unsigned)o + (unsigned)v); return o; }
+static inline unsigned int atomicAdd(unsigned int *p, unsigned int v) { unsigned o = *p; *p = o + v; return o; }
+static inline unsigned long long atomicAdd(unsigned long long *p, unsigned long long v) {
+    unsigned long long o = *p; *p = o + v; return o;
+}
+static inline int atomicMax(int *p, int v) { int o = *p; if (v > o) *p = v; return o; }
+static inline unsigned int atomicMax(unsigned int *p, unsigned int v) { unsigned o = *p; if (v > o) *p = v; return o; }
+static inline int atomicMin(int *p, int v) { int o = *p; if (v < o) *p = v; return o; }
+static inline unsigned int atomicMin(unsigned int *p, unsigned int v) { unsigned o = *p; if (v < o) *p = v; return o; }
+static inline int atomicCAS(int *p, int cmp, int v) { int o = *p; if (o == cmp) *p = v; return o; }
+static inline unsigned int atomicCAS(unsigned int *p, unsigned int cmp, unsigned int v) {
+    unsigned o = *p; if (o == cmp) *p = v; return o;
+}
+static inline unsigned long long atomicCAS(unsigned long long *p, unsigned long long cmp, unsigned long long v) {
+    unsigned long long o = *p; if (o == cmp) *p = v; return o;
+}
+static inline int atomicExch(int *p, int v) { int o = *p; *p = v; return o; }
+static inline unsigned int atomicExch(unsigned int *p, unsigned int v) { unsigned o = *p; *p = v; return o; }
+static inline float atomicExch(float *p, float v) { float o = *p; *p = v; return o; }
+
+/* ---- the emulator's runtime (tests/cuemu/cuemu.cc) -------------------------------------- */
+namespace cuemu {
+
+/* Barriers: the site (file, line) identifies the barrier for divergence checks. */
+void syncthreads(const char *file, int line);
+void syncwarp(unsigned mask, const char *file, int line);
+enum shfl_mode { SHFL_IDX, SHFL_UP, SHFL_DOWN, SHFL_XOR };
+unsigned long long shfl(unsigned mask, unsigned long long bits, int mode, int arg, int width,
+                        const char *what, const char *file, int line);
+unsigned char *dyn_smem(void);
+
+template <typename T> static inline T shfl_t(unsigned mask, T v, int mode, int arg, int width,
+                                             const char *what, const char *file, int line) {
+    static_assert(std::is_same<T, float>::value || std::is_same<T, int>::value ||
+                      std::is_same<T, unsigned int>::value || std::is_same<T, double>::value ||
+                      std::is_same<T, long long>::value || std::is_same<T, unsigned long long>::value,
+                  "cuemu: shuffles take float, int, unsigned, long long, unsigned long long or double");
+    unsigned long long bits = 0;
+    memcpy(&bits, &v, sizeof v);
+    bits = shfl(mask, bits, mode, arg, width, what, file, line);
+    T r;
+    memcpy(&r, &bits, sizeof r);
+    return r;
+}
+
+/* One kernel launch: validated, then every block run in order, every thread a fiber. */
+struct launch_cfg {
+    const char *name;
+    const void *fn;
+    dim3 grid, block;
+    size_t smem;
+    cudaStream_t stream;
+};
+void run_kernel(const launch_cfg &cfg, void (*thunk)(void *), void *ctx);
+
+template <typename... P> struct launcher {
+    launch_cfg cfg;
+    void (*fn)(P...);
+    template <typename... A> void operator()(A &&...a) const {
+        static_assert(sizeof...(A) == sizeof...(P), "cuemu: kernel launched with the wrong number of arguments");
+        struct ctx_t {
+            void (*fn)(P...);
+            std::tuple<typename std::decay<P>::type...> args;
+        } ctx{fn, std::tuple<typename std::decay<P>::type...>(std::forward<A>(a)...)};
+        /* Every thread calls the kernel with its own copy of the parameters. */
+        run_kernel(cfg, [](void *c) { auto *x = static_cast<ctx_t *>(c); std::apply(x->fn, x->args); }, &ctx);
+    }
+};
+template <typename... P>
+static inline launcher<P...> make_launcher(const char *name, void (*fn)(P...), dim3 grid, dim3 block,
+                                           size_t smem, cudaStream_t stream) {
+    return launcher<P...>{launch_cfg{name, (const void *)fn, grid, block, smem, stream}, fn};
+}
+
+} /* namespace cuemu */
+
+#define DT_LAUNCH(kernel, grid, block, smem, stream) \
+    cuemu::make_launcher(#kernel, kernel, dim3(grid), dim3(block), (size_t)(smem), (stream))
+#define DT_DYN_SMEM(T, name) T *name = reinterpret_cast<T *>(cuemu::dyn_smem())
+
+#define __syncthreads() cuemu::syncthreads(__FILE__, __LINE__)
+#define __syncwarp(...) cuemu::syncwarp(cuemu_mask_or_full(__VA_ARGS__), __FILE__, __LINE__)
+static inline unsigned cuemu_mask_or_full(void) { return 0xffffffffU; }
+static inline unsigned cuemu_mask_or_full(unsigned m) { return m; }
+#define __shfl_sync(mask, v, src, ...) \
+    cuemu::shfl_t((mask), (v), cuemu::SHFL_IDX, (src), cuemu_width(__VA_ARGS__), "__shfl_sync", __FILE__, __LINE__)
+#define __shfl_up_sync(mask, v, d, ...) \
+    cuemu::shfl_t((mask), (v), cuemu::SHFL_UP, (int)(d), cuemu_width(__VA_ARGS__), "__shfl_up_sync", __FILE__, __LINE__)
+#define __shfl_down_sync(mask, v, d, ...)                                                             \
+    cuemu::shfl_t((mask), (v), cuemu::SHFL_DOWN, (int)(d), cuemu_width(__VA_ARGS__), "__shfl_down_sync", \
+                  __FILE__, __LINE__)
+#define __shfl_xor_sync(mask, v, m, ...) \
+    cuemu::shfl_t((mask), (v), cuemu::SHFL_XOR, (m), cuemu_width(__VA_ARGS__), "__shfl_xor_sync", __FILE__, __LINE__)
+static inline int cuemu_width(void) { return 32; }
+static inline int cuemu_width(int w) { return w; }
+
+/* ---- cuBLAS / cuBLASLt types (CUDA 13 names and values) --------------------------------- */
+typedef enum cudaDataType_t {
+    CUDA_R_32F = 0,
+    CUDA_R_64F = 1,
+    CUDA_R_16F = 2,
+    CUDA_R_8I = 3,
+    CUDA_R_32I = 10,
+    CUDA_R_16BF = 14
+} cudaDataType;
+
+typedef enum {
+    CUBLAS_STATUS_SUCCESS = 0,
+    CUBLAS_STATUS_NOT_INITIALIZED = 1,
+    CUBLAS_STATUS_ALLOC_FAILED = 3,
+    CUBLAS_STATUS_INVALID_VALUE = 7,
+    CUBLAS_STATUS_ARCH_MISMATCH = 8,
+    CUBLAS_STATUS_MAPPING_ERROR = 11,
+    CUBLAS_STATUS_EXECUTION_FAILED = 13,
+    CUBLAS_STATUS_INTERNAL_ERROR = 14,
+    CUBLAS_STATUS_NOT_SUPPORTED = 15,
+    CUBLAS_STATUS_LICENSE_ERROR = 16
+} cublasStatus_t;
+
+typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1, CUBLAS_OP_C = 2 } cublasOperation_t;
+
+typedef enum {
+    CUBLAS_COMPUTE_32F = 68,
+    CUBLAS_COMPUTE_32F_PEDANTIC = 69,
+    CUBLAS_COMPUTE_32F_FAST_16F = 74,
+    CUBLAS_COMPUTE_32F_FAST_16BF = 75,
+    CUBLAS_COMPUTE_32F_FAST_TF32 = 77
+} cublasComputeType_t;
+
+typedef enum { CUBLAS_GEMM_DEFAULT = -1, CUBLAS_GEMM_DEFAULT_TENSOR_OP = 99 } cublasGemmAlgo_t;
+
+typedef enum {
+    CUBLAS_DEFAULT_MATH = 0,
+    CUBLAS_TENSOR_OP_MATH = 1,
+    CUBLAS_PEDANTIC_MATH = 2,
+    CUBLAS_TF32_TENSOR_OP_MATH = 3,
+    CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION = 16
+} cublasMath_t;
+
+typedef struct cublasContext *cublasHandle_t;
+typedef struct cublasLtContext *cublasLtHandle_t;
+
+typedef struct { uint64_t data[8]; } cublasLtMatrixLayoutOpaque_t;
+typedef cublasLtMatrixLayoutOpaque_t *cublasLtMatrixLayout_t;
+typedef struct { uint64_t data[8]; } cublasLtMatmulAlgo_t;
+typedef struct { uint64_t data[32]; } cublasLtMatmulDescOpaque_t;
+typedef cublasLtMatmulDescOpaque_t *cublasLtMatmulDesc_t;
+typedef struct { uint64_t data[8]; } cublasLtMatmulPreferenceOpaque_t;
+typedef cublasLtMatmulPreferenceOpaque_t *cublasLtMatmulPreference_t;
+
+typedef enum {
+    CUBLASLT_ORDER_COL = 0,
+    CUBLASLT_ORDER_ROW = 1,
+    CUBLASLT_ORDER_COL32 = 2,
+    CUBLASLT_ORDER_COL4_4R2_8C = 3,
+    CUBLASLT_ORDER_COL32_2R_4R4 = 4
+} cublasLtOrder_t;
+
+typedef enum {
+    CUBLASLT_MATRIX_LAYOUT_TYPE = 0,
+    CUBLASLT_MATRIX_LAYOUT_ORDER = 1,
+    CUBLASLT_MATRIX_LAYOUT_ROWS = 2,
+    CUBLASLT_MATRIX_LAYOUT_COLS = 3,
+    CUBLASLT_MATRIX_LAYOUT_LD = 4,
+    CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT = 5,
+    CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET = 6
+} cublasLtMatrixLayoutAttribute_t;
+
+typedef enum {
+    CUBLASLT_MATMUL_DESC_COMPUTE_TYPE = 0,
+    CUBLASLT_MATMUL_DESC_SCALE_TYPE = 1,
+    CUBLASLT_MATMUL_DESC_POINTER_MODE = 2,
+    CUBLASLT_MATMUL_DESC_TRANSA = 3,
+    CUBLASLT_MATMUL_DESC_TRANSB = 4,
+    CUBLASLT_MATMUL_DESC_TRANSC = 5,
+    CUBLASLT_MATMUL_DESC_FILL_MODE = 6,
+    CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
+    CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,
+    CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE = 10,
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11,
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12,
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE = 13,
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE = 22,
+    CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26
+} cublasLtMatmulDescAttributes_t;
+
+typedef enum {
+    CUBLASLT_EPILOGUE_DEFAULT = 1,
+    CUBLASLT_EPILOGUE_RELU = 2,
+    CUBLASLT_EPILOGUE_RELU_AUX = (CUBLASLT_EPILOGUE_RELU | 128),
+    CUBLASLT_EPILOGUE_BIAS = 4,
+    CUBLASLT_EPILOGUE_RELU_BIAS = (CUBLASLT_EPILOGUE_RELU | CUBLASLT_EPILOGUE_BIAS),
+    CUBLASLT_EPILOGUE_RELU_AUX_BIAS = (CUBLASLT_EPILOGUE_RELU_AUX | CUBLASLT_EPILOGUE_BIAS),
+    CUBLASLT_EPILOGUE_DRELU = 8 | 128,
+    CUBLASLT_EPILOGUE_DRELU_BGRAD = CUBLASLT_EPILOGUE_DRELU | 16,
+    CUBLASLT_EPILOGUE_GELU = 32,
+    CUBLASLT_EPILOGUE_GELU_AUX = (CUBLASLT_EPILOGUE_GELU | 128),
+    CUBLASLT_EPILOGUE_GELU_BIAS = (CUBLASLT_EPILOGUE_GELU | CUBLASLT_EPILOGUE_BIAS),
+    CUBLASLT_EPILOGUE_GELU_AUX_BIAS = (CUBLASLT_EPILOGUE_GELU_AUX | CUBLASLT_EPILOGUE_BIAS),
+    CUBLASLT_EPILOGUE_DGELU = 64 | 128,
+    CUBLASLT_EPILOGUE_DGELU_BGRAD = CUBLASLT_EPILOGUE_DGELU | 16,
+    CUBLASLT_EPILOGUE_BGRADA = 256,
+    CUBLASLT_EPILOGUE_BGRADB = 512
+} cublasLtEpilogue_t;
+
+typedef enum {
+    CUBLASLT_MATMUL_PREF_SEARCH_MODE = 0,
+    CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1
+} cublasLtMatmulPreferenceAttributes_t;
+
+typedef struct {
+    cublasLtMatmulAlgo_t algo;
+    size_t workspaceSize;
+    cublasStatus_t state;
+    float wavesCount;
+    int reserved[4];
+} cublasLtMatmulHeuristicResult_t;
+
+/* ---- cuBLASLt ------------------------------------------------------------------------------- */
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *lightHandle);
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t lightHandle);
+const char *cublasLtGetStatusName(cublasStatus_t status);
+const char *cublasLtGetStatusString(cublasStatus_t status);
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *matLayout, cudaDataType type, uint64_t rows,
+                                          uint64_t cols, int64_t ld);
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t matLayout);
+cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t matLayout, cublasLtMatrixLayoutAttribute_t attr,
+                                                const void *buf, size_t sizeInBytes);
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *matmulDesc, cublasComputeType_t computeType,
+                                        cudaDataType_t scaleType);
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t matmulDesc);
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t matmulDesc, cublasLtMatmulDescAttributes_t attr,
+                                              const void *buf, size_t sizeInBytes);
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *pref);
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref);
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pref,
+                                                    cublasLtMatmulPreferenceAttributes_t attr, const void *buf,
+                                                    size_t sizeInBytes);
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t operationDesc,
+                                              cublasLtMatrixLayout_t Adesc, cublasLtMatrixLayout_t Bdesc,
+                                              cublasLtMatrixLayout_t Cdesc, cublasLtMatrixLayout_t Ddesc,
+                                              cublasLtMatmulPreference_t preference, int requestedAlgoCount,
+                                              cublasLtMatmulHeuristicResult_t heuristicResultsArray[],
+                                              int *returnAlgoCount);
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t computeDesc, const void *alpha,
+                              const void *A, cublasLtMatrixLayout_t Adesc, const void *B,
+                              cublasLtMatrixLayout_t Bdesc, const void *beta, const void *C,
+                              cublasLtMatrixLayout_t Cdesc, void *D, cublasLtMatrixLayout_t Ddesc,
+                              const cublasLtMatmulAlgo_t *algo, void *workspace, size_t workspaceSizeInBytes,
+                              cudaStream_t stream);
+
+/* ---- cuBLAS v2 ------------------------------------------------------------------------------ */
+cublasStatus_t cublasCreate(cublasHandle_t *handle);
+cublasStatus_t cublasDestroy(cublasHandle_t handle);
+cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t streamId);
+cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode);
+cublasStatus_t cublasSetWorkspace(cublasHandle_t handle, void *workspace, size_t workspaceSizeInBytes);
+const char *cublasGetStatusName(cublasStatus_t status);
+const char *cublasGetStatusString(cublasStatus_t status);
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                            int k, const void *alpha, const void *A, cudaDataType Atype, int lda, const void *B,
+                            cudaDataType Btype, int ldb, const void *beta, void *C, cudaDataType Ctype, int ldc,
+                            cublasComputeType_t computeType, cublasGemmAlgo_t algo);
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                          int m, int n, int k, const void *alpha, const void *A, cudaDataType Atype,
+                                          int lda, long long int strideA, const void *B, cudaDataType Btype, int ldb,
+                                          long long int strideB, const void *beta, void *C, cudaDataType Ctype,
+                                          int ldc, long long int strideC, int batchCount,
+                                          cublasComputeType_t computeType, cublasGemmAlgo_t algo);
+cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                           int k, const float *alpha, const float *A, int lda, const float *B, int ldb,
+                           const float *beta, float *C, int ldc);
+
+#endif /* DT_TESTS_CUEMU_H */
