@@ -62,6 +62,8 @@ struct dt_device {
     int nthreads;       /* CPU threads the ops use (OpenMP); >= 1 */
     const dt_ops_t *ops;
     void *impl;         /* backend-private state (CUDA stream, cuBLASLt, workspace) */
+    char name[128];     /* CUDA: the GPU's name (cudaDeviceProp.name), for the peak
+                           FLOP/s table in runtime/plan.c; CPU: "cpu" */
 };
 
 /* Hyper-parameters of one AdamW step (decoupled weight decay, Loshchilov & Hutter;
