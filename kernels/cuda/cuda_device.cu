@@ -393,6 +393,7 @@ extern "C" dt_status_t dt_cuda_device_init(dt_device_t *dev, int ordinal, dt_dty
     cudaDeviceProp prop;
     DT_CHECK_GOTO(dt_cuda_status(cudaGetDeviceProperties(&prop, ordinal), "cudaGetDeviceProperties"), st, out_free);
     snprintf(c->name, sizeof c->name, "%s", prop.name);
+    snprintf(dev->name, sizeof dev->name, "%.*s", (int)sizeof dev->name - 1, prop.name); /* runtime/ reads it */
     c->sm_count = prop.multiProcessorCount;
     c->cc_major = prop.major;
     c->cc_minor = prop.minor;
