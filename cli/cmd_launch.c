@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "common/log.h"
 #include "common/mem.h"
+#include "kernels/kernels.h"
 #include "runtime/agent.h"
 #include "runtime/config.h"
 #include "runtime/launch_args.h"
@@ -28,6 +29,14 @@ static int check_config(const dt_launch_spec_t *spec) {
                                     spec->extra_argc, &cfg);
     if (st == DT_STATUS_OK && spec->nnodes_min == spec->nnodes_max)
         st = dt_config_resolve(&cfg, spec->nnodes_max * spec->nproc_per_node);
+    if (st == DT_STATUS_OK && cfg.device == DT_CONFIG_DEVICE_CUDA && dt_device_probe_gpus() == 0) {
+        const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+        fprintf(stderr, "dtrun: error: device cuda: %s%s%s%s\n",
+                dt_device_built(DT_DEVICE_CUDA) ? "no GPU is visible on this node"
+                                                : "this dtrun was built without CUDA (no nvcc, or NO_CUDA=1)",
+                vis ? " (CUDA_VISIBLE_DEVICES=" : "", vis ? vis : "", vis ? ")" : "");
+        st = DT_STATUS_CONFIG;
+    }
     if (st != DT_STATUS_OK) {
         fputs(dt_config_errors(&cfg), stderr);
         fprintf(stderr, "dtrun: error: config %s is not valid (nothing was started)\n",

@@ -5,6 +5,7 @@
  */
 #include "kernels/kernels.h"
 
+#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,6 +65,40 @@ int dt_device_count(dt_device_kind_t kind) {
 #endif
     }
     return 0;
+}
+
+int dt_device_probe_gpus(void) {
+    if (!dt_device_built(DT_DEVICE_CUDA)) return 0;
+    int n = 0;
+#ifdef DT_CUEMU
+    const char *e = getenv("DTRUN_CUEMU_GPUS"); /* the CPU emulator's GPUs (tests) */
+    n = e ? atoi(e) : 1;
+#else
+    DIR *d = opendir("/proc/driver/nvidia/gpus");
+    if (!d) return 0;
+    for (struct dirent *de; (de = readdir(d));)
+        if (de->d_name[0] != '.') n++;
+    closedir(d);
+#endif
+    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+    if (!vis) return n;
+    int seen = 0; /* entries before the first invalid one (an index out of range, -1, junk) */
+    for (const char *p = vis; *p;) {
+        while (*p == ' ') p++;
+        if (strncmp(p, "GPU-", 4) == 0 || strncmp(p, "MIG-", 4) == 0) {
+            seen++;
+        } else {
+            char *end;
+            long i = strtol(p, &end, 10);
+            if (end == p || i < 0 || i >= n) break;
+            seen++;
+            p = end;
+        }
+        p = strchr(p, ',');
+        if (!p) break;
+        p++;
+    }
+    return seen < n ? seen : n;
 }
 
 dt_status_t dt_device_open(dt_device_t **out, const dt_device_opts_t *o) {

@@ -62,6 +62,8 @@ struct dt_device {
     int nthreads;       /* CPU threads the ops use (OpenMP); >= 1 */
     const dt_ops_t *ops;
     void *impl;         /* backend-private state (CUDA stream, cuBLASLt, workspace) */
+    char name[128];     /* CUDA: the GPU's name (cudaDeviceProp.name), for the peak
+                           FLOP/s table in runtime/plan.c; CPU: "cpu" */
 };
 
 /* Hyper-parameters of one AdamW step (decoupled weight decay, Loshchilov & Hutter;
@@ -234,6 +236,11 @@ typedef struct dt_device_opts {
 dt_status_t dt_device_open(dt_device_t **out, const dt_device_opts_t *opts);
 /* Devices of a kind present: CPU 1; CUDA the visible GPUs (0 when none, or not built). */
 int dt_device_count(dt_device_kind_t kind);
+/* GPUs this process would see, found without initialising CUDA (safe in the agent
+ * before it forks): the NVIDIA driver's /proc/driver/nvidia/gpus entries, cut by
+ * CUDA_VISIBLE_DEVICES as CUDA does (an empty value or a leading -1 hides all;
+ * counting stops at the first invalid entry). 0 when CUDA is not built. */
+int dt_device_probe_gpus(void);
 
 /* dt_device_open with ordinal 0 and the kind's default dtype (CPU fp32, CUDA bf16).
  * nthreads <= 0 takes omp_get_max_threads(), which honours OMP_NUM_THREADS. */

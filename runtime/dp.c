@@ -143,6 +143,8 @@ struct dt_dp {
     void *grads;           /* full, padded layout (ddp/zero1) */
     void *pshard, *gshard; /* shard buffers (fsdp: params; zero2/fsdp: grads) */
     float *m, *v;          /* shard buffers (ddp: full) */
+    float *master;         /* fp32 master weights, laid out as m and v; NULL when the
+                              compute dtype is fp32 (the parameters are the masters) */
     size_t work_elems;     /* largest padded bucket */
     dp_slot gslots[DP_GSLOTS];
     dp_slot pslots[DP_PSLOTS];
@@ -526,6 +528,23 @@ static dt_status_t upload_params(dt_dp_t *dp, const float *host) {
     return DT_STATUS_OK;
 }
 
+static int held_ranges(const dt_dp_t *dp, dt_dp_range *out, int max, int all);
+
+/* fp32 masters of every range this rank holds, from host (model layout). */
+static dt_status_t upload_masters(dt_dp_t *dp, const float *host) {
+    if (!dp->master) return DT_STATUS_OK;
+    int max = dp->plan.n_buckets + 1;
+    dt_dp_range *r = dt_xcalloc((size_t)max, sizeof *r);
+    int n = held_ranges(dp, r, max, 1);
+    dt_status_t st = DT_STATUS_OK;
+    for (int i = 0; i < n && st == DT_STATUS_OK; i++)
+        st = dp->dev->ops->copy(dp->dev, r[i].param, host + r[i].offset, r[i].count * sizeof(float),
+                                DT_COPY_HOST_TO_DEVICE);
+    free(r);
+    DT_CHECK(st);
+    return dp->dev->ops->synchronize(dp->dev);
+}
+
 dt_status_t dt_dp_init(dt_dp_t **out, const dt_dp_opts *opts, dt_device_t *dev, const dt_model_layout *layout,
                        dt_net_t *net, dt_comm_t *comm) {
     *out = NULL;
@@ -534,7 +553,7 @@ dt_status_t dt_dp_init(dt_dp_t **out, const dt_dp_opts *opts, dt_device_t *dev, 
     if (shards_grads && (dev->kind != DT_DEVICE_CPU || dev->ops->dtype != DT_DTYPE_F32))
         return dt_error(DT_STATUS_UNSUPPORTED,
                         "strategy %s runs on the CPU device in fp32 for now (gradient shards are accumulated "
-                        "on the host); device %s computes in %s: use ddp or zero1",
+                        "on the host); device %s computing in %s takes ddp or zero1",
                         dt_config_strategy_name(opts->strategy), dev->ops->name, dt_dtype_name(dev->ops->dtype));
     dt_dp_t *dp = dt_xcalloc(1, sizeof *dp);
     dp->opts = *opts;
@@ -610,6 +629,8 @@ dt_status_t dt_dp_init(dt_dp_t **out, const dt_dp_opts *opts, dt_device_t *dev, 
     else DT_CHECK_GOTO(alloc_state(dp, DT_MEM_GRADS, shard, sizeof(float), &dp->gshard), st, out_free_dp);
     DT_CHECK_GOTO(alloc_state(dp, DT_MEM_OPTIM, shard, sizeof(float), (void **)&dp->m), st, out_free_dp);
     DT_CHECK_GOTO(alloc_state(dp, DT_MEM_OPTIM, shard, sizeof(float), (void **)&dp->v), st, out_free_dp);
+    if (dev->ops->dtype != DT_DTYPE_F32)
+        DT_CHECK_GOTO(alloc_state(dp, DT_MEM_MASTER, shard, sizeof(float), (void **)&dp->master), st, out_free_dp);
     if (dp->sharded_grads) {
         dp->n_gslots = dp->plan.n_buckets < DP_GSLOTS ? dp->plan.n_buckets : DP_GSLOTS;
         for (int i = 0; i < dp->n_gslots; i++)
@@ -630,6 +651,7 @@ dt_status_t dt_dp_init(dt_dp_t **out, const dt_dp_opts *opts, dt_device_t *dev, 
     dt_model_init_params(layout, opts->seed, host);
     DT_CHECK_GOTO(check_identical(dp, host), st, out_free_dp);
     DT_CHECK_GOTO(upload_params(dp, host), st, out_free_dp);
+    DT_CHECK_GOTO(upload_masters(dp, host), st, out_free_dp);
 
     /* Bind the net: full buffers where they exist; working buffers come and go. */
     for (int b = 0; b < dp->plan.n_buckets; b++) {
@@ -676,6 +698,7 @@ void dt_dp_free(dt_dp_t *dp) {
     o->free(dp->dev, dp->gshard);
     o->free(dp->dev, dp->m);
     o->free(dp->dev, dp->v);
+    o->free(dp->dev, dp->master);
     for (int i = 0; i < DP_GSLOTS; i++) o->free(dp->dev, dp->gslots[i].buf);
     for (int i = 0; i < DP_PSLOTS; i++) o->free(dp->dev, dp->pslots[i].buf);
     if (dp->own_shard) dt_comm_free(dp->shard);
@@ -785,7 +808,8 @@ dt_status_t dt_dp_optimizer_step(dt_dp_t *dp, const dt_adamw_args_t *args) {
     DT_CHECK(params_release_all(dp));
     for (int i = 0; i < dp->plan.n_runs; i++) {
         const dt_dp_run *r = &dp->plan.runs[i];
-        dp->dev->ops->adamw(dp->dev, param_ptr(dp, r), NULL, grad_ptr(dp, r), dp->m + r->shard_offset,
+        dp->dev->ops->adamw(dp->dev, param_ptr(dp, r), dp->master ? dp->master + r->shard_offset : NULL,
+                            grad_ptr(dp, r), dp->m + r->shard_offset,
                             dp->v + r->shard_offset, r->count, args, r->decay);
     }
     DT_CHECK(dp->dev->ops->synchronize(dp->dev));
@@ -821,8 +845,11 @@ static int held_ranges(const dt_dp_t *dp, dt_dp_range *out, int max, int all) {
             off = dt_comm_slice_offset(total, dp->world_size, dp->rank);
             cnt = dt_comm_slice_count(total, dp->world_size, dp->rank);
         }
-        if (cnt > 0 && max > 0)
-            out[0] = (dt_dp_range){off, cnt, (float *)dp->params + off, dp->m + off, dp->v + off};
+        if (cnt > 0 && max > 0) {
+            void *cp = at(dp->params, off, dp->es);
+            out[0] = (dt_dp_range){off, cnt, dp->master ? dp->master + off : (float *)cp, dp->m + off, dp->v + off,
+                                   dp->master ? cp : NULL};
+        }
         return cnt > 0;
     }
     if (!all && dp->replica_rank != 0) return 0;
@@ -832,9 +859,10 @@ static int held_ranges(const dt_dp_t *dp, dt_dp_range *out, int max, int all) {
         if (e > bk->count) e = bk->count;
         if (a >= e) continue;
         if (n < max) {
-            float *p = dp->sharded_params ? (float *)dp->pshard + bk->shard_offset
-                                          : (float *)dp->params + bk->padded_offset + a;
-            out[n] = (dt_dp_range){bk->offset + a, e - a, p, dp->m + bk->shard_offset, dp->v + bk->shard_offset};
+            void *cp = dp->sharded_params ? at(dp->pshard, bk->shard_offset, dp->es)
+                                          : at(dp->params, bk->padded_offset + a, dp->es);
+            out[n] = (dt_dp_range){bk->offset + a, e - a, dp->master ? dp->master + bk->shard_offset : (float *)cp,
+                                   dp->m + bk->shard_offset, dp->v + bk->shard_offset, dp->master ? cp : NULL};
         }
         n++;
     }
@@ -843,6 +871,27 @@ static int held_ranges(const dt_dp_t *dp, dt_dp_range *out, int max, int all) {
 
 int dt_dp_owned_ranges(const dt_dp_t *dp, dt_dp_range *out, int max) { return held_ranges(dp, out, max, 0); }
 
+int dt_dp_has_master(const dt_dp_t *dp) { return dp->master != NULL; }
+
+/* The compute-dtype parameters of a range from its fp32 masters (after a load),
+ * through the host in chunks: rare (resume), so simple beats fast. */
+static dt_status_t refresh_from_master(dt_dp_t *dp, const dt_dp_range *r) {
+    if (!r->cparam) return DT_STATUS_OK;
+    const dt_ops_t *o = dp->dev->ops;
+    size_t chunk = r->count < ((size_t)1 << 22) ? r->count : ((size_t)1 << 22);
+    float *h = dt_mem_alloc(DT_MEM_OTHER, (chunk ? chunk : 1) * sizeof(float));
+    if (!h) return DT_STATUS_NOMEM;
+    dt_status_t st = DT_STATUS_OK;
+    for (size_t i = 0; i < r->count && st == DT_STATUS_OK; i += chunk) {
+        size_t k = r->count - i < chunk ? r->count - i : chunk;
+        st = o->copy(dp->dev, h, r->param + i, k * sizeof(float), DT_COPY_DEVICE_TO_HOST);
+        if (st == DT_STATUS_OK) st = o->upload_f32(dp->dev, at(r->cparam, i, dp->es), h, k);
+        if (st == DT_STATUS_OK) st = o->synchronize(dp->dev);
+    }
+    dt_mem_free(h);
+    return st;
+}
+
 dt_status_t dt_dp_load_ranges(dt_dp_t *dp, dt_dp_read_fn read, void *ctx) {
     DT_CHECK(params_release_all(dp));
     int max = dp->plan.n_buckets + 1;
@@ -850,6 +899,7 @@ dt_status_t dt_dp_load_ranges(dt_dp_t *dp, dt_dp_read_fn read, void *ctx) {
     int n = held_ranges(dp, r, max, 1);
     dt_status_t st = DT_STATUS_OK;
     for (int i = 0; i < n && st == DT_STATUS_OK; i++) st = read(ctx, &r[i]);
+    for (int i = 0; i < n && st == DT_STATUS_OK; i++) st = refresh_from_master(dp, &r[i]);
     free(r);
     DT_CHECK(st);
     return gather_full_params(dp);
@@ -863,5 +913,6 @@ void dt_dp_expected_mem(const dt_dp_t *dp, dt_dp_mem *m) {
     m->params = (dp->sharded_params ? shard : full) * es;
     m->grads = dp->sharded_grads ? shard * sizeof(float) : full * es;
     m->optim = 2 * shard * sizeof(float);
+    m->master = dp->master ? shard * sizeof(float) : 0;
     m->work = ((size_t)dp->n_gslots + (size_t)dp->n_pslots) * dp->work_elems * es;
 }

@@ -64,8 +64,10 @@
  *
  * Limits: zero2, fsdp and hsdp need the CPU device in fp32 (gradient shards
  * are accumulated and FSDP's one-shard gathers copied on the host); ddp and
- * zero1 use only device ops and the communicator. The master-weight slot of
- * AdamW is not used yet (the parameters are the master: fp32 compute).
+ * zero1 use only device ops and the communicator. With a bf16 compute dtype dp
+ * keeps fp32 master weights beside m and v (same layout, category MASTER) and
+ * AdamW updates them and writes the bf16 parameters: 2 + 2 + 4 + 4 + 4 = 16 bytes
+ * per parameter, as in the ZeRO paper.
  */
 #ifndef DT_RUNTIME_DP_H
 #define DT_RUNTIME_DP_H
@@ -177,7 +179,14 @@ dt_status_t dt_dp_gather_params(dt_dp_t *dp, float *out);
 typedef struct dt_dp_range {
     size_t offset, count;
     float *param, *m, *v;
+    /* With fp32 masters (bf16 compute): the range's parameters in the compute
+     * dtype, refreshed from param after a load; NULL when param is the parameters. */
+    void *cparam;
 } dt_dp_range;
+
+/* 1 when the parameters are kept in the compute dtype beside fp32 master weights
+ * (bf16 compute); dt_dp_range.param then points at the masters. */
+int dt_dp_has_master(const dt_dp_t *dp);
 
 /* Ranges this rank writes in a checkpoint: disjoint across ranks, their union
  * is the whole model. DDP splits the buffer evenly over ranks; ZeRO/FSDP

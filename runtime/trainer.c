@@ -134,14 +134,31 @@ static dt_status_t build_spec(const dt_config_t *cfg, dt_model_spec *spec) {
     return DT_STATUS_OK;
 }
 
-static dt_status_t open_device(const dt_config_t *cfg, dt_device_t **dev) {
-    int threads = (int)cfg->threads;
-    if (cfg->device == DT_CONFIG_DEVICE_CUDA)
-        return dt_device_init(dev, DT_DEVICE_CUDA, threads);
-    if (cfg->device == DT_CONFIG_DEVICE_AUTO && dt_device_built(DT_DEVICE_CUDA) &&
-        dt_device_init(dev, DT_DEVICE_CUDA, threads) == DT_STATUS_OK)
-        return DT_STATUS_OK;
-    return dt_device_init(dev, DT_DEVICE_CPU, threads);
+/* device: cpu; cuda (an error when none is visible); auto: cuda when a GPU is
+ * visible, else cpu. A CUDA worker binds GPU LOCAL_RANK of the visible ones
+ * (CUDA_VISIBLE_DEVICES renumbers them); more ranks than GPUs on a node share
+ * them round-robin (tests, learning), with a warning. Computes in bf16 with fp32
+ * master weights when bf16.enabled, else in fp32. */
+static dt_status_t open_device(const dt_config_t *cfg, const dt_trainer_env *env, dt_device_t **dev) {
+    dt_device_opts_t o = {.kind = DT_DEVICE_CPU, .nthreads = (int)cfg->threads, .dtype = DT_DTYPE_F32};
+    int ngpu = cfg->device == DT_CONFIG_DEVICE_CPU ? 0 : dt_device_count(DT_DEVICE_CUDA);
+    if (cfg->device == DT_CONFIG_DEVICE_CUDA && ngpu == 0) {
+        const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+        return dt_error(DT_STATUS_CONFIG, "device cuda: %s%s%s%s", !dt_device_built(DT_DEVICE_CUDA)
+                        ? "this dtrun was built without CUDA (no nvcc, or NO_CUDA=1)" : "no GPU is visible",
+                        vis ? " (CUDA_VISIBLE_DEVICES=" : "", vis ? vis : "", vis ? ")" : "");
+    }
+    if (ngpu > 0) {
+        o.kind = DT_DEVICE_CUDA;
+        o.dtype = cfg->bf16.enabled ? DT_DTYPE_BF16 : DT_DTYPE_F32;
+        o.ordinal = env->local_rank % ngpu;
+        if (env->local_world_size > ngpu && env->local_rank == 0)
+            DT_LOG_WARN("%d ranks on this node share %d GPU(s) (rank r uses GPU r %% %d)", env->local_world_size,
+                        ngpu, ngpu);
+    } else if (cfg->bf16.enabled && env->rank == 0) {
+        DT_LOG_WARN("bf16.enabled: the CPU device computes in fp32");
+    }
+    return dt_device_open(dev, &o);
 }
 
 /* ---- checkpoints (runtime/train_ckpt.h) ---------------------------------- */
@@ -180,7 +197,10 @@ static dt_status_t ckpt_dp_read(void *ctx, const dt_dp_range *r) {
 static dt_status_t ckpt_dp_fresh(void *ctx, const dt_dp_range *r) {
     ckpt_load_ctx *x = ctx;
     const dt_ops_t *o = x->t->dev->ops;
-    DT_CHECK(o->upload_f32(x->t->dev, r->param, x->init + r->offset, r->count));
+    if (r->cparam) /* fp32 masters; dt_dp_load_ranges refreshes the compute copy */
+        DT_CHECK(o->copy(x->t->dev, r->param, x->init + r->offset, r->count * sizeof(float), DT_COPY_HOST_TO_DEVICE));
+    else
+        DT_CHECK(o->upload_f32(x->t->dev, r->param, x->init + r->offset, r->count));
     DT_CHECK(o->set(x->t->dev, r->m, 0, r->count * sizeof(float)));
     return o->set(x->t->dev, r->v, 0, r->count * sizeof(float));
 }
@@ -211,7 +231,8 @@ static dt_train_ckpt ckpt_view(trainer *t, dt_train_ckpt_owned **owned, ckpt_loa
     free(r);
     dt_train_ckpt c = {.cfg = t->cfg, .layout = &t->layout, .dev = t->dev, .rank = t->env->rank,
                        .world_size = t->env->world_size, .owned = *owned, .n_owned = n, .data = t->data,
-                       .rng = &t->rng, .load = ckpt_load, .load_ctx = lc};
+                       .rng = &t->rng, .load = ckpt_load, .load_ctx = lc,
+                       .params_fp32 = dt_dp_has_master(t->dp)};
     if (n == 0) c.n_owned = -1; /* owns nothing (an HSDP replica): writes an empty shard */
     if (t->env->world_size > 1) {
         c.barrier = ckpt_barrier, c.barrier_ctx = t;
@@ -291,7 +312,7 @@ static dt_status_t after_step(trainer *t, int64_t step, int *stop) {
 static dt_status_t setup(trainer *t) {
     const dt_config_t *cfg = t->cfg;
     dt_model_spec spec;
-    DT_CHECK(open_device(cfg, &t->dev));
+    DT_CHECK(open_device(cfg, t->env, &t->dev));
     DT_CHECK(build_spec(cfg, &spec));
     DT_CHECK(dt_model_layout_init(&spec, &t->layout));
     t->B = (int)cfg->train_micro_batch_size_per_gpu;
@@ -323,7 +344,10 @@ static dt_status_t setup(trainer *t) {
     t->tokens = dt_xcalloc(rows, sizeof(int32_t));
     t->targets = dt_xcalloc(rows, sizeof(int32_t));
     if (spec.type == DT_MODEL_MLP) t->features = dt_xcalloc((size_t)t->B * (size_t)spec.in_dim, sizeof(float));
-    t->peak_flops = t->dev->ops->peak_flops ? t->dev->ops->peak_flops(t->dev) : 0;
+    if (t->dev->kind == DT_DEVICE_CUDA) /* dense bf16 tensor-core peak, as llm.c reports MFU */
+        t->peak_flops = dt_peak_flops_gpu(t->dev->name);
+    else
+        t->peak_flops = t->dev->ops->peak_flops ? t->dev->ops->peak_flops(t->dev) : 0;
     snprintf(t->log_dir, sizeof t->log_dir, "%s", cfg->log.dir ? cfg->log.dir : "runs/latest");
     dt_rng_seed(&t->rng, (uint64_t)cfg->seed, 0x747261696eull);
     DT_CHECK(resume_checkpoint(t));

@@ -4,49 +4,142 @@
 # carry [".carry"]. Uses the carried binaries (.carry/bin) and libraries
 # (.carry/lib); with no .carry it builds there with `make` (needs our Debian
 # libraries). Full logs go to $OUT (or /tmp/gpu_check); a short table is last.
+#
+#   1. the CPU emulator's own tests on the real GPU (tests/cuemu: same semantics?)
+#   2. every CUDA op against the CPU op (tests/gpu/test_kernels_cuda*)
+#   3. the NCCL communicator at world size 1, every op on device buffers
+#   4. a small GPT trained 20 steps on the GPU vs the CPU from the same init:
+#      losses within 1e-4 relative with bf16 off, 1e-2 with bf16 on
+#   5. two ranks sharing the GPU through the shared-memory communicator (host
+#      staging) vs two CPU ranks
+#   6. GPT-2 124M bf16, seq 1024: tokens/s and MFU over 50 steps after 10 of
+#      warm-up; peak memory against `dtrun plan`
+#   7. the same model in PyTorch (bf16 autocast, torch.compile, fused AdamW), ratio
+# Knobs: GPT2_BATCH (micro-batch, default 32), SKIP_TORCH=1, TORCH_TIMEOUT.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu_check}; mkdir -p "$OUT"
 if [ -d .carry/bin ]; then
   BIN=$PWD/.carry/bin; export LD_LIBRARY_PATH=$PWD/.carry/lib:${LD_LIBRARY_PATH:-}
 else
-  make -s CUDA_ARCH="-gencode arch=compute_90,code=sm_90" dtrun gpu-tests >"$OUT/build.log" 2>&1 || { echo "build failed"; tail -20 "$OUT/build.log"; exit 1; }
-  BIN=$PWD/build/tests/gpu; cp dtrun "$BIN/" 2>/dev/null
+  make -s CUDA_ARCH="-gencode arch=compute_90,code=sm_90" dtrun gpu-tests-build >"$OUT/build.log" 2>&1 ||
+    { echo "build failed"; tail -20 "$OUT/build.log"; exit 1; }
+  BIN=$PWD/build/tests/gpu; cp dtrun "$BIN/"; cp build/tests/cuemu/test_cuemu "$BIN/" 2>/dev/null
 fi
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$OUT/gpu.txt" 2>&1
+DT=$BIN/dtrun
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$OUT/gpu.txt" 2>&1
 rows=()
-row() { rows+=("$(printf '%-44s %-8s %s' "$1" "$2" "$3")"); }
+row() { rows+=("$(printf '%-46s %-6s %s' "$1" "$2" "$3")"); }
 
-# 1. NCCL communicator at world size 1, every op on device buffers.
-if [ -x "$BIN/test_comm_nccl" ]; then
-  timeout 120 "$BIN/test_comm_nccl" >"$OUT/test_comm_nccl.log" 2>&1; rc=$?
-  syn=$(grep -a Synthesis "$OUT/test_comm_nccl.log" | sed 's/.*Synthesis: //')
-  res=$([ $rc -eq 0 ] && echo PASS || echo FAIL); case "$syn" in *"Tested: 0 "*) res=SKIP ;; esac
-  row "NCCL comm, world size 1 (every op)" "$res" "$syn"
-else row "NCCL comm, world size 1" "MISSING" "build/tests/gpu/test_comm_nccl not built"; fi
+# criterion NAME BINARY TIMEOUT: one row from a Criterion binary's synthesis line
+criterion() {
+  local name=$1 bin=$2 to=$3 log=$OUT/$(basename "$2").log
+  if [ ! -x "$bin" ]; then row "$name" MISSING "$bin not built"; return; fi
+  timeout "$to" "$bin" --jobs 4 >"$log" 2>&1; local rc=$?
+  local syn; syn=$(grep -a Synthesis "$log" | sed 's/.*Synthesis: //')
+  local res; res=$([ $rc -eq 0 ] && echo PASS || echo FAIL)
+  case "$syn" in *"Tested: 0 "*) res=SKIP ;; esac
+  [ $rc -eq 124 ] && syn="timed out after ${to}s"
+  row "$name" "$res" "$syn"
+}
+criterion "emulator semantics on the GPU (test_cuemu)" "$BIN/test_cuemu" 120
+criterion "CUDA core ops vs CPU (matmul, adamw, ...)" "$BIN/test_kernels_cuda" 180
+criterion "CUDA layer ops vs CPU (attention, ln, ...)" "$BIN/test_kernels_cuda_layers" 180
+criterion "NCCL communicator, world size 1" "$BIN/test_comm_nccl" 120
 
-# 2. CUDA op table against the CPU ops (tests/gpu/test_kernels_cuda).
-if [ -x "$BIN/test_kernels_cuda" ]; then
-  timeout 180 "$BIN/test_kernels_cuda" >"$OUT/test_kernels_cuda.log" 2>&1; rc=$?
-  row "CUDA kernels vs CPU reference" "$([ $rc -eq 0 ] && echo PASS || echo FAIL)" "$(grep -a Synthesis "$OUT/test_kernels_cuda.log" | sed 's/.*Synthesis: //')"
-else row "CUDA kernels vs CPU reference" "NOT BUILT" "the CUDA backend (issue 6) is not in this version"; fi
+# A small text corpus (deterministic), and a small GPT over it.
+python3 - "$OUT/text.txt" <<'PY'
+import random, sys
+r = random.Random(7)
+words = [''.join(r.choice('abcdefghijklmnopqrstuvwxyz') for _ in range(r.randint(2, 8))) for _ in range(400)]
+with open(sys.argv[1], 'w') as f:
+    for _ in range(60000):
+        f.write(' '.join(r.choice(words) for _ in range(r.randint(3, 12))) + '.\n')
+PY
+cat >"$OUT/small.json" <<JSON
+{"model": {"type": "gpt", "n_layer": 2, "n_head": 4, "n_embd": 128, "seq_len": 64, "vocab_size": 256},
+ "data": {"train": "$OUT/text.txt", "val_fraction": 0.01},
+ "train_micro_batch_size_per_gpu": 8, "train_steps": 20, "steps_per_print": 5,
+ "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.1}},
+ "seed": 3, "threads": 4, "eval": {"every_steps": 0}, "checkpoint": {"every_steps": 0, "resume": "never"}}
+JSON
+# train NAME NPROC KEY=VALUE...: runs the small GPT, logs in $OUT/NAME
+train() {
+  local name=$1 np=$2; shift 2
+  timeout 180 "$DT" --standalone --nproc_per_node "$np" "$OUT/small.json" log.dir="$OUT/$name" "$@" \
+    >"$OUT/$name.log" 2>&1
+}
+# compare NAME A B TOL: max relative difference of the losses of runs A and B
+compare() {
+  python3 - "$OUT/$2/metrics.jsonl" "$OUT/$3/metrics.jsonl" "$4" <<'PY'
+import json, sys
+a = [json.loads(l)["loss"] for l in open(sys.argv[1])]
+b = [json.loads(l)["loss"] for l in open(sys.argv[2])]
+tol = float(sys.argv[3])
+d = max(abs(x - y) / abs(y) for x, y in zip(a, b)) if a and len(a) == len(b) else float("inf")
+print(f"{'PASS' if d <= tol else 'FAIL'} max rel diff {d:.2e} over {len(a)} steps (tol {tol:g}); "
+      f"loss {a[0]:.4f} -> {a[-1]:.4f}" if a else "FAIL no metrics")
+PY
+}
+train cpu1 1 device=cpu
+train gpu1_fp32 1 device=cuda bf16.enabled=false
+train gpu1_bf16 1 device=cuda bf16.enabled=true
+r=$(compare x gpu1_fp32 cpu1 1e-4); row "GPT 20 steps, GPU fp32 vs CPU" "${r%% *}" "${r#* }"
+r=$(compare x gpu1_bf16 cpu1 1e-2); row "GPT 20 steps, GPU bf16 vs CPU" "${r%% *}" "${r#* }"
+train cpu2 2 device=cpu comm.backend=shm
+train gpu2_shm 2 device=cuda bf16.enabled=false comm.backend=shm
+r=$(compare x gpu2_shm cpu2 1e-4); row "2 ranks sharing the GPU (shm staging) vs CPU" "${r%% *}" "${r#* }"
 
-# 3. Training on the GPU: one rank over NCCL, two ranks sharing the GPU through the CPU communicator.
-if "$BIN/dtrun" --version | grep -q cuda && "$BIN/dtrun" config configs/mlp-tiny.json device=cuda >/dev/null 2>&1 \
-   && [ -x "$BIN/test_kernels_cuda" ]; then
-  timeout 120 "$BIN/dtrun" --standalone --nproc_per_node 1 configs/mlp-tiny.json device=cuda log.dir="$OUT/nccl1" >"$OUT/train_nccl1.log" 2>&1
-  row "train, 1 rank, NCCL" "$([ $? -eq 0 ] && echo PASS || echo FAIL)" "$(tail -1 "$OUT/train_nccl1.log")"
-  timeout 120 "$BIN/dtrun" --standalone --nproc_per_node 2 configs/mlp-tiny.json device=cuda comm.backend=shm log.dir="$OUT/shm2" >"$OUT/train_shm2.log" 2>&1
-  row "train, 2 ranks on one GPU, shm comm" "$([ $? -eq 0 ] && echo PASS || echo FAIL)" "$(tail -1 "$OUT/train_shm2.log")"
-else row "GPU training (NCCL 1 rank; 2 ranks via shm)" "NOT BUILT" "needs the CUDA backend (issue 6)"; fi
-
-# 4. Throughput: GPT-2 124M, bf16 (when the CUDA backend exists).
-if [ -x "$BIN/test_kernels_cuda" ]; then
-  timeout 300 "$BIN/dtrun" --standalone --nproc_per_node 1 configs/gpt2-124m.json device=cuda train_steps=60 \
-    steps_per_print=10 data.train="${GPT2_DATA:-runs/data/fortunes.txt}" model.vocab_size=50257 log.dir="$OUT/gpt2" >"$OUT/gpt2.log" 2>&1
-  row "GPT-2 124M bf16 throughput" "$([ $? -eq 0 ] && echo DONE || echo FAIL)" "$(grep -a 'step 60/' "$OUT/gpt2.log" | tail -1)"
-else row "GPT-2 124M bf16 throughput" "NOT BUILT" "needs the CUDA backend (issue 6)"; fi
+# GPT-2 124M throughput: the preset with the corpus above, one micro-batch per step.
+B=${GPT2_BATCH:-32}
+python3 - "$OUT" "$B" <<'PY'
+import json, sys
+out, b = sys.argv[1], int(sys.argv[2])
+c = json.load(open("configs/gpt2-124m.json"))
+c["data"] = {"train": out + "/text.txt", "val_fraction": 0.01}
+c.update(train_steps=60, steps_per_print=10, train_micro_batch_size_per_gpu=b, gradient_accumulation_steps=1,
+         train_batch_size=b, device="cuda")
+c["scheduler"]["params"]["warmup_num_steps"] = 10
+c["eval"] = {"every_steps": 0}
+c["checkpoint"] = {"every_steps": 0, "resume": "never"}
+c["log"] = {"dir": out + "/gpt2"}
+json.dump(c, open(out + "/gpt2.json", "w"), indent=1)
+PY
+timeout 300 "$DT" --standalone --nproc_per_node 1 "$OUT/gpt2.json" >"$OUT/gpt2.log" 2>&1; rc=$?
+"$DT" plan "$OUT/gpt2.json" --gpus 1 --gpu h200 --strategy zero1 --json >"$OUT/plan.json" 2>"$OUT/plan.err"
+ours=$(python3 - "$OUT/gpt2" "$OUT/plan.json" "$rc" <<'PY'
+import json, sys
+d, plan, rc = sys.argv[1], sys.argv[2], int(sys.argv[3])
+try:
+    rows = [json.loads(l) for l in open(d + "/metrics.jsonl")]
+    timed = [r for r in rows if r["step"] > 10]
+    tok = sum(r["tokens_per_s"] for r in timed) / len(timed)
+    mfu = sum(r.get("mfu", 0) for r in timed) / len(timed)
+    s = json.load(open(d + "/summary.json"))
+    peak = s["ranks"][0]["peak_bytes"]
+    try:
+        p = json.load(open(plan))["rows"][0]["memory_bytes"]["total"]
+        mem = f"peak {peak/1e9:.1f} GB, plan {p/1e9:.1f} GB ({100*(peak-p)/p:+.0f}%)"
+    except Exception as e:
+        mem = f"peak {peak/1e9:.1f} GB, plan: {e}"
+    print(f"DONE {tok:.0f} {100*mfu:.1f} {mem}")
+except Exception as e:
+    print(f"FAIL 0 0 exit {rc}: {e}")
+PY
+)
+set -- $ours
+row "GPT-2 124M bf16 B=$B, tokens/s | MFU" "$1" "$2 tok/s | MFU $3% | ${*:4}"
+if [ "${SKIP_TORCH:-0}" != 1 ]; then
+  timeout "${TORCH_TIMEOUT:-240}" python3 scripts/bench/gpu_torch_gpt2.py --batch "$B" --steps 50 --warmup 10 \
+    >"$OUT/torch.log" 2>&1
+  t=$(python3 -c 'import json,sys; l=[x for x in open(sys.argv[1]) if x.startswith("{")]; d=json.loads(l[-1]); print(f"{d[\"tokens_per_s\"]:.0f} {100*(d[\"mfu\"] or 0):.1f} {d[\"peak_mem_gb\"]:.1f}")' "$OUT/torch.log" 2>/dev/null)
+  if [ -n "$t" ]; then
+    set -- $t
+    ratio=$(python3 -c "print(f'{float(\"${ours#* }\".split()[0]) / $1:.2f}')" 2>/dev/null)
+    row "PyTorch compile, same model, tokens/s | MFU" DONE "$1 tok/s | MFU $2% | peak $3 GB | dtrun/torch ${ratio}x"
+  else row "PyTorch compile, same model" FAIL "$(tail -2 "$OUT/torch.log" | tr '\n' ' ' | cut -c1-120)"; fi
+fi
 
 echo; echo "GPU: $(cat "$OUT/gpu.txt")"
-printf '%-44s %-8s %s\n' "check" "result" "detail"
+printf '%-46s %-6s %s\n' "check" "result" "detail"
 printf '%s\n' "${rows[@]}"

@@ -15,7 +15,9 @@ make -s -C "$src" ARCH=-march=x86-64-v3 \
   CUDA_ARCH="-gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90" dtrun gpu-tests-build
 rm -rf .carry && mkdir -p .carry/bin .carry/lib
 cp "$src/dtrun" .carry/bin/
-for t in "$src"/build/tests/gpu/test_*; do case "$t" in *.d) ;; *) cp "$t" .carry/bin/ ;; esac; done
+for t in "$src"/build/tests/gpu/test_* "$src"/build/tests/cuemu/test_*; do
+  case "$t" in *.d|*.o|*'*'*) ;; *) cp "$t" .carry/bin/ ;; esac
+done
 for b in .carry/bin/*; do
   ldd "$b" | awk '/=> \//{print $3}' | while read -r lib; do
     case "$(basename "$lib")" in

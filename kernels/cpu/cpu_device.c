@@ -60,6 +60,7 @@ const char *dt_cpu_blas_core(void) { return openblas_get_corename(); }
 dt_status_t dt_cpu_device_init(dt_device_t *dev, int nthreads) {
     dt_cpu_blas_setup();
     dev->kind = DT_DEVICE_CPU;
+    snprintf(dev->name, sizeof dev->name, "cpu");
     dev->ordinal = 0;
     dev->nthreads = nthreads > 0 ? nthreads : omp_get_max_threads();
     if (dev->nthreads < 1) dev->nthreads = 1;

@@ -124,8 +124,9 @@ static const struct {
     {"A100", 312.0e12, 19.5e12},
     {"A800", 312.0e12, 19.5e12},
     {"L40S", 362.05e12, 91.6e12},
+    {"L40", 181.05e12, 90.5e12},
     {"RTX 4090", 165.2e12, 82.6e12}, /* GeForce: fp32 accumulation runs at half the fp16-accumulate rate */
-    {"A10G", 70.0e12, 31.2e12},
+    {"A10G", 0.0, 0.0},             /* AWS's variant: no published figures; keeps it off "A10" */
     {"A10", 125.0e12, 31.2e12},
     {"L4", 121.0e12, 30.3e12},
 };
@@ -392,6 +393,7 @@ extern "C" dt_status_t dt_cuda_device_init(dt_device_t *dev, int ordinal, dt_dty
     cudaDeviceProp prop;
     DT_CHECK_GOTO(dt_cuda_status(cudaGetDeviceProperties(&prop, ordinal), "cudaGetDeviceProperties"), st, out_free);
     snprintf(c->name, sizeof c->name, "%s", prop.name);
+    snprintf(dev->name, sizeof dev->name, "%.*s", (int)sizeof dev->name - 1, prop.name); /* runtime/ reads it */
     c->sm_count = prop.multiProcessorCount;
     c->cc_major = prop.major;
     c->cc_minor = prop.minor;

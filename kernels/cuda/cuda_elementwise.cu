@@ -65,7 +65,7 @@ __global__ void ew_kernel(T *out, const T *x, const T *y, size_t n, int vec, Op 
     size_t stride = (size_t)gridDim.x * blockDim.x;
     size_t npack = vec ? n / V : 0;
     for (size_t p = tid; p < npack; p += stride) {
-        dt_pack<T> a = dt_pack_load(x + p * V), b, o;
+        dt_pack<T> a = dt_pack_load(x + p * V), b = a, o = a; /* b, o: overwritten when used */
         if (HAS_Y) b = dt_pack_load(y + p * V);
         if (ACC) o = dt_pack_load(out + p * V);
 #pragma unroll

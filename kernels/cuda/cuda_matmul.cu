@@ -23,8 +23,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cuda/cuda_vec.cuh"
+
 #define MM_CACHE_MAX 64
-#define DB_ROWG 8 /* row groups per dbias block; 32 columns per block */
+#define DB_ROWG 8 /* warps per dbias block, each summing every DB_ROWG-th row */
 
 typedef struct mm_key {
     cudaDataType_t type;
@@ -97,16 +99,21 @@ static cublasStatus_t plan_build(dt_cuda_impl *c, mm_plan *p, const mm_key *key,
     if ((s = cublasLtMatmulPreferenceCreate(&pref)) != CUBLAS_STATUS_SUCCESS) goto out_release;
     {
         uint64_t ws = c->workspace_bytes;
+        if ((s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws)) != CUBLAS_STATUS_SUCCESS)
+            goto out_release;
+    }
+#ifndef DT_CUEMU /* the emulator's reference loops need neither (and do not define them) */
+    {
         uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE; /* split-K partials in fp32 */
         uint32_t al_a = (uint32_t)key->align_a, al_b = (uint32_t)key->align_b, al_d = (uint32_t)key->align_d;
-        if ((s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws)) != CUBLAS_STATUS_SUCCESS ||
-            (s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reduction, sizeof reduction)) != CUBLAS_STATUS_SUCCESS ||
+        if ((s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reduction, sizeof reduction)) != CUBLAS_STATUS_SUCCESS ||
             (s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a)) != CUBLAS_STATUS_SUCCESS ||
             (s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b)) != CUBLAS_STATUS_SUCCESS ||
             (s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d)) != CUBLAS_STATUS_SUCCESS ||
             (s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d)) != CUBLAS_STATUS_SUCCESS)
             goto out_release;
     }
+#endif
     {
         cublasLtMatmulHeuristicResult_t res;
         int found = 0;
@@ -213,23 +220,79 @@ static void gemm(dt_device_t *dev, const char *op, int transa, int transb, int m
     dt_cuda_note_blas(dev, op, s);
 }
 
-/* dbias (OC) += column sums of dout (N, OC). A block owns 32 columns; its DB_ROWG
- * warps each sum every DB_ROWG-th row in fp32, then warp 0 adds the DB_ROWG partial
- * sums in order: a fixed order, so the result is the same every run. */
-template <typename T> __global__ void dbias_kernel(T *dbias, const T *dout, int N, int OC) {
-    __shared__ float part[DB_ROWG][32];
+/* dbias (OC) += column sums of dout (N, OC), in two deterministic stages.
+ * Stage 1: the rows are cut into R chunks of `chunk` rows; block (x, y) sums chunk y
+ * of 32 * V columns: each of its DB_ROWG warps takes every DB_ROWG-th row, each lane V
+ * adjacent columns (one 16-byte pack when V > 1), in fp32; warp 0 then adds the
+ * DB_ROWG sums in order and writes partial[y][col].
+ * Stage 2: one thread per column adds the R partial sums in order to dbias.
+ * Partial sums live in the cuBLASLt workspace: every user of it runs on the device's
+ * one stream, so the dweight matmul before is done with it. */
+template <typename T, int V>
+__global__ void dbias_partial_kernel(float *partial, const T *dout, int N, int OC, int chunk) {
+    __shared__ float sh[DB_ROWG][32 * V];
     int lane = threadIdx.x & 31, g = threadIdx.x >> 5;
-    int col = blockIdx.x * 32 + lane;
-    float s = 0.0f;
-    if (col < OC)
-        for (int r = g; r < N; r += DB_ROWG) s += dt_ld(dout[(size_t)r * OC + col]);
-    part[g][lane] = s;
-    __syncthreads();
-    if (g == 0 && col < OC) {
-        float t = 0.0f;
-        for (int j = 0; j < DB_ROWG; j++) t += part[j][lane];
-        dbias[col] = dt_st<T>(dt_ld(dbias[col]) + t);
+    int col0 = (blockIdx.x * 32 + lane) * V;
+    int r0 = blockIdx.y * chunk, r1 = r0 + chunk < N ? r0 + chunk : N;
+    float acc[V];
+#pragma unroll
+    for (int k = 0; k < V; k++) acc[k] = 0.0f;
+    if (col0 < OC) {
+        for (int r = r0 + g; r < r1; r += DB_ROWG) {
+            const T *row = dout + (size_t)r * OC + col0;
+            if (V > 1) {
+                dt_pack<T> p = dt_pack_load(row);
+#pragma unroll
+                for (int k = 0; k < V; k++) acc[k] += dt_ld(p.e[k]);
+            } else {
+                acc[0] += dt_ld(row[0]);
+            }
+        }
     }
+#pragma unroll
+    for (int k = 0; k < V; k++) sh[g][lane * V + k] = acc[k];
+    __syncthreads();
+    if (g == 0 && col0 < OC) {
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+            float t = 0.0f;
+            for (int j = 0; j < DB_ROWG; j++) t += sh[j][lane * V + k];
+            partial[(size_t)blockIdx.y * OC + col0 + k] = t;
+        }
+    }
+}
+
+template <typename T> __global__ void dbias_final_kernel(T *dbias, const float *partial, int OC, int R) {
+    for (int col = blockIdx.x * blockDim.x + threadIdx.x; col < OC; col += gridDim.x * blockDim.x) {
+        float s = 0.0f;
+        for (int r = 0; r < R; r++) s += partial[(size_t)r * OC + col];
+        dbias[col] = dt_st<T>(dt_ld(dbias[col]) + s);
+    }
+}
+
+template <typename T> static void dbias_accumulate(dt_device_t *dev, T *dbias, const T *dout, int N, int OC) {
+    dt_cuda_impl *c = dt_cuda(dev);
+    if (OC <= 0 || N <= 0) return;
+    /* about 256 rows per chunk, at most 256 chunks, and R * OC floats must fit the
+     * workspace: a function of the shape only, so the summation order is too */
+    size_t max_r = c->workspace_bytes / ((size_t)OC * sizeof(float));
+    int R = (N + 255) / 256;
+    if (R > 256) R = 256;
+    if ((size_t)R > max_r) R = (int)(max_r ? max_r : 1);
+    int chunk = (N + R - 1) / R;
+    R = (N + chunk - 1) / chunk;
+    float *partial = (float *)c->workspace;
+    constexpr int V = dt_pack<T>::N;
+    if (OC % V == 0 && dt_cuda_aligned16(dout)) {
+        dim3 grid((unsigned)((OC / V + 31) / 32), (unsigned)R);
+        DT_LAUNCH((dbias_partial_kernel<T, V>), grid, 32 * DB_ROWG, 0, c->stream)(partial, dout, N, OC, chunk);
+    } else {
+        dim3 grid((unsigned)((OC + 31) / 32), (unsigned)R);
+        DT_LAUNCH((dbias_partial_kernel<T, 1>), grid, 32 * DB_ROWG, 0, c->stream)(partial, dout, N, OC, chunk);
+    }
+    dt_cuda_note_launch(dev, "matmul_backward");
+    DT_LAUNCH(dbias_final_kernel<T>, dt_cuda_grid(dev, (size_t)OC, 256), 256, 0, c->stream)(dbias, partial, OC, R);
+    dt_cuda_note_launch(dev, "matmul_backward");
 }
 
 template <typename T>
@@ -247,11 +310,7 @@ static void matmul_backward(dt_device_t *dev, void *dinp, void *dweight, void *d
                 1.0f);
     gemm<T>(dev, "matmul_backward", 0, 1, C, OC, N, (const T *)inp, C, (const T *)dout, OC, (T *)dweight, C, NULL,
             1.0f);
-    if (dbias && OC > 0 && N >= 0) {
-        DT_LAUNCH(dbias_kernel<T>, (unsigned)((OC + 31) / 32), 32 * DB_ROWG, 0, dt_cuda_stream(dev))((T *)dbias,
-                                                                                                  (const T *)dout, N, OC);
-        dt_cuda_note_launch(dev, "matmul_backward");
-    }
+    if (dbias) dbias_accumulate<T>(dev, (T *)dbias, (const T *)dout, N, OC);
 }
 
 void dt_cuda_fill_matmul_ops(dt_ops_t *ops, dt_dtype_t dtype) {

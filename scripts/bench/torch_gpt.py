@@ -32,7 +32,7 @@ def build_gpt(C, T, V, L, H):
             self.ln_f = nn.LayerNorm(C)
 
         def forward(self, idx, tgt):
-            x = self.wte(idx) + self.wpe(torch.arange(T))
+            x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
             for blk in self.h:
                 x = blk(x)
             logits = self.ln_f(x) @ self.wte.weight.t()

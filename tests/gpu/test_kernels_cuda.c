@@ -364,7 +364,10 @@ Test(cuda_matmul, no_bias_no_dinp_f32) { NEED_CUDA(); matmul_case(DT_DTYPE_F32, 
 Test(cuda_matmul, no_bias_no_dinp_bf16) { NEED_CUDA(); matmul_case(DT_DTYPE_BF16, 33, 64, 17, 0, 0); }
 Test(cuda_matmul, gpt2_mlp_shape_f32, .timeout = 300) { NEED_CUDA(); matmul_case(DT_DTYPE_F32, 64, 768, 3072, 1, 1); }
 Test(cuda_matmul, gpt2_mlp_shape_bf16, .timeout = 300) { NEED_CUDA(); matmul_case(DT_DTYPE_BF16, 64, 768, 3072, 1, 1); }
-Test(cuda_matmul, many_rows_few_channels_bf16, .timeout = 120) { NEED_CUDA(); matmul_case(DT_DTYPE_BF16, 1000, 24, 3, 1, 1); }
+/* dbias: several row chunks, the last one shorter; 16-byte packs (OC % 8 == 0) or not */
+Test(cuda_matmul, many_rows_few_channels_bf16, .timeout = 120) { NEED_CUDA(); matmul_case(DT_DTYPE_BF16, 1001, 24, 3, 1, 1); }
+Test(cuda_matmul, many_rows_packed_dbias_f32, .timeout = 120) { NEED_CUDA(); matmul_case(DT_DTYPE_F32, 777, 40, 48, 1, 1); }
+Test(cuda_matmul, many_rows_packed_dbias_bf16, .timeout = 120) { NEED_CUDA(); matmul_case(DT_DTYPE_BF16, 777, 40, 48, 1, 1); }
 
 /* ---- elementwise -------------------------------------------------------------------- */
 
@@ -387,7 +390,7 @@ static void ew_case(dt_dtype_t dt, enum ew_op op, size_t n, size_t off) {
     void *da = ba + off * x.es, *db = bb + off * x.es, *dout = bo + off * x.es, *dout2 = bo2 + off * x.es;
     upload_round(&x, da, a, n);
     upload_round(&x, db, b, n);
-    int accumulates = op == EW_GELU_B || op == EW_RELU_B || op >= EW_RES_B;
+    int accumulates = op == EW_GELU_B || op == EW_RELU_B || op == EW_RES_B || op == EW_RES_B_NO_DB || op == EW_RES_B_NO_DA;
     if (op == EW_SCALE) {
         memcpy(acc, a, n * sizeof(float));
         upload_round(&x, dout, acc, n);

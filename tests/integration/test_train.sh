@@ -70,4 +70,16 @@ out=$("$DTRUN" --nproc_per_node 2 --print-config configs/mlp-tiny.json optimizer
 if [ $rc -eq 0 ] && printf '%s' "$out" | python3 -c 'import json,sys; c=json.load(sys.stdin); assert c["train_batch_size"] == 16 and c["optimizer"]["params"]["lr"] == 0.5' \
    && ! printf '%s' "$out" | grep -q '\[rank'; then pass "--print-config resolves for the world size, starts nothing"
 else fail "--print-config" "rc=$rc $out"; fi
+# device cuda where no GPU is visible: the launcher refuses before starting anything (exit 2),
+# naming the device and CUDA_VISIBLE_DEVICES; the worker alone says the same.
+CUDA_VISIBLE_DEVICES= DTRUN_CUEMU_GPUS=0 "$DTRUN" --standalone --nproc_per_node 1 "$DT_TMP/gpt.json" device=cuda \
+  >"$DT_TMP/nocuda.out" 2>&1; rc=$?
+if [ $rc -eq 2 ] && grep -q "device cuda: .*CUDA_VISIBLE_DEVICES=)" "$DT_TMP/nocuda.out" && grep -q "nothing was started" "$DT_TMP/nocuda.out"
+then pass "device=cuda without a visible GPU: launcher exits 2 naming it"
+else fail "device=cuda without a visible GPU" "rc $rc: $(tail -3 "$DT_TMP/nocuda.out")"; fi
+CUDA_VISIBLE_DEVICES=-1 DTRUN_CUEMU_GPUS=0 $W "$DT_TMP/gpt.json" device=cuda >"$DT_TMP/nocuda_w.out" 2>&1; rc=$?
+if [ $rc -eq 2 ] && grep -q "device cuda: " "$DT_TMP/nocuda_w.out"
+then pass "device=cuda without a visible GPU: worker exits 2 naming it"
+else fail "device=cuda without a visible GPU (worker)" "rc $rc: $(tail -3 "$DT_TMP/nocuda_w.out")"; fi
+
 finish
