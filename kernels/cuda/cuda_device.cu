@@ -72,6 +72,7 @@ static void note_op(dt_cuda_impl *c, const char *op) {
 void dt_cuda_note_launch(dt_device_t *dev, const char *op) {
     cudaError_t e = cudaGetLastError();
     dt_cuda_impl *c = dt_cuda(dev);
+    if (e == cudaSuccess && c->sync_each_op) e = cudaStreamSynchronize(c->stream);
     if (e != cudaSuccess && sticky_free(c)) {
         c->sticky = e;
         note_op(c, op);
@@ -90,6 +91,10 @@ void dt_cuda_note_error(dt_device_t *dev, const char *op, cudaError_t e) {
 
 void dt_cuda_note_blas(dt_device_t *dev, const char *op, cublasStatus_t s) {
     dt_cuda_impl *c = dt_cuda(dev);
+    if (s == CUBLAS_STATUS_SUCCESS && c->sync_each_op) {
+        dt_cuda_note_error(dev, op, cudaStreamSynchronize(c->stream));
+        return;
+    }
     if (s != CUBLAS_STATUS_SUCCESS && sticky_free(c)) {
         c->sticky_blas = s;
         note_op(c, op);
@@ -417,6 +422,14 @@ extern "C" dt_status_t dt_cuda_device_init(dt_device_t *dev, int ordinal, dt_dty
 
     pthread_once(&ops_once, fill_tables);
     dev->ops = dtype == DT_DTYPE_BF16 ? &ops_bf16 : &ops_f32;
+    if (!dev->ops->encoder_forward || !dev->ops->layernorm_forward || !dev->ops->attention_forward ||
+        !dev->ops->softmax_xent_forward)
+        DT_LOG_WARN("cuda device %d: this build has no CUDA layer ops (encoder, layernorm, attention, losses); "
+                    "only the core ops (memory, matmul, elementwise, optimizer) are available", ordinal);
+    {
+        const char *e = getenv("DTRUN_CUDA_SYNC_OPS");
+        c->sync_each_op = e && *e && strcmp(e, "0") != 0;
+    }
     DT_LOG_DEBUG("cuda device %d: %s, %d SMs, cc %d.%d, %s compute, peak %.1f TFLOP/s", ordinal, c->name,
                  c->sm_count, c->cc_major, c->cc_minor, dt_dtype_name(dtype), c->peak_flops / 1e12);
     return DT_STATUS_OK;

@@ -59,6 +59,8 @@ typedef struct dt_cuda_impl {
     size_t nallocs, cap_allocs;
     pthread_mutex_t alloc_lock;
     struct dt_cuda_mm_cache *mm_cache; /* cuBLASLt plans per shape (cuda_matmul.cu) */
+    int sync_each_op;          /* DTRUN_CUDA_SYNC_OPS=1: wait after every op, so an
+                                  asynchronous fault is reported under its op's name */
 } dt_cuda_impl;
 
 static inline dt_cuda_impl *dt_cuda(dt_device_t *dev) { return (dt_cuda_impl *)dev->impl; }
