@@ -1,0 +1,139 @@
+/*
+ * bench_cuda_layers.c - times the CUDA layer ops (encoder, layernorm, attention,
+ * fused softmax + cross-entropy) at GPT-2 124M's shapes on one GPU: milliseconds
+ * per call (mean of K calls after one warm-up, the stream drained before and
+ * after), the bandwidth the memory-bound ops reach, and the attention GEMMs'
+ * TFLOP/s. Prints one line per op; exits 0 without timing anything where no CUDA
+ * device is present.
+ *
+ * usage: bench_cuda_layers [--fp32] [--iters K] [-B 16] [-T 1024] [-C 768]
+ *                          [--heads 12] [--vocab 50257]
+ * Inputs are constant bytes (finite values; timing does not depend on them) and
+ * token ids drawn at random below the vocabulary, as text would be.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/mem.h"
+#include "common/status.h"
+#include "kernels/kernels.h"
+
+static dt_device_t *dev;
+
+static void die(const char *what) {
+    fprintf(stderr, "bench_cuda_layers: %s: %s\n", what, dt_error_detail());
+    exit(1);
+}
+
+/* A device buffer of `bytes` filled with 0x3C bytes (bf16 0x3C3C and fp32
+ * 0x3C3C3C3C are both about 0.0115). */
+static void *dbuf(size_t bytes) {
+    void *p = NULL;
+    if (dev->ops->alloc(dev, DT_MEM_ACTIVATIONS, bytes, &p) != DT_STATUS_OK) die("alloc");
+    if (dev->ops->set(dev, p, 0x3C, bytes) != DT_STATUS_OK) die("set");
+    return p;
+}
+
+static int *dids(size_t n, int below, unsigned seed) {
+    int *h = malloc(n * sizeof *h);
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        h[i] = (int)((seed >> 8) % (unsigned)below);
+    }
+    int *d = dbuf(n * sizeof *d);
+    if (dev->ops->copy(dev, d, h, n * sizeof *h, DT_COPY_HOST_TO_DEVICE) != DT_STATUS_OK) die("copy");
+    free(h);
+    return d;
+}
+
+static int iters = 20;
+
+/* Times `call` and prints ms, and GB/s for `bytes` moved or TFLOP/s for `flops`. */
+#define TIME(name, bytes, flops, call)                                                            \
+    do {                                                                                          \
+        call;                                                                                     \
+        if (dev->ops->synchronize(dev) != DT_STATUS_OK) die(name);                                \
+        double t0_ = dt_now_s();                                                                  \
+        for (int i_ = 0; i_ < iters; i_++) call;                                                  \
+        if (dev->ops->synchronize(dev) != DT_STATUS_OK) die(name);                                \
+        double ms_ = (dt_now_s() - t0_) * 1e3 / iters;                                            \
+        report(name, ms_, (double)(bytes), (double)(flops));                                      \
+    } while (0)
+
+static void report(const char *name, double ms, double bytes, double flops) {
+    printf("%-22s %9.3f ms", name, ms);
+    if (bytes > 0) printf("   %7.1f GB/s (%.0f MB moved)", bytes / (ms * 1e-3) / 1e9, bytes / 1e6);
+    if (flops > 0) printf("   %7.1f TFLOP/s (%.1f GFLOP, masked half included)", flops / (ms * 1e-3) / 1e12, flops / 1e9);
+    printf("\n");
+}
+
+int main(int argc, char **argv) {
+    int B = 16, T = 1024, C = 768, NH = 12, V = 50257;
+    dt_dtype_t dtype = DT_DTYPE_BF16;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--fp32")) { dtype = DT_DTYPE_F32; continue; }
+        if (!v) { fprintf(stderr, "bench_cuda_layers: %s needs a value\n", a); return 2; }
+        int x = atoi(v);
+        if (x <= 0) { fprintf(stderr, "bench_cuda_layers: %s %s: expected a positive integer\n", a, v); return 2; }
+        if (!strcmp(a, "--iters")) iters = x;
+        else if (!strcmp(a, "-B")) B = x;
+        else if (!strcmp(a, "-T")) T = x;
+        else if (!strcmp(a, "-C")) C = x;
+        else if (!strcmp(a, "--heads")) NH = x;
+        else if (!strcmp(a, "--vocab")) V = x;
+        else { fprintf(stderr, "bench_cuda_layers: unknown option %s\n", a); return 2; }
+        i++;
+    }
+    if (C % NH) { fprintf(stderr, "bench_cuda_layers: -C %d is not a multiple of --heads %d\n", C, NH); return 2; }
+    if (dt_device_count(DT_DEVICE_CUDA) == 0) {
+        printf("bench_cuda_layers: no CUDA device: nothing to time\n");
+        return 0;
+    }
+    dt_device_opts_t o = {.kind = DT_DEVICE_CUDA, .nthreads = 1, .ordinal = 0, .dtype = dtype};
+    if (dt_device_open(&dev, &o) != DT_STATUS_OK) die("open cuda");
+    const dt_ops_t *op = dev->ops;
+    int Vp = (V + 127) / 128 * 128, N = B * T;
+    size_t es = dt_dtype_size(dtype), NC = (size_t)N * C;
+    printf("CUDA layer ops, %s, B=%d T=%d C=%d NH=%d V=%d (padded %d), mean of %d calls\n",
+           dt_dtype_name(dtype), B, T, C, NH, V, Vp, iters);
+
+    /* encoder */
+    void *wte = dbuf((size_t)Vp * C * es), *wpe = dbuf((size_t)T * C * es), *x = dbuf(NC * es);
+    void *dwte = dbuf((size_t)Vp * C * es), *dwpe = dbuf((size_t)T * C * es), *dx = dbuf(NC * es);
+    int *ids = dids(N, V, 1), *tg = dids(N, V, 2);
+    TIME("encoder_forward", 3 * NC * es, 0, op->encoder_forward(dev, x, ids, wte, wpe, B, T, C));
+    TIME("encoder_backward", 3 * NC * es, 0, op->encoder_backward(dev, dwte, dwpe, dx, ids, B, T, C));
+
+    /* layernorm */
+    void *ln = dbuf(NC * es), *w = dbuf(C * es), *b = dbuf(C * es), *dw = dbuf(C * es), *db = dbuf(C * es);
+    float *mean = dbuf(N * sizeof(float)), *rstd = dbuf(N * sizeof(float));
+    TIME("layernorm_forward", 2 * NC * es, 0, op->layernorm_forward(dev, ln, mean, rstd, x, w, b, N, C));
+    TIME("layernorm_backward", 4 * NC * es, 0,
+         op->layernorm_backward(dev, dx, dw, db, ln, x, w, mean, rstd, N, C));
+
+    /* attention: 2 GEMMs of B NH T^2 HS multiply-adds forward, 4 backward */
+    void *qkv = dbuf(3 * NC * es), *dqkv = dbuf(3 * NC * es), *y = dbuf(NC * es);
+    void *saved = dbuf(op->attention_saved_bytes(dev, B, T, C, NH));
+    void *scratch = dbuf(op->attention_scratch_bytes(dev, B, T, C, NH));
+    double gemm = 2.0 * B * NH * (double)T * T * (C / NH);
+    TIME("attention_forward", 0, 2 * gemm, op->attention_forward(dev, y, saved, qkv, B, T, C, NH));
+    TIME("attention_backward", 0, 4 * gemm,
+         op->attention_backward(dev, dqkv, scratch, y, qkv, saved, B, T, C, NH));
+    printf("%-22s %9.1f MB saved per layer, %.1f MB scratch\n", "attention memory",
+           op->attention_saved_bytes(dev, B, T, C, NH) / 1e6, op->attention_scratch_bytes(dev, B, T, C, NH) / 1e6);
+    op->free(dev, saved);
+    op->free(dev, scratch);
+
+    /* fused softmax + cross-entropy over (N, Vp) logits; the backward in place */
+    size_t NV = (size_t)N * Vp;
+    void *logits = dbuf(NV * es);
+    float *losses = dbuf(N * sizeof(float));
+    TIME("softmax_xent_forward", NV * es, 0, op->softmax_xent_forward(dev, losses, logits, tg, N, V, Vp));
+    TIME("softmax_xent_backward", 2 * NV * es, 0,
+         op->softmax_xent_backward(dev, logits, losses, logits, tg, 1.0f / N, N, V, Vp));
+    dt_device_free(dev); /* frees what is still allocated */
+    return 0;
+}
