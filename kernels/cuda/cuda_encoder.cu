@@ -18,19 +18,21 @@
  *   5. one block per run of equal tokens (a run head is where the token changes)
  *      and per 128 channels: each thread sums its channel over the run in position
  *      order in fp32, then adds the sum to dwte once.
- * Steps 1-4 touch ints only (B*T of them, plus 3 x 64K bucket counters); step 4
- * costs the bucket size per position, so sum over tokens of count^2 comparisons:
- * for GPT-2 text with B*T = 16K the largest runs (" the", ",", ".") hold a few
- * hundred positions, i.e. a few million integer compares spread over 16K threads,
- * microseconds. Step 5 reads dout once (B*T*C elements) and writes each touched
- * dwte row once; a thread walks its run 8 positions per step with the loads of a
- * step independent, so a run of r positions costs ~3 r/8 memory latencies (~40 us
- * for r = 600 at ~0.5 us per L2/HBM latency chain), overlapped with the other runs.
- * The grid has B*T x C/128 blocks; those not at a run head exit at once. The worst
- * case (every position the same token) degrades to one run of B*T: correct, about
- * a millisecond instead of tens of microseconds. Tokens need not be < HBUCKETS: two tokens
- * sharing a bucket are kept apart by the (token, position) sort. V is not an
- * argument of the op, hence the hash rather than a table of V counters.
+ * Steps 1-4 touch ints only (B*T positions and their tokens, plus 3 x 64K bucket
+ * counters); step 4 costs each position its bucket's size, so sum over tokens of
+ * count^2 compares: for GPT-2 text with B*T = 16K the largest runs (" the", ",",
+ * ".") hold a few hundred positions, i.e. a few million compares spread over 16K
+ * threads, reading (position, token) pairs that the threads of a bucket share in
+ * L1: tens of microseconds. Step 5 reads dout once (B*T*C elements) and writes
+ * each touched dwte row once; a thread walks its run 8 positions per step with the
+ * loads of a step independent, so a run of r positions costs ~3 r/8 memory
+ * latencies (~40 us for r = 600 at ~0.5 us per chain), overlapped with the other
+ * runs. The grid has B*T x C/128 blocks; those not at a run head exit at once.
+ * The worst case (every position the same token) degrades to one run of B*T and
+ * (B*T)^2 compares: correct, a few milliseconds instead of tens of microseconds.
+ * Tokens need not be < HBUCKETS: two tokens sharing a bucket are kept apart by the
+ * (token, position) sort. V is not an argument of the op, hence the hash rather
+ * than a table of V counters.
  *
  * Backward, dwpe: dwpe[t, c] += sum over b of dout[b, t, c], b in order, one thread
  * per (t, c).
@@ -108,26 +110,26 @@ __global__ void encoder_scan_kernel(int *start, const int *count) {
     }
 }
 
-__global__ void encoder_scatter_kernel(int *bucket, int *cursor, const int *start, const int *inp,
+/* bucket holds (position, token) pairs, so that ranking reads no token by index. */
+__global__ void encoder_scatter_kernel(int2 *bucket, int *cursor, const int *start, const int *inp,
                                        int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    int h = inp[i] & (HBUCKETS - 1);
-    bucket[start[h] + atomicAdd(&cursor[h], 1)] = i;
+    int tok = inp[i], h = tok & (HBUCKETS - 1);
+    bucket[start[h] + atomicAdd(&cursor[h], 1)] = make_int2(i, tok);
 }
 
 /* Position i goes to start + (number of positions of its bucket ordered before it
  * by (token, position)). Keys are distinct, so the ranks are a permutation. */
-__global__ void encoder_rank_kernel(int *sorted, const int *bucket, const int *start,
+__global__ void encoder_rank_kernel(int *sorted, const int2 *bucket, const int *start,
                                     const int *count, const int *inp, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     int tok = inp[i], h = tok & (HBUCKETS - 1);
     int s0 = start[h], m = count[h], rank = 0;
     for (int k = 0; k < m; k++) {
-        int j = bucket[s0 + k];
-        int tj = inp[j];
-        rank += tj < tok || (tj == tok && j < i);
+        int2 e = bucket[s0 + k]; /* (position, token) */
+        rank += e.y < tok || (e.y == tok && e.x < i);
     }
     sorted[s0 + rank] = i;
 }
@@ -184,12 +186,14 @@ static void encoder_backward(dt_device_t *dev, void *dwte, void *dwpe, const voi
         DT_CUDA_LAUNCHED(dev);
     }
     if (!dwte || n == 0) return;
-    /* scratch: count, cursor, start (HBUCKETS each), bucket, sorted (n each) */
-    int *count = (int *)dt_cuda_layer_scratch(dev, sizeof(int) * (3 * (size_t)HBUCKETS + 2 * (size_t)n),
+    /* scratch: count, cursor, start (HBUCKETS ints each), sorted (n ints), bucket
+     * (n int2, 8-byte aligned: HBUCKETS * 3 + n is even when n is, else padded) */
+    size_t ints = 3 * (size_t)HBUCKETS + (size_t)n + (n & 1);
+    int *count = (int *)dt_cuda_layer_scratch(dev, sizeof(int) * ints + sizeof(int2) * (size_t)n,
                                               __func__);
     if (!count) return;
-    int *cursor = count + HBUCKETS, *start = cursor + HBUCKETS;
-    int *bucket = start + HBUCKETS, *sorted = bucket + n;
+    int *cursor = count + HBUCKETS, *start = cursor + HBUCKETS, *sorted = start + HBUCKETS;
+    int2 *bucket = (int2 *)(count + ints);
 
     DT_LAUNCH(encoder_zero_kernel, dt_blocks(2 * HBUCKETS, 256), 256, 0, st)(count, 2 * HBUCKETS);
     DT_CUDA_LAUNCHED(dev);
