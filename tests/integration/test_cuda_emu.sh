@@ -52,7 +52,7 @@ PY
 
 run cpu1 "$DTRUN" 1 device=cpu || fail "cpu reference run"
 if run emu_fp32 "$EMU" 1 device=cuda bf16.enabled=false; then
-  grep -q '"device": *"cuda"' "$DT_TMP/emu_fp32/summary.json" && pass "device=cuda trains on the (emulated) GPU" ||
+  grep -q '"device":[[:space:]]*"cuda"' "$DT_TMP/emu_fp32/summary.json" && pass "device=cuda trains on the (emulated) GPU" ||
     fail "device=cuda trains on the (emulated) GPU" "summary: $(head -c 300 "$DT_TMP/emu_fp32/summary.json")"
   close "GPU fp32 vs CPU: losses within 1e-4" emu_fp32 cpu1 1e-4
 else fail "device=cuda, fp32"; fi
@@ -95,11 +95,11 @@ else fail "bf16 checkpoint runs"; fi
 
 # device auto: the GPU when one is visible, else the CPU.
 if run auto_gpu "$EMU" 1 device=auto train_steps=2; then
-  grep -q '"device": *"cuda"' "$DT_TMP/auto_gpu/summary.json" && pass "device=auto picks the visible GPU" ||
+  grep -q '"device":[[:space:]]*"cuda"' "$DT_TMP/auto_gpu/summary.json" && pass "device=auto picks the visible GPU" ||
     fail "device=auto picks the visible GPU"
 else fail "device=auto with a GPU"; fi
 if DTRUN_CUEMU_GPUS=0 run auto_cpu "$EMU" 1 device=auto train_steps=2; then
-  grep -q '"device": *"cpu"' "$DT_TMP/auto_cpu/summary.json" && pass "device=auto without a GPU falls back to the CPU" ||
+  grep -q '"device":[[:space:]]*"cpu"' "$DT_TMP/auto_cpu/summary.json" && pass "device=auto without a GPU falls back to the CPU" ||
     fail "device=auto without a GPU falls back to the CPU"
 else fail "device=auto without a GPU"; fi
 finish
