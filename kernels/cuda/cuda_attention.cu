@@ -31,13 +31,16 @@
  * What a fused flash-style kernel (online softmax over key tiles, recomputing the
  * probabilities in the backward) would save: the saved (B, NH, T, T)
  * probabilities (GPT-2 124M, B=16, T=1024, bf16: 402 MB per layer, 4.8 GB over 12
- * layers) and their trips through HBM: here the scores are written, read and
- * rewritten by the softmax and read by the output GEMM (4 passes) in the forward,
- * and the backward reads them twice and writes/reads dP and dS (~5 more passes):
- * ~3.6 GB of traffic per layer and step against ~0.2 GB for q, k, v, out and
- * their gradients. It would also skip the masked upper triangle, which the GEMMs
- * here compute and throw away (half of the attention FLOPs). Measuring both needs
- * a GPU; this version is the reference the fused one will be tested against.
+ * layers) and their trips through memory: here the scores are written, read and
+ * rewritten by the softmax and read by the output GEMM (4 passes) in the forward;
+ * the backward reads them twice, and dP/dS take ~5 passes of one sequence's
+ * (NH, T, T) (25 MB, partly L2-resident): ~10 passes of 402 MB, ~4 GB per layer
+ * and step, against ~0.2 GB for q, k, v, out and their gradients. It would also
+ * skip the masked upper triangle, which the GEMMs here compute and throw away
+ * (half of the attention FLOPs). To beat cuBLAS it needs tensor-core MMA (wmma
+ * or mma.sync), which the emulator (tests/cuemu) does not provide yet. Measuring
+ * both needs a GPU; this version is the reference the fused one will be tested
+ * against.
  */
 #include "kernels/cuda/cuda_layers.cuh"
 
