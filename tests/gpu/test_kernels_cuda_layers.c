@@ -15,8 +15,8 @@
  *    passes; the tolerances are stated and justified at each op;
  *  - the GPU op runs twice on the same inputs and must give the same bits.
  * Shapes include odd sizes (C = 12, NH = 3, V = 13 padded to 16, rows not a
- * multiple of 16 bytes) and a larger one (B = 2, T = 64, C = 128, NH = 4,
- * V = 1000 padded to 1024).
+ * multiple of 16 bytes) and larger ones (B = 2, T = 64, C = 128, NH = 4, V = 1000
+ * padded to 1024; C = 768 and V = 5000 so that each lane or thread loops).
  *
  * bf16 has 8 significant bits: one rounding of a result is a relative error of at
  * most 2^-9; BF_ULP below is 2^-8, two of those roundings.
@@ -249,7 +249,7 @@ static void run_encoder(dt_dtype_t dtype, enc_shape_t s, uint64_t seed) {
 }
 
 static const enc_shape_t enc_small = {2, 5, 12, 7, 8, 0, 0};
-static const enc_shape_t enc_large = {2, 64, 128, 1000, 64, 1, 0};
+static const enc_shape_t enc_large = {2, 64, 160, 1000, 64, 1, 0}; /* C > one block of 128 channels */
 static const enc_shape_t enc_collide = {2, 5, 12, 131080, 5, 0, 1};
 
 Test(cuda_layers, encoder_f32) {
@@ -354,12 +354,14 @@ Test(cuda_layers, layernorm_f32) {
     run_layernorm(DT_DTYPE_F32, 128, 128, 12);
     run_layernorm(DT_DTYPE_F32, 67, 200, 13);
     run_layernorm(DT_DTYPE_F32, 9, 13, 14); /* C not a whole number of 16-byte packs */
+    run_layernorm(DT_DTYPE_F32, 5, 768, 15); /* several packs per lane */
 }
 Test(cuda_layers, layernorm_bf16) {
     run_layernorm(DT_DTYPE_BF16, 10, 12, 11);
     run_layernorm(DT_DTYPE_BF16, 128, 128, 12);
     run_layernorm(DT_DTYPE_BF16, 67, 200, 13);
     run_layernorm(DT_DTYPE_BF16, 9, 13, 14); /* C not a whole number of 16-byte packs */
+    run_layernorm(DT_DTYPE_BF16, 5, 768, 15); /* several packs per lane */
 }
 
 /* ---- attention ----------------------------------------------------------------
@@ -523,11 +525,13 @@ Test(cuda_layers, softmax_xent_f32) {
     run_xent(DT_DTYPE_F32, 10, 13, 16, 31);
     run_xent(DT_DTYPE_F32, 6, 1000, 1024, 32);
     run_xent(DT_DTYPE_F32, 5, 11, 13, 33); /* rows not 16-byte aligned: the scalar path */
+    run_xent(DT_DTYPE_F32, 3, 5000, 5008, 34); /* several packs per thread */
 }
 Test(cuda_layers, softmax_xent_bf16) {
     run_xent(DT_DTYPE_BF16, 10, 13, 16, 31);
     run_xent(DT_DTYPE_BF16, 6, 1000, 1024, 32);
     run_xent(DT_DTYPE_BF16, 5, 11, 13, 33);
+    run_xent(DT_DTYPE_BF16, 3, 5000, 5008, 34); /* several packs per thread */
 }
 
 /* ---- mse ----------------------------------------------------------------------
