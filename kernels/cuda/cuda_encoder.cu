@@ -64,7 +64,8 @@ template <typename S>
 static void encoder_forward(dt_device_t *dev, void *out, const int *inp, const void *wte,
                             const void *wpe, int B, int T, int C) {
     constexpr int W = dt_vec_width<S>();
-    int vec = C % W == 0 && dt_aligned16(out) && dt_aligned16(wte) && dt_aligned16(wpe);
+    int vec = C % W == 0 && dt_cuda_aligned16(out) && dt_cuda_aligned16(wte) &&
+              dt_cuda_aligned16(wpe);
     void (*kernel)(S *, const int *, const S *, const S *, int, int, int) =
         vec ? encoder_forward_kernel<S, W> : encoder_forward_kernel<S, 1>;
     size_t items = (size_t)B * T * (vec ? C / W : C);

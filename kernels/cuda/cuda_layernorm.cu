@@ -67,8 +67,8 @@ __global__ void layernorm_forward_kernel(S *out, float *mean, float *rstd, const
 /* 16-byte packs when C is a whole number of them and every row pointer is aligned. */
 template <typename S> static int ln_vec(int C, const void *a, const void *b, const void *c,
                                         const void *d, const void *e) {
-    return C % dt_vec_width<S>() == 0 && dt_aligned16(a) && dt_aligned16(b) && dt_aligned16(c) &&
-           dt_aligned16(d) && dt_aligned16(e);
+    return C % dt_vec_width<S>() == 0 && dt_cuda_aligned16(a) && dt_cuda_aligned16(b) &&
+           dt_cuda_aligned16(c) && dt_cuda_aligned16(d) && dt_cuda_aligned16(e);
 }
 
 template <typename S>

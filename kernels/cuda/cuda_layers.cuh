@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_vec.cuh" /* defines: dt_cuda_aligned16 */
 
 #define DT_WARP 32
 #define DT_FULL_MASK 0xffffffffu
@@ -105,7 +106,9 @@ static __device__ __forceinline__ dt_maxsum dt_block_maxsum(dt_maxsum a, float *
 /* ---- 16-byte vectors ------------------------------------------------------ */
 
 /* N elements of storage type S loaded or stored together: one 16-byte access when
- * N * sizeof(S) == 16 (the address must then be 16-byte aligned), else one by one. */
+ * N * sizeof(S) == 16 (the address must then be 16-byte aligned: host code checks
+ * dt_cuda_aligned16 before picking such a kernel), else one by one. The same code
+ * as cuda_vec.cuh's dt_pack, plus the N = 1 form that the fallback kernels use. */
 template <typename S, int N> struct dt_vec {
     S v[N];
 };
@@ -135,8 +138,6 @@ static __device__ __forceinline__ void dt_vec_st(S *p, const dt_vec<S, N> &x) {
 /* Elements per 16 bytes: 4 fp32, 8 bf16. */
 template <typename S> constexpr int dt_vec_width() { return (int)(16 / sizeof(S)); }
 
-/* 1 when p is 16-byte aligned (host side, before choosing a vector kernel). */
-static inline int dt_aligned16(const void *p) { return ((size_t)p & 15u) == 0; }
 
 /* ---- host-side helpers (cuda_layers.cu) ---------------------------------- */
 

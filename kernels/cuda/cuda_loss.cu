@@ -84,7 +84,7 @@ __global__ void xent_backward_kernel(S *dlogits, float *losses, const S *logits,
 
 /* 16-byte loads when every row starts aligned. */
 template <typename S> static int xent_vec(int Vp, const void *a, const void *b) {
-    return Vp % dt_vec_width<S>() == 0 && dt_aligned16(a) && dt_aligned16(b);
+    return Vp % dt_vec_width<S>() == 0 && dt_cuda_aligned16(a) && dt_cuda_aligned16(b);
 }
 
 template <typename S>
