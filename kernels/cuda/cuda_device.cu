@@ -147,6 +147,13 @@ static double cuda_peak_flops(dt_device_t *dev) { return dt_cuda(dev)->peak_flop
 
 /* ---- memory ----------------------------------------------------------------- */
 
+/* The CUDA runtime's current device is per thread. Memory calls may come from any
+ * thread (checkpoint, data, communication), so they select the device first; the
+ * compute ops run on the thread that opened the device. */
+static dt_status_t bind(dt_device_t *dev) {
+    return dt_cuda_status(cudaSetDevice(dev->ordinal), "cudaSetDevice");
+}
+
 static dt_status_t cuda_alloc(dt_device_t *dev, dt_mem_category_t cat, size_t bytes, void **out) {
     dt_cuda_impl *c = dt_cuda(dev);
     *out = NULL;
@@ -157,6 +164,7 @@ static dt_status_t cuda_alloc(dt_device_t *dev, dt_mem_category_t cat, size_t by
     char what[96];
     snprintf(what, sizeof what, "alloc of %zu bytes (%s) on GPU %d", bytes, dt_mem_category_name(cat),
              dev->ordinal);
+    DT_CHECK(bind(dev));
     DT_CHECK(dt_cuda_status(cudaMalloc(&p, want), what));
     /* Zero-filled (kernels.h), in stream order before any op that uses it. */
     dt_status_t st = dt_cuda_status(cudaMemsetAsync(p, 0, want, c->stream), what);
@@ -193,6 +201,7 @@ static void cuda_free(dt_device_t *dev, void *ptr) {
         DT_LOG_WARN("cuda free: %p was not allocated by this device; ignored", ptr);
         return;
     }
+    (void)bind(dev);
     cudaError_t e = cudaFree(ptr); /* waits for work that may still use it */
     if (e != cudaSuccess) {
         DT_LOG_WARN("cuda free of %zu bytes: %s", rec.bytes, cudaGetErrorString(e));
@@ -227,6 +236,7 @@ static dt_status_t cuda_copy(dt_device_t *dev, void *dst, const void *src, size_
         memmove(dst, src, bytes);
         return DT_STATUS_OK;
     }
+    DT_CHECK(bind(dev));
     cudaMemcpyKind k = kind == DT_COPY_HOST_TO_DEVICE   ? cudaMemcpyHostToDevice
                        : kind == DT_COPY_DEVICE_TO_HOST ? cudaMemcpyDeviceToHost
                                                         : cudaMemcpyDeviceToDevice;
@@ -240,11 +250,13 @@ static dt_status_t cuda_set(dt_device_t *dev, void *ptr, int byte, size_t bytes)
     if (!bytes) return DT_STATUS_OK;
     char what[64];
     snprintf(what, sizeof what, "set of %zu bytes", bytes);
+    DT_CHECK(bind(dev));
     return dt_cuda_status(cudaMemsetAsync(ptr, byte, bytes, dt_cuda(dev)->stream), what);
 }
 
 static dt_status_t cuda_synchronize(dt_device_t *dev) {
     dt_cuda_impl *c = dt_cuda(dev);
+    DT_CHECK(bind(dev));
     cudaError_t e = cudaStreamSynchronize(c->stream);
     /* Also catches a launch error whose op forgot DT_CUDA_LAUNCHED. */
     cudaError_t late = cudaGetLastError();
@@ -302,6 +314,7 @@ static dt_status_t cuda_upload_f32(dt_device_t *dev, void *dst, const float *src
     if (!n) return DT_STATUS_OK;
     if (!dst || !src) return dt_error(DT_STATUS_INVALID, "upload_f32: NULL %s for %zu elements", dst ? "source" : "destination", n);
     if (dev->ops->dtype == DT_DTYPE_F32) return cuda_copy(dev, dst, src, n * sizeof(float), DT_COPY_HOST_TO_DEVICE);
+    DT_CHECK(bind(dev));
     DT_CHECK(staging_reserve(dev, n));
     dt_bf16 *d = (dt_bf16 *)dst;
     for (size_t off = 0; off < n; off += STAGING_ELEMS) {
@@ -323,6 +336,7 @@ static dt_status_t cuda_download_f32(dt_device_t *dev, float *dst, const void *s
     if (!n) return DT_STATUS_OK;
     if (!dst || !src) return dt_error(DT_STATUS_INVALID, "download_f32: NULL %s for %zu elements", dst ? "source" : "destination", n);
     if (dev->ops->dtype == DT_DTYPE_F32) return cuda_copy(dev, dst, src, n * sizeof(float), DT_COPY_DEVICE_TO_HOST);
+    DT_CHECK(bind(dev));
     DT_CHECK(staging_reserve(dev, n));
     const dt_bf16 *s = (const dt_bf16 *)src;
     for (size_t off = 0; off < n; off += STAGING_ELEMS) {
