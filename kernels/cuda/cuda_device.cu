@@ -165,7 +165,15 @@ static dt_status_t cuda_alloc(dt_device_t *dev, dt_mem_category_t cat, size_t by
     snprintf(what, sizeof what, "alloc of %zu bytes (%s) on GPU %d", bytes, dt_mem_category_name(cat),
              dev->ordinal);
     DT_CHECK(bind(dev));
-    DT_CHECK(dt_cuda_status(cudaMalloc(&p, want), what));
+    cudaError_t e = cudaMalloc(&p, want);
+    if (e == cudaErrorMemoryAllocation) {
+        size_t free_b = 0, total_b = 0;
+        (void)cudaGetLastError();
+        if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) (void)cudaGetLastError();
+        return dt_error(DT_STATUS_NOMEM, "%s: out of GPU memory (%.1f MiB free of %.1f MiB)", what,
+                        free_b / 1048576.0, total_b / 1048576.0);
+    }
+    DT_CHECK(dt_cuda_status(e, what));
     /* Zero-filled (kernels.h), in stream order before any op that uses it. */
     dt_status_t st = dt_cuda_status(cudaMemsetAsync(p, 0, want, c->stream), what);
     if (st != DT_STATUS_OK) {

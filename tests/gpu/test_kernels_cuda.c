@@ -185,6 +185,14 @@ static void device_basics(dt_dtype_t dt) {
     o->free(x.g, d);
     o->free(x.g, NULL);
     cr_assert_eq(dt_mem_current(DT_MEM_ACTIVATIONS), before);
+    /* more than any GPU has: NOMEM naming the size, nothing accounted, device still fine */
+    d = (void *)1;
+    cr_assert_eq(o->alloc(x.g, DT_MEM_ACTIVATIONS, (size_t)1 << 50, &d), DT_STATUS_NOMEM);
+    cr_assert_null(d);
+    cr_assert(strstr(dt_error_detail(), "1125899906842624 bytes") && strstr(dt_error_detail(), "out of GPU memory"),
+              "detail: %s", dt_error_detail());
+    cr_assert_eq(dt_mem_current(DT_MEM_ACTIVATIONS), before);
+    cr_assert_eq(o->synchronize(x.g), DT_STATUS_OK, "%s", dt_error_detail());
     free(h);
     ctx_close(&x);
 }
