@@ -386,9 +386,9 @@ static const char *const ew_names[] = {"gelu_forward",      "gelu_backward",    
 
 /* One op on n elements; off shifts every device pointer by that many elements (1:
  * not 16-byte aligned, the one-at-a-time path). */
-static void ew_case(dt_dtype_t dt, enum ew_op op, size_t n, size_t off) {
-    ctx x;
-    ctx_open(&x, dt);
+static void ew_case(ctx *xp, enum ew_op op, size_t n, size_t off) {
+    ctx x = *xp; /* a copy: the rng state carries over through *xp below */
+    dt_dtype_t dt = x.dt;
     const size_t PAD = 9;
     float *a = host_rand(&x, n, 4.0f), *b = host_rand(&x, n, 2.0f), *acc = host_rand(&x, n, 1.0f),
           *acc2 = host_rand(&x, n, 1.0f);
@@ -453,16 +453,20 @@ static void ew_case(dt_dtype_t dt, enum ew_op op, size_t n, size_t off) {
     g->free(x.g, bo2);
     float *hs[] = {a, b, acc, acc2, ref, ref2, got, got2, scale};
     for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++) free(hs[i]);
-    ctx_close(&x);
+    xp->rng = x.rng;
 }
 
+/* One device for all sizes (opening one costs a CUDA context and cuBLAS handles). */
 static void ew_all_sizes(dt_dtype_t dt, enum ew_op op) {
     NEED_CUDA();
     static const size_t sizes[] = {1, 7, 8, 1000, 4099, 65539};
+    ctx x;
+    ctx_open(&x, dt);
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-        ew_case(dt, op, sizes[i], 0);
-        ew_case(dt, op, sizes[i], 1);
+        ew_case(&x, op, sizes[i], 0);
+        ew_case(&x, op, sizes[i], 1);
     }
+    ctx_close(&x);
 }
 
 Test(cuda_elementwise, gelu_forward_f32) { ew_all_sizes(DT_DTYPE_F32, EW_GELU_F); }
