@@ -377,6 +377,21 @@ Test(cuda_matmul, many_rows_few_channels_bf16, .timeout = 120) { NEED_CUDA(); ma
 Test(cuda_matmul, many_rows_packed_dbias_f32, .timeout = 120) { NEED_CUDA(); matmul_case(DT_DTYPE_F32, 777, 40, 48, 1, 1); }
 Test(cuda_matmul, many_rows_packed_dbias_bf16, .timeout = 120) { NEED_CUDA(); matmul_case(DT_DTYPE_BF16, 777, 40, 48, 1, 1); }
 
+/* The cublasGemmEx path (taken when cuBLASLt's heuristic finds no algorithm), forced
+ * for the whole process: the bias comes from our broadcast kernel then. */
+Test(cuda_matmul, gemmex_path_f32) {
+    NEED_CUDA();
+    setenv("DTRUN_CUDA_MATMUL", "gemmex", 1);
+    matmul_case(DT_DTYPE_F32, 7, 13, 5, 1, 1);
+    matmul_case(DT_DTYPE_F32, 777, 40, 48, 1, 0);
+}
+Test(cuda_matmul, gemmex_path_bf16) {
+    NEED_CUDA();
+    setenv("DTRUN_CUDA_MATMUL", "gemmex", 1);
+    matmul_case(DT_DTYPE_BF16, 7, 13, 5, 1, 1);
+    matmul_case(DT_DTYPE_BF16, 777, 40, 48, 1, 0);
+}
+
 /* ---- elementwise -------------------------------------------------------------------- */
 
 enum ew_op { EW_GELU_F, EW_GELU_B, EW_RELU_F, EW_RELU_B, EW_RES_F, EW_RES_B, EW_RES_B_NO_DB, EW_RES_B_NO_DA, EW_SCALE };
