@@ -147,6 +147,13 @@ static double cuda_peak_flops(dt_device_t *dev) { return dt_cuda(dev)->peak_flop
 
 /* ---- memory ----------------------------------------------------------------- */
 
+/* The CUDA runtime's current device is per thread. Memory calls may come from any
+ * thread (checkpoint, data, communication), so they select the device first; the
+ * compute ops run on the thread that opened the device. */
+static dt_status_t bind(dt_device_t *dev) {
+    return dt_cuda_status(cudaSetDevice(dev->ordinal), "cudaSetDevice");
+}
+
 static dt_status_t cuda_alloc(dt_device_t *dev, dt_mem_category_t cat, size_t bytes, void **out) {
     dt_cuda_impl *c = dt_cuda(dev);
     *out = NULL;
@@ -157,7 +164,16 @@ static dt_status_t cuda_alloc(dt_device_t *dev, dt_mem_category_t cat, size_t by
     char what[96];
     snprintf(what, sizeof what, "alloc of %zu bytes (%s) on GPU %d", bytes, dt_mem_category_name(cat),
              dev->ordinal);
-    DT_CHECK(dt_cuda_status(cudaMalloc(&p, want), what));
+    DT_CHECK(bind(dev));
+    cudaError_t e = cudaMalloc(&p, want);
+    if (e == cudaErrorMemoryAllocation) {
+        size_t free_b = 0, total_b = 0;
+        (void)cudaGetLastError();
+        if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) (void)cudaGetLastError();
+        return dt_error(DT_STATUS_NOMEM, "%s: out of GPU memory (%.1f MiB free of %.1f MiB)", what,
+                        free_b / 1048576.0, total_b / 1048576.0);
+    }
+    DT_CHECK(dt_cuda_status(e, what));
     /* Zero-filled (kernels.h), in stream order before any op that uses it. */
     dt_status_t st = dt_cuda_status(cudaMemsetAsync(p, 0, want, c->stream), what);
     if (st != DT_STATUS_OK) {
@@ -193,6 +209,7 @@ static void cuda_free(dt_device_t *dev, void *ptr) {
         DT_LOG_WARN("cuda free: %p was not allocated by this device; ignored", ptr);
         return;
     }
+    (void)bind(dev);
     cudaError_t e = cudaFree(ptr); /* waits for work that may still use it */
     if (e != cudaSuccess) {
         DT_LOG_WARN("cuda free of %zu bytes: %s", rec.bytes, cudaGetErrorString(e));
@@ -227,6 +244,7 @@ static dt_status_t cuda_copy(dt_device_t *dev, void *dst, const void *src, size_
         memmove(dst, src, bytes);
         return DT_STATUS_OK;
     }
+    DT_CHECK(bind(dev));
     cudaMemcpyKind k = kind == DT_COPY_HOST_TO_DEVICE   ? cudaMemcpyHostToDevice
                        : kind == DT_COPY_DEVICE_TO_HOST ? cudaMemcpyDeviceToHost
                                                         : cudaMemcpyDeviceToDevice;
@@ -240,11 +258,13 @@ static dt_status_t cuda_set(dt_device_t *dev, void *ptr, int byte, size_t bytes)
     if (!bytes) return DT_STATUS_OK;
     char what[64];
     snprintf(what, sizeof what, "set of %zu bytes", bytes);
+    DT_CHECK(bind(dev));
     return dt_cuda_status(cudaMemsetAsync(ptr, byte, bytes, dt_cuda(dev)->stream), what);
 }
 
 static dt_status_t cuda_synchronize(dt_device_t *dev) {
     dt_cuda_impl *c = dt_cuda(dev);
+    DT_CHECK(bind(dev));
     cudaError_t e = cudaStreamSynchronize(c->stream);
     /* Also catches a launch error whose op forgot DT_CUDA_LAUNCHED. */
     cudaError_t late = cudaGetLastError();
@@ -302,6 +322,7 @@ static dt_status_t cuda_upload_f32(dt_device_t *dev, void *dst, const float *src
     if (!n) return DT_STATUS_OK;
     if (!dst || !src) return dt_error(DT_STATUS_INVALID, "upload_f32: NULL %s for %zu elements", dst ? "source" : "destination", n);
     if (dev->ops->dtype == DT_DTYPE_F32) return cuda_copy(dev, dst, src, n * sizeof(float), DT_COPY_HOST_TO_DEVICE);
+    DT_CHECK(bind(dev));
     DT_CHECK(staging_reserve(dev, n));
     dt_bf16 *d = (dt_bf16 *)dst;
     for (size_t off = 0; off < n; off += STAGING_ELEMS) {
@@ -323,6 +344,7 @@ static dt_status_t cuda_download_f32(dt_device_t *dev, float *dst, const void *s
     if (!n) return DT_STATUS_OK;
     if (!dst || !src) return dt_error(DT_STATUS_INVALID, "download_f32: NULL %s for %zu elements", dst ? "source" : "destination", n);
     if (dev->ops->dtype == DT_DTYPE_F32) return cuda_copy(dev, dst, src, n * sizeof(float), DT_COPY_DEVICE_TO_HOST);
+    DT_CHECK(bind(dev));
     DT_CHECK(staging_reserve(dev, n));
     const dt_bf16 *s = (const dt_bf16 *)src;
     for (size_t off = 0; off < n; off += STAGING_ELEMS) {
@@ -429,6 +451,8 @@ extern "C" dt_status_t dt_cuda_device_init(dt_device_t *dev, int ordinal, dt_dty
     {
         const char *e = getenv("DTRUN_CUDA_SYNC_OPS");
         c->sync_each_op = e && *e && strcmp(e, "0") != 0;
+        e = getenv("DTRUN_CUDA_MATMUL");
+        c->matmul_gemmex = e && strcmp(e, "gemmex") == 0;
     }
     DT_LOG_DEBUG("cuda device %d: %s, %d SMs, cc %d.%d, %s compute, peak %.1f TFLOP/s", ordinal, c->name,
                  c->sm_count, c->cc_major, c->cc_minor, dt_dtype_name(dtype), c->peak_flops / 1e12);

@@ -61,6 +61,8 @@ typedef struct dt_cuda_impl {
     struct dt_cuda_mm_cache *mm_cache; /* cuBLASLt plans per shape (cuda_matmul.cu) */
     int sync_each_op;          /* DTRUN_CUDA_SYNC_OPS=1: wait after every op, so an
                                   asynchronous fault is reported under its op's name */
+    int matmul_gemmex;         /* DTRUN_CUDA_MATMUL=gemmex: skip cuBLASLt, use the
+                                  cublasGemmEx path (tests; cuBLASLt comparisons) */
 } dt_cuda_impl;
 
 static inline dt_cuda_impl *dt_cuda(dt_device_t *dev) { return (dt_cuda_impl *)dev->impl; }

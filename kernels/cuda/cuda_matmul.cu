@@ -114,7 +114,7 @@ static cublasStatus_t plan_build(dt_cuda_impl *c, mm_plan *p, const mm_key *key,
             goto out_release;
     }
 #endif
-    {
+    if (!c->matmul_gemmex) {
         cublasLtMatmulHeuristicResult_t res;
         int found = 0;
         memset(&res, 0, sizeof res);

@@ -7,6 +7,8 @@
  */
 #include "kernels/cuda/cuda_common.cuh"
 
+#include "kernels/cuda/cuda_vec.cuh"
+
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -114,13 +116,35 @@ static __device__ __forceinline__ void block_sum(double *sh) {
     }
 }
 
-/* Stage 1: block b sums elements b*NORM_THREADS + t + j*NORM_BLOCKS*NORM_THREADS. */
-template <typename T> __global__ void sq_norm_partial_kernel(double *part, const T *g, size_t n) {
+/* Stage 1: block b sums its share in a fixed order. With vec (16-byte aligned
+ * grads), thread t of block b takes the packs b*NORM_THREADS + t + j*NORM_BLOCKS*
+ * NORM_THREADS (V elements each, so more bytes are in flight per load) and block 0
+ * also the n % V elements after the last pack; otherwise the same pattern over
+ * single elements. */
+template <typename T>
+__global__ void sq_norm_partial_kernel(double *part, const T *g, size_t n, int vec) {
     __shared__ double sh[NORM_THREADS];
+    constexpr int V = dt_pack<T>::N;
     double s = 0.0;
-    for (size_t i = (size_t)blockIdx.x * NORM_THREADS + threadIdx.x; i < n; i += (size_t)NORM_BLOCKS * NORM_THREADS) {
-        double x = (double)dt_ld(g[i]);
-        s += x * x;
+    size_t first = (size_t)blockIdx.x * NORM_THREADS + threadIdx.x, stride = (size_t)NORM_BLOCKS * NORM_THREADS;
+    size_t npack = vec ? n / V : 0;
+    for (size_t p = first; p < npack; p += stride) {
+        dt_pack<T> x = dt_pack_load(g + p * V);
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+            double d = (double)dt_ld(x.e[k]);
+            s += d * d;
+        }
+    }
+    size_t rest = npack * V;
+    if (!vec) {
+        for (size_t i = first; i < n; i += stride) {
+            double d = (double)dt_ld(g[i]);
+            s += d * d;
+        }
+    } else if (blockIdx.x == 0 && rest + threadIdx.x < n) {
+        double d = (double)dt_ld(g[rest + threadIdx.x]);
+        s += d * d;
     }
     sh[threadIdx.x] = s;
     __syncthreads();
@@ -144,7 +168,8 @@ template <typename T> static double grad_sq_norm(dt_device_t *dev, const void *g
     dt_cuda_impl *c = dt_cuda(dev);
     double *part = (double *)c->scratch, *total = part + NORM_BLOCKS;
     /* scratch_bytes (64 KiB) holds the NORM_BLOCKS + 1 doubles */
-    DT_LAUNCH(sq_norm_partial_kernel<T>, NORM_BLOCKS, NORM_THREADS, 0, c->stream)(part, (const T *)grads, n);
+    int vec = dt_cuda_aligned16(grads);
+    DT_LAUNCH(sq_norm_partial_kernel<T>, NORM_BLOCKS, NORM_THREADS, 0, c->stream)(part, (const T *)grads, n, vec);
     dt_cuda_note_launch(dev, "grad_sq_norm");
     DT_LAUNCH(sq_norm_final_kernel, 1, NORM_THREADS, 0, c->stream)(total, part);
     dt_cuda_note_launch(dev, "grad_sq_norm");

@@ -185,6 +185,14 @@ static void device_basics(dt_dtype_t dt) {
     o->free(x.g, d);
     o->free(x.g, NULL);
     cr_assert_eq(dt_mem_current(DT_MEM_ACTIVATIONS), before);
+    /* more than any GPU has: NOMEM naming the size, nothing accounted, device still fine */
+    d = (void *)1;
+    cr_assert_eq(o->alloc(x.g, DT_MEM_ACTIVATIONS, (size_t)1 << 50, &d), DT_STATUS_NOMEM);
+    cr_assert_null(d);
+    cr_assert(strstr(dt_error_detail(), "1125899906842624 bytes") && strstr(dt_error_detail(), "out of GPU memory"),
+              "detail: %s", dt_error_detail());
+    cr_assert_eq(dt_mem_current(DT_MEM_ACTIVATIONS), before);
+    cr_assert_eq(o->synchronize(x.g), DT_STATUS_OK, "%s", dt_error_detail());
     free(h);
     ctx_close(&x);
 }
@@ -369,6 +377,21 @@ Test(cuda_matmul, many_rows_few_channels_bf16, .timeout = 120) { NEED_CUDA(); ma
 Test(cuda_matmul, many_rows_packed_dbias_f32, .timeout = 120) { NEED_CUDA(); matmul_case(DT_DTYPE_F32, 777, 40, 48, 1, 1); }
 Test(cuda_matmul, many_rows_packed_dbias_bf16, .timeout = 120) { NEED_CUDA(); matmul_case(DT_DTYPE_BF16, 777, 40, 48, 1, 1); }
 
+/* The cublasGemmEx path (taken when cuBLASLt's heuristic finds no algorithm), forced
+ * for the whole process: the bias comes from our broadcast kernel then. */
+Test(cuda_matmul, gemmex_path_f32) {
+    NEED_CUDA();
+    setenv("DTRUN_CUDA_MATMUL", "gemmex", 1);
+    matmul_case(DT_DTYPE_F32, 7, 13, 5, 1, 1);
+    matmul_case(DT_DTYPE_F32, 777, 40, 48, 1, 0);
+}
+Test(cuda_matmul, gemmex_path_bf16) {
+    NEED_CUDA();
+    setenv("DTRUN_CUDA_MATMUL", "gemmex", 1);
+    matmul_case(DT_DTYPE_BF16, 7, 13, 5, 1, 1);
+    matmul_case(DT_DTYPE_BF16, 777, 40, 48, 1, 0);
+}
+
 /* ---- elementwise -------------------------------------------------------------------- */
 
 enum ew_op { EW_GELU_F, EW_GELU_B, EW_RELU_F, EW_RELU_B, EW_RES_F, EW_RES_B, EW_RES_B_NO_DB, EW_RES_B_NO_DA, EW_SCALE };
@@ -378,9 +401,9 @@ static const char *const ew_names[] = {"gelu_forward",      "gelu_backward",    
 
 /* One op on n elements; off shifts every device pointer by that many elements (1:
  * not 16-byte aligned, the one-at-a-time path). */
-static void ew_case(dt_dtype_t dt, enum ew_op op, size_t n, size_t off) {
-    ctx x;
-    ctx_open(&x, dt);
+static void ew_case(ctx *xp, enum ew_op op, size_t n, size_t off) {
+    ctx x = *xp; /* a copy: the rng state carries over through *xp below */
+    dt_dtype_t dt = x.dt;
     const size_t PAD = 9;
     float *a = host_rand(&x, n, 4.0f), *b = host_rand(&x, n, 2.0f), *acc = host_rand(&x, n, 1.0f),
           *acc2 = host_rand(&x, n, 1.0f);
@@ -445,16 +468,20 @@ static void ew_case(dt_dtype_t dt, enum ew_op op, size_t n, size_t off) {
     g->free(x.g, bo2);
     float *hs[] = {a, b, acc, acc2, ref, ref2, got, got2, scale};
     for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++) free(hs[i]);
-    ctx_close(&x);
+    xp->rng = x.rng;
 }
 
+/* One device for all sizes (opening one costs a CUDA context and cuBLAS handles). */
 static void ew_all_sizes(dt_dtype_t dt, enum ew_op op) {
     NEED_CUDA();
     static const size_t sizes[] = {1, 7, 8, 1000, 4099, 65539};
+    ctx x;
+    ctx_open(&x, dt);
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-        ew_case(dt, op, sizes[i], 0);
-        ew_case(dt, op, sizes[i], 1);
+        ew_case(&x, op, sizes[i], 0);
+        ew_case(&x, op, sizes[i], 1);
     }
+    ctx_close(&x);
 }
 
 Test(cuda_elementwise, gelu_forward_f32) { ew_all_sizes(DT_DTYPE_F32, EW_GELU_F); }
@@ -503,12 +530,9 @@ static void adamw_case(dt_dtype_t dt, int use_master, int decay) {
     cr_assert_eq(x.g->ops->alloc(x.g, DT_MEM_OPTIM, n * 4, (void **)&d_m), DT_STATUS_OK);
     cr_assert_eq(x.g->ops->alloc(x.g, DT_MEM_OPTIM, n * 4, (void **)&d_v), DT_STATUS_OK);
     if (use_master) {
-        /* master starts as the exact fp32 weights; params hold their compute-dtype copy */
+        /* master starts as the exact fp32 weights; params receive their compute-dtype copy */
         cr_assert_eq(x.g->ops->copy(x.g, d_master, w0, n * 4, DT_COPY_HOST_TO_DEVICE), DT_STATUS_OK);
-        float *tmp = malloc(n * 4);
-        memcpy(tmp, w0, n * 4);
-        upload_round(&x, d_params, tmp, n);
-        free(tmp);
+        poison(&x, d_params, n); /* write-only with master weights: every element must be written */
     } else {
         upload_round(&x, d_params, w0, n); /* fp32: exact */
     }
@@ -653,6 +677,11 @@ static void norm_case(dt_dtype_t dt, size_t n) {
     for (size_t i = 0; i < n; i++) want += (double)h[i] * h[i];
     double got = x.g->ops->grad_sq_norm(x.g, d, n);
     double again = x.g->ops->grad_sq_norm(x.g, d, n);
+    if (n > 1) { /* from the second element on: not 16-byte aligned, one element at a time */
+        double want1 = want - (double)h[0] * h[0], got1 = x.g->ops->grad_sq_norm(x.g, (char *)d + x.es, n - 1);
+        cr_assert(fabs(got1 - want1) <= 2.0 * n * 0x1p-53 * want + 1e-300, "n=%zu, offset 1: gpu %.17g serial %.17g",
+                  n - 1, got1, want1);
+    }
     cr_assert(isfinite(got), "n=%zu: %g", n, got);
     cr_assert(fabs(got - want) <= 2.0 * n * 0x1p-53 * want, "n=%zu: gpu %.17g serial %.17g", n, got, want);
     cr_assert(memcmp(&got, &again, sizeof got) == 0, "n=%zu: two calls differ", n);
