@@ -34,9 +34,10 @@ dim3 blockDim, gridDim;
 
 /* ---- context switch ---------------------------------------------------------------- */
 #if defined(__x86_64__)
-/* cuemu_switch(save, load): saves the callee-saved registers, MXCSR and the x87
- * control word on the current stack, stores the stack pointer in *save, and resumes
- * the context whose stack pointer is `load`. */
+/* cuemu_switch(save, load): saves the callee-saved registers on the current stack,
+ * stores the stack pointer in *save, and resumes the context whose stack pointer is
+ * `load`. (MXCSR and the x87 control word are not switched: kernels do not change
+ * them, and every fiber of a thread shares the thread's.) */
 __asm__(".text\n"
         ".globl cuemu_switch\n"
         ".type cuemu_switch,@function\n"
@@ -47,14 +48,8 @@ __asm__(".text\n"
         "  pushq %r13\n"
         "  pushq %r14\n"
         "  pushq %r15\n"
-        "  subq $8, %rsp\n"
-        "  stmxcsr (%rsp)\n"
-        "  fnstcw 4(%rsp)\n"
         "  movq %rsp, (%rdi)\n"
         "  movq %rsi, %rsp\n"
-        "  ldmxcsr (%rsp)\n"
-        "  fldcw 4(%rsp)\n"
-        "  addq $8, %rsp\n"
         "  popq %r15\n"
         "  popq %r14\n"
         "  popq %r13\n"
@@ -92,7 +87,7 @@ void die(const char *fmt, ...) {
 
 /* ---- fibers and the scheduler ---------------------------------------------------------- */
 enum fiber_state { F_RUNNABLE, F_WAIT_BLOCK, F_WAIT_WARP, F_DONE };
-enum warp_kind { W_NONE, W_SHFL, W_SYNCWARP };
+enum warp_kind { W_NONE, W_SHFL, W_SYNCWARP, W_VOTE };
 
 struct fiber {
     void *sp;
@@ -114,6 +109,12 @@ struct fiber {
     int wsrc;             /* lane to read, -1: own value */
 };
 
+struct warp_t {
+    unsigned exists;  /* lanes the block has */
+    unsigned exited;  /* lanes that returned */
+    unsigned waiting; /* lanes waiting at a warp-level call */
+};
+
 struct sched_t {
     bool in_kernel = false;
     const launch_cfg *cfg = nullptr;
@@ -121,6 +122,7 @@ struct sched_t {
     void *ctx = nullptr;
     std::vector<fiber *> fibers; /* pool; the first nthreads are the block's threads */
     int nthreads = 0;
+    std::vector<warp_t> warps;
     fiber *cur = nullptr;
     void *sched_sp = nullptr;
 #ifndef CUEMU_ASM_SWITCH
@@ -172,14 +174,13 @@ static void fiber_entry_uc(void) { fiber_entry(); }
 
 static void fiber_prepare(fiber *f) {
 #ifdef CUEMU_ASM_SWITCH
-    uintptr_t top = ((uintptr_t)(f->map + f->map_len)) & ~(uintptr_t)15;
+    /* Stack tops staggered by the thread index: with every top at the same offset in its
+     * page, the hot ends of a thousand stacks would fight over the same cache sets. */
+    uintptr_t top = ((uintptr_t)(f->map + f->map_len) - (uintptr_t)(f->linear % 61) * 64) & ~(uintptr_t)15;
     uint64_t *sp = (uint64_t *)top;
     *--sp = 0;                         /* fake return address: entry sees rsp % 16 == 8 */
     *--sp = (uint64_t)(uintptr_t)&fiber_entry;
     for (int i = 0; i < 6; i++) *--sp = 0; /* rbp rbx r12 r13 r14 r15 */
-    --sp;
-    ((uint32_t *)sp)[0] = 0x1f80;      /* MXCSR: all exceptions masked, round to nearest */
-    ((uint32_t *)sp)[1] = 0x037f;      /* x87 control word */
     f->sp = sp;
 #else
     getcontext(&f->uc);
@@ -264,14 +265,14 @@ static void fiber_exit_checks(fiber *f) {
             "code: undefined behaviour in CUDA)",
             where(f), S.bar_waiting, S.bar_file, S.bar_line);
     int warp = f->linear / 32, lane = f->linear % 32;
-    for (int l = 0; l < 32; l++) {
-        int t = warp * 32 + l;
-        if (t >= S.nthreads) break;
-        fiber *o = S.fibers[(size_t)t];
-        if (o->state == F_WAIT_WARP && (o->wmask >> lane & 1u))
-            die("%s returned while lane %d waits for it at %s(mask 0x%08x) %s:%d", where(f), l, o->wwhat, o->wmask,
-                o->file, o->line);
+    warp_t &w = S.warps[(size_t)warp];
+    for (unsigned m = w.waiting; m; m &= m - 1) {
+        fiber *o = S.fibers[(size_t)(warp * 32 + __builtin_ctz(m))];
+        if (o->wmask >> lane & 1u)
+            die("%s returned while lane %d waits for it at %s(mask 0x%08x) %s:%d", where(f), __builtin_ctz(m), o->wwhat,
+                o->wmask, o->file, o->line);
     }
+    w.exited |= 1u << lane;
 }
 
 static void fiber_entry(void) {
@@ -323,13 +324,25 @@ void syncthreads(const char *file, int line) {
     yield_to_scheduler(f);
 }
 
-/* A warp-level call: returns the value read from the source lane (shuffles). */
+/* A warp-level call: returns the value read from the source lane (shuffles). The
+ * call completes when every lane its mask names waits at a warp call; the completing
+ * lane checks that they all wait with the same mask (and, for shuffles, at the same
+ * call), computes every lane's result and releases them. */
 static unsigned long long warp_call(fiber *f, warp_kind kind, const char *what, unsigned mask,
                                     unsigned long long bits, int src, const char *file, int line) {
     int warp = f->linear / 32, lane = f->linear % 32;
+    warp_t &w = S.warps[(size_t)warp];
     if (!(mask >> lane & 1u))
         die("%s calls %s at %s:%d with mask 0x%08x that does not include its own lane %d", where(f), what, file, line,
             mask, lane);
+    if (mask & ~w.exists) {
+        int l = __builtin_ctz(mask & ~w.exists);
+        die("%s calls %s at %s:%d with mask 0x%08x naming lane %d, which does not exist (the block has %d threads)",
+            where(f), what, file, line, mask, l, S.nthreads);
+    }
+    if (mask & w.exited)
+        die("%s calls %s at %s:%d with mask 0x%08x naming lane %d, which has returned", where(f), what, file, line,
+            mask, __builtin_ctz(mask & w.exited));
     f->wkind = kind;
     f->wwhat = what;
     f->wmask = mask;
@@ -337,47 +350,45 @@ static unsigned long long warp_call(fiber *f, warp_kind kind, const char *what, 
     f->wsrc = src;
     f->file = file;
     f->line = line;
-    int need = __builtin_popcount(mask), have = 1;
-    for (int l = 0; l < 32; l++) {
-        if (!(mask >> l & 1u) || l == lane) continue;
-        int t = warp * 32 + l;
-        if (t >= S.nthreads)
-            die("%s calls %s at %s:%d with mask 0x%08x naming lane %d, which does not exist (the block has %d "
-                "threads)",
-                where(f), what, file, line, mask, l, S.nthreads);
-        fiber *o = S.fibers[(size_t)t];
-        if (o->state == F_DONE)
-            die("%s calls %s at %s:%d with mask 0x%08x naming lane %d, which has returned", where(f), what, file, line,
-                mask, l);
-        if (o->state != F_WAIT_WARP) continue;
-        if (o->wmask != mask)
-            die("%s calls %s at %s:%d with mask 0x%08x while lane %d waits at %s(mask 0x%08x) %s:%d", where(f), what,
-                file, line, mask, l, o->wwhat, o->wmask, o->file, o->line);
-        if (o->wkind != kind || (kind == W_SHFL && !same_site(file, line, o->file, o->line)))
-            die("%s calls %s at %s:%d while lane %d waits at a different warp call %s %s:%d", where(f), what, file,
-                line, l, o->wwhat, o->file, o->line);
-        have++;
-    }
-    if (have < need) {
+    unsigned bit = 1u << lane;
+    if (((w.waiting | bit) & mask) != mask) {
+        w.waiting |= bit;
         f->state = F_WAIT_WARP;
         yield_to_scheduler(f);
         f->wkind = W_NONE;
         return f->wresult;
     }
-    /* Everyone is here: compute each lane's result, release the others. */
-    for (int l = 0; l < 32; l++) {
-        if (!(mask >> l & 1u)) continue;
-        fiber *o = S.fibers[(size_t)(warp * 32 + l)];
-        if (o->wsrc < 0) {
+    /* Everyone is here: check they agree, compute each lane's result, release the others. */
+    fiber **lanes = &S.fibers[(size_t)warp * 32];
+    for (unsigned m = mask; m; m &= m - 1) {
+        fiber *o = lanes[__builtin_ctz(m)];
+        if (o->wmask != mask)
+            die("%s calls %s at %s:%d with mask 0x%08x while lane %d waits at %s(mask 0x%08x) %s:%d", where(f), what,
+                file, line, mask, __builtin_ctz(m), o->wwhat, o->wmask, o->file, o->line);
+        if (o->wkind != kind || (kind != W_SYNCWARP && !same_site(file, line, o->file, o->line)))
+            die("%s calls %s at %s:%d while lane %d waits at a different warp call %s %s:%d", where(f), what, file,
+                line, __builtin_ctz(m), o->wwhat, o->file, o->line);
+    }
+    unsigned ballot = 0;
+    if (kind == W_VOTE)
+        for (unsigned m = mask; m; m &= m - 1)
+            if (lanes[__builtin_ctz(m)]->wbits) ballot |= 1u << __builtin_ctz(m);
+    for (unsigned m = mask; m; m &= m - 1) {
+        int l = __builtin_ctz(m);
+        fiber *o = lanes[l];
+        if (kind == W_VOTE) {
+            o->wresult = o->wsrc == VOTE_BALLOT ? ballot : o->wsrc == VOTE_ANY ? ballot != 0 : ballot == mask;
+        } else if (o->wsrc < 0) {
             o->wresult = o->wbits;
         } else if (!(mask >> o->wsrc & 1u)) {
             die("%s: lane %d's %s at %s:%d reads lane %d, which is not in the mask 0x%08x (undefined in CUDA)",
                 where(o), l, o->wwhat, o->file, o->line, o->wsrc, mask);
         } else {
-            o->wresult = S.fibers[(size_t)(warp * 32 + o->wsrc)]->wbits;
+            o->wresult = lanes[o->wsrc]->wbits;
         }
         if (o != f) o->state = F_RUNNABLE;
     }
+    w.waiting &= ~mask;
     f->wkind = W_NONE;
     return f->wresult;
 }
@@ -409,6 +420,16 @@ unsigned long long shfl(unsigned mask, unsigned long long bits, int mode, int ar
     }
     if (src == lane) src = -1;
     return warp_call(f, W_SHFL, what, mask, bits, src, file, line);
+}
+
+unsigned vote(unsigned mask, bool pred, int mode, const char *what, const char *file, int line) {
+    fiber *f = current(what);
+    return (unsigned)warp_call(f, W_VOTE, what, mask, pred ? 1 : 0, mode, file, line);
+}
+
+void misaligned(const char *what, const void *p, size_t align) {
+    die("%s: %s(%p) is not aligned to %zu bytes (a misaligned address fault on a GPU)", where(S.in_kernel ? S.cur : nullptr),
+        what, p, align);
 }
 
 unsigned char *dyn_smem(void) {
@@ -516,6 +537,8 @@ static void run_block(void) {
     }
     S.bar_waiting = 0;
     S.exited = 0;
+    S.warps.assign((size_t)(S.nthreads + 31) / 32, warp_t{0xffffffffu, 0, 0});
+    if (S.nthreads % 32) S.warps.back().exists = (1u << (S.nthreads % 32)) - 1;
     if (S.smem_bytes) memset(S.smem, 0xff, S.smem_bytes);
     int remaining = S.nthreads;
     while (remaining > 0) {

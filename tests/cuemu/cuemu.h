@@ -17,9 +17,10 @@
  *                DT_DYN_SMEM(T, name) (dynamic shared memory: poisoned with 0xFF at the
  *                start of every block, a PROT_NONE page right after its end)
  *   built-ins    dim3 uint3 threadIdx blockIdx blockDim gridDim warpSize
- *   sync         __syncthreads() __syncwarp(mask)
+ *   sync         __syncthreads() __syncwarp(mask) __threadfence() __threadfence_block()
  *                __shfl_sync __shfl_xor_sync __shfl_down_sync __shfl_up_sync
  *                (float, int, unsigned, long long, unsigned long long, double; width)
+ *                __ballot_sync __any_sync __all_sync
  *   atomics      atomicAdd (float, double, int, unsigned, unsigned long long),
  *                atomicMax (int, unsigned), atomicMin (int, unsigned),
  *                atomicCAS (int, unsigned, unsigned long long), atomicExch (int,
@@ -27,9 +28,10 @@
  *   math         expf logf tanhf sqrtf rsqrtf fmaxf fminf fabsf powf erff floorf ceilf
  *                isnan isinf isfinite (and the rest of <math.h>), __expf __logf
  *                __fdividef __frcp_rn __float_as_int __int_as_float __float_as_uint
- *                __uint_as_float INFINITY NAN FLT_MAX
+ *                __uint_as_float INFINITY NAN FLT_MAX; min/max (int, unsigned, long long,
+ *                unsigned long long, float, double)
  *   loads        __ldg __ldcs __ldcg __stcs __stcg (scalars, float2/4, int2/4,
- *                uint2/4, bf16, bf162)
+ *                uint2/4, bf16, bf162; a misaligned address aborts, as it faults on a GPU)
  *   vectors      float2 float4 int2 int4 uint2 uint4 make_float2 make_float4
  *                make_int2 make_int4 make_uint2 make_uint4 (16-byte aligned where CUDA's are)
  *   bf16         __nv_bfloat16 (2 bytes, CUDA's bit layout; no implicit conversion and no
@@ -309,13 +311,39 @@ static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f
 static inline unsigned int __float_as_uint(float f) { return cuemu_f2u(f); }
 static inline float __uint_as_float(unsigned int u) { return cuemu_u2f(u); }
 
-/* Cache-hinted loads and stores: plain memory accesses here. */
+/* CUDA's integer and floating min/max overloads (host and device). */
+#define CUEMU_MINMAX(T, R)                                                             \
+    static inline R min(T a, T b) { return a < b ? (R)a : (R)b; }                      \
+    static inline R max(T a, T b) { return a > b ? (R)a : (R)b; }
+CUEMU_MINMAX(int, int)
+CUEMU_MINMAX(unsigned int, unsigned int)
+CUEMU_MINMAX(long long, long long)
+CUEMU_MINMAX(unsigned long long, unsigned long long)
+#undef CUEMU_MINMAX
+static inline unsigned int min(int a, unsigned int b) { return min((unsigned int)a, b); }
+static inline unsigned int min(unsigned int a, int b) { return min(a, (unsigned int)b); }
+static inline unsigned int max(int a, unsigned int b) { return max((unsigned int)a, b); }
+static inline unsigned int max(unsigned int a, int b) { return max(a, (unsigned int)b); }
+static inline float min(float a, float b) { return fminf(a, b); }
+static inline float max(float a, float b) { return fmaxf(a, b); }
+static inline double min(double a, double b) { return fmin(a, b); }
+static inline double max(double a, double b) { return fmax(a, b); }
+
+/* Cache-hinted loads and stores: plain memory accesses here, with CUDA's alignment
+ * rule checked (a misaligned vector access faults on a GPU). */
+namespace cuemu {
+[[noreturn]] void misaligned(const char *what, const void *p, size_t align);
+}
 #define CUEMU_LDST(T)                                                                  \
-    static inline T __ldg(const T *p) { return *p; }                                   \
-    static inline T __ldcs(const T *p) { return *p; }                                  \
-    static inline T __ldcg(const T *p) { return *p; }                                  \
-    static inline void __stcs(T *p, T v) { *p = v; }                                   \
-    static inline void __stcg(T *p, T v) { *p = v; }
+    static inline const T *cuemu_aligned(const T *p, const char *what) {               \
+        if ((uintptr_t)p % alignof(T)) cuemu::misaligned(what, p, alignof(T));         \
+        return p;                                                                      \
+    }                                                                                  \
+    static inline T __ldg(const T *p) { return *cuemu_aligned(p, "__ldg"); }           \
+    static inline T __ldcs(const T *p) { return *cuemu_aligned(p, "__ldcs"); }         \
+    static inline T __ldcg(const T *p) { return *cuemu_aligned(p, "__ldcg"); }         \
+    static inline void __stcs(T *p, T v) { *const_cast<T *>(cuemu_aligned(p, "__stcs")) = v; } \
+    static inline void __stcg(T *p, T v) { *const_cast<T *>(cuemu_aligned(p, "__stcg")) = v; }
 CUEMU_LDST(char)
 CUEMU_LDST(signed char)
 CUEMU_LDST(unsigned char)
@@ -369,6 +397,8 @@ void syncwarp(unsigned mask, const char *file, int line);
 enum shfl_mode { SHFL_IDX, SHFL_UP, SHFL_DOWN, SHFL_XOR };
 unsigned long long shfl(unsigned mask, unsigned long long bits, int mode, int arg, int width,
                         const char *what, const char *file, int line);
+enum vote_mode { VOTE_BALLOT, VOTE_ANY, VOTE_ALL };
+unsigned vote(unsigned mask, bool pred, int mode, const char *what, const char *file, int line);
 unsigned char *dyn_smem(void);
 
 template <typename T> static inline T shfl_t(unsigned mask, T v, int mode, int arg, int width,
@@ -421,6 +451,13 @@ static inline launcher<P...> make_launcher(const char *name, void (*fn)(P...), d
 #define DT_DYN_SMEM(T, name) T *name = reinterpret_cast<T *>(cuemu::dyn_smem())
 
 #define __syncthreads() cuemu::syncthreads(__FILE__, __LINE__)
+/* Blocks run one after another: memory is always coherent, fences have nothing to do. */
+static inline void __threadfence(void) {}
+static inline void __threadfence_block(void) {}
+/* Votes: every lane the mask names must take part, as for shuffles. */
+#define __ballot_sync(mask, pred) cuemu::vote((mask), (pred) != 0, cuemu::VOTE_BALLOT, "__ballot_sync", __FILE__, __LINE__)
+#define __any_sync(mask, pred) (int)cuemu::vote((mask), (pred) != 0, cuemu::VOTE_ANY, "__any_sync", __FILE__, __LINE__)
+#define __all_sync(mask, pred) (int)cuemu::vote((mask), (pred) != 0, cuemu::VOTE_ALL, "__all_sync", __FILE__, __LINE__)
 #define __syncwarp(...) cuemu::syncwarp(cuemu_mask_or_full(__VA_ARGS__), __FILE__, __LINE__)
 static inline unsigned cuemu_mask_or_full(void) { return 0xffffffffU; }
 static inline unsigned cuemu_mask_or_full(unsigned m) { return m; }

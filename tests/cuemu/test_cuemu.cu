@@ -179,6 +179,52 @@ Test(cuemu, shuffle_edges) {
     CK(cudaFree(d));
 }
 
+/* Votes, a template kernel with __restrict__ parameters, min/max. */
+template <typename T>
+__global__ void vote_kernel(const T *__restrict__ x, unsigned *__restrict__ out, const int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    bool pos = i < n && x[i] > (T)0;
+    unsigned b = __ballot_sync(0xffffffffu, pos);
+    int any = __any_sync(0xffffffffu, pos), all = __all_sync(0xffffffffu, pos);
+    __threadfence();
+    if (threadIdx.x % 32 == 0) {
+        int w = i / 32;
+        out[3 * w] = b;
+        out[3 * w + 1] = (unsigned)any;
+        out[3 * w + 2] = (unsigned)all + 2u * (unsigned)max(min(i, 5), 3) +
+                         100u * (unsigned)max(min(-1.5f, 2.0f) + 3.0f, 0.0f) + 1000u * max(2u, 1);
+    }
+}
+
+Test(cuemu, votes_template_kernel_restrict) {
+    const int n = 96;
+    std::vector<int> h(n);
+    for (int i = 0; i < n; i++) h[i] = i < 32 ? (i % 3 == 0 ? 1 : -1) : (i < 64 ? 1 : -1);
+    int *dx = dev_upload(h);
+    unsigned *dout = nullptr;
+    CK(cudaMalloc(&dout, 9 * sizeof(unsigned)));
+    DT_LAUNCH(vote_kernel<int>, 3, 32, 0, 0)(dx, dout, n);
+    CK(cudaGetLastError());
+    std::vector<unsigned> o = dev_download(dout, 9);
+    unsigned b0 = 0;
+    for (int l = 0; l < 32; l++)
+        if (l % 3 == 0) b0 |= 1u << l;
+    cr_assert_eq(o[0], b0);
+    cr_assert_eq(o[1], 1u);
+    cr_assert_eq(o[2] % 2, 0u);
+    cr_assert_eq(o[3], 0xffffffffu);
+    cr_assert_eq(o[4], 1u);
+    cr_assert_eq(o[5] % 2, 1u);
+    cr_assert_eq(o[6], 0u);
+    cr_assert_eq(o[7], 0u);
+    /* all + 2 max(min(i, 5), 3) + 100 (unsigned)(min(-1.5, 2) + 3) + 1000 max(2u, 1) with i = 32 w */
+    cr_assert_eq(o[2], 0u + 2 * 3 + 100 + 2000);
+    cr_assert_eq(o[5], 1u + 2 * 5 + 100 + 2000);
+    cr_assert_eq(o[8], 0u + 2 * 5 + 100 + 2000);
+    cudaFree(dx);
+    cudaFree(dout);
+}
+
 /* ---- dynamic shared memory ----------------------------------------------------------------- */
 __global__ void reverse_kernel(const float *x, float *y, int n) {
     DT_DYN_SMEM(float, s);
@@ -999,6 +1045,17 @@ Test(cuemu_loud, dynamic_shared_memory_overflow_faults, .signal = SIGSEGV) {
 __global__ void partial_write_kernel(float *y, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n / 2) y[i] = 1.0f;
+}
+
+__global__ void misaligned_kernel(const float *x, float *y) {
+    float4 v = __ldg(reinterpret_cast<const float4 *>(x + 1)); /* 4-byte aligned, not 16 */
+    y[0] = v.x;
+}
+
+Test(cuemu_loud, misaligned_vector_load_aborts, .signal = SIGABRT) {
+    float *x = nullptr;
+    CK(cudaMalloc(&x, 64 * sizeof(float)));
+    DT_LAUNCH(misaligned_kernel, 1, 1, 0, 0)(x, x);
 }
 
 Test(cuemu_loud, poison_shows_unwritten_memory) {
