@@ -51,8 +51,12 @@
  *                cudaFuncSetAttribute(cudaFuncAttributeMaxDynamicSharedMemorySize)
  *   cuBLASLt     cublasLtCreate/Destroy, cublasLtMatmulDescCreate/Destroy/SetAttribute,
  *                cublasLtMatrixLayoutCreate/Destroy/SetAttribute,
- *                cublasLtMatmulPreferenceCreate/Destroy/SetAttribute,
- *                cublasLtMatmulAlgoGetHeuristic, cublasLtMatmul,
+ *                cublasLtMatmulPreferenceCreate/Destroy/SetAttribute (MAX_WORKSPACE_BYTES,
+ *                REDUCTION_SCHEME_MASK, MIN_ALIGNMENT_A/B/C/D_BYTES: when set, cublasLtMatmul
+ *                refuses pointers less aligned than the algorithm's heuristic was told, with
+ *                NOT_SUPPORTED; so are bias/aux pointers less aligned (up to 16 bytes) than
+ *                the ones the heuristic saw), cublasLtMatmulAlgoGetHeuristic,
+ *                cublasLtMatmul,
  *                cublasLtGetStatusString/Name
  *   cuBLAS       cublasCreate/Destroy/SetStream/SetMathMode/SetWorkspace, cublasGemmEx,
  *                cublasGemmStridedBatchedEx, cublasSgemm, cublasGetStatusString/Name
@@ -584,8 +588,25 @@ typedef enum {
 
 typedef enum {
     CUBLASLT_MATMUL_PREF_SEARCH_MODE = 0,
-    CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1
+    CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,
+    CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK = 3,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES = 6,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES = 8,
+    CUBLASLT_MATMUL_PREF_MAX_WAVES_COUNT = 9,
+    CUBLASLT_MATMUL_PREF_IMPL_MASK = 12
 } cublasLtMatmulPreferenceAttributes_t;
+
+typedef enum {
+    CUBLASLT_REDUCTION_SCHEME_NONE = 0,
+    CUBLASLT_REDUCTION_SCHEME_INPLACE = 1,
+    CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE = 2,
+    CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE = 4,
+    CUBLASLT_REDUCTION_SCHEME_MASK = 0x7
+} cublasLtReductionScheme_t;
+
+typedef enum { CUBLASLT_POINTER_MODE_HOST = 0, CUBLASLT_POINTER_MODE_DEVICE = 1 } cublasLtPointerMode_t;
 
 typedef struct {
     cublasLtMatmulAlgo_t algo;

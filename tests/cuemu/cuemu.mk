@@ -17,7 +17,7 @@ HAVE_GXX := $(shell command -v $(CXX_EMU) 2>/dev/null)
 EMU_DEFS := -DDT_USE_CUDA -DDT_CUEMU -DDT_VERSION='"$(VERSION)"' -DDT_GIT_REV='"$(GIT_REV)"'
 EMU_CFLAGS := -std=gnu11 -O2 -g -Wall -Wextra -Werror -Wno-unused-parameter -fopenmp -pthread -I. \
               $(EMU_DEFS) -MMD -MP
-EMU_CXXFLAGS := -std=gnu++17 -O2 -g -Wall -Wextra -Werror -Wno-unused-parameter -Wno-unknown-pragmas \
+EMU_CXXFLAGS := -std=gnu++17 -O2 -g -fstack-clash-protection -Wall -Wextra -Werror -Wno-unused-parameter -Wno-unknown-pragmas \
                 -Wno-unused-function -pthread -I. $(EMU_DEFS) -MMD -MP
 # .cu files: C++ with the emulator's header in front of everything.
 EMU_CUFLAGS := -x c++ -include tests/cuemu/cuemu.h $(EMU_CXXFLAGS)

@@ -41,6 +41,16 @@ struct cublasContext {
 namespace {
 
 constexpr int LT_MAGIC = 0x4c74;
+constexpr uint64_t ALGO_MAGIC = 0x6375656d75ull; /* "cuemu" */
+
+/* The largest power of two (up to 256) dividing the address; 256 for NULL. */
+uint64_t ptr_align(const void *p) {
+    uintptr_t u = (uintptr_t)p;
+    if (!u) return 256;
+    uint64_t a = 1;
+    while (a < 256 && u % (a * 2) == 0) a *= 2;
+    return a;
+}
 
 struct layout_t {
     cudaDataType type;
@@ -572,11 +582,16 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t matmulDesc, c
 
 struct pref_t {
     uint64_t max_workspace;
+    uint32_t reduction_mask;
+    uint32_t align[4]; /* A B C D, bytes; 1 (not checked) unless set */
+    uint64_t impl_mask;
+    float max_waves;
 };
 
 cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *pref) {
     if (!pref) return CUBLAS_STATUS_INVALID_VALUE;
-    *pref = reinterpret_cast<cublasLtMatmulPreference_t>(new pref_t{0});
+    *pref = reinterpret_cast<cublasLtMatmulPreference_t>(
+        new pref_t{0, CUBLASLT_REDUCTION_SCHEME_MASK, {1, 1, 1, 1}, ~(uint64_t)0, 0.0f});
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -597,6 +612,19 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
         uint32_t v;
         return get_attr(buf, sizeInBytes, &v) ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
     }
+    case CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK:
+        return get_attr(buf, sizeInBytes, &p->reduction_mask) ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES:
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES:
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES:
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES:
+        return get_attr(buf, sizeInBytes, &p->align[attr - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES])
+                   ? CUBLAS_STATUS_SUCCESS
+                   : CUBLAS_STATUS_INVALID_VALUE;
+    case CUBLASLT_MATMUL_PREF_MAX_WAVES_COUNT:
+        return get_attr(buf, sizeInBytes, &p->max_waves) ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+    case CUBLASLT_MATMUL_PREF_IMPL_MASK:
+        return get_attr(buf, sizeInBytes, &p->impl_mask) ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
     }
     say("cublasLtMatmulPreferenceSetAttribute", "attribute %d is not emulated", (int)attr);
     return CUBLAS_STATUS_INVALID_VALUE;
@@ -616,11 +644,21 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lightHandle, cubl
     gemm_t g;
     cublasStatus_t s = lt_problem(fn, operationDesc, Adesc, Bdesc, Cdesc, Ddesc, g);
     if (s != CUBLAS_STATUS_SUCCESS) return s;
-    memset(&heuristicResultsArray[0], 0, sizeof heuristicResultsArray[0]);
-    heuristicResultsArray[0].algo.data[0] = 0x6375656d75ull; /* "cuemu" */
-    heuristicResultsArray[0].workspaceSize = 0;
-    heuristicResultsArray[0].state = CUBLAS_STATUS_SUCCESS;
-    heuristicResultsArray[0].wavesCount = 1.0f;
+    const pref_t *pr = reinterpret_cast<const pref_t *>(preference);
+    const desc_t &d = *Dd(operationDesc);
+    cublasLtMatmulHeuristicResult_t &r = heuristicResultsArray[0];
+    memset(&r, 0, sizeof r);
+    /* The algorithm remembers the alignments it may assume: the preference's, when set
+     * (the library's default of 256 is not enforced here: which algorithms need it is the
+     * library's secret), and the bias/aux pointers' own as the library reads them here,
+     * up to 16 bytes (vector loads); cublasLtMatmul checks. */
+    r.algo.data[0] = ALGO_MAGIC;
+    for (int i = 0; i < 4; i++) r.algo.data[1 + i] = pr->align[i];
+    r.algo.data[5] = d.bias ? (ptr_align(d.bias) < 16 ? ptr_align(d.bias) : 16) : 1;
+    r.algo.data[6] = d.aux ? (ptr_align(d.aux) < 16 ? ptr_align(d.aux) : 16) : 1;
+    r.workspaceSize = 0;
+    r.state = CUBLAS_STATUS_SUCCESS;
+    r.wavesCount = 1.0f;
     *returnAlgoCount = 1;
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -647,7 +685,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
         say(fn, "a workspace size of %zu with a NULL workspace", workspaceSizeInBytes);
         return CUBLAS_STATUS_INVALID_VALUE;
     }
-    (void)algo;
+    if (algo && algo->data[0] != ALGO_MAGIC) {
+        say(fn, "the algorithm was not returned by cublasLtMatmulAlgoGetHeuristic");
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
     gemm_t g;
     cublasStatus_t s = lt_problem(fn, computeDesc, Adesc, Bdesc, Cdesc, Ddesc, g);
     if (s != CUBLAS_STATUS_SUCCESS) return s;
@@ -676,6 +717,20 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
     if (needs_aux && !g.aux) {
         say(fn, "epilogue %u needs CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER", e);
         return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    if (algo) {
+        const void *ptrs[6] = {A, B, C, D, g.bias, g.aux};
+        const char *names[6] = {"A", "B", "C", "D", "the bias", "the aux buffer"};
+        for (int i = 0; i < 6; i++) {
+            uint64_t want = algo->data[1 + i];
+            if (ptrs[i] && ptr_align(ptrs[i]) < want) {
+                say(fn, "%s (%p) is aligned to %llu bytes, but the algorithm was chosen for %llu-byte alignment "
+                        "(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES; bias/aux: the pointer given to the "
+                        "heuristic)",
+                    names[i], ptrs[i], (unsigned long long)ptr_align(ptrs[i]), (unsigned long long)want);
+                return CUBLAS_STATUS_NOT_SUPPORTED;
+            }
+        }
     }
     s = check_buffers(g);
     if (s != CUBLAS_STATUS_SUCCESS) return s;

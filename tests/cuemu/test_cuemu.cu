@@ -849,6 +849,26 @@ Test(cuemu_blas, lt_validation) {
                  CUBLAS_STATUS_INVALID_VALUE, "GELU_AUX without an aux pointer");
     cr_assert_eq(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, 2), CUBLAS_STATUS_INVALID_VALUE,
                  "attribute of the wrong size");
+    e = CUBLASLT_EPILOGUE_DEFAULT;
+    CKB(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e));
+    /* An algorithm chosen for 256-byte alignment refuses a pointer 4 bytes in; one chosen
+     * with MIN_ALIGNMENT_A_BYTES = 4 takes it. */
+    cublasLtMatmulPreference_t pref;
+    CKB(cublasLtMatmulPreferenceCreate(&pref));
+    uint32_t a256 = 256;
+    CKB(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &a256, sizeof a256));
+    cublasLtMatmulHeuristicResult_t heur;
+    int found = 0;
+    CKB(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 1, &heur, &found));
+    cr_assert_eq(found, 1);
+    CKB(cublasLtMatmul(lt, desc, &one, a, la, b, lb, &zero, d, ld, d, ld, &heur.algo, NULL, 0, 0));
+    cr_assert_eq(cublasLtMatmul(lt, desc, &one, a + 1, la, b, lb, &zero, d, ld, d, ld, &heur.algo, NULL, 0, 0),
+                 CUBLAS_STATUS_NOT_SUPPORTED, "A 4 bytes off an algorithm's 256-byte alignment");
+    uint32_t four = 4;
+    CKB(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &four, sizeof four));
+    CKB(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 1, &heur, &found));
+    CKB(cublasLtMatmul(lt, desc, &one, a + 1, la, b, lb, &zero, d, ld, d, ld, &heur.algo, NULL, 0, 0));
+    cublasLtMatmulPreferenceDestroy(pref);
 #endif
     cublasLtMatrixLayoutDestroy(la);
     cublasLtMatrixLayoutDestroy(lb);
