@@ -1062,6 +1062,18 @@ Test(cuemu_loud, dynamic_shared_memory_overflow_faults, .signal = SIGSEGV) {
     DT_LAUNCH(smem_overflow_kernel, 1, 64, 256 * sizeof(float), 0)(d, 256);
 }
 
+__global__ void big_frame_kernel(float *out, int n) {
+    volatile float local[40000]; /* 160 KB: more than a thread's stack here */
+    for (int i = 0; i < n; i++) local[i * 997 % 40000] = (float)i;
+    out[0] = local[n % 40000];
+}
+
+Test(cuemu_loud, stack_overflow_faults, .signal = SIGSEGV) {
+    float *d = nullptr;
+    CK(cudaMalloc(&d, sizeof(float)));
+    DT_LAUNCH(big_frame_kernel, 1, 2, 0, 0)(d, 40000);
+}
+
 __global__ void partial_write_kernel(float *y, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n / 2) y[i] = 1.0f;
