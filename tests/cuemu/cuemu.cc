@@ -630,6 +630,16 @@ static void stats_end(const launch_cfg &cfg, int n) {
     k.ms += cpu_ms() - g_stats_t0;
 }
 
+/* Every static __shared__ variable of the program is in the section cuemu_shared
+ * (cuemu.h); the linker marks its bounds. Weak: a program may have none. */
+extern "C" char __start_cuemu_shared[] __attribute__((weak));
+extern "C" char __stop_cuemu_shared[] __attribute__((weak));
+
+static void poison_static_shared(void) {
+    char *b = __start_cuemu_shared, *e = __stop_cuemu_shared;
+    if (b && e > b) memset(b, 0xff, (size_t)(e - b));
+}
+
 static void run_block(void) {
     for (int i = 0; i < S.nthreads; i++) {
         thr &t = S.threads[(size_t)i];
@@ -643,6 +653,7 @@ static void run_block(void) {
     S.bar_waiting = 0;
     for (size_t w = 0; w < S.warps.size(); w++) S.warps[w].exited = S.warps[w].waiting = 0;
     if (S.smem_bytes) memset(S.smem, 0xff, S.smem_bytes);
+    poison_static_shared();
     switch_fiber(&S.sched_fiber, fiber_get()); /* back when every thread has returned */
 }
 

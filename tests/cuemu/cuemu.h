@@ -11,8 +11,10 @@
  *
  *   qualifiers   __global__ __device__ __host__ __forceinline__
  *                __launch_bounds__(...) __restrict__ __align__(n) __shared__
- *                (static __shared__ arrays: zero at program start, NOT poisoned, and
- *                they keep the previous block's contents: never read before writing)
+ *                (static __shared__ variables: poisoned with 0xFF before every block, like
+ *                dynamic shared memory, except in function templates, where GCC ignores
+ *                the section attribute: there they start at zero and keep the previous
+ *                block's contents; no initialisers, as in CUDA)
  *   launch       DT_LAUNCH(kernel, grid, block, smem, stream)(args...),
  *                DT_DYN_SMEM(T, name) (dynamic shared memory: poisoned with 0xFF at the
  *                start of every block, a PROT_NONE page right after its end)
@@ -92,8 +94,9 @@
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __align__(n) __attribute__((aligned(n)))
-/* Blocks run one at a time on one OS thread, so a static local is the block's memory. */
-#define __shared__ static
+/* Blocks run one at a time on one OS thread, so a static local is the block's memory.
+ * All of them live in one section, which the scheduler poisons (0xFF) before each block. */
+#define __shared__ static __attribute__((section("cuemu_shared"), aligned(16)))
 #define CUDART_VERSION 13000
 
 /* ---- built-in vector types and variables ---------------------------------------- */

@@ -1111,6 +1111,32 @@ Test(cuemu_loud, poison_shows_unwritten_memory) {
     cudaFree(b);
 }
 
+/* Block b reads its shared array before writing it: poison, not block b-1's values.
+ * (Static __shared__ in templates is not covered: GCC puts template statics in their
+ * own COMDAT sections whatever the section attribute says.) */
+__global__ void stale_shared_kernel(float *out) {
+    __shared__ float buf[64];
+    __shared__ int ibuf[64];
+    out[2 * (blockIdx.x * 64 + threadIdx.x)] = buf[threadIdx.x];
+    out[2 * (blockIdx.x * 64 + threadIdx.x) + 1] = (float)ibuf[threadIdx.x];
+    __syncthreads();
+    buf[threadIdx.x] = 1.0f;
+    ibuf[threadIdx.x] = 1;
+}
+
+Test(cuemu_loud, static_shared_memory_poisoned_per_block) {
+    float *d = nullptr;
+    CK(cudaMalloc(&d, 2 * 3 * 64 * sizeof(float)));
+    DT_LAUNCH(stale_shared_kernel, 3, 64, 0, 0)(d);
+    CK(cudaGetLastError());
+    std::vector<float> h = dev_download(d, 2 * 3 * 64);
+    for (int i = 0; i < 3 * 64; i++) {
+        cr_assert(isnan(h[2 * i]), "float element %d: %f", i, h[2 * i]);
+        cr_assert_eq(h[2 * i + 1], -1.0f, "int element %d: %f (0xFFFFFFFF is -1)", i, h[2 * i + 1]);
+    }
+    cudaFree(d);
+}
+
 Test(cuemu_loud, memcpy_kind_and_range_checked) {
     float *d = nullptr, h[64];
     memset(h, 0, sizeof h);
