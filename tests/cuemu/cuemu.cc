@@ -496,7 +496,13 @@ static struct sigaction g_old_segv, g_old_bus;
 
 static void fault_handler(int sig, siginfo_t *si, void *uc) {
     (void)uc;
-    if (S.in_kernel && t_launching) {
+    if (!S.in_kernel && device_mem_guarded((uintptr_t)si->si_addr)) {
+        char what[400];
+        describe_alloc_address((uintptr_t)si->si_addr, what, sizeof what);
+        fprintf(stderr, "cuemu: host code dereferenced device memory at %p (%s): an illegal access on a GPU; copy it "
+                        "with cudaMemcpy\n", si->si_addr, what);
+        fflush(stderr);
+    } else if (S.in_kernel && t_launching) {
         uintptr_t a = (uintptr_t)si->si_addr;
         char what[400];
         describe_address(a, what, sizeof what);
@@ -524,7 +530,7 @@ void describe_address(uintptr_t a, char *out, size_t len) {
     describe_alloc_address(a, out, len);
 }
 
-static void install_fault_handler(void) {
+void install_fault_handler(void) {
     static std::once_flag once;
     std::call_once(once, [] {
         struct sigaction sa;
@@ -658,7 +664,7 @@ static void run_block(void) {
 }
 
 void run_kernel(const launch_cfg &cfg, void (*thunk)(void *), void *ctx) {
-    std::lock_guard<std::recursive_mutex> lock(g_lock);
+    device_access access;
     if (!device_present()) {
         fail(cudaErrorNoDevice);
         return;

@@ -58,7 +58,7 @@ $(EMU_BUILD)/%.cu.o: %.cu tests/cuemu/cuemu.h | $(DEPS_STAMP)
 $(EMU_BUILD)/tests/cuemu/%.o: tests/cuemu/%.cc | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CXX   $< (emu)")
-	$(Q)$(CXX_EMU) $(EMU_CXXFLAGS) -c $< -o $@
+	$(Q)$(CXX_EMU) $(EMU_CXXFLAGS) -O3 -c $< -o $@
 
 $(EMU_BUILD)/tests/gpu/test_%: tests/gpu/test_%.c $(EMU_LIB_OBJ) | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)

@@ -1,7 +1,7 @@
 /*
  * cuemu_blas.cc - the emulator's cuBLASLt and cuBLAS: the subset in cuemu.h, with
  * CUDA 13's semantics. Column-major; D = epilogue(alpha op(A) op(B) + beta C [+ bias]);
- * fp32 accumulation (inputs widened to fp32, products through OpenBLAS sgemm), bf16
+ * fp32 accumulation (inputs widened to fp32, each sum in order over k), bf16
  * outputs rounded to nearest even. As in BLAS, C is not read when beta == 0 and A, B
  * are not read when alpha == 0 (so poisoned, unwritten outputs do not leak in).
  *
@@ -20,7 +20,6 @@
  *   BGRADA      bias[i] = sum over k of op(A)[i, k] (length rows of D)
  *   BGRADB      bias[j] = sum over k of op(B)[k, j] (length columns of D)
  */
-#include <cblas.h>
 #include <stdarg.h>
 
 #include <mutex>
@@ -147,13 +146,29 @@ void widen(const void *p, cudaDataType t, uint64_t rows, uint64_t cols, int64_t 
         for (uint64_t i = 0; i < rows; i++) out[(size_t)(j * rows + i)] = load(p, t, (size_t)(j * (uint64_t)ld + i));
 }
 
-/* One GEMM into dense fp32: T (m x n, ld m) = op(A) op(B). */
+/* One GEMM into dense fp32: T (m x n, ld m) = op(A) op(B), from the widened stored
+ * matrices a (arows x ?, dense) and b. Each element accumulates over k in order, in
+ * fp32; the inner loop runs down a column (vectorisable without reassociation). */
 void product(bool ta, bool tb, uint64_t m, uint64_t n, uint64_t k, const std::vector<float> &a, uint64_t arows,
              const std::vector<float> &b, uint64_t brows, std::vector<float> &t) {
     t.assign((size_t)(m * n), 0.0f);
     if (m == 0 || n == 0 || k == 0) return;
-    cblas_sgemm(CblasColMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k,
-                1.0f, a.data(), (int)(arows ? arows : 1), b.data(), (int)(brows ? brows : 1), 0.0f, t.data(), (int)m);
+    std::vector<float> opa;
+    const float *A = a.data(); /* op(A), m x k column-major */
+    if (ta) {
+        opa.resize((size_t)(m * k));
+        for (uint64_t i = 0; i < m; i++)
+            for (uint64_t kk = 0; kk < k; kk++) opa[(size_t)(kk * m + i)] = a[(size_t)(i * arows + kk)];
+        A = opa.data();
+    }
+    for (uint64_t j = 0; j < n; j++) {
+        float *tc = &t[(size_t)(j * m)];
+        for (uint64_t kk = 0; kk < k; kk++) {
+            float bv = tb ? b[(size_t)(kk * brows + j)] : b[(size_t)(j * brows + kk)];
+            const float *ac = A + (size_t)(kk * m);
+            for (uint64_t i = 0; i < m; i++) tc[i] += ac[i] * bv;
+        }
+    }
 }
 
 bool supported_compute(cublasComputeType_t c) {
@@ -670,7 +685,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
                               const cublasLtMatmulAlgo_t *algo, void *workspace, size_t workspaceSizeInBytes,
                               cudaStream_t stream) {
     const char *fn = "cublasLtMatmul";
-    std::lock_guard<std::recursive_mutex> lock(g_lock);
+    device_access access;
     if (!lightHandle) return CUBLAS_STATUS_NOT_INITIALIZED;
     if (lightHandle->magic != LT_MAGIC) die("cublasLtMatmul: the handle is not a live cublasLtHandle_t");
     if (!stream_valid(stream)) {
@@ -782,7 +797,7 @@ static cublasStatus_t gemm_v2(const char *fn, cublasHandle_t handle, cublasOpera
                               cudaDataType Atype, int lda, long long sa, const void *B, cudaDataType Btype, int ldb,
                               long long sb, const void *beta, void *C, cudaDataType Ctype, int ldc, long long sc,
                               int batch, cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
-    std::lock_guard<std::recursive_mutex> lock(g_lock);
+    device_access access;
     if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
     if (!stream_valid(handle->stream)) {
         say(fn, "the handle's stream was destroyed");

@@ -124,6 +124,25 @@ cudaError_t do_free(void *p, bool device) {
     return cudaSuccess;
 }
 
+int g_open_depth = 0;
+
+bool host_guard_on(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("DTRUN_CUEMU_HOST_GUARD");
+        on = e && *e && strcmp(e, "0") != 0;
+    }
+    return on != 0;
+}
+
+void protect_all(int prot) {
+    for (auto &kv : g_allocs) {
+        const alloc_t &a = kv.second;
+        if (a.device && mprotect(a.map + page(), a.map_len - 2 * page(), prot) != 0)
+            die("mprotect of a device buffer failed: %s", strerror(errno));
+    }
+}
+
 bool check_device(cudaError_t *e) {
     if (!device_present()) {
         *e = cudaErrorNoDevice;
@@ -141,6 +160,23 @@ double now_ms(void) {
 } /* namespace */
 
 bool device_present(void) { return device_count() > 0; }
+
+void device_mem_open(void) {
+    if (host_guard_on() && g_open_depth++ == 0) protect_all(PROT_READ | PROT_WRITE);
+}
+
+void device_mem_close(void) {
+    if (host_guard_on() && --g_open_depth == 0) {
+        install_fault_handler();
+        protect_all(PROT_NONE);
+    }
+}
+
+bool device_mem_guarded(uintptr_t a) {
+    if (!host_guard_on() || g_open_depth > 0) return false;
+    const alloc_t *al = find_alloc(a);
+    return al && al->device && a >= (uintptr_t)al->map + page() && a < (uintptr_t)al->map + al->map_len - page();
+}
 
 bool stream_valid(cudaStream_t s) {
     return s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread || g_streams.count(s) != 0;
@@ -171,7 +207,10 @@ void describe_alloc_address(uintptr_t a, char *out, size_t len) {
         return;
     }
     uintptr_t lo = (uintptr_t)al->ptr, hi = lo + al->size;
-    if (a >= hi)
+    if (a >= lo && a < hi)
+        snprintf(out, len, "byte %zu of a %zu-byte %s buffer at %p", (size_t)(a - lo), al->size,
+                 al->device ? "cudaMalloc'd" : "cudaMallocHost'd", (void *)al->ptr);
+    else if (a >= hi)
         snprintf(out, len, "%zu bytes past the end of a %zu-byte %s buffer at %p", (size_t)(a - hi), al->size,
                  al->device ? "cudaMalloc'd" : "cudaMallocHost'd", (void *)al->ptr);
     else
@@ -342,28 +381,28 @@ cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
 
 /* ---- memory ------------------------------------------------------------------------------------ */
 cudaError_t cudaMalloc(void **devPtr, size_t size) {
-    std::lock_guard<std::recursive_mutex> lock(g_lock);
+    device_access access;
     cudaError_t e;
     if (!check_device(&e)) return fail(e);
     return fail(do_alloc(devPtr, size, true));
 }
 
 cudaError_t cudaFree(void *devPtr) {
-    std::lock_guard<std::recursive_mutex> lock(g_lock);
+    device_access access;
     cudaError_t e;
     if (!check_device(&e)) return fail(e);
     return fail(do_free(devPtr, true));
 }
 
 cudaError_t cudaMallocHost(void **ptr, size_t size) {
-    std::lock_guard<std::recursive_mutex> lock(g_lock);
+    device_access access;
     cudaError_t e;
     if (!check_device(&e)) return fail(e);
     return fail(do_alloc(ptr, size, false));
 }
 
 cudaError_t cudaFreeHost(void *ptr) {
-    std::lock_guard<std::recursive_mutex> lock(g_lock);
+    device_access access;
     cudaError_t e;
     if (!check_device(&e)) return fail(e);
     return fail(do_free(ptr, false));
@@ -377,7 +416,7 @@ static const char *kind_name(int k) {
 
 static cudaError_t copy(const char *fn, void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
                         cudaStream_t stream) {
-    std::lock_guard<std::recursive_mutex> lock(g_lock);
+    device_access access;
     cudaError_t e;
     if (!check_device(&e)) return fail(e);
     if ((int)kind < 0 || (int)kind > 4) return fail(cudaErrorInvalidMemcpyDirection);
@@ -415,7 +454,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaM
 }
 
 static cudaError_t set(const char *fn, void *p, int value, size_t count, cudaStream_t stream) {
-    std::lock_guard<std::recursive_mutex> lock(g_lock);
+    device_access access;
     cudaError_t e;
     if (!check_device(&e)) return fail(e);
     if (!stream_valid(stream)) return fail(cudaErrorInvalidResourceHandle);

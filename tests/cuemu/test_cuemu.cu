@@ -1137,6 +1137,15 @@ Test(cuemu_loud, static_shared_memory_poisoned_per_block) {
     cudaFree(d);
 }
 
+Test(cuemu_loud, host_dereference_of_device_memory_faults, .signal = SIGSEGV) {
+    setenv("DTRUN_CUEMU_HOST_GUARD", "1", 1); /* read at the first call of this process */
+    float *d = nullptr;
+    CK(cudaMalloc(&d, 16 * sizeof(float)));
+    CK(cudaMemset(d, 0, 16 * sizeof(float)));
+    volatile float *v = d;
+    v[3] = 1.0f; /* host code writing device memory: a crash on a GPU machine too */
+}
+
 Test(cuemu_loud, memcpy_kind_and_range_checked) {
     float *d = nullptr, h[64];
     memset(h, 0, sizeof h);
