@@ -15,6 +15,8 @@
  * global lock serialises launches and memory calls. DTRUN_CUEMU_STATS=1 prints the
  * launches by kernel at exit.
  */
+#include <cxxabi.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -230,12 +232,34 @@ static inline void switch_fiber(fiber *from, fiber *to) {
 #endif
 }
 
+/* The kernel's name for messages: its symbol (demangled) when the dynamic symbol table
+ * has it (emulator binaries link with -rdynamic), else DT_LAUNCH's stringised argument
+ * (which may be a helper's parameter name). */
+static const char *kernel_name(const launch_cfg &c) {
+    static std::map<const void *, std::string> names;
+    auto it = names.find(c.fn);
+    if (it != names.end()) return it->second.c_str();
+    std::string name = c.name;
+    Dl_info info;
+    if (dladdr(c.fn, &info) && info.dli_sname && info.dli_saddr == c.fn) {
+        int st = -1;
+        char *dm = abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &st);
+        std::string sym = st == 0 && dm ? dm : info.dli_sname;
+        free(dm);
+        size_t paren = sym.find('(');
+        if (paren != std::string::npos) sym.resize(paren); /* drop the parameter list */
+        if (sym.compare(0, 5, "void ") == 0) sym.erase(0, 5);   /* and a template's return type */
+        name = sym;
+    }
+    return names.emplace(c.fn, name).first->second.c_str();
+}
+
 /* "kernel 'k' <<<grid, block>>> block (..) thread (..)" for messages. */
 static const char *where(const thr *t) {
     static char buf[512];
     const launch_cfg *c = S.cfg;
     if (!c) return "(outside a kernel)";
-    int n = snprintf(buf, sizeof buf, "kernel '%s' <<<(%u,%u,%u), (%u,%u,%u)>>> block (%u,%u,%u)", c->name,
+    int n = snprintf(buf, sizeof buf, "kernel '%s' <<<(%u,%u,%u), (%u,%u,%u)>>> block (%u,%u,%u)", kernel_name(*c),
                      c->grid.x, c->grid.y, c->grid.z, c->block.x, c->block.y, c->block.z, blockIdx.x, blockIdx.y,
                      blockIdx.z);
     if (t && n > 0 && (size_t)n < sizeof buf)
@@ -627,7 +651,7 @@ static void stats_begin(void) {
 
 static void stats_end(const launch_cfg &cfg, int n) {
     if (!g_stats_on) return;
-    kstat &k = g_stats[cfg.name];
+    kstat &k = g_stats[kernel_name(cfg)];
     unsigned long long blocks = (unsigned long long)cfg.grid.x * cfg.grid.y * cfg.grid.z;
     k.launches++;
     k.blocks += blocks;
@@ -669,7 +693,7 @@ void run_kernel(const launch_cfg &cfg, void (*thunk)(void *), void *ctx) {
         fail(cudaErrorNoDevice);
         return;
     }
-    if (S.in_kernel) die("kernel '%s' launched from inside kernel '%s'", cfg.name, S.cfg->name);
+    if (S.in_kernel) die("kernel '%s' launched from inside kernel '%s'", kernel_name(cfg), kernel_name(*S.cfg));
     cudaError_t e = validate_launch(cfg);
     if (e != cudaSuccess) {
         fail(e);
@@ -710,7 +734,7 @@ void run_kernel(const launch_cfg &cfg, void (*thunk)(void *), void *ctx) {
     t_launching = false;
     S.in_kernel = false;
     S.cur = nullptr;
-    check_canaries(cfg.name);
+    check_canaries(kernel_name(cfg));
     S.cfg = nullptr;
 }
 

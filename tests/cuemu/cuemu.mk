@@ -21,7 +21,7 @@ EMU_CXXFLAGS := -std=gnu++17 -O2 -g -fstack-clash-protection -Wall -Wextra -Werr
                 -Wno-unused-function -pthread -I. $(EMU_DEFS) -MMD -MP
 # .cu files: C++ with the emulator's header in front of everything.
 EMU_CUFLAGS := -x c++ -include tests/cuemu/cuemu.h $(EMU_CXXFLAGS)
-EMU_LDFLAGS := -fopenmp -pthread
+EMU_LDFLAGS := -fopenmp -pthread -rdynamic
 EMU_LDLIBS := -luv -lcjson -lopenblas -lm -ldl
 
 EMU_RT_SRC := $(wildcard tests/cuemu/cuemu*.cc)
