@@ -544,6 +544,15 @@ __global__ void barriers_kernel(float *out) {
     if (threadIdx.x == 0) out[blockIdx.x] = v;
 }
 
+__global__ void wait_loop_kernel(int iters, float *out) {
+    float v = 0;
+    for (int i = 0; i < iters; i++) {
+        v += 1;
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[0] = v;
+}
+
 Test(cuemu, launch_speed) {
     float *d = nullptr;
     CK(cudaMalloc(&d, 64 * sizeof(float)));
@@ -560,6 +569,14 @@ Test(cuemu, launch_speed) {
     /* 64 x 256 threads, 8 barriers and 5 shuffles each: about 230k fiber switches. */
     fprintf(stderr, "cuemu: launch of 64 blocks x 256 threads, 8 __syncthreads + 5 shuffles: %.2f ms\n", ms);
     cr_assert_lt(ms, 2000.0, "a small launch took %.0f ms", ms);
+    /* Cost of one thread waiting at one barrier (one fiber switch in the emulator). */
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    DT_LAUNCH(wait_loop_kernel, 1, 1024, 0, 0)(200, d);
+    CK(cudaDeviceSynchronize());
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double ns = ((double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec)) / (1024.0 * 200);
+    fprintf(stderr, "cuemu: one thread's wait at __syncthreads: %.1f ns\n", ns);
+    cr_assert_eq(dev_download(d, 1)[0], 200.0f);
     cudaFree(d);
 }
 
