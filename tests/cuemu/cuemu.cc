@@ -150,6 +150,7 @@ struct sched_t {
     std::vector<int> runq;           /* runnable threads, a ring of nthreads slots */
     int rq_head = 0, rq_count = 0;
     int next_unstarted = 0, done = 0;
+    bool reverse = false; /* this block runs its threads last to first */
     thr *cur = nullptr;
     fiber *cur_fiber = nullptr;
     fiber sched_fiber{};             /* the launching thread's own context */
@@ -356,7 +357,8 @@ static void thread_exit_checks(thr *t) {
 static void fiber_entry(void) {
     fiber *f = S.cur_fiber;
     for (;;) {
-        thr *t = &S.threads[(size_t)S.next_unstarted++];
+        int k = S.next_unstarted++;
+        thr *t = &S.threads[(size_t)(S.reverse ? S.nthreads - 1 - k : k)];
         t->f = f;
         t->state = T_RUNNING;
         S.cur = t;
@@ -399,8 +401,8 @@ void syncthreads(const char *file, int line) {
     S.bar_line = line;
     if (++S.bar_waiting == S.nthreads) {
         S.bar_waiting = 0;
-        for (int i = 0; i < S.nthreads; i++) {
-            thr *o = &S.threads[(size_t)i];
+        for (int k = 0; k < S.nthreads; k++) {
+            thr *o = &S.threads[(size_t)(S.reverse ? S.nthreads - 1 - k : k)];
             if (o->state == T_WAIT_BLOCK) make_runnable(o);
         }
         return;
@@ -470,7 +472,11 @@ static unsigned long long warp_call(thr *t, warp_kind kind, const char *what, un
         }
     }
     w.waiting &= ~mask;
-    for (unsigned m = mask & ~bit; m; m &= m - 1) make_runnable(&lanes[__builtin_ctz(m)]);
+    for (unsigned m = mask & ~bit; m;) {
+        int l = S.reverse ? 31 - __builtin_clz(m) : __builtin_ctz(m);
+        m &= ~(1u << l);
+        make_runnable(&lanes[l]);
+    }
     t->wkind = W_NONE;
     return t->wresult;
 }
@@ -660,6 +666,16 @@ static void stats_end(const launch_cfg &cfg, int n) {
     k.ms += cpu_ms() - g_stats_t0;
 }
 
+/* DTRUN_CUEMU_ORDER=forward: every block runs its threads first to last. */
+static bool thread_order_alternates(void) {
+    static int alt = -1;
+    if (alt < 0) {
+        const char *e = getenv("DTRUN_CUEMU_ORDER");
+        alt = !(e && strcmp(e, "forward") == 0);
+    }
+    return alt != 0;
+}
+
 /* Every static __shared__ variable of the program is in the section cuemu_shared
  * (cuemu.h); the linker marks its bounds. Weak: a program may have none. */
 extern "C" char __start_cuemu_shared[] __attribute__((weak));
@@ -678,6 +694,10 @@ static void run_block(void) {
         t.wkind = W_NONE;
     }
     S.next_unstarted = 0;
+    /* Odd blocks run their threads in reverse: a kernel that reads what another thread
+     * writes without a barrier between sees poison in one order or the other. */
+    S.reverse = thread_order_alternates() &&
+                ((blockIdx.x + (size_t)blockIdx.y * gridDim.x + (size_t)blockIdx.z * gridDim.x * gridDim.y) & 1);
     S.done = 0;
     S.rq_head = S.rq_count = 0;
     S.bar_waiting = 0;

@@ -67,6 +67,9 @@
  * exited lane, a launch fault, a write past the end of a cudaMalloc'd buffer, a memcpy
  * against where the pointers live: each aborts or fails with a message naming the
  * kernel, block and thread. Device memory is poisoned with 0xFF (NaN in fp32 and bf16).
+ * Thread order: even blocks run their threads first to last, odd blocks last to first
+ * (between barriers), so reading another thread's write without a barrier shows up as
+ * poison in one of them (DTRUN_CUEMU_ORDER=forward: always first to last).
  * Environment: DTRUN_CUEMU_GPUS=0 (no GPU), DTRUN_CUEMU_MEM_GB (device memory, 16),
  * DTRUN_CUEMU_STACK_KB (thread stacks, 64), DTRUN_CUEMU_STATS=1 (launches by kernel at
  * exit), DTRUN_CUEMU_HOST_GUARD=1 (device memory PROT_NONE outside emulator calls:

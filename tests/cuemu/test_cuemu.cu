@@ -1184,6 +1184,24 @@ Test(cuemu_loud, host_dereference_of_device_memory_faults, .signal = SIGSEGV) {
     v[3] = 1.0f; /* host code writing device memory: a crash on a GPU machine too */
 }
 
+/* A missing barrier: thread i reads what thread i-1 wrote. Odd blocks run their threads
+ * last to first, so the race shows as poison there. */
+__global__ void racy_kernel(float *out) {
+    __shared__ float s[64];
+    s[threadIdx.x] = (float)threadIdx.x;
+    out[blockIdx.x * 64 + threadIdx.x] = threadIdx.x > 0 ? s[threadIdx.x - 1] : -1.0f; /* no __syncthreads */
+}
+
+Test(cuemu_loud, missing_barrier_shows_in_reverse_order_blocks) {
+    float *d = nullptr;
+    CK(cudaMalloc(&d, 2 * 64 * sizeof(float)));
+    DT_LAUNCH(racy_kernel, 2, 64, 0, 0)(d);
+    std::vector<float> h = dev_download(d, 2 * 64);
+    for (int i = 1; i < 64; i++) cr_assert_eq(h[i], (float)(i - 1), "block 0 (first to last) element %d", i);
+    for (int i = 1; i < 64; i++) cr_assert(isnan(h[64 + i]), "block 1 (last to first) element %d: %f", i, h[64 + i]);
+    cudaFree(d);
+}
+
 Test(cuemu_loud, memcpy_kind_and_range_checked) {
     float *d = nullptr, h[64];
     memset(h, 0, sizeof h);
