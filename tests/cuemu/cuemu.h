@@ -43,7 +43,8 @@
  *                __float22bfloat162_rn __bfloat1622float2 __low2float __high2float
  *   runtime      cudaError_t and its codes below, cudaGetErrorString/Name,
  *                cudaGetLastError, cudaPeekAtLastError, cudaGetDeviceCount (1 emulated
- *                GPU; 0 + cudaErrorNoDevice when DTRUN_CUEMU_GPUS=0), cudaSetDevice,
+ *                GPU; 0 + cudaErrorNoDevice when DTRUN_CUEMU_GPUS=0 or CUDA_VISIBLE_DEVICES
+ *                hides it), cudaSetDevice,
  *                cudaGetDevice, cudaGetDeviceProperties, cudaDeviceGetAttribute,
  *                cudaMemGetInfo, cudaMalloc, cudaFree, cudaMallocHost, cudaFreeHost,
  *                cudaMemcpy(Async), cudaMemset(Async), cudaStreamCreate(WithFlags),
@@ -70,7 +71,8 @@
  * Thread order: even blocks run their threads first to last, odd blocks last to first
  * (between barriers), so reading another thread's write without a barrier shows up as
  * poison in one of them (DTRUN_CUEMU_ORDER=forward: always first to last).
- * Environment: DTRUN_CUEMU_GPUS=0 (no GPU), DTRUN_CUEMU_MEM_GB (device memory, 16),
+ * Environment: DTRUN_CUEMU_GPUS=N (GPUs on the machine, 1; 0: none), CUDA_VISIBLE_DEVICES
+ * (as with the real runtime), DTRUN_CUEMU_MEM_GB (device memory, 16),
  * DTRUN_CUEMU_STACK_KB (thread stacks, 64), DTRUN_CUEMU_STATS=1 (launches by kernel at
  * exit), DTRUN_CUEMU_HOST_GUARD=1 (device memory PROT_NONE outside emulator calls:
  * host code dereferencing a device pointer faults, as on a GPU; costs system time).

@@ -41,11 +41,39 @@ size_t page(void) {
     return p;
 }
 
+/* The emulated machine has DTRUN_CUEMU_GPUS GPUs (1 by default, 0 for none); as with
+ * the real runtime, CUDA_VISIBLE_DEVICES lists the ones the process sees, up to the
+ * first entry that is not a valid, unrepeated index ("" hides them all). */
 int device_count(void) {
     const char *e = getenv("DTRUN_CUEMU_GPUS");
-    if (!e || !*e) return 1;
-    int n = atoi(e);
-    return n < 0 ? 0 : n > 16 ? 16 : n;
+    int phys = 1;
+    if (e && *e) {
+        phys = atoi(e);
+        phys = phys < 0 ? 0 : phys > 16 ? 16 : phys;
+    }
+    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+    if (!vis) return phys;
+    int n = 0;
+    bool seen[16] = {false};
+    const char *p = vis;
+    while (*p && n < phys) {
+        while (*p == ' ') p++;
+        const char *end;
+        if (strncmp(p, "GPU-", 4) == 0 || strncmp(p, "MIG-", 4) == 0) { /* a UUID: taken as one of ours */
+            end = p + strcspn(p, ",");
+        } else {
+            char *e2;
+            long d = strtol(p, &e2, 10);
+            if (e2 == p || d < 0 || d >= phys || seen[d]) break;
+            seen[d] = true;
+            end = e2;
+            while (*end == ' ') end++;
+            if (*end && *end != ',') break;
+        }
+        n++;
+        p = *end ? end + 1 : end;
+    }
+    return n;
 }
 
 size_t device_total(void) {
@@ -462,9 +490,9 @@ static cudaError_t set(const char *fn, void *p, int value, size_t count, cudaStr
     bool in;
     char why[256] = "";
     mem_kind k = p ? mem_classify(p, count, &in, why, sizeof why) : MEM_HOST;
-    if (k != MEM_DEVICE || !in) {
+    if (k == MEM_HOST || !in) { /* pinned host memory is mapped for the device (UVA) */
         fprintf(stderr, "cuemu: %s(%p, %zu bytes): %s\n", fn, p, count,
-                k != MEM_DEVICE ? "not device memory" : why);
+                k == MEM_HOST ? "not device memory" : why);
         return fail(cudaErrorInvalidValue);
     }
     memset(p, value, count);

@@ -1221,6 +1221,22 @@ Test(cuemu_loud, memcpy_kind_and_range_checked) {
     cr_assert_eq(cudaStreamSynchronize((cudaStream_t)(uintptr_t)0x1234), cudaErrorInvalidResourceHandle);
 }
 
+Test(cuemu_loud, cuda_visible_devices) {
+    setenv("DTRUN_CUEMU_GPUS", "2", 1);
+    int n = -1;
+    setenv("CUDA_VISIBLE_DEVICES", "1", 1);
+    CK(cudaGetDeviceCount(&n));
+    cr_assert_eq(n, 1);
+    setenv("CUDA_VISIBLE_DEVICES", "0,1,7,1", 1); /* stops at the first invalid entry */
+    CK(cudaGetDeviceCount(&n));
+    cr_assert_eq(n, 2);
+    setenv("CUDA_VISIBLE_DEVICES", "", 1);
+    cr_assert_eq(cudaGetDeviceCount(&n), cudaErrorNoDevice);
+    cr_assert_eq(n, 0);
+    unsetenv("CUDA_VISIBLE_DEVICES");
+    unsetenv("DTRUN_CUEMU_GPUS");
+}
+
 Test(cuemu_loud, no_gpu_when_asked) {
     setenv("DTRUN_CUEMU_GPUS", "0", 1);
     int n = 7;
