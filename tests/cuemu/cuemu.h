@@ -11,15 +11,18 @@
  *
  *   qualifiers   __global__ __device__ __host__ __forceinline__
  *                __launch_bounds__(...) __restrict__ __align__(n) __shared__
- *                (static __shared__ arrays: zero at program start, NOT poisoned, and
- *                they keep the previous block's contents: never read before writing)
+ *                (static __shared__ variables: poisoned with 0xFF before every block, like
+ *                dynamic shared memory, except in function templates, where GCC ignores
+ *                the section attribute: there they start at zero and keep the previous
+ *                block's contents; no initialisers, as in CUDA)
  *   launch       DT_LAUNCH(kernel, grid, block, smem, stream)(args...),
  *                DT_DYN_SMEM(T, name) (dynamic shared memory: poisoned with 0xFF at the
  *                start of every block, a PROT_NONE page right after its end)
  *   built-ins    dim3 uint3 threadIdx blockIdx blockDim gridDim warpSize
- *   sync         __syncthreads() __syncwarp(mask)
+ *   sync         __syncthreads() __syncwarp(mask) __threadfence() __threadfence_block()
  *                __shfl_sync __shfl_xor_sync __shfl_down_sync __shfl_up_sync
  *                (float, int, unsigned, long long, unsigned long long, double; width)
+ *                __ballot_sync __any_sync __all_sync
  *   atomics      atomicAdd (float, double, int, unsigned, unsigned long long),
  *                atomicMax (int, unsigned), atomicMin (int, unsigned),
  *                atomicCAS (int, unsigned, unsigned long long), atomicExch (int,
@@ -27,9 +30,10 @@
  *   math         expf logf tanhf sqrtf rsqrtf fmaxf fminf fabsf powf erff floorf ceilf
  *                isnan isinf isfinite (and the rest of <math.h>), __expf __logf
  *                __fdividef __frcp_rn __float_as_int __int_as_float __float_as_uint
- *                __uint_as_float INFINITY NAN FLT_MAX
+ *                __uint_as_float INFINITY NAN FLT_MAX; min/max (int, unsigned, long long,
+ *                unsigned long long, float, double)
  *   loads        __ldg __ldcs __ldcg __stcs __stcg (scalars, float2/4, int2/4,
- *                uint2/4, bf16, bf162)
+ *                uint2/4, bf16, bf162; a misaligned address aborts, as it faults on a GPU)
  *   vectors      float2 float4 int2 int4 uint2 uint4 make_float2 make_float4
  *                make_int2 make_int4 make_uint2 make_uint4 (16-byte aligned where CUDA's are)
  *   bf16         __nv_bfloat16 (2 bytes, CUDA's bit layout; no implicit conversion and no
@@ -39,7 +43,8 @@
  *                __float22bfloat162_rn __bfloat1622float2 __low2float __high2float
  *   runtime      cudaError_t and its codes below, cudaGetErrorString/Name,
  *                cudaGetLastError, cudaPeekAtLastError, cudaGetDeviceCount (1 emulated
- *                GPU; 0 + cudaErrorNoDevice when DTRUN_CUEMU_GPUS=0), cudaSetDevice,
+ *                GPU; 0 + cudaErrorNoDevice when DTRUN_CUEMU_GPUS=0 or CUDA_VISIBLE_DEVICES
+ *                hides it), cudaSetDevice,
  *                cudaGetDevice, cudaGetDeviceProperties, cudaDeviceGetAttribute,
  *                cudaMemGetInfo, cudaMalloc, cudaFree, cudaMallocHost, cudaFreeHost,
  *                cudaMemcpy(Async), cudaMemset(Async), cudaStreamCreate(WithFlags),
@@ -49,8 +54,12 @@
  *                cudaFuncSetAttribute(cudaFuncAttributeMaxDynamicSharedMemorySize)
  *   cuBLASLt     cublasLtCreate/Destroy, cublasLtMatmulDescCreate/Destroy/SetAttribute,
  *                cublasLtMatrixLayoutCreate/Destroy/SetAttribute,
- *                cublasLtMatmulPreferenceCreate/Destroy/SetAttribute,
- *                cublasLtMatmulAlgoGetHeuristic, cublasLtMatmul,
+ *                cublasLtMatmulPreferenceCreate/Destroy/SetAttribute (MAX_WORKSPACE_BYTES,
+ *                REDUCTION_SCHEME_MASK, MIN_ALIGNMENT_A/B/C/D_BYTES: when set, cublasLtMatmul
+ *                refuses pointers less aligned than the algorithm's heuristic was told, with
+ *                NOT_SUPPORTED; so are bias/aux pointers less aligned (up to 16 bytes) than
+ *                the ones the heuristic saw), cublasLtMatmulAlgoGetHeuristic,
+ *                cublasLtMatmul,
  *                cublasLtGetStatusString/Name
  *   cuBLAS       cublasCreate/Destroy/SetStream/SetMathMode/SetWorkspace, cublasGemmEx,
  *                cublasGemmStridedBatchedEx, cublasSgemm, cublasGetStatusString/Name
@@ -59,7 +68,14 @@
  * exited lane, a launch fault, a write past the end of a cudaMalloc'd buffer, a memcpy
  * against where the pointers live: each aborts or fails with a message naming the
  * kernel, block and thread. Device memory is poisoned with 0xFF (NaN in fp32 and bf16).
- * Environment: DTRUN_CUEMU_GPUS=0 (no GPU), DTRUN_CUEMU_MEM_GB (device memory, 16).
+ * Thread order: even blocks run their threads first to last, odd blocks last to first
+ * (between barriers), so reading another thread's write without a barrier shows up as
+ * poison in one of them (DTRUN_CUEMU_ORDER=forward: always first to last).
+ * Environment: DTRUN_CUEMU_GPUS=N (GPUs on the machine, 1; 0: none), CUDA_VISIBLE_DEVICES
+ * (as with the real runtime), DTRUN_CUEMU_MEM_GB (device memory, 16),
+ * DTRUN_CUEMU_STACK_KB (thread stacks, 64), DTRUN_CUEMU_STATS=1 (launches by kernel at
+ * exit), DTRUN_CUEMU_HOST_GUARD=1 (device memory PROT_NONE outside emulator calls:
+ * host code dereferencing a device pointer faults, as on a GPU; costs system time).
  */
 #ifndef DT_TESTS_CUEMU_H
 #define DT_TESTS_CUEMU_H
@@ -86,8 +102,9 @@
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __align__(n) __attribute__((aligned(n)))
-/* Blocks run one at a time on one OS thread, so a static local is the block's memory. */
-#define __shared__ static
+/* Blocks run one at a time on one OS thread, so a static local is the block's memory.
+ * All of them live in one section, which the scheduler poisons (0xFF) before each block. */
+#define __shared__ static __attribute__((section("cuemu_shared"), aligned(16)))
 #define CUDART_VERSION 13000
 
 /* ---- built-in vector types and variables ---------------------------------------- */
@@ -309,13 +326,39 @@ static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f
 static inline unsigned int __float_as_uint(float f) { return cuemu_f2u(f); }
 static inline float __uint_as_float(unsigned int u) { return cuemu_u2f(u); }
 
-/* Cache-hinted loads and stores: plain memory accesses here. */
+/* CUDA's integer and floating min/max overloads (host and device). */
+#define CUEMU_MINMAX(T, R)                                                             \
+    static inline R min(T a, T b) { return a < b ? (R)a : (R)b; }                      \
+    static inline R max(T a, T b) { return a > b ? (R)a : (R)b; }
+CUEMU_MINMAX(int, int)
+CUEMU_MINMAX(unsigned int, unsigned int)
+CUEMU_MINMAX(long long, long long)
+CUEMU_MINMAX(unsigned long long, unsigned long long)
+#undef CUEMU_MINMAX
+static inline unsigned int min(int a, unsigned int b) { return min((unsigned int)a, b); }
+static inline unsigned int min(unsigned int a, int b) { return min(a, (unsigned int)b); }
+static inline unsigned int max(int a, unsigned int b) { return max((unsigned int)a, b); }
+static inline unsigned int max(unsigned int a, int b) { return max(a, (unsigned int)b); }
+static inline float min(float a, float b) { return fminf(a, b); }
+static inline float max(float a, float b) { return fmaxf(a, b); }
+static inline double min(double a, double b) { return fmin(a, b); }
+static inline double max(double a, double b) { return fmax(a, b); }
+
+/* Cache-hinted loads and stores: plain memory accesses here, with CUDA's alignment
+ * rule checked (a misaligned vector access faults on a GPU). */
+namespace cuemu {
+[[noreturn]] void misaligned(const char *what, const void *p, size_t align);
+}
 #define CUEMU_LDST(T)                                                                  \
-    static inline T __ldg(const T *p) { return *p; }                                   \
-    static inline T __ldcs(const T *p) { return *p; }                                  \
-    static inline T __ldcg(const T *p) { return *p; }                                  \
-    static inline void __stcs(T *p, T v) { *p = v; }                                   \
-    static inline void __stcg(T *p, T v) { *p = v; }
+    static inline const T *cuemu_aligned(const T *p, const char *what) {               \
+        if ((uintptr_t)p % alignof(T)) cuemu::misaligned(what, p, alignof(T));         \
+        return p;                                                                      \
+    }                                                                                  \
+    static inline T __ldg(const T *p) { return *cuemu_aligned(p, "__ldg"); }           \
+    static inline T __ldcs(const T *p) { return *cuemu_aligned(p, "__ldcs"); }         \
+    static inline T __ldcg(const T *p) { return *cuemu_aligned(p, "__ldcg"); }         \
+    static inline void __stcs(T *p, T v) { *const_cast<T *>(cuemu_aligned(p, "__stcs")) = v; } \
+    static inline void __stcg(T *p, T v) { *const_cast<T *>(cuemu_aligned(p, "__stcg")) = v; }
 CUEMU_LDST(char)
 CUEMU_LDST(signed char)
 CUEMU_LDST(unsigned char)
@@ -369,6 +412,8 @@ void syncwarp(unsigned mask, const char *file, int line);
 enum shfl_mode { SHFL_IDX, SHFL_UP, SHFL_DOWN, SHFL_XOR };
 unsigned long long shfl(unsigned mask, unsigned long long bits, int mode, int arg, int width,
                         const char *what, const char *file, int line);
+enum vote_mode { VOTE_BALLOT, VOTE_ANY, VOTE_ALL };
+unsigned vote(unsigned mask, bool pred, int mode, const char *what, const char *file, int line);
 unsigned char *dyn_smem(void);
 
 template <typename T> static inline T shfl_t(unsigned mask, T v, int mode, int arg, int width,
@@ -421,6 +466,13 @@ static inline launcher<P...> make_launcher(const char *name, void (*fn)(P...), d
 #define DT_DYN_SMEM(T, name) T *name = reinterpret_cast<T *>(cuemu::dyn_smem())
 
 #define __syncthreads() cuemu::syncthreads(__FILE__, __LINE__)
+/* Blocks run one after another: memory is always coherent, fences have nothing to do. */
+static inline void __threadfence(void) {}
+static inline void __threadfence_block(void) {}
+/* Votes: every lane the mask names must take part, as for shuffles. */
+#define __ballot_sync(mask, pred) cuemu::vote((mask), (pred) != 0, cuemu::VOTE_BALLOT, "__ballot_sync", __FILE__, __LINE__)
+#define __any_sync(mask, pred) (int)cuemu::vote((mask), (pred) != 0, cuemu::VOTE_ANY, "__any_sync", __FILE__, __LINE__)
+#define __all_sync(mask, pred) (int)cuemu::vote((mask), (pred) != 0, cuemu::VOTE_ALL, "__all_sync", __FILE__, __LINE__)
 #define __syncwarp(...) cuemu::syncwarp(cuemu_mask_or_full(__VA_ARGS__), __FILE__, __LINE__)
 static inline unsigned cuemu_mask_or_full(void) { return 0xffffffffU; }
 static inline unsigned cuemu_mask_or_full(unsigned m) { return m; }
@@ -547,8 +599,25 @@ typedef enum {
 
 typedef enum {
     CUBLASLT_MATMUL_PREF_SEARCH_MODE = 0,
-    CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1
+    CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,
+    CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK = 3,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES = 6,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES = 8,
+    CUBLASLT_MATMUL_PREF_MAX_WAVES_COUNT = 9,
+    CUBLASLT_MATMUL_PREF_IMPL_MASK = 12
 } cublasLtMatmulPreferenceAttributes_t;
+
+typedef enum {
+    CUBLASLT_REDUCTION_SCHEME_NONE = 0,
+    CUBLASLT_REDUCTION_SCHEME_INPLACE = 1,
+    CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE = 2,
+    CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE = 4,
+    CUBLASLT_REDUCTION_SCHEME_MASK = 0x7
+} cublasLtReductionScheme_t;
+
+typedef enum { CUBLASLT_POINTER_MODE_HOST = 0, CUBLASLT_POINTER_MODE_DEVICE = 1 } cublasLtPointerMode_t;
 
 typedef struct {
     cublasLtMatmulAlgo_t algo;

@@ -17,11 +17,11 @@ HAVE_GXX := $(shell command -v $(CXX_EMU) 2>/dev/null)
 EMU_DEFS := -DDT_USE_CUDA -DDT_CUEMU -DDT_VERSION='"$(VERSION)"' -DDT_GIT_REV='"$(GIT_REV)"'
 EMU_CFLAGS := -std=gnu11 -O2 -g -Wall -Wextra -Werror -Wno-unused-parameter -fopenmp -pthread -I. \
               $(EMU_DEFS) -MMD -MP
-EMU_CXXFLAGS := -std=gnu++17 -O2 -g -Wall -Wextra -Werror -Wno-unused-parameter -Wno-unknown-pragmas \
+EMU_CXXFLAGS := -std=gnu++17 -O2 -g -fstack-clash-protection -Wall -Wextra -Werror -Wno-unused-parameter -Wno-unknown-pragmas \
                 -Wno-unused-function -pthread -I. $(EMU_DEFS) -MMD -MP
 # .cu files: C++ with the emulator's header in front of everything.
 EMU_CUFLAGS := -x c++ -include tests/cuemu/cuemu.h $(EMU_CXXFLAGS)
-EMU_LDFLAGS := -fopenmp -pthread
+EMU_LDFLAGS := -fopenmp -pthread -rdynamic
 EMU_LDLIBS := -luv -lcjson -lopenblas -lm -ldl
 
 EMU_RT_SRC := $(wildcard tests/cuemu/cuemu*.cc)
@@ -58,7 +58,7 @@ $(EMU_BUILD)/%.cu.o: %.cu tests/cuemu/cuemu.h | $(DEPS_STAMP)
 $(EMU_BUILD)/tests/cuemu/%.o: tests/cuemu/%.cc | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CXX   $< (emu)")
-	$(Q)$(CXX_EMU) $(EMU_CXXFLAGS) -c $< -o $@
+	$(Q)$(CXX_EMU) $(EMU_CXXFLAGS) -O3 -c $< -o $@
 
 $(EMU_BUILD)/tests/gpu/test_%: tests/gpu/test_%.c $(EMU_LIB_OBJ) | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)

@@ -1,7 +1,7 @@
 /*
  * cuemu_blas.cc - the emulator's cuBLASLt and cuBLAS: the subset in cuemu.h, with
  * CUDA 13's semantics. Column-major; D = epilogue(alpha op(A) op(B) + beta C [+ bias]);
- * fp32 accumulation (inputs widened to fp32, products through OpenBLAS sgemm), bf16
+ * fp32 accumulation (inputs widened to fp32, each sum in order over k), bf16
  * outputs rounded to nearest even. As in BLAS, C is not read when beta == 0 and A, B
  * are not read when alpha == 0 (so poisoned, unwritten outputs do not leak in).
  *
@@ -20,7 +20,6 @@
  *   BGRADA      bias[i] = sum over k of op(A)[i, k] (length rows of D)
  *   BGRADB      bias[j] = sum over k of op(B)[k, j] (length columns of D)
  */
-#include <cblas.h>
 #include <stdarg.h>
 
 #include <mutex>
@@ -41,6 +40,16 @@ struct cublasContext {
 namespace {
 
 constexpr int LT_MAGIC = 0x4c74;
+constexpr uint64_t ALGO_MAGIC = 0x6375656d75ull; /* "cuemu" */
+
+/* The largest power of two (up to 256) dividing the address; 256 for NULL. */
+uint64_t ptr_align(const void *p) {
+    uintptr_t u = (uintptr_t)p;
+    if (!u) return 256;
+    uint64_t a = 1;
+    while (a < 256 && u % (a * 2) == 0) a *= 2;
+    return a;
+}
 
 struct layout_t {
     cudaDataType type;
@@ -137,13 +146,29 @@ void widen(const void *p, cudaDataType t, uint64_t rows, uint64_t cols, int64_t 
         for (uint64_t i = 0; i < rows; i++) out[(size_t)(j * rows + i)] = load(p, t, (size_t)(j * (uint64_t)ld + i));
 }
 
-/* One GEMM into dense fp32: T (m x n, ld m) = op(A) op(B). */
+/* One GEMM into dense fp32: T (m x n, ld m) = op(A) op(B), from the widened stored
+ * matrices a (arows x ?, dense) and b. Each element accumulates over k in order, in
+ * fp32; the inner loop runs down a column (vectorisable without reassociation). */
 void product(bool ta, bool tb, uint64_t m, uint64_t n, uint64_t k, const std::vector<float> &a, uint64_t arows,
              const std::vector<float> &b, uint64_t brows, std::vector<float> &t) {
     t.assign((size_t)(m * n), 0.0f);
     if (m == 0 || n == 0 || k == 0) return;
-    cblas_sgemm(CblasColMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k,
-                1.0f, a.data(), (int)(arows ? arows : 1), b.data(), (int)(brows ? brows : 1), 0.0f, t.data(), (int)m);
+    std::vector<float> opa;
+    const float *A = a.data(); /* op(A), m x k column-major */
+    if (ta) {
+        opa.resize((size_t)(m * k));
+        for (uint64_t i = 0; i < m; i++)
+            for (uint64_t kk = 0; kk < k; kk++) opa[(size_t)(kk * m + i)] = a[(size_t)(i * arows + kk)];
+        A = opa.data();
+    }
+    for (uint64_t j = 0; j < n; j++) {
+        float *tc = &t[(size_t)(j * m)];
+        for (uint64_t kk = 0; kk < k; kk++) {
+            float bv = tb ? b[(size_t)(kk * brows + j)] : b[(size_t)(j * brows + kk)];
+            const float *ac = A + (size_t)(kk * m);
+            for (uint64_t i = 0; i < m; i++) tc[i] += ac[i] * bv;
+        }
+    }
 }
 
 bool supported_compute(cublasComputeType_t c) {
@@ -572,11 +597,16 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t matmulDesc, c
 
 struct pref_t {
     uint64_t max_workspace;
+    uint32_t reduction_mask;
+    uint32_t align[4]; /* A B C D, bytes; 1 (not checked) unless set */
+    uint64_t impl_mask;
+    float max_waves;
 };
 
 cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *pref) {
     if (!pref) return CUBLAS_STATUS_INVALID_VALUE;
-    *pref = reinterpret_cast<cublasLtMatmulPreference_t>(new pref_t{0});
+    *pref = reinterpret_cast<cublasLtMatmulPreference_t>(
+        new pref_t{0, CUBLASLT_REDUCTION_SCHEME_MASK, {1, 1, 1, 1}, ~(uint64_t)0, 0.0f});
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -597,6 +627,19 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
         uint32_t v;
         return get_attr(buf, sizeInBytes, &v) ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
     }
+    case CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK:
+        return get_attr(buf, sizeInBytes, &p->reduction_mask) ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES:
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES:
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES:
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES:
+        return get_attr(buf, sizeInBytes, &p->align[attr - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES])
+                   ? CUBLAS_STATUS_SUCCESS
+                   : CUBLAS_STATUS_INVALID_VALUE;
+    case CUBLASLT_MATMUL_PREF_MAX_WAVES_COUNT:
+        return get_attr(buf, sizeInBytes, &p->max_waves) ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+    case CUBLASLT_MATMUL_PREF_IMPL_MASK:
+        return get_attr(buf, sizeInBytes, &p->impl_mask) ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
     }
     say("cublasLtMatmulPreferenceSetAttribute", "attribute %d is not emulated", (int)attr);
     return CUBLAS_STATUS_INVALID_VALUE;
@@ -616,11 +659,21 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lightHandle, cubl
     gemm_t g;
     cublasStatus_t s = lt_problem(fn, operationDesc, Adesc, Bdesc, Cdesc, Ddesc, g);
     if (s != CUBLAS_STATUS_SUCCESS) return s;
-    memset(&heuristicResultsArray[0], 0, sizeof heuristicResultsArray[0]);
-    heuristicResultsArray[0].algo.data[0] = 0x6375656d75ull; /* "cuemu" */
-    heuristicResultsArray[0].workspaceSize = 0;
-    heuristicResultsArray[0].state = CUBLAS_STATUS_SUCCESS;
-    heuristicResultsArray[0].wavesCount = 1.0f;
+    const pref_t *pr = reinterpret_cast<const pref_t *>(preference);
+    const desc_t &d = *Dd(operationDesc);
+    cublasLtMatmulHeuristicResult_t &r = heuristicResultsArray[0];
+    memset(&r, 0, sizeof r);
+    /* The algorithm remembers the alignments it may assume: the preference's, when set
+     * (the library's default of 256 is not enforced here: which algorithms need it is the
+     * library's secret), and the bias/aux pointers' own as the library reads them here,
+     * up to 16 bytes (vector loads); cublasLtMatmul checks. */
+    r.algo.data[0] = ALGO_MAGIC;
+    for (int i = 0; i < 4; i++) r.algo.data[1 + i] = pr->align[i];
+    r.algo.data[5] = d.bias ? (ptr_align(d.bias) < 16 ? ptr_align(d.bias) : 16) : 1;
+    r.algo.data[6] = d.aux ? (ptr_align(d.aux) < 16 ? ptr_align(d.aux) : 16) : 1;
+    r.workspaceSize = 0;
+    r.state = CUBLAS_STATUS_SUCCESS;
+    r.wavesCount = 1.0f;
     *returnAlgoCount = 1;
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -632,7 +685,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
                               const cublasLtMatmulAlgo_t *algo, void *workspace, size_t workspaceSizeInBytes,
                               cudaStream_t stream) {
     const char *fn = "cublasLtMatmul";
-    std::lock_guard<std::recursive_mutex> lock(g_lock);
+    device_access access;
     if (!lightHandle) return CUBLAS_STATUS_NOT_INITIALIZED;
     if (lightHandle->magic != LT_MAGIC) die("cublasLtMatmul: the handle is not a live cublasLtHandle_t");
     if (!stream_valid(stream)) {
@@ -647,7 +700,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
         say(fn, "a workspace size of %zu with a NULL workspace", workspaceSizeInBytes);
         return CUBLAS_STATUS_INVALID_VALUE;
     }
-    (void)algo;
+    if (algo && algo->data[0] != ALGO_MAGIC) {
+        say(fn, "the algorithm was not returned by cublasLtMatmulAlgoGetHeuristic");
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
     gemm_t g;
     cublasStatus_t s = lt_problem(fn, computeDesc, Adesc, Bdesc, Cdesc, Ddesc, g);
     if (s != CUBLAS_STATUS_SUCCESS) return s;
@@ -676,6 +732,20 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
     if (needs_aux && !g.aux) {
         say(fn, "epilogue %u needs CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER", e);
         return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    if (algo) {
+        const void *ptrs[6] = {A, B, C, D, g.bias, g.aux};
+        const char *names[6] = {"A", "B", "C", "D", "the bias", "the aux buffer"};
+        for (int i = 0; i < 6; i++) {
+            uint64_t want = algo->data[1 + i];
+            if (ptrs[i] && ptr_align(ptrs[i]) < want) {
+                say(fn, "%s (%p) is aligned to %llu bytes, but the algorithm was chosen for %llu-byte alignment "
+                        "(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES; bias/aux: the pointer given to the "
+                        "heuristic)",
+                    names[i], ptrs[i], (unsigned long long)ptr_align(ptrs[i]), (unsigned long long)want);
+                return CUBLAS_STATUS_NOT_SUPPORTED;
+            }
+        }
     }
     s = check_buffers(g);
     if (s != CUBLAS_STATUS_SUCCESS) return s;
@@ -727,7 +797,7 @@ static cublasStatus_t gemm_v2(const char *fn, cublasHandle_t handle, cublasOpera
                               cudaDataType Atype, int lda, long long sa, const void *B, cudaDataType Btype, int ldb,
                               long long sb, const void *beta, void *C, cudaDataType Ctype, int ldc, long long sc,
                               int batch, cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
-    std::lock_guard<std::recursive_mutex> lock(g_lock);
+    device_access access;
     if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
     if (!stream_valid(handle->stream)) {
         say(fn, "the handle's stream was destroyed");

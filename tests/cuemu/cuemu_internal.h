@@ -40,6 +40,24 @@ void describe_alloc_address(uintptr_t a, char *out, size_t len);
 /* Aborts naming the kernel when a launch wrote past the end of a device buffer. */
 void check_canaries(const char *kernel);
 
+/* With DTRUN_CUEMU_HOST_GUARD=1, device memory is PROT_NONE to the host, so host code
+ * that dereferences a device pointer faults as it would on a GPU. The emulator opens
+ * it while it works (device_access: the lock plus access, for kernels, copies and
+ * cuBLAS). Off by default: two mprotect calls per buffer per call cost more system
+ * time than the rest of the emulator when other threads (OpenBLAS) share the mm. */
+void device_mem_open(void);
+void device_mem_close(void);
+bool device_mem_guarded(uintptr_t a); /* a is in a device buffer closed to the host now */
+/* SIGSEGV/SIGBUS handler that names the kernel, thread and buffer (installed on first use). */
+void install_fault_handler(void);
+struct device_access {
+    std::lock_guard<std::recursive_mutex> lock;
+    device_access() : lock(g_lock) { device_mem_open(); }
+    ~device_access() { device_mem_close(); }
+    device_access(const device_access &) = delete;
+    device_access &operator=(const device_access &) = delete;
+};
+
 } /* namespace cuemu */
 
 #endif /* DT_TESTS_CUEMU_INTERNAL_H */

@@ -41,11 +41,39 @@ size_t page(void) {
     return p;
 }
 
+/* The emulated machine has DTRUN_CUEMU_GPUS GPUs (1 by default, 0 for none); as with
+ * the real runtime, CUDA_VISIBLE_DEVICES lists the ones the process sees, up to the
+ * first entry that is not a valid, unrepeated index ("" hides them all). */
 int device_count(void) {
     const char *e = getenv("DTRUN_CUEMU_GPUS");
-    if (!e || !*e) return 1;
-    int n = atoi(e);
-    return n < 0 ? 0 : n > 16 ? 16 : n;
+    int phys = 1;
+    if (e && *e) {
+        phys = atoi(e);
+        phys = phys < 0 ? 0 : phys > 16 ? 16 : phys;
+    }
+    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+    if (!vis) return phys;
+    int n = 0;
+    bool seen[16] = {false};
+    const char *p = vis;
+    while (*p && n < phys) {
+        while (*p == ' ') p++;
+        const char *end;
+        if (strncmp(p, "GPU-", 4) == 0 || strncmp(p, "MIG-", 4) == 0) { /* a UUID: taken as one of ours */
+            end = p + strcspn(p, ",");
+        } else {
+            char *e2;
+            long d = strtol(p, &e2, 10);
+            if (e2 == p || d < 0 || d >= phys || seen[d]) break;
+            seen[d] = true;
+            end = e2;
+            while (*end == ' ') end++;
+            if (*end && *end != ',') break;
+        }
+        n++;
+        p = *end ? end + 1 : end;
+    }
+    return n;
 }
 
 size_t device_total(void) {
@@ -124,6 +152,25 @@ cudaError_t do_free(void *p, bool device) {
     return cudaSuccess;
 }
 
+int g_open_depth = 0;
+
+bool host_guard_on(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("DTRUN_CUEMU_HOST_GUARD");
+        on = e && *e && strcmp(e, "0") != 0;
+    }
+    return on != 0;
+}
+
+void protect_all(int prot) {
+    for (auto &kv : g_allocs) {
+        const alloc_t &a = kv.second;
+        if (a.device && mprotect(a.map + page(), a.map_len - 2 * page(), prot) != 0)
+            die("mprotect of a device buffer failed: %s", strerror(errno));
+    }
+}
+
 bool check_device(cudaError_t *e) {
     if (!device_present()) {
         *e = cudaErrorNoDevice;
@@ -141,6 +188,23 @@ double now_ms(void) {
 } /* namespace */
 
 bool device_present(void) { return device_count() > 0; }
+
+void device_mem_open(void) {
+    if (host_guard_on() && g_open_depth++ == 0) protect_all(PROT_READ | PROT_WRITE);
+}
+
+void device_mem_close(void) {
+    if (host_guard_on() && --g_open_depth == 0) {
+        install_fault_handler();
+        protect_all(PROT_NONE);
+    }
+}
+
+bool device_mem_guarded(uintptr_t a) {
+    if (!host_guard_on() || g_open_depth > 0) return false;
+    const alloc_t *al = find_alloc(a);
+    return al && al->device && a >= (uintptr_t)al->map + page() && a < (uintptr_t)al->map + al->map_len - page();
+}
 
 bool stream_valid(cudaStream_t s) {
     return s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread || g_streams.count(s) != 0;
@@ -171,7 +235,10 @@ void describe_alloc_address(uintptr_t a, char *out, size_t len) {
         return;
     }
     uintptr_t lo = (uintptr_t)al->ptr, hi = lo + al->size;
-    if (a >= hi)
+    if (a >= lo && a < hi)
+        snprintf(out, len, "byte %zu of a %zu-byte %s buffer at %p", (size_t)(a - lo), al->size,
+                 al->device ? "cudaMalloc'd" : "cudaMallocHost'd", (void *)al->ptr);
+    else if (a >= hi)
         snprintf(out, len, "%zu bytes past the end of a %zu-byte %s buffer at %p", (size_t)(a - hi), al->size,
                  al->device ? "cudaMalloc'd" : "cudaMallocHost'd", (void *)al->ptr);
     else
@@ -342,28 +409,28 @@ cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
 
 /* ---- memory ------------------------------------------------------------------------------------ */
 cudaError_t cudaMalloc(void **devPtr, size_t size) {
-    std::lock_guard<std::recursive_mutex> lock(g_lock);
+    device_access access;
     cudaError_t e;
     if (!check_device(&e)) return fail(e);
     return fail(do_alloc(devPtr, size, true));
 }
 
 cudaError_t cudaFree(void *devPtr) {
-    std::lock_guard<std::recursive_mutex> lock(g_lock);
+    device_access access;
     cudaError_t e;
     if (!check_device(&e)) return fail(e);
     return fail(do_free(devPtr, true));
 }
 
 cudaError_t cudaMallocHost(void **ptr, size_t size) {
-    std::lock_guard<std::recursive_mutex> lock(g_lock);
+    device_access access;
     cudaError_t e;
     if (!check_device(&e)) return fail(e);
     return fail(do_alloc(ptr, size, false));
 }
 
 cudaError_t cudaFreeHost(void *ptr) {
-    std::lock_guard<std::recursive_mutex> lock(g_lock);
+    device_access access;
     cudaError_t e;
     if (!check_device(&e)) return fail(e);
     return fail(do_free(ptr, false));
@@ -377,7 +444,7 @@ static const char *kind_name(int k) {
 
 static cudaError_t copy(const char *fn, void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
                         cudaStream_t stream) {
-    std::lock_guard<std::recursive_mutex> lock(g_lock);
+    device_access access;
     cudaError_t e;
     if (!check_device(&e)) return fail(e);
     if ((int)kind < 0 || (int)kind > 4) return fail(cudaErrorInvalidMemcpyDirection);
@@ -415,7 +482,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaM
 }
 
 static cudaError_t set(const char *fn, void *p, int value, size_t count, cudaStream_t stream) {
-    std::lock_guard<std::recursive_mutex> lock(g_lock);
+    device_access access;
     cudaError_t e;
     if (!check_device(&e)) return fail(e);
     if (!stream_valid(stream)) return fail(cudaErrorInvalidResourceHandle);
@@ -423,9 +490,9 @@ static cudaError_t set(const char *fn, void *p, int value, size_t count, cudaStr
     bool in;
     char why[256] = "";
     mem_kind k = p ? mem_classify(p, count, &in, why, sizeof why) : MEM_HOST;
-    if (k != MEM_DEVICE || !in) {
+    if (k == MEM_HOST || !in) { /* pinned host memory is mapped for the device (UVA) */
         fprintf(stderr, "cuemu: %s(%p, %zu bytes): %s\n", fn, p, count,
-                k != MEM_DEVICE ? "not device memory" : why);
+                k == MEM_HOST ? "not device memory" : why);
         return fail(cudaErrorInvalidValue);
     }
     memset(p, value, count);
