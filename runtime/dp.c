@@ -769,8 +769,11 @@ static void *param_ptr(dt_dp_t *dp, const dt_dp_run *r) {
 
 dt_status_t dt_dp_grad_norm(dt_dp_t *dp, double *norm) {
     double sq = 0;
-    for (int i = 0; i < dp->plan.n_runs; i++)
-        sq += dp->dev->ops->grad_sq_norm(dp->dev, grad_ptr(dp, &dp->plan.runs[i]), dp->plan.runs[i].count);
+    if (!dp->sharded_optim) /* one call over the whole buffer (padding is zero): one device sync, not one per run */
+        sq = dp->dev->ops->grad_sq_norm(dp->dev, dp->grads, dp->plan.padded_total);
+    else
+        for (int i = 0; i < dp->plan.n_runs; i++)
+            sq += dp->dev->ops->grad_sq_norm(dp->dev, grad_ptr(dp, &dp->plan.runs[i]), dp->plan.runs[i].count);
     if (dp->shard) {
         double *all = dt_xcalloc((size_t)dp->n_shards, sizeof(double));
         dt_status_t st = all_gather_f64(dp, dp->shard, &sq, 1, all);

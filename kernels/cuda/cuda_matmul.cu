@@ -102,7 +102,6 @@ static cublasStatus_t plan_build(dt_cuda_impl *c, mm_plan *p, const mm_key *key,
         if ((s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws)) != CUBLAS_STATUS_SUCCESS)
             goto out_release;
     }
-#ifndef DT_CUEMU /* the emulator's reference loops need neither (and do not define them) */
     {
         uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE; /* split-K partials in fp32 */
         uint32_t al_a = (uint32_t)key->align_a, al_b = (uint32_t)key->align_b, al_d = (uint32_t)key->align_d;
@@ -113,7 +112,6 @@ static cublasStatus_t plan_build(dt_cuda_impl *c, mm_plan *p, const mm_key *key,
             (s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d)) != CUBLAS_STATUS_SUCCESS)
             goto out_release;
     }
-#endif
     if (!c->matmul_gemmex) {
         cublasLtMatmulHeuristicResult_t res;
         int found = 0;

@@ -116,8 +116,10 @@ static __device__ __forceinline__ void block_sum(double *sh) {
     }
 }
 
-/* Stage 1: block b sums its share in a fixed order. With vec (16-byte aligned
- * grads), thread t of block b takes the packs b*NORM_THREADS + t + j*NORM_BLOCKS*
+/* Stage 1: block b of the nb = gridDim.x blocks (a function of n only, at most
+ * NORM_BLOCKS, so the order stays fixed for a given n while short ranges launch
+ * few blocks) sums its share in a fixed order. With vec (16-byte aligned
+ * grads), thread t of block b takes the packs b*NORM_THREADS + t + j*nb*
  * NORM_THREADS (V elements each, so more bytes are in flight per load) and block 0
  * also the n % V elements after the last pack; otherwise the same pattern over
  * single elements. */
@@ -126,7 +128,7 @@ __global__ void sq_norm_partial_kernel(double *part, const T *g, size_t n, int v
     __shared__ double sh[NORM_THREADS];
     constexpr int V = dt_pack<T>::N;
     double s = 0.0;
-    size_t first = (size_t)blockIdx.x * NORM_THREADS + threadIdx.x, stride = (size_t)NORM_BLOCKS * NORM_THREADS;
+    size_t first = (size_t)blockIdx.x * NORM_THREADS + threadIdx.x, stride = (size_t)gridDim.x * NORM_THREADS;
     size_t npack = vec ? n / V : 0;
     for (size_t p = first; p < npack; p += stride) {
         dt_pack<T> x = dt_pack_load(g + p * V);
@@ -152,11 +154,11 @@ __global__ void sq_norm_partial_kernel(double *part, const T *g, size_t n, int v
     if (threadIdx.x == 0) part[blockIdx.x] = sh[0];
 }
 
-/* Stage 2: one block adds the NORM_BLOCKS partial sums into out. */
-__global__ void sq_norm_final_kernel(double *out, const double *part) {
+/* Stage 2: one block adds the nb partial sums into out. */
+__global__ void sq_norm_final_kernel(double *out, const double *part, int nb) {
     __shared__ double sh[NORM_THREADS];
     double s = 0.0;
-    for (int i = threadIdx.x; i < NORM_BLOCKS; i += NORM_THREADS) s += part[i];
+    for (int i = threadIdx.x; i < nb; i += NORM_THREADS) s += part[i];
     sh[threadIdx.x] = s;
     __syncthreads();
     block_sum(sh);
@@ -169,9 +171,12 @@ template <typename T> static double grad_sq_norm(dt_device_t *dev, const void *g
     double *part = (double *)c->scratch, *total = part + NORM_BLOCKS;
     /* scratch_bytes (64 KiB) holds the NORM_BLOCKS + 1 doubles */
     int vec = dt_cuda_aligned16(grads);
-    DT_LAUNCH(sq_norm_partial_kernel<T>, NORM_BLOCKS, NORM_THREADS, 0, c->stream)(part, (const T *)grads, n, vec);
+    size_t units = vec ? (n + dt_pack<T>::N - 1) / dt_pack<T>::N : n;
+    size_t want = (units + NORM_THREADS - 1) / NORM_THREADS;
+    int nb = want < NORM_BLOCKS ? (int)want : NORM_BLOCKS;
+    DT_LAUNCH(sq_norm_partial_kernel<T>, nb, NORM_THREADS, 0, c->stream)(part, (const T *)grads, n, vec);
     dt_cuda_note_launch(dev, "grad_sq_norm");
-    DT_LAUNCH(sq_norm_final_kernel, 1, NORM_THREADS, 0, c->stream)(total, part);
+    DT_LAUNCH(sq_norm_final_kernel, 1, NORM_THREADS, 0, c->stream)(total, part, nb);
     dt_cuda_note_launch(dev, "grad_sq_norm");
     double result = NAN;
     cudaError_t e = cudaMemcpyAsync(&result, total, sizeof result, cudaMemcpyDeviceToHost, c->stream);

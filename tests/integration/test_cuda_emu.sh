@@ -5,7 +5,9 @@
 # the "GPU" and is compared with the CPU trainer (the plain dtrun) from the same
 # initialisation: losses within 1e-4 relative in fp32, 1e-2 with bf16 (the
 # issue's whole-model bounds); two ranks sharing the one emulated GPU through the
-# shared-memory communicator (host staging) against two CPU ranks; bf16 master
+# shared-memory communicator against two CPU ranks, with device memory made
+# unreadable from the host (DTRUN_CUEMU_HOST_GUARD) so the ranks must stage
+# through host buffers as on a real GPU; bf16 master
 # weights survive a checkpoint and resume bitwise; model state is 16 bytes per
 # parameter; device auto picks the GPU and falls back to the CPU without one.
 # The emulator build is part of `make test` but not of `make test SAN=1`.
@@ -71,7 +73,7 @@ PY
 else fail "device=cuda, bf16"; fi
 
 run cpu2 "$DTRUN" 2 device=cpu comm.backend=shm || fail "cpu reference run, 2 ranks"
-if run emu2_shm "$EMU" 2 device=cuda bf16.enabled=false comm.backend=shm; then
+if DTRUN_CUEMU_HOST_GUARD=1 run emu2_shm "$EMU" 2 device=cuda bf16.enabled=false comm.backend=shm; then
   close "2 ranks sharing one GPU through shm (host staging) vs 2 CPU ranks: within 1e-4" emu2_shm cpu2 1e-4
   grep -q "share 1 GPU" "$DT_TMP/emu2_shm.out" && pass "ranks sharing a GPU are told so" ||
     fail "ranks sharing a GPU are told so" "$(head -5 "$DT_TMP/emu2_shm.out")"
