@@ -553,17 +553,27 @@ static dt_status_t issue(dt_comm_t *comm, dt_comm_req_t *req, int blocking) {
     return DT_STATUS_OK;
 }
 
+/* A request of a start/finish backend (NCCL) ended: record its status; a
+ * failure breaks the communicator as it does for host backends (execute). */
+static void finished(dt_comm_t *comm, dt_comm_req_t *req, dt_status_t st) {
+    req->status_ = st;
+    if (st != DT_STATUS_OK) {
+        snprintf(req->detail_, sizeof(req->detail_), "%s", dt_error_detail());
+        if (!atomic_load(&comm->broken)) {
+            snprintf(comm->broken_detail, sizeof(comm->broken_detail), "%s", req->detail_);
+            atomic_store(&comm->broken, 1);
+        }
+    }
+    atomic_store(&req->done_, 1);
+}
+
 dt_status_t dt_comm_test(dt_comm_req_t *req, int *done) {
     if (!req || !req->comm_) return dt_error(DT_STATUS_INVALID, "dt_comm_test: request was not issued");
     dt_comm_t *comm = req->comm_;
     if (comm->ops->finish && !atomic_load(&req->done_)) {
         int d = 0;
         dt_status_t st = comm->ops->finish(comm, req, 0, &d);
-        if (st != DT_STATUS_OK || d) {
-            req->status_ = st;
-            if (st != DT_STATUS_OK) snprintf(req->detail_, sizeof(req->detail_), "%s", dt_error_detail());
-            atomic_store(&req->done_, 1);
-        }
+        if (st != DT_STATUS_OK || d) finished(comm, req, st);
     }
     *done = atomic_load_explicit(&req->done_, memory_order_acquire);
     return DT_STATUS_OK;
@@ -574,10 +584,7 @@ dt_status_t dt_comm_wait(dt_comm_req_t *req) {
     dt_comm_t *comm = req->comm_;
     if (comm->ops->finish && !atomic_load(&req->done_)) {
         int d = 0;
-        dt_status_t st = comm->ops->finish(comm, req, 1, &d);
-        req->status_ = st;
-        if (st != DT_STATUS_OK) snprintf(req->detail_, sizeof(req->detail_), "%s", dt_error_detail());
-        atomic_store(&req->done_, 1);
+        finished(comm, req, comm->ops->finish(comm, req, 1, &d));
     }
     for (int i = 0; i < 4000 && !atomic_load_explicit(&req->done_, memory_order_acquire); i++)
         dt_comm_cpu_relax();
