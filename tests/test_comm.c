@@ -164,11 +164,22 @@ static int fake_gpu_expect(const char *what, long d2h_calls, size_t d2h_bytes, l
 
 #define STAGED_ARENA_BYTES (64u << 20)
 
-static pid_t spawn_rank(const group_t *g, int rank, rank_fn_t fn, void *arg) {
-    int port = store_port();
-    pid_t pid = fork();
-    cr_assert(pid >= 0);
-    if (pid) return pid;
+/* ---- rank processes -----------------------------------------------------------------
+ * A rank is this binary again, fork()ed and exec()ed, not a bare fork() child:
+ * the test process has threads (Criterion's message thread, the store
+ * server's loop), and a lock one of them holds at the moment of fork() stays
+ * locked forever in the child, which may call only async-signal-safe functions
+ * until it execs. A bare fork child hung that way about once in 30 runs of a
+ * 4-rank test (under ASan: rank 0's communication thread blocked at its start
+ * on an allocator lock inherited from the parent, and dt_comm_free waiting to
+ * join it). The exec'd rank finds its job in DT_TEST_COMM_RANK and runs it
+ * from a constructor, before Criterion's main. */
+
+extern char **environ;
+static int rank_fn_index(rank_fn_t fn);
+static rank_fn_t rank_fn_at(int i);
+
+static int rank_main(const group_t *g, int rank, int port, rank_fn_t fn) {
     dt_comm_config_t cfg = {0};
     cfg.store_host = "127.0.0.1";
     cfg.store_port = port;
@@ -189,11 +200,54 @@ static pid_t spawn_rank(const group_t *g, int rank, rank_fn_t fn, void *arg) {
     dt_comm_t *comm = NULL;
     if (dt_comm_init(&cfg, &comm) != DT_STATUS_OK) {
         fprintf(stderr, "rank %d: dt_comm_init: %s\n", rank, dt_error_detail());
-        _exit(90);
+        return 90;
     }
-    int rc = fn(comm, g, arg);
+    int rc = fn(comm, g, NULL);
     dt_comm_free(comm);
-    _exit(rc);
+    return rc;
+}
+
+__attribute__((constructor)) static void rank_process(void) {
+    const char *spec = getenv("DT_TEST_COMM_RANK");
+    if (!spec) return;
+    group_t g = {0};
+    int fi = -1, rank = -1, port = 0, backend = 0;
+    if (sscanf(spec, "%d %d %d %d %d %d %lf %63s %d %zu %lf %d", &fi, &rank, &port, &g.n, &g.lws, &backend,
+               &g.timeout_s, g.run_id, &g.round, &g.chunk, &g.limit_s, &g.staged) != 12 ||
+        !rank_fn_at(fi)) {
+        fprintf(stderr, "test_comm rank: bad DT_TEST_COMM_RANK \"%s\"\n", spec);
+        _exit(91);
+    }
+    g.backend = (dt_comm_backend_t)backend;
+    _exit(rank_main(&g, rank, port, rank_fn_at(fi)));
+}
+
+static pid_t spawn_rank(const group_t *g, int rank, rank_fn_t fn, void *arg) {
+    cr_assert(arg == NULL, "rank functions take no argument (ranks are exec'd)");
+    cr_assert(rank_fn_index(fn) >= 0, "rank function missing from rank_fns[]");
+    int port = store_port();
+    /* everything the child needs is made before fork: after it, only execve */
+    static char spec[512];
+    snprintf(spec, sizeof(spec), "DT_TEST_COMM_RANK=%d %d %d %d %d %d %.17g %s %d %zu %.17g %d", rank_fn_index(fn),
+             rank, port, g->n, g->lws, (int)g->backend, g->timeout_s, g->run_id, g->round, g->chunk, g->limit_s,
+             g->staged);
+    size_t ne = 0;
+    while (environ[ne]) ne++;
+    char **envp = calloc(ne + 2, sizeof(char *));
+    size_t k = 0;
+    for (size_t i = 0; i < ne; i++)
+        if (strncmp(environ[i], "DT_TEST_COMM_RANK=", 18) != 0) envp[k++] = environ[i];
+    envp[k++] = spec;
+    envp[k] = NULL;
+    char *argv[] = {"test_comm-rank", NULL};
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        execve("/proc/self/exe", argv, envp);
+        _exit(127);
+    }
+    free(envp);
+    return pid;
 }
 
 /* Runs fn on n ranks; codes[i] = exit code (128+signal, 124 if over the limit). */
@@ -908,4 +962,21 @@ Test(comm_shm, large_messages_world_2_and_3) {
     g = group(3, DT_COMM_BACKEND_SHM);
     g.round = 1;
     expect_all_ok(&g, large_ops, NULL);
+}
+
+/* ---- the rank functions an exec'd rank can run (spawn_rank) --------------------------- */
+
+static const rank_fn_t rank_fns[] = {
+    every_op, async_overlap, staged_async, split_groups, mismatched, hang_in_init_never,
+    one_all_reduce, all_reduce_forever, die_or_reduce, large_ops,
+};
+
+static int rank_fn_index(rank_fn_t fn) {
+    for (int i = 0; i < (int)(sizeof(rank_fns) / sizeof(rank_fns[0])); i++)
+        if (rank_fns[i] == fn) return i;
+    return -1;
+}
+
+static rank_fn_t rank_fn_at(int i) {
+    return i >= 0 && i < (int)(sizeof(rank_fns) / sizeof(rank_fns[0])) ? rank_fns[i] : NULL;
 }
