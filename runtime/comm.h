@@ -107,8 +107,10 @@ typedef struct dt_comm_config {
      * (grown as needed, accounted under DT_MEM_COMM), runs on host memory and
      * copies the result host->device, all through stage_dev->ops->copy (ordered
      * after the work queued on the device). This is how several ranks share one
-     * GPU. Ignored for NCCL (device buffers go to NCCL directly) and for CPU
-     * devices (their memory is host memory). */
+     * GPU. The copies run on the thread that runs the op (the caller's, or
+     * the communication thread for async ops), so stage_dev's copy must work
+     * from any thread (select its device itself). Ignored for NCCL (device
+     * buffers go to NCCL directly) and for CPU devices (host memory). */
     dt_device_t *stage_dev;
 } dt_comm_config_t;
 

@@ -654,6 +654,35 @@ static int staged_async(dt_comm_t *c, const group_t *g, void *arg) {
     return 0;
 }
 
+/* One rank: no backend runs; an out-of-place op is one device->device copy. */
+Test(comm, staged_world_1_copies_on_the_device) {
+    fake_gpu_open(1 << 20);
+    dt_comm_config_t cfg = {0};
+    cfg.store_host = "127.0.0.1";
+    cfg.store_port = store_port();
+    cfg.run_id = "staged1";
+    cfg.world_size = 1;
+    cfg.backend = DT_COMM_BACKEND_SHM;
+    cfg.device = -1;
+    cfg.stage_dev = &gpu.dev;
+    dt_comm_t *c = NULL;
+    cr_assert_eq(dt_comm_init(&cfg, &c), DT_STATUS_OK, "%s", dt_error_detail());
+    float host[100], back[100];
+    for (int i = 0; i < 100; i++) host[i] = (float)i * 0.5f;
+    float *a = fake_gpu_alloc(sizeof(host)), *b = fake_gpu_alloc(sizeof(host));
+    fake_gpu_xfer(a, host, sizeof(host));
+    cr_assert_eq(dt_comm_all_reduce(c, a, b, 100, DT_COMM_F32, DT_COMM_SUM), DT_STATUS_OK, "%s", dt_error_detail());
+    cr_assert_eq(gpu.calls[DT_COPY_DEVICE_TO_DEVICE], 1);
+    cr_assert_eq(gpu.bytes[DT_COPY_DEVICE_TO_DEVICE], sizeof(host));
+    fake_gpu_xfer(back, b, sizeof(back));
+    cr_assert_eq(memcmp(back, host, sizeof(host)), 0);
+    gpu.calls[DT_COPY_DEVICE_TO_DEVICE] = 0;
+    gpu.bytes[DT_COPY_DEVICE_TO_DEVICE] = 0;
+    cr_assert_eq(dt_comm_all_gather(c, a, a, 100, DT_COMM_F32), DT_STATUS_OK); /* in place: nothing to move */
+    cr_assert(fake_gpu_expect("world 1 in place", 0, 0, 0, 0));
+    dt_comm_free(c);
+}
+
 Test(comm_tcp, staged_async_requests_complete_in_order_with_results_on_device) {
     group_t g = group(2, DT_COMM_BACKEND_TCP);
     g.staged = 1;
