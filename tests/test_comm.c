@@ -239,11 +239,15 @@ static pid_t spawn_rank(const group_t *g, int rank, rank_fn_t fn, void *arg) {
         if (strncmp(environ[i], "DT_TEST_COMM_RANK=", 18) != 0) envp[k++] = environ[i];
     envp[k++] = spec;
     envp[k] = NULL;
-    char *argv[] = {"test_comm-rank", NULL};
+    static char exe[4096];
+    ssize_t el = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    cr_assert(el > 0, "readlink /proc/self/exe");
+    exe[el] = 0;
+    char *argv[] = {exe, NULL};
     pid_t pid = fork();
     cr_assert(pid >= 0);
     if (pid == 0) {
-        execve("/proc/self/exe", argv, envp);
+        execve(exe, argv, envp);
         _exit(127);
     }
     free(envp);
