@@ -325,6 +325,93 @@ dt_status_t dt_comm_tick_slow_(dt_comm_t *comm) {
     return dt_error(DT_STATUS_TIMEOUT, "%s", msg);
 }
 
+/* ---- host staging of device buffers ------------------------------------------------ */
+
+/* Where an op's input and output sit in the host staging buffer: the op runs
+ * there in its in-place form (comm.h), so one buffer of `total` bytes holds
+ * both. Input bytes come from req->send_, output bytes go to req->recv_. */
+typedef struct stage_plan {
+    size_t total;
+    size_t in_off, in_bytes;   /* device send -> host */
+    size_t out_off, out_bytes; /* host -> device recv */
+} stage_plan_t;
+
+static void plan_staging(const dt_comm_t *comm, const dt_comm_req_t *req, stage_plan_t *p) {
+    size_t es = dt_comm_dtype_size(req->dtype_), count = req->count_;
+    memset(p, 0, sizeof(*p));
+    switch (req->op_) {
+    case DT_COMM_OP_ALL_REDUCE:
+        p->total = p->in_bytes = p->out_bytes = count * es;
+        break;
+    case DT_COMM_OP_REDUCE_SCATTER:
+        p->total = p->in_bytes = count * es;
+        p->out_off = dt_comm_slice_offset(count, comm->size, comm->rank) * es;
+        p->out_bytes = dt_comm_slice_count(count, comm->size, comm->rank) * es;
+        break;
+    case DT_COMM_OP_ALL_GATHER:
+        p->total = p->out_bytes = (size_t)comm->size * count * es;
+        p->in_off = (size_t)comm->rank * count * es;
+        p->in_bytes = count * es;
+        break;
+    case DT_COMM_OP_BROADCAST:
+        p->total = count * es;
+        if (comm->rank == req->root_)
+            p->in_bytes = p->total;
+        else
+            p->out_bytes = p->total;
+        break;
+    case DT_COMM_OP_BARRIER:
+        break;
+    }
+}
+
+static dt_status_t stage_copy(dt_comm_t *comm, const dt_comm_req_t *req, void *dst, const void *src, size_t bytes,
+                              dt_copy_kind_t kind) {
+    dt_device_t *dev = comm->stage_dev;
+    dt_status_t st = dev->ops->copy(dev, dst, src, bytes, kind);
+    if (st == DT_STATUS_OK) return DT_STATUS_OK;
+    char what[200], detail[512];
+    dt_comm_describe_(req, what, sizeof(what));
+    snprintf(detail, sizeof(detail), "%s", dt_error_detail());
+    return dt_error(st, "%s on rank %d: staging through host memory: %s copy of %zu bytes failed: %s", what,
+                    comm->rank,
+                    kind == DT_COPY_DEVICE_TO_HOST   ? "device->host"
+                    : kind == DT_COPY_HOST_TO_DEVICE ? "host->device"
+                                                     : "device->device",
+                    bytes, detail);
+}
+
+/* Runs the op on host copies of its device buffers (comm.h, stage_dev). The
+ * copies happen here, on the thread running the op, so an async request is
+ * complete (result on the device) when its done flag is set. */
+static dt_status_t run_staged(dt_comm_t *comm, dt_comm_req_t *req) {
+    stage_plan_t p;
+    plan_staging(comm, req, &p);
+    if (p.total == 0) return comm->ops->run(comm, req); /* barrier: no buffers */
+    if (comm->stage_cap < p.total) {
+        dt_mem_free(comm->stage_buf);
+        comm->stage_cap = 0;
+        comm->stage_buf = dt_mem_alloc(DT_MEM_COMM, p.total);
+        if (!comm->stage_buf)
+            return dt_error(DT_STATUS_NOMEM, "comm %s: no host memory for a %zu-byte staging buffer", comm->id,
+                            p.total);
+        comm->stage_cap = p.total;
+    }
+    uint8_t *h = comm->stage_buf;
+    const void *dsend = req->send_;
+    void *drecv = req->recv_;
+    if (p.in_bytes) DT_CHECK(stage_copy(comm, req, h + p.in_off, dsend, p.in_bytes, DT_COPY_DEVICE_TO_HOST));
+    /* the in-place form of the op on the host buffer */
+    req->send_ = h + (req->op_ == DT_COMM_OP_ALL_GATHER ? p.in_off : 0);
+    req->recv_ = h + p.out_off;
+    dt_status_t st = comm->ops->run(comm, req);
+    req->send_ = dsend;
+    req->recv_ = drecv;
+    DT_CHECK(st);
+    if (p.out_bytes) DT_CHECK(stage_copy(comm, req, drecv, h + p.out_off, p.out_bytes, DT_COPY_HOST_TO_DEVICE));
+    return DT_STATUS_OK;
+}
+
 /* ---- requests and the communication thread ------------------------------------- */
 
 static void execute(dt_comm_t *comm, dt_comm_req_t *req) {
@@ -338,7 +425,7 @@ static void execute(dt_comm_t *comm, dt_comm_req_t *req) {
         comm->cur = req;
         comm->published = 0;
         comm->op_start_ns = dt_now_ns();
-        st = comm->ops->run(comm, req);
+        st = comm->stage_dev ? run_staged(comm, req) : comm->ops->run(comm, req);
         comm->cur = NULL;
         if (st != DT_STATUS_OK) {
             snprintf(comm->broken_detail, sizeof(comm->broken_detail), "%s", dt_error_detail());
@@ -394,14 +481,24 @@ static dt_status_t check_args(dt_comm_t *comm, dt_comm_req_t *req) {
     return DT_STATUS_OK;
 }
 
-/* Ops that need no backend: world size 1 and count 0. */
+/* Ops that need no backend: world size 1 and count 0. Returns 1 when done
+ * (then req->status_ says how; staged buffers are copied on the device). */
 static int trivial(dt_comm_t *comm, dt_comm_req_t *req) {
     if (comm->kind == DT_COMM_BACKEND_NCCL) return 0;
     if (req->op_ == DT_COMM_OP_BARRIER) return comm->size == 1;
     if (req->count_ == 0) return 1;
     if (comm->size != 1) return 0;
     size_t bytes = req->count_ * dt_comm_dtype_size(req->dtype_);
-    if (req->op_ != DT_COMM_OP_BROADCAST && req->recv_ != req->send_) memmove(req->recv_, req->send_, bytes);
+    if (req->op_ == DT_COMM_OP_BROADCAST || req->recv_ == req->send_) return 1;
+    if (!comm->stage_dev) {
+        memmove(req->recv_, req->send_, bytes);
+        return 1;
+    }
+    dt_status_t st = stage_copy(comm, req, req->recv_, req->send_, bytes, DT_COPY_DEVICE_TO_DEVICE);
+    if (st != DT_STATUS_OK) {
+        req->status_ = st;
+        snprintf(req->detail_, sizeof(req->detail_), "%s", dt_error_detail());
+    }
     return 1;
 }
 
@@ -463,17 +560,27 @@ static dt_status_t issue(dt_comm_t *comm, dt_comm_req_t *req, int blocking) {
     return DT_STATUS_OK;
 }
 
+/* A request of a start/finish backend (NCCL) ended: record its status; a
+ * failure breaks the communicator as it does for host backends (execute). */
+static void finished(dt_comm_t *comm, dt_comm_req_t *req, dt_status_t st) {
+    req->status_ = st;
+    if (st != DT_STATUS_OK) {
+        snprintf(req->detail_, sizeof(req->detail_), "%s", dt_error_detail());
+        if (!atomic_load(&comm->broken)) {
+            snprintf(comm->broken_detail, sizeof(comm->broken_detail), "%s", req->detail_);
+            atomic_store(&comm->broken, 1);
+        }
+    }
+    atomic_store(&req->done_, 1);
+}
+
 dt_status_t dt_comm_test(dt_comm_req_t *req, int *done) {
     if (!req || !req->comm_) return dt_error(DT_STATUS_INVALID, "dt_comm_test: request was not issued");
     dt_comm_t *comm = req->comm_;
     if (comm->ops->finish && !atomic_load(&req->done_)) {
         int d = 0;
         dt_status_t st = comm->ops->finish(comm, req, 0, &d);
-        if (st != DT_STATUS_OK || d) {
-            req->status_ = st;
-            if (st != DT_STATUS_OK) snprintf(req->detail_, sizeof(req->detail_), "%s", dt_error_detail());
-            atomic_store(&req->done_, 1);
-        }
+        if (st != DT_STATUS_OK || d) finished(comm, req, st);
     }
     *done = atomic_load_explicit(&req->done_, memory_order_acquire);
     return DT_STATUS_OK;
@@ -484,10 +591,7 @@ dt_status_t dt_comm_wait(dt_comm_req_t *req) {
     dt_comm_t *comm = req->comm_;
     if (comm->ops->finish && !atomic_load(&req->done_)) {
         int d = 0;
-        dt_status_t st = comm->ops->finish(comm, req, 1, &d);
-        req->status_ = st;
-        if (st != DT_STATUS_OK) snprintf(req->detail_, sizeof(req->detail_), "%s", dt_error_detail());
-        atomic_store(&req->done_, 1);
+        finished(comm, req, comm->ops->finish(comm, req, 1, &d));
     }
     for (int i = 0; i < 4000 && !atomic_load_explicit(&req->done_, memory_order_acquire); i++)
         dt_comm_cpu_relax();
@@ -617,6 +721,7 @@ static void comm_release(dt_comm_t *comm) {
     pthread_mutex_destroy(&comm->mu);
     pthread_cond_destroy(&comm->cv_work);
     pthread_cond_destroy(&comm->cv_done);
+    dt_mem_free(comm->stage_buf);
     free(comm->members);
     free(comm->store_host);
     free(comm->run_id);
@@ -680,6 +785,14 @@ out_release:
     return st;
 }
 
+/* Host staging for a communicator that runs on host memory, given CUDA
+ * buffers (comm.h, stage_dev). Set before the first op is issued. Not
+ * inherited by dt_comm_create_group_: hier's own sub-communicators get host
+ * buffers; dt_comm_split passes it on. */
+static void set_staging(dt_comm_t *comm, dt_device_t *dev) {
+    if (dev && dev->kind == DT_DEVICE_CUDA && comm->kind != DT_COMM_BACKEND_NCCL) comm->stage_dev = dev;
+}
+
 dt_status_t dt_comm_init(const dt_comm_config_t *cfg, dt_comm_t **out) {
     if (!cfg || !out) return dt_error(DT_STATUS_INVALID, "dt_comm_init: NULL argument");
     *out = NULL;
@@ -697,6 +810,10 @@ dt_status_t dt_comm_init(const dt_comm_config_t *cfg, dt_comm_t **out) {
         return dt_error(DT_STATUS_CONFIG, "communicator: tcp_conns %d outside [1, 8]", cfg->tcp_conns);
     dt_comm_backend_t kind = DT_COMM_BACKEND_SHM;
     DT_CHECK(choose_backend(cfg, &kind));
+    const dt_device_t *sd = cfg->stage_dev;
+    if (sd && sd->kind == DT_DEVICE_CUDA && (!sd->ops || !sd->ops->copy))
+        return dt_error(DT_STATUS_CONFIG, "communicator: stage_dev (a %s device) has no copy operation",
+                        dt_device_kind_name(sd->kind));
 
     dt_comm_t like;
     memset(&like, 0, sizeof(like));
@@ -733,6 +850,7 @@ dt_status_t dt_comm_init(const dt_comm_config_t *cfg, dt_comm_t **out) {
     int *members = dt_xmalloc(sizeof(int) * (size_t)cfg->world_size);
     for (int i = 0; i < cfg->world_size; i++) members[i] = i;
     dt_status_t st = dt_comm_create_group_(&like, id, members, cfg->world_size, cfg->rank, kind, out);
+    if (st == DT_STATUS_OK) set_staging(*out, cfg->stage_dev);
     free(members);
     free(run_id);
     return st;
@@ -791,6 +909,7 @@ dt_status_t dt_comm_split(dt_comm_t *parent, int color, int key, dt_comm_t **out
     char id[200];
     snprintf(id, sizeof(id), "%.160s.s%d.%d", parent->id, k, color);
     st = dt_comm_create_group_(parent, id, members, n, me, kind, out);
+    if (st == DT_STATUS_OK) set_staging(*out, parent->stage_dev);
     free(members);
 out_free_entries:
     free(e);

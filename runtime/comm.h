@@ -58,7 +58,8 @@
 #include <stdint.h>
 
 #include "common/status.h"
-#include "runtime/config.h" /* defines: dt_comm_backend_t, DT_COMM_BACKEND_* */
+#include "kernels/kernels.h" /* defines: dt_device_t (host staging of device buffers) */
+#include "runtime/config.h"  /* defines: dt_comm_backend_t, DT_COMM_BACKEND_* */
 
 typedef enum dt_comm_dtype {
     DT_COMM_F32 = 0,
@@ -100,6 +101,17 @@ typedef struct dt_comm_config {
     int tcp_conns;            /* connections per ring neighbour, 1..8 (0: DTRUN_COMM_TCP_CONNS or 1) */
     size_t chunk_bytes;       /* pipelining chunk (0: backend default) */
     int device;               /* -1: host buffers; >= 0: CUDA device (NCCL) */
+    /* CUDA buffers through a host backend (shm, tcp, hier): when stage_dev is a
+     * CUDA device, every op's buffers are device memory of stage_dev; the op
+     * copies its input device->host into a staging buffer the communicator owns
+     * (grown as needed, accounted under DT_MEM_COMM), runs on host memory and
+     * copies the result host->device, all through stage_dev->ops->copy (ordered
+     * after the work queued on the device). This is how several ranks share one
+     * GPU. The copies run on the thread that runs the op (the caller's, or
+     * the communication thread for async ops), so stage_dev's copy must work
+     * from any thread (select its device itself). Ignored for NCCL (device
+     * buffers go to NCCL directly) and for CPU devices (host memory). */
+    dt_device_t *stage_dev;
 } dt_comm_config_t;
 
 typedef struct dt_comm dt_comm_t;

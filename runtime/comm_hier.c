@@ -10,7 +10,9 @@
  * all_reduce: the input is widened to fp32 and zero-padded to L*q elements
  * (q = ceil(count / L)); reduce-scatter inside the node (each local rank gets q
  * elements of the node's sum), all-reduce of that piece across nodes, avg
- * division, all-gather inside the node, then rounding/copy to the output. The
+ * division, all-gather inside the node (bf16: each rank rounds its piece once
+ * first, so the gather moves final bf16 values, half the bytes), then the copy
+ * to the output. Partial sums stay fp32 throughout. The
  * sum of element i is therefore: within each node in local-rank order, then
  * across nodes in ring order. Every node link carries 1/L of the data.
  * reduce_scatter: all_reduce into a work buffer, then this rank's slice.
@@ -29,6 +31,8 @@ typedef struct hier_be {
     int L, N, nd, lrank;
     float *work;
     size_t cap;
+    uint16_t *work16; /* bf16 results, gathered inside the node */
+    size_t cap16;
 } hier_be_t;
 
 static void hier_free(dt_comm_t *comm) {
@@ -37,6 +41,7 @@ static void hier_free(dt_comm_t *comm) {
     dt_comm_free(be->node);
     dt_comm_free(be->lr);
     dt_mem_free(be->work);
+    dt_mem_free(be->work16);
     free(be);
     comm->be = NULL;
 }
@@ -75,6 +80,18 @@ static dt_status_t ensure_work(hier_be_t *be, size_t n) {
     return DT_STATUS_OK;
 }
 
+static dt_status_t ensure_work16(hier_be_t *be, size_t n) {
+    if (be->cap16 >= n) return DT_STATUS_OK;
+    dt_mem_free(be->work16);
+    be->cap16 = 0;
+    be->work16 = dt_mem_alloc(DT_MEM_COMM, n * sizeof(uint16_t) + 64);
+    if (!be->work16) return DT_STATUS_NOMEM;
+    be->cap16 = n;
+    return DT_STATUS_OK;
+}
+
+/* All-reduce of req's input into be->work (fp32), or for bf16 into be->work16
+ * (each local rank rounds its reduced piece once; the node gathers bf16). */
 static dt_status_t hier_all_reduce_work(dt_comm_t *comm, hier_be_t *be, const dt_comm_req_t *req) {
     size_t count = req->count_, L = (size_t)be->L;
     size_t q = (count + L - 1) / L, P = q * L;
@@ -97,6 +114,12 @@ static dt_status_t hier_all_reduce_work(dt_comm_t *comm, hier_be_t *be, const dt
             for (size_t i = 0; i < q; i++) mine[i] /= d;
         }
     }
+    if (req->dtype_ == DT_COMM_BF16) {
+        DT_CHECK(ensure_work16(be, P));
+        uint16_t *mine16 = be->work16 + (size_t)be->lrank * q;
+        dt_comm_f32_to_bf16_n_(mine16, mine, q, DT_COMM_SUM, 0);
+        return dt_comm_run_sub_(be->node, DT_COMM_OP_ALL_GATHER, mine16, be->work16, q, DT_COMM_BF16, DT_COMM_SUM, 0);
+    }
     return dt_comm_run_sub_(be->node, DT_COMM_OP_ALL_GATHER, mine, be->work, q, DT_COMM_F32, DT_COMM_SUM, 0);
 }
 
@@ -109,7 +132,7 @@ static dt_status_t hier_run(dt_comm_t *comm, dt_comm_req_t *req) {
         if (req->dtype_ == DT_COMM_F32)
             memcpy(req->recv_, be->work, req->count_ * sizeof(float));
         else
-            dt_comm_f32_to_bf16_n_(req->recv_, be->work, req->count_, DT_COMM_SUM, 0);
+            memcpy(req->recv_, be->work16, req->count_ * sizeof(uint16_t));
         return DT_STATUS_OK;
     case DT_COMM_OP_REDUCE_SCATTER: {
         DT_CHECK(hier_all_reduce_work(comm, be, req));
@@ -118,7 +141,7 @@ static dt_status_t hier_run(dt_comm_t *comm, dt_comm_req_t *req) {
         if (req->dtype_ == DT_COMM_F32)
             memmove(req->recv_, be->work + off, len * sizeof(float));
         else
-            dt_comm_f32_to_bf16_n_(req->recv_, be->work + off, len, DT_COMM_SUM, 0);
+            memmove(req->recv_, be->work16 + off, len * sizeof(uint16_t));
         return DT_STATUS_OK;
     }
     case DT_COMM_OP_ALL_GATHER: {

@@ -72,6 +72,12 @@ struct dt_comm {
     _Atomic int broken;
     char broken_detail[768];
 
+    /* host staging of device buffers (comm.h, stage_dev): NULL when the op's
+     * buffers are host memory (or go to NCCL as they are) */
+    dt_device_t *stage_dev;
+    uint8_t *stage_buf;  /* host, DT_MEM_COMM, grown as needed */
+    size_t stage_cap;
+
     /* the op running now (hang detection) */
     dt_comm_req_t *cur;
     uint64_t op_start_ns;

@@ -2,13 +2,31 @@
  * comm_nccl.c - NCCL backend for CUDA buffers (CUDA builds only).
  *
  * Rank 0 makes the unique id and publishes it in the store; every rank selects
- * its device (comm->device, else LOCAL_RANK) before ncclCommInitRank. Ops are
- * queued on the communicator's own stream, ordered after the work already
- * queued on the legacy default stream (the compute stream) by an event; each
- * request records an event after its op, which dt_comm_wait/test poll. Errors
- * of CUDA and NCCL are translated into DT_STATUS_CUDA / DT_STATUS_NCCL with
- * their own message. Averages use ncclAvg. reduce_scatter with a count the
- * world size does not divide runs as one ncclReduce per slice in a group.
+ * its device (comm->device, else LOCAL_RANK) with cudaSetDevice before
+ * ncclCommInitRank (and again before each op: the issuing thread may not be the
+ * one that created the communicator). Averages use ncclAvg. reduce_scatter
+ * with a count the world size does not divide runs as one ncclReduce per slice
+ * in a group. Errors of CUDA and NCCL become DT_STATUS_CUDA / DT_STATUS_NCCL
+ * with NCCL's own text: the result's name (ncclGetErrorString) and the detail
+ * of what failed (ncclGetLastError).
+ *
+ * Ordering. Ops run on the communicator's own stream (non-blocking, so it never
+ * waits for unrelated work implicitly). Before each op an event recorded on the
+ * legacy default stream (cudaStreamLegacy) is waited for on that stream. The
+ * ASSUMPTION that makes this order the op after the compute that produced its
+ * input: the CUDA device's compute stream is a blocking stream (created by
+ * cudaStreamCreate with default flags, not cudaStreamNonBlocking), and the
+ * legacy default stream synchronises with every blocking stream of the device,
+ * so the event completes only after all compute queued so far. A
+ * cudaStreamNonBlocking compute stream would break this silently. After the op
+ * each request records its own event on the communicator's stream;
+ * dt_comm_wait/test poll it (with the hang detector running), so work the
+ * caller queues after dt_comm_wait sees the result.
+ *
+ * bf16: NCCL reduces bf16 in bf16 steps (each hop rounds), not the "fp32
+ * accumulate, round once" of the host backends (comm.h); results can differ
+ * from them in the last bit.
+ *
  * Compiled and linked in CI; runs only on a GPU machine (scripts/gpu_check.sh).
  */
 #if defined(DT_USE_CUDA) && !defined(DT_CUEMU)
@@ -39,9 +57,16 @@ typedef struct nccl_be {
 #define NCCL_TRY(call, what)                                                                        \
     do {                                                                                            \
         ncclResult_t r_ = (call);                                                                   \
-        if (r_ != ncclSuccess)                                                                      \
-            return dt_error(DT_STATUS_NCCL, "nccl comm: %s: %s", what, ncclGetErrorString(r_));     \
+        if (r_ != ncclSuccess) return nccl_error(r_, what);                                         \
     } while (0)
+
+/* NCCL's result name and its last error message (the detail: which peer, which
+ * transport, what CUDA said). */
+static dt_status_t nccl_error(ncclResult_t r, const char *what) {
+    const char *last = ncclGetLastError(NULL);
+    return dt_error(DT_STATUS_NCCL, "nccl comm: %s: %s%s%s", what, ncclGetErrorString(r),
+                    last && *last ? ": " : "", last && *last ? last : "");
+}
 
 static void nccl_free(dt_comm_t *comm) {
     nccl_be_t *be = comm->be;
@@ -112,8 +137,9 @@ static dt_status_t nccl_start(dt_comm_t *comm, dt_comm_req_t *req) {
                 ncclResult_t r = ncclReduce(s, dst, dt_comm_slice_count(count, comm->size, j), t,
                                             nccl_op(req->redop_), j, be->nc, be->stream);
                 if (r != ncclSuccess) {
+                    dt_status_t st = nccl_error(r, "ncclReduce");
                     ncclGroupEnd();
-                    return dt_error(DT_STATUS_NCCL, "nccl comm: ncclReduce: %s", ncclGetErrorString(r));
+                    return st;
                 }
             }
             NCCL_TRY(ncclGroupEnd(), "ncclGroupEnd");
@@ -150,6 +176,14 @@ static dt_status_t nccl_finish(dt_comm_t *comm, dt_comm_req_t *req, int block, i
         *done = 1;
         return DT_STATUS_OK;
     }
+    if (!be->nc) { /* aborted after an earlier op failed: this one cannot complete */
+        char what[200];
+        dt_comm_describe_(req, what, sizeof(what));
+        cudaEventDestroy(ev);
+        req->backend_ = NULL;
+        return dt_error(DT_STATUS_CANCELED, "%s: the NCCL communicator was aborted after an earlier failure: %s",
+                        what, comm->broken_detail);
+    }
     comm->cur = req;
     comm->published = 0;
     comm->op_start_ns = dt_now_ns();
@@ -167,7 +201,11 @@ static dt_status_t nccl_finish(dt_comm_t *comm, dt_comm_req_t *req, int block, i
         ncclResult_t async_err = ncclSuccess;
         ncclCommGetAsyncError(be->nc, &async_err);
         if (async_err != ncclSuccess) {
-            st = dt_error(DT_STATUS_NCCL, "nccl comm: %s", ncclGetErrorString(async_err));
+            char what[200];
+            dt_comm_describe_(req, what, sizeof(what));
+            st = nccl_error(async_err, what);
+            ncclCommAbort(be->nc); /* the communicator is unusable after an asynchronous error */
+            be->nc = NULL;
             break;
         }
         if (!block) break;

@@ -24,8 +24,11 @@
  *   Steps are pipelined: on each connection, bytes of step s go out as soon as
  *   the same bytes of step s-1 arrived (the ring forwards what it received).
  *   broadcast: a chain from the root, pipelined in chunks.
- *   Reductions travel as fp32: bf16 inputs are widened first and rounded once
- *   at the end (twice the bytes of a bf16 wire, but one rounding).
+ *   bf16: partial sums travel as fp32 (inputs are widened first, so the sum
+ *   is rounded once, as comm.h promises); final values travel as bf16: the
+ *   all-gather half of a bf16 all_reduce (each rank rounds its reduced slice,
+ *   then gathers), all_gather and broadcast. A bf16 all_reduce puts
+ *   6(n-1)/n bytes per element on each link instead of 8(n-1)/n.
  *
  * Knobs (environment): DTRUN_COMM_TCP_CONNS (connections per neighbour, 1..8,
  * default 1: on loopback with 2 cores more did not measurably help),
@@ -546,14 +549,35 @@ static dt_status_t ring_reduce(dt_comm_t *comm, tcp_be_t *be, const float *in, f
     return ring_pipeline(comm, be, steps, nsteps, redop);
 }
 
+/* Ring all-gather of the n slices of a count-element vector (slices as in
+ * comm.h) in place in buf, es bytes per element: rank r already holds slice r. */
+static dt_status_t ring_gather_slices(dt_comm_t *comm, tcp_be_t *be, uint8_t *buf, size_t count, size_t es) {
+    int n = be->n, r = be->r;
+    if (n > 64) return dt_error(DT_STATUS_UNSUPPORTED, "tcp comm: at most 64 ranks in a ring");
+    ring_step_t steps[64];
+    for (int s = 0; s < n - 1; s++) {
+        int sb = ((r - s) % n + n) % n, rb = ((r - s - 1) % n + n) % n;
+        steps[s] = (ring_step_t){buf + dt_comm_slice_offset(count, n, sb) * es, dt_comm_slice_count(count, n, sb) * es,
+                                 buf + dt_comm_slice_offset(count, n, rb) * es, dt_comm_slice_count(count, n, rb) * es,
+                                 NULL, NULL, 0};
+    }
+    return ring_pipeline(comm, be, steps, n - 1, DT_COMM_SUM);
+}
+
 static dt_status_t tcp_all_reduce(dt_comm_t *comm, tcp_be_t *be, dt_comm_req_t *req) {
     size_t count = req->count_;
     if (req->dtype_ == DT_COMM_F32) return ring_reduce(comm, be, req->send_, req->recv_, count, req->redop_, 1);
+    /* bf16: the reduce-scatter half in fp32 (partial sums are not rounded),
+     * then each rank rounds its final slice once and the all-gather half
+     * carries bf16: 6 bytes per element on the wire instead of 8. */
+    int n = be->n, r = be->r;
+    size_t off = dt_comm_slice_offset(count, n, r), len = dt_comm_slice_count(count, n, r);
     DT_CHECK(ensure(&be->work, &be->work_cap, count));
     dt_comm_bf16_to_f32_n_(be->work, req->send_, count);
-    DT_CHECK(ring_reduce(comm, be, be->work, be->work, count, req->redop_, 1));
-    dt_comm_f32_to_bf16_n_(req->recv_, be->work, count, DT_COMM_SUM, 0);
-    return DT_STATUS_OK;
+    DT_CHECK(ring_reduce(comm, be, be->work, be->work, count, req->redop_, 0));
+    uint16_t *out = req->recv_;
+    dt_comm_f32_to_bf16_n_(out + off, be->work + off, len, DT_COMM_SUM, 0);
+    return ring_gather_slices(comm, be, (uint8_t *)out, count, 2);
 }
 
 static dt_status_t tcp_reduce_scatter(dt_comm_t *comm, tcp_be_t *be, dt_comm_req_t *req) {

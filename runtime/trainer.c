@@ -331,6 +331,10 @@ static dt_status_t setup(trainer *t) {
         DT_CHECK(dt_comm_config_from_env(&cc));
         cc.backend = cfg->comm.backend;
         cc.timeout_s = cfg->comm.timeout_s;
+        if (t->dev->kind == DT_DEVICE_CUDA) {
+            cc.device = t->dev->ordinal; /* backend auto picks NCCL */
+            cc.stage_dev = t->dev;       /* shm/tcp/hier stage through host memory; NCCL ignores it */
+        }
         DT_CHECK(dt_comm_init(&cc, &t->comm));
     }
     if (cfg->communication_data_type == DT_CONFIG_DTYPE_BF16 && t->env->world_size > 1)

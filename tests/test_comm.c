@@ -15,12 +15,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/clock.h"
 #include "common/mem.h"
+#include "kernels/kernels.h"
 #include "rendezvous/store.h"
 #include "runtime/comm.h"
 
@@ -34,6 +37,7 @@ typedef struct group {
     int round;
     size_t chunk;
     double limit_s;
+    int staged; /* buffers in the fake GPU's memory, staged through the host */
 } group_t;
 
 typedef int (*rank_fn_t)(dt_comm_t *comm, const group_t *g, void *arg);
@@ -46,16 +50,136 @@ static int store_port(void) {
 }
 
 static group_t group(int n, dt_comm_backend_t b) {
-    group_t g = {n, n, b, 30.0, "", 0, 0, 60.0};
+    group_t g = {n, n, b, 30.0, "", 0, 0, 60.0, 0};
     snprintf(g.run_id, sizeof(g.run_id), "t%d", (int)getpid());
     return g;
 }
 
-static pid_t spawn_rank(const group_t *g, int rank, rank_fn_t fn, void *arg) {
-    int port = store_port();
-    pid_t pid = fork();
-    cr_assert(pid >= 0);
-    if (pid) return pid;
+/* ---- a fake CUDA device ------------------------------------------------------------
+ * For host staging (dt_comm_config_t.stage_dev) without a GPU: a dt_device_t of
+ * kind CUDA whose op table is the CPU backend's with copy and set replaced. Its
+ * "device memory" is an arena kept PROT_NONE except inside those two ops, so a
+ * communicator that touched a device pointer directly would crash; the ops
+ * check that each pointer lies on the side its copy kind says and count the
+ * calls and bytes of each kind. One per rank process, made after the fork. */
+
+typedef struct fake_gpu {
+    dt_device_t dev;
+    dt_device_t *cpu;
+    dt_ops_t ops;
+    uint8_t *arena;
+    size_t arena_bytes, used;
+    pthread_mutex_t mu;
+    long calls[4];   /* by dt_copy_kind_t */
+    size_t bytes[4];
+} fake_gpu_t;
+
+static fake_gpu_t gpu = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static int in_arena(const void *p, size_t bytes) {
+    const uint8_t *q = p;
+    return q >= gpu.arena && q + bytes <= gpu.arena + gpu.arena_bytes;
+}
+
+static void arena_open(int on) {
+    if (mprotect(gpu.arena, gpu.arena_bytes, on ? PROT_READ | PROT_WRITE : PROT_NONE) != 0) abort();
+}
+
+static dt_status_t fake_copy(dt_device_t *dev, void *dst, const void *src, size_t bytes, dt_copy_kind_t kind) {
+    (void)dev;
+    static const int dst_dev[4] = {1, 0, 1, 0}, src_dev[4] = {0, 1, 1, 0};
+    if ((unsigned)kind > DT_COPY_HOST_TO_HOST) return dt_error(DT_STATUS_INVALID, "fake gpu: copy kind %d", (int)kind);
+    if (in_arena(dst, bytes) != dst_dev[kind] || in_arena(src, bytes) != src_dev[kind])
+        return dt_error(DT_STATUS_INVALID, "fake gpu: copy kind %d of %zu bytes: dst %s device memory, src %s", (int)kind,
+                        bytes, in_arena(dst, bytes) ? "in" : "not in", in_arena(src, bytes) ? "in" : "not in");
+    pthread_mutex_lock(&gpu.mu);
+    arena_open(1);
+    memmove(dst, src, bytes);
+    arena_open(0);
+    gpu.calls[kind]++;
+    gpu.bytes[kind] += bytes;
+    pthread_mutex_unlock(&gpu.mu);
+    return DT_STATUS_OK;
+}
+
+static dt_status_t fake_set(dt_device_t *dev, void *ptr, int byte, size_t bytes) {
+    (void)dev;
+    if (!in_arena(ptr, bytes)) return dt_error(DT_STATUS_INVALID, "fake gpu: set outside device memory");
+    pthread_mutex_lock(&gpu.mu);
+    arena_open(1);
+    memset(ptr, byte, bytes);
+    arena_open(0);
+    pthread_mutex_unlock(&gpu.mu);
+    return DT_STATUS_OK;
+}
+
+static void fake_gpu_open(size_t arena_bytes) {
+    if (dt_device_init(&gpu.cpu, DT_DEVICE_CPU, 1) != DT_STATUS_OK) abort();
+    gpu.ops = *gpu.cpu->ops;
+    gpu.ops.name = "fake-cuda";
+    gpu.ops.copy = fake_copy;
+    gpu.ops.set = fake_set;
+    gpu.dev = *gpu.cpu;
+    gpu.dev.kind = DT_DEVICE_CUDA;
+    gpu.dev.ops = &gpu.ops;
+    gpu.arena_bytes = (arena_bytes + 4095) & ~(size_t)4095;
+    gpu.arena = mmap(NULL, gpu.arena_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (gpu.arena == MAP_FAILED) abort();
+}
+
+/* Device memory (64-byte aligned) from the arena. */
+static void *fake_gpu_alloc(size_t bytes) {
+    size_t at = (gpu.used + 63) & ~(size_t)63;
+    if (at + bytes > gpu.arena_bytes) abort();
+    gpu.used = at + bytes;
+    return gpu.arena + at;
+}
+
+/* The test's own transfers (not counted). */
+static void fake_gpu_xfer(void *dst, const void *src, size_t bytes) {
+    pthread_mutex_lock(&gpu.mu);
+    arena_open(1);
+    memmove(dst, src, bytes);
+    arena_open(0);
+    pthread_mutex_unlock(&gpu.mu);
+}
+
+/* Copies since the last call match (calls, bytes) device->host and host->device,
+ * and nothing device->device; prints what differs. Resets the counts. */
+static int fake_gpu_expect(const char *what, long d2h_calls, size_t d2h_bytes, long h2d_calls, size_t h2d_bytes) {
+    int ok = gpu.calls[DT_COPY_DEVICE_TO_HOST] == d2h_calls && gpu.bytes[DT_COPY_DEVICE_TO_HOST] == d2h_bytes &&
+             gpu.calls[DT_COPY_HOST_TO_DEVICE] == h2d_calls && gpu.bytes[DT_COPY_HOST_TO_DEVICE] == h2d_bytes &&
+             gpu.calls[DT_COPY_DEVICE_TO_DEVICE] == 0 && gpu.calls[DT_COPY_HOST_TO_HOST] == 0;
+    if (!ok)
+        fprintf(stderr,
+                "%s: staging copies d2h %ld calls/%zu bytes, h2d %ld/%zu, d2d %ld, h2h %ld; expected d2h %ld/%zu, "
+                "h2d %ld/%zu, none other\n",
+                what, gpu.calls[DT_COPY_DEVICE_TO_HOST], gpu.bytes[DT_COPY_DEVICE_TO_HOST],
+                gpu.calls[DT_COPY_HOST_TO_DEVICE], gpu.bytes[DT_COPY_HOST_TO_DEVICE], gpu.calls[DT_COPY_DEVICE_TO_DEVICE],
+                gpu.calls[DT_COPY_HOST_TO_HOST], d2h_calls, d2h_bytes, h2d_calls, h2d_bytes);
+    memset(gpu.calls, 0, sizeof(gpu.calls));
+    memset(gpu.bytes, 0, sizeof(gpu.bytes));
+    return ok;
+}
+
+#define STAGED_ARENA_BYTES (64u << 20)
+
+/* ---- rank processes -----------------------------------------------------------------
+ * A rank is this binary again, fork()ed and exec()ed, not a bare fork() child:
+ * the test process has threads (Criterion's message thread, the store
+ * server's loop), and a lock one of them holds at the moment of fork() stays
+ * locked forever in the child, which may call only async-signal-safe functions
+ * until it execs. A bare fork child hung that way about once in 30 runs of a
+ * 4-rank test (under ASan: rank 0's communication thread blocked at its start
+ * on an allocator lock inherited from the parent, and dt_comm_free waiting to
+ * join it). The exec'd rank finds its job in DT_TEST_COMM_RANK and runs it
+ * from a constructor, before Criterion's main. */
+
+extern char **environ;
+static int rank_fn_index(rank_fn_t fn);
+static rank_fn_t rank_fn_at(int i);
+
+static int rank_main(const group_t *g, int rank, int port, rank_fn_t fn) {
     dt_comm_config_t cfg = {0};
     cfg.store_host = "127.0.0.1";
     cfg.store_port = port;
@@ -69,14 +193,65 @@ static pid_t spawn_rank(const group_t *g, int rank, rank_fn_t fn, void *arg) {
     cfg.timeout_s = g->timeout_s;
     cfg.chunk_bytes = g->chunk;
     cfg.device = -1;
+    if (g->staged) {
+        fake_gpu_open(STAGED_ARENA_BYTES);
+        cfg.stage_dev = &gpu.dev;
+    }
     dt_comm_t *comm = NULL;
     if (dt_comm_init(&cfg, &comm) != DT_STATUS_OK) {
         fprintf(stderr, "rank %d: dt_comm_init: %s\n", rank, dt_error_detail());
-        _exit(90);
+        return 90;
     }
-    int rc = fn(comm, g, arg);
+    int rc = fn(comm, g, NULL);
     dt_comm_free(comm);
-    _exit(rc);
+    return rc;
+}
+
+__attribute__((constructor)) static void rank_process(void) {
+    const char *spec = getenv("DT_TEST_COMM_RANK");
+    if (!spec) return;
+    group_t g = {0};
+    int fi = -1, rank = -1, port = 0, backend = 0;
+    if (sscanf(spec, "%d %d %d %d %d %d %lf %63s %d %zu %lf %d", &fi, &rank, &port, &g.n, &g.lws, &backend,
+               &g.timeout_s, g.run_id, &g.round, &g.chunk, &g.limit_s, &g.staged) != 12 ||
+        !rank_fn_at(fi)) {
+        fprintf(stderr, "test_comm rank: bad DT_TEST_COMM_RANK \"%s\"\n", spec);
+        _exit(91);
+    }
+    g.backend = (dt_comm_backend_t)backend;
+    _exit(rank_main(&g, rank, port, rank_fn_at(fi)));
+}
+
+static pid_t spawn_rank(const group_t *g, int rank, rank_fn_t fn, void *arg) {
+    cr_assert(arg == NULL, "rank functions take no argument (ranks are exec'd)");
+    cr_assert(rank_fn_index(fn) >= 0, "rank function missing from rank_fns[]");
+    int port = store_port();
+    /* everything the child needs is made before fork: after it, only execve */
+    static char spec[512];
+    snprintf(spec, sizeof(spec), "DT_TEST_COMM_RANK=%d %d %d %d %d %d %.17g %s %d %zu %.17g %d", rank_fn_index(fn),
+             rank, port, g->n, g->lws, (int)g->backend, g->timeout_s, g->run_id, g->round, g->chunk, g->limit_s,
+             g->staged);
+    size_t ne = 0;
+    while (environ[ne]) ne++;
+    char **envp = calloc(ne + 2, sizeof(char *));
+    size_t k = 0;
+    for (size_t i = 0; i < ne; i++)
+        if (strncmp(environ[i], "DT_TEST_COMM_RANK=", 18) != 0) envp[k++] = environ[i];
+    envp[k++] = spec;
+    envp[k] = NULL;
+    static char exe[4096];
+    ssize_t el = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    cr_assert(el > 0, "readlink /proc/self/exe");
+    exe[el] = 0;
+    char *argv[] = {exe, NULL};
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        execve(exe, argv, envp);
+        _exit(127);
+    }
+    free(envp);
+    return pid;
 }
 
 /* Runs fn on n ranks; codes[i] = exit code (128+signal, 124 if over the limit). */
@@ -213,12 +388,29 @@ static int call_failed(dt_comm_t *c, const char *what, size_t count) {
     return 2;
 }
 
+/* Staged groups (g->staged): the op gets device buffers of the fake GPU (din,
+ * dout) while inputs are made and results checked in host mirrors (in, out);
+ * put/get move them (uncounted), and every op's staging copies are checked. */
+static void put(const group_t *g, void *dev, const void *host, size_t bytes) {
+    if (g->staged) fake_gpu_xfer(dev, host, bytes);
+}
+static void get(const group_t *g, void *host, const void *dev, size_t bytes) {
+    if (g->staged) fake_gpu_xfer(host, dev, bytes);
+}
+/* One copy call of each nonzero size expected. */
+static int staged_ok(const group_t *g, const char *what, size_t d2h, size_t h2d) {
+    if (!g->staged) return 1;
+    return fake_gpu_expect(what, d2h ? 1 : 0, d2h, h2d ? 1 : 0, h2d);
+}
+
 static int every_op(dt_comm_t *c, const group_t *g, void *arg) {
     int n = dt_comm_size(c), r = dt_comm_rank(c);
     dt_comm_backend_t b = dt_comm_backend(c);
     size_t maxc = counts[sizeof(counts) / sizeof(counts[0]) - 1];
-    uint8_t *in = dt_mem_alloc(DT_MEM_OTHER, (maxc + 8) * 4 * (size_t)n);
-    uint8_t *out = dt_mem_alloc(DT_MEM_OTHER, (maxc + 8) * 4 * (size_t)n);
+    size_t cap = (maxc + 8) * 4 * (size_t)n;
+    uint8_t *in = dt_mem_alloc(DT_MEM_OTHER, cap);
+    uint8_t *out = dt_mem_alloc(DT_MEM_OTHER, cap);
+    uint8_t *din = g->staged ? fake_gpu_alloc(cap) : in, *dout = g->staged ? fake_gpu_alloc(cap) : out;
     for (int d = 0; d < 2; d++) {
         dt_comm_dtype_t dt = d ? DT_COMM_BF16 : DT_COMM_F32;
         size_t es = dt_comm_dtype_size(dt);
@@ -229,9 +421,12 @@ static int every_op(dt_comm_t *c, const group_t *g, void *arg) {
                 uint32_t salt = (uint32_t)(ci * 16 + op * 4 + d);
                 dt_comm_redop_t redop = (dt_comm_redop_t)op;
                 fill(in, r, count, salt, dt);
-                void *dst = op == DT_COMM_AVG ? in : out;
-                if (dt_comm_all_reduce(c, in, dst, count, dt, redop) != DT_STATUS_OK)
+                put(g, din, in, count * es);
+                void *dst = op == DT_COMM_AVG ? in : out, *ddst = op == DT_COMM_AVG ? din : dout;
+                if (dt_comm_all_reduce(c, din, ddst, count, dt, redop) != DT_STATUS_OK)
                     return call_failed(c, "all_reduce", count);
+                if (!staged_ok(g, "all_reduce", count * es, count * es)) return 6;
+                get(g, dst, ddst, count * es);
                 for (size_t i = 0; i < count; i++) {
                     uint32_t want = ref_bits(ref_sum(g, b, count, i, salt, dt, redop), dt);
                     if (bits_at(dst, i, dt) != want)
@@ -242,10 +437,14 @@ static int every_op(dt_comm_t *c, const group_t *g, void *arg) {
             for (int op = 0; op < 2; op++) {
                 uint32_t salt = (uint32_t)(ci * 16 + 8 + op * 4 + d);
                 fill(in, r, count, salt, dt);
+                put(g, din, in, count * es);
                 size_t off = dt_comm_slice_offset(count, n, r), len = dt_comm_slice_count(count, n, r);
                 void *dst = op ? (void *)(in + off * es) : (void *)out;
-                if (dt_comm_reduce_scatter(c, in, dst, count, dt, (dt_comm_redop_t)op) != DT_STATUS_OK)
+                void *ddst = op ? (void *)(din + off * es) : (void *)dout;
+                if (dt_comm_reduce_scatter(c, din, ddst, count, dt, (dt_comm_redop_t)op) != DT_STATUS_OK)
                     return call_failed(c, "reduce_scatter", count);
+                if (!staged_ok(g, "reduce_scatter", count * es, len * es)) return 6;
+                get(g, dst, ddst, len * es);
                 for (size_t i = 0; i < len; i++) {
                     uint32_t want = ref_bits(ref_sum(g, b, count, off + i, salt, dt, (dt_comm_redop_t)op), dt);
                     if (bits_at(dst, i, dt) != want)
@@ -256,9 +455,13 @@ static int every_op(dt_comm_t *c, const group_t *g, void *arg) {
             for (int inplace = 0; inplace < 2; inplace++) {
                 uint32_t salt = (uint32_t)(ci * 16 + 12 + inplace * 2 + d);
                 void *src = inplace ? (void *)(out + (size_t)r * count * es) : (void *)in;
+                void *dsrc = inplace ? (void *)(dout + (size_t)r * count * es) : (void *)din;
                 fill(src, r, count, salt, dt);
-                if (dt_comm_all_gather(c, src, out, count, dt) != DT_STATUS_OK)
+                put(g, dsrc, src, count * es);
+                if (dt_comm_all_gather(c, dsrc, dout, count, dt) != DT_STATUS_OK)
                     return call_failed(c, "all_gather", count);
+                if (!staged_ok(g, "all_gather", count * es, (size_t)n * count * es)) return 6;
+                get(g, out, dout, (size_t)n * count * es);
                 for (int k = 0; k < n; k++)
                     for (size_t i = 0; i < count; i++) {
                         uint32_t want = ref_bits(val(k, i, salt, dt), dt);
@@ -270,12 +473,16 @@ static int every_op(dt_comm_t *c, const group_t *g, void *arg) {
             /* broadcast from the last rank */
             uint32_t salt = (uint32_t)(ci * 16 + 15);
             fill(out, r, count, salt, dt);
-            if (dt_comm_broadcast(c, out, count, dt, n - 1) != DT_STATUS_OK) return call_failed(c, "broadcast", count);
+            put(g, dout, out, count * es);
+            if (dt_comm_broadcast(c, dout, count, dt, n - 1) != DT_STATUS_OK) return call_failed(c, "broadcast", count);
+            if (!staged_ok(g, "broadcast", r == n - 1 ? count * es : 0, r == n - 1 ? 0 : count * es)) return 6;
+            get(g, out, dout, count * es);
             for (size_t i = 0; i < count; i++) {
                 uint32_t want = ref_bits(val(n - 1, i, salt, dt), dt);
                 if (bits_at(out, i, dt) != want) return fail_msg(g, c, "broadcast", count, dt, i, bits_at(out, i, dt), want);
             }
             if (dt_comm_barrier(c) != DT_STATUS_OK) return call_failed(c, "barrier", 0);
+            if (!staged_ok(g, "barrier", 0, 0)) return 6;
         }
     }
     dt_mem_free(in);
@@ -318,6 +525,27 @@ Test(comm_tcp, every_op_world_3) {
 Test(comm_tcp, every_op_world_4_two_conns) {
     group_t g = group(4, DT_COMM_BACKEND_TCP);
     setenv("DTRUN_COMM_TCP_CONNS", "2", 1);
+    expect_all_ok(&g, every_op, NULL);
+}
+
+/* CUDA buffers through the CPU communicator (host staging), on a fake GPU. */
+Test(comm_shm, every_op_staged_from_device_world_2_3) {
+    group_t g = group(2, DT_COMM_BACKEND_SHM);
+    g.staged = 1;
+    expect_all_ok(&g, every_op, NULL);
+    g = group(3, DT_COMM_BACKEND_SHM);
+    g.round = 1;
+    g.staged = 1;
+    expect_all_ok(&g, every_op, NULL);
+}
+
+Test(comm_tcp, every_op_staged_from_device_world_2_3) {
+    group_t g = group(2, DT_COMM_BACKEND_TCP);
+    g.staged = 1;
+    expect_all_ok(&g, every_op, NULL);
+    g = group(3, DT_COMM_BACKEND_TCP);
+    g.round = 1;
+    g.staged = 1;
     expect_all_ok(&g, every_op, NULL);
 }
 
@@ -384,6 +612,85 @@ static int async_overlap(dt_comm_t *c, const group_t *g, void *arg) {
     for (int k = 0; k < NB; k++) dt_mem_free(bufs[k]);
     dt_mem_free(all);
     return acc > 0 ? 0 : 5;
+}
+
+/* Staged async requests: when a request reports done its result is already on
+ * the device (the host->device copy is part of the op), in issue order. */
+static int staged_async(dt_comm_t *c, const group_t *g, void *arg) {
+    int r = dt_comm_rank(c);
+    enum { NB = 3, COUNT = 100003 };
+    float *host = dt_mem_alloc(DT_MEM_OTHER, COUNT * sizeof(float));
+    float *dev[NB];
+    dt_comm_req_t reqs[NB];
+    for (int k = 0; k < NB; k++) {
+        dev[k] = fake_gpu_alloc(COUNT * sizeof(float));
+        fill(host, r, COUNT, 200 + (uint32_t)k, DT_COMM_F32);
+        fake_gpu_xfer(dev[k], host, COUNT * sizeof(float));
+        if (dt_comm_all_reduce_async(c, dev[k], dev[k], COUNT, DT_COMM_F32, DT_COMM_AVG, &reqs[k]) != DT_STATUS_OK)
+            return call_failed(c, "all_reduce_async", COUNT);
+    }
+    int next = 0;
+    for (int it = 0; it < 2000000 && next < NB; it++) {
+        int d[NB] = {0};
+        for (int k = 0; k < NB; k++) dt_comm_test(&reqs[k], &d[k]);
+        for (int k = next + 1; k < NB; k++)
+            if (d[k] && !d[next]) {
+                fprintf(stderr, "request %d completed before request %d\n", k, next);
+                return 3;
+            }
+        if (!d[next]) {
+            dt_sleep_ms(0);
+            continue;
+        }
+        if (dt_comm_wait(&reqs[next]) != DT_STATUS_OK) return call_failed(c, "wait", (size_t)next);
+        fake_gpu_xfer(host, dev[next], COUNT * sizeof(float)); /* read right at completion */
+        for (size_t i = 0; i < COUNT; i++) {
+            uint32_t want = ref_bits(ref_sum(g, dt_comm_backend(c), COUNT, i, 200 + (uint32_t)next, DT_COMM_F32, DT_COMM_AVG),
+                                     DT_COMM_F32);
+            if (bits_at(host, i, DT_COMM_F32) != want)
+                return fail_msg(g, c, "staged async all_reduce", COUNT, DT_COMM_F32, i, bits_at(host, i, DT_COMM_F32), want);
+        }
+        next++;
+    }
+    if (next < NB) return call_failed(c, "requests did not complete", COUNT);
+    if (!fake_gpu_expect("staged async", NB, NB * COUNT * sizeof(float), NB, NB * COUNT * sizeof(float))) return 6;
+    dt_mem_free(host);
+    return 0;
+}
+
+/* One rank: no backend runs; an out-of-place op is one device->device copy. */
+Test(comm, staged_world_1_copies_on_the_device) {
+    fake_gpu_open(1 << 20);
+    dt_comm_config_t cfg = {0};
+    cfg.store_host = "127.0.0.1";
+    cfg.store_port = store_port();
+    cfg.run_id = "staged1";
+    cfg.world_size = 1;
+    cfg.backend = DT_COMM_BACKEND_SHM;
+    cfg.device = -1;
+    cfg.stage_dev = &gpu.dev;
+    dt_comm_t *c = NULL;
+    cr_assert_eq(dt_comm_init(&cfg, &c), DT_STATUS_OK, "%s", dt_error_detail());
+    float host[100], back[100];
+    for (int i = 0; i < 100; i++) host[i] = (float)i * 0.5f;
+    float *a = fake_gpu_alloc(sizeof(host)), *b = fake_gpu_alloc(sizeof(host));
+    fake_gpu_xfer(a, host, sizeof(host));
+    cr_assert_eq(dt_comm_all_reduce(c, a, b, 100, DT_COMM_F32, DT_COMM_SUM), DT_STATUS_OK, "%s", dt_error_detail());
+    cr_assert_eq(gpu.calls[DT_COPY_DEVICE_TO_DEVICE], 1);
+    cr_assert_eq(gpu.bytes[DT_COPY_DEVICE_TO_DEVICE], sizeof(host));
+    fake_gpu_xfer(back, b, sizeof(back));
+    cr_assert_eq(memcmp(back, host, sizeof(host)), 0);
+    gpu.calls[DT_COPY_DEVICE_TO_DEVICE] = 0;
+    gpu.bytes[DT_COPY_DEVICE_TO_DEVICE] = 0;
+    cr_assert_eq(dt_comm_all_gather(c, a, a, 100, DT_COMM_F32), DT_STATUS_OK); /* in place: nothing to move */
+    cr_assert(fake_gpu_expect("world 1 in place", 0, 0, 0, 0));
+    dt_comm_free(c);
+}
+
+Test(comm_tcp, staged_async_requests_complete_in_order_with_results_on_device) {
+    group_t g = group(2, DT_COMM_BACKEND_TCP);
+    g.staged = 1;
+    expect_all_ok(&g, staged_async, NULL);
 }
 
 Test(comm_shm, async_requests_overlap_compute_and_complete_in_order) {
@@ -688,4 +995,21 @@ Test(comm_shm, large_messages_world_2_and_3) {
     g = group(3, DT_COMM_BACKEND_SHM);
     g.round = 1;
     expect_all_ok(&g, large_ops, NULL);
+}
+
+/* ---- the rank functions an exec'd rank can run (spawn_rank) --------------------------- */
+
+static const rank_fn_t rank_fns[] = {
+    every_op, async_overlap, staged_async, split_groups, mismatched, hang_in_init_never,
+    one_all_reduce, all_reduce_forever, die_or_reduce, large_ops,
+};
+
+static int rank_fn_index(rank_fn_t fn) {
+    for (int i = 0; i < (int)(sizeof(rank_fns) / sizeof(rank_fns[0])); i++)
+        if (rank_fns[i] == fn) return i;
+    return -1;
+}
+
+static rank_fn_t rank_fn_at(int i) {
+    return i >= 0 && i < (int)(sizeof(rank_fns) / sizeof(rank_fns[0])) ? rank_fns[i] : NULL;
 }

@@ -10,7 +10,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 [ -f "$HERE/../../rendezvous/store_server.c" ] || { skip "$(basename "$0" .sh)" "the store (rendezvous/store_server.c) is not built in this tree yet"; finish; }
 T="timeout -k 2 40"
 A=dtl$$a; B=dtl$$b
-cleanup() { ip netns del $A 2>/dev/null; ip netns del $B 2>/dev/null; rm -rf "$DT_TMP"; }
+cleanup() { ip netns del $A 2>/dev/null; ip netns del $B 2>/dev/null; rm -rf "/etc/netns/$A" "/etc/netns/$B" "$DT_TMP"; }
 trap cleanup EXIT
 if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null || ! ip netns add $A 2>/dev/null; then
   skip "netns" "needs root and ip netns (network namespaces not permitted here)"; finish
@@ -19,6 +19,20 @@ ip netns add $B && ip link add vA netns $A type veth peer name vB netns $B \
   && ip -n $A addr add 10.200.0.1/24 dev vA && ip -n $B addr add 10.200.0.2/24 dev vB \
   && ip -n $A link set vA up && ip -n $B link set vB up && ip -n $A link set lo up && ip -n $B link set lo up \
   || { skip "netns" "could not set up the veth pair"; finish; }
+# Name the two nodes in each namespace's /etc/hosts, as a cluster does (`ip netns
+# exec` bind-mounts /etc/netns/<name>/hosts over /etc/hosts). torch's c10d names
+# every socket it opens with getnameinfo (a reverse lookup); in a namespace
+# whose resolver is unreachable that failed on every run (EAI_AGAIN, "The
+# hostname of the client socket cannot be retrieved. err=-3", and c10d's
+# fallback formats a garbage address), and the gloo worker aborted in 2 of 20
+# runs ("terminate called without an active exception"); with the names: no
+# lookup failure and no abort in 30 runs. The ::ffff: lines answer for c10d's
+# IPv4-mapped IPv6 sockets (a plain IPv4 line does not).
+for ns in $A $B; do
+  mkdir -p "/etc/netns/$ns" && { cat /etc/hosts; printf '%s\n' "10.200.0.1 dtnode0" "10.200.0.2 dtnode1" \
+    "::ffff:10.200.0.1 dtnode0" "::ffff:10.200.0.2 dtnode1"; } >"/etc/netns/$ns/hosts" \
+    || { skip "netns" "could not write /etc/netns/$ns/hosts"; finish; }
+done
 FAST="--rdzv_conf join_timeout=20,heartbeat_interval=0.2 --monitor_interval 0.05"
 cd "$DT_TMP"
 
