@@ -101,8 +101,8 @@ static const char help_text[] =
     "    fp32 (cpu): 4Ψ params + 4Ψ grads + 8Ψ m, v = 16Ψ; ZeRO-1 8Ψ+8Ψ/N,\n"
     "    ZeRO-2 4Ψ+12Ψ/N, FSDP 16Ψ/N.\n"
     "  activations: the tensors the GPT forward keeps per layer (18·B·T·C in the compute\n"
-    "    dtype, 4·B·T fp32, attention B·NH·T fp32 flash-style on GPU or B·NH·T·T on\n"
-    "    cpu) + embeddings, final LayerNorm, logits B·T·Vp, losses; checkpointing keeps\n"
+    "    dtype, 4·B·T fp32, attention probabilities B·NH·T·T: compute dtype on GPU,\n"
+    "    fp32 on cpu) + embeddings, final LayerNorm, logits B·T·Vp, losses; checkpointing keeps\n"
     "    each layer's input B·T·C + one layer's set and recomputes (compute x 4/3).\n"
     "  comm buffers: 2 gradient buckets (DDP, ZeRO-1/2); 2 gathered units + 1 unit\n"
     "    gradient (FSDP, hybrid).\n"
@@ -519,7 +519,7 @@ static int setup(plan_opts *o, plan_ctx *c) {
     c->in.comm_bytes = c->in.precision == DT_PLAN_PRECISION_BF16 ? 2 : 4;
     if (c->cfg_comm_bytes && !is_cpu) c->in.comm_bytes = c->cfg_comm_bytes;
     if (o->comm_dtype) c->in.comm_bytes = strcasecmp(o->comm_dtype, "fp32") ? 2 : 4;
-    c->in.flash_attention = !is_cpu;
+    c->in.gpu_attention = !is_cpu;
     c->in.mem_bytes = is_cpu ? host_mem_bytes() : c->gpu->mem_gib * 1073741824.0;
     c->in.mem_shared = is_cpu;
     if (is_cpu) {

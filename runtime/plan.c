@@ -259,9 +259,10 @@ double dt_plan_activation_bytes(const dt_plan_model *m, int micro_batch, int com
     if (attention > 0) { /* materialised, fp32 (CPU), `attention` threads of scratch rows */
         saved = 4 * B * NH * T * T;
         scratch = 4.0 * attention * fmin(T, 64) * T;
-    } else { /* flash-style: log-sum-exp per row */
-        saved = 4 * B * NH * T;
-        scratch = 0;
+    } else { /* the CUDA backend (kernels/cuda/cuda_attention.cu): the probabilities in the
+              * compute dtype, and one sequence's score gradients as backward scratch */
+        saved = d * B * NH * T * T;
+        scratch = d * NH * T * T;
     }
     double btc = slot(BT * C * d), bt4 = slot(BT * 4);
     double layer = 7 * btc + 4 * bt4 + slot(3 * BT * C * d) + 2 * slot(4 * BT * C * d) + slot(saved);
@@ -304,7 +305,7 @@ void dt_plan_input_defaults(dt_plan_input *in) {
     in->accum = 1;
     in->precision = DT_PLAN_PRECISION_BF16;
     in->comm_bytes = 2;
-    in->flash_attention = 1;
+    in->gpu_attention = 1;
     in->mfu = 0.4;
     in->reserve = 0.10;
     in->intra = *dt_plan_link_find("nvlink4");
@@ -351,7 +352,7 @@ dt_status_t dt_plan_row_compute(const dt_plan_input *in, dt_plan_strategy_t s, i
     out->params = ms.params;
     out->grads = ms.grads;
     out->optim = ms.optim;
-    int attn = in->flash_attention ? 0 : (in->cpu_threads > 0 ? in->cpu_threads : 1);
+    int attn = in->gpu_attention ? 0 : (in->cpu_threads > 0 ? in->cpu_threads : 1);
     out->acts = dt_plan_activation_bytes(m, in->micro_batch, cb, attn, 0);
     out->acts_ckpt = m->is_mlp ? out->acts : dt_plan_activation_bytes(m, in->micro_batch, cb, attn, 1);
     if (n_gpus > 1) {

@@ -22,12 +22,12 @@
  *   per layer  18·B·T·C·d  (ln1, atty, attproj, res2, ln2, fcproj, res3: 7BTC;
  *                           qkv 3BTC; fch, fch_gelu 2·4BTC)
  *            + 4·B·T·4     (LayerNorm mean/rstd ×2, fp32)
- *            + attention:  B·NH·T·T·4 probabilities when materialised (CPU), or
- *                          B·NH·T·4 log-sum-exp (flash-style, GPU)
+ *            + attention:  B·NH·T·T probabilities, fp32 on the CPU, in the compute
+ *                          dtype d on the GPU (kernels/cuda/cuda_attention.cu)
  *   once       2·B·T·4 (tokens, targets) + 2·B·T·C·d (encoded, lnf)
  *            + 3·B·T·4 (lnf mean/rstd, losses) + B·T·Vp·d (logits)
  *            + 13·B·T·C·d backward scratch (dres, dtmp, dqkv, dfch, dfch_gelu)
- *            + CPU attention scratch: 4·threads·min(T, 64)·T
+ *            + attention scratch: CPU 4·threads·min(T, 64)·T; GPU NH·T·T·d
  *   with activation checkpointing: per layer only its input B·T·C·d, plus one
  *   layer's full set (recomputed in backward), plus the once-part.
  *   MLP: B·4 targets + B·in·d features + B·4 losses + 2·B·max(dims)·d scratch
@@ -159,8 +159,8 @@ typedef struct dt_plan_input {
     int accum;       /* micro-batches per optimizer step */
     dt_plan_precision_t precision;
     int comm_bytes;      /* bytes per gradient element on the wire (2 bf16, 4 fp32) */
-    int flash_attention; /* 1: attention keeps B·NH·T fp32 (GPU); 0: B·NH·T·T (CPU) */
-    int cpu_threads;     /* threads per rank when !flash_attention (attention scratch) */
+    int gpu_attention;   /* 1: the CUDA attention (B·NH·T·T in the compute dtype); 0: CPU (fp32) */
+    int cpu_threads;     /* threads per rank when !gpu_attention (attention scratch) */
     double mem_bytes;    /* per device */
     int mem_shared;      /* 1: mem_bytes is one host's memory shared by its ranks (CPU) */
     double peak_flops;   /* per device */
@@ -173,7 +173,7 @@ typedef struct dt_plan_input {
     double price;          /* per GPU-hour; 0 = not given */
 } dt_plan_input;
 
-/* Defaults: micro_batch 1, accum 1, bf16, comm 2 bytes, flash, mfu 0.4, reserve
+/* Defaults: micro_batch 1, accum 1, bf16, comm 2 bytes, GPU attention, mfu 0.4, reserve
  * 0.10, nvlink4 intra, ib400 inter, 8 GPUs per node, 6553600 bucket elements. */
 void dt_plan_input_defaults(dt_plan_input *in);
 
@@ -207,7 +207,7 @@ typedef struct dt_plan_row {
 dt_plan_mem dt_plan_model_states(const dt_plan_model *m, dt_plan_precision_t p,
                                  dt_plan_strategy_t s, int n, int g);
 /* Activation bytes per GPU for one micro-batch of B sequences. attention: 0 for
- * flash-style (GPU), else the CPU threads whose scratch rows the materialised
+ * the CUDA backend's attention, else the CPU threads whose scratch rows the CPU
  * attention uses. */
 double dt_plan_activation_bytes(const dt_plan_model *m, int micro_batch, int compute_bytes,
                                 int attention, int checkpointing);

@@ -1,0 +1,44 @@
+/*
+ * test_plan_cuda.c - `dtrun plan`'s activation formula for the GPU is the arena
+ * the trainer allocates on a CUDA device (runtime/net.c with the CUDA backend's
+ * attention sizes), byte for byte, in bf16 and fp32. Runs on a real GPU
+ * (scripts/gpu_check.sh) and on the CPU emulator (make test); skips elsewhere.
+ */
+#include <criterion/criterion.h>
+
+#include "kernels/kernels.h"
+#include "runtime/model.h"
+#include "runtime/net.h"
+#include "runtime/plan.h"
+
+Test(plan_cuda, activations_match_the_trainers_arena) {
+    if (dt_device_count(DT_DEVICE_CUDA) == 0) cr_skip_test("no CUDA device");
+    dt_model_spec specs[] = {
+        {.type = DT_MODEL_GPT, .n_layer = 3, .n_head = 3, .n_embd = 12, .seq_len = 7, .vocab_size = 50,
+         .vocab_pad_multiple = 1},
+        {.type = DT_MODEL_GPT, .n_layer = 2, .n_head = 4, .n_embd = 64, .seq_len = 100, .vocab_size = 256,
+         .vocab_pad_multiple = 64},
+        {.type = DT_MODEL_GPT, .n_layer = 12, .n_head = 12, .n_embd = 768, .seq_len = 1024,
+         .vocab_size = 50257, .vocab_pad_multiple = 128},
+    };
+    dt_dtype_t dtypes[] = {DT_DTYPE_BF16, DT_DTYPE_F32};
+    for (int d = 0; d < 2; d++) {
+        dt_device_opts_t o = {.kind = DT_DEVICE_CUDA, .nthreads = 1, .dtype = dtypes[d]};
+        dt_device_t *dev;
+        cr_assert_eq(dt_device_open(&dev, &o), DT_STATUS_OK, "%s", dt_error_detail());
+        for (size_t i = 0; i < sizeof specs / sizeof *specs; i++)
+            for (int B = 1; B <= 5; B += 2) {
+                dt_model_layout l;
+                cr_assert_eq(dt_model_layout_init(&specs[i], &l), DT_STATUS_OK);
+                dt_plan_model m;
+                cr_assert_eq(dt_plan_model_from_layout(&l, &m), DT_STATUS_OK);
+                double want = (double)dt_net_arena_bytes(dev, &l, B);
+                double got = dt_plan_activation_bytes(&m, B, (int)dt_dtype_size(dtypes[d]), 0, 0);
+                cr_assert_eq(got, want, "%s, spec %zu, B %d: plan %.0f, net.c %.0f", dt_dtype_name(dtypes[d]), i,
+                             B, got, want);
+                dt_plan_model_free(&m);
+                dt_model_layout_free(&l);
+            }
+        dt_device_free(dev);
+    }
+}
