@@ -143,6 +143,8 @@ struct dt_dp {
     void *grads;           /* full, padded layout (ddp/zero1) */
     void *pshard, *gshard; /* shard buffers (fsdp: params; zero2/fsdp: grads) */
     float *m, *v;          /* shard buffers (ddp: full) */
+    void *small;           /* device buffer for the host values all_gather_f64 exchanges (GPU jobs) */
+    size_t small_bytes;
     float *master;         /* fp32 master weights, laid out as m and v; NULL when the
                               compute dtype is fp32 (the parameters are the masters) */
     size_t work_elems;     /* largest padded bucket */
@@ -198,6 +200,24 @@ const dt_dp_plan *dt_dp_get_plan(const dt_dp_t *dp) { return &dp->plan; }
 
 /* ---- small collectives in double precision ------------------------------------- */
 
+/* all_gather of host floats through a device buffer kept for it (grown as needed). */
+static dt_status_t device_all_gather(dt_dp_t *dp, dt_comm_t *comm, const float *send, float *recv, size_t count,
+                                     int size) {
+    const dt_ops_t *o = dp->dev->ops;
+    size_t need = count * (size_t)(size + 1) * sizeof(float);
+    if (need > dp->small_bytes) {
+        o->free(dp->dev, dp->small);
+        dp->small = NULL;
+        dp->small_bytes = 0;
+        DT_CHECK(o->alloc(dp->dev, DT_MEM_COMM, need, &dp->small));
+        dp->small_bytes = need;
+    }
+    float *dsend = dp->small, *drecv = (float *)dp->small + count;
+    DT_CHECK(o->copy(dp->dev, dsend, send, count * sizeof(float), DT_COPY_HOST_TO_DEVICE));
+    DT_CHECK(dt_comm_all_gather(comm, dsend, drecv, count, DT_COMM_F32));
+    return o->copy(dp->dev, recv, drecv, count * (size_t)size * sizeof(float), DT_COPY_DEVICE_TO_HOST);
+}
+
 static dt_status_t all_gather_f64(dt_dp_t *dp, dt_comm_t *comm, const double *vals, int n, double *out) {
     int size = comm ? dt_comm_size(comm) : 1;
     if (size == 1) {
@@ -212,7 +232,14 @@ static dt_status_t all_gather_f64(dt_dp_t *dp, dt_comm_t *comm, const double *va
         send[2 * i + 1] = isfinite(vals[i]) ? (float)(vals[i] - (double)hi) : 0.0f;
     }
     double t0 = dt_now_s();
-    dt_status_t st = dt_comm_all_gather(comm, send, recv, (size_t)n * 2, DT_COMM_F32);
+    dt_status_t st;
+    if (dp->dev->kind == DT_DEVICE_CPU) {
+        st = dt_comm_all_gather(comm, send, recv, (size_t)n * 2, DT_COMM_F32);
+    } else {
+        /* The communicator of a GPU job takes device buffers only (NCCL, or a host
+         * backend staging device memory): the few values go through a device buffer. */
+        st = device_all_gather(dp, comm, send, recv, (size_t)n * 2, size);
+    }
     dp->comm_s += dt_now_s() - t0;
     if (st == DT_STATUS_OK)
         for (int i = 0; i < n * size; i++) out[i] = (double)recv[2 * i] + (double)recv[2 * i + 1];
@@ -699,6 +726,7 @@ void dt_dp_free(dt_dp_t *dp) {
     o->free(dp->dev, dp->m);
     o->free(dp->dev, dp->v);
     o->free(dp->dev, dp->master);
+    o->free(dp->dev, dp->small);
     for (int i = 0; i < DP_GSLOTS; i++) o->free(dp->dev, dp->gslots[i].buf);
     for (int i = 0; i < DP_PSLOTS; i++) o->free(dp->dev, dp->pslots[i].buf);
     if (dp->own_shard) dt_comm_free(dp->shard);

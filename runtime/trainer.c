@@ -332,8 +332,14 @@ static dt_status_t setup(trainer *t) {
         cc.backend = cfg->comm.backend;
         cc.timeout_s = cfg->comm.timeout_s;
         if (t->dev->kind == DT_DEVICE_CUDA) {
-            cc.device = t->dev->ordinal; /* backend auto picks NCCL */
-            cc.stage_dev = t->dev;       /* shm/tcp/hier stage through host memory; NCCL ignores it */
+            int ngpu = dt_device_count(DT_DEVICE_CUDA);
+            cc.stage_dev = t->dev; /* shm/tcp/hier stage through host memory; NCCL ignores it */
+            if (ngpu >= t->env->local_world_size)
+                cc.device = t->dev->ordinal; /* backend auto picks NCCL */
+            else if (cfg->comm.backend == DT_COMM_BACKEND_NCCL)
+                return dt_error(DT_STATUS_CONFIG, "comm.backend nccl needs one GPU per rank, but %d ranks share %d "
+                                "GPU(s) on this node: use comm.backend auto (shared memory with host staging)",
+                                t->env->local_world_size, ngpu);
         }
         DT_CHECK(dt_comm_init(&cc, &t->comm));
     }

@@ -79,6 +79,12 @@ if DTRUN_CUEMU_HOST_GUARD=1 run emu2_shm "$EMU" 2 device=cuda bf16.enabled=false
     fail "ranks sharing a GPU are told so" "$(head -5 "$DT_TMP/emu2_shm.out")"
 else fail "2 ranks on one GPU (shm)"; fi
 
+# NCCL needs a GPU per rank: asked for with two ranks on one GPU, it is refused by name.
+DTRUN_CUEMU_GPUS=1 run nccl_shared "$EMU" 2 device=cuda comm.backend=nccl train_steps=2
+if grep -q "comm.backend nccl needs one GPU per rank, but 2 ranks share 1 GPU" "$DT_TMP/nccl_shared.out"; then
+  pass "comm.backend nccl with two ranks on one GPU: refused, naming why"
+else fail "comm.backend nccl with two ranks on one GPU" "$(tail -3 "$DT_TMP/nccl_shared.out")"; fi
+
 # bf16 with fp32 masters: stop at step 6 with a checkpoint, resume, and land on the
 # same losses as the uninterrupted run (the masters, not the bf16 copies, are saved).
 C="checkpoint.dir=$DT_TMP/ck checkpoint.every_steps=6"
