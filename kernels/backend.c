@@ -101,6 +101,17 @@ int dt_device_probe_gpus(void) {
     return seen < n ? seen : n;
 }
 
+dt_status_t dt_attention_kind_from_env(dt_attention_kind_t *out) {
+    const char *e = getenv("DTRUN_CUDA_ATTENTION");
+    *out = DT_ATTENTION_CUBLAS;
+    if (!e || !*e || strcmp(e, "cublas") == 0) return DT_STATUS_OK;
+    if (strcmp(e, "fused") == 0) {
+        *out = DT_ATTENTION_FUSED;
+        return DT_STATUS_OK;
+    }
+    return dt_error(DT_STATUS_INVALID, "DTRUN_CUDA_ATTENTION='%s': expected 'cublas' (the default) or 'fused'", e);
+}
+
 dt_status_t dt_device_open(dt_device_t **out, const dt_device_opts_t *o) {
     *out = NULL;
     if (!dt_device_built(o->kind))

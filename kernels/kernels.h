@@ -230,6 +230,24 @@ typedef struct dt_device_opts {
     dt_dtype_t dtype; /* compute dtype: CPU only F32; CUDA F32 or BF16 (fp32 master weights) */
 } dt_device_opts_t;
 
+/* The CUDA backend's attention, chosen by DTRUN_CUDA_ATTENTION at device open:
+ * "cublas" (also unset or empty; the default) materialises the (B, NH, T, T)
+ * probabilities around cuBLAS GEMMs (kernels/cuda/cuda_attention.cu); "fused" is
+ * the flash-style kernel (cuda_attention_fused.cu) that saves only out and the
+ * per-row log-sum-exp, for head sizes up to DT_ATTENTION_FUSED_MAX_HS (larger
+ * heads use cuBLAS). runtime/plan.c models whichever is in use. */
+typedef enum dt_attention_kind {
+    DT_ATTENTION_CUBLAS = 0,
+    DT_ATTENTION_FUSED = 1,
+} dt_attention_kind_t;
+#define DT_ATTENTION_FUSED_MAX_HS 128
+/* DTRUN_CUDA_ATTENTION -> kind; INVALID naming the value when it is neither. */
+dt_status_t dt_attention_kind_from_env(dt_attention_kind_t *out);
+/* 1 when a device asked for `kind` runs the fused kernel at head size HS. */
+static inline int dt_attention_uses_fused(dt_attention_kind_t kind, int HS) {
+    return kind == DT_ATTENTION_FUSED && HS >= 1 && HS <= DT_ATTENTION_FUSED_MAX_HS;
+}
+
 /* Opens a device. Errors: UNSUPPORTED when the kind is not built into this binary,
  * no such device is present, or the kind does not compute in opts->dtype; the
  * detail says which (and CUDA's own message). */

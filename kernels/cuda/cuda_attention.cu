@@ -41,6 +41,9 @@
  * or mma.sync), which the emulator (tests/cuemu) does not provide yet. Measuring
  * both needs a GPU; this version is the reference the fused one will be tested
  * against.
+ *
+ * With DTRUN_CUDA_ATTENTION=fused (dt_cuda_impl.attention) and HS <= 128 the four
+ * slots below hand over to the fused kernel of cuda_attention_fused.cu.
  */
 #include "kernels/cuda/cuda_layers.cuh"
 
@@ -99,17 +102,23 @@ static void gemm(dt_device_t *dev, const char *op, cublasOperation_t ta, cublasO
 
 template <typename S>
 static size_t attention_saved_bytes(const dt_device_t *dev, int B, int T, int C, int NH) {
+    if (dt_cuda_attention_fused(dev, C, NH)) return dt_cuda_fa_saved_bytes(B, T, C, NH, sizeof(S));
     return sizeof(S) * (size_t)B * NH * T * T;
 }
 
 template <typename S>
 static size_t attention_scratch_bytes(const dt_device_t *dev, int B, int T, int C, int NH) {
+    if (dt_cuda_attention_fused(dev, C, NH)) return dt_cuda_fa_scratch_bytes(B, T, C, NH);
     return sizeof(S) * (size_t)NH * T * T;
 }
 
 template <typename S>
 static void attention_forward(dt_device_t *dev, void *out_, void *saved, const void *qkv_, int B,
                               int T, int C, int NH) {
+    if (dt_cuda_attention_fused(dev, C, NH)) {
+        dt_cuda_fa_forward(dev, out_, saved, qkv_, B, T, C, NH);
+        return;
+    }
     S *out = (S *)out_, *att = (S *)saved;
     const S *qkv = (const S *)qkv_;
     int HS = C / NH, C3 = 3 * C;
@@ -139,6 +148,10 @@ static void attention_forward(dt_device_t *dev, void *out_, void *saved, const v
 template <typename S>
 static void attention_backward(dt_device_t *dev, void *dqkv_, void *scratch, const void *dout_,
                                const void *qkv_, const void *saved, int B, int T, int C, int NH) {
+    if (dt_cuda_attention_fused(dev, C, NH)) {
+        dt_cuda_fa_backward(dev, dqkv_, scratch, dout_, qkv_, saved, B, T, C, NH);
+        return;
+    }
     S *dqkv = (S *)dqkv_, *dS = (S *)scratch;
     const S *dout = (const S *)dout_, *qkv = (const S *)qkv_, *att = (const S *)saved;
     int HS = C / NH, C3 = 3 * C;

@@ -454,6 +454,7 @@ extern "C" dt_status_t dt_cuda_device_init(dt_device_t *dev, int ordinal, dt_dty
         e = getenv("DTRUN_CUDA_MATMUL");
         c->matmul_gemmex = e && strcmp(e, "gemmex") == 0;
     }
+    DT_CHECK_GOTO(dt_attention_kind_from_env(&c->attention), st, out_free);
     DT_LOG_DEBUG("cuda device %d: %s, %d SMs, cc %d.%d, %s compute, peak %.1f TFLOP/s", ordinal, c->name,
                  c->sm_count, c->cc_major, c->cc_minor, dt_dtype_name(dtype), c->peak_flops / 1e12);
     return DT_STATUS_OK;

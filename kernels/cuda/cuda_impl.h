@@ -15,6 +15,7 @@
  *   cuda_encoder.cu, cuda_layernorm.cu, cuda_attention.cu,
  *   cuda_loss.cu    encoder, layernorm, attention,          } dt_cuda_fill_layer_ops
  *                   softmax_xent, mse                       }
+ *   cuda_attention_fused.cu  the fused attention cuda_attention.cu dispatches to
  *
  * Errors: compute ops return void (kernels.h). Each launch is followed by
  * DT_CUDA_LAUNCHED(dev), which checks cudaGetLastError and keeps the first
@@ -63,6 +64,8 @@ typedef struct dt_cuda_impl {
                                   asynchronous fault is reported under its op's name */
     int matmul_gemmex;         /* DTRUN_CUDA_MATMUL=gemmex: skip cuBLASLt, use the
                                   cublasGemmEx path (tests; cuBLASLt comparisons) */
+    dt_attention_kind_t attention; /* DTRUN_CUDA_ATTENTION at open: cuBLAS or fused
+                                      (cuda_attention.cu, cuda_attention_fused.cu) */
 } dt_cuda_impl;
 
 static inline dt_cuda_impl *dt_cuda(dt_device_t *dev) { return (dt_cuda_impl *)dev->impl; }

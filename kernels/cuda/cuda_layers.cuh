@@ -158,4 +158,19 @@ void dt_cuda_fill_layernorm_ops(dt_ops_t *ops, dt_dtype_t dtype);
 void dt_cuda_fill_attention_ops(dt_ops_t *ops, dt_dtype_t dtype);
 void dt_cuda_fill_loss_ops(dt_ops_t *ops, dt_dtype_t dtype);
 
+/* The fused attention (cuda_attention_fused.cu), for the device's compute dtype;
+ * cuda_attention.cu calls these when dt_cuda_attention_fused says so. */
+size_t dt_cuda_fa_saved_bytes(int B, int T, int C, int NH, size_t elem);
+size_t dt_cuda_fa_scratch_bytes(int B, int T, int C, int NH);
+void dt_cuda_fa_forward(dt_device_t *dev, void *out, void *saved, const void *qkv, int B, int T, int C,
+                        int NH);
+void dt_cuda_fa_backward(dt_device_t *dev, void *dqkv, void *scratch, const void *dout, const void *qkv,
+                         const void *saved, int B, int T, int C, int NH);
+/* 1 when the device's attention is the fused kernel for this shape: asked for at
+ * open (DTRUN_CUDA_ATTENTION=fused) and HS within DT_ATTENTION_FUSED_MAX_HS. */
+static inline int dt_cuda_attention_fused(const dt_device_t *dev, int C, int NH) {
+    return ((const dt_cuda_impl *)dev->impl)->attention == DT_ATTENTION_FUSED &&
+           dt_attention_uses_fused(DT_ATTENTION_FUSED, C / NH);
+}
+
 #endif /* DT_KERNELS_CUDA_LAYERS_CUH */

@@ -1,0 +1,382 @@
+/*
+ * cuda_attention_fused.cu - causal multi-head self-attention as one fused,
+ * memory-efficient kernel per pass (FlashAttention-2 style): the (T, T) scores
+ * and probabilities are never written to memory. Chosen over the cuBLAS path of
+ * cuda_attention.cu with DTRUN_CUDA_ATTENTION=fused (read at device open) for
+ * head sizes up to DT_ATTENTION_FUSED_MAX_HS; cuda_attention.cu dispatches here.
+ *
+ * Layout as the op table says: qkv (B, T, 3C) with q, k, v side by side, each
+ * (NH, HS); out (B, T, C). Tiles of 32 query rows by 32 keys, 128 threads (4 warps)
+ * per block, fp32 math on float or bf16 storage, scale 1/sqrt(HS):
+ *
+ *   forward, block (query tile, h, b): Q tile in shared memory; for each key tile
+ *     up to the diagonal: S = scale Q K^T (32 x 32, one warp per row, one lane per
+ *     key, -inf right of the diagonal), running max m and sum l per row (online
+ *     softmax), P = exp(S - m), O = O exp(m_old - m) + P V. At the end out = O / l,
+ *     and lse = m + log l per row is saved.
+ *   backward: D = rowsum(dout * out) per (b, h, t) (kernel 1, into the scratch);
+ *     kernel 2, block (key tile, h, b): for each query tile from the diagonal on,
+ *     recompute P = exp(scale Q K^T - lse) and dS = P (dout V^T - D), then
+ *     dv += P^T dout, dk += scale dS^T Q, accumulated in registers, added to dqkv
+ *     once; kernel 3, block (query tile, h, b): the same tiles over the key tiles
+ *     up to the diagonal, dq += scale dS K. Every sum has a fixed order (no atomics),
+ *     so results are bitwise identical run to run.
+ *
+ * saved = lse (B, NH, T) fp32 followed by a copy of out (B, T, C) in the compute
+ * dtype (the backward's D needs out, which the op table does not pass back);
+ * scratch = D (B, NH, T) fp32. GPT-2 124M, B=16, T=1024, bf16: 25.9 MB saved per
+ * layer against 403 MB for the probabilities of the cuBLAS path.
+ *
+ * The matrix products run as scalar fp32 FMAs from shared memory (the emulator has
+ * no tensor-core fragments yet): correct and memory-lean; whether it beats cuBLAS
+ * on a GPU is measured by tests/helpers/bench_cuda_layers.
+ */
+#include "kernels/cuda/cuda_layers.cuh"
+
+#define FA_TILE 32                          /* query rows and keys per tile */
+#define FA_THREADS 128                      /* 4 warps */
+#define FA_WARPS (FA_THREADS / DT_WARP)
+#define FA_ROWS_PER_WARP (FA_TILE / FA_WARPS) /* 8 */
+#define FA_DPT (DT_ATTENTION_FUSED_MAX_HS / FA_WARPS) /* head dims per thread, at most 32 */
+#define FA_PS (FA_TILE + 1)                 /* row stride of the 32 x 32 tiles */
+#define FA_STATIC_SMEM_MAX (48 * 1024)
+
+/* Rows r0 .. r0+31 of a (T, HS) matrix with row stride rs into a (32, hp) fp32
+ * tile; rows past T are zero. */
+template <typename S>
+static __device__ __forceinline__ void fa_load(float *dst, const S *src, int rs, int r0, int T, int HS,
+                                               int hp) {
+    for (int i = threadIdx.x; i < FA_TILE * HS; i += blockDim.x) {
+        int r = i / HS, d = i % HS;
+        dst[r * hp + d] = r0 + r < T ? dt_ld(src[(size_t)(r0 + r) * rs + d]) : 0.0f;
+    }
+}
+
+/* Dot product of two HS-long rows in shared memory, in index order. */
+static __device__ __forceinline__ float fa_dot(const float *a, const float *b, int HS) {
+    float s = 0.0f;
+    for (int d = 0; d < HS; d++) s = fmaf(a[d], b[d], s);
+    return s;
+}
+
+/* ---- forward ------------------------------------------------------------------- */
+
+static size_t fa_forward_smem(int HS) {
+    int hp = HS + 1;
+    return sizeof(float) * (3 * (size_t)FA_TILE * hp + (size_t)FA_TILE * FA_PS + 2 * FA_TILE);
+}
+
+template <typename S>
+__global__ void __launch_bounds__(FA_THREADS)
+    fa_forward_kernel(S *out, float *lse, S *out_copy, const S *qkv, int T, int C, int NH, float scale) {
+    DT_DYN_SMEM(float, sm);
+    int HS = C / NH, hp = HS + 1, C3 = 3 * C;
+    int qt = gridDim.x - 1 - blockIdx.x; /* the longest rows first */
+    int h = blockIdx.y, b = blockIdx.z;
+    int lane = threadIdx.x % DT_WARP, warp = threadIdx.x / DT_WARP;
+    float *sq = sm, *sk = sq + FA_TILE * hp, *sv = sk + FA_TILE * hp;
+    float *sp = sv + FA_TILE * hp, *salpha = sp + FA_TILE * FA_PS, *sl = salpha + FA_TILE;
+    const S *q = qkv + (size_t)b * T * C3 + h * HS, *k = q + C, *v = q + 2 * C;
+    int q0 = qt * FA_TILE;
+    fa_load(sq, q, C3, q0, T, HS, hp);
+
+    float m[FA_ROWS_PER_WARP], l[FA_ROWS_PER_WARP]; /* rows warp + FA_WARPS i */
+    for (int i = 0; i < FA_ROWS_PER_WARP; i++) {
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+    }
+    float acc[FA_DPT]; /* O[lane][warp + FA_WARPS i] */
+    for (int i = 0; i < FA_DPT; i++) acc[i] = 0.0f;
+
+    for (int kt = 0; kt <= qt; kt++) {
+        int k0 = kt * FA_TILE;
+        __syncthreads(); /* the previous tile's readers are done */
+        fa_load(sk, k, C3, k0, T, HS, hp);
+        fa_load(sv, v, C3, k0, T, HS, hp);
+        __syncthreads();
+        for (int i = 0; i < FA_ROWS_PER_WARP; i++) {
+            int r = warp + FA_WARPS * i, t = q0 + r, j = k0 + lane;
+            /* Key k0 <= t is always in range, so every row has a finite max. */
+            float s = j <= t && j < T ? scale * fa_dot(sq + r * hp, sk + lane * hp, HS) : -INFINITY;
+            float mn = fmaxf(m[i], dt_warp_max(s));
+            float p = expf(s - mn);
+            float a = expf(m[i] - mn); /* 0 on the first tile (m = -inf) */
+            l[i] = l[i] * a + dt_warp_sum(p);
+            m[i] = mn;
+            sp[r * FA_PS + lane] = p;
+            if (lane == 0) salpha[r] = a;
+        }
+        __syncthreads();
+        float a = salpha[lane];
+        const float *pr = sp + lane * FA_PS;
+        for (int i = 0; i < FA_DPT; i++) {
+            int d = warp + FA_WARPS * i;
+            if (d >= HS) break;
+            float x = acc[i] * a;
+            for (int j = 0; j < FA_TILE; j++) x = fmaf(pr[j], sv[j * hp + d], x);
+            acc[i] = x;
+        }
+    }
+    for (int i = 0; i < FA_ROWS_PER_WARP; i++) {
+        int r = warp + FA_WARPS * i;
+        if (lane == 0) {
+            sl[r] = l[i];
+            if (q0 + r < T) lse[((size_t)b * NH + h) * T + q0 + r] = m[i] + logf(l[i]);
+        }
+    }
+    __syncthreads();
+    int t = q0 + lane;
+    if (t >= T) return;
+    float inv = 1.0f / sl[lane];
+    size_t o = ((size_t)b * T + t) * C + h * HS;
+    for (int i = 0; i < FA_DPT; i++) {
+        int d = warp + FA_WARPS * i;
+        if (d >= HS) break;
+        S y = dt_st<S>(acc[i] * inv);
+        out[o + d] = y;
+        out_copy[o + d] = y;
+    }
+}
+
+/* ---- backward ------------------------------------------------------------------ */
+
+/* D[b][h][t] = sum_d dout[b][t][h HS + d] out[b][t][h HS + d]: one warp per row. */
+template <typename S>
+__global__ void fa_rowdot_kernel(float *D, const S *dout, const S *out, int B, int T, int C, int NH) {
+    int lane = threadIdx.x % DT_WARP;
+    long long row = (long long)blockIdx.x * (blockDim.x / DT_WARP) + threadIdx.x / DT_WARP;
+    if (row >= (long long)B * NH * T) return;
+    int HS = C / NH;
+    int t = (int)(row % T), h = (int)(row / T % NH), b = (int)(row / T / NH);
+    size_t o = ((size_t)b * T + t) * C + h * HS;
+    float s = 0.0f;
+    for (int d = lane; d < HS; d += DT_WARP) s = fmaf(dt_ld(dout[o + d]), dt_ld(out[o + d]), s);
+    s = dt_warp_sum(s);
+    if (lane == 0) D[row] = s;
+}
+
+/* Shared memory of both backward kernels: Q, dO, K, V tiles (32, hp), the P and
+ * dS tiles (32, 33), and lse, D of the query rows. */
+struct fa_bwd_smem {
+    float *q, *dout, *k, *v, *p, *ds, *lse, *D;
+};
+
+static size_t fa_backward_smem(int HS) {
+    int hp = HS + 1;
+    return sizeof(float) * (4 * (size_t)FA_TILE * hp + 2 * (size_t)FA_TILE * FA_PS + 2 * FA_TILE);
+}
+
+static __device__ __forceinline__ fa_bwd_smem fa_bwd_carve(float *sm, int hp) {
+    fa_bwd_smem s;
+    s.q = sm;
+    s.dout = s.q + FA_TILE * hp;
+    s.k = s.dout + FA_TILE * hp;
+    s.v = s.k + FA_TILE * hp;
+    s.p = s.v + FA_TILE * hp;
+    s.ds = s.p + FA_TILE * FA_PS;
+    s.lse = s.ds + FA_TILE * FA_PS;
+    s.D = s.lse + FA_TILE;
+    return s;
+}
+
+/* Query rows q0.. of Q, dO, lse and D into shared memory (rows past T: zeros). */
+template <typename S>
+static __device__ __forceinline__ void fa_load_queries(fa_bwd_smem s, const S *q, const S *dout,
+                                                       const float *lse, const float *D, int q0, int T,
+                                                       int C, int HS) {
+    int hp = HS + 1;
+    fa_load(s.q, q, 3 * C, q0, T, HS, hp);
+    fa_load(s.dout, dout, C, q0, T, HS, hp);
+    for (int r = threadIdx.x; r < FA_TILE; r += blockDim.x) {
+        s.lse[r] = q0 + r < T ? lse[q0 + r] : 0.0f;
+        s.D[r] = q0 + r < T ? D[q0 + r] : 0.0f;
+    }
+}
+
+/* P and dS of the (q0, k0) tile from the tiles in shared memory; 0 where masked
+ * (key after query) or past T. Caller syncs before and after. */
+static __device__ __forceinline__ void fa_tile_p_ds(fa_bwd_smem s, int q0, int k0, int T, int HS,
+                                                    float scale) {
+    int hp = HS + 1, lane = threadIdx.x % DT_WARP, warp = threadIdx.x / DT_WARP;
+    for (int i = 0; i < FA_ROWS_PER_WARP; i++) {
+        int r = warp + FA_WARPS * i, t = q0 + r, j = k0 + lane;
+        float p = 0.0f, ds = 0.0f;
+        if (j <= t && t < T) {
+            p = expf(scale * fa_dot(s.q + r * hp, s.k + lane * hp, HS) - s.lse[r]);
+            ds = p * (fa_dot(s.dout + r * hp, s.v + lane * hp, HS) - s.D[r]);
+        }
+        s.p[r * FA_PS + lane] = p;
+        s.ds[r * FA_PS + lane] = ds;
+    }
+}
+
+/* Block (key tile, h, b): dk and dv of 32 keys over the query tiles from the diagonal. */
+template <typename S>
+__global__ void __launch_bounds__(FA_THREADS)
+    fa_dkdv_kernel(S *dqkv, const S *dout, const S *qkv, const float *lse, const float *D, int T, int C,
+                   int NH, float scale) {
+    DT_DYN_SMEM(float, sm);
+    int HS = C / NH, hp = HS + 1, C3 = 3 * C;
+    int kt = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    int lane = threadIdx.x % DT_WARP, warp = threadIdx.x / DT_WARP;
+    fa_bwd_smem s = fa_bwd_carve(sm, hp);
+    size_t base = (size_t)b * T * C3 + h * HS;
+    const S *q = qkv + base, *k = q + C, *v = q + 2 * C;
+    const S *dO = dout + (size_t)b * T * C + h * HS;
+    const float *lse_bh = lse + ((size_t)b * NH + h) * T, *D_bh = D + ((size_t)b * NH + h) * T;
+    int k0 = kt * FA_TILE, nqt = (T + FA_TILE - 1) / FA_TILE;
+    fa_load(s.k, k, C3, k0, T, HS, hp);
+    fa_load(s.v, v, C3, k0, T, HS, hp);
+    float dk[FA_DPT], dv[FA_DPT]; /* [key lane][dim warp + FA_WARPS i] */
+    for (int i = 0; i < FA_DPT; i++) dk[i] = dv[i] = 0.0f;
+    for (int qt = kt; qt < nqt; qt++) {
+        int q0 = qt * FA_TILE;
+        __syncthreads();
+        fa_load_queries(s, q, dO, lse_bh, D_bh, q0, T, C, HS);
+        __syncthreads();
+        fa_tile_p_ds(s, q0, k0, T, HS, scale);
+        __syncthreads();
+        for (int i = 0; i < FA_DPT; i++) {
+            int d = warp + FA_WARPS * i;
+            if (d >= HS) break;
+            float a = dv[i], c = dk[i];
+            for (int r = 0; r < FA_TILE; r++) {
+                a = fmaf(s.p[r * FA_PS + lane], s.dout[r * hp + d], a);
+                c = fmaf(s.ds[r * FA_PS + lane], s.q[r * hp + d], c);
+            }
+            dv[i] = a;
+            dk[i] = c;
+        }
+    }
+    int j = k0 + lane;
+    if (j >= T) return;
+    S *dkp = dqkv + base + C + (size_t)j * C3, *dvp = dkp + C;
+    for (int i = 0; i < FA_DPT; i++) {
+        int d = warp + FA_WARPS * i;
+        if (d >= HS) break;
+        dkp[d] = dt_st<S>(dt_ld(dkp[d]) + scale * dk[i]);
+        dvp[d] = dt_st<S>(dt_ld(dvp[d]) + dv[i]);
+    }
+}
+
+/* Block (query tile, h, b): dq of 32 query rows over the key tiles up to the diagonal. */
+template <typename S>
+__global__ void __launch_bounds__(FA_THREADS)
+    fa_dq_kernel(S *dqkv, const S *dout, const S *qkv, const float *lse, const float *D, int T, int C,
+                 int NH, float scale) {
+    DT_DYN_SMEM(float, sm);
+    int HS = C / NH, hp = HS + 1, C3 = 3 * C;
+    int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    int lane = threadIdx.x % DT_WARP, warp = threadIdx.x / DT_WARP;
+    fa_bwd_smem s = fa_bwd_carve(sm, hp);
+    size_t base = (size_t)b * T * C3 + h * HS;
+    const S *q = qkv + base, *k = q + C, *v = q + 2 * C;
+    const S *dO = dout + (size_t)b * T * C + h * HS;
+    const float *lse_bh = lse + ((size_t)b * NH + h) * T, *D_bh = D + ((size_t)b * NH + h) * T;
+    int q0 = qt * FA_TILE;
+    fa_load_queries(s, q, dO, lse_bh, D_bh, q0, T, C, HS);
+    float dq[FA_DPT]; /* [query lane][dim warp + FA_WARPS i] */
+    for (int i = 0; i < FA_DPT; i++) dq[i] = 0.0f;
+    for (int kt = 0; kt <= qt; kt++) {
+        int k0 = kt * FA_TILE;
+        __syncthreads();
+        fa_load(s.k, k, C3, k0, T, HS, hp);
+        fa_load(s.v, v, C3, k0, T, HS, hp);
+        __syncthreads();
+        fa_tile_p_ds(s, q0, k0, T, HS, scale);
+        __syncthreads();
+        const float *dsr = s.ds + lane * FA_PS;
+        for (int i = 0; i < FA_DPT; i++) {
+            int d = warp + FA_WARPS * i;
+            if (d >= HS) break;
+            float a = dq[i];
+            for (int j = 0; j < FA_TILE; j++) a = fmaf(dsr[j], s.k[j * hp + d], a);
+            dq[i] = a;
+        }
+    }
+    int t = q0 + lane;
+    if (t >= T) return;
+    S *dqp = dqkv + base + (size_t)t * C3;
+    for (int i = 0; i < FA_DPT; i++) {
+        int d = warp + FA_WARPS * i;
+        if (d >= HS) break;
+        dqp[d] = dt_st<S>(dt_ld(dqp[d]) + scale * dq[i]);
+    }
+}
+
+/* ---- host side ------------------------------------------------------------------ */
+
+size_t dt_cuda_fa_saved_bytes(int B, int T, int C, int NH, size_t elem) {
+    return sizeof(float) * (size_t)B * NH * T + elem * (size_t)B * T * C;
+}
+
+size_t dt_cuda_fa_scratch_bytes(int B, int T, int C, int NH) {
+    (void)C;
+    return sizeof(float) * (size_t)B * NH * T;
+}
+
+/* Raises a kernel's dynamic shared memory limit when it needs more than the
+ * default 48 KiB (HS > 95 in the backward); records a failure as op's error. */
+template <typename K> static int fa_smem_ok(dt_device_t *dev, K kernel, size_t bytes, const char *op) {
+    if (bytes <= FA_STATIC_SMEM_MAX) return 1;
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+    if (e != cudaSuccess) {
+        dt_cuda_note_error(dev, op, e);
+        return 0;
+    }
+    return 1;
+}
+
+template <typename S>
+static void fa_forward(dt_device_t *dev, void *out, void *saved, const void *qkv, int B, int T, int C,
+                       int NH) {
+    int HS = C / NH;
+    float *lse = (float *)saved;
+    S *out_copy = (S *)((char *)saved + sizeof(float) * (size_t)B * NH * T);
+    size_t smem = fa_forward_smem(HS);
+    if (!fa_smem_ok(dev, fa_forward_kernel<S>, smem, __func__)) return;
+    dim3 grid((T + FA_TILE - 1) / FA_TILE, NH, B);
+    DT_LAUNCH(fa_forward_kernel<S>, grid, FA_THREADS, smem, dt_cuda_stream(dev))
+    ((S *)out, lse, out_copy, (const S *)qkv, T, C, NH, 1.0f / sqrtf((float)HS));
+    DT_CUDA_LAUNCHED(dev);
+}
+
+template <typename S>
+static void fa_backward(dt_device_t *dev, void *dqkv, void *scratch, const void *dout, const void *qkv,
+                        const void *saved, int B, int T, int C, int NH) {
+    int HS = C / NH;
+    const float *lse = (const float *)saved;
+    const S *out = (const S *)((const char *)saved + sizeof(float) * (size_t)B * NH * T);
+    float *D = (float *)scratch;
+    float scale = 1.0f / sqrtf((float)HS);
+    size_t rows = (size_t)B * NH * T;
+    DT_LAUNCH(fa_rowdot_kernel<S>, dt_blocks(rows, 8), 8 * DT_WARP, 0, dt_cuda_stream(dev))
+    (D, (const S *)dout, out, B, T, C, NH);
+    DT_CUDA_LAUNCHED(dev);
+    size_t smem = fa_backward_smem(HS);
+    if (!fa_smem_ok(dev, fa_dkdv_kernel<S>, smem, __func__) || !fa_smem_ok(dev, fa_dq_kernel<S>, smem, __func__))
+        return;
+    dim3 grid((T + FA_TILE - 1) / FA_TILE, NH, B);
+    DT_LAUNCH(fa_dkdv_kernel<S>, grid, FA_THREADS, smem, dt_cuda_stream(dev))
+    ((S *)dqkv, (const S *)dout, (const S *)qkv, lse, D, T, C, NH, scale);
+    DT_CUDA_LAUNCHED(dev);
+    DT_LAUNCH(fa_dq_kernel<S>, grid, FA_THREADS, smem, dt_cuda_stream(dev))
+    ((S *)dqkv, (const S *)dout, (const S *)qkv, lse, D, T, C, NH, scale);
+    DT_CUDA_LAUNCHED(dev);
+}
+
+void dt_cuda_fa_forward(dt_device_t *dev, void *out, void *saved, const void *qkv, int B, int T, int C,
+                        int NH) {
+    if (dev->ops->dtype == DT_DTYPE_BF16)
+        fa_forward<dt_bf16>(dev, out, saved, qkv, B, T, C, NH);
+    else
+        fa_forward<float>(dev, out, saved, qkv, B, T, C, NH);
+}
+
+void dt_cuda_fa_backward(dt_device_t *dev, void *dqkv, void *scratch, const void *dout, const void *qkv,
+                         const void *saved, int B, int T, int C, int NH) {
+    if (dev->ops->dtype == DT_DTYPE_BF16)
+        fa_backward<dt_bf16>(dev, dqkv, scratch, dout, qkv, saved, B, T, C, NH);
+    else
+        fa_backward<float>(dev, dqkv, scratch, dout, qkv, saved, B, T, C, NH);
+}
