@@ -102,7 +102,7 @@ static const char help_text[] =
     "    ZeRO-2 4Ψ+12Ψ/N, FSDP 16Ψ/N.\n"
     "  activations: the tensors the GPT forward keeps per layer (18·B·T·C in the compute\n"
     "    dtype, 4·B·T fp32, attention probabilities B·NH·T·T: compute dtype on GPU,\n"
-    "    fp32 on cpu) + embeddings, final LayerNorm, logits B·T·Vp, losses; checkpointing keeps\n"
+    "    fp32 on cpu; with DTRUN_CUDA_ATTENTION=fused B·NH·T fp32 + B·T·C) + embeddings, final LayerNorm, logits B·T·Vp, losses; checkpointing keeps\n"
     "    each layer's input B·T·C + one layer's set and recomputes (compute x 4/3).\n"
     "  comm buffers: 2 gradient buckets (DDP, ZeRO-1/2); 2 gathered units + 1 unit\n"
     "    gradient (FSDP, hybrid).\n"
@@ -520,6 +520,11 @@ static int setup(plan_opts *o, plan_ctx *c) {
     if (c->cfg_comm_bytes && !is_cpu) c->in.comm_bytes = c->cfg_comm_bytes;
     if (o->comm_dtype) c->in.comm_bytes = strcasecmp(o->comm_dtype, "fp32") ? 2 : 4;
     c->in.gpu_attention = !is_cpu;
+    if (!is_cpu) { /* model the attention the CUDA backend will run */
+        dt_attention_kind_t ak;
+        if (dt_attention_kind_from_env(&ak) != DT_STATUS_OK) return usage_error("%s", dt_error_detail());
+        c->in.gpu_attention_fused = ak == DT_ATTENTION_FUSED;
+    }
     c->in.mem_bytes = is_cpu ? host_mem_bytes() : c->gpu->mem_gib * 1073741824.0;
     c->in.mem_shared = is_cpu;
     if (is_cpu) {

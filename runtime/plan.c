@@ -12,6 +12,7 @@
 #include <strings.h>
 
 #include "common/mem.h"
+#include "kernels/kernels.h" /* defines: dt_attention_uses_fused */
 
 static const char *const strategy_names[] = {
 #define X(n, s) s,
@@ -259,6 +260,12 @@ double dt_plan_activation_bytes(const dt_plan_model *m, int micro_batch, int com
     if (attention > 0) { /* materialised, fp32 (CPU), `attention` threads of scratch rows */
         saved = 4 * B * NH * T * T;
         scratch = 4.0 * attention * fmin(T, 64) * T;
+    } else if (attention == DT_PLAN_ATTENTION_FUSED &&
+               dt_attention_uses_fused(DT_ATTENTION_FUSED, m->n_embd / m->n_head)) {
+        /* kernels/cuda/cuda_attention_fused.cu: per-row log-sum-exp (fp32) and a copy
+         * of out saved; D = rowsum(dout * out) (fp32) as backward scratch */
+        saved = 4 * B * NH * T + d * BT * C;
+        scratch = 4 * B * NH * T;
     } else { /* the CUDA backend (kernels/cuda/cuda_attention.cu): the probabilities in the
               * compute dtype, and one sequence's score gradients as backward scratch */
         saved = d * B * NH * T * T;
@@ -352,7 +359,8 @@ dt_status_t dt_plan_row_compute(const dt_plan_input *in, dt_plan_strategy_t s, i
     out->params = ms.params;
     out->grads = ms.grads;
     out->optim = ms.optim;
-    int attn = in->gpu_attention ? 0 : (in->cpu_threads > 0 ? in->cpu_threads : 1);
+    int attn = in->gpu_attention ? (in->gpu_attention_fused ? DT_PLAN_ATTENTION_FUSED : DT_PLAN_ATTENTION_CUBLAS)
+                                 : (in->cpu_threads > 0 ? in->cpu_threads : 1);
     out->acts = dt_plan_activation_bytes(m, in->micro_batch, cb, attn, 0);
     out->acts_ckpt = m->is_mlp ? out->acts : dt_plan_activation_bytes(m, in->micro_batch, cb, attn, 1);
     if (n_gpus > 1) {

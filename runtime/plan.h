@@ -23,11 +23,14 @@
  *                           qkv 3BTC; fch, fch_gelu 2·4BTC)
  *            + 4·B·T·4     (LayerNorm mean/rstd ×2, fp32)
  *            + attention:  B·NH·T·T probabilities, fp32 on the CPU, in the compute
- *                          dtype d on the GPU (kernels/cuda/cuda_attention.cu)
+ *                          dtype d on the GPU (kernels/cuda/cuda_attention.cu);
+ *                          the fused GPU kernel (DTRUN_CUDA_ATTENTION=fused, head
+ *                          size <= 128): B·NH·T·4 log-sum-exp + B·T·C·d out copy
  *   once       2·B·T·4 (tokens, targets) + 2·B·T·C·d (encoded, lnf)
  *            + 3·B·T·4 (lnf mean/rstd, losses) + B·T·Vp·d (logits)
  *            + 13·B·T·C·d backward scratch (dres, dtmp, dqkv, dfch, dfch_gelu)
- *            + attention scratch: CPU 4·threads·min(T, 64)·T; GPU NH·T·T·d
+ *            + attention scratch: CPU 4·threads·min(T, 64)·T; GPU NH·T·T·d;
+ *                          fused B·NH·T·4
  *   with activation checkpointing: per layer only its input B·T·C·d, plus one
  *   layer's full set (recomputed in backward), plus the once-part.
  *   MLP: B·4 targets + B·in·d features + B·4 losses + 2·B·max(dims)·d scratch
@@ -160,6 +163,8 @@ typedef struct dt_plan_input {
     dt_plan_precision_t precision;
     int comm_bytes;      /* bytes per gradient element on the wire (2 bf16, 4 fp32) */
     int gpu_attention;   /* 1: the CUDA attention (B·NH·T·T in the compute dtype); 0: CPU (fp32) */
+    int gpu_attention_fused; /* with gpu_attention: the fused kernel (DTRUN_CUDA_ATTENTION=fused;
+                                default 0, as the backend's default) */
     int cpu_threads;     /* threads per rank when !gpu_attention (attention scratch) */
     double mem_bytes;    /* per device */
     int mem_shared;      /* 1: mem_bytes is one host's memory shared by its ranks (CPU) */
@@ -206,9 +211,15 @@ typedef struct dt_plan_row {
 /* Model-state bytes per GPU for a strategy at n ranks (g GPUs per node). */
 dt_plan_mem dt_plan_model_states(const dt_plan_model *m, dt_plan_precision_t p,
                                  dt_plan_strategy_t s, int n, int g);
-/* Activation bytes per GPU for one micro-batch of B sequences. attention: 0 for
- * the CUDA backend's attention, else the CPU threads whose scratch rows the CPU
- * attention uses. */
+/* The `attention` argument of dt_plan_activation_bytes for the CUDA backend's two
+ * kinds (kernels.h dt_attention_kind_t); a positive value is the CPU's threads. */
+#define DT_PLAN_ATTENTION_CUBLAS 0
+#define DT_PLAN_ATTENTION_FUSED (-1)
+
+/* Activation bytes per GPU for one micro-batch of B sequences. attention:
+ * DT_PLAN_ATTENTION_CUBLAS or _FUSED for the CUDA backend's attention (fused falls
+ * back to cuBLAS's sizes above head size 128, as the backend does), else the CPU
+ * threads whose scratch rows the CPU attention uses. */
 double dt_plan_activation_bytes(const dt_plan_model *m, int micro_batch, int compute_bytes,
                                 int attention, int checkpointing);
 

@@ -118,6 +118,10 @@ Test(plan, activation_bytes_by_hand) {
      * layer 3584 + 256 + 1536 + 4096 + 512 = 9984;
      * once 128 + 1024 + 192 + 2048 + 1024 + 1536 + 4096 + 256 = 10304 */
     cr_assert_eq(dt_plan_activation_bytes(&m, 2, 2, 0, 0), 2 * 9984 + 10304);
+    /* the fused GPU attention saves the log-sum-exp 4*B*NH*T = 128 and a copy of out
+     * B*T*C bf16 = 512 (640 in place of 512), and its scratch is D, 4*B*NH*T = 128
+     * (in place of 256): layer 10112, once 10176 */
+    cr_assert_eq(dt_plan_activation_bytes(&m, 2, 2, DT_PLAN_ATTENTION_FUSED, 0), 2 * 10112 + 10176);
     dt_plan_model_free(&m);
     dt_model_layout_free(&l);
 }

@@ -1,10 +1,13 @@
 /*
  * test_plan_cuda.c - `dtrun plan`'s activation formula for the GPU is the arena
  * the trainer allocates on a CUDA device (runtime/net.c with the CUDA backend's
- * attention sizes), byte for byte, in bf16 and fp32. Runs on a real GPU
+ * attention sizes), byte for byte, in bf16 and fp32, for both attention kinds
+ * (DTRUN_CUDA_ATTENTION=cublas and =fused; a head size of 136 checks that plan
+ * follows the fused kind's fallback to cuBLAS above 128). Runs on a real GPU
  * (scripts/gpu_check.sh) and on the CPU emulator (make test); skips elsewhere.
  */
 #include <criterion/criterion.h>
+#include <stdlib.h>
 
 #include "kernels/kernels.h"
 #include "runtime/model.h"
@@ -20,9 +23,15 @@ Test(plan_cuda, activations_match_the_trainers_arena) {
          .vocab_pad_multiple = 64},
         {.type = DT_MODEL_GPT, .n_layer = 12, .n_head = 12, .n_embd = 768, .seq_len = 1024,
          .vocab_size = 50257, .vocab_pad_multiple = 128},
+        {.type = DT_MODEL_GPT, .n_layer = 1, .n_head = 2, .n_embd = 272, .seq_len = 40, .vocab_size = 64,
+         .vocab_pad_multiple = 1},
     };
+    const char *kinds[] = {"cublas", "fused"};
+    int attn[] = {DT_PLAN_ATTENTION_CUBLAS, DT_PLAN_ATTENTION_FUSED};
     dt_dtype_t dtypes[] = {DT_DTYPE_BF16, DT_DTYPE_F32};
+    for (int a = 0; a < 2; a++)
     for (int d = 0; d < 2; d++) {
+        cr_assert_eq(setenv("DTRUN_CUDA_ATTENTION", kinds[a], 1), 0);
         dt_device_opts_t o = {.kind = DT_DEVICE_CUDA, .nthreads = 1, .dtype = dtypes[d]};
         dt_device_t *dev;
         cr_assert_eq(dt_device_open(&dev, &o), DT_STATUS_OK, "%s", dt_error_detail());
@@ -33,9 +42,9 @@ Test(plan_cuda, activations_match_the_trainers_arena) {
                 dt_plan_model m;
                 cr_assert_eq(dt_plan_model_from_layout(&l, &m), DT_STATUS_OK);
                 double want = (double)dt_net_arena_bytes(dev, &l, B);
-                double got = dt_plan_activation_bytes(&m, B, (int)dt_dtype_size(dtypes[d]), 0, 0);
-                cr_assert_eq(got, want, "%s, spec %zu, B %d: plan %.0f, net.c %.0f", dt_dtype_name(dtypes[d]), i,
-                             B, got, want);
+                double got = dt_plan_activation_bytes(&m, B, (int)dt_dtype_size(dtypes[d]), attn[a], 0);
+                cr_assert_eq(got, want, "%s, %s attention, spec %zu, B %d: plan %.0f, net.c %.0f",
+                             dt_dtype_name(dtypes[d]), kinds[a], i, B, got, want);
                 dt_plan_model_free(&m);
                 dt_model_layout_free(&l);
             }
