@@ -3,11 +3,14 @@
  * fused softmax + cross-entropy) at GPT-2 124M's shapes on one GPU: milliseconds
  * per call (mean of K calls after one warm-up, the stream drained before and
  * after), the bandwidth the memory-bound ops reach, and the attention GEMMs'
- * TFLOP/s. Prints one line per op; exits 0 without timing anything where no CUDA
- * device is present.
+ * TFLOP/s. Attention is timed for both kinds of the CUDA backend: the cuBLAS path
+ * and the fused kernel (a second device opened with DTRUN_CUDA_ATTENTION=fused);
+ * TFLOP/s count the full T x T products for both (the masked half included), so
+ * the two rows compare directly. Prints one line per op; exits 0 without timing
+ * anything where no CUDA device is present.
  *
  * usage: bench_cuda_layers [--fp32] [--iters K] [-B 16] [-T 1024] [-C 768]
- *                          [--heads 12] [--vocab 50257]
+ *                          [--heads 12] [--vocab 50257] [--attention-only]
  * Inputs are constant bytes (finite values; timing does not depend on them) and
  * token ids drawn at random below the vocabulary, as text would be.
  */
@@ -50,6 +53,8 @@ static int *dids(size_t n, int below, unsigned seed) {
 
 static int iters = 20;
 
+static void report(const char *name, double ms, double bytes, double flops);
+
 /* Times `call` and prints ms, and GB/s for `bytes` moved or TFLOP/s for `flops`. */
 #define TIME(name, bytes, flops, call)                                                            \
     do {                                                                                          \
@@ -63,18 +68,43 @@ static int iters = 20;
     } while (0)
 
 static void report(const char *name, double ms, double bytes, double flops) {
-    printf("%-22s %9.3f ms", name, ms);
+    printf("%-25s %9.3f ms", name, ms);
     if (bytes > 0) printf("   %7.1f GB/s (%.0f MB moved)", bytes / (ms * 1e-3) / 1e9, bytes / 1e6);
     if (flops > 0) printf("   %7.1f TFLOP/s (%.1f GFLOP, masked half included)", flops / (ms * 1e-3) / 1e12, flops / 1e9);
     printf("\n");
 }
 
+/* Attention forward and backward on the global device (its kind chosen at open):
+ * 2 GEMMs of B NH T^2 HS multiply-adds forward, 4 backward. */
+static void bench_attention(const char *label, int B, int T, int C, int NH, size_t es) {
+    const dt_ops_t *op = dev->ops;
+    size_t NC = (size_t)B * T * C;
+    void *qkv = dbuf(3 * NC * es), *dqkv = dbuf(3 * NC * es), *y = dbuf(NC * es);
+    size_t saved_b = op->attention_saved_bytes(dev, B, T, C, NH);
+    size_t scratch_b = op->attention_scratch_bytes(dev, B, T, C, NH);
+    void *saved = dbuf(saved_b), *scratch = dbuf(scratch_b);
+    double gemm = 2.0 * B * NH * (double)T * T * (C / NH);
+    char name[64];
+    snprintf(name, sizeof name, "%sattention_forward", label);
+    TIME(name, 0, 2 * gemm, op->attention_forward(dev, y, saved, qkv, B, T, C, NH));
+    snprintf(name, sizeof name, "%sattention_backward", label);
+    TIME(name, 0, 4 * gemm, op->attention_backward(dev, dqkv, scratch, y, qkv, saved, B, T, C, NH));
+    snprintf(name, sizeof name, "%sattention memory", label);
+    printf("%-25s %9.1f MB saved per layer, %.1f MB scratch\n", name, saved_b / 1e6, scratch_b / 1e6);
+    op->free(dev, saved);
+    op->free(dev, scratch);
+    op->free(dev, qkv);
+    op->free(dev, dqkv);
+    op->free(dev, y);
+}
+
 int main(int argc, char **argv) {
-    int B = 16, T = 1024, C = 768, NH = 12, V = 50257;
+    int B = 16, T = 1024, C = 768, NH = 12, V = 50257, attention_only = 0;
     dt_dtype_t dtype = DT_DTYPE_BF16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--fp32")) { dtype = DT_DTYPE_F32; continue; }
+        if (!strcmp(a, "--attention-only")) { attention_only = 1; continue; }
         if (!v) { fprintf(stderr, "bench_cuda_layers: %s needs a value\n", a); return 2; }
         int x = atoi(v);
         if (x <= 0) { fprintf(stderr, "bench_cuda_layers: %s %s: expected a positive integer\n", a, v); return 2; }
@@ -100,6 +130,23 @@ int main(int argc, char **argv) {
     printf("CUDA layer ops, %s, B=%d T=%d C=%d NH=%d V=%d (padded %d), mean of %d calls\n",
            dt_dtype_name(dtype), B, T, C, NH, V, Vp, iters);
 
+    /* attention, both kinds */
+    bench_attention("", B, T, C, NH, es);
+    {
+        /* the fused kernel: a second device on the same GPU, asked for it at open */
+        dt_device_t *main_dev = dev;
+        if (setenv("DTRUN_CUDA_ATTENTION", "fused", 1) != 0) die("setenv");
+        if (dt_device_open(&dev, &o) != DT_STATUS_OK) die("open cuda (fused attention)");
+        bench_attention("fused ", B, T, C, NH, es);
+        dt_device_free(dev);
+        dev = main_dev;
+        unsetenv("DTRUN_CUDA_ATTENTION");
+    }
+    if (attention_only) {
+        dt_device_free(dev);
+        return 0;
+    }
+
     /* encoder */
     void *wte = dbuf((size_t)Vp * C * es), *wpe = dbuf((size_t)T * C * es), *x = dbuf(NC * es);
     void *dwte = dbuf((size_t)Vp * C * es), *dwpe = dbuf((size_t)T * C * es), *dx = dbuf(NC * es);
@@ -113,19 +160,6 @@ int main(int argc, char **argv) {
     TIME("layernorm_forward", 2 * NC * es, 0, op->layernorm_forward(dev, ln, mean, rstd, x, w, b, N, C));
     TIME("layernorm_backward", 4 * NC * es, 0,
          op->layernorm_backward(dev, dx, dw, db, ln, x, w, mean, rstd, N, C));
-
-    /* attention: 2 GEMMs of B NH T^2 HS multiply-adds forward, 4 backward */
-    void *qkv = dbuf(3 * NC * es), *dqkv = dbuf(3 * NC * es), *y = dbuf(NC * es);
-    void *saved = dbuf(op->attention_saved_bytes(dev, B, T, C, NH));
-    void *scratch = dbuf(op->attention_scratch_bytes(dev, B, T, C, NH));
-    double gemm = 2.0 * B * NH * (double)T * T * (C / NH);
-    TIME("attention_forward", 0, 2 * gemm, op->attention_forward(dev, y, saved, qkv, B, T, C, NH));
-    TIME("attention_backward", 0, 4 * gemm,
-         op->attention_backward(dev, dqkv, scratch, y, qkv, saved, B, T, C, NH));
-    printf("%-22s %9.1f MB saved per layer, %.1f MB scratch\n", "attention memory",
-           op->attention_saved_bytes(dev, B, T, C, NH) / 1e6, op->attention_scratch_bytes(dev, B, T, C, NH) / 1e6);
-    op->free(dev, saved);
-    op->free(dev, scratch);
 
     /* fused softmax + cross-entropy over (N, Vp) logits; the backward in place */
     size_t NV = (size_t)N * Vp;
