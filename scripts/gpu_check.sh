@@ -15,16 +15,21 @@
 #   6. GPT-2 124M bf16, seq 1024: tokens/s and MFU over 50 steps after 10 of
 #      warm-up; peak memory against `dtrun plan`
 #   7. the same model in PyTorch (bf16 autocast, torch.compile, fused AdamW), ratio
-# Knobs: GPT2_BATCH (micro-batch, default 32), SKIP_TORCH=1, TORCH_TIMEOUT.
+#   8. attention, cuBLAS path vs fused kernel (DTRUN_CUDA_ATTENTION=fused):
+#      bench_cuda_layers --attention-only at B=8 and 32, and the GPT-2 run of 6
+#      again with the fused kernel (30 steps, 10 of warm-up)
+# Knobs: GPT2_BATCH (micro-batch, default 32), SKIP_TORCH=1, TORCH_TIMEOUT,
+# SKIP_FUSED_GPT2=1.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu_check}; mkdir -p "$OUT"
 if [ -d .carry/bin ]; then
   BIN=$PWD/.carry/bin; export LD_LIBRARY_PATH=$PWD/.carry/lib:${LD_LIBRARY_PATH:-}
 else
-  make -s CUDA_ARCH="-gencode arch=compute_90,code=sm_90" dtrun gpu-tests-build >"$OUT/build.log" 2>&1 ||
-    { echo "build failed"; tail -20 "$OUT/build.log"; exit 1; }
-  BIN=$PWD/build/tests/gpu; cp dtrun "$BIN/"; cp build/tests/cuemu/test_cuemu "$BIN/" 2>/dev/null
+  make -s CUDA_ARCH="-gencode arch=compute_90,code=sm_90" dtrun gpu-tests-build build/tests/helpers/bench_cuda_layers \
+    >"$OUT/build.log" 2>&1 || { echo "build failed"; tail -20 "$OUT/build.log"; exit 1; }
+  BIN=$PWD/build/tests/gpu; cp dtrun build/tests/helpers/bench_cuda_layers "$BIN/"
+  cp build/tests/cuemu/test_cuemu "$BIN/" 2>/dev/null
 fi
 DT=$BIN/dtrun
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$OUT/gpu.txt" 2>&1
@@ -45,6 +50,8 @@ criterion() {
 criterion "emulator semantics on the GPU (test_cuemu)" "$BIN/test_cuemu" 120
 criterion "CUDA core ops vs CPU (matmul, adamw, ...)" "$BIN/test_kernels_cuda" 180
 criterion "CUDA layer ops vs CPU (attention, ln, ...)" "$BIN/test_kernels_cuda_layers" 180
+criterion "fused attention vs CPU (DTRUN_CUDA_ATTENTION)" "$BIN/test_attention_fused" 120
+criterion "dtrun plan = the trainer's CUDA arena" "$BIN/test_plan_cuda" 120
 criterion "NCCL communicator, world size 1" "$BIN/test_comm_nccl" 120
 
 # A small text corpus (deterministic), and a small GPT over it.
@@ -105,9 +112,16 @@ c["checkpoint"] = {"every_steps": 0, "resume": "never"}
 c["log"] = {"dir": out + "/gpt2"}
 json.dump(c, open(out + "/gpt2.json", "w"), indent=1)
 PY
-timeout 300 "$DT" --standalone --nproc_per_node 1 "$OUT/gpt2.json" >"$OUT/gpt2.log" 2>&1; rc=$?
-"$DT" plan "$OUT/gpt2.json" --gpus 1 --gpu h200 --strategy zero1 --json >"$OUT/plan.json" 2>"$OUT/plan.err"
-ours=$(python3 - "$OUT/gpt2" "$OUT/plan.json" "$rc" <<'PY'
+# gpt2 NAME STEPS LABEL [VAR=VALUE...]: trains $OUT/gpt2.json for STEPS steps with
+# the environment additions, logs in $OUT/NAME; one row (tokens/s and MFU after
+# step 10, peak memory against `dtrun plan` under the same environment). Sets $ours.
+gpt2() {
+  local name=$1 steps=$2 label=$3; shift 3
+  env "$@" timeout 300 "$DT" --standalone --nproc_per_node 1 "$OUT/gpt2.json" train_steps="$steps" \
+    log.dir="$OUT/$name" >"$OUT/$name.log" 2>&1; local rc=$?
+  env "$@" "$DT" plan "$OUT/gpt2.json" --gpus 1 --gpu h200 --strategy zero1 --json >"$OUT/$name.plan.json" \
+    2>"$OUT/$name.plan.err"
+  ours=$(python3 - "$OUT/$name" "$OUT/$name.plan.json" "$rc" <<'PY'
 import json, sys
 d, plan, rc = sys.argv[1], sys.argv[2], int(sys.argv[3])
 try:
@@ -127,8 +141,10 @@ except Exception as e:
     print(f"FAIL 0 0 exit {rc}: {e}")
 PY
 )
-set -- $ours
-row "GPT-2 124M bf16 B=$B, tokens/s | MFU" "$1" "$2 tok/s | MFU $3% | ${*:4}"
+  set -- $ours
+  row "$label" "$1" "$2 tok/s | MFU $3% | ${*:4}"
+}
+gpt2 gpt2 60 "GPT-2 124M bf16 B=$B, tokens/s | MFU"
 if [ "${SKIP_TORCH:-0}" != 1 ]; then
   timeout "${TORCH_TIMEOUT:-240}" python3 scripts/bench/gpu_torch_gpt2.py --batch "$B" --steps 50 --warmup 10 \
     >"$OUT/torch.log" 2>&1
@@ -138,6 +154,18 @@ if [ "${SKIP_TORCH:-0}" != 1 ]; then
     ratio=$(python3 -c "print(f'{float(\"${ours#* }\".split()[0]) / $1:.2f}')" 2>/dev/null)
     row "PyTorch compile, same model, tokens/s | MFU" DONE "$1 tok/s | MFU $2% | peak $3 GB | dtrun/torch ${ratio}x"
   else row "PyTorch compile, same model" FAIL "$(tail -2 "$OUT/torch.log" | tr '\n' ' ' | cut -c1-120)"; fi
+fi
+
+# Attention: the cuBLAS path against the fused kernel, op level and whole model.
+for ab in 8 32; do
+  if [ -x "$BIN/bench_cuda_layers" ]; then
+    timeout 120 "$BIN/bench_cuda_layers" --attention-only --iters 10 -B "$ab" >"$OUT/bench_attention_B$ab.log" 2>&1
+    a=$(awk '/attention_(forward|backward)/{n=$1; if ($1=="fused") n="fused " $2; for(i=1;i<=NF;i++) if ($i=="ms") m=$(i-1); printf "%s%s %s ms", sep, n, m; sep=", "}' "$OUT/bench_attention_B$ab.log")
+    row "attention B=$ab T=1024 NH=12 HS=64 bf16" "$([ -n "$a" ] && echo DONE || echo FAIL)" "${a:-$(tail -1 "$OUT/bench_attention_B$ab.log")}"
+  else row "attention B=$ab, cuBLAS vs fused" MISSING "$BIN/bench_cuda_layers not built"; fi
+done
+if [ "${SKIP_FUSED_GPT2:-0}" != 1 ]; then
+  gpt2 gpt2_fused 30 "GPT-2 124M bf16 B=$B, fused attention" DTRUN_CUDA_ATTENTION=fused
 fi
 
 echo; echo "GPU: $(cat "$OUT/gpu.txt")"

@@ -7,14 +7,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Built in a clean clone of HEAD, so that flags for the GPU host (plain x86-64-v3,
-# sm_90) never mix with this tree's objects.
+# sm_90) never mix with this tree's objects. Also packs bench_cuda_layers (the
+# attention comparison row of gpu_check.sh).
 src=$(mktemp -d /tmp/dtrun-pack.XXXXXX)
 trap 'rm -rf "$src"' EXIT
 git clone -q . "$src"
 make -s -C "$src" ARCH=-march=x86-64-v3 \
-  CUDA_ARCH="-gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90" dtrun gpu-tests-build
+  CUDA_ARCH="-gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90" dtrun gpu-tests-build \
+  build/tests/helpers/bench_cuda_layers
 rm -rf .carry && mkdir -p .carry/bin .carry/lib
-cp "$src/dtrun" .carry/bin/
+cp "$src/dtrun" "$src/build/tests/helpers/bench_cuda_layers" .carry/bin/
 for t in "$src"/build/tests/gpu/test_* "$src"/build/tests/cuemu/test_*; do
   case "$t" in *.d|*.o|*'*'*) ;; *) cp "$t" .carry/bin/ ;; esac
 done
