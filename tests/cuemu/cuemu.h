@@ -17,7 +17,8 @@
  *                block's contents; no initialisers, as in CUDA)
  *   launch       DT_LAUNCH(kernel, grid, block, smem, stream)(args...),
  *                DT_DYN_SMEM(T, name) (dynamic shared memory: poisoned with 0xFF at the
- *                start of every block, a PROT_NONE page right after its end)
+ *                start of every block, 32-byte aligned (WMMA pointers), a PROT_NONE page
+ *                right after its end, rounded up to 32 bytes)
  *   built-ins    dim3 uint3 threadIdx blockIdx blockDim gridDim warpSize
  *   sync         __syncthreads() __syncwarp(mask) __threadfence() __threadfence_block()
  *                __shfl_sync __shfl_xor_sync __shfl_down_sync __shfl_up_sync
