@@ -86,6 +86,7 @@ __global__ void __launch_bounds__(FA_THREADS)
         l[i] = 0.0f;
     }
     float acc[FA_DPT]; /* O[lane][warp + FA_WARPS i] */
+    #pragma unroll
     for (int i = 0; i < FA_DPT; i++) acc[i] = 0.0f;
 
     for (int kt = 0; kt <= qt; kt++) {
@@ -109,9 +110,10 @@ __global__ void __launch_bounds__(FA_THREADS)
         __syncthreads();
         float a = salpha[lane];
         const float *pr = sp + lane * FA_PS;
+        #pragma unroll
         for (int i = 0; i < FA_DPT; i++) {
             int d = warp + FA_WARPS * i;
-            if (d >= HS) break;
+            if (d >= HS) continue; /* constant indices: acc stays in registers */
             float x = acc[i] * a;
             for (int j = 0; j < FA_TILE; j++) x = fmaf(pr[j], sv[j * hp + d], x);
             acc[i] = x;
@@ -129,12 +131,137 @@ __global__ void __launch_bounds__(FA_THREADS)
     if (t >= T) return;
     float inv = 1.0f / sl[lane];
     size_t o = ((size_t)b * T + t) * C + h * HS;
+    #pragma unroll
     for (int i = 0; i < FA_DPT; i++) {
         int d = warp + FA_WARPS * i;
-        if (d >= HS) break;
+        if (d >= HS) continue; /* constant indices: acc stays in registers */
         S y = dt_st<S>(acc[i] * inv);
         out[o + d] = y;
         out_copy[o + d] = y;
+    }
+}
+
+/* ---- forward on tensor cores (bf16, HS a multiple of 16) -------------------------
+ * The same tiles, with both products of a tile on WMMA 16x16x16 bf16 fragments
+ * (fp32 accumulation): S = Q K^T (2 x 2 output fragments, one per warp, HS/16
+ * steps) and O += P V (2 x HS/16 output fragments, the warps taking turns, two
+ * 16-key steps). P is rounded to bf16 for the product (as FlashAttention does);
+ * the row sums l add the same rounded values, so each row's weights sum to 1. O
+ * lives in shared memory (fp32): the online softmax rescales its rows there
+ * between the two products, since a fragment's element-to-row mapping is
+ * unspecified. Leading dimensions: bf16 tiles HS + 8, P 40, S 36 and O HS + 4
+ * floats (multiples of 16 bytes; every fragment pointer 32-byte aligned). */
+
+#define FA_WM 16
+#define FA_S_LD (FA_TILE + 4)  /* floats */
+#define FA_P_LD (FA_TILE + 8)  /* bf16 */
+
+static size_t fa_forward_wmma_smem(int HS) {
+    size_t hsp = HS + 8, hso = HS + 4;
+    return 3 * FA_TILE * hsp * sizeof(dt_bf16) + FA_TILE * FA_S_LD * sizeof(float) +
+           FA_TILE * FA_P_LD * sizeof(dt_bf16) + FA_TILE * hso * sizeof(float) + 2 * FA_TILE * sizeof(float);
+}
+
+/* Rows r0 .. r0+31 of a (T, HS) bf16 matrix with row stride rs into a (32, ld) bf16
+ * tile; rows past T are zero. */
+static __device__ __forceinline__ void fa_load_bf16(dt_bf16 *dst, const dt_bf16 *src, int rs, int r0, int T,
+                                                    int HS, int ld) {
+    for (int i = threadIdx.x; i < FA_TILE * HS; i += blockDim.x) {
+        int r = i / HS, d = i % HS;
+        dst[r * ld + d] = r0 + r < T ? src[(size_t)(r0 + r) * rs + d] : __float2bfloat16(0.0f);
+    }
+}
+
+__global__ void __launch_bounds__(FA_THREADS)
+    fa_forward_wmma_kernel(dt_bf16 *out, float *lse, dt_bf16 *out_copy, const dt_bf16 *qkv, int T, int C, int NH,
+                           float scale) {
+    using namespace nvcuda;
+    DT_DYN_SMEM(unsigned char, smb);
+    int HS = C / NH, hsp = HS + 8, hso = HS + 4, C3 = 3 * C;
+    int qt = gridDim.x - 1 - blockIdx.x;
+    int h = blockIdx.y, b = blockIdx.z;
+    int lane = threadIdx.x % DT_WARP, warp = threadIdx.x / DT_WARP;
+    dt_bf16 *sq = (dt_bf16 *)smb, *sk = sq + FA_TILE * hsp, *sv = sk + FA_TILE * hsp;
+    float *ss = (float *)(sv + FA_TILE * hsp);
+    dt_bf16 *sp = (dt_bf16 *)(ss + FA_TILE * FA_S_LD);
+    float *so = (float *)(sp + FA_TILE * FA_P_LD), *salpha = so + FA_TILE * hso, *sl = salpha + FA_TILE;
+    const dt_bf16 *q = qkv + (size_t)b * T * C3 + h * HS, *k = q + C, *v = q + 2 * C;
+    int q0 = qt * FA_TILE;
+    fa_load_bf16(sq, q, C3, q0, T, HS, hsp);
+    for (int i = threadIdx.x; i < FA_TILE * hso; i += blockDim.x) so[i] = 0.0f;
+
+    float m[FA_ROWS_PER_WARP], l[FA_ROWS_PER_WARP];
+    for (int i = 0; i < FA_ROWS_PER_WARP; i++) {
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+    }
+    int sr = FA_WM * (warp >> 1), sc = FA_WM * (warp & 1); /* this warp's S fragment */
+    int n_o = 2 * (HS / FA_WM);                             /* O fragments */
+    for (int kt = 0; kt <= qt; kt++) {
+        int k0 = kt * FA_TILE;
+        __syncthreads();
+        fa_load_bf16(sk, k, C3, k0, T, HS, hsp);
+        fa_load_bf16(sv, v, C3, k0, T, HS, hsp);
+        __syncthreads();
+        {
+            wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+            wmma::fill_fragment(acc, 0.0f);
+            for (int d = 0; d < HS; d += FA_WM) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, dt_bf16, wmma::row_major> fa;
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, dt_bf16, wmma::col_major> fb; /* K^T */
+                wmma::load_matrix_sync(fa, sq + sr * hsp + d, hsp);
+                wmma::load_matrix_sync(fb, sk + sc * hsp + d, hsp);
+                wmma::mma_sync(acc, fa, fb, acc);
+            }
+            wmma::store_matrix_sync(ss + sr * FA_S_LD + sc, acc, FA_S_LD, wmma::mem_row_major);
+        }
+        __syncthreads();
+        for (int i = 0; i < FA_ROWS_PER_WARP; i++) {
+            int r = warp + FA_WARPS * i, t = q0 + r, j = k0 + lane;
+            float s = j <= t && j < T ? scale * ss[r * FA_S_LD + lane] : -INFINITY;
+            float mn = fmaxf(m[i], dt_warp_max(s));
+            dt_bf16 pb = __float2bfloat16(expf(s - mn));
+            float a = expf(m[i] - mn);
+            l[i] = l[i] * a + dt_warp_sum(__bfloat162float(pb));
+            m[i] = mn;
+            sp[r * FA_P_LD + lane] = pb;
+            if (lane == 0) salpha[r] = a;
+        }
+        __syncthreads();
+        for (int i = threadIdx.x; i < FA_TILE * HS; i += blockDim.x) {
+            int r = i / HS, d = i % HS;
+            so[r * hso + d] *= salpha[r];
+        }
+        __syncthreads();
+        for (int f = warp; f < n_o; f += FA_WARPS) {
+            int orow = FA_WM * (f & 1), ocol = FA_WM * (f >> 1);
+            wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+            wmma::load_matrix_sync(acc, so + orow * hso + ocol, hso, wmma::mem_row_major);
+            for (int j = 0; j < FA_TILE; j += FA_WM) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, dt_bf16, wmma::row_major> fa;
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, dt_bf16, wmma::row_major> fb;
+                wmma::load_matrix_sync(fa, sp + orow * FA_P_LD + j, FA_P_LD);
+                wmma::load_matrix_sync(fb, sv + j * hsp + ocol, hsp);
+                wmma::mma_sync(acc, fa, fb, acc);
+            }
+            wmma::store_matrix_sync(so + orow * hso + ocol, acc, hso, wmma::mem_row_major);
+        }
+    }
+    for (int i = 0; i < FA_ROWS_PER_WARP; i++) {
+        int r = warp + FA_WARPS * i;
+        if (lane == 0) {
+            sl[r] = l[i];
+            if (q0 + r < T) lse[((size_t)b * NH + h) * T + q0 + r] = m[i] + logf(l[i]);
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < FA_TILE * HS; i += blockDim.x) {
+        int r = i / HS, d = i % HS, t = q0 + r;
+        if (t >= T) continue;
+        size_t o = ((size_t)b * T + t) * C + h * HS + d;
+        dt_bf16 y = __float2bfloat16(so[r * hso + d] / sl[r]);
+        out[o] = y;
+        out_copy[o] = y;
     }
 }
 
@@ -228,6 +355,7 @@ __global__ void __launch_bounds__(FA_THREADS)
     fa_load(s.k, k, C3, k0, T, HS, hp);
     fa_load(s.v, v, C3, k0, T, HS, hp);
     float dk[FA_DPT], dv[FA_DPT]; /* [key lane][dim warp + FA_WARPS i] */
+    #pragma unroll
     for (int i = 0; i < FA_DPT; i++) dk[i] = dv[i] = 0.0f;
     for (int qt = kt; qt < nqt; qt++) {
         int q0 = qt * FA_TILE;
@@ -236,9 +364,10 @@ __global__ void __launch_bounds__(FA_THREADS)
         __syncthreads();
         fa_tile_p_ds(s, q0, k0, T, HS, scale);
         __syncthreads();
+        #pragma unroll
         for (int i = 0; i < FA_DPT; i++) {
             int d = warp + FA_WARPS * i;
-            if (d >= HS) break;
+            if (d >= HS) continue; /* constant indices: acc stays in registers */
             float a = dv[i], c = dk[i];
             for (int r = 0; r < FA_TILE; r++) {
                 a = fmaf(s.p[r * FA_PS + lane], s.dout[r * hp + d], a);
@@ -251,9 +380,10 @@ __global__ void __launch_bounds__(FA_THREADS)
     int j = k0 + lane;
     if (j >= T) return;
     S *dkp = dqkv + base + C + (size_t)j * C3, *dvp = dkp + C;
+    #pragma unroll
     for (int i = 0; i < FA_DPT; i++) {
         int d = warp + FA_WARPS * i;
-        if (d >= HS) break;
+        if (d >= HS) continue; /* constant indices: acc stays in registers */
         dkp[d] = dt_st<S>(dt_ld(dkp[d]) + scale * dk[i]);
         dvp[d] = dt_st<S>(dt_ld(dvp[d]) + dv[i]);
     }
@@ -276,6 +406,7 @@ __global__ void __launch_bounds__(FA_THREADS)
     int q0 = qt * FA_TILE;
     fa_load_queries(s, q, dO, lse_bh, D_bh, q0, T, C, HS);
     float dq[FA_DPT]; /* [query lane][dim warp + FA_WARPS i] */
+    #pragma unroll
     for (int i = 0; i < FA_DPT; i++) dq[i] = 0.0f;
     for (int kt = 0; kt <= qt; kt++) {
         int k0 = kt * FA_TILE;
@@ -286,9 +417,10 @@ __global__ void __launch_bounds__(FA_THREADS)
         fa_tile_p_ds(s, q0, k0, T, HS, scale);
         __syncthreads();
         const float *dsr = s.ds + lane * FA_PS;
+        #pragma unroll
         for (int i = 0; i < FA_DPT; i++) {
             int d = warp + FA_WARPS * i;
-            if (d >= HS) break;
+            if (d >= HS) continue; /* constant indices: acc stays in registers */
             float a = dq[i];
             for (int j = 0; j < FA_TILE; j++) a = fmaf(dsr[j], s.k[j * hp + d], a);
             dq[i] = a;
@@ -297,9 +429,10 @@ __global__ void __launch_bounds__(FA_THREADS)
     int t = q0 + lane;
     if (t >= T) return;
     S *dqp = dqkv + base + (size_t)t * C3;
+    #pragma unroll
     for (int i = 0; i < FA_DPT; i++) {
         int d = warp + FA_WARPS * i;
-        if (d >= HS) break;
+        if (d >= HS) continue; /* constant indices: acc stays in registers */
         dqp[d] = dt_st<S>(dt_ld(dqp[d]) + scale * dq[i]);
     }
 }
@@ -333,9 +466,19 @@ static void fa_forward(dt_device_t *dev, void *out, void *saved, const void *qkv
     int HS = C / NH;
     float *lse = (float *)saved;
     S *out_copy = (S *)((char *)saved + sizeof(float) * (size_t)B * NH * T);
+    dim3 grid((T + FA_TILE - 1) / FA_TILE, NH, B);
+    if constexpr (sizeof(S) == 2) {
+        if (HS % FA_WM == 0) { /* tensor cores */
+            size_t smem = fa_forward_wmma_smem(HS);
+            if (!fa_smem_ok(dev, fa_forward_wmma_kernel, smem, __func__)) return;
+            DT_LAUNCH(fa_forward_wmma_kernel, grid, FA_THREADS, smem, dt_cuda_stream(dev))
+            ((dt_bf16 *)out, lse, (dt_bf16 *)out_copy, (const dt_bf16 *)qkv, T, C, NH, 1.0f / sqrtf((float)HS));
+            DT_CUDA_LAUNCHED(dev);
+            return;
+        }
+    }
     size_t smem = fa_forward_smem(HS);
     if (!fa_smem_ok(dev, fa_forward_kernel<S>, smem, __func__)) return;
-    dim3 grid((T + FA_TILE - 1) / FA_TILE, NH, B);
     DT_LAUNCH(fa_forward_kernel<S>, grid, FA_THREADS, smem, dt_cuda_stream(dev))
     ((S *)out, lse, out_copy, (const S *)qkv, T, C, NH, 1.0f / sqrtf((float)HS));
     DT_CUDA_LAUNCHED(dev);
