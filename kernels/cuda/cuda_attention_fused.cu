@@ -27,9 +27,15 @@
  * scratch = D (B, NH, T) fp32. GPT-2 124M, B=16, T=1024, bf16: 25.9 MB saved per
  * layer against 403 MB for the probabilities of the cuBLAS path.
  *
- * The matrix products run as scalar fp32 FMAs from shared memory (the emulator has
- * no tensor-core fragments yet): correct and memory-lean; whether it beats cuBLAS
- * on a GPU is measured by tests/helpers/bench_cuda_layers.
+ * Two builds of each pass: in bf16 with HS a multiple of 16, every matrix product
+ * of a tile runs on tensor cores (nvcuda::wmma 16x16x16 bf16 fragments, fp32
+ * accumulation; P and dS rounded to bf16 for their products, as FlashAttention
+ * does); otherwise (fp32, or odd head sizes) scalar fp32 FMAs from shared memory.
+ * Whether it beats the cuBLAS path on a GPU is what tests/helpers/bench_cuda_layers
+ * and scripts/gpu_check.sh measure (not yet run: no GPU so far). Known headroom:
+ * 32 x 32 tiles with 4 warps are small for an H100/H200 (FlashAttention-2 uses 64-128
+ * query rows per block), tiles are loaded element by element (not 16-byte vectors
+ * or cp.async), and the two backward passes recompute P twice.
  */
 #include "kernels/cuda/cuda_layers.cuh"
 
@@ -437,6 +443,214 @@ __global__ void __launch_bounds__(FA_THREADS)
     }
 }
 
+/* ---- backward on tensor cores (bf16, HS a multiple of 16) ------------------------
+ * The tiles of the scalar backward with every product on WMMA fragments: per
+ * (query tile, key tile) S = Q K^T and dP = dO V^T (one 16x16 fragment of each per
+ * warp), then P = exp(scale S - lse) and dS = P (dP - D) elementwise in fp32,
+ * rounded to bf16 for the products that follow: dV += P^T dO and dK += dS^T Q
+ * (key-tile kernel), dQ += dS K (query-tile kernel). Those accumulators never need
+ * rescaling, so they stay in fragments for the whole loop (2 x HS/16 fragments
+ * per matrix, at most 4 per warp); at the end they go through shared memory (the
+ * tile area, free by then) and are added to dqkv once, in a fixed order. */
+
+#define FA_FRAGS_PER_WARP (2 * (DT_ATTENTION_FUSED_MAX_HS / FA_WM) / FA_WARPS) /* 4 */
+
+struct fa_wbwd_smem {
+    dt_bf16 *q, *dout, *k, *v; /* (32, HS + 8) */
+    float *s, *dp;             /* (32, FA_S_LD) */
+    dt_bf16 *p, *ds;           /* (32, FA_P_LD) */
+    float *lse, *D;            /* (32) */
+};
+
+static size_t fa_backward_wmma_smem(int HS) {
+    size_t hsp = HS + 8;
+    return 4 * FA_TILE * hsp * sizeof(dt_bf16) + 2 * FA_TILE * FA_S_LD * sizeof(float) +
+           2 * FA_TILE * FA_P_LD * sizeof(dt_bf16) + 2 * FA_TILE * sizeof(float);
+}
+
+static __device__ __forceinline__ fa_wbwd_smem fa_wbwd_carve(unsigned char *smb, int hsp) {
+    fa_wbwd_smem s;
+    s.q = (dt_bf16 *)smb;
+    s.dout = s.q + FA_TILE * hsp;
+    s.k = s.dout + FA_TILE * hsp;
+    s.v = s.k + FA_TILE * hsp;
+    s.s = (float *)(s.v + FA_TILE * hsp);
+    s.dp = s.s + FA_TILE * FA_S_LD;
+    s.p = (dt_bf16 *)(s.dp + FA_TILE * FA_S_LD);
+    s.ds = s.p + FA_TILE * FA_P_LD;
+    s.lse = (float *)(s.ds + FA_TILE * FA_P_LD);
+    s.D = s.lse + FA_TILE;
+    return s;
+}
+
+static __device__ __forceinline__ void fa_wload_queries(fa_wbwd_smem s, const dt_bf16 *q, const dt_bf16 *dout,
+                                                        const float *lse, const float *D, int q0, int T, int C,
+                                                        int HS) {
+    int hsp = HS + 8;
+    fa_load_bf16(s.q, q, 3 * C, q0, T, HS, hsp);
+    fa_load_bf16(s.dout, dout, C, q0, T, HS, hsp);
+    for (int r = threadIdx.x; r < FA_TILE; r += blockDim.x) {
+        s.lse[r] = q0 + r < T ? lse[q0 + r] : 0.0f;
+        s.D[r] = q0 + r < T ? D[q0 + r] : 0.0f;
+    }
+}
+
+/* S and dP of the (q0, k0) tile on WMMA, then P and dS (bf16) elementwise. Caller
+ * syncs before (tiles loaded); this syncs between its two steps and after. */
+static __device__ __forceinline__ void fa_wtile_p_ds(fa_wbwd_smem s, int q0, int k0, int T, int HS, float scale) {
+    using namespace nvcuda;
+    int hsp = HS + 8, lane = threadIdx.x % DT_WARP, warp = threadIdx.x / DT_WARP;
+    int sr = FA_WM * (warp >> 1), sc = FA_WM * (warp & 1);
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> fs, fdp;
+    wmma::fill_fragment(fs, 0.0f);
+    wmma::fill_fragment(fdp, 0.0f);
+    for (int d = 0; d < HS; d += FA_WM) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, dt_bf16, wmma::row_major> fa;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, dt_bf16, wmma::col_major> fb;
+        wmma::load_matrix_sync(fa, s.q + sr * hsp + d, hsp);
+        wmma::load_matrix_sync(fb, s.k + sc * hsp + d, hsp);
+        wmma::mma_sync(fs, fa, fb, fs);
+        wmma::load_matrix_sync(fa, s.dout + sr * hsp + d, hsp);
+        wmma::load_matrix_sync(fb, s.v + sc * hsp + d, hsp);
+        wmma::mma_sync(fdp, fa, fb, fdp);
+    }
+    wmma::store_matrix_sync(s.s + sr * FA_S_LD + sc, fs, FA_S_LD, wmma::mem_row_major);
+    wmma::store_matrix_sync(s.dp + sr * FA_S_LD + sc, fdp, FA_S_LD, wmma::mem_row_major);
+    __syncthreads();
+    for (int i = 0; i < FA_ROWS_PER_WARP; i++) {
+        int r = warp + FA_WARPS * i, t = q0 + r, j = k0 + lane;
+        float p = 0.0f, ds = 0.0f;
+        if (j <= t && t < T) {
+            p = expf(scale * s.s[r * FA_S_LD + lane] - s.lse[r]);
+            ds = p * (s.dp[r * FA_S_LD + lane] - s.D[r]);
+        }
+        s.p[r * FA_P_LD + lane] = __float2bfloat16(p);
+        s.ds[r * FA_P_LD + lane] = __float2bfloat16(ds);
+    }
+    __syncthreads();
+}
+
+/* Adds scale * acc (32, HS) from shared memory (ld) into rows r0.. of a (T, HS)
+ * bf16 matrix with row stride rs. */
+static __device__ __forceinline__ void fa_add_rows(dt_bf16 *dst, const float *acc, int ld, int rs, int r0, int T,
+                                                   int HS, float scale) {
+    for (int i = threadIdx.x; i < FA_TILE * HS; i += blockDim.x) {
+        int r = i / HS, d = i % HS;
+        if (r0 + r >= T) continue;
+        dt_bf16 *p = dst + (size_t)(r0 + r) * rs + d;
+        *p = __float2bfloat16(__bfloat162float(*p) + scale * acc[r * ld + d]);
+    }
+}
+
+__global__ void __launch_bounds__(FA_THREADS)
+    fa_dkdv_wmma_kernel(dt_bf16 *dqkv, const dt_bf16 *dout, const dt_bf16 *qkv, const float *lse, const float *D,
+                        int T, int C, int NH, float scale) {
+    using namespace nvcuda;
+    DT_DYN_SMEM(unsigned char, smb);
+    int HS = C / NH, hsp = HS + 8, hso = HS + 4, C3 = 3 * C;
+    int kt = blockIdx.x, h = blockIdx.y, b = blockIdx.z, warp = threadIdx.x / DT_WARP;
+    fa_wbwd_smem s = fa_wbwd_carve(smb, hsp);
+    size_t base = (size_t)b * T * C3 + h * HS;
+    const dt_bf16 *q = qkv + base, *k = q + C, *v = q + 2 * C;
+    const dt_bf16 *dO = dout + (size_t)b * T * C + h * HS;
+    const float *lse_bh = lse + ((size_t)b * NH + h) * T, *D_bh = D + ((size_t)b * NH + h) * T;
+    int k0 = kt * FA_TILE, nqt = (T + FA_TILE - 1) / FA_TILE, n_o = 2 * (HS / FA_WM);
+    fa_load_bf16(s.k, k, C3, k0, T, HS, hsp);
+    fa_load_bf16(s.v, v, C3, k0, T, HS, hsp);
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> fdk[FA_FRAGS_PER_WARP], fdv[FA_FRAGS_PER_WARP];
+#pragma unroll
+    for (int u = 0; u < FA_FRAGS_PER_WARP; u++) {
+        wmma::fill_fragment(fdk[u], 0.0f);
+        wmma::fill_fragment(fdv[u], 0.0f);
+    }
+    for (int qt = kt; qt < nqt; qt++) {
+        int q0 = qt * FA_TILE;
+        __syncthreads();
+        fa_wload_queries(s, q, dO, lse_bh, D_bh, q0, T, C, HS);
+        __syncthreads();
+        fa_wtile_p_ds(s, q0, k0, T, HS, scale);
+#pragma unroll
+        for (int u = 0; u < FA_FRAGS_PER_WARP; u++) {
+            int f = warp + FA_WARPS * u;
+            if (f >= n_o) continue;
+            int kr = FA_WM * (f & 1), dc = FA_WM * (f >> 1); /* rows: keys; columns: head dims */
+            for (int j = 0; j < FA_TILE; j += FA_WM) {       /* j: queries */
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, dt_bf16, wmma::col_major> fa; /* P^T, dS^T */
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, dt_bf16, wmma::row_major> fb; /* dO, Q */
+                wmma::load_matrix_sync(fa, s.p + j * FA_P_LD + kr, FA_P_LD);
+                wmma::load_matrix_sync(fb, s.dout + j * hsp + dc, hsp);
+                wmma::mma_sync(fdv[u], fa, fb, fdv[u]);
+                wmma::load_matrix_sync(fa, s.ds + j * FA_P_LD + kr, FA_P_LD);
+                wmma::load_matrix_sync(fb, s.q + j * hsp + dc, hsp);
+                wmma::mma_sync(fdk[u], fa, fb, fdk[u]);
+            }
+        }
+    }
+    __syncthreads(); /* the tile area becomes the two (32, HS + 4) fp32 results */
+    float *rk = (float *)smb, *rv = rk + FA_TILE * hso;
+#pragma unroll
+    for (int u = 0; u < FA_FRAGS_PER_WARP; u++) {
+        int f = warp + FA_WARPS * u;
+        if (f >= n_o) continue;
+        int kr = FA_WM * (f & 1), dc = FA_WM * (f >> 1);
+        wmma::store_matrix_sync(rk + kr * hso + dc, fdk[u], hso, wmma::mem_row_major);
+        wmma::store_matrix_sync(rv + kr * hso + dc, fdv[u], hso, wmma::mem_row_major);
+    }
+    __syncthreads();
+    fa_add_rows(dqkv + base + C, rk, hso, C3, k0, T, HS, scale);
+    fa_add_rows(dqkv + base + 2 * C, rv, hso, C3, k0, T, HS, 1.0f);
+}
+
+__global__ void __launch_bounds__(FA_THREADS)
+    fa_dq_wmma_kernel(dt_bf16 *dqkv, const dt_bf16 *dout, const dt_bf16 *qkv, const float *lse, const float *D,
+                      int T, int C, int NH, float scale) {
+    using namespace nvcuda;
+    DT_DYN_SMEM(unsigned char, smb);
+    int HS = C / NH, hsp = HS + 8, hso = HS + 4, C3 = 3 * C;
+    int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, warp = threadIdx.x / DT_WARP;
+    fa_wbwd_smem s = fa_wbwd_carve(smb, hsp);
+    size_t base = (size_t)b * T * C3 + h * HS;
+    const dt_bf16 *q = qkv + base, *k = q + C, *v = q + 2 * C;
+    const dt_bf16 *dO = dout + (size_t)b * T * C + h * HS;
+    const float *lse_bh = lse + ((size_t)b * NH + h) * T, *D_bh = D + ((size_t)b * NH + h) * T;
+    int q0 = qt * FA_TILE, n_o = 2 * (HS / FA_WM);
+    fa_wload_queries(s, q, dO, lse_bh, D_bh, q0, T, C, HS);
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> fdq[FA_FRAGS_PER_WARP];
+#pragma unroll
+    for (int u = 0; u < FA_FRAGS_PER_WARP; u++) wmma::fill_fragment(fdq[u], 0.0f);
+    for (int kt = 0; kt <= qt; kt++) {
+        int k0 = kt * FA_TILE;
+        __syncthreads();
+        fa_load_bf16(s.k, k, C3, k0, T, HS, hsp);
+        fa_load_bf16(s.v, v, C3, k0, T, HS, hsp);
+        __syncthreads();
+        fa_wtile_p_ds(s, q0, k0, T, HS, scale);
+#pragma unroll
+        for (int u = 0; u < FA_FRAGS_PER_WARP; u++) {
+            int f = warp + FA_WARPS * u;
+            if (f >= n_o) continue;
+            int qr = FA_WM * (f & 1), dc = FA_WM * (f >> 1);
+            for (int j = 0; j < FA_TILE; j += FA_WM) { /* j: keys */
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, dt_bf16, wmma::row_major> fa; /* dS */
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, dt_bf16, wmma::row_major> fb; /* K */
+                wmma::load_matrix_sync(fa, s.ds + qr * FA_P_LD + j, FA_P_LD);
+                wmma::load_matrix_sync(fb, s.k + j * hsp + dc, hsp);
+                wmma::mma_sync(fdq[u], fa, fb, fdq[u]);
+            }
+        }
+    }
+    __syncthreads();
+    float *rq = (float *)smb;
+#pragma unroll
+    for (int u = 0; u < FA_FRAGS_PER_WARP; u++) {
+        int f = warp + FA_WARPS * u;
+        if (f >= n_o) continue;
+        wmma::store_matrix_sync(rq + FA_WM * (f & 1) * hso + FA_WM * (f >> 1), fdq[u], hso, wmma::mem_row_major);
+    }
+    __syncthreads();
+    fa_add_rows(dqkv + base, rq, hso, C3, q0, T, HS, scale);
+}
+
 /* ---- host side ------------------------------------------------------------------ */
 
 size_t dt_cuda_fa_saved_bytes(int B, int T, int C, int NH, size_t elem) {
@@ -496,10 +710,25 @@ static void fa_backward(dt_device_t *dev, void *dqkv, void *scratch, const void 
     DT_LAUNCH(fa_rowdot_kernel<S>, dt_blocks(rows, 8), 8 * DT_WARP, 0, dt_cuda_stream(dev))
     (D, (const S *)dout, out, B, T, C, NH);
     DT_CUDA_LAUNCHED(dev);
+    dim3 grid((T + FA_TILE - 1) / FA_TILE, NH, B);
+    if constexpr (sizeof(S) == 2) {
+        if (HS % FA_WM == 0) { /* tensor cores */
+            size_t smem = fa_backward_wmma_smem(HS);
+            if (!fa_smem_ok(dev, fa_dkdv_wmma_kernel, smem, __func__) ||
+                !fa_smem_ok(dev, fa_dq_wmma_kernel, smem, __func__))
+                return;
+            DT_LAUNCH(fa_dkdv_wmma_kernel, grid, FA_THREADS, smem, dt_cuda_stream(dev))
+            ((dt_bf16 *)dqkv, (const dt_bf16 *)dout, (const dt_bf16 *)qkv, lse, D, T, C, NH, scale);
+            DT_CUDA_LAUNCHED(dev);
+            DT_LAUNCH(fa_dq_wmma_kernel, grid, FA_THREADS, smem, dt_cuda_stream(dev))
+            ((dt_bf16 *)dqkv, (const dt_bf16 *)dout, (const dt_bf16 *)qkv, lse, D, T, C, NH, scale);
+            DT_CUDA_LAUNCHED(dev);
+            return;
+        }
+    }
     size_t smem = fa_backward_smem(HS);
     if (!fa_smem_ok(dev, fa_dkdv_kernel<S>, smem, __func__) || !fa_smem_ok(dev, fa_dq_kernel<S>, smem, __func__))
         return;
-    dim3 grid((T + FA_TILE - 1) / FA_TILE, NH, B);
     DT_LAUNCH(fa_dkdv_kernel<S>, grid, FA_THREADS, smem, dt_cuda_stream(dev))
     ((S *)dqkv, (const S *)dout, (const S *)qkv, lse, D, T, C, NH, scale);
     DT_CUDA_LAUNCHED(dev);

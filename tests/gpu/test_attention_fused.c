@@ -14,7 +14,7 @@
  * pre-filled with random values (+= is checked); each op runs twice and must give
  * the same bits.
  *
- * Tolerances, |gpu - cpu| <= rtol |cpu| + atol rms(cpu):
+ * Tolerances, |gpu - cpu| <= rtol |cpu| + atol rms(cpu) + atol_abs:
  *  fp32: sums over <= 128 terms (dot products) and <= 100 keys in another order
  *    than the CPU's, and expf against the CPU's expf: 1e-5 relative plus 1e-6 rms
  *    forward (seen: 2e-7 of rms), 1e-5 relative plus 1e-5 rms backward (dk/dq are
@@ -23,11 +23,14 @@
  *    rounds P to bf16 for the P V product (2^-9 relative per weight, so at most
  *    2^-9 max|v| = 2^-9 absolute on out, |v| <= 1 here), then out is rounded once
  *    (2^-9 relative): 2^-8 relative plus 2^-8 absolute plus 1e-5 rms (seen: 8e-4
- *    at |out| 0.2; the scalar kernel for other HS keeps P in fp32). The backward
- *    recomputes P in fp32. Its D =
- *    rowsum(dout * out) reads the bf16-rounded out (each term 2^-9 relative: error
- *    <= 2^-9 sum |dout out|), which shifts every dS = P (dP - D) of the row, and
- *    the sum dqkv0 + gradient is rounded once: 2^-8 relative plus 2^-8 rms.
+ *    at |out| 0.2; the scalar kernel for other HS keeps P in fp32). Backward:
+ *    D = rowsum(dout * out) reads the bf16-rounded out (error <= 2^-9 sum |dout
+ *    out|), which shifts every dS = P (dP - D) of its row; on tensor cores P and
+ *    dS are rounded to bf16 for the products (2^-9 relative per term, as the
+ *    cuBLAS path rounds them); the sum dqkv0 + gradient is rounded once (2^-9
+ *    relative). 2^-8 relative plus 2^-8 rms plus 2^-6 absolute, the cuBLAS path's
+ *    absolute bound (test_kernels_cuda_layers) for the same roundings (seen:
+ *    0.0054 at rms 0.31, a third of the bound).
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -206,7 +209,7 @@ static void run_fused(dt_dtype_t dtype, int B, int T, int C, int NH, uint64_t se
     }
     snprintf(what, sizeof what, "%s B%d T%d C%d NH%d backward dqkv", dt_dtype_name(dtype), B, T, C, NH);
     if (x.bf16)
-        check(what, got_d[0], want_d, n3, BF_ULP, BF_ULP);
+        check_tol(what, got_d[0], want_d, n3, BF_ULP, BF_ULP, 4 * BF_ULP);
     else
         check(what, got_d[0], want_d, n3, 1e-5, 1e-5);
     check_same_bits(what, got_d[0], got_d[1], n3);
