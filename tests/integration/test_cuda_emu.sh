@@ -9,7 +9,8 @@
 # unreadable from the host (DTRUN_CUEMU_HOST_GUARD) so the ranks must stage
 # through host buffers as on a real GPU; bf16 master
 # weights survive a checkpoint and resume bitwise; model state is 16 bytes per
-# parameter; device auto picks the GPU and falls back to the CPU without one.
+# parameter; device auto picks the GPU and falls back to the CPU without one; the
+# fused attention (DTRUN_CUDA_ATTENTION=fused) trains as the CPU does too.
 # The emulator build is part of `make test` but not of `make test SAN=1`.
 source "$(dirname "$0")/lib.sh"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -71,6 +72,20 @@ assert ms["params"] == 2 * n and ms["grads"] == 2 * n and ms["master"] == 4 * n 
 assert ms["total"] == ms["expected"] == 16 * n
 PY
 else fail "device=cuda, bf16"; fi
+
+# The fused attention kernel (kernels/cuda/cuda_attention_fused.cu; HS = 16 here, so
+# bf16 runs its tensor-core build) trains to the same losses as the CPU.
+if DTRUN_CUDA_ATTENTION=fused run emu_fused_fp32 "$EMU" 1 device=cuda bf16.enabled=false; then
+  close "GPU fp32, fused attention, vs CPU: losses within 1e-4" emu_fused_fp32 cpu1 1e-4
+else fail "device=cuda, fp32, DTRUN_CUDA_ATTENTION=fused"; fi
+if DTRUN_CUDA_ATTENTION=fused run emu_fused_bf16 "$EMU" 1 device=cuda bf16.enabled=true; then
+  close "GPU bf16, fused attention, vs CPU: losses within 1e-2" emu_fused_bf16 cpu1 1e-2
+else fail "device=cuda, bf16, DTRUN_CUDA_ATTENTION=fused"; fi
+DTRUN_CUDA_ATTENTION=flash run emu_attn_bad "$EMU" 1 device=cuda bf16.enabled=false
+rc=$?
+[ $rc -ne 0 ] && grep -q "DTRUN_CUDA_ATTENTION='flash'" "$DT_TMP/emu_attn_bad.out" &&
+  pass "an unknown DTRUN_CUDA_ATTENTION fails, named (exit $rc)" ||
+  fail "an unknown DTRUN_CUDA_ATTENTION fails, named" "exit $rc: $(tail -3 "$DT_TMP/emu_attn_bad.out")"
 
 run cpu2 "$DTRUN" 2 device=cpu comm.backend=shm || fail "cpu reference run, 2 ranks"
 if DTRUN_CUEMU_HOST_GUARD=1 run emu2_shm "$EMU" 2 device=cuda bf16.enabled=false comm.backend=shm; then
