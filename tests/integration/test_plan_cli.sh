@@ -96,6 +96,27 @@ bad_flag "unknown flag" "--frobnicate" $SEVEN_B --frobnicate
 json_check "gpt2-124m config: exact parameter counts, batch, precision, strategy" \
   'j["model"]["params"] == 124475904 and j["model"]["params_unpadded"] == 124439808 and j["model"]["precision"] == "bf16" and j["model"]["strategy"] == "zero1" and r[("ddp",1)]["accum"] == 8 and r[("ddp",8)]["accum"] == 1 and r[("ddp",8)]["micro_batch"] == 64 and abs(r[("ddp",1)]["memory_bytes"]["model_states"] - 16*124475904) < 1' \
   configs/gpt2-124m.json --gpus 1,8
+# DTRUN_CUDA_ATTENTION=fused: plan models the fused kernel the CUDA backend will run
+# (per layer B*NH*T fp32 log-sum-exp + B*T*C bf16 out in place of the B*NH*T*T bf16
+# probabilities; backward scratch B*NH*T fp32 in place of NH*T*T bf16); a value
+# that is neither kind is a usage error.
+"$DTRUN" plan --json configs/gpt2-124m.json --gpus 1 >"$DT_TMP/plan_cublas.json" 2>"$DT_TMP/err" &&
+  DTRUN_CUDA_ATTENTION=fused "$DTRUN" plan --json configs/gpt2-124m.json --gpus 1 >"$DT_TMP/plan_fused.json" 2>>"$DT_TMP/err"
+if python3 - "$DT_TMP/plan_cublas.json" "$DT_TMP/plan_fused.json" <<'PY'; then
+import json, sys
+a, f = (json.load(open(p))["rows"][0] for p in sys.argv[1:3])
+B, T, C, NH, L = a["micro_batch"], 1024, 768, 12, 12
+want = a["memory_bytes"]["activations"] - L * (2 * B * NH * T * T - (4 * B * NH * T + 2 * B * T * C)) \
+       - (2 * NH * T * T - 4 * B * NH * T)
+got = f["memory_bytes"]["activations"]
+print("cuBLAS", a["memory_bytes"]["activations"], "fused", got, "want", want)
+sys.exit(0 if got == want else 1)
+PY
+  pass "DTRUN_CUDA_ATTENTION=fused: plan's activations are the fused kernel's, byte for byte"
+else fail "DTRUN_CUDA_ATTENTION=fused: plan's activations" "$(cat "$DT_TMP/err")"; fi
+DTRUN_CUDA_ATTENTION=flash bad_flag "unknown DTRUN_CUDA_ATTENTION exits 2" "DTRUN_CUDA_ATTENTION='flash'" \
+  configs/gpt2-124m.json --gpus 1
+
 json_check "demo config: cpu, fp32, materialised attention" \
   'j["gpu"]["name"] == "cpu" and j["model"]["precision"] == "fp32" and r[("ddp",1)]["memory_bytes"]["activations"] > r[("ddp",1)]["memory_bytes"]["activations_ckpt"]' \
   configs/demo.json --gpus 1
