@@ -169,9 +169,20 @@ static size_t fa_forward_wmma_smem(int HS) {
 }
 
 /* Rows r0 .. r0+31 of a (T, HS) bf16 matrix with row stride rs into a (32, ld) bf16
- * tile; rows past T are zero. */
+ * tile; rows past T are zero. vec: 16-byte loads and stores (8 elements; the host
+ * checked that src is 16-byte aligned; HS, rs and ld are multiples of 8 here). */
 static __device__ __forceinline__ void fa_load_bf16(dt_bf16 *dst, const dt_bf16 *src, int rs, int r0, int T,
-                                                    int HS, int ld) {
+                                                    int HS, int ld, int vec) {
+    if (vec) {
+        int nv = HS / 8;
+        for (int i = threadIdx.x; i < FA_TILE * nv; i += blockDim.x) {
+            int r = i / nv, d = (i % nv) * 8;
+            int4 x = make_int4(0, 0, 0, 0);
+            if (r0 + r < T) x = *reinterpret_cast<const int4 *>(src + (size_t)(r0 + r) * rs + d);
+            *reinterpret_cast<int4 *>(dst + r * ld + d) = x;
+        }
+        return;
+    }
     for (int i = threadIdx.x; i < FA_TILE * HS; i += blockDim.x) {
         int r = i / HS, d = i % HS;
         dst[r * ld + d] = r0 + r < T ? src[(size_t)(r0 + r) * rs + d] : __float2bfloat16(0.0f);
@@ -180,7 +191,7 @@ static __device__ __forceinline__ void fa_load_bf16(dt_bf16 *dst, const dt_bf16 
 
 __global__ void __launch_bounds__(FA_THREADS)
     fa_forward_wmma_kernel(dt_bf16 *out, float *lse, dt_bf16 *out_copy, const dt_bf16 *qkv, int T, int C, int NH,
-                           float scale) {
+                           float scale, int vec) {
     using namespace nvcuda;
     DT_DYN_SMEM(unsigned char, smb);
     int HS = C / NH, hsp = HS + 8, hso = HS + 4, C3 = 3 * C;
@@ -193,7 +204,7 @@ __global__ void __launch_bounds__(FA_THREADS)
     float *so = (float *)(sp + FA_TILE * FA_P_LD), *salpha = so + FA_TILE * hso, *sl = salpha + FA_TILE;
     const dt_bf16 *q = qkv + (size_t)b * T * C3 + h * HS, *k = q + C, *v = q + 2 * C;
     int q0 = qt * FA_TILE;
-    fa_load_bf16(sq, q, C3, q0, T, HS, hsp);
+    fa_load_bf16(sq, q, C3, q0, T, HS, hsp, vec);
     for (int i = threadIdx.x; i < FA_TILE * hso; i += blockDim.x) so[i] = 0.0f;
 
     float m[FA_ROWS_PER_WARP], l[FA_ROWS_PER_WARP];
@@ -206,8 +217,8 @@ __global__ void __launch_bounds__(FA_THREADS)
     for (int kt = 0; kt <= qt; kt++) {
         int k0 = kt * FA_TILE;
         __syncthreads();
-        fa_load_bf16(sk, k, C3, k0, T, HS, hsp);
-        fa_load_bf16(sv, v, C3, k0, T, HS, hsp);
+        fa_load_bf16(sk, k, C3, k0, T, HS, hsp, vec);
+        fa_load_bf16(sv, v, C3, k0, T, HS, hsp, vec);
         __syncthreads();
         {
             wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
@@ -485,10 +496,10 @@ static __device__ __forceinline__ fa_wbwd_smem fa_wbwd_carve(unsigned char *smb,
 
 static __device__ __forceinline__ void fa_wload_queries(fa_wbwd_smem s, const dt_bf16 *q, const dt_bf16 *dout,
                                                         const float *lse, const float *D, int q0, int T, int C,
-                                                        int HS) {
+                                                        int HS, int vec) {
     int hsp = HS + 8;
-    fa_load_bf16(s.q, q, 3 * C, q0, T, HS, hsp);
-    fa_load_bf16(s.dout, dout, C, q0, T, HS, hsp);
+    fa_load_bf16(s.q, q, 3 * C, q0, T, HS, hsp, vec);
+    fa_load_bf16(s.dout, dout, C, q0, T, HS, hsp, vec);
     for (int r = threadIdx.x; r < FA_TILE; r += blockDim.x) {
         s.lse[r] = q0 + r < T ? lse[q0 + r] : 0.0f;
         s.D[r] = q0 + r < T ? D[q0 + r] : 0.0f;
@@ -544,7 +555,7 @@ static __device__ __forceinline__ void fa_add_rows(dt_bf16 *dst, const float *ac
 
 __global__ void __launch_bounds__(FA_THREADS)
     fa_dkdv_wmma_kernel(dt_bf16 *dqkv, const dt_bf16 *dout, const dt_bf16 *qkv, const float *lse, const float *D,
-                        int T, int C, int NH, float scale) {
+                        int T, int C, int NH, float scale, int vec) {
     using namespace nvcuda;
     DT_DYN_SMEM(unsigned char, smb);
     int HS = C / NH, hsp = HS + 8, hso = HS + 4, C3 = 3 * C;
@@ -555,8 +566,8 @@ __global__ void __launch_bounds__(FA_THREADS)
     const dt_bf16 *dO = dout + (size_t)b * T * C + h * HS;
     const float *lse_bh = lse + ((size_t)b * NH + h) * T, *D_bh = D + ((size_t)b * NH + h) * T;
     int k0 = kt * FA_TILE, nqt = (T + FA_TILE - 1) / FA_TILE, n_o = 2 * (HS / FA_WM);
-    fa_load_bf16(s.k, k, C3, k0, T, HS, hsp);
-    fa_load_bf16(s.v, v, C3, k0, T, HS, hsp);
+    fa_load_bf16(s.k, k, C3, k0, T, HS, hsp, vec);
+    fa_load_bf16(s.v, v, C3, k0, T, HS, hsp, vec);
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> fdk[FA_FRAGS_PER_WARP], fdv[FA_FRAGS_PER_WARP];
 #pragma unroll
     for (int u = 0; u < FA_FRAGS_PER_WARP; u++) {
@@ -566,7 +577,7 @@ __global__ void __launch_bounds__(FA_THREADS)
     for (int qt = kt; qt < nqt; qt++) {
         int q0 = qt * FA_TILE;
         __syncthreads();
-        fa_wload_queries(s, q, dO, lse_bh, D_bh, q0, T, C, HS);
+        fa_wload_queries(s, q, dO, lse_bh, D_bh, q0, T, C, HS, vec);
         __syncthreads();
         fa_wtile_p_ds(s, q0, k0, T, HS, scale);
 #pragma unroll
@@ -603,7 +614,7 @@ __global__ void __launch_bounds__(FA_THREADS)
 
 __global__ void __launch_bounds__(FA_THREADS)
     fa_dq_wmma_kernel(dt_bf16 *dqkv, const dt_bf16 *dout, const dt_bf16 *qkv, const float *lse, const float *D,
-                      int T, int C, int NH, float scale) {
+                      int T, int C, int NH, float scale, int vec) {
     using namespace nvcuda;
     DT_DYN_SMEM(unsigned char, smb);
     int HS = C / NH, hsp = HS + 8, hso = HS + 4, C3 = 3 * C;
@@ -614,15 +625,15 @@ __global__ void __launch_bounds__(FA_THREADS)
     const dt_bf16 *dO = dout + (size_t)b * T * C + h * HS;
     const float *lse_bh = lse + ((size_t)b * NH + h) * T, *D_bh = D + ((size_t)b * NH + h) * T;
     int q0 = qt * FA_TILE, n_o = 2 * (HS / FA_WM);
-    fa_wload_queries(s, q, dO, lse_bh, D_bh, q0, T, C, HS);
+    fa_wload_queries(s, q, dO, lse_bh, D_bh, q0, T, C, HS, vec);
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> fdq[FA_FRAGS_PER_WARP];
 #pragma unroll
     for (int u = 0; u < FA_FRAGS_PER_WARP; u++) wmma::fill_fragment(fdq[u], 0.0f);
     for (int kt = 0; kt <= qt; kt++) {
         int k0 = kt * FA_TILE;
         __syncthreads();
-        fa_load_bf16(s.k, k, C3, k0, T, HS, hsp);
-        fa_load_bf16(s.v, v, C3, k0, T, HS, hsp);
+        fa_load_bf16(s.k, k, C3, k0, T, HS, hsp, vec);
+        fa_load_bf16(s.v, v, C3, k0, T, HS, hsp, vec);
         __syncthreads();
         fa_wtile_p_ds(s, q0, k0, T, HS, scale);
 #pragma unroll
@@ -686,7 +697,8 @@ static void fa_forward(dt_device_t *dev, void *out, void *saved, const void *qkv
             size_t smem = fa_forward_wmma_smem(HS);
             if (!fa_smem_ok(dev, fa_forward_wmma_kernel, smem, __func__)) return;
             DT_LAUNCH(fa_forward_wmma_kernel, grid, FA_THREADS, smem, dt_cuda_stream(dev))
-            ((dt_bf16 *)out, lse, (dt_bf16 *)out_copy, (const dt_bf16 *)qkv, T, C, NH, 1.0f / sqrtf((float)HS));
+            ((dt_bf16 *)out, lse, (dt_bf16 *)out_copy, (const dt_bf16 *)qkv, T, C, NH, 1.0f / sqrtf((float)HS),
+             dt_cuda_aligned16(qkv));
             DT_CUDA_LAUNCHED(dev);
             return;
         }
@@ -713,15 +725,16 @@ static void fa_backward(dt_device_t *dev, void *dqkv, void *scratch, const void 
     dim3 grid((T + FA_TILE - 1) / FA_TILE, NH, B);
     if constexpr (sizeof(S) == 2) {
         if (HS % FA_WM == 0) { /* tensor cores */
+            int vec = dt_cuda_aligned16(qkv) && dt_cuda_aligned16(dout);
             size_t smem = fa_backward_wmma_smem(HS);
             if (!fa_smem_ok(dev, fa_dkdv_wmma_kernel, smem, __func__) ||
                 !fa_smem_ok(dev, fa_dq_wmma_kernel, smem, __func__))
                 return;
             DT_LAUNCH(fa_dkdv_wmma_kernel, grid, FA_THREADS, smem, dt_cuda_stream(dev))
-            ((dt_bf16 *)dqkv, (const dt_bf16 *)dout, (const dt_bf16 *)qkv, lse, D, T, C, NH, scale);
+            ((dt_bf16 *)dqkv, (const dt_bf16 *)dout, (const dt_bf16 *)qkv, lse, D, T, C, NH, scale, vec);
             DT_CUDA_LAUNCHED(dev);
             DT_LAUNCH(fa_dq_wmma_kernel, grid, FA_THREADS, smem, dt_cuda_stream(dev))
-            ((dt_bf16 *)dqkv, (const dt_bf16 *)dout, (const dt_bf16 *)qkv, lse, D, T, C, NH, scale);
+            ((dt_bf16 *)dqkv, (const dt_bf16 *)dout, (const dt_bf16 *)qkv, lse, D, T, C, NH, scale, vec);
             DT_CUDA_LAUNCHED(dev);
             return;
         }

@@ -314,3 +314,37 @@ Test(cuda_attention_fused, choice_and_sizes) {
         dt_device_free(dev);
     }
 }
+
+/* The tensor-core build loads 16-byte vectors when qkv and dout are 16-byte
+ * aligned, else element by element: both give the same bits (inputs placed one
+ * bf16 element past an aligned address take the second path). */
+Test(cuda_attention_fused, unaligned_inputs_same_bits_bf16) {
+    ctx_t x;
+    ctx_open(&x, DT_DTYPE_BF16, "fused");
+    rng_seed(5);
+    int B = 2, T = 45, C = 128, NH = 2;
+    size_t n3 = (size_t)B * T * 3 * C, n1 = (size_t)B * T * C;
+    size_t saved_b = x.g->attention_saved_bytes(x.gpu, B, T, C, NH);
+    size_t scratch_b = x.g->attention_scratch_bytes(x.gpu, B, T, C, NH);
+    float *qkv = frand(n3, 1.0f), *dout = frand(n1, 1.0f), *zero = calloc(n3, sizeof(float));
+    char *qkv_buf = gpu_alloc(&x, (n3 + 1) * 2), *dout_buf = gpu_alloc(&x, (n1 + 1) * 2);
+    void *d_dqkv = gpu_alloc(&x, n3 * 2), *d_out = gpu_alloc(&x, n1 * 2);
+    void *d_saved = gpu_alloc(&x, saved_b), *d_scratch = gpu_alloc(&x, scratch_b);
+    float *out[2], *dq[2];
+    for (int run = 0; run < 2; run++) {
+        void *d_qkv = qkv_buf + 2 * run, *d_dout = dout_buf + 2 * run; /* run 1: 2 bytes off */
+        upload(&x, d_qkv, qkv, n3);
+        upload(&x, d_dout, dout, n1);
+        upload(&x, d_dqkv, zero, n3);
+        poison(&x, d_out, n1 * 2);
+        x.g->attention_forward(x.gpu, d_out, d_saved, d_qkv, B, T, C, NH);
+        x.g->attention_backward(x.gpu, d_dqkv, d_scratch, d_dout, d_qkv, d_saved, B, T, C, NH);
+        out[run] = fetch(&x, d_out, n1);
+        dq[run] = fetch(&x, d_dqkv, n3);
+    }
+    check_same_bits("out, aligned vs unaligned inputs", out[0], out[1], n1);
+    check_same_bits("dqkv, aligned vs unaligned inputs", dq[0], dq[1], n3);
+    for (int run = 0; run < 2; run++) free(out[run]), free(dq[run]);
+    free(qkv), free(dout), free(zero);
+    ctx_close(&x);
+}
