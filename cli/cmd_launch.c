@@ -29,7 +29,8 @@ static int check_config(const dt_launch_spec_t *spec) {
                                     spec->extra_argc, &cfg);
     if (st == DT_STATUS_OK && spec->nnodes_min == spec->nnodes_max)
         st = dt_config_resolve(&cfg, spec->nnodes_max * spec->nproc_per_node);
-    if (st == DT_STATUS_OK && cfg.device == DT_CONFIG_DEVICE_CUDA && dt_device_probe_gpus() == 0) {
+    if (st == DT_STATUS_OK && cfg.device == DT_CONFIG_DEVICE_CUDA &&
+        (!dt_device_built(DT_DEVICE_CUDA) || dt_device_probe_gpus() == 0)) {
         const char *vis = getenv("CUDA_VISIBLE_DEVICES");
         fprintf(stderr, "dtrun: error: device cuda: %s%s%s%s\n",
                 dt_device_built(DT_DEVICE_CUDA) ? "no GPU is visible on this node"
