@@ -286,15 +286,15 @@ static dt_status_t gfifo_pop(dt_dp_t *dp) {
     s->in_fifo = 0;
     dt_status_t st = s->req_live ? wait_req(dp, &s->req) : DT_STATUS_OK;
     s->req_live = 0;
-    float *mine = (float *)at(dp->gslots[s->gslot].buf, (size_t)dp->shard_rank * bk->slice, dp->es);
+    void *mine = at(dp->gslots[s->gslot].buf, (size_t)dp->shard_rank * bk->slice, dp->es);
     if (st == DT_STATUS_OK && dp->replica) {
         double t0 = dt_now_s();
         st = dt_comm_all_reduce(dp->replica, mine, mine, bk->slice, comm_dtype(dp), DT_COMM_AVG);
         dp->comm_s += dt_now_s() - t0;
     }
-    if (st == DT_STATUS_OK) {
-        float *g = (float *)dp->gshard + bk->shard_offset;
-        for (size_t i = 0; i < bk->slice; i++) g[i] += mine[i];
+    if (st == DT_STATUS_OK) { /* the shard's gradient += this micro-step's reduced slice, on the device */
+        void *g = at(dp->gshard, bk->shard_offset, dp->es);
+        dp->dev->ops->residual_forward(dp->dev, g, g, mine, bk->slice);
     }
     dp->gslots[s->gslot].owner = -1;
     s->gslot = -1;
@@ -374,16 +374,14 @@ static dt_status_t param_gather_launch(dt_dp_t *dp, int b, int need) {
     s->pslot = i;
     const dt_dp_bucket *bk = &dp->plan.buckets[b];
     const void *mine = at(dp->pshard, bk->shard_offset, dp->es);
-    if (!dp->shard) {
-        memcpy(dp->pslots[i].buf, mine, bk->slice * dp->es);
-    } else {
-        dt_status_t st = dt_comm_all_gather_async(dp->shard, mine, dp->pslots[i].buf, bk->slice, comm_dtype(dp),
-                                                  &s->preq);
-        if (st != DT_STATUS_OK) {
-            dp->pslots[i].owner = -1;
-            s->pslot = -1;
-            return st;
-        }
+    dt_status_t st = dp->shard ? dt_comm_all_gather_async(dp->shard, mine, dp->pslots[i].buf, bk->slice,
+                                                          comm_dtype(dp), &s->preq)
+                               : dp->dev->ops->copy(dp->dev, dp->pslots[i].buf, mine, bk->slice * dp->es,
+                                                    DT_COPY_DEVICE_TO_DEVICE);
+    if (st != DT_STATUS_OK) {
+        dp->pslots[i].owner = -1;
+        s->pslot = -1;
+        return st;
     }
     s->pstate = PSTATE_FLIGHT;
     if (need) dp->stats.gathers_on_demand++;
@@ -575,13 +573,6 @@ static dt_status_t upload_masters(dt_dp_t *dp, const float *host) {
 dt_status_t dt_dp_init(dt_dp_t **out, const dt_dp_opts *opts, dt_device_t *dev, const dt_model_layout *layout,
                        dt_net_t *net, dt_comm_t *comm) {
     *out = NULL;
-    int shards_grads = opts->strategy == DT_STRATEGY_ZERO2 || opts->strategy == DT_STRATEGY_FSDP ||
-                       opts->strategy == DT_STRATEGY_HSDP;
-    if (shards_grads && (dev->kind != DT_DEVICE_CPU || dev->ops->dtype != DT_DTYPE_F32))
-        return dt_error(DT_STATUS_UNSUPPORTED,
-                        "strategy %s runs on the CPU device in fp32 for now (gradient shards are accumulated "
-                        "on the host); device %s computing in %s takes ddp or zero1",
-                        dt_config_strategy_name(opts->strategy), dev->ops->name, dt_dtype_name(dev->ops->dtype));
     dt_dp_t *dp = dt_xcalloc(1, sizeof *dp);
     dp->opts = *opts;
     dp->dev = dev;
@@ -653,7 +644,7 @@ dt_status_t dt_dp_init(dt_dp_t **out, const dt_dp_opts *opts, dt_device_t *dev, 
     if (!dp->sharded_params) DT_CHECK_GOTO(alloc_state(dp, DT_MEM_PARAMS, full, dp->es, &dp->params), st, out_free_dp);
     else DT_CHECK_GOTO(alloc_state(dp, DT_MEM_PARAMS, shard, dp->es, &dp->pshard), st, out_free_dp);
     if (!dp->sharded_grads) DT_CHECK_GOTO(alloc_state(dp, DT_MEM_GRADS, full, dp->es, &dp->grads), st, out_free_dp);
-    else DT_CHECK_GOTO(alloc_state(dp, DT_MEM_GRADS, shard, sizeof(float), &dp->gshard), st, out_free_dp);
+    else DT_CHECK_GOTO(alloc_state(dp, DT_MEM_GRADS, shard, dp->es, &dp->gshard), st, out_free_dp);
     DT_CHECK_GOTO(alloc_state(dp, DT_MEM_OPTIM, shard, sizeof(float), (void **)&dp->m), st, out_free_dp);
     DT_CHECK_GOTO(alloc_state(dp, DT_MEM_OPTIM, shard, sizeof(float), (void **)&dp->v), st, out_free_dp);
     if (dev->ops->dtype != DT_DTYPE_F32)
@@ -745,7 +736,7 @@ dt_status_t dt_dp_step_begin(dt_dp_t *dp) {
     DT_CHECK(dt_dp_check(dp));
     const dt_ops_t *o = dp->dev->ops;
     if (dp->grads) DT_CHECK(o->set(dp->dev, dp->grads, 0, dp->plan.padded_total * dp->es));
-    if (dp->gshard) DT_CHECK(o->set(dp->dev, dp->gshard, 0, dp->plan.shard_total * sizeof(float)));
+    if (dp->gshard) DT_CHECK(o->set(dp->dev, dp->gshard, 0, dp->plan.shard_total * dp->es));
     for (int b = 0; b < dp->plan.n_buckets; b++) dp->bs[b].launched = 0;
     return DT_STATUS_OK;
 }
@@ -788,7 +779,7 @@ dt_status_t dt_dp_reduce_finish(dt_dp_t *dp) {
 }
 
 static void *grad_ptr(dt_dp_t *dp, const dt_dp_run *r) {
-    return dp->sharded_grads ? at(dp->gshard, r->shard_offset, sizeof(float)) : at(dp->grads, r->padded_offset, dp->es);
+    return dp->sharded_grads ? at(dp->gshard, r->shard_offset, dp->es) : at(dp->grads, r->padded_offset, dp->es);
 }
 
 static void *param_ptr(dt_dp_t *dp, const dt_dp_run *r) {
@@ -942,7 +933,7 @@ void dt_dp_expected_mem(const dt_dp_t *dp, dt_dp_mem *m) {
     size_t full = dp->plan.padded_total, shard = dp->plan.shard_total, es = dp->es;
     memset(m, 0, sizeof *m);
     m->params = (dp->sharded_params ? shard : full) * es;
-    m->grads = dp->sharded_grads ? shard * sizeof(float) : full * es;
+    m->grads = (dp->sharded_grads ? shard : full) * es;
     m->optim = 2 * shard * sizeof(float);
     m->master = dp->master ? shard * sizeof(float) : 0;
     m->work = ((size_t)dp->n_gslots + (size_t)dp->n_pslots) * dp->work_elems * es;

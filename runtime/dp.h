@@ -62,9 +62,9 @@
  * next dt_dp_* call (micro_end, reduce_finish, ...); the net keeps pointing at
  * valid memory meanwhile.
  *
- * Limits: zero2, fsdp and hsdp need the CPU device in fp32 (gradient shards
- * are accumulated and FSDP's one-shard gathers copied on the host); ddp and
- * zero1 use only device ops and the communicator. With a bf16 compute dtype dp
+ * Every strategy runs on any device: state lives in device memory and moves
+ * through device ops and the communicator only (gradient shards accumulate in
+ * the compute dtype, as ZeRO-2's 2Ψ + 14Ψ/N assumes). With a bf16 compute dtype dp
  * keeps fp32 master weights beside m and v (same layout, category MASTER) and
  * AdamW updates them and writes the bf16 parameters: 2 + 2 + 4 + 4 + 4 = 16 bytes
  * per parameter, as in the ZeRO paper.
