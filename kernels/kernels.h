@@ -220,6 +220,11 @@ struct dt_ops {
     double (*grad_sq_norm)(dt_device_t *dev, const void *grads, size_t n);
     /* x *= s over n elements (gradient clipping, averaging). */
     void (*scale)(dt_device_t *dev, void *x, float s, size_t n);
+    /* dst (n elements of dtype `to`) = src (n elements of dtype `from`), on the device;
+     * into bf16 rounds to nearest even (NaN stays NaN). dst and src do not overlap
+     * unless equal with to == from. For gradient reductions in a dtype other than the
+     * compute dtype (communication_data_type). */
+    void (*cast)(dt_device_t *dev, void *dst, dt_dtype_t to, const void *src, dt_dtype_t from, size_t n);
 };
 
 /* How to open a device. */

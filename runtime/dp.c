@@ -143,6 +143,9 @@ struct dt_dp {
     void *grads;           /* full, padded layout (ddp/zero1) */
     void *pshard, *gshard; /* shard buffers (fsdp: params; zero2/fsdp: grads) */
     float *m, *v;          /* shard buffers (ddp: full) */
+    void *wire;            /* ddp/zero1 gradients in opts.reduce_dtype (padded layout); NULL: the
+                              reductions run on the gradients in the compute dtype */
+    size_t wes;            /* bytes per element of wire */
     void *small;           /* device buffer for the host values all_gather_f64 exchanges (GPU jobs) */
     size_t small_bytes;
     float *master;         /* fp32 master weights, laid out as m and v; NULL when the
@@ -207,6 +210,7 @@ static dt_status_t device_all_gather(dt_dp_t *dp, dt_comm_t *comm, const float *
     size_t need = count * (size_t)(size + 1) * sizeof(float);
     if (need > dp->small_bytes) {
         o->free(dp->dev, dp->small);
+    o->free(dp->dev, dp->wire);
         dp->small = NULL;
         dp->small_bytes = 0;
         DT_CHECK(o->alloc(dp->dev, DT_MEM_COMM, need, &dp->small));
@@ -351,12 +355,19 @@ static dt_status_t full_bucket_launch(dt_dp_t *dp, int b) {
     if (dp->in_backward) dp->stats.reductions_in_backward++;
     else dp->stats.reductions_after++;
     char *g = at(dp->grads, bk->padded_offset, dp->es);
+    size_t es = dp->es, n = bk->slice * (size_t)dp->n_shards; /* ddp: one shard, slice == count */
+    dt_comm_dtype_t t = comm_dtype(dp);
+    if (dp->wire) {
+        char *w = at(dp->wire, bk->padded_offset, dp->wes);
+        dp->dev->ops->cast(dp->dev, w, dp->opts.reduce_dtype, g, dp->dev->ops->dtype, n);
+        g = w, es = dp->wes;
+        t = dp->opts.reduce_dtype == DT_DTYPE_BF16 ? DT_COMM_BF16 : DT_COMM_F32;
+    }
     if (dp->opts.strategy == DT_STRATEGY_DDP)
-        DT_CHECK(dt_comm_all_reduce_async(dp->world, g, g, bk->count, comm_dtype(dp), DT_COMM_AVG, &s->req));
+        DT_CHECK(dt_comm_all_reduce_async(dp->world, g, g, bk->count, t, DT_COMM_AVG, &s->req));
     else
-        DT_CHECK(dt_comm_reduce_scatter_async(dp->shard, g, at(g, (size_t)dp->shard_rank * bk->slice, dp->es),
-                                              bk->slice * (size_t)dp->n_shards, comm_dtype(dp), DT_COMM_AVG,
-                                              &s->req));
+        DT_CHECK(dt_comm_reduce_scatter_async(dp->shard, g, at(g, (size_t)dp->shard_rank * bk->slice, es), n, t,
+                                              DT_COMM_AVG, &s->req));
     s->req_live = 1;
     return DT_STATUS_OK;
 }
@@ -649,6 +660,15 @@ dt_status_t dt_dp_init(dt_dp_t **out, const dt_dp_opts *opts, dt_device_t *dev, 
     DT_CHECK_GOTO(alloc_state(dp, DT_MEM_OPTIM, shard, sizeof(float), (void **)&dp->v), st, out_free_dp);
     if (dev->ops->dtype != DT_DTYPE_F32)
         DT_CHECK_GOTO(alloc_state(dp, DT_MEM_MASTER, shard, sizeof(float), (void **)&dp->master), st, out_free_dp);
+    if (dp->world && !dp->sharded_grads && opts->reduce_dtype != dev->ops->dtype) {
+        if (!dev->ops->cast) {
+            st = dt_error(DT_STATUS_UNSUPPORTED, "device %s cannot cast gradients to %s for their reduction",
+                          dev->ops->name, dt_dtype_name(opts->reduce_dtype));
+            goto out_free_dp;
+        }
+        dp->wes = dt_dtype_size(opts->reduce_dtype);
+        DT_CHECK_GOTO(alloc_state(dp, DT_MEM_COMM, full, dp->wes, &dp->wire), st, out_free_dp);
+    }
     if (dp->sharded_grads) {
         dp->n_gslots = dp->plan.n_buckets < DP_GSLOTS ? dp->plan.n_buckets : DP_GSLOTS;
         for (int i = 0; i < dp->n_gslots; i++)
@@ -774,6 +794,13 @@ dt_status_t dt_dp_reduce_finish(dt_dp_t *dp) {
         dt_status_t s2 = wait_req(dp, &dp->bs[b].req);
         dp->bs[b].req_live = 0;
         if (st == DT_STATUS_OK) st = s2;
+        if (s2 == DT_STATUS_OK && dp->wire) { /* the reduced gradients back in the compute dtype */
+            const dt_dp_bucket *bk = &dp->plan.buckets[b];
+            size_t off = bk->padded_offset, n = bk->count;
+            if (dp->opts.strategy != DT_STRATEGY_DDP) off += (size_t)dp->shard_rank * bk->slice, n = bk->slice;
+            dp->dev->ops->cast(dp->dev, at(dp->grads, off, dp->es), dp->dev->ops->dtype, at(dp->wire, off, dp->wes),
+                               dp->opts.reduce_dtype, n);
+        }
     }
     return st;
 }

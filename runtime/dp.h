@@ -126,6 +126,13 @@ typedef struct dt_dp_opts {
     size_t bucket_elems;     /* zero_optimization.reduce_bucket_size */
     int local_world_size;    /* ranks per node (hsdp's shard group); 0 = world */
     uint64_t seed;           /* parameter initialisation */
+    /* dtype of gradient all-reduces / reduce-scatters (communication_data_type): when
+     * it differs from the compute dtype, ddp and zero1 cast each bucket into a
+     * buffer of this dtype on the device, reduce that, and cast the result back
+     * (bf16 compute reduced in fp32: one rounding instead of one per hop on NCCL;
+     * fp32 compute over bf16: half the bytes on the wire). zero2/fsdp/hsdp reduce
+     * in the compute dtype. The zero value is fp32. */
+    dt_dtype_t reduce_dtype;
 } dt_dp_opts;
 
 /* Allocates the model state for the strategy, initialises the parameters from

@@ -80,6 +80,20 @@ if DTRUN_CUEMU_HOST_GUARD=1 run emu2_shm "$EMU" 2 device=cuda bf16.enabled=false
     fail "ranks sharing a GPU are told so" "$(head -5 "$DT_TMP/emu2_shm.out")"
 else fail "2 ranks on one GPU (shm)"; fi
 
+# communication_data_type: gradients cast to another dtype for their reduction and back
+# (bf16 compute reduced in fp32 on the GPU; fp32 compute over a bf16 wire on the CPU).
+if run emu2_bf16_f32wire "$EMU" 2 device=cuda bf16.enabled=true communication_data_type=fp32 &&
+   run cpu2_bf16wire "$DTRUN" 2 device=cpu communication_data_type=bf16; then
+  close "GPU bf16 compute, fp32 reductions, 2 ranks vs CPU: within 1e-2" emu2_bf16_f32wire cpu2 1e-2
+  close "CPU fp32 compute over a bf16 wire, 2 ranks vs fp32 wire: within 1e-2" cpu2_bf16wire cpu2 1e-2
+  python3 - "$DT_TMP/cpu2_bf16wire/summary.json" <<'PY' && pass "bf16 wire: a bf16 copy of the gradients is the comm buffer" || fail "bf16 wire comm buffer"
+import json, sys
+s = json.load(open(sys.argv[1]))
+r = s["ranks"][0]
+assert r["comm_buffer_bytes"] >= 2 * s["padded_params"], r
+PY
+else fail "communication_data_type runs"; fi
+
 # ZeRO-2 and FSDP on the GPU: gradient shards accumulate on the device, FSDP units
 # gather on it (two ranks sharing the GPU, staged), against the same strategy on CPU.
 for st in zero2 fsdp; do
