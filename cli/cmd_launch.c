@@ -88,7 +88,8 @@ int dt_cmd_launch(int argc, char **argv) {
                     spec.nproc_per_node);
     int code;
     if (spec.mode == DT_LAUNCH_MODE_BENCH_COMM) {
-        code = run_self(&spec, "__bench_comm_rank", NULL);
+        code = dt_bench_comm_check(spec.extra_argc, spec.extra_argv, spec.nproc_per_node);
+        if (code < 0) code = run_self(&spec, "__bench_comm_rank", NULL);
     } else if (spec.mode == DT_LAUNCH_MODE_CONFIG) {
         code = check_config(&spec);
         if (code == DT_EXIT_OK && !spec.print_config)
