@@ -8,7 +8,8 @@
  *    with no GPU. Only what the emulator provides may be used in kernels: see the
  *    list in tests/cuemu/cuemu.h (threadIdx/blockIdx/blockDim/gridDim, __shared__,
  *    DT_DYN_SMEM, __syncthreads, __shfl_*_sync, atomicAdd, bf16 conversions, float4,
- *    the math functions, and the cuBLASLt/cuBLAS calls the backend makes).
+ *    the math functions, nvcuda::wmma for 16x16x16 bf16 -> fp32 (<mma.h> is included
+ *    here), and the cuBLASLt/cuBLAS calls the backend makes).
  *
  * Two rules make that work:
  *  - launch with DT_LAUNCH(kernel, grid, block, smem_bytes, stream)(args...), never
@@ -23,6 +24,7 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <mma.h>
 #define DT_LAUNCH(kernel, grid, block, smem, stream) kernel<<<(grid), (block), (smem), (stream)>>>
 #define DT_DYN_SMEM(T, name)                                                                   \
     extern __shared__ __align__(16) unsigned char dt_dyn_smem_[];                              \

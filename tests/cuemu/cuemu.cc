@@ -1,6 +1,7 @@
 /*
  * cuemu.cc - the CUDA emulator's runtime (see cuemu.h for what it offers): fibers
- * and the block scheduler, barriers and shuffles, launch validation, device memory
+ * and the block scheduler, barriers, shuffles and the rendezvous of WMMA calls (their
+ * arithmetic is in cuemu_wmma.cc), launch validation, device memory
  * with poison and guard pages, streams and events, the error state.
  *
  * Execution model: a launch runs its blocks in order (x fastest, then y, z); within
@@ -104,7 +105,7 @@ void die(const char *fmt, ...) {
  * every live thread waits for another: a deadlock.
  */
 enum thr_state { T_UNSTARTED, T_RUNNING, T_RUNNABLE, T_WAIT_BLOCK, T_WAIT_WARP, T_DONE };
-enum warp_kind { W_NONE, W_SHFL, W_SYNCWARP, W_VOTE };
+enum warp_kind { W_NONE, W_SHFL, W_SYNCWARP, W_VOTE, W_WMMA };
 
 struct fiber {
     void *sp;
@@ -453,6 +454,16 @@ static unsigned long long warp_call(thr *t, warp_kind kind, const char *what, un
             die("%s calls %s at %s:%d while lane %d waits at a different warp call %s %s:%d", where(t), what, file,
                 line, __builtin_ctz(m), o->wwhat, o->file, o->line);
     }
+    if (kind == W_WMMA) {
+        wmma_args *args[32];
+        for (int l = 0; l < 32; l++) args[l] = (wmma_args *)(uintptr_t)lanes[l].wbits;
+        char why[300];
+        int bad = wmma_mismatch(args, why, sizeof why);
+        if (bad >= 0)
+            die("%s calls %s at %s:%d: %s (CUDA requires the same for every lane of the warp)", where(t), what, file,
+                line, why);
+        wmma_run(args);
+    }
     unsigned ballot = 0;
     if (kind == W_VOTE)
         for (unsigned m = mask; m; m &= m - 1)
@@ -509,6 +520,22 @@ unsigned long long shfl(unsigned mask, unsigned long long bits, int mode, int ar
 unsigned vote(unsigned mask, bool pred, int mode, const char *what, const char *file, int line) {
     thr *t = current(what);
     return (unsigned)warp_call(t, W_VOTE, what, mask, pred ? 1 : 0, mode, file, line);
+}
+
+/* A WMMA call: every lane of a full warp, none returned, each with valid arguments. */
+void wmma_call(const char *what, wmma_args *args, const char *file, int line) {
+    thr *t = current(what);
+    int warp = t->linear / 32;
+    const warp_t &w = S.warps[(size_t)warp];
+    char why[300];
+    if (!wmma_check_lane(args, why, sizeof why)) die("%s calls %s at %s:%d: %s", where(t), what, file, line, why);
+    if (w.exists != 0xffffffffu)
+        die("%s calls %s at %s:%d in a warp of %d lanes (the block has %d threads): WMMA needs all 32 lanes", where(t),
+            what, file, line, __builtin_popcount(w.exists), S.nthreads);
+    if (w.exited)
+        die("%s calls %s at %s:%d after lane %d of its warp returned: all 32 lanes must take part", where(t), what,
+            file, line, __builtin_ctz(w.exited));
+    warp_call(t, W_WMMA, what, 0xffffffffu, (unsigned long long)(uintptr_t)args, -1, file, line);
 }
 
 void misaligned(const char *what, const void *p, size_t align) {
@@ -593,7 +620,7 @@ int func_smem_max(const void *fn) {
 void set_func_smem_max(const void *fn, int v) { g_func_smem_max[fn] = v; }
 
 static void ensure_smem(size_t bytes) {
-    size_t need = (bytes + 15) & ~(size_t)15;
+    size_t need = (bytes + 31) & ~(size_t)31;
     if (S.smem_map && need <= S.smem_cap) return;
     if (S.smem_map) munmap(S.smem_map, S.smem_cap + page_size());
     size_t cap = (need + page_size() - 1) / page_size() * page_size();
@@ -734,7 +761,7 @@ void run_kernel(const launch_cfg &cfg, void (*thunk)(void *), void *ctx) {
     if (n % 32) S.warps.back().exists = (1u << (n % 32)) - 1;
     ensure_smem(cfg.smem);
     S.smem_bytes = cfg.smem;
-    S.smem = (unsigned char *)(S.smem_map + S.smem_cap - ((cfg.smem + 15) & ~(size_t)15));
+    S.smem = (unsigned char *)(S.smem_map + S.smem_cap - ((cfg.smem + 31) & ~(size_t)31)); /* 32-byte aligned: WMMA pointers */
     S.cfg = &cfg;
     S.thunk = thunk;
     S.ctx = ctx;

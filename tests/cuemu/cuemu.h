@@ -17,7 +17,8 @@
  *                block's contents; no initialisers, as in CUDA)
  *   launch       DT_LAUNCH(kernel, grid, block, smem, stream)(args...),
  *                DT_DYN_SMEM(T, name) (dynamic shared memory: poisoned with 0xFF at the
- *                start of every block, a PROT_NONE page right after its end)
+ *                start of every block, 32-byte aligned (WMMA pointers), a PROT_NONE page
+ *                right after its end, rounded up to 32 bytes)
  *   built-ins    dim3 uint3 threadIdx blockIdx blockDim gridDim warpSize
  *   sync         __syncthreads() __syncwarp(mask) __threadfence() __threadfence_block()
  *                __shfl_sync __shfl_xor_sync __shfl_down_sync __shfl_up_sync
@@ -52,6 +53,23 @@
  *                cudaDeviceSynchronize, cudaEventCreate(WithFlags), cudaEventRecord,
  *                cudaEventSynchronize, cudaEventElapsedTime, cudaEventDestroy,
  *                cudaFuncSetAttribute(cudaFuncAttributeMaxDynamicSharedMemorySize)
+ *   WMMA         #include <mma.h> (tests/cuemu/include/mma.h: the names come from here),
+ *                nvcuda::wmma::fragment<matrix_a|matrix_b, 16, 16, 16, __nv_bfloat16,
+ *                row_major|col_major>, fragment<accumulator, 16, 16, 16, float>
+ *                (num_elements 8, num_storage_elements, element_type, x[]), fill_fragment,
+ *                load_matrix_sync (a/b: layout from the type; accumulator: layout_t
+ *                mem_row_major|mem_col_major), store_matrix_sync (accumulator), mma_sync
+ *                (d = a*b + c, products exact, sums in double, rounded to fp32 once; d may
+ *                be c). The _sync calls are warp-collective: all 32 lanes of a full warp at
+ *                the same call with the same pointer, ldm and layout; the pointer 32-byte
+ *                aligned, ldm a multiple of 16 bytes (8 bf16, 4 floats); anything else
+ *                aborts naming the kernel. Element-to-lane mapping (unspecified in CUDA;
+ *                differs per use here, so code that relies on one gives wrong numbers):
+ *                element k (0..7) of lane l holds, of the 16x16 logical matrix (row r,
+ *                column c; memory layout does not change it),
+ *                  accumulator  r = 2k + l/16, c = l%16  (row-major index l + 32k)
+ *                  matrix_a     r = l%16, c = 2k + l/16  (column-major index l + 32k)
+ *                  matrix_b     r = l/2,  c = 8*(l%2) + k (row-major index 8l + k)
  *   cuBLASLt     cublasLtCreate/Destroy, cublasLtMatmulDescCreate/Destroy/SetAttribute,
  *                cublasLtMatrixLayoutCreate/Destroy/SetAttribute,
  *                cublasLtMatmulPreferenceCreate/Destroy/SetAttribute (MAX_WORKSPACE_BYTES,
@@ -487,6 +505,104 @@ static inline unsigned cuemu_mask_or_full(unsigned m) { return m; }
     cuemu::shfl_t((mask), (v), cuemu::SHFL_XOR, (m), cuemu_width(__VA_ARGS__), "__shfl_xor_sync", __FILE__, __LINE__)
 static inline int cuemu_width(void) { return 32; }
 static inline int cuemu_width(int w) { return w; }
+
+/* ---- WMMA (tensor cores): nvcuda::wmma, CUDA 13's names, 16x16x16 bf16 -> fp32 only -------- */
+namespace cuemu {
+/* One lane's part of a warp-collective WMMA call (tests/cuemu/cuemu_wmma.cc). */
+enum wmma_op { WMMA_LOAD_A, WMMA_LOAD_B, WMMA_LOAD_C, WMMA_STORE_D, WMMA_MMA };
+struct wmma_args {
+    wmma_op op;
+    const void *ptr; /* memory: loads read, stores write it */
+    unsigned ldm;
+    int col_major;   /* memory layout */
+    void *frag;      /* this lane's x[]: loaded into (loads, mma's d) or stored from */
+    const __nv_bfloat16 *a, *b; /* mma_sync's operands (this lane's x[]) */
+    const float *c;
+};
+void wmma_call(const char *what, wmma_args *args, const char *file, int line);
+} /* namespace cuemu */
+
+namespace nvcuda {
+namespace wmma {
+struct row_major;
+struct col_major;
+struct matrix_a;
+struct matrix_b;
+struct accumulator;
+enum layout_t { mem_row_major, mem_col_major };
+
+template <typename T> struct helper_traits {
+    typedef T element_type;
+    typedef T storage_element_type;
+    typedef T fill_argument_type;
+};
+
+template <typename T, int size, int packed_size = size> struct __align__(8) __frag_base {
+    enum { num_elements = size };
+    enum { num_storage_elements = packed_size };
+    typedef T element_type;
+    typedef typename helper_traits<T>::storage_element_type storage_element_type;
+    storage_element_type x[num_storage_elements];
+};
+
+/* Element-wise, no warp collective (as in CUDA). */
+template <typename T, int size, int packed_size>
+static inline void fill_fragment(__frag_base<T, size, packed_size> &f,
+                                 const typename helper_traits<T>::fill_argument_type &in) {
+    for (int i = 0; i < f.num_storage_elements; i++) f.x[i] = in;
+}
+
+/* Only the specialisations below exist: any other shape or type fails to compile. */
+template <typename Use, int m, int n, int k, typename T, typename Layout = void> class fragment;
+template <> class fragment<matrix_a, 16, 16, 16, __nv_bfloat16, row_major> : public __frag_base<__nv_bfloat16, 8> {};
+template <> class fragment<matrix_a, 16, 16, 16, __nv_bfloat16, col_major> : public __frag_base<__nv_bfloat16, 8> {};
+template <> class fragment<matrix_b, 16, 16, 16, __nv_bfloat16, row_major> : public __frag_base<__nv_bfloat16, 8> {};
+template <> class fragment<matrix_b, 16, 16, 16, __nv_bfloat16, col_major> : public __frag_base<__nv_bfloat16, 8> {};
+template <> class fragment<accumulator, 16, 16, 16, float> : public __frag_base<float, 8> {};
+
+template <typename L> struct cuemu_is_col : std::false_type {};
+template <> struct cuemu_is_col<col_major> : std::true_type {};
+
+/* The trailing file/line parameters are filled in at the call site: they name the call
+ * in the emulator's messages (and identify it, as for shuffles). */
+template <typename L>
+static inline void load_matrix_sync(fragment<matrix_a, 16, 16, 16, __nv_bfloat16, L> &a, const __nv_bfloat16 *p,
+                                    unsigned ldm, const char *file = __builtin_FILE(), int line = __builtin_LINE()) {
+    cuemu::wmma_args w{cuemu::WMMA_LOAD_A, p, ldm, cuemu_is_col<L>::value, a.x, nullptr, nullptr, nullptr};
+    cuemu::wmma_call("load_matrix_sync(matrix_a)", &w, file, line);
+}
+template <typename L>
+static inline void load_matrix_sync(fragment<matrix_b, 16, 16, 16, __nv_bfloat16, L> &b, const __nv_bfloat16 *p,
+                                    unsigned ldm, const char *file = __builtin_FILE(), int line = __builtin_LINE()) {
+    cuemu::wmma_args w{cuemu::WMMA_LOAD_B, p, ldm, cuemu_is_col<L>::value, b.x, nullptr, nullptr, nullptr};
+    cuemu::wmma_call("load_matrix_sync(matrix_b)", &w, file, line);
+}
+static inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &c, const float *p, unsigned ldm,
+                                    layout_t layout, const char *file = __builtin_FILE(),
+                                    int line = __builtin_LINE()) {
+    cuemu::wmma_args w{cuemu::WMMA_LOAD_C, p, ldm, layout == mem_col_major, c.x, nullptr, nullptr, nullptr};
+    if (layout != mem_row_major && layout != mem_col_major) w.col_major = -1; /* refused by wmma_call */
+    cuemu::wmma_call("load_matrix_sync(accumulator)", &w, file, line);
+}
+static inline void store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 16, float> &d, unsigned ldm,
+                                     layout_t layout, const char *file = __builtin_FILE(),
+                                     int line = __builtin_LINE()) {
+    cuemu::wmma_args w{cuemu::WMMA_STORE_D, p, ldm, layout == mem_col_major, const_cast<float *>(d.x), nullptr,
+                       nullptr, nullptr};
+    if (layout != mem_row_major && layout != mem_col_major) w.col_major = -1;
+    cuemu::wmma_call("store_matrix_sync", &w, file, line);
+}
+template <typename LA, typename LB>
+static inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
+                            const fragment<matrix_a, 16, 16, 16, __nv_bfloat16, LA> &a,
+                            const fragment<matrix_b, 16, 16, 16, __nv_bfloat16, LB> &b,
+                            const fragment<accumulator, 16, 16, 16, float> &c, const char *file = __builtin_FILE(),
+                            int line = __builtin_LINE()) {
+    cuemu::wmma_args w{cuemu::WMMA_MMA, nullptr, 0, 0, d.x, a.x, b.x, c.x};
+    cuemu::wmma_call("mma_sync", &w, file, line);
+}
+} /* namespace wmma */
+} /* namespace nvcuda */
 
 /* ---- cuBLAS / cuBLASLt types (CUDA 13 names and values) --------------------------------- */
 typedef enum cudaDataType_t {

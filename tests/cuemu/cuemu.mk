@@ -19,8 +19,8 @@ EMU_CFLAGS := -std=gnu11 -O2 -g -Wall -Wextra -Werror -Wno-unused-parameter -fop
               $(EMU_DEFS) -MMD -MP
 EMU_CXXFLAGS := -std=gnu++17 -O2 -g -fstack-clash-protection -Wall -Wextra -Werror -Wno-unused-parameter -Wno-unknown-pragmas \
                 -Wno-unused-function -pthread -I. $(EMU_DEFS) -MMD -MP
-# .cu files: C++ with the emulator's header in front of everything.
-EMU_CUFLAGS := -x c++ -include tests/cuemu/cuemu.h $(EMU_CXXFLAGS)
+# .cu files: C++ with the emulator's header in front of everything; <mma.h> is its shim.
+EMU_CUFLAGS := -x c++ -include tests/cuemu/cuemu.h -Itests/cuemu/include $(EMU_CXXFLAGS)
 EMU_LDFLAGS := -fopenmp -pthread -rdynamic
 EMU_LDLIBS := -luv -lcjson -lopenblas -lm -ldl
 

@@ -1,7 +1,7 @@
 /*
  * cuemu_internal.h - shared between the emulator's own files (cuemu.cc: fibers and
  * launches; cuemu_runtime.cc: memory, streams, events, errors; cuemu_blas.cc:
- * cuBLASLt and cuBLAS). Not for kernels.
+ * cuBLASLt and cuBLAS; cuemu_wmma.cc: tensor cores). Not for kernels.
  */
 #ifndef DT_TESTS_CUEMU_INTERNAL_H
 #define DT_TESTS_CUEMU_INTERNAL_H
@@ -57,6 +57,13 @@ struct device_access {
     device_access(const device_access &) = delete;
     device_access &operator=(const device_access &) = delete;
 };
+
+/* WMMA (cuemu_wmma.cc): one lane's arguments checked against CUDA's rules (false and a
+ * reason in why when broken); the lane whose arguments differ from lane 0's (-1: none);
+ * the collective itself, run once with every lane's arguments. */
+bool wmma_check_lane(const wmma_args *a, char *why, size_t len);
+int wmma_mismatch(wmma_args *const lanes[32], char *why, size_t len);
+void wmma_run(wmma_args *const lanes[32]);
 
 } /* namespace cuemu */
 

@@ -9,12 +9,15 @@
 #include "kernels/cuda/cuda_common.cuh"
 
 #include <criterion/criterion.h>
+#include <float.h>
+#include <math.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include <type_traits>
 #include <vector>
 
 #define CK(call)                                                                                    \
@@ -988,6 +991,202 @@ Test(cuemu_blas, v2_gemm_strided_batched_gemmex_sgemm) {
     cr_assert_str_eq(cublasGetStatusName(CUBLAS_STATUS_NOT_SUPPORTED), "CUBLAS_STATUS_NOT_SUPPORTED");
 }
 
+/* ---- tensor cores: nvcuda::wmma 16x16x16, bf16 inputs, fp32 accumulators ------------------- */
+namespace wm = nvcuda::wmma;
+
+/* d (16x16) = a (16x16, layout LA, ld lda) * b (16x16, LB, ldb) + c (16x16, c_col, ldc). */
+template <typename LA, typename LB>
+__global__ void wmma_tile_kernel(const __nv_bfloat16 *a, unsigned lda, const __nv_bfloat16 *b, unsigned ldb,
+                                 const float *c, unsigned ldc, int c_col, float *d, unsigned ldd, int d_col) {
+    wm::fragment<wm::matrix_a, 16, 16, 16, __nv_bfloat16, LA> fa;
+    wm::fragment<wm::matrix_b, 16, 16, 16, __nv_bfloat16, LB> fb;
+    wm::fragment<wm::accumulator, 16, 16, 16, float> fc;
+    wm::load_matrix_sync(fa, a, lda);
+    wm::load_matrix_sync(fb, b, ldb);
+    wm::load_matrix_sync(fc, c, ldc, c_col ? wm::mem_col_major : wm::mem_row_major);
+    wm::mma_sync(fc, fa, fb, fc); /* in place: d is c */
+    wm::store_matrix_sync(d, fc, ldd, d_col ? wm::mem_col_major : wm::mem_row_major);
+}
+
+static float bf16_round(float f) { return __bfloat162float(__float2bfloat16(f)); }
+
+/* Checks got(i, j) against sum_k a[i][k] b[k][j] + c[i][j] (dense row-major host copies,
+ * bf16 values held as floats): the exact sum (bf16 products are exact in fp32) within 8
+ * fp32 epsilons of |c| + sum |products| (tensor cores may align and truncate the terms);
+ * a wrong element or lane mapping is off by O(1). */
+template <typename G>
+static void wmma_check_product(const std::vector<float> &a, const std::vector<float> &b, const std::vector<float> &c,
+                               int m, int n, int k, G got, const char *what) {
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double ref = c.empty() ? 0.0 : c[(size_t)i * n + j], mag = fabs(ref);
+            for (int q = 0; q < k; q++) {
+                double p = (double)a[(size_t)i * k + q] * b[(size_t)q * n + j];
+                ref += p;
+                mag += fabs(p);
+            }
+            float g = got(i, j);
+            cr_assert(fabs((double)g - ref) <= 8.0 * FLT_EPSILON * mag, "%s: d[%d][%d] = %.9g, exact %.9g", what, i, j,
+                      g, ref);
+        }
+}
+
+template <typename LA, typename LB> static void wmma_tile_case(int c_col, int d_col) {
+    const bool a_col = std::is_same<LA, wm::col_major>::value, b_col = std::is_same<LB, wm::col_major>::value;
+    const unsigned lda = 24, ldb = 32, ldc = 20, ldd = 28; /* padded strides: the padding must not be read */
+    std::vector<float> A(256), B(256), C(256);
+    std::vector<__nv_bfloat16> ha(16 * lda, __float2bfloat16(NAN)), hb(16 * ldb, __float2bfloat16(NAN));
+    std::vector<float> hc(16 * ldc, NAN);
+    for (int r = 0; r < 16; r++)
+        for (int q = 0; q < 16; q++) {
+            A[r * 16 + q] = bf16_round(frand());
+            B[r * 16 + q] = bf16_round(frand());
+            C[r * 16 + q] = frand();
+            ha[a_col ? q * lda + r : r * lda + q] = __float2bfloat16(A[r * 16 + q]);
+            hb[b_col ? q * ldb + r : r * ldb + q] = __float2bfloat16(B[r * 16 + q]);
+            hc[c_col ? q * ldc + r : r * ldc + q] = C[r * 16 + q];
+        }
+    __nv_bfloat16 *da = dev_upload(ha), *db = dev_upload(hb);
+    float *dc = dev_upload(hc), *dd = nullptr;
+    CK(cudaMalloc(&dd, 16 * ldd * sizeof(float)));
+    CK(cudaMemset(dd, 0, 16 * ldd * sizeof(float)));
+    void (*kern)(const __nv_bfloat16 *, unsigned, const __nv_bfloat16 *, unsigned, const float *, unsigned, int,
+                 float *, unsigned, int) = wmma_tile_kernel<LA, LB>;
+    DT_LAUNCH(kern, 1, 32, 0, 0)(da, lda, db, ldb, dc, ldc, c_col, dd, ldd, d_col);
+    CK(cudaGetLastError());
+    std::vector<float> hd = dev_download(dd, 16 * ldd);
+    char what[96];
+    snprintf(what, sizeof what, "a %s, b %s, c %s, d %s", a_col ? "col" : "row", b_col ? "col" : "row",
+             c_col ? "col" : "row", d_col ? "col" : "row");
+    wmma_check_product(A, B, C, 16, 16, 16, [&](int i, int j) { return hd[d_col ? j * ldd + i : i * ldd + j]; },
+                       what);
+    for (unsigned s = 0; s < 16; s++) /* the store left the padding alone */
+        for (unsigned q = 16; q < ldd; q++) cr_assert_eq(hd[s * ldd + q], 0.0f, "%s: padding %u,%u written", what, s, q);
+    CK(cudaFree(da));
+    CK(cudaFree(db));
+    CK(cudaFree(dc));
+    CK(cudaFree(dd));
+}
+
+Test(cuemu_wmma, one_warp_every_layout) {
+    for (int cl = 0; cl < 2; cl++)
+        for (int dl = 0; dl < 2; dl++) {
+            wmma_tile_case<wm::row_major, wm::row_major>(cl, dl);
+            wmma_tile_case<wm::row_major, wm::col_major>(cl, dl);
+            wmma_tile_case<wm::col_major, wm::row_major>(cl, dl);
+            wmma_tile_case<wm::col_major, wm::col_major>(cl, dl);
+        }
+    typedef wm::fragment<wm::accumulator, 16, 16, 16, float> acc_t;
+    typedef wm::fragment<wm::matrix_a, 16, 16, 16, __nv_bfloat16, wm::row_major> a_t;
+    typedef wm::fragment<wm::matrix_b, 16, 16, 16, __nv_bfloat16, wm::col_major> b_t;
+    cr_assert_eq((int)acc_t::num_elements, 8);
+    cr_assert_eq((int)a_t::num_elements, 8);
+    cr_assert_eq((int)b_t::num_elements, 8);
+}
+
+/* d = (2a) b + (0.5c + 1), by element-wise work on x[]; d1 = ones(16x16) b (fill_fragment of
+ * a bf16 fragment), from a zero accumulator. */
+__global__ void wmma_scale_kernel(const __nv_bfloat16 *a, const __nv_bfloat16 *b, const float *c, float *d,
+                                  float *d1) {
+    wm::fragment<wm::matrix_a, 16, 16, 16, __nv_bfloat16, wm::row_major> fa, ones_a;
+    wm::fragment<wm::matrix_b, 16, 16, 16, __nv_bfloat16, wm::col_major> fb;
+    wm::fragment<wm::accumulator, 16, 16, 16, float> fc, ones, acc;
+    wm::load_matrix_sync(fa, a, 16);
+    wm::load_matrix_sync(fb, b, 16);
+    wm::load_matrix_sync(fc, c, 16, wm::mem_row_major);
+    for (int i = 0; i < fa.num_elements; i++) fa.x[i] = __float2bfloat16(__bfloat162float(fa.x[i]) * 2.0f);
+    wm::fill_fragment(ones, 1.0f);
+    for (int i = 0; i < fc.num_elements; i++) fc.x[i] = fc.x[i] * 0.5f + ones.x[i];
+    wm::fragment<wm::accumulator, 16, 16, 16, float> out;
+    wm::mma_sync(out, fa, fb, fc);
+    wm::store_matrix_sync(d, out, 16, wm::mem_row_major);
+    wm::fill_fragment(ones_a, __float2bfloat16(1.0f));
+    wm::fill_fragment(acc, 0.0f);
+    wm::mma_sync(acc, ones_a, fb, acc);
+    wm::store_matrix_sync(d1, acc, 16, wm::mem_col_major);
+}
+
+Test(cuemu_wmma, fragment_elementwise_scaling_and_fill) {
+    std::vector<float> A(256), A2(256), B(256), C(256), C2(256), ONES(256, 1.0f);
+    std::vector<__nv_bfloat16> ha(256), hb(256);
+    for (int r = 0; r < 16; r++)
+        for (int q = 0; q < 16; q++) {
+            A[r * 16 + q] = bf16_round(frand());
+            A2[r * 16 + q] = 2.0f * A[r * 16 + q];
+            B[r * 16 + q] = bf16_round(frand());
+            C[r * 16 + q] = frand();
+            C2[r * 16 + q] = C[r * 16 + q] * 0.5f + 1.0f;
+            ha[r * 16 + q] = __float2bfloat16(A[r * 16 + q]);
+            hb[q * 16 + r] = __float2bfloat16(B[r * 16 + q]); /* b is column-major */
+        }
+    __nv_bfloat16 *da = dev_upload(ha), *db = dev_upload(hb);
+    float *dc = dev_upload(C), *dd = nullptr, *dd1 = nullptr;
+    CK(cudaMalloc(&dd, 256 * sizeof(float)));
+    CK(cudaMalloc(&dd1, 256 * sizeof(float)));
+    DT_LAUNCH(wmma_scale_kernel, 1, 32, 0, 0)(da, db, dc, dd, dd1);
+    CK(cudaGetLastError());
+    std::vector<float> hd = dev_download(dd, 256), hd1 = dev_download(dd1, 256);
+    wmma_check_product(A2, B, C2, 16, 16, 16, [&](int i, int j) { return hd[i * 16 + j]; }, "scaled x[]");
+    wmma_check_product(ONES, B, std::vector<float>(), 16, 16, 16, [&](int i, int j) { return hd1[j * 16 + i]; },
+                       "filled a");
+    CK(cudaFree(da));
+    CK(cudaFree(db));
+    CK(cudaFree(dc));
+    CK(cudaFree(dd));
+    CK(cudaFree(dd1));
+}
+
+/* d (64x64) = a (64x32) b (32x64) per block (all row-major, dense): 4 warps, each a 32x32
+ * quadrant of 2x2 tiles; a and b staged in shared memory with padded rows. */
+__global__ void wmma_block_kernel(const __nv_bfloat16 *a, const __nv_bfloat16 *b, float *d) {
+    __shared__ __align__(32) __nv_bfloat16 sa[64 * 40];
+    __shared__ __align__(32) __nv_bfloat16 sb[32 * 72];
+    a += (size_t)blockIdx.x * 64 * 32;
+    b += (size_t)blockIdx.x * 32 * 64;
+    d += (size_t)blockIdx.x * 64 * 64;
+    for (int i = threadIdx.x; i < 64 * 32; i += blockDim.x) sa[(i / 32) * 40 + i % 32] = a[i];
+    for (int i = threadIdx.x; i < 32 * 64; i += blockDim.x) sb[(i / 64) * 72 + i % 64] = b[i];
+    __syncthreads();
+    int warp = threadIdx.x / 32, wr = (warp / 2) * 32, wc = (warp % 2) * 32;
+    wm::fragment<wm::accumulator, 16, 16, 16, float> acc[2][2];
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++) wm::fill_fragment(acc[i][j], 0.0f);
+    for (int k = 0; k < 32; k += 16) {
+        wm::fragment<wm::matrix_a, 16, 16, 16, __nv_bfloat16, wm::row_major> fa[2];
+        wm::fragment<wm::matrix_b, 16, 16, 16, __nv_bfloat16, wm::row_major> fb[2];
+        for (int i = 0; i < 2; i++) wm::load_matrix_sync(fa[i], sa + (wr + 16 * i) * 40 + k, 40);
+        for (int j = 0; j < 2; j++) wm::load_matrix_sync(fb[j], sb + k * 72 + wc + 16 * j, 72);
+        for (int i = 0; i < 2; i++)
+            for (int j = 0; j < 2; j++) wm::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+    }
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++)
+            wm::store_matrix_sync(d + (wr + 16 * i) * 64 + wc + 16 * j, acc[i][j], 64, wm::mem_row_major);
+}
+
+Test(cuemu_wmma, four_warps_tile_64x64x32_through_shared_memory) {
+    const int blocks = 2; /* even and odd blocks run their threads in opposite orders here */
+    std::vector<float> A(blocks * 64 * 32), B(blocks * 32 * 64);
+    std::vector<__nv_bfloat16> ha(A.size()), hb(B.size());
+    for (size_t i = 0; i < A.size(); i++) ha[i] = __float2bfloat16(A[i] = bf16_round(frand()));
+    for (size_t i = 0; i < B.size(); i++) hb[i] = __float2bfloat16(B[i] = bf16_round(frand()));
+    __nv_bfloat16 *da = dev_upload(ha), *db = dev_upload(hb);
+    float *dd = nullptr;
+    CK(cudaMalloc(&dd, blocks * 64 * 64 * sizeof(float)));
+    DT_LAUNCH(wmma_block_kernel, blocks, 128, 0, 0)(da, db, dd);
+    CK(cudaGetLastError());
+    std::vector<float> hd = dev_download(dd, blocks * 64 * 64);
+    for (int blk = 0; blk < blocks; blk++) {
+        std::vector<float> a(A.begin() + blk * 2048, A.begin() + (blk + 1) * 2048);
+        std::vector<float> b(B.begin() + blk * 2048, B.begin() + (blk + 1) * 2048);
+        wmma_check_product(a, b, std::vector<float>(), 64, 64, 32,
+                           [&](int i, int j) { return hd[(size_t)blk * 4096 + i * 64 + j]; }, "64x64x32");
+    }
+    CK(cudaFree(da));
+    CK(cudaFree(db));
+    CK(cudaFree(dd));
+}
+
 #ifdef DT_CUEMU
 /* ---- the emulator's loud failures ---------------------------------------------------------------- */
 __global__ void divergent_barrier_kernel(float *out) {
@@ -1247,4 +1446,86 @@ Test(cuemu_loud, no_gpu_when_asked) {
     cr_assert_eq(cudaSetDevice(0), cudaErrorNoDevice);
     unsetenv("DTRUN_CUEMU_GPUS");
 }
+/* WMMA misuse: CUDA's rules for load/store/mma_sync, each an abort naming the kernel. */
+__global__ void wmma_load_kernel(const __nv_bfloat16 *a, unsigned ldm, int skip_lane, int per_lane_ptr) {
+    if ((int)threadIdx.x == skip_lane) return;
+    wm::fragment<wm::matrix_a, 16, 16, 16, __nv_bfloat16, wm::row_major> fa;
+    wm::load_matrix_sync(fa, per_lane_ptr ? a + 16 * (threadIdx.x % 2) : a, ldm);
+}
+
+Test(cuemu_loud, wmma_misaligned_pointer_aborts, .signal = SIGABRT) {
+    __nv_bfloat16 *a = nullptr;
+    CK(cudaMalloc(&a, 32 * 16 * sizeof(__nv_bfloat16)));
+    DT_LAUNCH(wmma_load_kernel, 1, 32, 0, 0)(a + 8, 16u, -1, 0); /* 16-byte aligned, not 32 */
+}
+
+Test(cuemu_loud, wmma_bad_ldm_aborts, .signal = SIGABRT) {
+    __nv_bfloat16 *a = nullptr;
+    CK(cudaMalloc(&a, 32 * 16 * sizeof(__nv_bfloat16)));
+    DT_LAUNCH(wmma_load_kernel, 1, 32, 0, 0)(a, 20u, -1, 0); /* not a multiple of 8 */
+}
+
+Test(cuemu_loud, wmma_lane_not_participating_aborts, .signal = SIGABRT) {
+    __nv_bfloat16 *a = nullptr;
+    CK(cudaMalloc(&a, 32 * 16 * sizeof(__nv_bfloat16)));
+    DT_LAUNCH(wmma_load_kernel, 1, 64, 0, 0)(a, 16u, 37, 0); /* lane 5 of warp 1 returns */
+}
+
+Test(cuemu_loud, wmma_lanes_with_different_pointers_abort, .signal = SIGABRT) {
+    __nv_bfloat16 *a = nullptr;
+    CK(cudaMalloc(&a, 32 * 16 * sizeof(__nv_bfloat16)));
+    DT_LAUNCH(wmma_load_kernel, 1, 32, 0, 0)(a, 32u, -1, 1);
+}
+
+Test(cuemu_loud, wmma_partial_warp_aborts, .signal = SIGABRT) {
+    __nv_bfloat16 *a = nullptr;
+    CK(cudaMalloc(&a, 32 * 16 * sizeof(__nv_bfloat16)));
+    DT_LAUNCH(wmma_load_kernel, 1, 48, 0, 0)(a, 16u, -1, 0); /* the second warp has 16 lanes */
+}
+
+__global__ void wmma_store_kernel(float *d, unsigned ldm) {
+    wm::fragment<wm::accumulator, 16, 16, 16, float> acc;
+    wm::fill_fragment(acc, 1.0f);
+    wm::store_matrix_sync(d, acc, ldm, wm::mem_col_major);
+}
+
+Test(cuemu_loud, wmma_store_bad_float_ldm_aborts, .signal = SIGABRT) {
+    float *d = nullptr;
+    CK(cudaMalloc(&d, 32 * 16 * sizeof(float)));
+    DT_LAUNCH(wmma_store_kernel, 1, 32, 0, 0)(d, 18u); /* floats: a multiple of 4 */
+}
+
+/* Lanes 0..15 at mma_sync while lanes 16..31 wait at a __syncthreads: a deadlock. */
+__global__ void wmma_divergent_kernel(float *d) {
+    wm::fragment<wm::matrix_a, 16, 16, 16, __nv_bfloat16, wm::row_major> fa;
+    wm::fragment<wm::matrix_b, 16, 16, 16, __nv_bfloat16, wm::row_major> fb;
+    wm::fragment<wm::accumulator, 16, 16, 16, float> acc;
+    wm::fill_fragment(fa, __float2bfloat16(1.0f));
+    wm::fill_fragment(fb, __float2bfloat16(1.0f));
+    wm::fill_fragment(acc, 0.0f);
+    if (threadIdx.x < 16) wm::mma_sync(acc, fa, fb, acc);
+    __syncthreads();
+    wm::store_matrix_sync(d, acc, 16, wm::mem_row_major);
+}
+
+Test(cuemu_loud, wmma_divergent_mma_aborts, .signal = SIGABRT) {
+    float *d = nullptr;
+    CK(cudaMalloc(&d, 256 * sizeof(float)));
+    DT_LAUNCH(wmma_divergent_kernel, 1, 32, 0, 0)(d);
+}
+
+/* The same kernel, well formed: a column-major store with ldm 32 writes rows 0..15 of
+ * each column and leaves rows 16..31 as they were (poison). */
+Test(cuemu_loud, wmma_store_good_ldm_runs) {
+    float *d = nullptr;
+    CK(cudaMalloc(&d, 32 * 16 * sizeof(float)));
+    DT_LAUNCH(wmma_store_kernel, 1, 32, 0, 0)(d, 32u);
+    CK(cudaGetLastError());
+    std::vector<float> h = dev_download(d, 32 * 16);
+    for (int c = 0; c < 16; c++)
+        for (int r = 0; r < 32; r++)
+            cr_assert(r < 16 ? h[c * 32 + r] == 1.0f : isnan(h[c * 32 + r]), "col %d row %d: %f", c, r, h[c * 32 + r]);
+    CK(cudaFree(d));
+}
+
 #endif /* DT_CUEMU */
