@@ -48,6 +48,7 @@ criterion "emulator semantics on the GPU (test_cuemu)" "$BIN/test_cuemu" 120
 criterion "CUDA core ops vs CPU (matmul, adamw, ...)" "$BIN/test_kernels_cuda" 180
 criterion "CUDA layer ops vs CPU (attention, ln, ...)" "$BIN/test_kernels_cuda_layers" 180
 criterion "NCCL communicator, world size 1" "$BIN/test_comm_nccl" 120
+criterion "plan = the trainer's CUDA arena (bytes)" "$BIN/test_plan_cuda" 60
 
 # bench NAME NPROC FLAGS...: `dtrun bench comm --device cuda` on device buffers, one
 # row: PASS when every size was exact; the largest size's time and bandwidths, and
