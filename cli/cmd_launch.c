@@ -29,7 +29,8 @@ static int check_config(const dt_launch_spec_t *spec) {
                                     spec->extra_argc, &cfg);
     if (st == DT_STATUS_OK && spec->nnodes_min == spec->nnodes_max)
         st = dt_config_resolve(&cfg, spec->nnodes_max * spec->nproc_per_node);
-    if (st == DT_STATUS_OK && cfg.device == DT_CONFIG_DEVICE_CUDA && dt_device_probe_gpus() == 0) {
+    if (st == DT_STATUS_OK && cfg.device == DT_CONFIG_DEVICE_CUDA &&
+        (!dt_device_built(DT_DEVICE_CUDA) || dt_device_probe_gpus() == 0)) {
         const char *vis = getenv("CUDA_VISIBLE_DEVICES");
         fprintf(stderr, "dtrun: error: device cuda: %s%s%s%s\n",
                 dt_device_built(DT_DEVICE_CUDA) ? "no GPU is visible on this node"
@@ -87,7 +88,8 @@ int dt_cmd_launch(int argc, char **argv) {
                     spec.nproc_per_node);
     int code;
     if (spec.mode == DT_LAUNCH_MODE_BENCH_COMM) {
-        code = run_self(&spec, "__bench_comm_rank", NULL);
+        code = dt_bench_comm_check(spec.extra_argc, spec.extra_argv, spec.nproc_per_node);
+        if (code < 0) code = run_self(&spec, "__bench_comm_rank", NULL);
     } else if (spec.mode == DT_LAUNCH_MODE_CONFIG) {
         code = check_config(&spec);
         if (code == DT_EXIT_OK && !spec.print_config)

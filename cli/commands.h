@@ -22,6 +22,12 @@ int dt_cmd_worker(int argc, char **argv);
 int dt_cmd_store(int argc, char **argv);
 /* dtrun bench store ... (bench comm goes through the launcher) */
 int dt_cmd_bench_store(int argc, char **argv);
+/* The agent's check of `bench comm` flags before it starts any rank (argv: the
+ * flags after "comm"): usage errors and --device/--backend against the GPUs
+ * visible (counted without initialising CUDA) for local_world_size ranks per
+ * node. Returns -1 when the ranks may start, else the exit code to return now
+ * (0 after --help, 2 after a usage error, with the reason on stderr). */
+int dt_bench_comm_check(int argc, char **argv, int local_world_size);
 int dt_cmd_plan(int argc, char **argv);
 int dt_cmd_sample(int argc, char **argv);
 int dt_cmd_export(int argc, char **argv);

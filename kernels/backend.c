@@ -6,6 +6,7 @@
 #include "kernels/kernels.h"
 
 #include <dirent.h>
+#include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -67,39 +68,51 @@ int dt_device_count(dt_device_kind_t kind) {
     return 0;
 }
 
-int dt_device_probe_gpus(void) {
-    if (!dt_device_built(DT_DEVICE_CUDA)) return 0;
-    int n = 0;
+/* GPUs the NVIDIA driver has, without creating a CUDA context: NVML when its library
+ * is there, else the driver's /proc entries. */
+static int physical_gpus(void) {
 #ifdef DT_CUEMU
     const char *e = getenv("DTRUN_CUEMU_GPUS"); /* the CPU emulator's GPUs (tests) */
-    n = e ? atoi(e) : 1;
+    return e ? atoi(e) : 1;
 #else
+    int n = 0;
+    void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib) {
+        int (*init)(void) = (int (*)(void))dlsym(lib, "nvmlInit_v2");
+        int (*count)(unsigned *) = (int (*)(unsigned *))dlsym(lib, "nvmlDeviceGetCount_v2");
+        int (*shutdown)(void) = (int (*)(void))dlsym(lib, "nvmlShutdown");
+        if (init && count && shutdown && init() == 0) {
+            unsigned c = 0;
+            if (count(&c) == 0) n = (int)c;
+            shutdown();
+        }
+        dlclose(lib);
+        return n;
+    }
     DIR *d = opendir("/proc/driver/nvidia/gpus");
     if (!d) return 0;
     for (struct dirent *de; (de = readdir(d));)
         if (de->d_name[0] != '.') n++;
     closedir(d);
+    return n;
 #endif
-    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
-    if (!vis) return n;
-    int seen = 0; /* entries before the first invalid one (an index out of range, -1, junk) */
-    for (const char *p = vis; *p;) {
-        while (*p == ' ') p++;
-        if (strncmp(p, "GPU-", 4) == 0 || strncmp(p, "MIG-", 4) == 0) {
-            seen++;
-        } else {
-            char *end;
-            long i = strtol(p, &end, 10);
-            if (end == p || i < 0 || i >= n) break;
-            seen++;
-            p = end;
-        }
-        p = strchr(p, ',');
-        if (!p) break;
-        p++;
-    }
-    return seen < n ? seen : n;
 }
+
+int dt_device_probe_gpus_visible(const char *visible) {
+    if (!visible) return physical_gpus();
+    /* CUDA's rule: entries up to the first invalid one; "" or a leading -1 hides all. */
+    int n = 0;
+    for (const char *p = visible; *p;) {
+        while (*p == ' ') p++;
+        if (*p == '-' || *p == ',' || !*p) break;
+        n++;
+        while (*p && *p != ',') p++;
+        if (*p == ',') p++;
+    }
+    return n;
+}
+
+int dt_device_probe_gpus(void) { return dt_device_probe_gpus_visible(getenv("CUDA_VISIBLE_DEVICES")); }
 
 dt_status_t dt_attention_kind_from_env(dt_attention_kind_t *out) {
     const char *e = getenv("DTRUN_CUDA_ATTENTION");

@@ -220,6 +220,11 @@ struct dt_ops {
     double (*grad_sq_norm)(dt_device_t *dev, const void *grads, size_t n);
     /* x *= s over n elements (gradient clipping, averaging). */
     void (*scale)(dt_device_t *dev, void *x, float s, size_t n);
+    /* dst (n elements of dtype `to`) = src (n elements of dtype `from`), on the device;
+     * into bf16 rounds to nearest even (NaN stays NaN). dst and src do not overlap
+     * unless equal with to == from. For gradient reductions in a dtype other than the
+     * compute dtype (communication_data_type). */
+    void (*cast)(dt_device_t *dev, void *dst, dt_dtype_t to, const void *src, dt_dtype_t from, size_t n);
 };
 
 /* How to open a device. */
@@ -254,11 +259,14 @@ static inline int dt_attention_uses_fused(dt_attention_kind_t kind, int HS) {
 dt_status_t dt_device_open(dt_device_t **out, const dt_device_opts_t *opts);
 /* Devices of a kind present: CPU 1; CUDA the visible GPUs (0 when none, or not built). */
 int dt_device_count(dt_device_kind_t kind);
-/* GPUs this process would see, found without initialising CUDA (safe in the agent
- * before it forks): the NVIDIA driver's /proc/driver/nvidia/gpus entries, cut by
- * CUDA_VISIBLE_DEVICES as CUDA does (an empty value or a leading -1 hides all;
- * counting stops at the first invalid entry). 0 when CUDA is not built. */
+/* GPUs a process started now would see, found without initialising CUDA (safe in
+ * the agent before it forks, and whether or not this dtrun was built with CUDA):
+ * the entries of CUDA_VISIBLE_DEVICES up to the first invalid one as CUDA counts
+ * them ("" or -1: none) when it is set, else the driver's GPUs (NVML, else
+ * /proc/driver/nvidia/gpus; the CPU emulator's DTRUN_CUEMU_GPUS in dtrun-emu).
+ * _visible takes the value of CUDA_VISIBLE_DEVICES (NULL: unset). */
 int dt_device_probe_gpus(void);
+int dt_device_probe_gpus_visible(const char *visible);
 
 /* dt_device_open with ordinal 0 and the kind's default dtype (CPU fp32, CUDA bf16).
  * nthreads <= 0 takes omp_get_max_threads(), which honours OMP_NUM_THREADS. */

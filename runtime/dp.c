@@ -143,6 +143,9 @@ struct dt_dp {
     void *grads;           /* full, padded layout (ddp/zero1) */
     void *pshard, *gshard; /* shard buffers (fsdp: params; zero2/fsdp: grads) */
     float *m, *v;          /* shard buffers (ddp: full) */
+    void *wire;            /* ddp/zero1 gradients in opts.reduce_dtype (padded layout); NULL: the
+                              reductions run on the gradients in the compute dtype */
+    size_t wes;            /* bytes per element of wire */
     void *small;           /* device buffer for the host values all_gather_f64 exchanges (GPU jobs) */
     size_t small_bytes;
     float *master;         /* fp32 master weights, laid out as m and v; NULL when the
@@ -207,6 +210,7 @@ static dt_status_t device_all_gather(dt_dp_t *dp, dt_comm_t *comm, const float *
     size_t need = count * (size_t)(size + 1) * sizeof(float);
     if (need > dp->small_bytes) {
         o->free(dp->dev, dp->small);
+    o->free(dp->dev, dp->wire);
         dp->small = NULL;
         dp->small_bytes = 0;
         DT_CHECK(o->alloc(dp->dev, DT_MEM_COMM, need, &dp->small));
@@ -286,15 +290,15 @@ static dt_status_t gfifo_pop(dt_dp_t *dp) {
     s->in_fifo = 0;
     dt_status_t st = s->req_live ? wait_req(dp, &s->req) : DT_STATUS_OK;
     s->req_live = 0;
-    float *mine = (float *)at(dp->gslots[s->gslot].buf, (size_t)dp->shard_rank * bk->slice, dp->es);
+    void *mine = at(dp->gslots[s->gslot].buf, (size_t)dp->shard_rank * bk->slice, dp->es);
     if (st == DT_STATUS_OK && dp->replica) {
         double t0 = dt_now_s();
         st = dt_comm_all_reduce(dp->replica, mine, mine, bk->slice, comm_dtype(dp), DT_COMM_AVG);
         dp->comm_s += dt_now_s() - t0;
     }
-    if (st == DT_STATUS_OK) {
-        float *g = (float *)dp->gshard + bk->shard_offset;
-        for (size_t i = 0; i < bk->slice; i++) g[i] += mine[i];
+    if (st == DT_STATUS_OK) { /* the shard's gradient += this micro-step's reduced slice, on the device */
+        void *g = at(dp->gshard, bk->shard_offset, dp->es);
+        dp->dev->ops->residual_forward(dp->dev, g, g, mine, bk->slice);
     }
     dp->gslots[s->gslot].owner = -1;
     s->gslot = -1;
@@ -351,12 +355,19 @@ static dt_status_t full_bucket_launch(dt_dp_t *dp, int b) {
     if (dp->in_backward) dp->stats.reductions_in_backward++;
     else dp->stats.reductions_after++;
     char *g = at(dp->grads, bk->padded_offset, dp->es);
+    size_t es = dp->es, n = bk->slice * (size_t)dp->n_shards; /* ddp: one shard, slice == count */
+    dt_comm_dtype_t t = comm_dtype(dp);
+    if (dp->wire) {
+        char *w = at(dp->wire, bk->padded_offset, dp->wes);
+        dp->dev->ops->cast(dp->dev, w, dp->opts.reduce_dtype, g, dp->dev->ops->dtype, n);
+        g = w, es = dp->wes;
+        t = dp->opts.reduce_dtype == DT_DTYPE_BF16 ? DT_COMM_BF16 : DT_COMM_F32;
+    }
     if (dp->opts.strategy == DT_STRATEGY_DDP)
-        DT_CHECK(dt_comm_all_reduce_async(dp->world, g, g, bk->count, comm_dtype(dp), DT_COMM_AVG, &s->req));
+        DT_CHECK(dt_comm_all_reduce_async(dp->world, g, g, bk->count, t, DT_COMM_AVG, &s->req));
     else
-        DT_CHECK(dt_comm_reduce_scatter_async(dp->shard, g, at(g, (size_t)dp->shard_rank * bk->slice, dp->es),
-                                              bk->slice * (size_t)dp->n_shards, comm_dtype(dp), DT_COMM_AVG,
-                                              &s->req));
+        DT_CHECK(dt_comm_reduce_scatter_async(dp->shard, g, at(g, (size_t)dp->shard_rank * bk->slice, es), n, t,
+                                              DT_COMM_AVG, &s->req));
     s->req_live = 1;
     return DT_STATUS_OK;
 }
@@ -374,16 +385,14 @@ static dt_status_t param_gather_launch(dt_dp_t *dp, int b, int need) {
     s->pslot = i;
     const dt_dp_bucket *bk = &dp->plan.buckets[b];
     const void *mine = at(dp->pshard, bk->shard_offset, dp->es);
-    if (!dp->shard) {
-        memcpy(dp->pslots[i].buf, mine, bk->slice * dp->es);
-    } else {
-        dt_status_t st = dt_comm_all_gather_async(dp->shard, mine, dp->pslots[i].buf, bk->slice, comm_dtype(dp),
-                                                  &s->preq);
-        if (st != DT_STATUS_OK) {
-            dp->pslots[i].owner = -1;
-            s->pslot = -1;
-            return st;
-        }
+    dt_status_t st = dp->shard ? dt_comm_all_gather_async(dp->shard, mine, dp->pslots[i].buf, bk->slice,
+                                                          comm_dtype(dp), &s->preq)
+                               : dp->dev->ops->copy(dp->dev, dp->pslots[i].buf, mine, bk->slice * dp->es,
+                                                    DT_COPY_DEVICE_TO_DEVICE);
+    if (st != DT_STATUS_OK) {
+        dp->pslots[i].owner = -1;
+        s->pslot = -1;
+        return st;
     }
     s->pstate = PSTATE_FLIGHT;
     if (need) dp->stats.gathers_on_demand++;
@@ -575,13 +584,6 @@ static dt_status_t upload_masters(dt_dp_t *dp, const float *host) {
 dt_status_t dt_dp_init(dt_dp_t **out, const dt_dp_opts *opts, dt_device_t *dev, const dt_model_layout *layout,
                        dt_net_t *net, dt_comm_t *comm) {
     *out = NULL;
-    int shards_grads = opts->strategy == DT_STRATEGY_ZERO2 || opts->strategy == DT_STRATEGY_FSDP ||
-                       opts->strategy == DT_STRATEGY_HSDP;
-    if (shards_grads && (dev->kind != DT_DEVICE_CPU || dev->ops->dtype != DT_DTYPE_F32))
-        return dt_error(DT_STATUS_UNSUPPORTED,
-                        "strategy %s runs on the CPU device in fp32 for now (gradient shards are accumulated "
-                        "on the host); device %s computing in %s takes ddp or zero1",
-                        dt_config_strategy_name(opts->strategy), dev->ops->name, dt_dtype_name(dev->ops->dtype));
     dt_dp_t *dp = dt_xcalloc(1, sizeof *dp);
     dp->opts = *opts;
     dp->dev = dev;
@@ -653,11 +655,20 @@ dt_status_t dt_dp_init(dt_dp_t **out, const dt_dp_opts *opts, dt_device_t *dev, 
     if (!dp->sharded_params) DT_CHECK_GOTO(alloc_state(dp, DT_MEM_PARAMS, full, dp->es, &dp->params), st, out_free_dp);
     else DT_CHECK_GOTO(alloc_state(dp, DT_MEM_PARAMS, shard, dp->es, &dp->pshard), st, out_free_dp);
     if (!dp->sharded_grads) DT_CHECK_GOTO(alloc_state(dp, DT_MEM_GRADS, full, dp->es, &dp->grads), st, out_free_dp);
-    else DT_CHECK_GOTO(alloc_state(dp, DT_MEM_GRADS, shard, sizeof(float), &dp->gshard), st, out_free_dp);
+    else DT_CHECK_GOTO(alloc_state(dp, DT_MEM_GRADS, shard, dp->es, &dp->gshard), st, out_free_dp);
     DT_CHECK_GOTO(alloc_state(dp, DT_MEM_OPTIM, shard, sizeof(float), (void **)&dp->m), st, out_free_dp);
     DT_CHECK_GOTO(alloc_state(dp, DT_MEM_OPTIM, shard, sizeof(float), (void **)&dp->v), st, out_free_dp);
     if (dev->ops->dtype != DT_DTYPE_F32)
         DT_CHECK_GOTO(alloc_state(dp, DT_MEM_MASTER, shard, sizeof(float), (void **)&dp->master), st, out_free_dp);
+    if (dp->world && !dp->sharded_grads && opts->reduce_dtype != dev->ops->dtype) {
+        if (!dev->ops->cast) {
+            st = dt_error(DT_STATUS_UNSUPPORTED, "device %s cannot cast gradients to %s for their reduction",
+                          dev->ops->name, dt_dtype_name(opts->reduce_dtype));
+            goto out_free_dp;
+        }
+        dp->wes = dt_dtype_size(opts->reduce_dtype);
+        DT_CHECK_GOTO(alloc_state(dp, DT_MEM_COMM, full, dp->wes, &dp->wire), st, out_free_dp);
+    }
     if (dp->sharded_grads) {
         dp->n_gslots = dp->plan.n_buckets < DP_GSLOTS ? dp->plan.n_buckets : DP_GSLOTS;
         for (int i = 0; i < dp->n_gslots; i++)
@@ -745,7 +756,7 @@ dt_status_t dt_dp_step_begin(dt_dp_t *dp) {
     DT_CHECK(dt_dp_check(dp));
     const dt_ops_t *o = dp->dev->ops;
     if (dp->grads) DT_CHECK(o->set(dp->dev, dp->grads, 0, dp->plan.padded_total * dp->es));
-    if (dp->gshard) DT_CHECK(o->set(dp->dev, dp->gshard, 0, dp->plan.shard_total * sizeof(float)));
+    if (dp->gshard) DT_CHECK(o->set(dp->dev, dp->gshard, 0, dp->plan.shard_total * dp->es));
     for (int b = 0; b < dp->plan.n_buckets; b++) dp->bs[b].launched = 0;
     return DT_STATUS_OK;
 }
@@ -783,12 +794,19 @@ dt_status_t dt_dp_reduce_finish(dt_dp_t *dp) {
         dt_status_t s2 = wait_req(dp, &dp->bs[b].req);
         dp->bs[b].req_live = 0;
         if (st == DT_STATUS_OK) st = s2;
+        if (s2 == DT_STATUS_OK && dp->wire) { /* the reduced gradients back in the compute dtype */
+            const dt_dp_bucket *bk = &dp->plan.buckets[b];
+            size_t off = bk->padded_offset, n = bk->count;
+            if (dp->opts.strategy != DT_STRATEGY_DDP) off += (size_t)dp->shard_rank * bk->slice, n = bk->slice;
+            dp->dev->ops->cast(dp->dev, at(dp->grads, off, dp->es), dp->dev->ops->dtype, at(dp->wire, off, dp->wes),
+                               dp->opts.reduce_dtype, n);
+        }
     }
     return st;
 }
 
 static void *grad_ptr(dt_dp_t *dp, const dt_dp_run *r) {
-    return dp->sharded_grads ? at(dp->gshard, r->shard_offset, sizeof(float)) : at(dp->grads, r->padded_offset, dp->es);
+    return dp->sharded_grads ? at(dp->gshard, r->shard_offset, dp->es) : at(dp->grads, r->padded_offset, dp->es);
 }
 
 static void *param_ptr(dt_dp_t *dp, const dt_dp_run *r) {
@@ -942,7 +960,7 @@ void dt_dp_expected_mem(const dt_dp_t *dp, dt_dp_mem *m) {
     size_t full = dp->plan.padded_total, shard = dp->plan.shard_total, es = dp->es;
     memset(m, 0, sizeof *m);
     m->params = (dp->sharded_params ? shard : full) * es;
-    m->grads = dp->sharded_grads ? shard * sizeof(float) : full * es;
+    m->grads = (dp->sharded_grads ? shard : full) * es;
     m->optim = 2 * shard * sizeof(float);
     m->master = dp->master ? shard * sizeof(float) : 0;
     m->work = ((size_t)dp->n_gslots + (size_t)dp->n_pslots) * dp->work_elems * es;

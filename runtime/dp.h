@@ -62,9 +62,9 @@
  * next dt_dp_* call (micro_end, reduce_finish, ...); the net keeps pointing at
  * valid memory meanwhile.
  *
- * Limits: zero2, fsdp and hsdp need the CPU device in fp32 (gradient shards
- * are accumulated and FSDP's one-shard gathers copied on the host); ddp and
- * zero1 use only device ops and the communicator. With a bf16 compute dtype dp
+ * Every strategy runs on any device: state lives in device memory and moves
+ * through device ops and the communicator only (gradient shards accumulate in
+ * the compute dtype, as ZeRO-2's 2Ψ + 14Ψ/N assumes). With a bf16 compute dtype dp
  * keeps fp32 master weights beside m and v (same layout, category MASTER) and
  * AdamW updates them and writes the bf16 parameters: 2 + 2 + 4 + 4 + 4 = 16 bytes
  * per parameter, as in the ZeRO paper.
@@ -126,6 +126,13 @@ typedef struct dt_dp_opts {
     size_t bucket_elems;     /* zero_optimization.reduce_bucket_size */
     int local_world_size;    /* ranks per node (hsdp's shard group); 0 = world */
     uint64_t seed;           /* parameter initialisation */
+    /* dtype of gradient all-reduces / reduce-scatters (communication_data_type): when
+     * it differs from the compute dtype, ddp and zero1 cast each bucket into a
+     * buffer of this dtype on the device, reduce that, and cast the result back
+     * (bf16 compute reduced in fp32: one rounding instead of one per hop on NCCL;
+     * fp32 compute over bf16: half the bytes on the wire). zero2/fsdp/hsdp reduce
+     * in the compute dtype. The zero value is fp32. */
+    dt_dtype_t reduce_dtype;
 } dt_dp_opts;
 
 /* Allocates the model state for the strategy, initialises the parameters from

@@ -10,7 +10,6 @@
 #include "runtime/launch_args.h"
 
 #include <ctype.h>
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -23,6 +22,7 @@
 #include <unistd.h>
 
 #include "common/mem.h"
+#include "kernels/kernels.h" /* defines: dt_device_probe_gpus_visible */
 
 typedef enum flag_id {
     F_NNODES,
@@ -247,34 +247,7 @@ out_too_long:
 }
 
 int dt_launch_count_gpus(char **envp) {
-    const char *cvd = env_get(envp, "CUDA_VISIBLE_DEVICES");
-    if (cvd) {
-        /* Entries up to the first invalid one (CUDA's rule); "" or "-1" means none. */
-        int n = 0;
-        const char *p = cvd;
-        while (*p) {
-            while (*p == ' ') p++;
-            if (*p == '-' || *p == ',' || !*p) break;
-            n++;
-            while (*p && *p != ',') p++;
-            if (*p == ',') p++;
-        }
-        return n;
-    }
-    /* NVML counts devices without creating a CUDA context in the agent. */
-    void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!lib) return 0;
-    int n = 0;
-    int (*init)(void) = (int (*)(void))dlsym(lib, "nvmlInit_v2");
-    int (*count)(unsigned *) = (int (*)(unsigned *))dlsym(lib, "nvmlDeviceGetCount_v2");
-    int (*shutdown)(void) = (int (*)(void))dlsym(lib, "nvmlShutdown");
-    if (init && count && shutdown && init() == 0) {
-        unsigned c = 0;
-        if (count(&c) == 0) n = (int)c;
-        shutdown();
-    }
-    dlclose(lib);
-    return n;
+    return dt_device_probe_gpus_visible(env_get(envp, "CUDA_VISIBLE_DEVICES"));
 }
 
 static void random_id(char *buf, size_t len) {

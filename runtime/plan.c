@@ -366,6 +366,8 @@ dt_status_t dt_plan_row_compute(const dt_plan_input *in, dt_plan_strategy_t s, i
     if (n_gpus > 1) {
         if (s == DT_PLAN_FSDP || s == DT_PLAN_HYBRID)
             out->comm_buf = m->largest_unit * (2.0 * cb + in->comm_bytes);
+        else if ((s == DT_PLAN_DDP || s == DT_PLAN_ZERO1) && in->comm_bytes != cb)
+            out->comm_buf = (double)m->n_params * in->comm_bytes; /* the gradients cast for the wire (dp.c) */
         else
             out->comm_buf = 2.0 * fmin(in->bucket_elems, m->n_params) * in->comm_bytes;
     }

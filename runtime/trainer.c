@@ -343,12 +343,20 @@ static dt_status_t setup(trainer *t) {
         }
         DT_CHECK(dt_comm_init(&cc, &t->comm));
     }
-    if (cfg->communication_data_type == DT_CONFIG_DTYPE_BF16 && t->env->world_size > 1)
-        DT_LOG_WARN("communication_data_type bf16: gradients travel in the compute dtype (%s) for now",
-                    dt_dtype_name(t->dev->ops->dtype));
+    dt_dtype_t reduce = cfg->communication_data_type == DT_CONFIG_DTYPE_BF16 ? DT_DTYPE_BF16 : DT_DTYPE_F32;
+    int sharded_grads = cfg->strategy == DT_STRATEGY_ZERO2 || cfg->strategy == DT_STRATEGY_FSDP ||
+                        cfg->strategy == DT_STRATEGY_HSDP;
+    if (reduce != t->dev->ops->dtype && sharded_grads && t->env->world_size > 1) {
+        if (t->env->rank == 0)
+            DT_LOG_WARN("communication_data_type %s: strategy %s reduces gradients in the compute dtype (%s)",
+                        dt_dtype_name(reduce), dt_config_strategy_name(cfg->strategy),
+                        dt_dtype_name(t->dev->ops->dtype));
+        reduce = t->dev->ops->dtype;
+    }
     dt_dp_opts dpo = {.strategy = cfg->strategy, .overlap_comm = cfg->zero.overlap_comm,
                       .bucket_elems = (size_t)cfg->zero.reduce_bucket_size,
-                      .local_world_size = t->env->local_world_size, .seed = (uint64_t)cfg->seed};
+                      .local_world_size = t->env->local_world_size, .seed = (uint64_t)cfg->seed,
+                      .reduce_dtype = reduce};
     DT_CHECK(dt_dp_init(&t->dp, &dpo, t->dev, &t->layout, &t->net, t->comm));
     size_t rows = (size_t)t->B * (size_t)t->T;
     t->tokens = dt_xcalloc(rows, sizeof(int32_t));

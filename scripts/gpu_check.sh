@@ -7,7 +7,9 @@
 #
 #   1. the CPU emulator's own tests on the real GPU (tests/cuemu: same semantics?)
 #   2. every CUDA op against the CPU op (tests/gpu/test_kernels_cuda*)
-#   3. the NCCL communicator at world size 1, every op on device buffers
+#   3. the NCCL communicator at world size 1, every op on device buffers; `dtrun
+#      bench comm --device cuda` over NCCL (1 rank, 8 B..256 MiB) and over shared
+#      memory with host staging (2 ranks sharing the GPU): bandwidth, every size exact
 #   4. a small GPT trained 20 steps on the GPU vs the CPU from the same init:
 #      losses within 1e-4 relative with bf16 off, 1e-2 with bf16 on
 #   5. two ranks sharing the GPU through the shared-memory communicator (host
@@ -51,8 +53,24 @@ criterion "emulator semantics on the GPU (test_cuemu)" "$BIN/test_cuemu" 120
 criterion "CUDA core ops vs CPU (matmul, adamw, ...)" "$BIN/test_kernels_cuda" 180
 criterion "CUDA layer ops vs CPU (attention, ln, ...)" "$BIN/test_kernels_cuda_layers" 180
 criterion "fused attention vs CPU (DTRUN_CUDA_ATTENTION)" "$BIN/test_attention_fused" 120
-criterion "dtrun plan = the trainer's CUDA arena" "$BIN/test_plan_cuda" 120
 criterion "NCCL communicator, world size 1" "$BIN/test_comm_nccl" 120
+criterion "plan = the trainer's CUDA arena (bytes)" "$BIN/test_plan_cuda" 60
+
+# bench NAME NPROC FLAGS...: `dtrun bench comm --device cuda` on device buffers, one
+# row: PASS when every size was exact; the largest size's time and bandwidths, and
+# the device-to-device copy bandwidth the bench measured as the reference.
+bench() {
+  local name=$1 np=$2 log=$OUT/bench_$2.log; shift 2
+  timeout 180 "$DT" --standalone --nproc_per_node "$np" bench comm --device cuda "$@" >"$log" 2>&1; local rc=$?
+  local last; last=$(grep -E '^\[rank0\]: +[0-9]+ ' "$log" | tail -1 | sed 's/^\[rank0\]: *//')
+  local copy; copy=$(grep -o 'device-to-device copy of 64 MiB on GPU [0-9]*, best of 5): [0-9.]* GB/s' "$log" | sed 's/.*: //')
+  if [ $rc -eq 0 ] && grep -q 'out of bounds values: 0 OK' "$log" && [ -n "$last" ]; then
+    set -- $last
+    row "$name" PASS "$1 B: ${5} us, algbw $6, busbw $7 GB/s; d2d copy $copy"
+  else row "$name" FAIL "exit $rc: $(tail -2 "$log" | tr '\n' ' ' | cut -c1-120)"; fi
+}
+bench "bench comm all_reduce, NCCL, 1 rank, 256M" 1 --backend nccl --max 256M
+bench "bench comm all_reduce, 2 ranks share GPU, shm" 2 --backend shm --max 64M
 
 # A small text corpus (deterministic), and a small GPT over it.
 python3 - "$OUT/text.txt" <<'PY'

@@ -139,6 +139,35 @@ static double cpu_peak_flops(dt_device_t *dev) {
     return best;
 }
 
+static inline uint16_t f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* NaN stays NaN */
+    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even */
+    return (uint16_t)(u >> 16);
+}
+
+static void cpu_cast(dt_device_t *dev, void *dst, dt_dtype_t to, const void *src, dt_dtype_t from, size_t n) {
+    if (to == from) {
+        if (dst != src) memcpy(dst, src, n * dt_dtype_size(to));
+        return;
+    }
+    if (to == DT_DTYPE_BF16) {
+        uint16_t *d = dst;
+        const float *s = src;
+#pragma omp parallel for num_threads(dev->nthreads) schedule(static) if (n > 65536)
+        for (size_t i = 0; i < n; i++) d[i] = f32_to_bf16(s[i]);
+    } else {
+        float *d = dst;
+        const uint16_t *s = src;
+#pragma omp parallel for num_threads(dev->nthreads) schedule(static) if (n > 65536)
+        for (size_t i = 0; i < n; i++) {
+            uint32_t u = (uint32_t)s[i] << 16;
+            memcpy(&d[i], &u, sizeof u);
+        }
+    }
+}
+
 static const dt_ops_t cpu_ops = {
     .name = "cpu",
     .dtype = DT_DTYPE_F32,
@@ -173,6 +202,7 @@ static const dt_ops_t cpu_ops = {
     .adamw = dt_cpu_adamw,
     .grad_sq_norm = dt_cpu_grad_sq_norm,
     .scale = dt_cpu_scale,
+    .cast = cpu_cast,
 };
 
 const dt_ops_t *dt_cpu_ops(void) { return &cpu_ops; }

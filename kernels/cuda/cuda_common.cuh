@@ -27,7 +27,7 @@
 #include <mma.h>
 #define DT_LAUNCH(kernel, grid, block, smem, stream) kernel<<<(grid), (block), (smem), (stream)>>>
 #define DT_DYN_SMEM(T, name)                                                                   \
-    extern __shared__ __align__(16) unsigned char dt_dyn_smem_[];                              \
+    extern __shared__ __align__(128) unsigned char dt_dyn_smem_[]; /* WMMA wants 32 */                              \
     T *name = reinterpret_cast<T *>(dt_dyn_smem_)
 #endif
 

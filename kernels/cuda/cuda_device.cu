@@ -359,6 +359,32 @@ static dt_status_t cuda_download_f32(dt_device_t *dev, float *dst, const void *s
     return DT_STATUS_OK;
 }
 
+/* ---- casts between the two dtypes (gradient reductions in another dtype) ------ */
+
+template <typename To, typename From> __global__ void cast_kernel(To *dst, const From *src, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = dt_st<To>(dt_ld(src[i]));
+}
+
+static void cuda_cast(dt_device_t *dev, void *dst, dt_dtype_t to, const void *src, dt_dtype_t from, size_t n) {
+    dt_cuda_impl *c = dt_cuda(dev);
+    if (!n) return;
+    if (to == from) {
+        if (dst != src) {
+            cudaError_t e = cudaMemcpyAsync(dst, src, n * dt_dtype_size(to), cudaMemcpyDeviceToDevice, c->stream);
+            if (e != cudaSuccess) dt_cuda_note_error(dev, "cast", e);
+        }
+        return;
+    }
+    if (to == DT_DTYPE_BF16)
+        DT_LAUNCH((cast_kernel<dt_bf16, float>), dt_cuda_grid(dev, n, 256), 256, 0, c->stream)((dt_bf16 *)dst,
+                                                                                            (const float *)src, n);
+    else
+        DT_LAUNCH((cast_kernel<float, dt_bf16>), dt_cuda_grid(dev, n, 256), 256, 0, c->stream)((float *)dst,
+                                                                                            (const dt_bf16 *)src, n);
+    DT_CUDA_LAUNCHED(dev);
+}
+
 /* ---- the op tables ---------------------------------------------------------- */
 
 static dt_ops_t ops_bf16, ops_f32;
@@ -376,6 +402,7 @@ static void fill_table(dt_ops_t *o, dt_dtype_t dtype) {
     o->upload_f32 = cuda_upload_f32;
     o->download_f32 = cuda_download_f32;
     o->peak_flops = cuda_peak_flops;
+    o->cast = cuda_cast;
     dt_cuda_fill_core_ops(o, dtype);
     if (dt_cuda_fill_layer_ops) dt_cuda_fill_layer_ops(o, dtype);
 }

@@ -1,6 +1,7 @@
 /*
  * cuemu.cc - the CUDA emulator's runtime (see cuemu.h for what it offers): fibers
- * and the block scheduler, barriers and shuffles, launch validation, device memory
+ * and the block scheduler, barriers, shuffles and the rendezvous of WMMA calls (their
+ * arithmetic is in cuemu_wmma.cc), launch validation, device memory
  * with poison and guard pages, streams and events, the error state.
  *
  * Execution model: a launch runs its blocks in order (x fastest, then y, z); within

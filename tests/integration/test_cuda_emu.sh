@@ -9,8 +9,9 @@
 # unreadable from the host (DTRUN_CUEMU_HOST_GUARD) so the ranks must stage
 # through host buffers as on a real GPU; bf16 master
 # weights survive a checkpoint and resume bitwise; model state is 16 bytes per
-# parameter; device auto picks the GPU and falls back to the CPU without one; the
-# fused attention (DTRUN_CUDA_ATTENTION=fused) trains as the CPU does too.
+# parameter; ZeRO-2 and FSDP match their CPU runs; device auto picks the GPU and
+# falls back to the CPU without one; the fused attention (DTRUN_CUDA_ATTENTION=fused)
+# trains as the CPU does too.
 # The emulator build is part of `make test` but not of `make test SAN=1`.
 source "$(dirname "$0")/lib.sh"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -93,6 +94,32 @@ if DTRUN_CUEMU_HOST_GUARD=1 run emu2_shm "$EMU" 2 device=cuda bf16.enabled=false
   grep -q "share 1 GPU" "$DT_TMP/emu2_shm.out" && pass "ranks sharing a GPU are told so" ||
     fail "ranks sharing a GPU are told so" "$(head -5 "$DT_TMP/emu2_shm.out")"
 else fail "2 ranks on one GPU (shm)"; fi
+
+# communication_data_type: gradients cast to another dtype for their reduction and back
+# (bf16 compute reduced in fp32 on the GPU; fp32 compute over a bf16 wire on the CPU).
+if run emu2_bf16_f32wire "$EMU" 2 device=cuda bf16.enabled=true communication_data_type=fp32 &&
+   run cpu2_bf16wire "$DTRUN" 2 device=cpu communication_data_type=bf16; then
+  close "GPU bf16 compute, fp32 reductions, 2 ranks vs CPU: within 1e-2" emu2_bf16_f32wire cpu2 1e-2
+  close "CPU fp32 compute over a bf16 wire, 2 ranks vs fp32 wire: within 1e-2" cpu2_bf16wire cpu2 1e-2
+  python3 - "$DT_TMP/cpu2_bf16wire/summary.json" <<'PY' && pass "bf16 wire: a bf16 copy of the gradients is the comm buffer" || fail "bf16 wire comm buffer"
+import json, sys
+s = json.load(open(sys.argv[1]))
+r = s["ranks"][0]
+assert r["comm_buffer_bytes"] >= 2 * s["padded_params"], r
+PY
+else fail "communication_data_type runs"; fi
+
+# ZeRO-2 and FSDP on the GPU: gradient shards accumulate on the device, FSDP units
+# gather on it (two ranks sharing the GPU, staged), against the same strategy on CPU.
+for st in zero2 fsdp; do
+  run "cpu2_$st" "$DTRUN" 2 device=cpu strategy=$st || fail "cpu reference run, $st"
+  if DTRUN_CUEMU_HOST_GUARD=1 run "emu2_$st" "$EMU" 2 device=cuda bf16.enabled=false strategy=$st; then
+    close "$st on the GPU, 2 ranks, fp32 vs CPU: within 1e-4" "emu2_$st" "cpu2_$st" 1e-4
+  else fail "$st on the GPU, 2 ranks"; fi
+done
+if DTRUN_CUEMU_HOST_GUARD=1 run emu2_fsdp_bf16 "$EMU" 2 device=cuda bf16.enabled=true strategy=fsdp; then
+  close "fsdp on the GPU, 2 ranks, bf16 vs CPU: within 1e-2" emu2_fsdp_bf16 cpu2_fsdp 1e-2
+else fail "fsdp bf16 on the GPU, 2 ranks"; fi
 
 # NCCL needs a GPU per rank: asked for with two ranks on one GPU, it is refused by name.
 DTRUN_CUEMU_GPUS=1 run nccl_shared "$EMU" 2 device=cuda comm.backend=nccl train_steps=2
