@@ -92,7 +92,8 @@ struct dt_ops {
     dt_status_t (*alloc)(dt_device_t *dev, dt_mem_category_t cat, size_t bytes, void **out);
     void (*free)(dt_device_t *dev, void *ptr); /* NULL is fine */
     /* Ordered after the ops already issued on the device; a copy to the host has
-     * landed when it returns. Overlapping ranges are fine on CPU. */
+     * landed when it returns, and the source of a copy from the host may be reused
+     * when it returns (upload_f32 too). Overlapping ranges are fine on CPU. */
     dt_status_t (*copy)(dt_device_t *dev, void *dst, const void *src, size_t bytes,
                         dt_copy_kind_t kind);
     dt_status_t (*set)(dt_device_t *dev, void *ptr, int byte, size_t bytes);

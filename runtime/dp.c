@@ -210,7 +210,6 @@ static dt_status_t device_all_gather(dt_dp_t *dp, dt_comm_t *comm, const float *
     size_t need = count * (size_t)(size + 1) * sizeof(float);
     if (need > dp->small_bytes) {
         o->free(dp->dev, dp->small);
-    o->free(dp->dev, dp->wire);
         dp->small = NULL;
         dp->small_bytes = 0;
         DT_CHECK(o->alloc(dp->dev, DT_MEM_COMM, need, &dp->small));
@@ -738,6 +737,7 @@ void dt_dp_free(dt_dp_t *dp) {
     o->free(dp->dev, dp->v);
     o->free(dp->dev, dp->master);
     o->free(dp->dev, dp->small);
+    o->free(dp->dev, dp->wire);
     for (int i = 0; i < DP_GSLOTS; i++) o->free(dp->dev, dp->gslots[i].buf);
     for (int i = 0; i < DP_PSLOTS; i++) o->free(dp->dev, dp->pslots[i].buf);
     if (dp->own_shard) dt_comm_free(dp->shard);

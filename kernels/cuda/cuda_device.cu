@@ -249,7 +249,10 @@ static dt_status_t cuda_copy(dt_device_t *dev, void *dst, const void *src, size_
                        : kind == DT_COPY_DEVICE_TO_HOST ? cudaMemcpyDeviceToHost
                                                         : cudaMemcpyDeviceToDevice;
     DT_CHECK(dt_cuda_status(cudaMemcpyAsync(dst, src, bytes, k, c->stream), what));
-    if (kind == DT_COPY_DEVICE_TO_HOST) DT_CHECK(dt_cuda_status(cudaStreamSynchronize(c->stream), what));
+    /* To the host: the data has landed. From the host: the source may be reused at
+     * once (kernels.h); CUDA documents that only for the synchronous copy from
+     * pageable memory, so wait rather than rely on the driver staging it. */
+    if (kind != DT_COPY_DEVICE_TO_DEVICE) DT_CHECK(dt_cuda_status(cudaStreamSynchronize(c->stream), what));
     return DT_STATUS_OK;
 }
 
@@ -327,16 +330,15 @@ static dt_status_t cuda_upload_f32(dt_device_t *dev, void *dst, const float *src
     dt_bf16 *d = (dt_bf16 *)dst;
     for (size_t off = 0; off < n; off += STAGING_ELEMS) {
         size_t k = n - off < STAGING_ELEMS ? n - off : STAGING_ELEMS;
-        /* From pageable memory the copy has read src when it returns; stream order
-         * keeps the next chunk's copy behind this chunk's cast. */
+        /* Stream order keeps the next chunk's copy into staging behind this chunk's cast. */
         DT_CHECK(dt_cuda_status(cudaMemcpyAsync(c->staging, src + off, k * sizeof(float), cudaMemcpyHostToDevice,
                                                 c->stream),
                                 "upload_f32: copy to the staging buffer"));
         DT_LAUNCH(cast_from_f32_kernel<dt_bf16>, dt_cuda_grid(dev, k, 256), 256, 0, c->stream)(d + off, (const float *)c->staging, k);
         DT_CHECK(dt_cuda_status(cudaGetLastError(), "upload_f32: cast kernel launch"));
     }
-    /* pageable source: the copies have read it; nothing to wait for */
-    return DT_STATUS_OK;
+    /* the caller may reuse src at once (see cuda_copy) */
+    return dt_cuda_status(cudaStreamSynchronize(c->stream), "upload_f32");
 }
 
 static dt_status_t cuda_download_f32(dt_device_t *dev, float *dst, const void *src, size_t n) {

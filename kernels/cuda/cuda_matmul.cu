@@ -178,6 +178,16 @@ static void gemm(dt_device_t *dev, const char *op, int transa, int transb, int m
     }
     if (m == 0 || n == 0) return;
     cudaDataType_t type = sizeof(T) == 2 ? CUDA_R_16BF : CUDA_R_32F;
+    /* cuBLASLt's BIAS epilogue wants a 16-byte aligned bias and has no preference
+     * attribute to say otherwise (llm.c requires the same): a bias packed at another
+     * offset is written into D first and accumulated with beta = 1. */
+    int filled = 0;
+    if (bias && ptr_align(bias) < 16) {
+        DT_LAUNCH(bias_fill_kernel<T>, dt_cuda_grid(dev, (size_t)m * n, 256), 256, 0, c->stream)(D, (const T *)bias,
+                                                                                              m, n, ldd);
+        dt_cuda_note_launch(dev, op);
+        bias = NULL, beta = 1.0f, filled = 1;
+    }
     mm_key key;
     memset(&key, 0, sizeof key); /* compared with memcmp: no stray padding bytes */
     key.type = type;
@@ -205,11 +215,16 @@ static void gemm(dt_device_t *dev, const char *op, int transa, int transb, int m
         }
         s = cublasLtMatmul(c->lt, p->desc, &alpha, A, p->la, B, p->lb, &beta, D, p->ld, D, p->ld, &p->algo,
                            c->workspace, c->workspace_bytes, c->stream);
-        dt_cuda_note_blas(dev, op, s);
-        return;
+        if (s == CUBLAS_STATUS_SUCCESS) return;
+        /* Declined at run time (an algorithm the heuristic offered but this call's
+         * pointers or sizes do not suit): cuBLAS's GEMM below does it, from now on too. */
+        DT_LOG_WARN("%s: cuBLASLt declined a %dx%dx%d %s GEMM (%s); using cublasGemmEx for this shape", op, m, n, k,
+                    sizeof(T) == 2 ? "bf16" : "fp32", cublasGetStatusString(s));
+        p->have_algo = 0;
     }
-    if (bias) {
-        DT_LAUNCH(bias_fill_kernel<T>, dt_cuda_grid(dev, (size_t)m * n, 256), 256, 0, c->stream)(D, bias, m, n, ldd);
+    if (bias && !filled) {
+        DT_LAUNCH(bias_fill_kernel<T>, dt_cuda_grid(dev, (size_t)m * n, 256), 256, 0, c->stream)(D, (const T *)bias,
+                                                                                              m, n, ldd);
         dt_cuda_note_launch(dev, op);
         beta = 1.0f;
     }

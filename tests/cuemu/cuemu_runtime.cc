@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <deque>
 #include <map>
 #include <set>
 
@@ -129,6 +130,27 @@ bool canary_ok(const alloc_t &a, size_t *bad) {
     return true;
 }
 
+/* Freed memory stays mapped but inaccessible for a while (the last 256 MiB of
+ * frees), so a kernel or copy that uses a buffer after cudaFree faults instead
+ * of landing in the next allocation that mmap happens to place at the same
+ * address. */
+void quarantine(char *map, size_t len) {
+    static std::deque<std::pair<char *, size_t>> q;
+    static size_t held = 0;
+    const size_t cap = (size_t)256 << 20;
+    if (len > cap || mprotect(map, len, PROT_NONE) != 0) {
+        munmap(map, len);
+        return;
+    }
+    q.emplace_back(map, len);
+    held += len;
+    while (held > cap) {
+        munmap(q.front().first, q.front().second);
+        held -= q.front().second;
+        q.pop_front();
+    }
+}
+
 cudaError_t do_free(void *p, bool device) {
     if (!p) return cudaSuccess;
     auto it = g_allocs.find((uintptr_t)p);
@@ -148,7 +170,7 @@ cudaError_t do_free(void *p, bool device) {
             device ? "cudaFree" : "cudaFreeHost", p, bad + 1, a.size);
     g_allocs.erase(it);
     if (device) g_device_used -= a.padded;
-    munmap(a.map, a.map_len);
+    quarantine(a.map, a.map_len);
     return cudaSuccess;
 }
 

@@ -366,6 +366,38 @@ static void matmul_case(dt_dtype_t dt, int N, int C, int OC, int with_bias, int 
     ctx_close(&x);
 }
 
+/* A bias that does not start on 16 bytes (parameters are packed, so ZeRO/FSDP shards
+ * and odd model sizes put biases anywhere): cuBLASLt's BIAS epilogue is not used
+ * for it; the result still matches the CPU. */
+static void matmul_bias_offset(dt_dtype_t dt) {
+    ctx x;
+    ctx_open(&x, dt);
+    int N = 9, C = 24, OC = 40;
+    size_t nin = (size_t)N * C, nw = (size_t)OC * C, nout = (size_t)N * OC, es = dt_dtype_size(dt);
+    float *inp = host_rand(&x, nin, 1.0f), *w = host_rand(&x, nw, 0.5f), *bias = host_rand(&x, OC, 0.5f);
+    void *d_inp = dev_from(&x, inp, nin), *d_w = dev_from(&x, w, nw), *d_out = dev_alloc(&x, nout, 8);
+    void *d_b = dev_alloc(&x, (size_t)OC + 1, 8);
+    void *d_bias = (char *)d_b + es; /* 2 or 4 bytes past a 256-byte boundary */
+    upload_round(&x, d_bias, bias, OC);
+    poison(&x, d_out, nout);
+    x.g->ops->matmul_forward(x.g, d_out, d_inp, d_w, d_bias, N, C, OC);
+    float *got = dev_read(&x, d_out, nout);
+    float *ref = malloc(nout * sizeof *ref), *scale = malloc(nout * sizeof *scale);
+    x.c->ops->matmul_forward(x.c, ref, inp, w, bias, N, C, OC);
+    float *ainp = absdup(inp, nin), *aw = absdup(w, nw), *abias = absdup(bias, OC);
+    x.c->ops->matmul_forward(x.c, scale, ainp, aw, abias, N, C, OC);
+    check_close("matmul_forward, bias off 16 bytes", got, ref, scale, nout, dt == DT_DTYPE_BF16 ? BF16_R : 0.0,
+                8.0 * sqrt((double)C) * 0x1p-24);
+    cr_assert_eq(x.g->ops->synchronize(x.g), DT_STATUS_OK, "%s", dt_error_detail());
+    void *bufs[] = {d_inp, d_w, d_out, d_b};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) x.g->ops->free(x.g, bufs[i]);
+    float *hs[] = {inp, w, bias, got, ref, scale, ainp, aw, abias};
+    for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++) free(hs[i]);
+    ctx_close(&x);
+}
+Test(cuda_matmul, bias_not_16_byte_aligned_f32) { NEED_CUDA(); matmul_bias_offset(DT_DTYPE_F32); }
+Test(cuda_matmul, bias_not_16_byte_aligned_bf16) { NEED_CUDA(); matmul_bias_offset(DT_DTYPE_BF16); }
+
 Test(cuda_matmul, odd_small_f32) { NEED_CUDA(); matmul_case(DT_DTYPE_F32, 7, 13, 5, 1, 1); }
 Test(cuda_matmul, odd_small_bf16) { NEED_CUDA(); matmul_case(DT_DTYPE_BF16, 7, 13, 5, 1, 1); }
 Test(cuda_matmul, no_bias_no_dinp_f32) { NEED_CUDA(); matmul_case(DT_DTYPE_F32, 33, 64, 17, 0, 0); }
