@@ -134,6 +134,9 @@ static const config_key_t keys[] = {
      "0.0001", "WarmupCosineLR: lr ratio at total_num_steps"},
     {"bf16.enabled", KT_BOOL, OFF(bf16.enabled), 0, 0, KF_DS, NULL, "false",
      "bf16 parameters and compute with fp32 master weights (GPU)"},
+    {"bf16.stochastic_rounding", KT_BOOL, OFF(bf16.stochastic_rounding), 0, 0, 0, NULL, "false",
+     "round the bf16 parameters written from the fp32 masters stochastically (deterministic per seed "
+     "and step) instead of to nearest"},
     {"communication_data_type", KT_ENUM, OFF(communication_data_type), 0, 0, KF_DS, dtype_names,
      "\"fp32\"", "type of gradients on the wire"},
     {"zero_optimization.stage", KT_INT, OFF(zero.stage), 0, 3, KF_DS, NULL, "0",

@@ -130,6 +130,7 @@ typedef struct dt_config {
     } scheduler;
     struct {
         bool enabled;
+        bool stochastic_rounding; /* dtrun's: bf16 parameters from the fp32 masters */
     } bf16;
     dt_config_dtype_t communication_data_type;
     struct {

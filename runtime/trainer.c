@@ -602,7 +602,9 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_trainer_env *env) {
                                 .eps = (float)cfg->optimizer.eps,
                                 .weight_decay = (float)cfg->optimizer.weight_decay,
                                 .step = (int)step,
-                                .grad_scale = 1.0f};
+                                .grad_scale = 1.0f,
+                                /* a fixed non-zero seed per run; the op mixes in the step */
+                                .sr_seed = cfg->bf16.stochastic_rounding ? (unsigned)(cfg->seed * 2654435761u) | 1u : 0};
         if (cfg->gradient_clipping > 0 && norm > cfg->gradient_clipping)
             args.grad_scale = (float)(cfg->gradient_clipping / norm);
         DT_CHECK_GOTO(dt_dp_optimizer_step(t.dp, &args), st, out_teardown);

@@ -95,6 +95,21 @@ if DTRUN_CUEMU_HOST_GUARD=1 run emu2_shm "$EMU" 2 device=cuda bf16.enabled=false
     fail "ranks sharing a GPU are told so" "$(head -5 "$DT_TMP/emu2_shm.out")"
 else fail "2 ranks on one GPU (shm)"; fi
 
+# bf16.stochastic_rounding: the bf16 copies of the masters are rounded stochastically;
+# training still tracks the CPU, differs from rounding to nearest, and repeats bit for bit.
+if run emu_sr "$EMU" 1 device=cuda bf16.enabled=true bf16.stochastic_rounding=true &&
+   run emu_sr2 "$EMU" 1 device=cuda bf16.enabled=true bf16.stochastic_rounding=true; then
+  close "bf16 with stochastic rounding vs CPU: within 1e-2" emu_sr cpu1 1e-2
+  if cmp -s "$DT_TMP/emu_sr/metrics.jsonl" "$DT_TMP/emu_bf16/metrics.jsonl"; then
+    fail "stochastic rounding changes the bf16 parameters" "same losses as rounding to nearest"
+  else pass "stochastic rounding changes the bf16 parameters"; fi
+  python3 - "$DT_TMP/emu_sr/metrics.jsonl" "$DT_TMP/emu_sr2/metrics.jsonl" <<'PY' && pass "stochastic rounding is deterministic run to run" || fail "stochastic rounding is deterministic"
+import json, sys
+a, b = ([json.loads(l)["loss"] for l in open(f)] for f in sys.argv[1:3])
+assert a == b, (a, b)
+PY
+else fail "bf16 stochastic rounding runs"; fi
+
 # communication_data_type: gradients cast to another dtype for their reduction and back
 # (bf16 compute reduced in fp32 on the GPU; fp32 compute over a bf16 wire on the CPU).
 if run emu2_bf16_f32wire "$EMU" 2 device=cuda bf16.enabled=true communication_data_type=fp32 &&
