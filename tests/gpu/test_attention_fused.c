@@ -42,95 +42,7 @@
 #include "common/mem.h"
 #include "common/status.h"
 #include "kernels/kernels.h"
-
-#define BF_ULP (1.0 / 256.0)
-#define MAX_BUFS 16
-
-typedef struct ctx {
-    dt_device_t *gpu, *cpu;
-    const dt_ops_t *g, *c;
-    dt_dtype_t dtype;
-    int bf16;
-    void *bufs[MAX_BUFS];
-    int nbufs;
-} ctx_t;
-
-static void ctx_open(ctx_t *x, dt_dtype_t dtype, const char *kind) {
-    memset(x, 0, sizeof *x);
-    if (dt_device_count(DT_DEVICE_CUDA) == 0) cr_skip_test("no CUDA device");
-    cr_assert_eq(setenv("DTRUN_CUDA_ATTENTION", kind, 1), 0);
-    dt_device_opts_t o = {.kind = DT_DEVICE_CUDA, .nthreads = 1, .ordinal = 0, .dtype = dtype};
-    cr_assert_eq(dt_device_open(&x->gpu, &o), DT_STATUS_OK, "open cuda: %s", dt_error_detail());
-    cr_assert_eq(dt_device_init(&x->cpu, DT_DEVICE_CPU, 2), DT_STATUS_OK, "open cpu: %s", dt_error_detail());
-    x->g = x->gpu->ops;
-    x->c = x->cpu->ops;
-    x->dtype = dtype;
-    x->bf16 = dtype == DT_DTYPE_BF16;
-}
-
-static void ctx_sync(ctx_t *x) {
-    cr_assert_eq(x->g->synchronize(x->gpu), DT_STATUS_OK, "synchronize: %s", dt_error_detail());
-}
-
-static void ctx_close(ctx_t *x) {
-    ctx_sync(x);
-    for (int i = 0; i < x->nbufs; i++) x->g->free(x->gpu, x->bufs[i]);
-    dt_device_free(x->gpu);
-    dt_device_free(x->cpu);
-}
-
-static void *gpu_alloc(ctx_t *x, size_t bytes) {
-    void *p = NULL;
-    cr_assert_lt(x->nbufs, MAX_BUFS);
-    cr_assert_eq(x->g->alloc(x->gpu, DT_MEM_OTHER, bytes ? bytes : 1, &p), DT_STATUS_OK, "alloc: %s",
-                 dt_error_detail());
-    x->bufs[x->nbufs++] = p;
-    return p;
-}
-
-static void upload(ctx_t *x, void *d, const float *host, size_t n) {
-    cr_assert_eq(x->g->upload_f32(x->gpu, d, host, n), DT_STATUS_OK, "%s", dt_error_detail());
-}
-
-/* n elements in the device dtype holding `host`, which is overwritten with what the
- * device holds (bf16-rounded). */
-static void *gpu_tensor(ctx_t *x, float *host, size_t n) {
-    void *d = gpu_alloc(x, n * dt_dtype_size(x->dtype));
-    upload(x, d, host, n);
-    cr_assert_eq(x->g->download_f32(x->gpu, host, d, n), DT_STATUS_OK, "%s", dt_error_detail());
-    return d;
-}
-
-static void poison(ctx_t *x, void *d, size_t bytes) {
-    cr_assert_eq(x->g->set(x->gpu, d, 0xFF, bytes), DT_STATUS_OK, "%s", dt_error_detail());
-}
-
-static float *fetch(ctx_t *x, const void *d, size_t n) {
-    ctx_sync(x);
-    float *h = malloc((n ? n : 1) * sizeof *h);
-    cr_assert_eq(x->g->download_f32(x->gpu, h, d, n), DT_STATUS_OK, "%s", dt_error_detail());
-    return h;
-}
-
-static uint64_t rng_state;
-static void rng_seed(uint64_t s) { rng_state = s * 0x9e3779b97f4a7c15ull + 1; }
-static uint64_t rng_next(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
-static float rnd(void) { return (float)((rng_next() >> 40) * (1.0 / (1ull << 24)) * 2.0 - 1.0); }
-static float *frand(size_t n, float scale) {
-    float *h = malloc((n ? n : 1) * sizeof *h);
-    for (size_t i = 0; i < n; i++) h[i] = scale * rnd();
-    return h;
-}
-static float *fcopy(const float *a, size_t n) {
-    float *h = malloc((n ? n : 1) * sizeof *h);
-    memcpy(h, a, n * sizeof *h);
-    return h;
-}
+#include "tests/gpu/gpu_fixture.h"
 
 /* |got - want| <= rtol |want| + atol rms(want) + atol_abs for every element; no NaN. */
 static void check_tol(const char *what, const float *got, const float *want, size_t n, double rtol, double atol,
@@ -163,7 +75,7 @@ static void check_same_bits(const char *what, const float *a, const float *b, si
  * += into pre-filled dqkv, two runs bitwise equal. */
 static void run_fused(dt_dtype_t dtype, int B, int T, int C, int NH, uint64_t seed) {
     ctx_t x;
-    ctx_open(&x, dtype, "fused");
+    ctx_open_attention(&x, dtype, "fused");
     rng_seed(seed);
     int HS = C / NH;
     size_t es = dt_dtype_size(dtype), n3 = (size_t)B * T * 3 * C, n1 = (size_t)B * T * C;
@@ -175,7 +87,7 @@ static void run_fused(dt_dtype_t dtype, int B, int T, int C, int NH, uint64_t se
     } else { /* falls back to the cuBLAS path: the probabilities */
         cr_assert_eq(saved_b, es * (size_t)B * NH * T * T, "HS %d: saved %zu", HS, saved_b);
     }
-    float *qkv = frand(n3, 1.0f), *dout = frand(n1, 1.0f), *dqkv0 = frand(n3, 0.5f);
+    float *qkv = frand(n3, 1.0f, 0.0f), *dout = frand(n1, 1.0f, 0.0f), *dqkv0 = frand(n3, 0.5f, 0.0f);
     void *d_qkv = gpu_tensor(&x, qkv, n3), *d_dout = gpu_tensor(&x, dout, n1), *d_dqkv = gpu_tensor(&x, dqkv0, n3);
     void *d_out = gpu_alloc(&x, n1 * es), *d_saved = gpu_alloc(&x, saved_b), *d_scratch = gpu_alloc(&x, scratch_b);
 
@@ -244,13 +156,13 @@ Test(cuda_attention_fused, head_size_over_128_falls_back_to_cublas) {
  * before T0, and their dq, bitwise unchanged: masked keys have no influence. */
 static void run_masked(dt_dtype_t dtype) {
     ctx_t x;
-    ctx_open(&x, dtype, "fused");
+    ctx_open_attention(&x, dtype, "fused");
     rng_seed(99);
     int B = 2, T = 70, C = 128, NH = 2, T0 = 35; /* T0 inside the second tile */
     size_t es = dt_dtype_size(dtype), n3 = (size_t)B * T * 3 * C, n1 = (size_t)B * T * C;
     size_t saved_b = x.g->attention_saved_bytes(x.gpu, B, T, C, NH);
     size_t scratch_b = x.g->attention_scratch_bytes(x.gpu, B, T, C, NH);
-    float *qkv = frand(n3, 1.0f), *dout = frand(n1, 1.0f), *zero = calloc(n3, sizeof(float));
+    float *qkv = frand(n3, 1.0f, 0.0f), *dout = frand(n1, 1.0f, 0.0f), *zero = calloc(n3, sizeof(float));
     void *d_qkv = gpu_tensor(&x, qkv, n3), *d_dout = gpu_tensor(&x, dout, n1), *d_dqkv = gpu_alloc(&x, n3 * es);
     void *d_out = gpu_alloc(&x, n1 * es), *d_saved = gpu_alloc(&x, saved_b), *d_scratch = gpu_alloc(&x, scratch_b);
     float *out[2], *dq[2];
@@ -320,13 +232,13 @@ Test(cuda_attention_fused, choice_and_sizes) {
  * bf16 element past an aligned address take the second path). */
 Test(cuda_attention_fused, unaligned_inputs_same_bits_bf16) {
     ctx_t x;
-    ctx_open(&x, DT_DTYPE_BF16, "fused");
+    ctx_open_attention(&x, DT_DTYPE_BF16, "fused");
     rng_seed(5);
     int B = 2, T = 45, C = 128, NH = 2;
     size_t n3 = (size_t)B * T * 3 * C, n1 = (size_t)B * T * C;
     size_t saved_b = x.g->attention_saved_bytes(x.gpu, B, T, C, NH);
     size_t scratch_b = x.g->attention_scratch_bytes(x.gpu, B, T, C, NH);
-    float *qkv = frand(n3, 1.0f), *dout = frand(n1, 1.0f), *zero = calloc(n3, sizeof(float));
+    float *qkv = frand(n3, 1.0f, 0.0f), *dout = frand(n1, 1.0f, 0.0f), *zero = calloc(n3, sizeof(float));
     char *qkv_buf = gpu_alloc(&x, (n3 + 1) * 2), *dout_buf = gpu_alloc(&x, (n1 + 1) * 2);
     void *d_dqkv = gpu_alloc(&x, n3 * 2), *d_out = gpu_alloc(&x, n1 * 2);
     void *d_saved = gpu_alloc(&x, saved_b), *d_scratch = gpu_alloc(&x, scratch_b);
