@@ -105,7 +105,8 @@ struct dt_ops {
     dt_status_t (*download_f32)(dt_device_t *dev, float *dst, const void *src, size_t n);
     /* (optional) Peak FLOP/s in the compute dtype with dev->nthreads, for MFU.
      * CPU: measured by a short sgemm probe through matmul_forward (~0.1 s, once per
-     * device; cached). CUDA: from a table of known GPUs. 0 when unknown. */
+     * device; cached). 0 when the backend does not know it (CUDA): runtime/ then
+     * looks the device up by dev->name in the GPU table of runtime/plan.c. */
     double (*peak_flops)(dt_device_t *dev);
 
     /* ---- embedding: out[b,t,:] = wte[inp[b,t],:] + wpe[t,:] ---------------- */

@@ -362,10 +362,9 @@ static dt_status_t setup(trainer *t) {
     t->tokens = dt_xcalloc(rows, sizeof(int32_t));
     t->targets = dt_xcalloc(rows, sizeof(int32_t));
     if (spec.type == DT_MODEL_MLP) t->features = dt_xcalloc((size_t)t->B * (size_t)spec.in_dim, sizeof(float));
-    if (t->dev->kind == DT_DEVICE_CUDA) /* dense bf16 tensor-core peak, as llm.c reports MFU */
+    t->peak_flops = t->dev->ops->peak_flops ? t->dev->ops->peak_flops(t->dev) : 0;
+    if (t->peak_flops <= 0) /* a GPU: its dense bf16 peak by name, as llm.c reports MFU */
         t->peak_flops = dt_peak_flops_gpu(t->dev->name);
-    else
-        t->peak_flops = t->dev->ops->peak_flops ? t->dev->ops->peak_flops(t->dev) : 0;
     snprintf(t->log_dir, sizeof t->log_dir, "%s", cfg->log.dir ? cfg->log.dir : "runs/latest");
     dt_rng_seed(&t->rng, (uint64_t)cfg->seed, 0x747261696eull);
     DT_CHECK(resume_checkpoint(t));

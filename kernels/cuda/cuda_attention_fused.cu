@@ -72,6 +72,19 @@ static size_t fa_forward_smem(int HS) {
     return sizeof(float) * (3 * (size_t)FA_TILE * hp + (size_t)FA_TILE * FA_PS + 2 * FA_TILE);
 }
 
+/* End of a forward tile: each warp's row sums l into shared memory (to normalise the
+ * output) and the rows' log-sum-exp m + log l (what the backward keeps). */
+static __device__ __forceinline__ void store_row_sums(float *sl, float *lse_bh, const float *m, const float *l,
+                                                      int q0, int T, int warp, int lane) {
+    for (int i = 0; i < FA_ROWS_PER_WARP; i++) {
+        int r = warp + FA_WARPS * i;
+        if (lane == 0) {
+            sl[r] = l[i];
+            if (q0 + r < T) lse_bh[q0 + r] = m[i] + logf(l[i]);
+        }
+    }
+}
+
 template <typename S>
 __global__ void __launch_bounds__(FA_THREADS)
     fa_forward_kernel(S *out, float *lse, S *out_copy, const S *qkv, int T, int C, int NH, float scale) {
@@ -125,13 +138,7 @@ __global__ void __launch_bounds__(FA_THREADS)
             acc[i] = x;
         }
     }
-    for (int i = 0; i < FA_ROWS_PER_WARP; i++) {
-        int r = warp + FA_WARPS * i;
-        if (lane == 0) {
-            sl[r] = l[i];
-            if (q0 + r < T) lse[((size_t)b * NH + h) * T + q0 + r] = m[i] + logf(l[i]);
-        }
-    }
+    store_row_sums(sl, lse + ((size_t)b * NH + h) * T, m, l, q0, T, warp, lane);
     __syncthreads();
     int t = q0 + lane;
     if (t >= T) return;
@@ -264,13 +271,7 @@ __global__ void __launch_bounds__(FA_THREADS)
             wmma::store_matrix_sync(so + orow * hso + ocol, acc, hso, wmma::mem_row_major);
         }
     }
-    for (int i = 0; i < FA_ROWS_PER_WARP; i++) {
-        int r = warp + FA_WARPS * i;
-        if (lane == 0) {
-            sl[r] = l[i];
-            if (q0 + r < T) lse[((size_t)b * NH + h) * T + q0 + r] = m[i] + logf(l[i]);
-        }
-    }
+    store_row_sums(sl, lse + ((size_t)b * NH + h) * T, m, l, q0, T, warp, lane);
     __syncthreads();
     for (int i = threadIdx.x; i < FA_TILE * HS; i += blockDim.x) {
         int r = i / HS, d = i % HS, t = q0 + r;

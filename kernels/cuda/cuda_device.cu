@@ -1,7 +1,7 @@
 /*
  * cuda_device.cu - the CUDA device: open/close, memory (cudaMalloc accounted in
  * common/mem.h), copies, fp32 upload/download through a device staging buffer,
- * peak FLOP/s from a table of known GPUs, CUDA/cuBLAS error translation, and the
+ * the GPU's name for the peak FLOP/s table in runtime/plan.c, CUDA/cuBLAS error translation, and the
  * two op tables (bf16 and fp32 compute).
  *
  * Ordering: every op and copy of the device runs on one stream, created with plain
@@ -113,37 +113,9 @@ extern "C" int dt_cuda_device_count(void) {
     return n > 0 ? n : 0;
 }
 
-/* Dense (no sparsity) peak FLOP/s from the vendors' datasheets: bf16 tensor cores
- * with fp32 accumulation, and fp32 without tensor cores (our fp32 table uses no
- * TF32). The first entry whose key occurs in cudaDeviceProp.name wins, so the
- * more specific names come first. */
-static const struct {
-    const char *key;
-    double bf16, fp32;
-} peak_table[] = {
-    {"H100 PCIe", 756.0e12, 51.2e12},
-    {"H100 NVL", 835.5e12, 60.0e12},
-    {"H100", 989.4e12, 66.9e12}, /* SXM5 */
-    {"H200", 989.4e12, 66.9e12}, /* also GH200 */
-    {"H800", 989.4e12, 66.9e12},
-    {"A100", 312.0e12, 19.5e12},
-    {"A800", 312.0e12, 19.5e12},
-    {"L40S", 362.05e12, 91.6e12},
-    {"L40", 181.05e12, 90.5e12},
-    {"RTX 4090", 165.2e12, 82.6e12}, /* GeForce: fp32 accumulation runs at half the fp16-accumulate rate */
-    {"A10G", 0.0, 0.0},             /* AWS's variant: no published figures; keeps it off "A10" */
-    {"A10", 125.0e12, 31.2e12},
-    {"L4", 121.0e12, 30.3e12},
-};
-
-static double peak_for(const char *name, dt_dtype_t dtype) {
-    for (size_t i = 0; i < sizeof peak_table / sizeof peak_table[0]; i++)
-        if (strstr(name, peak_table[i].key))
-            return dtype == DT_DTYPE_BF16 ? peak_table[i].bf16 : peak_table[i].fp32;
-    return 0.0;
-}
-
-static double cuda_peak_flops(dt_device_t *dev) { return dt_cuda(dev)->peak_flops; }
+/* The GPU's peak is looked up by its name (dev->name) in the one GPU table,
+ * runtime/plan.c, which kernels/ cannot include: the slot answers "unknown". */
+static double cuda_peak_flops(dt_device_t *dev) { return 0.0; }
 
 /* ---- memory ----------------------------------------------------------------- */
 
@@ -458,7 +430,6 @@ extern "C" dt_status_t dt_cuda_device_init(dt_device_t *dev, int ordinal, dt_dty
                       "bf16 needs 8.0 or newer (set bf16.enabled=false for fp32)", ordinal, c->name, c->cc_major, c->cc_minor);
         goto out_free;
     }
-    c->peak_flops = peak_for(c->name, dtype);
 
     DT_CHECK_GOTO(dt_cuda_status(cudaStreamCreate(&c->stream), "cudaStreamCreate"), st, out_free);
     DT_CHECK_GOTO(dt_cublas_status(cublasLtCreate(&c->lt), "cublasLtCreate"), st, out_free);
@@ -484,8 +455,8 @@ extern "C" dt_status_t dt_cuda_device_init(dt_device_t *dev, int ordinal, dt_dty
         c->matmul_gemmex = e && strcmp(e, "gemmex") == 0;
     }
     DT_CHECK_GOTO(dt_attention_kind_from_env(&c->attention), st, out_free);
-    DT_LOG_DEBUG("cuda device %d: %s, %d SMs, cc %d.%d, %s compute, peak %.1f TFLOP/s", ordinal, c->name,
-                 c->sm_count, c->cc_major, c->cc_minor, dt_dtype_name(dtype), c->peak_flops / 1e12);
+    DT_LOG_DEBUG("cuda device %d: %s, %d SMs, cc %d.%d, %s compute", ordinal, c->name, c->sm_count, c->cc_major,
+                 c->cc_minor, dt_dtype_name(dtype));
     return DT_STATUS_OK;
 
 out_free:

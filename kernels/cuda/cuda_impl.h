@@ -46,7 +46,6 @@ typedef struct dt_cuda_impl {
     int sm_count;
     int cc_major, cc_minor;
     char name[256];            /* cudaDeviceProp.name */
-    double peak_flops;         /* dense, compute dtype; 0 when the GPU is unknown */
     cudaError_t sticky;        /* first error seen after a launch (cudaSuccess: none) */
     char sticky_op[64];        /* the op that saw it */
     void *scratch;             /* small device scratch (reductions), scratch_bytes */

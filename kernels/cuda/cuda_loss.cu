@@ -21,6 +21,18 @@
 #define XENT_THREADS 256
 #define MSE_THREADS 128
 
+/* Max and sum of exp(x - max) over the first V logits of a row, for the whole block
+ * (every thread gets the result); the padded columns are never read. */
+template <typename S, int N> __device__ dt_maxsum row_maxsum(const S *x, int V, float *sh) {
+    dt_maxsum a = {-INFINITY, 0.0f};
+    for (int j0 = threadIdx.x * N; j0 < V; j0 += blockDim.x * N) {
+        dt_vec<S, N> v = dt_vec_ld<S, N>(x + j0);
+        for (int k = 0; k < N; k++)
+            if (j0 + k < V) dt_maxsum_add(&a, dt_ld(v.v[k]));
+    }
+    return dt_block_maxsum(a, sh);
+}
+
 template <typename S, int N>
 __global__ void xent_forward_kernel(float *losses, const S *logits, const int *targets, int V,
                                     int Vp) {
@@ -31,13 +43,7 @@ __global__ void xent_forward_kernel(float *losses, const S *logits, const int *t
         return;
     }
     const S *x = logits + (size_t)n * Vp;
-    dt_maxsum a = {-INFINITY, 0.0f};
-    for (int j0 = threadIdx.x * N; j0 < V; j0 += blockDim.x * N) {
-        dt_vec<S, N> v = dt_vec_ld<S, N>(x + j0);
-        for (int k = 0; k < N; k++)
-            if (j0 + k < V) dt_maxsum_add(&a, dt_ld(v.v[k]));
-    }
-    a = dt_block_maxsum(a, sh);
+    dt_maxsum a = row_maxsum<S, N>(x, V, sh);
     if (threadIdx.x == 0)
         losses[n] = (float)(log((double)a.s) + (double)a.m - (double)dt_ld(x[tgt]));
 }
@@ -57,13 +63,7 @@ __global__ void xent_backward_kernel(S *dlogits, float *losses, const S *logits,
         return;
     }
     float xt = threadIdx.x == 0 ? dt_ld(x[tgt]) : 0.0f; /* before anyone writes */
-    dt_maxsum a = {-INFINITY, 0.0f};
-    for (int j0 = threadIdx.x * N; j0 < V; j0 += blockDim.x * N) {
-        dt_vec<S, N> v = dt_vec_ld<S, N>(x + j0);
-        for (int k = 0; k < N; k++)
-            if (j0 + k < V) dt_maxsum_add(&a, dt_ld(v.v[k]));
-    }
-    a = dt_block_maxsum(a, sh);
+    dt_maxsum a = row_maxsum<S, N>(x, V, sh);
     float scale = dscale / a.s;
     for (int j0 = threadIdx.x * N; j0 < Vp; j0 += blockDim.x * N) {
         dt_vec<S, N> v = dt_vec_ld<S, N>(x + j0), o;
