@@ -39,7 +39,7 @@ HAVE_NVCC := $(shell command -v $(NVCC) 2>/dev/null)
 ifeq ($(NO_CUDA),1)
   HAVE_NVCC :=
 endif
-CU_SRC := $(wildcard kernels/cuda/*.cu runtime/*.cu)
+CU_SRC := $(wildcard kernels/cuda/*.cu runtime/*/*.cu)
 ifneq ($(HAVE_NVCC),)
   CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(realpath $(HAVE_NVCC)))
   CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 \
@@ -58,7 +58,7 @@ else
 endif
 
 # ---- sources --------------------------------------------------------------
-LIB_SRC := $(wildcard common/*.c rendezvous/*.c kernels/*.c kernels/cpu/*.c runtime/*.c)
+LIB_SRC := $(wildcard common/*.c rendezvous/*.c kernels/*.c kernels/cpu/*.c runtime/*/*.c)
 CLI_SRC := $(filter-out cli/main.c,$(wildcard cli/*.c))
 LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC) $(CLI_SRC)) $(CU_OBJ)
 MAIN_OBJ := $(BUILD)/cli/main.o

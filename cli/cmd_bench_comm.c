@@ -46,7 +46,7 @@
 #include "common/mem.h"
 #include "kernels/kernels.h"
 #include "rendezvous/store.h"
-#include "runtime/comm.h"
+#include "runtime/comm/comm.h"
 
 /* --device: unset (the default: cuda when a GPU is visible), cpu or cuda. */
 enum { BENCH_DEVICE_DEFAULT = -1 };

@@ -16,7 +16,7 @@
 
 #include "cli/commands.h"
 #include "common/mem.h" /* defines: dt_xcalloc */
-#include "runtime/config.h" /* defines: dt_config_load, dt_config_resolve, dt_config_dump_json */
+#include "runtime/config/config.h" /* defines: dt_config_load, dt_config_resolve, dt_config_dump_json */
 
 static const char config_usage[] =
     "usage: dtrun config CONFIG.json [KEY=VALUE ...] [--world-size N] [--print-config]\n"

@@ -1,7 +1,7 @@
 /*
  * cmd_export.c - dtrun export CHECKPOINT -o FILE.safetensors: a checkpoint's
  * parameters, consolidated from every shard, as one safetensors file with Hugging
- * Face GPT-2 names and layout (runtime/safetensors.h).
+ * Face GPT-2 names and layout (runtime/ckpt/safetensors.h).
  */
 #include <stdio.h>
 #include <string.h>
@@ -9,8 +9,8 @@
 #include "cli/commands.h"
 #include "common/clock.h"
 #include "common/mem.h"
-#include "runtime/checkpoint.h"
-#include "runtime/safetensors.h"
+#include "runtime/ckpt/checkpoint.h"
+#include "runtime/ckpt/safetensors.h"
 
 static const char export_usage[] =
     "usage: dtrun export CHECKPOINT -o FILE.safetensors\n"

@@ -1,7 +1,7 @@
 /*
  * cmd_launch.c - `dtrun [LAUNCH FLAGS] CONFIG.json | --exec PROG ... | bench comm`:
  * parses the launch flags, checks what is to be run before anything starts (the
- * config, for its world size), and hands over to the agent (runtime/agent.h), whose
+ * config, for its world size), and hands over to the agent (runtime/launch/agent.h), whose
  * workers are the program given to --exec or `dtrun __worker CONFIG ...`.
  */
 #include <errno.h>
@@ -15,9 +15,9 @@
 #include "common/log.h"
 #include "common/mem.h"
 #include "kernels/kernels.h"
-#include "runtime/agent.h"
-#include "runtime/config.h"
-#include "runtime/launch_args.h"
+#include "runtime/launch/agent.h"
+#include "runtime/config/config.h"
+#include "runtime/launch/launch_args.h"
 
 extern char **environ;
 

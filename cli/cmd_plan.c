@@ -1,7 +1,7 @@
 /*
  * cmd_plan.c - dtrun plan [CONFIG.json [KEY=VALUE ...]] [PLAN FLAGS]: per-GPU
  * memory, step time, scaling efficiency, time and cost of each strategy at each
- * GPU count, and a recommendation (the arithmetic is runtime/plan.c). --measure
+ * GPU count, and a recommendation (the arithmetic is runtime/tools/plan.c). --measure
  * runs the config for a few steps and prints the measurement beside the estimate.
  *
  * --json keys (stable; bytes, seconds, FLOP/s; null where unknown):
@@ -34,10 +34,10 @@
 #include "cli/commands.h"
 #include "common/mem.h"
 #include "kernels/kernels.h"
-#include "runtime/config.h"
-#include "runtime/metrics.h"
-#include "runtime/model.h"
-#include "runtime/plan.h"
+#include "runtime/config/config.h"
+#include "runtime/train/metrics.h"
+#include "runtime/model/model.h"
+#include "runtime/tools/plan.h"
 
 #define MAX_GPU_COUNTS 32
 #define MAX_OVERRIDES 64

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
-#include "runtime/report.h"
+#include "runtime/tools/report.h"
 
 int dt_cmd_report(int argc, char **argv) {
     const char *dir = NULL, *out = NULL;

@@ -13,9 +13,9 @@
 #include "cli/commands.h"
 #include "common/mem.h"
 #include "kernels/kernels.h"
-#include "runtime/checkpoint.h"
-#include "runtime/net.h"
-#include "runtime/sample.h"
+#include "runtime/ckpt/checkpoint.h"
+#include "runtime/model/net.h"
+#include "runtime/tools/sample.h"
 
 static const char sample_usage[] =
     "usage: dtrun sample CHECKPOINT [--prompt TEXT] [--tokens N] [--temperature T] [--top_k K]\n"

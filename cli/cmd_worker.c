@@ -8,8 +8,8 @@
 
 #include "cli/commands.h"
 #include "common/log.h"
-#include "runtime/config.h"
-#include "runtime/trainer.h"
+#include "runtime/config/config.h"
+#include "runtime/train/trainer.h"
 
 int dt_cmd_worker(int argc, char **argv) {
     if (argc < 2) {

@@ -63,7 +63,7 @@ struct dt_device {
     const dt_ops_t *ops;
     void *impl;         /* backend-private state (CUDA stream, cuBLASLt, workspace) */
     char name[128];     /* CUDA: the GPU's name (cudaDeviceProp.name), for the peak
-                           FLOP/s table in runtime/plan.c; CPU: "cpu" */
+                           FLOP/s table in runtime/tools/plan.c; CPU: "cpu" */
 };
 
 /* Hyper-parameters of one AdamW step (decoupled weight decay, Loshchilov & Hutter;
@@ -106,7 +106,7 @@ struct dt_ops {
     /* (optional) Peak FLOP/s in the compute dtype with dev->nthreads, for MFU.
      * CPU: measured by a short sgemm probe through matmul_forward (~0.1 s, once per
      * device; cached). 0 when the backend does not know it (CUDA): runtime/ then
-     * looks the device up by dev->name in the GPU table of runtime/plan.c. */
+     * looks the device up by dev->name in the GPU table of runtime/tools/plan.c. */
     double (*peak_flops)(dt_device_t *dev);
 
     /* ---- embedding: out[b,t,:] = wte[inp[b,t],:] + wpe[t,:] ---------------- */
@@ -242,7 +242,7 @@ typedef struct dt_device_opts {
  * probabilities around cuBLAS GEMMs (kernels/cuda/cuda_attention.cu); "fused" is
  * the flash-style kernel (cuda_attention_fused.cu) that saves only out and the
  * per-row log-sum-exp, for head sizes up to DT_ATTENTION_FUSED_MAX_HS (larger
- * heads use cuBLAS). runtime/plan.c models whichever is in use. */
+ * heads use cuBLAS). runtime/tools/plan.c models whichever is in use. */
 typedef enum dt_attention_kind {
     DT_ATTENTION_CUBLAS = 0,
     DT_ATTENTION_FUSED = 1,

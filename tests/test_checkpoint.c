@@ -18,8 +18,8 @@
 #include <unistd.h>
 
 #include "common/status.h"
-#include "runtime/checkpoint.h"
-#include "runtime/model.h"
+#include "runtime/ckpt/checkpoint.h"
+#include "runtime/model/model.h"
 
 static char dir[64];
 

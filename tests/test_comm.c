@@ -25,7 +25,7 @@
 #include "common/mem.h"
 #include "kernels/kernels.h"
 #include "rendezvous/store.h"
-#include "runtime/comm.h"
+#include "runtime/comm/comm.h"
 
 /* ---- harness --------------------------------------------------------------- */
 

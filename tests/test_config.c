@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
-#include "runtime/config.h"
+#include "runtime/config/config.h"
 
 static void quiet(void) { dt_log_set_level(DT_LOG_OFF); }
 TestSuite(config, .init = quiet);

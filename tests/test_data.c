@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/data.h"
+#include "runtime/train/data.h"
 
 static char dir[64];
 

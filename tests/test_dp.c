@@ -11,9 +11,9 @@
 
 #include "common/mem.h"
 #include "kernels/kernels.h"
-#include "runtime/dp.h"
-#include "runtime/model.h"
-#include "runtime/net.h"
+#include "runtime/parallel/dp.h"
+#include "runtime/model/model.h"
+#include "runtime/model/net.h"
 
 static dt_model_layout gpt_layout(void) {
     dt_model_spec s = {.type = DT_MODEL_GPT, .n_layer = 3, .n_head = 2, .n_embd = 8,

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "common/status.h"
-#include "runtime/launch_args.h"
+#include "runtime/launch/launch_args.h"
 
 static char *no_env[] = {NULL};
 

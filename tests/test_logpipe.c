@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/logpipe.h"
+#include "runtime/launch/logpipe.h"
 
 /* Reads everything written so far to a pipe. */
 static size_t slurp(int fd, char *buf, size_t cap) {

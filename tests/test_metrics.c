@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/metrics.h"
-#include "runtime/report.h"
+#include "runtime/train/metrics.h"
+#include "runtime/tools/report.h"
 
 static char dir[64];
 static void make_dir(void) {

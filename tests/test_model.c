@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/model.h"
+#include "runtime/model/model.h"
 
 static dt_model_spec gpt2_124m(void) {
     dt_model_spec s = {.type = DT_MODEL_GPT, .n_layer = 12, .n_head = 12, .n_embd = 768,

@@ -9,8 +9,8 @@
 
 #include "common/rng.h"
 #include "kernels/kernels.h"
-#include "runtime/model.h"
-#include "runtime/net.h"
+#include "runtime/model/model.h"
+#include "runtime/model/net.h"
 
 typedef struct fixture {
     dt_device_t *dev;

@@ -9,10 +9,10 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
-#include "runtime/config.h"
-#include "runtime/net.h"
-#include "runtime/model.h"
-#include "runtime/plan.h"
+#include "runtime/config/config.h"
+#include "runtime/model/net.h"
+#include "runtime/model/model.h"
+#include "runtime/tools/plan.h"
 
 /* A model of psi parameters (the layer sizes do not enter model states). */
 static dt_plan_model sized(double psi) {
@@ -126,7 +126,7 @@ Test(plan, activation_bytes_by_hand) {
     dt_model_layout_free(&l);
 }
 
-/* The plan's activation formula is the trainer's arena (runtime/net.c), byte for
+/* The plan's activation formula is the trainer's arena (runtime/model/net.c), byte for
  * byte, on sizes that exercise the 64-byte slot rounding. */
 Test(plan, activations_match_the_trainers_arena) {
     dt_device_t *dev;

@@ -13,10 +13,10 @@
 
 #include "common/mem.h"
 #include "kernels/kernels.h"
-#include "runtime/model.h"
-#include "runtime/net.h"
-#include "runtime/safetensors.h"
-#include "runtime/sample.h"
+#include "runtime/model/model.h"
+#include "runtime/model/net.h"
+#include "runtime/ckpt/safetensors.h"
+#include "runtime/tools/sample.h"
 
 static void gpt(dt_model_layout *l, int vocab, int pad) {
     dt_model_spec s = {.type = DT_MODEL_GPT, .n_layer = 2, .n_head = 2, .n_embd = 16, .seq_len = 8,

@@ -1,12 +1,12 @@
 /*
  * cuda_device.cu - the CUDA device: open/close, memory (cudaMalloc accounted in
  * common/mem.h), copies, fp32 upload/download through a device staging buffer,
- * the GPU's name for the peak FLOP/s table in runtime/plan.c, CUDA/cuBLAS error translation, and the
+ * the GPU's name for the peak FLOP/s table in runtime/tools/plan.c, CUDA/cuBLAS error translation, and the
  * two op tables (bf16 and fp32 compute).
  *
  * Ordering: every op and copy of the device runs on one stream, created with plain
  * cudaStreamCreate, i.e. a BLOCKING stream: work on the legacy default stream (what
- * runtime/comm_nccl.c orders against, and synchronous cudaMemcpy) waits for it and
+ * runtime/comm/comm_nccl.c orders against, and synchronous cudaMemcpy) waits for it and
  * it waits for that work.
  */
 #include "kernels/cuda/cuda_common.cuh"
@@ -114,7 +114,7 @@ extern "C" int dt_cuda_device_count(void) {
 }
 
 /* The GPU's peak is looked up by its name (dev->name) in the one GPU table,
- * runtime/plan.c, which kernels/ cannot include: the slot answers "unknown". */
+ * runtime/tools/plan.c, which kernels/ cannot include: the slot answers "unknown". */
 static double cuda_peak_flops(dt_device_t *dev) { return 0.0; }
 
 /* ---- memory ----------------------------------------------------------------- */

@@ -57,7 +57,7 @@ def main():
     torch.cuda.synchronize()
     dt = time.time() - t0
     tok_s = a.batch * T * a.steps / dt
-    # FLOPs per token as dtrun's dt_model_flops_per_token (runtime/model.c): 6 per
+    # FLOPs per token as dtrun's dt_model_flops_per_token (runtime/model/model.c): 6 per
     # parameter except the position embedding, + 12 L T C for attention (llm.c's count).
     flops_tok = 6 * (n_params - T * C) + 12 * L * T * C
     name = torch.cuda.get_device_name(0)

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "rendezvous/store.h"
-#include "runtime/comm.h"
+#include "runtime/comm/comm.h"
 
 #ifdef DT_USE_CUDA
 #include <cuda_runtime.h>

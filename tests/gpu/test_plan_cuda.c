@@ -1,6 +1,6 @@
 /*
  * test_plan_cuda.c - `dtrun plan`'s activation formula for the GPU is the arena
- * the trainer allocates on a CUDA device (runtime/net.c with the CUDA backend's
+ * the trainer allocates on a CUDA device (runtime/model/net.c with the CUDA backend's
  * attention sizes), byte for byte, in bf16 and fp32, for both attention kinds
  * (DTRUN_CUDA_ATTENTION=cublas and =fused; a head size of 136 checks that plan
  * follows the fused kind's fallback to cuBLAS above 128). Runs on a real GPU
@@ -10,9 +10,9 @@
 #include <stdlib.h>
 
 #include "kernels/kernels.h"
-#include "runtime/model.h"
-#include "runtime/net.h"
-#include "runtime/plan.h"
+#include "runtime/model/model.h"
+#include "runtime/model/net.h"
+#include "runtime/tools/plan.h"
 
 Test(plan_cuda, activations_match_the_trainers_arena) {
     if (dt_device_count(DT_DEVICE_CUDA) == 0) cr_skip_test("no CUDA device");

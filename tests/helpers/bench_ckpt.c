@@ -19,8 +19,8 @@
 
 #include "common/clock.h"
 #include "common/mem.h"
-#include "runtime/checkpoint.h"
-#include "runtime/model.h"
+#include "runtime/ckpt/checkpoint.h"
+#include "runtime/model/model.h"
 
 static const char *bufs[3] = {"params", "m", "v"};
 

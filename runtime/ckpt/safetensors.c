@@ -1,0 +1,118 @@
+/*
+ * safetensors.c - the safetensors writer (see safetensors.h).
+ */
+#include "runtime/ckpt/safetensors.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/mem.h"
+
+/* HF's Conv1D weights: stored (in, out), ours are (out, in). */
+static int is_conv1d(const dt_model_layout *l, const dt_tensor_info *t) {
+    if (l->spec.type != DT_MODEL_GPT || t->ndim != 2) return 0;
+    size_t n = strlen(t->name);
+    return n > 7 && !strcmp(t->name + n - 7, ".weight") &&
+           (strstr(t->name, ".c_attn.") || strstr(t->name, ".c_proj.") || strstr(t->name, ".c_fc."));
+}
+
+/* The exported shape and element count of tensor t. */
+static void out_shape(const dt_model_layout *l, const dt_tensor_info *t, int64_t shape[2], int *ndim) {
+    *ndim = t->ndim;
+    for (int d = 0; d < t->ndim && d < 2; d++) shape[d] = t->shape[d];
+    if (l->spec.type == DT_MODEL_GPT && !strcmp(t->name, "wte.weight")) shape[0] = l->spec.vocab_size;
+    if (is_conv1d(l, t)) shape[0] = t->shape[1], shape[1] = t->shape[0];
+}
+
+static dt_status_t write_all(int fd, const void *p, size_t n, const char *path) {
+    const char *c = p;
+    while (n) {
+        ssize_t w = write(fd, c, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) return dt_error(DT_STATUS_IO, "cannot write %s: %s", path, strerror(errno));
+        c += w, n -= (size_t)w;
+    }
+    return DT_STATUS_OK;
+}
+
+dt_status_t dt_safetensors_write(const dt_model_layout *l, const float *params, const char *path, size_t *bytes) {
+    cJSON *h = cJSON_CreateObject();
+    cJSON *meta = cJSON_AddObjectToObject(h, "__metadata__");
+    cJSON_AddStringToObject(meta, "format", "pt");
+    cJSON_AddStringToObject(meta, "producer", "dtrun export");
+    cJSON_AddStringToObject(meta, "conv1d_layout", "in_out (Hugging Face GPT-2)");
+    size_t off = 0;
+    for (int i = 0; i < l->n_tensors; i++) {
+        const dt_tensor_info *t = &l->tensors[i];
+        int64_t shape[2] = {0, 0};
+        int nd;
+        out_shape(l, t, shape, &nd);
+        size_t numel = 1;
+        cJSON *o = cJSON_AddObjectToObject(h, t->name);
+        cJSON_AddStringToObject(o, "dtype", "F32");
+        cJSON *s = cJSON_AddArrayToObject(o, "shape");
+        for (int d = 0; d < nd; d++) {
+            cJSON_AddItemToArray(s, cJSON_CreateNumber((double)shape[d]));
+            numel *= (size_t)shape[d];
+        }
+        cJSON *dof = cJSON_AddArrayToObject(o, "data_offsets");
+        cJSON_AddItemToArray(dof, cJSON_CreateNumber((double)off));
+        cJSON_AddItemToArray(dof, cJSON_CreateNumber((double)(off + numel * 4)));
+        off += numel * 4;
+    }
+    char *text = cJSON_PrintUnformatted(h);
+    cJSON_Delete(h);
+    size_t hlen = strlen(text), padded = (hlen + 7) & ~(size_t)7; /* data 8-byte aligned: pad with spaces */
+    char *hdr = dt_xmalloc(padded);
+    memcpy(hdr, text, hlen);
+    memset(hdr + hlen, ' ', padded - hlen);
+    free(text);
+
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    dt_status_t st = DT_STATUS_OK;
+    float *scratch = NULL;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        st = dt_error(DT_STATUS_IO, "cannot create %s: %s", tmp, strerror(errno));
+        goto out_free;
+    }
+    unsigned char len8[8];
+    for (int b = 0; b < 8; b++) len8[b] = (unsigned char)((uint64_t)padded >> (8 * b));
+    DT_CHECK_GOTO(write_all(fd, len8, 8, tmp), st, out_close);
+    DT_CHECK_GOTO(write_all(fd, hdr, padded, tmp), st, out_close);
+    for (int i = 0; i < l->n_tensors; i++) {
+        const dt_tensor_info *t = &l->tensors[i];
+        const float *src = params + t->offset;
+        int64_t shape[2] = {0, 0};
+        int nd;
+        out_shape(l, t, shape, &nd);
+        if (is_conv1d(l, t)) {
+            int64_t rows = t->shape[0], cols = t->shape[1]; /* ours (out, in) -> (in, out) */
+            scratch = dt_xrealloc(scratch, (size_t)(rows * cols) * sizeof(float));
+            for (int64_t r = 0; r < rows; r++)
+                for (int64_t c = 0; c < cols; c++) scratch[c * rows + r] = src[r * cols + c];
+            DT_CHECK_GOTO(write_all(fd, scratch, (size_t)(rows * cols) * 4, tmp), st, out_close);
+        } else {
+            size_t numel = 1;
+            for (int d = 0; d < nd; d++) numel *= (size_t)shape[d];
+            DT_CHECK_GOTO(write_all(fd, src, numel * 4, tmp), st, out_close);
+        }
+    }
+    if (fsync(fd) != 0) st = dt_error(DT_STATUS_IO, "cannot fsync %s: %s", tmp, strerror(errno));
+out_close:
+    if (close(fd) != 0 && st == DT_STATUS_OK) st = dt_error(DT_STATUS_IO, "cannot close %s: %s", tmp, strerror(errno));
+    if (st == DT_STATUS_OK && rename(tmp, path) != 0)
+        st = dt_error(DT_STATUS_IO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+    if (st != DT_STATUS_OK) unlink(tmp);
+    else if (bytes) *bytes = 8 + padded + off;
+out_free:
+    free(scratch);
+    free(hdr);
+    return st;
+}

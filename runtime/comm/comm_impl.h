@@ -1,0 +1,141 @@
+/*
+ * comm_impl.h - what the communicator's backends share with comm.c: the
+ * communicator struct, the backend table, hang-detection ticks, store helpers
+ * and the reduction loops. Private to runtime/comm*.c.
+ */
+#ifndef DT_RUNTIME_COMM_IMPL_H
+#define DT_RUNTIME_COMM_IMPL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rendezvous/store.h" /* defines: dt_store_t, dt_store_* */
+#include "runtime/comm/comm.h"
+
+/* A backend: a table of functions plus the context in comm->be. run executes one
+ * op to completion on the calling thread (host backends). start/finish are for
+ * backends whose ops are asynchronous by nature (NCCL: queued on a stream);
+ * when start is set, run is not used. */
+typedef struct dt_comm_backend_ops {
+    const char *name;
+    dt_status_t (*init)(dt_comm_t *comm);
+    void (*free)(dt_comm_t *comm);
+    dt_status_t (*run)(dt_comm_t *comm, dt_comm_req_t *req);
+    dt_status_t (*start)(dt_comm_t *comm, dt_comm_req_t *req);
+    /* block = 1: wait for completion; else *done says whether it completed */
+    dt_status_t (*finish)(dt_comm_t *comm, dt_comm_req_t *req, int block, int *done);
+} dt_comm_backend_ops_t;
+
+extern const dt_comm_backend_ops_t dt_comm_shm_ops;
+extern const dt_comm_backend_ops_t dt_comm_tcp_ops;
+extern const dt_comm_backend_ops_t dt_comm_hier_ops;
+/* NCCL comes with CUDA, except under the CPU emulator (tests/cuemu), which has none. */
+#if defined(DT_USE_CUDA) && !defined(DT_CUEMU)
+#define DT_HAVE_NCCL 1
+extern const dt_comm_backend_ops_t dt_comm_nccl_ops;
+#endif
+
+struct dt_comm {
+    /* who */
+    char *store_host;
+    int store_port;
+    char *run_id;        /* sanitised: [A-Za-z0-9_-] */
+    int restart_round;
+    int global_rank, global_size;
+    int local_rank, local_world_size;
+    char *tcp_addr;      /* NULL: derived from the store's address */
+    int tcp_conns;
+    size_t chunk_bytes;  /* 0: backend default */
+    int device;
+    double timeout_s;
+    double publish_after_s;
+
+    char id[200];        /* "0", "0.s1.2", "0.node1" ... */
+    char prefix[400];    /* store key prefix of this communicator */
+    int rank, size;      /* within this communicator */
+    int *members;        /* global rank of each member */
+    dt_comm_backend_t kind;
+    const dt_comm_backend_ops_t *ops;
+    void *be;
+    dt_store_t *store;   /* own client: bootstrap, status reports */
+    int splits;          /* number of dt_comm_split calls on this comm */
+
+    /* ops and requests */
+    uint64_t seq;        /* of the last issued op */
+    pthread_mutex_t mu;
+    pthread_cond_t cv_work, cv_done;
+    dt_comm_req_t *head, *tail;
+    int running, stop, thread_started;
+    pthread_t thread;
+    _Atomic int broken;
+    char broken_detail[768];
+
+    /* host staging of device buffers (comm.h, stage_dev): NULL when the op's
+     * buffers are host memory (or go to NCCL as they are) */
+    dt_device_t *stage_dev;
+    uint8_t *stage_buf;  /* host, DT_MEM_COMM, grown as needed */
+    size_t stage_cap;
+
+    /* the op running now (hang detection) */
+    dt_comm_req_t *cur;
+    uint64_t op_start_ns;
+    int published;
+};
+
+/* Hang detection, called by backends while they wait (cheap: reads the clock
+ * once in a while). Publishes this rank's op in the store after
+ * publish_after_s; after timeout_s returns DT_STATUS_TIMEOUT with the full
+ * detail (op, seq, count, dtype, what each rank published). */
+typedef struct dt_comm_tick {
+    uint32_t n;
+} dt_comm_tick_t;
+dt_status_t dt_comm_tick_slow_(dt_comm_t *comm);
+static inline dt_status_t dt_comm_tick(dt_comm_t *comm, dt_comm_tick_t *t) {
+    if ((++t->n & 255u) != 0) return DT_STATUS_OK;
+    return dt_comm_tick_slow_(comm);
+}
+/* Describes the running op: "all_reduce #3 (count 10, f32)". */
+void dt_comm_describe_(const dt_comm_req_t *req, char *buf, size_t len);
+
+/* Store keys under the communicator's prefix (printf-style suffix). */
+dt_status_t dt_comm_kv_set_(dt_comm_t *comm, const void *val, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Waits for the key; *val is NUL-terminated (caller frees). */
+dt_status_t dt_comm_kv_get_(dt_comm_t *comm, char **val, size_t *len, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Creates a communicator of the given global ranks (my_index: this rank's
+ * position) with a given id and backend; the fields of `like` give the job. */
+dt_status_t dt_comm_create_group_(const dt_comm_t *like, const char *id, const int *members,
+                                  int nmembers, int my_index, dt_comm_backend_t kind,
+                                  dt_comm_t **out);
+/* Runs one op synchronously on a (sub-)communicator from inside a backend. */
+dt_status_t dt_comm_run_sub_(dt_comm_t *sub, dt_comm_op_t op, const void *send, void *recv,
+                             size_t count, dt_comm_dtype_t dtype, dt_comm_redop_t redop, int root);
+
+/* ---- reduction loops (fixed order: src[0], src[1], ...) ----------------------- */
+
+/* dst[i] = src[0][i] (op) src[1][i] (op) ... ; AVG divides the sum by navg at the end
+ * (navg 0: no division). dst may be one of the sources. */
+void dt_comm_reduce_f32_(float *dst, const float *const *src, int nsrc, size_t n,
+                         dt_comm_redop_t redop, int navg);
+/* The same with bf16 sources into an fp32 accumulator acc (no division). */
+void dt_comm_accum_bf16_(float *acc, const uint16_t *const *src, int nsrc, size_t n,
+                         dt_comm_redop_t redop, int first);
+/* acc (fp32, after AVG division when navg > 0) -> dst bf16. */
+void dt_comm_f32_to_bf16_n_(uint16_t *dst, const float *acc, size_t n, dt_comm_redop_t redop,
+                            int navg);
+void dt_comm_bf16_to_f32_n_(float *dst, const uint16_t *src, size_t n);
+
+/* Pause instruction for spin loops. */
+static inline void dt_comm_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+#endif /* DT_RUNTIME_COMM_IMPL_H */

@@ -1,0 +1,247 @@
+/*
+ * config.h - the training config: a plain struct filled from a JSON file,
+ * `KEY=VALUE` overrides and defaults, all driven by one table in config.c.
+ *
+ * Key names follow DeepSpeed wherever DeepSpeed has one (train_batch_size,
+ * optimizer.params.lr, scheduler.params.warmup_num_steps, zero_optimization.stage,
+ * ...), dtrun's own keys cover the model, data, strategy, checkpoint, eval, log and
+ * comm (CONTRACT.md). `dtrun config --keys` lists every key with its type, default
+ * and help.
+ *
+ * Life cycle:
+ *
+ *     dt_config_t cfg;
+ *     if (dt_config_load(path, overrides, n, &cfg) != DT_STATUS_OK ||
+ *         dt_config_resolve(&cfg, world_size) != DT_STATUS_OK)
+ *         fputs(dt_config_errors(&cfg), stderr);      // every error, one per line
+ *     ...
+ *     dt_config_free(&cfg);                            // always, success or not
+ *
+ * Every error names the source (file or override), the key path, what was expected
+ * and what was found: `configs/x.json: optimizer.params.lr: expected a number > 0,
+ * found "abc"`. All errors are collected, not just the first.
+ *
+ * DeepSpeed keys that dtrun does not implement (fp16, wall_clock_breakdown,
+ * zero_optimization.offload_optimizer, ...) are accepted and listed once in
+ * dt_config_warnings(); keys nobody knows are errors with a "did you mean".
+ *
+ * "auto" (as the HF Trainer writes DeepSpeed configs) on any number, bool or enum
+ * key means "not given": the key takes dtrun's default or is derived (batch sizes
+ * from each other, warmup_max_lr from optimizer.params.lr, total_num_steps from
+ * train_steps). On a path key "auto" is an error: dtrun cannot guess a path.
+ */
+#ifndef DT_RUNTIME_CONFIG_H
+#define DT_RUNTIME_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "common/status.h" /* defines: dt_status_t */
+#include "runtime/model/model.h"  /* defines: dt_model_type_t */
+
+/* X(enum suffix, name in JSON). The order is the numeric value. */
+#define DT_MODEL_TYPE_MAP(X) X(GPT, "gpt") X(MLP, "mlp")
+#define DT_OPTIM_TYPE_MAP(X) X(ADAMW, "AdamW") X(ADAM, "Adam")
+#define DT_SCHED_TYPE_MAP(X)                                                 \
+    X(NONE, "none") X(WARMUP_LR, "WarmupLR") X(WARMUP_DECAY_LR, "WarmupDecayLR") \
+    X(WARMUP_COSINE_LR, "WarmupCosineLR")
+#define DT_WARMUP_TYPE_MAP(X) X(LOG, "log") X(LINEAR, "linear")
+#define DT_DTYPE_MAP(X) X(FP32, "fp32") X(BF16, "bf16")
+#define DT_DEVICE_MAP(X) X(AUTO, "auto") X(CPU, "cpu") X(CUDA, "cuda")
+/* Strategy and its ZeRO stage: ddp 0, zero1 1, zero2 2, fsdp 3, hsdp 3
+ * (hsdp: fsdp within a node, replicated across nodes). */
+#define DT_STRATEGY_MAP(X)                                                   \
+    X(DDP, "ddp") X(ZERO1, "zero1") X(ZERO2, "zero2") X(FSDP, "fsdp") X(HSDP, "hsdp")
+#define DT_COMM_BACKEND_MAP(X)                                               \
+    X(AUTO, "auto") X(SHM, "shm") X(TCP, "tcp") X(HIER, "hier") X(NCCL, "nccl")
+
+/* dt_model_type_t (DT_MODEL_GPT, DT_MODEL_MLP) comes from runtime/model/model.h, in
+ * the order of DT_MODEL_TYPE_MAP. */
+typedef enum dt_optim_type {
+#define X(n, s) DT_OPTIM_##n,
+    DT_OPTIM_TYPE_MAP(X)
+#undef X
+} dt_optim_type_t;
+typedef enum dt_sched_type {
+#define X(n, s) DT_SCHED_##n,
+    DT_SCHED_TYPE_MAP(X)
+#undef X
+} dt_sched_type_t;
+typedef enum dt_warmup_type {
+#define X(n, s) DT_WARMUP_##n,
+    DT_WARMUP_TYPE_MAP(X)
+#undef X
+} dt_warmup_type_t;
+/* Prefixed DT_CONFIG_: kernels/kernels.h owns dt_dtype_t and dt_device_t. */
+typedef enum dt_config_dtype {
+#define X(n, s) DT_CONFIG_DTYPE_##n,
+    DT_DTYPE_MAP(X)
+#undef X
+} dt_config_dtype_t;
+typedef enum dt_config_device {
+#define X(n, s) DT_CONFIG_DEVICE_##n,
+    DT_DEVICE_MAP(X)
+#undef X
+} dt_config_device_t;
+typedef enum dt_strategy {
+#define X(n, s) DT_STRATEGY_##n,
+    DT_STRATEGY_MAP(X)
+#undef X
+} dt_strategy_t;
+typedef enum dt_comm_backend {
+#define X(n, s) DT_COMM_BACKEND_##n,
+    DT_COMM_BACKEND_MAP(X)
+#undef X
+} dt_comm_backend_t;
+
+/* Upper bound on the rows of the key table (checked at compile time in config.c). */
+#define DT_CONFIG_MAX_KEYS 128
+
+/* The resolved config. Strings are heap copies owned by the struct (NULL = unset).
+ * Batch sizes are 0 until dt_config_resolve() derives them for a world size. */
+typedef struct dt_config {
+    /* DeepSpeed: batch identity train_batch_size = micro * accumulation * world size */
+    int64_t train_batch_size;
+    int64_t train_micro_batch_size_per_gpu;
+    int64_t gradient_accumulation_steps;
+    double gradient_clipping; /* max global grad norm; 0 = off */
+    int64_t steps_per_print;  /* metrics line every N steps (and the last) */
+    struct {
+        dt_optim_type_t type;
+        double lr;
+        double betas[2];
+        double eps;
+        double weight_decay;
+        /* Decoupled (AdamW) decay when type is AdamW, or Adam with adam_w_mode (true by
+         * default, as in DeepSpeed); L2 added to the gradient for Adam with it false. */
+        bool adam_w_mode;
+        bool decay_embeddings; /* weight decay on embeddings too; biases/LN never */
+    } optimizer;
+    struct {
+        dt_sched_type_t type; /* DT_SCHED_NONE: constant optimizer.lr */
+        double warmup_min_lr;
+        double warmup_max_lr; /* default: optimizer.lr */
+        int64_t warmup_num_steps;
+        dt_warmup_type_t warmup_type;
+        int64_t total_num_steps; /* default: train_steps */
+        double warmup_min_ratio;
+        double cos_min_ratio;
+    } scheduler;
+    struct {
+        bool enabled;
+        bool stochastic_rounding; /* dtrun's: bf16 parameters from the fp32 masters */
+    } bf16;
+    dt_config_dtype_t communication_data_type;
+    struct {
+        int64_t stage; /* 0-3, always equal to the stage of `strategy` */
+        bool overlap_comm;
+        int64_t reduce_bucket_size; /* elements, as in DeepSpeed */
+        int64_t allgather_bucket_size; /* elements */
+        bool contiguous_gradients;
+        bool reduce_scatter;
+        bool allgather_partitions;
+        int64_t stage3_prefetch_bucket_size; /* elements */
+        int64_t stage3_param_persistence_threshold; /* elements */
+    } zero;
+
+    /* dtrun's own keys */
+    struct {
+        dt_model_type_t type;
+        int64_t n_layer, n_head, n_embd, seq_len; /* gpt */
+        int64_t vocab_size;         /* 0 = from the data (256 text, 50257 shards) */
+        int64_t vocab_pad_multiple; /* the embedding table rounds vocab up to this */
+        int64_t in_dim, hidden_dim, n_hidden_layers, n_classes; /* mlp */
+    } model;
+    struct {
+        char *train;         /* path or glob; required for gpt */
+        char *val;           /* path or glob; NULL = held-out tail of train */
+        double val_fraction; /* the tail's share when val is NULL */
+    } data;
+    int64_t train_steps;
+    int64_t seed;
+    dt_config_device_t device;
+    dt_strategy_t strategy;
+    struct {
+        char *dir;
+        int64_t every_steps; /* 0 = no checkpoints */
+        int64_t keep_last;   /* 0 = keep all */
+        char *resume;        /* "auto" | "never" | a checkpoint path */
+    } checkpoint;
+    struct {
+        int64_t every_steps; /* 0 = no evaluation */
+        int64_t batches;
+    } eval;
+    struct {
+        char *dir;
+    } log;
+    struct {
+        dt_comm_backend_t backend;
+        double timeout_s;
+    } comm;
+    int64_t threads; /* CPU threads per rank; 0 = auto */
+    int64_t sample_tokens; /* characters rank 0 generates at the end (text data); 0 = none */
+
+    /* bookkeeping, not keys */
+    char *source;       /* the file name (or the name given to load_string) */
+    int world_size;     /* of the last dt_config_resolve(); 0 before */
+    int n_errors;
+    char *errors;       /* all errors, one per line ("" when none) */
+    char *warnings;     /* ignored keys, "auto" values, notes ("" when none) */
+    size_t errors_len, errors_cap, warnings_len, warnings_cap;
+    size_t load_errors_len; /* errors text up to the end of loading */
+    int load_n_errors;
+    unsigned char origin[DT_CONFIG_MAX_KEYS]; /* per key row: 0 default, 1 file, 2 override */
+} dt_config_t;
+
+/* Fills cfg with the defaults of every key (no file). Free with dt_config_free(). */
+void dt_config_init(dt_config_t *cfg);
+
+/* Reads and validates the JSON file at path, then applies the overrides
+ * ("KEY=VALUE": value parsed as JSON, else taken as a string). cfg is always
+ * initialised: call dt_config_free() on success and on failure. Returns
+ * DT_STATUS_CONFIG when any error was found (dt_config_errors() lists them all;
+ * dt_error_detail() holds the first ones), DT_STATUS_OK otherwise. Batch sizes
+ * wait for dt_config_resolve(). Logs the warnings once (DT_LOG_WARN). */
+dt_status_t dt_config_load(const char *path, const char *const *overrides, int n_overrides,
+                           dt_config_t *cfg);
+/* The same from JSON text; name stands for the file in messages. */
+dt_status_t dt_config_load_string(const char *json, const char *name,
+                                  const char *const *overrides, int n_overrides,
+                                  dt_config_t *cfg);
+
+/* Applies one `KEY=VALUE` override on a loaded config (re-validates). */
+dt_status_t dt_config_set(dt_config_t *cfg, const char *key_eq_value);
+
+/* Derives the batch sizes for world_size (DeepSpeed's rules: any two give the
+ * third; train_batch_size alone gives accumulation 1; the micro-batch alone gives
+ * accumulation 1; accumulation alone or nothing: micro-batch 1) and checks the
+ * identity. May be called again with another world size (elastic restarts): only
+ * the values given in the file or overrides count, never earlier derivations. */
+dt_status_t dt_config_resolve(dt_config_t *cfg, int world_size);
+
+/* All errors, one per line, "" when none. Valid until the next call on cfg. */
+const char *dt_config_errors(const dt_config_t *cfg);
+/* Warnings (ignored DeepSpeed keys, "auto" values, notes), one per line. */
+const char *dt_config_warnings(const dt_config_t *cfg);
+
+/* The config as JSON (every key, nested by path; batch sizes not yet derived as
+ * "auto"). Loading the dump gives back the same config. free() the result. */
+char *dt_config_dump_json(const dt_config_t *cfg);
+
+/* Prints the key table: key, type, default, help (`dtrun config --keys`). */
+void dt_config_print_keys(FILE *out);
+
+void dt_config_free(dt_config_t *cfg);
+
+/* Names of enum values as written in JSON ("fsdp", "WarmupCosineLR", ...). */
+const char *dt_config_strategy_name(dt_strategy_t s);
+const char *dt_config_sched_name(dt_sched_type_t s);
+const char *dt_config_model_name(dt_model_type_t m);
+/* The ZeRO stage a strategy stands for (ddp 0, zero1 1, zero2 2, fsdp 3, hsdp 3). */
+int dt_config_strategy_stage(dt_strategy_t s);
+
+/* vocab rounded up to a multiple of `multiple` (1 or less: unchanged). */
+int64_t dt_config_padded_vocab(int64_t vocab, int64_t multiple);
+
+#endif /* DT_RUNTIME_CONFIG_H */

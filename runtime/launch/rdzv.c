@@ -1,0 +1,482 @@
+/*
+ * rdzv.c - agents joining rounds, heartbeats, stop requests and the exit barrier,
+ * all as a handful of store operations (the protocol is described in rdzv.h).
+ */
+#include "runtime/launch/rdzv.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/mem.h"
+
+#define KEY_MAX 512
+
+static void key(const dt_rdzv_t *rz, char *buf, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void key(const dt_rdzv_t *rz, char *buf, const char *fmt, ...) {
+    int n = snprintf(buf, KEY_MAX, "/dtrun/%s/r%d/", rz->run_id, rz->round);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + n, KEY_MAX - (size_t)n, fmt, ap);
+    va_end(ap);
+}
+
+/* Store failures after the connection is up mean node 0 (the store) is gone. */
+static dt_status_t lost_store(const dt_rdzv_t *rz, dt_status_t st, const char *what) {
+    char detail[512]; /* dt_error() overwrites the detail it would read */
+    snprintf(detail, sizeof detail, "%s", dt_error_detail());
+    return dt_error(DT_STATUS_RENDEZVOUS, "lost the rendezvous store at %s (node 0) while %s: %s%s%s",
+                    rz->endpoint, what, dt_strerror(st), detail[0] ? ": " : "", detail);
+}
+
+dt_status_t dt_rdzv_connect(const char *host, int port, const char *run_id, int nnodes_min,
+                            int nnodes_max, double join_timeout_s, double last_call_s,
+                            double heartbeat_s, dt_rdzv_t **out) {
+    dt_rdzv_t *rz = dt_xcalloc(1, sizeof *rz);
+    char ep[300];
+    snprintf(ep, sizeof ep, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
+    rz->endpoint = dt_xstrdup(ep);
+    rz->run_id = dt_xstrdup(run_id);
+    rz->nnodes_min = nnodes_min;
+    rz->nnodes_max = nnodes_max;
+    rz->join_timeout_s = join_timeout_s;
+    rz->last_call_s = last_call_s;
+    rz->heartbeat_s = heartbeat_s;
+    double t0 = dt_now_s();
+    dt_status_t st = dt_store_connect(host, port, join_timeout_s, &rz->store);
+    if (st != DT_STATUS_OK) {
+        dt_error(DT_STATUS_RENDEZVOUS,
+                 "the rendezvous endpoint %s did not answer: tried for %.1f s "
+                 "(join_timeout %.0f s): %s", ep, dt_now_s() - t0, join_timeout_s,
+                 dt_strerror(st));
+        dt_rdzv_close(rz);
+        return DT_STATUS_RENDEZVOUS;
+    }
+    *out = rz;
+    return DT_STATUS_OK;
+}
+
+void dt_rdzv_close(dt_rdzv_t *rz) {
+    if (!rz) return;
+    dt_store_close(rz->store);
+    free(rz->nodes);
+    free(rz->hb_seen);
+    free(rz->hb_changed);
+    free(rz->run_id);
+    free(rz->endpoint);
+    free(rz);
+}
+
+static dt_status_t post_error(dt_rdzv_t *rz, const char *msg) {
+    char k[KEY_MAX], line[1100];
+    key(rz, k, "error");
+    snprintf(line, sizeof line, "%s; ", msg);
+    return dt_store_append(rz->store, k, line, strlen(line));
+}
+
+/* Compare-and-set of a string; *clash gets the value held when it differs from ours. */
+static dt_status_t claim(dt_rdzv_t *rz, const char *k, const char *ours, char *clash, size_t len) {
+    void *res = NULL;
+    size_t rlen = 0;
+    DT_CHECK(dt_store_compare_set(rz->store, k, "", 0, ours, strlen(ours), &res, &rlen));
+    clash[0] = '\0';
+    if (rlen != strlen(ours) || memcmp(res, ours, rlen) != 0)
+        snprintf(clash, len, "%.*s", (int)rlen, (const char *)res);
+    free(res);
+    return DT_STATUS_OK;
+}
+
+/* The agent that brings the count to MIN (MIN < MAX) closes the round after the
+ * last call unless MAX agents arrive first. */
+static dt_status_t close_after_last_call(dt_rdzv_t *rz) {
+    char kc[KEY_MAX], kj[KEY_MAX];
+    key(rz, kc, "complete");
+    key(rz, kj, "joined");
+    const char *keys[] = {kc};
+    uint64_t end = dt_now_ns() + (uint64_t)(rz->last_call_s * 1e9);
+    for (;;) {
+        int ready = 0;
+        DT_CHECK(dt_store_check(rz->store, keys, 1, &ready));
+        if (ready) return DT_STATUS_OK;
+        if (dt_now_ns() >= end) break;
+        dt_sleep_ms(20);
+    }
+    int64_t n = 0;
+    DT_CHECK(dt_store_add(rz->store, kj, 0, &n));
+    char val[32];
+    snprintf(val, sizeof val, "%lld", (long long)n);
+    void *res = NULL;
+    size_t rlen = 0;
+    DT_CHECK(dt_store_compare_set(rz->store, kc, "", 0, val, strlen(val), &res, &rlen));
+    free(res);
+    return DT_STATUS_OK;
+}
+
+/* The run-level key holding the newest round an agent has joined. */
+static void latest_round_key(const dt_rdzv_t *rz, char *buf) {
+    snprintf(buf, KEY_MAX, "/dtrun/%s/latest_round", rz->run_id);
+}
+
+int dt_rdzv_latest_round(dt_rdzv_t *rz) {
+    char k[KEY_MAX];
+    latest_round_key(rz, k);
+    const char *keys[] = {k};
+    int ready = 0;
+    if (dt_store_check(rz->store, keys, 1, &ready) != DT_STATUS_OK || !ready) return 0;
+    void *v = NULL;
+    size_t n = 0;
+    if (dt_store_get(rz->store, k, &v, &n) != DT_STATUS_OK) return 0;
+    char buf[32] = {0};
+    memcpy(buf, v, n < sizeof buf - 1 ? n : sizeof buf - 1);
+    free(v);
+    int r = atoi(buf);
+    return r > 0 ? r : 0;
+}
+
+dt_status_t dt_rdzv_join(dt_rdzv_t *rz, int round, int want, int is_host, int nproc,
+                         const char *host) {
+    char k[KEY_MAX], clash[256], mine[1024];
+    dt_status_t st;
+    rz->round = round;
+    free(rz->nodes);
+    free(rz->hb_seen);
+    free(rz->hb_changed);
+    rz->nodes = NULL;
+    rz->hb_seen = NULL;
+    rz->hb_changed = NULL;
+    dt_store_set_timeout(rz->store, rz->join_timeout_s);
+    {
+        char lk[KEY_MAX], val[16];
+        latest_round_key(rz, lk);
+        int vn = snprintf(val, sizeof val, "%d", round);
+        DT_CHECK_GOTO(dt_store_set(rz->store, lk, val, (size_t)vn), st, out_store);
+    }
+
+    int bad = 0;
+    char cfg[64];
+    snprintf(cfg, sizeof cfg, "%d:%d %s", rz->nnodes_min, rz->nnodes_max,
+             want >= 0 ? "fixed-ranks" : "assigned-ranks");
+    key(rz, k, "nnodes");
+    DT_CHECK_GOTO(claim(rz, k, cfg, clash, sizeof clash), st, out_store);
+    if (clash[0]) {
+        snprintf(mine, sizeof mine, "agent on %s has --nnodes %s but the first agent has %s "
+                 "(--node_rank must be given to all agents or to none)", host, cfg, clash);
+        DT_CHECK_GOTO(post_error(rz, mine), st, out_store);
+        bad = 1;
+    }
+    if (want >= 0 && rz->nnodes_min != rz->nnodes_max && !bad) {
+        snprintf(mine, sizeof mine, "--node_rank %d on %s needs a fixed --nnodes, not %d:%d",
+                 want, host, rz->nnodes_min, rz->nnodes_max);
+        DT_CHECK_GOTO(post_error(rz, mine), st, out_store);
+        bad = 1;
+    } else if (want >= rz->nnodes_max) {
+        snprintf(mine, sizeof mine, "--node_rank %d on %s is out of range for --nnodes %d",
+                 want, host, rz->nnodes_max);
+        DT_CHECK_GOTO(post_error(rz, mine), st, out_store);
+        bad = 1;
+    } else if (want >= 0) {
+        char token[200];
+        snprintf(token, sizeof token, "%s (pid %d)", host, (int)getpid());
+        key(rz, k, "claim/%d", want);
+        DT_CHECK_GOTO(claim(rz, k, token, clash, sizeof clash), st, out_store);
+        if (clash[0]) {
+            snprintf(mine, sizeof mine, "--node_rank %d is given to both %s and %s", want, clash,
+                     token);
+            DT_CHECK_GOTO(post_error(rz, mine), st, out_store);
+            bad = 1;
+        }
+    }
+
+    /* Assigned ranks: the store's host is node 0, the others take 1, 2, ... in
+     * arrival order. */
+    int slot = want;
+    if (want < 0 && is_host) {
+        slot = 0;
+    } else if (want < 0) {
+        int64_t arrival = 0;
+        key(rz, k, "arrivals");
+        DT_CHECK_GOTO(dt_store_add(rz->store, k, 1, &arrival), st, out_store);
+        slot = (int)arrival;
+    }
+    int64_t count = 0;
+    key(rz, k, "joined");
+    DT_CHECK_GOTO(dt_store_add(rz->store, k, 1, &count), st, out_store);
+    if (!bad && slot < rz->nnodes_max) {
+        char rec[200];
+        snprintf(rec, sizeof rec, "%d %s", nproc, host);
+        key(rz, k, "node/%d", slot);
+        DT_CHECK_GOTO(dt_store_set(rz->store, k, rec, strlen(rec)), st, out_store);
+        key(rz, k, "hb/%d", slot);
+        DT_CHECK_GOTO(dt_store_set(rz->store, k, "0", 1), st, out_store);
+    }
+    char kc[KEY_MAX];
+    key(rz, kc, "complete");
+    if (count == rz->nnodes_max) {
+        char val[32];
+        snprintf(val, sizeof val, "%lld", (long long)count);
+        void *res = NULL;
+        size_t rlen = 0;
+        DT_CHECK_GOTO(dt_store_compare_set(rz->store, kc, "", 0, val, strlen(val), &res, &rlen),
+                      st, out_store);
+        free(res);
+    } else if (count == rz->nnodes_min) {
+        DT_CHECK_GOTO(close_after_last_call(rz), st, out_store);
+    }
+
+    const char *wkeys[] = {kc};
+    st = dt_store_wait(rz->store, wkeys, 1, rz->join_timeout_s);
+    if (st == DT_STATUS_TIMEOUT) {
+        int64_t n = 0;
+        key(rz, k, "joined");
+        dt_store_add(rz->store, k, 0, &n);
+        rz->nnodes = (int)n; /* those the host waits for before it stops the store */
+        return dt_error(DT_STATUS_RENDEZVOUS,
+                        "rendezvous round %d at %s timed out after %.0f s (join_timeout): "
+                        "%lld of %d node(s) joined", round, rz->endpoint, rz->join_timeout_s,
+                        (long long)n, rz->nnodes_min);
+    }
+    if (st != DT_STATUS_OK) goto out_store;
+
+    void *val = NULL;
+    size_t vlen = 0;
+    DT_CHECK_GOTO(dt_store_get(rz->store, kc, &val, &vlen), st, out_store);
+    char nb[32]; /* values are not NUL-terminated */
+    snprintf(nb, sizeof nb, "%.*s", (int)vlen, (const char *)val);
+    int n = atoi(nb);
+    free(val);
+    rz->nnodes = n;
+
+    int ready = 0;
+    key(rz, k, "error");
+    const char *ekeys[] = {k};
+    DT_CHECK_GOTO(dt_store_check(rz->store, ekeys, 1, &ready), st, out_store);
+    if (ready) {
+        DT_CHECK_GOTO(dt_store_get(rz->store, k, &val, &vlen), st, out_store);
+        while (vlen >= 2 && ((char *)val)[vlen - 2] == ';') vlen -= 2;
+        dt_error(DT_STATUS_USAGE, "rendezvous round %d refused: %.*s", round, (int)vlen,
+                 (const char *)val);
+        free(val);
+        return DT_STATUS_USAGE;
+    }
+    if (n < 1 || slot >= n)
+        return dt_error(DT_STATUS_RENDEZVOUS,
+                        "rendezvous round %d closed with %d node(s) before this agent (arrival "
+                        "%d) joined; start it again for the next run", round, n, slot + 1);
+
+    /* Everyone's record: one MULTI_GET. */
+    char(*names)[KEY_MAX] = dt_xmalloc((size_t)n * KEY_MAX);
+    const char **keys = dt_xmalloc((size_t)n * sizeof *keys);
+    void **vals = dt_xcalloc((size_t)n, sizeof *vals);
+    size_t *lens = dt_xcalloc((size_t)n, sizeof *lens);
+    for (int i = 0; i < n; i++) {
+        key(rz, names[i], "node/%d", i);
+        keys[i] = names[i];
+    }
+    st = dt_store_multi_get(rz->store, keys, (size_t)n, vals, lens);
+    if (st == DT_STATUS_OK) {
+        rz->nodes = dt_xcalloc((size_t)n, sizeof *rz->nodes);
+        int base = 0;
+        for (int i = 0; i < n; i++) {
+            char rec[200];
+            snprintf(rec, sizeof rec, "%.*s", (int)lens[i], (const char *)vals[i]);
+            char *sp = strchr(rec, ' ');
+            rz->nodes[i].nproc = atoi(rec);
+            snprintf(rz->nodes[i].host, sizeof rz->nodes[i].host, "%s", sp ? sp + 1 : "?");
+            rz->nodes[i].base_rank = base;
+            base += rz->nodes[i].nproc;
+        }
+        rz->nnodes = n;
+        rz->node_rank = slot;
+        rz->base_rank = rz->nodes[slot].base_rank;
+        rz->world_size = base;
+        rz->hb_seen = dt_xcalloc((size_t)n, sizeof *rz->hb_seen);
+        rz->hb_changed = dt_xcalloc((size_t)n, sizeof *rz->hb_changed);
+        double now = dt_now_s();
+        for (int i = 0; i < n; i++) rz->hb_changed[i] = now;
+    }
+    for (int i = 0; i < n; i++) free(vals[i]);
+    free(vals);
+    free(lens);
+    free(keys);
+    free(names);
+    if (st != DT_STATUS_OK) goto out_store;
+    /* Liveness calls must not block for long: a few heartbeats at most. */
+    dt_store_set_timeout(rz->store, 5 + 4 * rz->heartbeat_s);
+    return DT_STATUS_OK;
+out_store:
+    return lost_store(rz, st, "joining the rendezvous");
+}
+
+dt_status_t dt_rdzv_tick(dt_rdzv_t *rz, dt_rdzv_event_t *ev, int *lost_node) {
+    char k[KEY_MAX];
+    dt_status_t st;
+    *ev = DT_RDZV_EVENT_NONE;
+    int ready = 0;
+    key(rz, k, "stop");
+    const char *keys1[] = {k};
+    st = dt_store_check(rz->store, keys1, 1, &ready);
+    if (st != DT_STATUS_OK) return lost_store(rz, st, "checking for stop requests");
+    if (ready) {
+        *ev = DT_RDZV_EVENT_STOP;
+        return DT_STATUS_OK;
+    }
+    double now = dt_now_s();
+    /* Heartbeats every heartbeat interval, not every tick. */
+    if (now - rz->last_hb < rz->heartbeat_s) return DT_STATUS_OK;
+    rz->last_hb = now;
+    char val[32];
+    snprintf(val, sizeof val, "%lld", ++rz->hb_counter);
+    key(rz, k, "hb/%d", rz->node_rank);
+    st = dt_store_set(rz->store, k, val, strlen(val));
+    if (st != DT_STATUS_OK) return lost_store(rz, st, "sending a heartbeat");
+
+    int n = rz->nnodes;
+    char(*names)[KEY_MAX] = dt_xmalloc((size_t)n * KEY_MAX);
+    const char **keys = dt_xmalloc((size_t)n * sizeof *keys);
+    void **vals = dt_xcalloc((size_t)n, sizeof *vals);
+    size_t *lens = dt_xcalloc((size_t)n, sizeof *lens);
+    for (int i = 0; i < n; i++) {
+        key(rz, names[i], "hb/%d", i);
+        keys[i] = names[i];
+    }
+    st = dt_store_multi_get(rz->store, keys, (size_t)n, vals, lens);
+    if (st == DT_STATUS_OK) {
+        for (int i = 0; i < n; i++) {
+            char b[32];
+            snprintf(b, sizeof b, "%.*s", (int)lens[i], (const char *)vals[i]);
+            long long c = atoll(b);
+            if (c != rz->hb_seen[i]) {
+                rz->hb_seen[i] = c;
+                rz->hb_changed[i] = now;
+            } else if (i != rz->node_rank && now - rz->hb_changed[i] > 3 * rz->heartbeat_s &&
+                       *ev == DT_RDZV_EVENT_NONE) {
+                *ev = DT_RDZV_EVENT_NODE_LOST;
+                *lost_node = i;
+            }
+        }
+    }
+    for (int i = 0; i < n; i++) free(vals[i]);
+    free(vals);
+    free(lens);
+    free(keys);
+    free(names);
+    if (st != DT_STATUS_OK) return lost_store(rz, st, "reading heartbeats");
+    return DT_STATUS_OK;
+}
+
+dt_status_t dt_rdzv_request_stop(dt_rdzv_t *rz, const char *reason, int *won) {
+    char k[KEY_MAX];
+    key(rz, k, "stop");
+    void *res = NULL;
+    size_t rlen = 0;
+    dt_status_t st = dt_store_compare_set(rz->store, k, "", 0, reason, strlen(reason), &res, &rlen);
+    if (won) *won = st == DT_STATUS_OK && rlen == strlen(reason) && !memcmp(res, reason, rlen);
+    free(res);
+    return st == DT_STATUS_OK ? st : lost_store(rz, st, "asking the group to stop");
+}
+
+dt_status_t dt_rdzv_stop_reason(dt_rdzv_t *rz, char **reason) {
+    char k[KEY_MAX];
+    key(rz, k, "stop");
+    const char *keys[] = {k};
+    int ready = 0;
+    *reason = NULL;
+    DT_CHECK(dt_store_check(rz->store, keys, 1, &ready));
+    if (!ready) return DT_STATUS_OK;
+    void *v = NULL;
+    size_t len = 0;
+    DT_CHECK(dt_store_get(rz->store, k, &v, &len));
+    *reason = dt_xmalloc(len + 1);
+    memcpy(*reason, v, len);
+    (*reason)[len] = '\0';
+    free(v);
+    return DT_STATUS_OK;
+}
+
+dt_status_t dt_rdzv_post_failures(dt_rdzv_t *rz, const char *jsonl) {
+    char k[KEY_MAX];
+    key(rz, k, "failures");
+    dt_status_t st = dt_store_append(rz->store, k, jsonl, strlen(jsonl));
+    return st == DT_STATUS_OK ? st : lost_store(rz, st, "reporting failures");
+}
+
+dt_status_t dt_rdzv_get_failures(dt_rdzv_t *rz, char **jsonl) {
+    char k[KEY_MAX];
+    key(rz, k, "failures");
+    const char *keys[] = {k};
+    int ready = 0;
+    *jsonl = NULL;
+    DT_CHECK(dt_store_check(rz->store, keys, 1, &ready));
+    if (!ready) {
+        *jsonl = dt_xstrdup("");
+        return DT_STATUS_OK;
+    }
+    void *v = NULL;
+    size_t len = 0;
+    DT_CHECK(dt_store_get(rz->store, k, &v, &len));
+    *jsonl = dt_xmalloc(len + 1);
+    memcpy(*jsonl, v, len);
+    (*jsonl)[len] = '\0';
+    free(v);
+    return DT_STATUS_OK;
+}
+
+dt_status_t dt_rdzv_mark_done(dt_rdzv_t *rz) {
+    char k[KEY_MAX];
+    int64_t n = 0;
+    key(rz, k, "done");
+    dt_status_t st = dt_store_add(rz->store, k, 1, &n);
+    if (st != DT_STATUS_OK) return lost_store(rz, st, "entering the exit barrier");
+    if (n == rz->nnodes) {
+        key(rz, k, "alldone");
+        st = dt_store_set(rz->store, k, "1", 1);
+        if (st != DT_STATUS_OK) return lost_store(rz, st, "entering the exit barrier");
+    }
+    return DT_STATUS_OK;
+}
+
+dt_status_t dt_rdzv_barrier_check(dt_rdzv_t *rz, int *all) {
+    char k[KEY_MAX];
+    key(rz, k, "alldone");
+    const char *keys[] = {k};
+    dt_status_t st = dt_store_check(rz->store, keys, 1, all);
+    return st == DT_STATUS_OK ? st : lost_store(rz, st, "waiting at the exit barrier");
+}
+
+void dt_rdzv_leave(dt_rdzv_t *rz, int is_host, double timeout_s) {
+    if (!rz || !rz->store) return;
+    char k[KEY_MAX];
+    key(rz, k, "left");
+    int64_t n = 0;
+    if (!is_host) {
+        dt_store_add(rz->store, k, 1, &n);
+        return;
+    }
+    /* Lost nodes will never say goodbye. */
+    char kl[KEY_MAX];
+    key(rz, kl, "lost");
+    uint64_t end = dt_now_ns() + (uint64_t)(timeout_s * 1e9);
+    while (dt_now_ns() < end) {
+        int64_t lost = 0;
+        if (dt_store_add(rz->store, k, 0, &n) != DT_STATUS_OK) return;
+        if (dt_store_add(rz->store, kl, 0, &lost) != DT_STATUS_OK) return;
+        if (n + lost >= rz->nnodes - 1) return;
+        dt_sleep_ms(5);
+    }
+}
+
+dt_status_t dt_rdzv_declare_lost(dt_rdzv_t *rz, const char *reason, int *won) {
+    DT_CHECK(dt_rdzv_request_stop(rz, reason, won));
+    if (!*won) return DT_STATUS_OK;
+    char k[KEY_MAX];
+    int64_t n = 0;
+    key(rz, k, "lost");
+    dt_status_t st = dt_store_add(rz->store, k, 1, &n);
+    return st == DT_STATUS_OK ? st : lost_store(rz, st, "declaring a node lost");
+}

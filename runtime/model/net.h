@@ -1,0 +1,78 @@
+/*
+ * net.h - forward and backward of a model (model.h layout) on a device
+ * (kernels/kernels.h), with all activations in one arena sized up front.
+ *
+ * Parameters and gradients are reached per unit through unit_params[u] and
+ * unit_grads[u] (base pointers of unit u's range), which dt_net_bind points into
+ * flat buffers. A data-parallel strategy may re-point them (FSDP points a unit at
+ * its gathered copy) and is told, through the hook, when each unit is about to be
+ * used and when it is done: forward in unit order, backward in reverse. For GPT
+ * the LM head is tied to wte (unit 0), so unit 0 is also used at the head: the
+ * forward ends with FWD_PRE(0) ... FWD_POST(0) around the logits, the backward
+ * starts with BWD_PRE(0) and unit 0's gradient is complete only at BWD_POST(0),
+ * the very last call.
+ */
+#ifndef DT_RUNTIME_NET_H
+#define DT_RUNTIME_NET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+#include "kernels/kernels.h" /* defines: dt_device_t, dt_ops_t */
+#include "runtime/model/model.h"   /* defines: dt_model_layout */
+
+typedef enum dt_net_phase {
+    DT_NET_FWD_PRE = 0,
+    DT_NET_FWD_POST = 1,
+    DT_NET_BWD_PRE = 2,
+    DT_NET_BWD_POST = 3,
+} dt_net_phase_t;
+
+typedef void (*dt_net_hook_fn)(void *ctx, int unit, dt_net_phase_t phase);
+
+/* One micro-batch. GPT: tokens (B, T) and targets (B, T). MLP: features
+ * (B, in_dim) and targets (B) class ids. Host memory. */
+typedef struct dt_batch {
+    const int32_t *tokens;
+    const float *features;
+    const int32_t *targets;
+} dt_batch;
+
+typedef struct dt_net {
+    dt_device_t *dev;
+    const dt_model_layout *layout;
+    int B, T;    /* micro-batch and sequence length of the arena */
+    size_t elsize;
+    void **unit_params; /* (n_units) device pointers */
+    void **unit_grads;
+    dt_net_hook_fn hook;
+    void *hook_ctx;
+    /* arena */
+    void *arena;
+    size_t arena_bytes;
+    size_t *off; /* byte offsets of named activations, see net.c */
+    int *d_tokens, *d_targets; /* device copies of the batch */
+    void *d_features;
+    float *h_losses; /* host copy of per-row losses */
+    int n_rows;      /* rows of the loss: B*T (gpt) or B (mlp) */
+    int have_forward;
+} dt_net_t;
+
+/* Sizes the arena for micro-batch B (and T = layout seq_len) and allocates it. */
+dt_status_t dt_net_init(dt_net_t *net, dt_device_t *dev, const dt_model_layout *layout, int B);
+void dt_net_free(dt_net_t *net);
+/* Points every unit at its range of the flat params and grads buffers. */
+void dt_net_bind(dt_net_t *net, void *params, void *grads);
+/* Activation arena bytes for a layout, micro-batch and device (for plans). */
+size_t dt_net_arena_bytes(const dt_device_t *dev, const dt_model_layout *layout, int B);
+
+/* Forward with loss; *mean_loss gets the mean over the B*T (or B) rows. */
+dt_status_t dt_net_forward(dt_net_t *net, const dt_batch *batch, double *mean_loss);
+/* Backward of the last forward: gradients += d(dscale * sum of row losses). */
+dt_status_t dt_net_backward(dt_net_t *net, float dscale);
+/* GPT only: forward of tokens (B, T) without loss, then the logits (Vp floats,
+ * host) of row b at position t are copied to out. For sampling. */
+dt_status_t dt_net_logits(dt_net_t *net, const int32_t *tokens, int b, int t, float *out);
+
+#endif /* DT_RUNTIME_NET_H */

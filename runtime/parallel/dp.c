@@ -1,0 +1,967 @@
+/*
+ * dp.c - data-parallel strategies (dp.h): the bucket plan, the model state of
+ * each strategy, the net hook that launches gradient reductions and FSDP
+ * gathers while forward and backward run, the sharded optimizer step and the
+ * checkpoint ranges.
+ */
+#include "runtime/parallel/dp.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/mem.h"
+
+#define DP_GSLOTS 3 /* gradient working buffers (zero2, fsdp) */
+#define DP_PSLOTS 4 /* gathered unit buffers (fsdp): unit 0 (tied head), current, 2 prefetched */
+#define DP_PREFETCH 2
+
+/* ---- plan ------------------------------------------------------------------- */
+
+void dt_dp_plan_free(dt_dp_plan *p) {
+    free(p->buckets);
+    free(p->unit_bucket);
+    free(p->runs);
+    memset(p, 0, sizeof *p);
+}
+
+static void add_run(dt_dp_plan *p, int *cap, size_t off, size_t n, size_t pad_off, size_t sh_off,
+                    int decay) {
+    if (p->n_runs > 0) { /* merge with the previous run when contiguous everywhere */
+        dt_dp_run *r = &p->runs[p->n_runs - 1];
+        if (r->decay == decay && r->offset + r->count == off && r->padded_offset + r->count == pad_off &&
+            r->shard_offset + r->count == sh_off) {
+            r->count += n;
+            return;
+        }
+    }
+    if (p->n_runs == *cap) {
+        *cap = *cap ? 2 * *cap : 16;
+        p->runs = dt_xrealloc(p->runs, (size_t)*cap * sizeof *p->runs);
+    }
+    p->runs[p->n_runs++] = (dt_dp_run){off, n, pad_off, sh_off, decay};
+}
+
+dt_status_t dt_dp_plan_init(const dt_model_layout *l, int n_shards, int shard_rank, size_t first_cap,
+                            size_t cap, dt_dp_plan *p) {
+    memset(p, 0, sizeof *p);
+    if (n_shards < 1 || shard_rank < 0 || shard_rank >= n_shards || l->n_units < 1)
+        return dt_error(DT_STATUS_INVALID, "dp plan: bad shard rank %d of %d (or no units)", shard_rank,
+                        n_shards);
+    p->n_shards = n_shards;
+    p->shard_rank = shard_rank;
+    p->buckets = dt_xcalloc((size_t)l->n_units, sizeof *p->buckets);
+    p->unit_bucket = dt_xcalloc((size_t)l->n_units, sizeof *p->unit_bucket);
+    /* Reverse order: gather units from the last until the bucket reaches its cap. */
+    int hi = l->n_units - 1;
+    while (hi >= 0) {
+        size_t limit = p->n_buckets == 0 ? first_cap : cap, n = 0;
+        int lo = hi;
+        for (;;) {
+            n += l->units[lo].numel;
+            if (n >= limit || lo == 0) break;
+            lo--;
+        }
+        dt_dp_bucket *b = &p->buckets[p->n_buckets];
+        b->unit_lo = lo;
+        b->unit_hi = hi;
+        b->offset = l->units[lo].offset;
+        b->count = n;
+        b->slice = (n + (size_t)n_shards - 1) / (size_t)n_shards;
+        for (int u = lo; u <= hi; u++) p->unit_bucket[u] = p->n_buckets;
+        p->n_buckets++;
+        hi = lo - 1;
+    }
+    /* Offsets in address order (the last bucket starts the buffer). */
+    size_t pad = 0, sh = 0;
+    int run_cap = 0;
+    for (int k = p->n_buckets - 1; k >= 0; k--) {
+        dt_dp_bucket *b = &p->buckets[k];
+        b->padded_offset = pad;
+        b->shard_offset = sh;
+        pad += b->slice * (size_t)n_shards;
+        sh += b->slice;
+        size_t a = (size_t)shard_rank * b->slice, e = a + b->slice;
+        if (e > b->count) e = b->count;
+        if (a >= e) continue;
+        /* Split [offset + a, offset + e) at tensor decay changes. */
+        for (int t = 0; t < l->n_tensors; t++) {
+            const dt_tensor_info *ti = &l->tensors[t];
+            size_t t0 = ti->offset, t1 = ti->offset + ti->numel;
+            size_t s0 = b->offset + a, s1 = b->offset + e;
+            size_t x0 = t0 > s0 ? t0 : s0, x1 = t1 < s1 ? t1 : s1;
+            if (x0 >= x1) continue;
+            size_t rel = x0 - b->offset;
+            add_run(p, &run_cap, x0, x1 - x0, b->padded_offset + rel, b->shard_offset + (rel - a),
+                    ti->decay);
+        }
+    }
+    p->padded_total = pad;
+    p->shard_total = sh;
+    return DT_STATUS_OK;
+}
+
+/* ---- the object ---------------------------------------------------------------- */
+
+typedef struct dp_slot {
+    void *buf;
+    int owner; /* bucket using it, -1 free */
+} dp_slot;
+
+typedef enum { PSTATE_NONE = 0, PSTATE_FLIGHT = 1, PSTATE_READY = 2 } pstate_t;
+
+typedef struct dp_bstate {
+    int posts_left;       /* units still to finish backward in this micro-step */
+    int launched;         /* gradient reduction launched in this step / micro-step */
+    int in_fifo;          /* zero2/fsdp: its reduce_scatter waits in gfifo */
+    dt_comm_req_t req;    /* gradient reduction (or zero1/2 all_gather) */
+    int req_live;
+    int gslot;            /* zero2/fsdp working gradient buffer, -1 none */
+    int pslot;            /* fsdp gathered parameters, -1 none */
+    pstate_t pstate;
+    dt_comm_req_t preq;
+} dp_bstate;
+
+struct dt_dp {
+    dt_dp_opts opts;
+    dt_device_t *dev;
+    const dt_model_layout *layout;
+    dt_net_t *net;
+    dt_comm_t *world;      /* not owned */
+    dt_comm_t *shard;      /* shard group: world, or the node group (hsdp, owned) */
+    dt_comm_t *replica;    /* hsdp: same local rank across nodes (owned); NULL otherwise */
+    int own_shard;
+    int rank, world_size, n_shards, shard_rank, n_replicas, replica_rank;
+    dt_dp_plan plan;
+    size_t es;
+    int sharded_params;    /* fsdp/hsdp */
+    int sharded_grads;     /* zero2/fsdp/hsdp */
+    int sharded_optim;     /* all but ddp */
+    void *params;          /* full, padded layout (ddp/zero1/zero2) */
+    void *grads;           /* full, padded layout (ddp/zero1) */
+    void *pshard, *gshard; /* shard buffers (fsdp: params; zero2/fsdp: grads) */
+    float *m, *v;          /* shard buffers (ddp: full) */
+    void *wire;            /* ddp/zero1 gradients in opts.reduce_dtype (padded layout); NULL: the
+                              reductions run on the gradients in the compute dtype */
+    size_t wes;            /* bytes per element of wire */
+    void *small;           /* device buffer for the host values all_gather_f64 exchanges (GPU jobs) */
+    size_t small_bytes;
+    float *master;         /* fp32 master weights, laid out as m and v; NULL when the
+                              compute dtype is fp32 (the parameters are the masters) */
+    size_t work_elems;     /* largest padded bucket */
+    dp_slot gslots[DP_GSLOTS];
+    dp_slot pslots[DP_PSLOTS];
+    int n_gslots, n_pslots;
+    dp_bstate *bs;
+    int *gfifo;            /* buckets with a reduce_scatter in flight, in issue order */
+    int gfifo_head, gfifo_len;
+    int last_micro;
+    /* fsdp use sequence (buckets of each PRE hook in one micro-step) */
+    int *seq, *seq_bwd, n_seq, seq_pos;
+    double comm_s;
+    int in_backward;       /* inside a backward hook */
+    dt_dp_stats stats;
+    dt_status_t err;
+    char err_detail[512];
+};
+
+static dt_comm_dtype_t comm_dtype(const dt_dp_t *dp) {
+    return dp->dev->ops->dtype == DT_DTYPE_BF16 ? DT_COMM_BF16 : DT_COMM_F32;
+}
+
+static char *at(void *base, size_t elems, size_t es) { return (char *)base + elems * es; }
+
+static void set_err(dt_dp_t *dp, dt_status_t st) {
+    if (dp->err != DT_STATUS_OK) return;
+    dp->err = st;
+    snprintf(dp->err_detail, sizeof dp->err_detail, "%s", dt_error_detail());
+}
+
+dt_status_t dt_dp_check(dt_dp_t *dp) {
+    if (dp->err == DT_STATUS_OK) return DT_STATUS_OK;
+    return dt_error(dp->err, "%s", dp->err_detail);
+}
+
+static dt_status_t wait_req(dt_dp_t *dp, dt_comm_req_t *req) {
+    double t0 = dt_now_s();
+    dt_status_t st = dt_comm_wait(req);
+    dp->comm_s += dt_now_s() - t0;
+    return st;
+}
+
+double dt_dp_take_comm_ms(dt_dp_t *dp) {
+    double ms = dp->comm_s * 1e3;
+    dp->comm_s = 0;
+    return ms;
+}
+
+int dt_dp_world_size(const dt_dp_t *dp) { return dp->world_size; }
+int dt_dp_rank(const dt_dp_t *dp) { return dp->rank; }
+const dt_dp_plan *dt_dp_get_plan(const dt_dp_t *dp) { return &dp->plan; }
+
+/* ---- small collectives in double precision ------------------------------------- */
+
+/* all_gather of host floats through a device buffer kept for it (grown as needed). */
+static dt_status_t device_all_gather(dt_dp_t *dp, dt_comm_t *comm, const float *send, float *recv, size_t count,
+                                     int size) {
+    const dt_ops_t *o = dp->dev->ops;
+    size_t need = count * (size_t)(size + 1) * sizeof(float);
+    if (need > dp->small_bytes) {
+        o->free(dp->dev, dp->small);
+        dp->small = NULL;
+        dp->small_bytes = 0;
+        DT_CHECK(o->alloc(dp->dev, DT_MEM_COMM, need, &dp->small));
+        dp->small_bytes = need;
+    }
+    float *dsend = dp->small, *drecv = (float *)dp->small + count;
+    DT_CHECK(o->copy(dp->dev, dsend, send, count * sizeof(float), DT_COPY_HOST_TO_DEVICE));
+    DT_CHECK(dt_comm_all_gather(comm, dsend, drecv, count, DT_COMM_F32));
+    return o->copy(dp->dev, recv, drecv, count * (size_t)size * sizeof(float), DT_COPY_DEVICE_TO_HOST);
+}
+
+static dt_status_t all_gather_f64(dt_dp_t *dp, dt_comm_t *comm, const double *vals, int n, double *out) {
+    int size = comm ? dt_comm_size(comm) : 1;
+    if (size == 1) {
+        memcpy(out, vals, (size_t)n * sizeof *out);
+        return DT_STATUS_OK;
+    }
+    float *send = dt_xcalloc((size_t)n * 2, sizeof(float));
+    float *recv = dt_xcalloc((size_t)n * 2 * (size_t)size, sizeof(float));
+    for (int i = 0; i < n; i++) {
+        float hi = (float)vals[i];
+        send[2 * i] = hi;
+        send[2 * i + 1] = isfinite(vals[i]) ? (float)(vals[i] - (double)hi) : 0.0f;
+    }
+    double t0 = dt_now_s();
+    dt_status_t st;
+    if (dp->dev->kind == DT_DEVICE_CPU) {
+        st = dt_comm_all_gather(comm, send, recv, (size_t)n * 2, DT_COMM_F32);
+    } else {
+        /* The communicator of a GPU job takes device buffers only (NCCL, or a host
+         * backend staging device memory): the few values go through a device buffer. */
+        st = device_all_gather(dp, comm, send, recv, (size_t)n * 2, size);
+    }
+    dp->comm_s += dt_now_s() - t0;
+    if (st == DT_STATUS_OK)
+        for (int i = 0; i < n * size; i++) out[i] = (double)recv[2 * i] + (double)recv[2 * i + 1];
+    free(send);
+    free(recv);
+    return st;
+}
+
+dt_status_t dt_dp_all_gather_f64(dt_dp_t *dp, const double *vals, int n, double *out) {
+    return all_gather_f64(dp, dp->world, vals, n, out);
+}
+
+/* ---- working buffers --------------------------------------------------------- */
+
+static int slot_get(dp_slot *slots, int n, int owner) {
+    for (int i = 0; i < n; i++)
+        if (slots[i].owner < 0) {
+            slots[i].owner = owner;
+            return i;
+        }
+    return -1;
+}
+
+/* Points the units of bucket b at a buffer holding the bucket (grads or params). */
+static void bind_bucket(dt_dp_t *dp, int b, void *base, int grads) {
+    const dt_dp_bucket *bk = &dp->plan.buckets[b];
+    for (int u = bk->unit_lo; u <= bk->unit_hi; u++) {
+        void *p = base ? at(base, dp->layout->units[u].offset - bk->offset, dp->es) : NULL;
+        if (grads) dp->net->unit_grads[u] = p;
+        else dp->net->unit_params[u] = p;
+    }
+}
+
+/* ---- gradients: zero2 / fsdp (reduce-scatter every micro-step) ------------------ */
+
+/* Waits for the oldest reduce_scatter in flight, adds its slice to the local
+ * gradient shard (after the replica all-reduce for hsdp) and frees its buffer. */
+static dt_status_t gfifo_pop(dt_dp_t *dp) {
+    int b = dp->gfifo[dp->gfifo_head];
+    dp->gfifo_head = (dp->gfifo_head + 1) % dp->plan.n_buckets;
+    dp->gfifo_len--;
+    dp_bstate *s = &dp->bs[b];
+    const dt_dp_bucket *bk = &dp->plan.buckets[b];
+    s->in_fifo = 0;
+    dt_status_t st = s->req_live ? wait_req(dp, &s->req) : DT_STATUS_OK;
+    s->req_live = 0;
+    void *mine = at(dp->gslots[s->gslot].buf, (size_t)dp->shard_rank * bk->slice, dp->es);
+    if (st == DT_STATUS_OK && dp->replica) {
+        double t0 = dt_now_s();
+        st = dt_comm_all_reduce(dp->replica, mine, mine, bk->slice, comm_dtype(dp), DT_COMM_AVG);
+        dp->comm_s += dt_now_s() - t0;
+    }
+    if (st == DT_STATUS_OK) { /* the shard's gradient += this micro-step's reduced slice, on the device */
+        void *g = at(dp->gshard, bk->shard_offset, dp->es);
+        dp->dev->ops->residual_forward(dp->dev, g, g, mine, bk->slice);
+    }
+    dp->gslots[s->gslot].owner = -1;
+    s->gslot = -1;
+    bind_bucket(dp, b, NULL, 1);
+    return st;
+}
+
+static dt_status_t grad_buffer_get(dt_dp_t *dp, int b) {
+    dp_bstate *s = &dp->bs[b];
+    dt_status_t st = DT_STATUS_OK, st2;
+    /* A failed pop still frees its buffer: b gets one whatever happens, so the
+     * net never writes through a stale pointer; the error is returned after. */
+    while (s->in_fifo) /* the previous micro-step's reduction of b */
+        if ((st2 = gfifo_pop(dp)) != DT_STATUS_OK && st == DT_STATUS_OK) st = st2;
+    if (s->gslot >= 0) return st;
+    int i;
+    while ((i = slot_get(dp->gslots, dp->n_gslots, b)) < 0) {
+        if (dp->gfifo_len == 0) /* at most two buckets are incomplete at once: cannot happen */
+            return dt_error(DT_STATUS_LIMIT, "dp: no free gradient buffer for bucket %d", b);
+        if ((st2 = gfifo_pop(dp)) != DT_STATUS_OK && st == DT_STATUS_OK) st = st2;
+    }
+    s->gslot = i;
+    const dt_dp_bucket *bk = &dp->plan.buckets[b];
+    DT_CHECK(dp->dev->ops->set(dp->dev, dp->gslots[i].buf, 0, bk->slice * (size_t)dp->n_shards * dp->es));
+    bind_bucket(dp, b, dp->gslots[i].buf, 1);
+    return st;
+}
+
+static dt_status_t grad_bucket_launch(dt_dp_t *dp, int b) {
+    dp_bstate *s = &dp->bs[b];
+    const dt_dp_bucket *bk = &dp->plan.buckets[b];
+    char *buf = dp->gslots[s->gslot].buf;
+    s->launched = 1;
+    if (dp->in_backward && dp->opts.overlap_comm) dp->stats.reductions_in_backward++;
+    else dp->stats.reductions_after++;
+    s->in_fifo = 1;
+    dp->gfifo[(dp->gfifo_head + dp->gfifo_len) % dp->plan.n_buckets] = b;
+    dp->gfifo_len++;
+    if (!dp->shard) return DT_STATUS_OK; /* one shard: the buffer is the gradient */
+    DT_CHECK(dt_comm_reduce_scatter_async(dp->shard, buf, at(buf, (size_t)dp->shard_rank * bk->slice, dp->es),
+                                          bk->slice * (size_t)dp->n_shards, comm_dtype(dp), DT_COMM_AVG,
+                                          &s->req));
+    s->req_live = 1;
+    return DT_STATUS_OK;
+}
+
+/* ---- gradients: ddp / zero1 (full buffer, last micro-step only) ------------------ */
+
+static dt_status_t full_bucket_launch(dt_dp_t *dp, int b) {
+    dp_bstate *s = &dp->bs[b];
+    const dt_dp_bucket *bk = &dp->plan.buckets[b];
+    s->launched = 1;
+    if (!dp->world) return DT_STATUS_OK;
+    if (dp->in_backward) dp->stats.reductions_in_backward++;
+    else dp->stats.reductions_after++;
+    char *g = at(dp->grads, bk->padded_offset, dp->es);
+    size_t es = dp->es, n = bk->slice * (size_t)dp->n_shards; /* ddp: one shard, slice == count */
+    dt_comm_dtype_t t = comm_dtype(dp);
+    if (dp->wire) {
+        char *w = at(dp->wire, bk->padded_offset, dp->wes);
+        dp->dev->ops->cast(dp->dev, w, dp->opts.reduce_dtype, g, dp->dev->ops->dtype, n);
+        g = w, es = dp->wes;
+        t = dp->opts.reduce_dtype == DT_DTYPE_BF16 ? DT_COMM_BF16 : DT_COMM_F32;
+    }
+    if (dp->opts.strategy == DT_STRATEGY_DDP)
+        DT_CHECK(dt_comm_all_reduce_async(dp->world, g, g, bk->count, t, DT_COMM_AVG, &s->req));
+    else
+        DT_CHECK(dt_comm_reduce_scatter_async(dp->shard, g, at(g, (size_t)dp->shard_rank * bk->slice, es), n, t,
+                                              DT_COMM_AVG, &s->req));
+    s->req_live = 1;
+    return DT_STATUS_OK;
+}
+
+/* ---- fsdp parameters ------------------------------------------------------------ */
+
+static dt_status_t param_gather_launch(dt_dp_t *dp, int b, int need) {
+    dp_bstate *s = &dp->bs[b];
+    if (s->pstate != PSTATE_NONE) return DT_STATUS_OK;
+    int i = slot_get(dp->pslots, dp->n_pslots, b);
+    if (i < 0) {
+        if (!need) return DT_STATUS_OK; /* no room to prefetch: gather when needed */
+        return dt_error(DT_STATUS_LIMIT, "dp: no free unit buffer to gather bucket %d", b);
+    }
+    s->pslot = i;
+    const dt_dp_bucket *bk = &dp->plan.buckets[b];
+    const void *mine = at(dp->pshard, bk->shard_offset, dp->es);
+    dt_status_t st = dp->shard ? dt_comm_all_gather_async(dp->shard, mine, dp->pslots[i].buf, bk->slice,
+                                                          comm_dtype(dp), &s->preq)
+                               : dp->dev->ops->copy(dp->dev, dp->pslots[i].buf, mine, bk->slice * dp->es,
+                                                    DT_COPY_DEVICE_TO_DEVICE);
+    if (st != DT_STATUS_OK) {
+        dp->pslots[i].owner = -1;
+        s->pslot = -1;
+        return st;
+    }
+    s->pstate = PSTATE_FLIGHT;
+    if (need) dp->stats.gathers_on_demand++;
+    else dp->stats.gathers_prefetched++;
+    return DT_STATUS_OK;
+}
+
+static dt_status_t param_ready(dt_dp_t *dp, int b) {
+    dp_bstate *s = &dp->bs[b];
+    DT_CHECK(param_gather_launch(dp, b, 1));
+    if (s->pstate == PSTATE_FLIGHT) {
+        dt_status_t st = dp->shard ? wait_req(dp, &s->preq) : DT_STATUS_OK;
+        s->pstate = PSTATE_READY;
+        bind_bucket(dp, b, dp->pslots[s->pslot].buf, 0);
+        DT_CHECK(st);
+    }
+    return DT_STATUS_OK;
+}
+
+static dt_status_t param_release(dt_dp_t *dp, int b) {
+    dp_bstate *s = &dp->bs[b];
+    dt_status_t st = DT_STATUS_OK;
+    if (s->pstate == PSTATE_NONE) return st;
+    if (s->pstate == PSTATE_FLIGHT && dp->shard) st = wait_req(dp, &s->preq);
+    /* The net must never see a NULL unit: keep the (now unowned) buffer bound. */
+    dp->pslots[s->pslot].owner = -1;
+    s->pslot = -1;
+    s->pstate = PSTATE_NONE;
+    return st;
+}
+
+static dt_status_t params_release_all(dt_dp_t *dp) {
+    dt_status_t st = DT_STATUS_OK;
+    if (!dp->sharded_params) return st;
+    for (int b = 0; b < dp->plan.n_buckets; b++) {
+        dt_status_t s2 = param_release(dp, b);
+        if (st == DT_STATUS_OK) st = s2;
+    }
+    return st;
+}
+
+/* Position of the next PRE hook of bucket b (backward or not) in the use sequence. */
+static int seq_find(dt_dp_t *dp, int b, int bwd) {
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = pass ? 0 : dp->seq_pos; i < dp->n_seq; i++)
+            if (dp->seq[i] == b && dp->seq_bwd[i] == bwd) return i;
+    return -1;
+}
+
+static int in_lookahead(const dt_dp_t *dp, int b) {
+    for (int i = dp->seq_pos; i < dp->seq_pos + DP_PREFETCH && i < dp->n_seq; i++)
+        if (dp->seq[i] == b) return 1;
+    return 0;
+}
+
+/* ---- the hook --------------------------------------------------------------------- */
+
+static dt_status_t on_pre(dt_dp_t *dp, int b, int bwd) {
+    if (dp->sharded_params) {
+        int pos = seq_find(dp, b, bwd);
+        if (pos >= 0) dp->seq_pos = pos + 1;
+        DT_CHECK(param_ready(dp, b));
+        if (dp->opts.overlap_comm)
+            for (int i = dp->seq_pos; i < dp->seq_pos + DP_PREFETCH && i < dp->n_seq; i++)
+                DT_CHECK(param_gather_launch(dp, dp->seq[i], 0));
+    }
+    if (bwd && dp->sharded_grads) DT_CHECK(grad_buffer_get(dp, b));
+    return DT_STATUS_OK;
+}
+
+static dt_status_t on_post(dt_dp_t *dp, int b, int bwd) {
+    if (dp->sharded_params && !in_lookahead(dp, b)) DT_CHECK(param_release(dp, b));
+    if (!bwd) return DT_STATUS_OK;
+    dp_bstate *s = &dp->bs[b];
+    if (--s->posts_left > 0) return DT_STATUS_OK;
+    if (dp->sharded_grads) {
+        /* Working buffers are per bucket, so zero2/fsdp reduce each bucket when it
+         * is done; with overlap off they wait for it at once (nothing overlaps). */
+        DT_CHECK(grad_bucket_launch(dp, b));
+        return dp->opts.overlap_comm ? DT_STATUS_OK : gfifo_pop(dp);
+    }
+    if (dp->last_micro && dp->opts.overlap_comm) return full_bucket_launch(dp, b);
+    return DT_STATUS_OK;
+}
+
+static void dp_hook(void *ctx, int unit, dt_net_phase_t phase) {
+    dt_dp_t *dp = ctx;
+    if (dp->err != DT_STATUS_OK) return;
+    int b = dp->plan.unit_bucket[unit];
+    int bwd = phase == DT_NET_BWD_PRE || phase == DT_NET_BWD_POST;
+    dp->in_backward = bwd;
+    dt_status_t st = phase == DT_NET_FWD_PRE || phase == DT_NET_BWD_PRE ? on_pre(dp, b, bwd)
+                                                                         : on_post(dp, b, bwd);
+    dp->in_backward = 0;
+    if (st != DT_STATUS_OK) set_err(dp, st);
+}
+
+/* The order in which the net calls PRE hooks in one micro-step (net.h): forward
+ * in unit order (GPT: then unit 0 again for the tied head), backward in reverse
+ * (GPT: unit 0 first for the head). Consecutive uses of one bucket merge. */
+static void build_sequence(dt_dp_t *dp) {
+    const dt_model_layout *l = dp->layout;
+    int nu = l->n_units, gpt = l->spec.type == DT_MODEL_GPT;
+    int cap = 2 * nu + 4, n = 0;
+    dp->seq = dt_xcalloc((size_t)cap, sizeof(int));
+    dp->seq_bwd = dt_xcalloc((size_t)cap, sizeof(int));
+#define PUSH(u, bw)                                                                           \
+    do {                                                                                      \
+        int b_ = dp->plan.unit_bucket[(u)];                                                   \
+        if (n == 0 || dp->seq[n - 1] != b_ || dp->seq_bwd[n - 1] != (bw)) {                   \
+            dp->seq[n] = b_;                                                                  \
+            dp->seq_bwd[n++] = (bw);                                                          \
+        }                                                                                     \
+    } while (0)
+    for (int u = 0; u < nu; u++) PUSH(u, 0);
+    if (gpt) {
+        PUSH(0, 0);
+        PUSH(0, 1);
+    }
+    for (int u = nu - 1; u >= (gpt ? 1 : 0); u--) PUSH(u, 1);
+#undef PUSH
+    dp->n_seq = n;
+}
+
+/* ---- init / free ----------------------------------------------------------------------- */
+
+static dt_status_t alloc_state(dt_dp_t *dp, dt_mem_category_t cat, size_t elems, size_t es, void **out) {
+    if (elems == 0) elems = 1;
+    return dp->dev->ops->alloc(dp->dev, cat, elems * es, out);
+}
+
+/* Every rank computes the same parameters from the seed; a checksum of them is
+ * compared across ranks so a rank with another seed or model stops the run. */
+static dt_status_t check_identical(dt_dp_t *dp, const float *host) {
+    if (dp->world_size == 1) return DT_STATUS_OK;
+    double sum[2] = {0, 0};
+    size_t n = dp->layout->n_params;
+    for (size_t i = 0; i < n; i++) {
+        sum[0] += host[i];
+        sum[1] += host[i] * (double)((i % 61) + 1);
+    }
+    double *all = dt_xcalloc((size_t)dp->world_size * 2, sizeof(double));
+    dt_status_t st = dt_dp_all_gather_f64(dp, sum, 2, all);
+    for (int r = 1; st == DT_STATUS_OK && r < dp->world_size; r++)
+        if (all[2 * r] != all[0] || all[2 * r + 1] != all[1])
+            st = dt_error(DT_STATUS_MISMATCH,
+                          "initial parameters differ between rank 0 (checksum %.17g) and rank %d (%.17g): "
+                          "every rank must use the same seed and model",
+                          all[0], r, all[2 * r]);
+    free(all);
+    return st;
+}
+
+/* Copies host (model layout) into the strategy's parameter buffers. */
+static dt_status_t upload_params(dt_dp_t *dp, const float *host) {
+    const dt_ops_t *o = dp->dev->ops;
+    for (int k = 0; k < dp->plan.n_buckets; k++) {
+        const dt_dp_bucket *bk = &dp->plan.buckets[k];
+        if (dp->sharded_params) {
+            size_t a = (size_t)dp->shard_rank * bk->slice, e = a + bk->slice;
+            if (e > bk->count) e = bk->count;
+            if (a < e) DT_CHECK(o->upload_f32(dp->dev, at(dp->pshard, bk->shard_offset, dp->es),
+                                              host + bk->offset + a, e - a));
+        } else {
+            DT_CHECK(o->upload_f32(dp->dev, at(dp->params, bk->padded_offset, dp->es), host + bk->offset,
+                                   bk->count));
+        }
+    }
+    return DT_STATUS_OK;
+}
+
+static int held_ranges(const dt_dp_t *dp, dt_dp_range *out, int max, int all);
+
+/* fp32 masters of every range this rank holds, from host (model layout). */
+static dt_status_t upload_masters(dt_dp_t *dp, const float *host) {
+    if (!dp->master) return DT_STATUS_OK;
+    int max = dp->plan.n_buckets + 1;
+    dt_dp_range *r = dt_xcalloc((size_t)max, sizeof *r);
+    int n = held_ranges(dp, r, max, 1);
+    dt_status_t st = DT_STATUS_OK;
+    for (int i = 0; i < n && st == DT_STATUS_OK; i++)
+        st = dp->dev->ops->copy(dp->dev, r[i].param, host + r[i].offset, r[i].count * sizeof(float),
+                                DT_COPY_HOST_TO_DEVICE);
+    free(r);
+    DT_CHECK(st);
+    return dp->dev->ops->synchronize(dp->dev);
+}
+
+dt_status_t dt_dp_init(dt_dp_t **out, const dt_dp_opts *opts, dt_device_t *dev, const dt_model_layout *layout,
+                       dt_net_t *net, dt_comm_t *comm) {
+    *out = NULL;
+    dt_dp_t *dp = dt_xcalloc(1, sizeof *dp);
+    dp->opts = *opts;
+    dp->dev = dev;
+    dp->layout = layout;
+    dp->net = net;
+    dp->world = comm && dt_comm_size(comm) > 1 ? comm : NULL;
+    dp->rank = comm ? dt_comm_rank(comm) : 0;
+    dp->world_size = comm ? dt_comm_size(comm) : 1;
+    dp->es = dt_dtype_size(dev->ops->dtype);
+    dt_strategy_t s = opts->strategy;
+    dp->sharded_optim = s != DT_STRATEGY_DDP;
+    dp->sharded_grads = s == DT_STRATEGY_ZERO2 || s == DT_STRATEGY_FSDP || s == DT_STRATEGY_HSDP;
+    dp->sharded_params = s == DT_STRATEGY_FSDP || s == DT_STRATEGY_HSDP;
+    for (int i = 0; i < DP_GSLOTS; i++) dp->gslots[i].owner = -1;
+    for (int i = 0; i < DP_PSLOTS; i++) dp->pslots[i].owner = -1;
+    dt_status_t st = DT_STATUS_OK;
+    float *host = NULL;
+
+    /* Shard and replica groups. */
+    dp->n_shards = 1;
+    dp->n_replicas = 1;
+    if (dp->world && dp->sharded_optim) {
+        dp->shard = dp->world;
+        if (s == DT_STRATEGY_HSDP) {
+            int lws = opts->local_world_size > 0 ? opts->local_world_size : dp->world_size;
+            if (dp->world_size % lws != 0) {
+                st = dt_error(DT_STATUS_CONFIG, "strategy hsdp: world size %d is not a multiple of the %d ranks "
+                              "per node", dp->world_size, lws);
+                goto out_free_dp;
+            }
+            int node = dp->rank / lws, local = dp->rank % lws;
+            DT_CHECK_GOTO(dt_comm_split(dp->world, node, local, &dp->shard), st, out_free_dp);
+            dp->own_shard = 1;
+            dt_comm_t *rep = NULL;
+            DT_CHECK_GOTO(dt_comm_split(dp->world, local, node, &rep), st, out_free_dp);
+            if (rep && dt_comm_size(rep) > 1) dp->replica = rep;
+            else dt_comm_free(rep);
+            if (dt_comm_size(dp->shard) == 1) { /* one rank per node: plain replication */
+                dt_comm_free(dp->shard);
+                dp->shard = NULL;
+                dp->own_shard = 0;
+            }
+        }
+        if (dp->shard) {
+            dp->n_shards = dt_comm_size(dp->shard);
+            dp->shard_rank = dt_comm_rank(dp->shard);
+        }
+        if (dp->replica) {
+            dp->n_replicas = dt_comm_size(dp->replica);
+            dp->replica_rank = dt_comm_rank(dp->replica);
+        }
+    }
+
+    size_t cap = opts->bucket_elems > 0 ? opts->bucket_elems : 6553600;
+    size_t first = (1u << 20) / dp->es;
+    if (first > cap) first = cap;
+    if (dp->sharded_params) cap = first = 0; /* one bucket per unit */
+    DT_CHECK_GOTO(dt_dp_plan_init(layout, dp->n_shards, dp->shard_rank, first, cap, &dp->plan), st, out_free_dp);
+    dp->bs = dt_xcalloc((size_t)dp->plan.n_buckets, sizeof *dp->bs);
+    dp->gfifo = dt_xcalloc((size_t)dp->plan.n_buckets, sizeof *dp->gfifo);
+    for (int b = 0; b < dp->plan.n_buckets; b++) {
+        dp->bs[b].gslot = dp->bs[b].pslot = -1;
+        size_t w = dp->plan.buckets[b].slice * (size_t)dp->n_shards;
+        if (w > dp->work_elems) dp->work_elems = w;
+    }
+
+    /* Model state. */
+    size_t full = dp->plan.padded_total, shard = dp->plan.shard_total;
+    if (!dp->sharded_params) DT_CHECK_GOTO(alloc_state(dp, DT_MEM_PARAMS, full, dp->es, &dp->params), st, out_free_dp);
+    else DT_CHECK_GOTO(alloc_state(dp, DT_MEM_PARAMS, shard, dp->es, &dp->pshard), st, out_free_dp);
+    if (!dp->sharded_grads) DT_CHECK_GOTO(alloc_state(dp, DT_MEM_GRADS, full, dp->es, &dp->grads), st, out_free_dp);
+    else DT_CHECK_GOTO(alloc_state(dp, DT_MEM_GRADS, shard, dp->es, &dp->gshard), st, out_free_dp);
+    DT_CHECK_GOTO(alloc_state(dp, DT_MEM_OPTIM, shard, sizeof(float), (void **)&dp->m), st, out_free_dp);
+    DT_CHECK_GOTO(alloc_state(dp, DT_MEM_OPTIM, shard, sizeof(float), (void **)&dp->v), st, out_free_dp);
+    if (dev->ops->dtype != DT_DTYPE_F32)
+        DT_CHECK_GOTO(alloc_state(dp, DT_MEM_MASTER, shard, sizeof(float), (void **)&dp->master), st, out_free_dp);
+    if (dp->world && !dp->sharded_grads && opts->reduce_dtype != dev->ops->dtype) {
+        if (!dev->ops->cast) {
+            st = dt_error(DT_STATUS_UNSUPPORTED, "device %s cannot cast gradients to %s for their reduction",
+                          dev->ops->name, dt_dtype_name(opts->reduce_dtype));
+            goto out_free_dp;
+        }
+        dp->wes = dt_dtype_size(opts->reduce_dtype);
+        DT_CHECK_GOTO(alloc_state(dp, DT_MEM_COMM, full, dp->wes, &dp->wire), st, out_free_dp);
+    }
+    if (dp->sharded_grads) {
+        dp->n_gslots = dp->plan.n_buckets < DP_GSLOTS ? dp->plan.n_buckets : DP_GSLOTS;
+        for (int i = 0; i < dp->n_gslots; i++)
+            DT_CHECK_GOTO(alloc_state(dp, DT_MEM_COMM, dp->work_elems, dp->es, &dp->gslots[i].buf), st, out_free_dp);
+    }
+    if (dp->sharded_params) {
+        dp->n_pslots = dp->plan.n_buckets < DP_PSLOTS ? dp->plan.n_buckets : DP_PSLOTS;
+        for (int i = 0; i < dp->n_pslots; i++)
+            DT_CHECK_GOTO(alloc_state(dp, DT_MEM_COMM, dp->work_elems, dp->es, &dp->pslots[i].buf), st, out_free_dp);
+    }
+
+    /* Parameters from the seed, identical on every rank. */
+    host = dt_mem_alloc(DT_MEM_OTHER, layout->n_params * sizeof(float));
+    if (!host) {
+        st = DT_STATUS_NOMEM;
+        goto out_free_dp;
+    }
+    dt_model_init_params(layout, opts->seed, host);
+    DT_CHECK_GOTO(check_identical(dp, host), st, out_free_dp);
+    DT_CHECK_GOTO(upload_params(dp, host), st, out_free_dp);
+    DT_CHECK_GOTO(upload_masters(dp, host), st, out_free_dp);
+
+    /* Bind the net: full buffers where they exist; working buffers come and go. */
+    for (int b = 0; b < dp->plan.n_buckets; b++) {
+        const dt_dp_bucket *bk = &dp->plan.buckets[b];
+        bind_bucket(dp, b, dp->sharded_params ? dp->pslots[0].buf : at(dp->params, bk->padded_offset, dp->es), 0);
+        bind_bucket(dp, b, dp->sharded_grads ? NULL : at(dp->grads, bk->padded_offset, dp->es), 1);
+    }
+    build_sequence(dp);
+    net->hook = dp_hook;
+    net->hook_ctx = dp;
+    DT_LOG_DEBUG("dp: %s, %d bucket(s), %d shard(s), shard %zu elements, padded %zu of %zu",
+                 dt_config_strategy_name(s), dp->plan.n_buckets, dp->n_shards, dp->plan.shard_total,
+                 dp->plan.padded_total, layout->n_params);
+    dt_mem_free(host);
+    *out = dp;
+    return DT_STATUS_OK;
+out_free_dp:
+    dt_mem_free(host);
+    dt_dp_free(dp);
+    return st;
+}
+
+static void wait_all(dt_dp_t *dp) {
+    if (!dp->bs) return;
+    for (int b = 0; b < dp->plan.n_buckets; b++) {
+        if (dp->bs[b].req_live) dt_comm_wait(&dp->bs[b].req);
+        dp->bs[b].req_live = 0;
+        if (dp->bs[b].pstate == PSTATE_FLIGHT && dp->shard) dt_comm_wait(&dp->bs[b].preq);
+        dp->bs[b].pstate = PSTATE_NONE;
+    }
+}
+
+void dt_dp_free(dt_dp_t *dp) {
+    if (!dp) return;
+    wait_all(dp);
+    if (dp->net && dp->net->hook_ctx == dp) {
+        dp->net->hook = NULL;
+        dp->net->hook_ctx = NULL;
+    }
+    const dt_ops_t *o = dp->dev->ops;
+    o->free(dp->dev, dp->params);
+    o->free(dp->dev, dp->grads);
+    o->free(dp->dev, dp->pshard);
+    o->free(dp->dev, dp->gshard);
+    o->free(dp->dev, dp->m);
+    o->free(dp->dev, dp->v);
+    o->free(dp->dev, dp->master);
+    o->free(dp->dev, dp->small);
+    o->free(dp->dev, dp->wire);
+    for (int i = 0; i < DP_GSLOTS; i++) o->free(dp->dev, dp->gslots[i].buf);
+    for (int i = 0; i < DP_PSLOTS; i++) o->free(dp->dev, dp->pslots[i].buf);
+    if (dp->own_shard) dt_comm_free(dp->shard);
+    dt_comm_free(dp->replica);
+    dt_dp_plan_free(&dp->plan);
+    free(dp->bs);
+    free(dp->gfifo);
+    free(dp->seq);
+    free(dp->seq_bwd);
+    free(dp);
+}
+
+/* ---- the step ------------------------------------------------------------------------------ */
+
+dt_status_t dt_dp_step_begin(dt_dp_t *dp) {
+    DT_CHECK(dt_dp_check(dp));
+    const dt_ops_t *o = dp->dev->ops;
+    if (dp->grads) DT_CHECK(o->set(dp->dev, dp->grads, 0, dp->plan.padded_total * dp->es));
+    if (dp->gshard) DT_CHECK(o->set(dp->dev, dp->gshard, 0, dp->plan.shard_total * dp->es));
+    for (int b = 0; b < dp->plan.n_buckets; b++) dp->bs[b].launched = 0;
+    return DT_STATUS_OK;
+}
+
+void dt_dp_micro_begin(dt_dp_t *dp, int last) {
+    dp->last_micro = last;
+    dp->seq_pos = 0;
+    for (int b = 0; b < dp->plan.n_buckets; b++) {
+        const dt_dp_bucket *bk = &dp->plan.buckets[b];
+        dp->bs[b].posts_left = bk->unit_hi - bk->unit_lo + 1;
+        if (dp->sharded_grads) dp->bs[b].launched = 0;
+    }
+}
+
+dt_status_t dt_dp_micro_end(dt_dp_t *dp) {
+    DT_CHECK(dt_dp_check(dp));
+    if (!dp->sharded_grads) return DT_STATUS_OK;
+    if (dp->last_micro)
+        while (dp->gfifo_len > 0) DT_CHECK(gfifo_pop(dp));
+    return DT_STATUS_OK;
+}
+
+dt_status_t dt_dp_reduce_finish(dt_dp_t *dp) {
+    DT_CHECK(dt_dp_check(dp));
+    if (dp->sharded_grads) {
+        while (dp->gfifo_len > 0) DT_CHECK(gfifo_pop(dp));
+        return params_release_all(dp);
+    }
+    if (!dp->world) return DT_STATUS_OK;
+    for (int b = 0; b < dp->plan.n_buckets; b++)
+        if (!dp->bs[b].launched) DT_CHECK(full_bucket_launch(dp, b));
+    dt_status_t st = DT_STATUS_OK;
+    for (int b = 0; b < dp->plan.n_buckets; b++) {
+        if (!dp->bs[b].req_live) continue;
+        dt_status_t s2 = wait_req(dp, &dp->bs[b].req);
+        dp->bs[b].req_live = 0;
+        if (st == DT_STATUS_OK) st = s2;
+        if (s2 == DT_STATUS_OK && dp->wire) { /* the reduced gradients back in the compute dtype */
+            const dt_dp_bucket *bk = &dp->plan.buckets[b];
+            size_t off = bk->padded_offset, n = bk->count;
+            if (dp->opts.strategy != DT_STRATEGY_DDP) off += (size_t)dp->shard_rank * bk->slice, n = bk->slice;
+            dp->dev->ops->cast(dp->dev, at(dp->grads, off, dp->es), dp->dev->ops->dtype, at(dp->wire, off, dp->wes),
+                               dp->opts.reduce_dtype, n);
+        }
+    }
+    return st;
+}
+
+static void *grad_ptr(dt_dp_t *dp, const dt_dp_run *r) {
+    return dp->sharded_grads ? at(dp->gshard, r->shard_offset, dp->es) : at(dp->grads, r->padded_offset, dp->es);
+}
+
+static void *param_ptr(dt_dp_t *dp, const dt_dp_run *r) {
+    return dp->sharded_params ? at(dp->pshard, r->shard_offset, dp->es) : at(dp->params, r->padded_offset, dp->es);
+}
+
+dt_status_t dt_dp_grad_norm(dt_dp_t *dp, double *norm) {
+    double sq = 0;
+    if (!dp->sharded_optim) /* one call over the whole buffer (padding is zero): one device sync, not one per run */
+        sq = dp->dev->ops->grad_sq_norm(dp->dev, dp->grads, dp->plan.padded_total);
+    else
+        for (int i = 0; i < dp->plan.n_runs; i++)
+            sq += dp->dev->ops->grad_sq_norm(dp->dev, grad_ptr(dp, &dp->plan.runs[i]), dp->plan.runs[i].count);
+    if (dp->shard) {
+        double *all = dt_xcalloc((size_t)dp->n_shards, sizeof(double));
+        dt_status_t st = all_gather_f64(dp, dp->shard, &sq, 1, all);
+        sq = 0;
+        for (int r = 0; r < dp->n_shards; r++) sq += all[r];
+        free(all);
+        DT_CHECK(st);
+    }
+    *norm = sqrt(sq);
+    return DT_STATUS_OK;
+}
+
+/* ZeRO-1/2: every rank's updated slices back into every rank's full buffer. */
+static dt_status_t gather_full_params(dt_dp_t *dp) {
+    if (!dp->shard || dp->sharded_params) return DT_STATUS_OK;
+    dt_status_t st = DT_STATUS_OK;
+    for (int b = 0; b < dp->plan.n_buckets && st == DT_STATUS_OK; b++) {
+        const dt_dp_bucket *bk = &dp->plan.buckets[b];
+        char *p = at(dp->params, bk->padded_offset, dp->es);
+        st = dt_comm_all_gather_async(dp->shard, at(p, (size_t)dp->shard_rank * bk->slice, dp->es), p, bk->slice,
+                                      comm_dtype(dp), &dp->bs[b].req);
+        if (st == DT_STATUS_OK) dp->bs[b].req_live = 1;
+    }
+    for (int b = 0; b < dp->plan.n_buckets; b++) {
+        if (!dp->bs[b].req_live) continue;
+        dt_status_t s2 = wait_req(dp, &dp->bs[b].req);
+        dp->bs[b].req_live = 0;
+        if (st == DT_STATUS_OK) st = s2;
+    }
+    return st;
+}
+
+dt_status_t dt_dp_optimizer_step(dt_dp_t *dp, const dt_adamw_args_t *args) {
+    DT_CHECK(dt_dp_check(dp));
+    DT_CHECK(params_release_all(dp));
+    for (int i = 0; i < dp->plan.n_runs; i++) {
+        const dt_dp_run *r = &dp->plan.runs[i];
+        dp->dev->ops->adamw(dp->dev, param_ptr(dp, r), dp->master ? dp->master + r->shard_offset : NULL,
+                            grad_ptr(dp, r), dp->m + r->shard_offset,
+                            dp->v + r->shard_offset, r->count, args, r->decay);
+    }
+    DT_CHECK(dp->dev->ops->synchronize(dp->dev));
+    return gather_full_params(dp);
+}
+
+/* ---- whole parameters, checkpoint ranges ------------------------------------------------------ */
+
+dt_status_t dt_dp_gather_params(dt_dp_t *dp, float *out) {
+    const dt_ops_t *o = dp->dev->ops;
+    DT_CHECK(params_release_all(dp));
+    for (int b = 0; b < dp->plan.n_buckets; b++) {
+        const dt_dp_bucket *bk = &dp->plan.buckets[b];
+        const void *src;
+        if (dp->sharded_params) {
+            DT_CHECK(param_ready(dp, b));
+            src = dp->pslots[dp->bs[b].pslot].buf;
+        } else {
+            src = at(dp->params, bk->padded_offset, dp->es);
+        }
+        DT_CHECK(o->download_f32(dp->dev, out + bk->offset, src, bk->count));
+        DT_CHECK(param_release(dp, b));
+    }
+    return o->synchronize(dp->dev);
+}
+
+/* Fills ranges this rank holds (all = every held range; else only those it writes). */
+static int held_ranges(const dt_dp_t *dp, dt_dp_range *out, int max, int all) {
+    int n = 0;
+    if (!dp->sharded_optim) {
+        size_t total = dp->layout->n_params, off = 0, cnt = total;
+        if (!all) {
+            off = dt_comm_slice_offset(total, dp->world_size, dp->rank);
+            cnt = dt_comm_slice_count(total, dp->world_size, dp->rank);
+        }
+        if (cnt > 0 && max > 0) {
+            void *cp = at(dp->params, off, dp->es);
+            out[0] = (dt_dp_range){off, cnt, dp->master ? dp->master + off : (float *)cp, dp->m + off, dp->v + off,
+                                   dp->master ? cp : NULL};
+        }
+        return cnt > 0;
+    }
+    if (!all && dp->replica_rank != 0) return 0;
+    for (int k = dp->plan.n_buckets - 1; k >= 0; k--) {
+        const dt_dp_bucket *bk = &dp->plan.buckets[k];
+        size_t a = (size_t)dp->shard_rank * bk->slice, e = a + bk->slice;
+        if (e > bk->count) e = bk->count;
+        if (a >= e) continue;
+        if (n < max) {
+            void *cp = dp->sharded_params ? at(dp->pshard, bk->shard_offset, dp->es)
+                                          : at(dp->params, bk->padded_offset + a, dp->es);
+            out[n] = (dt_dp_range){bk->offset + a, e - a, dp->master ? dp->master + bk->shard_offset : (float *)cp,
+                                   dp->m + bk->shard_offset, dp->v + bk->shard_offset, dp->master ? cp : NULL};
+        }
+        n++;
+    }
+    return n;
+}
+
+int dt_dp_owned_ranges(const dt_dp_t *dp, dt_dp_range *out, int max) { return held_ranges(dp, out, max, 0); }
+
+int dt_dp_has_master(const dt_dp_t *dp) { return dp->master != NULL; }
+
+/* The compute-dtype parameters of a range from its fp32 masters (after a load),
+ * through the host in chunks: rare (resume), so simple beats fast. */
+static dt_status_t refresh_from_master(dt_dp_t *dp, const dt_dp_range *r) {
+    if (!r->cparam) return DT_STATUS_OK;
+    const dt_ops_t *o = dp->dev->ops;
+    size_t chunk = r->count < ((size_t)1 << 22) ? r->count : ((size_t)1 << 22);
+    float *h = dt_mem_alloc(DT_MEM_OTHER, (chunk ? chunk : 1) * sizeof(float));
+    if (!h) return DT_STATUS_NOMEM;
+    dt_status_t st = DT_STATUS_OK;
+    for (size_t i = 0; i < r->count && st == DT_STATUS_OK; i += chunk) {
+        size_t k = r->count - i < chunk ? r->count - i : chunk;
+        st = o->copy(dp->dev, h, r->param + i, k * sizeof(float), DT_COPY_DEVICE_TO_HOST);
+        if (st == DT_STATUS_OK) st = o->upload_f32(dp->dev, at(r->cparam, i, dp->es), h, k);
+        if (st == DT_STATUS_OK) st = o->synchronize(dp->dev);
+    }
+    dt_mem_free(h);
+    return st;
+}
+
+dt_status_t dt_dp_load_ranges(dt_dp_t *dp, dt_dp_read_fn read, void *ctx) {
+    DT_CHECK(params_release_all(dp));
+    int max = dp->plan.n_buckets + 1;
+    dt_dp_range *r = dt_xcalloc((size_t)max, sizeof *r);
+    int n = held_ranges(dp, r, max, 1);
+    dt_status_t st = DT_STATUS_OK;
+    for (int i = 0; i < n && st == DT_STATUS_OK; i++) st = read(ctx, &r[i]);
+    for (int i = 0; i < n && st == DT_STATUS_OK; i++) st = refresh_from_master(dp, &r[i]);
+    free(r);
+    DT_CHECK(st);
+    return gather_full_params(dp);
+}
+
+void dt_dp_get_stats(const dt_dp_t *dp, dt_dp_stats *out) { *out = dp->stats; }
+
+void dt_dp_expected_mem(const dt_dp_t *dp, dt_dp_mem *m) {
+    size_t full = dp->plan.padded_total, shard = dp->plan.shard_total, es = dp->es;
+    memset(m, 0, sizeof *m);
+    m->params = (dp->sharded_params ? shard : full) * es;
+    m->grads = (dp->sharded_grads ? shard : full) * es;
+    m->optim = 2 * shard * sizeof(float);
+    m->master = dp->master ? shard * sizeof(float) : 0;
+    m->work = ((size_t)dp->n_gslots + (size_t)dp->n_pslots) * dp->work_elems * es;
+}

@@ -1,0 +1,520 @@
+/*
+ * plan.c - the arithmetic of `dtrun plan` (formulas in plan.h): hardware tables,
+ * model states, activations, ring collective times, step time, cost and the
+ * recommendation.
+ */
+#include "runtime/tools/plan.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "common/mem.h"
+#include "kernels/kernels.h" /* defines: dt_attention_uses_fused */
+
+static const char *const strategy_names[] = {
+#define X(n, s) s,
+    DT_PLAN_STRATEGY_MAP(X)
+#undef X
+};
+
+const char *dt_plan_strategy_name(dt_plan_strategy_t s) {
+    return (unsigned)s < DT_PLAN_STRATEGY_COUNT_ ? strategy_names[s] : "unknown";
+}
+
+int dt_plan_strategy_parse(const char *name) {
+    for (int i = 0; i < DT_PLAN_STRATEGY_COUNT_; i++)
+        if (!strcasecmp(name, strategy_names[i])) return i;
+    if (!strcasecmp(name, "zero3")) return DT_PLAN_FSDP;
+    if (!strcasecmp(name, "hsdp")) return DT_PLAN_HYBRID;
+    return -1;
+}
+
+/* ---- GPUs ------------------------------------------------------------------
+ * Memory as sold (GiB of HBM/GDDR) and dense bf16 tensor-core peaks without
+ * sparsity, from the vendors' data sheets (H100 SXM 989, H100 PCIe 756, H200 989,
+ * B200 2250, A100 312, L40S 362, L4 121, A10G 125 as NVIDIA lists the A10). The
+ * GeForce figures (4090 165, 5090 209) are NVIDIA's "FP16/BF16 tensor" numbers;
+ * with fp32 accumulation those cards run at half that, so give --gpu-tflops or a
+ * lower --mfu for them. Order matters for device-name lookup: longer names first. */
+static const dt_plan_gpu gpus[] = {
+    {"h200", "H200", 141, 989, "nvlink4"},
+    {"h100-pcie", "H100 PCIe", 80, 756, "pcie5"},
+    {"h100", "H100", 80, 989, "nvlink4"},
+    {"b200", "B200", 180, 2250, "nvlink5"},
+    {"a100-80", "A100-SXM4-80GB|A100 80GB|A100-SXM-80GB", 80, 312, "nvlink3"},
+    {"a100-40", "A100", 40, 312, "nvlink3"},
+    {"a10g", "A10G", 24, 125, "pcie4"},
+    {"l40s", "L40S", 48, 362, "pcie4"},
+    {"l4", "L4", 24, 121, "pcie4"},
+    {"rtx4090", "RTX 4090", 24, 165, "pcie4"},
+    {"rtx5090", "RTX 5090", 32, 209, "pcie5"},
+    {"v100", "V100", 32, 125, "nvlink2"},
+    /* this machine's CPU: host memory shared by the ranks, peak measured by sgemm */
+    {"cpu", NULL, 0, 0, "shm"},
+};
+
+int dt_plan_gpu_count(void) { return (int)(sizeof gpus / sizeof gpus[0]); }
+
+const dt_plan_gpu *dt_plan_gpu_at(int i) {
+    return i >= 0 && i < dt_plan_gpu_count() ? &gpus[i] : NULL;
+}
+
+const dt_plan_gpu *dt_plan_gpu_find(const char *name) {
+    for (int i = 0; name && i < dt_plan_gpu_count(); i++)
+        if (!strcasecmp(name, gpus[i].name)) return &gpus[i];
+    return NULL;
+}
+
+const dt_plan_gpu *dt_plan_gpu_by_device_name(const char *device_name) {
+    if (!device_name) return NULL;
+    for (int i = 0; i < dt_plan_gpu_count(); i++) {
+        const char *p = gpus[i].device_name;
+        while (p && *p) {
+            const char *bar = strchr(p, '|');
+            size_t n = bar ? (size_t)(bar - p) : strlen(p);
+            char needle[64];
+            if (n >= sizeof needle) n = sizeof needle - 1;
+            memcpy(needle, p, n);
+            needle[n] = '\0';
+            if (strstr(device_name, needle)) return &gpus[i];
+            p = bar ? bar + 1 : NULL;
+        }
+    }
+    return NULL;
+}
+
+void dt_plan_gpu_names(char *buf, size_t len) {
+    size_t off = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < dt_plan_gpu_count() && off < len; i++)
+        off += (size_t)snprintf(buf + off, len - off, "%s%s", i ? ", " : "", gpus[i].name);
+}
+
+/* ---- links -----------------------------------------------------------------
+ * Bandwidth per GPU per direction, in GB/s (1e9). NVLink: NVIDIA's aggregate
+ * bidirectional figure halved (V100 300 -> 150, A100 600 -> 300, H100 900 -> 450,
+ * B200 1800 -> 900). PCIe x16: 32 GB/s (gen4) and 64 GB/s (gen5) theoretical,
+ * about 25 and 50 achieved by NCCL through the host bridge. InfiniBand and
+ * Ethernet: line rate / 8 (NDR 400 Gb/s = 50 GB/s), assuming one NIC per GPU, as
+ * in DGX/HGX nodes; eth25 ~3 GB/s. shm: ranks of one host copying through shared
+ * memory, bounded by memory bandwidth (rough). Latency α per collective: NCCL's
+ * small-message all-reduce is around 10 µs within an NVLink node and some tens of
+ * µs across InfiniBand; TCP Ethernet around 100 µs. Rough figures: give
+ * --link-gbps for a measured number (`dtrun bench comm`). */
+static const dt_plan_link links[] = {
+    {"nvlink5", 900, 10, "NVLink 5 (B200), 1.8 TB/s bidirectional"},
+    {"nvlink4", 450, 10, "NVLink 4 (H100/H200), 900 GB/s bidirectional"},
+    {"nvlink3", 300, 10, "NVLink 3 (A100), 600 GB/s bidirectional"},
+    {"nvlink2", 150, 10, "NVLink 2 (V100), 300 GB/s bidirectional"},
+    {"pcie5", 50, 20, "PCIe 5.0 x16, 64 GB/s theoretical"},
+    {"pcie4", 25, 20, "PCIe 4.0 x16, 32 GB/s theoretical"},
+    {"ib800", 100, 30, "InfiniBand XDR 800 Gb/s, one NIC per GPU"},
+    {"ib400", 50, 30, "InfiniBand NDR 400 Gb/s, one NIC per GPU"},
+    {"ib200", 25, 30, "InfiniBand HDR 200 Gb/s, one NIC per GPU"},
+    {"eth100", 12.5, 50, "100 Gb/s Ethernet (RoCE)"},
+    {"eth25", 3, 100, "25 Gb/s Ethernet, TCP"},
+    {"eth10", 1.2, 100, "10 Gb/s Ethernet, TCP"},
+    {"shm", 5, 5, "shared memory between ranks of one host (rough)"},
+};
+
+int dt_plan_link_count(void) { return (int)(sizeof links / sizeof links[0]); }
+
+const dt_plan_link *dt_plan_link_at(int i) {
+    return i >= 0 && i < dt_plan_link_count() ? &links[i] : NULL;
+}
+
+const dt_plan_link *dt_plan_link_find(const char *name) {
+    for (int i = 0; name && i < dt_plan_link_count(); i++)
+        if (!strcasecmp(name, links[i].name)) return &links[i];
+    return NULL;
+}
+
+void dt_plan_link_names(char *buf, size_t len) {
+    size_t off = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < dt_plan_link_count() && off < len; i++)
+        off += (size_t)snprintf(buf + off, len - off, "%s%s", i ? ", " : "", links[i].name);
+}
+
+/* ---- model ------------------------------------------------------------------ */
+
+dt_status_t dt_plan_model_from_layout(const dt_model_layout *l, dt_plan_model *out) {
+    memset(out, 0, sizeof *out);
+    const dt_model_spec *s = &l->spec;
+    out->is_mlp = s->type == DT_MODEL_MLP;
+    out->n_params = (double)l->n_params;
+    out->n_params_unpadded = (double)dt_model_unpadded_params(l);
+    out->n_layer = s->n_layer;
+    out->n_head = s->n_head;
+    out->n_embd = s->n_embd;
+    out->seq_len = out->is_mlp ? 1 : s->seq_len;
+    out->vocab_padded = l->vocab_padded;
+    out->in_dim = s->in_dim;
+    out->hidden_dim = s->hidden_dim;
+    out->n_hidden_layers = s->n_hidden_layers;
+    out->n_classes = s->n_classes;
+    out->flops_per_token = dt_model_flops_per_token(l);
+    out->n_units = l->n_units;
+    out->unit_numel = dt_xcalloc((size_t)l->n_units, sizeof *out->unit_numel);
+    for (int u = 0; u < l->n_units; u++) {
+        out->unit_numel[u] = (double)l->units[u].numel;
+        if (out->unit_numel[u] > out->largest_unit) out->largest_unit = out->unit_numel[u];
+    }
+    return DT_STATUS_OK;
+}
+
+dt_status_t dt_plan_model_from_sizes(double params, int layers, int hidden, int heads, int seq,
+                                     int vocab, dt_plan_model *out) {
+    memset(out, 0, sizeof *out);
+    if (!(params >= 1) || params > 1e15)
+        return dt_error(DT_STATUS_USAGE, "--params: expected a count between 1 and 1e15, found %g",
+                        params);
+    if (layers <= 0 || layers > 100000)
+        return dt_error(DT_STATUS_USAGE, "--layers: expected an integer from 1 to 100000");
+    if (hidden <= 0 || hidden > 10000000)
+        return dt_error(DT_STATUS_USAGE, "--hidden: expected an integer from 1 to 10000000");
+    if (seq <= 0 || seq > 100000000)
+        return dt_error(DT_STATUS_USAGE, "--seq: expected an integer from 1 to 100000000");
+    if (heads <= 0 || hidden % heads)
+        return dt_error(DT_STATUS_USAGE, "--heads: expected a divisor of --hidden %d, found %d",
+                        hidden, heads);
+    if (vocab <= 0) return dt_error(DT_STATUS_USAGE, "--vocab: expected an integer > 0");
+    out->n_params = out->n_params_unpadded = params;
+    out->n_layer = layers;
+    out->n_embd = hidden;
+    out->n_head = heads;
+    out->seq_len = seq;
+    out->vocab_padded = vocab;
+    out->flops_per_token = 6.0 * params + 12.0 * layers * (double)hidden * seq;
+    double block = 12.0 * hidden * (double)hidden + 13.0 * hidden;
+    double rest = params - layers * block;
+    out->largest_unit = rest > block ? rest : block;
+    out->n_units = layers + 2;
+    return DT_STATUS_OK;
+}
+
+void dt_plan_model_free(dt_plan_model *m) {
+    free(m->unit_numel);
+    m->unit_numel = NULL;
+}
+
+/* ---- memory ----------------------------------------------------------------- */
+
+static double shard(double numel, int n) { return ceil(numel / n); }
+
+/* Elements per rank when every FSDP unit is padded to a multiple of n. */
+static double fsdp_shard(const dt_plan_model *m, int n) {
+    if (!m->unit_numel) return shard(m->n_params, n);
+    double sum = 0;
+    for (int u = 0; u < m->n_units; u++) sum += shard(m->unit_numel[u], n);
+    return sum;
+}
+
+dt_plan_mem dt_plan_model_states(const dt_plan_model *m, dt_plan_precision_t p,
+                                 dt_plan_strategy_t s, int n, int g) {
+    double kp = p == DT_PLAN_PRECISION_BF16 ? 2 : 4;
+    double kg = kp;
+    double ko = p == DT_PLAN_PRECISION_BF16 ? 12 : 8;
+    double psi = m->n_params;
+    dt_plan_mem r = {kp * psi, kg * psi, ko * psi};
+    if (n < 1) n = 1;
+    switch (s) {
+    case DT_PLAN_DDP: break;
+    case DT_PLAN_ZERO1: r.optim = ko * shard(psi, n); break;
+    case DT_PLAN_ZERO2:
+        r.grads = kg * shard(psi, n);
+        r.optim = ko * shard(psi, n);
+        break;
+    case DT_PLAN_FSDP:
+    case DT_PLAN_HYBRID: {
+        int k = s == DT_PLAN_HYBRID && g > 0 && g < n ? g : n;
+        double e = fsdp_shard(m, k);
+        r.params = kp * e;
+        r.grads = kg * e;
+        r.optim = ko * e;
+        break;
+    }
+    default: break;
+    }
+    return r;
+}
+
+/* One arena slot: net.c rounds every slot up to 64 bytes. */
+static double slot(double bytes) { return ceil(bytes / 64) * 64; }
+
+double dt_plan_activation_bytes(const dt_plan_model *m, int micro_batch, int compute_bytes,
+                                int attention, int checkpointing) {
+    double B = micro_batch, d = compute_bytes;
+    if (m->is_mlp) {
+        double maxd = fmax(m->in_dim, fmax(m->hidden_dim, m->n_classes));
+        double g = slot(B * 4) + slot(B * m->in_dim * d) + slot(B * 4) + 2 * slot(B * maxd * d);
+        double layers = m->n_hidden_layers * 2 * slot(B * m->hidden_dim * d) +
+                        2 * slot(B * m->n_classes * d);
+        return g + layers;
+    }
+    double T = m->seq_len, C = m->n_embd, L = m->n_layer, NH = m->n_head, BT = B * T;
+    double saved, scratch;
+    if (attention > 0) { /* materialised, fp32 (CPU), `attention` threads of scratch rows */
+        saved = 4 * B * NH * T * T;
+        scratch = 4.0 * attention * fmin(T, 64) * T;
+    } else if (attention == DT_PLAN_ATTENTION_FUSED &&
+               dt_attention_uses_fused(DT_ATTENTION_FUSED, m->n_embd / m->n_head)) {
+        /* kernels/cuda/cuda_attention_fused.cu: per-row log-sum-exp (fp32) and a copy
+         * of out saved; D = rowsum(dout * out) (fp32) as backward scratch */
+        saved = 4 * B * NH * T + d * BT * C;
+        scratch = 4 * B * NH * T;
+    } else { /* the CUDA backend (kernels/cuda/cuda_attention.cu): the probabilities in the
+              * compute dtype, and one sequence's score gradients as backward scratch */
+        saved = d * B * NH * T * T;
+        scratch = d * NH * T * T;
+    }
+    double btc = slot(BT * C * d), bt4 = slot(BT * 4);
+    double layer = 7 * btc + 4 * bt4 + slot(3 * BT * C * d) + 2 * slot(4 * BT * C * d) + slot(saved);
+    double once = 2 * bt4 /* tokens, targets */ + 2 * btc /* encoded, lnf */ +
+                  3 * bt4 /* lnf mean, rstd, losses */ + slot(BT * m->vocab_padded * d) +
+                  2 * btc /* dres, dtmp */ + slot(3 * BT * C * d) + 2 * slot(4 * BT * C * d) +
+                  slot(scratch);
+    if (checkpointing) return L * btc + layer + once;
+    return L * layer + once;
+}
+
+/* ---- collectives -------------------------------------------------------------- */
+
+double dt_plan_all_reduce_s(double bytes, int n, double bytes_per_s, double alpha_s) {
+    if (n <= 1) return 0;
+    return 2.0 * (n - 1) / n * bytes / bytes_per_s + alpha_s;
+}
+
+double dt_plan_reduce_scatter_s(double bytes, int n, double bytes_per_s, double alpha_s) {
+    if (n <= 1) return 0;
+    return (double)(n - 1) / n * bytes / bytes_per_s + alpha_s;
+}
+
+double dt_plan_all_gather_s(double bytes, int n, double bytes_per_s, double alpha_s) {
+    return dt_plan_reduce_scatter_s(bytes, n, bytes_per_s, alpha_s);
+}
+
+void dt_plan_cost(double hours_1gpu, int n, double price, double efficiency, double *hours,
+                  double *cost) {
+    double h = n > 0 && efficiency > 0 ? hours_1gpu / (n * efficiency) : 0;
+    if (hours) *hours = h;
+    if (cost) *cost = n * price * h;
+}
+
+/* ---- one row ------------------------------------------------------------------- */
+
+void dt_plan_input_defaults(dt_plan_input *in) {
+    memset(in, 0, sizeof *in);
+    in->micro_batch = 1;
+    in->accum = 1;
+    in->precision = DT_PLAN_PRECISION_BF16;
+    in->comm_bytes = 2;
+    in->gpu_attention = 1;
+    in->mfu = 0.4;
+    in->reserve = 0.10;
+    in->intra = *dt_plan_link_find("nvlink4");
+    in->inter = *dt_plan_link_find("ib400");
+    in->gpus_per_node = 8;
+    in->bucket_elems = 6553600;
+}
+
+/* Time of `total` bytes moved by one collective kind split into `count`
+ * collectives: the ring's bandwidth term for the whole plus α each. */
+typedef double (*coll_fn)(double, int, double, double);
+static double coll_split(coll_fn f, double total, double count, int n, const dt_plan_link *ln) {
+    if (n <= 1 || count <= 0) return 0;
+    double bw = ln->gbps * 1e9, a = ln->alpha_us * 1e-6;
+    return f(total, n, bw, 0) + count * (n > 1 ? a : 0);
+}
+
+dt_status_t dt_plan_row_compute(const dt_plan_input *in, dt_plan_strategy_t s, int n_gpus,
+                                dt_plan_row *out) {
+    memset(out, 0, sizeof *out);
+    const dt_plan_model *m = &in->model;
+    if (n_gpus < 1) return dt_error(DT_STATUS_USAGE, "--gpus: expected counts >= 1, found %d", n_gpus);
+    int g = in->gpus_per_node > 0 ? in->gpus_per_node : n_gpus;
+    int nodes = 1;
+    if (n_gpus > g) {
+        if (n_gpus % g)
+            return dt_error(DT_STATUS_USAGE,
+                            "--gpus: %d GPUs span nodes of %d GPUs but are not a multiple of %d "
+                            "(set --gpus-per-node or --nodes MxG)",
+                            n_gpus, g, g);
+        nodes = n_gpus / g;
+    }
+    int local = nodes > 1 ? g : n_gpus; /* ranks on one node */
+    out->strategy = s;
+    out->n_gpus = n_gpus;
+    out->n_nodes = nodes;
+    out->micro_batch = in->micro_batch;
+    out->accum = in->accum;
+    out->shard = s == DT_PLAN_DDP ? 1 : (s == DT_PLAN_HYBRID ? local : n_gpus);
+
+    /* memory */
+    int cb = in->precision == DT_PLAN_PRECISION_BF16 ? 2 : 4; /* compute dtype */
+    dt_plan_mem ms = dt_plan_model_states(m, in->precision, s, n_gpus, local);
+    out->params = ms.params;
+    out->grads = ms.grads;
+    out->optim = ms.optim;
+    int attn = in->gpu_attention ? (in->gpu_attention_fused ? DT_PLAN_ATTENTION_FUSED : DT_PLAN_ATTENTION_CUBLAS)
+                                 : (in->cpu_threads > 0 ? in->cpu_threads : 1);
+    out->acts = dt_plan_activation_bytes(m, in->micro_batch, cb, attn, 0);
+    out->acts_ckpt = m->is_mlp ? out->acts : dt_plan_activation_bytes(m, in->micro_batch, cb, attn, 1);
+    if (n_gpus > 1) {
+        if (s == DT_PLAN_FSDP || s == DT_PLAN_HYBRID)
+            out->comm_buf = m->largest_unit * (2.0 * cb + in->comm_bytes);
+        else if ((s == DT_PLAN_DDP || s == DT_PLAN_ZERO1) && in->comm_bytes != cb)
+            out->comm_buf = (double)m->n_params * in->comm_bytes; /* the gradients cast for the wire (dp.c) */
+        else
+            out->comm_buf = 2.0 * fmin(in->bucket_elems, m->n_params) * in->comm_bytes;
+    }
+    double states = out->params + out->grads + out->optim;
+    out->total = states + out->acts + out->comm_buf;
+    out->total_ckpt = states + out->acts_ckpt + out->comm_buf;
+    out->usable = in->mem_bytes * (1.0 - in->reserve);
+    if (in->mem_shared) out->usable /= local;
+    out->fit = out->total <= out->usable        ? DT_PLAN_FIT_YES
+               : out->total_ckpt <= out->usable ? DT_PLAN_FIT_CKPT
+                                                : DT_PLAN_FIT_NO;
+
+    /* compute */
+    double tokens_mb = (double)in->micro_batch * (m->is_mlp ? 1 : m->seq_len);
+    double tokens_gpu = tokens_mb * in->accum;
+    double rate = in->peak_flops * in->mfu;
+    double base = m->flops_per_token * tokens_gpu / rate;
+    double recompute = out->fit == DT_PLAN_FIT_CKPT ? 4.0 / 3.0 : 1.0;
+    out->compute_s = base * recompute;
+    double fwd_mb = base / in->accum / 3.0;
+    double bwd_mb = base / in->accum * (2.0 / 3.0) * (recompute > 1 ? 1.5 : 1.0);
+
+    /* communication: the ring runs on the slowest link it crosses */
+    const dt_plan_link *ring = nodes > 1 ? &in->inter : &in->intra;
+    double psi = m->n_params;
+    double grad_b = psi * in->comm_bytes, param_b = psi * cb;
+    double bucket = fmin(in->bucket_elems, psi);
+    double n_buckets = ceil(psi / bucket);
+    double bucket_b = bucket * in->comm_bytes;
+    double comm = 0, exposed = 0;
+    double ncoll = 0;
+    if (n_gpus > 1) switch (s) {
+    case DT_PLAN_DDP: {
+        double ar = coll_split(dt_plan_all_reduce_s, grad_b, n_buckets, n_gpus, ring);
+        double tail = coll_split(dt_plan_all_reduce_s, bucket_b, 1, n_gpus, ring);
+        comm = ar;
+        exposed = fmax(ar - bwd_mb, tail);
+        ncoll = n_buckets;
+        break;
+    }
+    case DT_PLAN_ZERO1:
+    case DT_PLAN_ZERO2: {
+        double times = s == DT_PLAN_ZERO2 ? in->accum : 1;
+        double rs = coll_split(dt_plan_reduce_scatter_s, grad_b, n_buckets, n_gpus, ring);
+        double tail = coll_split(dt_plan_reduce_scatter_s, bucket_b, 1, n_gpus, ring);
+        double ag = coll_split(dt_plan_all_gather_s, param_b, n_buckets, n_gpus, ring);
+        comm = times * rs + ag;
+        exposed = times * fmax(rs - bwd_mb, tail) + ag;
+        ncoll = times * n_buckets + n_buckets;
+        break;
+    }
+    case DT_PLAN_FSDP:
+    case DT_PLAN_HYBRID: {
+        int k = s == DT_PLAN_HYBRID ? local : n_gpus;
+        const dt_plan_link *ln = s == DT_PLAN_HYBRID ? &in->intra : ring;
+        double nu = m->n_units > 0 ? m->n_units : 1;
+        double ag = coll_split(dt_plan_all_gather_s, param_b, nu, k, ln);
+        double rs = coll_split(dt_plan_reduce_scatter_s, grad_b, nu, k, ln);
+        double always = coll_split(dt_plan_all_gather_s, m->largest_unit * cb, 1, k, ln) +
+                        coll_split(dt_plan_reduce_scatter_s, m->largest_unit * in->comm_bytes,
+                                   1, k, ln);
+        double per_mb = 2 * ag + rs;
+        double inter = 0;
+        if (s == DT_PLAN_HYBRID && nodes > 1)
+            inter = coll_split(dt_plan_all_reduce_s, grad_b / k, nu, nodes, &in->inter);
+        comm = in->accum * per_mb + inter;
+        exposed = (in->accum - 1) * fmax(per_mb - (fwd_mb + bwd_mb), always) +
+                  fmax(per_mb + inter - (fwd_mb + bwd_mb), always);
+        ncoll = (double)in->accum * 3 * nu + (inter > 0 ? nu : 0);
+        break;
+    }
+    default: break;
+    }
+    if (exposed > comm) exposed = comm;
+    out->comm_s = comm;
+    out->exposed_s = exposed;
+    out->overlapped_s = comm - exposed;
+    out->n_collectives = ncoll;
+    out->step_s = out->compute_s + exposed;
+    out->efficiency = out->step_s > 0 ? base / out->step_s : 0;
+    out->tokens_per_s = out->step_s > 0 ? n_gpus * tokens_gpu / out->step_s : 0;
+    dt_plan_cost(in->hours_1gpu, n_gpus, in->price, out->efficiency, &out->hours, &out->cost);
+    return DT_STATUS_OK;
+}
+
+/* ---- recommendation ------------------------------------------------------------ */
+
+static const char *gb(double bytes, char *buf, size_t len) {
+    snprintf(buf, len, "%.1f GB", bytes / 1e9);
+    return buf;
+}
+
+void dt_plan_recommend(const dt_plan_input *in, const dt_plan_row *rows, int n_rows,
+                       dt_plan_choice *out) {
+    memset(out, 0, sizeof *out);
+    out->cheapest = out->fastest = -1;
+    for (int i = 0; i < n_rows; i++) {
+        const dt_plan_row *r = &rows[i];
+        if (r->fit == DT_PLAN_FIT_NO) continue;
+        if (out->cheapest < 0) out->cheapest = i;
+        else {
+            const dt_plan_row *c = &rows[out->cheapest];
+            /* efficiencies within 0.1% are a tie: then fewer GPUs, then table order */
+            if (r->efficiency > c->efficiency * 1.001 ||
+                (r->efficiency >= c->efficiency * 0.999 && r->n_gpus < c->n_gpus))
+                out->cheapest = i;
+        }
+        if (out->fastest < 0 || r->tokens_per_s > rows[out->fastest].tokens_per_s * 1.001)
+            out->fastest = i;
+    }
+    char a[32], b[32];
+    if (out->cheapest < 0) {
+        double best = INFINITY;
+        for (int i = 0; i < n_rows; i++) best = fmin(best, rows[i].total_ckpt);
+        snprintf(out->cheapest_reason, sizeof out->cheapest_reason,
+                 "nothing fits: the smallest plan needs %s per GPU with activation "
+                 "checkpointing, %s usable; try more GPUs, FSDP, a smaller micro-batch or a "
+                 "larger GPU",
+                 gb(best, a, sizeof a), n_rows ? gb(rows[0].usable, b, sizeof b) : "0 GB");
+        snprintf(out->fastest_reason, sizeof out->fastest_reason, "%s", out->cheapest_reason);
+        return;
+    }
+    const dt_plan_row *c = &rows[out->cheapest], *f = &rows[out->fastest];
+    const char *ck = c->fit == DT_PLAN_FIT_CKPT ? " with activation checkpointing" : "";
+    if (in->price > 0 && in->hours_1gpu > 0)
+        snprintf(out->cheapest_reason, sizeof out->cheapest_reason,
+                 "%s on %d GPU%s: fits%s (%s of %s usable) and has the highest scaling "
+                 "efficiency of the plans that fit (%.1f%%), so the fewest GPU-hours: "
+                 "%.1f h, cost %.2f",
+                 dt_plan_strategy_name(c->strategy), c->n_gpus, c->n_gpus > 1 ? "s" : "", ck,
+                 gb(c->fit == DT_PLAN_FIT_CKPT ? c->total_ckpt : c->total, a, sizeof a),
+                 gb(c->usable, b, sizeof b), 100 * c->efficiency, c->hours, c->cost);
+    else
+        snprintf(out->cheapest_reason, sizeof out->cheapest_reason,
+                 "%s on %d GPU%s: fits%s (%s of %s usable) and has the highest scaling "
+                 "efficiency of the plans that fit (%.1f%%), so the fewest GPU-hours per token",
+                 dt_plan_strategy_name(c->strategy), c->n_gpus, c->n_gpus > 1 ? "s" : "", ck,
+                 gb(c->fit == DT_PLAN_FIT_CKPT ? c->total_ckpt : c->total, a, sizeof a),
+                 gb(c->usable, b, sizeof b), 100 * c->efficiency);
+    ck = f->fit == DT_PLAN_FIT_CKPT ? " with activation checkpointing" : "";
+    int len = snprintf(out->fastest_reason, sizeof out->fastest_reason,
+                       "%s on %d GPU%s: fits%s and has the highest throughput, %.0f tokens/s "
+                       "(step %.1f ms, %.1f ms of communication exposed, efficiency %.1f%%)",
+                       dt_plan_strategy_name(f->strategy), f->n_gpus, f->n_gpus > 1 ? "s" : "",
+                       ck, f->tokens_per_s, 1e3 * f->step_s, 1e3 * f->exposed_s,
+                       100 * f->efficiency);
+    if (f->hours > 0 && len > 0 && (size_t)len < sizeof out->fastest_reason)
+        snprintf(out->fastest_reason + len, sizeof out->fastest_reason - (size_t)len,
+                 "; done in %.1f h", f->hours);
+}

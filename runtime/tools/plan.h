@@ -1,0 +1,251 @@
+/*
+ * plan.h - `dtrun plan`'s arithmetic: per-GPU memory, step time, scaling
+ * efficiency and cost of training a model under DDP, ZeRO-1, ZeRO-2, FSDP and
+ * hybrid sharding at several GPU counts, and a recommendation.
+ *
+ * Units: bytes, seconds, FLOP/s, bytes/s. Printed figures use GB = 1e9 bytes, as
+ * the ZeRO paper and the usual "16 bytes per parameter" tables do.
+ *
+ * Model states (Ψ parameters, N ranks, G GPUs per node):
+ *   mixed precision (GPU, bf16): 2Ψ bf16 params + 2Ψ bf16 grads + 12Ψ optimizer
+ *     (fp32 master 4Ψ + Adam m 4Ψ + v 4Ψ) = 16Ψ.
+ *   fp32 (CPU, or bf16 off): 4Ψ params + 4Ψ grads + 8Ψ optimizer (m, v) = 16Ψ.
+ *   DDP all replicated; ZeRO-1 shards the optimizer (bf16: 4Ψ + 12Ψ/N, fp32:
+ *   8Ψ + 8Ψ/N); ZeRO-2 also the grads (2Ψ + 14Ψ/N, fp32 4Ψ + 12Ψ/N); FSDP
+ *   (ZeRO-3) everything, 16Ψ/N (padded per FSDP unit); hybrid shards within a node
+ *   and replicates across nodes, 16Ψ/G.
+ *
+ * Activations per GPU at micro-batch B and sequence T (GPT: C width, L layers,
+ * NH heads, Vp padded vocab, d bytes of the compute dtype): exactly the arena
+ * runtime/model/net.c allocates (every slot rounded up to 64 bytes; a unit test holds
+ * the two together):
+ *   per layer  18·B·T·C·d  (ln1, atty, attproj, res2, ln2, fcproj, res3: 7BTC;
+ *                           qkv 3BTC; fch, fch_gelu 2·4BTC)
+ *            + 4·B·T·4     (LayerNorm mean/rstd ×2, fp32)
+ *            + attention:  B·NH·T·T probabilities, fp32 on the CPU, in the compute
+ *                          dtype d on the GPU (kernels/cuda/cuda_attention.cu);
+ *                          the fused GPU kernel (DTRUN_CUDA_ATTENTION=fused, head
+ *                          size <= 128): B·NH·T·4 log-sum-exp + B·T·C·d out copy
+ *   once       2·B·T·4 (tokens, targets) + 2·B·T·C·d (encoded, lnf)
+ *            + 3·B·T·4 (lnf mean/rstd, losses) + B·T·Vp·d (logits)
+ *            + 13·B·T·C·d backward scratch (dres, dtmp, dqkv, dfch, dfch_gelu)
+ *            + attention scratch: CPU 4·threads·min(T, 64)·T; GPU NH·T·T·d;
+ *                          fused B·NH·T·4
+ *   with activation checkpointing: per layer only its input B·T·C·d, plus one
+ *   layer's full set (recomputed in backward), plus the once-part.
+ *   MLP: B·4 targets + B·in·d features + B·4 losses + 2·B·max(dims)·d scratch
+ *   + 2·B·out·d per layer (pre- and post-activation); no checkpointing.
+ * Communication buffers: none at N = 1; DDP/ZeRO-1/ZeRO-2 two gradient buckets
+ * (reduce_bucket_size elements in the communication dtype); FSDP/hybrid two
+ * gathered units (the largest unit: the one computing and the one prefetched) in
+ * the compute dtype plus one unsharded unit gradient awaiting its reduce-scatter.
+ * "Fits" when the total is at most the GPU memory less a reserve (default 10% for
+ * the CUDA context, allocator fragmentation and workspaces); "ckpt" when it fits
+ * only with activation checkpointing (one extra forward: compute × 4/3).
+ *
+ * Step (one optimizer step; each GPU runs `accum` micro-batches of B·T tokens):
+ *   compute = flops_per_token · tokens per GPU / (peak · mfu); forward = 1/3 of it,
+ *   backward = 2/3.
+ *   ring collectives over n ranks on a link of bandwidth bw, latency α:
+ *     all-reduce 2(n−1)/n · S/bw, reduce-scatter and all-gather (n−1)/n · S/bw,
+ *     plus α per collective (one per bucket or FSDP unit).
+ *   S = Ψ × bytes of the communication dtype (gradients) or of the compute dtype
+ *   (parameter gathers). Within a node the intra link is used, a ring that spans
+ *   nodes runs at the inter-node link's per-GPU rate (one NIC per GPU).
+ *   DDP: all-reduce of the gradients in buckets, once per step, overlapped with
+ *     the last micro-batch's backward; the last bucket is always exposed.
+ *   ZeRO-1: reduce-scatter once per step (overlapped as DDP) + all-gather of the
+ *     updated parameters after the optimizer (not overlapped). Same volume as DDP.
+ *   ZeRO-2: as ZeRO-1 but the reduce-scatter runs every micro-batch.
+ *   FSDP: every micro-batch, all-gather per unit in forward and again in backward,
+ *     reduce-scatter per unit in backward (1.5× DDP's volume); prefetch overlaps
+ *     them with forward + backward; the first unit's gather and the last unit's
+ *     reduce-scatter are always exposed.
+ *   hybrid: FSDP within the node (intra link, G ranks) + an all-reduce of the 1/G
+ *     gradient shard across the M = N/G nodes (inter link) in the last
+ *     micro-batch's backward.
+ *   exposed = max(overlappable − overlap window, always-exposed part) + serial part;
+ *   step = compute + exposed; the optimizer's own time is not modelled.
+ * Scaling efficiency e = ideal / planned = compute without recompute / step.
+ * Work: H one-GPU hours (given, or tokens · flops_per_token / (peak · mfu));
+ * time at N GPUs H/(N·e), cost N · price · H/(N·e).
+ */
+#ifndef DT_RUNTIME_PLAN_H
+#define DT_RUNTIME_PLAN_H
+
+#include <stddef.h>
+
+#include "common/status.h" /* defines: dt_status_t */
+#include "runtime/model/model.h" /* defines: dt_model_layout */
+
+#define DT_PLAN_STRATEGY_MAP(X)                                              \
+    X(DDP, "ddp") X(ZERO1, "zero1") X(ZERO2, "zero2") X(FSDP, "fsdp") X(HYBRID, "hybrid")
+
+typedef enum dt_plan_strategy {
+#define X(n, s) DT_PLAN_##n,
+    DT_PLAN_STRATEGY_MAP(X)
+#undef X
+    DT_PLAN_STRATEGY_COUNT_
+} dt_plan_strategy_t;
+
+/* "ddp", "zero1", ...; dt_plan_strategy_parse returns -1 when unknown
+ * ("zero3" is accepted for fsdp, "hsdp" for hybrid). */
+const char *dt_plan_strategy_name(dt_plan_strategy_t s);
+int dt_plan_strategy_parse(const char *name);
+
+/* ---- hardware tables ------------------------------------------------------ */
+
+typedef struct dt_plan_gpu {
+    const char *name;        /* --gpu name: "h100", "a100-80", "cpu" */
+    const char *device_name; /* substrings of the CUDA device name, '|'-separated */
+    double mem_gib;          /* device memory; cpu: 0 = this host's MemTotal */
+    double tflops;           /* dense bf16 tensor-core peak; cpu: 0 = measured */
+    const char *intra_link;  /* the usual link between GPUs of one node */
+} dt_plan_gpu;
+
+typedef struct dt_plan_link {
+    const char *name;
+    double gbps;     /* GB/s (1e9) per GPU per direction */
+    double alpha_us; /* latency per collective */
+    const char *note;
+} dt_plan_link;
+
+/* The one GPU table of dtrun (metrics.c's MFU peaks read it too). */
+int dt_plan_gpu_count(void);
+const dt_plan_gpu *dt_plan_gpu_at(int i);
+/* By --gpu name (case-insensitive), NULL when unknown. */
+const dt_plan_gpu *dt_plan_gpu_find(const char *name);
+/* By CUDA device name ("NVIDIA H100 80GB HBM3"), NULL when unknown. */
+const dt_plan_gpu *dt_plan_gpu_by_device_name(const char *device_name);
+/* "a100-40, a100-80, ..." for messages. */
+void dt_plan_gpu_names(char *buf, size_t len);
+
+int dt_plan_link_count(void);
+const dt_plan_link *dt_plan_link_at(int i);
+const dt_plan_link *dt_plan_link_find(const char *name);
+void dt_plan_link_names(char *buf, size_t len);
+
+/* ---- the model as the arithmetic sees it ---------------------------------- */
+
+typedef struct dt_plan_model {
+    int is_mlp;
+    double n_params;         /* Ψ as held in the flat buffer (padded vocab) */
+    double n_params_unpadded;
+    int n_layer, n_head, n_embd, seq_len, vocab_padded;     /* gpt */
+    int in_dim, hidden_dim, n_hidden_layers, n_classes;     /* mlp */
+    double flops_per_token; /* training FLOPs per token (per sample for mlp) */
+    double largest_unit;    /* elements of the largest FSDP unit */
+    int n_units;
+    /* elements of every unit when known (from a layout), else NULL */
+    double *unit_numel;
+} dt_plan_model;
+
+/* From the exact tensor table (dtrun's own models). Free with dt_plan_model_free. */
+dt_status_t dt_plan_model_from_layout(const dt_model_layout *l, dt_plan_model *out);
+/* For models dtrun does not build: Ψ, L, C, NH, T, V. FLOPs per token
+ * 6Ψ + 12·L·C·T (PaLM); units: L blocks of 12C²+13C and the rest as one
+ * embedding unit. Returns DT_STATUS_USAGE naming the flag (--params, ...). */
+dt_status_t dt_plan_model_from_sizes(double params, int layers, int hidden, int heads, int seq,
+                                     int vocab, dt_plan_model *out);
+void dt_plan_model_free(dt_plan_model *m);
+
+/* ---- inputs and results --------------------------------------------------- */
+
+typedef enum dt_plan_precision {
+    DT_PLAN_PRECISION_BF16 = 0, /* mixed: bf16 params/grads/compute, fp32 master + Adam */
+    DT_PLAN_PRECISION_FP32 = 1,
+} dt_plan_precision_t;
+
+typedef struct dt_plan_input {
+    dt_plan_model model;
+    int micro_batch; /* B per GPU */
+    int accum;       /* micro-batches per optimizer step */
+    dt_plan_precision_t precision;
+    int comm_bytes;      /* bytes per gradient element on the wire (2 bf16, 4 fp32) */
+    int gpu_attention;   /* 1: the CUDA attention (B·NH·T·T in the compute dtype); 0: CPU (fp32) */
+    int gpu_attention_fused; /* with gpu_attention: the fused kernel (DTRUN_CUDA_ATTENTION=fused;
+                                default 0, as the backend's default) */
+    int cpu_threads;     /* threads per rank when !gpu_attention (attention scratch) */
+    double mem_bytes;    /* per device */
+    int mem_shared;      /* 1: mem_bytes is one host's memory shared by its ranks (CPU) */
+    double peak_flops;   /* per device */
+    double mfu;
+    double reserve;      /* fraction of memory not usable, 0.10 */
+    dt_plan_link intra, inter;
+    int gpus_per_node;     /* G */
+    double bucket_elems;   /* reduce_bucket_size (elements) */
+    double hours_1gpu;     /* H; 0 = unknown */
+    double price;          /* per GPU-hour; 0 = not given */
+} dt_plan_input;
+
+/* Defaults: micro_batch 1, accum 1, bf16, comm 2 bytes, GPU attention, mfu 0.4, reserve
+ * 0.10, nvlink4 intra, ib400 inter, 8 GPUs per node, 6553600 bucket elements. */
+void dt_plan_input_defaults(dt_plan_input *in);
+
+typedef enum dt_plan_fit {
+    DT_PLAN_FIT_NO = 0,
+    DT_PLAN_FIT_YES = 1,
+    DT_PLAN_FIT_CKPT = 2, /* fits only with activation checkpointing */
+} dt_plan_fit_t;
+
+typedef struct dt_plan_mem {
+    double params, grads, optim; /* model states, bytes per GPU */
+} dt_plan_mem;
+
+typedef struct dt_plan_row {
+    dt_plan_strategy_t strategy;
+    int n_gpus, n_nodes, shard; /* shard: ranks the states are divided by */
+    int micro_batch, accum;     /* of the input it was computed from */
+    /* memory per GPU, bytes */
+    double params, grads, optim, acts, acts_ckpt, comm_buf;
+    double total, total_ckpt, usable;
+    dt_plan_fit_t fit;
+    /* one optimizer step, seconds (with recompute when fit is CKPT) */
+    double compute_s, comm_s, overlapped_s, exposed_s, step_s;
+    double n_collectives; /* per step (buckets or units x kinds x micro-batches) */
+    double efficiency;
+    double tokens_per_s; /* whole job */
+    double hours, cost;  /* 0 when the work (or price) is unknown */
+} dt_plan_row;
+
+/* Model-state bytes per GPU for a strategy at n ranks (g GPUs per node). */
+dt_plan_mem dt_plan_model_states(const dt_plan_model *m, dt_plan_precision_t p,
+                                 dt_plan_strategy_t s, int n, int g);
+/* The `attention` argument of dt_plan_activation_bytes for the CUDA backend's two
+ * kinds (kernels.h dt_attention_kind_t); a positive value is the CPU's threads. */
+#define DT_PLAN_ATTENTION_CUBLAS 0
+#define DT_PLAN_ATTENTION_FUSED (-1)
+
+/* Activation bytes per GPU for one micro-batch of B sequences. attention:
+ * DT_PLAN_ATTENTION_CUBLAS or _FUSED for the CUDA backend's attention (fused falls
+ * back to cuBLAS's sizes above head size 128, as the backend does), else the CPU
+ * threads whose scratch rows the CPU attention uses. */
+double dt_plan_activation_bytes(const dt_plan_model *m, int micro_batch, int compute_bytes,
+                                int attention, int checkpointing);
+
+/* Ring collective times (seconds) of a buffer of `bytes` over n ranks, one
+ * collective, including its latency; 0 when n <= 1. */
+double dt_plan_all_reduce_s(double bytes, int n, double bytes_per_s, double alpha_s);
+double dt_plan_reduce_scatter_s(double bytes, int n, double bytes_per_s, double alpha_s);
+double dt_plan_all_gather_s(double bytes, int n, double bytes_per_s, double alpha_s);
+
+/* Time H/(N·e) and cost N·p·H/(N·e) of H one-GPU hours on n GPUs. */
+void dt_plan_cost(double hours_1gpu, int n, double price, double efficiency, double *hours,
+                  double *cost);
+
+/* One row. DT_STATUS_USAGE (naming --gpus) when n_gpus spans nodes and is not a
+ * multiple of gpus_per_node. */
+dt_status_t dt_plan_row_compute(const dt_plan_input *in, dt_plan_strategy_t s, int n_gpus,
+                                dt_plan_row *out);
+
+typedef struct dt_plan_choice {
+    int cheapest, fastest; /* indices into rows, -1 when nothing fits */
+    char cheapest_reason[512], fastest_reason[512];
+} dt_plan_choice;
+
+/* Cheapest that fits: the highest efficiency (cost = p·H/e), then fewer GPUs, then
+ * the simpler strategy; fastest that fits: the highest tokens/s. */
+void dt_plan_recommend(const dt_plan_input *in, const dt_plan_row *rows, int n_rows,
+                       dt_plan_choice *out);
+
+#endif /* DT_RUNTIME_PLAN_H */

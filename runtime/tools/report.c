@@ -1,0 +1,142 @@
+/*
+ * report.c - an SVG of a run's metrics (no plotting library needed).
+ */
+#include "runtime/tools/report.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/mem.h"
+
+typedef struct series {
+    double *x, *y;
+    int n, cap;
+} series;
+
+static void push(series *s, double x, double y) {
+    if (s->n == s->cap) {
+        s->cap = s->cap ? 2 * s->cap : 256;
+        s->x = dt_xrealloc(s->x, (size_t)s->cap * sizeof *s->x);
+        s->y = dt_xrealloc(s->y, (size_t)s->cap * sizeof *s->y);
+    }
+    s->x[s->n] = x;
+    s->y[s->n++] = y;
+}
+
+typedef struct panel {
+    double x0, y0, w, h; /* pixel box */
+    double xmin, xmax, ymin, ymax;
+} panel;
+
+static void range_of(const series *s, int nser, double *lo, double *hi, int use_x) {
+    *lo = INFINITY;
+    *hi = -INFINITY;
+    for (int k = 0; k < nser; k++)
+        for (int i = 0; i < s[k].n; i++) {
+            double v = use_x ? s[k].x[i] : s[k].y[i];
+            if (v < *lo) *lo = v;
+            if (v > *hi) *hi = v;
+        }
+    if (!isfinite(*lo)) *lo = 0, *hi = 1;
+    if (*hi - *lo < 1e-12) *hi = *lo + 1;
+}
+
+static void draw_panel(FILE *f, panel *p, const series *s, const char *const *names,
+                       const char *const *colors, int nser, const char *title) {
+    fprintf(f, "<rect x='%.0f' y='%.0f' width='%.0f' height='%.0f' fill='white' stroke='#999'/>\n",
+            p->x0, p->y0, p->w, p->h);
+    fprintf(f, "<text x='%.0f' y='%.0f' font-size='15' font-weight='bold'>%s</text>\n", p->x0,
+            p->y0 - 10, title);
+    for (int t = 0; t <= 4; t++) { /* grid and tick labels */
+        double fy = p->y0 + p->h * t / 4.0, vy = p->ymax - (p->ymax - p->ymin) * t / 4.0;
+        double fx = p->x0 + p->w * t / 4.0, vx = p->xmin + (p->xmax - p->xmin) * t / 4.0;
+        fprintf(f, "<line x1='%.0f' y1='%.1f' x2='%.0f' y2='%.1f' stroke='#eee'/>\n", p->x0, fy,
+                p->x0 + p->w, fy);
+        char label[32];
+        if (fabs(vy) >= 1e6) snprintf(label, sizeof label, "%.2fM", vy / 1e6);
+        else if (fabs(vy) >= 1e4) snprintf(label, sizeof label, "%.1fk", vy / 1e3);
+        else snprintf(label, sizeof label, "%.4g", vy);
+        fprintf(f, "<text x='%.0f' y='%.1f' font-size='11' text-anchor='end'>%s</text>\n",
+                p->x0 - 4, fy + 4, label);
+        fprintf(f, "<text x='%.1f' y='%.0f' font-size='11' text-anchor='middle'>%.0f</text>\n", fx,
+                p->y0 + p->h + 14, vx);
+    }
+    for (int k = 0; k < nser; k++) {
+        if (s[k].n == 0) continue;
+        fprintf(f, "<polyline fill='none' stroke='%s' stroke-width='1.5' points='", colors[k]);
+        for (int i = 0; i < s[k].n; i++) {
+            double px = p->x0 + (s[k].x[i] - p->xmin) / (p->xmax - p->xmin) * p->w;
+            double py = p->y0 + p->h - (s[k].y[i] - p->ymin) / (p->ymax - p->ymin) * p->h;
+            fprintf(f, "%.1f,%.1f ", px, py);
+        }
+        fprintf(f, "'/>\n");
+        fprintf(f, "<text x='%.0f' y='%.0f' font-size='12' fill='%s'>%s</text>\n",
+                p->x0 + p->w - 110, p->y0 + 16 + 14 * k, colors[k], names[k]);
+    }
+    fprintf(f, "<text x='%.0f' y='%.0f' font-size='12' text-anchor='middle'>step</text>\n",
+            p->x0 + p->w / 2, p->y0 + p->h + 30);
+}
+
+dt_status_t dt_report_svg(const char *metrics_path, const char *svg_path, int *n_points) {
+    FILE *in = fopen(metrics_path, "r");
+    if (!in) return dt_error(DT_STATUS_NOT_FOUND, "%s: %s", metrics_path, strerror(errno));
+    series loss = {0}, val = {0}, tps = {0};
+    char *line = NULL;
+    size_t cap = 0;
+    int lineno = 0, n = 0;
+    dt_status_t st = DT_STATUS_OK;
+    while (getline(&line, &cap, in) > 0) {
+        lineno++;
+        if (line[0] == '\n') continue;
+        cJSON *o = cJSON_Parse(line);
+        cJSON *step = cJSON_GetObjectItem(o, "step");
+        if (!o || !cJSON_IsNumber(step)) {
+            cJSON_Delete(o);
+            st = dt_error(DT_STATUS_FORMAT, "%s:%d: not a metrics line (JSON with a step)",
+                          metrics_path, lineno);
+            goto out_free;
+        }
+        cJSON *l = cJSON_GetObjectItem(o, "loss"), *v = cJSON_GetObjectItem(o, "val_loss"),
+              *t = cJSON_GetObjectItem(o, "tokens_per_s");
+        if (cJSON_IsNumber(l)) push(&loss, step->valuedouble, l->valuedouble);
+        if (cJSON_IsNumber(v)) push(&val, step->valuedouble, v->valuedouble);
+        if (cJSON_IsNumber(t)) push(&tps, step->valuedouble, t->valuedouble);
+        cJSON_Delete(o);
+        n++;
+    }
+    if (n == 0) {
+        st = dt_error(DT_STATUS_FORMAT, "%s: no metrics lines", metrics_path);
+        goto out_free;
+    }
+    FILE *f = fopen(svg_path, "w");
+    if (!f) {
+        st = dt_error(DT_STATUS_IO, "%s: %s", svg_path, strerror(errno));
+        goto out_free;
+    }
+    fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='900' height='640' "
+               "font-family='sans-serif'>\n<rect width='900' height='640' fill='#fafafa'/>\n");
+    series ls[2] = {loss, val};
+    panel p1 = {80, 40, 780, 240, 0, 0, 0, 0};
+    range_of(ls, 2, &p1.xmin, &p1.xmax, 1);
+    range_of(ls, 2, &p1.ymin, &p1.ymax, 0);
+    draw_panel(f, &p1, ls, (const char *const[]){"train loss", "val loss"},
+               (const char *const[]){"#1f77b4", "#d62728"}, 2, "loss");
+    panel p2 = {80, 360, 780, 220, 0, 0, 0, 0};
+    range_of(&tps, 1, &p2.xmin, &p2.xmax, 1);
+    range_of(&tps, 1, &p2.ymin, &p2.ymax, 0);
+    p2.ymin = 0;
+    draw_panel(f, &p2, &tps, (const char *const[]){"tokens/s"}, (const char *const[]){"#2ca02c"},
+               1, "throughput (tokens/s)");
+    fprintf(f, "</svg>\n");
+    if (fclose(f) != 0) st = dt_error(DT_STATUS_IO, "%s: %s", svg_path, strerror(errno));
+    *n_points = n;
+out_free:
+    free(line);
+    fclose(in);
+    free(loss.x), free(loss.y), free(val.x), free(val.y), free(tps.x), free(tps.y);
+    return st;
+}

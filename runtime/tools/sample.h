@@ -1,0 +1,26 @@
+/*
+ * sample.h - text generation from a GPT model's parameters: temperature, top-k,
+ * a seeded RNG (the same seed gives the same text), greedy at temperature 0.
+ */
+#ifndef DT_RUNTIME_SAMPLE_H
+#define DT_RUNTIME_SAMPLE_H
+
+#include <stdint.h>
+
+#include "common/status.h"
+#include "runtime/model/net.h" /* defines: dt_net_t */
+
+typedef struct dt_sample_opts {
+    int tokens;         /* how many to generate */
+    double temperature; /* 0: greedy (argmax) */
+    int top_k;          /* 0: the whole vocabulary */
+    uint64_t seed;
+} dt_sample_opts;
+
+/* net: a GPT net of micro-batch 1 bound to parameters. The prompt (n_prompt >= 1
+ * token ids) is the start of the context; the last seq_len tokens are kept as the
+ * context grows. out gets opts->tokens ids. */
+dt_status_t dt_sample_generate(dt_net_t *net, const int32_t *prompt, int n_prompt, const dt_sample_opts *opts,
+                               int32_t *out);
+
+#endif /* DT_RUNTIME_SAMPLE_H */

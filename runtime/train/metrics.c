@@ -1,0 +1,140 @@
+/*
+ * metrics.c - metrics.jsonl lines, atomic summary files, MFU peaks.
+ */
+#include "runtime/train/metrics.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/mem.h"
+#include "runtime/tools/plan.h" /* defines: dt_plan_gpu_by_device_name */
+
+struct dt_metrics {
+    char *dir;
+    FILE *jsonl;
+};
+
+static dt_status_t mkdir_p(const char *path) {
+    char buf[4096];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
+        return dt_error(DT_STATUS_INVALID, "path too long: %s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            return dt_error(DT_STATUS_IO, "cannot create directory %s: %s", buf, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+        return dt_error(DT_STATUS_IO, "cannot create directory %s: %s", buf, strerror(errno));
+    return DT_STATUS_OK;
+}
+
+dt_status_t dt_metrics_open(const char *log_dir, int fresh, dt_metrics_t **out) {
+    *out = NULL;
+    DT_CHECK(mkdir_p(log_dir));
+    char path[4096];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", log_dir);
+    FILE *f = fopen(path, fresh ? "w" : "a");
+    if (!f) return dt_error(DT_STATUS_IO, "cannot open %s: %s", path, strerror(errno));
+    dt_metrics_t *m = dt_xcalloc(1, sizeof *m);
+    m->dir = dt_xstrdup(log_dir);
+    m->jsonl = f;
+    *out = m;
+    return DT_STATUS_OK;
+}
+
+void dt_metrics_close(dt_metrics_t *m) {
+    if (!m) return;
+    if (m->jsonl) fclose(m->jsonl);
+    free(m->dir);
+    free(m);
+}
+
+/* cJSON prints NaN as null, which is what a reader of the file wants. */
+dt_status_t dt_metrics_log(dt_metrics_t *m, const dt_step_metrics *s) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "step", (double)s->step);
+    cJSON_AddNumberToObject(o, "loss", s->loss);
+    cJSON_AddNumberToObject(o, "lr", s->lr);
+    cJSON_AddNumberToObject(o, "tokens_per_s", s->tokens_per_s);
+    cJSON_AddNumberToObject(o, "mfu", s->mfu);
+    cJSON_AddNumberToObject(o, "step_ms", s->step_ms);
+    cJSON_AddNumberToObject(o, "compute_ms", s->compute_ms);
+    cJSON_AddNumberToObject(o, "comm_ms", s->comm_ms);
+    cJSON_AddNumberToObject(o, "data_ms", s->data_ms);
+    cJSON_AddNumberToObject(o, "grad_norm", s->grad_norm);
+    if (!isnan(s->val_loss)) {
+        cJSON_AddNumberToObject(o, "val_loss", s->val_loss);
+        cJSON_AddNumberToObject(o, "val_ppl", exp(s->val_loss));
+    }
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!text) return dt_error(DT_STATUS_NOMEM, "metrics: cannot format a line");
+    int bad = fprintf(m->jsonl, "%s\n", text) < 0 || fflush(m->jsonl) != 0;
+    free(text);
+    if (bad) return dt_error(DT_STATUS_IO, "%s/metrics.jsonl: %s", m->dir, strerror(errno));
+    return DT_STATUS_OK;
+}
+
+dt_status_t dt_metrics_write_file(const char *log_dir, const char *name, const char *text) {
+    DT_CHECK(mkdir_p(log_dir));
+    char tmp[4096], path[4096];
+    snprintf(path, sizeof path, "%s/%s", log_dir, name);
+    snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%d", log_dir, name, (int)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return dt_error(DT_STATUS_IO, "cannot write %s: %s", tmp, strerror(errno));
+    size_t len = strlen(text), done = 0;
+    while (done < len) {
+        ssize_t w = write(fd, text + done, len - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            int err = errno;
+            close(fd);
+            unlink(tmp);
+            return dt_error(DT_STATUS_IO, "cannot write %s: %s", path, strerror(err));
+        }
+        done += (size_t)w;
+    }
+    if (fsync(fd) != 0 || close(fd) != 0 || rename(tmp, path) != 0) {
+        int err = errno;
+        unlink(tmp);
+        return dt_error(DT_STATUS_IO, "cannot write %s: %s", path, strerror(err));
+    }
+    return DT_STATUS_OK;
+}
+
+static void format_duration(double s, char *buf, size_t len) {
+    if (s < 0) snprintf(buf, len, "?");
+    else if (s < 60) snprintf(buf, len, "%.0fs", s);
+    else if (s < 3600) snprintf(buf, len, "%dm%02ds", (int)s / 60, (int)s % 60);
+    else snprintf(buf, len, "%dh%02dm", (int)s / 3600, (int)s / 60 % 60);
+}
+
+void dt_metrics_format(const dt_step_metrics *s, char *buf, size_t len) {
+    char eta[32];
+    format_duration(s->eta_s, eta, sizeof eta);
+    int n = snprintf(buf, len,
+                     "step %lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | MFU %.1f%% | "
+                     "%.1f ms (compute %.1f, comm %.1f, data %.1f) | ETA %s",
+                     (long long)s->step, (long long)s->total_steps, s->loss, s->lr, s->grad_norm,
+                     s->tokens_per_s, 100.0 * s->mfu, s->step_ms, s->compute_ms, s->comm_ms,
+                     s->data_ms, eta);
+    if (!isnan(s->val_loss) && n > 0 && (size_t)n < len)
+        snprintf(buf + n, len - (size_t)n, " | val %.4f", s->val_loss);
+}
+
+double dt_peak_flops_gpu(const char *device_name) {
+    const char *env = getenv("DTRUN_PEAK_TFLOPS");
+    if (env && atof(env) > 0) return atof(env) * 1e12;
+    /* Dense bf16 tensor-core peaks: the one GPU table, in plan.c. */
+    const dt_plan_gpu *g = dt_plan_gpu_by_device_name(device_name);
+    return g && g->tflops > 0 ? g->tflops * 1e12 : 0;
+}

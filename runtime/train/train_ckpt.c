@@ -1,0 +1,414 @@
+/*
+ * train_ckpt.c - the trainer's state in and out of checkpoints, preemption and
+ * fault injection (see train_ckpt.h).
+ */
+#include "runtime/train/train_ckpt.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/mem.h"
+#include "runtime/train/metrics.h"
+
+int dt_train_ckpt_enabled(const dt_config_t *cfg) {
+    return cfg->checkpoint.every_steps > 0 && cfg->checkpoint.dir && *cfg->checkpoint.dir;
+}
+
+/* The ranges this rank owns; replicated buffers: an even slice per rank. */
+static dt_train_ckpt_owned *owned_ranges(const dt_train_ckpt *t, int *n) {
+    if (t->n_owned < 0) { /* owns nothing */
+        *n = 0;
+        return dt_xcalloc(1, sizeof(dt_train_ckpt_owned));
+    }
+    if (t->n_owned > 0) {
+        dt_train_ckpt_owned *o = dt_xcalloc((size_t)t->n_owned, sizeof *o);
+        memcpy(o, t->owned, (size_t)t->n_owned * sizeof *o);
+        *n = t->n_owned;
+        return o;
+    }
+    uint64_t total = t->layout->n_params, per = (total + (uint64_t)t->world_size - 1) / (uint64_t)t->world_size;
+    uint64_t lo = per * (uint64_t)t->rank, hi = lo + per < total ? lo + per : total;
+    dt_train_ckpt_owned *o = dt_xcalloc(1, sizeof *o);
+    *n = 0;
+    if (lo >= hi) return o;
+    size_t es = dt_dtype_size(t->dev->ops->dtype);
+    o->offset = lo;
+    o->count = hi - lo;
+    o->params = (char *)t->params + lo * es;
+    o->m = t->m + lo;
+    o->v = t->v + lo;
+    *n = 1;
+    return o;
+}
+
+/* Device buffers are host fp32 on the CPU backend: read and written in place. */
+static int host_fp32(const dt_device_t *dev) {
+    return dev->kind == DT_DEVICE_CPU && dev->ops->dtype == DT_DTYPE_F32;
+}
+
+/* Params of a range: fp32 masters, or device tensors of the compute dtype. */
+static int params_are_f32(const dt_train_ckpt *t) { return t->params_fp32 || t->dev->ops->dtype == DT_DTYPE_F32; }
+
+static char *extra_json(const dt_train_ckpt *t, int64_t step, const char *why) {
+    cJSON *o = cJSON_CreateObject();
+    char *dump = dt_config_dump_json(t->cfg);
+    cJSON *cfg = dump ? cJSON_Parse(dump) : NULL;
+    free(dump);
+    if (cfg) cJSON_AddItemToObject(o, "config", cfg);
+    cJSON_AddStringToObject(o, "reason", why);
+    if (t->data) {
+        dt_data_pos p = dt_data_get_pos(t->data);
+        cJSON *d = cJSON_AddObjectToObject(o, "data");
+        cJSON_AddNumberToObject(d, "epoch", (double)p.epoch);
+        cJSON_AddNumberToObject(d, "cursor", (double)p.cursor);
+    }
+    if (t->mlp_cursor) {
+        cJSON *d = cJSON_AddObjectToObject(o, "mlp_data");
+        cJSON_AddNumberToObject(d, "cursor", (double)*t->mlp_cursor);
+    }
+    cJSON *r = cJSON_AddObjectToObject(o, "rng");
+    cJSON_AddNumberToObject(r, "seed", (double)t->cfg->seed);
+    if (t->rng) {
+        cJSON *s = cJSON_AddArrayToObject(r, "state");
+        for (int i = 0; i < 4; i++) {
+            char hex[24];
+            snprintf(hex, sizeof hex, "%016llx", (unsigned long long)t->rng->s[i]);
+            cJSON_AddItemToArray(s, cJSON_CreateString(hex));
+        }
+    }
+    cJSON *s = cJSON_AddObjectToObject(o, "scheduler");
+    cJSON_AddNumberToObject(s, "last_batch_iteration", (double)(step - 1));
+    cJSON_AddNumberToObject(s, "step", (double)step);
+    cJSON *a = cJSON_AddObjectToObject(o, "optimizer");
+    cJSON_AddStringToObject(a, "type", "AdamW");
+    cJSON_AddNumberToObject(a, "adam_step", (double)step);
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return text;
+}
+
+dt_status_t dt_train_ckpt_save(const dt_train_ckpt *t, int64_t step, const char *why) {
+    const dt_ops_t *ops = t->dev->ops;
+    int n = 0;
+    dt_train_ckpt_owned *own = owned_ranges(t, &n);
+    dt_ckpt_range *ranges = dt_xcalloc((size_t)(3 * n + 1), sizeof *ranges);
+    float **staged = dt_xcalloc((size_t)(3 * n + 1), sizeof *staged);
+    char *extra = NULL;
+    dt_status_t st = DT_STATUS_OK;
+    double t0 = dt_now_s();
+    DT_CHECK_GOTO(ops->synchronize(t->dev), st, out_free);
+    for (int i = 0; i < n; i++) {
+        const void *src[3] = {own[i].params, own[i].m, own[i].v};
+        static const char *names[3] = {"params", "m", "v"};
+        for (int b = 0; b < 3; b++) {
+            dt_ckpt_range *r = &ranges[3 * i + b];
+            r->buffer = names[b];
+            r->offset = own[i].offset;
+            r->count = own[i].count;
+            if (host_fp32(t->dev)) {
+                r->data = src[b];
+                continue;
+            }
+            float *h = staged[3 * i + b] = dt_mem_alloc(DT_MEM_OTHER, own[i].count * sizeof(float));
+            if (!h) {
+                st = DT_STATUS_NOMEM;
+                goto out_free;
+            }
+            if (b == 0 && !params_are_f32(t)) DT_CHECK_GOTO(ops->download_f32(t->dev, h, src[b], own[i].count), st, out_free);
+            else DT_CHECK_GOTO(ops->copy(t->dev, h, src[b], own[i].count * sizeof(float), DT_COPY_DEVICE_TO_HOST), st,
+                               out_free);
+            r->data = h;
+        }
+    }
+    double stage_s = dt_now_s() - t0;
+    if (t->rank == 0) extra = extra_json(t, step, why);
+    dt_ckpt_save_args a = {.dir = t->cfg->checkpoint.dir, .step = step, .rank = t->rank,
+                           .world_size = t->world_size, .strategy = dt_config_strategy_name(t->cfg->strategy),
+                           .layout = t->layout, .ranges = ranges, .n_ranges = 3 * n, .extra_json = extra,
+                           .keep_last = t->cfg->checkpoint.keep_last, .barrier = t->barrier,
+                           .barrier_ctx = t->barrier_ctx};
+    dt_ckpt_save_stats stats;
+    st = dt_ckpt_save(&a, &stats);
+    if (st != DT_STATUS_OK) {
+        char detail[1024]; /* dt_error writes the buffer dt_error_detail reads */
+        snprintf(detail, sizeof detail, "%s", dt_error_detail());
+        st = dt_error(st, "checkpoint of step %lld (%s) failed: %s", (long long)step, why, detail);
+        goto out_free;
+    }
+    double total = dt_now_s() - t0;
+    if (t->rank == 0) {
+        double all = 3.0 * 4.0 * (double)t->layout->n_params;
+        DT_LOG_INFO("checkpoint: step %lld (%s) saved to %s in %.3f s: %.1f MB in all, %.1f MB from this rank in "
+                    "%.3f s (%.2f GB/s), staging %.3f s",
+                    (long long)step, why, stats.path, total, all / 1e6, (double)stats.shard_bytes / 1e6,
+                    stats.write_s, stats.write_s > 0 ? (double)stats.shard_bytes / stats.write_s / 1e9 : 0.0,
+                    stage_s);
+    }
+out_free:
+    for (int i = 0; i < 3 * n; i++) dt_mem_free(staged[i]);
+    free(staged);
+    free(ranges);
+    free(own);
+    free(extra);
+    return st;
+}
+
+static int json_u64(const cJSON *o, const char *key, uint64_t *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsNumber(v) || v->valuedouble < 0) return 0;
+    *out = (uint64_t)v->valuedouble;
+    return 1;
+}
+
+dt_status_t dt_train_ckpt_read_range(const dt_train_ckpt *t, dt_ckpt_t *c, uint64_t offset, uint64_t count,
+                                     void *params, float *m, float *v) {
+    const dt_ops_t *ops = t->dev->ops;
+    void *dst[3] = {params, m, v};
+    static const char *names[3] = {"params", "m", "v"};
+    if (host_fp32(t->dev)) {
+        for (int b = 0; b < 3; b++)
+            if (dst[b]) DT_CHECK(dt_ckpt_read(c, names[b], offset, count, dst[b]));
+        return DT_STATUS_OK;
+    }
+    float *h = dt_mem_alloc(DT_MEM_OTHER, count * sizeof(float));
+    if (!h) return DT_STATUS_NOMEM;
+    dt_status_t st = DT_STATUS_OK;
+    for (int b = 0; b < 3 && st == DT_STATUS_OK; b++) {
+        if (!dst[b]) continue;
+        st = dt_ckpt_read(c, names[b], offset, count, h);
+        if (st != DT_STATUS_OK) break;
+        if (b == 0 && !params_are_f32(t)) st = ops->upload_f32(t->dev, dst[b], h, count);
+        else st = ops->copy(t->dev, dst[b], h, count * sizeof(float), DT_COPY_HOST_TO_DEVICE);
+    }
+    if (st == DT_STATUS_OK) st = ops->synchronize(t->dev);
+    dt_mem_free(h);
+    return st;
+}
+
+/* Reads what this rank holds: replicas the whole buffers; owned ranges their
+ * slices (and, with load_full_params, every parameter); or the caller's loader. */
+static dt_status_t load_buffers(const dt_train_ckpt *t, dt_ckpt_t *c) {
+    if (t->load) return t->load(t->load_ctx, c);
+    if (t->n_owned == 0)
+        return dt_train_ckpt_read_range(t, c, 0, t->layout->n_params, t->params, t->m, t->v);
+    for (int i = 0; i < t->n_owned; i++) {
+        const dt_train_ckpt_owned *o = &t->owned[i];
+        DT_CHECK(dt_train_ckpt_read_range(t, c, o->offset, o->count, t->load_full_params ? NULL : o->params, o->m, o->v));
+    }
+    if (t->load_full_params) DT_CHECK(dt_train_ckpt_read_range(t, c, 0, t->layout->n_params, t->params, NULL, NULL));
+    return DT_STATUS_OK;
+}
+
+/* Opens, checks and loads one checkpoint. *touched is set once device buffers
+ * may have been overwritten. */
+static dt_status_t load_one(const dt_train_ckpt *t, const char *path, int64_t *step, int *touched) {
+    dt_ckpt_t *c;
+    double t0 = dt_now_s();
+    DT_CHECK(dt_ckpt_open(path, &c));
+    dt_status_t st = DT_STATUS_OK;
+    const cJSON *meta = dt_ckpt_meta(c);
+    dt_data_pos pos = {0};
+    uint64_t mlp = 0;
+    DT_CHECK_GOTO(dt_ckpt_check_layout(c, t->layout), st, out_close);
+    if (t->data) {
+        const cJSON *d = cJSON_GetObjectItemCaseSensitive(meta, "data");
+        if (!json_u64(d, "epoch", &pos.epoch) || !json_u64(d, "cursor", &pos.cursor)) {
+            st = dt_error(DT_STATUS_FORMAT, "%s/meta.json: no data position (data.epoch, data.cursor)", dt_ckpt_path(c));
+            goto out_close;
+        }
+    }
+    if (t->mlp_cursor && !json_u64(cJSON_GetObjectItemCaseSensitive(meta, "mlp_data"), "cursor", &mlp)) {
+        st = dt_error(DT_STATUS_FORMAT, "%s/meta.json: no mlp_data.cursor", dt_ckpt_path(c));
+        goto out_close;
+    }
+    dt_rng rng = {{0}};
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(meta, "rng"), "state");
+    if (t->rng) {
+        if (cJSON_GetArraySize(rs) != 4) {
+            st = dt_error(DT_STATUS_FORMAT, "%s/meta.json: no rng.state of 4 words", dt_ckpt_path(c));
+            goto out_close;
+        }
+        for (int i = 0; i < 4; i++) {
+            const cJSON *w = cJSON_GetArrayItem(rs, i);
+            if (!cJSON_IsString(w)) {
+                st = dt_error(DT_STATUS_FORMAT, "%s/meta.json: rng.state[%d] is not a hex string", dt_ckpt_path(c), i);
+                goto out_close;
+            }
+            rng.s[i] = strtoull(w->valuestring, NULL, 16);
+        }
+    }
+    *touched = 1;
+    DT_CHECK_GOTO(load_buffers(t, c), st, out_close);
+    if (t->data) dt_data_set_pos(t->data, pos);
+    if (t->mlp_cursor) *t->mlp_cursor = mlp;
+    if (t->rng) *t->rng = rng;
+    *step = dt_ckpt_step(c);
+    double s = dt_now_s() - t0;
+    if (t->rank == 0)
+        DT_LOG_INFO("checkpoint: resumed from %s (step %lld, saved by %d rank(s) with %s): read %.1f MB in %.3f s "
+                    "(%.2f GB/s)",
+                    dt_ckpt_path(c), (long long)*step, dt_ckpt_world_size(c), dt_ckpt_strategy(c),
+                    (double)dt_ckpt_bytes_read(c) / 1e6, s, s > 0 ? (double)dt_ckpt_bytes_read(c) / s / 1e9 : 0.0);
+out_close:
+    dt_ckpt_close(c);
+    return st;
+}
+
+/* Puts freshly initialised parameters and zero moments back (a failed load may
+ * have overwritten part of them). */
+static dt_status_t reinit(const dt_train_ckpt *t) {
+    size_t n = t->layout->n_params;
+    float *host = dt_mem_alloc(DT_MEM_OTHER, n * sizeof(float));
+    if (!host) return DT_STATUS_NOMEM;
+    dt_model_init_params(t->layout, (uint64_t)t->cfg->seed, host);
+    int k = 0;
+    dt_train_ckpt_owned *own = owned_ranges(t, &k);
+    if (t->n_owned == 0) {
+        own = dt_xrealloc(own, sizeof *own);
+        own[0] = (dt_train_ckpt_owned){0, n, t->params, t->m, t->v};
+        k = 1;
+    }
+    const dt_ops_t *ops = t->dev->ops;
+    dt_status_t st = DT_STATUS_OK;
+    for (int i = 0; i < k && st == DT_STATUS_OK; i++) {
+        st = ops->upload_f32(t->dev, own[i].params, host + own[i].offset, own[i].count);
+        if (st == DT_STATUS_OK) st = ops->set(t->dev, own[i].m, 0, own[i].count * sizeof(float));
+        if (st == DT_STATUS_OK) st = ops->set(t->dev, own[i].v, 0, own[i].count * sizeof(float));
+    }
+    if (st == DT_STATUS_OK && t->n_owned > 0 && t->load_full_params) st = ops->upload_f32(t->dev, t->params, host, n);
+    free(own);
+    dt_mem_free(host);
+    return st;
+}
+
+dt_status_t dt_train_ckpt_resume(const dt_train_ckpt *t, int64_t *step) {
+    *step = 0;
+    const char *mode = t->cfg->checkpoint.resume ? t->cfg->checkpoint.resume : "auto";
+    if (!strcmp(mode, "never")) return DT_STATUS_OK;
+    int touched = 0;
+    if (strcmp(mode, "auto") != 0) {
+        dt_status_t st = load_one(t, mode, step, &touched);
+        if (st != DT_STATUS_OK) { /* the config names a checkpoint that cannot be used */
+            char detail[1024];
+            snprintf(detail, sizeof detail, "%s", dt_error_detail());
+            return dt_error(DT_STATUS_CONFIG, "checkpoint.resume: %s", detail);
+        }
+        return DT_STATUS_OK;
+    }
+    const char *dir = t->cfg->checkpoint.dir;
+    if (!dir || !*dir) return DT_STATUS_OK;
+    char **paths;
+    int n;
+    DT_CHECK(dt_ckpt_candidates(dir, &paths, &n));
+    dt_status_t st = DT_STATUS_OK;
+    int loaded = 0;
+    for (int i = 0; i < n && !loaded; i++) {
+        st = load_one(t, paths[i], step, &touched);
+        if (t->agree) { /* every rank must take the same checkpoint */
+            char detail[1024];
+            snprintf(detail, sizeof detail, "%s", dt_error_detail());
+            int ok = st == DT_STATUS_OK;
+            DT_CHECK(t->agree(t->agree_ctx, &ok));
+            if (st == DT_STATUS_OK && !ok) st = dt_error(DT_STATUS_MISMATCH, "another rank could not load it");
+            else if (st != DT_STATUS_OK) dt_error(st, "%s", detail);
+        }
+        if (st == DT_STATUS_OK) loaded = 1;
+        else if (t->rank == 0)
+            DT_LOG_WARN("checkpoint: cannot resume from %s: %s%s", paths[i], dt_error_detail(),
+                        i + 1 < n ? "; trying the previous one" : "");
+    }
+    if (!loaded) {
+        *step = 0;
+        if (n > 0 && t->rank == 0)
+            DT_LOG_WARN("checkpoint: no loadable checkpoint in %s: starting from step 0", dir);
+        if (touched && t->load) st = t->load(t->load_ctx, NULL); /* the strategy's fresh state */
+        else if (touched) st = reinit(t);
+        else st = DT_STATUS_OK;
+    }
+    dt_ckpt_free_list(paths, n);
+    return st;
+}
+
+/* ---- preemption ------------------------------------------------------------ */
+
+static volatile sig_atomic_t preempt_signo;
+
+static void on_preempt(int sig) {
+    if (!preempt_signo) preempt_signo = sig;
+}
+
+void dt_train_ckpt_catch_preemption(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_preempt;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
+    sigaction(SIGUSR2, &sa, NULL);
+}
+
+int dt_train_ckpt_preempted(void) { return preempt_signo; }
+
+/* ---- metrics after a resume ----------------------------------------------- */
+
+dt_status_t dt_train_ckpt_trim_metrics(const char *log_dir, int64_t step) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", log_dir);
+    FILE *f = fopen(path, "r");
+    if (!f) return DT_STATUS_OK;
+    size_t cap = 1 << 16, len = 0;
+    char *keep = dt_xmalloc(cap), *line = NULL;
+    size_t lcap = 0;
+    ssize_t n;
+    while ((n = getline(&line, &lcap, f)) > 0) {
+        cJSON *o = cJSON_Parse(line);
+        const cJSON *s = cJSON_GetObjectItemCaseSensitive(o, "step");
+        int ok = cJSON_IsNumber(s) && s->valuedouble <= (double)step;
+        cJSON_Delete(o);
+        if (!ok) continue;
+        if (len + (size_t)n + 1 > cap) keep = dt_xrealloc(keep, cap = 2 * (len + (size_t)n + 1));
+        memcpy(keep + len, line, (size_t)n);
+        len += (size_t)n;
+    }
+    free(line);
+    fclose(f);
+    keep[len] = 0;
+    dt_status_t st = dt_metrics_write_file(log_dir, "metrics.jsonl", keep);
+    free(keep);
+    return st;
+}
+
+/* ---- fault injection ---------------------------------------------------------- */
+
+void dt_train_ckpt_fault_point(int rank, int64_t step) {
+    static int init;
+    static int64_t kill_step = -1, term_step = -1;
+    static int kill_rank;
+    if (!init) {
+        init = 1;
+        const char *s = getenv("DTRUN_FAULT_KILL_STEP"), *r = getenv("DTRUN_FAULT_KILL_RANK");
+        const char *rc = getenv("TORCHELASTIC_RESTART_COUNT");
+        if (s && *s && (!rc || !*rc || atoi(rc) == 0)) kill_step = strtoll(s, NULL, 10);
+        kill_rank = r && *r ? atoi(r) : 0;
+        const char *t = getenv("DTRUN_FAULT_TERM_PARENT_STEP");
+        if (t && *t && (!rc || !*rc || atoi(rc) == 0)) term_step = strtoll(t, NULL, 10);
+    }
+    if (step == term_step && rank == kill_rank) {
+        DT_LOG_WARN("fault injection: DTRUN_FAULT_TERM_PARENT_STEP=%lld: SIGTERM to the parent (pid %d), as a "
+                    "scheduler preempting the job would",
+                    (long long)step, (int)getppid());
+        kill(getppid(), SIGTERM);
+    }
+    if (step == kill_step && rank == kill_rank) {
+        DT_LOG_WARN("fault injection: DTRUN_FAULT_KILL_STEP=%lld: SIGKILL to rank %d", (long long)step, rank);
+        raise(SIGKILL);
+    }
+}

@@ -1,0 +1,690 @@
+/*
+ * trainer.c - the training loop. Model state and the gradient reduction across
+ * ranks belong to the data-parallel object (dp.h); the loop drives it, averages
+ * the loss over ranks for metrics and gathers every rank's memory figures into
+ * rank 0's summary.json.
+ *
+ * Hidden test facility: with DTRUN_DUMP_PARAMS=PATH in the environment, after
+ * training every rank gathers the full fp32 parameters (model layout, as
+ * model.h) and rank 0 writes them raw (n_params little-endian floats) to PATH.
+ */
+#include "runtime/train/trainer.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/mem.h"
+#include "common/rng.h"
+#include "kernels/kernels.h"
+#include "runtime/comm/comm.h"
+#include "runtime/train/data.h"
+#include "runtime/parallel/dp.h"
+#include "runtime/train/metrics.h"
+#include "runtime/model/model.h"
+#include "runtime/model/net.h"
+#include "runtime/train/sched.h"
+#include "runtime/train/train_ckpt.h"
+
+typedef struct trainer {
+    const dt_config_t *cfg;
+    const dt_trainer_env *env;
+    dt_device_t *dev;
+    dt_model_layout layout;
+    dt_net_t net;
+    dt_data_t *data; /* gpt */
+    dt_comm_t *comm; /* NULL on one rank */
+    dt_dp_t *dp;     /* owns parameters, gradients and optimizer state */
+    int B, T, accum;
+    int32_t *tokens, *targets; /* host (B, T) */
+    float *features;           /* host (B, in_dim), mlp */
+    uint64_t mlp_cursor;       /* global samples consumed (mlp synthetic data) */
+    dt_metrics_t *metrics;
+    double peak_flops;
+    char log_dir[4096];
+    dt_rng rng;         /* the trainer's stream (saved in checkpoints; nothing draws from it yet) */
+    int64_t start_step; /* the step a resumed run continues after (0: a fresh run) */
+    int64_t saved_step; /* the step of the last checkpoint written or loaded */
+} trainer;
+
+static int env_int(const char *name, int def) {
+    const char *s = getenv(name);
+    if (!s || !*s) return def;
+    char *end;
+    long v = strtol(s, &end, 10);
+    return *end ? def : (int)v;
+}
+
+dt_status_t dt_trainer_env_from_environ(dt_trainer_env *env) {
+    memset(env, 0, sizeof *env);
+    env->rank = env_int("RANK", 0);
+    env->world_size = env_int("WORLD_SIZE", 1);
+    env->local_rank = env_int("LOCAL_RANK", env->rank);
+    env->local_world_size = env_int("LOCAL_WORLD_SIZE", env->world_size);
+    env->master_addr = getenv("MASTER_ADDR");
+    env->master_port = env_int("MASTER_PORT", 0);
+    env->run_id = getenv("TORCHELASTIC_RUN_ID");
+    if (env->world_size < 1 || env->rank < 0 || env->rank >= env->world_size)
+        return dt_error(DT_STATUS_INVALID, "bad RANK %d / WORLD_SIZE %d in the environment", env->rank,
+                        env->world_size);
+    return DT_STATUS_OK;
+}
+
+/* The MLP's synthetic task: x ~ N(0, 1) of in_dim features, label = argmax of a
+ * fixed random linear teacher. Sample `id` depends only on (seed, id), so any
+ * split over ranks sees the same samples. */
+static void mlp_sample(const dt_config_t *cfg, uint64_t id, float *x, int32_t *y) {
+    int in = (int)cfg->model.in_dim, k = (int)cfg->model.n_classes;
+    dt_rng rng;
+    dt_rng_seed(&rng, (uint64_t)cfg->seed, 0x73616d70ull + id);
+    for (int i = 0; i < in; i++) x[i] = (float)dt_rng_normal(&rng);
+    dt_rng teacher;
+    dt_rng_seed(&teacher, (uint64_t)cfg->seed, 0x7465616368ull);
+    double best = -INFINITY;
+    for (int c = 0; c < k; c++) {
+        double s = 0;
+        for (int i = 0; i < in; i++) s += dt_rng_normal(&teacher) * x[i];
+        if (s > best) best = s, *y = c;
+    }
+}
+
+static void next_batch(trainer *t, dt_batch *batch) {
+    if (t->layout.spec.type == DT_MODEL_GPT) {
+        dt_data_next(t->data, t->tokens, t->targets);
+        batch->tokens = t->tokens;
+    } else {
+        int in = (int)t->cfg->model.in_dim;
+        uint64_t first = t->mlp_cursor + (uint64_t)t->env->rank * (uint64_t)t->B;
+        for (int b = 0; b < t->B; b++)
+            mlp_sample(t->cfg, first + (uint64_t)b, t->features + (size_t)b * in, &t->targets[b]);
+        t->mlp_cursor += (uint64_t)t->env->world_size * (uint64_t)t->B;
+        batch->features = t->features;
+    }
+    batch->targets = t->targets;
+}
+
+static dt_status_t build_spec(const dt_config_t *cfg, dt_model_spec *spec) {
+    memset(spec, 0, sizeof *spec);
+    if (cfg->model.type == DT_MODEL_GPT) {
+        spec->type = DT_MODEL_GPT;
+        spec->n_layer = (int)cfg->model.n_layer;
+        spec->n_head = (int)cfg->model.n_head;
+        spec->n_embd = (int)cfg->model.n_embd;
+        spec->seq_len = (int)cfg->model.seq_len;
+        spec->vocab_pad_multiple = (int)cfg->model.vocab_pad_multiple;
+        spec->vocab_size = (int)cfg->model.vocab_size;
+        if (spec->vocab_size == 0) {
+            dt_data_kind_t kind;
+            DT_CHECK(dt_data_detect(cfg->data.train, &kind));
+            spec->vocab_size = dt_data_default_vocab(kind);
+        }
+    } else {
+        spec->type = DT_MODEL_MLP;
+        spec->in_dim = (int)cfg->model.in_dim;
+        spec->hidden_dim = (int)cfg->model.hidden_dim;
+        spec->n_hidden_layers = (int)cfg->model.n_hidden_layers;
+        spec->n_classes = (int)cfg->model.n_classes;
+    }
+    return DT_STATUS_OK;
+}
+
+/* device: cpu; cuda (an error when none is visible); auto: cuda when a GPU is
+ * visible, else cpu. A CUDA worker binds GPU LOCAL_RANK of the visible ones
+ * (CUDA_VISIBLE_DEVICES renumbers them); more ranks than GPUs on a node share
+ * them round-robin (tests, learning), with a warning. Computes in bf16 with fp32
+ * master weights when bf16.enabled, else in fp32. */
+static dt_status_t open_device(const dt_config_t *cfg, const dt_trainer_env *env, dt_device_t **dev) {
+    dt_device_opts_t o = {.kind = DT_DEVICE_CPU, .nthreads = (int)cfg->threads, .dtype = DT_DTYPE_F32};
+    int ngpu = cfg->device == DT_CONFIG_DEVICE_CPU ? 0 : dt_device_count(DT_DEVICE_CUDA);
+    if (cfg->device == DT_CONFIG_DEVICE_CUDA && ngpu == 0) {
+        const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+        return dt_error(DT_STATUS_CONFIG, "device cuda: %s%s%s%s", !dt_device_built(DT_DEVICE_CUDA)
+                        ? "this dtrun was built without CUDA (no nvcc, or NO_CUDA=1)" : "no GPU is visible",
+                        vis ? " (CUDA_VISIBLE_DEVICES=" : "", vis ? vis : "", vis ? ")" : "");
+    }
+    if (ngpu > 0) {
+        o.kind = DT_DEVICE_CUDA;
+        o.dtype = cfg->bf16.enabled ? DT_DTYPE_BF16 : DT_DTYPE_F32;
+        o.ordinal = env->local_rank % ngpu;
+        if (env->local_world_size > ngpu && env->local_rank == 0)
+            DT_LOG_WARN("%d ranks on this node share %d GPU(s) (rank r uses GPU r %% %d)", env->local_world_size,
+                        ngpu, ngpu);
+    } else if (cfg->bf16.enabled && env->rank == 0) {
+        DT_LOG_WARN("bf16.enabled: the CPU device computes in fp32");
+    }
+    return dt_device_open(dev, &o);
+}
+
+/* ---- checkpoints (runtime/train/train_ckpt.h) ---------------------------------- */
+
+typedef struct ckpt_load_ctx {
+    trainer *t;
+    dt_ckpt_t *c;
+    dt_train_ckpt view;
+    float *init; /* fresh parameters (host), when no checkpoint loads */
+} ckpt_load_ctx;
+
+static dt_status_t ckpt_barrier(void *ctx) {
+    trainer *t = ctx;
+    return t->comm ? dt_comm_barrier(t->comm) : DT_STATUS_OK;
+}
+
+/* The AND of ok over ranks. */
+static dt_status_t ckpt_agree(void *ctx, int *ok) {
+    trainer *t = ctx;
+    int n = dt_dp_world_size(t->dp);
+    if (n == 1) return DT_STATUS_OK;
+    double mine = *ok, *all = dt_xcalloc((size_t)n, sizeof *all);
+    dt_status_t st = dt_dp_all_gather_f64(t->dp, &mine, 1, all);
+    for (int r = 0; r < n; r++)
+        if (all[r] == 0) *ok = 0;
+    free(all);
+    return st;
+}
+
+static dt_status_t ckpt_dp_read(void *ctx, const dt_dp_range *r) {
+    ckpt_load_ctx *x = ctx;
+    return dt_train_ckpt_read_range(&x->view, x->c, r->offset, r->count, r->param, r->m, r->v);
+}
+
+/* Fresh state for one range: initial parameters, zero moments. */
+static dt_status_t ckpt_dp_fresh(void *ctx, const dt_dp_range *r) {
+    ckpt_load_ctx *x = ctx;
+    const dt_ops_t *o = x->t->dev->ops;
+    if (r->cparam) /* fp32 masters; dt_dp_load_ranges refreshes the compute copy */
+        DT_CHECK(o->copy(x->t->dev, r->param, x->init + r->offset, r->count * sizeof(float), DT_COPY_HOST_TO_DEVICE));
+    else
+        DT_CHECK(o->upload_f32(x->t->dev, r->param, x->init + r->offset, r->count));
+    DT_CHECK(o->set(x->t->dev, r->m, 0, r->count * sizeof(float)));
+    return o->set(x->t->dev, r->v, 0, r->count * sizeof(float));
+}
+
+static dt_status_t ckpt_load(void *ctx, dt_ckpt_t *c) {
+    ckpt_load_ctx *x = ctx;
+    x->c = c;
+    if (c) return dt_dp_load_ranges(x->t->dp, ckpt_dp_read, x);
+    size_t n = x->t->layout.n_params;
+    x->init = dt_mem_alloc(DT_MEM_OTHER, n * sizeof(float));
+    if (!x->init) return DT_STATUS_NOMEM;
+    dt_model_init_params(&x->t->layout, (uint64_t)x->t->cfg->seed, x->init);
+    dt_status_t st = dt_dp_load_ranges(x->t->dp, ckpt_dp_fresh, x);
+    dt_mem_free(x->init);
+    x->init = NULL;
+    return st;
+}
+
+/* What a checkpoint saves and loads: the ranges dp owns (dt_dp_owned_ranges), read
+ * back through dt_dp_load_ranges; ranks agree on the checkpoint and meet at a
+ * barrier of the communicator. *owned is malloc'd (free it). */
+static dt_train_ckpt ckpt_view(trainer *t, dt_train_ckpt_owned **owned, ckpt_load_ctx *lc) {
+    int max = dt_dp_owned_ranges(t->dp, NULL, 0), n;
+    dt_dp_range *r = dt_xcalloc((size_t)max + 1, sizeof *r);
+    n = dt_dp_owned_ranges(t->dp, r, max);
+    *owned = dt_xcalloc((size_t)n + 1, sizeof **owned);
+    for (int i = 0; i < n; i++) (*owned)[i] = (dt_train_ckpt_owned){r[i].offset, r[i].count, r[i].param, r[i].m, r[i].v};
+    free(r);
+    dt_train_ckpt c = {.cfg = t->cfg, .layout = &t->layout, .dev = t->dev, .rank = t->env->rank,
+                       .world_size = t->env->world_size, .owned = *owned, .n_owned = n, .data = t->data,
+                       .rng = &t->rng, .load = ckpt_load, .load_ctx = lc,
+                       .params_fp32 = dt_dp_has_master(t->dp)};
+    if (n == 0) c.n_owned = -1; /* owns nothing (an HSDP replica): writes an empty shard */
+    if (t->env->world_size > 1) {
+        c.barrier = ckpt_barrier, c.barrier_ctx = t;
+        c.agree = ckpt_agree, c.agree_ctx = t;
+    }
+    if (t->layout.spec.type == DT_MODEL_MLP) c.mlp_cursor = &t->mlp_cursor;
+    lc->t = t;
+    lc->view = c;
+    return c;
+}
+
+/* Resumes per checkpoint.resume; a resumed run appends to metrics.jsonl from the
+ * step after its checkpoint. */
+static dt_status_t resume_checkpoint(trainer *t) {
+    dt_train_ckpt_owned *owned;
+    ckpt_load_ctx lc;
+    dt_train_ckpt c = ckpt_view(t, &owned, &lc);
+    dt_status_t st = dt_train_ckpt_resume(&c, &t->start_step);
+    free(owned);
+    DT_CHECK(st);
+    t->saved_step = t->start_step;
+    if (t->start_step > 0 && t->env->rank == 0) DT_CHECK(dt_train_ckpt_trim_metrics(t->log_dir, t->start_step));
+    dt_train_ckpt_catch_preemption();
+    return DT_STATUS_OK;
+}
+
+/* The preemption signal any rank got (ranks may see it a step apart; all stop at
+ * the same step). */
+static dt_status_t preempt_signal(trainer *t, int *sig) {
+    *sig = dt_train_ckpt_preempted();
+    int n = dt_dp_world_size(t->dp);
+    if (n == 1) return DT_STATUS_OK;
+    double mine = *sig, *all = dt_xcalloc((size_t)n, sizeof *all);
+    dt_status_t st = dt_dp_all_gather_f64(t->dp, &mine, 1, all);
+    for (int r = 0; r < n; r++)
+        if (all[r] > 0 && !*sig) *sig = (int)all[r];
+    free(all);
+    return st;
+}
+
+/* After each step: fault injection, the periodic checkpoint, and preemption
+ * (save, then *stop). A failed periodic save is reported and training goes on
+ * (the previous checkpoint is still there); a failed final or preemption save is
+ * an error. */
+static dt_status_t after_step(trainer *t, int64_t step, int *stop) {
+    dt_train_ckpt_fault_point(t->env->rank, step);
+    int sig;
+    DT_CHECK(preempt_signal(t, &sig));
+    *stop = sig != 0;
+    int64_t every = t->cfg->checkpoint.every_steps;
+    int last = step == t->cfg->train_steps, on = dt_train_ckpt_enabled(t->cfg);
+    const char *why = sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : sig ? "SIGUSR2" : last ? "final"
+                                                                                                 : "every_steps";
+    if (on && (sig || step % every == 0 || last) && t->saved_step != step) {
+        dt_train_ckpt_owned *owned;
+        ckpt_load_ctx lc;
+        dt_train_ckpt c = ckpt_view(t, &owned, &lc);
+        dt_status_t st = dt_train_ckpt_save(&c, step, why);
+        free(owned);
+        if (st != DT_STATUS_OK) {
+            if (last || sig) return st;
+            DT_LOG_ERROR("%s; training continues", dt_error_detail());
+        } else {
+            t->saved_step = step;
+        }
+    }
+    if (sig && t->env->rank == 0) {
+        if (!on)
+            DT_LOG_WARN("preempted by signal %d; checkpoints are off (checkpoint.every_steps 0): nothing saved", sig);
+        printf("dtrun: preempted by signal %d: stopped after step %lld%s; the next launch resumes from it\n", sig,
+               (long long)step, on ? ", checkpoint saved" : "");
+        fflush(stdout);
+    }
+    return DT_STATUS_OK;
+}
+
+static dt_status_t setup(trainer *t) {
+    const dt_config_t *cfg = t->cfg;
+    dt_model_spec spec;
+    DT_CHECK(open_device(cfg, t->env, &t->dev));
+    DT_CHECK(build_spec(cfg, &spec));
+    DT_CHECK(dt_model_layout_init(&spec, &t->layout));
+    t->B = (int)cfg->train_micro_batch_size_per_gpu;
+    t->accum = (int)cfg->gradient_accumulation_steps;
+    t->T = spec.type == DT_MODEL_GPT ? spec.seq_len : 1;
+    if (spec.type == DT_MODEL_GPT) {
+        dt_data_opts o = {.train = cfg->data.train, .val = cfg->data.val,
+                          .val_fraction = cfg->data.val_fraction, .seq_len = spec.seq_len,
+                          .vocab_size = spec.vocab_size, .seed = (uint64_t)cfg->seed,
+                          .rank = t->env->rank, .world_size = t->env->world_size, .micro_batch = t->B};
+        DT_CHECK(dt_data_open(&o, &t->data));
+    }
+    DT_CHECK(dt_net_init(&t->net, t->dev, &t->layout, t->B));
+    if (t->env->world_size > 1) {
+        dt_comm_config_t cc;
+        DT_CHECK(dt_comm_config_from_env(&cc));
+        cc.backend = cfg->comm.backend;
+        cc.timeout_s = cfg->comm.timeout_s;
+        if (t->dev->kind == DT_DEVICE_CUDA) {
+            int ngpu = dt_device_count(DT_DEVICE_CUDA);
+            cc.stage_dev = t->dev; /* shm/tcp/hier stage through host memory; NCCL ignores it */
+            if (ngpu >= t->env->local_world_size)
+                cc.device = t->dev->ordinal; /* backend auto picks NCCL */
+            else if (cfg->comm.backend == DT_COMM_BACKEND_NCCL)
+                return dt_error(DT_STATUS_CONFIG, "comm.backend nccl needs one GPU per rank, but %d ranks share %d "
+                                "GPU(s) on this node: use comm.backend auto (shared memory with host staging)",
+                                t->env->local_world_size, ngpu);
+        }
+        DT_CHECK(dt_comm_init(&cc, &t->comm));
+    }
+    dt_dtype_t reduce = cfg->communication_data_type == DT_CONFIG_DTYPE_BF16 ? DT_DTYPE_BF16 : DT_DTYPE_F32;
+    int sharded_grads = cfg->strategy == DT_STRATEGY_ZERO2 || cfg->strategy == DT_STRATEGY_FSDP ||
+                        cfg->strategy == DT_STRATEGY_HSDP;
+    if (reduce != t->dev->ops->dtype && sharded_grads && t->env->world_size > 1) {
+        if (t->env->rank == 0)
+            DT_LOG_WARN("communication_data_type %s: strategy %s reduces gradients in the compute dtype (%s)",
+                        dt_dtype_name(reduce), dt_config_strategy_name(cfg->strategy),
+                        dt_dtype_name(t->dev->ops->dtype));
+        reduce = t->dev->ops->dtype;
+    }
+    dt_dp_opts dpo = {.strategy = cfg->strategy, .overlap_comm = cfg->zero.overlap_comm,
+                      .bucket_elems = (size_t)cfg->zero.reduce_bucket_size,
+                      .local_world_size = t->env->local_world_size, .seed = (uint64_t)cfg->seed,
+                      .reduce_dtype = reduce};
+    DT_CHECK(dt_dp_init(&t->dp, &dpo, t->dev, &t->layout, &t->net, t->comm));
+    size_t rows = (size_t)t->B * (size_t)t->T;
+    t->tokens = dt_xcalloc(rows, sizeof(int32_t));
+    t->targets = dt_xcalloc(rows, sizeof(int32_t));
+    if (spec.type == DT_MODEL_MLP) t->features = dt_xcalloc((size_t)t->B * (size_t)spec.in_dim, sizeof(float));
+    t->peak_flops = t->dev->ops->peak_flops ? t->dev->ops->peak_flops(t->dev) : 0;
+    if (t->peak_flops <= 0) /* a GPU: its dense bf16 peak by name, as llm.c reports MFU */
+        t->peak_flops = dt_peak_flops_gpu(t->dev->name);
+    snprintf(t->log_dir, sizeof t->log_dir, "%s", cfg->log.dir ? cfg->log.dir : "runs/latest");
+    dt_rng_seed(&t->rng, (uint64_t)cfg->seed, 0x747261696eull);
+    DT_CHECK(resume_checkpoint(t));
+    if (t->env->rank == 0) DT_CHECK(dt_metrics_open(t->log_dir, t->start_step == 0, &t->metrics));
+    return DT_STATUS_OK;
+}
+
+static void teardown(trainer *t) {
+    dt_dp_free(t->dp);
+    if (t->dev) dt_net_free(&t->net);
+    dt_comm_free(t->comm);
+    dt_data_close(t->data);
+    dt_model_layout_free(&t->layout);
+    dt_metrics_close(t->metrics);
+    free(t->tokens);
+    free(t->targets);
+    free(t->features);
+    dt_device_free(t->dev);
+}
+
+/* Mean of x over ranks (NaN stays NaN), in rank order so every rank agrees. */
+static dt_status_t mean_over_ranks(trainer *t, double *x) {
+    int n = dt_dp_world_size(t->dp);
+    if (n == 1) return DT_STATUS_OK;
+    double *all = dt_xcalloc((size_t)n, sizeof *all), sum = 0;
+    dt_status_t st = dt_dp_all_gather_f64(t->dp, x, 1, all);
+    for (int r = 0; r < n; r++) sum += all[r];
+    if (st == DT_STATUS_OK && !isnan(*x)) *x = sum / n;
+    free(all);
+    return st;
+}
+
+static dt_status_t evaluate(trainer *t, double *val_loss) {
+    *val_loss = NAN;
+    if (t->layout.spec.type != DT_MODEL_GPT || dt_data_val_samples(t->data) == 0) return DT_STATUS_OK;
+    int nb = t->cfg->eval.batches > 0 ? (int)t->cfg->eval.batches : 1;
+    double sum = 0;
+    for (int i = 0; i < nb; i++) {
+        DT_CHECK(dt_dp_check(t->dp));
+    DT_CHECK(dt_data_val_batch(t->data, (uint64_t)i, t->tokens, t->targets));
+        dt_batch b = {.tokens = t->tokens, .targets = t->targets};
+        double l;
+        DT_CHECK(dt_net_forward(&t->net, &b, &l));
+        sum += l;
+    }
+    t->net.have_forward = 0;
+    *val_loss = sum / nb;
+    return dt_dp_check(t->dp);
+}
+
+/* Prints n generated characters (text data only), sampling with temperature
+ * 0.8 from a fresh micro-batch-1 network over the trained parameters. */
+static int wants_sample(const trainer *t) {
+    return t->cfg->sample_tokens > 0 && t->layout.spec.type == DT_MODEL_GPT && dt_data_kind(t->data) == DT_DATA_TEXT;
+}
+
+static dt_status_t print_sample(trainer *t, int n, const float *host_params) {
+    if (n <= 0 || !wants_sample(t)) return DT_STATUS_OK;
+    dt_net_t net;
+    void *params = NULL;
+    DT_CHECK(t->dev->ops->alloc(t->dev, DT_MEM_OTHER, t->layout.n_params * dt_dtype_size(t->dev->ops->dtype),
+                                &params));
+    dt_status_t st = t->dev->ops->upload_f32(t->dev, params, host_params, t->layout.n_params);
+    if (st == DT_STATUS_OK) st = dt_net_init(&net, t->dev, &t->layout, 1);
+    if (st != DT_STATUS_OK) {
+        t->dev->ops->free(t->dev, params);
+        return st;
+    }
+    dt_net_bind(&net, params, NULL);
+    int T = t->T, Vp = t->layout.vocab_padded, V = t->layout.spec.vocab_size;
+    int32_t *ctx = dt_xcalloc((size_t)T, sizeof(int32_t));
+    float *logits = dt_xcalloc((size_t)Vp, sizeof(float));
+    char *text = dt_xcalloc((size_t)n + 1, 1);
+    dt_rng rng;
+    dt_rng_seed(&rng, (uint64_t)t->cfg->seed, 0x73616d706c65ull);
+    int len = 1;
+    ctx[0] = '\n';
+    for (int i = 0; i < n; i++) {
+        int pos = len < T ? len : T;
+        DT_CHECK_GOTO(dt_net_logits(&net, ctx, 0, pos - 1, logits), st, out_free);
+        double mx = -INFINITY, sum = 0;
+        for (int v = 0; v < V; v++) mx = logits[v] > mx ? logits[v] : mx;
+        for (int v = 0; v < V; v++) sum += exp((logits[v] - mx) / 0.8);
+        double r = dt_rng_uniform(&rng) * sum, acc = 0;
+        int tok = V - 1;
+        for (int v = 0; v < V; v++) {
+            acc += exp((logits[v] - mx) / 0.8);
+            if (acc >= r) {
+                tok = v;
+                break;
+            }
+        }
+        text[i] = (char)((tok >= 32 && tok < 127) || tok == '\n' || tok == '\t' ? tok : '?');
+        if (len < T) ctx[len++] = tok;
+        else {
+            memmove(ctx, ctx + 1, (size_t)(T - 1) * sizeof *ctx);
+            ctx[T - 1] = tok;
+        }
+    }
+    printf("---- sample (%d characters) ----\n%s\n--------------------------------\n", n, text);
+    fflush(stdout);
+out_free:
+    free(ctx);
+    free(logits);
+    free(text);
+    dt_net_free(&net);
+    t->dev->ops->free(t->dev, params);
+    return st;
+}
+
+/* Memory figures of one rank, in the order summary.json lists them. */
+enum { MEM_PEAK, MEM_PARAMS, MEM_GRADS, MEM_MASTER, MEM_OPTIM, MEM_ACT, MEM_COMM, MEM_EXPECT, MEM_WORK, MEM_N };
+
+static void my_memory(trainer *t, double *v) {
+    dt_dp_mem e;
+    dt_dp_expected_mem(t->dp, &e);
+    v[MEM_PEAK] = (double)dt_mem_peak_total();
+    v[MEM_PARAMS] = (double)dt_mem_peak(DT_MEM_PARAMS);
+    v[MEM_GRADS] = (double)dt_mem_peak(DT_MEM_GRADS);
+    v[MEM_MASTER] = (double)dt_mem_peak(DT_MEM_MASTER);
+    v[MEM_OPTIM] = (double)dt_mem_peak(DT_MEM_OPTIM);
+    v[MEM_ACT] = (double)dt_mem_peak(DT_MEM_ACTIVATIONS);
+    v[MEM_COMM] = (double)dt_mem_peak(DT_MEM_COMM);
+    v[MEM_EXPECT] = (double)(e.params + e.grads + e.master + e.optim);
+    v[MEM_WORK] = (double)e.work;
+}
+
+/* mem: MEM_N figures per rank (every rank's, gathered). */
+static dt_status_t write_summary(trainer *t, double final_loss, double final_val, double tokens,
+                                 double wall_s, int64_t steps, const double *mem) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "steps", (double)steps);
+    cJSON_AddNumberToObject(o, "final_loss", final_loss);
+    if (!isnan(final_val)) cJSON_AddNumberToObject(o, "final_val_loss", final_val);
+    cJSON_AddNumberToObject(o, "tokens", tokens);
+    cJSON_AddNumberToObject(o, "wall_s", wall_s);
+    cJSON_AddNumberToObject(o, "tokens_per_s", tokens / wall_s);
+    cJSON_AddNumberToObject(o, "world_size", t->env->world_size);
+    cJSON_AddStringToObject(o, "device", dt_device_kind_name(t->dev->kind));
+    cJSON_AddStringToObject(o, "strategy", dt_config_strategy_name(t->cfg->strategy));
+    cJSON_AddNumberToObject(o, "n_params", (double)t->layout.n_params);
+    const dt_dp_plan *plan = dt_dp_get_plan(t->dp);
+    cJSON_AddNumberToObject(o, "n_shards", plan->n_shards);
+    cJSON_AddNumberToObject(o, "padded_params", (double)plan->padded_total);
+    cJSON_AddNumberToObject(o, "n_buckets", plan->n_buckets);
+    dt_dp_stats ds; /* rank 0's: what overlapped with compute */
+    dt_dp_get_stats(t->dp, &ds);
+    cJSON *ov = cJSON_AddObjectToObject(o, "overlap");
+    cJSON_AddBoolToObject(ov, "enabled", t->cfg->zero.overlap_comm);
+    cJSON_AddNumberToObject(ov, "reductions_in_backward", (double)ds.reductions_in_backward);
+    cJSON_AddNumberToObject(ov, "reductions_after", (double)ds.reductions_after);
+    cJSON_AddNumberToObject(ov, "gathers_prefetched", (double)ds.gathers_prefetched);
+    cJSON_AddNumberToObject(ov, "gathers_on_demand", (double)ds.gathers_on_demand);
+    cJSON *ranks = cJSON_AddArrayToObject(o, "ranks");
+    for (int k = 0; k < t->env->world_size; k++) {
+        const double *v = mem + (size_t)k * MEM_N;
+        cJSON *r = cJSON_CreateObject();
+        cJSON_AddNumberToObject(r, "rank", k);
+        cJSON_AddNumberToObject(r, "peak_bytes", v[MEM_PEAK]);
+        cJSON *ms = cJSON_AddObjectToObject(r, "model_state_bytes");
+        cJSON_AddNumberToObject(ms, "params", v[MEM_PARAMS]);
+        cJSON_AddNumberToObject(ms, "grads", v[MEM_GRADS]);
+        cJSON_AddNumberToObject(ms, "master", v[MEM_MASTER]);
+        cJSON_AddNumberToObject(ms, "optim", v[MEM_OPTIM]);
+        cJSON_AddNumberToObject(ms, "total", v[MEM_PARAMS] + v[MEM_GRADS] + v[MEM_MASTER] + v[MEM_OPTIM]);
+        cJSON_AddNumberToObject(ms, "expected", v[MEM_EXPECT]);
+        /* comm: the communicator's buffers plus dp's bucket/unit buffers (dp_buffer_bytes) */
+        cJSON_AddNumberToObject(r, "comm_buffer_bytes", v[MEM_COMM]);
+        cJSON_AddNumberToObject(r, "dp_buffer_bytes", v[MEM_WORK]);
+        cJSON_AddNumberToObject(r, "activation_bytes", v[MEM_ACT]);
+        cJSON_AddItemToArray(ranks, r);
+    }
+    char *text = cJSON_Print(o);
+    cJSON_Delete(o);
+    dt_status_t st = dt_metrics_write_file(t->log_dir, "summary.json", text);
+    free(text);
+    return st;
+}
+
+dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_trainer_env *env) {
+    trainer t = {.cfg = cfg, .env = env};
+    dt_status_t st = DT_STATUS_OK;
+    double *mem_all = NULL;
+    float *full = NULL;
+    DT_CHECK_GOTO(setup(&t), st, out_teardown);
+    int rank0 = env->rank == 0;
+    const char *tty = getenv("DTRUN_PROGRESS_TTY");
+    int live = tty ? strcmp(tty, "1") == 0 : isatty(STDOUT_FILENO);
+    const dt_ops_t *o = t.dev->ops;
+    size_t n = t.layout.n_params;
+    int64_t steps = cfg->train_steps;
+    double tokens_per_step = (double)t.B * t.T * t.accum * env->world_size;
+    double flops_per_token = dt_model_flops_per_token(&t.layout);
+    if (rank0) {
+        char *dump = dt_config_dump_json(cfg);
+        if (dump) dt_metrics_write_file(t.log_dir, "config.json", dump);
+        free(dump);
+        printf("dtrun: %s model, %zu parameters (%.2f MB of fp32), %s x%d thread(s), world %d, "
+               "micro-batch %d x accumulation %d, %lld steps\n",
+               dt_config_model_name(cfg->model.type), n, n * 4.0 / 1e6, dt_device_kind_name(t.dev->kind),
+               t.dev->nthreads, env->world_size, t.B, t.accum, (long long)steps);
+        fflush(stdout);
+    }
+    double t_start = dt_now_s(), final_loss = NAN, final_val = NAN;
+    dt_batch batch = {0};
+    int stop = 0;
+    for (int64_t step = t.start_step + 1; step <= steps && !stop; step++) {
+        double t0 = dt_now_s(), data_s = 0, loss_sum = 0;
+        DT_CHECK_GOTO(dt_dp_step_begin(t.dp), st, out_teardown);
+        for (int a = 0; a < t.accum; a++) {
+            double d0 = dt_now_s();
+            next_batch(&t, &batch);
+            data_s += dt_now_s() - d0;
+            double l;
+            dt_dp_micro_begin(t.dp, a == t.accum - 1);
+            DT_CHECK_GOTO(dt_net_forward(&t.net, &batch, &l), st, out_teardown);
+            loss_sum += l;
+            DT_CHECK_GOTO(dt_net_backward(&t.net, 1.0f / ((float)t.net.n_rows * (float)t.accum)), st,
+                          out_teardown);
+            DT_CHECK_GOTO(dt_dp_micro_end(t.dp), st, out_teardown);
+        }
+        double loss = loss_sum / t.accum, norm = 0;
+        DT_CHECK_GOTO(dt_dp_reduce_finish(t.dp), st, out_teardown);
+        DT_CHECK_GOTO(dt_dp_grad_norm(t.dp, &norm), st, out_teardown);
+        DT_CHECK_GOTO(mean_over_ranks(&t, &loss), st, out_teardown);
+        if (!isfinite(loss) || !isfinite(norm)) {
+            st = dt_error(DT_STATUS_INVALID, "step %lld: the loss (%g) or gradient norm (%g) is not finite",
+                          (long long)step, loss, norm);
+            goto out_teardown;
+        }
+        dt_adamw_args_t args = {.lr = (float)dt_sched_lr(cfg, step - 1),
+                                .beta1 = (float)cfg->optimizer.betas[0],
+                                .beta2 = (float)cfg->optimizer.betas[1],
+                                .eps = (float)cfg->optimizer.eps,
+                                .weight_decay = (float)cfg->optimizer.weight_decay,
+                                .step = (int)step,
+                                .grad_scale = 1.0f,
+                                /* a fixed non-zero seed per run; the op mixes in the step */
+                                .sr_seed = cfg->bf16.stochastic_rounding ? (unsigned)(cfg->seed * 2654435761u) | 1u : 0};
+        if (cfg->gradient_clipping > 0 && norm > cfg->gradient_clipping)
+            args.grad_scale = (float)(cfg->gradient_clipping / norm);
+        DT_CHECK_GOTO(dt_dp_optimizer_step(t.dp, &args), st, out_teardown);
+        DT_CHECK_GOTO(o->synchronize(t.dev), st, out_teardown);
+        double t1 = dt_now_s(), comm_ms = dt_dp_take_comm_ms(t.dp);
+        double val = NAN;
+        if (cfg->eval.every_steps > 0 && (step % cfg->eval.every_steps == 0 || step == steps)) {
+            DT_CHECK_GOTO(evaluate(&t, &val), st, out_teardown);
+            DT_CHECK_GOTO(mean_over_ranks(&t, &val), st, out_teardown);
+            dt_dp_take_comm_ms(t.dp); /* evaluation's gathers are not the step's */
+        }
+        final_loss = loss;
+        if (!isnan(val)) final_val = val;
+        int print = cfg->steps_per_print > 0 ? (step % cfg->steps_per_print == 0) : 0;
+        int logged = print || step == steps || step == 1 || !isnan(val);
+        /* On a terminal the other steps redraw one live line ('\r', no newline). */
+        if (rank0 && (logged || live)) {
+            double step_s = t1 - t0;
+            dt_step_metrics m = {.step = step, .total_steps = steps, .loss = loss, .lr = args.lr,
+                                 .grad_norm = norm, .tokens_per_s = tokens_per_step / step_s,
+                                 .step_ms = step_s * 1e3, .comm_ms = comm_ms, .data_ms = data_s * 1e3,
+                                 .val_loss = val};
+            m.compute_ms = m.step_ms - m.comm_ms - m.data_ms;
+            m.mfu = t.peak_flops > 0 ? flops_per_token * m.tokens_per_s / env->world_size / t.peak_flops : 0;
+            double elapsed = dt_now_s() - t_start;
+            m.eta_s = elapsed / (double)(step - t.start_step) * (double)(steps - step);
+            if (logged) DT_CHECK_GOTO(dt_metrics_log(t.metrics, &m), st, out_teardown);
+            char line[512];
+            dt_metrics_format(&m, line, sizeof line);
+            printf("%s%c", line, logged ? '\n' : '\r');
+            fflush(stdout);
+        }
+        DT_CHECK_GOTO(after_step(&t, step, &stop), st, out_teardown);
+    }
+    if (stop) goto out_teardown; /* preempted: saved; every rank stops here */
+    double wall = dt_now_s() - t_start;
+    /* Collective tail: every rank's memory figures, and the full parameters
+     * when rank 0 samples text or the test facility asks for them. */
+    const char *dump_path = getenv("DTRUN_DUMP_PARAMS");
+    if (dump_path && !*dump_path) dump_path = NULL;
+    double mine[MEM_N];
+    my_memory(&t, mine);
+    mem_all = dt_xcalloc((size_t)env->world_size * MEM_N, sizeof(double));
+    DT_CHECK_GOTO(dt_dp_all_gather_f64(t.dp, mine, MEM_N, mem_all), st, out_teardown);
+    if (dump_path || wants_sample(&t)) {
+        full = dt_mem_alloc(DT_MEM_OTHER, n * sizeof(float));
+        if (!full) {
+            st = DT_STATUS_NOMEM;
+            goto out_teardown;
+        }
+        DT_CHECK_GOTO(dt_dp_gather_params(t.dp, full), st, out_teardown);
+    }
+    if (rank0 && dump_path) {
+        FILE *f = fopen(dump_path, "wb");
+        if (!f || fwrite(full, sizeof(float), n, f) != n) {
+            st = dt_error(DT_STATUS_IO, "DTRUN_DUMP_PARAMS: cannot write %s", dump_path);
+            if (f) fclose(f);
+            goto out_teardown;
+        }
+        if (fclose(f) != 0) {
+            st = dt_error(DT_STATUS_IO, "DTRUN_DUMP_PARAMS: cannot write %s", dump_path);
+            goto out_teardown;
+        }
+    }
+    if (rank0 && t.start_step >= steps) {
+        printf("dtrun: the checkpoint is at step %lld of %lld: nothing left to train\n", (long long)t.start_step,
+               (long long)steps);
+        fflush(stdout);
+    } else if (rank0) {
+        DT_CHECK_GOTO(write_summary(&t, final_loss, final_val, tokens_per_step * (double)steps, wall, steps,
+                                    mem_all),
+                      st, out_teardown);
+        printf("dtrun: done: %lld steps in %.1f s, final loss %.4f%s, log in %s\n", (long long)steps, wall,
+               final_loss, isnan(final_val) ? "" : "", t.log_dir);
+        if (!isnan(final_val)) printf("dtrun: final val loss %.4f (perplexity %.2f)\n", final_val, exp(final_val));
+        fflush(stdout);
+        DT_CHECK_GOTO(print_sample(&t, (int)cfg->sample_tokens, full), st, out_teardown);
+    }
+out_teardown:
+    free(mem_all);
+    dt_mem_free(full);
+    teardown(&t);
+    return st;
+}
