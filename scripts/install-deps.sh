@@ -23,16 +23,28 @@ for p in "${PKGS[@]}"; do
   fi
 done
 
-[ ${#missing[@]} -eq 0 ] && exit 0
+# Python packages the integration tests' checkers import (numpy: test_dp.sh compares
+# parameter dumps), for whichever python3 is first on PATH (pyenv, venv or Debian's).
+py_missing=()
+for m in numpy; do python3 -c "import $m" 2>/dev/null || py_missing+=("$m"); done
+
+[ ${#missing[@]} -eq 0 ] && [ ${#py_missing[@]} -eq 0 ] && exit 0
 if [ "${1:-}" = "--check" ]; then
-  echo "missing packages: ${missing[*]}" >&2
+  echo "missing packages: ${missing[*]} ${py_missing[*]}" >&2
   exit 1
 fi
 
-echo "install-deps: installing ${missing[*]}" >&2
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+if [ ${#missing[@]} -ne 0 ]; then
+  echo "install-deps: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+if [ ${#py_missing[@]} -ne 0 ]; then
+  echo "install-deps: pip installing ${py_missing[*]} for $(command -v python3)" >&2
+  python3 -m pip install -q "${py_missing[@]}" 2>/dev/null ||
+    python3 -m pip install -q --break-system-packages "${py_missing[@]}"
+fi
 echo "install-deps: done" >&2
