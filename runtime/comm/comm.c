@@ -20,20 +20,19 @@
 
 /* ---- names and helpers ------------------------------------------------------ */
 
-static const char *const backend_names[] = {"auto", "shm", "tcp", "hier", "nccl"};
-_Static_assert(DT_COMM_BACKEND_AUTO == 0 && DT_COMM_BACKEND_SHM == 1 && DT_COMM_BACKEND_TCP == 2 &&
-                   DT_COMM_BACKEND_HIER == 3 && DT_COMM_BACKEND_NCCL == 4,
-               "backend_names follows config.h's DT_COMM_BACKEND_MAP");
+#define NAME_(n, s) s,
+static const char *const backend_names[] = {DT_COMM_BACKEND_MAP(NAME_)};
+#undef NAME_
 
 int dt_comm_backend_parse(const char *s) {
     if (!s) return -1;
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < (int)(sizeof backend_names / sizeof backend_names[0]); i++)
         if (!strcmp(s, backend_names[i])) return i;
     return -1;
 }
 
 const char *dt_comm_backend_name(dt_comm_backend_t b) {
-    return (unsigned)b < 5 ? backend_names[b] : "unknown";
+    return (unsigned)b < sizeof backend_names / sizeof backend_names[0] ? backend_names[b] : "unknown";
 }
 
 const char *dt_comm_op_name(dt_comm_op_t op) {

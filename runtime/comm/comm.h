@@ -59,7 +59,6 @@
 
 #include "common/status.h"
 #include "kernels/kernels.h" /* defines: dt_device_t (host staging of device buffers) */
-#include "runtime/config/config.h"  /* defines: dt_comm_backend_t, DT_COMM_BACKEND_* */
 
 typedef enum dt_comm_dtype {
     DT_COMM_F32 = 0,
@@ -72,9 +71,16 @@ typedef enum dt_comm_redop {
     DT_COMM_MAX = 2,
 } dt_comm_redop_t;
 
-/* dt_comm_backend_t is the config key comm.backend's enum (runtime/config/config.h):
- * DT_COMM_BACKEND_AUTO (NCCL for CUDA devices, shm within a node, else hier),
- * _SHM, _TCP, _HIER, _NCCL. */
+/* The backends, in the order of their names (the config key comm.backend and
+ * DTRUN_COMM take these names): AUTO (NCCL for CUDA devices, shm within a node,
+ * else hier), SHM, TCP, HIER, NCCL. */
+#define DT_COMM_BACKEND_MAP(X)                                               \
+    X(AUTO, "auto") X(SHM, "shm") X(TCP, "tcp") X(HIER, "hier") X(NCCL, "nccl")
+typedef enum dt_comm_backend {
+#define X(n, s) DT_COMM_BACKEND_##n,
+    DT_COMM_BACKEND_MAP(X)
+#undef X
+} dt_comm_backend_t;
 
 typedef enum dt_comm_op {
     DT_COMM_OP_ALL_REDUCE = 0,

@@ -38,6 +38,7 @@
 #include <stdio.h>
 
 #include "common/status.h" /* defines: dt_status_t */
+#include "runtime/comm/comm.h"    /* defines: dt_comm_backend_t */
 #include "runtime/model/model.h"  /* defines: dt_model_type_t */
 
 /* X(enum suffix, name in JSON). The order is the numeric value. */
@@ -53,8 +54,6 @@
  * (hsdp: fsdp within a node, replicated across nodes). */
 #define DT_STRATEGY_MAP(X)                                                   \
     X(DDP, "ddp") X(ZERO1, "zero1") X(ZERO2, "zero2") X(FSDP, "fsdp") X(HSDP, "hsdp")
-#define DT_COMM_BACKEND_MAP(X)                                               \
-    X(AUTO, "auto") X(SHM, "shm") X(TCP, "tcp") X(HIER, "hier") X(NCCL, "nccl")
 
 /* dt_model_type_t (DT_MODEL_GPT, DT_MODEL_MLP) comes from runtime/model/model.h, in
  * the order of DT_MODEL_TYPE_MAP. */
@@ -89,11 +88,6 @@ typedef enum dt_strategy {
     DT_STRATEGY_MAP(X)
 #undef X
 } dt_strategy_t;
-typedef enum dt_comm_backend {
-#define X(n, s) DT_COMM_BACKEND_##n,
-    DT_COMM_BACKEND_MAP(X)
-#undef X
-} dt_comm_backend_t;
 
 /* Upper bound on the rows of the key table (checked at compile time in config.c). */
 #define DT_CONFIG_MAX_KEYS 128
