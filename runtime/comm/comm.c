@@ -2,8 +2,9 @@
  * comm.c - the communicator core: configuration from torchrun's environment,
  * backend choice (the one place that knows which backends exist), creation
  * through the store, sub-communicators, sequence numbers, requests and the
- * communication thread, hang detection, and the reduction loops the host
- * backends share.
+ * communication thread, and hang detection. Names, slices and the reduction
+ * loops the host backends share are comm_types.c; host staging of device
+ * buffers is comm_stage.c.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -17,124 +18,6 @@
 #include "common/log.h"
 #include "common/mem.h"
 #include "runtime/comm/comm_impl.h"
-
-/* ---- names and helpers ------------------------------------------------------ */
-
-#define NAME_(n, s) s,
-static const char *const backend_names[] = {DT_COMM_BACKEND_MAP(NAME_)};
-#undef NAME_
-
-int dt_comm_backend_parse(const char *s) {
-    if (!s) return -1;
-    for (int i = 0; i < (int)(sizeof backend_names / sizeof backend_names[0]); i++)
-        if (!strcmp(s, backend_names[i])) return i;
-    return -1;
-}
-
-const char *dt_comm_backend_name(dt_comm_backend_t b) {
-    return (unsigned)b < sizeof backend_names / sizeof backend_names[0] ? backend_names[b] : "unknown";
-}
-
-const char *dt_comm_op_name(dt_comm_op_t op) {
-    switch (op) {
-    case DT_COMM_OP_ALL_REDUCE: return "all_reduce";
-    case DT_COMM_OP_REDUCE_SCATTER: return "reduce_scatter";
-    case DT_COMM_OP_ALL_GATHER: return "all_gather";
-    case DT_COMM_OP_BROADCAST: return "broadcast";
-    case DT_COMM_OP_BARRIER: return "barrier";
-    }
-    return "unknown";
-}
-
-const char *dt_comm_redop_name(dt_comm_redop_t r) {
-    return r == DT_COMM_SUM ? "sum" : r == DT_COMM_AVG ? "avg" : r == DT_COMM_MAX ? "max" : "?";
-}
-
-size_t dt_comm_dtype_size(dt_comm_dtype_t d) { return d == DT_COMM_BF16 ? 2 : 4; }
-const char *dt_comm_dtype_name(dt_comm_dtype_t d) { return d == DT_COMM_BF16 ? "bf16" : "f32"; }
-
-size_t dt_comm_slice_count(size_t count, int n, int r) {
-    return count / (size_t)n + ((size_t)r < count % (size_t)n ? 1 : 0);
-}
-
-size_t dt_comm_slice_offset(size_t count, int n, int r) {
-    size_t q = count / (size_t)n, rem = count % (size_t)n;
-    return (size_t)r * q + ((size_t)r < rem ? (size_t)r : rem);
-}
-
-uint16_t dt_comm_f32_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-float dt_comm_bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-/* ---- reduction loops -------------------------------------------------------- */
-
-void dt_comm_reduce_f32_(float *dst, const float *const *src, int nsrc, size_t n,
-                         dt_comm_redop_t redop, int navg) {
-    const float *a = src[0];
-    if (nsrc == 1) {
-        if (dst != a) memmove(dst, a, n * sizeof(float));
-    } else if (redop == DT_COMM_MAX) {
-        const float *b = src[1];
-        for (size_t i = 0; i < n; i++) dst[i] = a[i] > b[i] ? a[i] : b[i];
-        for (int k = 2; k < nsrc; k++) {
-            const float *c = src[k];
-            for (size_t i = 0; i < n; i++) dst[i] = dst[i] > c[i] ? dst[i] : c[i];
-        }
-    } else {
-        const float *b = src[1];
-        for (size_t i = 0; i < n; i++) dst[i] = a[i] + b[i];
-        for (int k = 2; k < nsrc; k++) {
-            const float *c = src[k];
-            for (size_t i = 0; i < n; i++) dst[i] += c[i];
-        }
-    }
-    if (redop == DT_COMM_AVG && navg > 0) {
-        float d = (float)navg;
-        for (size_t i = 0; i < n; i++) dst[i] /= d;
-    }
-}
-
-void dt_comm_accum_bf16_(float *acc, const uint16_t *const *src, int nsrc, size_t n,
-                         dt_comm_redop_t redop, int first) {
-    for (int k = 0; k < nsrc; k++) {
-        const uint16_t *s = src[k];
-        if (first && k == 0) {
-            for (size_t i = 0; i < n; i++) acc[i] = dt_comm_bf16_to_f32(s[i]);
-        } else if (redop == DT_COMM_MAX) {
-            for (size_t i = 0; i < n; i++) {
-                float v = dt_comm_bf16_to_f32(s[i]);
-                acc[i] = acc[i] > v ? acc[i] : v;
-            }
-        } else {
-            for (size_t i = 0; i < n; i++) acc[i] += dt_comm_bf16_to_f32(s[i]);
-        }
-    }
-}
-
-void dt_comm_f32_to_bf16_n_(uint16_t *dst, const float *acc, size_t n, dt_comm_redop_t redop,
-                            int navg) {
-    if (redop == DT_COMM_AVG && navg > 0) {
-        float d = (float)navg;
-        for (size_t i = 0; i < n; i++) dst[i] = dt_comm_f32_to_bf16(acc[i] / d);
-    } else {
-        for (size_t i = 0; i < n; i++) dst[i] = dt_comm_f32_to_bf16(acc[i]);
-    }
-}
-
-void dt_comm_bf16_to_f32_n_(float *dst, const uint16_t *src, size_t n) {
-    for (size_t i = 0; i < n; i++) dst[i] = dt_comm_bf16_to_f32(src[i]);
-}
 
 /* ---- configuration ------------------------------------------------------------ */
 
@@ -324,93 +207,6 @@ dt_status_t dt_comm_tick_slow_(dt_comm_t *comm) {
     return dt_error(DT_STATUS_TIMEOUT, "%s", msg);
 }
 
-/* ---- host staging of device buffers ------------------------------------------------ */
-
-/* Where an op's input and output sit in the host staging buffer: the op runs
- * there in its in-place form (comm.h), so one buffer of `total` bytes holds
- * both. Input bytes come from req->send_, output bytes go to req->recv_. */
-typedef struct stage_plan {
-    size_t total;
-    size_t in_off, in_bytes;   /* device send -> host */
-    size_t out_off, out_bytes; /* host -> device recv */
-} stage_plan_t;
-
-static void plan_staging(const dt_comm_t *comm, const dt_comm_req_t *req, stage_plan_t *p) {
-    size_t es = dt_comm_dtype_size(req->dtype_), count = req->count_;
-    memset(p, 0, sizeof(*p));
-    switch (req->op_) {
-    case DT_COMM_OP_ALL_REDUCE:
-        p->total = p->in_bytes = p->out_bytes = count * es;
-        break;
-    case DT_COMM_OP_REDUCE_SCATTER:
-        p->total = p->in_bytes = count * es;
-        p->out_off = dt_comm_slice_offset(count, comm->size, comm->rank) * es;
-        p->out_bytes = dt_comm_slice_count(count, comm->size, comm->rank) * es;
-        break;
-    case DT_COMM_OP_ALL_GATHER:
-        p->total = p->out_bytes = (size_t)comm->size * count * es;
-        p->in_off = (size_t)comm->rank * count * es;
-        p->in_bytes = count * es;
-        break;
-    case DT_COMM_OP_BROADCAST:
-        p->total = count * es;
-        if (comm->rank == req->root_)
-            p->in_bytes = p->total;
-        else
-            p->out_bytes = p->total;
-        break;
-    case DT_COMM_OP_BARRIER:
-        break;
-    }
-}
-
-static dt_status_t stage_copy(dt_comm_t *comm, const dt_comm_req_t *req, void *dst, const void *src, size_t bytes,
-                              dt_copy_kind_t kind) {
-    dt_device_t *dev = comm->stage_dev;
-    dt_status_t st = dev->ops->copy(dev, dst, src, bytes, kind);
-    if (st == DT_STATUS_OK) return DT_STATUS_OK;
-    char what[200], detail[512];
-    dt_comm_describe_(req, what, sizeof(what));
-    snprintf(detail, sizeof(detail), "%s", dt_error_detail());
-    return dt_error(st, "%s on rank %d: staging through host memory: %s copy of %zu bytes failed: %s", what,
-                    comm->rank,
-                    kind == DT_COPY_DEVICE_TO_HOST   ? "device->host"
-                    : kind == DT_COPY_HOST_TO_DEVICE ? "host->device"
-                                                     : "device->device",
-                    bytes, detail);
-}
-
-/* Runs the op on host copies of its device buffers (comm.h, stage_dev). The
- * copies happen here, on the thread running the op, so an async request is
- * complete (result on the device) when its done flag is set. */
-static dt_status_t run_staged(dt_comm_t *comm, dt_comm_req_t *req) {
-    stage_plan_t p;
-    plan_staging(comm, req, &p);
-    if (p.total == 0) return comm->ops->run(comm, req); /* barrier: no buffers */
-    if (comm->stage_cap < p.total) {
-        dt_mem_free(comm->stage_buf);
-        comm->stage_cap = 0;
-        comm->stage_buf = dt_mem_alloc(DT_MEM_COMM, p.total);
-        if (!comm->stage_buf)
-            return dt_error(DT_STATUS_NOMEM, "comm %s: no host memory for a %zu-byte staging buffer", comm->id,
-                            p.total);
-        comm->stage_cap = p.total;
-    }
-    uint8_t *h = comm->stage_buf;
-    const void *dsend = req->send_;
-    void *drecv = req->recv_;
-    if (p.in_bytes) DT_CHECK(stage_copy(comm, req, h + p.in_off, dsend, p.in_bytes, DT_COPY_DEVICE_TO_HOST));
-    /* the in-place form of the op on the host buffer */
-    req->send_ = h + (req->op_ == DT_COMM_OP_ALL_GATHER ? p.in_off : 0);
-    req->recv_ = h + p.out_off;
-    dt_status_t st = comm->ops->run(comm, req);
-    req->send_ = dsend;
-    req->recv_ = drecv;
-    DT_CHECK(st);
-    if (p.out_bytes) DT_CHECK(stage_copy(comm, req, drecv, h + p.out_off, p.out_bytes, DT_COPY_HOST_TO_DEVICE));
-    return DT_STATUS_OK;
-}
-
 /* ---- requests and the communication thread ------------------------------------- */
 
 static void execute(dt_comm_t *comm, dt_comm_req_t *req) {
@@ -424,7 +220,7 @@ static void execute(dt_comm_t *comm, dt_comm_req_t *req) {
         comm->cur = req;
         comm->published = 0;
         comm->op_start_ns = dt_now_ns();
-        st = comm->stage_dev ? run_staged(comm, req) : comm->ops->run(comm, req);
+        st = comm->stage_dev ? dt_comm_run_staged_(comm, req) : comm->ops->run(comm, req);
         comm->cur = NULL;
         if (st != DT_STATUS_OK) {
             snprintf(comm->broken_detail, sizeof(comm->broken_detail), "%s", dt_error_detail());
@@ -493,7 +289,7 @@ static int trivial(dt_comm_t *comm, dt_comm_req_t *req) {
         memmove(req->recv_, req->send_, bytes);
         return 1;
     }
-    dt_status_t st = stage_copy(comm, req, req->recv_, req->send_, bytes, DT_COPY_DEVICE_TO_DEVICE);
+    dt_status_t st = dt_comm_stage_copy_(comm, req, req->recv_, req->send_, bytes, DT_COPY_DEVICE_TO_DEVICE);
     if (st != DT_STATUS_OK) {
         req->status_ = st;
         snprintf(req->detail_, sizeof(req->detail_), "%s", dt_error_detail());

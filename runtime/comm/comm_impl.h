@@ -115,6 +115,12 @@ dt_status_t dt_comm_create_group_(const dt_comm_t *like, const char *id, const i
 dt_status_t dt_comm_run_sub_(dt_comm_t *sub, dt_comm_op_t op, const void *send, void *recv,
                              size_t count, dt_comm_dtype_t dtype, dt_comm_redop_t redop, int root);
 
+/* Host staging (comm_stage.c): runs req on host copies of its device buffers, and
+ * one copy through comm->stage_dev with an error that names the op and rank. */
+dt_status_t dt_comm_run_staged_(dt_comm_t *comm, dt_comm_req_t *req);
+dt_status_t dt_comm_stage_copy_(dt_comm_t *comm, const dt_comm_req_t *req, void *dst, const void *src,
+                                size_t bytes, dt_copy_kind_t kind);
+
 /* ---- reduction loops (fixed order: src[0], src[1], ...) ----------------------- */
 
 /* dst[i] = src[0][i] (op) src[1][i] (op) ... ; AVG divides the sum by navg at the end

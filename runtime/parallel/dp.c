@@ -1,10 +1,11 @@
 /*
- * dp.c - data-parallel strategies (dp.h): the bucket plan, the model state of
- * each strategy, the net hook that launches gradient reductions and FSDP
- * gathers while forward and backward run, the sharded optimizer step and the
- * checkpoint ranges.
+ * dp.c - data-parallel strategies (dp.h): the model state of each strategy, the
+ * net hook that launches gradient reductions and FSDP gathers while forward and
+ * backward run, and the step's reductions. The bucket plan is dp_plan.c; the
+ * optimizer step on the local shard, whole parameters and checkpoint ranges are
+ * dp_state.c; the state they share is dp_impl.h.
  */
-#include "runtime/parallel/dp.h"
+#include "runtime/parallel/dp_impl.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -14,164 +15,7 @@
 #include "common/log.h"
 #include "common/mem.h"
 
-#define DP_GSLOTS 3 /* gradient working buffers (zero2, fsdp) */
-#define DP_PSLOTS 4 /* gathered unit buffers (fsdp): unit 0 (tied head), current, 2 prefetched */
-#define DP_PREFETCH 2
-
-/* ---- plan ------------------------------------------------------------------- */
-
-void dt_dp_plan_free(dt_dp_plan *p) {
-    free(p->buckets);
-    free(p->unit_bucket);
-    free(p->runs);
-    memset(p, 0, sizeof *p);
-}
-
-static void add_run(dt_dp_plan *p, int *cap, size_t off, size_t n, size_t pad_off, size_t sh_off,
-                    int decay) {
-    if (p->n_runs > 0) { /* merge with the previous run when contiguous everywhere */
-        dt_dp_run *r = &p->runs[p->n_runs - 1];
-        if (r->decay == decay && r->offset + r->count == off && r->padded_offset + r->count == pad_off &&
-            r->shard_offset + r->count == sh_off) {
-            r->count += n;
-            return;
-        }
-    }
-    if (p->n_runs == *cap) {
-        *cap = *cap ? 2 * *cap : 16;
-        p->runs = dt_xrealloc(p->runs, (size_t)*cap * sizeof *p->runs);
-    }
-    p->runs[p->n_runs++] = (dt_dp_run){off, n, pad_off, sh_off, decay};
-}
-
-dt_status_t dt_dp_plan_init(const dt_model_layout *l, int n_shards, int shard_rank, size_t first_cap,
-                            size_t cap, dt_dp_plan *p) {
-    memset(p, 0, sizeof *p);
-    if (n_shards < 1 || shard_rank < 0 || shard_rank >= n_shards || l->n_units < 1)
-        return dt_error(DT_STATUS_INVALID, "dp plan: bad shard rank %d of %d (or no units)", shard_rank,
-                        n_shards);
-    p->n_shards = n_shards;
-    p->shard_rank = shard_rank;
-    p->buckets = dt_xcalloc((size_t)l->n_units, sizeof *p->buckets);
-    p->unit_bucket = dt_xcalloc((size_t)l->n_units, sizeof *p->unit_bucket);
-    /* Reverse order: gather units from the last until the bucket reaches its cap. */
-    int hi = l->n_units - 1;
-    while (hi >= 0) {
-        size_t limit = p->n_buckets == 0 ? first_cap : cap, n = 0;
-        int lo = hi;
-        for (;;) {
-            n += l->units[lo].numel;
-            if (n >= limit || lo == 0) break;
-            lo--;
-        }
-        dt_dp_bucket *b = &p->buckets[p->n_buckets];
-        b->unit_lo = lo;
-        b->unit_hi = hi;
-        b->offset = l->units[lo].offset;
-        b->count = n;
-        b->slice = (n + (size_t)n_shards - 1) / (size_t)n_shards;
-        for (int u = lo; u <= hi; u++) p->unit_bucket[u] = p->n_buckets;
-        p->n_buckets++;
-        hi = lo - 1;
-    }
-    /* Offsets in address order (the last bucket starts the buffer). */
-    size_t pad = 0, sh = 0;
-    int run_cap = 0;
-    for (int k = p->n_buckets - 1; k >= 0; k--) {
-        dt_dp_bucket *b = &p->buckets[k];
-        b->padded_offset = pad;
-        b->shard_offset = sh;
-        pad += b->slice * (size_t)n_shards;
-        sh += b->slice;
-        size_t a = (size_t)shard_rank * b->slice, e = a + b->slice;
-        if (e > b->count) e = b->count;
-        if (a >= e) continue;
-        /* Split [offset + a, offset + e) at tensor decay changes. */
-        for (int t = 0; t < l->n_tensors; t++) {
-            const dt_tensor_info *ti = &l->tensors[t];
-            size_t t0 = ti->offset, t1 = ti->offset + ti->numel;
-            size_t s0 = b->offset + a, s1 = b->offset + e;
-            size_t x0 = t0 > s0 ? t0 : s0, x1 = t1 < s1 ? t1 : s1;
-            if (x0 >= x1) continue;
-            size_t rel = x0 - b->offset;
-            add_run(p, &run_cap, x0, x1 - x0, b->padded_offset + rel, b->shard_offset + (rel - a),
-                    ti->decay);
-        }
-    }
-    p->padded_total = pad;
-    p->shard_total = sh;
-    return DT_STATUS_OK;
-}
-
-/* ---- the object ---------------------------------------------------------------- */
-
-typedef struct dp_slot {
-    void *buf;
-    int owner; /* bucket using it, -1 free */
-} dp_slot;
-
-typedef enum { PSTATE_NONE = 0, PSTATE_FLIGHT = 1, PSTATE_READY = 2 } pstate_t;
-
-typedef struct dp_bstate {
-    int posts_left;       /* units still to finish backward in this micro-step */
-    int launched;         /* gradient reduction launched in this step / micro-step */
-    int in_fifo;          /* zero2/fsdp: its reduce_scatter waits in gfifo */
-    dt_comm_req_t req;    /* gradient reduction (or zero1/2 all_gather) */
-    int req_live;
-    int gslot;            /* zero2/fsdp working gradient buffer, -1 none */
-    int pslot;            /* fsdp gathered parameters, -1 none */
-    pstate_t pstate;
-    dt_comm_req_t preq;
-} dp_bstate;
-
-struct dt_dp {
-    dt_dp_opts opts;
-    dt_device_t *dev;
-    const dt_model_layout *layout;
-    dt_net_t *net;
-    dt_comm_t *world;      /* not owned */
-    dt_comm_t *shard;      /* shard group: world, or the node group (hsdp, owned) */
-    dt_comm_t *replica;    /* hsdp: same local rank across nodes (owned); NULL otherwise */
-    int own_shard;
-    int rank, world_size, n_shards, shard_rank, n_replicas, replica_rank;
-    dt_dp_plan plan;
-    size_t es;
-    int sharded_params;    /* fsdp/hsdp */
-    int sharded_grads;     /* zero2/fsdp/hsdp */
-    int sharded_optim;     /* all but ddp */
-    void *params;          /* full, padded layout (ddp/zero1/zero2) */
-    void *grads;           /* full, padded layout (ddp/zero1) */
-    void *pshard, *gshard; /* shard buffers (fsdp: params; zero2/fsdp: grads) */
-    float *m, *v;          /* shard buffers (ddp: full) */
-    void *wire;            /* ddp/zero1 gradients in opts.reduce_dtype (padded layout); NULL: the
-                              reductions run on the gradients in the compute dtype */
-    size_t wes;            /* bytes per element of wire */
-    void *small;           /* device buffer for the host values all_gather_f64 exchanges (GPU jobs) */
-    size_t small_bytes;
-    float *master;         /* fp32 master weights, laid out as m and v; NULL when the
-                              compute dtype is fp32 (the parameters are the masters) */
-    size_t work_elems;     /* largest padded bucket */
-    dp_slot gslots[DP_GSLOTS];
-    dp_slot pslots[DP_PSLOTS];
-    int n_gslots, n_pslots;
-    dp_bstate *bs;
-    int *gfifo;            /* buckets with a reduce_scatter in flight, in issue order */
-    int gfifo_head, gfifo_len;
-    int last_micro;
-    /* fsdp use sequence (buckets of each PRE hook in one micro-step) */
-    int *seq, *seq_bwd, n_seq, seq_pos;
-    double comm_s;
-    int in_backward;       /* inside a backward hook */
-    dt_dp_stats stats;
-    dt_status_t err;
-    char err_detail[512];
-};
-
-static dt_comm_dtype_t comm_dtype(const dt_dp_t *dp) {
-    return dp->dev->ops->dtype == DT_DTYPE_BF16 ? DT_COMM_BF16 : DT_COMM_F32;
-}
-
-static char *at(void *base, size_t elems, size_t es) { return (char *)base + elems * es; }
+/* ---- errors, waits ------------------------------------------------------------ */
 
 static void set_err(dt_dp_t *dp, dt_status_t st) {
     if (dp->err != DT_STATUS_OK) return;
@@ -184,7 +28,7 @@ dt_status_t dt_dp_check(dt_dp_t *dp) {
     return dt_error(dp->err, "%s", dp->err_detail);
 }
 
-static dt_status_t wait_req(dt_dp_t *dp, dt_comm_req_t *req) {
+dt_status_t dp_wait_req(dt_dp_t *dp, dt_comm_req_t *req) {
     double t0 = dt_now_s();
     dt_status_t st = dt_comm_wait(req);
     dp->comm_s += dt_now_s() - t0;
@@ -221,7 +65,7 @@ static dt_status_t device_all_gather(dt_dp_t *dp, dt_comm_t *comm, const float *
     return o->copy(dp->dev, recv, drecv, count * (size_t)size * sizeof(float), DT_COPY_DEVICE_TO_HOST);
 }
 
-static dt_status_t all_gather_f64(dt_dp_t *dp, dt_comm_t *comm, const double *vals, int n, double *out) {
+dt_status_t dp_all_gather_f64(dt_dp_t *dp, dt_comm_t *comm, const double *vals, int n, double *out) {
     int size = comm ? dt_comm_size(comm) : 1;
     if (size == 1) {
         memcpy(out, vals, (size_t)n * sizeof *out);
@@ -252,7 +96,7 @@ static dt_status_t all_gather_f64(dt_dp_t *dp, dt_comm_t *comm, const double *va
 }
 
 dt_status_t dt_dp_all_gather_f64(dt_dp_t *dp, const double *vals, int n, double *out) {
-    return all_gather_f64(dp, dp->world, vals, n, out);
+    return dp_all_gather_f64(dp, dp->world, vals, n, out);
 }
 
 /* ---- working buffers --------------------------------------------------------- */
@@ -287,7 +131,7 @@ static dt_status_t gfifo_pop(dt_dp_t *dp) {
     dp_bstate *s = &dp->bs[b];
     const dt_dp_bucket *bk = &dp->plan.buckets[b];
     s->in_fifo = 0;
-    dt_status_t st = s->req_live ? wait_req(dp, &s->req) : DT_STATUS_OK;
+    dt_status_t st = s->req_live ? dp_wait_req(dp, &s->req) : DT_STATUS_OK;
     s->req_live = 0;
     void *mine = at(dp->gslots[s->gslot].buf, (size_t)dp->shard_rank * bk->slice, dp->es);
     if (st == DT_STATUS_OK && dp->replica) {
@@ -399,11 +243,11 @@ static dt_status_t param_gather_launch(dt_dp_t *dp, int b, int need) {
     return DT_STATUS_OK;
 }
 
-static dt_status_t param_ready(dt_dp_t *dp, int b) {
+dt_status_t dp_param_ready(dt_dp_t *dp, int b) {
     dp_bstate *s = &dp->bs[b];
     DT_CHECK(param_gather_launch(dp, b, 1));
     if (s->pstate == PSTATE_FLIGHT) {
-        dt_status_t st = dp->shard ? wait_req(dp, &s->preq) : DT_STATUS_OK;
+        dt_status_t st = dp->shard ? dp_wait_req(dp, &s->preq) : DT_STATUS_OK;
         s->pstate = PSTATE_READY;
         bind_bucket(dp, b, dp->pslots[s->pslot].buf, 0);
         DT_CHECK(st);
@@ -411,11 +255,11 @@ static dt_status_t param_ready(dt_dp_t *dp, int b) {
     return DT_STATUS_OK;
 }
 
-static dt_status_t param_release(dt_dp_t *dp, int b) {
+dt_status_t dp_param_release(dt_dp_t *dp, int b) {
     dp_bstate *s = &dp->bs[b];
     dt_status_t st = DT_STATUS_OK;
     if (s->pstate == PSTATE_NONE) return st;
-    if (s->pstate == PSTATE_FLIGHT && dp->shard) st = wait_req(dp, &s->preq);
+    if (s->pstate == PSTATE_FLIGHT && dp->shard) st = dp_wait_req(dp, &s->preq);
     /* The net must never see a NULL unit: keep the (now unowned) buffer bound. */
     dp->pslots[s->pslot].owner = -1;
     s->pslot = -1;
@@ -423,11 +267,11 @@ static dt_status_t param_release(dt_dp_t *dp, int b) {
     return st;
 }
 
-static dt_status_t params_release_all(dt_dp_t *dp) {
+dt_status_t dp_params_release_all(dt_dp_t *dp) {
     dt_status_t st = DT_STATUS_OK;
     if (!dp->sharded_params) return st;
     for (int b = 0; b < dp->plan.n_buckets; b++) {
-        dt_status_t s2 = param_release(dp, b);
+        dt_status_t s2 = dp_param_release(dp, b);
         if (st == DT_STATUS_OK) st = s2;
     }
     return st;
@@ -453,7 +297,7 @@ static dt_status_t on_pre(dt_dp_t *dp, int b, int bwd) {
     if (dp->sharded_params) {
         int pos = seq_find(dp, b, bwd);
         if (pos >= 0) dp->seq_pos = pos + 1;
-        DT_CHECK(param_ready(dp, b));
+        DT_CHECK(dp_param_ready(dp, b));
         if (dp->opts.overlap_comm)
             for (int i = dp->seq_pos; i < dp->seq_pos + DP_PREFETCH && i < dp->n_seq; i++)
                 DT_CHECK(param_gather_launch(dp, dp->seq[i], 0));
@@ -463,7 +307,7 @@ static dt_status_t on_pre(dt_dp_t *dp, int b, int bwd) {
 }
 
 static dt_status_t on_post(dt_dp_t *dp, int b, int bwd) {
-    if (dp->sharded_params && !in_lookahead(dp, b)) DT_CHECK(param_release(dp, b));
+    if (dp->sharded_params && !in_lookahead(dp, b)) DT_CHECK(dp_param_release(dp, b));
     if (!bwd) return DT_STATUS_OK;
     dp_bstate *s = &dp->bs[b];
     if (--s->posts_left > 0) return DT_STATUS_OK;
@@ -563,14 +407,13 @@ static dt_status_t upload_params(dt_dp_t *dp, const float *host) {
     return DT_STATUS_OK;
 }
 
-static int held_ranges(const dt_dp_t *dp, dt_dp_range *out, int max, int all);
 
 /* fp32 masters of every range this rank holds, from host (model layout). */
 static dt_status_t upload_masters(dt_dp_t *dp, const float *host) {
     if (!dp->master) return DT_STATUS_OK;
     int max = dp->plan.n_buckets + 1;
     dt_dp_range *r = dt_xcalloc((size_t)max, sizeof *r);
-    int n = held_ranges(dp, r, max, 1);
+    int n = dp_held_ranges(dp, r, max, 1);
     dt_status_t st = DT_STATUS_OK;
     for (int i = 0; i < n && st == DT_STATUS_OK; i++)
         st = dp->dev->ops->copy(dp->dev, r[i].param, host + r[i].offset, r[i].count * sizeof(float),
@@ -783,7 +626,7 @@ dt_status_t dt_dp_reduce_finish(dt_dp_t *dp) {
     DT_CHECK(dt_dp_check(dp));
     if (dp->sharded_grads) {
         while (dp->gfifo_len > 0) DT_CHECK(gfifo_pop(dp));
-        return params_release_all(dp);
+        return dp_params_release_all(dp);
     }
     if (!dp->world) return DT_STATUS_OK;
     for (int b = 0; b < dp->plan.n_buckets; b++)
@@ -791,7 +634,7 @@ dt_status_t dt_dp_reduce_finish(dt_dp_t *dp) {
     dt_status_t st = DT_STATUS_OK;
     for (int b = 0; b < dp->plan.n_buckets; b++) {
         if (!dp->bs[b].req_live) continue;
-        dt_status_t s2 = wait_req(dp, &dp->bs[b].req);
+        dt_status_t s2 = dp_wait_req(dp, &dp->bs[b].req);
         dp->bs[b].req_live = 0;
         if (st == DT_STATUS_OK) st = s2;
         if (s2 == DT_STATUS_OK && dp->wire) { /* the reduced gradients back in the compute dtype */
@@ -803,165 +646,4 @@ dt_status_t dt_dp_reduce_finish(dt_dp_t *dp) {
         }
     }
     return st;
-}
-
-static void *grad_ptr(dt_dp_t *dp, const dt_dp_run *r) {
-    return dp->sharded_grads ? at(dp->gshard, r->shard_offset, dp->es) : at(dp->grads, r->padded_offset, dp->es);
-}
-
-static void *param_ptr(dt_dp_t *dp, const dt_dp_run *r) {
-    return dp->sharded_params ? at(dp->pshard, r->shard_offset, dp->es) : at(dp->params, r->padded_offset, dp->es);
-}
-
-dt_status_t dt_dp_grad_norm(dt_dp_t *dp, double *norm) {
-    double sq = 0;
-    if (!dp->sharded_optim) /* one call over the whole buffer (padding is zero): one device sync, not one per run */
-        sq = dp->dev->ops->grad_sq_norm(dp->dev, dp->grads, dp->plan.padded_total);
-    else
-        for (int i = 0; i < dp->plan.n_runs; i++)
-            sq += dp->dev->ops->grad_sq_norm(dp->dev, grad_ptr(dp, &dp->plan.runs[i]), dp->plan.runs[i].count);
-    if (dp->shard) {
-        double *all = dt_xcalloc((size_t)dp->n_shards, sizeof(double));
-        dt_status_t st = all_gather_f64(dp, dp->shard, &sq, 1, all);
-        sq = 0;
-        for (int r = 0; r < dp->n_shards; r++) sq += all[r];
-        free(all);
-        DT_CHECK(st);
-    }
-    *norm = sqrt(sq);
-    return DT_STATUS_OK;
-}
-
-/* ZeRO-1/2: every rank's updated slices back into every rank's full buffer. */
-static dt_status_t gather_full_params(dt_dp_t *dp) {
-    if (!dp->shard || dp->sharded_params) return DT_STATUS_OK;
-    dt_status_t st = DT_STATUS_OK;
-    for (int b = 0; b < dp->plan.n_buckets && st == DT_STATUS_OK; b++) {
-        const dt_dp_bucket *bk = &dp->plan.buckets[b];
-        char *p = at(dp->params, bk->padded_offset, dp->es);
-        st = dt_comm_all_gather_async(dp->shard, at(p, (size_t)dp->shard_rank * bk->slice, dp->es), p, bk->slice,
-                                      comm_dtype(dp), &dp->bs[b].req);
-        if (st == DT_STATUS_OK) dp->bs[b].req_live = 1;
-    }
-    for (int b = 0; b < dp->plan.n_buckets; b++) {
-        if (!dp->bs[b].req_live) continue;
-        dt_status_t s2 = wait_req(dp, &dp->bs[b].req);
-        dp->bs[b].req_live = 0;
-        if (st == DT_STATUS_OK) st = s2;
-    }
-    return st;
-}
-
-dt_status_t dt_dp_optimizer_step(dt_dp_t *dp, const dt_adamw_args_t *args) {
-    DT_CHECK(dt_dp_check(dp));
-    DT_CHECK(params_release_all(dp));
-    for (int i = 0; i < dp->plan.n_runs; i++) {
-        const dt_dp_run *r = &dp->plan.runs[i];
-        dp->dev->ops->adamw(dp->dev, param_ptr(dp, r), dp->master ? dp->master + r->shard_offset : NULL,
-                            grad_ptr(dp, r), dp->m + r->shard_offset,
-                            dp->v + r->shard_offset, r->count, args, r->decay);
-    }
-    DT_CHECK(dp->dev->ops->synchronize(dp->dev));
-    return gather_full_params(dp);
-}
-
-/* ---- whole parameters, checkpoint ranges ------------------------------------------------------ */
-
-dt_status_t dt_dp_gather_params(dt_dp_t *dp, float *out) {
-    const dt_ops_t *o = dp->dev->ops;
-    DT_CHECK(params_release_all(dp));
-    for (int b = 0; b < dp->plan.n_buckets; b++) {
-        const dt_dp_bucket *bk = &dp->plan.buckets[b];
-        const void *src;
-        if (dp->sharded_params) {
-            DT_CHECK(param_ready(dp, b));
-            src = dp->pslots[dp->bs[b].pslot].buf;
-        } else {
-            src = at(dp->params, bk->padded_offset, dp->es);
-        }
-        DT_CHECK(o->download_f32(dp->dev, out + bk->offset, src, bk->count));
-        DT_CHECK(param_release(dp, b));
-    }
-    return o->synchronize(dp->dev);
-}
-
-/* Fills ranges this rank holds (all = every held range; else only those it writes). */
-static int held_ranges(const dt_dp_t *dp, dt_dp_range *out, int max, int all) {
-    int n = 0;
-    if (!dp->sharded_optim) {
-        size_t total = dp->layout->n_params, off = 0, cnt = total;
-        if (!all) {
-            off = dt_comm_slice_offset(total, dp->world_size, dp->rank);
-            cnt = dt_comm_slice_count(total, dp->world_size, dp->rank);
-        }
-        if (cnt > 0 && max > 0) {
-            void *cp = at(dp->params, off, dp->es);
-            out[0] = (dt_dp_range){off, cnt, dp->master ? dp->master + off : (float *)cp, dp->m + off, dp->v + off,
-                                   dp->master ? cp : NULL};
-        }
-        return cnt > 0;
-    }
-    if (!all && dp->replica_rank != 0) return 0;
-    for (int k = dp->plan.n_buckets - 1; k >= 0; k--) {
-        const dt_dp_bucket *bk = &dp->plan.buckets[k];
-        size_t a = (size_t)dp->shard_rank * bk->slice, e = a + bk->slice;
-        if (e > bk->count) e = bk->count;
-        if (a >= e) continue;
-        if (n < max) {
-            void *cp = dp->sharded_params ? at(dp->pshard, bk->shard_offset, dp->es)
-                                          : at(dp->params, bk->padded_offset + a, dp->es);
-            out[n] = (dt_dp_range){bk->offset + a, e - a, dp->master ? dp->master + bk->shard_offset : (float *)cp,
-                                   dp->m + bk->shard_offset, dp->v + bk->shard_offset, dp->master ? cp : NULL};
-        }
-        n++;
-    }
-    return n;
-}
-
-int dt_dp_owned_ranges(const dt_dp_t *dp, dt_dp_range *out, int max) { return held_ranges(dp, out, max, 0); }
-
-int dt_dp_has_master(const dt_dp_t *dp) { return dp->master != NULL; }
-
-/* The compute-dtype parameters of a range from its fp32 masters (after a load),
- * through the host in chunks: rare (resume), so simple beats fast. */
-static dt_status_t refresh_from_master(dt_dp_t *dp, const dt_dp_range *r) {
-    if (!r->cparam) return DT_STATUS_OK;
-    const dt_ops_t *o = dp->dev->ops;
-    size_t chunk = r->count < ((size_t)1 << 22) ? r->count : ((size_t)1 << 22);
-    float *h = dt_mem_alloc(DT_MEM_OTHER, (chunk ? chunk : 1) * sizeof(float));
-    if (!h) return DT_STATUS_NOMEM;
-    dt_status_t st = DT_STATUS_OK;
-    for (size_t i = 0; i < r->count && st == DT_STATUS_OK; i += chunk) {
-        size_t k = r->count - i < chunk ? r->count - i : chunk;
-        st = o->copy(dp->dev, h, r->param + i, k * sizeof(float), DT_COPY_DEVICE_TO_HOST);
-        if (st == DT_STATUS_OK) st = o->upload_f32(dp->dev, at(r->cparam, i, dp->es), h, k);
-        if (st == DT_STATUS_OK) st = o->synchronize(dp->dev);
-    }
-    dt_mem_free(h);
-    return st;
-}
-
-dt_status_t dt_dp_load_ranges(dt_dp_t *dp, dt_dp_read_fn read, void *ctx) {
-    DT_CHECK(params_release_all(dp));
-    int max = dp->plan.n_buckets + 1;
-    dt_dp_range *r = dt_xcalloc((size_t)max, sizeof *r);
-    int n = held_ranges(dp, r, max, 1);
-    dt_status_t st = DT_STATUS_OK;
-    for (int i = 0; i < n && st == DT_STATUS_OK; i++) st = read(ctx, &r[i]);
-    for (int i = 0; i < n && st == DT_STATUS_OK; i++) st = refresh_from_master(dp, &r[i]);
-    free(r);
-    DT_CHECK(st);
-    return gather_full_params(dp);
-}
-
-void dt_dp_get_stats(const dt_dp_t *dp, dt_dp_stats *out) { *out = dp->stats; }
-
-void dt_dp_expected_mem(const dt_dp_t *dp, dt_dp_mem *m) {
-    size_t full = dp->plan.padded_total, shard = dp->plan.shard_total, es = dp->es;
-    memset(m, 0, sizeof *m);
-    m->params = (dp->sharded_params ? shard : full) * es;
-    m->grads = (dp->sharded_grads ? shard : full) * es;
-    m->optim = 2 * shard * sizeof(float);
-    m->master = dp->master ? shard * sizeof(float) : 0;
-    m->work = ((size_t)dp->n_gslots + (size_t)dp->n_pslots) * dp->work_elems * es;
 }
