@@ -26,7 +26,7 @@ for t in "$BUILD"/tests/test_* "${emu_tests[@]}"; do
   echo "$name" | grep -Eq "$ONLY" || continue
   # Multi-process tests (comm) run one at a time: their ranks spin, and two such
   # tests at once on 2 cores starve each other.
-  jobs=(); case "$name" in test_comm) jobs=(--jobs 1) ;; esac
+  jobs=(); case "$name" in test_comm|test_comm_faults) jobs=(--jobs 1) ;; esac
   for attempt in 1 2; do
     out=$("$t" "${jobs[@]}" 2>&1); rc=$?
     syn=$(printf '%s\n' "$out" | grep -a 'Synthesis:' | tail -1)
