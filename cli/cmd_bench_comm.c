@@ -211,6 +211,15 @@ int dt_bench_comm_check(int argc, char **argv, int local_world_size) {
     int p = parse_args(argc + 1, args, &o);
     free(args);
     if (p) return p > 0 ? DT_EXIT_OK : DT_EXIT_USAGE;
+    /* Under launch flags the ranks are the launch's: a --nproc that disagrees would
+     * be ignored by every rank, so say which flag starts them. */
+    if (o.nproc > 0 && o.nproc != local_world_size) {
+        fprintf(stderr,
+                "dtrun bench comm: --nproc %d, but the launch starts %d rank(s) per node: give --nproc_per_node %d "
+                "before `bench comm` (or run `dtrun __bench_comm_rank --nproc %d`)\n",
+                o.nproc, local_world_size, o.nproc, o.nproc);
+        return DT_EXIT_USAGE;
+    }
     /* The agent forks the ranks: count GPUs without initialising CUDA. */
     if (resolve_device(&o, dt_device_probe_gpus(), local_world_size) != 0) return DT_EXIT_USAGE;
     return -1;

@@ -17,7 +17,8 @@ int dt_cmd_store(int argc, char **argv);
 /* dtrun bench store ... (bench comm goes through the launcher) */
 int dt_cmd_bench_store(int argc, char **argv);
 /* The agent's check of `bench comm` flags before it starts any rank (argv: the
- * flags after "comm"): usage errors and --device/--backend against the GPUs
+ * flags after "comm"): usage errors, a --nproc other than local_world_size, and
+ * --device/--backend against the GPUs
  * visible (counted without initialising CUDA) for local_world_size ranks per
  * node. Returns -1 when the ranks may start, else the exit code to return now
  * (0 after --help, 2 after a usage error, with the reason on stderr). */

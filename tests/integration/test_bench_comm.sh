@@ -39,6 +39,11 @@ rows=$(printf '%s\n' "$out" | grep -cE '^\[rank0\]: +[0-9]+ ')
 wrong=$(printf '%s\n' "$out" | grep -E '^\[rank0\]: +[0-9]+ ' | awk '{s += $NF} END {print s + 0}')
 if [ $rc -eq 0 ] && [ "$rows" -eq 6 ] && [ "$wrong" -eq 0 ]; then pass "launcher: bench comm on 2 ranks"
 else fail "launcher: bench comm on 2 ranks" "rc $rc rows $rows: $out"; fi
+# Under launch flags a --nproc that disagrees with them is refused before any rank starts.
+out=$(timeout 30 "$DTRUN" --standalone bench comm --nproc 4 --max 64K 2>&1); rc=$?
+if [ $rc -eq 2 ] && printf '%s' "$out" | grep -q -- '--nproc 4, but the launch starts 1 rank(s) per node: give --nproc_per_node 4' &&
+   ! printf '%s' "$out" | grep -q '\[rank0\]'; then pass "launcher: bench comm --nproc against --nproc_per_node refused"
+else fail "launcher: bench comm --nproc against --nproc_per_node refused" "rc $rc: $out"; fi
 # --device cuda without a GPU: this machine has none (the plain dtrun is built with
 # CUDA when nvcc is found, without otherwise: both name why).
 out=$("$DTRUN" __bench_comm_rank --nproc 2 --device cuda --max 64K 2>&1); rc=$?
