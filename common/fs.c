@@ -30,7 +30,7 @@ static dt_status_t mkdir_one(const char *path, int last) {
     struct stat sb;
     if (err == EEXIST && (!last || (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)))) return DT_STATUS_OK;
     if (err == EEXIST) err = ENOTDIR;
-    return fs_error(err, "cannot create directory", path);
+    return dt_error(DT_STATUS_IO, "cannot create directory %s: %s", path, strerror(err));
 }
 
 dt_status_t dt_fs_mkdir_p(const char *path) {

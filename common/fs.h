@@ -13,7 +13,9 @@
 #include "common/status.h"
 
 /* `mkdir -p path` (mode 0755): every missing parent, then path; an existing
- * directory is fine. DT_STATUS_INVALID for a path longer than PATH_MAX. */
+ * directory is fine. Any failure to create one is DT_STATUS_IO naming the
+ * directory (a full, read-only or missing filesystem alike: what was to be
+ * written cannot be); DT_STATUS_INVALID for an empty path or one longer than PATH_MAX. */
 dt_status_t dt_fs_mkdir_p(const char *path);
 
 /* `rm -rf path`: the tree under path (not following symbolic links), then path.

@@ -194,6 +194,7 @@ Test(fs, mkdir_p_through_a_file_names_the_path) {
     cr_assert_eq(dt_fs_mkdir_p(file), DT_STATUS_IO);
     cr_assert(strstr(dt_error_detail(), "Not a directory") != NULL, "detail: %s", dt_error_detail());
     cr_assert_eq(dt_fs_mkdir_p(""), DT_STATUS_INVALID);
+    cr_assert_eq(dt_fs_mkdir_p("/proc/no/such"), DT_STATUS_IO, "a missing filesystem is an I/O failure too");
     cr_assert_eq(dt_fs_rm_rf(root), DT_STATUS_OK);
 }
 
