@@ -46,6 +46,7 @@
 #include "common/fs.h"
 #include "common/log.h"
 #include "common/mem.h"
+#include "common/torchenv.h"
 #include "kernels/kernels.h"
 #include "runtime/comm/comm.h"
 #include "runtime/launch/agent.h"
@@ -633,8 +634,10 @@ int dt_bench_comm_main(int argc, char **argv) {
     bench_opts_t o;
     int p = parse_args(argc, argv, &o);
     if (p) return p > 0 ? DT_EXIT_OK : DT_EXIT_USAGE;
-    const char *rank = getenv("RANK");
-    if (o.nproc > 0 && (!rank || !*rank)) return launch_local(argc, argv, &o);
+    /* Not started by a launcher (no RANK): --nproc launches the ranks. A bad
+     * variable is left for the rank to report, as dt_comm_config_from_env does. */
+    dt_torchenv_t env;
+    if (o.nproc > 0 && dt_torchenv_read(&env) == DT_STATUS_OK && !env.launched) return launch_local(argc, argv, &o);
     return bench_rank(&o);
 }
 
