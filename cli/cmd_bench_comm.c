@@ -2,9 +2,12 @@
  * cmd_bench_comm.c - `dtrun [launch flags] bench comm [flags]`: the collective
  * bandwidth table in the style of nccl-tests, printed by rank 0.
  *
- * Each rank runs dt_bench_comm_main (the launcher calls it, or the hidden
- * subcommand `dtrun __bench_comm_rank`). With --nproc N and no RANK in the
- * environment it starts a store on 127.0.0.1 and N local ranks itself.
+ * Each rank runs dt_bench_comm_main (the hidden subcommand `dtrun
+ * __bench_comm_rank`, which the agent runs once per rank). With --nproc N and no
+ * RANK in the environment it is a standalone launch of N local ranks through the
+ * agent (runtime/launch/agent.h), as `dtrun --standalone --nproc_per_node N
+ * bench comm` is; --local-world-size L makes the ranks group into nodes of L
+ * (the hierarchical backend on one machine).
  *
  * Columns: size (bytes of the full buffer: the input of all_reduce, broadcast
  * and reduce_scatter, the output of all_gather), count (elements of it), type,
@@ -14,8 +17,8 @@
  * result in a checked run after the timed ones; exact integer-valued inputs).
  *
  * --device cpu|cuda (default cuda when a GPU is visible: dt_device_probe_gpus
- * in the agent and the local launcher, which must not touch CUDA before they
- * fork, dt_device_count in the rank). With cuda each rank opens GPU
+ * before the agent starts the ranks, as it must not touch CUDA before it
+ * forks; dt_device_count in the rank). With cuda each rank opens GPU
  * LOCAL_RANK % visible GPUs and the buffers are device memory. When every rank
  * of the node has its own GPU the communicator gets the device (backend auto
  * is NCCL); when ranks share a GPU only the host backends can run (staging
@@ -33,20 +36,23 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <signal.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "cli/commands.h"
 #include "common/clock.h"
+#include "common/fs.h"
 #include "common/log.h"
 #include "common/mem.h"
+#include "common/torchenv.h"
 #include "kernels/kernels.h"
-#include "rendezvous/store.h"
 #include "runtime/comm/comm.h"
+#include "runtime/launch/agent.h"
+#include "runtime/launch/launch_args.h"
+
+extern char **environ;
 
 /* --device: unset (the default: cuda when a GPU is visible), cpu or cuda. */
 enum { BENCH_DEVICE_DEFAULT = -1 };
@@ -68,7 +74,7 @@ static const char bench_usage[] =
     "usage: dtrun [LAUNCH FLAGS] bench comm [--op all_reduce|reduce_scatter|all_gather|broadcast]\n"
     "         [--min 8] [--max 256M] [--factor 2] [--iters 20] [--warmup 5] [--dtype f32|bf16]\n"
     "         [--device cpu|cuda] [--backend auto|shm|tcp|hier|nccl] [--chunk BYTES] [--conns K]\n"
-    "       dtrun __bench_comm_rank --nproc N [--local-world-size L] [same flags]   (local, no launcher)\n"
+    "       dtrun __bench_comm_rank --nproc N [--local-world-size L] [same flags]   (one node, no launch flags)\n"
     "  --device: default cuda when a GPU is visible, else cpu; with cuda each rank uses GPU\n"
     "  LOCAL_RANK % GPUs; --backend nccl needs a GPU per rank (ranks sharing a GPU stage\n"
     "  device buffers through host memory over shm/tcp/hier)\n";
@@ -206,76 +212,61 @@ int dt_bench_comm_check(int argc, char **argv, int local_world_size) {
     int p = parse_args(argc + 1, args, &o);
     free(args);
     if (p) return p > 0 ? DT_EXIT_OK : DT_EXIT_USAGE;
+    /* Under launch flags the ranks are the launch's: a --nproc that disagrees would
+     * be ignored by every rank, so say which flag starts them. */
+    if (o.nproc > 0 && o.nproc != local_world_size) {
+        fprintf(stderr,
+                "dtrun bench comm: --nproc %d, but the launch starts %d rank(s) per node: give --nproc_per_node %d "
+                "before `bench comm` (or run `dtrun __bench_comm_rank --nproc %d`)\n",
+                o.nproc, local_world_size, o.nproc, o.nproc);
+        return DT_EXIT_USAGE;
+    }
     /* The agent forks the ranks: count GPUs without initialising CUDA. */
     if (resolve_device(&o, dt_device_probe_gpus(), local_world_size) != 0) return DT_EXIT_USAGE;
     return -1;
 }
 
-/* ---- local launcher (--nproc) ------------------------------------------------------ */
+/* ---- a local launch (--nproc) ----------------------------------------------------- */
 
-static int spawn_local(int argc, char **argv, const bench_opts_t *o) {
+/* `dtrun __bench_comm_rank --nproc N [flags]` with no launcher around it: the
+ * agent runs N ranks of `dtrun __bench_comm_rank [flags]` on this node, as
+ * `dtrun --standalone --nproc_per_node N bench comm [flags]` would (the same
+ * environment, output, signal and failure handling as training). A
+ * --local-world-size L goes on to the ranks, which regroup into nodes of L. */
+static int launch_local(int argc, char **argv, const bench_opts_t *o) {
     int n = o->nproc, lws = o->lws ? o->lws : n;
     if (n % lws) {
         fprintf(stderr, "dtrun bench comm: --local-world-size %d does not divide --nproc %d\n", lws, n);
         return DT_EXIT_USAGE;
     }
-    bench_opts_t checked = *o; /* this process forks: count GPUs without initialising CUDA */
+    bench_opts_t checked = *o; /* the agent forks: count GPUs without initialising CUDA */
     if (resolve_device(&checked, dt_device_probe_gpus(), lws) != 0) return DT_EXIT_USAGE;
-    dt_store_server_t *srv = NULL;
-    if (dt_store_server_start("127.0.0.1", 0, &srv) != DT_STATUS_OK) {
-        fprintf(stderr, "dtrun bench comm: cannot start a store: %s\n", dt_error_detail());
-        return DT_EXIT_NETWORK;
+    char self[PATH_MAX];
+    if (dt_fs_self_exe(self, sizeof self) != DT_STATUS_OK) {
+        fprintf(stderr, "dtrun bench comm: %s\n", dt_error_detail());
+        return DT_EXIT_FAILED;
     }
-    int port = dt_store_server_port(srv);
-    char **args = calloc((size_t)argc + 2, sizeof(char *));
+    dt_launch_spec_t spec;
+    if (dt_launch_spec_standalone(n, DT_LAUNCH_MODE_BENCH_COMM, environ, &spec) != DT_STATUS_OK) {
+        fprintf(stderr, "dtrun bench comm: %s\n", dt_error_detail());
+        return DT_EXIT_USAGE;
+    }
+    char **args = dt_xcalloc((size_t)argc + 2, sizeof *args);
     int na = 0;
-    args[na++] = "dtrun";
+    args[na++] = self;
     args[na++] = "__bench_comm_rank";
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--nproc") || !strcmp(argv[i], "--local-world-size")) {
+        if (!strcmp(argv[i], "--nproc")) {
             i++;
             continue;
         }
         args[na++] = argv[i];
     }
-    args[na] = NULL;
-    pid_t pids[64];
-    char runid[64];
-    snprintf(runid, sizeof(runid), "bench%d", (int)getpid());
-    for (int r = 0; r < n; r++) {
-        pid_t p = fork();
-        if (p < 0) {
-            perror("fork");
-            n = r;
-            break;
-        }
-        if (p == 0) {
-            char b[32];
-            snprintf(b, sizeof(b), "%d", r), setenv("RANK", b, 1);
-            snprintf(b, sizeof(b), "%d", o->nproc), setenv("WORLD_SIZE", b, 1);
-            snprintf(b, sizeof(b), "%d", r % lws), setenv("LOCAL_RANK", b, 1);
-            snprintf(b, sizeof(b), "%d", lws), setenv("LOCAL_WORLD_SIZE", b, 1);
-            snprintf(b, sizeof(b), "%d", port), setenv("MASTER_PORT", b, 1);
-            setenv("MASTER_ADDR", "127.0.0.1", 1);
-            setenv("TORCHELASTIC_RUN_ID", runid, 1);
-            setenv("TORCHELASTIC_RESTART_COUNT", "0", 1);
-            setenv("OMP_NUM_THREADS", "1", 0);
-            execv("/proc/self/exe", args);
-            fprintf(stderr, "dtrun bench comm: exec /proc/self/exe: %s\n", strerror(errno));
-            _exit(DT_EXIT_FAILED);
-        }
-        pids[r] = p;
-    }
-    int worst = 0;
-    for (int r = 0; r < n; r++) {
-        int status = 0;
-        waitpid(pids[r], &status, 0);
-        int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        if (code > worst) worst = code;
-    }
+    dt_log_set_prefix("dtrun agent");
+    int code = dt_agent_run(&spec, args, na);
     free(args);
-    dt_store_server_stop(srv);
-    return worst;
+    dt_launch_spec_free(&spec);
+    return code;
 }
 
 /* ---- the measurement ----------------------------------------------------------------- */
@@ -551,6 +542,15 @@ static int bench_rank(bench_opts_t *o) {
     char prefix[32];
     snprintf(prefix, sizeof(prefix), "dtrun rank %d", cfg.rank);
     dt_log_set_prefix(prefix);
+    if (o->lws) { /* nodes of --local-world-size ranks, whatever the launcher said */
+        if (cfg.world_size % o->lws) {
+            fprintf(stderr, "dtrun bench comm: --local-world-size %d does not divide the world size %d\n", o->lws,
+                    cfg.world_size);
+            return DT_EXIT_USAGE;
+        }
+        cfg.local_world_size = o->lws;
+        cfg.local_rank = cfg.rank % o->lws;
+    }
     int lws = cfg.local_world_size > 0 ? cfg.local_world_size : cfg.world_size;
     int ngpu = o->device == DT_DEVICE_CPU ? 0 : dt_device_count(DT_DEVICE_CUDA);
     if (resolve_device(o, ngpu, lws) != 0) return DT_EXIT_USAGE;
@@ -634,8 +634,10 @@ int dt_bench_comm_main(int argc, char **argv) {
     bench_opts_t o;
     int p = parse_args(argc, argv, &o);
     if (p) return p > 0 ? DT_EXIT_OK : DT_EXIT_USAGE;
-    const char *rank = getenv("RANK");
-    if (o.nproc > 0 && (!rank || !*rank)) return spawn_local(argc, argv, &o);
+    /* Not started by a launcher (no RANK): --nproc launches the ranks. A bad
+     * variable is left for the rank to report, as dt_comm_config_from_env does. */
+    dt_torchenv_t env;
+    if (o.nproc > 0 && dt_torchenv_read(&env) == DT_STATUS_OK && !env.launched) return launch_local(argc, argv, &o);
     return bench_rank(&o);
 }
 

@@ -4,14 +4,13 @@
  * config, for its world size), and hands over to the agent (runtime/launch/agent.h), whose
  * workers are the program given to --exec or `dtrun __worker CONFIG ...`.
  */
-#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cli/commands.h"
+#include "common/fs.h"
 #include "common/log.h"
 #include "common/mem.h"
 #include "kernels/kernels.h"
@@ -51,18 +50,15 @@ static int check_config(const dt_launch_spec_t *spec) {
     return st == DT_STATUS_OK ? DT_EXIT_OK : DT_EXIT_USAGE;
 }
 
-/* Workers run this binary: `dtrun __worker CONFIG [KEY=VALUE ...]`. */
 /* Runs this binary's hidden worker command on every rank:
  * `dtrun SUBCOMMAND [FIRST] EXTRA...` (the trainer: __worker CONFIG KEY=VALUE...;
  * the collective benchmark: __bench_comm_rank FLAGS...). */
 static int run_self(const dt_launch_spec_t *spec, const char *subcommand, const char *first) {
     char self[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0) {
-        fprintf(stderr, "dtrun: error: cannot find its own binary: %s\n", strerror(errno));
+    if (dt_fs_self_exe(self, sizeof self) != DT_STATUS_OK) {
+        fprintf(stderr, "dtrun: error: %s\n", dt_error_detail());
         return DT_EXIT_FAILED;
     }
-    self[n] = '\0';
     char **argv = dt_xcalloc((size_t)spec->extra_argc + 4, sizeof *argv);
     int argc = 0;
     argv[argc++] = self;

@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "common/fs.h"
 #include "common/mem.h"
 #include "kernels/kernels.h"
 #include "runtime/config/config.h"
@@ -811,13 +812,10 @@ static int run_measure(const plan_opts *o, const dt_plan_row *est) {
     if (env_exe && *env_exe) {
         snprintf(exe, sizeof exe, "%s", env_exe);
     } else {
-        ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-        if (n <= 0) {
-            fprintf(stderr, "dtrun plan: --measure: cannot find the dtrun binary: %s\n",
-                    strerror(errno));
+        if (dt_fs_self_exe(exe, sizeof exe) != DT_STATUS_OK) {
+            fprintf(stderr, "dtrun plan: --measure: %s\n", dt_error_detail());
             return DT_EXIT_FAILED;
         }
-        exe[n] = '\0';
     }
     char dir[] = "/tmp/dtrun-plan-measure.XXXXXX";
     if (!mkdtemp(dir)) {

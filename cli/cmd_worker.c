@@ -1,13 +1,16 @@
 /*
  * cmd_worker.c - `dtrun __worker CONFIG.json [KEY=VALUE ...]`: what the agent
  * execs once per rank. Reads torchrun's environment, loads the config and runs
- * the trainer. Exit 0 on success, 2 for a config error, 1 for a failed run.
+ * the trainer. Exit codes as dt_status_exit_code: 0 on success, 2 for a bad
+ * environment, config or input file, 3 when the peers or the store were lost, 1
+ * for any other failure.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "cli/commands.h"
 #include "common/log.h"
+#include "common/torchenv.h"
 #include "runtime/config/config.h"
 #include "runtime/train/trainer.h"
 
@@ -16,8 +19,8 @@ int dt_cmd_worker(int argc, char **argv) {
         fprintf(stderr, "usage: dtrun __worker CONFIG.json [KEY=VALUE ...]\n");
         return DT_EXIT_USAGE;
     }
-    dt_trainer_env env;
-    if (dt_trainer_env_from_environ(&env) != DT_STATUS_OK) {
+    dt_torchenv_t env;
+    if (dt_torchenv_read(&env) != DT_STATUS_OK) {
         fprintf(stderr, "dtrun worker: %s\n", dt_error_detail());
         return DT_EXIT_USAGE;
     }
@@ -36,9 +39,7 @@ int dt_cmd_worker(int argc, char **argv) {
     if (st != DT_STATUS_OK) {
         fprintf(stderr, "dtrun rank %d: training failed: %s: %s\n", env.rank, dt_strerror(st),
                 dt_error_detail());
-        return st == DT_STATUS_CONFIG || st == DT_STATUS_FORMAT || st == DT_STATUS_NOT_FOUND
-                   ? DT_EXIT_USAGE
-                   : DT_EXIT_FAILED;
+        return (int)dt_status_exit_code(st);
     }
     return DT_EXIT_OK;
 }

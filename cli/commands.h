@@ -2,17 +2,11 @@
  * commands.h - the subcommands of the dtrun binary. Each lives in its own file
  * under cli/ (cmd_<name>.c) and returns the process exit code (CONTRACT.md:
  * 0 ok, 1 job failed, 2 usage/config, 3 rendezvous/network, 128+N signal).
- * main.c holds weak fallbacks so a subcommand that is not built yet says so.
  */
 #ifndef DT_CLI_COMMANDS_H
 #define DT_CLI_COMMANDS_H
 
-enum {
-    DT_EXIT_OK = 0,
-    DT_EXIT_FAILED = 1,
-    DT_EXIT_USAGE = 2,
-    DT_EXIT_NETWORK = 3,
-};
+#include "common/status.h" /* defines: DT_EXIT_* */
 
 /* dtrun [LAUNCH FLAGS] CONFIG.json | --exec PROG ... | bench comm ... */
 int dt_cmd_launch(int argc, char **argv);
@@ -23,11 +17,15 @@ int dt_cmd_store(int argc, char **argv);
 /* dtrun bench store ... (bench comm goes through the launcher) */
 int dt_cmd_bench_store(int argc, char **argv);
 /* The agent's check of `bench comm` flags before it starts any rank (argv: the
- * flags after "comm"): usage errors and --device/--backend against the GPUs
+ * flags after "comm"): usage errors, a --nproc other than local_world_size, and
+ * --device/--backend against the GPUs
  * visible (counted without initialising CUDA) for local_world_size ranks per
  * node. Returns -1 when the ranks may start, else the exit code to return now
  * (0 after --help, 2 after a usage error, with the reason on stderr). */
 int dt_bench_comm_check(int argc, char **argv, int local_world_size);
+/* hidden: one rank of the collective benchmark (what the agent runs per rank), or
+ * with --nproc N and no RANK set, a standalone launch of N such ranks */
+int dt_cmd_bench_comm_rank(int argc, char **argv);
 int dt_cmd_plan(int argc, char **argv);
 int dt_cmd_sample(int argc, char **argv);
 int dt_cmd_export(int argc, char **argv);

@@ -9,27 +9,6 @@
 
 #include "cli/commands.h"
 
-static int not_built(const char *what) {
-    fprintf(stderr, "dtrun: %s is not built yet in this version (%s)\n", what, DT_VERSION);
-    return DT_EXIT_USAGE;
-}
-
-/* Weak fallbacks: the real command, when its file exists, overrides these. */
-__attribute__((weak)) int dt_cmd_launch(int argc, char **argv) { return not_built("launching"); }
-__attribute__((weak)) int dt_cmd_worker(int argc, char **argv) { return not_built("the worker"); }
-__attribute__((weak)) int dt_cmd_store(int argc, char **argv) { return not_built("'dtrun store'"); }
-__attribute__((weak)) int dt_cmd_bench_store(int argc, char **argv) {
-    return not_built("'dtrun bench store'");
-}
-__attribute__((weak)) int dt_cmd_bench_comm_rank(int argc, char **argv) {
-    return not_built("'dtrun __bench_comm_rank'");
-}
-__attribute__((weak)) int dt_cmd_plan(int argc, char **argv) { return not_built("'dtrun plan'"); }
-__attribute__((weak)) int dt_cmd_sample(int argc, char **argv) { return not_built("'dtrun sample'"); }
-__attribute__((weak)) int dt_cmd_export(int argc, char **argv) { return not_built("'dtrun export'"); }
-__attribute__((weak)) int dt_cmd_report(int argc, char **argv) { return not_built("'dtrun report'"); }
-__attribute__((weak)) int dt_cmd_config(int argc, char **argv) { return not_built("'dtrun config'"); }
-
 static const char usage[] =
     "usage:\n"
     "  dtrun [LAUNCH FLAGS] CONFIG.json [KEY=VALUE ...]   run the built-in trainer\n"

@@ -68,3 +68,20 @@ dt_status_t dt_status_from_errno(int err) {
     default: return DT_STATUS_SYS;
     }
 }
+
+dt_exit_t dt_status_exit_code(dt_status_t st) {
+    switch (st) {
+    case DT_STATUS_OK: return DT_EXIT_OK;
+    case DT_STATUS_USAGE:
+    case DT_STATUS_CONFIG:
+    case DT_STATUS_INVALID:
+    case DT_STATUS_FORMAT:
+    case DT_STATUS_NOT_FOUND: return DT_EXIT_USAGE;
+    case DT_STATUS_RENDEZVOUS:
+    case DT_STATUS_TIMEOUT:
+    case DT_STATUS_CLOSED:
+    case DT_STATUS_REFUSED:
+    case DT_STATUS_PROTOCOL: return DT_EXIT_NETWORK;
+    default: return DT_EXIT_FAILED;
+    }
+}

@@ -60,6 +60,20 @@ void dt_error_clear(void);
 /* Translates an errno value: EAGAIN/ETIMEDOUT -> TIMEOUT, ENOMEM -> NOMEM, ... */
 dt_status_t dt_status_from_errno(int err);
 
+/* Process exit codes (CONTRACT.md "Exit codes"); 128+N for an end by signal N
+ * is computed where the signal is known. */
+typedef enum dt_exit {
+    DT_EXIT_OK = 0,      /* success */
+    DT_EXIT_FAILED = 1,  /* the job failed (a worker past --max_restarts, a hang) */
+    DT_EXIT_USAGE = 2,   /* bad usage or config: nothing was started */
+    DT_EXIT_NETWORK = 3, /* rendezvous or network failure (timeout, peer lost) */
+} dt_exit_t;
+
+/* The exit code a failure of st ends a process with: OK 0; USAGE, CONFIG,
+ * INVALID, FORMAT, NOT_FOUND (what the user gave is wrong) 2; RENDEZVOUS,
+ * TIMEOUT, CLOSED, REFUSED, PROTOCOL (a peer or the store) 3; anything else 1. */
+dt_exit_t dt_status_exit_code(dt_status_t st);
+
 /* Return early on failure. */
 #define DT_CHECK(call)                                                       \
     do {                                                                     \

@@ -236,3 +236,37 @@ Test(launch_args, bad_env) {
     expect_usage((char *[]){"DTRUN_SHUTDOWN_TIMEOUT=soon", NULL}, "DTRUN_SHUTDOWN_TIMEOUT", 3, a);
     expect_usage((char *[]){"SLURM_JOB_ID=1", "SLURM_NNODES=x", NULL}, "SLURM_NNODES", 3, a);
 }
+
+/* dtrun's own tools launch like `--standalone --nproc_per_node N`, whatever the
+ * PET_ and SLURM_ variables say; only DTRUN_SHUTDOWN_TIMEOUT is taken. */
+Test(launch_args, standalone_spec) {
+    char *env[] = {"PET_NNODES=4", "PET_NPROC_PER_NODE=8", "SLURM_JOB_ID=77", "SLURM_NNODES=2",
+                   "DTRUN_SHUTDOWN_TIMEOUT=2.5", NULL};
+    dt_launch_spec_t s, t;
+    cr_assert_eq(dt_launch_spec_standalone(3, DT_LAUNCH_MODE_BENCH_COMM, env, &s), DT_STATUS_OK);
+    cr_assert_eq(s.mode, DT_LAUNCH_MODE_BENCH_COMM);
+    cr_assert_eq(s.nproc_per_node, 3);
+    cr_assert_str_eq(s.nproc_source, "N");
+    cr_assert_eq(s.nnodes_min, 1);
+    cr_assert_eq(s.nnodes_max, 1);
+    cr_assert_eq(s.standalone, 1);
+    cr_assert_str_eq(s.endpoint_host, "127.0.0.1");
+    cr_assert_eq(s.endpoint_port, 0);
+    cr_assert_eq(s.max_restarts, 0);
+    cr_assert_null(s.log_dir);
+    cr_assert_eq(dt_launch_spec_console(&s, 2), 1);
+    cr_assert_eq(dt_launch_spec_redirects(&s, 0), DT_STD_NONE);
+    cr_assert_float_eq(s.shutdown_timeout_s, 2.5, 1e-9);
+    cr_assert_float_eq(s.monitor_interval_s, 0.1, 1e-9);
+    /* a random run id each time, never SLURM's */
+    cr_assert_eq(dt_launch_spec_standalone(1, DT_LAUNCH_MODE_EXEC, no_env, &t), DT_STATUS_OK);
+    cr_assert_str_neq(s.rdzv_id, "77");
+    cr_assert_str_neq(s.rdzv_id, t.rdzv_id);
+    cr_assert_float_eq(t.shutdown_timeout_s, 30, 1e-9);
+    dt_launch_spec_free(&s);
+    dt_launch_spec_free(&t);
+    cr_assert_eq(dt_launch_spec_standalone(0, DT_LAUNCH_MODE_EXEC, no_env, &s), DT_STATUS_USAGE);
+    char *bad[] = {"DTRUN_SHUTDOWN_TIMEOUT=soon", NULL};
+    cr_assert_eq(dt_launch_spec_standalone(2, DT_LAUNCH_MODE_EXEC, bad, &s), DT_STATUS_USAGE);
+    cr_assert(strstr(dt_error_detail(), "DTRUN_SHUTDOWN_TIMEOUT='soon'") != NULL, "%s", dt_error_detail());
+}

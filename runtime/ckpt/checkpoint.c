@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/fs.h"
 #include "common/log.h"
 #include "common/mem.h"
 
@@ -121,20 +122,6 @@ static dt_status_t sys_error(int err, const char *what, const char *path) {
     dt_status_t st = err == ENOSPC || err == EDQUOT ? DT_STATUS_IO : dt_status_from_errno(err);
     if (st == DT_STATUS_SYS || st == DT_STATUS_INVALID) st = DT_STATUS_IO;
     return dt_error(st, "%s %s: %s", what, path, strerror(err));
-}
-
-static dt_status_t mkdir_p(const char *path) {
-    char buf[PATH_MAX];
-    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
-        return dt_error(DT_STATUS_INVALID, "checkpoint path too long: %s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = 0;
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST) return sys_error(errno, "cannot create directory", buf);
-        *p = '/';
-    }
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST) return sys_error(errno, "cannot create directory", buf);
-    return DT_STATUS_OK;
 }
 
 static dt_status_t write_all(int fd, const void *data, size_t len, const char *path) {
@@ -254,7 +241,7 @@ dt_status_t dt_ckpt_write_shard(const dt_ckpt_save_args *a, dt_ckpt_save_stats *
                         a->rank, a->world_size);
     char final[PATH_MAX], tmpdir[PATH_MAX], path[PATH_MAX + 32];
     step_paths(a, final, tmpdir, sizeof final);
-    DT_CHECK(mkdir_p(tmpdir));
+    DT_CHECK(dt_fs_mkdir_p(tmpdir));
     snprintf(path, sizeof path, "%s/shard_%05d.bin", tmpdir, a->rank);
 
     /* Header size: fixed part, ranges, crcs, header crc; data 4 KiB aligned. */

@@ -17,42 +17,25 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/mem.h"
+#include "common/torchenv.h" /* defines: dt_torchenv_read */
 #include "runtime/comm/comm_impl.h"
 
 /* ---- configuration ------------------------------------------------------------ */
 
-static dt_status_t env_int(const char *name, int required, int lo, int hi, int *out) {
-    const char *v = getenv(name);
-    if (!v || !*v) {
-        if (required) return dt_error(DT_STATUS_CONFIG, "environment variable %s is not set", name);
-        return DT_STATUS_OK;
-    }
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || *end || x < lo || x > hi)
-        return dt_error(DT_STATUS_CONFIG, "environment variable %s=\"%s\": expected an integer in [%d, %d]",
-                        name, v, lo, hi);
-    *out = (int)x;
-    return DT_STATUS_OK;
-}
-
 dt_status_t dt_comm_config_from_env(dt_comm_config_t *cfg) {
     memset(cfg, 0, sizeof(*cfg));
     cfg->device = -1;
-    cfg->store_host = getenv("MASTER_ADDR");
-    if (!cfg->store_host || !*cfg->store_host)
-        return dt_error(DT_STATUS_CONFIG, "environment variable MASTER_ADDR is not set");
-    DT_CHECK(env_int("MASTER_PORT", 1, 1, 65535, &cfg->store_port));
-    DT_CHECK(env_int("WORLD_SIZE", 1, 1, 1 << 20, &cfg->world_size));
-    DT_CHECK(env_int("RANK", 1, 0, cfg->world_size - 1, &cfg->rank));
-    cfg->local_world_size = cfg->world_size;
-    cfg->local_rank = cfg->rank;
-    DT_CHECK(env_int("LOCAL_WORLD_SIZE", 0, 1, cfg->world_size, &cfg->local_world_size));
-    DT_CHECK(env_int("LOCAL_RANK", 0, 0, cfg->local_world_size - 1, &cfg->local_rank));
-    DT_CHECK(env_int("TORCHELASTIC_RESTART_COUNT", 0, 0, 1 << 30, &cfg->restart_round));
-    cfg->run_id = getenv("TORCHELASTIC_RUN_ID");
-    if (!cfg->run_id || !*cfg->run_id) cfg->run_id = "none";
+    dt_torchenv_t env;
+    DT_CHECK(dt_torchenv_read(&env));
+    DT_CHECK(dt_torchenv_require_store(&env));
+    cfg->store_host = env.master_addr;
+    cfg->store_port = env.master_port;
+    cfg->world_size = env.world_size;
+    cfg->rank = env.rank;
+    cfg->local_world_size = env.local_world_size;
+    cfg->local_rank = env.local_rank;
+    cfg->restart_round = env.restart_count;
+    cfg->run_id = env.run_id;
     return DT_STATUS_OK;
 }
 

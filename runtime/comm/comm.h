@@ -225,8 +225,7 @@ float dt_comm_bf16_to_f32(uint16_t h);
  * torchrun's environment, creates the communicator and prints the table on
  * rank 0. Returns a process exit code (0 ok, 1 wrong results or failure,
  * 2 usage, 3 store/network). With --nproc N and no RANK in the environment it
- * starts a store on 127.0.0.1 and N local ranks itself (each exec'd as
- * `argv0_exe __bench_comm_rank`). */
+ * is a standalone launch of N local ranks through the agent instead. */
 int dt_bench_comm_main(int argc, char **argv);
 
 #endif /* DT_RUNTIME_COMM_H */

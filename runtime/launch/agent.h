@@ -4,7 +4,7 @@
  * output line by line, forwards signals, watches the group, restarts it on failure
  * and prints torchrun's failure summary.
  *
- * Workers are started with fork + execve by the agent itself rather than with
+ * Workers are started (spawn.c) with fork + execve by the agent itself rather than with
  * uv_spawn: the child must call prctl(PR_SET_PDEATHSIG, SIGKILL) and check that
  * its parent is still the agent between fork and exec, which uv_spawn cannot do,
  * and doing it here avoids exec'ing a trampoline (one more exec per worker). libuv

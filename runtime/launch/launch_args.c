@@ -520,7 +520,8 @@ static dt_status_t interpret(const raw_args_t *raw, char **envp, dt_launch_spec_
     return DT_STATUS_OK;
 }
 
-dt_status_t dt_launch_args_parse(int argc, char **argv, char **envp, dt_launch_spec_t *spec) {
+/* What a launch is when no flag, PET_ or SLURM_ variable says otherwise. */
+static void spec_defaults(dt_launch_spec_t *spec) {
     memset(spec, 0, sizeof *spec);
     spec->nnodes_min = spec->nnodes_max = 1;
     spec->node_rank = -1;
@@ -531,6 +532,28 @@ dt_status_t dt_launch_args_parse(int argc, char **argv, char **envp, dt_launch_s
     spec->shutdown_timeout_s = 30;
     memset(spec->redirects, -1, sizeof spec->redirects);
     memset(spec->tee, -1, sizeof spec->tee);
+}
+
+dt_status_t dt_launch_spec_standalone(int nproc, dt_launch_mode_t mode, char **envp, dt_launch_spec_t *spec) {
+    spec_defaults(spec);
+    if (nproc < 1 || nproc > DT_LAUNCH_MAX_LOCAL_RANKS)
+        return dt_error(DT_STATUS_USAGE, "%d local workers: expected 1 to %d", nproc, DT_LAUNCH_MAX_LOCAL_RANKS);
+    const char *v = env_get(envp, "DTRUN_SHUTDOWN_TIMEOUT");
+    if (v && parse_seconds("shutdown_timeout", v, 0, &spec->shutdown_timeout_s) != DT_STATUS_OK)
+        return dt_error(DT_STATUS_USAGE, "DTRUN_SHUTDOWN_TIMEOUT='%s' is not a number of seconds", v);
+    spec->nproc_per_node = nproc;
+    snprintf(spec->nproc_source, sizeof spec->nproc_source, "N");
+    spec->standalone = 1;
+    spec->mode = mode;
+    spec->endpoint_host = dt_xstrdup("127.0.0.1");
+    char id[32];
+    random_id(id, sizeof id);
+    spec->rdzv_id = dt_xstrdup(id);
+    return DT_STATUS_OK;
+}
+
+dt_status_t dt_launch_args_parse(int argc, char **argv, char **envp, dt_launch_spec_t *spec) {
+    spec_defaults(spec);
 
     raw_args_t raw;
     memset(&raw, 0, sizeof raw);

@@ -69,6 +69,11 @@ typedef struct dt_launch_spec {
  * freed and dt_error_detail() names the offending flag or value. */
 dt_status_t dt_launch_args_parse(int argc, char **argv, char **envp, dt_launch_spec_t *spec);
 void dt_launch_spec_free(dt_launch_spec_t *spec);
+/* The spec of `--standalone --nproc_per_node nproc` (one node, loopback, a free
+ * port, a random run id; only DTRUN_SHUTDOWN_TIMEOUT is read from envp, no PET_
+ * or SLURM_ variable): for dtrun's own tools that start their ranks themselves.
+ * mode says what runs (DT_LAUNCH_MODE_EXEC makes the agent explain OMP_NUM_THREADS). */
+dt_status_t dt_launch_spec_standalone(int nproc, dt_launch_mode_t mode, char **envp, dt_launch_spec_t *spec);
 
 /* DT_STD_* of local rank lr for --redirects / --tee. */
 int dt_launch_spec_redirects(const dt_launch_spec_t *spec, int local_rank);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/fs.h"
 #include "common/mem.h"
 #include "runtime/tools/plan.h" /* defines: dt_plan_gpu_by_device_name */
 
@@ -21,25 +22,9 @@ struct dt_metrics {
     FILE *jsonl;
 };
 
-static dt_status_t mkdir_p(const char *path) {
-    char buf[4096];
-    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
-        return dt_error(DT_STATUS_INVALID, "path too long: %s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-            return dt_error(DT_STATUS_IO, "cannot create directory %s: %s", buf, strerror(errno));
-        *p = '/';
-    }
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-        return dt_error(DT_STATUS_IO, "cannot create directory %s: %s", buf, strerror(errno));
-    return DT_STATUS_OK;
-}
-
 dt_status_t dt_metrics_open(const char *log_dir, int fresh, dt_metrics_t **out) {
     *out = NULL;
-    DT_CHECK(mkdir_p(log_dir));
+    DT_CHECK(dt_fs_mkdir_p(log_dir));
     char path[4096];
     snprintf(path, sizeof path, "%s/metrics.jsonl", log_dir);
     FILE *f = fopen(path, fresh ? "w" : "a");
@@ -85,7 +70,7 @@ dt_status_t dt_metrics_log(dt_metrics_t *m, const dt_step_metrics *s) {
 }
 
 dt_status_t dt_metrics_write_file(const char *log_dir, const char *name, const char *text) {
-    DT_CHECK(mkdir_p(log_dir));
+    DT_CHECK(dt_fs_mkdir_p(log_dir));
     char tmp[4096], path[4096];
     snprintf(path, sizeof path, "%s/%s", log_dir, name);
     snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%d", log_dir, name, (int)getpid());

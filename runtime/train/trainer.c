@@ -34,7 +34,7 @@
 
 typedef struct trainer {
     const dt_config_t *cfg;
-    const dt_trainer_env *env;
+    const dt_torchenv_t *env;
     dt_device_t *dev;
     dt_model_layout layout;
     dt_net_t net;
@@ -52,29 +52,6 @@ typedef struct trainer {
     int64_t start_step; /* the step a resumed run continues after (0: a fresh run) */
     int64_t saved_step; /* the step of the last checkpoint written or loaded */
 } trainer;
-
-static int env_int(const char *name, int def) {
-    const char *s = getenv(name);
-    if (!s || !*s) return def;
-    char *end;
-    long v = strtol(s, &end, 10);
-    return *end ? def : (int)v;
-}
-
-dt_status_t dt_trainer_env_from_environ(dt_trainer_env *env) {
-    memset(env, 0, sizeof *env);
-    env->rank = env_int("RANK", 0);
-    env->world_size = env_int("WORLD_SIZE", 1);
-    env->local_rank = env_int("LOCAL_RANK", env->rank);
-    env->local_world_size = env_int("LOCAL_WORLD_SIZE", env->world_size);
-    env->master_addr = getenv("MASTER_ADDR");
-    env->master_port = env_int("MASTER_PORT", 0);
-    env->run_id = getenv("TORCHELASTIC_RUN_ID");
-    if (env->world_size < 1 || env->rank < 0 || env->rank >= env->world_size)
-        return dt_error(DT_STATUS_INVALID, "bad RANK %d / WORLD_SIZE %d in the environment", env->rank,
-                        env->world_size);
-    return DT_STATUS_OK;
-}
 
 /* The MLP's synthetic task: x ~ N(0, 1) of in_dim features, label = argmax of a
  * fixed random linear teacher. Sample `id` depends only on (seed, id), so any
@@ -139,7 +116,7 @@ static dt_status_t build_spec(const dt_config_t *cfg, dt_model_spec *spec) {
  * (CUDA_VISIBLE_DEVICES renumbers them); more ranks than GPUs on a node share
  * them round-robin (tests, learning), with a warning. Computes in bf16 with fp32
  * master weights when bf16.enabled, else in fp32. */
-static dt_status_t open_device(const dt_config_t *cfg, const dt_trainer_env *env, dt_device_t **dev) {
+static dt_status_t open_device(const dt_config_t *cfg, const dt_torchenv_t *env, dt_device_t **dev) {
     dt_device_opts_t o = {.kind = DT_DEVICE_CPU, .nthreads = (int)cfg->threads, .dtype = DT_DTYPE_F32};
     int ngpu = cfg->device == DT_CONFIG_DEVICE_CPU ? 0 : dt_device_count(DT_DEVICE_CUDA);
     if (cfg->device == DT_CONFIG_DEVICE_CUDA && ngpu == 0) {
@@ -544,7 +521,7 @@ static dt_status_t write_summary(trainer *t, double final_loss, double final_val
     return st;
 }
 
-dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_trainer_env *env) {
+dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env) {
     trainer t = {.cfg = cfg, .env = env};
     dt_status_t st = DT_STATUS_OK;
     double *mem_all = NULL;

@@ -119,7 +119,7 @@ def run_ours(world, backend, szs):
         m = re.search(r"memcpy of 64 MiB.*?: ([\d.]+) GB/s", line)
         if m:
             copy = float(m.group(1))
-        f = line.split()
+        f = re.sub(r"^\[rank0\]:", "", line).split()  # rank 0's lines carry the agent's prefix
         if len(f) == 8 and f[0].isdigit():
             res[int(f[0])] = float(f[4]) * 1e-6
     return res, copy

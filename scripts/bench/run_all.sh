@@ -5,4 +5,4 @@ cd "$(dirname "$0")/../.."
 ./dtrun bench store
 TORCH_RUNS=0 scripts/bench/launch_startup.sh   # dtrun only; TORCH_RUNS=5 adds torchrun
 scripts/bench/launch_rdzv.sh
-./dtrun __bench_comm_rank --nproc 2 --backend shm --max 32M   # until the launcher routes `dtrun --nproc_per_node 2 bench comm`
+./dtrun --standalone --nproc_per_node 2 bench comm --backend shm --max 32M

@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
-# test_bench_comm.sh - `dtrun __bench_comm_rank --nproc N`: the real binary starts a
-# store and N ranks, prints the nccl-tests-style table with every size checked.
+# test_bench_comm.sh - `dtrun __bench_comm_rank --nproc N`: the real binary starts N
+# ranks through the agent (a standalone launch, as `dtrun --standalone
+# --nproc_per_node N bench comm`), rank 0 prints the nccl-tests-style table
+# (prefixed [rank0]: as every worker line is) with every size checked.
 # --device cuda on the CPU emulator of CUDA (dtrun-emu, when built): two ranks
 # sharing the one emulated GPU stage device buffers through host memory (shm and
 # tcp, device memory unreadable from the host), every op exact; --backend nccl
 # refused for ranks sharing a GPU; --device cuda without a GPU is a usage error.
 . "$(dirname "$0")/lib.sh"
 
+# rows OUT: the table's rows (rank 0's lines, prefix dropped); wrong OUT: the sum of their #wrong
+table() { printf '%s\n' "$1" | sed -n 's/^\[rank0\]://p' | awk 'NF == 8 && $1 ~ /^[0-9]+$/'; }
+rows() { table "$1" | wc -l; }
+wrong() { table "$1" | awk '{ s += $8 } END { print s + 0 }'; }
+
 for spec in "2 shm all_reduce f32" "3 tcp reduce_scatter bf16" "4 shm all_gather f32" "2 tcp broadcast f32"; do
   set -- $spec
   out=$("$DTRUN" __bench_comm_rank --nproc "$1" --backend "$2" --op "$3" --dtype "$4" \
         --min 8 --max 256K --factor 8 --iters 2 --warmup 1 2>&1); rc=$?
-  rows=$(printf '%s\n' "$out" | awk 'NF == 8 && $1 ~ /^[0-9]+$/' | wc -l)
-  wrong=$(printf '%s\n' "$out" | awk 'NF == 8 && $1 ~ /^[0-9]+$/ { s += $8 } END { print s + 0 }')
+  rows=$(rows "$out"); wrong=$(wrong "$out")
   if [ $rc -eq 0 ] && [ "$rows" -eq 6 ] && [ "$wrong" -eq 0 ] && printf '%s\n' "$out" | grep -q 'memcpy of 64 MiB'; then
     pass "bench $spec"
   else
@@ -33,6 +39,11 @@ rows=$(printf '%s\n' "$out" | grep -cE '^\[rank0\]: +[0-9]+ ')
 wrong=$(printf '%s\n' "$out" | grep -E '^\[rank0\]: +[0-9]+ ' | awk '{s += $NF} END {print s + 0}')
 if [ $rc -eq 0 ] && [ "$rows" -eq 6 ] && [ "$wrong" -eq 0 ]; then pass "launcher: bench comm on 2 ranks"
 else fail "launcher: bench comm on 2 ranks" "rc $rc rows $rows: $out"; fi
+# Under launch flags a --nproc that disagrees with them is refused before any rank starts.
+out=$(timeout 30 "$DTRUN" --standalone bench comm --nproc 4 --max 64K 2>&1); rc=$?
+if [ $rc -eq 2 ] && printf '%s' "$out" | grep -q -- '--nproc 4, but the launch starts 1 rank(s) per node: give --nproc_per_node 4' &&
+   ! printf '%s' "$out" | grep -q '\[rank0\]'; then pass "launcher: bench comm --nproc against --nproc_per_node refused"
+else fail "launcher: bench comm --nproc against --nproc_per_node refused" "rc $rc: $out"; fi
 # --device cuda without a GPU: this machine has none (the plain dtrun is built with
 # CUDA when nvcc is found, without otherwise: both name why).
 out=$("$DTRUN" __bench_comm_rank --nproc 2 --device cuda --max 64K 2>&1); rc=$?
@@ -55,15 +66,38 @@ out=$("$DTRUN" __bench_comm_rank --nproc 2 --device gpu 2>&1); rc=$?
 if [ $rc -eq 2 ] && printf '%s' "$out" | grep -q 'bad value for --device: "gpu"'; then pass "bad --device is a usage error"
 else fail "bad --device is a usage error" "rc $rc: $out"; fi
 
+# --local-world-size: four ranks on this machine grouped as two nodes of two, so
+# the hierarchical backend runs its intra- and inter-node stages.
+out=$(timeout 60 "$DTRUN" __bench_comm_rank --nproc 4 --local-world-size 2 --backend hier --op all_reduce \
+      --min 8 --max 64K --factor 8 --iters 2 --warmup 1 2>&1); rc=$?
+if [ $rc -eq 0 ] && [ "$(rows "$out")" -eq 5 ] && [ "$(wrong "$out")" -eq 0 ] &&
+   printf '%s\n' "$out" | grep -q '^\[rank0\]:# dtrun bench comm: all_reduce, 4 ranks, backend hier'; then
+  pass "--nproc 4 --local-world-size 2: hier over two simulated nodes"
+else fail "--nproc 4 --local-world-size 2: hier over two simulated nodes" "rc $rc: $out"; fi
+out=$("$DTRUN" __bench_comm_rank --nproc 4 --local-world-size 3 2>&1); rc=$?
+if [ $rc -eq 2 ] && printf '%s' "$out" | grep -q -- '--local-world-size 3 does not divide --nproc 4'; then
+  pass "--local-world-size that does not divide --nproc is a usage error"
+else fail "--local-world-size that does not divide --nproc is a usage error" "rc $rc: $out"; fi
+# The ranks are the agent's workers: a SIGTERM to dtrun reaches them, dtrun exits
+# 128+15 and none of them outlives it.
+"$DTRUN" __bench_comm_rank --nproc 2 --backend tcp --min 64M --max 64M --iters 100000 --warmup 0 \
+  >"$DT_TMP/bt.out" 2>&1 &
+bpid=$!
+for _ in $(seq 100); do grep -q 'size(B)' "$DT_TMP/bt.out" && break; sleep 0.1; done
+ranks=$(pgrep -P $bpid | tr '\n' ' ')
+kill -TERM $bpid; wait $bpid; rc=$?
+sleep 0.2
+alive=0; for p in $ranks; do kill -0 "$p" 2>/dev/null && alive=$((alive + 1)); done
+if [ $rc -eq 143 ] && [ -n "$ranks" ] && [ $alive -eq 0 ] && grep -q 'received SIGTERM: forwarding it to 2 worker(s)' "$DT_TMP/bt.out"; then
+  pass "SIGTERM to a local bench reaches its ranks (exit 143, none left)"
+else fail "SIGTERM to a local bench reaches its ranks" "rc $rc ranks '$ranks' alive $alive: $(tail -5 "$DT_TMP/bt.out")"; fi
+
 # The CUDA device on the emulator (dtrun-emu: one emulated GPU unless DTRUN_CUEMU_GPUS).
 EMU=${DTRUN_EMU:-$(cd "$(dirname "$0")/../.." && pwd)/dtrun-emu}
 if [ ! -x "$EMU" ]; then
   skip "bench comm --device cuda on the emulator" "no $EMU (the emulator build is not part of SAN runs)"
   finish
 fi
-# rows OUT: the table's rows; wrong OUT: the sum of their #wrong
-rows() { printf '%s\n' "$1" | awk 'NF == 8 && $1 ~ /^[0-9]+$/' | wc -l; }
-wrong() { printf '%s\n' "$1" | awk 'NF == 8 && $1 ~ /^[0-9]+$/ { s += $8 } END { print s + 0 }'; }
 for be in shm tcp; do
   for op in all_reduce reduce_scatter all_gather broadcast; do
     # element counts 3, 27, 243, 2187 (, 19683): odd, so the world size divides none

@@ -22,12 +22,14 @@ for np in 1 4; do
   if [ $rc -eq 0 ] && printf '%s\n' "$out" | python3 "$HERE/launch_check_env.py" 1 $np $omp; then
     pass "env 1x$np"; else fail "env 1x$np" "rc=$rc"; fi
 done
-# the OMP warning appears once, as torchrun prints it
+# --exec with several workers and no OMP_NUM_THREADS: the notice appears once
 out=$(env -u OMP_NUM_THREADS $T "$DTRUN" --nproc_per_node 3 --exec true 2>&1)
-[ "$(printf '%s\n' "$out" | grep -c 'Setting OMP_NUM_THREADS')" = 1 ] && pass "omp warning once" || fail "omp warning once"
-# a user's OMP_NUM_THREADS is kept
+[ "$(printf '%s\n' "$out" | grep -c 'OMP_NUM_THREADS is not set: the 3 workers on this node each get OMP_NUM_THREADS=1')" = 1 ] &&
+  pass "omp notice once" || fail "omp notice once" "$out"
+# a user's OMP_NUM_THREADS is kept, and then there is nothing to say
 out=$(OMP_NUM_THREADS=7 $T "$DTRUN" --nproc_per_node 2 --exec sh -c 'echo omp=$OMP_NUM_THREADS' 2>&1)
-[ "$(printf '%s\n' "$out" | grep -c ']:omp=7$')" = 2 ] && pass "omp kept" || fail "omp kept" "$out"
+[ "$(printf '%s\n' "$out" | grep -c ']:omp=7$')" = 2 ] && ! printf '%s\n' "$out" | grep -q 'OMP_NUM_THREADS is not set' &&
+  pass "omp kept" || fail "omp kept" "$out"
 
 # ---- standalone: a free port each time, never a fixed one ----
 p1=$($T "$DTRUN" --standalone --exec sh -c 'echo $MASTER_PORT' 2>/dev/null | sed 's/.*://')
@@ -124,6 +126,11 @@ bad "bad override" "train_stepz" "$DT_TMP/ok.json" train_stepz=2
 out=$($T "$DTRUN" "$DT_TMP/ok.json" train_steps=2 2>&1); rc=$?
 if [ $rc -eq 0 ] && printf '%s\n' "$out" | grep -q '^\[rank0\]:step 2/2' && [ -s "$DT_TMP/trainlog/metrics.jsonl" ]; then
   pass "config launches the trainer"; else fail "config launch" "rc=$rc $out"; fi
+# the built-in trainer sizes its threads from the config: no OMP notice, even for
+# several workers with OMP_NUM_THREADS unset
+out=$(env -u OMP_NUM_THREADS $T "$DTRUN" --nproc_per_node 2 "$DT_TMP/ok.json" train_steps=1 2>&1); rc=$?
+if [ $rc -eq 0 ] && printf '%s\n' "$out" | grep -q '^\[rank0\]:step 1/1' && ! printf '%s\n' "$out" | grep -q 'OMP_NUM_THREADS'; then
+  pass "no omp notice for the built-in trainer"; else fail "no omp notice for the built-in trainer" "rc=$rc $out"; fi
 bad "no arguments" "usage:"
 bad "flags only" "nothing to launch" --nproc_per_node 2
 finish

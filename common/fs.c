@@ -1,0 +1,114 @@
+/*
+ * fs.c - mkdir -p, rm -rf, read a whole file, this binary's path (see fs.h).
+ */
+#define _XOPEN_SOURCE 700 /* nftw */
+#include "common/fs.h"
+
+#include <errno.h>
+#include <ftw.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/mem.h"
+
+/* A disk that is full or read-only is an I/O failure of what we were writing. */
+static dt_status_t fs_error(int err, const char *what, const char *path) {
+    dt_status_t st = dt_status_from_errno(err);
+    if (st == DT_STATUS_SYS || st == DT_STATUS_INVALID) st = DT_STATUS_IO;
+    return dt_error(st, "%s %s: %s", what, path, strerror(err));
+}
+
+/* An existing entry is fine for a parent (a file there makes the next mkdir fail
+ * with ENOTDIR, naming the deeper path); the last component must be a directory. */
+static dt_status_t mkdir_one(const char *path, int last) {
+    if (mkdir(path, 0755) == 0) return DT_STATUS_OK;
+    int err = errno;
+    struct stat sb;
+    if (err == EEXIST && (!last || (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)))) return DT_STATUS_OK;
+    if (err == EEXIST) err = ENOTDIR;
+    return dt_error(DT_STATUS_IO, "cannot create directory %s: %s", path, strerror(err));
+}
+
+dt_status_t dt_fs_mkdir_p(const char *path) {
+    char buf[PATH_MAX];
+    if (!path || !*path) return dt_error(DT_STATUS_INVALID, "cannot create a directory with an empty path");
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
+        return dt_error(DT_STATUS_INVALID, "path too long: %s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/' || p[-1] == '/') continue;
+        *p = '\0';
+        DT_CHECK(mkdir_one(buf, 0));
+        *p = '/';
+    }
+    return mkdir_one(buf, 1);
+}
+
+/* nftw's callback has no user pointer: the first failure of this thread's walk. */
+static _Thread_local int rm_first_errno;
+static _Thread_local char rm_first_path[PATH_MAX];
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb; (void)flag; (void)ftw;
+    if (remove(path) != 0 && errno != ENOENT && rm_first_errno == 0) {
+        rm_first_errno = errno;
+        snprintf(rm_first_path, sizeof rm_first_path, "%s", path);
+    }
+    return 0; /* keep going: remove what can be removed */
+}
+
+dt_status_t dt_fs_rm_rf(const char *path) {
+    struct stat sb;
+    if (lstat(path, &sb) != 0) return errno == ENOENT ? DT_STATUS_OK : fs_error(errno, "cannot remove", path);
+    rm_first_errno = 0;
+    if (nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0 && rm_first_errno == 0) {
+        rm_first_errno = errno;
+        snprintf(rm_first_path, sizeof rm_first_path, "%s", path);
+    }
+    return rm_first_errno ? fs_error(rm_first_errno, "cannot remove", rm_first_path) : DT_STATUS_OK;
+}
+
+dt_status_t dt_fs_read_file(const char *path, size_t max, char **out, size_t *len) {
+    *out = NULL;
+    if (len) *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return fs_error(errno, "cannot open", path);
+    dt_status_t st = DT_STATUS_OK;
+    size_t cap = 4096, n = 0;
+    char *buf = dt_xmalloc(cap);
+    for (;;) {
+        if (cap - n < 2) buf = dt_xrealloc(buf, cap *= 2);
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (n > max) {
+            st = dt_error(DT_STATUS_LIMIT, "%s is larger than %zu bytes", path, max);
+            goto out_close;
+        }
+        if (got == 0) break;
+    }
+    if (ferror(f)) {
+        st = dt_error(DT_STATUS_IO, "cannot read %s", path);
+        goto out_close;
+    }
+    buf[n] = '\0';
+    *out = buf;
+    if (len) *len = n;
+    buf = NULL;
+out_close:
+    fclose(f);
+    free(buf);
+    return st;
+}
+
+dt_status_t dt_fs_self_exe(char *buf, size_t len) {
+    if (len < 2) return dt_error(DT_STATUS_INVALID, "no room for the binary's path");
+    ssize_t n = readlink("/proc/self/exe", buf, len - 1);
+    if (n < 0) return dt_error(dt_status_from_errno(errno), "cannot find its own binary (/proc/self/exe): %s",
+                               strerror(errno));
+    if ((size_t)n >= len - 1) return dt_error(DT_STATUS_LIMIT, "the binary's path is longer than %zu bytes", len - 2);
+    buf[n] = '\0';
+    return DT_STATUS_OK;
+}

@@ -1,0 +1,37 @@
+/*
+ * torchenv.h - the torchrun environment a worker is started with (CONTRACT.md
+ * "Environment of each worker"), read in one place: RANK, LOCAL_RANK,
+ * WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT,
+ * TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_RUN_ID.
+ *
+ * A variable that is unset (or empty) takes the single-process default; one
+ * that is set must hold a value in range, else DT_STATUS_CONFIG names the
+ * variable, its value and what was expected.
+ */
+#ifndef DT_COMMON_TORCHENV_H
+#define DT_COMMON_TORCHENV_H
+
+#include "common/status.h"
+
+typedef struct dt_torchenv {
+    int rank;             /* RANK (default 0), in [0, world_size) */
+    int world_size;       /* WORLD_SIZE (default 1) */
+    int local_rank;       /* LOCAL_RANK (default rank), in [0, local_world_size) */
+    int local_world_size; /* LOCAL_WORLD_SIZE (default world_size), in [1, world_size] */
+    int group_rank;       /* GROUP_RANK: the node's rank (default 0) */
+    const char *master_addr; /* MASTER_ADDR (NULL when unset) */
+    int master_port;      /* MASTER_PORT (0 when unset), else in [1, 65535] */
+    int restart_count;    /* TORCHELASTIC_RESTART_COUNT (default 0) */
+    const char *run_id;   /* TORCHELASTIC_RUN_ID ("none" when unset, as torchrun) */
+    int launched;         /* RANK was set: a launcher started this process */
+} dt_torchenv_t;
+
+/* Reads the variables above from the process environment into env (whose
+ * strings point into the environment). */
+dt_status_t dt_torchenv_read(dt_torchenv_t *env);
+
+/* DT_STATUS_CONFIG naming the first of MASTER_ADDR, MASTER_PORT, WORLD_SIZE and
+ * RANK that is not set: what a process needs to reach its peers' store. */
+dt_status_t dt_torchenv_require_store(const dt_torchenv_t *env);
+
+#endif /* DT_COMMON_TORCHENV_H */

@@ -1,0 +1,141 @@
+/*
+ * agent_impl.h - the agent's state shared by its files (private to runtime/launch):
+ *
+ *   agent.c    the round's state machine: store, rendezvous, signals, health
+ *              ticks, the exit barrier, restarts (torch elastic's agent/server/api.py)
+ *   spawn.c    starting a worker: its environment, its output pipes and log files
+ *              (torch elastic's multiprocessing/api.py, tail_log.py, redirects.py)
+ *   failure.c  what a failed worker leaves: its error file, the failure record
+ *              shared through the store, torchrun's summary (multiprocessing/errors/)
+ */
+#ifndef DT_RUNTIME_LAUNCH_AGENT_IMPL_H
+#define DT_RUNTIME_LAUNCH_AGENT_IMPL_H
+
+#include <limits.h>
+#include <sys/types.h>
+#include <uv.h>
+
+#include "rendezvous/store.h" /* defines: dt_store_server_t */
+#include "runtime/launch/agent.h"
+#include "runtime/launch/logpipe.h"
+#include "runtime/launch/rdzv.h"
+
+/* Stop reasons that start with this tag come from an agent ended by a signal: the
+ * others stop too and do not restart (that node is going away). */
+#define SIGNAL_STOP_TAG "signal: "
+
+/* The signals the agent forwards to its workers (spawn.c resets them in the child). */
+#define DT_AGENT_N_FWD 6
+extern const int dt_agent_forwarded_signals[DT_AGENT_N_FWD];
+
+typedef enum phase {
+    PHASE_RUNNING = 0, /* workers running */
+    PHASE_BARRIER,     /* local workers all exited 0; waiting for the other nodes */
+    PHASE_STOPPING,    /* stopping the group (failure or signal) */
+    PHASE_OVER,        /* round over */
+} phase_t;
+
+typedef enum outcome {
+    OUTCOME_SUCCESS = 0,
+    OUTCOME_FAILED,     /* a worker here or elsewhere failed, or a node was lost */
+    OUTCOME_SIGNAL,     /* the agent got a signal */
+    OUTCOME_STORE_LOST, /* the store (node 0) stopped answering */
+} outcome_t;
+
+struct agent;
+
+typedef struct worker {
+    struct agent *ag;
+    int local_rank, rank;
+    pid_t pid;
+    int exited;
+    int wstatus;
+    int signaled_by_agent; /* we sent it a signal while it ran */
+    int reaped_seq;        /* order within one SIGCHLD batch, 0 when handled */
+    double end_wall;
+    uv_pipe_t pipe[2];     /* [0] stdout, [1] stderr */
+    int pipe_open[2];
+    dt_logpipe_t lp[2];
+    int file_fd[2];
+    char error_file[PATH_MAX];
+} worker_t;
+
+/* One failure, local or read back from the store. */
+typedef struct failure {
+    double time;
+    char host[128];
+    int rank, local_rank;
+    long pid;
+    int exitcode; /* torchrun's convention: -N for signal N */
+    int lost;     /* the node stopped heartbeating */
+    char error_file[PATH_MAX];
+    char *message;
+} failure_t;
+
+typedef struct agent {
+    const dt_launch_spec_t *spec;
+    uv_loop_t loop;
+    uv_signal_t sig[DT_AGENT_N_FWD];
+    uv_signal_t sigchld;
+    uv_timer_t tick, grace;
+    int signals_on;
+
+    char host[128];
+    char *run_dir;
+    int run_dir_tmp;
+    char *prog_path;
+    char **argv;
+    const char *title;
+
+    dt_store_server_t *server;
+    dt_rdzv_t *rz;
+    int is_host;
+    char master_addr[256];
+    int master_port;
+
+    int restart_count;
+    int joined_once; /* the first join looks for a round in progress */
+    int nnodes, node_rank, base_rank, world_size;
+
+    worker_t *w;
+    int nw, running;
+    phase_t phase;
+    outcome_t outcome;
+    int signo, sigint_count;
+    char stop_note[512];
+    int no_restart;     /* the group cannot be restarted (spawn failure, a signalled node) */
+    failure_t *fails;
+    int nfails;
+    char readbuf[65536];
+} agent_t;
+
+/* ---- spawn.c ---- */
+
+/* Starts worker w of the current round (w->rank, w->local_rank set): its run
+ * directory attempt_<restart>/<rank>/ (error.json, per-rank logs), its pipes
+ * read on ag->loop, its process. On failure nothing of w is left running. */
+dt_status_t dt_agent_spawn_worker(agent_t *ag, worker_t *w);
+/* After w exited: reads what is left in its pipes without blocking, then closes them. */
+void dt_agent_drain_pipes(worker_t *w);
+/* Signals each running worker's process group (the worker itself if it left it). */
+void dt_agent_signal_workers(agent_t *ag, int sig);
+
+/* ---- failure.c ---- */
+
+/* "SIGTERM" for 15 ("<N/A>" for an unknown number); a static buffer. */
+const char *dt_agent_signame(int sig);
+/* The failure record of reaped worker w: its error file's message, else the
+ * last lines of its stderr. message is malloc'ed. */
+failure_t dt_agent_worker_failure(agent_t *ag, worker_t *w);
+/* Appends f (taking its message) to this node's failures of the round. */
+void dt_agent_add_failure(agent_t *ag, const failure_t *f);
+/* f as one line of JSON ending in '\n' (malloc'ed): what the store's failure list holds. */
+char *dt_agent_failure_json(const failure_t *f);
+/* One "lost" failure line per rank of node nd, reason as the message (malloc'ed JSONL). */
+char *dt_agent_lost_node_failures(const dt_rdzv_node_t *nd, const char *reason);
+/* The job is over and failed: prints torchrun's summary of every node's failures
+ * (from the store when there is one, else this node's), or the stop reason. */
+void dt_agent_report_failures(agent_t *ag);
+void dt_agent_failures_free(failure_t *fs, int n);
+
+#endif /* DT_RUNTIME_LAUNCH_AGENT_IMPL_H */
