@@ -15,7 +15,7 @@
 #include "kernels/kernels.h"
 #include "runtime/ckpt/checkpoint.h"
 #include "runtime/model/net.h"
-#include "runtime/tools/sample.h"
+#include "runtime/model/sample.h"
 
 static const char sample_usage[] =
     "usage: dtrun sample CHECKPOINT [--prompt TEXT] [--tokens N] [--temperature T] [--top_k K]\n"
@@ -104,8 +104,9 @@ int dt_cmd_sample(int argc, char **argv) {
     void *params = NULL;
     dt_net_t net;
     int have_net = 0;
-    if (l.spec.type != DT_MODEL_GPT) {
-        fprintf(stderr, "dtrun sample: %s holds an MLP classifier; sampling needs a GPT model\n", dt_ckpt_path(ck));
+    if (l.spec.ops->logits_slot < 0) {
+        fprintf(stderr, "dtrun sample: %s holds a model without logits (%s); sampling needs a token model such as gpt\n",
+                dt_ckpt_path(ck), l.spec.ops->name);
         rc = DT_EXIT_USAGE;
         goto out_free;
     }
@@ -149,8 +150,7 @@ int dt_cmd_sample(int argc, char **argv) {
     if (text) {
         if (prompt) fputs(prompt, stdout);
         for (int i = 0; i < o.tokens; i++) {
-            int c = out[i];
-            putchar(c == '\n' || c == '\t' || c >= 32 ? c : '?');
+            putchar(dt_sample_char(out[i], 0));
         }
         putchar('\n');
     } else {

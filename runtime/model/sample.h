@@ -1,6 +1,8 @@
 /*
- * sample.h - text generation from a GPT model's parameters: temperature, top-k,
- * a seeded RNG (the same seed gives the same text), greedy at temperature 0.
+ * sample.h - text generation from a token model's parameters (any model with
+ * logits, model.h): temperature, top-k, a seeded RNG (the same seed gives the same
+ * text), greedy at temperature 0. The trainer's end-of-run sample and `dtrun
+ * sample` both use it.
  */
 #ifndef DT_RUNTIME_SAMPLE_H
 #define DT_RUNTIME_SAMPLE_H
@@ -17,10 +19,14 @@ typedef struct dt_sample_opts {
     uint64_t seed;
 } dt_sample_opts;
 
-/* net: a GPT net of micro-batch 1 bound to parameters. The prompt (n_prompt >= 1
+/* net: a net of micro-batch 1 of a model with logits, bound to parameters. The prompt (n_prompt >= 1
  * token ids) is the start of the context; the last seq_len tokens are kept as the
  * context grows. out gets opts->tokens ids. */
 dt_status_t dt_sample_generate(dt_net_t *net, const int32_t *prompt, int n_prompt, const dt_sample_opts *opts,
                                int32_t *out);
+
+/* How a byte-level token id prints: itself when printable (ascii_only: 32-126;
+ * else any byte >= 32), '\n' and '\t' as themselves, anything else '?'. */
+int dt_sample_char(int32_t id, int ascii_only);
 
 #endif /* DT_RUNTIME_SAMPLE_H */
