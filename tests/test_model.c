@@ -13,6 +13,7 @@
 #include "runtime/config/config.h"
 #include "runtime/model/model.h"
 #include "runtime/model/net.h"
+#include "runtime/model/sample.h"
 
 static dt_model_spec gpt2_124m(void) {
     dt_model_spec s = {.ops = &dt_model_gpt, .n_layer = 12, .n_head = 12, .n_embd = 768,
@@ -252,4 +253,15 @@ Test(registry, unknown_model_type_is_a_config_error_listing_the_models) {
         cr_assert_eq(cfg.model.ops, dt_model_at(m));
         dt_config_free(&cfg);
     }
+}
+
+Test(sample, byte_ids_print_as_the_trainer_and_dtrun_sample_print_them) {
+    cr_assert_eq(dt_sample_char('a', 1), 'a');
+    cr_assert_eq(dt_sample_char('\n', 1), '\n');
+    cr_assert_eq(dt_sample_char('\t', 0), '\t');
+    cr_assert_eq(dt_sample_char(7, 0), '?');
+    cr_assert_eq(dt_sample_char(127, 1), '?'); /* the trainer: printable ASCII only */
+    cr_assert_eq(dt_sample_char(200, 1), '?');
+    cr_assert_eq(dt_sample_char(200, 0), 200); /* dtrun sample: raw bytes (UTF-8 survives) */
+    cr_assert_eq(dt_sample_char(300, 0), '?');
 }

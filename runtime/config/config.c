@@ -4,9 +4,11 @@
  * One row per key (path, type, bounds, flags, default, target field, help), as
  * redis' standardConfig: the same table drives the defaults, parsing the JSON file
  * with cJSON, type and range errors, `KEY=VALUE` overrides, the JSON dump of the
- * resolved config and `dtrun config --keys`. Cross-key rules (strategy vs ZeRO
- * stage, the batch identity, model shape) follow the table in finish() and
- * dt_config_resolve().
+ * resolved config and `dtrun config --keys`. The model.* rows come from the models
+ * (runtime/model/model.h: each model's dt_model_ops.keys, model.type's names from the
+ * registry); the table is assembled once, in keys_init(). Cross-key rules (strategy
+ * vs ZeRO stage, the batch identity, the model's own config_check) follow the table
+ * in finish() and dt_config_resolve().
  *
  * Defaults that differ from DeepSpeed's, and why:
  *   reduce_bucket_size, allgather_bucket_size: 6553600 elements (25 MiB of fp32,
