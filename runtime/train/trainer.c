@@ -290,7 +290,7 @@ static dt_status_t setup(trainer *t) {
     t->T = t->layout.seq_len;
     if (spec.ops->data == DT_MODEL_DATA_TOKENS) {
         dt_data_opts o = {.train = cfg->data.train, .val = cfg->data.val,
-                          .val_fraction = cfg->data.val_fraction, .seq_len = spec.seq_len,
+                          .val_fraction = cfg->data.val_fraction, .seq_len = t->layout.seq_len,
                           .vocab_size = spec.vocab_size, .seed = (uint64_t)cfg->seed,
                           .rank = t->env->rank, .world_size = t->env->world_size, .micro_batch = t->B};
         DT_CHECK(dt_data_open(&o, &t->data));
