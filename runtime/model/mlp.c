@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "common/rng.h"
+#include "common/rng.h" /* defines: dt_rng, dt_rng_normal */
 #include "runtime/model/model.h"
 #include "runtime/model/net_impl.h"
 

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/mem.h"
+#include "common/mem.h" /* defines: dt_xcalloc, dt_xrealloc */
 
 void dt_model_add_tensor(dt_model_layout *l, int unit, int decay, dt_model_init_t init, int ndim,
                          const int64_t *shape, const char *fmt, ...) {

@@ -104,7 +104,9 @@ typedef enum dt_model_init {
     DT_MODEL_INIT_EMBED = 4, /* normal(0, std) */
 } dt_model_init_t;
 
-/* One model.* config key: an int field of dt_model_spec. */
+/* One model.* config key: an int field of dt_model_spec. Keys are ints only for
+ * now; a float key (Llama's rope_theta, norm_eps) would add a kind here, read in
+ * config.c's build_keys, dt_model_spec_copy and the checkpoint's meta.json. */
 typedef struct dt_model_key {
     const char *path;  /* "model.n_layer" */
     size_t offset;     /* offsetof(dt_model_spec, field) */

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/mem.h"
+#include "common/mem.h" /* defines: dt_xcalloc */
 #include "runtime/model/net_impl.h"
 
 /* Computes slot offsets (each slot rounded up to 64 bytes); returns the arena size.
