@@ -153,8 +153,8 @@ struct dt_model_ops {
      * written transposed ((out, in) stored as (in, out), HF Conv1D) */
     int (*export_shape)(const dt_model_layout *l, int t, int64_t shape[2], int *ndim);
 
-    /* (optional; feature data needs it) n samples from global sample id `first` on; sample id depends
-     * only on (seed, id). x: (n, in_features), y: (n). */
+    /* (optional; feature data needs it) n samples from global sample id `first`
+     * on; a sample depends only on (seed, id). x: (n, in_features), y: (n). */
     void (*synthetic_batch)(const dt_model_layout *l, uint64_t seed, uint64_t first, int n, float *x,
                             int32_t *y);
 };

@@ -10,6 +10,28 @@
 #include "common/mem.h"
 #include "common/rng.h"
 
+dt_status_t dt_sample_net_init(dt_sample_net *s, dt_device_t *dev, const dt_model_layout *layout,
+                               const float *host_params, dt_mem_category_t cat) {
+    memset(s, 0, sizeof *s);
+    DT_CHECK(dev->ops->alloc(dev, cat, layout->n_params * dt_dtype_size(dev->ops->dtype), &s->params));
+    dt_status_t st = dev->ops->upload_f32(dev, s->params, host_params, layout->n_params);
+    if (st == DT_STATUS_OK) st = dt_net_init(&s->net, dev, layout, 1);
+    if (st != DT_STATUS_OK) {
+        dev->ops->free(dev, s->params);
+        s->params = NULL;
+        return st;
+    }
+    dt_net_bind(&s->net, s->params, NULL);
+    return DT_STATUS_OK;
+}
+
+void dt_sample_net_free(dt_sample_net *s) {
+    dt_device_t *dev = s->net.dev;
+    dt_net_free(&s->net);
+    if (dev) dev->ops->free(dev, s->params);
+    memset(s, 0, sizeof *s);
+}
+
 static int cmp_desc(const void *a, const void *b) {
     float x = *(const float *)a, y = *(const float *)b;
     return x < y ? 1 : x > y ? -1 : 0;

@@ -395,29 +395,20 @@ static int wants_sample(const trainer *t) {
 
 static dt_status_t print_sample(trainer *t, int n, const float *host_params) {
     if (n <= 0 || !wants_sample(t)) return DT_STATUS_OK;
-    dt_net_t net;
-    void *params = NULL;
-    DT_CHECK(t->dev->ops->alloc(t->dev, DT_MEM_OTHER, t->layout.n_params * dt_dtype_size(t->dev->ops->dtype),
-                                &params));
-    dt_status_t st = t->dev->ops->upload_f32(t->dev, params, host_params, t->layout.n_params);
-    if (st == DT_STATUS_OK) st = dt_net_init(&net, t->dev, &t->layout, 1);
-    if (st != DT_STATUS_OK) {
-        t->dev->ops->free(t->dev, params);
-        return st;
-    }
-    dt_net_bind(&net, params, NULL);
+    dt_sample_net sn;
+    DT_CHECK(dt_sample_net_init(&sn, t->dev, &t->layout, host_params, DT_MEM_OTHER));
     int32_t prompt = '\n', *ids = dt_xcalloc((size_t)n, sizeof *ids);
     char *text = dt_xcalloc((size_t)n + 1, 1);
     dt_sample_opts o = {.tokens = n, .temperature = 0.8, .top_k = 0, .seed = (uint64_t)t->cfg->seed};
-    DT_CHECK_GOTO(dt_sample_generate(&net, &prompt, 1, &o, ids), st, out_free);
+    dt_status_t st;
+    DT_CHECK_GOTO(dt_sample_generate(&sn.net, &prompt, 1, &o, ids), st, out_free);
     for (int i = 0; i < n; i++) text[i] = (char)dt_sample_char(ids[i], 1);
     printf("---- sample (%d characters) ----\n%s\n--------------------------------\n", n, text);
     fflush(stdout);
 out_free:
     free(ids);
     free(text);
-    dt_net_free(&net);
-    t->dev->ops->free(t->dev, params);
+    dt_sample_net_free(&sn);
     return st;
 }
 
