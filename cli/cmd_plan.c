@@ -429,32 +429,17 @@ static int load_config(plan_opts *o, plan_ctx *c, int *is_cpu_default) {
         fprintf(stderr, "dtrun plan: %s", dt_config_errors(cfg));
         return DT_EXIT_USAGE;
     }
-    const char *why;
-    dt_model_spec spec = {.type = cfg->model.type,
-                          .n_layer = (int)cfg->model.n_layer,
-                          .n_head = (int)cfg->model.n_head,
-                          .n_embd = (int)cfg->model.n_embd,
-                          .seq_len = (int)cfg->model.seq_len,
-                          .vocab_size = config_vocab(cfg, &why),
-                          .vocab_pad_multiple = (int)cfg->model.vocab_pad_multiple,
-                          .in_dim = (int)cfg->model.in_dim,
-                          .hidden_dim = (int)cfg->model.hidden_dim,
-                          .n_hidden_layers = (int)cfg->model.n_hidden_layers,
-                          .n_classes = (int)cfg->model.n_classes};
+    const char *why = "";
+    dt_model_spec spec;
+    dt_model_spec_copy(&cfg->model, &spec);
+    if (spec.ops->data == DT_MODEL_DATA_TOKENS) spec.vocab_size = config_vocab(cfg, &why);
     dt_model_layout l;
     if (dt_model_layout_init(&spec, &l) != DT_STATUS_OK)
         return usage_error("%s: %s", o->config, dt_error_detail());
     dt_plan_model_from_layout(&l, &c->in.model);
-    if (spec.type == DT_MODEL_GPT)
-        snprintf(c->model_label, sizeof c->model_label,
-                 "%s: gpt, %d layers, %d heads, n_embd %d, seq %d, vocab %d padded to %d%s; "
-                 "%zu parameters (%zu without vocab padding)",
-                 o->config, spec.n_layer, spec.n_head, spec.n_embd, spec.seq_len,
-                 spec.vocab_size, l.vocab_padded, why, l.n_params, dt_model_unpadded_params(&l));
-    else
-        snprintf(c->model_label, sizeof c->model_label,
-                 "%s: mlp %d -> %d x %d -> %d, %zu parameters", o->config, spec.in_dim,
-                 spec.hidden_dim, spec.n_hidden_layers, spec.n_classes, l.n_params);
+    int n = snprintf(c->model_label, sizeof c->model_label, "%s: ", o->config);
+    if (n >= 0 && (size_t)n < sizeof c->model_label)
+        spec.ops->describe(&l, why, c->model_label + n, sizeof c->model_label - (size_t)n);
     dt_model_layout_free(&l);
     /* micro-batch and accumulation come per GPU count from dt_config_resolve */
     c->cfg_bf16 = cfg->bf16.enabled;
@@ -730,7 +715,7 @@ static void print_json(const plan_opts *o, const plan_ctx *c, const dt_plan_row 
     cJSON *root = cJSON_CreateObject();
     cJSON *m = cJSON_AddObjectToObject(root, "model");
     cJSON_AddStringToObject(m, "source", o->config ? o->config : "flags");
-    cJSON_AddStringToObject(m, "type", in->model.is_mlp ? "mlp" : "gpt");
+    cJSON_AddStringToObject(m, "type", in->model.type);
     cJSON_AddNumberToObject(m, "params", in->model.n_params);
     cJSON_AddNumberToObject(m, "params_unpadded", in->model.n_params_unpadded);
     cJSON_AddNumberToObject(m, "flops_per_token", in->model.flops_per_token);

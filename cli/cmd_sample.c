@@ -15,7 +15,7 @@
 #include "kernels/kernels.h"
 #include "runtime/ckpt/checkpoint.h"
 #include "runtime/model/net.h"
-#include "runtime/tools/sample.h"
+#include "runtime/model/sample.h"
 
 static const char sample_usage[] =
     "usage: dtrun sample CHECKPOINT [--prompt TEXT] [--tokens N] [--temperature T] [--top_k K]\n"
@@ -101,11 +101,11 @@ int dt_cmd_sample(int argc, char **argv) {
     int32_t *ids = NULL, *out = NULL;
     int n_ids = 0;
     dt_device_t *dev = NULL;
-    void *params = NULL;
-    dt_net_t net;
+    dt_sample_net sn;
     int have_net = 0;
-    if (l.spec.type != DT_MODEL_GPT) {
-        fprintf(stderr, "dtrun sample: %s holds an MLP classifier; sampling needs a GPT model\n", dt_ckpt_path(ck));
+    if (l.spec.ops->logits_slot < 0) {
+        fprintf(stderr, "dtrun sample: %s holds a model without logits (%s); sampling needs a token model such as gpt\n",
+                dt_ckpt_path(ck), l.spec.ops->name);
         rc = DT_EXIT_USAGE;
         goto out_free;
     }
@@ -132,13 +132,10 @@ int dt_cmd_sample(int argc, char **argv) {
     if (dt_device_init(&dev, kind, 0) != DT_STATUS_OK) {
         if (strcmp(device, "auto") != 0 || dt_device_init(&dev, DT_DEVICE_CPU, 0) != DT_STATUS_OK) goto out_error;
     }
-    if (dev->ops->alloc(dev, DT_MEM_PARAMS, l.n_params * dt_dtype_size(dev->ops->dtype), &params) != DT_STATUS_OK ||
-        dev->ops->upload_f32(dev, params, host, l.n_params) != DT_STATUS_OK || dt_net_init(&net, dev, &l, 1) != DT_STATUS_OK)
-        goto out_error;
+    if (dt_sample_net_init(&sn, dev, &l, host, DT_MEM_PARAMS) != DT_STATUS_OK) goto out_error;
     have_net = 1;
-    dt_net_bind(&net, params, NULL);
     out = dt_xcalloc((size_t)o.tokens + 1, sizeof *out);
-    if (dt_sample_generate(&net, ids, n_ids, &o, out) != DT_STATUS_OK) {
+    if (dt_sample_generate(&sn.net, ids, n_ids, &o, out) != DT_STATUS_OK) {
         fprintf(stderr, "dtrun sample: %s\n", dt_error_detail());
         rc = DT_EXIT_USAGE;
         goto out_free;
@@ -149,8 +146,7 @@ int dt_cmd_sample(int argc, char **argv) {
     if (text) {
         if (prompt) fputs(prompt, stdout);
         for (int i = 0; i < o.tokens; i++) {
-            int c = out[i];
-            putchar(c == '\n' || c == '\t' || c >= 32 ? c : '?');
+            putchar(dt_sample_char(out[i], 0));
         }
         putchar('\n');
     } else {
@@ -162,11 +158,8 @@ int dt_cmd_sample(int argc, char **argv) {
 out_error:
     fprintf(stderr, "dtrun sample: %s\n", dt_error_detail());
 out_free:
-    if (have_net) dt_net_free(&net);
-    if (dev) {
-        dev->ops->free(dev, params);
-        dt_device_free(dev);
-    }
+    if (have_net) dt_sample_net_free(&sn);
+    dt_device_free(dev);
     free(ids);
     free(out);
     dt_mem_free(host);

@@ -39,7 +39,7 @@ TestSuite(ckpt, .init = make_dir, .fini = rm_dir, .timeout = 60);
 static const char *bufs[3] = {"params", "m", "v"};
 
 static void gpt_layout(dt_model_layout *l, int n_layer, int n_embd) {
-    dt_model_spec s = {.type = DT_MODEL_GPT, .n_layer = n_layer, .n_head = 2, .n_embd = n_embd, .seq_len = 16,
+    dt_model_spec s = {.ops = &dt_model_gpt, .n_layer = n_layer, .n_head = 2, .n_embd = n_embd, .seq_len = 16,
                        .vocab_size = 256, .vocab_pad_multiple = 64};
     cr_assert_eq(dt_model_layout_init(&s, l), DT_STATUS_OK);
 }

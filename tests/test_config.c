@@ -220,7 +220,7 @@ Test(config, deepspeed_hf_config_with_auto_loads_as_it_is) {
     cr_assert_eq(cfg.strategy, DT_STRATEGY_ZERO2);
     cr_assert_eq(cfg.zero.allgather_bucket_size, 200000000);
     cr_assert_eq(cfg.zero.reduce_bucket_size, 6553600);
-    cr_assert_eq(cfg.model.type, DT_MODEL_MLP); /* no model section: synthetic MLP */
+    cr_assert_eq(cfg.model.ops, &dt_model_mlp); /* no model section: synthetic MLP */
     const char *w = dt_config_warnings(&cfg);
     cr_assert(strstr(w, "\"auto\" resolved to dtrun's default or derived value for: "), "%s", w);
     cr_assert(strstr(w, "optimizer.params.lr"));
@@ -402,7 +402,7 @@ Test(config, overrides) {
     cr_assert(cfg.bf16.enabled);
     cr_assert_eq(cfg.optimizer.eps, 1e-6);
     cr_assert_eq(cfg.scheduler.type, DT_SCHED_WARMUP_COSINE_LR);
-    cr_assert_eq(cfg.model.type, DT_MODEL_GPT);
+    cr_assert_eq(cfg.model.ops, &dt_model_gpt);
     cr_assert_not(cfg.optimizer.adam_w_mode);
     /* a later override on the loaded config */
     cr_assert_eq(dt_config_set(&cfg, "train_steps=77"), DT_STATUS_OK);
@@ -508,7 +508,7 @@ Test(config, every_preset_loads_resolves_and_round_trips) {
         assert_round_trip(&cfg, g.gl_pathv[i]);
         if (strstr(g.gl_pathv[i], "demo.json")) {
             seen++;
-            cr_assert_eq(cfg.model.type, DT_MODEL_GPT);
+            cr_assert_eq(cfg.model.ops, &dt_model_gpt);
             cr_assert_str_eq(cfg.data.train, "runs/data/fortunes.txt");
             cr_assert_eq(cfg.model.vocab_size, 256);
             cr_assert_eq(cfg.train_micro_batch_size_per_gpu, 16);
@@ -536,7 +536,7 @@ Test(config, every_preset_loads_resolves_and_round_trips) {
         }
         if (strstr(g.gl_pathv[i], "mlp-tiny.json")) {
             seen++;
-            cr_assert_eq(cfg.model.type, DT_MODEL_MLP);
+            cr_assert_eq(cfg.model.ops, &dt_model_mlp);
             cr_assert_leq(cfg.train_steps, 50);
         }
         dt_config_free(&cfg);

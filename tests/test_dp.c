@@ -16,7 +16,7 @@
 #include "runtime/model/net.h"
 
 static dt_model_layout gpt_layout(void) {
-    dt_model_spec s = {.type = DT_MODEL_GPT, .n_layer = 3, .n_head = 2, .n_embd = 8,
+    dt_model_spec s = {.ops = &dt_model_gpt, .n_layer = 3, .n_head = 2, .n_embd = 8,
                        .seq_len = 16, .vocab_size = 61, .vocab_pad_multiple = 64};
     dt_model_layout l;
     cr_assert_eq(dt_model_layout_init(&s, &l), DT_STATUS_OK);
@@ -24,7 +24,7 @@ static dt_model_layout gpt_layout(void) {
 }
 
 static dt_model_layout mlp_layout(void) { /* 16-33-33-4: 1,819 parameters */
-    dt_model_spec s = {.type = DT_MODEL_MLP, .in_dim = 16, .hidden_dim = 33, .n_hidden_layers = 2, .n_classes = 4};
+    dt_model_spec s = {.ops = &dt_model_mlp, .in_dim = 16, .hidden_dim = 33, .n_hidden_layers = 2, .n_classes = 4};
     dt_model_layout l;
     cr_assert_eq(dt_model_layout_init(&s, &l), DT_STATUS_OK);
     cr_assert_eq(l.n_params, 1819u);
@@ -129,7 +129,7 @@ Test(dp, buckets_run_backwards_over_whole_units_with_caps) {
 
 Test(dp, uneven_counts_give_padded_slices) {
     /* 10 elements on 4 shards: slices of 3, rank 3 owns the last 1 (padding 2) */
-    dt_model_spec s = {.type = DT_MODEL_MLP, .in_dim = 1, .hidden_dim = 1, .n_hidden_layers = 0, .n_classes = 5};
+    dt_model_spec s = {.ops = &dt_model_mlp, .in_dim = 1, .hidden_dim = 1, .n_hidden_layers = 0, .n_classes = 5};
     dt_model_layout l;
     cr_assert_eq(dt_model_layout_init(&s, &l), DT_STATUS_OK);
     cr_assert_eq(l.n_params, 10u);

@@ -1,16 +1,22 @@
 /*
  * test_model.c - tensor tables: exact parameter counts, contiguous units,
- * initialisation statistics and determinism.
+ * initialisation statistics and determinism; and the model table: every
+ * registered model fills the slots the trainer needs, and its layout, FLOPs,
+ * initialisation and arena keep the invariants the rest of dtrun relies on.
  */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/kernels.h"
+#include "runtime/config/config.h"
 #include "runtime/model/model.h"
+#include "runtime/model/net.h"
+#include "runtime/model/sample.h"
 
 static dt_model_spec gpt2_124m(void) {
-    dt_model_spec s = {.type = DT_MODEL_GPT, .n_layer = 12, .n_head = 12, .n_embd = 768,
+    dt_model_spec s = {.ops = &dt_model_gpt, .n_layer = 12, .n_head = 12, .n_embd = 768,
                        .seq_len = 1024, .vocab_size = 50257, .vocab_pad_multiple = 1};
     return s;
 }
@@ -33,7 +39,7 @@ Test(model, gpt2_124m_parameter_count_is_exact) {
 }
 
 Test(model, units_are_contiguous_and_cover_the_buffer) {
-    dt_model_spec s = {.type = DT_MODEL_GPT, .n_layer = 3, .n_head = 2, .n_embd = 8,
+    dt_model_spec s = {.ops = &dt_model_gpt, .n_layer = 3, .n_head = 2, .n_embd = 8,
                        .seq_len = 16, .vocab_size = 61, .vocab_pad_multiple = 64};
     dt_model_layout l;
     cr_assert_eq(dt_model_layout_init(&s, &l), DT_STATUS_OK);
@@ -73,7 +79,7 @@ Test(model, bad_specs_name_the_field) {
 }
 
 Test(model, gpt2_init_statistics_and_determinism) {
-    dt_model_spec s = {.type = DT_MODEL_GPT, .n_layer = 4, .n_head = 4, .n_embd = 64,
+    dt_model_spec s = {.ops = &dt_model_gpt, .n_layer = 4, .n_head = 4, .n_embd = 64,
                        .seq_len = 32, .vocab_size = 250, .vocab_pad_multiple = 64};
     dt_model_layout l;
     cr_assert_eq(dt_model_layout_init(&s, &l), DT_STATUS_OK);
@@ -113,11 +119,149 @@ Test(model, flops_per_token) {
 }
 
 Test(model, mlp_layout) {
-    dt_model_spec s = {.type = DT_MODEL_MLP, .in_dim = 10, .hidden_dim = 7, .n_hidden_layers = 2,
+    dt_model_spec s = {.ops = &dt_model_mlp, .in_dim = 10, .hidden_dim = 7, .n_hidden_layers = 2,
                        .n_classes = 3};
     dt_model_layout l;
     cr_assert_eq(dt_model_layout_init(&s, &l), DT_STATUS_OK);
     cr_assert_eq(l.n_params, (10 * 7 + 7) + (7 * 7 + 7) + (7 * 3 + 3));
     cr_assert_eq(l.n_units, 3);
     dt_model_layout_free(&l);
+}
+
+/* ---- the registry ---------------------------------------------------------- */
+
+/* The spec a model gets from its config defaults (a token model's vocabulary 0
+ * becomes 256, as for text data). */
+static dt_model_spec default_spec(const dt_model_ops *ops) {
+    dt_model_spec s = {.ops = ops};
+    for (int i = 0; i < ops->n_keys; i++)
+        *(int *)((char *)&s + ops->keys[i].offset) = atoi(ops->keys[i].def);
+    if (ops->data == DT_MODEL_DATA_TOKENS && s.vocab_size == 0) s.vocab_size = 256;
+    return s;
+}
+
+Test(registry, every_model_fills_the_slots_the_trainer_needs) {
+    cr_assert_geq(dt_model_count(), 2);
+    cr_assert_null(dt_model_at(dt_model_count()));
+    cr_assert_null(dt_model_lookup("no-such-model"));
+    for (int m = 0; m < dt_model_count(); m++) {
+        const dt_model_ops *o = dt_model_at(m);
+        cr_assert_not_null(o->name);
+        cr_assert_eq(dt_model_lookup(o->name), o, "%s is found by its name", o->name);
+        for (int k = 0; k < m; k++) cr_assert_str_neq(dt_model_at(k)->name, o->name, "names are unique");
+        cr_assert(o->help && o->keys && o->n_keys > 0, "%s: help and config keys", o->name);
+        cr_assert(o->validate && o->build && o->init_params && o->flops_per_token && o->describe,
+                  "%s: layout slots", o->name);
+        cr_assert(o->arena_slots && o->arena_sizes && o->forward && o->backward && o->export_shape,
+                  "%s: compute and export slots", o->name);
+        if (o->data == DT_MODEL_DATA_FEATURES)
+            cr_assert_not_null(o->synthetic_batch, "%s: feature data needs its synthetic samples", o->name);
+        for (int i = 0; i < o->n_keys; i++) {
+            const dt_model_key *k = &o->keys[i];
+            cr_assert(!strncmp(k->path, "model.", 6), "%s: %s is under model.", o->name, k->path);
+            cr_assert(k->offset + sizeof(int) <= sizeof(dt_model_spec) && k->offset >= sizeof(void *),
+                      "%s: %s is an int field of the spec", o->name, k->path);
+            int def = atoi(k->def);
+            cr_assert(def >= k->min && def <= k->max, "%s: %s default in its bounds", o->name, k->path);
+        }
+    }
+}
+
+Test(registry, layouts_tile_the_buffer_and_initialise_deterministically) {
+    dt_device_t *dev = NULL;
+    cr_assert_eq(dt_device_init(&dev, DT_DEVICE_CPU, 1), DT_STATUS_OK);
+    for (int m = 0; m < dt_model_count(); m++) {
+        const dt_model_ops *o = dt_model_at(m);
+        dt_model_spec s = default_spec(o);
+        dt_model_layout l;
+        cr_assert_eq(dt_model_layout_init(&s, &l), DT_STATUS_OK, "%s: %s", o->name, dt_error_detail());
+        cr_assert_eq(l.spec.ops, o);
+        cr_assert_gt(l.n_tensors, 0);
+        cr_assert_geq(l.seq_len, 1, "%s: positions per sample", o->name);
+        if (o->data == DT_MODEL_DATA_FEATURES) cr_assert_gt(l.in_features, 0, "%s: features per sample", o->name);
+        if (o->logits_slot >= 0) cr_assert_gt(l.vocab_padded, 0, "%s: logits width", o->name);
+        /* tensors follow each other in order, units are runs of them, in order */
+        size_t next = 0;
+        for (int i = 0; i < l.n_tensors; i++) {
+            const dt_tensor_info *t = &l.tensors[i];
+            cr_assert_eq(t->offset, next, "%s: %s starts where the previous ends", o->name, t->name);
+            cr_assert(i == 0 || t->unit == l.tensors[i - 1].unit || t->unit == l.tensors[i - 1].unit + 1,
+                      "%s: %s: units in order", o->name, t->name);
+            cr_assert_gt(t->numel, 0);
+            int64_t shape[2];
+            int nd;
+            o->export_shape(&l, i, shape, &nd);
+            cr_assert(nd >= 1 && nd <= 2, "%s: %s exported as 1 or 2 dims", o->name, t->name);
+            next += t->numel;
+        }
+        cr_assert_eq(next, l.n_params);
+        next = 0;
+        for (int u = 0; u < l.n_units; u++) {
+            cr_assert_eq(l.units[u].offset, next, "%s: unit %d starts where the previous ends", o->name, u);
+            cr_assert_gt(l.units[u].numel, 0);
+            next += l.units[u].numel;
+        }
+        cr_assert_eq(next, l.n_params, "%s: the units cover the buffer", o->name);
+        cr_assert_leq(dt_model_unpadded_params(&l), l.n_params);
+        cr_assert_gt(dt_model_flops_per_token(&l), 0, "%s: FLOPs per token", o->name);
+        char line[512] = "";
+        o->describe(&l, "", line, sizeof line);
+        cr_assert(!strncmp(line, o->name, strlen(o->name)), "%s: the line names the model: %s", o->name, line);
+
+        float *a = malloc(l.n_params * sizeof(float)), *b = malloc(l.n_params * sizeof(float));
+        dt_model_init_params(&l, 7, a);
+        dt_model_init_params(&l, 7, b);
+        cr_assert_arr_eq(a, b, l.n_params * sizeof(float), "%s: same seed, same parameters", o->name);
+        dt_model_init_params(&l, 8, b);
+        cr_assert(memcmp(a, b, l.n_params * sizeof(float)) != 0, "%s: another seed differs", o->name);
+        free(a);
+        free(b);
+
+        /* the arena: slot 3 holds the losses, logits in a real slot, net.c sums the slots */
+        int ns = o->arena_slots(&l);
+        cr_assert_gt(ns, DT_NET_SLOT_LOSSES);
+        cr_assert_lt(o->logits_slot, ns);
+        size_t *sizes = calloc((size_t)ns, sizeof *sizes), sum = 0;
+        o->arena_sizes(dev, &l, 2, sizes);
+        cr_assert_eq(sizes[DT_NET_SLOT_LOSSES], 2 * (size_t)l.seq_len * sizeof(float), "%s: losses", o->name);
+        for (int i = 0; i < ns; i++) sum += (sizes[i] + 63) & ~(size_t)63;
+        cr_assert_eq(dt_net_arena_bytes(dev, &l, 2), sum);
+        free(sizes);
+        dt_model_layout_free(&l);
+    }
+    dt_device_free(dev);
+}
+
+Test(registry, unknown_model_type_is_a_config_error_listing_the_models) {
+    dt_config_t cfg;
+    cr_assert_eq(dt_config_load_string("{\"model\": {\"type\": \"llama\"}}", "x.json", NULL, 0, &cfg),
+                 DT_STATUS_CONFIG);
+    const char *e = dt_config_errors(&cfg);
+    cr_assert(strstr(e, "x.json: model.type: expected one of"), "%s", e);
+    for (int m = 0; m < dt_model_count(); m++) {
+        char quoted[64];
+        snprintf(quoted, sizeof quoted, "\"%s\"", dt_model_at(m)->name);
+        cr_assert(strstr(e, quoted), "lists %s: %s", quoted, e);
+    }
+    dt_config_free(&cfg);
+    /* each name picks its model */
+    for (int m = 0; m < dt_model_count(); m++) {
+        char kv[64];
+        snprintf(kv, sizeof kv, "model.type=%s", dt_model_at(m)->name);
+        const char *ov[] = {kv, "data.train=x.txt"};
+        cr_assert_eq(dt_config_load_string("{}", "y.json", ov, 2, &cfg), DT_STATUS_OK, "%s", dt_config_errors(&cfg));
+        cr_assert_eq(cfg.model.ops, dt_model_at(m));
+        dt_config_free(&cfg);
+    }
+}
+
+Test(sample, byte_ids_print_as_the_trainer_and_dtrun_sample_print_them) {
+    cr_assert_eq(dt_sample_char('a', 1), 'a');
+    cr_assert_eq(dt_sample_char('\n', 1), '\n');
+    cr_assert_eq(dt_sample_char('\t', 0), '\t');
+    cr_assert_eq(dt_sample_char(7, 0), '?');
+    cr_assert_eq(dt_sample_char(127, 1), '?'); /* the trainer: printable ASCII only */
+    cr_assert_eq(dt_sample_char(200, 1), '?');
+    cr_assert_eq(dt_sample_char(200, 0), 200); /* dtrun sample: raw bytes (UTF-8 survives) */
+    cr_assert_eq(dt_sample_char(300, 0), '?');
 }

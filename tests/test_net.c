@@ -34,12 +34,12 @@ static void setup_model(fixture *f, const dt_model_spec *spec, int B) {
     f->tgt = calloc((size_t)rows, sizeof(int32_t));
     dt_rng rng;
     dt_rng_seed(&rng, 99, 0);
-    int V = spec->type == DT_MODEL_GPT ? spec->vocab_size : spec->n_classes;
+    int V = spec->ops == &dt_model_gpt ? spec->vocab_size : spec->n_classes;
     for (int i = 0; i < rows; i++) {
-        f->tok[i] = (int32_t)dt_rng_below(&rng, (uint64_t)(spec->type == DT_MODEL_GPT ? V : 1));
+        f->tok[i] = (int32_t)dt_rng_below(&rng, (uint64_t)(spec->ops == &dt_model_gpt ? V : 1));
         f->tgt[i] = (int32_t)dt_rng_below(&rng, (uint64_t)V);
     }
-    if (spec->type == DT_MODEL_MLP) {
+    if (spec->ops == &dt_model_mlp) {
         f->feat = calloc((size_t)B * (size_t)spec->in_dim, sizeof(float));
         for (int i = 0; i < B * spec->in_dim; i++) f->feat[i] = (float)dt_rng_normal(&rng);
     }
@@ -60,7 +60,7 @@ static double loss_of(fixture *f) {
     return l;
 }
 
-static const dt_model_spec tiny_gpt = {.type = DT_MODEL_GPT, .n_layer = 2, .n_head = 2, .n_embd = 8,
+static const dt_model_spec tiny_gpt = {.ops = &dt_model_gpt, .n_layer = 2, .n_head = 2, .n_embd = 8,
                                        .seq_len = 5, .vocab_size = 11, .vocab_pad_multiple = 16};
 
 Test(net, gpt_loss_at_init_is_ln_vocab) {
@@ -130,7 +130,7 @@ Test(net, gpt_gradients_match_finite_differences) {
 
 Test(net, mlp_gradients_match_finite_differences) {
     fixture f = {0};
-    dt_model_spec s = {.type = DT_MODEL_MLP, .in_dim = 6, .hidden_dim = 9, .n_hidden_layers = 2, .n_classes = 4};
+    dt_model_spec s = {.ops = &dt_model_mlp, .in_dim = 6, .hidden_dim = 9, .n_hidden_layers = 2, .n_classes = 4};
     setup_model(&f, &s, 5);
     /* Small steps: a larger one would cross ReLU kinks. */
     gradcheck(&f, 1e-3, 1);

@@ -77,7 +77,7 @@ Test(plan, fp32_splits_on_cpu) {
 }
 
 Test(plan, gpt2_124m_exact_count_from_the_layout) {
-    dt_model_spec s = {.type = DT_MODEL_GPT, .n_layer = 12, .n_head = 12, .n_embd = 768,
+    dt_model_spec s = {.ops = &dt_model_gpt, .n_layer = 12, .n_head = 12, .n_embd = 768,
                        .seq_len = 1024, .vocab_size = 50257, .vocab_pad_multiple = 128};
     dt_model_layout l;
     cr_assert_eq(dt_model_layout_init(&s, &l), DT_STATUS_OK);
@@ -98,7 +98,7 @@ Test(plan, gpt2_124m_exact_count_from_the_layout) {
 }
 
 Test(plan, activation_bytes_by_hand) {
-    dt_model_spec s = {.type = DT_MODEL_GPT, .n_layer = 2, .n_head = 2, .n_embd = 16,
+    dt_model_spec s = {.ops = &dt_model_gpt, .n_layer = 2, .n_head = 2, .n_embd = 16,
                        .seq_len = 8, .vocab_size = 60, .vocab_pad_multiple = 64};
     dt_model_layout l;
     cr_assert_eq(dt_model_layout_init(&s, &l), DT_STATUS_OK);
@@ -132,13 +132,13 @@ Test(plan, activations_match_the_trainers_arena) {
     dt_device_t *dev;
     cr_assert_eq(dt_device_init(&dev, DT_DEVICE_CPU, 3), DT_STATUS_OK, "%s", dt_error_detail());
     dt_model_spec specs[] = {
-        {.type = DT_MODEL_GPT, .n_layer = 3, .n_head = 3, .n_embd = 12, .seq_len = 7,
+        {.ops = &dt_model_gpt, .n_layer = 3, .n_head = 3, .n_embd = 12, .seq_len = 7,
          .vocab_size = 50, .vocab_pad_multiple = 1},
-        {.type = DT_MODEL_GPT, .n_layer = 2, .n_head = 4, .n_embd = 64, .seq_len = 100,
+        {.ops = &dt_model_gpt, .n_layer = 2, .n_head = 4, .n_embd = 64, .seq_len = 100,
          .vocab_size = 256, .vocab_pad_multiple = 64},
-        {.type = DT_MODEL_MLP, .in_dim = 5, .hidden_dim = 7, .n_hidden_layers = 2,
+        {.ops = &dt_model_mlp, .in_dim = 5, .hidden_dim = 7, .n_hidden_layers = 2,
          .n_classes = 3},
-        {.type = DT_MODEL_MLP, .in_dim = 33, .hidden_dim = 9, .n_hidden_layers = 0,
+        {.ops = &dt_model_mlp, .in_dim = 33, .hidden_dim = 9, .n_hidden_layers = 0,
          .n_classes = 40},
     };
     for (size_t i = 0; i < sizeof specs / sizeof *specs; i++)
@@ -309,7 +309,7 @@ Test(plan, gpt2_124m_from_the_preset_config) {
     dt_config_t cfg;
     dt_status_t st = dt_config_load("configs/gpt2-124m.json", NULL, 0, &cfg);
     cr_assert_eq(st, DT_STATUS_OK, "%s", dt_config_errors(&cfg));
-    dt_model_spec s = {.type = cfg.model.type, .n_layer = (int)cfg.model.n_layer,
+    dt_model_spec s = {.ops = cfg.model.ops, .n_layer = (int)cfg.model.n_layer,
                        .n_head = (int)cfg.model.n_head, .n_embd = (int)cfg.model.n_embd,
                        .seq_len = (int)cfg.model.seq_len, .vocab_size = (int)cfg.model.vocab_size,
                        .vocab_pad_multiple = (int)cfg.model.vocab_pad_multiple};

@@ -16,10 +16,10 @@
 #include "runtime/model/model.h"
 #include "runtime/model/net.h"
 #include "runtime/ckpt/safetensors.h"
-#include "runtime/tools/sample.h"
+#include "runtime/model/sample.h"
 
 static void gpt(dt_model_layout *l, int vocab, int pad) {
-    dt_model_spec s = {.type = DT_MODEL_GPT, .n_layer = 2, .n_head = 2, .n_embd = 16, .seq_len = 8,
+    dt_model_spec s = {.ops = &dt_model_gpt, .n_layer = 2, .n_head = 2, .n_embd = 16, .seq_len = 8,
                        .vocab_size = vocab, .vocab_pad_multiple = pad};
     cr_assert_eq(dt_model_layout_init(&s, l), DT_STATUS_OK);
 }

@@ -389,19 +389,10 @@ out_close:
 static void add_model(cJSON *meta, const dt_model_layout *l) {
     const dt_model_spec *s = &l->spec;
     cJSON *m = cJSON_AddObjectToObject(meta, "model");
-    cJSON_AddStringToObject(m, "type", s->type == DT_MODEL_GPT ? "gpt" : "mlp");
-    if (s->type == DT_MODEL_GPT) {
-        cJSON_AddNumberToObject(m, "n_layer", s->n_layer);
-        cJSON_AddNumberToObject(m, "n_head", s->n_head);
-        cJSON_AddNumberToObject(m, "n_embd", s->n_embd);
-        cJSON_AddNumberToObject(m, "seq_len", s->seq_len);
-        cJSON_AddNumberToObject(m, "vocab_size", s->vocab_size);
-        cJSON_AddNumberToObject(m, "vocab_pad_multiple", s->vocab_pad_multiple);
-    } else {
-        cJSON_AddNumberToObject(m, "in_dim", s->in_dim);
-        cJSON_AddNumberToObject(m, "hidden_dim", s->hidden_dim);
-        cJSON_AddNumberToObject(m, "n_hidden_layers", s->n_hidden_layers);
-        cJSON_AddNumberToObject(m, "n_classes", s->n_classes);
+    cJSON_AddStringToObject(m, "type", s->ops->name);
+    for (int i = 0; i < s->ops->n_keys; i++) { /* the model's keys, without "model." */
+        const dt_model_key *k = &s->ops->keys[i];
+        cJSON_AddNumberToObject(m, k->path + 6, *(const int *)((const char *)s + k->offset));
     }
     cJSON_AddNumberToObject(meta, "n_params", (double)l->n_params);
     cJSON *ts = cJSON_AddArrayToObject(meta, "tensors");
@@ -781,20 +772,19 @@ dt_status_t dt_ckpt_model_spec(const dt_ckpt_t *c, dt_model_spec *spec) {
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(c->meta, "model");
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(m, "type");
     if (!cJSON_IsString(type)) return dt_error(DT_STATUS_FORMAT, "%s/meta.json: no model type", c->path);
-    uint64_t u[6] = {0};
-    if (!strcmp(type->valuestring, "gpt")) {
-        const char *k[] = {"n_layer", "n_head", "n_embd", "seq_len", "vocab_size", "vocab_pad_multiple"};
-        for (int i = 0; i < 6; i++)
-            if (!json_u64(m, k[i], &u[i])) return dt_error(DT_STATUS_FORMAT, "%s/meta.json: model.%s missing", c->path, k[i]);
-        spec->type = DT_MODEL_GPT;
-        spec->n_layer = (int)u[0], spec->n_head = (int)u[1], spec->n_embd = (int)u[2];
-        spec->seq_len = (int)u[3], spec->vocab_size = (int)u[4], spec->vocab_pad_multiple = (int)u[5];
-    } else {
-        const char *k[] = {"in_dim", "hidden_dim", "n_hidden_layers", "n_classes"};
-        for (int i = 0; i < 4; i++)
-            if (!json_u64(m, k[i], &u[i])) return dt_error(DT_STATUS_FORMAT, "%s/meta.json: model.%s missing", c->path, k[i]);
-        spec->type = DT_MODEL_MLP;
-        spec->in_dim = (int)u[0], spec->hidden_dim = (int)u[1], spec->n_hidden_layers = (int)u[2], spec->n_classes = (int)u[3];
+    spec->ops = dt_model_lookup(type->valuestring);
+    if (!spec->ops) {
+        char names[256];
+        dt_model_names(names, sizeof names);
+        return dt_error(DT_STATUS_FORMAT, "%s/meta.json: model type \"%s\" is none of %s", c->path,
+                        type->valuestring, names);
+    }
+    for (int i = 0; i < spec->ops->n_keys; i++) {
+        const dt_model_key *k = &spec->ops->keys[i];
+        uint64_t u;
+        if (!json_u64(m, k->path + 6, &u))
+            return dt_error(DT_STATUS_FORMAT, "%s/meta.json: %s missing", c->path, k->path);
+        *(int *)((char *)spec + k->offset) = (int)u;
     }
     return DT_STATUS_OK;
 }

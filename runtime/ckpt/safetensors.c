@@ -13,22 +13,6 @@
 
 #include "common/mem.h"
 
-/* HF's Conv1D weights: stored (in, out), ours are (out, in). */
-static int is_conv1d(const dt_model_layout *l, const dt_tensor_info *t) {
-    if (l->spec.type != DT_MODEL_GPT || t->ndim != 2) return 0;
-    size_t n = strlen(t->name);
-    return n > 7 && !strcmp(t->name + n - 7, ".weight") &&
-           (strstr(t->name, ".c_attn.") || strstr(t->name, ".c_proj.") || strstr(t->name, ".c_fc."));
-}
-
-/* The exported shape and element count of tensor t. */
-static void out_shape(const dt_model_layout *l, const dt_tensor_info *t, int64_t shape[2], int *ndim) {
-    *ndim = t->ndim;
-    for (int d = 0; d < t->ndim && d < 2; d++) shape[d] = t->shape[d];
-    if (l->spec.type == DT_MODEL_GPT && !strcmp(t->name, "wte.weight")) shape[0] = l->spec.vocab_size;
-    if (is_conv1d(l, t)) shape[0] = t->shape[1], shape[1] = t->shape[0];
-}
-
 static dt_status_t write_all(int fd, const void *p, size_t n, const char *path) {
     const char *c = p;
     while (n) {
@@ -51,7 +35,7 @@ dt_status_t dt_safetensors_write(const dt_model_layout *l, const float *params, 
         const dt_tensor_info *t = &l->tensors[i];
         int64_t shape[2] = {0, 0};
         int nd;
-        out_shape(l, t, shape, &nd);
+        l->spec.ops->export_shape(l, i, shape, &nd);
         size_t numel = 1;
         cJSON *o = cJSON_AddObjectToObject(h, t->name);
         cJSON_AddStringToObject(o, "dtype", "F32");
@@ -91,8 +75,7 @@ dt_status_t dt_safetensors_write(const dt_model_layout *l, const float *params, 
         const float *src = params + t->offset;
         int64_t shape[2] = {0, 0};
         int nd;
-        out_shape(l, t, shape, &nd);
-        if (is_conv1d(l, t)) {
+        if (l->spec.ops->export_shape(l, i, shape, &nd)) {
             int64_t rows = t->shape[0], cols = t->shape[1]; /* ours (out, in) -> (in, out) */
             scratch = dt_xrealloc(scratch, (size_t)(rows * cols) * sizeof(float));
             for (int64_t r = 0; r < rows; r++)

@@ -4,9 +4,11 @@
  * One row per key (path, type, bounds, flags, default, target field, help), as
  * redis' standardConfig: the same table drives the defaults, parsing the JSON file
  * with cJSON, type and range errors, `KEY=VALUE` overrides, the JSON dump of the
- * resolved config and `dtrun config --keys`. Cross-key rules (strategy vs ZeRO
- * stage, the batch identity, model shape) follow the table in finish() and
- * dt_config_resolve().
+ * resolved config and `dtrun config --keys`. The model.* rows come from the models
+ * (runtime/model/model.h: each model's dt_model_ops.keys, model.type's names from the
+ * registry); the table is assembled once, in keys_init(). Cross-key rules (strategy
+ * vs ZeRO stage, the batch identity, the model's own config_check) follow the table
+ * in finish() and dt_config_resolve().
  *
  * Defaults that differ from DeepSpeed's, and why:
  *   reduce_bucket_size, allgather_bucket_size: 6553600 elements (25 MiB of fp32,
@@ -31,6 +33,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <pthread.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -44,7 +47,6 @@
 /* ---- enum names --------------------------------------------------------- */
 
 #define NAME_(n, s) s,
-static const char *const model_names[] = {DT_MODEL_TYPE_MAP(NAME_) NULL};
 static const char *const optim_names[] = {DT_OPTIM_TYPE_MAP(NAME_) NULL};
 static const char *const sched_names[] = {DT_SCHED_TYPE_MAP(NAME_) NULL};
 static const char *const warmup_names[] = {DT_WARMUP_TYPE_MAP(NAME_) NULL};
@@ -56,7 +58,6 @@ static const char *const backend_names[] = {DT_COMM_BACKEND_MAP(NAME_) NULL};
 
 /* Enum fields are written through an int pointer. */
 _Static_assert(sizeof(dt_strategy_t) == sizeof(int), "enum fields must be int-sized");
-_Static_assert(sizeof(dt_model_type_t) == sizeof(int), "enum fields must be int-sized");
 
 /* ---- the table ---------------------------------------------------------- */
 
@@ -71,6 +72,7 @@ enum key_flags {
     KF_MAX_EXCL = 1 << 2, /* value < max rather than <= max */
     KF_DERIVED = 1 << 3,  /* default "auto": derived from other keys */
     KF_PATH = 1 << 4,     /* string naming a file or folder: non-empty, no "auto" */
+    KF_INT32 = 1 << 5,    /* KT_INT whose field is an int (the model's keys), not int64_t */
 };
 
 typedef struct config_key {
@@ -88,7 +90,7 @@ typedef struct config_key {
 #define BIG 9007199254740991.0 /* 2^53 - 1: the largest exact integer in a double */
 #define I32 2147483647.0
 
-static const config_key_t keys[] = {
+static const config_key_t head_keys[] = {
     /* DeepSpeed's keys */
     {"train_batch_size", KT_INT, OFF(train_batch_size), 1, I32, KF_DS | KF_DERIVED, NULL,
      "\"auto\"", "global batch in samples = micro * accumulation * world size"},
@@ -161,25 +163,11 @@ static const config_key_t keys[] = {
      "stage 3: tensors smaller than this stay unsharded"},
 
     /* dtrun's own keys */
-    {"model.type", KT_ENUM, OFF(model.type), 0, 0, 0, model_names, "\"mlp\"",
-     "gpt (GPT-2 on text/tokens) or mlp (synthetic data)"},
-    {"model.n_layer", KT_INT, OFF(model.n_layer), 1, 1024, 0, NULL, "4", "gpt: blocks"},
-    {"model.n_head", KT_INT, OFF(model.n_head), 1, 1024, 0, NULL, "4", "gpt: attention heads"},
-    {"model.n_embd", KT_INT, OFF(model.n_embd), 1, 65536, 0, NULL, "128",
-     "gpt: width (a multiple of n_head)"},
-    {"model.seq_len", KT_INT, OFF(model.seq_len), 1, 1048576, 0, NULL, "128",
-     "gpt: context length in tokens"},
-    {"model.vocab_size", KT_INT, OFF(model.vocab_size), 0, 16777216, 0, NULL, "0",
-     "gpt: 0 = from the data (256 for text, 50257 for token shards)"},
-    {"model.vocab_pad_multiple", KT_INT, OFF(model.vocab_pad_multiple), 1, 65536, 0, NULL, "64",
-     "gpt: embedding rows padded to a multiple of this"},
-    {"model.in_dim", KT_INT, OFF(model.in_dim), 1, 1048576, 0, NULL, "32", "mlp: input features"},
-    {"model.hidden_dim", KT_INT, OFF(model.hidden_dim), 1, 1048576, 0, NULL, "64",
-     "mlp: hidden width"},
-    {"model.n_hidden_layers", KT_INT, OFF(model.n_hidden_layers), 1, 1024, 0, NULL, "2",
-     "mlp: hidden layers"},
-    {"model.n_classes", KT_INT, OFF(model.n_classes), 2, 1048576, 0, NULL, "10",
-     "mlp: output classes"},
+    /* model.type, then every registered model's keys: see keys_init() */
+};
+
+/* The rows after the model's. */
+static const config_key_t tail_keys[] = {
     {"data.train", KT_STRING, OFF(data.train), 0, 0, KF_PATH, NULL, "null",
      "training data: a path or glob (text = bytes, or .bin token shards)"},
     {"data.val", KT_STRING, OFF(data.val), 0, 0, KF_PATH, NULL, "null",
@@ -216,8 +204,50 @@ static const config_key_t keys[] = {
      "CPU threads per rank (0 = cores / local ranks)"},
 };
 
-#define N_KEYS ((int)(sizeof keys / sizeof keys[0]))
-_Static_assert(sizeof keys / sizeof keys[0] <= DT_CONFIG_MAX_KEYS, "raise DT_CONFIG_MAX_KEYS");
+/* The table: head_keys, model.type, each model's keys (runtime/model/registry.c
+ * order, a path two models share listed once), tail_keys. Built once. */
+#define MAX_MODELS 32
+static config_key_t keys[DT_CONFIG_MAX_KEYS];
+static int n_keys;
+static const char *model_names[MAX_MODELS + 1];
+static char model_help[512];
+#define N_KEYS n_keys
+
+static void add_row(const config_key_t *k) {
+    for (int i = 0; i < n_keys; i++)
+        if (!strcmp(keys[i].path, k->path)) return;
+    if (n_keys == DT_CONFIG_MAX_KEYS) abort(); /* a bug: raise DT_CONFIG_MAX_KEYS */
+    keys[n_keys++] = *k;
+}
+
+static void build_keys(void) {
+    for (size_t i = 0; i < sizeof head_keys / sizeof head_keys[0]; i++) add_row(&head_keys[i]);
+    int nm = dt_model_count() < MAX_MODELS ? dt_model_count() : MAX_MODELS;
+    size_t h = 0;
+    for (int m = 0; m < nm; m++) { /* "gpt (GPT-2 on text/tokens) or mlp (synthetic data)" */
+        const dt_model_ops *ops = dt_model_at(m);
+        model_names[m] = ops->name;
+        const char *sep = m == 0 ? "" : m == nm - 1 ? " or " : ", ";
+        h += (size_t)snprintf(model_help + h, h < sizeof model_help ? sizeof model_help - h : 0, "%s%s (%s)",
+                              sep, ops->name, ops->help);
+    }
+    config_key_t type = {"model.type", KT_ENUM, OFF(model_type), 0, 0, 0, model_names, "\"mlp\"",
+                         model_help};
+    add_row(&type);
+    for (int m = 0; m < nm; m++) {
+        const dt_model_ops *ops = dt_model_at(m);
+        for (int i = 0; i < ops->n_keys; i++) {
+            const dt_model_key *mk = &ops->keys[i];
+            config_key_t k = {mk->path, KT_INT, OFF(model) + mk->offset, mk->min, mk->max, KF_INT32, NULL,
+                              mk->def, mk->help};
+            add_row(&k);
+        }
+    }
+    for (size_t i = 0; i < sizeof tail_keys / sizeof tail_keys[0]; i++) add_row(&tail_keys[i]);
+}
+
+static pthread_once_t keys_once = PTHREAD_ONCE_INIT;
+static void keys_init(void) { pthread_once(&keys_once, build_keys); }
 
 /* DeepSpeed keys (and everything under them) that dtrun accepts and ignores. */
 static const char *const ignored_keys[] = {
@@ -519,7 +549,8 @@ static void set_value(parse_ctx_t *ctx, int row, const cJSON *v) {
         if (!cJSON_IsNumber(v) || !in_bounds(k, v->valuedouble) ||
             floor(v->valuedouble) != v->valuedouble)
             goto out_type_error;
-        *(int64_t *)f = (int64_t)v->valuedouble;
+        if (k->flags & KF_INT32) *(int *)f = (int)v->valuedouble; /* bounds fit an int */
+        else *(int64_t *)f = (int64_t)v->valuedouble;
         break;
     }
     case KT_FLOAT:
@@ -616,7 +647,11 @@ static void apply_path(parse_ctx_t *ctx, const char *path, const cJSON *v) {
 
 static void derive(dt_config_t *cfg);
 
+/* model.ops from model.type. */
+static void sync_model(dt_config_t *cfg) { cfg->model.ops = dt_model_at(cfg->model_type); }
+
 void dt_config_init(dt_config_t *cfg) {
+    keys_init();
     memset(cfg, 0, sizeof *cfg);
     parse_ctx_t ctx = {.cfg = cfg, .src = "default", .origin = 0};
     for (int i = 0; i < N_KEYS; i++) {
@@ -625,6 +660,7 @@ void dt_config_init(dt_config_t *cfg) {
         cJSON_Delete(d);
     }
     derive(cfg);
+    sync_model(cfg);
     cfg->errors = dt_xstrdup("");
     cfg->errors_cap = 1;
     cfg->warnings = dt_xstrdup("");
@@ -668,9 +704,6 @@ const char *dt_config_strategy_name(dt_strategy_t s) {
 }
 const char *dt_config_sched_name(dt_sched_type_t s) {
     return (unsigned)s < sizeof sched_names / sizeof *sched_names - 1 ? sched_names[s] : "?";
-}
-const char *dt_config_model_name(dt_model_type_t m) {
-    return (unsigned)m < sizeof model_names / sizeof *model_names - 1 ? model_names[m] : "?";
 }
 
 int64_t dt_config_padded_vocab(int64_t vocab, int64_t multiple) {
@@ -736,15 +769,16 @@ static void finish(dt_config_t *cfg, const char *src) {
                     src, (long long)cfg->scheduler.total_num_steps,
                     (long long)cfg->scheduler.warmup_num_steps);
 
-    if (cfg->model.type == DT_MODEL_GPT) {
-        if (cfg->model.n_embd % cfg->model.n_head != 0)
-            add_error(cfg, src,
-                      "model.n_embd: expected a multiple of model.n_head (%lld), found %lld",
-                      (long long)cfg->model.n_head, (long long)cfg->model.n_embd);
+    sync_model(cfg);
+    char msg[512];
+    if (cfg->model.ops->config_check && cfg->model.ops->config_check(&cfg->model, msg, sizeof msg))
+        add_error(cfg, src, "%s", msg);
+    if (cfg->model.ops->data == DT_MODEL_DATA_TOKENS) {
         if (!cfg->data.train)
             add_error(cfg, src,
-                      "data.train: expected a path or glob of training data (model.type gpt "
-                      "reads text or token shards), found nothing");
+                      "data.train: expected a path or glob of training data (model.type %s "
+                      "reads text or token shards), found nothing",
+                      cfg->model.ops->name);
         if (cfg->eval.every_steps > 0 && !cfg->data.val && cfg->data.val_fraction <= 0)
             add_error(cfg, src,
                       "data.val_fraction: expected a number in (0, 1) when data.val is not "
@@ -1088,7 +1122,7 @@ static cJSON *value_json(const dt_config_t *cfg, int row) {
     switch (k->type) {
     case KT_BOOL: return cJSON_CreateBool(*(const bool *)f);
     case KT_INT: {
-        int64_t x = *(const int64_t *)f;
+        int64_t x = (k->flags & KF_INT32) ? *(const int *)f : *(const int64_t *)f;
         if ((k->flags & KF_DERIVED) && x == 0 && cfg->origin[row] == 0)
             return cJSON_CreateString("auto");
         return cJSON_CreateNumber((double)x);
@@ -1110,6 +1144,7 @@ static cJSON *value_json(const dt_config_t *cfg, int row) {
 }
 
 char *dt_config_dump_json(const dt_config_t *cfg) {
+    keys_init();
     cJSON *root = cJSON_CreateObject();
     if (!root) return NULL;
     for (int i = 0; i < N_KEYS; i++) {
@@ -1138,6 +1173,7 @@ char *dt_config_dump_json(const dt_config_t *cfg) {
 }
 
 void dt_config_print_keys(FILE *out) {
+    keys_init();
     fprintf(out, "%-52s %-14s %-14s %s\n", "KEY", "TYPE", "DEFAULT", "HELP");
     for (int i = 0; i < N_KEYS; i++) {
         const config_key_t *k = &keys[i];

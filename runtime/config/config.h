@@ -39,10 +39,9 @@
 
 #include "common/status.h" /* defines: dt_status_t */
 #include "runtime/comm/comm.h"    /* defines: dt_comm_backend_t */
-#include "runtime/model/model.h"  /* defines: dt_model_type_t */
+#include "runtime/model/model.h"  /* defines: dt_model_spec, dt_model_ops */
 
 /* X(enum suffix, name in JSON). The order is the numeric value. */
-#define DT_MODEL_TYPE_MAP(X) X(GPT, "gpt") X(MLP, "mlp")
 #define DT_OPTIM_TYPE_MAP(X) X(ADAMW, "AdamW") X(ADAM, "Adam")
 #define DT_SCHED_TYPE_MAP(X)                                                 \
     X(NONE, "none") X(WARMUP_LR, "WarmupLR") X(WARMUP_DECAY_LR, "WarmupDecayLR") \
@@ -55,8 +54,6 @@
 #define DT_STRATEGY_MAP(X)                                                   \
     X(DDP, "ddp") X(ZERO1, "zero1") X(ZERO2, "zero2") X(FSDP, "fsdp") X(HSDP, "hsdp")
 
-/* dt_model_type_t (DT_MODEL_GPT, DT_MODEL_MLP) comes from runtime/model/model.h, in
- * the order of DT_MODEL_TYPE_MAP. */
 typedef enum dt_optim_type {
 #define X(n, s) DT_OPTIM_##n,
     DT_OPTIM_TYPE_MAP(X)
@@ -140,13 +137,12 @@ typedef struct dt_config {
     } zero;
 
     /* dtrun's own keys */
-    struct {
-        dt_model_type_t type;
-        int64_t n_layer, n_head, n_embd, seq_len; /* gpt */
-        int64_t vocab_size;         /* 0 = from the data (256 text, 50257 shards) */
-        int64_t vocab_pad_multiple; /* the embedding table rounds vocab up to this */
-        int64_t in_dim, hidden_dim, n_hidden_layers, n_classes; /* mlp */
-    } model;
+    /* model.*: model.type picks model.ops (the registry, runtime/model/model.h);
+     * every registered model's keys are int fields of the spec (each model owns
+     * its rows, dt_model_ops.keys). vocab_size 0 = from the data (256 text, 50257
+     * shards). dt_model_spec_copy() takes the chosen model's fields. */
+    int model_type; /* index of model.type in the registry */
+    dt_model_spec model;
     struct {
         char *train;         /* path or glob; required for gpt */
         char *val;           /* path or glob; NULL = held-out tail of train */
@@ -231,7 +227,6 @@ void dt_config_free(dt_config_t *cfg);
 /* Names of enum values as written in JSON ("fsdp", "WarmupCosineLR", ...). */
 const char *dt_config_strategy_name(dt_strategy_t s);
 const char *dt_config_sched_name(dt_sched_type_t s);
-const char *dt_config_model_name(dt_model_type_t m);
 /* The ZeRO stage a strategy stands for (ddp 0, zero1 1, zero2 2, fsdp 3, hsdp 3). */
 int dt_config_strategy_stage(dt_strategy_t s);
 

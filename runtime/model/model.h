@@ -1,13 +1,38 @@
 /*
- * model.h - models as a tensor table over one flat parameter buffer.
+ * model.h - models as a tensor table over one flat parameter buffer, and the
+ * model table (dt_model_ops) every model file fills.
  *
  * A model's parameters live in one contiguous buffer (llm.c style); gradients,
  * master weights and Adam m/v are buffers of the same layout. The tensor table
- * names each tensor (Hugging Face GPT-2 names, so export can use them), its shape,
- * its element offset, its FSDP unit and whether weight decay applies. Units are
- * contiguous ranges in forward order: GPT: 0 = embeddings (wte, wpe), 1..L = the
- * blocks, L+1 = final LayerNorm (the LM head is tied to wte). MLP: one unit per
- * layer. DDP buckets are byte ranges of the same buffer; FSDP shards units.
+ * names each tensor (the names export writes: Hugging Face GPT-2 names for gpt),
+ * its shape, its element offset, its FSDP unit and whether weight decay applies.
+ * Units are contiguous ranges in forward order (gpt: 0 = embeddings, 1..L = the
+ * blocks, L+1 = final LayerNorm, the LM head tied to unit 0; mlp: one unit per
+ * layer). DDP buckets are byte ranges of the same buffer; FSDP shards units; a
+ * pipeline stage would own whole units; a tensor-parallel shard would be a strided
+ * range of one tensor, found here by name, shape and offset.
+ *
+ * The model table, as the device table (kernels/kernels.h) and the communicator
+ * table (runtime/comm/comm_impl.h): one file per model fills a dt_model_ops
+ * (runtime/model/gpt.c, mlp.c) and runtime/model/registry.c lists them. Callers
+ * never test which model they hold: they ask spec.ops. A new model is its own file
+ * filling every slot not marked optional, plus one line in registry.c:
+ *   name, help, data kind          "gpt", shown in errors and `dtrun config --keys`
+ *   keys                           its model.* config keys (int fields of the spec:
+ *                                  path, bounds, default, help); keys of the same
+ *                                  path in two models are one key (the first wins)
+ *   validate, build                checks the spec naming the bad field, then adds
+ *                                  its tensors (dt_model_add_tensor) and sets
+ *                                  seq_len / in_features / vocab_padded
+ *   init_params                    deterministic for a seed (dt_model_init_tensor)
+ *   flops_per_token, describe      training FLOPs per token (per sample); a line
+ *                                  for people (`dtrun plan`)
+ *   arena_slots/arena_sizes,       the activation arena and the compute over
+ *   forward, backward, logits_slot kernels.h (net.h; runtime/model/net_impl.h)
+ *   export_shape                   the shape export writes, and whether the
+ *                                  tensor is stored transposed
+ *   synthetic_batch                (feature data) the samples the trainer uses
+ * and optionally config_check, unpadded_params, net_check, tied_head.
  */
 #ifndef DT_RUNTIME_MODEL_H
 #define DT_RUNTIME_MODEL_H
@@ -17,20 +42,20 @@
 
 #include "common/rng.h"
 #include "common/status.h"
+#include "kernels/kernels.h" /* defines: dt_device_t */
 
 #define DT_MODEL_MAX_DIMS 4
 #define DT_MODEL_NAME_LEN 48
 
-typedef enum dt_model_type {
-    DT_MODEL_GPT = 0,
-    DT_MODEL_MLP = 1,
-} dt_model_type_t;
+typedef struct dt_model_ops dt_model_ops;
 
+/* A model's shape. ops says which model; each model reads its own fields (its
+ * config keys) and ignores the rest. Fields new models need go here. */
 typedef struct dt_model_spec {
-    dt_model_type_t type;
+    const dt_model_ops *ops;
     /* gpt */
     int n_layer, n_head, n_embd, seq_len;
-    int vocab_size;         /* real vocab V */
+    int vocab_size;         /* real vocab V (0 in a config: from the data) */
     int vocab_pad_multiple; /* Vp = V rounded up to this (1 = no padding) */
     /* mlp: in_dim -> hidden_dim (x n_hidden_layers, ReLU) -> n_classes */
     int in_dim, hidden_dim, n_hidden_layers, n_classes;
@@ -44,7 +69,7 @@ typedef struct dt_tensor_info {
     size_t numel;
     int unit;
     int decay; /* AdamW weight decay applies (matmul weights, not biases/LN/embeddings) */
-    int init;  /* how it is initialised: see model.c */
+    int init;  /* how it is initialised: DT_MODEL_INIT_* */
 } dt_tensor_info;
 
 typedef struct dt_unit_info {
@@ -54,13 +79,102 @@ typedef struct dt_unit_info {
 
 typedef struct dt_model_layout {
     dt_model_spec spec;
-    int vocab_padded; /* Vp (gpt) */
+    int seq_len;      /* positions per sample: rows of the loss per sample (1: feature rows) */
+    int in_features;  /* features per sample (feature data), else 0 */
+    int vocab_padded; /* width of the logits / embedding rows (token models), else 0 */
     dt_tensor_info *tensors;
     int n_tensors;
     dt_unit_info *units;
     int n_units;
     size_t n_params; /* elements in the flat buffer */
 } dt_model_layout;
+
+/* What a model trains on. */
+typedef enum dt_model_data {
+    DT_MODEL_DATA_TOKENS = 0,   /* token sequences (B, T) from data.train */
+    DT_MODEL_DATA_FEATURES = 1, /* feature rows (B, in_features) and class labels, synthetic */
+} dt_model_data_t;
+
+/* How dt_model_init_tensor fills a tensor. */
+typedef enum dt_model_init {
+    DT_MODEL_INIT_NORMAL = 0, /* normal(0, std) */
+    DT_MODEL_INIT_RESIDUAL = 1, /* normal(0, resid_std) */
+    DT_MODEL_INIT_ZERO = 2,
+    DT_MODEL_INIT_ONE = 3,
+    DT_MODEL_INIT_EMBED = 4, /* normal(0, std) */
+} dt_model_init_t;
+
+/* One model.* config key: an int field of dt_model_spec. Keys are ints only for
+ * now; a float key (Llama's rope_theta, norm_eps) would add a kind here, read in
+ * config.c's build_keys, dt_model_spec_copy and the checkpoint's meta.json. */
+typedef struct dt_model_key {
+    const char *path;  /* "model.n_layer" */
+    size_t offset;     /* offsetof(dt_model_spec, field) */
+    int min, max;
+    const char *def;   /* default as JSON text */
+    const char *help;
+} dt_model_key;
+
+struct dt_net;
+
+struct dt_model_ops {
+    const char *name; /* model.type */
+    const char *help; /* "GPT-2 on text/tokens" */
+    dt_model_data_t data;
+    int tied_head; /* unit 0 is used again at the head (net.h: the hook order) */
+    const dt_model_key *keys;
+    int n_keys;
+    /* Rules across the model's keys of a config (vocab_size may be 0): 0, or 1 with
+     * the message ("model.n_embd: expected ...") in msg. */
+    int (*config_check)(const dt_model_spec *s, char *msg, size_t len); /* (optional) */
+
+    /* layout */
+    dt_status_t (*validate)(const dt_model_spec *s);
+    void (*build)(dt_model_layout *l);
+    void (*init_params)(const dt_model_layout *l, uint64_t seed, float *params);
+    size_t (*unpadded_params)(const dt_model_layout *l); /* (optional) NULL: n_params */
+    double (*flops_per_token)(const dt_model_layout *l);
+    /* One line for people (`dtrun plan`): "gpt, 4 layers, ..., N parameters"; note
+     * (may be "") says where the vocabulary came from. */
+    void (*describe)(const dt_model_layout *l, const char *note, char *buf, size_t len);
+
+    /* compute (net.h): slots 0-3 of the arena are DT_NET_SLOT_TOKENS, _TARGETS,
+     * _FEATURES and _LOSSES; sizes[] comes zeroed */
+    int (*arena_slots)(const dt_model_layout *l);
+    void (*arena_sizes)(const dt_device_t *dev, const dt_model_layout *l, int B, size_t *sizes);
+    dt_status_t (*net_check)(const dt_model_layout *l); /* (optional) at dt_net_init */
+    /* Forward from the uploaded batch; the losses (rows floats) into the losses slot
+     * when with_loss. */
+    void (*forward)(struct dt_net *net, int with_loss);
+    void (*backward)(struct dt_net *net, float dscale);
+    int logits_slot; /* arena slot of the (B*T, vocab_padded) logits; -1: none */
+
+    /* export: the shape written for tensor t (ndim <= 2); 1 when the tensor is
+     * written transposed ((out, in) stored as (in, out), HF Conv1D) */
+    int (*export_shape)(const dt_model_layout *l, int t, int64_t shape[2], int *ndim);
+
+    /* (optional; feature data needs it) n samples from global sample id `first`
+     * on; a sample depends only on (seed, id). x: (n, in_features), y: (n). */
+    void (*synthetic_batch)(const dt_model_layout *l, uint64_t seed, uint64_t first, int n, float *x,
+                            int32_t *y);
+};
+
+/* ---- the registry (registry.c) ---- */
+
+/* The models dtrun ships, for code that must name one (tests); everything else
+ * goes through the registry. A new model needs a line here only if something names
+ * it. */
+extern const dt_model_ops dt_model_gpt; /* gpt.c */
+extern const dt_model_ops dt_model_mlp; /* mlp.c */
+
+/* The model called name, or NULL. */
+const dt_model_ops *dt_model_lookup(const char *name);
+int dt_model_count(void);
+const dt_model_ops *dt_model_at(int i);
+/* "gpt, mlp" into buf. */
+void dt_model_names(char *buf, size_t len);
+
+/* ---- layouts (model.c) ---- */
 
 /* Checks the spec (names the bad field) and builds the table. */
 dt_status_t dt_model_layout_init(const dt_model_spec *spec, dt_model_layout *out);
@@ -69,13 +183,25 @@ void dt_model_layout_free(dt_model_layout *l);
 int dt_model_find(const dt_model_layout *l, const char *name);
 /* Parameters the model would have without vocab padding (GPT-2 124M: 124,439,808). */
 size_t dt_model_unpadded_params(const dt_model_layout *l);
-/* Fills params (fp32, n_params) as GPT-2 does: normal(0, 0.02), residual
- * projections normal(0, 0.02/sqrt(2*n_layer)), biases 0, LayerNorm weights 1,
- * padded vocab rows 0. Identical on every rank for the same seed. */
+/* Fills params (fp32, n_params) as the model does (gpt: normal(0, 0.02), residual
+ * projections normal(0, 0.02/sqrt(2*n_layer)), biases 0, LayerNorm weights 1, padded
+ * vocab rows 0). Identical on every rank for the same seed. */
 void dt_model_init_params(const dt_model_layout *l, uint64_t seed, float *params);
 /* Training FLOPs per token (forward + backward): 6*N + 12*L*C*T for gpt (N the
  * non-embedding-position matmul parameters as in the PaLM appendix: all params
  * but wpe), 6*N for mlp (per sample). */
 double dt_model_flops_per_token(const dt_model_layout *l);
+/* dst gets src's fields that are keys of src->ops (the rest 0) and ops. */
+void dt_model_spec_copy(const dt_model_spec *src, dt_model_spec *dst);
+
+/* For model files: appends a tensor to unit `unit` (units in order, tensors of a
+ * unit contiguous); name is printf-formatted. */
+void dt_model_add_tensor(dt_model_layout *l, int unit, int decay, dt_model_init_t init, int ndim,
+                         const int64_t *shape, const char *fmt, ...)
+    __attribute__((format(printf, 7, 8)));
+/* For model files: fills tensor i per its init kind from its own RNG stream (seed, i),
+ * with std for NORMAL/EMBED and resid_std for RESIDUAL. */
+void dt_model_init_tensor(const dt_model_layout *l, int i, uint64_t seed, float *params, double std,
+                          double resid_std);
 
 #endif /* DT_RUNTIME_MODEL_H */

@@ -2,6 +2,12 @@
  * net.h - forward and backward of a model (model.h layout) on a device
  * (kernels/kernels.h), with all activations in one arena sized up front.
  *
+ * net.c is the machinery every model shares: the arena (slot sizes from the
+ * model's arena_sizes, each rounded up to 64 bytes), binding units to flat
+ * buffers, uploading the batch, the loss and the logits. The compute itself is the
+ * model's (spec.ops->forward/backward, e.g. runtime/model/gpt.c), written against
+ * runtime/model/net_impl.h.
+ *
  * Parameters and gradients are reached per unit through unit_params[u] and
  * unit_grads[u] (base pointers of unit u's range), which dt_net_bind points into
  * flat buffers. A data-parallel strategy may re-point them (FSDP points a unit at
@@ -29,10 +35,19 @@ typedef enum dt_net_phase {
     DT_NET_BWD_POST = 3,
 } dt_net_phase_t;
 
+/* Arena slots every model has (sized 0 when unused); its own slots follow. */
+enum {
+    DT_NET_SLOT_TOKENS = 0,   /* (B, T) int */
+    DT_NET_SLOT_TARGETS = 1,  /* (B, T) int */
+    DT_NET_SLOT_FEATURES = 2, /* (B, in_features) compute dtype */
+    DT_NET_SLOT_LOSSES = 3,   /* (B*T) fp32 */
+    DT_NET_SLOT_FIRST = 4,
+};
+
 typedef void (*dt_net_hook_fn)(void *ctx, int unit, dt_net_phase_t phase);
 
-/* One micro-batch. GPT: tokens (B, T) and targets (B, T). MLP: features
- * (B, in_dim) and targets (B) class ids. Host memory. */
+/* One micro-batch. Token models: tokens (B, T) and targets (B, T). Feature models:
+ * features (B, in_features) and targets (B) class ids. Host memory. */
 typedef struct dt_batch {
     const int32_t *tokens;
     const float *features;
@@ -51,11 +66,12 @@ typedef struct dt_net {
     /* arena */
     void *arena;
     size_t arena_bytes;
-    size_t *off; /* byte offsets of named activations, see net.c */
+    size_t *off; /* byte offsets of the arena slots (the model's numbering) */
+    int n_slots;
     int *d_tokens, *d_targets; /* device copies of the batch */
     void *d_features;
     float *h_losses; /* host copy of per-row losses */
-    int n_rows;      /* rows of the loss: B*T (gpt) or B (mlp) */
+    int n_rows;      /* rows of the loss: B*T (T = 1 for feature rows) */
     int have_forward;
 } dt_net_t;
 
@@ -71,8 +87,9 @@ size_t dt_net_arena_bytes(const dt_device_t *dev, const dt_model_layout *layout,
 dt_status_t dt_net_forward(dt_net_t *net, const dt_batch *batch, double *mean_loss);
 /* Backward of the last forward: gradients += d(dscale * sum of row losses). */
 dt_status_t dt_net_backward(dt_net_t *net, float dscale);
-/* GPT only: forward of tokens (B, T) without loss, then the logits (Vp floats,
- * host) of row b at position t are copied to out. For sampling. */
+/* Models with logits (ops->logits_slot >= 0): forward of tokens (B, T) without
+ * loss, then the logits (vocab_padded floats, host) of row b at position t are
+ * copied to out. For sampling. */
 dt_status_t dt_net_logits(dt_net_t *net, const int32_t *tokens, int b, int t, float *out);
 
 #endif /* DT_RUNTIME_NET_H */

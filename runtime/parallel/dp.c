@@ -334,11 +334,11 @@ static void dp_hook(void *ctx, int unit, dt_net_phase_t phase) {
 }
 
 /* The order in which the net calls PRE hooks in one micro-step (net.h): forward
- * in unit order (GPT: then unit 0 again for the tied head), backward in reverse
- * (GPT: unit 0 first for the head). Consecutive uses of one bucket merge. */
+ * in unit order (a tied head, ops->tied_head: then unit 0 again), backward in
+ * reverse (a tied head: unit 0 first). Consecutive uses of one bucket merge. */
 static void build_sequence(dt_dp_t *dp) {
     const dt_model_layout *l = dp->layout;
-    int nu = l->n_units, gpt = l->spec.type == DT_MODEL_GPT;
+    int nu = l->n_units, tied = l->spec.ops->tied_head;
     int cap = 2 * nu + 4, n = 0;
     dp->seq = dt_xcalloc((size_t)cap, sizeof(int));
     dp->seq_bwd = dt_xcalloc((size_t)cap, sizeof(int));
@@ -351,11 +351,11 @@ static void build_sequence(dt_dp_t *dp) {
         }                                                                                     \
     } while (0)
     for (int u = 0; u < nu; u++) PUSH(u, 0);
-    if (gpt) {
+    if (tied) {
         PUSH(0, 0);
         PUSH(0, 1);
     }
-    for (int u = nu - 1; u >= (gpt ? 1 : 0); u--) PUSH(u, 1);
+    for (int u = nu - 1; u >= (tied ? 1 : 0); u--) PUSH(u, 1);
 #undef PUSH
     dp->n_seq = n;
 }

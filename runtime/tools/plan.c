@@ -144,13 +144,14 @@ void dt_plan_link_names(char *buf, size_t len) {
 dt_status_t dt_plan_model_from_layout(const dt_model_layout *l, dt_plan_model *out) {
     memset(out, 0, sizeof *out);
     const dt_model_spec *s = &l->spec;
-    out->is_mlp = s->type == DT_MODEL_MLP;
+    out->type = s->ops->name;
+    out->feature_rows = s->ops->data == DT_MODEL_DATA_FEATURES;
     out->n_params = (double)l->n_params;
     out->n_params_unpadded = (double)dt_model_unpadded_params(l);
     out->n_layer = s->n_layer;
     out->n_head = s->n_head;
     out->n_embd = s->n_embd;
-    out->seq_len = out->is_mlp ? 1 : s->seq_len;
+    out->seq_len = l->seq_len;
     out->vocab_padded = l->vocab_padded;
     out->in_dim = s->in_dim;
     out->hidden_dim = s->hidden_dim;
@@ -169,6 +170,7 @@ dt_status_t dt_plan_model_from_layout(const dt_model_layout *l, dt_plan_model *o
 dt_status_t dt_plan_model_from_sizes(double params, int layers, int hidden, int heads, int seq,
                                      int vocab, dt_plan_model *out) {
     memset(out, 0, sizeof *out);
+    out->type = "gpt";
     if (!(params >= 1) || params > 1e15)
         return dt_error(DT_STATUS_USAGE, "--params: expected a count between 1 and 1e15, found %g",
                         params);
@@ -248,7 +250,7 @@ static double slot(double bytes) { return ceil(bytes / 64) * 64; }
 double dt_plan_activation_bytes(const dt_plan_model *m, int micro_batch, int compute_bytes,
                                 int attention, int checkpointing) {
     double B = micro_batch, d = compute_bytes;
-    if (m->is_mlp) {
+    if (m->feature_rows) {
         double maxd = fmax(m->in_dim, fmax(m->hidden_dim, m->n_classes));
         double g = slot(B * 4) + slot(B * m->in_dim * d) + slot(B * 4) + 2 * slot(B * maxd * d);
         double layers = m->n_hidden_layers * 2 * slot(B * m->hidden_dim * d) +
@@ -362,7 +364,7 @@ dt_status_t dt_plan_row_compute(const dt_plan_input *in, dt_plan_strategy_t s, i
     int attn = in->gpu_attention ? (in->gpu_attention_fused ? DT_PLAN_ATTENTION_FUSED : DT_PLAN_ATTENTION_CUBLAS)
                                  : (in->cpu_threads > 0 ? in->cpu_threads : 1);
     out->acts = dt_plan_activation_bytes(m, in->micro_batch, cb, attn, 0);
-    out->acts_ckpt = m->is_mlp ? out->acts : dt_plan_activation_bytes(m, in->micro_batch, cb, attn, 1);
+    out->acts_ckpt = m->feature_rows ? out->acts : dt_plan_activation_bytes(m, in->micro_batch, cb, attn, 1);
     if (n_gpus > 1) {
         if (s == DT_PLAN_FSDP || s == DT_PLAN_HYBRID)
             out->comm_buf = m->largest_unit * (2.0 * cb + in->comm_bytes);
@@ -381,7 +383,7 @@ dt_status_t dt_plan_row_compute(const dt_plan_input *in, dt_plan_strategy_t s, i
                                                 : DT_PLAN_FIT_NO;
 
     /* compute */
-    double tokens_mb = (double)in->micro_batch * (m->is_mlp ? 1 : m->seq_len);
+    double tokens_mb = (double)in->micro_batch * (m->feature_rows ? 1 : m->seq_len);
     double tokens_gpu = tokens_mb * in->accum;
     double rate = in->peak_flops * in->mfu;
     double base = m->flops_per_token * tokens_gpu / rate;

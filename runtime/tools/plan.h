@@ -128,7 +128,8 @@ void dt_plan_link_names(char *buf, size_t len);
 /* ---- the model as the arithmetic sees it ---------------------------------- */
 
 typedef struct dt_plan_model {
-    int is_mlp;
+    const char *type; /* the model's name (model.type): "gpt" for sizes given by flags */
+    int feature_rows; /* samples are feature rows (the mlp's arena), not token sequences */
     double n_params;         /* Ψ as held in the flat buffer (padded vocab) */
     double n_params_unpadded;
     int n_layer, n_head, n_embd, seq_len, vocab_padded;     /* gpt */

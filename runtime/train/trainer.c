@@ -29,6 +29,7 @@
 #include "runtime/train/metrics.h"
 #include "runtime/model/model.h"
 #include "runtime/model/net.h"
+#include "runtime/model/sample.h"
 #include "runtime/train/sched.h"
 #include "runtime/train/train_ckpt.h"
 
@@ -38,13 +39,13 @@ typedef struct trainer {
     dt_device_t *dev;
     dt_model_layout layout;
     dt_net_t net;
-    dt_data_t *data; /* gpt */
+    dt_data_t *data; /* token models; NULL for feature models (synthetic data) */
     dt_comm_t *comm; /* NULL on one rank */
     dt_dp_t *dp;     /* owns parameters, gradients and optimizer state */
     int B, T, accum;
     int32_t *tokens, *targets; /* host (B, T) */
-    float *features;           /* host (B, in_dim), mlp */
-    uint64_t mlp_cursor;       /* global samples consumed (mlp synthetic data) */
+    float *features;           /* host (B, in_features), feature models */
+    uint64_t mlp_cursor;       /* global samples consumed (synthetic feature data) */
     dt_metrics_t *metrics;
     double peak_flops;
     char log_dir[4096];
@@ -53,60 +54,29 @@ typedef struct trainer {
     int64_t saved_step; /* the step of the last checkpoint written or loaded */
 } trainer;
 
-/* The MLP's synthetic task: x ~ N(0, 1) of in_dim features, label = argmax of a
- * fixed random linear teacher. Sample `id` depends only on (seed, id), so any
- * split over ranks sees the same samples. */
-static void mlp_sample(const dt_config_t *cfg, uint64_t id, float *x, int32_t *y) {
-    int in = (int)cfg->model.in_dim, k = (int)cfg->model.n_classes;
-    dt_rng rng;
-    dt_rng_seed(&rng, (uint64_t)cfg->seed, 0x73616d70ull + id);
-    for (int i = 0; i < in; i++) x[i] = (float)dt_rng_normal(&rng);
-    dt_rng teacher;
-    dt_rng_seed(&teacher, (uint64_t)cfg->seed, 0x7465616368ull);
-    double best = -INFINITY;
-    for (int c = 0; c < k; c++) {
-        double s = 0;
-        for (int i = 0; i < in; i++) s += dt_rng_normal(&teacher) * x[i];
-        if (s > best) best = s, *y = c;
-    }
-}
-
+/* Token models read the data; feature models draw the model's synthetic samples,
+ * rank r taking the r-th B of each global batch. */
 static void next_batch(trainer *t, dt_batch *batch) {
-    if (t->layout.spec.type == DT_MODEL_GPT) {
+    if (t->data) {
         dt_data_next(t->data, t->tokens, t->targets);
         batch->tokens = t->tokens;
     } else {
-        int in = (int)t->cfg->model.in_dim;
         uint64_t first = t->mlp_cursor + (uint64_t)t->env->rank * (uint64_t)t->B;
-        for (int b = 0; b < t->B; b++)
-            mlp_sample(t->cfg, first + (uint64_t)b, t->features + (size_t)b * in, &t->targets[b]);
+        t->layout.spec.ops->synthetic_batch(&t->layout, (uint64_t)t->cfg->seed, first, t->B, t->features,
+                                            t->targets);
         t->mlp_cursor += (uint64_t)t->env->world_size * (uint64_t)t->B;
         batch->features = t->features;
     }
     batch->targets = t->targets;
 }
 
+/* The configured model's spec; a token model's vocabulary 0 comes from the data. */
 static dt_status_t build_spec(const dt_config_t *cfg, dt_model_spec *spec) {
-    memset(spec, 0, sizeof *spec);
-    if (cfg->model.type == DT_MODEL_GPT) {
-        spec->type = DT_MODEL_GPT;
-        spec->n_layer = (int)cfg->model.n_layer;
-        spec->n_head = (int)cfg->model.n_head;
-        spec->n_embd = (int)cfg->model.n_embd;
-        spec->seq_len = (int)cfg->model.seq_len;
-        spec->vocab_pad_multiple = (int)cfg->model.vocab_pad_multiple;
-        spec->vocab_size = (int)cfg->model.vocab_size;
-        if (spec->vocab_size == 0) {
-            dt_data_kind_t kind;
-            DT_CHECK(dt_data_detect(cfg->data.train, &kind));
-            spec->vocab_size = dt_data_default_vocab(kind);
-        }
-    } else {
-        spec->type = DT_MODEL_MLP;
-        spec->in_dim = (int)cfg->model.in_dim;
-        spec->hidden_dim = (int)cfg->model.hidden_dim;
-        spec->n_hidden_layers = (int)cfg->model.n_hidden_layers;
-        spec->n_classes = (int)cfg->model.n_classes;
+    dt_model_spec_copy(&cfg->model, spec);
+    if (spec->ops->data == DT_MODEL_DATA_TOKENS && spec->vocab_size == 0) {
+        dt_data_kind_t kind;
+        DT_CHECK(dt_data_detect(cfg->data.train, &kind));
+        spec->vocab_size = dt_data_default_vocab(kind);
     }
     return DT_STATUS_OK;
 }
@@ -215,7 +185,7 @@ static dt_train_ckpt ckpt_view(trainer *t, dt_train_ckpt_owned **owned, ckpt_loa
         c.barrier = ckpt_barrier, c.barrier_ctx = t;
         c.agree = ckpt_agree, c.agree_ctx = t;
     }
-    if (t->layout.spec.type == DT_MODEL_MLP) c.mlp_cursor = &t->mlp_cursor;
+    if (t->layout.spec.ops->data == DT_MODEL_DATA_FEATURES) c.mlp_cursor = &t->mlp_cursor;
     lc->t = t;
     lc->view = c;
     return c;
@@ -294,10 +264,10 @@ static dt_status_t setup(trainer *t) {
     DT_CHECK(dt_model_layout_init(&spec, &t->layout));
     t->B = (int)cfg->train_micro_batch_size_per_gpu;
     t->accum = (int)cfg->gradient_accumulation_steps;
-    t->T = spec.type == DT_MODEL_GPT ? spec.seq_len : 1;
-    if (spec.type == DT_MODEL_GPT) {
+    t->T = t->layout.seq_len;
+    if (spec.ops->data == DT_MODEL_DATA_TOKENS) {
         dt_data_opts o = {.train = cfg->data.train, .val = cfg->data.val,
-                          .val_fraction = cfg->data.val_fraction, .seq_len = spec.seq_len,
+                          .val_fraction = cfg->data.val_fraction, .seq_len = t->layout.seq_len,
                           .vocab_size = spec.vocab_size, .seed = (uint64_t)cfg->seed,
                           .rank = t->env->rank, .world_size = t->env->world_size, .micro_batch = t->B};
         DT_CHECK(dt_data_open(&o, &t->data));
@@ -338,7 +308,8 @@ static dt_status_t setup(trainer *t) {
     size_t rows = (size_t)t->B * (size_t)t->T;
     t->tokens = dt_xcalloc(rows, sizeof(int32_t));
     t->targets = dt_xcalloc(rows, sizeof(int32_t));
-    if (spec.type == DT_MODEL_MLP) t->features = dt_xcalloc((size_t)t->B * (size_t)spec.in_dim, sizeof(float));
+    if (t->layout.in_features > 0)
+        t->features = dt_xcalloc((size_t)t->B * (size_t)t->layout.in_features, sizeof(float));
     t->peak_flops = t->dev->ops->peak_flops ? t->dev->ops->peak_flops(t->dev) : 0;
     if (t->peak_flops <= 0) /* a GPU: its dense bf16 peak by name, as llm.c reports MFU */
         t->peak_flops = dt_peak_flops_gpu(t->dev->name);
@@ -376,7 +347,7 @@ static dt_status_t mean_over_ranks(trainer *t, double *x) {
 
 static dt_status_t evaluate(trainer *t, double *val_loss) {
     *val_loss = NAN;
-    if (t->layout.spec.type != DT_MODEL_GPT || dt_data_val_samples(t->data) == 0) return DT_STATUS_OK;
+    if (!t->data || dt_data_val_samples(t->data) == 0) return DT_STATUS_OK;
     int nb = t->cfg->eval.batches > 0 ? (int)t->cfg->eval.batches : 1;
     double sum = 0;
     for (int i = 0; i < nb; i++) {
@@ -395,60 +366,26 @@ static dt_status_t evaluate(trainer *t, double *val_loss) {
 /* Prints n generated characters (text data only), sampling with temperature
  * 0.8 from a fresh micro-batch-1 network over the trained parameters. */
 static int wants_sample(const trainer *t) {
-    return t->cfg->sample_tokens > 0 && t->layout.spec.type == DT_MODEL_GPT && dt_data_kind(t->data) == DT_DATA_TEXT;
+    return t->cfg->sample_tokens > 0 && t->layout.spec.ops->logits_slot >= 0 && t->data &&
+           dt_data_kind(t->data) == DT_DATA_TEXT;
 }
 
 static dt_status_t print_sample(trainer *t, int n, const float *host_params) {
     if (n <= 0 || !wants_sample(t)) return DT_STATUS_OK;
-    dt_net_t net;
-    void *params = NULL;
-    DT_CHECK(t->dev->ops->alloc(t->dev, DT_MEM_OTHER, t->layout.n_params * dt_dtype_size(t->dev->ops->dtype),
-                                &params));
-    dt_status_t st = t->dev->ops->upload_f32(t->dev, params, host_params, t->layout.n_params);
-    if (st == DT_STATUS_OK) st = dt_net_init(&net, t->dev, &t->layout, 1);
-    if (st != DT_STATUS_OK) {
-        t->dev->ops->free(t->dev, params);
-        return st;
-    }
-    dt_net_bind(&net, params, NULL);
-    int T = t->T, Vp = t->layout.vocab_padded, V = t->layout.spec.vocab_size;
-    int32_t *ctx = dt_xcalloc((size_t)T, sizeof(int32_t));
-    float *logits = dt_xcalloc((size_t)Vp, sizeof(float));
+    dt_sample_net sn;
+    DT_CHECK(dt_sample_net_init(&sn, t->dev, &t->layout, host_params, DT_MEM_OTHER));
+    int32_t prompt = '\n', *ids = dt_xcalloc((size_t)n, sizeof *ids);
     char *text = dt_xcalloc((size_t)n + 1, 1);
-    dt_rng rng;
-    dt_rng_seed(&rng, (uint64_t)t->cfg->seed, 0x73616d706c65ull);
-    int len = 1;
-    ctx[0] = '\n';
-    for (int i = 0; i < n; i++) {
-        int pos = len < T ? len : T;
-        DT_CHECK_GOTO(dt_net_logits(&net, ctx, 0, pos - 1, logits), st, out_free);
-        double mx = -INFINITY, sum = 0;
-        for (int v = 0; v < V; v++) mx = logits[v] > mx ? logits[v] : mx;
-        for (int v = 0; v < V; v++) sum += exp((logits[v] - mx) / 0.8);
-        double r = dt_rng_uniform(&rng) * sum, acc = 0;
-        int tok = V - 1;
-        for (int v = 0; v < V; v++) {
-            acc += exp((logits[v] - mx) / 0.8);
-            if (acc >= r) {
-                tok = v;
-                break;
-            }
-        }
-        text[i] = (char)((tok >= 32 && tok < 127) || tok == '\n' || tok == '\t' ? tok : '?');
-        if (len < T) ctx[len++] = tok;
-        else {
-            memmove(ctx, ctx + 1, (size_t)(T - 1) * sizeof *ctx);
-            ctx[T - 1] = tok;
-        }
-    }
+    dt_sample_opts o = {.tokens = n, .temperature = 0.8, .top_k = 0, .seed = (uint64_t)t->cfg->seed};
+    dt_status_t st;
+    DT_CHECK_GOTO(dt_sample_generate(&sn.net, &prompt, 1, &o, ids), st, out_free);
+    for (int i = 0; i < n; i++) text[i] = (char)dt_sample_char(ids[i], 1);
     printf("---- sample (%d characters) ----\n%s\n--------------------------------\n", n, text);
     fflush(stdout);
 out_free:
-    free(ctx);
-    free(logits);
+    free(ids);
     free(text);
-    dt_net_free(&net);
-    t->dev->ops->free(t->dev, params);
+    dt_sample_net_free(&sn);
     return st;
 }
 
@@ -541,7 +478,7 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env) {
         free(dump);
         printf("dtrun: %s model, %zu parameters (%.2f MB of fp32), %s x%d thread(s), world %d, "
                "micro-batch %d x accumulation %d, %lld steps\n",
-               dt_config_model_name(cfg->model.type), n, n * 4.0 / 1e6, dt_device_kind_name(t.dev->kind),
+               t.layout.spec.ops->name, n, n * 4.0 / 1e6, dt_device_kind_name(t.dev->kind),
                t.dev->nthreads, env->world_size, t.B, t.accum, (long long)steps);
         fflush(stdout);
     }

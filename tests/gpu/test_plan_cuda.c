@@ -17,13 +17,13 @@
 Test(plan_cuda, activations_match_the_trainers_arena) {
     if (dt_device_count(DT_DEVICE_CUDA) == 0) cr_skip_test("no CUDA device");
     dt_model_spec specs[] = {
-        {.type = DT_MODEL_GPT, .n_layer = 3, .n_head = 3, .n_embd = 12, .seq_len = 7, .vocab_size = 50,
+        {.ops = &dt_model_gpt, .n_layer = 3, .n_head = 3, .n_embd = 12, .seq_len = 7, .vocab_size = 50,
          .vocab_pad_multiple = 1},
-        {.type = DT_MODEL_GPT, .n_layer = 2, .n_head = 4, .n_embd = 64, .seq_len = 100, .vocab_size = 256,
+        {.ops = &dt_model_gpt, .n_layer = 2, .n_head = 4, .n_embd = 64, .seq_len = 100, .vocab_size = 256,
          .vocab_pad_multiple = 64},
-        {.type = DT_MODEL_GPT, .n_layer = 12, .n_head = 12, .n_embd = 768, .seq_len = 1024,
+        {.ops = &dt_model_gpt, .n_layer = 12, .n_head = 12, .n_embd = 768, .seq_len = 1024,
          .vocab_size = 50257, .vocab_pad_multiple = 128},
-        {.type = DT_MODEL_GPT, .n_layer = 1, .n_head = 2, .n_embd = 272, .seq_len = 40, .vocab_size = 64,
+        {.ops = &dt_model_gpt, .n_layer = 1, .n_head = 2, .n_embd = 272, .seq_len = 40, .vocab_size = 64,
          .vocab_pad_multiple = 1},
     };
     const char *kinds[] = {"cublas", "fused"};

@@ -55,7 +55,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *dir = argv[1];
-    dt_model_spec s = {.type = DT_MODEL_GPT, .n_layer = atoi(argv[2]), .n_head = atoi(argv[3]),
+    dt_model_spec s = {.ops = &dt_model_gpt, .n_layer = atoi(argv[2]), .n_head = atoi(argv[3]),
                        .n_embd = atoi(argv[4]), .seq_len = atoi(argv[5]), .vocab_size = atoi(argv[6]),
                        .vocab_pad_multiple = 128};
     int W = atoi(argv[7]), M = atoi(argv[8]);

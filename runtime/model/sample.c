@@ -1,7 +1,7 @@
 /*
  * sample.c - text generation (see sample.h).
  */
-#include "runtime/tools/sample.h"
+#include "runtime/model/sample.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -9,6 +9,28 @@
 
 #include "common/mem.h"
 #include "common/rng.h"
+
+dt_status_t dt_sample_net_init(dt_sample_net *s, dt_device_t *dev, const dt_model_layout *layout,
+                               const float *host_params, dt_mem_category_t cat) {
+    memset(s, 0, sizeof *s);
+    DT_CHECK(dev->ops->alloc(dev, cat, layout->n_params * dt_dtype_size(dev->ops->dtype), &s->params));
+    dt_status_t st = dev->ops->upload_f32(dev, s->params, host_params, layout->n_params);
+    if (st == DT_STATUS_OK) st = dt_net_init(&s->net, dev, layout, 1);
+    if (st != DT_STATUS_OK) {
+        dev->ops->free(dev, s->params);
+        s->params = NULL;
+        return st;
+    }
+    dt_net_bind(&s->net, s->params, NULL);
+    return DT_STATUS_OK;
+}
+
+void dt_sample_net_free(dt_sample_net *s) {
+    dt_device_t *dev = s->net.dev;
+    dt_net_free(&s->net);
+    if (dev) dev->ops->free(dev, s->params);
+    memset(s, 0, sizeof *s);
+}
 
 static int cmp_desc(const void *a, const void *b) {
     float x = *(const float *)a, y = *(const float *)b;
@@ -42,7 +64,9 @@ static int32_t pick(const float *logits, int V, const dt_sample_opts *o, dt_rng 
 dt_status_t dt_sample_generate(dt_net_t *net, const int32_t *prompt, int n_prompt, const dt_sample_opts *opts,
                                int32_t *out) {
     const dt_model_layout *l = net->layout;
-    if (l->spec.type != DT_MODEL_GPT) return dt_error(DT_STATUS_UNSUPPORTED, "sampling needs a GPT model");
+    if (l->spec.ops->logits_slot < 0)
+        return dt_error(DT_STATUS_UNSUPPORTED, "sampling needs a model with logits (model %s has none)",
+                        l->spec.ops->name);
     if (n_prompt < 1) return dt_error(DT_STATUS_INVALID, "sampling needs a prompt of at least one token");
     int T = l->spec.seq_len, V = l->spec.vocab_size;
     for (int i = 0; i < n_prompt; i++)
@@ -71,4 +95,10 @@ out_free:
     free(logits);
     free(scratch);
     return st;
+}
+
+int dt_sample_char(int32_t id, int ascii_only) {
+    if (id == '\n' || id == '\t') return id;
+    if (id >= 32 && (ascii_only ? id < 127 : id < 256)) return id;
+    return '?';
 }

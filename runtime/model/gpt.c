@@ -1,0 +1,320 @@
+/*
+ * gpt.c - GPT-2 (llm.c's train_gpt2 structure over the device op table): its
+ * config keys, tensor table, initialisation, FLOPs, activation arena, forward and
+ * backward, and its Hugging Face export shapes. Fills dt_model_gpt (model.h).
+ *
+ * Units: 0 = embeddings (wte (Vp, C), wpe (T, C)), 1..L = the blocks, L+1 = the
+ * final LayerNorm; the LM head is tied to wte, so unit 0 is used again at the head.
+ */
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/model/model.h"
+#include "runtime/model/net_impl.h"
+
+/* ---- config ---------------------------------------------------------------- */
+
+#define SPEC(f) offsetof(dt_model_spec, f)
+
+static const dt_model_key gpt_keys[] = {
+    {"model.n_layer", SPEC(n_layer), 1, 1024, "4", "gpt: blocks"},
+    {"model.n_head", SPEC(n_head), 1, 1024, "4", "gpt: attention heads"},
+    {"model.n_embd", SPEC(n_embd), 1, 65536, "128", "gpt: width (a multiple of n_head)"},
+    {"model.seq_len", SPEC(seq_len), 1, 1048576, "128", "gpt: context length in tokens"},
+    {"model.vocab_size", SPEC(vocab_size), 0, 16777216, "0",
+     "gpt: 0 = from the data (256 for text, 50257 for token shards)"},
+    {"model.vocab_pad_multiple", SPEC(vocab_pad_multiple), 1, 65536, "64",
+     "gpt: embedding rows padded to a multiple of this"},
+};
+
+static int gpt_config_check(const dt_model_spec *s, char *msg, size_t len) {
+    if (s->n_head > 0 && s->n_embd % s->n_head == 0) return 0;
+    snprintf(msg, len, "model.n_embd: expected a multiple of model.n_head (%d), found %d", s->n_head,
+             s->n_embd);
+    return 1;
+}
+
+/* ---- layout ---------------------------------------------------------------- */
+
+static dt_status_t check_positive(const char *name, int v) {
+    if (v <= 0) return dt_error(DT_STATUS_CONFIG, "model.%s: expected an integer > 0, found %d", name, v);
+    return DT_STATUS_OK;
+}
+
+static dt_status_t gpt_validate(const dt_model_spec *s) {
+    DT_CHECK(check_positive("n_layer", s->n_layer));
+    DT_CHECK(check_positive("n_head", s->n_head));
+    DT_CHECK(check_positive("n_embd", s->n_embd));
+    DT_CHECK(check_positive("seq_len", s->seq_len));
+    DT_CHECK(check_positive("vocab_size", s->vocab_size));
+    if (s->n_embd % s->n_head != 0)
+        return dt_error(DT_STATUS_CONFIG, "model.n_embd: %d is not divisible by model.n_head %d", s->n_embd,
+                        s->n_head);
+    if (s->vocab_size > 65536)
+        return dt_error(DT_STATUS_CONFIG, "model.vocab_size: %d exceeds 65536 (token ids are uint16)",
+                        s->vocab_size);
+    return DT_STATUS_OK;
+}
+
+#define SHAPE(...) ((const int64_t[]){__VA_ARGS__})
+#define NDIM(...) ((int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)))
+#define ADD(l, unit, decay, init, shape_list, ...) \
+    dt_model_add_tensor(l, unit, decay, DT_MODEL_INIT_##init, NDIM shape_list, SHAPE shape_list, __VA_ARGS__)
+
+/* Tensor k of layer l in the table gpt_build makes (forward and backward rely on it). */
+enum {
+    T_LN1W, T_LN1B, T_QKVW, T_QKVB, T_ATTPROJW, T_ATTPROJB, T_LN2W, T_LN2B, T_FCW, T_FCB,
+    T_FCPROJW, T_FCPROJB, T_PER_LAYER
+};
+#define LAYER_T(l, k) (2 + (l) * T_PER_LAYER + (k))
+
+static void gpt_build(dt_model_layout *l) {
+    const dt_model_spec *s = &l->spec;
+    int m = s->vocab_pad_multiple > 0 ? s->vocab_pad_multiple : 1;
+    l->vocab_padded = (s->vocab_size + m - 1) / m * m;
+    l->seq_len = s->seq_len;
+    int64_t C = s->n_embd, Vp = l->vocab_padded, T = s->seq_len;
+    ADD(l, 0, 0, EMBED, (Vp, C), "wte.weight");
+    ADD(l, 0, 0, EMBED, (T, C), "wpe.weight");
+    for (int i = 0; i < s->n_layer; i++) {
+        int u = 1 + i;
+        ADD(l, u, 0, ONE, (C), "h.%d.ln_1.weight", i);
+        ADD(l, u, 0, ZERO, (C), "h.%d.ln_1.bias", i);
+        ADD(l, u, 1, NORMAL, (3 * C, C), "h.%d.attn.c_attn.weight", i);
+        ADD(l, u, 0, ZERO, (3 * C), "h.%d.attn.c_attn.bias", i);
+        ADD(l, u, 1, RESIDUAL, (C, C), "h.%d.attn.c_proj.weight", i);
+        ADD(l, u, 0, ZERO, (C), "h.%d.attn.c_proj.bias", i);
+        ADD(l, u, 0, ONE, (C), "h.%d.ln_2.weight", i);
+        ADD(l, u, 0, ZERO, (C), "h.%d.ln_2.bias", i);
+        ADD(l, u, 1, NORMAL, (4 * C, C), "h.%d.mlp.c_fc.weight", i);
+        ADD(l, u, 0, ZERO, (4 * C), "h.%d.mlp.c_fc.bias", i);
+        ADD(l, u, 1, RESIDUAL, (C, 4 * C), "h.%d.mlp.c_proj.weight", i);
+        ADD(l, u, 0, ZERO, (C), "h.%d.mlp.c_proj.bias", i);
+    }
+    ADD(l, s->n_layer + 1, 0, ONE, (C), "ln_f.weight");
+    ADD(l, s->n_layer + 1, 0, ZERO, (C), "ln_f.bias");
+}
+
+/* normal(0, 0.02), residual projections normal(0, 0.02/sqrt(2L)), padded vocab rows 0. */
+static void gpt_init_params(const dt_model_layout *l, uint64_t seed, float *params) {
+    double resid_std = 0.02 / sqrt(2.0 * l->spec.n_layer);
+    for (int i = 0; i < l->n_tensors; i++) dt_model_init_tensor(l, i, seed, params, 0.02, resid_std);
+    /* padded vocab rows never see a token */
+    int w = dt_model_find(l, "wte.weight");
+    size_t C = (size_t)l->spec.n_embd;
+    memset(params + l->tensors[w].offset + (size_t)l->spec.vocab_size * C, 0,
+           (size_t)(l->vocab_padded - l->spec.vocab_size) * C * sizeof(float));
+}
+
+static size_t gpt_unpadded_params(const dt_model_layout *l) {
+    return l->n_params - (size_t)(l->vocab_padded - l->spec.vocab_size) * (size_t)l->spec.n_embd;
+}
+
+static double gpt_flops_per_token(const dt_model_layout *l) {
+    const dt_model_spec *s = &l->spec;
+    double n = (double)l->n_params - (double)s->seq_len * s->n_embd; /* all but wpe */
+    return 6.0 * n + 12.0 * s->n_layer * (double)s->n_embd * s->seq_len;
+}
+
+static void gpt_describe(const dt_model_layout *l, const char *note, char *buf, size_t len) {
+    const dt_model_spec *s = &l->spec;
+    snprintf(buf, len,
+             "gpt, %d layers, %d heads, n_embd %d, seq %d, vocab %d padded to %d%s; "
+             "%zu parameters (%zu without vocab padding)",
+             s->n_layer, s->n_head, s->n_embd, s->seq_len, s->vocab_size, l->vocab_padded, note, l->n_params,
+             gpt_unpadded_params(l));
+}
+
+/* HF GPT-2: wte has the real vocabulary's rows; Conv1D weights are stored (in, out). */
+static int gpt_export_shape(const dt_model_layout *l, int i, int64_t shape[2], int *ndim) {
+    const dt_tensor_info *t = &l->tensors[i];
+    *ndim = t->ndim;
+    for (int d = 0; d < t->ndim && d < 2; d++) shape[d] = t->shape[d];
+    if (!strcmp(t->name, "wte.weight")) shape[0] = l->spec.vocab_size;
+    size_t n = strlen(t->name);
+    int conv1d = t->ndim == 2 && n > 7 && !strcmp(t->name + n - 7, ".weight") &&
+                 (strstr(t->name, ".c_attn.") || strstr(t->name, ".c_proj.") || strstr(t->name, ".c_fc."));
+    if (conv1d) shape[0] = t->shape[1], shape[1] = t->shape[0];
+    return conv1d;
+}
+
+/* ---- activation arena ------------------------------------------------------ */
+
+/* Slots of the whole model (the first four are net.h's) ... */
+enum {
+    G_TOKENS = DT_NET_SLOT_TOKENS, G_TARGETS = DT_NET_SLOT_TARGETS, G_FEATURES = DT_NET_SLOT_FEATURES,
+    G_LOSSES = DT_NET_SLOT_LOSSES, G_ENCODED = DT_NET_SLOT_FIRST, G_LNF, G_LNF_MEAN, G_LNF_RSTD,
+    G_LOGITS, G_DRES, G_DTMP, G_DQKV, G_DFCH, G_DFCH_GELU, G_ATT_SCRATCH, G_COUNT
+};
+/* ... and of each layer. */
+enum {
+    L_LN1, L_LN1_MEAN, L_LN1_RSTD, L_QKV, L_ATTY, L_ATT_SAVED, L_ATTPROJ, L_RES2, L_LN2,
+    L_LN2_MEAN, L_LN2_RSTD, L_FCH, L_FCH_GELU, L_FCPROJ, L_RES3, L_COUNT
+};
+#define LSLOT(l, s) (G_COUNT + (l) * L_COUNT + (s))
+
+static int gpt_arena_slots(const dt_model_layout *l) { return G_COUNT + l->spec.n_layer * L_COUNT; }
+
+static void gpt_arena_sizes(const dt_device_t *dev, const dt_model_layout *lay, int B, size_t *sizes) {
+    size_t es = dt_dtype_size(dev->ops->dtype);
+    size_t T = (size_t)lay->spec.seq_len, C = (size_t)lay->spec.n_embd, BT = (size_t)B * T;
+    size_t Vp = (size_t)lay->vocab_padded;
+    int NH = lay->spec.n_head;
+    sizes[G_TOKENS] = sizes[G_TARGETS] = BT * sizeof(int);
+    sizes[G_ENCODED] = sizes[G_LNF] = BT * C * es;
+    sizes[G_LNF_MEAN] = sizes[G_LNF_RSTD] = sizes[G_LOSSES] = BT * sizeof(float);
+    sizes[G_LOGITS] = BT * Vp * es;
+    sizes[G_DRES] = sizes[G_DTMP] = BT * C * es;
+    sizes[G_DQKV] = BT * 3 * C * es;
+    sizes[G_DFCH] = sizes[G_DFCH_GELU] = BT * 4 * C * es;
+    sizes[G_ATT_SCRATCH] = dev->ops->attention_scratch_bytes(dev, B, (int)T, (int)C, NH);
+    for (int l = 0; l < lay->spec.n_layer; l++) {
+        size_t *s = sizes + LSLOT(l, 0);
+        s[L_LN1] = s[L_ATTY] = s[L_ATTPROJ] = s[L_RES2] = s[L_LN2] = s[L_FCPROJ] = s[L_RES3] = BT * C * es;
+        s[L_LN1_MEAN] = s[L_LN1_RSTD] = s[L_LN2_MEAN] = s[L_LN2_RSTD] = BT * sizeof(float);
+        s[L_QKV] = BT * 3 * C * es;
+        s[L_ATT_SAVED] = dev->ops->attention_saved_bytes(dev, B, (int)T, (int)C, NH);
+        s[L_FCH] = s[L_FCH_GELU] = BT * 4 * C * es;
+    }
+}
+
+/* The table order forward and backward rely on. */
+static dt_status_t gpt_net_check(const dt_model_layout *layout) {
+    for (int l = 0; l < layout->spec.n_layer; l++) {
+        char name[DT_MODEL_NAME_LEN];
+        snprintf(name, sizeof name, "h.%d.mlp.c_proj.bias", l);
+        if (dt_model_find(layout, name) != LAYER_T(l, T_FCPROJB))
+            return dt_error(DT_STATUS_INVALID, "model layout out of the expected order at %s", name);
+    }
+    return DT_STATUS_OK;
+}
+
+/* ---- forward and backward -------------------------------------------------- */
+
+#define P(t) dt_net_param(net, (t))
+#define G(t) dt_net_grad(net, (t))
+#define A(slot) dt_net_slot(net, (slot))
+#define AF(slot) ((float *)A(slot))
+#define PL(l, k) P(LAYER_T(l, k))
+#define GL(l, k) G(LAYER_T(l, k))
+
+/* Forward up to the logits; the losses too when with_loss (targets uploaded). */
+static void gpt_forward(dt_net_t *net, int with_loss) {
+    const dt_ops_t *o = net->dev->ops;
+    dt_device_t *d = net->dev;
+    const dt_model_spec *s = &net->layout->spec;
+    int B = net->B, T = net->T, C = s->n_embd, NH = s->n_head, L = s->n_layer;
+    int BT = B * T, V = s->vocab_size, Vp = net->layout->vocab_padded;
+    dt_net_hook(net, 0, DT_NET_FWD_PRE);
+    o->encoder_forward(d, A(G_ENCODED), net->d_tokens, P(0), P(1), B, T, C);
+    dt_net_hook(net, 0, DT_NET_FWD_POST);
+    void *residual = A(G_ENCODED);
+    for (int l = 0; l < L; l++) {
+        dt_net_hook(net, 1 + l, DT_NET_FWD_PRE);
+        o->layernorm_forward(d, A(LSLOT(l, L_LN1)), AF(LSLOT(l, L_LN1_MEAN)), AF(LSLOT(l, L_LN1_RSTD)),
+                             residual, PL(l, T_LN1W), PL(l, T_LN1B), BT, C);
+        o->matmul_forward(d, A(LSLOT(l, L_QKV)), A(LSLOT(l, L_LN1)), PL(l, T_QKVW), PL(l, T_QKVB), BT, C,
+                          3 * C);
+        o->attention_forward(d, A(LSLOT(l, L_ATTY)), A(LSLOT(l, L_ATT_SAVED)), A(LSLOT(l, L_QKV)), B, T, C,
+                             NH);
+        o->matmul_forward(d, A(LSLOT(l, L_ATTPROJ)), A(LSLOT(l, L_ATTY)), PL(l, T_ATTPROJW),
+                          PL(l, T_ATTPROJB), BT, C, C);
+        o->residual_forward(d, A(LSLOT(l, L_RES2)), residual, A(LSLOT(l, L_ATTPROJ)), (size_t)BT * C);
+        o->layernorm_forward(d, A(LSLOT(l, L_LN2)), AF(LSLOT(l, L_LN2_MEAN)), AF(LSLOT(l, L_LN2_RSTD)),
+                             A(LSLOT(l, L_RES2)), PL(l, T_LN2W), PL(l, T_LN2B), BT, C);
+        o->matmul_forward(d, A(LSLOT(l, L_FCH)), A(LSLOT(l, L_LN2)), PL(l, T_FCW), PL(l, T_FCB), BT, C,
+                          4 * C);
+        o->gelu_forward(d, A(LSLOT(l, L_FCH_GELU)), A(LSLOT(l, L_FCH)), (size_t)BT * 4 * C);
+        o->matmul_forward(d, A(LSLOT(l, L_FCPROJ)), A(LSLOT(l, L_FCH_GELU)), PL(l, T_FCPROJW),
+                          PL(l, T_FCPROJB), BT, 4 * C, C);
+        o->residual_forward(d, A(LSLOT(l, L_RES3)), A(LSLOT(l, L_RES2)), A(LSLOT(l, L_FCPROJ)),
+                            (size_t)BT * C);
+        residual = A(LSLOT(l, L_RES3));
+        dt_net_hook(net, 1 + l, DT_NET_FWD_POST);
+    }
+    int lnf = LAYER_T(L, 0);
+    dt_net_hook(net, L + 1, DT_NET_FWD_PRE);
+    o->layernorm_forward(d, A(G_LNF), AF(G_LNF_MEAN), AF(G_LNF_RSTD), residual, P(lnf), P(lnf + 1), BT, C);
+    dt_net_hook(net, L + 1, DT_NET_FWD_POST);
+    dt_net_hook(net, 0, DT_NET_FWD_PRE);
+    o->matmul_forward(d, A(G_LOGITS), A(G_LNF), P(0), NULL, BT, C, Vp);
+    dt_net_hook(net, 0, DT_NET_FWD_POST);
+    if (with_loss) o->softmax_xent_forward(d, AF(G_LOSSES), A(G_LOGITS), net->d_targets, BT, V, Vp);
+}
+
+static void gpt_backward(dt_net_t *net, float dscale) {
+    const dt_ops_t *o = net->dev->ops;
+    dt_device_t *d = net->dev;
+    const dt_model_spec *s = &net->layout->spec;
+    int B = net->B, T = net->T, C = s->n_embd, NH = s->n_head, L = s->n_layer;
+    int BT = B * T, V = s->vocab_size, Vp = net->layout->vocab_padded;
+    size_t btc = (size_t)BT * C;
+    dt_net_hook(net, 0, DT_NET_BWD_PRE);
+    /* The logits buffer becomes dlogits. */
+    o->softmax_xent_backward(d, A(G_LOGITS), NULL, A(G_LOGITS), net->d_targets, dscale, BT, V, Vp);
+    dt_net_zero(net, G_DTMP, btc);
+    o->matmul_backward(d, A(G_DTMP), G(0), NULL, A(G_LOGITS), A(G_LNF), P(0), BT, C, Vp);
+    int lnf = LAYER_T(L, 0);
+    void *last = L > 0 ? A(LSLOT(L - 1, L_RES3)) : A(G_ENCODED);
+    dt_net_hook(net, L + 1, DT_NET_BWD_PRE);
+    dt_net_zero(net, G_DRES, btc);
+    o->layernorm_backward(d, A(G_DRES), G(lnf), G(lnf + 1), A(G_DTMP), last, P(lnf), AF(G_LNF_MEAN),
+                          AF(G_LNF_RSTD), BT, C);
+    dt_net_hook(net, L + 1, DT_NET_BWD_POST);
+    for (int l = L - 1; l >= 0; l--) {
+        dt_net_hook(net, 1 + l, DT_NET_BWD_PRE);
+        void *residual = l > 0 ? A(LSLOT(l - 1, L_RES3)) : A(G_ENCODED);
+        /* dres holds d(res3) = d(fcproj) = the part of d(res2) from the skip. */
+        dt_net_zero(net, G_DFCH_GELU, btc * 4);
+        o->matmul_backward(d, A(G_DFCH_GELU), GL(l, T_FCPROJW), GL(l, T_FCPROJB), A(G_DRES),
+                           A(LSLOT(l, L_FCH_GELU)), PL(l, T_FCPROJW), BT, 4 * C, C);
+        dt_net_zero(net, G_DFCH, btc * 4);
+        o->gelu_backward(d, A(G_DFCH), A(LSLOT(l, L_FCH)), A(G_DFCH_GELU), btc * 4);
+        dt_net_zero(net, G_DTMP, btc);
+        o->matmul_backward(d, A(G_DTMP), GL(l, T_FCW), GL(l, T_FCB), A(G_DFCH), A(LSLOT(l, L_LN2)),
+                           PL(l, T_FCW), BT, C, 4 * C);
+        o->layernorm_backward(d, A(G_DRES), GL(l, T_LN2W), GL(l, T_LN2B), A(G_DTMP), A(LSLOT(l, L_RES2)),
+                              PL(l, T_LN2W), AF(LSLOT(l, L_LN2_MEAN)), AF(LSLOT(l, L_LN2_RSTD)), BT, C);
+        /* dres now holds d(res2) = d(attproj) = the skip part of d(residual). */
+        dt_net_zero(net, G_DTMP, btc);
+        o->matmul_backward(d, A(G_DTMP), GL(l, T_ATTPROJW), GL(l, T_ATTPROJB), A(G_DRES), A(LSLOT(l, L_ATTY)),
+                           PL(l, T_ATTPROJW), BT, C, C);
+        dt_net_zero(net, G_DQKV, btc * 3);
+        o->attention_backward(d, A(G_DQKV), A(G_ATT_SCRATCH), A(G_DTMP), A(LSLOT(l, L_QKV)),
+                              A(LSLOT(l, L_ATT_SAVED)), B, T, C, NH);
+        dt_net_zero(net, G_DTMP, btc);
+        o->matmul_backward(d, A(G_DTMP), GL(l, T_QKVW), GL(l, T_QKVB), A(G_DQKV), A(LSLOT(l, L_LN1)),
+                           PL(l, T_QKVW), BT, C, 3 * C);
+        o->layernorm_backward(d, A(G_DRES), GL(l, T_LN1W), GL(l, T_LN1B), A(G_DTMP), residual, PL(l, T_LN1W),
+                              AF(LSLOT(l, L_LN1_MEAN)), AF(LSLOT(l, L_LN1_RSTD)), BT, C);
+        dt_net_hook(net, 1 + l, DT_NET_BWD_POST);
+    }
+    o->encoder_backward(d, G(0), G(1), A(G_DRES), net->d_tokens, B, T, C);
+    dt_net_hook(net, 0, DT_NET_BWD_POST);
+}
+
+const dt_model_ops dt_model_gpt = {
+    .name = "gpt",
+    .help = "GPT-2 on text/tokens",
+    .data = DT_MODEL_DATA_TOKENS,
+    .tied_head = 1,
+    .keys = gpt_keys,
+    .n_keys = (int)(sizeof gpt_keys / sizeof gpt_keys[0]),
+    .config_check = gpt_config_check,
+    .validate = gpt_validate,
+    .build = gpt_build,
+    .init_params = gpt_init_params,
+    .unpadded_params = gpt_unpadded_params,
+    .flops_per_token = gpt_flops_per_token,
+    .describe = gpt_describe,
+    .arena_slots = gpt_arena_slots,
+    .arena_sizes = gpt_arena_sizes,
+    .net_check = gpt_net_check,
+    .forward = gpt_forward,
+    .backward = gpt_backward,
+    .logits_slot = G_LOGITS,
+    .export_shape = gpt_export_shape,
+    .synthetic_batch = NULL,
+};
