@@ -31,13 +31,14 @@
 #define ABI_SYMBOL "dt_cudalib_abi"
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
-static void *lib_handle;        /* RTLD_DEFAULT when linked in; NULL until loaded */
+static int lib_loaded;          /* 1 once loaded (lib_handle may be RTLD_DEFAULT, i.e. NULL) */
+static void *lib_handle;        /* RTLD_DEFAULT when linked in */
 static char lib_path[PATH_MAX + 64]; /* where it came from */
 static char load_error[16384];    /* the one message when loading failed */
 
 const char *dt_cudalib_name(void) { return DT_CUDALIB_NAME; }
 
-const char *dt_cudalib_path(void) { return lib_handle ? lib_path : NULL; }
+const char *dt_cudalib_path(void) { return lib_loaded ? lib_path : NULL; }
 
 /* The running binary's folder (/proc/self/exe), "" when unknown. */
 static void exe_dir(char *buf, size_t len) {
@@ -150,6 +151,7 @@ static void load_now(void) {
     if (dlsym(RTLD_DEFAULT, ABI_SYMBOL)) { /* linked in: no file to load */
         lib_handle = RTLD_DEFAULT;
         snprintf(lib_path, sizeof lib_path, "(linked in)");
+        lib_loaded = 1;
         return;
     }
     char dir[PATH_MAX], file[PATH_MAX + 64];
@@ -188,11 +190,12 @@ static void load_now(void) {
     }
     snprintf(lib_path, sizeof lib_path, "%s", file);
     lib_handle = h;
+    lib_loaded = 1;
 }
 
 dt_status_t dt_cudalib_load(void) {
     pthread_once(&load_once, load_now);
-    if (!lib_handle) return dt_error(DT_STATUS_UNSUPPORTED, "%s", load_error);
+    if (!lib_loaded) return dt_error(DT_STATUS_UNSUPPORTED, "%s", load_error);
     return DT_STATUS_OK;
 }
 

@@ -90,6 +90,18 @@ else
   skip "dtrun-emu loads its CUDA library on demand" "no $EMU (not built under SAN)"
 fi
 
+# Test binaries that link the CUDA code in: the loader takes the symbols of the
+# process (its first choice), so the emulator's op tests run rather than skip.
+T=$ROOT/build-emu/tests/gpu/test_kernels_cuda
+if [ -x "$T" ] && [ "${SAN:-0}" != 1 ]; then
+  syn=$("$T" --filter 'cuda_device/*' 2>&1 | grep -a Synthesis)
+  n=$(printf '%s' "$syn" | sed -n 's/.*Tested: \([0-9]*\).*/\1/p')
+  [ "${n:-0}" -gt 0 ] && pass "linked-in CUDA code is found in the process (emu/test_kernels_cuda: $n device tests run)" ||
+    fail "linked-in CUDA code is found in the process" "$syn"
+else
+  skip "linked-in CUDA code is found in the process" "no $T"
+fi
+
 # ---- the CUDA library moved away ------------------------------------------------------
 mkdir -p "$DT_TMP/bin"
 cp "$DTRUN" "$DT_TMP/bin/dtrun"
