@@ -9,7 +9,8 @@
 #   make fuzz       libFuzzer target for the store's frame parser (clang)
 #   make clean
 #
-# Options: NO_CUDA=1 (skip CUDA), SAN=1, CUDA_ARCH="-gencode ...", V=1 (echo commands).
+# Options: NO_CUDA=1 (no libdtrun_cuda.so), SAN=1 (dtrun-san; no CUDA library),
+#          CUDA_ARCH="-gencode ...", V=1 (echo commands).
 # Sources are found by folder (ARCHITECTURE.md): adding a file needs no edit here.
 
 CC      ?= gcc
