@@ -57,8 +57,9 @@ static int check_config(const dt_launch_spec_t *spec) {
         fprintf(stderr, "dtrun: error: device cuda: no GPU is visible on this node%s%s%s\n",
                 vis ? " (CUDA_VISIBLE_DEVICES=" : "", vis ? vis : "", vis ? ")" : "");
         st = DT_STATUS_CONFIG;
-    } else if (st == DT_STATUS_OK && cfg.device == DT_CONFIG_DEVICE_CUDA && cuda_probe() != 0) {
-        st = DT_STATUS_CONFIG; /* the probe said why */
+    } else if (st == DT_STATUS_OK && cfg.device != DT_CONFIG_DEVICE_CPU && dt_gpuinfo_count() > 0 &&
+               cuda_probe() != 0) {
+        st = DT_STATUS_CONFIG; /* device cuda, or auto on a node with a GPU: the probe said why */
     }
     if (st != DT_STATUS_OK) {
         fputs(dt_config_errors(&cfg), stderr);

@@ -115,6 +115,21 @@ if [ $rc -eq 2 ] && grep -q "libdtrun_cuda.so was not found: looked in $DT_TMP/b
   pass "device=cuda without libdtrun_cuda.so: exit 2 before any worker, naming it and where it looked"
 else fail "device=cuda without libdtrun_cuda.so" "exit $rc: $(grep -v '^\*\|OMP_NUM' "$DT_TMP/moved.out" | head -4)"; fi
 
+# device auto on a node with a GPU (CUDA_VISIBLE_DEVICES=0 says there is one) needs
+# the library too: caught by the agent as well
+CUDA_VISIBLE_DEVICES=0 timeout 60 "$DT_TMP/bin/dtrun" --standalone --nproc_per_node 1 "$ROOT/configs/demo.json" \
+  "${SMALL[@]}" device=auto train_steps=2 log.dir="$DT_TMP/moved_auto" >"$DT_TMP/moved_auto.out" 2>&1
+rc=$?
+[ $rc -eq 2 ] && grep -q "libdtrun_cuda.so was not found" "$DT_TMP/moved_auto.out" && ! grep -q '^\[rank' "$DT_TMP/moved_auto.out" &&
+  pass "device=auto with a GPU and no libdtrun_cuda.so: exit 2 before any worker" ||
+  fail "device=auto with a GPU and no libdtrun_cuda.so" "exit $rc: $(grep -v '^\*\|OMP_NUM' "$DT_TMP/moved_auto.out" | head -3)"
+CUDA_VISIBLE_DEVICES= timeout 60 "$DT_TMP/bin/dtrun" --standalone --nproc_per_node 1 "$ROOT/configs/demo.json" \
+  "${SMALL[@]}" device=auto train_steps=2 log.dir="$DT_TMP/moved_cpu" >"$DT_TMP/moved_cpu.out" 2>&1
+rc=$?
+[ $rc -eq 0 ] && [ "$(wc -l <"$DT_TMP/moved_cpu/metrics.jsonl")" -ge 1 ] &&
+  pass "device=auto without a GPU trains on the CPU with no CUDA library at all" ||
+  fail "device=auto without a GPU, no CUDA library" "exit $rc: $(tail -3 "$DT_TMP/moved_cpu.out")"
+
 # ---- the CUDA libraries hidden ------------------------------------------------------------
 # In a private mount namespace: an empty folder over every folder that holds a CUDA
 # library (ldconfig's, /usr/local/cuda's, PyTorch's nvidia/*/lib), so libcudart
