@@ -42,8 +42,8 @@
 
 #include "cli/commands.h"
 #include "common/clock.h"
-#include "common/cudalib.h"
-#include "common/gpuinfo.h"
+#include "common/cudalib.h" /* defines: dt_cudalib_name */
+#include "common/gpuinfo.h" /* defines: dt_gpuinfo_count */
 #include "common/log.h"
 #include "common/mem.h"
 #include "kernels/kernels.h"

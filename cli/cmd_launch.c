@@ -13,8 +13,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
-#include "common/cudalib.h"
-#include "common/gpuinfo.h"
+#include "common/gpuinfo.h" /* defines: dt_gpuinfo_count */
 #include "common/log.h"
 #include "common/mem.h"
 #include "runtime/launch/agent.h"

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
-#include "common/cudalib.h"
+#include "common/cudalib.h" /* defines: dt_cudalib_present, dt_cudalib_load */
 
 static int not_built(const char *what) {
     fprintf(stderr, "dtrun: %s is not built yet in this version (%s)\n", what, DT_VERSION);

@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/cudalib.h"
-#include "common/gpuinfo.h"
+#include "common/cudalib.h" /* defines: dt_cudalib_load, dt_cudalib_sym, dt_cudalib_present */
+#include "common/gpuinfo.h" /* defines: dt_gpuinfo_count */
 #include "kernels/cpu/cpu.h"
 #include "kernels/cuda/cuda.h" /* the prototypes of the library's entry points */
 

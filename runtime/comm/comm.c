@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "common/clock.h"
-#include "common/cudalib.h"
+#include "common/cudalib.h" /* defines: dt_cudalib_sym */
 #include "common/log.h"
 #include "common/mem.h"
 #include "runtime/comm/comm_impl.h"

@@ -21,8 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/gpuinfo.h" /* defines: dt_gpuinfo_count_visible */
 #include "common/mem.h"
-#include "common/gpuinfo.h"
 
 typedef enum flag_id {
     F_NNODES,

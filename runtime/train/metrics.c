@@ -14,7 +14,7 @@
 
 #include "common/clock.h"
 #include "common/mem.h"
-#include "common/gpuinfo.h"
+#include "common/gpuinfo.h" /* defines: dt_gpuinfo_peak_flops */
 
 struct dt_metrics {
     char *dir;

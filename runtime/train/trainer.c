@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
-#include "common/gpuinfo.h"
+#include "common/gpuinfo.h" /* defines: dt_gpuinfo_count */
 #include "common/log.h"
 #include "common/mem.h"
 #include "common/rng.h"

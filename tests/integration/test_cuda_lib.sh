@@ -87,7 +87,7 @@ if [ -x "$EMU" ] && [ "${SAN:-0}" != 1 ]; then
       fail "dtrun-emu's GPU workers dlopen libdtrun_cuda_emu.so"
   else fail "maps of a dtrun-emu training run" "workers: $nw; $(tail -3 "$DT_TMP/emu.out")"; fi
 else
-  skip "dtrun-emu loads its CUDA library on demand" "no $EMU (not built under SAN)"
+  skip "dtrun-emu loads its CUDA library on demand" "SAN=1, or no $EMU (the emulator build is not part of SAN runs)"
 fi
 
 # Test binaries that link the CUDA code in: the loader takes the symbols of the
@@ -99,7 +99,7 @@ if [ -x "$T" ] && [ "${SAN:-0}" != 1 ]; then
   [ "${n:-0}" -gt 0 ] && pass "linked-in CUDA code is found in the process (emu/test_kernels_cuda: $n device tests run)" ||
     fail "linked-in CUDA code is found in the process" "$syn"
 else
-  skip "linked-in CUDA code is found in the process" "no $T"
+  skip "linked-in CUDA code is found in the process" "SAN=1, or no $T (the emulator build)"
 fi
 
 # ---- the CUDA library moved away ------------------------------------------------------
