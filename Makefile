@@ -1,6 +1,7 @@
 # dtrun - torchrun in C with a training runtime inside.
 #
-#   make            build ./dtrun (CPU always; CUDA backend + NCCL when nvcc is found)
+#   make            build ./dtrun (no CUDA in it), and beside it libdtrun_cuda.so (the
+#                   CUDA backend + NCCL communicator, loaded by GPU workers) when nvcc is found
 #   make test       all tests (unit + integration), one summary line at the end
 #   make test SAN=1 the same under AddressSanitizer + UBSan
 #   make run        the demo
@@ -8,7 +9,8 @@
 #   make fuzz       libFuzzer target for the store's frame parser (clang)
 #   make clean
 #
-# Options: NO_CUDA=1 (skip CUDA), SAN=1, CUDA_ARCH="-gencode ...", V=1 (echo commands).
+# Options: NO_CUDA=1 (no libdtrun_cuda.so), SAN=1 (dtrun-san; no CUDA library),
+#          CUDA_ARCH="-gencode ...", V=1 (echo commands).
 # Sources are found by folder (ARCHITECTURE.md): adding a file needs no edit here.
 
 CC      ?= gcc
@@ -31,36 +33,58 @@ endif
 CFLAGS  := -std=gnu11 $(OPT) -g -Wall -Wextra -Werror -Wno-unused-parameter \
            -fopenmp -pthread -I. $(SANFLAGS) \
            -DDT_VERSION='"$(VERSION)"' -DDT_GIT_REV='"$(GIT_REV)"' -MMD -MP
-LDFLAGS := -fopenmp -pthread $(SANFLAGS)
+# -rdynamic: the CUDA library resolves dt_* (errors, accounted memory, log, the
+# communicator's internals) from the binary that loads it: one copy of each.
+LDFLAGS := -fopenmp -pthread -rdynamic $(SANFLAGS)
 LDLIBS  := -luv -lcjson -lopenblas -lm -ldl
 
 # ---- CUDA detection -------------------------------------------------------
+# dtrun itself is built without CUDA headers, defines or libraries; the CUDA code
+# (kernels/cuda/*.cu and the NCCL communicator, runtime/*/*_nccl.c) goes into
+# libdtrun_cuda.so beside it, which common/cudalib.c loads in the workers that use
+# a GPU. Under SAN=1 the library is not built (the sanitizers do not cover nvcc's
+# code, and there is no GPU to run it on where the suite runs).
 HAVE_NVCC := $(shell command -v $(NVCC) 2>/dev/null)
 ifeq ($(NO_CUDA),1)
   HAVE_NVCC :=
 endif
+CUDA_LIB := libdtrun_cuda.so
 CU_SRC := $(wildcard kernels/cuda/*.cu runtime/*/*.cu)
+CU_C_SRC := $(wildcard runtime/*/*_nccl.c)
 ifneq ($(HAVE_NVCC),)
   CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(realpath $(HAVE_NVCC)))
   CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 \
                -gencode arch=compute_90,code=compute_90
-  CFLAGS  += -DDT_USE_CUDA -I$(CUDA_HOME)/include
+  CUDA_CFLAGS := -DDT_USE_CUDA -I$(CUDA_HOME)/include
   NVFLAGS := -O3 -std=c++17 $(CUDA_ARCH) -I. -DDT_USE_CUDA -Xcompiler -fPIC,-Wall \
              -DDT_VERSION='"$(VERSION)"'
-  LDFLAGS += -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -Wl,-rpath,$(CUDA_HOME)/lib64 \
-             -Wl,-rpath,$(CUDA_HOME)/lib
-  LDLIBS  += -lcudart -lcublasLt -lcublas -lnccl -lstdc++
-  CU_OBJ  := $(patsubst %.cu,$(BUILD)/%.cu.o,$(CU_SRC))
-  FEATURES := "✓ nvcc found: CUDA backend and NCCL communicator built ($(CUDA_HOME))"
+  CUDA_LDFLAGS := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -Wl,-rpath,$(CUDA_HOME)/lib64 \
+                  -Wl,-rpath,$(CUDA_HOME)/lib
+  CUDA_LDLIBS := -lcudart -lcublasLt -lcublas -lnccl -lstdc++
+  CU_OBJ  := $(patsubst %.cu,$(BUILD)/%.cu.o,$(CU_SRC)) $(patsubst %.c,$(BUILD)/%.pic.o,$(CU_C_SRC))
+  # The library's CUDA dependencies by soname (what the loader preloads), read from
+  # the installed CUDA libraries so that they follow its version.
+  soname = $(shell f=$$(ls $(CUDA_HOME)/lib64/lib$(1).so $(CUDA_HOME)/lib/lib$(1).so \
+             $$($(CC) -print-file-name=lib$(1).so) 2>/dev/null | head -1); \
+             readelf -d "$$f" 2>/dev/null | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+  CUDA_DEPS := $(strip $(foreach l,cudart cublasLt cublas nccl,$(call soname,$(l))))
+  ifeq ($(SAN),1)
+    CUDA_LIB_TARGET :=
+    FEATURES := "✗ CUDA library not built under SAN=1 (sanitizers do not cover nvcc's code): dtrun-san runs on the CPU"
+  else
+    CUDA_LIB_TARGET := $(CUDA_LIB)
+    FEATURES := "✓ nvcc found: $(CUDA_LIB) built beside dtrun (CUDA backend + NCCL communicator, $(CUDA_HOME); loaded by GPU workers only)"
+  endif
 else
   CU_OBJ  :=
-  FEATURES := "✗ CUDA backend not built (no nvcc or NO_CUDA=1): CPU only"
+  CUDA_LIB_TARGET :=
+  FEATURES := "✗ CUDA library not built (no nvcc, or NO_CUDA=1): dtrun runs on the CPU"
 endif
 
 # ---- sources --------------------------------------------------------------
-LIB_SRC := $(wildcard common/*.c rendezvous/*.c kernels/*.c kernels/cpu/*.c runtime/*/*.c)
+LIB_SRC := $(filter-out $(CU_C_SRC),$(wildcard common/*.c rendezvous/*.c kernels/*.c kernels/cpu/*.c runtime/*/*.c))
 CLI_SRC := $(filter-out cli/main.c,$(wildcard cli/*.c))
-LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC) $(CLI_SRC)) $(CU_OBJ)
+LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC) $(CLI_SRC))
 MAIN_OBJ := $(BUILD)/cli/main.o
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
@@ -78,7 +102,7 @@ endif
 DEPS_STAMP := $(BUILD)/.deps-ok
 
 .PHONY: all deps test run bench fuzz clean features gpu-tests gpu-tests-build
-all: features dtrun$(if $(filter 1,$(SAN)),-san)
+all: features dtrun$(if $(filter 1,$(SAN)),-san) $(CUDA_LIB_TARGET)
 
 features:
 	@echo $(FEATURES)
@@ -95,6 +119,15 @@ $(BUILD)/%.o: %.c | $(DEPS_STAMP)
 	@$(if $(Q),echo "  CC    $<")
 	$(Q)$(CC) $(CFLAGS) -c $< -o $@
 
+# The C files of the CUDA library: position-independent, with CUDA's headers.
+$(BUILD)/%.pic.o: %.c | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC    $< (CUDA library)")
+	$(Q)$(CC) $(CFLAGS) -fPIC $(CUDA_CFLAGS) -c $< -o $@
+
+# The loader preloads the CUDA library's dependencies by these sonames.
+$(BUILD)/common/cudalib.o: CFLAGS += $(if $(CUDA_DEPS),-DDT_CUDALIB_DEPS='"$(CUDA_DEPS)"')
+
 $(BUILD)/%.cu.o: %.cu | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  NVCC  $<")
@@ -108,14 +141,27 @@ dtrun-san: $(MAIN_OBJ) $(LIB_OBJ)
 	@$(if $(Q),echo "  LD    $@")
 	$(Q)$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
+# Its undefined dt_* symbols are dtrun's (linked -rdynamic).
+$(CUDA_LIB): $(CU_OBJ)
+	@$(if $(Q),echo "  LD    $@")
+	$(Q)$(CC) -shared -fopenmp -pthread $^ -o $@ $(CUDA_LDFLAGS) $(CUDA_LDLIBS)
+
 $(BUILD)/tests/test_%: tests/test_%.c $(LIB_OBJ) | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  TEST  $@")
 	$(Q)$(CC) $(CFLAGS) $< $(LIB_OBJ) -o $@ $(LDFLAGS) $(LDLIBS) -lcriterion
 
-$(BUILD)/tests/gpu/test_%: tests/gpu/test_%.c $(LIB_OBJ) | $(DEPS_STAMP)
+# The GPU tests and the CUDA op benchmarks link the CUDA code in (the loader finds
+# its symbols in the process); every other binary is CUDA-free like dtrun.
+$(BUILD)/tests/gpu/test_%: tests/gpu/test_%.c $(LIB_OBJ) $(CU_OBJ) | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(CFLAGS) $< $(LIB_OBJ) -o $@ $(LDFLAGS) $(LDLIBS) -lcriterion
+	$(Q)$(CC) $(CFLAGS) $(CUDA_CFLAGS) $< $(LIB_OBJ) $(CU_OBJ) -o $@ $(LDFLAGS) $(CUDA_LDFLAGS) $(LDLIBS) \
+	    $(if $(CU_OBJ),$(CUDA_LDLIBS)) -lcriterion
+
+$(BUILD)/tests/helpers/bench_cuda_%: tests/helpers/bench_cuda_%.c $(LIB_OBJ) $(CU_OBJ) | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS) $(CUDA_CFLAGS) $< $(LIB_OBJ) $(CU_OBJ) -o $@ $(LDFLAGS) $(CUDA_LDFLAGS) $(LDLIBS) \
+	    $(if $(CU_OBJ),$(CUDA_LDLIBS))
 
 $(BUILD)/tests/helpers/%: tests/helpers/%.c $(LIB_OBJ) | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
@@ -123,18 +169,18 @@ $(BUILD)/tests/helpers/%: tests/helpers/%.c $(LIB_OBJ) | $(DEPS_STAMP)
 
 DTRUN_BIN := $(if $(filter 1,$(SAN)),dtrun-san,dtrun)
 
-test: features $(DTRUN_BIN) $(TEST_BIN) $(HELPER_BIN)
+test: features $(DTRUN_BIN) $(CUDA_LIB_TARGET) $(TEST_BIN) $(HELPER_BIN)
 	$(Q)DTRUN=$(CURDIR)/$(DTRUN_BIN) BUILD=$(BUILD) SAN=$(SAN) scripts/run_tests.sh
 
-gpu-tests-build: $(DTRUN_BIN) $(GPU_TEST_BIN)
+gpu-tests-build: $(DTRUN_BIN) $(CUDA_LIB_TARGET) $(GPU_TEST_BIN)
 
-gpu-tests: $(DTRUN_BIN) $(GPU_TEST_BIN)
+gpu-tests: $(DTRUN_BIN) $(CUDA_LIB_TARGET) $(GPU_TEST_BIN)
 	$(Q)for t in $(GPU_TEST_BIN); do $$t || exit 1; done
 
-run: features dtrun
+run: features dtrun $(CUDA_LIB_TARGET)
 	$(Q)scripts/demo.sh
 
-bench: features dtrun
+bench: features dtrun $(CUDA_LIB_TARGET)
 	$(Q)scripts/bench/run_all.sh
 
 # libFuzzer target for the store's frame parser; FUZZ_SECONDS=60 make fuzz
@@ -148,7 +194,7 @@ fuzz: | $(DEPS_STAMP)
 	    build-fuzz/corpus tests/fuzz/seeds
 
 clean:
-	rm -rf build build-san build-fuzz dtrun dtrun-san
+	rm -rf build build-san build-fuzz dtrun dtrun-san $(CUDA_LIB)
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 

@@ -16,9 +16,9 @@
  * all_gather, 1 broadcast), #wrong (elements that differ from the expected
  * result in a checked run after the timed ones; exact integer-valued inputs).
  *
- * --device cpu|cuda (default cuda when a GPU is visible: dt_device_probe_gpus
- * before the agent starts the ranks, as it must not touch CUDA before it
- * forks; dt_device_count in the rank). With cuda each rank opens GPU
+ * --device cpu|cuda (default cuda when a GPU is visible: dt_gpuinfo_count
+ * in the agent, which must not touch CUDA before it forks, dt_device_count in
+ * the rank, which loads the CUDA library). With cuda each rank opens GPU
  * LOCAL_RANK % visible GPUs and the buffers are device memory. When every rank
  * of the node has its own GPU the communicator gets the device (backend auto
  * is NCCL); when ranks share a GPU only the host backends can run (staging
@@ -43,7 +43,9 @@
 
 #include "cli/commands.h"
 #include "common/clock.h"
+#include "common/cudalib.h" /* defines: dt_cudalib_name */
 #include "common/fs.h"
+#include "common/gpuinfo.h" /* defines: dt_gpuinfo_count */
 #include "common/log.h"
 #include "common/mem.h"
 #include "common/torchenv.h"
@@ -183,10 +185,13 @@ static int resolve_device(bench_opts_t *o, int ngpu, int lws) {
     int nccl = requested_backend(o) == DT_COMM_BACKEND_NCCL;
     if (o->device == DT_DEVICE_CUDA && ngpu == 0) {
         const char *vis = getenv("CUDA_VISIBLE_DEVICES");
-        fprintf(stderr, "dtrun bench comm: --device cuda: %s%s%s%s\n",
-                dt_device_built(DT_DEVICE_CUDA) ? "no GPU is visible on this node"
-                                                : "this dtrun was built without CUDA (no nvcc, or NO_CUDA=1)",
+        fprintf(stderr, "dtrun bench comm: --device cuda: no GPU is visible on this node%s%s%s\n",
                 vis ? " (CUDA_VISIBLE_DEVICES=" : "", vis ? vis : "", vis ? ")" : "");
+        return -1;
+    }
+    if (o->device == DT_DEVICE_CUDA && !dt_device_built(DT_DEVICE_CUDA)) {
+        fprintf(stderr, "dtrun bench comm: --device cuda: no CUDA library (%s) beside this dtrun or in "
+                "LD_LIBRARY_PATH: build it with `make` where nvcc is installed\n", dt_cudalib_name());
         return -1;
     }
     if (nccl && o->device != DT_DEVICE_CUDA) {
@@ -222,7 +227,7 @@ int dt_bench_comm_check(int argc, char **argv, int local_world_size) {
         return DT_EXIT_USAGE;
     }
     /* The agent forks the ranks: count GPUs without initialising CUDA. */
-    if (resolve_device(&o, dt_device_probe_gpus(), local_world_size) != 0) return DT_EXIT_USAGE;
+    if (resolve_device(&o, dt_gpuinfo_count(), local_world_size) != 0) return DT_EXIT_USAGE;
     return -1;
 }
 
@@ -240,7 +245,7 @@ static int launch_local(int argc, char **argv, const bench_opts_t *o) {
         return DT_EXIT_USAGE;
     }
     bench_opts_t checked = *o; /* the agent forks: count GPUs without initialising CUDA */
-    if (resolve_device(&checked, dt_device_probe_gpus(), lws) != 0) return DT_EXIT_USAGE;
+    if (resolve_device(&checked, dt_gpuinfo_count(), lws) != 0) return DT_EXIT_USAGE;
     char self[PATH_MAX];
     if (dt_fs_self_exe(self, sizeof self) != DT_STATUS_OK) {
         fprintf(stderr, "dtrun bench comm: %s\n", dt_error_detail());

@@ -4,21 +4,43 @@
  * config, for its world size), and hands over to the agent (runtime/launch/agent.h), whose
  * workers are the program given to --exec or `dtrun __worker CONFIG ...`.
  */
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "cli/commands.h"
 #include "common/fs.h"
+#include "common/gpuinfo.h" /* defines: dt_gpuinfo_count */
 #include "common/log.h"
 #include "common/mem.h"
-#include "kernels/kernels.h"
 #include "runtime/launch/agent.h"
 #include "runtime/config/config.h"
 #include "runtime/launch/launch_args.h"
 
 extern char **environ;
+
+/* Whether a CUDA worker could load the CUDA library, asked of a short child
+ * (`dtrun __cuda_probe`, fork + exec) so that the agent itself never maps CUDA.
+ * The child prints the loader's message; returns its exit status (0: loadable). */
+static int cuda_probe(void) {
+    char self[PATH_MAX];
+    if (dt_fs_self_exe(self, sizeof self) != DT_STATUS_OK) return 0; /* the worker will say */
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) return 0;
+    if (pid == 0) {
+        execl(self, self, "__cuda_probe", (char *)NULL);
+        _exit(127);
+    }
+    int ws;
+    while (waitpid(pid, &ws, 0) < 0)
+        if (errno != EINTR) return 0;
+    return WIFEXITED(ws) ? WEXITSTATUS(ws) : DT_EXIT_FAILED;
+}
 
 /* The config is loaded and checked (for the world size when it is fixed) before
  * anything starts: its errors are exit 2, as the worker would find them. */
@@ -28,14 +50,14 @@ static int check_config(const dt_launch_spec_t *spec) {
                                     spec->extra_argc, &cfg);
     if (st == DT_STATUS_OK && spec->nnodes_min == spec->nnodes_max)
         st = dt_config_resolve(&cfg, spec->nnodes_max * spec->nproc_per_node);
-    if (st == DT_STATUS_OK && cfg.device == DT_CONFIG_DEVICE_CUDA &&
-        (!dt_device_built(DT_DEVICE_CUDA) || dt_device_probe_gpus() == 0)) {
+    if (st == DT_STATUS_OK && cfg.device == DT_CONFIG_DEVICE_CUDA && dt_gpuinfo_count() == 0) {
         const char *vis = getenv("CUDA_VISIBLE_DEVICES");
-        fprintf(stderr, "dtrun: error: device cuda: %s%s%s%s\n",
-                dt_device_built(DT_DEVICE_CUDA) ? "no GPU is visible on this node"
-                                                : "this dtrun was built without CUDA (no nvcc, or NO_CUDA=1)",
+        fprintf(stderr, "dtrun: error: device cuda: no GPU is visible on this node%s%s%s\n",
                 vis ? " (CUDA_VISIBLE_DEVICES=" : "", vis ? vis : "", vis ? ")" : "");
         st = DT_STATUS_CONFIG;
+    } else if (st == DT_STATUS_OK && cfg.device != DT_CONFIG_DEVICE_CPU && dt_gpuinfo_count() > 0 &&
+               cuda_probe() != 0) {
+        st = DT_STATUS_CONFIG; /* device cuda, or auto on a node with a GPU: the probe said why */
     }
     if (st != DT_STATUS_OK) {
         fputs(dt_config_errors(&cfg), stderr);

@@ -33,6 +33,7 @@
 
 #include "cli/commands.h"
 #include "common/fs.h"
+#include "common/gpuinfo.h" /* defines: dt_gpu_spec_* */
 #include "common/mem.h"
 #include "kernels/kernels.h"
 #include "runtime/config/config.h"
@@ -383,7 +384,7 @@ typedef struct plan_ctx {
     int cfg_bf16;       /* the config's bf16.enabled (1 without a config) */
     int cfg_comm_bytes; /* the config's communication_data_type, 0 = the precision's */
     int cfg_threads;    /* the config's threads per rank, 0 = auto */
-    const dt_plan_gpu *gpu;
+    const dt_gpu_spec *gpu;
     char gpu_label[96], model_label[384], work_label[160];
 } plan_ctx;
 
@@ -490,10 +491,10 @@ static int setup(plan_opts *o, plan_ctx *c) {
     if (o->accum) c->in.accum = o->accum;
 
     const char *gname = o->gpu ? o->gpu : (cpu_default ? "cpu" : "h100");
-    c->gpu = dt_plan_gpu_find(gname);
+    c->gpu = dt_gpu_spec_find(gname);
     if (!c->gpu) {
         char names[512];
-        dt_plan_gpu_names(names, sizeof names);
+        dt_gpu_spec_names(names, sizeof names);
         return usage_error("--gpu: unknown GPU \"%s\" (known: %s; or give --gpu-mem GiB "
                            "--gpu-tflops T)",
                            gname, names);
@@ -947,7 +948,7 @@ int dt_cmd_plan(int argc, char **argv) {
     int rc = parse_args(argc, argv, &o);
     if (rc < 0) {
         char gpus_s[512], links_s[512];
-        dt_plan_gpu_names(gpus_s, sizeof gpus_s);
+        dt_gpu_spec_names(gpus_s, sizeof gpus_s);
         dt_plan_link_names(links_s, sizeof links_s);
         printf(help_text, gpus_s, links_s);
         return DT_EXIT_OK;

@@ -87,7 +87,7 @@ int dt_cmd_sample(int argc, char **argv) {
     dt_device_kind_t kind;
     if (!strcmp(device, "cpu")) kind = DT_DEVICE_CPU;
     else if (!strcmp(device, "cuda")) kind = DT_DEVICE_CUDA;
-    else if (!strcmp(device, "auto")) kind = dt_device_built(DT_DEVICE_CUDA) ? DT_DEVICE_CUDA : DT_DEVICE_CPU;
+    else if (!strcmp(device, "auto")) kind = dt_device_count(DT_DEVICE_CUDA) > 0 ? DT_DEVICE_CUDA : DT_DEVICE_CPU;
     else return bad("--device wants auto, cpu or cuda, got '%s'", device);
 
     dt_ckpt_t *ck = NULL;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "common/cudalib.h" /* defines: dt_cudalib_present, dt_cudalib_load */
 
 static const char usage[] =
     "usage:\n"
@@ -41,14 +42,19 @@ int main(int argc, char **argv) {
         return DT_EXIT_OK;
     }
     if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
-        printf("dtrun %s (%s)%s\n", DT_VERSION, DT_GIT_REV,
-#ifdef DT_USE_CUDA
-               " cuda"
-#else
-               " cpu-only"
-#endif
-        );
+        /* whether the CUDA library is at hand, without loading it */
+        char lib[4096];
+        if (dt_cudalib_present(lib, sizeof lib))
+            printf("dtrun %s (%s) cuda: %s\n", DT_VERSION, DT_GIT_REV, lib);
+        else
+            printf("dtrun %s (%s) cpu-only (no %s beside this binary or in LD_LIBRARY_PATH)\n", DT_VERSION,
+                   DT_GIT_REV, dt_cudalib_name());
         return DT_EXIT_OK;
+    }
+    if (!strcmp(cmd, "__cuda_probe")) { /* the agent's check that a CUDA worker could load CUDA */
+        if (dt_cudalib_load() == DT_STATUS_OK) return DT_EXIT_OK;
+        fprintf(stderr, "dtrun: error: device cuda: %s\n", dt_error_detail());
+        return DT_EXIT_USAGE;
     }
     if (!strcmp(cmd, "__worker")) return dt_cmd_worker(argc - 1, argv + 1);
     if (!strcmp(cmd, "__bench_comm_rank")) return dt_cmd_bench_comm_rank(argc - 1, argv + 1);

@@ -1,19 +1,19 @@
 /*
  * backend.c - the one file that knows which compute backends exist: it opens a
  * device of a given kind and hands out its op table (kernels.h). The CPU backend
- * is always built; the CUDA backend (kernels/cuda) joins under DT_USE_CUDA.
+ * is linked in; the CUDA backend (kernels/cuda) lives in the CUDA library, whose
+ * entry points come through the loader (common/cudalib.h) the first time a CUDA
+ * device is counted or opened, so a process that never asks maps no CUDA.
  */
 #include "kernels/kernels.h"
 
-#include <dirent.h>
-#include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/cudalib.h" /* defines: dt_cudalib_load, dt_cudalib_sym, dt_cudalib_present */
+#include "common/gpuinfo.h" /* defines: dt_gpuinfo_count */
 #include "kernels/cpu/cpu.h"
-#ifdef DT_USE_CUDA
-#include "kernels/cuda/cuda.h"
-#endif
+#include "kernels/cuda/cuda.h" /* the prototypes of the library's entry points */
 
 static const char *const kind_names[] = {"cpu", "cuda"};
 
@@ -44,75 +44,31 @@ const char *dt_dtype_name(dt_dtype_t dtype) {
 }
 
 int dt_device_built(dt_device_kind_t kind) {
+    char path[4096];
     switch (kind) {
     case DT_DEVICE_CPU: return 1;
-#ifdef DT_USE_CUDA
-    case DT_DEVICE_CUDA: return 1;
-#else
-    case DT_DEVICE_CUDA: return 0;
-#endif
+    case DT_DEVICE_CUDA: return dt_cudalib_present(path, sizeof path);
     }
     return 0;
+}
+
+dt_status_t dt_device_load(dt_device_kind_t kind) {
+    return kind == DT_DEVICE_CUDA ? dt_cudalib_load() : DT_STATUS_OK;
 }
 
 int dt_device_count(dt_device_kind_t kind) {
     switch (kind) {
     case DT_DEVICE_CPU: return 1;
-    case DT_DEVICE_CUDA:
-#ifdef DT_USE_CUDA
-        return dt_cuda_device_count();
-#else
-        return 0;
-#endif
+    case DT_DEVICE_CUDA: {
+        /* No GPU the driver knows of: no reason to load CUDA to hear it say 0. */
+        if (dt_gpuinfo_count() == 0) return 0;
+        void *fn;
+        if (dt_cudalib_sym("dt_cuda_device_count", &fn) != DT_STATUS_OK) return 0;
+        return ((__typeof__(dt_cuda_device_count) *)fn)();
+    }
     }
     return 0;
 }
-
-/* GPUs the NVIDIA driver has, without creating a CUDA context: NVML when its library
- * is there, else the driver's /proc entries. */
-static int physical_gpus(void) {
-#ifdef DT_CUEMU
-    const char *e = getenv("DTRUN_CUEMU_GPUS"); /* the CPU emulator's GPUs (tests) */
-    return e ? atoi(e) : 1;
-#else
-    int n = 0;
-    void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (lib) {
-        int (*init)(void) = (int (*)(void))dlsym(lib, "nvmlInit_v2");
-        int (*count)(unsigned *) = (int (*)(unsigned *))dlsym(lib, "nvmlDeviceGetCount_v2");
-        int (*shutdown)(void) = (int (*)(void))dlsym(lib, "nvmlShutdown");
-        if (init && count && shutdown && init() == 0) {
-            unsigned c = 0;
-            if (count(&c) == 0) n = (int)c;
-            shutdown();
-        }
-        dlclose(lib);
-        return n;
-    }
-    DIR *d = opendir("/proc/driver/nvidia/gpus");
-    if (!d) return 0;
-    for (struct dirent *de; (de = readdir(d));)
-        if (de->d_name[0] != '.') n++;
-    closedir(d);
-    return n;
-#endif
-}
-
-int dt_device_probe_gpus_visible(const char *visible) {
-    if (!visible) return physical_gpus();
-    /* CUDA's rule: entries up to the first invalid one; "" or a leading -1 hides all. */
-    int n = 0;
-    for (const char *p = visible; *p;) {
-        while (*p == ' ') p++;
-        if (*p == '-' || *p == ',' || !*p) break;
-        n++;
-        while (*p && *p != ',') p++;
-        if (*p == ',') p++;
-    }
-    return n;
-}
-
-int dt_device_probe_gpus(void) { return dt_device_probe_gpus_visible(getenv("CUDA_VISIBLE_DEVICES")); }
 
 dt_status_t dt_attention_kind_from_env(dt_attention_kind_t *out) {
     const char *e = getenv("DTRUN_CUDA_ATTENTION");
@@ -127,9 +83,6 @@ dt_status_t dt_attention_kind_from_env(dt_attention_kind_t *out) {
 
 dt_status_t dt_device_open(dt_device_t **out, const dt_device_opts_t *o) {
     *out = NULL;
-    if (!dt_device_built(o->kind))
-        return dt_error(DT_STATUS_UNSUPPORTED, "device '%s' is not available: %s", dt_device_kind_name(o->kind),
-                        "this dtrun was built without CUDA (no nvcc, or NO_CUDA=1)");
     if (o->kind == DT_DEVICE_CPU && o->dtype != DT_DTYPE_F32)
         return dt_error(DT_STATUS_UNSUPPORTED, "device 'cpu' computes in fp32 only (asked for %s)",
                         dt_dtype_name(o->dtype));
@@ -137,12 +90,13 @@ dt_status_t dt_device_open(dt_device_t **out, const dt_device_opts_t *o) {
     dt_status_t st = DT_STATUS_OK;
     switch (o->kind) {
     case DT_DEVICE_CPU: DT_CHECK_GOTO(dt_cpu_device_init(dev, o->nthreads), st, out_free_dev); break;
-#ifdef DT_USE_CUDA
-    case DT_DEVICE_CUDA:
+    case DT_DEVICE_CUDA: {
+        void *init;
+        DT_CHECK_GOTO(dt_cudalib_sym("dt_cuda_device_init", &init), st, out_free_dev);
         dev->nthreads = 1;
-        DT_CHECK_GOTO(dt_cuda_device_init(dev, o->ordinal, o->dtype), st, out_free_dev);
+        DT_CHECK_GOTO(((__typeof__(dt_cuda_device_init) *)init)(dev, o->ordinal, o->dtype), st, out_free_dev);
         break;
-#endif
+    }
     default:
         st = dt_error(DT_STATUS_UNSUPPORTED, "device kind %d unknown", (int)o->kind);
         goto out_free_dev;
@@ -163,8 +117,9 @@ dt_status_t dt_device_init(dt_device_t **out, dt_device_kind_t kind, int nthread
 void dt_device_free(dt_device_t *dev) {
     if (!dev) return;
     if (dev->kind == DT_DEVICE_CPU) dt_cpu_device_free(dev);
-#ifdef DT_USE_CUDA
-    if (dev->kind == DT_DEVICE_CUDA) dt_cuda_device_free(dev);
-#endif
+    void *fn;
+    /* A CUDA device was opened through the library, so it is loaded. */
+    if (dev->kind == DT_DEVICE_CUDA && dt_cudalib_sym("dt_cuda_device_free", &fn) == DT_STATUS_OK)
+        ((__typeof__(dt_cuda_device_free) *)fn)(dev);
     free(dev);
 }

@@ -1,16 +1,17 @@
 /*
  * kernels.h - the device op table: one C ABI that every compute backend fills.
  *
- * A device is a context (kind, thread count, and for CUDA later its stream, cuBLASLt
+ * A device is a context (kind, thread count, and for CUDA its stream, cuBLASLt
  * handle and workspace) plus a table of function pointers, as in ggml-backend. The
  * models (runtime/) see only this file: they allocate their flat parameter, gradient
  * and optimizer buffers and their activation arena through dev->ops, and run forward
  * and backward as a sequence of ops. kernels/backend.c is the one file that knows
- * which backends exist.
+ * which backends exist; the CUDA one lives in the CUDA library (common/cudalib.h),
+ * loaded when a CUDA device is first counted or opened.
  *
  * Types. Tensors of parameters, activations and gradients are `void *` holding
- * elements of the table's compute dtype (dev->ops->dtype: fp32 on CPU, bf16 for
- * CUDA activations later). Always fp32 (`float *`): layernorm mean/rstd, losses,
+ * elements of the table's compute dtype (dev->ops->dtype: fp32 on CPU; bf16 or
+ * fp32 on CUDA). Always fp32 (`float *`): layernorm mean/rstd, losses,
  * master weights, Adam m and v, regression targets. Token ids and class targets
  * are `const int *`. Pointers given to compute ops are device memory (for CPU that
  * is any host memory). Shapes are row-major and written in comments, `// (N, C)`.
@@ -255,26 +256,26 @@ static inline int dt_attention_uses_fused(dt_attention_kind_t kind, int HS) {
     return kind == DT_ATTENTION_FUSED && HS >= 1 && HS <= DT_ATTENTION_FUSED_MAX_HS;
 }
 
-/* Opens a device. Errors: UNSUPPORTED when the kind is not built into this binary,
- * no such device is present, or the kind does not compute in opts->dtype; the
- * detail says which (and CUDA's own message). */
+/* Opens a device. Errors: UNSUPPORTED when the kind's code cannot be loaded (CUDA:
+ * the CUDA library or one of its CUDA libraries is missing; the detail names it and
+ * where it was looked for), no such device is present, or the kind does not compute
+ * in opts->dtype; the detail says which (and CUDA's own message). */
 dt_status_t dt_device_open(dt_device_t **out, const dt_device_opts_t *opts);
-/* Devices of a kind present: CPU 1; CUDA the visible GPUs (0 when none, or not built). */
+/* Devices of a kind present: CPU 1; CUDA the visible GPUs, 0 when none or when the
+ * CUDA library cannot be loaded. Loads the CUDA library only when the driver has a
+ * GPU (common/gpuinfo.h counts them without CUDA). */
 int dt_device_count(dt_device_kind_t kind);
-/* GPUs a process started now would see, found without initialising CUDA (safe in
- * the agent before it forks, and whether or not this dtrun was built with CUDA):
- * the entries of CUDA_VISIBLE_DEVICES up to the first invalid one as CUDA counts
- * them ("" or -1: none) when it is set, else the driver's GPUs (NVML, else
- * /proc/driver/nvidia/gpus; the CPU emulator's DTRUN_CUEMU_GPUS in dtrun-emu).
- * _visible takes the value of CUDA_VISIBLE_DEVICES (NULL: unset). */
-int dt_device_probe_gpus(void);
-int dt_device_probe_gpus_visible(const char *visible);
+/* Loads the code of a kind (CUDA: the CUDA library, common/cudalib.h), OK for the
+ * CPU; UNSUPPORTED with the loader's message naming what is missing and where. */
+dt_status_t dt_device_load(dt_device_kind_t kind);
 
 /* dt_device_open with ordinal 0 and the kind's default dtype (CPU fp32, CUDA bf16).
  * nthreads <= 0 takes omp_get_max_threads(), which honours OMP_NUM_THREADS. */
 dt_status_t dt_device_init(dt_device_t **out, dt_device_kind_t kind, int nthreads);
 void dt_device_free(dt_device_t *dev);
-/* 1 when a device of this kind was built into this binary (not that one is present). */
+/* 1 when the code of a kind is at hand, found without loading it (CUDA: the CUDA
+ * library is linked in, beside the binary or in LD_LIBRARY_PATH); not that a
+ * device is present. */
 int dt_device_built(dt_device_kind_t kind);
 const char *dt_device_kind_name(dt_device_kind_t kind);
 /* "cpu" / "cuda" -> kind; INVALID (naming the value) otherwise. */

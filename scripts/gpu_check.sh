@@ -5,6 +5,7 @@
 # (.carry/lib); with no .carry it builds there with `make` (needs our Debian
 # libraries). Full logs go to $OUT (or /tmp/gpu_check); a short table is last.
 #
+#   0. dtrun links no CUDA library and loads libdtrun_cuda.so (beside it) on the GPU
 #   1. the CPU emulator's own tests on the real GPU (tests/cuemu: same semantics?)
 #   2. every CUDA op against the CPU op (tests/gpu/test_kernels_cuda*)
 #   3. the NCCL communicator at world size 1, every op on device buffers; `dtrun
@@ -28,9 +29,10 @@ OUT=${OUT:-/tmp/gpu_check}; mkdir -p "$OUT"
 if [ -d .carry/bin ]; then
   BIN=$PWD/.carry/bin; export LD_LIBRARY_PATH=$PWD/.carry/lib:${LD_LIBRARY_PATH:-}
 else
-  make -s CUDA_ARCH="-gencode arch=compute_90,code=sm_90" dtrun gpu-tests-build build/tests/helpers/bench_cuda_layers \
+  make -s CUDA_ARCH="-gencode arch=compute_90,code=sm_90" dtrun libdtrun_cuda.so gpu-tests-build \
+    build/tests/helpers/bench_cuda_layers \
     >"$OUT/build.log" 2>&1 || { echo "build failed"; tail -20 "$OUT/build.log"; exit 1; }
-  BIN=$PWD/build/tests/gpu; cp dtrun build/tests/helpers/bench_cuda_layers "$BIN/"
+  BIN=$PWD/build/tests/gpu; cp dtrun libdtrun_cuda.so build/tests/helpers/bench_cuda_layers "$BIN/"
   cp build/tests/cuemu/test_cuemu "$BIN/" 2>/dev/null
 fi
 DT=$BIN/dtrun
@@ -49,6 +51,12 @@ criterion() {
   [ $rc -eq 124 ] && syn="timed out after ${to}s"
   row "$name" "$res" "$syn"
 }
+# 0. the CUDA library: dtrun links none, finds libdtrun_cuda.so beside it, and a
+#    short probe (what the agent runs for device cuda) loads it with its CUDA libraries.
+cudalib=$(ldd "$DT" | grep -E 'libcudart|libcublas|libnccl')
+if [ -z "$cudalib" ] && "$DT" --version | grep -q "cuda: $BIN/libdtrun_cuda.so" && "$DT" __cuda_probe >"$OUT/cuda_probe.log" 2>&1; then
+  row "dtrun loads libdtrun_cuda.so on demand" PASS "$("$DT" --version)"
+else row "dtrun loads libdtrun_cuda.so on demand" FAIL "ldd: ${cudalib:-none}; $("$DT" --version); $(tail -1 "$OUT/cuda_probe.log")"; fi
 criterion "emulator semantics on the GPU (test_cuemu)" "$BIN/test_cuemu" 120
 criterion "CUDA core ops vs CPU (matmul, adamw, ...)" "$BIN/test_kernels_cuda" 180
 criterion "CUDA layer ops vs CPU (attention, ln, ...)" "$BIN/test_kernels_cuda_layers" 180

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # gpu_pack.sh - builds here for sm_90 and packs what the GPU machine needs into
-# .carry/ (ignored by git): ./dtrun, the GPU test binaries, the CUDA op benchmarks and the shared
+# .carry/ (ignored by git): ./dtrun and the CUDA library beside it (libdtrun_cuda.so,
+# which dtrun loads from its own folder), the GPU test binaries, the CUDA op benchmarks and the shared
 # libraries they use that a bare GPU machine lacks (libuv, cJSON, OpenBLAS,
 # Criterion, ...; not libc or the CUDA/NCCL libraries, which that machine has).
 # Then: run scripts/gpu_check.sh there with carry [".carry"].
@@ -12,10 +13,10 @@ src=$(mktemp -d /tmp/dtrun-pack.XXXXXX)
 trap 'rm -rf "$src"' EXIT
 git clone -q . "$src"
 make -s -C "$src" ARCH=-march=x86-64-v3 \
-  CUDA_ARCH="-gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90" dtrun gpu-tests-build \
+  CUDA_ARCH="-gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90" dtrun libdtrun_cuda.so gpu-tests-build \
   build/tests/helpers/bench_cuda_core build/tests/helpers/bench_cuda_layers
 rm -rf .carry && mkdir -p .carry/bin .carry/lib
-cp "$src/dtrun" .carry/bin/
+cp "$src/dtrun" "$src/libdtrun_cuda.so" .carry/bin/
 for t in "$src"/build/tests/gpu/test_* "$src"/build/tests/cuemu/test_* "$src"/build/tests/helpers/bench_cuda_*; do
   case "$t" in *.d|*.o|*'*'*) ;; *) cp "$t" .carry/bin/ ;; esac
 done

@@ -8,6 +8,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "common/gpuinfo.h"
 #include "kernels/kernels.h"
 #include "runtime/config/config.h"
 #include "runtime/model/net.h"
@@ -276,20 +277,20 @@ Test(plan, recommendation_picks_what_fits) {
 }
 
 Test(plan, hardware_tables) {
-    const dt_plan_gpu *g = dt_plan_gpu_find("H100");
+    const dt_gpu_spec *g = dt_gpu_spec_find("H100");
     cr_assert(g && g->mem_gib == 80 && g->tflops == 989);
-    cr_assert_eq(dt_plan_gpu_find("h200")->mem_gib, 141);
-    cr_assert_str_eq(dt_plan_gpu_by_device_name("NVIDIA A100-SXM4-80GB")->name, "a100-80");
-    cr_assert_str_eq(dt_plan_gpu_by_device_name("NVIDIA A100-PCIE-40GB")->name, "a100-40");
-    cr_assert_str_eq(dt_plan_gpu_by_device_name("NVIDIA H100 PCIe")->name, "h100-pcie");
-    cr_assert_str_eq(dt_plan_gpu_by_device_name("NVIDIA L40S")->name, "l40s");
-    cr_assert_null(dt_plan_gpu_by_device_name("Mystery GPU"));
-    cr_assert_null(dt_plan_gpu_find("tpu"));
+    cr_assert_eq(dt_gpu_spec_find("h200")->mem_gib, 141);
+    cr_assert_str_eq(dt_gpu_spec_by_device_name("NVIDIA A100-SXM4-80GB")->name, "a100-80");
+    cr_assert_str_eq(dt_gpu_spec_by_device_name("NVIDIA A100-PCIE-40GB")->name, "a100-40");
+    cr_assert_str_eq(dt_gpu_spec_by_device_name("NVIDIA H100 PCIe")->name, "h100-pcie");
+    cr_assert_str_eq(dt_gpu_spec_by_device_name("NVIDIA L40S")->name, "l40s");
+    cr_assert_null(dt_gpu_spec_by_device_name("Mystery GPU"));
+    cr_assert_null(dt_gpu_spec_find("tpu"));
     cr_assert_eq(dt_plan_link_find("nvlink4")->gbps, 450);
     cr_assert_eq(dt_plan_link_find("ib400")->gbps, 50);
     cr_assert_null(dt_plan_link_find("carrier-pigeon"));
     char names[512];
-    dt_plan_gpu_names(names, sizeof names);
+    dt_gpu_spec_names(names, sizeof names);
     cr_assert(strstr(names, "rtx5090") && strstr(names, "a100-40"), "%s", names);
     cr_assert_eq(dt_plan_strategy_parse("zero3"), DT_PLAN_FSDP);
     cr_assert_eq(dt_plan_strategy_parse("nope"), -1);

@@ -1,6 +1,8 @@
 /*
- * cuda.h - the CUDA backend's entry points, callable from C (kernels/backend.c
- * only). Implemented in kernels/cuda/cuda_device.cu; built under DT_USE_CUDA.
+ * cuda.h - the CUDA backend's entry points, callable from C. Implemented in
+ * kernels/cuda/cuda_device.cu, built into the CUDA library; kernels/backend.c
+ * looks them up by name through common/cudalib.h (no CUDA types here, so the
+ * main binary includes this header without CUDA).
  */
 #ifndef DT_KERNELS_CUDA_CUDA_H
 #define DT_KERNELS_CUDA_CUDA_H

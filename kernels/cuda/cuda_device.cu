@@ -1,8 +1,11 @@
 /*
  * cuda_device.cu - the CUDA device: open/close, memory (cudaMalloc accounted in
  * common/mem.h), copies, fp32 upload/download through a device staging buffer,
- * the GPU's name for the peak FLOP/s table in runtime/tools/plan.c, CUDA/cuBLAS error translation, and the
- * two op tables (bf16 and fp32 compute).
+ * the GPU's name for the peak FLOP/s table in common/gpuinfo.c, CUDA/cuBLAS error translation, and the
+ * two op tables (bf16 and fp32 compute). Built into the CUDA library
+ * (libdtrun_cuda.so), whose entry points kernels/backend.c finds through
+ * common/cudalib.h; dt_cudalib_abi marks the library and says which layout of
+ * dt_device_t / dt_ops_t it was built for.
  *
  * Ordering: every op and copy of the device runs on one stream, created with plain
  * cudaStreamCreate, i.e. a BLOCKING stream: work on the legacy default stream (what
@@ -15,7 +18,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/cudalib.h" /* defines: DT_CUDALIB_ABI */
 #include "kernels/cuda/cuda.h"
+
+extern "C" {
+extern const int dt_cudalib_abi;
+const int dt_cudalib_abi = DT_CUDALIB_ABI;
+}
 
 #define WORKSPACE_BYTES ((size_t)32 << 20)
 #define SCRATCH_BYTES ((size_t)64 << 10)

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/cudalib.h" /* defines: dt_cudalib_sym */
 #include "common/log.h"
 #include "common/mem.h"
 #include "common/torchenv.h" /* defines: dt_torchenv_read */
@@ -50,6 +51,26 @@ static double env_timeout(void) {
     return 300.0;
 }
 
+/* The NCCL communicator is in the CUDA library (common/cudalib.h), loaded here
+ * the first time it is asked for. UNSUPPORTED with the loader's message when the
+ * library cannot be loaded or has no NCCL. */
+static dt_status_t nccl_backend(const dt_comm_backend_ops_t **out) {
+    void *p;
+    if (dt_cudalib_sym("dt_comm_nccl_ops", &p) != DT_STATUS_OK) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", dt_error_detail());
+        return dt_error(DT_STATUS_UNSUPPORTED, "communicator backend nccl: %s%s", why,
+#ifdef DT_CUEMU
+                        " (the CPU emulator has no NCCL)"
+#else
+                        ""
+#endif
+        );
+    }
+    *out = (const dt_comm_backend_ops_t *)p;
+    return DT_STATUS_OK;
+}
+
 static dt_status_t choose_backend(const dt_comm_config_t *cfg, dt_comm_backend_t *out) {
     dt_comm_backend_t b = cfg->backend;
     const char *env = getenv("DTRUN_COMM");
@@ -64,27 +85,22 @@ static dt_status_t choose_backend(const dt_comm_config_t *cfg, dt_comm_backend_t
         return dt_error(DT_STATUS_CONFIG, "communicator backend %d is unknown", (int)b);
     if (b == DT_COMM_BACKEND_AUTO) {
         int lws = cfg->local_world_size > 0 ? cfg->local_world_size : cfg->world_size;
-#ifdef DT_HAVE_NCCL
-        if (cfg->device >= 0)
+        const dt_comm_backend_ops_t *nccl;
+        /* a GPU buffer communicator: NCCL when the CUDA library has it (the device is
+         * open, so the library is loaded already) */
+        if (cfg->device >= 0 && nccl_backend(&nccl) == DT_STATUS_OK)
             b = DT_COMM_BACKEND_NCCL;
-        else
-#endif
-        if (lws >= cfg->world_size)
+        else if (lws >= cfg->world_size)
             b = DT_COMM_BACKEND_SHM;
         else if (lws == 1)
             b = DT_COMM_BACKEND_TCP;
         else
             b = DT_COMM_BACKEND_HIER;
     }
-#ifndef DT_HAVE_NCCL
-    if (b == DT_COMM_BACKEND_NCCL)
-        return dt_error(DT_STATUS_UNSUPPORTED,
-                        "communicator backend nccl: this dtrun was built without CUDA"
-#ifdef DT_CUEMU
-                        " (the CPU emulator has no NCCL)"
-#endif
-                        );
-#endif
+    if (b == DT_COMM_BACKEND_NCCL) {
+        const dt_comm_backend_ops_t *nccl;
+        DT_CHECK(nccl_backend(&nccl));
+    }
     *out = b;
     return DT_STATUS_OK;
 }
@@ -94,9 +110,10 @@ static const dt_comm_backend_ops_t *backend_ops(dt_comm_backend_t b) {
     case DT_COMM_BACKEND_SHM: return &dt_comm_shm_ops;
     case DT_COMM_BACKEND_TCP: return &dt_comm_tcp_ops;
     case DT_COMM_BACKEND_HIER: return &dt_comm_hier_ops;
-#ifdef DT_HAVE_NCCL
-    case DT_COMM_BACKEND_NCCL: return &dt_comm_nccl_ops;
-#endif
+    case DT_COMM_BACKEND_NCCL: {
+        const dt_comm_backend_ops_t *nccl = NULL;
+        return nccl_backend(&nccl) == DT_STATUS_OK ? nccl : NULL;
+    }
     default: return NULL;
     }
 }

@@ -31,11 +31,9 @@ typedef struct dt_comm_backend_ops {
 extern const dt_comm_backend_ops_t dt_comm_shm_ops;
 extern const dt_comm_backend_ops_t dt_comm_tcp_ops;
 extern const dt_comm_backend_ops_t dt_comm_hier_ops;
-/* NCCL comes with CUDA, except under the CPU emulator (tests/cuemu), which has none. */
-#if defined(DT_USE_CUDA) && !defined(DT_CUEMU)
-#define DT_HAVE_NCCL 1
+/* In the CUDA library (comm_nccl.c; the CPU emulator's library has none): comm.c
+ * finds it by name through common/cudalib.h, never by linking. */
 extern const dt_comm_backend_ops_t dt_comm_nccl_ops;
-#endif
 
 struct dt_comm {
     /* who */

@@ -1,5 +1,8 @@
 /*
- * comm_nccl.c - NCCL backend for CUDA buffers (CUDA builds only).
+ * comm_nccl.c - NCCL backend for CUDA buffers. Built into the CUDA library
+ * (libdtrun_cuda.so) with CUDA's headers, never into dtrun: comm.c finds
+ * dt_comm_nccl_ops through common/cudalib.h; its calls into comm.c, the store and
+ * common/ resolve against the dtrun binary that loaded it (linked -rdynamic).
  *
  * Rank 0 makes the unique id and publishes it in the store; every rank selects
  * its device (comm->device, else LOCAL_RANK) with cudaSetDevice before
@@ -29,7 +32,6 @@
  *
  * Compiled and linked in CI; runs only on a GPU machine (scripts/gpu_check.sh).
  */
-#if defined(DT_USE_CUDA) && !defined(DT_CUEMU)
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <stdio.h>
@@ -234,4 +236,3 @@ const dt_comm_backend_ops_t dt_comm_nccl_ops = {
     .start = nccl_start,
     .finish = nccl_finish,
 };
-#endif /* DT_USE_CUDA */

@@ -21,8 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/gpuinfo.h" /* defines: dt_gpuinfo_count_visible */
 #include "common/mem.h"
-#include "kernels/kernels.h" /* defines: dt_device_probe_gpus_visible */
 
 typedef enum flag_id {
     F_NNODES,
@@ -247,7 +247,7 @@ out_too_long:
 }
 
 int dt_launch_count_gpus(char **envp) {
-    return dt_device_probe_gpus_visible(env_get(envp, "CUDA_VISIBLE_DEVICES"));
+    return dt_gpuinfo_count_visible(env_get(envp, "CUDA_VISIBLE_DEVICES"));
 }
 
 static void random_id(char *buf, size_t len) {

@@ -32,67 +32,6 @@ int dt_plan_strategy_parse(const char *name) {
     return -1;
 }
 
-/* ---- GPUs ------------------------------------------------------------------
- * Memory as sold (GiB of HBM/GDDR) and dense bf16 tensor-core peaks without
- * sparsity, from the vendors' data sheets (H100 SXM 989, H100 PCIe 756, H200 989,
- * B200 2250, A100 312, L40S 362, L4 121, A10G 125 as NVIDIA lists the A10). The
- * GeForce figures (4090 165, 5090 209) are NVIDIA's "FP16/BF16 tensor" numbers;
- * with fp32 accumulation those cards run at half that, so give --gpu-tflops or a
- * lower --mfu for them. Order matters for device-name lookup: longer names first. */
-static const dt_plan_gpu gpus[] = {
-    {"h200", "H200", 141, 989, "nvlink4"},
-    {"h100-pcie", "H100 PCIe", 80, 756, "pcie5"},
-    {"h100", "H100", 80, 989, "nvlink4"},
-    {"b200", "B200", 180, 2250, "nvlink5"},
-    {"a100-80", "A100-SXM4-80GB|A100 80GB|A100-SXM-80GB", 80, 312, "nvlink3"},
-    {"a100-40", "A100", 40, 312, "nvlink3"},
-    {"a10g", "A10G", 24, 125, "pcie4"},
-    {"l40s", "L40S", 48, 362, "pcie4"},
-    {"l4", "L4", 24, 121, "pcie4"},
-    {"rtx4090", "RTX 4090", 24, 165, "pcie4"},
-    {"rtx5090", "RTX 5090", 32, 209, "pcie5"},
-    {"v100", "V100", 32, 125, "nvlink2"},
-    /* this machine's CPU: host memory shared by the ranks, peak measured by sgemm */
-    {"cpu", NULL, 0, 0, "shm"},
-};
-
-int dt_plan_gpu_count(void) { return (int)(sizeof gpus / sizeof gpus[0]); }
-
-const dt_plan_gpu *dt_plan_gpu_at(int i) {
-    return i >= 0 && i < dt_plan_gpu_count() ? &gpus[i] : NULL;
-}
-
-const dt_plan_gpu *dt_plan_gpu_find(const char *name) {
-    for (int i = 0; name && i < dt_plan_gpu_count(); i++)
-        if (!strcasecmp(name, gpus[i].name)) return &gpus[i];
-    return NULL;
-}
-
-const dt_plan_gpu *dt_plan_gpu_by_device_name(const char *device_name) {
-    if (!device_name) return NULL;
-    for (int i = 0; i < dt_plan_gpu_count(); i++) {
-        const char *p = gpus[i].device_name;
-        while (p && *p) {
-            const char *bar = strchr(p, '|');
-            size_t n = bar ? (size_t)(bar - p) : strlen(p);
-            char needle[64];
-            if (n >= sizeof needle) n = sizeof needle - 1;
-            memcpy(needle, p, n);
-            needle[n] = '\0';
-            if (strstr(device_name, needle)) return &gpus[i];
-            p = bar ? bar + 1 : NULL;
-        }
-    }
-    return NULL;
-}
-
-void dt_plan_gpu_names(char *buf, size_t len) {
-    size_t off = 0;
-    buf[0] = '\0';
-    for (int i = 0; i < dt_plan_gpu_count() && off < len; i++)
-        off += (size_t)snprintf(buf + off, len - off, "%s%s", i ? ", " : "", gpus[i].name);
-}
-
 /* ---- links -----------------------------------------------------------------
  * Bandwidth per GPU per direction, in GB/s (1e9). NVLink: NVIDIA's aggregate
  * bidirectional figure halved (V100 300 -> 150, A100 600 -> 300, H100 900 -> 450,

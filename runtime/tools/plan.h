@@ -95,13 +95,7 @@ int dt_plan_strategy_parse(const char *name);
 
 /* ---- hardware tables ------------------------------------------------------ */
 
-typedef struct dt_plan_gpu {
-    const char *name;        /* --gpu name: "h100", "a100-80", "cpu" */
-    const char *device_name; /* substrings of the CUDA device name, '|'-separated */
-    double mem_gib;          /* device memory; cpu: 0 = this host's MemTotal */
-    double tflops;           /* dense bf16 tensor-core peak; cpu: 0 = measured */
-    const char *intra_link;  /* the usual link between GPUs of one node */
-} dt_plan_gpu;
+/* GPU models: the one table is in common/gpuinfo.h (dt_gpu_spec_*). */
 
 typedef struct dt_plan_link {
     const char *name;
@@ -109,16 +103,6 @@ typedef struct dt_plan_link {
     double alpha_us; /* latency per collective */
     const char *note;
 } dt_plan_link;
-
-/* The one GPU table of dtrun (metrics.c's MFU peaks read it too). */
-int dt_plan_gpu_count(void);
-const dt_plan_gpu *dt_plan_gpu_at(int i);
-/* By --gpu name (case-insensitive), NULL when unknown. */
-const dt_plan_gpu *dt_plan_gpu_find(const char *name);
-/* By CUDA device name ("NVIDIA H100 80GB HBM3"), NULL when unknown. */
-const dt_plan_gpu *dt_plan_gpu_by_device_name(const char *device_name);
-/* "a100-40, a100-80, ..." for messages. */
-void dt_plan_gpu_names(char *buf, size_t len);
 
 int dt_plan_link_count(void);
 const dt_plan_link *dt_plan_link_at(int i);

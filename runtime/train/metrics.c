@@ -15,7 +15,7 @@
 #include "common/clock.h"
 #include "common/fs.h"
 #include "common/mem.h"
-#include "runtime/tools/plan.h" /* defines: dt_plan_gpu_by_device_name */
+#include "common/gpuinfo.h" /* defines: dt_gpuinfo_peak_flops */
 
 struct dt_metrics {
     char *dir;
@@ -116,10 +116,5 @@ void dt_metrics_format(const dt_step_metrics *s, char *buf, size_t len) {
         snprintf(buf + n, len - (size_t)n, " | val %.4f", s->val_loss);
 }
 
-double dt_peak_flops_gpu(const char *device_name) {
-    const char *env = getenv("DTRUN_PEAK_TFLOPS");
-    if (env && atof(env) > 0) return atof(env) * 1e12;
-    /* Dense bf16 tensor-core peaks: the one GPU table, in plan.c. */
-    const dt_plan_gpu *g = dt_plan_gpu_by_device_name(device_name);
-    return g && g->tflops > 0 ? g->tflops * 1e12 : 0;
-}
+/* The one GPU table is in common/gpuinfo.c, below the trainer and `dtrun plan`. */
+double dt_peak_flops_gpu(const char *device_name) { return dt_gpuinfo_peak_flops(device_name); }

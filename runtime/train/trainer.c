@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/gpuinfo.h" /* defines: dt_gpuinfo_count */
 #include "common/log.h"
 #include "common/mem.h"
 #include "common/rng.h"
@@ -88,12 +89,22 @@ static dt_status_t build_spec(const dt_config_t *cfg, dt_model_spec *spec) {
  * master weights when bf16.enabled, else in fp32. */
 static dt_status_t open_device(const dt_config_t *cfg, const dt_torchenv_t *env, dt_device_t **dev) {
     dt_device_opts_t o = {.kind = DT_DEVICE_CPU, .nthreads = (int)cfg->threads, .dtype = DT_DTYPE_F32};
-    int ngpu = cfg->device == DT_CONFIG_DEVICE_CPU ? 0 : dt_device_count(DT_DEVICE_CUDA);
+    int ngpu = 0;
+    /* The CUDA library is loaded for device cuda, or auto on a node whose driver has a
+     * GPU (counted without CUDA): a CPU worker never maps it. */
+    if (cfg->device == DT_CONFIG_DEVICE_CUDA || (cfg->device != DT_CONFIG_DEVICE_CPU && dt_gpuinfo_count() > 0)) {
+        if (dt_device_load(DT_DEVICE_CUDA) != DT_STATUS_OK) {
+            char why[2048];
+            snprintf(why, sizeof why, "%s", dt_error_detail());
+            return dt_error(DT_STATUS_CONFIG, "device %s: %s",
+                            cfg->device == DT_CONFIG_DEVICE_CUDA ? "cuda" : "auto (this node has a GPU)", why);
+        }
+        ngpu = dt_device_count(DT_DEVICE_CUDA);
+    }
     if (cfg->device == DT_CONFIG_DEVICE_CUDA && ngpu == 0) {
         const char *vis = getenv("CUDA_VISIBLE_DEVICES");
-        return dt_error(DT_STATUS_CONFIG, "device cuda: %s%s%s%s", !dt_device_built(DT_DEVICE_CUDA)
-                        ? "this dtrun was built without CUDA (no nvcc, or NO_CUDA=1)" : "no GPU is visible",
-                        vis ? " (CUDA_VISIBLE_DEVICES=" : "", vis ? vis : "", vis ? ")" : "");
+        return dt_error(DT_STATUS_CONFIG, "device cuda: no GPU is visible%s%s%s", vis ? " (CUDA_VISIBLE_DEVICES=" : "",
+                        vis ? vis : "", vis ? ")" : "");
     }
     if (ngpu > 0) {
         o.kind = DT_DEVICE_CUDA;

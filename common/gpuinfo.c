@@ -1,0 +1,126 @@
+/*
+ * gpuinfo.c - GPU count without CUDA (NVML or the driver's /proc entries) and the
+ * table of GPU models (gpuinfo.h).
+ */
+#include "common/gpuinfo.h"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* ---- count ------------------------------------------------------------------ */
+
+/* GPUs the NVIDIA driver has: NVML when its library is there, else /proc. */
+static int physical_gpus(void) {
+#ifdef DT_CUEMU
+    const char *e = getenv("DTRUN_CUEMU_GPUS"); /* the CPU emulator's GPUs (tests) */
+    return e ? atoi(e) : 1;
+#else
+    int n = 0;
+    /* NVML is the driver's own library: it maps no CUDA runtime and makes no context. */
+    void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib) {
+        int (*init)(void) = (int (*)(void))dlsym(lib, "nvmlInit_v2");
+        int (*count)(unsigned *) = (int (*)(unsigned *))dlsym(lib, "nvmlDeviceGetCount_v2");
+        int (*shutdown)(void) = (int (*)(void))dlsym(lib, "nvmlShutdown");
+        if (init && count && shutdown && init() == 0) {
+            unsigned c = 0;
+            if (count(&c) == 0) n = (int)c;
+            shutdown();
+        }
+        dlclose(lib);
+        return n;
+    }
+    DIR *d = opendir("/proc/driver/nvidia/gpus");
+    if (!d) return 0;
+    for (struct dirent *de; (de = readdir(d));)
+        if (de->d_name[0] != '.') n++;
+    closedir(d);
+    return n;
+#endif
+}
+
+int dt_gpuinfo_count_visible(const char *visible) {
+    if (!visible) return physical_gpus();
+    /* CUDA's rule: entries up to the first invalid one; "" or a leading -1 hides all. */
+    int n = 0;
+    for (const char *p = visible; *p;) {
+        while (*p == ' ') p++;
+        if (*p == '-' || *p == ',' || !*p) break;
+        n++;
+        while (*p && *p != ',') p++;
+        if (*p == ',') p++;
+    }
+    return n;
+}
+
+int dt_gpuinfo_count(void) { return dt_gpuinfo_count_visible(getenv("CUDA_VISIBLE_DEVICES")); }
+
+/* ---- models ------------------------------------------------------------------
+ * Memory as sold (GiB of HBM/GDDR) and dense bf16 tensor-core peaks without
+ * sparsity, from the vendors' data sheets (H100 SXM 989, H100 PCIe 756, H200 989,
+ * B200 2250, A100 312, L40S 362, L4 121, A10G 125 as NVIDIA lists the A10). The
+ * GeForce figures (4090 165, 5090 209) are NVIDIA's "FP16/BF16 tensor" numbers;
+ * with fp32 accumulation those cards run at half that, so give --gpu-tflops or a
+ * lower --mfu for them. Order matters for device-name lookup: longer names first. */
+static const dt_gpu_spec gpus[] = {
+    {"h200", "H200", 141, 989, "nvlink4"},
+    {"h100-pcie", "H100 PCIe", 80, 756, "pcie5"},
+    {"h100", "H100", 80, 989, "nvlink4"},
+    {"b200", "B200", 180, 2250, "nvlink5"},
+    {"a100-80", "A100-SXM4-80GB|A100 80GB|A100-SXM-80GB", 80, 312, "nvlink3"},
+    {"a100-40", "A100", 40, 312, "nvlink3"},
+    {"a10g", "A10G", 24, 125, "pcie4"},
+    {"l40s", "L40S", 48, 362, "pcie4"},
+    {"l4", "L4", 24, 121, "pcie4"},
+    {"rtx4090", "RTX 4090", 24, 165, "pcie4"},
+    {"rtx5090", "RTX 5090", 32, 209, "pcie5"},
+    {"v100", "V100", 32, 125, "nvlink2"},
+    /* this machine's CPU: host memory shared by the ranks, peak measured by sgemm */
+    {"cpu", NULL, 0, 0, "shm"},
+};
+
+int dt_gpu_spec_count(void) { return (int)(sizeof gpus / sizeof gpus[0]); }
+
+const dt_gpu_spec *dt_gpu_spec_at(int i) { return i >= 0 && i < dt_gpu_spec_count() ? &gpus[i] : NULL; }
+
+const dt_gpu_spec *dt_gpu_spec_find(const char *name) {
+    for (int i = 0; name && i < dt_gpu_spec_count(); i++)
+        if (!strcasecmp(name, gpus[i].name)) return &gpus[i];
+    return NULL;
+}
+
+const dt_gpu_spec *dt_gpu_spec_by_device_name(const char *device_name) {
+    if (!device_name) return NULL;
+    for (int i = 0; i < dt_gpu_spec_count(); i++) {
+        const char *p = gpus[i].device_name;
+        while (p && *p) {
+            const char *bar = strchr(p, '|');
+            size_t n = bar ? (size_t)(bar - p) : strlen(p);
+            char needle[64];
+            if (n >= sizeof needle) n = sizeof needle - 1;
+            memcpy(needle, p, n);
+            needle[n] = '\0';
+            if (strstr(device_name, needle)) return &gpus[i];
+            p = bar ? bar + 1 : NULL;
+        }
+    }
+    return NULL;
+}
+
+void dt_gpu_spec_names(char *buf, size_t len) {
+    size_t off = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < dt_gpu_spec_count() && off < len; i++)
+        off += (size_t)snprintf(buf + off, len - off, "%s%s", i ? ", " : "", gpus[i].name);
+}
+
+double dt_gpuinfo_peak_flops(const char *device_name) {
+    const char *env = getenv("DTRUN_PEAK_TFLOPS");
+    if (env && atof(env) > 0) return atof(env) * 1e12;
+    const dt_gpu_spec *g = dt_gpu_spec_by_device_name(device_name);
+    return g && g->tflops > 0 ? g->tflops * 1e12 : 0;
+}
