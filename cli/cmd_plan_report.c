@@ -1,0 +1,351 @@
+/*
+ * cmd_plan_report.c - what `dtrun plan` prints (cmd_plan.h): the text table with
+ * its recommendation, the --json document (keys in cmd_plan.c's purpose block), and
+ * --measure: a short real run of the config whose memory and step time are printed
+ * beside the estimate.
+ */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <ftw.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli/commands.h"
+#include "common/fs.h"
+#include "common/gpuinfo.h" /* defines: dt_gpu_spec_* */
+#include "common/mem.h"
+#include "kernels/kernels.h"
+#include "runtime/config/config.h"
+#include "runtime/train/metrics.h"
+#include "runtime/model/model.h"
+#include "runtime/tools/plan.h"
+
+#include "cli/cmd_plan.h"
+
+/* ---- output ------------------------------------------------------------------ */
+
+static const char *fit_name(dt_plan_fit_t f) {
+    return f == DT_PLAN_FIT_YES ? "yes" : f == DT_PLAN_FIT_CKPT ? "ckpt" : "no";
+}
+
+void cmd_plan_print_text(const plan_opts *o, const plan_ctx *c, const dt_plan_row *rows,
+                       int n_rows, const dt_plan_choice *ch) {
+    const dt_plan_input *in = &c->in;
+    printf("model:  %s\n", c->model_label);
+    printf("        %.0f parameters, %.4g training FLOPs per token, micro-batch %d per GPU "
+           "(accumulation per GPU count in the tables), %s\n",
+           in->model.n_params, in->model.flops_per_token, in->micro_batch,
+           in->precision == DT_PLAN_PRECISION_BF16 ? "bf16 mixed precision" : "fp32");
+    printf("gpu:    %s, %.1f GB (%.1f GiB) per %s, %.4g TFLOP/s peak%s, MFU %.2f (assumed), "
+           "%.0f%% of memory reserved\n",
+           c->gpu_label, in->mem_bytes / 1e9, in->mem_bytes / 1073741824.0,
+           in->mem_shared ? "host, shared by its ranks" : "GPU", in->peak_flops / 1e12,
+           in->mem_shared ? " per rank (sgemm at the rank's threads, measured)" : "", in->mfu,
+           100 * in->reserve);
+    printf("links:  within a node %s %.4g GB/s α %.0f µs; across nodes %s %.4g GB/s α %.0f µs;",
+           in->intra.name, in->intra.gbps, in->intra.alpha_us, in->inter.name, in->inter.gbps,
+           in->inter.alpha_us);
+    if (in->gpus_per_node > 0) printf(" %d GPUs per node\n", in->gpus_per_node);
+    else printf(" all ranks on one host\n");
+    printf("work:   %s%s\n", c->work_label, in->price > 0 ? "" : "; no --price: cost not shown");
+    /* GB unless every figure is below 1 GB (small models): then MB */
+    double most = 0;
+    for (int i = 0; i < n_rows; i++) most = fmax(most, rows[i].total);
+    double unit = most < 1e9 ? 1e6 : 1e9;
+    printf("\nMemory per %s in %s; times per optimizer step in ms (comm: all of it, exposed: "
+           "the part not overlapped with compute); fits: yes, ckpt (only with activation "
+           "checkpointing), no.\n",
+           in->mem_shared ? "rank" : "GPU", unit == 1e9 ? "GB (1e9 bytes)" : "MB (1e6 bytes)");
+    int cur = -1;
+    for (int i = 0; i < n_rows; i++) {
+        const dt_plan_row *r = &rows[i];
+        if ((int)r->strategy != cur) {
+            cur = (int)r->strategy;
+            printf("\n%s%s\n", dt_plan_strategy_name(r->strategy),
+                   cur == o->highlight_strategy ? "  <- the config's strategy" : "");
+            printf("%5s %5s %5s | %8s %8s %8s %8s %8s %7s | %8s %8s %4s | %9s %9s %9s %9s | %6s | "
+                   "%10s %9s %10s\n",
+                   "GPUs", "nodes", "accum", "params", "grads", "optim", "acts", "acts-ck", "comm",
+                   "total", "total-ck", "fits", "compute", "comm", "exposed", "step", "eff",
+                   "tokens/s", "hours", "cost");
+        }
+        char hours[32] = "-", cost[32] = "-";
+        if (r->hours > 0 && r->fit != DT_PLAN_FIT_NO) snprintf(hours, sizeof hours, "%.2f", r->hours);
+        if (r->cost > 0 && r->fit != DT_PLAN_FIT_NO) snprintf(cost, sizeof cost, "%.2f", r->cost);
+        int mark = ch->cheapest == i || ch->fastest == i;
+        printf("%5d %5d %5d | %8.2f %8.2f %8.2f %8.2f %8.2f %7.3f | %8.2f %8.2f %4s | %9.2f %9.2f "
+               "%9.2f %9.2f | %5.1f%% | %10.0f %9s %10s%s\n",
+               r->n_gpus, r->n_nodes, r->accum, r->params / unit, r->grads / unit,
+               r->optim / unit, r->acts / unit, r->acts_ckpt / unit, r->comm_buf / unit,
+               r->total / unit, r->total_ckpt / unit, fit_name(r->fit), 1e3 * r->compute_s, 1e3 * r->comm_s,
+               1e3 * r->exposed_s, 1e3 * r->step_s, 100 * r->efficiency, r->tokens_per_s, hours,
+               cost,
+               mark ? (ch->cheapest == i && ch->fastest == i ? "  <- cheapest, fastest"
+                       : ch->cheapest == i                    ? "  <- cheapest"
+                                                              : "  <- fastest")
+                    : "");
+    }
+    printf("\nRecommendation\n  cheapest: %s\n  fastest:  %s\n", ch->cheapest_reason,
+           ch->fastest_reason);
+}
+
+static cJSON *row_json(const dt_plan_row *r) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "strategy", dt_plan_strategy_name(r->strategy));
+    cJSON_AddNumberToObject(j, "gpus", r->n_gpus);
+    cJSON_AddNumberToObject(j, "nodes", r->n_nodes);
+    cJSON_AddNumberToObject(j, "shard", r->shard);
+    cJSON_AddNumberToObject(j, "micro_batch", r->micro_batch);
+    cJSON_AddNumberToObject(j, "accum", r->accum);
+    cJSON *m = cJSON_AddObjectToObject(j, "memory_bytes");
+    cJSON_AddNumberToObject(m, "params", r->params);
+    cJSON_AddNumberToObject(m, "grads", r->grads);
+    cJSON_AddNumberToObject(m, "optim", r->optim);
+    cJSON_AddNumberToObject(m, "model_states", r->params + r->grads + r->optim);
+    cJSON_AddNumberToObject(m, "activations", r->acts);
+    cJSON_AddNumberToObject(m, "activations_ckpt", r->acts_ckpt);
+    cJSON_AddNumberToObject(m, "comm_buffers", r->comm_buf);
+    cJSON_AddNumberToObject(m, "total", r->total);
+    cJSON_AddNumberToObject(m, "total_ckpt", r->total_ckpt);
+    cJSON_AddNumberToObject(m, "usable", r->usable);
+    cJSON_AddStringToObject(j, "fits", fit_name(r->fit));
+    cJSON *t = cJSON_AddObjectToObject(j, "step_s");
+    cJSON_AddNumberToObject(t, "compute", r->compute_s);
+    cJSON_AddNumberToObject(t, "comm", r->comm_s);
+    cJSON_AddNumberToObject(t, "overlapped", r->overlapped_s);
+    cJSON_AddNumberToObject(t, "exposed", r->exposed_s);
+    cJSON_AddNumberToObject(t, "total", r->step_s);
+    cJSON_AddNumberToObject(j, "collectives", r->n_collectives);
+    cJSON_AddNumberToObject(j, "efficiency", r->efficiency);
+    cJSON_AddNumberToObject(j, "tokens_per_s", r->tokens_per_s);
+    if (r->hours > 0) cJSON_AddNumberToObject(j, "hours", r->hours);
+    else cJSON_AddNullToObject(j, "hours");
+    if (r->cost > 0) cJSON_AddNumberToObject(j, "cost", r->cost);
+    else cJSON_AddNullToObject(j, "cost");
+    return j;
+}
+
+static cJSON *choice_json(const dt_plan_row *rows, int idx, const char *reason) {
+    cJSON *j = cJSON_CreateObject();
+    if (idx >= 0) {
+        cJSON_AddStringToObject(j, "strategy", dt_plan_strategy_name(rows[idx].strategy));
+        cJSON_AddNumberToObject(j, "gpus", rows[idx].n_gpus);
+        cJSON_AddNumberToObject(j, "row", idx);
+    } else {
+        cJSON_AddNullToObject(j, "strategy");
+        cJSON_AddNullToObject(j, "gpus");
+        cJSON_AddNullToObject(j, "row");
+    }
+    cJSON_AddStringToObject(j, "reason", reason);
+    return j;
+}
+
+void cmd_plan_print_json(const plan_opts *o, const plan_ctx *c, const dt_plan_row *rows,
+                       int n_rows, const dt_plan_choice *ch) {
+    const dt_plan_input *in = &c->in;
+    cJSON *root = cJSON_CreateObject();
+    cJSON *m = cJSON_AddObjectToObject(root, "model");
+    cJSON_AddStringToObject(m, "source", o->config ? o->config : "flags");
+    cJSON_AddStringToObject(m, "type", in->model.type);
+    cJSON_AddNumberToObject(m, "params", in->model.n_params);
+    cJSON_AddNumberToObject(m, "params_unpadded", in->model.n_params_unpadded);
+    cJSON_AddNumberToObject(m, "flops_per_token", in->model.flops_per_token);
+    cJSON_AddNumberToObject(m, "micro_batch", in->micro_batch);
+    cJSON_AddNumberToObject(m, "accum", in->accum);
+    cJSON_AddNumberToObject(m, "seq_len", in->model.seq_len);
+    cJSON_AddStringToObject(m, "precision",
+                            in->precision == DT_PLAN_PRECISION_BF16 ? "bf16" : "fp32");
+    if (o->highlight_strategy >= 0)
+        cJSON_AddStringToObject(m, "strategy", dt_plan_strategy_name(o->highlight_strategy));
+    cJSON *g = cJSON_AddObjectToObject(root, "gpu");
+    cJSON_AddStringToObject(g, "name", c->gpu_label);
+    cJSON_AddNumberToObject(g, "mem_bytes", in->mem_bytes);
+    cJSON_AddBoolToObject(g, "mem_shared", in->mem_shared);
+    cJSON_AddNumberToObject(g, "peak_flops", in->peak_flops);
+    cJSON_AddNumberToObject(g, "mfu", in->mfu);
+    cJSON_AddNumberToObject(g, "reserve", in->reserve);
+    cJSON *l = cJSON_AddObjectToObject(root, "links");
+    const dt_plan_link *ls[2] = {&in->intra, &in->inter};
+    const char *keys[2] = {"intra", "inter"};
+    for (int i = 0; i < 2; i++) {
+        cJSON *x = cJSON_AddObjectToObject(l, keys[i]);
+        cJSON_AddStringToObject(x, "name", ls[i]->name);
+        cJSON_AddNumberToObject(x, "bytes_per_s", ls[i]->gbps * 1e9);
+        cJSON_AddNumberToObject(x, "alpha_s", ls[i]->alpha_us * 1e-6);
+    }
+    cJSON_AddNumberToObject(l, "gpus_per_node", in->gpus_per_node);
+    cJSON *w = cJSON_AddObjectToObject(root, "work");
+    if (in->hours_1gpu > 0) cJSON_AddNumberToObject(w, "hours_1gpu", in->hours_1gpu);
+    else cJSON_AddNullToObject(w, "hours_1gpu");
+    if (o->tokens > 0) cJSON_AddNumberToObject(w, "tokens", o->tokens);
+    else cJSON_AddNullToObject(w, "tokens");
+    if (in->price > 0) cJSON_AddNumberToObject(w, "price", in->price);
+    else cJSON_AddNullToObject(w, "price");
+    cJSON *arr = cJSON_AddArrayToObject(root, "rows");
+    for (int i = 0; i < n_rows; i++) cJSON_AddItemToArray(arr, row_json(&rows[i]));
+    cJSON *r = cJSON_AddObjectToObject(root, "recommendation");
+    cJSON_AddItemToObject(r, "cheapest", choice_json(rows, ch->cheapest, ch->cheapest_reason));
+    cJSON_AddItemToObject(r, "fastest", choice_json(rows, ch->fastest, ch->fastest_reason));
+    char *text = cJSON_Print(root);
+    if (text) puts(text);
+    free(text);
+    cJSON_Delete(root);
+}
+
+/* ---- --measure ------------------------------------------------------------------ */
+
+/* The file's text, or NULL (a missing or unreadable file is reported by what is
+ * then missing from it). */
+static char *read_text(const char *path) {
+    char *text = NULL;
+    return dt_fs_read_file(path, (size_t)64 << 20, &text, NULL) == DT_STATUS_OK ? text : NULL;
+}
+
+static double pct_err(double measured, double est) {
+    return est != 0 ? 100.0 * (measured - est) / est : NAN;
+}
+
+/* Runs `dtrun --standalone --nproc_per_node N CONFIG [overrides] train_steps=K
+ * log.dir=TMP ...` (for one rank `dtrun __worker CONFIG ...` with RANK=0
+ * WORLD_SIZE=1, what the agent would exec) and prints measured against
+ * estimated. Returns an exit code. */
+int cmd_plan_measure(const plan_opts *o, const dt_plan_row *est) {
+    char exe[4096];
+    /* DTRUN_PLAN_MEASURE_EXE replaces the binary (tests use a stand-in trainer) */
+    const char *env_exe = getenv("DTRUN_PLAN_MEASURE_EXE");
+    if (env_exe && *env_exe) {
+        snprintf(exe, sizeof exe, "%s", env_exe);
+    } else {
+        if (dt_fs_self_exe(exe, sizeof exe) != DT_STATUS_OK) {
+            fprintf(stderr, "dtrun plan: --measure: %s\n", dt_error_detail());
+            return DT_EXIT_FAILED;
+        }
+    }
+    char dir[] = "/tmp/dtrun-plan-measure.XXXXXX";
+    if (!mkdtemp(dir)) {
+        fprintf(stderr, "dtrun plan: --measure: cannot create a temporary directory: %s\n",
+                strerror(errno));
+        return DT_EXIT_FAILED;
+    }
+    char nproc[16], steps[48], logdir[128];
+    snprintf(nproc, sizeof nproc, "%d", est->n_gpus);
+    snprintf(steps, sizeof steps, "train_steps=%d", o->measure_steps);
+    snprintf(logdir, sizeof logdir, "log.dir=%s", dir);
+    /* One rank needs no launcher: run the worker as the agent would exec it. */
+    int one = est->n_gpus == 1;
+    const char *args[MAX_OVERRIDES + 16];
+    int k = 0;
+    args[k++] = exe;
+    if (one) {
+        args[k++] = "__worker";
+    } else {
+        args[k++] = "--standalone";
+        args[k++] = "--nproc_per_node";
+        args[k++] = nproc;
+    }
+    args[k++] = o->config;
+    for (int i = 0; i < o->n_overrides; i++) args[k++] = o->overrides[i];
+    args[k++] = steps;
+    args[k++] = logdir;
+    args[k++] = "steps_per_print=1";
+    args[k++] = "checkpoint.every_steps=0";
+    args[k++] = "eval.every_steps=0";
+    args[k++] = NULL;
+    fprintf(stderr, "dtrun plan: measuring: %s %s%s %s ... %s %s\n", exe,
+            one ? "__worker" : "--standalone --nproc_per_node ", one ? "" : nproc, o->config,
+            steps, logdir);
+    fflush(NULL);
+    int rc = DT_EXIT_FAILED;
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "dtrun plan: --measure: fork failed: %s\n", strerror(errno));
+        goto out_remove_dir;
+    }
+    if (pid == 0) {
+        dup2(STDERR_FILENO, STDOUT_FILENO); /* the run's lines go to stderr, ours to stdout */
+        if (one) { /* torchrun's environment of a single rank */
+            setenv("RANK", "0", 1);
+            setenv("WORLD_SIZE", "1", 1);
+            setenv("LOCAL_RANK", "0", 1);
+            setenv("LOCAL_WORLD_SIZE", "1", 1);
+        }
+        execv(exe, (char *const *)args);
+        fprintf(stderr, "dtrun plan: --measure: cannot run %s: %s\n", exe, strerror(errno));
+        _exit(127);
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "dtrun plan: --measure: the measuring run failed (%s %d); see its "
+                        "error above\n",
+                WIFEXITED(status) ? "exit code" : "signal",
+                WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+        goto out_remove_dir;
+    }
+    char path[256];
+    snprintf(path, sizeof path, "%s/summary.json", dir);
+    char *text = read_text(path);
+    cJSON *sum = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    cJSON *ranks = sum ? cJSON_GetObjectItem(sum, "ranks") : NULL;
+    double states = 0, peak = 0;
+    int nr = 0;
+    cJSON *rk;
+    cJSON_ArrayForEach(rk, ranks) {
+        cJSON *msb = cJSON_GetObjectItem(rk, "model_state_bytes");
+        cJSON *tot = msb ? cJSON_GetObjectItem(msb, "total") : NULL;
+        cJSON *pk = cJSON_GetObjectItem(rk, "peak_bytes");
+        if (cJSON_IsNumber(tot) && tot->valuedouble > states) states = tot->valuedouble;
+        if (cJSON_IsNumber(pk) && pk->valuedouble > peak) peak = pk->valuedouble;
+        nr++;
+    }
+    cJSON_Delete(sum);
+    if (!nr) {
+        fprintf(stderr, "dtrun plan: --measure: %s has no ranks[] with model_state_bytes.total "
+                        "and peak_bytes\n",
+                path);
+        goto out_remove_dir;
+    }
+    /* step time: mean step_ms of metrics.jsonl lines after the first (warm-up) */
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    text = read_text(path);
+    double sum_ms = 0, first_ms = NAN;
+    int n_ms = 0;
+    for (char *save = NULL, *line = text ? strtok_r(text, "\n", &save) : NULL; line;
+         line = strtok_r(NULL, "\n", &save)) {
+        cJSON *j = cJSON_Parse(line);
+        cJSON *ms = j ? cJSON_GetObjectItem(j, "step_ms") : NULL;
+        if (cJSON_IsNumber(ms)) {
+            if (isnan(first_ms)) first_ms = ms->valuedouble;
+            else {
+                sum_ms += ms->valuedouble;
+                n_ms++;
+            }
+        }
+        cJSON_Delete(j);
+    }
+    free(text);
+    double step_ms = n_ms ? sum_ms / n_ms : first_ms;
+    double est_total = est->fit == DT_PLAN_FIT_CKPT ? est->total_ckpt : est->total;
+    printf("\nMeasured (%s on %d rank%s, %d steps) against the plan:\n",
+           dt_plan_strategy_name(est->strategy), est->n_gpus, est->n_gpus > 1 ? "s" : "",
+           o->measure_steps);
+    printf("  %-26s %14s %14s %8s\n", "", "measured", "estimated", "error");
+    printf("  %-26s %14.0f %14.0f %7.1f%%\n", "model-state bytes per rank", states,
+           est->params + est->grads + est->optim,
+           pct_err(states, est->params + est->grads + est->optim));
+    printf("  %-26s %14.0f %14.0f %7.1f%%\n", "peak bytes per rank", peak, est_total,
+           pct_err(peak, est_total));
+    printf("  %-26s %14.2f %14.2f %7.1f%%\n", "step ms", step_ms, 1e3 * est->step_s,
+           pct_err(step_ms, 1e3 * est->step_s));
+    rc = DT_EXIT_OK;
+out_remove_dir:
+    dt_fs_rm_rf(dir);
+    return rc;
+}
