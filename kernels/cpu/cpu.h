@@ -11,6 +11,7 @@
 #ifndef DT_KERNELS_CPU_CPU_H
 #define DT_KERNELS_CPU_CPU_H
 
+#include <cblas.h> /* types only: OpenBLAS is loaded at run time (cpu_blas.c) */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -22,14 +23,24 @@ const dt_ops_t *dt_cpu_ops(void);
 /* Sets dev->nthreads (<= 0: omp_get_max_threads()) and prepares OpenBLAS. */
 dt_status_t dt_cpu_device_init(dt_device_t *dev, int nthreads);
 void dt_cpu_device_free(dt_device_t *dev);
-/* Once per process: makes OpenBLAS single-threaded and, when its runtime CPU
- * detection fell back to a generic core on a CPU with AVX-512 or AVX2 (it does so
- * on unknown models such as Sapphire Rapids under a hypervisor: "Prescott", 4x
- * slower sgemm), switches it to the matching kernels. OPENBLAS_CORETYPE set by
- * the user is respected. */
-void dt_cpu_blas_setup(void);
-/* The OpenBLAS kernel set in use ("SkylakeX", "Haswell", ...). */
+/* OpenBLAS (cpu_blas.c) is loaded with dlopen when the first CPU device opens, not
+ * linked: the agent and every process that never computes on the CPU (the
+ * launcher, `config`, GPU workers) skip its start-up, which spawns a thread per
+ * core. Once per process it loads libopenblas.so.0, makes OpenBLAS single-threaded
+ * and, when its runtime CPU detection fell back to a generic core on a CPU with
+ * AVX-512 or AVX2 (it does so on unknown models such as Sapphire Rapids under a
+ * hypervisor: "Prescott", 4x slower sgemm), switches it to the matching kernels. OPENBLAS_CORETYPE set by the user
+ * is respected. A missing library is one error naming it. */
+dt_status_t dt_cpu_blas_load(void);
+/* The OpenBLAS kernel set in use ("SkylakeX", "Haswell", ...); loads OpenBLAS
+ * ("unavailable" when it cannot be loaded). */
 const char *dt_cpu_blas_core(void);
+/* cblas_sgemm of the loaded OpenBLAS (row-major calls only here). Valid after
+ * dt_cpu_blas_load() succeeded, which every CPU device's open ensures. */
+typedef void (*dt_cpu_sgemm_fn)(enum CBLAS_ORDER order, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb,
+                                 blasint m, blasint n, blasint k, float alpha, const float *a, blasint lda,
+                                 const float *b, blasint ldb, float beta, float *c, blasint ldc);
+extern dt_cpu_sgemm_fn dt_cpu_sgemm;
 
 /* [begin, end) of the i-th of n near-equal parts of [0, total). */
 static inline void dt_cpu_split(size_t total, int n, int i, size_t *begin, size_t *end) {

@@ -8,7 +8,6 @@
  * probabilities P (B, NH, T, T) with zeros above the diagonal; the backward needs
  * one BLK x T block of dS per thread as scratch.
  */
-#include <cblas.h>
 #include <math.h>
 #include <omp.h>
 
@@ -53,11 +52,11 @@ void dt_cpu_attention_forward(dt_device_t *dev, void *out_, void *saved, const v
         for (int r0 = 0; r0 < T; r0 += BLK) {
             int r1 = r0 + BLK < T ? r0 + BLK : T;
             /* S[r0:r1, 0:r1] = scale * Q[r0:r1] K[0:r1]^T */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, HS, scale,
+            dt_cpu_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, HS, scale,
                         q + (size_t)r0 * C3, C3, k, C3, 0.0f, P + (size_t)r0 * T, T);
             causal_softmax_rows(P, T, r0, r1);
             /* O[r0:r1] = P[r0:r1, 0:r1] V[0:r1] */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, HS, r1, 1.0f,
+            dt_cpu_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, HS, r1, 1.0f,
                         P + (size_t)r0 * T, T, v, C3, 0.0f, o + (size_t)r0 * C, C);
         }
     }
@@ -89,10 +88,10 @@ void dt_cpu_attention_backward(dt_device_t *dev, void *dqkv_, void *scratch, con
                 const float *Pb = P + (size_t)r0 * T;
                 float *dSb = dS; /* rows r0..r1 of dS, stride T */
                 /* dV[0:r1] += P[r0:r1, 0:r1]^T dO[r0:r1] */
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, HS, m, 1.0f, Pb, T,
+                dt_cpu_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, HS, m, 1.0f, Pb, T,
                             dO + (size_t)r0 * C, C, 1.0f, dv, C3);
                 /* dP[r0:r1, 0:r1] = dO[r0:r1] V[0:r1]^T */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, r1, HS, 1.0f,
+                dt_cpu_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, r1, HS, 1.0f,
                             dO + (size_t)r0 * C, C, v, C3, 0.0f, dSb, T);
                 /* dS = P * (dP - sum_j P dP), row by row; 0 right of the diagonal. */
                 for (int t = r0; t < r1; t++) {
@@ -106,10 +105,10 @@ void dt_cpu_attention_backward(dt_device_t *dev, void *dqkv_, void *scratch, con
                     for (int j = t + 1; j < r1; j++) d[j] = 0.0f;
                 }
                 /* dQ[r0:r1] += scale dS[r0:r1, 0:r1] K[0:r1] */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, HS, r1, scale, dSb, T,
+                dt_cpu_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, HS, r1, scale, dSb, T,
                             k, C3, 1.0f, dq + (size_t)r0 * C3, C3);
                 /* dK[0:r1] += scale dS[r0:r1, 0:r1]^T Q[r0:r1] */
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, HS, m, scale, dSb, T,
+                dt_cpu_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, HS, m, scale, dSb, T,
                             q + (size_t)r0 * C3, C3, 1.0f, dk, C3);
             }
         }

@@ -1,10 +1,9 @@
 /*
  * cpu_device.c - the CPU backend's device side: memory (host memory accounted
- * through common/mem.h), copies, the OpenBLAS set-up, and the op table itself.
+ * through common/mem.h), copies, and the op table itself (OpenBLAS: cpu_blas.c).
  */
 #include "kernels/cpu/cpu.h"
 
-#include <cblas.h>
 #include <omp.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -13,52 +12,8 @@
 #include "common/clock.h"
 #include "common/log.h"
 
-/* OpenBLAS with DYNAMIC_ARCH exports these; weak so that a build without them
- * still links (then the set-up only fixes the thread count). */
-extern void gotoblas_dynamic_init(void) __attribute__((weak));
-extern void gotoblas_dynamic_quit(void) __attribute__((weak));
-
-static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
-
-static int core_is_generic(const char *core) {
-    static const char *const generic[] = {"Prescott", "Katmai",  "Coppermine", "Northwood",
-                                          "Banias",   "Core2",   "Penryn",     "Dunnington",
-                                          "Nehalem",  "Atom",    "Unknown"};
-    for (size_t i = 0; i < sizeof generic / sizeof generic[0]; i++)
-        if (strcmp(core, generic[i]) == 0) return 1;
-    return 0;
-}
-
-static void blas_setup_once(void) {
-    const char *core = openblas_get_corename();
-    if (!getenv("OPENBLAS_CORETYPE") && gotoblas_dynamic_init && gotoblas_dynamic_quit &&
-        core && core_is_generic(core)) {
-        const char *want = NULL;
-        __builtin_cpu_init();
-        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-            __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
-            want = "SkylakeX";
-        else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-            want = "Haswell";
-        if (want) {
-            /* Re-runs OpenBLAS's own selection, which reads OPENBLAS_CORETYPE. This
-             * happens before any of our sgemm calls. */
-            setenv("OPENBLAS_CORETYPE", want, 0);
-            gotoblas_dynamic_quit();
-            gotoblas_dynamic_init();
-            DT_LOG_DEBUG("OpenBLAS took this CPU for %s; switched to its %s kernels", core,
-                         openblas_get_corename());
-        }
-    }
-    openblas_set_num_threads(1);
-}
-
-void dt_cpu_blas_setup(void) { pthread_once(&blas_once, blas_setup_once); }
-
-const char *dt_cpu_blas_core(void) { return openblas_get_corename(); }
-
 dt_status_t dt_cpu_device_init(dt_device_t *dev, int nthreads) {
-    dt_cpu_blas_setup();
+    DT_CHECK(dt_cpu_blas_load());
     dev->kind = DT_DEVICE_CPU;
     snprintf(dev->name, sizeof dev->name, "cpu");
     dev->ordinal = 0;

@@ -7,7 +7,6 @@
  * depends on scheduling. Small problems run on one thread (the split depends on
  * the shape only, so results stay reproducible).
  */
-#include <cblas.h>
 #include <math.h>
 #include <omp.h>
 
@@ -169,7 +168,7 @@ void dt_cpu_matmul_forward(dt_device_t *dev, void *out_, const void *inp_, const
                     memcpy(out + r * OC + o0, bias + o0, sizeof(float) * (o1 - o0));
                 beta = 1.0f;
             }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(r1 - r0), (int)(o1 - o0), C,
+            dt_cpu_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(r1 - r0), (int)(o1 - o0), C,
                         1.0f, inp + r0 * C, C, w + o0 * C, C, beta, out + r0 * OC + o0, OC);
         }
     }
@@ -188,12 +187,12 @@ void dt_cpu_matmul_backward(dt_device_t *dev, void *dinp_, void *dweight_, void 
         /* dinp += dout @ W, split by rows. */
         dt_cpu_split((size_t)N, nth, tid, &r0, &r1);
         if (dinp && r1 > r0)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(r1 - r0), C, OC, 1.0f,
+            dt_cpu_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(r1 - r0), C, OC, 1.0f,
                         dout + r0 * OC, OC, w, C, 1.0f, dinp + r0 * C, C);
         /* dW += dout^T @ inp and db += column sums of dout, split by output channel. */
         dt_cpu_split((size_t)OC, nth, tid, &o0, &o1);
         if (o1 > o0) {
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)(o1 - o0), C, N, 1.0f,
+            dt_cpu_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)(o1 - o0), C, N, 1.0f,
                         dout + o0, OC, inp, C, 1.0f, dw + o0 * C, C);
             if (db) {
                 for (int n = 0; n < N; n++) {

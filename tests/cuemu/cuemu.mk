@@ -27,7 +27,7 @@ EMU_CXXFLAGS := -std=gnu++17 -O2 -g -fPIC -fstack-clash-protection -Wall -Wextra
 # .cu files: C++ with the emulator's header in front of everything; <mma.h> is its shim.
 EMU_CUFLAGS := -x c++ -include tests/cuemu/cuemu.h -Itests/cuemu/include $(EMU_CXXFLAGS)
 EMU_LDFLAGS := -fopenmp -pthread -rdynamic
-EMU_LDLIBS := -luv -lcjson -lopenblas -lm -ldl
+EMU_LDLIBS := -luv -lcjson -lm -ldl
 
 EMU_RT_SRC := $(wildcard tests/cuemu/cuemu*.cc)
 EMU_RT_OBJ := $(patsubst %.cc,$(EMU_BUILD)/%.o,$(EMU_RT_SRC))
