@@ -101,6 +101,16 @@ endif
 
 DEPS_STAMP := $(BUILD)/.deps-ok
 
+# Objects depend on the flags they were compiled with (less the git revision), kept
+# in $(BUILD)/.flags, rewritten only when they change: after a change of options or
+# of the detected features `make` recompiles instead of linking objects built for
+# another configuration (non-PIC objects in a shared library, say).
+# flags_file FILE, FLAGS: FILE holds FLAGS; its time changes only with its content.
+flags_file = $(shell mkdir -p $(dir $(1)))$(file >$(1).new,$(filter-out -DDT_GIT_REV=%,$(2)))$(shell \
+             cmp -s $(1).new $(1) && rm -f $(1).new || mv -f $(1).new $(1))
+$(call flags_file,$(BUILD)/.flags,$(CC) $(CFLAGS) $(LDFLAGS) $(CUDA_CFLAGS) $(NVFLAGS) $(CUDA_DEPS))
+FLAGS_STAMP := $(BUILD)/.flags
+
 .PHONY: all deps test run bench fuzz clean features gpu-tests gpu-tests-build
 all: features dtrun$(if $(filter 1,$(SAN)),-san) $(CUDA_LIB_TARGET)
 
@@ -114,13 +124,13 @@ $(DEPS_STAMP): scripts/install-deps.sh
 
 deps: $(DEPS_STAMP)
 
-$(BUILD)/%.o: %.c | $(DEPS_STAMP)
+$(BUILD)/%.o: %.c $(FLAGS_STAMP) | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC    $<")
 	$(Q)$(CC) $(CFLAGS) -c $< -o $@
 
 # The C files of the CUDA library: position-independent, with CUDA's headers.
-$(BUILD)/%.pic.o: %.c | $(DEPS_STAMP)
+$(BUILD)/%.pic.o: %.c $(FLAGS_STAMP) | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC    $< (CUDA library)")
 	$(Q)$(CC) $(CFLAGS) -fPIC $(CUDA_CFLAGS) -c $< -o $@
@@ -128,7 +138,7 @@ $(BUILD)/%.pic.o: %.c | $(DEPS_STAMP)
 # The loader preloads the CUDA library's dependencies by these sonames.
 $(BUILD)/common/cudalib.o: CFLAGS += $(if $(CUDA_DEPS),-DDT_CUDALIB_DEPS='"$(CUDA_DEPS)"')
 
-$(BUILD)/%.cu.o: %.cu | $(DEPS_STAMP)
+$(BUILD)/%.cu.o: %.cu $(FLAGS_STAMP) | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  NVCC  $<")
 	$(Q)$(NVCC) $(NVFLAGS) -c $< -o $@

@@ -29,6 +29,12 @@ EMU_CUFLAGS := -x c++ -include tests/cuemu/cuemu.h -Itests/cuemu/include $(EMU_C
 EMU_LDFLAGS := -fopenmp -pthread -rdynamic
 EMU_LDLIBS := -luv -lcjson -lm -ldl
 
+# Objects depend on the flags they were compiled with (Makefile: flags_file).
+ifneq ($(HAVE_GXX),)
+$(call flags_file,$(EMU_BUILD)/.flags,$(CC) $(CXX_EMU) $(EMU_CFLAGS) $(EMU_CXXFLAGS) $(EMU_LDFLAGS))
+endif
+EMU_FLAGS_STAMP := $(EMU_BUILD)/.flags
+
 EMU_RT_SRC := $(wildcard tests/cuemu/cuemu*.cc)
 EMU_RT_OBJ := $(patsubst %.cc,$(EMU_BUILD)/%.o,$(EMU_RT_SRC))
 EMU_CU_OBJ := $(patsubst %.cu,$(EMU_BUILD)/%.cu.o,$(CU_SRC))
@@ -56,17 +62,17 @@ $(EMU_CUDA_LIB): $(EMU_CUDA_OBJ)
 	@$(if $(Q),echo "  LD    $@")
 	$(Q)$(CXX_EMU) -shared -fopenmp -pthread $^ -o $@
 
-$(EMU_BUILD)/%.o: %.c | $(DEPS_STAMP)
+$(EMU_BUILD)/%.o: %.c $(EMU_FLAGS_STAMP) | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC    $< (emu)")
 	$(Q)$(CC) $(EMU_CFLAGS) -c $< -o $@
 
-$(EMU_BUILD)/%.cu.o: %.cu tests/cuemu/cuemu.h | $(DEPS_STAMP)
+$(EMU_BUILD)/%.cu.o: %.cu tests/cuemu/cuemu.h $(EMU_FLAGS_STAMP) | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CUEMU $<")
 	$(Q)$(CXX_EMU) $(EMU_CUFLAGS) -c $< -o $@
 
-$(EMU_BUILD)/tests/cuemu/%.o: tests/cuemu/%.cc | $(DEPS_STAMP)
+$(EMU_BUILD)/tests/cuemu/%.o: tests/cuemu/%.cc $(EMU_FLAGS_STAMP) | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CXX   $< (emu)")
 	$(Q)$(CXX_EMU) $(EMU_CXXFLAGS) -O3 -c $< -o $@
