@@ -10,7 +10,7 @@
 #   make emu-test   run those test binaries
 #
 # The emulator build is skipped under SAN=1 and when g++ is missing. With nvcc, the
-# emulator's own tests (tests/cuemu/test_cuemu.cu) are also built for the real GPU as
+# emulator's own tests (tests/cuemu/test_cuemu*.cu) are also built for the real GPU as
 # $(BUILD)/tests/cuemu/test_cuemu (part of gpu-tests-build / gpu-tests).
 
 EMU_BUILD := build-emu
@@ -36,6 +36,8 @@ endif
 EMU_FLAGS_STAMP := $(EMU_BUILD)/.flags
 
 EMU_RT_SRC := $(wildcard tests/cuemu/cuemu*.cc)
+# The emulator's own tests: one binary from tests/cuemu/test_cuemu*.cu.
+CUEMU_TEST_SRC := $(wildcard tests/cuemu/test_cuemu*.cu)
 EMU_RT_OBJ := $(patsubst %.cc,$(EMU_BUILD)/%.o,$(EMU_RT_SRC))
 EMU_CU_OBJ := $(patsubst %.cu,$(EMU_BUILD)/%.cu.o,$(CU_SRC))
 EMU_LIB_OBJ := $(patsubst %.c,$(EMU_BUILD)/%.o,$(LIB_SRC) $(CLI_SRC))
@@ -83,7 +85,8 @@ $(EMU_BUILD)/tests/gpu/test_%: tests/gpu/test_%.c $(EMU_LIB_OBJ) $(EMU_CUDA_OBJ)
 	$(Q)$(CC) $(EMU_CFLAGS) -c $< -o $@.o
 	$(Q)$(CXX_EMU) $(EMU_LDFLAGS) $@.o $(EMU_LIB_OBJ) $(EMU_CUDA_OBJ) -o $@ $(EMU_LDLIBS) -lcriterion
 
-$(EMU_BUILD)/tests/cuemu/test_cuemu: $(EMU_BUILD)/tests/cuemu/test_cuemu.cu.o $(EMU_LIB_OBJ) $(EMU_CUDA_OBJ)
+$(EMU_BUILD)/tests/cuemu/test_cuemu: $(patsubst %.cu,$(EMU_BUILD)/%.cu.o,$(CUEMU_TEST_SRC)) $(EMU_LIB_OBJ) \
+                                     $(EMU_CUDA_OBJ)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  TEST  $@")
 	$(Q)$(CXX_EMU) $(EMU_LDFLAGS) $^ -o $@ $(EMU_LDLIBS) -lcriterion
@@ -108,11 +111,11 @@ ifneq ($(HAVE_NVCC),)
 GPU_TEST_BIN += $(BUILD)/tests/cuemu/test_cuemu
 gpu-tests-build gpu-tests: $(BUILD)/tests/cuemu/test_cuemu
 
-$(BUILD)/tests/cuemu/test_cuemu: tests/cuemu/test_cuemu.cu | $(DEPS_STAMP)
+$(BUILD)/tests/cuemu/%.cu.o: NVFLAGS += -lineinfo
+$(BUILD)/tests/cuemu/test_cuemu: $(patsubst %.cu,$(BUILD)/%.cu.o,$(CUEMU_TEST_SRC)) | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
-	@$(if $(Q),echo "  NVCC  $<")
-	$(Q)$(NVCC) $(NVFLAGS) -lineinfo -c $< -o $@.o
-	$(Q)$(CC) $@.o -o $@ $(LDFLAGS) $(CUDA_LDFLAGS) -lcudart -lcublasLt -lcublas -lcriterion -lstdc++ -lm
+	@$(if $(Q),echo "  LD    $@")
+	$(Q)$(CC) $^ -o $@ $(LDFLAGS) $(CUDA_LDFLAGS) -lcudart -lcublasLt -lcublas -lcriterion -lstdc++ -lm
 endif
 
 -include $(shell find $(EMU_BUILD) -name '*.d' 2>/dev/null)
