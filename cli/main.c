@@ -8,7 +8,8 @@
 #include <string.h>
 
 #include "cli/commands.h"
-#include "common/cudalib.h" /* defines: dt_cudalib_present, dt_cudalib_load */
+#include "common/cudalib.h" /* defines: dt_cudalib_present */
+#include "kernels/kernels.h" /* defines: dt_device_load */
 
 static const char usage[] =
     "usage:\n"
@@ -52,7 +53,7 @@ int main(int argc, char **argv) {
         return DT_EXIT_OK;
     }
     if (!strcmp(cmd, "__cuda_probe")) { /* the agent's check that a CUDA worker could load CUDA */
-        if (dt_cudalib_load() == DT_STATUS_OK) return DT_EXIT_OK;
+        if (dt_device_load(DT_DEVICE_CUDA) == DT_STATUS_OK) return DT_EXIT_OK;
         fprintf(stderr, "dtrun: error: device cuda: %s\n", dt_error_detail());
         return DT_EXIT_USAGE;
     }

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/cudalib.h" /* defines: dt_cudalib_load, dt_cudalib_sym, dt_cudalib_present */
+#include "common/cudalib.h" /* defines: dt_cudalib_sym, dt_cudalib_path, dt_cudalib_present */
 #include "common/gpuinfo.h" /* defines: dt_gpuinfo_count */
 #include "kernels/cpu/cpu.h"
 #include "kernels/cuda/cuda.h" /* the prototypes of the library's entry points */
@@ -52,8 +52,24 @@ int dt_device_built(dt_device_kind_t kind) {
     return 0;
 }
 
+/* The CUDA library's entry `name`, from a library compiled against this binary's
+ * kernels.h (DT_KERNELS_LAYOUT). */
+static dt_status_t cuda_sym(const char *name, void **out) {
+    void *layout;
+    *out = NULL;
+    DT_CHECK(dt_cudalib_sym("dt_cuda_kernels_layout", &layout));
+    unsigned long theirs = *(const unsigned long *)layout;
+    if (theirs != DT_KERNELS_LAYOUT)
+        return dt_error(DT_STATUS_UNSUPPORTED,
+                        "the CUDA library %s was built against another kernels.h (layout %lu, this dtrun's %lu): "
+                        "rebuild both with `make`",
+                        dt_cudalib_path(), theirs, (unsigned long)DT_KERNELS_LAYOUT);
+    return dt_cudalib_sym(name, out);
+}
+
 dt_status_t dt_device_load(dt_device_kind_t kind) {
-    return kind == DT_DEVICE_CUDA ? dt_cudalib_load() : DT_STATUS_OK;
+    void *p;
+    return kind == DT_DEVICE_CUDA ? cuda_sym("dt_cuda_device_init", &p) : DT_STATUS_OK;
 }
 
 int dt_device_count(dt_device_kind_t kind) {
@@ -63,7 +79,7 @@ int dt_device_count(dt_device_kind_t kind) {
         /* No GPU the driver knows of: no reason to load CUDA to hear it say 0. */
         if (dt_gpuinfo_count() == 0) return 0;
         void *fn;
-        if (dt_cudalib_sym("dt_cuda_device_count", &fn) != DT_STATUS_OK) return 0;
+        if (cuda_sym("dt_cuda_device_count", &fn) != DT_STATUS_OK) return 0;
         return ((__typeof__(dt_cuda_device_count) *)fn)();
     }
     }
@@ -92,7 +108,7 @@ dt_status_t dt_device_open(dt_device_t **out, const dt_device_opts_t *o) {
     case DT_DEVICE_CPU: DT_CHECK_GOTO(dt_cpu_device_init(dev, o->nthreads), st, out_free_dev); break;
     case DT_DEVICE_CUDA: {
         void *init;
-        DT_CHECK_GOTO(dt_cudalib_sym("dt_cuda_device_init", &init), st, out_free_dev);
+        DT_CHECK_GOTO(cuda_sym("dt_cuda_device_init", &init), st, out_free_dev);
         dev->nthreads = 1;
         DT_CHECK_GOTO(((__typeof__(dt_cuda_device_init) *)init)(dev, o->ordinal, o->dtype), st, out_free_dev);
         break;
@@ -119,7 +135,7 @@ void dt_device_free(dt_device_t *dev) {
     if (dev->kind == DT_DEVICE_CPU) dt_cpu_device_free(dev);
     void *fn;
     /* A CUDA device was opened through the library, so it is loaded. */
-    if (dev->kind == DT_DEVICE_CUDA && dt_cudalib_sym("dt_cuda_device_free", &fn) == DT_STATUS_OK)
+    if (dev->kind == DT_DEVICE_CUDA && cuda_sym("dt_cuda_device_free", &fn) == DT_STATUS_OK)
         ((__typeof__(dt_cuda_device_free) *)fn)(dev);
     free(dev);
 }

@@ -231,6 +231,15 @@ struct dt_ops {
 };
 
 /* How to open a device. */
+/* The layout of what the binary and the CUDA library share through this header
+ * (sizes of the device, the op table and the optimizer's arguments). The library
+ * exports the value it was compiled with (dt_cuda_kernels_layout); the binary
+ * refuses a library whose value differs from its own, so a stale library beside a
+ * rebuilt dtrun is an error naming it, not memory read through the wrong offsets. */
+#define DT_KERNELS_LAYOUT                                                                  \
+    ((unsigned long)sizeof(dt_device_t) * 1000003ul + (unsigned long)sizeof(dt_ops_t) * 1009ul + \
+     (unsigned long)sizeof(dt_adamw_args_t))
+
 typedef struct dt_device_opts {
     dt_device_kind_t kind;
     int nthreads;     /* CPU threads the ops use; <= 0 takes omp_get_max_threads() */
@@ -265,8 +274,9 @@ dt_status_t dt_device_open(dt_device_t **out, const dt_device_opts_t *opts);
  * CUDA library cannot be loaded. Loads the CUDA library only when the driver has a
  * GPU (common/gpuinfo.h counts them without CUDA). */
 int dt_device_count(dt_device_kind_t kind);
-/* Loads the code of a kind (CUDA: the CUDA library, common/cudalib.h), OK for the
- * CPU; UNSUPPORTED with the loader's message naming what is missing and where. */
+/* Loads the code of a kind (CUDA: the CUDA library, common/cudalib.h, which must
+ * have been built against this kernels.h: DT_KERNELS_LAYOUT), OK for the CPU;
+ * UNSUPPORTED with the loader's message naming what is missing and where. */
 dt_status_t dt_device_load(dt_device_kind_t kind);
 
 /* dt_device_open with ordinal 0 and the kind's default dtype (CPU fp32, CUDA bf16).

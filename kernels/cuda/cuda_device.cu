@@ -24,6 +24,8 @@
 extern "C" {
 extern const int dt_cudalib_abi;
 const int dt_cudalib_abi = DT_CUDALIB_ABI;
+extern const unsigned long dt_cuda_kernels_layout;
+const unsigned long dt_cuda_kernels_layout = DT_KERNELS_LAYOUT; /* kernels.h */
 }
 
 #define WORKSPACE_BYTES ((size_t)32 << 20)

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "common/clock.h"
-#include "common/cudalib.h" /* defines: dt_cudalib_sym */
+#include "common/cudalib.h" /* defines: dt_cudalib_sym, dt_cudalib_path */
 #include "common/log.h"
 #include "common/mem.h"
 #include "common/torchenv.h" /* defines: dt_torchenv_read */
@@ -67,6 +67,14 @@ static dt_status_t nccl_backend(const dt_comm_backend_ops_t **out) {
 #endif
         );
     }
+    void *layout;
+    DT_CHECK(dt_cudalib_sym("dt_comm_nccl_layout", &layout));
+    unsigned long theirs = *(const unsigned long *)layout;
+    if (theirs != DT_COMM_LAYOUT)
+        return dt_error(DT_STATUS_UNSUPPORTED,
+                        "communicator backend nccl: the CUDA library %s was built against another comm_impl.h "
+                        "(layout %lu, this dtrun's %lu): rebuild both with `make`",
+                        dt_cudalib_path(), theirs, (unsigned long)DT_COMM_LAYOUT);
     *out = (const dt_comm_backend_ops_t *)p;
     return DT_STATUS_OK;
 }

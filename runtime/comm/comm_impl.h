@@ -34,6 +34,13 @@ extern const dt_comm_backend_ops_t dt_comm_hier_ops;
 /* In the CUDA library (comm_nccl.c; the CPU emulator's library has none): comm.c
  * finds it by name through common/cudalib.h, never by linking. */
 extern const dt_comm_backend_ops_t dt_comm_nccl_ops;
+/* The layout comm_nccl.c (in the CUDA library) was compiled against: sizes of the
+ * communicator, a request and the backend table. comm.c refuses NCCL ops from a
+ * library whose value (dt_comm_nccl_layout) differs from the binary's. */
+#define DT_COMM_LAYOUT                                                                          \
+    ((unsigned long)sizeof(struct dt_comm) * 1000003ul + (unsigned long)sizeof(dt_comm_req_t) * 1009ul + \
+     (unsigned long)sizeof(dt_comm_backend_ops_t))
+extern const unsigned long dt_comm_nccl_layout;
 
 struct dt_comm {
     /* who */

@@ -229,6 +229,8 @@ static dt_status_t nccl_finish(dt_comm_t *comm, dt_comm_req_t *req, int block, i
     return st;
 }
 
+const unsigned long dt_comm_nccl_layout = DT_COMM_LAYOUT;
+
 const dt_comm_backend_ops_t dt_comm_nccl_ops = {
     .name = "nccl",
     .init = nccl_init,

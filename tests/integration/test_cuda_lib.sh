@@ -5,7 +5,8 @@
 # the CUDA libraries hidden (a mount namespace: empty folders bound over every
 # folder the loader could find them in) dtrun still starts and trains on the CPU,
 # and device=cuda is exit 2 with one message naming the missing library and
-# where it looked; the same with the CUDA library itself moved away; dtrun-emu's
+# where it looked; the same with the CUDA library itself moved away, and a stale
+# library (built against another kernels.h) is refused by name; dtrun-emu's
 # agent does not map its emulated CUDA library while its GPU worker does.
 source "$(dirname "$0")/lib.sh"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -129,6 +130,32 @@ rc=$?
 [ $rc -eq 0 ] && [ "$(wc -l <"$DT_TMP/moved_cpu/metrics.jsonl")" -ge 1 ] &&
   pass "device=auto without a GPU trains on the CPU with no CUDA library at all" ||
   fail "device=auto without a GPU, no CUDA library" "exit $rc: $(tail -3 "$DT_TMP/moved_cpu.out")"
+
+# ---- a CUDA library built against another kernels.h ----------------------------------
+# A stand-in library with this dtrun's ABI number but another DT_KERNELS_LAYOUT (what
+# a stale libdtrun_cuda.so beside a rebuilt dtrun would carry): refused by name
+# before any worker starts, instead of calling into it through the wrong offsets.
+mkdir -p "$DT_TMP/stale"
+cp "$DTRUN" "$DT_TMP/stale/dtrun"
+cat >"$DT_TMP/stale.c" <<'C'
+#include "common/cudalib.h"
+#include "kernels/kernels.h"
+const int dt_cudalib_abi = DT_CUDALIB_ABI;
+const unsigned long dt_cuda_kernels_layout = DT_KERNELS_LAYOUT + 8;
+C
+if cc -shared -fPIC -I"$ROOT" "$DT_TMP/stale.c" -o "$DT_TMP/stale/libdtrun_cuda.so" 2>"$DT_TMP/stale_cc.out"; then
+  "$DT_TMP/stale/dtrun" __cuda_probe >"$DT_TMP/stale_probe.out" 2>&1
+  rc=$?
+  [ $rc -eq 2 ] && grep -q "libdtrun_cuda.so was built against another kernels.h" "$DT_TMP/stale_probe.out" &&
+    pass "a CUDA library built against another kernels.h is refused by name" ||
+    fail "a stale CUDA library is refused" "exit $rc: $(cat "$DT_TMP/stale_probe.out")"
+  CUDA_VISIBLE_DEVICES=0 timeout 60 "$DT_TMP/stale/dtrun" --standalone --nproc_per_node 1 "$ROOT/configs/demo.json" \
+    "${SMALL[@]}" device=cuda train_steps=2 log.dir="$DT_TMP/stale_run" >"$DT_TMP/stale_run.out" 2>&1
+  rc=$?
+  [ $rc -eq 2 ] && grep -q "another kernels.h" "$DT_TMP/stale_run.out" && ! grep -q '^\[rank' "$DT_TMP/stale_run.out" &&
+    pass "device=cuda with a stale CUDA library: exit 2 before any worker" ||
+    fail "device=cuda with a stale CUDA library" "exit $rc: $(grep -v '^\*\|OMP_NUM' "$DT_TMP/stale_run.out" | head -4)"
+else fail "the stand-in CUDA library compiles" "$(cat "$DT_TMP/stale_cc.out")"; fi
 
 # ---- the CUDA libraries hidden ------------------------------------------------------------
 # In a private mount namespace: an empty folder over every folder that holds a CUDA
