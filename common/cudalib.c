@@ -87,16 +87,21 @@ int dt_cudalib_present(char *path, size_t len) {
 }
 
 /* PyTorch's wheels carry CUDA as nvidia/<pkg>/lib/<soname> in site-packages or
- * dist-packages; these are the places torch itself is installed. Loads `soname`
+ * dist-packages; these are the places torch itself is installed (the system's
+ * pythons, ~/.local, the active venv or conda env, pyenv's interpreters). Loads `soname`
  * RTLD_GLOBAL from the first folder that has it; writes the patterns looked at to
  * where. NULL when none has it. */
 static void *load_from_torch(const char *soname, char *where, size_t len) {
     const char *home = getenv("HOME"), *venv = getenv("VIRTUAL_ENV"), *conda = getenv("CONDA_PREFIX");
-    char b_home[1024] = "", b_venv[1024] = "", b_conda[1024] = "";
+    const char *pyenv = getenv("PYENV_ROOT");
+    char b_home[1024] = "", b_venv[1024] = "", b_conda[1024] = "", b_pyenv[1024] = "";
     if (home && *home) snprintf(b_home, sizeof b_home, "%s/.local/lib", home);
     if (venv && *venv) snprintf(b_venv, sizeof b_venv, "%s/lib", venv);
     if (conda && *conda) snprintf(b_conda, sizeof b_conda, "%s/lib", conda);
-    const char *bases[] = {"/usr/lib", "/usr/local/lib", b_home, b_venv, b_conda};
+    /* pyenv's interpreters, each with its own site-packages */
+    if (pyenv && *pyenv) snprintf(b_pyenv, sizeof b_pyenv, "%s/versions/*/lib", pyenv);
+    else if (home && *home) snprintf(b_pyenv, sizeof b_pyenv, "%s/.pyenv/versions/*/lib", home);
+    const char *bases[] = {"/usr/lib", "/usr/local/lib", b_home, b_venv, b_conda, b_pyenv};
     const int nb = (int)(sizeof bases / sizeof bases[0]);
     size_t off = 0;
     where[0] = '\0';

@@ -168,7 +168,10 @@ empty=$(mktemp -d)
 dirs=$( { ldconfig -p | grep -E 'libcudart|libcublas|libnccl' | awk '{print $NF}' | xargs -r -n1 dirname
           readlink -f /usr/local/cuda 2>/dev/null
           ls -d /usr/lib/python3*/*-packages/nvidia /usr/local/lib/python3*/*-packages/nvidia \
-                "$HOME"/.local/lib/python3*/site-packages/nvidia 2>/dev/null; } | sort -u)
+                "$HOME"/.local/lib/python3*/site-packages/nvidia \
+                "${PYENV_ROOT:-$HOME/.pyenv}"/versions/*/lib/python3*/*-packages/nvidia \
+                ${VIRTUAL_ENV:+"$VIRTUAL_ENV"/lib/python3*/*-packages/nvidia} \
+                ${CONDA_PREFIX:+"$CONDA_PREFIX"/lib/python3*/*-packages/nvidia} 2>/dev/null; } | sort -u)
 for d in $dirs; do [ -d "$d" ] && mount --bind "$empty" "$d"; done
 for l in libcudart.so.13 libcudart.so.12 libnccl.so.2; do
   python3 -c 'import ctypes,sys; ctypes.CDLL(sys.argv[1])' "$l" 2>/dev/null && { echo "STILL VISIBLE: $l"; exit 99; }
