@@ -167,6 +167,56 @@ Test(registry, every_model_fills_the_slots_the_trainer_needs) {
     }
 }
 
+/* A model whose sizes are its own (in spec.priv), as a new model file would keep
+ * them: nothing in model.h names them, yet layout, copy and keys work. */
+typedef struct toy_sizes {
+    int width, depth;
+} toy_sizes;
+DT_MODEL_PRIV_FITS(toy_sizes);
+static const dt_model_key toy_keys[] = {
+    {"model.toy_width", DT_MODEL_PRIV_KEY(toy_sizes, width), 1, 4096, "4", "width"},
+    {"model.toy_depth", DT_MODEL_PRIV_KEY(toy_sizes, depth), 1, 64, "2", "layers"},
+};
+static dt_status_t toy_validate(const dt_model_spec *s) {
+    const toy_sizes *z = DT_MODEL_PRIV(s, const toy_sizes);
+    if (z->width < 1) return dt_error(DT_STATUS_CONFIG, "model.toy_width: expected >= 1, got %d", z->width);
+    return DT_STATUS_OK;
+}
+static void toy_build(dt_model_layout *l) {
+    const toy_sizes *z = DT_MODEL_PRIV(&l->spec, const toy_sizes);
+    l->seq_len = 1;
+    l->in_features = z->width;
+    for (int i = 0; i < z->depth; i++)
+        dt_model_add_tensor(l, i, 1, DT_MODEL_INIT_NORMAL, 2, (const int64_t[]){z->width, z->width}, "w.%d", i);
+}
+static const dt_model_ops toy_ops = {.name = "toy", .help = "test", .keys = toy_keys, .n_keys = 2,
+                                     .validate = toy_validate, .build = toy_build};
+
+Test(model, a_model_keeps_its_own_sizes_in_the_spec_priv_area) {
+    dt_model_spec s = {.ops = &toy_ops};
+    DT_MODEL_PRIV(&s, toy_sizes)->width = 5;
+    DT_MODEL_PRIV(&s, toy_sizes)->depth = 3;
+    s.priv[DT_MODEL_PRIV_BYTES - 1] = 0x5a; /* not a key: not copied */
+    dt_model_layout l;
+    cr_assert_eq(dt_model_layout_init(&s, &l), DT_STATUS_OK, "%s", dt_error_detail());
+    cr_assert_eq(l.n_tensors, 3);
+    cr_assert_eq(l.n_units, 3);
+    cr_assert_eq(l.n_params, 75u);
+    cr_assert_eq(l.tensors[2].offset, 50u);
+    dt_model_layout_free(&l);
+    dt_model_spec d;
+    memset(&d, 0xff, sizeof d);
+    dt_model_spec_copy(&s, &d);
+    cr_assert_eq(d.ops, &toy_ops);
+    cr_assert_eq(DT_MODEL_PRIV(&d, toy_sizes)->width, 5);
+    cr_assert_eq(DT_MODEL_PRIV(&d, toy_sizes)->depth, 3);
+    cr_assert_eq(d.priv[DT_MODEL_PRIV_BYTES - 1], 0, "only the model's keys are copied");
+    cr_assert_eq(d.n_layer, 0, "named fields the model has no key for are 0");
+    DT_MODEL_PRIV(&s, toy_sizes)->width = 0;
+    cr_assert_eq(dt_model_layout_init(&s, &l), DT_STATUS_CONFIG);
+    cr_assert(strstr(dt_error_detail(), "model.toy_width"), "%s", dt_error_detail());
+}
+
 Test(registry, layouts_tile_the_buffer_and_initialise_deterministically) {
     dt_device_t *dev = NULL;
     cr_assert_eq(dt_device_init(&dev, DT_DEVICE_CPU, 1), DT_STATUS_OK);

@@ -18,9 +18,10 @@
  * never test which model they hold: they ask spec.ops. A new model is its own file
  * filling every slot not marked optional, plus one line in registry.c:
  *   name, help, data kind          "gpt", shown in errors and `dtrun config --keys`
- *   keys                           its model.* config keys (int fields of the spec:
- *                                  path, bounds, default, help); keys of the same
- *                                  path in two models are one key (the first wins)
+ *   keys                           its model.* config keys (int fields of the spec,
+ *                                  its own sizes in spec.priv: path, bounds, default,
+ *                                  help); keys of the same path in two models are one
+ *                                  key (the first wins)
  *   validate, build                checks the spec naming the bad field, then adds
  *                                  its tensors (dt_model_add_tensor) and sets
  *                                  seq_len / in_features / vocab_padded
@@ -50,7 +51,12 @@
 typedef struct dt_model_ops dt_model_ops;
 
 /* A model's shape. ops says which model; each model reads its own fields (its
- * config keys) and ignores the rest. Fields new models need go here. */
+ * config keys) and ignores the rest. The named fields are GPT's and the MLP's; a new
+ * model keeps sizes of its own in priv: a struct of its file laid over it
+ * (DT_MODEL_PRIV), its keys pointing into it (DT_MODEL_PRIV_KEY), so adding a model
+ * adds no field here. Config parsing, dt_model_spec_copy and the checkpoint's
+ * meta.json go through the keys, so they carry priv's fields like the others. */
+#define DT_MODEL_PRIV_BYTES 128
 typedef struct dt_model_spec {
     const dt_model_ops *ops;
     /* gpt */
@@ -59,7 +65,17 @@ typedef struct dt_model_spec {
     int vocab_pad_multiple; /* Vp = V rounded up to this (1 = no padding) */
     /* mlp: in_dim -> hidden_dim (x n_hidden_layers, ReLU) -> n_classes */
     int in_dim, hidden_dim, n_hidden_layers, n_classes;
+    /* a model's own sizes (see above) */
+    _Alignas(8) unsigned char priv[DT_MODEL_PRIV_BYTES];
 } dt_model_spec;
+
+/* The model file's struct over spec->priv (type must fit: check it with
+ * DT_MODEL_PRIV_FITS(type) in the model's file). */
+#define DT_MODEL_PRIV(spec, type) ((type *)(void *)(spec)->priv)
+#define DT_MODEL_PRIV_FITS(type) \
+    _Static_assert(sizeof(type) <= DT_MODEL_PRIV_BYTES, #type " does not fit dt_model_spec.priv")
+/* dt_model_key.offset of field `field` of the model's struct in priv. */
+#define DT_MODEL_PRIV_KEY(type, field) (offsetof(dt_model_spec, priv) + offsetof(type, field))
 
 typedef struct dt_tensor_info {
     char name[DT_MODEL_NAME_LEN];
@@ -104,12 +120,13 @@ typedef enum dt_model_init {
     DT_MODEL_INIT_EMBED = 4, /* normal(0, std) */
 } dt_model_init_t;
 
-/* One model.* config key: an int field of dt_model_spec. Keys are ints only for
+/* One model.* config key: an int field of dt_model_spec (a named one, or one in
+ * priv: DT_MODEL_PRIV_KEY). Keys are ints only for
  * now; a float key (Llama's rope_theta, norm_eps) would add a kind here, read in
  * config.c's build_keys, dt_model_spec_copy and the checkpoint's meta.json. */
 typedef struct dt_model_key {
     const char *path;  /* "model.n_layer" */
-    size_t offset;     /* offsetof(dt_model_spec, field) */
+    size_t offset;     /* offsetof(dt_model_spec, field), or DT_MODEL_PRIV_KEY(type, field) */
     int min, max;
     const char *def;   /* default as JSON text */
     const char *help;
