@@ -44,14 +44,12 @@
 #include "cli/commands.h"
 #include "common/clock.h"
 #include "common/cudalib.h" /* defines: dt_cudalib_name */
-#include "common/fs.h"
 #include "common/gpuinfo.h" /* defines: dt_gpuinfo_count */
 #include "common/log.h"
 #include "common/mem.h"
 #include "common/torchenv.h"
 #include "kernels/kernels.h"
 #include "runtime/comm/comm.h"
-#include "runtime/launch/agent.h"
 #include "runtime/launch/launch_args.h"
 
 extern char **environ;
@@ -246,20 +244,13 @@ static int launch_local(int argc, char **argv, const bench_opts_t *o) {
     }
     bench_opts_t checked = *o; /* the agent forks: count GPUs without initialising CUDA */
     if (resolve_device(&checked, dt_gpuinfo_count(), lws) != 0) return DT_EXIT_USAGE;
-    char self[PATH_MAX];
-    if (dt_fs_self_exe(self, sizeof self) != DT_STATUS_OK) {
-        fprintf(stderr, "dtrun bench comm: %s\n", dt_error_detail());
-        return DT_EXIT_FAILED;
-    }
     dt_launch_spec_t spec;
     if (dt_launch_spec_standalone(n, DT_LAUNCH_MODE_BENCH_COMM, environ, &spec) != DT_STATUS_OK) {
         fprintf(stderr, "dtrun bench comm: %s\n", dt_error_detail());
         return DT_EXIT_USAGE;
     }
-    char **args = dt_xcalloc((size_t)argc + 2, sizeof *args);
+    char **args = dt_xcalloc((size_t)argc, sizeof *args); /* the flags less --nproc N */
     int na = 0;
-    args[na++] = self;
-    args[na++] = "__bench_comm_rank";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--nproc")) {
             i++;
@@ -268,7 +259,7 @@ static int launch_local(int argc, char **argv, const bench_opts_t *o) {
         args[na++] = argv[i];
     }
     dt_log_set_prefix("dtrun agent");
-    int code = dt_agent_run(&spec, args, na);
+    int code = dt_cli_run_self(&spec, "__bench_comm_rank", NULL, args, na);
     free(args);
     dt_launch_spec_free(&spec);
     return code;

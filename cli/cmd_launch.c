@@ -55,8 +55,7 @@ static int check_config(const dt_launch_spec_t *spec) {
         fprintf(stderr, "dtrun: error: device cuda: no GPU is visible on this node%s%s%s\n",
                 vis ? " (CUDA_VISIBLE_DEVICES=" : "", vis ? vis : "", vis ? ")" : "");
         st = DT_STATUS_CONFIG;
-    } else if (st == DT_STATUS_OK && cfg.device != DT_CONFIG_DEVICE_CPU && dt_gpuinfo_count() > 0 &&
-               cuda_probe() != 0) {
+    } else if (st == DT_STATUS_OK && dt_config_uses_cuda(&cfg) && cuda_probe() != 0) {
         st = DT_STATUS_CONFIG; /* device cuda, or auto on a node with a GPU: the probe said why */
     }
     if (st != DT_STATUS_OK) {
@@ -72,21 +71,19 @@ static int check_config(const dt_launch_spec_t *spec) {
     return st == DT_STATUS_OK ? DT_EXIT_OK : DT_EXIT_USAGE;
 }
 
-/* Runs this binary's hidden worker command on every rank:
- * `dtrun SUBCOMMAND [FIRST] EXTRA...` (the trainer: __worker CONFIG KEY=VALUE...;
- * the collective benchmark: __bench_comm_rank FLAGS...). */
-static int run_self(const dt_launch_spec_t *spec, const char *subcommand, const char *first) {
+int dt_cli_run_self(const struct dt_launch_spec *spec, const char *subcommand, const char *first,
+                    char *const *args, int nargs) {
     char self[PATH_MAX];
     if (dt_fs_self_exe(self, sizeof self) != DT_STATUS_OK) {
         fprintf(stderr, "dtrun: error: %s\n", dt_error_detail());
         return DT_EXIT_FAILED;
     }
-    char **argv = dt_xcalloc((size_t)spec->extra_argc + 4, sizeof *argv);
+    char **argv = dt_xcalloc((size_t)nargs + 4, sizeof *argv);
     int argc = 0;
     argv[argc++] = self;
     argv[argc++] = (char *)subcommand;
     if (first) argv[argc++] = (char *)first;
-    for (int i = 0; i < spec->extra_argc; i++) argv[argc++] = spec->extra_argv[i];
+    for (int i = 0; i < nargs; i++) argv[argc++] = args[i];
     int code = dt_agent_run(spec, argv, argc);
     free(argv);
     return code;
@@ -107,11 +104,11 @@ int dt_cmd_launch(int argc, char **argv) {
     int code;
     if (spec.mode == DT_LAUNCH_MODE_BENCH_COMM) {
         code = dt_bench_comm_check(spec.extra_argc, spec.extra_argv, spec.nproc_per_node);
-        if (code < 0) code = run_self(&spec, "__bench_comm_rank", NULL);
+        if (code < 0) code = dt_cli_run_self(&spec, "__bench_comm_rank", NULL, spec.extra_argv, spec.extra_argc);
     } else if (spec.mode == DT_LAUNCH_MODE_CONFIG) {
         code = check_config(&spec);
         if (code == DT_EXIT_OK && !spec.print_config)
-            code = run_self(&spec, "__worker", spec.config_path);
+            code = dt_cli_run_self(&spec, "__worker", spec.config_path, spec.extra_argv, spec.extra_argc);
     } else {
         code = dt_agent_run(&spec, spec.prog_argv, spec.prog_argc);
     }

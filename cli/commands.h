@@ -26,6 +26,12 @@ int dt_bench_comm_check(int argc, char **argv, int local_world_size);
 /* hidden: one rank of the collective benchmark (what the agent runs per rank), or
  * with --nproc N and no RANK set, a standalone launch of N such ranks */
 int dt_cmd_bench_comm_rank(int argc, char **argv);
+/* Runs this binary's hidden per-rank command on every rank through the agent:
+ * `dtrun SUBCOMMAND [FIRST] ARGS...` (first may be NULL). Returns the agent's exit
+ * code. (cmd_launch.c; the trainer's __worker, bench comm's __bench_comm_rank.) */
+struct dt_launch_spec;
+int dt_cli_run_self(const struct dt_launch_spec *spec, const char *subcommand, const char *first,
+                    char *const *args, int nargs);
 int dt_cmd_plan(int argc, char **argv);
 int dt_cmd_sample(int argc, char **argv);
 int dt_cmd_export(int argc, char **argv);

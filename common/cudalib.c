@@ -213,3 +213,17 @@ dt_status_t dt_cudalib_sym(const char *name, void **out) {
     *out = p;
     return DT_STATUS_OK;
 }
+
+dt_status_t dt_cudalib_sym_checked(const char *name, const char *layout_sym, unsigned long layout,
+                                   const char *header, void **out) {
+    void *p;
+    *out = NULL;
+    DT_CHECK(dt_cudalib_sym(layout_sym, &p));
+    unsigned long theirs = *(const unsigned long *)p;
+    if (theirs != layout)
+        return dt_error(DT_STATUS_UNSUPPORTED,
+                        "the CUDA library %s was built against another %s (layout %lu, this dtrun's %lu): "
+                        "rebuild both with `make`",
+                        lib_path, header, theirs, layout);
+    return dt_cudalib_sym(name, out);
+}

@@ -43,6 +43,14 @@ dt_status_t dt_cudalib_load(void);
  * not loadable or lacks the symbol (e.g. no NCCL in the emulator's build). */
 dt_status_t dt_cudalib_sym(const char *name, void **out);
 
+/* A symbol of the library that relies on a header the binary shares with it:
+ * the library exports `layout_sym`, an unsigned long holding what the header's
+ * layout value (`layout`: struct sizes, e.g. DT_KERNELS_LAYOUT) was when it was
+ * compiled. A stale library (another value) is UNSUPPORTED naming `header` and
+ * both values, so its code is never called through the wrong offsets. */
+dt_status_t dt_cudalib_sym_checked(const char *name, const char *layout_sym, unsigned long layout,
+                                   const char *header, void **out);
+
 /* Where the loaded library came from ("(linked in)" or its path); NULL when it
  * has not been loaded. */
 const char *dt_cudalib_path(void);

@@ -6,6 +6,7 @@
 
 #include <dirent.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,8 +14,10 @@
 
 /* ---- count ------------------------------------------------------------------ */
 
-/* GPUs the NVIDIA driver has: NVML when its library is there, else /proc. */
-static int physical_gpus(void) {
+/* GPUs the NVIDIA driver has: NVML when its library is there, else /proc. Asked
+ * once per process (nvmlInit takes a while on a node of many GPUs, and the answer
+ * does not change): the launcher's checks and a worker's device choice ask again. */
+static int count_physical_gpus(void) {
 #ifdef DT_CUEMU
     const char *e = getenv("DTRUN_CUEMU_GPUS"); /* the CPU emulator's GPUs (tests) */
     return e ? atoi(e) : 1;
@@ -41,6 +44,15 @@ static int physical_gpus(void) {
     closedir(d);
     return n;
 #endif
+}
+
+static pthread_once_t physical_once = PTHREAD_ONCE_INIT;
+static int physical_count;
+static void physical_init(void) { physical_count = count_physical_gpus(); }
+
+static int physical_gpus(void) {
+    pthread_once(&physical_once, physical_init);
+    return physical_count;
 }
 
 int dt_gpuinfo_count_visible(const char *visible) {

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/cudalib.h" /* defines: dt_cudalib_sym, dt_cudalib_path, dt_cudalib_present */
+#include "common/cudalib.h" /* defines: dt_cudalib_sym_checked, dt_cudalib_present */
 #include "common/gpuinfo.h" /* defines: dt_gpuinfo_count */
 #include "kernels/cpu/cpu.h"
 #include "kernels/cuda/cuda.h" /* the prototypes of the library's entry points */
@@ -55,16 +55,7 @@ int dt_device_built(dt_device_kind_t kind) {
 /* The CUDA library's entry `name`, from a library compiled against this binary's
  * kernels.h (DT_KERNELS_LAYOUT). */
 static dt_status_t cuda_sym(const char *name, void **out) {
-    void *layout;
-    *out = NULL;
-    DT_CHECK(dt_cudalib_sym("dt_cuda_kernels_layout", &layout));
-    unsigned long theirs = *(const unsigned long *)layout;
-    if (theirs != DT_KERNELS_LAYOUT)
-        return dt_error(DT_STATUS_UNSUPPORTED,
-                        "the CUDA library %s was built against another kernels.h (layout %lu, this dtrun's %lu): "
-                        "rebuild both with `make`",
-                        dt_cudalib_path(), theirs, (unsigned long)DT_KERNELS_LAYOUT);
-    return dt_cudalib_sym(name, out);
+    return dt_cudalib_sym_checked(name, "dt_cuda_kernels_layout", DT_KERNELS_LAYOUT, "kernels.h", out);
 }
 
 dt_status_t dt_device_load(dt_device_kind_t kind) {

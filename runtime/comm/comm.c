@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "common/clock.h"
-#include "common/cudalib.h" /* defines: dt_cudalib_sym, dt_cudalib_path */
+#include "common/cudalib.h" /* defines: dt_cudalib_sym, dt_cudalib_sym_checked */
 #include "common/log.h"
 #include "common/mem.h"
 #include "common/torchenv.h" /* defines: dt_torchenv_read */
@@ -56,10 +56,13 @@ static double env_timeout(void) {
  * library cannot be loaded or has no NCCL. */
 static dt_status_t nccl_backend(const dt_comm_backend_ops_t **out) {
     void *p;
-    if (dt_cudalib_sym("dt_comm_nccl_ops", &p) != DT_STATUS_OK) {
+    dt_status_t st = dt_cudalib_sym("dt_comm_nccl_ops", &p); /* "has no" names the ops, not the layout */
+    if (st == DT_STATUS_OK)
+        st = dt_cudalib_sym_checked("dt_comm_nccl_ops", "dt_comm_nccl_layout", DT_COMM_LAYOUT, "comm_impl.h", &p);
+    if (st != DT_STATUS_OK) {
         char why[1024];
         snprintf(why, sizeof why, "%s", dt_error_detail());
-        return dt_error(DT_STATUS_UNSUPPORTED, "communicator backend nccl: %s%s", why,
+        return dt_error(st, "communicator backend nccl: %s%s", why,
 #ifdef DT_CUEMU
                         " (the CPU emulator has no NCCL)"
 #else
@@ -67,14 +70,6 @@ static dt_status_t nccl_backend(const dt_comm_backend_ops_t **out) {
 #endif
         );
     }
-    void *layout;
-    DT_CHECK(dt_cudalib_sym("dt_comm_nccl_layout", &layout));
-    unsigned long theirs = *(const unsigned long *)layout;
-    if (theirs != DT_COMM_LAYOUT)
-        return dt_error(DT_STATUS_UNSUPPORTED,
-                        "communicator backend nccl: the CUDA library %s was built against another comm_impl.h "
-                        "(layout %lu, this dtrun's %lu): rebuild both with `make`",
-                        dt_cudalib_path(), theirs, (unsigned long)DT_COMM_LAYOUT);
     *out = (const dt_comm_backend_ops_t *)p;
     return DT_STATUS_OK;
 }

@@ -39,6 +39,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "common/gpuinfo.h" /* defines: dt_gpuinfo_count */
 #include "common/log.h" /* defines: DT_LOG_WARN */
 #include "common/mem.h" /* defines: dt_xmalloc, dt_xrealloc, dt_xstrdup */
 
@@ -750,4 +751,8 @@ dt_status_t dt_config_resolve(dt_config_t *cfg, int world_size) {
         return DT_STATUS_CONFIG;
     }
     return DT_STATUS_OK;
+}
+
+int dt_config_uses_cuda(const dt_config_t *cfg) {
+    return cfg->device == DT_CONFIG_DEVICE_CUDA || (cfg->device == DT_CONFIG_DEVICE_AUTO && dt_gpuinfo_count() > 0);
 }

@@ -203,6 +203,11 @@ dt_status_t dt_config_load_string(const char *json, const char *name,
 /* Applies one `KEY=VALUE` override on a loaded config (re-validates). */
 dt_status_t dt_config_set(dt_config_t *cfg, const char *key_eq_value);
 
+/* Whether this config's workers compute on a GPU and so load the CUDA library:
+ * device cuda, or auto on a node whose driver has a GPU (counted without CUDA,
+ * common/gpuinfo.h). The agent's check and the worker's device choice both ask. */
+int dt_config_uses_cuda(const dt_config_t *cfg);
+
 /* Derives the batch sizes for world_size (DeepSpeed's rules: any two give the
  * third; train_batch_size alone gives accumulation 1; the micro-batch alone gives
  * accumulation 1; accumulation alone or nothing: micro-batch 1) and checks the

@@ -19,7 +19,6 @@
 #include <unistd.h>
 
 #include "common/clock.h"
-#include "common/gpuinfo.h" /* defines: dt_gpuinfo_count */
 #include "common/log.h"
 #include "common/mem.h"
 #include "common/rng.h"
@@ -92,7 +91,7 @@ static dt_status_t open_device(const dt_config_t *cfg, const dt_torchenv_t *env,
     int ngpu = 0;
     /* The CUDA library is loaded for device cuda, or auto on a node whose driver has a
      * GPU (counted without CUDA): a CPU worker never maps it. */
-    if (cfg->device == DT_CONFIG_DEVICE_CUDA || (cfg->device != DT_CONFIG_DEVICE_CPU && dt_gpuinfo_count() > 0)) {
+    if (dt_config_uses_cuda(cfg)) {
         if (dt_device_load(DT_DEVICE_CUDA) != DT_STATUS_OK) {
             char why[2048];
             snprintf(why, sizeof why, "%s", dt_error_detail());
