@@ -56,8 +56,10 @@ ifneq ($(HAVE_NVCC),)
   CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 \
                -gencode arch=compute_90,code=compute_90
   CUDA_CFLAGS := -DDT_USE_CUDA -I$(CUDA_HOME)/include
+  # -MMD -MP: .cu objects depend on the headers they include (kernels/kernels.h's op
+  # table above all), as the C objects do.
   NVFLAGS := -O3 -std=c++17 $(CUDA_ARCH) -I. -DDT_USE_CUDA -Xcompiler -fPIC,-Wall \
-             -DDT_VERSION='"$(VERSION)"'
+             -DDT_VERSION='"$(VERSION)"' -MMD -MP
   CUDA_LDFLAGS := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -Wl,-rpath,$(CUDA_HOME)/lib64 \
                   -Wl,-rpath,$(CUDA_HOME)/lib
   CUDA_LDLIBS := -lcudart -lcublasLt -lcublas -lnccl -lstdc++
