@@ -251,21 +251,82 @@ static void llama_describe(const dt_model_layout *l, const char *note, char *buf
              l->tied_head ? ", tied head" : "", l->n_params, llama_unpadded_params(l));
 }
 
-/* ---- activation arena, forward and backward ---------------------------------- */
+/* ---- activation arena ------------------------------------------------------ */
 
-/* The compute needs the RMSNorm, RoPE, SwiGLU and grouped-query attention device
- * ops (branch i15-kernels); until they are merged a llama builds, plans its model
- * states and checkpoints, but refuses to compute. */
+/* Widths of a layer's activations. */
+typedef struct dims {
+    int B, T, BT, C, NH, NKV, HD, IC, L, V, Vp;
+    int QC;   /* NH*HD: the attention's width (q, out) */
+    int QKVC; /* (NH + 2*NKV)*HD: a fused qkv row */
+    float eps;
+    dt_rope_args_t rope;
+} dims;
+
+static dims dims_of(const dt_model_layout *l, int B) {
+    const llama_sizes *z = DT_MODEL_PRIV(&l->spec, const llama_sizes);
+    dims d = {.B = B, .T = l->seq_len, .C = z->hidden_size, .NH = z->num_attention_heads,
+              .NKV = z->num_key_value_heads, .HD = z->head_dim, .IC = z->intermediate_size,
+              .L = z->num_hidden_layers, .V = l->spec.vocab_size, .Vp = l->vocab_padded,
+              .eps = (float)z->rms_norm_eps};
+    d.BT = B * d.T;
+    d.QC = d.NH * d.HD;
+    d.QKVC = (d.NH + 2 * d.NKV) * d.HD;
+    d.rope = (dt_rope_args_t){.theta = z->rope_theta, .factor = z->rope_factor,
+                              .low_freq_factor = z->rope_low_freq_factor,
+                              .high_freq_factor = z->rope_high_freq_factor,
+                              .original_max_pos = z->rope_original_max_pos};
+    return d;
+}
+
+/* Slots of the whole model (the first four are net.h's). There is no position
+ * table: the embedding is the device's encoder_forward with G_ZERO_POS, a (T, C)
+ * slot of zeros, as its wpe (and no dwpe), so a token's row is embed_tokens[token]
+ * exactly; positions enter through RoPE. G_DTMP is max(C, NH*HD) wide: it holds
+ * d(norm output) (C) and d(attention output) (NH*HD). */
+enum {
+    G_TOKENS = DT_NET_SLOT_TOKENS, G_TARGETS = DT_NET_SLOT_TARGETS, G_FEATURES = DT_NET_SLOT_FEATURES,
+    G_LOSSES = DT_NET_SLOT_LOSSES, G_ENCODED = DT_NET_SLOT_FIRST, G_ZERO_POS, G_NORM, G_NORM_RSTD, G_LOGITS,
+    G_DRES, G_DTMP, G_DQKV, G_DFCH, G_DSWI, G_ATT_SCRATCH, G_COUNT
+};
+/* ... and of each layer: ln1 = rmsnorm(x), qkv (roped in place), atty = attention,
+ * attproj = o_proj(atty), res2 = x + attproj, ln2 = rmsnorm(res2), fch = [gate | up]
+ * (ln2), swi = silu(gate) * up, fcproj = down_proj(swi), res3 = res2 + fcproj. */
+enum {
+    L_LN1, L_LN1_RSTD, L_QKV, L_ATTY, L_ATT_SAVED, L_ATTPROJ, L_RES2, L_LN2, L_LN2_RSTD, L_FCH, L_SWI,
+    L_FCPROJ, L_RES3, L_COUNT
+};
+#define LSLOT(l, s) (G_COUNT + (l) * L_COUNT + (s))
+
 static int llama_arena_slots(const dt_model_layout *l) {
-    (void)l;
-    return DT_NET_SLOT_FIRST;
+    return G_COUNT + DT_MODEL_PRIV(&l->spec, const llama_sizes)->num_hidden_layers * L_COUNT;
 }
 
 static void llama_arena_sizes(const dt_device_t *dev, const dt_model_layout *lay, int B, size_t *sizes) {
-    (void)dev;
-    size_t BT = (size_t)B * (size_t)lay->seq_len;
-    sizes[DT_NET_SLOT_TOKENS] = sizes[DT_NET_SLOT_TARGETS] = BT * sizeof(int);
-    sizes[DT_NET_SLOT_LOSSES] = BT * sizeof(float);
+    size_t es = dt_dtype_size(dev->ops->dtype);
+    dims d = dims_of(lay, B);
+    size_t BT = (size_t)d.BT, C = (size_t)d.C;
+    size_t wide = d.QC > d.C ? (size_t)d.QC : C;
+    sizes[G_TOKENS] = sizes[G_TARGETS] = BT * sizeof(int);
+    sizes[G_ENCODED] = sizes[G_NORM] = BT * C * es;
+    sizes[G_ZERO_POS] = (size_t)d.T * C * es;
+    sizes[G_NORM_RSTD] = sizes[G_LOSSES] = BT * sizeof(float);
+    sizes[G_LOGITS] = BT * (size_t)d.Vp * es;
+    sizes[G_DRES] = BT * C * es;
+    sizes[G_DTMP] = BT * wide * es;
+    sizes[G_DQKV] = BT * (size_t)d.QKVC * es;
+    sizes[G_DFCH] = BT * 2 * (size_t)d.IC * es;
+    sizes[G_DSWI] = BT * (size_t)d.IC * es;
+    sizes[G_ATT_SCRATCH] = dev->ops->attention_scratch_bytes(dev, B, d.T, d.QC, d.NH, d.NKV);
+    for (int l = 0; l < d.L; l++) {
+        size_t *s = sizes + LSLOT(l, 0);
+        s[L_LN1] = s[L_ATTPROJ] = s[L_RES2] = s[L_LN2] = s[L_FCPROJ] = s[L_RES3] = BT * C * es;
+        s[L_LN1_RSTD] = s[L_LN2_RSTD] = BT * sizeof(float);
+        s[L_QKV] = BT * (size_t)d.QKVC * es;
+        s[L_ATTY] = BT * (size_t)d.QC * es;
+        s[L_ATT_SAVED] = dev->ops->attention_saved_bytes(dev, B, d.T, d.QC, d.NH, d.NKV);
+        s[L_FCH] = BT * 2 * (size_t)d.IC * es;
+        s[L_SWI] = BT * (size_t)d.IC * es;
+    }
 }
 
 /* The table order forward and backward rely on. */
@@ -280,13 +341,121 @@ static dt_status_t check_order(const dt_model_layout *layout) {
     return DT_STATUS_OK;
 }
 
-static dt_status_t llama_net_check(const dt_model_layout *layout) {
-    DT_CHECK(check_order(layout));
-    return dt_error(DT_STATUS_UNSUPPORTED, "model.type llama: the device ops it computes with are not built yet");
+static dt_status_t llama_net_check(const dt_model_layout *layout) { return check_order(layout); }
+
+/* ---- forward and backward -------------------------------------------------- */
+
+#define P(t) dt_net_param(net, (t))
+#define G(t) dt_net_grad(net, (t))
+#define A(slot) dt_net_slot(net, (slot))
+#define AF(slot) ((float *)A(slot))
+#define PL(l, k) P(layer_t(z, l, k))
+#define GL(l, k) G(layer_t(z, l, k))
+/* The fused q|k|v bias, or NULL without attention_bias. */
+#define QKV_BIAS(l) (z->attention_bias ? PL(l, T_QB) : NULL)
+#define DQKV_BIAS(l) (z->attention_bias ? GL(l, T_QB) : NULL)
+
+/* The head's weight: embed_tokens when tied, else lm_head (the table's last). */
+static int head_tensor(const dt_model_layout *l) { return l->tied_head ? 0 : l->n_tensors - 1; }
+static int head_unit(const dt_model_layout *l) { return l->tied_head ? 0 : l->n_units - 1; }
+
+/* Forward up to the logits; the losses too when with_loss (targets uploaded). */
+static void llama_forward(dt_net_t *net, int with_loss) {
+    const dt_ops_t *o = net->dev->ops;
+    dt_device_t *dv = net->dev;
+    const dt_model_layout *lay = net->layout;
+    const llama_sizes *z = DT_MODEL_PRIV(&lay->spec, const llama_sizes);
+    dims d = dims_of(lay, net->B);
+    int B = d.B, T = d.T, BT = d.BT, C = d.C;
+    dt_net_hook(net, 0, DT_NET_FWD_PRE);
+    dt_net_zero(net, G_ZERO_POS, (size_t)T * C);
+    o->encoder_forward(dv, A(G_ENCODED), net->d_tokens, P(0), A(G_ZERO_POS), B, T, C);
+    dt_net_hook(net, 0, DT_NET_FWD_POST);
+    void *residual = A(G_ENCODED);
+    for (int l = 0; l < d.L; l++) {
+        dt_net_hook(net, 1 + l, DT_NET_FWD_PRE);
+        o->rmsnorm_forward(dv, A(LSLOT(l, L_LN1)), AF(LSLOT(l, L_LN1_RSTD)), residual, PL(l, T_LN1), BT, C, d.eps);
+        o->matmul_forward(dv, A(LSLOT(l, L_QKV)), A(LSLOT(l, L_LN1)), PL(l, T_Q), QKV_BIAS(l), BT, C, d.QKVC);
+        o->rope_forward(dv, A(LSLOT(l, L_QKV)), B, T, d.QKVC, d.NH + d.NKV, d.HD, 0, &d.rope);
+        o->attention_forward(dv, A(LSLOT(l, L_ATTY)), A(LSLOT(l, L_ATT_SAVED)), A(LSLOT(l, L_QKV)), B, T, d.QC,
+                             d.NH, d.NKV);
+        o->matmul_forward(dv, A(LSLOT(l, L_ATTPROJ)), A(LSLOT(l, L_ATTY)), PL(l, T_O), NULL, BT, d.QC, C);
+        o->residual_forward(dv, A(LSLOT(l, L_RES2)), residual, A(LSLOT(l, L_ATTPROJ)), (size_t)BT * C);
+        o->rmsnorm_forward(dv, A(LSLOT(l, L_LN2)), AF(LSLOT(l, L_LN2_RSTD)), A(LSLOT(l, L_RES2)), PL(l, T_LN2), BT,
+                           C, d.eps);
+        o->matmul_forward(dv, A(LSLOT(l, L_FCH)), A(LSLOT(l, L_LN2)), PL(l, T_GATE), NULL, BT, C, 2 * d.IC);
+        o->swiglu_forward(dv, A(LSLOT(l, L_SWI)), A(LSLOT(l, L_FCH)), BT, d.IC);
+        o->matmul_forward(dv, A(LSLOT(l, L_FCPROJ)), A(LSLOT(l, L_SWI)), PL(l, T_DOWN), NULL, BT, d.IC, C);
+        o->residual_forward(dv, A(LSLOT(l, L_RES3)), A(LSLOT(l, L_RES2)), A(LSLOT(l, L_FCPROJ)), (size_t)BT * C);
+        residual = A(LSLOT(l, L_RES3));
+        dt_net_hook(net, 1 + l, DT_NET_FWD_POST);
+    }
+    int norm = layer_t(z, d.L, 0), last = d.L + 1;
+    dt_net_hook(net, last, DT_NET_FWD_PRE);
+    o->rmsnorm_forward(dv, A(G_NORM), AF(G_NORM_RSTD), residual, P(norm), BT, C, d.eps);
+    if (lay->tied_head) { /* the head is unit 0 again */
+        dt_net_hook(net, last, DT_NET_FWD_POST);
+        dt_net_hook(net, 0, DT_NET_FWD_PRE);
+    }
+    o->matmul_forward(dv, A(G_LOGITS), A(G_NORM), P(head_tensor(lay)), NULL, BT, C, d.Vp);
+    dt_net_hook(net, head_unit(lay), DT_NET_FWD_POST);
+    if (with_loss) o->softmax_xent_forward(dv, AF(G_LOSSES), A(G_LOGITS), net->d_targets, BT, d.V, d.Vp);
 }
 
-static void llama_forward(dt_net_t *net, int with_loss) { (void)net, (void)with_loss; }
-static void llama_backward(dt_net_t *net, float dscale) { (void)net, (void)dscale; }
+static void llama_backward(dt_net_t *net, float dscale) {
+    const dt_ops_t *o = net->dev->ops;
+    dt_device_t *dv = net->dev;
+    const dt_model_layout *lay = net->layout;
+    const llama_sizes *z = DT_MODEL_PRIV(&lay->spec, const llama_sizes);
+    dims d = dims_of(lay, net->B);
+    int B = d.B, T = d.T, BT = d.BT, C = d.C;
+    size_t btc = (size_t)BT * C;
+    int norm = layer_t(z, d.L, 0), last = d.L + 1;
+    dt_net_hook(net, head_unit(lay), DT_NET_BWD_PRE);
+    /* The logits buffer becomes dlogits. */
+    o->softmax_xent_backward(dv, A(G_LOGITS), NULL, A(G_LOGITS), net->d_targets, dscale, BT, d.V, d.Vp);
+    dt_net_zero(net, G_DTMP, btc);
+    o->matmul_backward(dv, A(G_DTMP), G(head_tensor(lay)), NULL, A(G_LOGITS), A(G_NORM), P(head_tensor(lay)), BT,
+                       C, d.Vp);
+    if (lay->tied_head) dt_net_hook(net, last, DT_NET_BWD_PRE);
+    void *top = d.L > 0 ? A(LSLOT(d.L - 1, L_RES3)) : A(G_ENCODED);
+    dt_net_zero(net, G_DRES, btc);
+    o->rmsnorm_backward(dv, A(G_DRES), G(norm), A(G_DTMP), top, P(norm), AF(G_NORM_RSTD), BT, C);
+    dt_net_hook(net, last, DT_NET_BWD_POST);
+    for (int l = d.L - 1; l >= 0; l--) {
+        dt_net_hook(net, 1 + l, DT_NET_BWD_PRE);
+        void *residual = l > 0 ? A(LSLOT(l - 1, L_RES3)) : A(G_ENCODED);
+        /* dres holds d(res3) = d(fcproj) = the skip part of d(res2). */
+        dt_net_zero(net, G_DSWI, (size_t)BT * d.IC);
+        o->matmul_backward(dv, A(G_DSWI), GL(l, T_DOWN), NULL, A(G_DRES), A(LSLOT(l, L_SWI)), PL(l, T_DOWN), BT,
+                           d.IC, C);
+        dt_net_zero(net, G_DFCH, (size_t)BT * 2 * d.IC);
+        o->swiglu_backward(dv, A(G_DFCH), A(LSLOT(l, L_FCH)), A(G_DSWI), BT, d.IC);
+        dt_net_zero(net, G_DTMP, btc);
+        o->matmul_backward(dv, A(G_DTMP), GL(l, T_GATE), NULL, A(G_DFCH), A(LSLOT(l, L_LN2)), PL(l, T_GATE), BT, C,
+                           2 * d.IC);
+        o->rmsnorm_backward(dv, A(G_DRES), GL(l, T_LN2), A(G_DTMP), A(LSLOT(l, L_RES2)), PL(l, T_LN2),
+                            AF(LSLOT(l, L_LN2_RSTD)), BT, C);
+        /* dres now holds d(res2) = d(attproj) = the skip part of d(residual). */
+        dt_net_zero(net, G_DTMP, (size_t)BT * d.QC);
+        o->matmul_backward(dv, A(G_DTMP), GL(l, T_O), NULL, A(G_DRES), A(LSLOT(l, L_ATTY)), PL(l, T_O), BT, d.QC,
+                           C);
+        dt_net_zero(net, G_DQKV, (size_t)BT * d.QKVC);
+        o->attention_backward(dv, A(G_DQKV), A(G_ATT_SCRATCH), A(G_DTMP), A(LSLOT(l, L_QKV)),
+                              A(LSLOT(l, L_ATT_SAVED)), B, T, d.QC, d.NH, d.NKV);
+        /* d(rotated q, k) -> d(q, k) as the matmul produced them */
+        o->rope_backward(dv, A(G_DQKV), B, T, d.QKVC, d.NH + d.NKV, d.HD, 0, &d.rope);
+        dt_net_zero(net, G_DTMP, btc);
+        o->matmul_backward(dv, A(G_DTMP), GL(l, T_Q), DQKV_BIAS(l), A(G_DQKV), A(LSLOT(l, L_LN1)), PL(l, T_Q), BT, C,
+                           d.QKVC);
+        o->rmsnorm_backward(dv, A(G_DRES), GL(l, T_LN1), A(G_DTMP), residual, PL(l, T_LN1),
+                            AF(LSLOT(l, L_LN1_RSTD)), BT, C);
+        dt_net_hook(net, 1 + l, DT_NET_BWD_POST);
+    }
+    if (!lay->tied_head) dt_net_hook(net, 0, DT_NET_BWD_PRE);
+    o->encoder_backward(dv, G(0), NULL, A(G_DRES), net->d_tokens, B, T, C);
+    dt_net_hook(net, 0, DT_NET_BWD_POST);
+}
 
 /* ---- export ------------------------------------------------------------------ */
 
@@ -319,7 +488,7 @@ const dt_model_ops dt_model_llama = {
     .net_check = llama_net_check,
     .forward = llama_forward,
     .backward = llama_backward,
-    .logits_slot = -1,
+    .logits_slot = G_LOGITS,
     .export_shape = llama_export_shape,
     .synthetic_batch = NULL,
 };
