@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "runtime/ckpt/hf_weights.h"
 #include "runtime/ckpt/safetensors.h"
 #include "runtime/model/model.h"
 
@@ -209,4 +210,55 @@ Test(st_read, sharded_sets_follow_the_index) {
     mkdir(empty, 0755);
     cr_assert_eq(dt_st_set_open(empty, &set), DT_STATUS_NOT_FOUND);
     cr_assert_not_null(strstr(dt_error_detail(), "model.safetensors"), "%s", dt_error_detail());
+}
+
+/* A GPT written by the exporter fills any flat range of another layout of the same
+ * model: transposes undone, padded vocabulary rows zero, wpe's first seq_len rows. */
+Test(st_read, hf_weights_fill_ranges_of_the_layout) {
+    mkdir_tmp();
+    dt_model_spec s = {.ops = &dt_model_gpt, .n_layer = 2, .n_head = 2, .n_embd = 8, .seq_len = 12,
+                       .vocab_size = 10, .vocab_pad_multiple = 8};
+    dt_model_layout big, l;
+    cr_assert_eq(dt_model_layout_init(&s, &big), DT_STATUS_OK);
+    s.seq_len = 5; /* the file's wpe has 12 rows; 5 are used */
+    cr_assert_eq(dt_model_layout_init(&s, &l), DT_STATUS_OK);
+    float *p = malloc(big.n_params * sizeof(float));
+    for (size_t i = 0; i < big.n_params; i++) p[i] = (float)i * 0.125f - 3.0f;
+    cr_assert_eq(dt_safetensors_write(&big, p, path_of("model.safetensors"), NULL), DT_STATUS_OK);
+    /* what l's buffer must hold: big's tensors by name, wpe cut, padding rows 0 */
+    float *want = calloc(l.n_params, sizeof(float));
+    for (int i = 0; i < l.n_tensors; i++) {
+        const dt_tensor_info *t = &l.tensors[i], *b = &big.tensors[dt_model_find(&big, t->name)];
+        memcpy(want + t->offset, p + b->offset, t->numel * sizeof(float));
+    }
+    const dt_tensor_info *wte = &l.tensors[dt_model_find(&l, "wte.weight")];
+    memset(want + wte->offset + 10 * 8, 0, (wte->numel - 80) * sizeof(float));
+    dt_hf_weights_t *w;
+    cr_assert_eq(dt_hf_weights_open(dir, &l, &w), DT_STATUS_OK, "%s", dt_error_detail());
+    float *got = malloc(l.n_params * sizeof(float));
+    cr_assert_eq(dt_hf_weights_fill(w, 0, l.n_params, got), DT_STATUS_OK);
+    cr_assert_arr_eq(got, want, l.n_params * sizeof(float), "whole buffer");
+    size_t step = 37; /* ranges cutting tensors and rows anywhere */
+    for (size_t o = 0; o < l.n_params; o += step) {
+        size_t n = o + step * 3 < l.n_params ? step * 3 : l.n_params - o;
+        cr_assert_eq(dt_hf_weights_fill(w, o, n, got), DT_STATUS_OK);
+        cr_assert_arr_eq(got, want + o, n * sizeof(float), "range [%zu, +%zu)", o, n);
+    }
+    cr_assert_gt(dt_hf_weights_bytes_read(w), 0);
+    dt_hf_weights_close(w);
+
+    /* a model the files do not fit: names the tensor, expected and found shapes */
+    s.n_embd = 16;
+    dt_model_layout other;
+    cr_assert_eq(dt_model_layout_init(&s, &other), DT_STATUS_OK);
+    cr_assert_eq(dt_hf_weights_open(dir, &other, &w), DT_STATUS_FORMAT);
+    cr_assert_not_null(strstr(dt_error_detail(), "tensor wte.weight: expected shape (10, 16), found (10, 8)"), "%s",
+                       dt_error_detail());
+    s.n_embd = 8, s.n_layer = 3; /* h.2.* is missing */
+    dt_model_layout deeper;
+    cr_assert_eq(dt_model_layout_init(&s, &deeper), DT_STATUS_OK);
+    cr_assert_eq(dt_hf_weights_open(dir, &deeper, &w), DT_STATUS_NOT_FOUND);
+    cr_assert_not_null(strstr(dt_error_detail(), "tensor h.2.ln_1.weight"), "%s", dt_error_detail());
+    free(p), free(want), free(got);
+    dt_model_layout_free(&l), dt_model_layout_free(&big), dt_model_layout_free(&other), dt_model_layout_free(&deeper);
 }
