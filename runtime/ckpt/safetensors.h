@@ -23,6 +23,10 @@
 /* Writes params (host fp32, the layout's flat buffer) to path (temporary name,
  * fsync, rename). *bytes gets the file size (may be NULL). */
 dt_status_t dt_safetensors_write(const dt_model_layout *l, const float *params, const char *path, size_t *bytes);
+/* The same for tensors [first, end) of the layout only (a shard), in fp32 or, with
+ * bf16, rounded to bfloat16 (nearest even). */
+dt_status_t dt_safetensors_write_tensors(const dt_model_layout *l, const float *params, const char *path, int first,
+                                         int end, int bf16, size_t *bytes);
 
 /* ---- reading (st_read.c) ----------------------------------------------------------
  * A file is mapped (mmap) and its header parsed and checked once at open: the
