@@ -19,14 +19,14 @@
 #define SPEC(f) offsetof(dt_model_spec, f)
 
 static const dt_model_key gpt_keys[] = {
-    {"model.n_layer", SPEC(n_layer), 1, 1024, "4", "gpt: blocks"},
-    {"model.n_head", SPEC(n_head), 1, 1024, "4", "gpt: attention heads"},
-    {"model.n_embd", SPEC(n_embd), 1, 65536, "128", "gpt: width (a multiple of n_head)"},
-    {"model.seq_len", SPEC(seq_len), 1, 1048576, "128", "gpt: context length in tokens"},
+    {"model.n_layer", SPEC(n_layer), 1, 1024, "4", "gpt: blocks", DT_MODEL_KEY_INT},
+    {"model.n_head", SPEC(n_head), 1, 1024, "4", "gpt: attention heads", DT_MODEL_KEY_INT},
+    {"model.n_embd", SPEC(n_embd), 1, 65536, "128", "gpt: width (a multiple of n_head)", DT_MODEL_KEY_INT},
+    {"model.seq_len", SPEC(seq_len), 1, 1048576, "128", "gpt, llama: context length in tokens", DT_MODEL_KEY_INT},
     {"model.vocab_size", SPEC(vocab_size), 0, 16777216, "0",
-     "gpt: 0 = from the data (256 for text, 50257 for token shards)"},
+     "gpt, llama: 0 = from the data (256 for text, 50257 for token shards)", DT_MODEL_KEY_INT},
     {"model.vocab_pad_multiple", SPEC(vocab_pad_multiple), 1, 65536, "64",
-     "gpt: embedding rows padded to a multiple of this"},
+     "gpt, llama: embedding rows padded to a multiple of this", DT_MODEL_KEY_INT},
 };
 
 static int gpt_config_check(const dt_model_spec *s, char *msg, size_t len) {
@@ -75,6 +75,7 @@ static void gpt_build(dt_model_layout *l) {
     int m = s->vocab_pad_multiple > 0 ? s->vocab_pad_multiple : 1;
     l->vocab_padded = (s->vocab_size + m - 1) / m * m;
     l->seq_len = s->seq_len;
+    l->tied_head = 1; /* the LM head is wte */
     int64_t C = s->n_embd, Vp = l->vocab_padded, T = s->seq_len;
     ADD(l, 0, 0, EMBED, (Vp, C), "wte.weight");
     ADD(l, 0, 0, EMBED, (T, C), "wpe.weight");
@@ -174,13 +175,13 @@ static void gpt_arena_sizes(const dt_device_t *dev, const dt_model_layout *lay, 
     sizes[G_DRES] = sizes[G_DTMP] = BT * C * es;
     sizes[G_DQKV] = BT * 3 * C * es;
     sizes[G_DFCH] = sizes[G_DFCH_GELU] = BT * 4 * C * es;
-    sizes[G_ATT_SCRATCH] = dev->ops->attention_scratch_bytes(dev, B, (int)T, (int)C, NH);
+    sizes[G_ATT_SCRATCH] = dev->ops->attention_scratch_bytes(dev, B, (int)T, (int)C, NH, NH);
     for (int l = 0; l < lay->spec.n_layer; l++) {
         size_t *s = sizes + LSLOT(l, 0);
         s[L_LN1] = s[L_ATTY] = s[L_ATTPROJ] = s[L_RES2] = s[L_LN2] = s[L_FCPROJ] = s[L_RES3] = BT * C * es;
         s[L_LN1_MEAN] = s[L_LN1_RSTD] = s[L_LN2_MEAN] = s[L_LN2_RSTD] = BT * sizeof(float);
         s[L_QKV] = BT * 3 * C * es;
-        s[L_ATT_SAVED] = dev->ops->attention_saved_bytes(dev, B, (int)T, (int)C, NH);
+        s[L_ATT_SAVED] = dev->ops->attention_saved_bytes(dev, B, (int)T, (int)C, NH, NH);
         s[L_FCH] = s[L_FCH_GELU] = BT * 4 * C * es;
     }
 }
@@ -223,7 +224,7 @@ static void gpt_forward(dt_net_t *net, int with_loss) {
         o->matmul_forward(d, A(LSLOT(l, L_QKV)), A(LSLOT(l, L_LN1)), PL(l, T_QKVW), PL(l, T_QKVB), BT, C,
                           3 * C);
         o->attention_forward(d, A(LSLOT(l, L_ATTY)), A(LSLOT(l, L_ATT_SAVED)), A(LSLOT(l, L_QKV)), B, T, C,
-                             NH);
+                             NH, NH);
         o->matmul_forward(d, A(LSLOT(l, L_ATTPROJ)), A(LSLOT(l, L_ATTY)), PL(l, T_ATTPROJW),
                           PL(l, T_ATTPROJB), BT, C, C);
         o->residual_forward(d, A(LSLOT(l, L_RES2)), residual, A(LSLOT(l, L_ATTPROJ)), (size_t)BT * C);
@@ -288,7 +289,7 @@ static void gpt_backward(dt_net_t *net, float dscale) {
                            PL(l, T_ATTPROJW), BT, C, C);
         dt_net_zero(net, G_DQKV, btc * 3);
         o->attention_backward(d, A(G_DQKV), A(G_ATT_SCRATCH), A(G_DTMP), A(LSLOT(l, L_QKV)),
-                              A(LSLOT(l, L_ATT_SAVED)), B, T, C, NH);
+                              A(LSLOT(l, L_ATT_SAVED)), B, T, C, NH, NH);
         dt_net_zero(net, G_DTMP, btc);
         o->matmul_backward(d, A(G_DTMP), GL(l, T_QKVW), GL(l, T_QKVB), A(G_DQKV), A(LSLOT(l, L_LN1)),
                            PL(l, T_QKVW), BT, C, 3 * C);
@@ -304,7 +305,6 @@ const dt_model_ops dt_model_gpt = {
     .name = "gpt",
     .help = "GPT-2 on text/tokens",
     .data = DT_MODEL_DATA_TOKENS,
-    .tied_head = 1,
     .keys = gpt_keys,
     .n_keys = (int)(sizeof gpt_keys / sizeof gpt_keys[0]),
     .config_check = gpt_config_check,
