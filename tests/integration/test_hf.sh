@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # test_hf.sh - Hugging Face weights in and out with real dtrun processes: a trained
 # tiny GPT exported with --format hf (config.json, generation_config.json,
-# model.safetensors), trained from with model.pretrained (lr 0: export again gives
+# model.safetensors), trained from with model.pretrained (lr 1e-30: export again gives
 # the same bytes, so every tensor went in and came out unchanged), sharded exports
-# (--max-shard-size) and bf16 exports that load back identically, ZeRO-1/2 and FSDP at 2 ranks
-# from pretrained weights equal to 1 rank, checkpoint.resume winning over them, and
-# every bad input refused with exit 2 before any worker starts, naming the file and
-# tensor or key.
+# (--max-shard-size) and bf16 exports that load back identically, ZeRO-1/2 and FSDP
+# at 2 ranks from pretrained weights equal to 1 rank, checkpoint.resume winning over
+# them, the emulated GPU's bf16 masters, a llama (GQA, biases) through fsdp, and every
+# bad input refused with exit 2 before any worker starts, naming the file and tensor
+# or key.
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
 W="$DTRUN __worker"
