@@ -2,7 +2,9 @@
  * trainer.c - the training loop. Model state and the gradient reduction across
  * ranks belong to the data-parallel object (dp.h); the loop drives it, averages
  * the loss over ranks for metrics and gathers every rank's memory figures into
- * rank 0's summary.json.
+ * rank 0's summary.json. The initial parameters come from model.pretrained's weight
+ * files (runtime/ckpt/hf_weights.h) or the seed, filled by the ranges dp holds; a
+ * checkpoint to resume from replaces them.
  *
  * Hidden test facility: with DTRUN_DUMP_PARAMS=PATH in the environment, after
  * training every rank gathers the full fp32 parameters (model layout, as
