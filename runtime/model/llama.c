@@ -142,14 +142,15 @@ static dt_status_t llama_validate(const dt_model_spec *s) {
     DT_CHECK(check_positive("max_position_embeddings", z->max_position_embeddings));
     DT_CHECK(check_positive("seq_len", s->seq_len));
     DT_CHECK(check_positive("vocab_size", s->vocab_size));
-    if (z->num_key_value_heads < 0 || z->head_dim < 0 || z->intermediate_size < 0)
-        return dt_error(DT_STATUS_CONFIG, "model.%s: expected >= 0 (0 = derived), found %d",
-                        z->num_key_value_heads < 0 ? "num_key_value_heads"
-                        : z->head_dim < 0          ? "head_dim"
-                                                   : "intermediate_size",
-                        z->num_key_value_heads < 0 ? z->num_key_value_heads
-                        : z->head_dim < 0          ? z->head_dim
-                                                   : z->intermediate_size);
+    const struct {
+        const char *name;
+        int v;
+    } derived[] = {{"num_key_value_heads", z->num_key_value_heads}, {"head_dim", z->head_dim},
+                   {"intermediate_size", z->intermediate_size}};
+    for (int i = 0; i < 3; i++)
+        if (derived[i].v < 0)
+            return dt_error(DT_STATUS_CONFIG, "model.%s: expected >= 0 (0 = derived), found %d", derived[i].name,
+                            derived[i].v);
     if (!(z->rope_theta > 0)) return dt_error(DT_STATUS_CONFIG, "model.rope_theta: expected > 0, found %g", z->rope_theta);
     if (!(z->rms_norm_eps >= 0))
         return dt_error(DT_STATUS_CONFIG, "model.rms_norm_eps: expected >= 0, found %g", z->rms_norm_eps);
@@ -167,7 +168,7 @@ static dt_status_t llama_validate(const dt_model_spec *s) {
  * it): q, k, v weights are contiguous, so they are one fused (NH*HD + 2*NKV*HD, C)
  * matmul weight (T_Q); with attention_bias their biases follow as one fused bias;
  * gate and up are one fused (2I, C) weight whose output rows are [gate | up]. */
-enum { T_LN1, T_Q, T_K, T_V, T_QB, T_KB, T_VB, T_O, T_LN2, T_GATE, T_UP, T_DOWN, T_PER_LAYER_MAX };
+enum { T_LN1, T_Q, T_K, T_V, T_QB, T_KB, T_VB, T_O, T_LN2, T_GATE, T_UP, T_DOWN };
 
 /* Tensors per layer: 12 with biases, 9 without. */
 static int per_layer(const llama_sizes *z) { return z->attention_bias ? 12 : 9; }
@@ -186,7 +187,7 @@ static void llama_build(dt_model_layout *l) {
     l->vocab_padded = (s->vocab_size + m - 1) / m * m;
     l->seq_len = s->seq_len;
     l->tied_head = z->tie_word_embeddings != 0;
-    int64_t C = z->hidden_size, Vp = l->vocab_padded, HD = z->head_dim, I = z->intermediate_size;
+    int64_t C = z->hidden_size, Vp = l->vocab_padded, HD = z->head_dim, IC = z->intermediate_size;
     int64_t Q = z->num_attention_heads * HD, KV = z->num_key_value_heads * HD;
     int L = z->num_hidden_layers;
     ADD(l, 0, 0, EMBED, (Vp, C), "model.embed_tokens.weight");
@@ -203,9 +204,9 @@ static void llama_build(dt_model_layout *l) {
         }
         ADD(l, u, 1, NORMAL, (C, Q), "model.layers.%d.self_attn.o_proj.weight", i);
         ADD(l, u, 0, ONE, (C), "model.layers.%d.post_attention_layernorm.weight", i);
-        ADD(l, u, 1, NORMAL, (I, C), "model.layers.%d.mlp.gate_proj.weight", i);
-        ADD(l, u, 1, NORMAL, (I, C), "model.layers.%d.mlp.up_proj.weight", i);
-        ADD(l, u, 1, NORMAL, (C, I), "model.layers.%d.mlp.down_proj.weight", i);
+        ADD(l, u, 1, NORMAL, (IC, C), "model.layers.%d.mlp.gate_proj.weight", i);
+        ADD(l, u, 1, NORMAL, (IC, C), "model.layers.%d.mlp.up_proj.weight", i);
+        ADD(l, u, 1, NORMAL, (C, IC), "model.layers.%d.mlp.down_proj.weight", i);
     }
     ADD(l, L + 1, 0, ONE, (C), "model.norm.weight");
     if (!z->tie_word_embeddings) ADD(l, L + 1, 1, NORMAL, (Vp, C), "lm_head.weight");
@@ -349,6 +350,14 @@ static dt_status_t check_order(const dt_model_layout *layout) {
 }
 
 static dt_status_t llama_net_check(const dt_model_layout *layout) { return check_order(layout); }
+
+static void llama_dims(const dt_model_layout *l, dt_model_dims *out) {
+    const llama_sizes *z = DT_MODEL_PRIV(&l->spec, const llama_sizes);
+    *out = (dt_model_dims){.n_layer = z->num_hidden_layers, .hidden = z->hidden_size,
+                           .n_head = z->num_attention_heads, .n_kv_head = z->num_key_value_heads,
+                           .head_dim = z->head_dim, .mlp_in = 2 * z->intermediate_size,
+                           .mlp_act = z->intermediate_size, .norm_stats = 1, .zero_pos = 1};
+}
 
 /* ---- forward and backward -------------------------------------------------- */
 
@@ -494,6 +503,7 @@ const dt_model_ops dt_model_llama = {
     .arena_slots = llama_arena_slots,
     .arena_sizes = llama_arena_sizes,
     .net_check = llama_net_check,
+    .dims = llama_dims,
     .forward = llama_forward,
     .backward = llama_backward,
     .logits_slot = G_LOGITS,

@@ -6,7 +6,9 @@
 # fsdp, untied (the head in the last FSDP unit) and tied with q/k/v biases (the head
 # is unit 0 again); every rank's model-state bytes in summary.json equal the
 # strategy's formula; a checkpoint resumes at another world size and strategy and
-# `dtrun sample` reads it (its float and bool keys come back from meta.json).
+# `dtrun sample` reads it (its float and bool keys come back from meta.json); a
+# vocabulary of 128256 trains on uint16 token shards; on the emulated CUDA device
+# (dtrun-emu) it tracks the CPU in fp32 and bf16, both attention kinds, and fsdp.
 # Final parameters come from DTRUN_DUMP_PARAMS=PATH (see test_dp.sh).
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
@@ -106,5 +108,64 @@ else fail "llama checkpoint resume" "$(tail -3 "$DT_TMP/c1.out")"; fi
 if $T "$DTRUN" sample "$ck" --tokens 16 --temperature 0 >"$DT_TMP/sample.out" 2>&1 && [ -s "$DT_TMP/sample.out" ]; then
   pass "dtrun sample reads a llama checkpoint"
 else fail "llama sample" "$(tail -3 "$DT_TMP/sample.out")"; fi
+
+# --- a vocabulary beyond uint16 (Llama 3's 128256) trains on uint16 token shards (ids
+# below 65536): the loss starts at ln(128256) and falls; the head's padded width is exact
+python3 - "$DT_TMP/tok.bin" <<'PY'
+import sys, numpy as np
+rng = np.random.default_rng(3)
+toks = np.tile(rng.integers(0, 65536, 64, dtype=np.uint16), 40)  # a repeating pattern to learn
+hdr = np.zeros(256, np.int32); hdr[:3] = (20240520, 1, toks.size)
+open(sys.argv[1], "wb").write(hdr.tobytes() + toks.tobytes())
+PY
+if run v1 1 data.train="$DT_TMP/tok.bin" model.vocab_size=128256 train_steps=8 optimizer.params.lr=1e-2 \
+   && python3 - "$DT_TMP/v1" <<'PY'
+import json, math, sys
+la = [json.loads(l)["loss"] for l in open(sys.argv[1] + "/metrics.jsonl")]
+s = json.load(open(sys.argv[1] + "/summary.json"))
+assert abs(la[0] - math.log(128256)) < 0.05, la[0]
+assert la[-1] < la[0] - 0.5, la
+assert s["n_params"] == 2 * 128256 * 32 + 2 * (32 + 32 * 32 + 2 * 16 * 32 + 32 * 32 + 32 + 3 * 48 * 32) + 32, s["n_params"]
+PY
+then pass "llama with vocab 128256 trains on uint16 token shards (loss from ln V down)"
+else fail "llama vocab 128256 on shards" "$(tail -3 "$DT_TMP/v1.out")"; fi
+
+# --- the CUDA device (the emulator build, dtrun-emu; see test_cuda_emu.sh): the same
+# llama on the "GPU" tracks the CPU from the same initialisation, fp32 within 1e-4,
+# bf16 within 1e-2, both attention kinds; fsdp on 2 ranks sharing the GPU (staged
+# through host buffers) against fsdp on 2 CPU ranks; tied with biases too
+EMU=${DTRUN_EMU:-$PWD/dtrun-emu}
+# close A B TOL: losses within TOL relative, step by step, and falling
+close() {
+  python3 - "$DT_TMP/$1/metrics.jsonl" "$DT_TMP/$2/metrics.jsonl" "$3" <<'PY'
+import json, sys
+a = [json.loads(l)["loss"] for l in open(sys.argv[1])]
+b = [json.loads(l)["loss"] for l in open(sys.argv[2])]
+assert len(a) == len(b) == 20, (len(a), len(b))
+d = max(abs(x - y) / abs(y) for x, y in zip(a, b))
+assert d <= float(sys.argv[3]) and a[-1] < a[0] - 0.5, (d, a[0], a[-1])
+PY
+}
+# emu NAME NPROC ARGS...: a run of the emulator build (parameters dumped as run does)
+emu() {
+  local name=$1 np=$2; shift 2
+  DTRUN_DUMP_PARAMS="$DT_TMP/$name.bin" $T "$EMU" --standalone --nproc_per_node "$np" "$DT_TMP/llama.json" \
+    device=cuda "$@" log.dir="$DT_TMP/$name" >"$DT_TMP/$name.out" 2>&1
+}
+if [ ! -x "$EMU" ]; then
+  skip "llama on the CUDA device (emulator)" "no $EMU (the emulator build is not part of SAN runs)"
+else
+  run c1ref 1 gradient_accumulation_steps=2 device=cpu || fail "cpu reference"
+  for k in cublas fused; do
+    if DTRUN_CUDA_ATTENTION=$k emu e_$k 1 gradient_accumulation_steps=2 bf16.enabled=false && close e_$k c1ref 1e-4 \
+       && DTRUN_CUDA_ATTENTION=$k emu eb_$k 1 gradient_accumulation_steps=2 bf16.enabled=true && close eb_$k c1ref 1e-2; then
+      pass "llama on the GPU ($k attention): fp32 within 1e-4 of the CPU, bf16 within 1e-2"
+    else fail "llama on the GPU ($k attention)" "$(tail -3 "$DT_TMP/e_$k.out" "$DT_TMP/eb_$k.out")"; fi
+  done
+  if run cf2 2 $TIED strategy=fsdp device=cpu && DTRUN_CUEMU_HOST_GUARD=1 emu ef2 2 $TIED strategy=fsdp bf16.enabled=false \
+     && close ef2 cf2 1e-4; then
+    pass "llama fsdp on the GPU, 2 ranks (tied, biases), fp32 within 1e-4 of fsdp on CPU"
+  else fail "llama fsdp on the GPU" "$(tail -3 "$DT_TMP/ef2.out")"; fi
+fi
 
 finish
