@@ -91,6 +91,8 @@ __attribute__((format(printf, 3, 4))) static void add_error(dt_config_t *cfg, co
     free(line);
 }
 
+void dt_config_add_error_(dt_config_t *cfg, const char *src, const char *msg) { add_error(cfg, src, "%s", msg); }
+
 __attribute__((format(printf, 2, 3))) static void add_warning(dt_config_t *cfg, const char *fmt,
                                                               ...) {
     va_list ap;
@@ -409,6 +411,7 @@ static void finish(dt_config_t *cfg, const char *src) {
                     src, (long long)cfg->scheduler.total_num_steps,
                     (long long)cfg->scheduler.warmup_num_steps);
 
+    dt_config_apply_pretrained_(cfg, src);
     sync_model(cfg);
     char msg[512];
     if (cfg->model.ops->config_check && cfg->model.ops->config_check(&cfg->model, msg, sizeof msg))
