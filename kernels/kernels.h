@@ -32,6 +32,7 @@
 #ifndef DT_KERNELS_KERNELS_H
 #define DT_KERNELS_KERNELS_H
 
+#include <math.h>
 #include <stddef.h>
 
 #include "common/mem.h"    /* defines: dt_mem_category_t */
@@ -83,6 +84,50 @@ typedef struct dt_adamw_args {
      * Only the CUDA bf16 table rounds; the CPU backend and fp32 tables ignore it. */
     unsigned sr_seed;
 } dt_adamw_args_t;
+
+/* Rotary position embedding as Hugging Face's LlamaRotaryEmbedding computes it:
+ * rotate_half pairs x[i] with x[i + HS/2] (i < HS/2) and turns the pair by the
+ * angle pos * inv_freq[i]; optionally with Llama 3's frequency rescaling
+ * (config.json's rope_scaling with rope_type "llama3"). */
+typedef struct dt_rope_args {
+    double theta;                             /* rope_theta: 10000, 500000, 1e6 */
+    double factor;                            /* llama3 rescaling factor; 0 = none */
+    double low_freq_factor, high_freq_factor; /* llama3: 1, 4 */
+    int original_max_pos;                     /* llama3: original_max_position_embeddings, 8192 */
+} dt_rope_args_t;
+#define DT_ROPE_MAX_HS 256
+
+/* inv_freq[i] for i < HS/2, in fp32 step by step as transformers computes it
+ * (modeling_rope_utils.py: _compute_default_rope_parameters and, when factor > 0,
+ * _compute_llama3_parameters), so that positions map to the same fp32 angles:
+ * inv_freq = 1 / theta^(float(2i) / HS) in fp32; llama3 then keeps frequencies
+ * whose wavelength 2 pi / inv_freq is below original_max_pos / high_freq_factor,
+ * divides those above original_max_pos / low_freq_factor by factor, and blends
+ * the two in between. Scalars enter the fp32 arithmetic rounded to float, as
+ * PyTorch's tensor-scalar ops do; `scalar / tensor` is reciprocal times scalar. */
+static inline void dt_rope_inv_freq(const dt_rope_args_t *a, int HS, float *inv_freq) {
+    float base = (float)a->theta;
+    for (int i = 0; i < HS / 2; i++) {
+        float e = (float)(2 * i) / (float)HS;
+        float f = 1.0f / (float)pow((double)base, (double)e);
+        if (a->factor > 0) {
+            float factor = (float)a->factor, lo = (float)a->low_freq_factor;
+            float old = (float)a->original_max_pos;
+            float low_wl = (float)(a->original_max_pos / a->low_freq_factor);
+            float high_wl = (float)(a->original_max_pos / a->high_freq_factor);
+            float wavelen = (1.0f / f) * (float)6.283185307179586;
+            float scaled = wavelen > low_wl ? f / factor : f;
+            /* volatile: each product rounded to fp32 on its own, as PyTorch's separate
+             * ops do, never fused into an FMA with the following sum. */
+            volatile float ratio = (1.0f / wavelen) * old;
+            float smooth = (ratio - lo) / (float)(a->high_freq_factor - a->low_freq_factor);
+            volatile float keep = smooth * scaled, part = (1.0f - smooth) * scaled;
+            float smoothed = part / factor + keep;
+            f = (!(wavelen < high_wl) && !(wavelen > low_wl)) ? smoothed : scaled;
+        }
+        inv_freq[i] = f;
+    }
+}
 
 struct dt_ops {
     const char *name;  /* "cpu", "cuda" */
@@ -153,24 +198,80 @@ struct dt_ops {
                             const void *weight,           // (OC, C)
                             int N, int C, int OC);
 
-    /* ---- causal multi-head self-attention ----------------------------------
-     * qkv holds q, k, v side by side along the last dim, each (NH, HS) with
-     * HS = C / NH; out = softmax(q k^T / sqrt(HS), causal) v, heads concatenated.
+    /* ---- causal multi-head self-attention, with grouped-query attention --------
+     * NH query heads and NKV key/value heads (NH % NKV == 0; NKV == NH is plain
+     * multi-head attention), all HS = C / NH wide: C is the width of q and of out,
+     * which for Llama-family models with head_dim set need not be the hidden size.
+     * Each qkv row is q (NH*HS) | k (NKV*HS) | v (NKV*HS), that is C + 2*NKV*HS wide,
+     * and query head h uses key/value head h / (NH / NKV), as transformers'
+     * repeat_kv does. out = softmax(q k^T / sqrt(HS), causal) v, heads concatenated.
      * `saved` is what the backward needs (CPU: the probabilities (B, NH, T, T));
      * `scratch` is workspace for the backward only. Their sizes in bytes come from
      * the two *_bytes slots and depend on dev->nthreads. */
-    size_t (*attention_saved_bytes)(const dt_device_t *dev, int B, int T, int C, int NH);
-    size_t (*attention_scratch_bytes)(const dt_device_t *dev, int B, int T, int C, int NH);
+    size_t (*attention_saved_bytes)(const dt_device_t *dev, int B, int T, int C, int NH, int NKV);
+    size_t (*attention_scratch_bytes)(const dt_device_t *dev, int B, int T, int C, int NH, int NKV);
     void (*attention_forward)(dt_device_t *dev, void *out, // (B, T, C)
                               void *saved,                 // attention_saved_bytes
-                              const void *qkv,             // (B, T, 3C)
-                              int B, int T, int C, int NH);
-    void (*attention_backward)(dt_device_t *dev, void *dqkv, // (B, T, 3C) +=
+                              const void *qkv,             // (B, T, C + 2*NKV*HS)
+                              int B, int T, int C, int NH, int NKV);
+    /* The gradient of each key/value head sums over the NH / NKV query heads that
+     * read it. */
+    void (*attention_backward)(dt_device_t *dev, void *dqkv, // (B, T, C + 2*NKV*HS) +=
                                void *scratch,                // attention_scratch_bytes
                                const void *dout,             // (B, T, C)
-                               const void *qkv,              // (B, T, 3C)
+                               const void *qkv,              // (B, T, C + 2*NKV*HS)
                                const void *saved,            // from the forward
-                               int B, int T, int C, int NH);
+                               int B, int T, int C, int NH, int NKV);
+    /* (optional) KV-cache decoding: B sequences, one new query each, at position
+     * pos (it attends to positions 0..pos). q: (B, q_stride), q (NH*HS) at the start
+     * of each row (a qkv row, say); kv: (B, max_T, 2*NKV*HS), row t = keys (NKV*HS)
+     * then values (NKV*HS) of position t, filled for t <= pos: exactly the k|v tail
+     * of a qkv row, so a model copies qkv[C .. C + 2*NKV*HS) of the new position
+     * into cache row pos. out (B, C) is written (=): row pos of the causal attention
+     * over the same q, k, v. pos < max_T. */
+    void (*attention_decode)(dt_device_t *dev, void *out, // (B, C) =
+                             const void *q, int q_stride, // (B, q_stride)
+                             const void *kv, int max_T,   // (B, max_T, 2*NKV*HS)
+                             int pos, int B, int C, int NH, int NKV);
+
+    /* ---- RMSNorm over the last dim (Llama): out = inp * rstd * weight with
+     * rstd = 1 / sqrt(mean(inp^2) + eps), computed in fp32; rstd is saved. ------ */
+    void (*rmsnorm_forward)(dt_device_t *dev, void *out, // (N, C)
+                            float *rstd,                 // (N)
+                            const void *inp,             // (N, C)
+                            const void *weight,          // (C)
+                            int N, int C, float eps);
+    /* dinp and dweight may be NULL. */
+    void (*rmsnorm_backward)(dt_device_t *dev, void *dinp, // (N, C) +=
+                             void *dweight,                // (C) +=
+                             const void *dout,             // (N, C)
+                             const void *inp,              // (N, C)
+                             const void *weight,           // (C)
+                             const float *rstd,            // (N)
+                             int N, int C);
+
+    /* ---- rotary position embedding (dt_rope_args_t), IN PLACE on the first n_heads
+     * heads (HS wide, HS even and <= DT_ROPE_MAX_HS) of each row of x, which is
+     * (B, T, row_stride); row t sits at position pos0 + t. For Llama's qkv rows,
+     * n_heads = NH + NKV (the q heads, then the k heads) and row_stride =
+     * (NH + 2*NKV) * HS. The backward maps, in place, the gradient w.r.t. the
+     * rotated values into the gradient w.r.t. the unrotated ones (the transposed
+     * rotation): it OVERWRITES dx, the one exception to the += convention. ---- */
+    void (*rope_forward)(dt_device_t *dev, void *x, int B, int T, int row_stride, int n_heads,
+                         int HS, int pos0, const dt_rope_args_t *rope);
+    void (*rope_backward)(dt_device_t *dev, void *dx, int B, int T, int row_stride, int n_heads,
+                          int HS, int pos0, const dt_rope_args_t *rope);
+
+    /* ---- SwiGLU: each row of inp (N, 2*IC) holds gate then up, IC wide each (the
+     * intermediate size; not `I`, which <complex.h> takes); out (N, IC) =
+     * silu(gate) * up with silu(x) = x / (1 + exp(-x)). ------------------------ */
+    void (*swiglu_forward)(dt_device_t *dev, void *out, // (N, IC)
+                           const void *inp,             // (N, 2*IC)
+                           int N, int IC);
+    void (*swiglu_backward)(dt_device_t *dev, void *dinp, // (N, 2*IC) +=
+                            const void *inp,              // (N, 2*IC)
+                            const void *dout,             // (N, IC)
+                            int N, int IC);
 
     /* ---- elementwise --------------------------------------------------------
      * gelu: tanh form, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */

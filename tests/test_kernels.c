@@ -466,9 +466,9 @@ static void attention_case(int B, int T, int C, int NH, int nthreads, size_t sam
     dt_device_t *dev = open_cpu(nthreads);
     size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
     float *qkv = frand(nqkv, 1.5f), *R = frand(nout, 1), *out = ffill(nout, 9);
-    float *saved = malloc(dev->ops->attention_saved_bytes(dev, B, T, C, NH));
-    float *scratch = malloc(dev->ops->attention_scratch_bytes(dev, B, T, C, NH));
-    dev->ops->attention_forward(dev, out, saved, qkv, B, T, C, NH);
+    float *saved = malloc(dev->ops->attention_saved_bytes(dev, B, T, C, NH, NH));
+    float *scratch = malloc(dev->ops->attention_scratch_bytes(dev, B, T, C, NH, NH));
+    dev->ops->attention_forward(dev, out, saved, qkv, B, T, C, NH, NH);
     att_ctx c = {B, T, C, NH, todouble(qkv, nqkv), R};
     double *ref = malloc(nout * sizeof *ref);
     att_ref(&c, ref);
@@ -485,7 +485,7 @@ static void attention_case(int B, int T, int C, int NH, int nthreads, size_t sam
             cr_assert_float_eq(s, 1.0, 1e-5);
         }
     float *dqkv = ffill(nqkv, PRE);
-    dev->ops->attention_backward(dev, dqkv, scratch, R, qkv, saved, B, T, C, NH);
+    dev->ops->attention_backward(dev, dqkv, scratch, R, qkv, saved, B, T, C, NH, NH);
     fd_check_sampled("dqkv", att_loss, &c, c.qkv, nqkv, dqkv, PRE, samples, 2e-5, 1e-4);
     dt_device_free(dev);
 }
@@ -811,17 +811,17 @@ static float *pipeline_once(uint64_t seed, size_t *len) {
           *datt = TAKE((size_t)N * C);
     float *dlnw = TAKE(C), *dlnb = TAKE(C), *dbqkv = TAKE(3 * C);
     cr_assert_leq((size_t)(cur - all), total);
-    float *saved = malloc(dev->ops->attention_saved_bytes(dev, B, T, C, NH));
-    float *scratch = malloc(dev->ops->attention_scratch_bytes(dev, B, T, C, NH));
+    float *saved = malloc(dev->ops->attention_saved_bytes(dev, B, T, C, NH, NH));
+    float *scratch = malloc(dev->ops->attention_scratch_bytes(dev, B, T, C, NH, NH));
     const dt_ops_t *o = dev->ops;
     o->encoder_forward(dev, x, tok, wte, wpe, B, T, C);
     o->layernorm_forward(dev, ln, mean, rstd, x, lnw, lnb, N, C);
     o->matmul_forward(dev, qkv, ln, wqkv, bqkv, N, C, 3 * C);
-    o->attention_forward(dev, att, saved, qkv, B, T, C, NH);
+    o->attention_forward(dev, att, saved, qkv, B, T, C, NH, NH);
     o->matmul_forward(dev, logits, att, wte, NULL, N, C, Vp);
     o->softmax_xent_backward(dev, logits, losses, logits, tok, 1.0f / N, N, V, Vp);
     o->matmul_backward(dev, datt, dwte, NULL, logits, att, wte, N, C, Vp);
-    o->attention_backward(dev, dqkv, scratch, datt, qkv, saved, B, T, C, NH);
+    o->attention_backward(dev, dqkv, scratch, datt, qkv, saved, B, T, C, NH, NH);
     o->matmul_backward(dev, dln, dwqkv, dbqkv, dqkv, ln, wqkv, N, C, 3 * C);
     o->layernorm_backward(dev, dx, dlnw, dlnb, dln, x, lnw, mean, rstd, N, C);
     o->encoder_backward(dev, dwte, NULL, dx, tok, B, T, C);

@@ -101,20 +101,20 @@ static void gemm(dt_device_t *dev, const char *op, cublasOperation_t ta, cublasO
 }
 
 template <typename S>
-static size_t attention_saved_bytes(const dt_device_t *dev, int B, int T, int C, int NH) {
+static size_t attention_saved_bytes(const dt_device_t *dev, int B, int T, int C, int NH, int NKV) {
     if (dt_cuda_attention_fused(dev, C, NH)) return dt_cuda_fa_saved_bytes(B, T, C, NH, sizeof(S));
     return sizeof(S) * (size_t)B * NH * T * T;
 }
 
 template <typename S>
-static size_t attention_scratch_bytes(const dt_device_t *dev, int B, int T, int C, int NH) {
+static size_t attention_scratch_bytes(const dt_device_t *dev, int B, int T, int C, int NH, int NKV) {
     if (dt_cuda_attention_fused(dev, C, NH)) return dt_cuda_fa_scratch_bytes(B, T, C, NH);
     return sizeof(S) * (size_t)NH * T * T;
 }
 
 template <typename S>
 static void attention_forward(dt_device_t *dev, void *out_, void *saved, const void *qkv_, int B,
-                              int T, int C, int NH) {
+                              int T, int C, int NH, int NKV) {
     if (dt_cuda_attention_fused(dev, C, NH)) {
         dt_cuda_fa_forward(dev, out_, saved, qkv_, B, T, C, NH);
         return;
@@ -147,7 +147,7 @@ static void attention_forward(dt_device_t *dev, void *out_, void *saved, const v
 
 template <typename S>
 static void attention_backward(dt_device_t *dev, void *dqkv_, void *scratch, const void *dout_,
-                               const void *qkv_, const void *saved, int B, int T, int C, int NH) {
+                               const void *qkv_, const void *saved, int B, int T, int C, int NH, int NKV) {
     if (dt_cuda_attention_fused(dev, C, NH)) {
         dt_cuda_fa_backward(dev, dqkv_, scratch, dout_, qkv_, saved, B, T, C, NH);
         return;

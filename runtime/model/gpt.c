@@ -169,13 +169,13 @@ static void gpt_arena_sizes(const dt_device_t *dev, const dt_model_layout *lay, 
     sizes[G_DRES] = sizes[G_DTMP] = BT * C * es;
     sizes[G_DQKV] = BT * 3 * C * es;
     sizes[G_DFCH] = sizes[G_DFCH_GELU] = BT * 4 * C * es;
-    sizes[G_ATT_SCRATCH] = dev->ops->attention_scratch_bytes(dev, B, (int)T, (int)C, NH);
+    sizes[G_ATT_SCRATCH] = dev->ops->attention_scratch_bytes(dev, B, (int)T, (int)C, NH, NH);
     for (int l = 0; l < lay->spec.n_layer; l++) {
         size_t *s = sizes + LSLOT(l, 0);
         s[L_LN1] = s[L_ATTY] = s[L_ATTPROJ] = s[L_RES2] = s[L_LN2] = s[L_FCPROJ] = s[L_RES3] = BT * C * es;
         s[L_LN1_MEAN] = s[L_LN1_RSTD] = s[L_LN2_MEAN] = s[L_LN2_RSTD] = BT * sizeof(float);
         s[L_QKV] = BT * 3 * C * es;
-        s[L_ATT_SAVED] = dev->ops->attention_saved_bytes(dev, B, (int)T, (int)C, NH);
+        s[L_ATT_SAVED] = dev->ops->attention_saved_bytes(dev, B, (int)T, (int)C, NH, NH);
         s[L_FCH] = s[L_FCH_GELU] = BT * 4 * C * es;
     }
 }
@@ -218,7 +218,7 @@ static void gpt_forward(dt_net_t *net, int with_loss) {
         o->matmul_forward(d, A(LSLOT(l, L_QKV)), A(LSLOT(l, L_LN1)), PL(l, T_QKVW), PL(l, T_QKVB), BT, C,
                           3 * C);
         o->attention_forward(d, A(LSLOT(l, L_ATTY)), A(LSLOT(l, L_ATT_SAVED)), A(LSLOT(l, L_QKV)), B, T, C,
-                             NH);
+                             NH, NH);
         o->matmul_forward(d, A(LSLOT(l, L_ATTPROJ)), A(LSLOT(l, L_ATTY)), PL(l, T_ATTPROJW),
                           PL(l, T_ATTPROJB), BT, C, C);
         o->residual_forward(d, A(LSLOT(l, L_RES2)), residual, A(LSLOT(l, L_ATTPROJ)), (size_t)BT * C);
@@ -283,7 +283,7 @@ static void gpt_backward(dt_net_t *net, float dscale) {
                            PL(l, T_ATTPROJW), BT, C, C);
         dt_net_zero(net, G_DQKV, btc * 3);
         o->attention_backward(d, A(G_DQKV), A(G_ATT_SCRATCH), A(G_DTMP), A(LSLOT(l, L_QKV)),
-                              A(LSLOT(l, L_ATT_SAVED)), B, T, C, NH);
+                              A(LSLOT(l, L_ATT_SAVED)), B, T, C, NH, NH);
         dt_net_zero(net, G_DTMP, btc);
         o->matmul_backward(d, A(G_DTMP), GL(l, T_QKVW), GL(l, T_QKVB), A(G_DQKV), A(LSLOT(l, L_LN1)),
                            PL(l, T_QKVW), BT, C, 3 * C);

@@ -79,8 +79,8 @@ static void run_fused(dt_dtype_t dtype, int B, int T, int C, int NH, uint64_t se
     rng_seed(seed);
     int HS = C / NH;
     size_t es = dt_dtype_size(dtype), n3 = (size_t)B * T * 3 * C, n1 = (size_t)B * T * C;
-    size_t saved_b = x.g->attention_saved_bytes(x.gpu, B, T, C, NH);
-    size_t scratch_b = x.g->attention_scratch_bytes(x.gpu, B, T, C, NH);
+    size_t saved_b = x.g->attention_saved_bytes(x.gpu, B, T, C, NH, NH);
+    size_t scratch_b = x.g->attention_scratch_bytes(x.gpu, B, T, C, NH, NH);
     if (HS <= DT_ATTENTION_FUSED_MAX_HS) { /* out and the log-sum-exp only */
         cr_assert_eq(saved_b, 4 * (size_t)B * NH * T + es * n1, "HS %d: saved %zu", HS, saved_b);
         cr_assert_eq(scratch_b, 4 * (size_t)B * NH * T);
@@ -92,14 +92,14 @@ static void run_fused(dt_dtype_t dtype, int B, int T, int C, int NH, uint64_t se
     void *d_out = gpu_alloc(&x, n1 * es), *d_saved = gpu_alloc(&x, saved_b), *d_scratch = gpu_alloc(&x, scratch_b);
 
     float *want = malloc(n1 * sizeof *want);
-    float *att = malloc(x.c->attention_saved_bytes(x.cpu, B, T, C, NH));
-    float *cscratch = malloc(x.c->attention_scratch_bytes(x.cpu, B, T, C, NH));
-    x.c->attention_forward(x.cpu, want, att, qkv, B, T, C, NH);
+    float *att = malloc(x.c->attention_saved_bytes(x.cpu, B, T, C, NH, NH));
+    float *cscratch = malloc(x.c->attention_scratch_bytes(x.cpu, B, T, C, NH, NH));
+    x.c->attention_forward(x.cpu, want, att, qkv, B, T, C, NH, NH);
     float *got[2];
     for (int run = 0; run < 2; run++) {
         poison(&x, d_out, n1 * es);
         poison(&x, d_saved, saved_b);
-        x.g->attention_forward(x.gpu, d_out, d_saved, d_qkv, B, T, C, NH);
+        x.g->attention_forward(x.gpu, d_out, d_saved, d_qkv, B, T, C, NH, NH);
         got[run] = fetch(&x, d_out, n1);
     }
     char what[96];
@@ -111,12 +111,12 @@ static void run_fused(dt_dtype_t dtype, int B, int T, int C, int NH, uint64_t se
     check_same_bits(what, got[0], got[1], n1);
 
     float *want_d = fcopy(dqkv0, n3);
-    x.c->attention_backward(x.cpu, want_d, cscratch, dout, qkv, att, B, T, C, NH);
+    x.c->attention_backward(x.cpu, want_d, cscratch, dout, qkv, att, B, T, C, NH, NH);
     float *got_d[2];
     for (int run = 0; run < 2; run++) {
         upload(&x, d_dqkv, dqkv0, n3);
         poison(&x, d_scratch, scratch_b);
-        x.g->attention_backward(x.gpu, d_dqkv, d_scratch, d_dout, d_qkv, d_saved, B, T, C, NH);
+        x.g->attention_backward(x.gpu, d_dqkv, d_scratch, d_dout, d_qkv, d_saved, B, T, C, NH, NH);
         got_d[run] = fetch(&x, d_dqkv, n3);
     }
     snprintf(what, sizeof what, "%s B%d T%d C%d NH%d backward dqkv", dt_dtype_name(dtype), B, T, C, NH);
@@ -160,8 +160,8 @@ static void run_masked(dt_dtype_t dtype) {
     rng_seed(99);
     int B = 2, T = 70, C = 128, NH = 2, T0 = 35; /* T0 inside the second tile */
     size_t es = dt_dtype_size(dtype), n3 = (size_t)B * T * 3 * C, n1 = (size_t)B * T * C;
-    size_t saved_b = x.g->attention_saved_bytes(x.gpu, B, T, C, NH);
-    size_t scratch_b = x.g->attention_scratch_bytes(x.gpu, B, T, C, NH);
+    size_t saved_b = x.g->attention_saved_bytes(x.gpu, B, T, C, NH, NH);
+    size_t scratch_b = x.g->attention_scratch_bytes(x.gpu, B, T, C, NH, NH);
     float *qkv = frand(n3, 1.0f, 0.0f), *dout = frand(n1, 1.0f, 0.0f), *zero = calloc(n3, sizeof(float));
     void *d_qkv = gpu_tensor(&x, qkv, n3), *d_dout = gpu_tensor(&x, dout, n1), *d_dqkv = gpu_alloc(&x, n3 * es);
     void *d_out = gpu_alloc(&x, n1 * es), *d_saved = gpu_alloc(&x, saved_b), *d_scratch = gpu_alloc(&x, scratch_b);
@@ -174,9 +174,9 @@ static void run_masked(dt_dtype_t dtype) {
             upload(&x, d_qkv, qkv, n3);
         }
         poison(&x, d_out, n1 * es);
-        x.g->attention_forward(x.gpu, d_out, d_saved, d_qkv, B, T, C, NH);
+        x.g->attention_forward(x.gpu, d_out, d_saved, d_qkv, B, T, C, NH, NH);
         upload(&x, d_dqkv, zero, n3);
-        x.g->attention_backward(x.gpu, d_dqkv, d_scratch, d_dout, d_qkv, d_saved, B, T, C, NH);
+        x.g->attention_backward(x.gpu, d_dqkv, d_scratch, d_dout, d_qkv, d_saved, B, T, C, NH, NH);
         out[run] = fetch(&x, d_out, n1);
         dq[run] = fetch(&x, d_dqkv, n3);
     }
@@ -221,8 +221,8 @@ Test(cuda_attention_fused, choice_and_sizes) {
     for (int i = 0; i < 3; i++) {
         cr_assert_eq(setenv("DTRUN_CUDA_ATTENTION", kinds[i], 1), 0);
         cr_assert_eq(dt_device_open(&dev, &o), DT_STATUS_OK, "%s", dt_error_detail());
-        cr_assert_eq(dev->ops->attention_saved_bytes(dev, 4, 1024, 768, 12), want_saved[i], "'%s'", kinds[i]);
-        cr_assert_eq(dev->ops->attention_scratch_bytes(dev, 4, 1024, 768, 12), want_scratch[i], "'%s'", kinds[i]);
+        cr_assert_eq(dev->ops->attention_saved_bytes(dev, 4, 1024, 768, 12, 12), want_saved[i], "'%s'", kinds[i]);
+        cr_assert_eq(dev->ops->attention_scratch_bytes(dev, 4, 1024, 768, 12, 12), want_scratch[i], "'%s'", kinds[i]);
         dt_device_free(dev);
     }
 }
@@ -236,8 +236,8 @@ Test(cuda_attention_fused, unaligned_inputs_same_bits_bf16) {
     rng_seed(5);
     int B = 2, T = 45, C = 128, NH = 2;
     size_t n3 = (size_t)B * T * 3 * C, n1 = (size_t)B * T * C;
-    size_t saved_b = x.g->attention_saved_bytes(x.gpu, B, T, C, NH);
-    size_t scratch_b = x.g->attention_scratch_bytes(x.gpu, B, T, C, NH);
+    size_t saved_b = x.g->attention_saved_bytes(x.gpu, B, T, C, NH, NH);
+    size_t scratch_b = x.g->attention_scratch_bytes(x.gpu, B, T, C, NH, NH);
     float *qkv = frand(n3, 1.0f, 0.0f), *dout = frand(n1, 1.0f, 0.0f), *zero = calloc(n3, sizeof(float));
     char *qkv_buf = gpu_alloc(&x, (n3 + 1) * 2), *dout_buf = gpu_alloc(&x, (n1 + 1) * 2);
     void *d_dqkv = gpu_alloc(&x, n3 * 2), *d_out = gpu_alloc(&x, n1 * 2);
@@ -249,8 +249,8 @@ Test(cuda_attention_fused, unaligned_inputs_same_bits_bf16) {
         upload(&x, d_dout, dout, n1);
         upload(&x, d_dqkv, zero, n3);
         poison(&x, d_out, n1 * 2);
-        x.g->attention_forward(x.gpu, d_out, d_saved, d_qkv, B, T, C, NH);
-        x.g->attention_backward(x.gpu, d_dqkv, d_scratch, d_dout, d_qkv, d_saved, B, T, C, NH);
+        x.g->attention_forward(x.gpu, d_out, d_saved, d_qkv, B, T, C, NH, NH);
+        x.g->attention_backward(x.gpu, d_dqkv, d_scratch, d_dout, d_qkv, d_saved, B, T, C, NH, NH);
         out[run] = fetch(&x, d_out, n1);
         dq[run] = fetch(&x, d_dqkv, n3);
     }

@@ -300,20 +300,20 @@ static void run_attention(dt_dtype_t dtype, int B, int T, int C, int NH, uint64_
     void *d_qkv = gpu_tensor(&x, qkv, n3), *d_dout = gpu_tensor(&x, dout, n1);
     void *d_dqkv = gpu_tensor(&x, dqkv0, n3);
     void *d_out = gpu_alloc(&x, n1 * es);
-    size_t saved_b = x.g->attention_saved_bytes(x.gpu, B, T, C, NH);
-    size_t scratch_b = x.g->attention_scratch_bytes(x.gpu, B, T, C, NH);
+    size_t saved_b = x.g->attention_saved_bytes(x.gpu, B, T, C, NH, NH);
+    size_t scratch_b = x.g->attention_scratch_bytes(x.gpu, B, T, C, NH, NH);
     cr_assert_geq(saved_b, natt * es, "the probabilities are saved");
     void *d_saved = gpu_alloc(&x, saved_b), *d_scratch = gpu_alloc(&x, scratch_b);
 
     float *want = malloc(n1 * sizeof *want);
-    float *att = malloc(x.c->attention_saved_bytes(x.cpu, B, T, C, NH));
-    float *cscratch = malloc(x.c->attention_scratch_bytes(x.cpu, B, T, C, NH));
-    x.c->attention_forward(x.cpu, want, att, qkv, B, T, C, NH);
+    float *att = malloc(x.c->attention_saved_bytes(x.cpu, B, T, C, NH, NH));
+    float *cscratch = malloc(x.c->attention_scratch_bytes(x.cpu, B, T, C, NH, NH));
+    x.c->attention_forward(x.cpu, want, att, qkv, B, T, C, NH, NH);
     float *got[2], *got_att = NULL;
     for (int run = 0; run < 2; run++) {
         poison(&x, d_out, n1 * es);
         poison(&x, d_saved, saved_b);
-        x.g->attention_forward(x.gpu, d_out, d_saved, d_qkv, B, T, C, NH);
+        x.g->attention_forward(x.gpu, d_out, d_saved, d_qkv, B, T, C, NH, NH);
         got[run] = fetch(&x, d_out, n1);
         if (run == 0) got_att = fetch(&x, d_saved, natt); /* saved starts with (B, NH, T, T) */
     }
@@ -330,12 +330,12 @@ static void run_attention(dt_dtype_t dtype, int B, int T, int C, int NH, uint64_
     check_same_bits("attention_forward out", got[0], got[1], n1);
 
     float *want_d = fcopy(dqkv0, n3);
-    x.c->attention_backward(x.cpu, want_d, cscratch, dout, qkv, att, B, T, C, NH);
+    x.c->attention_backward(x.cpu, want_d, cscratch, dout, qkv, att, B, T, C, NH, NH);
     float *got_d[2];
     for (int run = 0; run < 2; run++) {
         upload(&x, d_dqkv, dqkv0, n3);
         poison(&x, d_scratch, scratch_b);
-        x.g->attention_backward(x.gpu, d_dqkv, d_scratch, d_dout, d_qkv, d_saved, B, T, C, NH);
+        x.g->attention_backward(x.gpu, d_dqkv, d_scratch, d_dout, d_qkv, d_saved, B, T, C, NH, NH);
         got_d[run] = fetch(&x, d_dqkv, n3);
     }
     if (x.bf16)
@@ -506,8 +506,8 @@ Test(cuda_layers, table_slots_and_attention_sizes) {
                   o->attention_forward && o->attention_backward && o->softmax_xent_forward &&
                   o->softmax_xent_backward && o->mse_forward && o->mse_backward);
         size_t es = dt_dtype_size(x.dtype);
-        cr_assert_eq(o->attention_saved_bytes(x.gpu, 4, 1024, 768, 12), es * 4 * 12 * 1024 * 1024);
-        cr_assert_eq(o->attention_scratch_bytes(x.gpu, 4, 1024, 768, 12), es * 12 * 1024 * 1024);
+        cr_assert_eq(o->attention_saved_bytes(x.gpu, 4, 1024, 768, 12, 12), es * 4 * 12 * 1024 * 1024);
+        cr_assert_eq(o->attention_scratch_bytes(x.gpu, 4, 1024, 768, 12, 12), es * 12 * 1024 * 1024);
         ctx_close(&x);
     }
 }

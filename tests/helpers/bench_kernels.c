@@ -86,8 +86,8 @@ static void block_init(block *k, dt_device_t *dev, int B, int T, int C, int NH) 
     k->ln1_rstd = buf(N, 0, &s);
     k->qkv = buf(N * 3 * C, 0, &s);
     k->atty = buf(N * C, 0, &s);
-    k->att = buf(dev->ops->attention_saved_bytes(dev, B, T, C, NH) / 4, 0, &s);
-    k->scratch = buf(dev->ops->attention_scratch_bytes(dev, B, T, C, NH) / 4, 0, &s);
+    k->att = buf(dev->ops->attention_saved_bytes(dev, B, T, C, NH, NH) / 4, 0, &s);
+    k->scratch = buf(dev->ops->attention_scratch_bytes(dev, B, T, C, NH, NH) / 4, 0, &s);
     k->attproj = buf(N * C, 0, &s);
     k->res2 = buf(N * C, 0, &s);
     k->ln2 = buf(N * C, 0, &s);
@@ -114,7 +114,7 @@ static void block_forward(block *k, dt_device_t *dev, int B, int T, int C, int N
     OP("layernorm fwd",
        o->layernorm_forward(dev, k->ln1, k->ln1_mean, k->ln1_rstd, k->x, k->ln1w, k->ln1b, N, C));
     OP("matmul fwd", o->matmul_forward(dev, k->qkv, k->ln1, k->qkvw, k->qkvb, N, C, 3 * C));
-    OP("attention fwd", o->attention_forward(dev, k->atty, k->att, k->qkv, B, T, C, NH));
+    OP("attention fwd", o->attention_forward(dev, k->atty, k->att, k->qkv, B, T, C, NH, NH));
     OP("matmul fwd",
        o->matmul_forward(dev, k->attproj, k->atty, k->attprojw, k->attprojb, N, C, C));
     OP("residual fwd", o->residual_forward(dev, k->res2, k->x, k->attproj, (size_t)N * C));
@@ -151,7 +151,7 @@ static void block_backward(block *k, dt_device_t *dev, int B, int T, int C, int 
     /* dln1 now holds d(atty); reuse datty as its buffer for the attention input. */
     OP("set", o->set(dev, k->datty, 0, NC * sizeof(float)));
     OP("attention bwd",
-       o->attention_backward(dev, k->dqkv, k->scratch, k->dln1, k->qkv, k->att, B, T, C, NH));
+       o->attention_backward(dev, k->dqkv, k->scratch, k->dln1, k->qkv, k->att, B, T, C, NH, NH));
     OP("set", o->set(dev, k->dln1, 0, NC * sizeof(float)));
     OP("matmul bwd",
        o->matmul_backward(dev, k->dln1, k->g[2], k->g[3], k->dqkv, k->ln1, k->qkvw, N, C, 3 * C));
