@@ -1,9 +1,12 @@
 /*
- * cmd_sample.c - dtrun sample CHECKPOINT [--prompt TEXT] [--tokens N]
- * [--temperature T] [--top_k K] [--seed S] [--device auto|cpu|cuda]: text from a
- * checkpoint's parameters. Byte-level models (vocab 256, text data) read and print
- * text; larger vocabularies have no tokenizer here, so the prompt is a list of
- * token ids and the output is token ids, said so on stderr.
+ * cmd_sample.c - dtrun sample SOURCE [--prompt TEXT | --prompt-ids 3,17,42]
+ * [--tokens N] [--temperature T] [--top_k K] [--seed S] [--ids] [--device
+ * auto|cpu|cuda]: tokens from a checkpoint's parameters (runtime/model/sample.h:
+ * with a KV cache when the model and device have one). Byte-level models (vocab
+ * 256, text data) read and print text; larger vocabularies have no tokenizer here,
+ * so the prompt is a list of token ids and the output is token ids, said so on
+ * stderr. --ids prints ids (comma-separated) for any model; --logits (for checks)
+ * prints the logits of every prompt position first, one line each.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -18,10 +21,14 @@
 #include "runtime/model/sample.h"
 
 static const char sample_usage[] =
-    "usage: dtrun sample CHECKPOINT [--prompt TEXT] [--tokens N] [--temperature T] [--top_k K]\n"
-    "                    [--seed S] [--device auto|cpu|cuda]\n"
-    "  CHECKPOINT: a step directory or a checkpoint.dir (its latest). Defaults: --tokens 200,\n"
-    "  --temperature 0.8 (0 = greedy), --top_k 0 (all), --seed 1, --device auto.\n";
+    "usage: dtrun sample SOURCE [--prompt TEXT | --prompt-ids 3,17,42] [--tokens N] [--temperature T]\n"
+    "                    [--top_k K] [--seed S] [--ids] [--device auto|cpu|cuda]\n"
+    "  SOURCE: a step directory or a checkpoint.dir (its latest). Defaults: --tokens 200,\n"
+    "  --temperature 0.8 (0 = greedy), --top_k 0 (all), --seed 1, --device auto.\n"
+    "  --prompt-ids: the prompt as token ids. --ids: print the generated ids, comma-separated,\n"
+    "  instead of text. For checks: --logits prints the logits of every prompt position (one\n"
+    "  line each, vocab_size numbers) before the output; --no-cache runs a full forward per\n"
+    "  token instead of the KV cache.\n";
 
 static int bad(const char *fmt, const char *a) {
     fprintf(stderr, "dtrun sample: ");
@@ -56,7 +63,8 @@ static int parse_ids(const char *s, int32_t **ids, int *n) {
 }
 
 int dt_cmd_sample(int argc, char **argv) {
-    const char *path = NULL, *prompt = NULL, *device = "auto";
+    const char *path = NULL, *prompt = NULL, *prompt_ids = NULL, *device = "auto";
+    int print_ids = 0, print_logits = 0;
     dt_sample_opts o = {.tokens = 200, .temperature = 0.8, .top_k = 0, .seed = 1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -66,6 +74,10 @@ int dt_cmd_sample(int argc, char **argv) {
             fputs(sample_usage, stdout);
             return DT_EXIT_OK;
         } else if (!strcmp(a, "--prompt") && has) prompt = argv[++i];
+        else if ((!strcmp(a, "--prompt-ids") || !strcmp(a, "--prompt_ids")) && has) prompt_ids = argv[++i];
+        else if (!strcmp(a, "--ids")) print_ids = 1;
+        else if (!strcmp(a, "--logits")) print_logits = 1;
+        else if (!strcmp(a, "--no-cache") || !strcmp(a, "--no_cache")) o.no_cache = 1;
         else if (!strcmp(a, "--device") && has) device = argv[++i];
         else if (!strcmp(a, "--tokens") && has) {
             if (!parse_num(argv[++i], 0, 1e7, &v) || v != (int)v) return bad("--tokens wants a count, got '%s'", argv[i]);
@@ -83,7 +95,8 @@ int dt_cmd_sample(int argc, char **argv) {
         else if (!path) path = a;
         else return bad("unexpected argument %s", a);
     }
-    if (!path) return bad("%s", "no CHECKPOINT given");
+    if (!path) return bad("%s", "no SOURCE given");
+    if (prompt && prompt_ids) return bad("%s", "--prompt and --prompt-ids both given: pick one");
     dt_device_kind_t kind;
     if (!strcmp(device, "cpu")) kind = DT_DEVICE_CPU;
     else if (!strcmp(device, "cuda")) kind = DT_DEVICE_CUDA;
@@ -99,6 +112,7 @@ int dt_cmd_sample(int argc, char **argv) {
     }
     int rc = DT_EXIT_FAILED, text = l.spec.vocab_size <= 256;
     int32_t *ids = NULL, *out = NULL;
+    float *logits = NULL;
     int n_ids = 0;
     dt_device_t *dev = NULL;
     dt_sample_net sn;
@@ -109,7 +123,13 @@ int dt_cmd_sample(int argc, char **argv) {
         rc = DT_EXIT_USAGE;
         goto out_free;
     }
-    if (text) {
+    if (prompt_ids) {
+        if (!parse_ids(prompt_ids, &ids, &n_ids) || n_ids == 0) {
+            fprintf(stderr, "dtrun sample: --prompt-ids '%s' is not a list of token ids (3,17,42)\n", prompt_ids);
+            rc = DT_EXIT_USAGE;
+            goto out_free;
+        }
+    } else if (text) {
         const char *p = prompt && *prompt ? prompt : "\n";
         n_ids = (int)strlen(p);
         ids = dt_xcalloc((size_t)n_ids, sizeof *ids);
@@ -129,21 +149,49 @@ int dt_cmd_sample(int argc, char **argv) {
             n_ids = 1;
         }
     }
+    for (int i = 0; i < n_ids; i++)
+        if (ids[i] >= l.spec.vocab_size) {
+            fprintf(stderr, "dtrun sample: prompt token %d is outside the vocabulary [0, %d) of %s\n", ids[i],
+                    l.spec.vocab_size, path);
+            rc = DT_EXIT_USAGE;
+            goto out_free;
+        }
+    if (print_logits) {
+        int kept = n_ids < l.seq_len ? n_ids : l.seq_len;
+        logits = dt_xcalloc((size_t)kept * (size_t)l.spec.vocab_size, sizeof *logits);
+        o.prompt_logits = logits;
+    }
     if (dt_device_init(&dev, kind, 0) != DT_STATUS_OK) {
         if (strcmp(device, "auto") != 0 || dt_device_init(&dev, DT_DEVICE_CPU, 0) != DT_STATUS_OK) goto out_error;
     }
     if (dt_sample_net_init(&sn, dev, &l, host, DT_MEM_PARAMS) != DT_STATUS_OK) goto out_error;
     have_net = 1;
     out = dt_xcalloc((size_t)o.tokens + 1, sizeof *out);
-    if (dt_sample_generate(&sn.net, ids, n_ids, &o, out) != DT_STATUS_OK) {
+    if (dt_sample_run(&sn, ids, n_ids, &o, out) != DT_STATUS_OK) {
         fprintf(stderr, "dtrun sample: %s\n", dt_error_detail());
         rc = DT_EXIT_USAGE;
         goto out_free;
     }
-    fprintf(stderr, "dtrun sample: %s (step %lld), %s, %d tokens, temperature %g, top_k %d, seed %llu\n",
+    fprintf(stderr,
+            "dtrun sample: %s (step %lld), %s, %d tokens, temperature %g, top_k %d, seed %llu; %llu positions "
+            "computed (%s)\n",
             dt_ckpt_path(ck), (long long)dt_ckpt_step(ck), dt_device_kind_name(dev->kind), o.tokens, o.temperature,
-            o.top_k, (unsigned long long)o.seed);
-    if (text) {
+            o.top_k, (unsigned long long)o.seed, (unsigned long long)dt_sample_rows_run(&sn),
+            sn.have_dec && !o.no_cache ? "KV cache" : "a full forward per token");
+    if (print_logits) {
+        int kept = n_ids < l.seq_len ? n_ids : l.seq_len;
+        for (int p = 0; p < kept; p++) {
+            const float *row = logits + (size_t)p * (size_t)l.spec.vocab_size;
+            for (int v = 0; v < l.spec.vocab_size; v++) printf("%s%.9g", v ? " " : "", row[v]);
+            putchar('\n');
+        }
+    }
+    if (print_ids) {
+        for (int i = 0; i < o.tokens; i++) printf("%s%d", i ? "," : "", out[i]);
+        putchar('\n');
+    } else if (o.tokens == 0) {
+        /* nothing generated */
+    } else if (text) {
         if (prompt) fputs(prompt, stdout);
         for (int i = 0; i < o.tokens; i++) {
             putchar(dt_sample_char(out[i], 0));
@@ -162,6 +210,7 @@ out_free:
     dt_device_free(dev);
     free(ids);
     free(out);
+    free(logits);
     dt_mem_free(host);
     dt_model_layout_free(&l);
     dt_ckpt_close(ck);
