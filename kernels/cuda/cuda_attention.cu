@@ -1,14 +1,16 @@
 /*
- * cuda_attention.cu - causal multi-head self-attention on the GPU: cuBLAS
- * strided-batched GEMMs around a causal softmax kernel, as llm.c does, but reading
- * q, k, v straight out of qkv (B, T, 3C) and writing out (B, T, C) in place of
- * llm.c's permute/unpermute kernels.
+ * cuda_attention.cu - causal multi-head (and grouped-query) self-attention on the
+ * GPU: cuBLAS strided-batched GEMMs around a causal softmax kernel, as llm.c does,
+ * but reading q, k, v straight out of qkv (B, T, 3C; with NKV < NH key/value heads,
+ * B, T, C + 2*NKV*HS) and writing out (B, T, C) in place of llm.c's
+ * permute/unpermute kernels.
  *
  * For one sequence b, head h's q is a (T, HS) matrix at qkv + b*T*3C + h*HS with
  * row stride 3C (k at +C, v at +2C), and its output a (T, HS) matrix at
  * out + b*T*C + h*HS with row stride C: the heads of one sequence are equally
  * strided (HS apart), so one strided-batched GEMM covers the NH heads of a
- * sequence, and the op issues B of them per product. No copies, and no saved
+ * sequence, and the op issues B of them per product (B * NH/NKV with grouped-query
+ * attention: see attention_forward). No copies, and no saved
  * q/k/v. The price is B cuBLAS calls per product instead of one (llm.c permutes
  * q, k, v into (B, NH, T, HS) to batch over B*NH): launch cost only, which the
  * stream hides while the host keeps ahead of the GPU; the permutes would cost
@@ -112,24 +114,31 @@ static size_t attention_scratch_bytes(const dt_device_t *dev, int B, int T, int 
     return sizeof(S) * (size_t)NH * T * T;
 }
 
+/* Grouped-query attention: query head h = g*rep + r (rep = NH/NKV) reads key/value
+ * head g. For a fixed r the query heads g*rep + r are rep*HS apart and their
+ * key/value heads HS apart, both equal strides, so each product is rep
+ * strided-batched GEMMs of NKV heads per sequence (one of NH heads when NKV == NH). */
 template <typename S>
 static void attention_forward(dt_device_t *dev, void *out_, void *saved, const void *qkv_, int B,
                               int T, int C, int NH, int NKV) {
     if (dt_cuda_attention_fused(dev, C, NH)) {
-        dt_cuda_fa_forward(dev, out_, saved, qkv_, B, T, C, NH);
+        dt_cuda_fa_forward(dev, out_, saved, qkv_, B, T, C, NH, NKV);
         return;
     }
     S *out = (S *)out_, *att = (S *)saved;
     const S *qkv = (const S *)qkv_;
-    int HS = C / NH, C3 = 3 * C;
+    int HS = C / NH, KV = NKV * HS, C3 = C + 2 * KV, rep = NH / NKV;
     long long TT = (long long)T * T;
     float scale = 1.0f / sqrtf((float)HS);
     for (int b = 0; b < B; b++) {
-        const S *q = qkv + (size_t)b * T * C3, *k = q + C;
-        /* att[h][t][j] = scale sum_d q[t][d] k[j][d]: column-major (T x T) with j
-         * fastest is op(A) = k^T-as-stored (A = k, lda 3C), B = q (ldb 3C). */
-        gemm<S>(dev, __func__, CUBLAS_OP_T, CUBLAS_OP_N, T, T, HS, scale, k, C3, HS, q, C3, HS, 0.0f,
-                att + (size_t)b * NH * TT, T, TT, NH);
+        const S *k = qkv + (size_t)b * T * C3 + C;
+        for (int r = 0; r < rep; r++) {
+            const S *q = qkv + (size_t)b * T * C3 + r * HS;
+            /* att[h][t][j] = scale sum_d q[t][d] k[j][d]: column-major (T x T) with j
+             * fastest is op(A) = k^T-as-stored (A = k, lda C3), B = q (ldb C3). */
+            gemm<S>(dev, __func__, CUBLAS_OP_T, CUBLAS_OP_N, T, T, HS, scale, k, C3, HS, q, C3,
+                    (long long)rep * HS, 0.0f, att + ((size_t)b * NH + r) * TT, T, rep * TT, NKV);
+        }
     }
     int rows = B * NH * T;
     DT_LAUNCH(causal_softmax_kernel<S>, dt_blocks(rows, SOFTMAX_ROWS_PER_BLOCK),
@@ -137,49 +146,60 @@ static void attention_forward(dt_device_t *dev, void *out_, void *saved, const v
     (att, rows, T);
     DT_CUDA_LAUNCHED(dev);
     for (int b = 0; b < B; b++) {
-        const S *v = qkv + (size_t)b * T * C3 + 2 * C;
-        /* out[t][d] = sum_j att[t][j] v[j][d]: column-major (HS x T), ldc C, is
-         * v (HS x T, lda 3C) times att-as-stored (T x T, ldb T). */
-        gemm<S>(dev, __func__, CUBLAS_OP_N, CUBLAS_OP_N, HS, T, T, 1.0f, v, C3, HS,
-                att + (size_t)b * NH * TT, T, TT, 0.0f, out + (size_t)b * T * C, C, HS, NH);
+        const S *v = qkv + (size_t)b * T * C3 + C + KV;
+        for (int r = 0; r < rep; r++) {
+            /* out[t][d] = sum_j att[t][j] v[j][d]: column-major (HS x T), ldc C, is
+             * v (HS x T, lda C3) times att-as-stored (T x T, ldb T). */
+            gemm<S>(dev, __func__, CUBLAS_OP_N, CUBLAS_OP_N, HS, T, T, 1.0f, v, C3, HS,
+                    att + ((size_t)b * NH + r) * TT, T, rep * TT, 0.0f, out + (size_t)b * T * C + r * HS, C,
+                    (long long)rep * HS, NKV);
+        }
     }
 }
 
+/* The rep GEMMs that add into the shared dk and dv run one after the other on the
+ * stream, so each key/value head sums its group's query heads in order r = 0, 1, ... */
 template <typename S>
 static void attention_backward(dt_device_t *dev, void *dqkv_, void *scratch, const void *dout_,
                                const void *qkv_, const void *saved, int B, int T, int C, int NH, int NKV) {
     if (dt_cuda_attention_fused(dev, C, NH)) {
-        dt_cuda_fa_backward(dev, dqkv_, scratch, dout_, qkv_, saved, B, T, C, NH);
+        dt_cuda_fa_backward(dev, dqkv_, scratch, dout_, qkv_, saved, B, T, C, NH, NKV);
         return;
     }
     S *dqkv = (S *)dqkv_, *dS = (S *)scratch;
     const S *dout = (const S *)dout_, *qkv = (const S *)qkv_, *att = (const S *)saved;
-    int HS = C / NH, C3 = 3 * C;
-    long long TT = (long long)T * T;
+    int HS = C / NH, KV = NKV * HS, C3 = C + 2 * KV, rep = NH / NKV;
+    long long TT = (long long)T * T, sq = (long long)rep * HS, sP = rep * TT;
     float scale = 1.0f / sqrtf((float)HS);
     int rows = NH * T;
     for (int b = 0; b < B; b++) {
         size_t base = (size_t)b * T * C3;
-        const S *q = qkv + base, *k = q + C, *v = q + 2 * C;
-        S *dq = dqkv + base, *dk = dq + C, *dv = dq + 2 * C;
+        const S *k = qkv + base + C, *v = k + KV;
+        S *dk = dqkv + base + C, *dv = dk + KV;
         const S *P = att + (size_t)b * NH * TT;
-        const S *dO = dout + (size_t)b * T * C;
-        /* dv[j][d] += sum_t P[t][j] dO[t][d]: (HS x T) = dO (HS x T) . P-as-stored^T */
-        gemm<S>(dev, __func__, CUBLAS_OP_N, CUBLAS_OP_T, HS, T, T, 1.0f, dO, C, HS, P, T, TT, 1.0f,
-                dv, C3, HS, NH);
-        /* dP[t][j] = sum_d dO[t][d] v[j][d]: (T x T), j fastest = v^T-as-stored . dO */
-        gemm<S>(dev, __func__, CUBLAS_OP_T, CUBLAS_OP_N, T, T, HS, 1.0f, v, C3, HS, dO, C, HS, 0.0f,
-                dS, T, TT, NH);
+        for (int r = 0; r < rep; r++) {
+            const S *dO = dout + (size_t)b * T * C + r * HS;
+            /* dv[j][d] += sum_t P[t][j] dO[t][d]: (HS x T) = dO (HS x T) . P-as-stored^T */
+            gemm<S>(dev, __func__, CUBLAS_OP_N, CUBLAS_OP_T, HS, T, T, 1.0f, dO, C, sq, P + r * TT, T, sP,
+                    1.0f, dv, C3, HS, NKV);
+            /* dP[t][j] = sum_d dO[t][d] v[j][d]: (T x T), j fastest = v^T-as-stored . dO */
+            gemm<S>(dev, __func__, CUBLAS_OP_T, CUBLAS_OP_N, T, T, HS, 1.0f, v, C3, HS, dO, C, sq, 0.0f,
+                    dS + r * TT, T, sP, NKV);
+        }
         DT_LAUNCH(causal_softmax_backward_kernel<S>, dt_blocks(rows, SOFTMAX_ROWS_PER_BLOCK),
                   SOFTMAX_ROWS_PER_BLOCK * DT_WARP, 0, dt_cuda_stream(dev))
         (dS, P, rows, T);
         DT_CUDA_LAUNCHED(dev);
-        /* dq[t][d] += scale sum_j dS[t][j] k[j][d]: (HS x T) = k (HS x T) . dS-as-stored */
-        gemm<S>(dev, __func__, CUBLAS_OP_N, CUBLAS_OP_N, HS, T, T, scale, k, C3, HS, dS, T, TT, 1.0f,
-                dq, C3, HS, NH);
-        /* dk[j][d] += scale sum_t dS[t][j] q[t][d]: (HS x T) = q (HS x T) . dS-as-stored^T */
-        gemm<S>(dev, __func__, CUBLAS_OP_N, CUBLAS_OP_T, HS, T, T, scale, q, C3, HS, dS, T, TT, 1.0f,
-                dk, C3, HS, NH);
+        for (int r = 0; r < rep; r++) {
+            const S *q = qkv + base + r * HS;
+            S *dq = dqkv + base + r * HS;
+            /* dq[t][d] += scale sum_j dS[t][j] k[j][d]: (HS x T) = k (HS x T) . dS-as-stored */
+            gemm<S>(dev, __func__, CUBLAS_OP_N, CUBLAS_OP_N, HS, T, T, scale, k, C3, HS, dS + r * TT, T, sP,
+                    1.0f, dq, C3, sq, NKV);
+            /* dk[j][d] += scale sum_t dS[t][j] q[t][d]: (HS x T) = q (HS x T) . dS-as-stored^T */
+            gemm<S>(dev, __func__, CUBLAS_OP_N, CUBLAS_OP_T, HS, T, T, scale, q, C3, sq, dS + r * TT, T, sP,
+                    1.0f, dk, C3, HS, NKV);
+        }
     }
 }
 

@@ -5,9 +5,11 @@
  * cuda_attention.cu with DTRUN_CUDA_ATTENTION=fused (read at device open) for
  * head sizes up to DT_ATTENTION_FUSED_MAX_HS; cuda_attention.cu dispatches here.
  *
- * Layout as the op table says: qkv (B, T, 3C) with q, k, v side by side, each
- * (NH, HS); out (B, T, C). Tiles of 32 query rows by 32 keys, 128 threads (4 warps)
- * per block, fp32 math on float or bf16 storage, scale 1/sqrt(HS):
+ * Layout as the op table says: qkv (B, T, C + 2*NKV*HS) with q (NH heads), k and v
+ * (NKV heads each) side by side; out (B, T, C). Query head h reads key/value head
+ * h / (NH/NKV) (grouped-query attention; NKV == NH is multi-head). Tiles of 32
+ * query rows by 32 keys, 128 threads (4 warps) per block, fp32 math on float or
+ * bf16 storage, scale 1/sqrt(HS):
  *
  *   forward, block (query tile, h, b): Q tile in shared memory; for each key tile
  *     up to the diagonal: S = scale Q K^T (32 x 32, one warp per row, one lane per
@@ -15,11 +17,13 @@
  *     softmax), P = exp(S - m), O = O exp(m_old - m) + P V. At the end out = O / l,
  *     and lse = m + log l per row is saved.
  *   backward: D = rowsum(dout * out) per (b, h, t) (kernel 1, into the scratch);
- *     kernel 2, block (key tile, h, b): for each query tile from the diagonal on,
- *     recompute P = exp(scale Q K^T - lse) and dS = P (dout V^T - D), then
- *     dv += P^T dout, dk += scale dS^T Q, accumulated in registers, added to dqkv
- *     once; kernel 3, block (query tile, h, b): the same tiles over the key tiles
- *     up to the diagonal, dq += scale dS K. Every sum has a fixed order (no atomics),
+ *     kernel 2, block (key tile, key/value head g, b): for each query head h of
+ *     g's group and each query tile from the diagonal on, recompute
+ *     P = exp(scale Q K^T - lse) and dS = P (dout V^T - D), then dv += P^T dout,
+ *     dk += scale dS^T Q, accumulated in registers over the whole group (no two
+ *     blocks write one key's gradient), added to dqkv once; kernel 3, block
+ *     (query tile, h, b): the same tiles over the key tiles up to the diagonal,
+ *     dq += scale dS K. Every sum has a fixed order (no atomics),
  *     so results are bitwise identical run to run.
  *
  * saved = lse (B, NH, T) fp32 followed by a copy of out (B, T, C) in the compute
@@ -87,15 +91,16 @@ static __device__ __forceinline__ void store_row_sums(float *sl, float *lse_bh, 
 
 template <typename S>
 __global__ void __launch_bounds__(FA_THREADS)
-    fa_forward_kernel(S *out, float *lse, S *out_copy, const S *qkv, int T, int C, int NH, float scale) {
+    fa_forward_kernel(S *out, float *lse, S *out_copy, const S *qkv, int T, int C, int NH, int NKV, float scale) {
     DT_DYN_SMEM(float, sm);
-    int HS = C / NH, hp = HS + 1, C3 = 3 * C;
+    int HS = C / NH, hp = HS + 1, C3 = C + 2 * NKV * HS;
     int qt = gridDim.x - 1 - blockIdx.x; /* the longest rows first */
     int h = blockIdx.y, b = blockIdx.z;
     int lane = threadIdx.x % DT_WARP, warp = threadIdx.x / DT_WARP;
     float *sq = sm, *sk = sq + FA_TILE * hp, *sv = sk + FA_TILE * hp;
     float *sp = sv + FA_TILE * hp, *salpha = sp + FA_TILE * FA_PS, *sl = salpha + FA_TILE;
-    const S *q = qkv + (size_t)b * T * C3 + h * HS, *k = q + C, *v = q + 2 * C;
+    const S *q = qkv + (size_t)b * T * C3 + h * HS;
+    const S *k = qkv + (size_t)b * T * C3 + C + h / (NH / NKV) * HS, *v = k + NKV * HS;
     int q0 = qt * FA_TILE;
     fa_load(sq, q, C3, q0, T, HS, hp);
 
@@ -198,10 +203,10 @@ static __device__ __forceinline__ void fa_load_bf16(dt_bf16 *dst, const dt_bf16 
 
 __global__ void __launch_bounds__(FA_THREADS)
     fa_forward_wmma_kernel(dt_bf16 *out, float *lse, dt_bf16 *out_copy, const dt_bf16 *qkv, int T, int C, int NH,
-                           float scale, int vec) {
+                           int NKV, float scale, int vec) {
     using namespace nvcuda;
     DT_DYN_SMEM(unsigned char, smb);
-    int HS = C / NH, hsp = HS + 8, hso = HS + 4, C3 = 3 * C;
+    int HS = C / NH, hsp = HS + 8, hso = HS + 4, C3 = C + 2 * NKV * HS;
     int qt = gridDim.x - 1 - blockIdx.x;
     int h = blockIdx.y, b = blockIdx.z;
     int lane = threadIdx.x % DT_WARP, warp = threadIdx.x / DT_WARP;
@@ -209,7 +214,8 @@ __global__ void __launch_bounds__(FA_THREADS)
     float *ss = (float *)(sv + FA_TILE * hsp);
     dt_bf16 *sp = (dt_bf16 *)(ss + FA_TILE * FA_S_LD);
     float *so = (float *)(sp + FA_TILE * FA_P_LD), *salpha = so + FA_TILE * hso, *sl = salpha + FA_TILE;
-    const dt_bf16 *q = qkv + (size_t)b * T * C3 + h * HS, *k = q + C, *v = q + 2 * C;
+    const dt_bf16 *q = qkv + (size_t)b * T * C3 + h * HS;
+    const dt_bf16 *k = qkv + (size_t)b * T * C3 + C + h / (NH / NKV) * HS, *v = k + NKV * HS;
     int q0 = qt * FA_TILE;
     fa_load_bf16(sq, q, C3, q0, T, HS, hsp, vec);
     for (int i = threadIdx.x; i < FA_TILE * hso; i += blockDim.x) so[i] = 0.0f;
@@ -328,9 +334,9 @@ static __device__ __forceinline__ fa_bwd_smem fa_bwd_carve(float *sm, int hp) {
 template <typename S>
 static __device__ __forceinline__ void fa_load_queries(fa_bwd_smem s, const S *q, const S *dout,
                                                        const float *lse, const float *D, int q0, int T,
-                                                       int C, int HS) {
+                                                       int C, int C3, int HS) {
     int hp = HS + 1;
-    fa_load(s.q, q, 3 * C, q0, T, HS, hp);
+    fa_load(s.q, q, C3, q0, T, HS, hp);
     fa_load(s.dout, dout, C, q0, T, HS, hp);
     for (int r = threadIdx.x; r < FA_TILE; r += blockDim.x) {
         s.lse[r] = q0 + r < T ? lse[q0 + r] : 0.0f;
@@ -355,30 +361,33 @@ static __device__ __forceinline__ void fa_tile_p_ds(fa_bwd_smem s, int q0, int k
     }
 }
 
-/* Block (key tile, h, b): dk and dv of 32 keys over the query tiles from the diagonal. */
+/* Block (key tile, g, b): dk and dv of 32 keys of key/value head g over the query
+ * tiles from the diagonal, for each query head h of its group in turn, summed in
+ * registers. */
 template <typename S>
 __global__ void __launch_bounds__(FA_THREADS)
     fa_dkdv_kernel(S *dqkv, const S *dout, const S *qkv, const float *lse, const float *D, int T, int C,
-                   int NH, float scale) {
+                   int NH, int NKV, float scale) {
     DT_DYN_SMEM(float, sm);
-    int HS = C / NH, hp = HS + 1, C3 = 3 * C;
-    int kt = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    int HS = C / NH, hp = HS + 1, C3 = C + 2 * NKV * HS, rep = NH / NKV;
+    int kt = blockIdx.x, g = blockIdx.y, b = blockIdx.z;
     int lane = threadIdx.x % DT_WARP, warp = threadIdx.x / DT_WARP;
     fa_bwd_smem s = fa_bwd_carve(sm, hp);
-    size_t base = (size_t)b * T * C3 + h * HS;
-    const S *q = qkv + base, *k = q + C, *v = q + 2 * C;
-    const S *dO = dout + (size_t)b * T * C + h * HS;
-    const float *lse_bh = lse + ((size_t)b * NH + h) * T, *D_bh = D + ((size_t)b * NH + h) * T;
+    size_t kbase = (size_t)b * T * C3 + C + g * HS;
+    const S *k = qkv + kbase, *v = k + NKV * HS;
     int k0 = kt * FA_TILE, nqt = (T + FA_TILE - 1) / FA_TILE;
     fa_load(s.k, k, C3, k0, T, HS, hp);
     fa_load(s.v, v, C3, k0, T, HS, hp);
     float dk[FA_DPT], dv[FA_DPT]; /* [key lane][dim warp + FA_WARPS i] */
     #pragma unroll
     for (int i = 0; i < FA_DPT; i++) dk[i] = dv[i] = 0.0f;
-    for (int qt = kt; qt < nqt; qt++) {
-        int q0 = qt * FA_TILE;
+    for (int qi = 0; qi < rep * (nqt - kt); qi++) { /* (query head of the group, query tile) */
+        int h = g * rep + qi / (nqt - kt), qt = kt + qi % (nqt - kt), q0 = qt * FA_TILE;
+        const S *q = qkv + (size_t)b * T * C3 + h * HS;
+        const S *dO = dout + (size_t)b * T * C + h * HS;
+        const float *lse_bh = lse + ((size_t)b * NH + h) * T, *D_bh = D + ((size_t)b * NH + h) * T;
         __syncthreads();
-        fa_load_queries(s, q, dO, lse_bh, D_bh, q0, T, C, HS);
+        fa_load_queries(s, q, dO, lse_bh, D_bh, q0, T, C, C3, HS);
         __syncthreads();
         fa_tile_p_ds(s, q0, k0, T, HS, scale);
         __syncthreads();
@@ -397,7 +406,7 @@ __global__ void __launch_bounds__(FA_THREADS)
     }
     int j = k0 + lane;
     if (j >= T) return;
-    S *dkp = dqkv + base + C + (size_t)j * C3, *dvp = dkp + C;
+    S *dkp = dqkv + kbase + (size_t)j * C3, *dvp = dkp + NKV * HS;
     #pragma unroll
     for (int i = 0; i < FA_DPT; i++) {
         int d = warp + FA_WARPS * i;
@@ -411,18 +420,18 @@ __global__ void __launch_bounds__(FA_THREADS)
 template <typename S>
 __global__ void __launch_bounds__(FA_THREADS)
     fa_dq_kernel(S *dqkv, const S *dout, const S *qkv, const float *lse, const float *D, int T, int C,
-                 int NH, float scale) {
+                 int NH, int NKV, float scale) {
     DT_DYN_SMEM(float, sm);
-    int HS = C / NH, hp = HS + 1, C3 = 3 * C;
+    int HS = C / NH, hp = HS + 1, C3 = C + 2 * NKV * HS;
     int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     int lane = threadIdx.x % DT_WARP, warp = threadIdx.x / DT_WARP;
     fa_bwd_smem s = fa_bwd_carve(sm, hp);
     size_t base = (size_t)b * T * C3 + h * HS;
-    const S *q = qkv + base, *k = q + C, *v = q + 2 * C;
+    const S *q = qkv + base, *k = qkv + (size_t)b * T * C3 + C + h / (NH / NKV) * HS, *v = k + NKV * HS;
     const S *dO = dout + (size_t)b * T * C + h * HS;
     const float *lse_bh = lse + ((size_t)b * NH + h) * T, *D_bh = D + ((size_t)b * NH + h) * T;
     int q0 = qt * FA_TILE;
-    fa_load_queries(s, q, dO, lse_bh, D_bh, q0, T, C, HS);
+    fa_load_queries(s, q, dO, lse_bh, D_bh, q0, T, C, C3, HS);
     float dq[FA_DPT]; /* [query lane][dim warp + FA_WARPS i] */
     #pragma unroll
     for (int i = 0; i < FA_DPT; i++) dq[i] = 0.0f;
@@ -497,9 +506,9 @@ static __device__ __forceinline__ fa_wbwd_smem fa_wbwd_carve(unsigned char *smb,
 
 static __device__ __forceinline__ void fa_wload_queries(fa_wbwd_smem s, const dt_bf16 *q, const dt_bf16 *dout,
                                                         const float *lse, const float *D, int q0, int T, int C,
-                                                        int HS, int vec) {
+                                                        int C3, int HS, int vec) {
     int hsp = HS + 8;
-    fa_load_bf16(s.q, q, 3 * C, q0, T, HS, hsp, vec);
+    fa_load_bf16(s.q, q, C3, q0, T, HS, hsp, vec);
     fa_load_bf16(s.dout, dout, C, q0, T, HS, hsp, vec);
     for (int r = threadIdx.x; r < FA_TILE; r += blockDim.x) {
         s.lse[r] = q0 + r < T ? lse[q0 + r] : 0.0f;
@@ -556,16 +565,14 @@ static __device__ __forceinline__ void fa_add_rows(dt_bf16 *dst, const float *ac
 
 __global__ void __launch_bounds__(FA_THREADS)
     fa_dkdv_wmma_kernel(dt_bf16 *dqkv, const dt_bf16 *dout, const dt_bf16 *qkv, const float *lse, const float *D,
-                        int T, int C, int NH, float scale, int vec) {
+                        int T, int C, int NH, int NKV, float scale, int vec) {
     using namespace nvcuda;
     DT_DYN_SMEM(unsigned char, smb);
-    int HS = C / NH, hsp = HS + 8, hso = HS + 4, C3 = 3 * C;
-    int kt = blockIdx.x, h = blockIdx.y, b = blockIdx.z, warp = threadIdx.x / DT_WARP;
+    int HS = C / NH, hsp = HS + 8, hso = HS + 4, C3 = C + 2 * NKV * HS, rep = NH / NKV;
+    int kt = blockIdx.x, g = blockIdx.y, b = blockIdx.z, warp = threadIdx.x / DT_WARP;
     fa_wbwd_smem s = fa_wbwd_carve(smb, hsp);
-    size_t base = (size_t)b * T * C3 + h * HS;
-    const dt_bf16 *q = qkv + base, *k = q + C, *v = q + 2 * C;
-    const dt_bf16 *dO = dout + (size_t)b * T * C + h * HS;
-    const float *lse_bh = lse + ((size_t)b * NH + h) * T, *D_bh = D + ((size_t)b * NH + h) * T;
+    size_t kbase = (size_t)b * T * C3 + C + g * HS;
+    const dt_bf16 *k = qkv + kbase, *v = k + NKV * HS;
     int k0 = kt * FA_TILE, nqt = (T + FA_TILE - 1) / FA_TILE, n_o = 2 * (HS / FA_WM);
     fa_load_bf16(s.k, k, C3, k0, T, HS, hsp, vec);
     fa_load_bf16(s.v, v, C3, k0, T, HS, hsp, vec);
@@ -575,10 +582,14 @@ __global__ void __launch_bounds__(FA_THREADS)
         wmma::fill_fragment(fdk[u], 0.0f);
         wmma::fill_fragment(fdv[u], 0.0f);
     }
-    for (int qt = kt; qt < nqt; qt++) {
+    for (int qi = 0; qi < rep * (nqt - kt); qi++) { /* (query head of the group, query tile) */
+        int h = g * rep + qi / (nqt - kt), qt = kt + qi % (nqt - kt);
+        const dt_bf16 *q = qkv + (size_t)b * T * C3 + h * HS;
+        const dt_bf16 *dO = dout + (size_t)b * T * C + h * HS;
+        const float *lse_bh = lse + ((size_t)b * NH + h) * T, *D_bh = D + ((size_t)b * NH + h) * T;
         int q0 = qt * FA_TILE;
         __syncthreads();
-        fa_wload_queries(s, q, dO, lse_bh, D_bh, q0, T, C, HS, vec);
+        fa_wload_queries(s, q, dO, lse_bh, D_bh, q0, T, C, C3, HS, vec);
         __syncthreads();
         fa_wtile_p_ds(s, q0, k0, T, HS, scale);
 #pragma unroll
@@ -609,24 +620,25 @@ __global__ void __launch_bounds__(FA_THREADS)
         wmma::store_matrix_sync(rv + kr * hso + dc, fdv[u], hso, wmma::mem_row_major);
     }
     __syncthreads();
-    fa_add_rows(dqkv + base + C, rk, hso, C3, k0, T, HS, scale);
-    fa_add_rows(dqkv + base + 2 * C, rv, hso, C3, k0, T, HS, 1.0f);
+    fa_add_rows(dqkv + kbase, rk, hso, C3, k0, T, HS, scale);
+    fa_add_rows(dqkv + kbase + NKV * HS, rv, hso, C3, k0, T, HS, 1.0f);
 }
 
 __global__ void __launch_bounds__(FA_THREADS)
     fa_dq_wmma_kernel(dt_bf16 *dqkv, const dt_bf16 *dout, const dt_bf16 *qkv, const float *lse, const float *D,
-                      int T, int C, int NH, float scale, int vec) {
+                      int T, int C, int NH, int NKV, float scale, int vec) {
     using namespace nvcuda;
     DT_DYN_SMEM(unsigned char, smb);
-    int HS = C / NH, hsp = HS + 8, hso = HS + 4, C3 = 3 * C;
+    int HS = C / NH, hsp = HS + 8, hso = HS + 4, C3 = C + 2 * NKV * HS;
     int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, warp = threadIdx.x / DT_WARP;
     fa_wbwd_smem s = fa_wbwd_carve(smb, hsp);
     size_t base = (size_t)b * T * C3 + h * HS;
-    const dt_bf16 *q = qkv + base, *k = q + C, *v = q + 2 * C;
+    const dt_bf16 *q = qkv + base;
+    const dt_bf16 *k = qkv + (size_t)b * T * C3 + C + h / (NH / NKV) * HS, *v = k + NKV * HS;
     const dt_bf16 *dO = dout + (size_t)b * T * C + h * HS;
     const float *lse_bh = lse + ((size_t)b * NH + h) * T, *D_bh = D + ((size_t)b * NH + h) * T;
     int q0 = qt * FA_TILE, n_o = 2 * (HS / FA_WM);
-    fa_wload_queries(s, q, dO, lse_bh, D_bh, q0, T, C, HS, vec);
+    fa_wload_queries(s, q, dO, lse_bh, D_bh, q0, T, C, C3, HS, vec);
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> fdq[FA_FRAGS_PER_WARP];
 #pragma unroll
     for (int u = 0; u < FA_FRAGS_PER_WARP; u++) wmma::fill_fragment(fdq[u], 0.0f);
@@ -688,7 +700,7 @@ template <typename K> static int fa_smem_ok(dt_device_t *dev, K kernel, size_t b
 
 template <typename S>
 static void fa_forward(dt_device_t *dev, void *out, void *saved, const void *qkv, int B, int T, int C,
-                       int NH) {
+                       int NH, int NKV) {
     int HS = C / NH;
     float *lse = (float *)saved;
     S *out_copy = (S *)((char *)saved + sizeof(float) * (size_t)B * NH * T);
@@ -698,8 +710,8 @@ static void fa_forward(dt_device_t *dev, void *out, void *saved, const void *qkv
             size_t smem = fa_forward_wmma_smem(HS);
             if (!fa_smem_ok(dev, fa_forward_wmma_kernel, smem, __func__)) return;
             DT_LAUNCH(fa_forward_wmma_kernel, grid, FA_THREADS, smem, dt_cuda_stream(dev))
-            ((dt_bf16 *)out, lse, (dt_bf16 *)out_copy, (const dt_bf16 *)qkv, T, C, NH, 1.0f / sqrtf((float)HS),
-             dt_cuda_aligned16(qkv));
+            ((dt_bf16 *)out, lse, (dt_bf16 *)out_copy, (const dt_bf16 *)qkv, T, C, NH, NKV,
+             1.0f / sqrtf((float)HS), dt_cuda_aligned16(qkv));
             DT_CUDA_LAUNCHED(dev);
             return;
         }
@@ -707,13 +719,13 @@ static void fa_forward(dt_device_t *dev, void *out, void *saved, const void *qkv
     size_t smem = fa_forward_smem(HS);
     if (!fa_smem_ok(dev, fa_forward_kernel<S>, smem, __func__)) return;
     DT_LAUNCH(fa_forward_kernel<S>, grid, FA_THREADS, smem, dt_cuda_stream(dev))
-    ((S *)out, lse, out_copy, (const S *)qkv, T, C, NH, 1.0f / sqrtf((float)HS));
+    ((S *)out, lse, out_copy, (const S *)qkv, T, C, NH, NKV, 1.0f / sqrtf((float)HS));
     DT_CUDA_LAUNCHED(dev);
 }
 
 template <typename S>
 static void fa_backward(dt_device_t *dev, void *dqkv, void *scratch, const void *dout, const void *qkv,
-                        const void *saved, int B, int T, int C, int NH) {
+                        const void *saved, int B, int T, int C, int NH, int NKV) {
     int HS = C / NH;
     const float *lse = (const float *)saved;
     const S *out = (const S *)((const char *)saved + sizeof(float) * (size_t)B * NH * T);
@@ -723,7 +735,7 @@ static void fa_backward(dt_device_t *dev, void *dqkv, void *scratch, const void 
     DT_LAUNCH(fa_rowdot_kernel<S>, dt_blocks(rows, 8), 8 * DT_WARP, 0, dt_cuda_stream(dev))
     (D, (const S *)dout, out, B, T, C, NH);
     DT_CUDA_LAUNCHED(dev);
-    dim3 grid((T + FA_TILE - 1) / FA_TILE, NH, B);
+    dim3 grid((T + FA_TILE - 1) / FA_TILE, NH, B), grid_kv((T + FA_TILE - 1) / FA_TILE, NKV, B);
     if constexpr (sizeof(S) == 2) {
         if (HS % FA_WM == 0) { /* tensor cores */
             int vec = dt_cuda_aligned16(qkv) && dt_cuda_aligned16(dout);
@@ -731,11 +743,11 @@ static void fa_backward(dt_device_t *dev, void *dqkv, void *scratch, const void 
             if (!fa_smem_ok(dev, fa_dkdv_wmma_kernel, smem, __func__) ||
                 !fa_smem_ok(dev, fa_dq_wmma_kernel, smem, __func__))
                 return;
-            DT_LAUNCH(fa_dkdv_wmma_kernel, grid, FA_THREADS, smem, dt_cuda_stream(dev))
-            ((dt_bf16 *)dqkv, (const dt_bf16 *)dout, (const dt_bf16 *)qkv, lse, D, T, C, NH, scale, vec);
+            DT_LAUNCH(fa_dkdv_wmma_kernel, grid_kv, FA_THREADS, smem, dt_cuda_stream(dev))
+            ((dt_bf16 *)dqkv, (const dt_bf16 *)dout, (const dt_bf16 *)qkv, lse, D, T, C, NH, NKV, scale, vec);
             DT_CUDA_LAUNCHED(dev);
             DT_LAUNCH(fa_dq_wmma_kernel, grid, FA_THREADS, smem, dt_cuda_stream(dev))
-            ((dt_bf16 *)dqkv, (const dt_bf16 *)dout, (const dt_bf16 *)qkv, lse, D, T, C, NH, scale, vec);
+            ((dt_bf16 *)dqkv, (const dt_bf16 *)dout, (const dt_bf16 *)qkv, lse, D, T, C, NH, NKV, scale, vec);
             DT_CUDA_LAUNCHED(dev);
             return;
         }
@@ -743,26 +755,26 @@ static void fa_backward(dt_device_t *dev, void *dqkv, void *scratch, const void 
     size_t smem = fa_backward_smem(HS);
     if (!fa_smem_ok(dev, fa_dkdv_kernel<S>, smem, __func__) || !fa_smem_ok(dev, fa_dq_kernel<S>, smem, __func__))
         return;
-    DT_LAUNCH(fa_dkdv_kernel<S>, grid, FA_THREADS, smem, dt_cuda_stream(dev))
-    ((S *)dqkv, (const S *)dout, (const S *)qkv, lse, D, T, C, NH, scale);
+    DT_LAUNCH(fa_dkdv_kernel<S>, grid_kv, FA_THREADS, smem, dt_cuda_stream(dev))
+    ((S *)dqkv, (const S *)dout, (const S *)qkv, lse, D, T, C, NH, NKV, scale);
     DT_CUDA_LAUNCHED(dev);
     DT_LAUNCH(fa_dq_kernel<S>, grid, FA_THREADS, smem, dt_cuda_stream(dev))
-    ((S *)dqkv, (const S *)dout, (const S *)qkv, lse, D, T, C, NH, scale);
+    ((S *)dqkv, (const S *)dout, (const S *)qkv, lse, D, T, C, NH, NKV, scale);
     DT_CUDA_LAUNCHED(dev);
 }
 
 void dt_cuda_fa_forward(dt_device_t *dev, void *out, void *saved, const void *qkv, int B, int T, int C,
-                        int NH) {
+                        int NH, int NKV) {
     if (dev->ops->dtype == DT_DTYPE_BF16)
-        fa_forward<dt_bf16>(dev, out, saved, qkv, B, T, C, NH);
+        fa_forward<dt_bf16>(dev, out, saved, qkv, B, T, C, NH, NKV);
     else
-        fa_forward<float>(dev, out, saved, qkv, B, T, C, NH);
+        fa_forward<float>(dev, out, saved, qkv, B, T, C, NH, NKV);
 }
 
 void dt_cuda_fa_backward(dt_device_t *dev, void *dqkv, void *scratch, const void *dout, const void *qkv,
-                         const void *saved, int B, int T, int C, int NH) {
+                         const void *saved, int B, int T, int C, int NH, int NKV) {
     if (dev->ops->dtype == DT_DTYPE_BF16)
-        fa_backward<dt_bf16>(dev, dqkv, scratch, dout, qkv, saved, B, T, C, NH);
+        fa_backward<dt_bf16>(dev, dqkv, scratch, dout, qkv, saved, B, T, C, NH, NKV);
     else
-        fa_backward<float>(dev, dqkv, scratch, dout, qkv, saved, B, T, C, NH);
+        fa_backward<float>(dev, dqkv, scratch, dout, qkv, saved, B, T, C, NH, NKV);
 }

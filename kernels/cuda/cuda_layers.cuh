@@ -1,6 +1,6 @@
 /*
  * cuda_layers.cuh - private to the layer ops of the CUDA backend (cuda_encoder.cu,
- * cuda_layernorm.cu, cuda_attention.cu, cuda_loss.cu, cuda_layers.cu): reductions
+ * cuda_layernorm.cu, cuda_attention.cu, cuda_loss.cu, cuda_llama.cu, cuda_layers.cu): reductions
  * over a warp or a block in a fixed order, 16-byte vector loads and stores, the
  * device's shared scratch buffer, and the per-file fill functions that
  * dt_cuda_fill_layer_ops calls.
@@ -157,15 +157,16 @@ void dt_cuda_fill_encoder_ops(dt_ops_t *ops, dt_dtype_t dtype);
 void dt_cuda_fill_layernorm_ops(dt_ops_t *ops, dt_dtype_t dtype);
 void dt_cuda_fill_attention_ops(dt_ops_t *ops, dt_dtype_t dtype);
 void dt_cuda_fill_loss_ops(dt_ops_t *ops, dt_dtype_t dtype);
+void dt_cuda_fill_llama_ops(dt_ops_t *ops, dt_dtype_t dtype);
 
 /* The fused attention (cuda_attention_fused.cu), for the device's compute dtype;
  * cuda_attention.cu calls these when dt_cuda_attention_fused says so. */
 size_t dt_cuda_fa_saved_bytes(int B, int T, int C, int NH, size_t elem);
 size_t dt_cuda_fa_scratch_bytes(int B, int T, int C, int NH);
 void dt_cuda_fa_forward(dt_device_t *dev, void *out, void *saved, const void *qkv, int B, int T, int C,
-                        int NH);
+                        int NH, int NKV);
 void dt_cuda_fa_backward(dt_device_t *dev, void *dqkv, void *scratch, const void *dout, const void *qkv,
-                         const void *saved, int B, int T, int C, int NH);
+                         const void *saved, int B, int T, int C, int NH, int NKV);
 /* 1 when the device's attention is the fused kernel for this shape: asked for at
  * open (DTRUN_CUDA_ATTENTION=fused) and HS within DT_ATTENTION_FUSED_MAX_HS. */
 static inline int dt_cuda_attention_fused(const dt_device_t *dev, int C, int NH) {
