@@ -66,8 +66,9 @@ Test(config, defaults_are_valid_and_documented) {
     int colons = 0;
     for (char *p = dump; (p = strstr(p, "\":\t")); p++) colons++;
     cr_assert_gt(keys_listed, 50);
-    /* the dump holds every key plus its 12 sections (optimizer, optimizer.params, ...) */
-    cr_assert_eq(colons, keys_listed + 12, "dump %d entries, keys %d", colons, keys_listed);
+    /* the dump holds every key plus its 13 sections (optimizer, optimizer.params, ...,
+     * model.rope_scaling) */
+    cr_assert_eq(colons, keys_listed + 13, "dump %d entries, keys %d", colons, keys_listed);
     free(dump);
     free(buf);
     dt_config_free(&cfg);
@@ -496,7 +497,7 @@ Test(config, dump_reload_round_trip) {
 Test(config, every_preset_loads_resolves_and_round_trips) {
     glob_t g;
     cr_assert_eq(glob("configs/*.json", 0, NULL, &g), 0, "run from the repository root");
-    cr_assert_geq(g.gl_pathc, 4);
+    cr_assert_geq(g.gl_pathc, 5);
     int seen = 0;
     for (size_t i = 0; i < g.gl_pathc; i++) {
         dt_config_t cfg;
@@ -534,6 +535,16 @@ Test(config, every_preset_loads_resolves_and_round_trips) {
             cr_assert_eq(cfg.strategy, DT_STRATEGY_FSDP);
             cr_assert_eq(cfg.zero.stage, 3);
         }
+        if (strstr(g.gl_pathv[i], "llama-tiny.json")) {
+            seen++;
+            cr_assert_eq(cfg.model.ops, &dt_model_llama);
+            cr_assert_str_eq(cfg.data.train, "runs/data/fortunes.txt");
+            dt_model_layout l;
+            cr_assert_eq(dt_model_layout_init(&cfg.model, &l), DT_STATUS_OK, "%s", dt_error_detail());
+            cr_assert_eq(l.tied_head, 0);
+            cr_assert_geq(dt_model_find(&l, "model.layers.3.mlp.down_proj.weight"), 0);
+            dt_model_layout_free(&l);
+        }
         if (strstr(g.gl_pathv[i], "mlp-tiny.json")) {
             seen++;
             cr_assert_eq(cfg.model.ops, &dt_model_mlp);
@@ -541,7 +552,7 @@ Test(config, every_preset_loads_resolves_and_round_trips) {
         }
         dt_config_free(&cfg);
     }
-    cr_assert_eq(seen, 4);
+    cr_assert_eq(seen, 5);
     globfree(&g);
 }
 

@@ -134,8 +134,10 @@ Test(model, mlp_layout) {
  * becomes 256, as for text data). */
 static dt_model_spec default_spec(const dt_model_ops *ops) {
     dt_model_spec s = {.ops = ops};
-    for (int i = 0; i < ops->n_keys; i++)
-        *(int *)((char *)&s + ops->keys[i].offset) = atoi(ops->keys[i].def);
+    for (int i = 0; i < ops->n_keys; i++) {
+        const dt_model_key *k = &ops->keys[i];
+        dt_model_key_set(&s, k, k->kind == DT_MODEL_KEY_BOOL ? !strcmp(k->def, "true") : strtod(k->def, NULL));
+    }
     if (ops->data == DT_MODEL_DATA_TOKENS && s.vocab_size == 0) s.vocab_size = 256;
     return s;
 }
@@ -159,9 +161,20 @@ Test(registry, every_model_fills_the_slots_the_trainer_needs) {
         for (int i = 0; i < o->n_keys; i++) {
             const dt_model_key *k = &o->keys[i];
             cr_assert(!strncmp(k->path, "model.", 6), "%s: %s is under model.", o->name, k->path);
-            cr_assert(k->offset + sizeof(int) <= sizeof(dt_model_spec) && k->offset >= sizeof(void *),
-                      "%s: %s is an int field of the spec", o->name, k->path);
-            int def = atoi(k->def);
+            cr_assert(k->offset + dt_model_key_size(k) <= sizeof(dt_model_spec) && k->offset >= sizeof(void *),
+                      "%s: %s is a field of the spec", o->name, k->path);
+            if (k->kind == DT_MODEL_KEY_FLOAT)
+                cr_assert_eq(k->offset % sizeof(double), 0, "%s: %s: a double field, aligned", o->name, k->path);
+            if (k->kind == DT_MODEL_KEY_BOOL) {
+                cr_assert(!strcmp(k->def, "true") || !strcmp(k->def, "false"), "%s: %s: a bool default", o->name,
+                          k->path);
+                continue;
+            }
+            char *end;
+            double def = strtod(k->def, &end);
+            cr_assert(*end == '\0' && (k->kind == DT_MODEL_KEY_FLOAT || def == floor(def)),
+                      "%s: %s: default %s is a %s", o->name, k->path, k->def,
+                      k->kind == DT_MODEL_KEY_FLOAT ? "number" : "integer");
             cr_assert(def >= k->min && def <= k->max, "%s: %s default in its bounds", o->name, k->path);
         }
     }
@@ -174,8 +187,8 @@ typedef struct toy_sizes {
 } toy_sizes;
 DT_MODEL_PRIV_FITS(toy_sizes);
 static const dt_model_key toy_keys[] = {
-    {"model.toy_width", DT_MODEL_PRIV_KEY(toy_sizes, width), 1, 4096, "4", "width"},
-    {"model.toy_depth", DT_MODEL_PRIV_KEY(toy_sizes, depth), 1, 64, "2", "layers"},
+    {"model.toy_width", DT_MODEL_PRIV_KEY(toy_sizes, width), 1, 4096, "4", "width", DT_MODEL_KEY_INT},
+    {"model.toy_depth", DT_MODEL_PRIV_KEY(toy_sizes, depth), 1, 64, "2", "layers", DT_MODEL_KEY_INT},
 };
 static dt_status_t toy_validate(const dt_model_spec *s) {
     const toy_sizes *z = DT_MODEL_PRIV(s, const toy_sizes);
@@ -284,7 +297,7 @@ Test(registry, layouts_tile_the_buffer_and_initialise_deterministically) {
 
 Test(registry, unknown_model_type_is_a_config_error_listing_the_models) {
     dt_config_t cfg;
-    cr_assert_eq(dt_config_load_string("{\"model\": {\"type\": \"llama\"}}", "x.json", NULL, 0, &cfg),
+    cr_assert_eq(dt_config_load_string("{\"model\": {\"type\": \"mamba\"}}", "x.json", NULL, 0, &cfg),
                  DT_STATUS_CONFIG);
     const char *e = dt_config_errors(&cfg);
     cr_assert(strstr(e, "x.json: model.type: expected one of"), "%s", e);

@@ -26,6 +26,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -233,13 +234,28 @@ out_close:
     return st;
 }
 
+/* Adds number v under name written so that it reads back as the same double: the
+ * shortest of %.15g..%.17g that does (cJSON's own printing may be one ulp off, and
+ * a resumed or exported model must get the very rope_theta and rms_norm_eps). */
+static void add_exact_number(cJSON *obj, const char *name, double v) {
+    char buf[40];
+    for (int digits = 15; digits <= 17; digits++) {
+        snprintf(buf, sizeof buf, "%.*g", digits, v);
+        if (strtod(buf, NULL) == v) break;
+    }
+    if (isfinite(v)) cJSON_AddRawToObject(obj, name, buf);
+    else cJSON_AddNullToObject(obj, name);
+}
+
 static void add_model(cJSON *meta, const dt_model_layout *l) {
     const dt_model_spec *s = &l->spec;
     cJSON *m = cJSON_AddObjectToObject(meta, "model");
     cJSON_AddStringToObject(m, "type", s->ops->name);
     for (int i = 0; i < s->ops->n_keys; i++) { /* the model's keys, without "model." */
         const dt_model_key *k = &s->ops->keys[i];
-        cJSON_AddNumberToObject(m, k->path + 6, *(const int *)((const char *)s + k->offset));
+        double v = dt_model_key_get(s, k);
+        if (k->kind == DT_MODEL_KEY_BOOL) cJSON_AddBoolToObject(m, k->path + 6, v != 0);
+        else add_exact_number(m, k->path + 6, v);
     }
     cJSON_AddNumberToObject(meta, "n_params", (double)l->n_params);
     cJSON *ts = cJSON_AddArrayToObject(meta, "tensors");

@@ -253,10 +253,21 @@ dt_status_t dt_ckpt_model_spec(const dt_ckpt_t *c, dt_model_spec *spec) {
     }
     for (int i = 0; i < spec->ops->n_keys; i++) {
         const dt_model_key *k = &spec->ops->keys[i];
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(m, k->path + 6);
         uint64_t u;
-        if (!json_u64(m, k->path + 6, &u))
-            return dt_error(DT_STATUS_FORMAT, "%s/meta.json: %s missing", c->path, k->path);
-        *(int *)((char *)spec + k->offset) = (int)u;
+        if (k->kind == DT_MODEL_KEY_BOOL) {
+            if (!cJSON_IsBool(v))
+                return dt_error(DT_STATUS_FORMAT, "%s/meta.json: %s missing or not true/false", c->path, k->path);
+            dt_model_key_set(spec, k, cJSON_IsTrue(v));
+        } else if (k->kind == DT_MODEL_KEY_FLOAT) {
+            if (!cJSON_IsNumber(v))
+                return dt_error(DT_STATUS_FORMAT, "%s/meta.json: %s missing or not a number", c->path, k->path);
+            dt_model_key_set(spec, k, v->valuedouble);
+        } else {
+            if (!json_u64(m, k->path + 6, &u))
+                return dt_error(DT_STATUS_FORMAT, "%s/meta.json: %s missing", c->path, k->path);
+            dt_model_key_set(spec, k, (double)u);
+        }
     }
     return DT_STATUS_OK;
 }

@@ -186,7 +186,8 @@ static void set_value(parse_ctx_t *ctx, int row, const cJSON *v) {
     switch (k->type) {
     case KT_BOOL:
         if (!cJSON_IsBool(v)) goto out_type_error;
-        *(bool *)f = cJSON_IsTrue(v);
+        if (k->flags & KF_INT32) *(int *)f = cJSON_IsTrue(v); /* a model key: an int field */
+        else *(bool *)f = cJSON_IsTrue(v);
         break;
     case KT_INT: {
         if (is_auto) { /* only defaults reach here: KF_DERIVED keys start unset */

@@ -20,7 +20,8 @@ enum key_flags {
     KF_MAX_EXCL = 1 << 2, /* value < max rather than <= max */
     KF_DERIVED = 1 << 3,  /* default "auto": derived from other keys */
     KF_PATH = 1 << 4,     /* string naming a file or folder: non-empty, no "auto" */
-    KF_INT32 = 1 << 5,    /* KT_INT whose field is an int (the model's keys), not int64_t */
+    KF_INT32 = 1 << 5,    /* KT_INT whose field is an int, not int64_t; KT_BOOL whose
+                             field is an int (0/1), not a bool (the model's keys) */
 };
 
 typedef struct config_key {

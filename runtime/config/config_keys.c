@@ -195,7 +195,12 @@ static void build_keys(void) {
         const dt_model_ops *ops = dt_model_at(m);
         for (int i = 0; i < ops->n_keys; i++) {
             const dt_model_key *mk = &ops->keys[i];
-            config_key_t k = {mk->path, KT_INT, OFF(model) + mk->offset, mk->min, mk->max, KF_INT32, NULL,
+            /* INT and BOOL model keys are int fields (KF_INT32); FLOAT ones doubles */
+            key_type_t type = mk->kind == DT_MODEL_KEY_FLOAT ? KT_FLOAT
+                              : mk->kind == DT_MODEL_KEY_BOOL ? KT_BOOL
+                                                              : KT_INT;
+            unsigned flags = mk->kind == DT_MODEL_KEY_FLOAT ? 0 : KF_INT32;
+            config_key_t k = {mk->path, type, OFF(model) + mk->offset, mk->min, mk->max, flags, NULL,
                               mk->def, mk->help};
             add_row(&k);
         }
@@ -355,7 +360,7 @@ static cJSON *value_json(const dt_config_t *cfg, int row) {
     const config_key_t *k = &KEYS[row];
     const void *f = cfield(cfg, k);
     switch (k->type) {
-    case KT_BOOL: return cJSON_CreateBool(*(const bool *)f);
+    case KT_BOOL: return cJSON_CreateBool((k->flags & KF_INT32) ? *(const int *)f != 0 : *(const bool *)f);
     case KT_INT: {
         int64_t x = (k->flags & KF_INT32) ? *(const int *)f : *(const int64_t *)f;
         if ((k->flags & KF_DERIVED) && x == 0 && cfg->origin[row] == 0)

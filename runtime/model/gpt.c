@@ -19,14 +19,14 @@
 #define SPEC(f) offsetof(dt_model_spec, f)
 
 static const dt_model_key gpt_keys[] = {
-    {"model.n_layer", SPEC(n_layer), 1, 1024, "4", "gpt: blocks"},
-    {"model.n_head", SPEC(n_head), 1, 1024, "4", "gpt: attention heads"},
-    {"model.n_embd", SPEC(n_embd), 1, 65536, "128", "gpt: width (a multiple of n_head)"},
-    {"model.seq_len", SPEC(seq_len), 1, 1048576, "128", "gpt: context length in tokens"},
+    {"model.n_layer", SPEC(n_layer), 1, 1024, "4", "gpt: blocks", DT_MODEL_KEY_INT},
+    {"model.n_head", SPEC(n_head), 1, 1024, "4", "gpt: attention heads", DT_MODEL_KEY_INT},
+    {"model.n_embd", SPEC(n_embd), 1, 65536, "128", "gpt: width (a multiple of n_head)", DT_MODEL_KEY_INT},
+    {"model.seq_len", SPEC(seq_len), 1, 1048576, "128", "gpt, llama: context length in tokens", DT_MODEL_KEY_INT},
     {"model.vocab_size", SPEC(vocab_size), 0, 16777216, "0",
-     "gpt: 0 = from the data (256 for text, 50257 for token shards)"},
+     "gpt, llama: 0 = from the data (256 for text, 50257 for token shards)", DT_MODEL_KEY_INT},
     {"model.vocab_pad_multiple", SPEC(vocab_pad_multiple), 1, 65536, "64",
-     "gpt: embedding rows padded to a multiple of this"},
+     "gpt, llama: embedding rows padded to a multiple of this", DT_MODEL_KEY_INT},
 };
 
 static int gpt_config_check(const dt_model_spec *s, char *msg, size_t len) {
@@ -75,6 +75,7 @@ static void gpt_build(dt_model_layout *l) {
     int m = s->vocab_pad_multiple > 0 ? s->vocab_pad_multiple : 1;
     l->vocab_padded = (s->vocab_size + m - 1) / m * m;
     l->seq_len = s->seq_len;
+    l->tied_head = 1; /* the LM head is wte */
     int64_t C = s->n_embd, Vp = l->vocab_padded, T = s->seq_len;
     ADD(l, 0, 0, EMBED, (Vp, C), "wte.weight");
     ADD(l, 0, 0, EMBED, (T, C), "wpe.weight");
@@ -361,7 +362,6 @@ const dt_model_ops dt_model_gpt = {
     .name = "gpt",
     .help = "GPT-2 on text/tokens",
     .data = DT_MODEL_DATA_TOKENS,
-    .tied_head = 1,
     .keys = gpt_keys,
     .n_keys = (int)(sizeof gpt_keys / sizeof gpt_keys[0]),
     .config_check = gpt_config_check,

@@ -17,10 +17,10 @@
 #define SPEC(f) offsetof(dt_model_spec, f)
 
 static const dt_model_key mlp_keys[] = {
-    {"model.in_dim", SPEC(in_dim), 1, 1048576, "32", "mlp: input features"},
-    {"model.hidden_dim", SPEC(hidden_dim), 1, 1048576, "64", "mlp: hidden width"},
-    {"model.n_hidden_layers", SPEC(n_hidden_layers), 1, 1024, "2", "mlp: hidden layers"},
-    {"model.n_classes", SPEC(n_classes), 2, 1048576, "10", "mlp: output classes"},
+    {"model.in_dim", SPEC(in_dim), 1, 1048576, "32", "mlp: input features", DT_MODEL_KEY_INT},
+    {"model.hidden_dim", SPEC(hidden_dim), 1, 1048576, "64", "mlp: hidden width", DT_MODEL_KEY_INT},
+    {"model.n_hidden_layers", SPEC(n_hidden_layers), 1, 1024, "2", "mlp: hidden layers", DT_MODEL_KEY_INT},
+    {"model.n_classes", SPEC(n_classes), 2, 1048576, "10", "mlp: output classes", DT_MODEL_KEY_INT},
 };
 
 /* ---- layout ---------------------------------------------------------------- */
@@ -188,7 +188,6 @@ const dt_model_ops dt_model_mlp = {
     .name = "mlp",
     .help = "synthetic data",
     .data = DT_MODEL_DATA_FEATURES,
-    .tied_head = 0,
     .keys = mlp_keys,
     .n_keys = (int)(sizeof mlp_keys / sizeof mlp_keys[0]),
     .config_check = NULL,

@@ -81,12 +81,35 @@ void dt_model_init_params(const dt_model_layout *l, uint64_t seed, float *params
 
 double dt_model_flops_per_token(const dt_model_layout *l) { return l->spec.ops->flops_per_token(l); }
 
+size_t dt_model_key_size(const dt_model_key *k) {
+    return k->kind == DT_MODEL_KEY_FLOAT ? sizeof(double) : sizeof(int);
+}
+
+double dt_model_key_get(const dt_model_spec *spec, const dt_model_key *k) {
+    const char *f = (const char *)spec + k->offset;
+    if (k->kind == DT_MODEL_KEY_FLOAT) return *(const double *)f;
+    return *(const int *)f;
+}
+
+void dt_model_key_set(dt_model_spec *spec, const dt_model_key *k, double v) {
+    char *f = (char *)spec + k->offset;
+    if (k->kind == DT_MODEL_KEY_FLOAT) *(double *)f = v;
+    else if (k->kind == DT_MODEL_KEY_BOOL) *(int *)f = v != 0;
+    else *(int *)f = (int)v;
+}
+
+const dt_model_key *dt_model_key_find(const dt_model_ops *ops, const char *path) {
+    for (int i = 0; ops && path && i < ops->n_keys; i++)
+        if (!strcmp(ops->keys[i].path, path)) return &ops->keys[i];
+    return NULL;
+}
+
 void dt_model_spec_copy(const dt_model_spec *src, dt_model_spec *dst) {
     memset(dst, 0, sizeof *dst);
     dst->ops = src->ops;
     for (int i = 0; src->ops && i < src->ops->n_keys; i++) {
-        size_t off = src->ops->keys[i].offset;
-        memcpy((char *)dst + off, (const char *)src + off, sizeof(int));
+        const dt_model_key *k = &src->ops->keys[i];
+        memcpy((char *)dst + k->offset, (const char *)src + k->offset, dt_model_key_size(k));
     }
 }
 

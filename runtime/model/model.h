@@ -18,13 +18,13 @@
  * never test which model they hold: they ask spec.ops. A new model is its own file
  * filling every slot not marked optional, plus one line in registry.c:
  *   name, help, data kind          "gpt", shown in errors and `dtrun config --keys`
- *   keys                           its model.* config keys (int fields of the spec,
- *                                  its own sizes in spec.priv: path, bounds, default,
- *                                  help); keys of the same path in two models are one
- *                                  key (the first wins)
+ *   keys                           its model.* config keys (int, double or 0/1 int
+ *                                  fields of the spec, its own sizes in spec.priv:
+ *                                  path, bounds, default, help, kind); keys of the same
+ *                                  path in two models are one key (the first wins)
  *   validate, build                checks the spec naming the bad field, then adds
  *                                  its tensors (dt_model_add_tensor) and sets
- *                                  seq_len / in_features / vocab_padded
+ *                                  seq_len / in_features / vocab_padded / tied_head
  *   init_params                    deterministic for a seed (dt_model_init_tensor)
  *   flops_per_token, describe      training FLOPs per token (per sample); a line
  *                                  for people (`dtrun plan`)
@@ -33,8 +33,8 @@
  *   export_shape                   the shape export writes, and whether the
  *                                  tensor is stored transposed
  *   synthetic_batch                (feature data) the samples the trainer uses
- * and optionally config_check, unpadded_params, net_check, tied_head, and the
- * KV-cache decode slots (decode_slots, decode_sizes, decode, decode_logits_slot).
+ * and optionally config_check, unpadded_params, net_check, and the KV-cache
+ * decode slots (decode_slots, decode_sizes, decode, decode_logits_slot).
  */
 #ifndef DT_RUNTIME_MODEL_H
 #define DT_RUNTIME_MODEL_H
@@ -99,6 +99,8 @@ typedef struct dt_model_layout {
     int seq_len;      /* positions per sample: rows of the loss per sample (1: feature rows) */
     int in_features;  /* features per sample (feature data), else 0 */
     int vocab_padded; /* width of the logits / embedding rows (token models), else 0 */
+    int tied_head;    /* the LM head is unit 0's embedding used again (net.h: the hook
+                         order; gpt 1, llama per tie_word_embeddings) */
     dt_tensor_info *tensors;
     int n_tensors;
     dt_unit_info *units;
@@ -121,17 +123,34 @@ typedef enum dt_model_init {
     DT_MODEL_INIT_EMBED = 4, /* normal(0, std) */
 } dt_model_init_t;
 
-/* One model.* config key: an int field of dt_model_spec (a named one, or one in
- * priv: DT_MODEL_PRIV_KEY). Keys are ints only for
- * now; a float key (Llama's rope_theta, norm_eps) would add a kind here, read in
- * config.c's build_keys, dt_model_spec_copy and the checkpoint's meta.json. */
+/* What a model key's field holds, and how config, meta.json and `dtrun config
+ * --keys` read and write it. */
+typedef enum dt_model_key_kind {
+    DT_MODEL_KEY_INT = 0,   /* an int field; JSON integers */
+    DT_MODEL_KEY_FLOAT = 1, /* a double field; JSON numbers (rope_theta, rms_norm_eps) */
+    DT_MODEL_KEY_BOOL = 2,  /* an int field holding 0 or 1; JSON true/false only */
+} dt_model_key_kind_t;
+
+/* One model.* config key: a field of dt_model_spec (a named one, or one in priv:
+ * DT_MODEL_PRIV_KEY) of the key's kind. min and max bound INT and FLOAT keys
+ * (inclusive); BOOL keys ignore them. */
 typedef struct dt_model_key {
     const char *path;  /* "model.n_layer" */
     size_t offset;     /* offsetof(dt_model_spec, field), or DT_MODEL_PRIV_KEY(type, field) */
-    int min, max;
+    double min, max;
     const char *def;   /* default as JSON text */
     const char *help;
+    dt_model_key_kind_t kind;
 } dt_model_key;
+
+/* Bytes of a key's field: sizeof(double) for FLOAT, sizeof(int) otherwise. */
+size_t dt_model_key_size(const dt_model_key *k);
+/* A key's value in spec as a double (an int or 0/1 exactly), and setting it
+ * (INT and BOOL fields get the value converted to int; the caller checks bounds). */
+double dt_model_key_get(const dt_model_spec *spec, const dt_model_key *k);
+void dt_model_key_set(dt_model_spec *spec, const dt_model_key *k, double v);
+/* The key of spec->ops whose path is path ("model.rope_theta"), or NULL. */
+const dt_model_key *dt_model_key_find(const dt_model_ops *ops, const char *path);
 
 struct dt_net;
 
@@ -139,7 +158,6 @@ struct dt_model_ops {
     const char *name; /* model.type */
     const char *help; /* "GPT-2 on text/tokens" */
     dt_model_data_t data;
-    int tied_head; /* unit 0 is used again at the head (net.h: the hook order) */
     const dt_model_key *keys;
     int n_keys;
     /* Rules across the model's keys of a config (vocab_size may be 0): 0, or 1 with
@@ -198,6 +216,7 @@ struct dt_model_ops {
  * goes through the registry. A new model needs a line here only if something names
  * it. */
 extern const dt_model_ops dt_model_gpt; /* gpt.c */
+extern const dt_model_ops dt_model_llama; /* llama.c */
 extern const dt_model_ops dt_model_mlp; /* mlp.c */
 
 /* The model called name, or NULL. */

@@ -12,8 +12,9 @@
  * unit_grads[u] (base pointers of unit u's range), which dt_net_bind points into
  * flat buffers. A data-parallel strategy may re-point them (FSDP points a unit at
  * its gathered copy) and is told, through the hook, when each unit is about to be
- * used and when it is done: forward in unit order, backward in reverse. For GPT
- * the LM head is tied to wte (unit 0), so unit 0 is also used at the head: the
+ * used and when it is done: forward in unit order, backward in reverse. When the
+ * LM head is tied to the embedding (layout.tied_head: GPT's wte, a llama with
+ * tie_word_embeddings), unit 0 is also used at the head: the
  * forward ends with FWD_PRE(0) ... FWD_POST(0) around the logits, the backward
  * starts with BWD_PRE(0) and unit 0's gradient is complete only at BWD_POST(0),
  * the very last call.

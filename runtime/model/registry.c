@@ -12,6 +12,7 @@
 /* X(name): the file runtime/model/<name>.c defines dt_model_<name>. */
 #define DT_MODELS(X) \
     X(gpt)           \
+    X(llama)         \
     X(mlp)
 
 #define DECLARE_(n) extern const dt_model_ops dt_model_##n;

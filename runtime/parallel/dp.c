@@ -334,11 +334,11 @@ static void dp_hook(void *ctx, int unit, dt_net_phase_t phase) {
 }
 
 /* The order in which the net calls PRE hooks in one micro-step (net.h): forward
- * in unit order (a tied head, ops->tied_head: then unit 0 again), backward in
+ * in unit order (a tied head, layout.tied_head: then unit 0 again), backward in
  * reverse (a tied head: unit 0 first). Consecutive uses of one bucket merge. */
 static void build_sequence(dt_dp_t *dp) {
     const dt_model_layout *l = dp->layout;
-    int nu = l->n_units, tied = l->spec.ops->tied_head;
+    int nu = l->n_units, tied = l->tied_head;
     int cap = 2 * nu + 4, n = 0;
     dp->seq = dt_xcalloc((size_t)cap, sizeof(int));
     dp->seq_bwd = dt_xcalloc((size_t)cap, sizeof(int));

@@ -60,7 +60,7 @@ JSON
 run types 2 "$T/types.json" && {
   has "wrong type: lr" "$T/types.err" 'types.json: optimizer.params.lr: expected a number > 0, found "abc"'
   has "out of range: stage" "$T/types.err" "types.json: zero_optimization.stage: expected an integer in [0, 3], found 5"
-  has "bad enum: model.type" "$T/types.err" 'types.json: model.type: expected one of "gpt", "mlp", found "transformer"'
+  has "bad enum: model.type" "$T/types.err" 'types.json: model.type: expected one of "gpt", "llama", "mlp", found "transformer"'
   has "unknown key with suggestion" "$T/types.err" "types.json: optimiser: unknown key (did you mean optimizer?)"
   has "error count" "$T/types.err" "4 errors in"
 }

@@ -1,0 +1,494 @@
+/*
+ * llama.c - the Llama family (Llama 2/3, Mistral, Qwen2: model.type "llama") over the
+ * device op table, in the order of the paper: its config keys (Hugging Face's
+ * config.json names), tensor table (Hugging Face's LlamaForCausalLM state-dict names),
+ * initialisation, FLOPs, activation arena, forward, backward and export shapes. Fills
+ * dt_model_llama (model.h).
+ *
+ * A decoder layer: x += o_proj(attention(rope(qkv(rmsnorm(x))))), then
+ * x += down_proj(silu(gate(h)) * up(h)) with h = rmsnorm(x); grouped-query attention
+ * (num_key_value_heads key/value heads shared by the query heads), RoPE with optional
+ * Llama 3 frequency scaling, optional q/k/v biases (Qwen2), an untied LM head unless
+ * tie_word_embeddings.
+ *
+ * Units: 0 = embed_tokens, 1..L = the decoder layers, L+1 = the final norm (and
+ * lm_head when untied; tied, the head is unit 0's embedding used again, as gpt).
+ */
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/model/model.h"
+#include "runtime/model/net_impl.h"
+
+/* ---- config ---------------------------------------------------------------- */
+
+/* Llama's sizes, laid over dt_model_spec.priv (model.h). seq_len, vocab_size and
+ * vocab_pad_multiple are the spec's named fields, shared with gpt. */
+typedef struct llama_sizes {
+    int hidden_size, num_hidden_layers, num_attention_heads;
+    int num_key_value_heads; /* 0 in a config: = num_attention_heads */
+    int head_dim;            /* 0 in a config: = hidden_size / num_attention_heads */
+    int intermediate_size;   /* 0 in a config: Meta's rule, see resolve() */
+    int max_position_embeddings;
+    int tie_word_embeddings, attention_bias; /* bools */
+    int rope_original_max_pos;
+    double rope_theta, rms_norm_eps;
+    double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+} llama_sizes;
+DT_MODEL_PRIV_FITS(llama_sizes);
+
+#define SPEC(f) offsetof(dt_model_spec, f)
+#define PK(f) DT_MODEL_PRIV_KEY(llama_sizes, f)
+#define INT_ DT_MODEL_KEY_INT
+#define FLOAT_ DT_MODEL_KEY_FLOAT
+#define BOOL_ DT_MODEL_KEY_BOOL
+
+static const dt_model_key llama_keys[] = {
+    {"model.hidden_size", PK(hidden_size), 1, 65536, "128", "llama: width", INT_},
+    {"model.num_hidden_layers", PK(num_hidden_layers), 1, 1024, "4", "llama: decoder layers", INT_},
+    {"model.num_attention_heads", PK(num_attention_heads), 1, 1024, "4", "llama: query heads", INT_},
+    {"model.num_key_value_heads", PK(num_key_value_heads), 0, 1024, "0",
+     "llama: key/value heads, a divisor of num_attention_heads (0 = num_attention_heads)", INT_},
+    {"model.head_dim", PK(head_dim), 0, 256, "0",
+     "llama: head size, even (0 = hidden_size / num_attention_heads)", INT_},
+    {"model.intermediate_size", PK(intermediate_size), 0, 1048576, "0",
+     "llama: MLP width (0 = 8/3 hidden_size rounded up to a multiple of 256)", INT_},
+    {"model.max_position_embeddings", PK(max_position_embeddings), 1, 16777216, "2048",
+     "llama: longest context the positions are meant for (seq_len <= it)", INT_},
+    {"model.rope_theta", PK(rope_theta), 1, 1e12, "10000", "llama: RoPE base", FLOAT_},
+    {"model.rms_norm_eps", PK(rms_norm_eps), 0, 1, "1e-06", "llama: RMSNorm epsilon", FLOAT_},
+    {"model.tie_word_embeddings", PK(tie_word_embeddings), 0, 1, "false",
+     "llama: the LM head is embed_tokens (no lm_head.weight)", BOOL_},
+    {"model.attention_bias", PK(attention_bias), 0, 1, "false", "llama: q/k/v projections have biases (Qwen2)",
+     BOOL_},
+    {"model.rope_scaling.factor", PK(rope_factor), 0, 1e6, "0",
+     "llama: Llama 3 RoPE frequency scaling factor (0 = none)", FLOAT_},
+    {"model.rope_scaling.low_freq_factor", PK(rope_low_freq_factor), 0, 1e6, "1",
+     "llama: Llama 3 RoPE scaling: low_freq_factor", FLOAT_},
+    {"model.rope_scaling.high_freq_factor", PK(rope_high_freq_factor), 0, 1e6, "4",
+     "llama: Llama 3 RoPE scaling: high_freq_factor", FLOAT_},
+    {"model.rope_scaling.original_max_position_embeddings", PK(rope_original_max_pos), 1, 16777216, "8192",
+     "llama: Llama 3 RoPE scaling: the pretraining context", INT_},
+    /* shared with gpt (the same path is one key; gpt's row is listed) */
+    {"model.seq_len", SPEC(seq_len), 1, 1048576, "128", "context length in tokens", INT_},
+    {"model.vocab_size", SPEC(vocab_size), 0, 16777216, "0", "0 = from the data", INT_},
+    {"model.vocab_pad_multiple", SPEC(vocab_pad_multiple), 1, 65536, "64",
+     "embedding rows padded to a multiple of this", INT_},
+};
+
+/* The sizes with the config's zeros ("same as ...") resolved. */
+static llama_sizes resolve(const dt_model_spec *s) {
+    llama_sizes z = *DT_MODEL_PRIV(s, const llama_sizes);
+    if (z.num_key_value_heads == 0) z.num_key_value_heads = z.num_attention_heads;
+    if (z.head_dim == 0 && z.num_attention_heads > 0) z.head_dim = z.hidden_size / z.num_attention_heads;
+    if (z.intermediate_size == 0) { /* Meta's reference: 2/3 of 4C, up to a multiple of 256 */
+        int i = 2 * (4 * z.hidden_size) / 3;
+        z.intermediate_size = (i + 255) / 256 * 256;
+    }
+    return z;
+}
+
+/* The rules between keys; 0, or 1 with the message naming the key. */
+static int check_sizes(const dt_model_spec *s, char *msg, size_t len) {
+    llama_sizes z = resolve(s);
+    const llama_sizes *given = DT_MODEL_PRIV(s, const llama_sizes);
+    if (given->head_dim == 0 && z.hidden_size % z.num_attention_heads != 0) {
+        snprintf(msg, len,
+                 "model.hidden_size: expected a multiple of model.num_attention_heads (%d) when "
+                 "model.head_dim is 0, found %d",
+                 z.num_attention_heads, z.hidden_size);
+        return 1;
+    }
+    if (z.num_attention_heads % z.num_key_value_heads != 0) {
+        snprintf(msg, len, "model.num_key_value_heads: expected a divisor of model.num_attention_heads (%d), found %d",
+                 z.num_attention_heads, z.num_key_value_heads);
+        return 1;
+    }
+    if (z.head_dim % 2 != 0 || z.head_dim <= 0 || z.head_dim > 256) {
+        snprintf(msg, len, "model.head_dim: expected an even size from 2 to 256 (RoPE rotates pairs), found %d%s",
+                 z.head_dim, given->head_dim == 0 ? " (hidden_size / num_attention_heads)" : "");
+        return 1;
+    }
+    if (s->seq_len > z.max_position_embeddings) {
+        snprintf(msg, len, "model.seq_len: expected at most model.max_position_embeddings (%d), found %d",
+                 z.max_position_embeddings, s->seq_len);
+        return 1;
+    }
+    if (z.rope_factor > 0 && !(z.rope_high_freq_factor > z.rope_low_freq_factor)) {
+        snprintf(msg, len,
+                 "model.rope_scaling.high_freq_factor: expected more than low_freq_factor (%g), found %g",
+                 z.rope_low_freq_factor, z.rope_high_freq_factor);
+        return 1;
+    }
+    return 0;
+}
+
+static int llama_config_check(const dt_model_spec *s, char *msg, size_t len) { return check_sizes(s, msg, len); }
+
+/* ---- layout ---------------------------------------------------------------- */
+
+static dt_status_t check_positive(const char *name, int v) {
+    if (v <= 0) return dt_error(DT_STATUS_CONFIG, "model.%s: expected an integer > 0, found %d", name, v);
+    return DT_STATUS_OK;
+}
+
+static dt_status_t llama_validate(const dt_model_spec *s) {
+    const llama_sizes *z = DT_MODEL_PRIV(s, const llama_sizes);
+    DT_CHECK(check_positive("hidden_size", z->hidden_size));
+    DT_CHECK(check_positive("num_hidden_layers", z->num_hidden_layers));
+    DT_CHECK(check_positive("num_attention_heads", z->num_attention_heads));
+    DT_CHECK(check_positive("max_position_embeddings", z->max_position_embeddings));
+    DT_CHECK(check_positive("seq_len", s->seq_len));
+    DT_CHECK(check_positive("vocab_size", s->vocab_size));
+    if (z->num_key_value_heads < 0 || z->head_dim < 0 || z->intermediate_size < 0)
+        return dt_error(DT_STATUS_CONFIG, "model.%s: expected >= 0 (0 = derived), found %d",
+                        z->num_key_value_heads < 0 ? "num_key_value_heads"
+                        : z->head_dim < 0          ? "head_dim"
+                                                   : "intermediate_size",
+                        z->num_key_value_heads < 0 ? z->num_key_value_heads
+                        : z->head_dim < 0          ? z->head_dim
+                                                   : z->intermediate_size);
+    if (!(z->rope_theta > 0)) return dt_error(DT_STATUS_CONFIG, "model.rope_theta: expected > 0, found %g", z->rope_theta);
+    if (!(z->rms_norm_eps >= 0))
+        return dt_error(DT_STATUS_CONFIG, "model.rms_norm_eps: expected >= 0, found %g", z->rms_norm_eps);
+    char msg[256];
+    if (check_sizes(s, msg, sizeof msg)) return dt_error(DT_STATUS_CONFIG, "%s", msg);
+    return DT_STATUS_OK;
+}
+
+#define SHAPE(...) ((const int64_t[]){__VA_ARGS__})
+#define NDIM(...) ((int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)))
+#define ADD(l, unit, decay, init, shape_list, ...) \
+    dt_model_add_tensor(l, unit, decay, DT_MODEL_INIT_##init, NDIM shape_list, SHAPE shape_list, __VA_ARGS__)
+
+/* Tensor k of layer i in the table llama_build makes (forward and backward rely on
+ * it): q, k, v weights are contiguous, so they are one fused (NH*HD + 2*NKV*HD, C)
+ * matmul weight (T_Q); with attention_bias their biases follow as one fused bias;
+ * gate and up are one fused (2I, C) weight whose output rows are [gate | up]. */
+enum { T_LN1, T_Q, T_K, T_V, T_QB, T_KB, T_VB, T_O, T_LN2, T_GATE, T_UP, T_DOWN, T_PER_LAYER_MAX };
+
+/* Tensors per layer: 12 with biases, 9 without. */
+static int per_layer(const llama_sizes *z) { return z->attention_bias ? 12 : 9; }
+
+/* Index in the table of tensor k of layer i (k from the enum above). */
+static int layer_t(const llama_sizes *z, int i, int k) {
+    if (!z->attention_bias && k >= T_QB) k -= 3; /* no T_QB..T_VB */
+    return 1 + i * per_layer(z) + k;
+}
+
+static void llama_build(dt_model_layout *l) {
+    dt_model_spec *s = &l->spec;
+    llama_sizes *z = DT_MODEL_PRIV(s, llama_sizes);
+    *z = resolve(s); /* the layout's spec holds the sizes it was built with */
+    int m = s->vocab_pad_multiple > 0 ? s->vocab_pad_multiple : 1;
+    l->vocab_padded = (s->vocab_size + m - 1) / m * m;
+    l->seq_len = s->seq_len;
+    l->tied_head = z->tie_word_embeddings != 0;
+    int64_t C = z->hidden_size, Vp = l->vocab_padded, HD = z->head_dim, I = z->intermediate_size;
+    int64_t Q = z->num_attention_heads * HD, KV = z->num_key_value_heads * HD;
+    int L = z->num_hidden_layers;
+    ADD(l, 0, 0, EMBED, (Vp, C), "model.embed_tokens.weight");
+    for (int i = 0; i < L; i++) {
+        int u = 1 + i;
+        ADD(l, u, 0, ONE, (C), "model.layers.%d.input_layernorm.weight", i);
+        ADD(l, u, 1, NORMAL, (Q, C), "model.layers.%d.self_attn.q_proj.weight", i);
+        ADD(l, u, 1, NORMAL, (KV, C), "model.layers.%d.self_attn.k_proj.weight", i);
+        ADD(l, u, 1, NORMAL, (KV, C), "model.layers.%d.self_attn.v_proj.weight", i);
+        if (z->attention_bias) {
+            ADD(l, u, 0, ZERO, (Q), "model.layers.%d.self_attn.q_proj.bias", i);
+            ADD(l, u, 0, ZERO, (KV), "model.layers.%d.self_attn.k_proj.bias", i);
+            ADD(l, u, 0, ZERO, (KV), "model.layers.%d.self_attn.v_proj.bias", i);
+        }
+        ADD(l, u, 1, NORMAL, (C, Q), "model.layers.%d.self_attn.o_proj.weight", i);
+        ADD(l, u, 0, ONE, (C), "model.layers.%d.post_attention_layernorm.weight", i);
+        ADD(l, u, 1, NORMAL, (I, C), "model.layers.%d.mlp.gate_proj.weight", i);
+        ADD(l, u, 1, NORMAL, (I, C), "model.layers.%d.mlp.up_proj.weight", i);
+        ADD(l, u, 1, NORMAL, (C, I), "model.layers.%d.mlp.down_proj.weight", i);
+    }
+    ADD(l, L + 1, 0, ONE, (C), "model.norm.weight");
+    if (!z->tie_word_embeddings) ADD(l, L + 1, 1, NORMAL, (Vp, C), "lm_head.weight");
+}
+
+/* Hugging Face's LlamaPreTrainedModel: normal(0, initializer_range = 0.02) for every
+ * matmul and the embedding, norms 1, biases 0; padded vocabulary rows 0 (they never
+ * see a token, and as head rows their logits are ignored). */
+static void llama_init_params(const dt_model_layout *l, uint64_t seed, float *params) {
+    for (int i = 0; i < l->n_tensors; i++) dt_model_init_tensor(l, i, seed, params, 0.02, 0.02);
+    size_t C = (size_t)DT_MODEL_PRIV(&l->spec, const llama_sizes)->hidden_size;
+    size_t pad = (size_t)(l->vocab_padded - l->spec.vocab_size) * C;
+    const char *vocab_rows[] = {"model.embed_tokens.weight", "lm_head.weight"};
+    for (int k = 0; k < 2; k++) {
+        int t = dt_model_find(l, vocab_rows[k]);
+        if (t >= 0) memset(params + l->tensors[t].offset + (size_t)l->spec.vocab_size * C, 0, pad * sizeof(float));
+    }
+}
+
+static size_t llama_unpadded_params(const dt_model_layout *l) {
+    size_t rows = (size_t)(l->vocab_padded - l->spec.vocab_size) * (l->tied_head ? 1 : 2);
+    return l->n_params - rows * (size_t)DT_MODEL_PRIV(&l->spec, const llama_sizes)->hidden_size;
+}
+
+/* 6 FLOPs per matmul parameter per token (forward 2, backward 4) + attention's
+ * 12·L·HD·NH·T (scores and weighted values, forward and backward; PaLM's appendix).
+ * The matmul parameters are all but the embedding lookup when the head is untied
+ * (a tied head multiplies by the embedding); the norms' few weights are counted too. */
+static double llama_flops_per_token(const dt_model_layout *l) {
+    const llama_sizes *z = DT_MODEL_PRIV(&l->spec, const llama_sizes);
+    double n = (double)l->n_params;
+    if (!l->tied_head) n -= (double)l->vocab_padded * z->hidden_size;
+    return 6.0 * n + 12.0 * z->num_hidden_layers * (double)z->head_dim * z->num_attention_heads * l->seq_len;
+}
+
+static void llama_describe(const dt_model_layout *l, const char *note, char *buf, size_t len) {
+    const llama_sizes *z = DT_MODEL_PRIV(&l->spec, const llama_sizes);
+    snprintf(buf, len,
+             "llama, %d layers, hidden %d, %d heads (%d key/value) of %d, intermediate %d, seq %d, "
+             "vocab %d padded to %d%s%s; %zu parameters (%zu without vocab padding)",
+             z->num_hidden_layers, z->hidden_size, z->num_attention_heads, z->num_key_value_heads, z->head_dim,
+             z->intermediate_size, l->seq_len, l->spec.vocab_size, l->vocab_padded, note,
+             l->tied_head ? ", tied head" : "", l->n_params, llama_unpadded_params(l));
+}
+
+/* ---- activation arena ------------------------------------------------------ */
+
+/* Widths of a layer's activations. */
+typedef struct dims {
+    int B, T, BT, C, NH, NKV, HD, IC, L, V, Vp;
+    int QC;   /* NH*HD: the attention's width (q, out) */
+    int QKVC; /* (NH + 2*NKV)*HD: a fused qkv row */
+    float eps;
+    dt_rope_args_t rope;
+} dims;
+
+static dims dims_of(const dt_model_layout *l, int B) {
+    const llama_sizes *z = DT_MODEL_PRIV(&l->spec, const llama_sizes);
+    dims d = {.B = B, .T = l->seq_len, .C = z->hidden_size, .NH = z->num_attention_heads,
+              .NKV = z->num_key_value_heads, .HD = z->head_dim, .IC = z->intermediate_size,
+              .L = z->num_hidden_layers, .V = l->spec.vocab_size, .Vp = l->vocab_padded,
+              .eps = (float)z->rms_norm_eps};
+    d.BT = B * d.T;
+    d.QC = d.NH * d.HD;
+    d.QKVC = (d.NH + 2 * d.NKV) * d.HD;
+    d.rope = (dt_rope_args_t){.theta = z->rope_theta, .factor = z->rope_factor,
+                              .low_freq_factor = z->rope_low_freq_factor,
+                              .high_freq_factor = z->rope_high_freq_factor,
+                              .original_max_pos = z->rope_original_max_pos};
+    return d;
+}
+
+/* Slots of the whole model (the first four are net.h's). There is no position
+ * table: the embedding is the device's encoder_forward with G_ZERO_POS, a (T, C)
+ * slot of zeros, as its wpe (and no dwpe), so a token's row is embed_tokens[token]
+ * exactly; positions enter through RoPE. G_DTMP is max(C, NH*HD) wide: it holds
+ * d(norm output) (C) and d(attention output) (NH*HD). */
+enum {
+    G_TOKENS = DT_NET_SLOT_TOKENS, G_TARGETS = DT_NET_SLOT_TARGETS, G_FEATURES = DT_NET_SLOT_FEATURES,
+    G_LOSSES = DT_NET_SLOT_LOSSES, G_ENCODED = DT_NET_SLOT_FIRST, G_ZERO_POS, G_NORM, G_NORM_RSTD, G_LOGITS,
+    G_DRES, G_DTMP, G_DQKV, G_DFCH, G_DSWI, G_ATT_SCRATCH, G_COUNT
+};
+/* ... and of each layer: ln1 = rmsnorm(x), qkv (roped in place), atty = attention,
+ * attproj = o_proj(atty), res2 = x + attproj, ln2 = rmsnorm(res2), fch = [gate | up]
+ * (ln2), swi = silu(gate) * up, fcproj = down_proj(swi), res3 = res2 + fcproj. */
+enum {
+    L_LN1, L_LN1_RSTD, L_QKV, L_ATTY, L_ATT_SAVED, L_ATTPROJ, L_RES2, L_LN2, L_LN2_RSTD, L_FCH, L_SWI,
+    L_FCPROJ, L_RES3, L_COUNT
+};
+#define LSLOT(l, s) (G_COUNT + (l) * L_COUNT + (s))
+
+static int llama_arena_slots(const dt_model_layout *l) {
+    return G_COUNT + DT_MODEL_PRIV(&l->spec, const llama_sizes)->num_hidden_layers * L_COUNT;
+}
+
+static void llama_arena_sizes(const dt_device_t *dev, const dt_model_layout *lay, int B, size_t *sizes) {
+    size_t es = dt_dtype_size(dev->ops->dtype);
+    dims d = dims_of(lay, B);
+    size_t BT = (size_t)d.BT, C = (size_t)d.C;
+    size_t wide = d.QC > d.C ? (size_t)d.QC : C;
+    sizes[G_TOKENS] = sizes[G_TARGETS] = BT * sizeof(int);
+    sizes[G_ENCODED] = sizes[G_NORM] = BT * C * es;
+    sizes[G_ZERO_POS] = (size_t)d.T * C * es;
+    sizes[G_NORM_RSTD] = sizes[G_LOSSES] = BT * sizeof(float);
+    sizes[G_LOGITS] = BT * (size_t)d.Vp * es;
+    sizes[G_DRES] = BT * C * es;
+    sizes[G_DTMP] = BT * wide * es;
+    sizes[G_DQKV] = BT * (size_t)d.QKVC * es;
+    sizes[G_DFCH] = BT * 2 * (size_t)d.IC * es;
+    sizes[G_DSWI] = BT * (size_t)d.IC * es;
+    sizes[G_ATT_SCRATCH] = dev->ops->attention_scratch_bytes(dev, B, d.T, d.QC, d.NH, d.NKV);
+    for (int l = 0; l < d.L; l++) {
+        size_t *s = sizes + LSLOT(l, 0);
+        s[L_LN1] = s[L_ATTPROJ] = s[L_RES2] = s[L_LN2] = s[L_FCPROJ] = s[L_RES3] = BT * C * es;
+        s[L_LN1_RSTD] = s[L_LN2_RSTD] = BT * sizeof(float);
+        s[L_QKV] = BT * (size_t)d.QKVC * es;
+        s[L_ATTY] = BT * (size_t)d.QC * es;
+        s[L_ATT_SAVED] = dev->ops->attention_saved_bytes(dev, B, d.T, d.QC, d.NH, d.NKV);
+        s[L_FCH] = BT * 2 * (size_t)d.IC * es;
+        s[L_SWI] = BT * (size_t)d.IC * es;
+    }
+}
+
+/* The table order forward and backward rely on. */
+static dt_status_t check_order(const dt_model_layout *layout) {
+    const llama_sizes *z = DT_MODEL_PRIV(&layout->spec, const llama_sizes);
+    for (int i = 0; i < z->num_hidden_layers; i++) {
+        char name[DT_MODEL_NAME_LEN];
+        snprintf(name, sizeof name, "model.layers.%d.mlp.down_proj.weight", i);
+        if (dt_model_find(layout, name) != layer_t(z, i, T_DOWN))
+            return dt_error(DT_STATUS_INVALID, "model layout out of the expected order at %s", name);
+    }
+    return DT_STATUS_OK;
+}
+
+static dt_status_t llama_net_check(const dt_model_layout *layout) { return check_order(layout); }
+
+/* ---- forward and backward -------------------------------------------------- */
+
+#define P(t) dt_net_param(net, (t))
+#define G(t) dt_net_grad(net, (t))
+#define A(slot) dt_net_slot(net, (slot))
+#define AF(slot) ((float *)A(slot))
+#define PL(l, k) P(layer_t(z, l, k))
+#define GL(l, k) G(layer_t(z, l, k))
+/* The fused q|k|v bias, or NULL without attention_bias. */
+#define QKV_BIAS(l) (z->attention_bias ? PL(l, T_QB) : NULL)
+#define DQKV_BIAS(l) (z->attention_bias ? GL(l, T_QB) : NULL)
+
+/* The head's weight: embed_tokens when tied, else lm_head (the table's last). */
+static int head_tensor(const dt_model_layout *l) { return l->tied_head ? 0 : l->n_tensors - 1; }
+static int head_unit(const dt_model_layout *l) { return l->tied_head ? 0 : l->n_units - 1; }
+
+/* Forward up to the logits; the losses too when with_loss (targets uploaded). */
+static void llama_forward(dt_net_t *net, int with_loss) {
+    const dt_ops_t *o = net->dev->ops;
+    dt_device_t *dv = net->dev;
+    const dt_model_layout *lay = net->layout;
+    const llama_sizes *z = DT_MODEL_PRIV(&lay->spec, const llama_sizes);
+    dims d = dims_of(lay, net->B);
+    int B = d.B, T = d.T, BT = d.BT, C = d.C;
+    dt_net_hook(net, 0, DT_NET_FWD_PRE);
+    dt_net_zero(net, G_ZERO_POS, (size_t)T * C);
+    o->encoder_forward(dv, A(G_ENCODED), net->d_tokens, P(0), A(G_ZERO_POS), B, T, C);
+    dt_net_hook(net, 0, DT_NET_FWD_POST);
+    void *residual = A(G_ENCODED);
+    for (int l = 0; l < d.L; l++) {
+        dt_net_hook(net, 1 + l, DT_NET_FWD_PRE);
+        o->rmsnorm_forward(dv, A(LSLOT(l, L_LN1)), AF(LSLOT(l, L_LN1_RSTD)), residual, PL(l, T_LN1), BT, C, d.eps);
+        o->matmul_forward(dv, A(LSLOT(l, L_QKV)), A(LSLOT(l, L_LN1)), PL(l, T_Q), QKV_BIAS(l), BT, C, d.QKVC);
+        o->rope_forward(dv, A(LSLOT(l, L_QKV)), B, T, d.QKVC, d.NH + d.NKV, d.HD, 0, &d.rope);
+        o->attention_forward(dv, A(LSLOT(l, L_ATTY)), A(LSLOT(l, L_ATT_SAVED)), A(LSLOT(l, L_QKV)), B, T, d.QC,
+                             d.NH, d.NKV);
+        o->matmul_forward(dv, A(LSLOT(l, L_ATTPROJ)), A(LSLOT(l, L_ATTY)), PL(l, T_O), NULL, BT, d.QC, C);
+        o->residual_forward(dv, A(LSLOT(l, L_RES2)), residual, A(LSLOT(l, L_ATTPROJ)), (size_t)BT * C);
+        o->rmsnorm_forward(dv, A(LSLOT(l, L_LN2)), AF(LSLOT(l, L_LN2_RSTD)), A(LSLOT(l, L_RES2)), PL(l, T_LN2), BT,
+                           C, d.eps);
+        o->matmul_forward(dv, A(LSLOT(l, L_FCH)), A(LSLOT(l, L_LN2)), PL(l, T_GATE), NULL, BT, C, 2 * d.IC);
+        o->swiglu_forward(dv, A(LSLOT(l, L_SWI)), A(LSLOT(l, L_FCH)), BT, d.IC);
+        o->matmul_forward(dv, A(LSLOT(l, L_FCPROJ)), A(LSLOT(l, L_SWI)), PL(l, T_DOWN), NULL, BT, d.IC, C);
+        o->residual_forward(dv, A(LSLOT(l, L_RES3)), A(LSLOT(l, L_RES2)), A(LSLOT(l, L_FCPROJ)), (size_t)BT * C);
+        residual = A(LSLOT(l, L_RES3));
+        dt_net_hook(net, 1 + l, DT_NET_FWD_POST);
+    }
+    int norm = layer_t(z, d.L, 0), last = d.L + 1;
+    dt_net_hook(net, last, DT_NET_FWD_PRE);
+    o->rmsnorm_forward(dv, A(G_NORM), AF(G_NORM_RSTD), residual, P(norm), BT, C, d.eps);
+    if (lay->tied_head) { /* the head is unit 0 again */
+        dt_net_hook(net, last, DT_NET_FWD_POST);
+        dt_net_hook(net, 0, DT_NET_FWD_PRE);
+    }
+    o->matmul_forward(dv, A(G_LOGITS), A(G_NORM), P(head_tensor(lay)), NULL, BT, C, d.Vp);
+    dt_net_hook(net, head_unit(lay), DT_NET_FWD_POST);
+    if (with_loss) o->softmax_xent_forward(dv, AF(G_LOSSES), A(G_LOGITS), net->d_targets, BT, d.V, d.Vp);
+}
+
+static void llama_backward(dt_net_t *net, float dscale) {
+    const dt_ops_t *o = net->dev->ops;
+    dt_device_t *dv = net->dev;
+    const dt_model_layout *lay = net->layout;
+    const llama_sizes *z = DT_MODEL_PRIV(&lay->spec, const llama_sizes);
+    dims d = dims_of(lay, net->B);
+    int B = d.B, T = d.T, BT = d.BT, C = d.C;
+    size_t btc = (size_t)BT * C;
+    int norm = layer_t(z, d.L, 0), last = d.L + 1;
+    dt_net_hook(net, head_unit(lay), DT_NET_BWD_PRE);
+    /* The logits buffer becomes dlogits. */
+    o->softmax_xent_backward(dv, A(G_LOGITS), NULL, A(G_LOGITS), net->d_targets, dscale, BT, d.V, d.Vp);
+    dt_net_zero(net, G_DTMP, btc);
+    o->matmul_backward(dv, A(G_DTMP), G(head_tensor(lay)), NULL, A(G_LOGITS), A(G_NORM), P(head_tensor(lay)), BT,
+                       C, d.Vp);
+    if (lay->tied_head) dt_net_hook(net, last, DT_NET_BWD_PRE);
+    void *top = d.L > 0 ? A(LSLOT(d.L - 1, L_RES3)) : A(G_ENCODED);
+    dt_net_zero(net, G_DRES, btc);
+    o->rmsnorm_backward(dv, A(G_DRES), G(norm), A(G_DTMP), top, P(norm), AF(G_NORM_RSTD), BT, C);
+    dt_net_hook(net, last, DT_NET_BWD_POST);
+    for (int l = d.L - 1; l >= 0; l--) {
+        dt_net_hook(net, 1 + l, DT_NET_BWD_PRE);
+        void *residual = l > 0 ? A(LSLOT(l - 1, L_RES3)) : A(G_ENCODED);
+        /* dres holds d(res3) = d(fcproj) = the skip part of d(res2). */
+        dt_net_zero(net, G_DSWI, (size_t)BT * d.IC);
+        o->matmul_backward(dv, A(G_DSWI), GL(l, T_DOWN), NULL, A(G_DRES), A(LSLOT(l, L_SWI)), PL(l, T_DOWN), BT,
+                           d.IC, C);
+        dt_net_zero(net, G_DFCH, (size_t)BT * 2 * d.IC);
+        o->swiglu_backward(dv, A(G_DFCH), A(LSLOT(l, L_FCH)), A(G_DSWI), BT, d.IC);
+        dt_net_zero(net, G_DTMP, btc);
+        o->matmul_backward(dv, A(G_DTMP), GL(l, T_GATE), NULL, A(G_DFCH), A(LSLOT(l, L_LN2)), PL(l, T_GATE), BT, C,
+                           2 * d.IC);
+        o->rmsnorm_backward(dv, A(G_DRES), GL(l, T_LN2), A(G_DTMP), A(LSLOT(l, L_RES2)), PL(l, T_LN2),
+                            AF(LSLOT(l, L_LN2_RSTD)), BT, C);
+        /* dres now holds d(res2) = d(attproj) = the skip part of d(residual). */
+        dt_net_zero(net, G_DTMP, (size_t)BT * d.QC);
+        o->matmul_backward(dv, A(G_DTMP), GL(l, T_O), NULL, A(G_DRES), A(LSLOT(l, L_ATTY)), PL(l, T_O), BT, d.QC,
+                           C);
+        dt_net_zero(net, G_DQKV, (size_t)BT * d.QKVC);
+        o->attention_backward(dv, A(G_DQKV), A(G_ATT_SCRATCH), A(G_DTMP), A(LSLOT(l, L_QKV)),
+                              A(LSLOT(l, L_ATT_SAVED)), B, T, d.QC, d.NH, d.NKV);
+        /* d(rotated q, k) -> d(q, k) as the matmul produced them */
+        o->rope_backward(dv, A(G_DQKV), B, T, d.QKVC, d.NH + d.NKV, d.HD, 0, &d.rope);
+        dt_net_zero(net, G_DTMP, btc);
+        o->matmul_backward(dv, A(G_DTMP), GL(l, T_Q), DQKV_BIAS(l), A(G_DQKV), A(LSLOT(l, L_LN1)), PL(l, T_Q), BT, C,
+                           d.QKVC);
+        o->rmsnorm_backward(dv, A(G_DRES), GL(l, T_LN1), A(G_DTMP), residual, PL(l, T_LN1),
+                            AF(LSLOT(l, L_LN1_RSTD)), BT, C);
+        dt_net_hook(net, 1 + l, DT_NET_BWD_POST);
+    }
+    if (!lay->tied_head) dt_net_hook(net, 0, DT_NET_BWD_PRE);
+    o->encoder_backward(dv, G(0), NULL, A(G_DRES), net->d_tokens, B, T, C);
+    dt_net_hook(net, 0, DT_NET_BWD_POST);
+}
+
+/* ---- export ------------------------------------------------------------------ */
+
+/* Hugging Face's shapes are the table's (no transposes); the vocabulary tensors
+ * have the real vocabulary's rows (padding is dropped on export, zero on load). */
+static int llama_export_shape(const dt_model_layout *l, int i, int64_t shape[2], int *ndim) {
+    const dt_tensor_info *t = &l->tensors[i];
+    *ndim = t->ndim;
+    for (int d = 0; d < t->ndim && d < 2; d++) shape[d] = t->shape[d];
+    if (!strcmp(t->name, "model.embed_tokens.weight") || !strcmp(t->name, "lm_head.weight"))
+        shape[0] = l->spec.vocab_size;
+    return 0;
+}
+
+const dt_model_ops dt_model_llama = {
+    .name = "llama",
+    .help = "Llama/Mistral/Qwen2 on text/tokens",
+    .data = DT_MODEL_DATA_TOKENS,
+    .keys = llama_keys,
+    .n_keys = (int)(sizeof llama_keys / sizeof llama_keys[0]),
+    .config_check = llama_config_check,
+    .validate = llama_validate,
+    .build = llama_build,
+    .init_params = llama_init_params,
+    .unpadded_params = llama_unpadded_params,
+    .flops_per_token = llama_flops_per_token,
+    .describe = llama_describe,
+    .arena_slots = llama_arena_slots,
+    .arena_sizes = llama_arena_sizes,
+    .net_check = llama_net_check,
+    .forward = llama_forward,
+    .backward = llama_backward,
+    .logits_slot = G_LOGITS,
+    .export_shape = llama_export_shape,
+    .synthetic_batch = NULL,
+};
