@@ -17,6 +17,7 @@
 #include "cli/commands.h"
 #include "common/mem.h" /* defines: dt_xcalloc */
 #include "runtime/config/config.h" /* defines: dt_config_load, dt_config_resolve, dt_config_dump_json */
+#include "runtime/train/trainer.h" /* defines: dt_trainer_check_pretrained */
 
 static const char config_usage[] =
     "usage: dtrun config CONFIG.json [KEY=VALUE ...] [--world-size N] [--print-config]\n"
@@ -83,6 +84,9 @@ int dt_cmd_config(int argc, char **argv) {
     if (st != DT_STATUS_OK || st2 != DT_STATUS_OK) {
         fprintf(stderr, "dtrun config: %d error%s in %s:\n%s", cfg.n_errors,
                 cfg.n_errors == 1 ? "" : "s", path, dt_config_errors(&cfg));
+        rc = DT_EXIT_USAGE;
+    } else if (dt_trainer_check_pretrained(&cfg) != DT_STATUS_OK) {
+        fprintf(stderr, "dtrun config: model.pretrained: %s\n", dt_error_detail());
         rc = DT_EXIT_USAGE;
     } else {
         char *json = dt_config_dump_json(&cfg);

@@ -1,31 +1,65 @@
 /*
- * cmd_export.c - dtrun export CHECKPOINT -o FILE.safetensors: a checkpoint's
- * parameters, consolidated from every shard, as one safetensors file with Hugging
- * Face GPT-2 names and layout (runtime/ckpt/safetensors.h).
+ * cmd_export.c - dtrun export CHECKPOINT -o OUT [--format safetensors|hf]
+ * [--dtype bf16|fp32] [--max-shard-size BYTES]: a checkpoint's parameters,
+ * consolidated from every shard, as one safetensors file with Hugging Face names and
+ * layout (runtime/ckpt/safetensors.h), or as a Hugging Face directory that
+ * transformers loads (runtime/ckpt/hf_export.h).
  */
+#include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/commands.h"
 #include "common/clock.h"
 #include "common/mem.h"
 #include "runtime/ckpt/checkpoint.h"
+#include "runtime/ckpt/hf_export.h"
 #include "runtime/ckpt/safetensors.h"
 
 static const char export_usage[] =
-    "usage: dtrun export CHECKPOINT -o FILE.safetensors\n"
+    "usage: dtrun export CHECKPOINT -o OUT [--format safetensors|hf] [--dtype bf16|fp32]\n"
+    "                   [--max-shard-size BYTES]\n"
     "  CHECKPOINT: a step directory or a checkpoint.dir (its latest).\n"
+    "  --format safetensors (default): OUT is one .safetensors file (fp32 unless --dtype).\n"
+    "  --format hf: OUT is a directory transformers' from_pretrained loads: config.json,\n"
+    "    generation_config.json, model.safetensors, or shards of at most --max-shard-size\n"
+    "    bytes (default 5GB; suffixes KB MB GB, KiB MiB GiB) with model.safetensors.index.json;\n"
+    "    --dtype defaults to the training dtype.\n"
     "  GPT models get Hugging Face GPT-2 names and layout (Conv1D weights (in, out), vocab\n"
-    "  unpadded, lm_head tied to wte and not stored).\n";
+    "  unpadded, lm_head tied to wte and not stored); llama models LlamaForCausalLM's.\n";
+
+/* "5GB", "500MB", "1e6", "64KiB" -> bytes; 0 when not a size. */
+static uint64_t parse_size(const char *s) {
+    char *end = NULL;
+    double v = strtod(s, &end);
+    if (!end || end == s || !(v > 0) || !isfinite(v)) return 0;
+    static const struct { const char *suffix; double mult; } units[] = {
+        {"", 1}, {"B", 1}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"KiB", 1024.0}, {"MiB", 1048576.0},
+        {"GiB", 1073741824.0}};
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (!strcmp(end, units[i].suffix)) return (uint64_t)(v * units[i].mult);
+    return 0;
+}
 
 int dt_cmd_export(int argc, char **argv) {
-    const char *path = NULL, *out = NULL;
+    const char *path = NULL, *out = NULL, *format = "safetensors", *dtype = NULL;
+    uint64_t max_shard = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(export_usage, stdout);
             return DT_EXIT_OK;
         } else if ((!strcmp(argv[i], "-o") || !strcmp(argv[i], "--output")) && i + 1 < argc) out = argv[++i];
-        else if (argv[i][0] == '-') {
+        else if (!strcmp(argv[i], "--format") && i + 1 < argc) format = argv[++i];
+        else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) dtype = argv[++i];
+        else if ((!strcmp(argv[i], "--max-shard-size") || !strcmp(argv[i], "--max_shard_size")) && i + 1 < argc) {
+            if (!(max_shard = parse_size(argv[++i]))) {
+                fprintf(stderr, "dtrun export: --max-shard-size: expected a size in bytes (5GB, 500MB, 1000000), found %s\n",
+                        argv[i]);
+                return DT_EXIT_USAGE;
+            }
+        } else if (argv[i][0] == '-') {
             fprintf(stderr, "dtrun export: unknown flag or missing value: %s\n%s", argv[i], export_usage);
             return DT_EXIT_USAGE;
         } else if (!path) path = argv[i];
@@ -35,7 +69,20 @@ int dt_cmd_export(int argc, char **argv) {
         }
     }
     if (!path || !out) {
-        fprintf(stderr, "dtrun export: %s\n%s", !path ? "no CHECKPOINT given" : "no -o FILE given", export_usage);
+        fprintf(stderr, "dtrun export: %s\n%s", !path ? "no CHECKPOINT given" : "no -o FILE (or DIR) given", export_usage);
+        return DT_EXIT_USAGE;
+    }
+    int hf = !strcmp(format, "hf");
+    if (!hf && strcmp(format, "safetensors")) {
+        fprintf(stderr, "dtrun export: --format: expected safetensors or hf, found %s\n", format);
+        return DT_EXIT_USAGE;
+    }
+    if (dtype && strcmp(dtype, "bf16") && strcmp(dtype, "fp32")) {
+        fprintf(stderr, "dtrun export: --dtype: expected bf16 or fp32, found %s\n", dtype);
+        return DT_EXIT_USAGE;
+    }
+    if (max_shard && !hf) {
+        fprintf(stderr, "dtrun export: --max-shard-size applies to --format hf\n");
         return DT_EXIT_USAGE;
     }
     double t0 = dt_now_s();
@@ -46,15 +93,35 @@ int dt_cmd_export(int argc, char **argv) {
         fprintf(stderr, "dtrun export: %s\n", dt_error_detail());
         return DT_EXIT_USAGE;
     }
-    size_t bytes = 0;
-    dt_status_t st = dt_safetensors_write(&l, params, out, &bytes);
-    if (st != DT_STATUS_OK) fprintf(stderr, "dtrun export: %s\n", dt_error_detail());
-    else
-        printf("dtrun export: wrote %s: %d tensors, %.1f MB, from %s (step %lld, saved by %d rank(s)) in %.2f s\n", out,
-               l.n_tensors, (double)bytes / 1e6, dt_ckpt_path(ck), (long long)dt_ckpt_step(ck), dt_ckpt_world_size(ck),
-               dt_now_s() - t0);
+    int bf16 = 0;
+    if (dtype) bf16 = !strcmp(dtype, "bf16");
+    else if (hf) { /* the training dtype, as the checkpoint recorded it */
+        const cJSON *cd = cJSON_GetObjectItemCaseSensitive((const cJSON *)dt_ckpt_meta(ck), "compute_dtype");
+        bf16 = cJSON_IsString(cd) && strstr(cd->valuestring, "bf16") != NULL;
+    }
+    uint64_t bytes = 0;
+    int files = 1;
+    dt_status_t st;
+    if (hf) {
+        dt_hf_export_opts o = {.bf16 = bf16, .max_shard_bytes = max_shard};
+        st = dt_hf_export(&l, params, out, &o, &files, &bytes);
+    } else {
+        size_t b = 0;
+        st = dt_safetensors_write_tensors(&l, params, out, 0, l.n_tensors, bf16, &b);
+        bytes = b;
+    }
+    int rc = DT_EXIT_OK;
+    if (st != DT_STATUS_OK) {
+        fprintf(stderr, "dtrun export: %s\n", dt_error_detail());
+        rc = st == DT_STATUS_UNSUPPORTED ? DT_EXIT_USAGE : DT_EXIT_FAILED;
+    } else {
+        printf("dtrun export: wrote %s%s: %d tensors in %d file(s), %s, %.1f MB, from %s (step %lld, saved by %d "
+               "rank(s)) in %.2f s\n",
+               out, hf ? " (Hugging Face)" : "", l.n_tensors, files, bf16 ? "bf16" : "fp32", (double)bytes / 1e6,
+               dt_ckpt_path(ck), (long long)dt_ckpt_step(ck), dt_ckpt_world_size(ck), dt_now_s() - t0);
+    }
     dt_mem_free(params);
     dt_model_layout_free(&l);
     dt_ckpt_close(ck);
-    return st == DT_STATUS_OK ? DT_EXIT_OK : DT_EXIT_FAILED;
+    return rc;
 }

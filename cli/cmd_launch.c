@@ -19,6 +19,7 @@
 #include "common/mem.h"
 #include "runtime/launch/agent.h"
 #include "runtime/config/config.h"
+#include "runtime/train/trainer.h" /* defines: dt_trainer_check_pretrained */
 #include "runtime/launch/launch_args.h"
 
 extern char **environ;
@@ -50,7 +51,10 @@ static int check_config(const dt_launch_spec_t *spec) {
                                     spec->extra_argc, &cfg);
     if (st == DT_STATUS_OK && spec->nnodes_min == spec->nnodes_max)
         st = dt_config_resolve(&cfg, spec->nnodes_max * spec->nproc_per_node);
-    if (st == DT_STATUS_OK && cfg.device == DT_CONFIG_DEVICE_CUDA && dt_gpuinfo_count() == 0) {
+    if (st == DT_STATUS_OK && dt_trainer_check_pretrained(&cfg) != DT_STATUS_OK) {
+        fprintf(stderr, "dtrun: error: model.pretrained: %s\n", dt_error_detail());
+        st = DT_STATUS_CONFIG;
+    } else if (st == DT_STATUS_OK && cfg.device == DT_CONFIG_DEVICE_CUDA && dt_gpuinfo_count() == 0) {
         const char *vis = getenv("CUDA_VISIBLE_DEVICES");
         fprintf(stderr, "dtrun: error: device cuda: no GPU is visible on this node%s%s%s\n",
                 vis ? " (CUDA_VISIBLE_DEVICES=" : "", vis ? vis : "", vis ? ")" : "");

@@ -277,6 +277,16 @@ Test(registry, layouts_tile_the_buffer_and_initialise_deterministically) {
         cr_assert_arr_eq(a, b, l.n_params * sizeof(float), "%s: same seed, same parameters", o->name);
         dt_model_init_params(&l, 8, b);
         cr_assert(memcmp(a, b, l.n_params * sizeof(float)) != 0, "%s: another seed differs", o->name);
+        /* any range alone gives the same values as the whole buffer (ranks initialise what they hold) */
+        size_t cuts[][2] = {{0, l.n_params}, {0, 1}, {l.n_params - 1, 1}, {l.n_params / 3, l.n_params / 2},
+                            {7, l.n_params / 5}, {l.n_params / 2, 0}};
+        for (size_t c = 0; c < sizeof cuts / sizeof cuts[0]; c++) {
+            memset(b, 0xff, l.n_params * sizeof(float));
+            dt_model_init_range(&l, 7, cuts[c][0], cuts[c][1], b);
+            cr_assert_arr_eq(b, a + cuts[c][0], cuts[c][1] * sizeof(float), "%s: range [%zu, +%zu)", o->name,
+                             cuts[c][0], cuts[c][1]);
+            if (cuts[c][1] < l.n_params) cr_assert_eq(((uint32_t *)b)[cuts[c][1]], 0xffffffffu, "writes only the range");
+        }
         free(a);
         free(b);
 

@@ -143,6 +143,10 @@ typedef struct dt_config {
      * shards). dt_model_spec_copy() takes the chosen model's fields. */
     int model_type; /* index of model.type in the registry */
     dt_model_spec model;
+    /* model.pretrained: a Hugging Face directory (runtime/model/hf_config.h). Its
+     * config.json sets model.type and the model's keys (keys given beside it must
+     * agree) and its safetensors the initial weights. NULL: none. */
+    char *model_pretrained;
     struct {
         char *train;         /* path or glob; required for gpt */
         char *val;           /* path or glob; NULL = held-out tail of train */

@@ -126,6 +126,8 @@ static const config_key_t head_keys[] = {
 
 /* The rows after the model's. */
 static const config_key_t tail_keys[] = {
+    {"model.pretrained", KT_STRING, OFF(model_pretrained), 0, 0, KF_PATH, NULL, "null",
+     "a Hugging Face directory (config.json + safetensors): the model and its initial weights"},
     {"data.train", KT_STRING, OFF(data.train), 0, 0, KF_PATH, NULL, "null",
      "training data: a path or glob (text = bytes, or .bin token shards)"},
     {"data.val", KT_STRING, OFF(data.val), 0, 0, KF_PATH, NULL, "null",

@@ -99,14 +99,19 @@ static void gpt_build(dt_model_layout *l) {
 }
 
 /* normal(0, 0.02), residual projections normal(0, 0.02/sqrt(2L)), padded vocab rows 0. */
-static void gpt_init_params(const dt_model_layout *l, uint64_t seed, float *params) {
+static void gpt_init_range(const dt_model_layout *l, uint64_t seed, size_t offset, size_t count, float *dst) {
     double resid_std = 0.02 / sqrt(2.0 * l->spec.n_layer);
-    for (int i = 0; i < l->n_tensors; i++) dt_model_init_tensor(l, i, seed, params, 0.02, resid_std);
+    for (int i = 0; i < l->n_tensors; i++) dt_model_init_tensor_range(l, i, seed, offset, count, dst, 0.02, resid_std);
     /* padded vocab rows never see a token */
-    int w = dt_model_find(l, "wte.weight");
-    size_t C = (size_t)l->spec.n_embd;
-    memset(params + l->tensors[w].offset + (size_t)l->spec.vocab_size * C, 0,
-           (size_t)(l->vocab_padded - l->spec.vocab_size) * C * sizeof(float));
+    const dt_tensor_info *w = &l->tensors[dt_model_find(l, "wte.weight")];
+    size_t a = w->offset + (size_t)l->spec.vocab_size * (size_t)l->spec.n_embd, e = w->offset + w->numel;
+    if (a < offset) a = offset;
+    if (e > offset + count) e = offset + count;
+    if (a < e) memset(dst + (a - offset), 0, (e - a) * sizeof(float));
+}
+
+static void gpt_init_params(const dt_model_layout *l, uint64_t seed, float *params) {
+    gpt_init_range(l, seed, 0, l->n_params, params);
 }
 
 static size_t gpt_unpadded_params(const dt_model_layout *l) {
@@ -368,6 +373,7 @@ const dt_model_ops dt_model_gpt = {
     .validate = gpt_validate,
     .build = gpt_build,
     .init_params = gpt_init_params,
+    .init_range = gpt_init_range,
     .unpadded_params = gpt_unpadded_params,
     .flops_per_token = gpt_flops_per_token,
     .describe = gpt_describe,

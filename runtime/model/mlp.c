@@ -56,11 +56,15 @@ static void mlp_build(dt_model_layout *l) {
 }
 
 /* Weights normal(0, 1/sqrt(fan_in)), biases 0. */
-static void mlp_init_params(const dt_model_layout *l, uint64_t seed, float *params) {
+static void mlp_init_range(const dt_model_layout *l, uint64_t seed, size_t offset, size_t count, float *dst) {
     for (int i = 0; i < l->n_tensors; i++) {
         const dt_tensor_info *t = &l->tensors[i];
-        dt_model_init_tensor(l, i, seed, params, 1.0 / sqrt((double)t->shape[t->ndim - 1]), 0.02);
+        dt_model_init_tensor_range(l, i, seed, offset, count, dst, 1.0 / sqrt((double)t->shape[t->ndim - 1]), 0.02);
     }
+}
+
+static void mlp_init_params(const dt_model_layout *l, uint64_t seed, float *params) {
+    mlp_init_range(l, seed, 0, l->n_params, params);
 }
 
 static double mlp_flops_per_token(const dt_model_layout *l) { return 6.0 * (double)l->n_params; }
@@ -194,6 +198,7 @@ const dt_model_ops dt_model_mlp = {
     .validate = mlp_validate,
     .build = mlp_build,
     .init_params = mlp_init_params,
+    .init_range = mlp_init_range,
     .unpadded_params = NULL,
     .flops_per_token = mlp_flops_per_token,
     .describe = mlp_describe,

@@ -79,6 +79,17 @@ void dt_model_init_params(const dt_model_layout *l, uint64_t seed, float *params
     l->spec.ops->init_params(l, seed, params);
 }
 
+void dt_model_init_range(const dt_model_layout *l, uint64_t seed, size_t offset, size_t count, float *dst) {
+    if (l->spec.ops->init_range) {
+        l->spec.ops->init_range(l, seed, offset, count, dst);
+        return;
+    }
+    float *all = dt_xcalloc(l->n_params ? l->n_params : 1, sizeof *all); /* a model without init_range */
+    l->spec.ops->init_params(l, seed, all);
+    memcpy(dst, all + offset, count * sizeof *dst);
+    free(all);
+}
+
 double dt_model_flops_per_token(const dt_model_layout *l) { return l->spec.ops->flops_per_token(l); }
 
 size_t dt_model_key_size(const dt_model_key *k) {
@@ -113,22 +124,32 @@ void dt_model_spec_copy(const dt_model_spec *src, dt_model_spec *dst) {
     }
 }
 
-void dt_model_init_tensor(const dt_model_layout *l, int i, uint64_t seed, float *params, double std,
-                          double resid_std) {
+void dt_model_init_tensor_range(const dt_model_layout *l, int i, uint64_t seed, size_t offset, size_t count,
+                                float *dst, double std, double resid_std) {
     const dt_tensor_info *t = &l->tensors[i];
-    float *p = params + t->offset;
+    size_t a = t->offset > offset ? t->offset : offset, e = t->offset + t->numel;
+    if (e > offset + count) e = offset + count;
+    if (a >= e) return;
+    float *p = dst + (a - offset);
+    size_t first = a - t->offset, n = e - a;
     /* One stream per tensor: a tensor's values do not depend on the others. */
     dt_rng rng;
     dt_rng_seed(&rng, seed, 0x6d6f64656cull + (uint64_t)i);
+    double sd = t->init == DT_MODEL_INIT_RESIDUAL ? resid_std : std;
     switch (t->init) {
-    case DT_MODEL_INIT_ZERO: memset(p, 0, t->numel * sizeof *p); break;
+    case DT_MODEL_INIT_ZERO: memset(p, 0, n * sizeof *p); break;
     case DT_MODEL_INIT_ONE:
-        for (size_t j = 0; j < t->numel; j++) p[j] = 1.0f;
-        break;
-    case DT_MODEL_INIT_RESIDUAL:
-        for (size_t j = 0; j < t->numel; j++) p[j] = (float)(resid_std * dt_rng_normal(&rng));
+        for (size_t j = 0; j < n; j++) p[j] = 1.0f;
         break;
     default:
-        for (size_t j = 0; j < t->numel; j++) p[j] = (float)(std * dt_rng_normal(&rng));
+        /* dt_rng_normal draws two words per value: skip the values before the range */
+        for (size_t j = 0; j < 2 * first; j++) dt_rng_u64(&rng);
+        for (size_t j = 0; j < n; j++) p[j] = (float)(sd * dt_rng_normal(&rng));
     }
+}
+
+void dt_model_init_tensor(const dt_model_layout *l, int i, uint64_t seed, float *params, double std,
+                          double resid_std) {
+    const dt_tensor_info *t = &l->tensors[i];
+    dt_model_init_tensor_range(l, i, seed, t->offset, t->numel, params + t->offset, std, resid_std);
 }

@@ -33,8 +33,8 @@
  *   export_shape                   the shape export writes, and whether the
  *                                  tensor is stored transposed
  *   synthetic_batch                (feature data) the samples the trainer uses
- * and optionally config_check, unpadded_params, net_check, and the KV-cache
- * decode slots (decode_slots, decode_sizes, decode, decode_logits_slot).
+ * and optionally config_check, unpadded_params, net_check, init_range, and the
+ * KV-cache decode slots (decode_slots, decode_sizes, decode, decode_logits_slot).
  */
 #ifndef DT_RUNTIME_MODEL_H
 #define DT_RUNTIME_MODEL_H
@@ -168,6 +168,10 @@ struct dt_model_ops {
     dt_status_t (*validate)(const dt_model_spec *s);
     void (*build)(dt_model_layout *l);
     void (*init_params)(const dt_model_layout *l, uint64_t seed, float *params);
+    /* (optional) elements [offset, offset + count) of what init_params writes, into
+     * dst (count floats), so a rank initialises only what it holds
+     * (dt_model_init_tensor_range); NULL: dt_model_init_range builds the whole buffer */
+    void (*init_range)(const dt_model_layout *l, uint64_t seed, size_t offset, size_t count, float *dst);
     size_t (*unpadded_params)(const dt_model_layout *l); /* (optional) NULL: n_params */
     double (*flops_per_token)(const dt_model_layout *l);
     /* One line for people (`dtrun plan`): "gpt, 4 layers, ..., N parameters"; note
@@ -239,6 +243,9 @@ size_t dt_model_unpadded_params(const dt_model_layout *l);
  * projections normal(0, 0.02/sqrt(2*n_layer)), biases 0, LayerNorm weights 1, padded
  * vocab rows 0). Identical on every rank for the same seed. */
 void dt_model_init_params(const dt_model_layout *l, uint64_t seed, float *params);
+/* Elements [offset, offset + count) of dt_model_init_params' buffer into dst, the
+ * same values; without a whole buffer when the model has init_range. */
+void dt_model_init_range(const dt_model_layout *l, uint64_t seed, size_t offset, size_t count, float *dst);
 /* Training FLOPs per token (forward + backward): 6*N + 12*L*C*T for gpt (N the
  * non-embedding-position matmul parameters as in the PaLM appendix: all params
  * but wpe), 6*N for mlp (per sample). */
@@ -255,5 +262,10 @@ void dt_model_add_tensor(dt_model_layout *l, int unit, int decay, dt_model_init_
  * with std for NORMAL/EMBED and resid_std for RESIDUAL. */
 void dt_model_init_tensor(const dt_model_layout *l, int i, uint64_t seed, float *params, double std,
                           double resid_std);
+/* For model files: the part of tensor i that falls in the flat range [offset,
+ * offset + count), written at dst[its element offset - offset]: the values
+ * dt_model_init_tensor gives (its stream is generated up to the range's end). */
+void dt_model_init_tensor_range(const dt_model_layout *l, int i, uint64_t seed, size_t offset, size_t count,
+                                float *dst, double std, double resid_std);
 
 #endif /* DT_RUNTIME_MODEL_H */

@@ -367,60 +367,73 @@ static dt_status_t alloc_state(dt_dp_t *dp, dt_mem_category_t cat, size_t elems,
     return dp->dev->ops->alloc(dp->dev, cat, elems * es, out);
 }
 
-/* Every rank computes the same parameters from the seed; a checksum of them is
- * compared across ranks so a rank with another seed or model stops the run. */
-static dt_status_t check_identical(dt_dp_t *dp, const float *host) {
+/* What the initial parameters come from, as one number ranks compare: a rank with
+ * another seed, weight files or model stops the run (before, a checksum of the
+ * whole buffer, which a sharded rank no longer holds). */
+static uint64_t init_id(const dt_dp_t *dp) {
+    const dt_model_layout *l = dp->layout;
+    uint64_t w[4] = {dp->opts.fill ? dp->opts.init_id : dp->opts.seed, dp->opts.fill != NULL, l->n_params,
+                     (uint64_t)l->n_tensors};
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int i = 0; i < 4; i++)
+        for (int b = 0; b < 8; b++) h = (h ^ ((w[i] >> (8 * b)) & 0xff)) * 0x100000001b3ull;
+    return h;
+}
+
+static dt_status_t check_identical(dt_dp_t *dp) {
     if (dp->world_size == 1) return DT_STATUS_OK;
-    double sum[2] = {0, 0};
-    size_t n = dp->layout->n_params;
-    for (size_t i = 0; i < n; i++) {
-        sum[0] += host[i];
-        sum[1] += host[i] * (double)((i % 61) + 1);
-    }
-    double *all = dt_xcalloc((size_t)dp->world_size * 2, sizeof(double));
-    dt_status_t st = dt_dp_all_gather_f64(dp, sum, 2, all);
+    uint64_t id = init_id(dp);
+    double v[3]; /* 22 bits each: exact through dt_dp_all_gather_f64 */
+    for (int i = 0; i < 3; i++) v[i] = (double)((id >> (22 * i)) & 0x3fffff);
+    double *all = dt_xcalloc((size_t)dp->world_size * 3, sizeof(double));
+    dt_status_t st = dt_dp_all_gather_f64(dp, v, 3, all);
     for (int r = 1; st == DT_STATUS_OK && r < dp->world_size; r++)
-        if (all[2 * r] != all[0] || all[2 * r + 1] != all[1])
+        if (memcmp(all + 3 * r, all, 3 * sizeof(double)) != 0)
             st = dt_error(DT_STATUS_MISMATCH,
-                          "initial parameters differ between rank 0 (checksum %.17g) and rank %d (%.17g): "
-                          "every rank must use the same seed and model",
-                          all[0], r, all[2 * r]);
+                          "initial parameters differ between rank 0 (source %06llx%06llx) and rank %d (%06llx%06llx): "
+                          "every rank must use the same seed, pretrained weights and model",
+                          (unsigned long long)all[1], (unsigned long long)all[0], r,
+                          (unsigned long long)all[3 * r + 1], (unsigned long long)all[3 * r]);
     free(all);
     return st;
 }
 
-/* Copies host (model layout) into the strategy's parameter buffers. */
-static dt_status_t upload_params(dt_dp_t *dp, const float *host) {
+/* Elements per host chunk of the initial parameters (16 MiB of fp32). */
+#define DP_INIT_CHUNK ((size_t)1 << 22)
+
+/* The initial parameters of every range this rank holds, chunk by chunk through the
+ * host (fp32 masters and the compute copy alike), then ZeRO-1/2 gather the full
+ * buffer from the slices as after a step. */
+static dt_status_t init_params(dt_dp_t *dp) {
     const dt_ops_t *o = dp->dev->ops;
-    for (int k = 0; k < dp->plan.n_buckets; k++) {
-        const dt_dp_bucket *bk = &dp->plan.buckets[k];
-        if (dp->sharded_params) {
-            size_t a = (size_t)dp->shard_rank * bk->slice, e = a + bk->slice;
-            if (e > bk->count) e = bk->count;
-            if (a < e) DT_CHECK(o->upload_f32(dp->dev, at(dp->pshard, bk->shard_offset, dp->es),
-                                              host + bk->offset + a, e - a));
-        } else {
-            DT_CHECK(o->upload_f32(dp->dev, at(dp->params, bk->padded_offset, dp->es), host + bk->offset,
-                                   bk->count));
-        }
-    }
-    return DT_STATUS_OK;
-}
-
-
-/* fp32 masters of every range this rank holds, from host (model layout). */
-static dt_status_t upload_masters(dt_dp_t *dp, const float *host) {
-    if (!dp->master) return DT_STATUS_OK;
     int max = dp->plan.n_buckets + 1;
     dt_dp_range *r = dt_xcalloc((size_t)max, sizeof *r);
     int n = dp_held_ranges(dp, r, max, 1);
-    dt_status_t st = DT_STATUS_OK;
-    for (int i = 0; i < n && st == DT_STATUS_OK; i++)
-        st = dp->dev->ops->copy(dp->dev, r[i].param, host + r[i].offset, r[i].count * sizeof(float),
-                                DT_COPY_HOST_TO_DEVICE);
+    size_t most = 0;
+    for (int i = 0; i < n; i++)
+        if (r[i].count > most) most = r[i].count;
+    size_t chunk = most < DP_INIT_CHUNK ? most : DP_INIT_CHUNK;
+    float *h = dt_mem_alloc(DT_MEM_OTHER, (chunk ? chunk : 1) * sizeof(float));
+    dt_status_t st = h ? DT_STATUS_OK : DT_STATUS_NOMEM;
+    for (int i = 0; i < n && st == DT_STATUS_OK; i++) {
+        for (size_t k = 0; k < r[i].count && st == DT_STATUS_OK; k += chunk) {
+            size_t c = r[i].count - k < chunk ? r[i].count - k : chunk;
+            if (dp->opts.fill) st = dp->opts.fill(dp->opts.fill_ctx, r[i].offset + k, c, h);
+            else dt_model_init_range(dp->layout, dp->opts.seed, r[i].offset + k, c, h);
+            if (st != DT_STATUS_OK) break;
+            if (r[i].cparam) {
+                st = o->copy(dp->dev, r[i].param + k, h, c * sizeof(float), DT_COPY_HOST_TO_DEVICE);
+                if (st == DT_STATUS_OK) st = o->upload_f32(dp->dev, at(r[i].cparam, k, dp->es), h, c);
+            } else {
+                st = o->upload_f32(dp->dev, r[i].param + k, h, c);
+            }
+            if (st == DT_STATUS_OK) st = o->synchronize(dp->dev); /* h is reused */
+        }
+    }
+    dt_mem_free(h);
     free(r);
     DT_CHECK(st);
-    return dp->dev->ops->synchronize(dp->dev);
+    return dp_gather_full_params(dp);
 }
 
 dt_status_t dt_dp_init(dt_dp_t **out, const dt_dp_opts *opts, dt_device_t *dev, const dt_model_layout *layout,
@@ -442,7 +455,6 @@ dt_status_t dt_dp_init(dt_dp_t **out, const dt_dp_opts *opts, dt_device_t *dev, 
     for (int i = 0; i < DP_GSLOTS; i++) dp->gslots[i].owner = -1;
     for (int i = 0; i < DP_PSLOTS; i++) dp->pslots[i].owner = -1;
     dt_status_t st = DT_STATUS_OK;
-    float *host = NULL;
 
     /* Shard and replica groups. */
     dp->n_shards = 1;
@@ -522,16 +534,9 @@ dt_status_t dt_dp_init(dt_dp_t **out, const dt_dp_opts *opts, dt_device_t *dev, 
             DT_CHECK_GOTO(alloc_state(dp, DT_MEM_COMM, dp->work_elems, dp->es, &dp->pslots[i].buf), st, out_free_dp);
     }
 
-    /* Parameters from the seed, identical on every rank. */
-    host = dt_mem_alloc(DT_MEM_OTHER, layout->n_params * sizeof(float));
-    if (!host) {
-        st = DT_STATUS_NOMEM;
-        goto out_free_dp;
-    }
-    dt_model_init_params(layout, opts->seed, host);
-    DT_CHECK_GOTO(check_identical(dp, host), st, out_free_dp);
-    DT_CHECK_GOTO(upload_params(dp, host), st, out_free_dp);
-    DT_CHECK_GOTO(upload_masters(dp, host), st, out_free_dp);
+    /* Parameters from the seed or the weight files, the same source on every rank. */
+    DT_CHECK_GOTO(check_identical(dp), st, out_free_dp);
+    DT_CHECK_GOTO(init_params(dp), st, out_free_dp);
 
     /* Bind the net: full buffers where they exist; working buffers come and go. */
     for (int b = 0; b < dp->plan.n_buckets; b++) {
@@ -545,11 +550,9 @@ dt_status_t dt_dp_init(dt_dp_t **out, const dt_dp_opts *opts, dt_device_t *dev, 
     DT_LOG_DEBUG("dp: %s, %d bucket(s), %d shard(s), shard %zu elements, padded %zu of %zu",
                  dt_config_strategy_name(s), dp->plan.n_buckets, dp->n_shards, dp->plan.shard_total,
                  dp->plan.padded_total, layout->n_params);
-    dt_mem_free(host);
     *out = dp;
     return DT_STATUS_OK;
 out_free_dp:
-    dt_mem_free(host);
     dt_dp_free(dp);
     return st;
 }

@@ -53,9 +53,11 @@
  * gradients live only in per-bucket buffers, reduce each bucket when backward
  * finishes it and wait for it there; FSDP does not prefetch.
  *
- * Every rank must start from identical parameters: dt_dp_init computes them
- * from the seed on every rank and checks a checksum across ranks (MISMATCH
- * when they differ). Gradient clipping uses the global norm: sums of squares of
+ * Every rank must start from identical parameters: dt_dp_init fills only the
+ * ranges a rank holds (from the seed or dt_dp_opts.fill), in bounded host chunks,
+ * so no rank of a sharded strategy ever holds the whole model in host memory; the
+ * ranks compare what the parameters come from (seed or weight files, and the
+ * layout) and stop with MISMATCH when it differs. Gradient clipping uses the global norm: sums of squares of
  * the local slices, summed over the shard group in double precision.
  *
  * Errors inside hooks (a failed collective) are recorded and returned by the
@@ -133,10 +135,17 @@ typedef struct dt_dp_opts {
      * fp32 compute over bf16: half the bytes on the wire). zero2/fsdp/hsdp reduce
      * in the compute dtype. The zero value is fp32. */
     dt_dtype_t reduce_dtype;
+    /* Where the initial parameters come from: NULL = the seed (dt_model_init_range);
+     * else fill writes elements [offset, offset + count) of the model's flat fp32
+     * buffer into dst (pretrained weights). init_id names the source (a hash of the
+     * seed, or of the weight files' headers): ranks compare it. */
+    dt_status_t (*fill)(void *ctx, size_t offset, size_t count, float *dst);
+    void *fill_ctx;
+    uint64_t init_id;
 } dt_dp_opts;
 
 /* Allocates the model state for the strategy, initialises the parameters from
- * the seed, checks them across ranks, binds net to them and installs the hook.
+ * the seed or opts->fill, checks their source across ranks, binds net to them and installs the hook.
  * comm is the world communicator (NULL for one rank); dp does not own it.
  * Collective when comm is given. */
 dt_status_t dt_dp_init(dt_dp_t **out, const dt_dp_opts *opts, dt_device_t *dev,

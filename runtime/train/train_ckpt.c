@@ -63,6 +63,7 @@ static char *extra_json(const dt_train_ckpt *t, int64_t step, const char *why) {
     free(dump);
     if (cfg) cJSON_AddItemToObject(o, "config", cfg);
     cJSON_AddStringToObject(o, "reason", why);
+    cJSON_AddStringToObject(o, "compute_dtype", dt_dtype_name(t->dev->ops->dtype)); /* export's default dtype */
     if (t->data) {
         dt_data_pos p = dt_data_get_pos(t->data);
         cJSON *d = cJSON_AddObjectToObject(o, "data");
@@ -261,13 +262,32 @@ out_close:
     return st;
 }
 
+/* Uploads the initial parameters of [offset, offset + count) to dst (fp32 masters
+ * when fp32, else the compute dtype) in bounded host chunks: no rank builds the
+ * whole buffer. */
+static dt_status_t upload_init(const dt_train_ckpt *t, size_t offset, size_t count, void *dst, int fp32) {
+    const dt_ops_t *ops = t->dev->ops;
+    size_t chunk = count < ((size_t)1 << 22) ? count : ((size_t)1 << 22);
+    size_t es = fp32 ? sizeof(float) : dt_dtype_size(ops->dtype);
+    float *h = dt_mem_alloc(DT_MEM_OTHER, (chunk ? chunk : 1) * sizeof(float));
+    if (!h) return DT_STATUS_NOMEM;
+    dt_status_t st = DT_STATUS_OK;
+    for (size_t k = 0; k < count && st == DT_STATUS_OK; k += chunk) {
+        size_t c = count - k < chunk ? count - k : chunk;
+        dt_model_init_range(t->layout, (uint64_t)t->cfg->seed, offset + k, c, h);
+        void *d = (char *)dst + k * es;
+        st = fp32 ? ops->copy(t->dev, d, h, c * sizeof(float), DT_COPY_HOST_TO_DEVICE)
+                            : ops->upload_f32(t->dev, d, h, c);
+        if (st == DT_STATUS_OK) st = ops->synchronize(t->dev);
+    }
+    dt_mem_free(h);
+    return st;
+}
+
 /* Puts freshly initialised parameters and zero moments back (a failed load may
  * have overwritten part of them). */
 static dt_status_t reinit(const dt_train_ckpt *t) {
     size_t n = t->layout->n_params;
-    float *host = dt_mem_alloc(DT_MEM_OTHER, n * sizeof(float));
-    if (!host) return DT_STATUS_NOMEM;
-    dt_model_init_params(t->layout, (uint64_t)t->cfg->seed, host);
     int k = 0;
     dt_train_ckpt_owned *own = owned_ranges(t, &k);
     if (t->n_owned == 0) {
@@ -278,13 +298,12 @@ static dt_status_t reinit(const dt_train_ckpt *t) {
     const dt_ops_t *ops = t->dev->ops;
     dt_status_t st = DT_STATUS_OK;
     for (int i = 0; i < k && st == DT_STATUS_OK; i++) {
-        st = ops->upload_f32(t->dev, own[i].params, host + own[i].offset, own[i].count);
+        st = upload_init(t, own[i].offset, own[i].count, own[i].params, t->params_fp32);
         if (st == DT_STATUS_OK) st = ops->set(t->dev, own[i].m, 0, own[i].count * sizeof(float));
         if (st == DT_STATUS_OK) st = ops->set(t->dev, own[i].v, 0, own[i].count * sizeof(float));
     }
-    if (st == DT_STATUS_OK && t->n_owned > 0 && t->load_full_params) st = ops->upload_f32(t->dev, t->params, host, n);
+    if (st == DT_STATUS_OK && t->n_owned > 0 && t->load_full_params) st = upload_init(t, 0, n, t->params, 0);
     free(own);
-    dt_mem_free(host);
     return st;
 }
 

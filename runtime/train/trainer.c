@@ -23,6 +23,7 @@
 #include "common/mem.h"
 #include "common/rng.h"
 #include "kernels/kernels.h"
+#include "runtime/ckpt/hf_weights.h"
 #include "runtime/comm/comm.h"
 #include "runtime/train/data.h"
 #include "runtime/parallel/dp.h"
@@ -38,6 +39,7 @@ typedef struct trainer {
     const dt_torchenv_t *env;
     dt_device_t *dev;
     dt_model_layout layout;
+    dt_hf_weights_t *hf; /* model.pretrained's weights (NULL: from the seed) */
     dt_net_t net;
     dt_data_t *data; /* token models; NULL for feature models (synthetic data) */
     dt_comm_t *comm; /* NULL on one rank */
@@ -79,6 +81,19 @@ static dt_status_t build_spec(const dt_config_t *cfg, dt_model_spec *spec) {
         spec->vocab_size = dt_data_default_vocab(kind);
     }
     return DT_STATUS_OK;
+}
+
+dt_status_t dt_trainer_check_pretrained(const dt_config_t *cfg) {
+    if (!cfg->model_pretrained) return DT_STATUS_OK;
+    dt_model_spec spec;
+    dt_model_layout l;
+    dt_hf_weights_t *w;
+    DT_CHECK(build_spec(cfg, &spec));
+    DT_CHECK(dt_model_layout_init(&spec, &l));
+    dt_status_t st = dt_hf_weights_open(cfg->model_pretrained, &l, &w);
+    dt_hf_weights_close(w);
+    dt_model_layout_free(&l);
+    return st;
 }
 
 /* device: cpu; cuda (an error when none is visible); auto: cuda when a GPU is
@@ -124,7 +139,6 @@ typedef struct ckpt_load_ctx {
     trainer *t;
     dt_ckpt_t *c;
     dt_train_ckpt view;
-    float *init; /* fresh parameters (host), when no checkpoint loads */
 } ckpt_load_ctx;
 
 static dt_status_t ckpt_barrier(void *ctx) {
@@ -150,14 +164,36 @@ static dt_status_t ckpt_dp_read(void *ctx, const dt_dp_range *r) {
     return dt_train_ckpt_read_range(&x->view, x->c, r->offset, r->count, r->param, r->m, r->v);
 }
 
-/* Fresh state for one range: initial parameters, zero moments. */
+/* Elements [offset, offset + count) of the initial parameters: model.pretrained's
+ * weights, else the seed's. */
+static dt_status_t init_fill(void *ctx, size_t offset, size_t count, float *dst) {
+    trainer *t = ctx;
+    if (t->hf) return dt_hf_weights_fill(t->hf, offset, count, dst);
+    dt_model_init_range(&t->layout, (uint64_t)t->cfg->seed, offset, count, dst);
+    return DT_STATUS_OK;
+}
+
+/* Fresh state for one range: initial parameters (through the host in bounded
+ * chunks), zero moments. */
 static dt_status_t ckpt_dp_fresh(void *ctx, const dt_dp_range *r) {
     ckpt_load_ctx *x = ctx;
     const dt_ops_t *o = x->t->dev->ops;
-    if (r->cparam) /* fp32 masters; dt_dp_load_ranges refreshes the compute copy */
-        DT_CHECK(o->copy(x->t->dev, r->param, x->init + r->offset, r->count * sizeof(float), DT_COPY_HOST_TO_DEVICE));
-    else
-        DT_CHECK(o->upload_f32(x->t->dev, r->param, x->init + r->offset, r->count));
+    size_t chunk = r->count < ((size_t)1 << 22) ? r->count : ((size_t)1 << 22);
+    float *h = dt_mem_alloc(DT_MEM_OTHER, (chunk ? chunk : 1) * sizeof(float));
+    if (!h) return DT_STATUS_NOMEM;
+    dt_status_t st = DT_STATUS_OK;
+    for (size_t k = 0; k < r->count && st == DT_STATUS_OK; k += chunk) {
+        size_t c = r->count - k < chunk ? r->count - k : chunk;
+        st = init_fill(x->t, r->offset + k, c, h);
+        if (st != DT_STATUS_OK) break;
+        if (r->cparam) /* fp32 masters; dt_dp_load_ranges refreshes the compute copy */
+            st = o->copy(x->t->dev, r->param + k, h, c * sizeof(float), DT_COPY_HOST_TO_DEVICE);
+        else
+            st = o->upload_f32(x->t->dev, r->param + k, h, c);
+        if (st == DT_STATUS_OK) st = o->synchronize(x->t->dev);
+    }
+    dt_mem_free(h);
+    DT_CHECK(st);
     DT_CHECK(o->set(x->t->dev, r->m, 0, r->count * sizeof(float)));
     return o->set(x->t->dev, r->v, 0, r->count * sizeof(float));
 }
@@ -165,15 +201,7 @@ static dt_status_t ckpt_dp_fresh(void *ctx, const dt_dp_range *r) {
 static dt_status_t ckpt_load(void *ctx, dt_ckpt_t *c) {
     ckpt_load_ctx *x = ctx;
     x->c = c;
-    if (c) return dt_dp_load_ranges(x->t->dp, ckpt_dp_read, x);
-    size_t n = x->t->layout.n_params;
-    x->init = dt_mem_alloc(DT_MEM_OTHER, n * sizeof(float));
-    if (!x->init) return DT_STATUS_NOMEM;
-    dt_model_init_params(&x->t->layout, (uint64_t)x->t->cfg->seed, x->init);
-    dt_status_t st = dt_dp_load_ranges(x->t->dp, ckpt_dp_fresh, x);
-    dt_mem_free(x->init);
-    x->init = NULL;
-    return st;
+    return dt_dp_load_ranges(x->t->dp, c ? ckpt_dp_read : ckpt_dp_fresh, x);
 }
 
 /* What a checkpoint saves and loads: the ranges dp owns (dt_dp_owned_ranges), read
@@ -314,7 +342,18 @@ static dt_status_t setup(trainer *t) {
                       .bucket_elems = (size_t)cfg->zero.reduce_bucket_size,
                       .local_world_size = t->env->local_world_size, .seed = (uint64_t)cfg->seed,
                       .reduce_dtype = reduce};
+    if (cfg->model_pretrained) { /* initial weights from the files, each rank reading what it holds */
+        DT_CHECK(dt_hf_weights_open(cfg->model_pretrained, &t->layout, &t->hf));
+        dpo.fill = init_fill, dpo.fill_ctx = t, dpo.init_id = dt_hf_weights_id(t->hf);
+    }
+    double t_load = dt_now_s();
     DT_CHECK(dt_dp_init(&t->dp, &dpo, t->dev, &t->layout, &t->net, t->comm));
+    if (t->hf && t->env->rank == 0) {
+        double sec = dt_now_s() - t_load;
+        uint64_t b = dt_hf_weights_bytes_read(t->hf);
+        DT_LOG_INFO("pretrained: %s: rank 0 read %.1f MB of %.1f MB in %.3f s (%.2f GB/s)", cfg->model_pretrained,
+                    (double)b / 1e6, (double)dt_hf_weights_file_bytes(t->hf) / 1e6, sec, sec > 0 ? (double)b / sec / 1e9 : 0.0);
+    }
     size_t rows = (size_t)t->B * (size_t)t->T;
     t->tokens = dt_xcalloc(rows, sizeof(int32_t));
     t->targets = dt_xcalloc(rows, sizeof(int32_t));
@@ -332,6 +371,7 @@ static dt_status_t setup(trainer *t) {
 
 static void teardown(trainer *t) {
     dt_dp_free(t->dp);
+    dt_hf_weights_close(t->hf);
     if (t->dev) dt_net_free(&t->net);
     dt_comm_free(t->comm);
     dt_data_close(t->data);

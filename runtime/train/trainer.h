@@ -14,4 +14,9 @@
  * env->world_size), as the rank env describes (dt_torchenv_read). Rank 0 prints progress and writes the log directory. */
 dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env);
 
+/* model.pretrained's weight files hold every tensor the configured model needs, with
+ * its shape (headers only, no weights read): the launcher's check before workers
+ * start. OK when model.pretrained is not set. */
+dt_status_t dt_trainer_check_pretrained(const dt_config_t *cfg);
+
 #endif /* DT_RUNTIME_TRAINER_H */
