@@ -1,7 +1,8 @@
 /*
  * cmd_sample.c - dtrun sample SOURCE [--prompt TEXT | --prompt-ids 3,17,42]
  * [--tokens N] [--temperature T] [--top_k K] [--seed S] [--ids] [--device
- * auto|cpu|cuda]: tokens from a checkpoint's parameters (runtime/model/sample.h:
+ * auto|cpu|cuda] [--seq-len N]: tokens from a checkpoint's or a Hugging Face
+ * directory's parameters (runtime/model/sample.h:
  * with a KV cache when the model and device have one). Byte-level models (vocab
  * 256, text data) read and print text; larger vocabularies have no tokenizer here,
  * so the prompt is a list of token ids and the output is token ids, said so on
@@ -9,6 +10,7 @@
  * prints the logits of every prompt position first, one line each.
  */
 #include <errno.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,13 +19,18 @@
 #include "common/mem.h"
 #include "kernels/kernels.h"
 #include "runtime/ckpt/checkpoint.h"
+#include "runtime/ckpt/hf_weights.h" /* defines: dt_hf_weights_open */
+#include "runtime/model/hf_config.h" /* defines: dt_hf_config_read */
 #include "runtime/model/net.h"
 #include "runtime/model/sample.h"
 
 static const char sample_usage[] =
     "usage: dtrun sample SOURCE [--prompt TEXT | --prompt-ids 3,17,42] [--tokens N] [--temperature T]\n"
     "                    [--top_k K] [--seed S] [--ids] [--device auto|cpu|cuda]\n"
-    "  SOURCE: a step directory or a checkpoint.dir (its latest). Defaults: --tokens 200,\n"
+    "                    [--seq-len N]\n"
+    "  SOURCE: a step directory, a checkpoint.dir (its latest), or a Hugging Face directory\n"
+    "  (config.json + safetensors: llama, mistral, qwen2, gpt2; its context: n_positions, or\n"
+    "  max_position_embeddings up to 2048 unless --seq-len N). Defaults: --tokens 200,\n"
     "  --temperature 0.8 (0 = greedy), --top_k 0 (all), --seed 1, --device auto.\n"
     "  --prompt-ids: the prompt as token ids. --ids: print the generated ids, comma-separated,\n"
     "  instead of text. For checks: --logits prints the logits of every prompt position (one\n"
@@ -62,9 +69,56 @@ static int parse_ids(const char *s, int32_t **ids, int *n) {
     return 1;
 }
 
+/* The context of a Hugging Face directory without --seq-len: GPT-2's n_positions;
+ * a llama's max_position_embeddings up to this (a 128k context would size a
+ * 128k-row cache), and never past a sliding window (dtrun's attention is not
+ * windowed, so within the window it is exact). */
+#define HF_DEFAULT_CONTEXT 2048
+
+/* A Hugging Face directory (config.json + safetensors) as a layout and its fp32
+ * parameters (dt_mem_free). seq_len 0: the default context above. */
+static dt_status_t load_hf(const char *dir, int seq_len, dt_model_layout *l, float **host) {
+    dt_hf_config h;
+    DT_CHECK(dt_hf_config_read(dir, &h));
+    int bound = h.max_seq_len > 0 ? h.max_seq_len : 0;
+    if (h.sliding_window > 0 && (bound == 0 || h.sliding_window < bound)) bound = h.sliding_window;
+    if (seq_len > 0) {
+        if (bound > 0 && seq_len > bound)
+            return dt_error(DT_STATUS_CONFIG, "--seq-len %d: %s allows at most %d positions%s", seq_len, h.path, bound,
+                            h.sliding_window == bound ? " (its sliding_window)" : "");
+        h.spec.seq_len = seq_len;
+    } else if (h.seq_len_default > 0) {
+        h.spec.seq_len = h.seq_len_default;
+    } else {
+        h.spec.seq_len = bound > 0 && bound < HF_DEFAULT_CONTEXT ? bound : HF_DEFAULT_CONTEXT;
+    }
+    if (bound > 0 && h.spec.seq_len > bound) h.spec.seq_len = bound;
+    DT_CHECK(dt_model_layout_init(&h.spec, l));
+    dt_hf_weights_t *w = NULL;
+    dt_status_t st = dt_hf_weights_open(dir, l, &w);
+    if (st == DT_STATUS_OK) {
+        *host = dt_mem_alloc(DT_MEM_PARAMS, l->n_params * sizeof(float));
+        if (!*host) st = dt_error(DT_STATUS_NOMEM, "%s: no memory for %zu parameters", dir, l->n_params);
+        else st = dt_hf_weights_fill(w, 0, l->n_params, *host);
+    }
+    dt_hf_weights_close(w);
+    if (st != DT_STATUS_OK) {
+        dt_mem_free(*host);
+        *host = NULL;
+        dt_model_layout_free(l);
+    }
+    return st;
+}
+
+static int is_hf_dir(const char *path) {
+    char p[4096];
+    snprintf(p, sizeof p, "%s/config.json", path);
+    return access(p, F_OK) == 0;
+}
+
 int dt_cmd_sample(int argc, char **argv) {
     const char *path = NULL, *prompt = NULL, *prompt_ids = NULL, *device = "auto";
-    int print_ids = 0, print_logits = 0;
+    int print_ids = 0, print_logits = 0, seq_len = 0;
     dt_sample_opts o = {.tokens = 200, .temperature = 0.8, .top_k = 0, .seed = 1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -79,6 +133,10 @@ int dt_cmd_sample(int argc, char **argv) {
         else if (!strcmp(a, "--logits")) print_logits = 1;
         else if (!strcmp(a, "--no-cache") || !strcmp(a, "--no_cache")) o.no_cache = 1;
         else if (!strcmp(a, "--device") && has) device = argv[++i];
+        else if ((!strcmp(a, "--seq-len") || !strcmp(a, "--seq_len")) && has) {
+            if (!parse_num(argv[++i], 1, 1 << 24, &v) || v != (int)v) return bad("--seq-len wants a count > 0, got '%s'", argv[i]);
+            seq_len = (int)v;
+        }
         else if (!strcmp(a, "--tokens") && has) {
             if (!parse_num(argv[++i], 0, 1e7, &v) || v != (int)v) return bad("--tokens wants a count, got '%s'", argv[i]);
             o.tokens = (int)v;
@@ -106,10 +164,13 @@ int dt_cmd_sample(int argc, char **argv) {
     dt_ckpt_t *ck = NULL;
     dt_model_layout l;
     float *host = NULL;
-    if (dt_ckpt_load_params(path, &ck, &l, &host) != DT_STATUS_OK) {
+    int hf = is_hf_dir(path);
+    if (!hf && seq_len > 0) return bad("%s", "--seq-len is for Hugging Face directories (a checkpoint has its own)");
+    if ((hf ? load_hf(path, seq_len, &l, &host) : dt_ckpt_load_params(path, &ck, &l, &host)) != DT_STATUS_OK) {
         fprintf(stderr, "dtrun sample: %s\n", dt_error_detail());
         return DT_EXIT_USAGE;
     }
+    const char *source = hf ? path : dt_ckpt_path(ck);
     int rc = DT_EXIT_FAILED, text = l.spec.vocab_size <= 256;
     int32_t *ids = NULL, *out = NULL;
     float *logits = NULL;
@@ -119,7 +180,7 @@ int dt_cmd_sample(int argc, char **argv) {
     int have_net = 0;
     if (l.spec.ops->logits_slot < 0) {
         fprintf(stderr, "dtrun sample: %s holds a model without logits (%s); sampling needs a token model such as gpt\n",
-                dt_ckpt_path(ck), l.spec.ops->name);
+                source, l.spec.ops->name);
         rc = DT_EXIT_USAGE;
         goto out_free;
     }
@@ -152,7 +213,7 @@ int dt_cmd_sample(int argc, char **argv) {
     for (int i = 0; i < n_ids; i++)
         if (ids[i] >= l.spec.vocab_size) {
             fprintf(stderr, "dtrun sample: prompt token %d is outside the vocabulary [0, %d) of %s\n", ids[i],
-                    l.spec.vocab_size, path);
+                    l.spec.vocab_size, source);
             rc = DT_EXIT_USAGE;
             goto out_free;
         }
@@ -173,9 +234,10 @@ int dt_cmd_sample(int argc, char **argv) {
         goto out_free;
     }
     fprintf(stderr,
-            "dtrun sample: %s (step %lld), %s, %d tokens, temperature %g, top_k %d, seed %llu; %llu positions "
+            "dtrun sample: %s (%s %lld), %s, %d tokens, temperature %g, top_k %d, seed %llu; %llu positions "
             "computed (%s)\n",
-            dt_ckpt_path(ck), (long long)dt_ckpt_step(ck), dt_device_kind_name(dev->kind), o.tokens, o.temperature,
+            source, hf ? "seq_len" : "step", hf ? (long long)l.seq_len : (long long)dt_ckpt_step(ck),
+            dt_device_kind_name(dev->kind), o.tokens, o.temperature,
             o.top_k, (unsigned long long)o.seed, (unsigned long long)dt_sample_rows_run(&sn),
             sn.have_dec && !o.no_cache ? "KV cache" : "a full forward per token");
     if (print_logits) {
@@ -213,6 +275,6 @@ out_free:
     free(logits);
     dt_mem_free(host);
     dt_model_layout_free(&l);
-    dt_ckpt_close(ck);
+    if (ck) dt_ckpt_close(ck);
     return rc;
 }
