@@ -23,6 +23,33 @@ static dt_model_spec gpt_spec(void) {
                            .vocab_size = 50, .vocab_pad_multiple = 64};
 }
 
+static void set(dt_model_spec *s, const char *path, double v) {
+    const dt_model_key *k = dt_model_key_find(s->ops, path);
+    cr_assert_not_null(k, "no key %s", path);
+    dt_model_key_set(s, k, v);
+}
+
+/* llama: 4 query heads of 8, kv heads as asked (GQA), q/k/v biases and tying as
+ * asked, RoPE with llama3 scaling over a short original context (every band). */
+static dt_model_spec llama_spec(int nkv, int tied, int bias) {
+    dt_model_spec s = {.ops = &dt_model_llama, .seq_len = 24, .vocab_size = 50, .vocab_pad_multiple = 64};
+    set(&s, "model.hidden_size", 32);
+    set(&s, "model.num_hidden_layers", 2);
+    set(&s, "model.num_attention_heads", 4);
+    set(&s, "model.num_key_value_heads", nkv);
+    set(&s, "model.intermediate_size", 48);
+    set(&s, "model.max_position_embeddings", 64);
+    set(&s, "model.rope_theta", 500000);
+    set(&s, "model.rms_norm_eps", 1e-5);
+    set(&s, "model.tie_word_embeddings", tied);
+    set(&s, "model.attention_bias", bias);
+    set(&s, "model.rope_scaling.factor", 8);
+    set(&s, "model.rope_scaling.low_freq_factor", 1);
+    set(&s, "model.rope_scaling.high_freq_factor", 4);
+    set(&s, "model.rope_scaling.original_max_position_embeddings", 8);
+    return s;
+}
+
 typedef struct fixture {
     dt_device_t *dev;
     dt_model_layout lay;
@@ -39,7 +66,7 @@ static void setup(fixture *f, dt_model_spec spec) {
     dt_rng_seed(&rng, 11, 0);
     for (size_t i = 0; i < f->lay.n_params; i++) f->params[i] = (float)(0.3 * dt_rng_normal(&rng));
     for (int t = 0; t < f->lay.n_tensors; t++)
-        if (f->lay.tensors[t].init == DT_MODEL_INIT_ONE)
+        if (f->lay.tensors[t].init == DT_MODEL_INIT_ONE) /* norm weights */
             for (size_t i = 0; i < f->lay.tensors[t].numel; i++) f->params[f->lay.tensors[t].offset + i] += 1.0f;
 }
 
@@ -109,6 +136,12 @@ static void check_decode_equals_forward(dt_model_spec spec) {
 }
 
 Test(decode, gpt_decode_logits_equal_the_full_forward_at_every_position) { check_decode_equals_forward(gpt_spec()); }
+Test(decode, llama_gqa_decode_logits_equal_the_full_forward_at_every_position) {
+    check_decode_equals_forward(llama_spec(2, 0, 0));
+}
+Test(decode, llama_mqa_biases_tied_decode_logits_equal_the_full_forward) {
+    check_decode_equals_forward(llama_spec(1, 1, 1));
+}
 
 /* Same ids with and without the cache: greedy and seeded, short and sliding. */
 static void check_sampler_paths(dt_model_spec spec) {
@@ -156,6 +189,9 @@ static void check_sampler_paths(dt_model_spec spec) {
 }
 
 Test(decode, gpt_sampling_with_the_cache_gives_the_ids_of_full_forwards) { check_sampler_paths(gpt_spec()); }
+Test(decode, llama_sampling_with_the_cache_gives_the_ids_of_full_forwards) {
+    check_sampler_paths(llama_spec(2, 0, 1));
+}
 
 /* Positions computed: n_prompt + n - 1 with the cache (one per new token), n full
  * forwards of seq_len without; past seq_len each token is a forward again. */
@@ -195,6 +231,7 @@ static void check_linear_cost(dt_model_spec spec) {
 }
 
 Test(decode, gpt_generation_cost_is_one_position_per_token) { check_linear_cost(gpt_spec()); }
+Test(decode, llama_generation_cost_is_one_position_per_token) { check_linear_cost(llama_spec(2, 1, 0)); }
 
 /* A device without attention_decode samples by full forwards, with the same ids. */
 Test(decode, device_without_attention_decode_falls_back_to_full_forwards) {
