@@ -283,6 +283,9 @@ char *dt_hf_config_json(const dt_model_layout *l, const char *torch_dtype) {
     if (gpt) gpt2_json(l, o);
     else llama_json(l, o);
     cJSON_AddStringToObject(o, "torch_dtype", torch_dtype);
+    /* dtrun knows no special tokens: null, not transformers' defaults (50256; 1, 2) */
+    cJSON_AddNullToObject(o, "bos_token_id");
+    cJSON_AddNullToObject(o, "eos_token_id");
     char *text = cJSON_Print(o);
     cJSON_Delete(o);
     return text;
