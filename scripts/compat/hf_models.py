@@ -241,10 +241,13 @@ def roundtrip_check(dtrun, fixture, work, name):
                        capture_output=True, text=True)
     if r.returncode != 0:
         return hf_compare.report(False, f"{name}: export --format hf", r.stderr.strip()[-300:])
-    ours = hf_compare.dtrun_logits(dtrun, ckpt, PROMPT)
-    model = AutoModelForCausalLM.from_pretrained(out, attn_implementation="eager", dtype=torch.float32)
-    with torch.no_grad():
-        theirs = model(torch.tensor([PROMPT])).logits[0].float().numpy()
+    try:
+        ours = hf_compare.dtrun_logits(dtrun, ckpt, PROMPT)
+        model = AutoModelForCausalLM.from_pretrained(out, attn_implementation="eager", dtype=torch.float32)
+        with torch.no_grad():
+            theirs = model(torch.tensor([PROMPT])).logits[0].float().numpy()
+    except Exception as e:  # noqa: BLE001 (any failure of the round trip is its FAIL line)
+        return hf_compare.report(False, f"{name}: export --format hf -> from_pretrained", f"{type(e).__name__}: {e}")
     err = float(np.abs(ours - theirs).max())
     return hf_compare.report(err <= 1e-4, f"{name}: export --format hf -> from_pretrained: same logits",
                              f"max |diff| {err:.2e}")
