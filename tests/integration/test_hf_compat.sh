@@ -35,19 +35,20 @@ c["rope_parameters"] = {"rope_theta": c.pop("rope_theta"), "rope_type": "default
 c.pop("rope_scaling", None)
 json.dump(c, open(sys.argv[1], "w"), indent=2)
 PY
-if "$DTRUN" sample "$DT_TMP/qwen2_v5" --device cpu --prompt-ids $prompt --tokens 0 --logits >"$DT_TMP/v5.txt" 2>"$DT_TMP/v5.err" &&
-   python3 - "$DT_TMP/v5.txt" "$FIX/qwen2/expected.safetensors" <<'PY'
+if ! "$DTRUN" sample "$DT_TMP/qwen2_v5" --device cpu --prompt-ids $prompt --tokens 0 --logits >"$DT_TMP/v5.txt" 2>"$DT_TMP/v5.err"; then
+  fail "qwen2: config.json with rope_parameters (transformers 5)" "$(tail -2 "$DT_TMP/v5.err")"
+elif why=$(python3 - "$DT_TMP/v5.txt" "$FIX/qwen2/expected.safetensors" 2>&1 <<'PY'
 import sys
 sys.path.insert(0, "scripts/compat")
 import numpy as np, hf_compare
 got = np.loadtxt(sys.argv[1])
 want = hf_compare.read_safetensors(sys.argv[2])["logits"]
-assert got.shape == want.shape, (got.shape, want.shape)
+assert got.shape == want.shape, f"logits shape {got.shape}, expected {want.shape}"
 err = np.abs(got - want).max()
-assert err <= 1e-4, f"max |diff| {err:.2e}"
+assert err <= 1e-4, f"logits max |diff| {err:.2e} (rope_theta read?)"
 PY
-then pass "qwen2: config.json with rope_parameters (transformers 5) gives transformers' logits"
-else fail "qwen2: config.json with rope_parameters (transformers 5)" "$(tail -2 "$DT_TMP/v5.err")"; fi
+); then pass "qwen2: config.json with rope_parameters (transformers 5) gives transformers' logits"
+else fail "qwen2: config.json with rope_parameters (transformers 5)" "$(echo "$why" | tail -1)"; fi
 
 # Bad input to sample: exit 2 naming the problem.
 "$DTRUN" sample "$FIX/llama" --prompt-ids 3,400 --tokens 1 >/dev/null 2>"$DT_TMP/e1"; rc=$?
