@@ -127,6 +127,19 @@ Test(plan, activation_bytes_by_hand) {
     dt_model_layout_free(&l);
 }
 
+/* A llama of hidden 40, 3 layers, 4 query heads, nkv key/value heads, head_dim hd
+ * (0: 10), intermediate 52, seq 9, vocab 77 (padded to 128). */
+static dt_model_spec llama(int tied, int bias, int hd, int nkv) {
+    dt_model_spec s = {.ops = &dt_model_llama, .seq_len = 9, .vocab_size = 77, .vocab_pad_multiple = 64};
+    const char *paths[] = {"model.hidden_size", "model.num_hidden_layers", "model.num_attention_heads",
+                           "model.num_key_value_heads", "model.head_dim", "model.intermediate_size",
+                           "model.max_position_embeddings", "model.rope_theta", "model.tie_word_embeddings",
+                           "model.attention_bias"};
+    double v[] = {40, 3, 4, nkv, hd, 52, 16, 10000, tied, bias};
+    for (int i = 0; i < 10; i++) dt_model_key_set(&s, dt_model_key_find(s.ops, paths[i]), v[i]);
+    return s;
+}
+
 /* The plan's activation formula is the trainer's arena (runtime/model/net.c), byte for
  * byte, on sizes that exercise the 64-byte slot rounding. */
 Test(plan, activations_match_the_trainers_arena) {
@@ -139,6 +152,9 @@ Test(plan, activations_match_the_trainers_arena) {
          .vocab_size = 256, .vocab_pad_multiple = 64},
         {.ops = &dt_model_mlp, .in_dim = 5, .hidden_dim = 7, .n_hidden_layers = 2,
          .n_classes = 3},
+        llama(0, 0, 0, 2),  /* GQA, untied */
+        llama(1, 1, 12, 4), /* tied, q/k/v biases, head_dim 12 (attention width 48 > hidden 40), MHA */
+        llama(0, 1, 4, 1),  /* head_dim 4 (attention width 16 < hidden 40), one key/value head */
         {.ops = &dt_model_mlp, .in_dim = 33, .hidden_dim = 9, .n_hidden_layers = 0,
          .n_classes = 40},
     };

@@ -197,6 +197,13 @@ static dt_status_t gpt_net_check(const dt_model_layout *layout) {
     return DT_STATUS_OK;
 }
 
+static void gpt_dims(const dt_model_layout *l, dt_model_dims *out) {
+    const dt_model_spec *s = &l->spec;
+    *out = (dt_model_dims){.n_layer = s->n_layer, .hidden = s->n_embd, .n_head = s->n_head, .n_kv_head = s->n_head,
+                           .head_dim = s->n_embd / s->n_head, .mlp_in = 4 * s->n_embd, .mlp_act = 4 * s->n_embd,
+                           .norm_stats = 2, .zero_pos = 0};
+}
+
 /* ---- forward and backward -------------------------------------------------- */
 
 #define P(t) dt_net_param(net, (t))
@@ -380,6 +387,7 @@ const dt_model_ops dt_model_gpt = {
     .arena_slots = gpt_arena_slots,
     .arena_sizes = gpt_arena_sizes,
     .net_check = gpt_net_check,
+    .dims = gpt_dims,
     .forward = gpt_forward,
     .backward = gpt_backward,
     .logits_slot = G_LOGITS,

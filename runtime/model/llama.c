@@ -343,6 +343,14 @@ static dt_status_t check_order(const dt_model_layout *layout) {
 
 static dt_status_t llama_net_check(const dt_model_layout *layout) { return check_order(layout); }
 
+static void llama_dims(const dt_model_layout *l, dt_model_dims *out) {
+    const llama_sizes *z = DT_MODEL_PRIV(&l->spec, const llama_sizes);
+    *out = (dt_model_dims){.n_layer = z->num_hidden_layers, .hidden = z->hidden_size,
+                           .n_head = z->num_attention_heads, .n_kv_head = z->num_key_value_heads,
+                           .head_dim = z->head_dim, .mlp_in = 2 * z->intermediate_size,
+                           .mlp_act = z->intermediate_size, .norm_stats = 1, .zero_pos = 1};
+}
+
 /* ---- forward and backward -------------------------------------------------- */
 
 #define P(t) dt_net_param(net, (t))
@@ -560,6 +568,7 @@ const dt_model_ops dt_model_llama = {
     .arena_slots = llama_arena_slots,
     .arena_sizes = llama_arena_sizes,
     .net_check = llama_net_check,
+    .dims = llama_dims,
     .forward = llama_forward,
     .backward = llama_backward,
     .logits_slot = G_LOGITS,

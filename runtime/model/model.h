@@ -7,14 +7,14 @@
  * names each tensor (the names export writes: Hugging Face GPT-2 names for gpt),
  * its shape, its element offset, its FSDP unit and whether weight decay applies.
  * Units are contiguous ranges in forward order (gpt: 0 = embeddings, 1..L = the
- * blocks, L+1 = final LayerNorm, the LM head tied to unit 0; mlp: one unit per
- * layer). DDP buckets are byte ranges of the same buffer; FSDP shards units; a
+ * blocks, L+1 = final LayerNorm, the LM head tied to unit 0; llama the same with
+ * lm_head in unit L+1 unless tied; mlp: one unit per layer). DDP buckets are byte ranges of the same buffer; FSDP shards units; a
  * pipeline stage would own whole units; a tensor-parallel shard would be a strided
  * range of one tensor, found here by name, shape and offset.
  *
  * The model table, as the device table (kernels/kernels.h) and the communicator
  * table (runtime/comm/comm_impl.h): one file per model fills a dt_model_ops
- * (runtime/model/gpt.c, mlp.c) and runtime/model/registry.c lists them. Callers
+ * (runtime/model/gpt.c, llama.c, mlp.c) and runtime/model/registry.c lists them. Callers
  * never test which model they hold: they ask spec.ops. A new model is its own file
  * filling every slot not marked optional, plus one line in registry.c:
  *   name, help, data kind          "gpt", shown in errors and `dtrun config --keys`
@@ -33,8 +33,9 @@
  *   export_shape                   the shape export writes, and whether the
  *                                  tensor is stored transposed
  *   synthetic_batch                (feature data) the samples the trainer uses
- * and optionally config_check, unpadded_params, net_check, init_range, and the
- * KV-cache decode slots (decode_slots, decode_sizes, decode, decode_logits_slot).
+ * and optionally config_check, unpadded_params, net_check, init_range, dims (token
+ * models, for `dtrun plan`), and the KV-cache decode slots (decode_slots,
+ * decode_sizes, decode, decode_logits_slot).
  */
 #ifndef DT_RUNTIME_MODEL_H
 #define DT_RUNTIME_MODEL_H
@@ -152,6 +153,17 @@ void dt_model_key_set(dt_model_spec *spec, const dt_model_key *k, double v);
 /* The key of spec->ops whose path is path ("model.rope_theta"), or NULL. */
 const dt_model_key *dt_model_key_find(const dt_model_ops *ops, const char *path);
 
+/* A decoder-only transformer's widths, for `dtrun plan`'s activation formula
+ * (runtime/tools/plan.h restates the arena's arithmetic from them; a unit test
+ * holds the two together). */
+typedef struct dt_model_dims {
+    int n_layer, hidden, n_head, n_kv_head, head_dim;
+    int mlp_in;     /* width of the MLP's first matmul output: 4C (gpt), 2I gate|up (llama) */
+    int mlp_act;    /* width of its activation output: 4C (gelu), I (swiglu) */
+    int norm_stats; /* fp32 values saved per row by a norm: 2 (LayerNorm), 1 (RMSNorm) */
+    int zero_pos;   /* the arena holds a (T, C) zero position table (llama's embedding) */
+} dt_model_dims;
+
 struct dt_net;
 
 struct dt_model_ops {
@@ -183,6 +195,8 @@ struct dt_model_ops {
     int (*arena_slots)(const dt_model_layout *l);
     void (*arena_sizes)(const dt_device_t *dev, const dt_model_layout *l, int B, size_t *sizes);
     dt_status_t (*net_check)(const dt_model_layout *l); /* (optional) at dt_net_init */
+    /* (optional; token models: `dtrun plan` needs it) the widths above */
+    void (*dims)(const dt_model_layout *l, dt_model_dims *out);
     /* Forward from the uploaded batch; the losses (rows floats) into the losses slot
      * when with_loss. */
     void (*forward)(struct dt_net *net, int with_loss);

@@ -1,7 +1,7 @@
 /*
  * net.c - the machinery every model's forward/backward shares (net.h): the
  * activation arena, unit binding, batch upload, loss and logits. The per-model
- * compute is the model's (gpt.c, mlp.c).
+ * compute is the model's (gpt.c, llama.c, mlp.c).
  */
 #include "runtime/model/net.h"
 

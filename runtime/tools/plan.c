@@ -87,9 +87,19 @@ dt_status_t dt_plan_model_from_layout(const dt_model_layout *l, dt_plan_model *o
     out->feature_rows = s->ops->data == DT_MODEL_DATA_FEATURES;
     out->n_params = (double)l->n_params;
     out->n_params_unpadded = (double)dt_model_unpadded_params(l);
-    out->n_layer = s->n_layer;
-    out->n_head = s->n_head;
-    out->n_embd = s->n_embd;
+    if (s->ops->dims) {
+        dt_model_dims d;
+        s->ops->dims(l, &d);
+        out->n_layer = d.n_layer;
+        out->n_head = d.n_head;
+        out->n_embd = d.hidden;
+        out->n_kv_head = d.n_kv_head;
+        out->head_dim = d.head_dim;
+        out->mlp_in = d.mlp_in;
+        out->mlp_act = d.mlp_act;
+        out->norm_stats = d.norm_stats;
+        out->zero_pos = d.zero_pos;
+    }
     out->seq_len = l->seq_len;
     out->vocab_padded = l->vocab_padded;
     out->in_dim = s->in_dim;
@@ -126,7 +136,10 @@ dt_status_t dt_plan_model_from_sizes(double params, int layers, int hidden, int 
     out->n_params = out->n_params_unpadded = params;
     out->n_layer = layers;
     out->n_embd = hidden;
-    out->n_head = heads;
+    out->n_head = out->n_kv_head = heads;
+    out->head_dim = hidden / heads;
+    out->mlp_in = out->mlp_act = 4 * hidden; /* GPT's block */
+    out->norm_stats = 2;
     out->seq_len = seq;
     out->vocab_padded = vocab;
     out->flops_per_token = 6.0 * params + 12.0 * layers * (double)hidden * seq;
@@ -197,15 +210,16 @@ double dt_plan_activation_bytes(const dt_plan_model *m, int micro_batch, int com
         return g + layers;
     }
     double T = m->seq_len, C = m->n_embd, L = m->n_layer, NH = m->n_head, BT = B * T;
+    double A = (double)m->n_head * m->head_dim;                       /* attention width */
+    double Q = (double)(m->n_head + 2 * m->n_kv_head) * m->head_dim; /* fused qkv row */
     double saved, scratch;
     if (attention > 0) { /* materialised, fp32 (CPU), `attention` threads of scratch rows */
         saved = 4 * B * NH * T * T;
         scratch = 4.0 * attention * fmin(T, 64) * T;
-    } else if (attention == DT_PLAN_ATTENTION_FUSED &&
-               dt_attention_uses_fused(DT_ATTENTION_FUSED, m->n_embd / m->n_head)) {
+    } else if (attention == DT_PLAN_ATTENTION_FUSED && dt_attention_uses_fused(DT_ATTENTION_FUSED, m->head_dim)) {
         /* kernels/cuda/cuda_attention_fused.cu: per-row log-sum-exp (fp32) and a copy
          * of out saved; D = rowsum(dout * out) (fp32) as backward scratch */
-        saved = 4 * B * NH * T + d * BT * C;
+        saved = 4 * B * NH * T + d * BT * A;
         scratch = 4 * B * NH * T;
     } else { /* the CUDA backend (kernels/cuda/cuda_attention.cu): the probabilities in the
               * compute dtype, and one sequence's score gradients as backward scratch */
@@ -213,10 +227,15 @@ double dt_plan_activation_bytes(const dt_plan_model *m, int micro_batch, int com
         scratch = d * NH * T * T;
     }
     double btc = slot(BT * C * d), bt4 = slot(BT * 4);
-    double layer = 7 * btc + 4 * bt4 + slot(3 * BT * C * d) + 2 * slot(4 * BT * C * d) + slot(saved);
-    double once = 2 * bt4 /* tokens, targets */ + 2 * btc /* encoded, lnf */ +
-                  3 * bt4 /* lnf mean, rstd, losses */ + slot(BT * m->vocab_padded * d) +
-                  2 * btc /* dres, dtmp */ + slot(3 * BT * C * d) + 2 * slot(4 * BT * C * d) +
+    /* ln1, attproj, res2, ln2, fcproj, res3; atty; the norms' statistics; qkv; the
+     * MLP's two activations (gpt fch, fch_gelu; llama gate|up, swiglu) */
+    double layer = 6 * btc + slot(BT * A * d) + 2 * m->norm_stats * bt4 + slot(BT * Q * d) +
+                   slot(BT * m->mlp_in * d) + slot(BT * m->mlp_act * d) + slot(saved);
+    double once = 2 * bt4 /* tokens, targets */ + 2 * btc /* encoded, final norm */ +
+                  (m->zero_pos ? slot(T * C * d) : 0) /* llama's zero position table */ +
+                  (m->norm_stats + 1) * bt4 /* final norm statistics, losses */ +
+                  slot(BT * m->vocab_padded * d) + btc /* dres */ + slot(BT * fmax(C, A) * d) /* dtmp */ +
+                  slot(BT * Q * d) /* dqkv */ + slot(BT * m->mlp_in * d) + slot(BT * m->mlp_act * d) +
                   slot(scratch);
     if (checkpointing) return L * btc + layer + once;
     return L * layer + once;

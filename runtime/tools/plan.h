@@ -22,6 +22,11 @@
  *   per layer  18·B·T·C·d  (ln1, atty, attproj, res2, ln2, fcproj, res3: 7BTC;
  *                           qkv 3BTC; fch, fch_gelu 2·4BTC)
  *            + 4·B·T·4     (LayerNorm mean/rstd ×2, fp32)
+ *   (Llama, A = NH·HD the attention width, Q = (NH + 2·NKV)·HD the fused qkv row,
+ *   I the intermediate size: per layer 6·BTC + B·T·A + B·T·Q + B·T·2I + B·T·I
+ *   elements of d bytes, 2·B·T·4 RMSNorm rstd, the attention's saved bytes; once
+ *   as GPT's but with a (T, C) zero position table, one norm statistic, dtmp
+ *   B·T·max(C, A), dqkv B·T·Q, dfch B·T·2I, dswi B·T·I)
  *            + attention:  B·NH·T·T probabilities, fp32 on the CPU, in the compute
  *                          dtype d on the GPU (kernels/cuda/cuda_attention.cu);
  *                          the fused GPU kernel (DTRUN_CUDA_ATTENTION=fused, head
@@ -116,7 +121,12 @@ typedef struct dt_plan_model {
     int feature_rows; /* samples are feature rows (the mlp's arena), not token sequences */
     double n_params;         /* Ψ as held in the flat buffer (padded vocab) */
     double n_params_unpadded;
-    int n_layer, n_head, n_embd, seq_len, vocab_padded;     /* gpt */
+    /* token models (the model's dt_model_dims): n_embd the hidden width, head_dim
+     * the query/key/value head size; mlp_in/mlp_act the MLP's widths (gpt 4C, 4C;
+     * llama 2I, I), norm_stats fp32 values a norm saves per row (2 LayerNorm, 1
+     * RMSNorm), zero_pos a (T, C) zero position table in the arena (llama) */
+    int n_layer, n_head, n_embd, seq_len, vocab_padded;
+    int n_kv_head, head_dim, mlp_in, mlp_act, norm_stats, zero_pos;
     int in_dim, hidden_dim, n_hidden_layers, n_classes;     /* mlp */
     double flops_per_token; /* training FLOPs per token (per sample for mlp) */
     double largest_unit;    /* elements of the largest FSDP unit */

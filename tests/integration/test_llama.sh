@@ -6,7 +6,8 @@
 # fsdp, untied (the head in the last FSDP unit) and tied with q/k/v biases (the head
 # is unit 0 again); every rank's model-state bytes in summary.json equal the
 # strategy's formula; a checkpoint resumes at another world size and strategy and
-# `dtrun sample` reads it (its float and bool keys come back from meta.json).
+# `dtrun sample` reads it (its float and bool keys come back from meta.json); a
+# vocabulary of 128256 trains on uint16 token shards.
 # Final parameters come from DTRUN_DUMP_PARAMS=PATH (see test_dp.sh).
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
@@ -106,5 +107,26 @@ else fail "llama checkpoint resume" "$(tail -3 "$DT_TMP/c1.out")"; fi
 if $T "$DTRUN" sample "$ck" --tokens 16 --temperature 0 >"$DT_TMP/sample.out" 2>&1 && [ -s "$DT_TMP/sample.out" ]; then
   pass "dtrun sample reads a llama checkpoint"
 else fail "llama sample" "$(tail -3 "$DT_TMP/sample.out")"; fi
+
+# --- a vocabulary beyond uint16 (Llama 3's 128256) trains on uint16 token shards (ids
+# below 65536): the loss starts at ln(128256) and falls; the head's padded width is exact
+python3 - "$DT_TMP/tok.bin" <<'PY'
+import sys, numpy as np
+rng = np.random.default_rng(3)
+toks = np.tile(rng.integers(0, 65536, 64, dtype=np.uint16), 40)  # a repeating pattern to learn
+hdr = np.zeros(256, np.int32); hdr[:3] = (20240520, 1, toks.size)
+open(sys.argv[1], "wb").write(hdr.tobytes() + toks.tobytes())
+PY
+if run v1 1 data.train="$DT_TMP/tok.bin" model.vocab_size=128256 train_steps=8 optimizer.params.lr=1e-2 \
+   && python3 - "$DT_TMP/v1" <<'PY'
+import json, math, sys
+la = [json.loads(l)["loss"] for l in open(sys.argv[1] + "/metrics.jsonl")]
+s = json.load(open(sys.argv[1] + "/summary.json"))
+assert abs(la[0] - math.log(128256)) < 0.05, la[0]
+assert la[-1] < la[0] - 0.5, la
+assert s["n_params"] == 2 * 128256 * 32 + 2 * (32 + 32 * 32 + 2 * 16 * 32 + 32 * 32 + 32 + 3 * 48 * 32) + 32, s["n_params"]
+PY
+then pass "llama with vocab 128256 trains on uint16 token shards (loss from ln V down)"
+else fail "llama vocab 128256 on shards" "$(tail -3 "$DT_TMP/v1.out")"; fi
 
 finish

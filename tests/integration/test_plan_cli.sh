@@ -117,6 +117,24 @@ else fail "DTRUN_CUDA_ATTENTION=fused: plan's activations" "$(cat "$DT_TMP/err")
 DTRUN_CUDA_ATTENTION=flash bad_flag "unknown DTRUN_CUDA_ATTENTION exits 2" "DTRUN_CUDA_ATTENTION='flash'" \
   configs/gpt2-124m.json --gpus 1
 
+# a Llama-3-8B-shaped config: the exact table's 8,030,261,248 parameters, FLOPs per
+# token 6 x (all but the embedding lookup) + 12 L HD NH T
+cat > "$DT_TMP/llama3-8b.json" <<'JSON'
+{"model": {"type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+           "num_key_value_heads": 8, "intermediate_size": 14336, "rope_theta": 500000.0,
+           "max_position_embeddings": 8192, "seq_len": 8192, "vocab_size": 128256,
+           "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                            "original_max_position_embeddings": 8192}},
+ "data": {"train": "shards/*.bin"}, "bf16": {"enabled": true}, "train_batch_size": 512,
+ "train_micro_batch_size_per_gpu": 1, "strategy": "fsdp"}
+JSON
+json_check "llama3-8b config: 8,030,261,248 parameters, FLOPs, fsdp over 8 GPUs 16 bytes each" \
+  'j["model"]["type"] == "llama" and j["model"]["params"] == 8030261248 and j["model"]["params_unpadded"] == 8030261248 and abs(j["model"]["flops_per_token"] - (6 * (8030261248 - 128256 * 4096) + 12 * 32 * 128 * 32 * 8192)) < 1 and abs(r[("fsdp",8)]["memory_bytes"]["model_states"] - 16 * 8030261248 / 8) < 16 * 34 and j["model"]["strategy"] == "fsdp"' \
+  "$DT_TMP/llama3-8b.json" --gpus 1,8
+if "$DTRUN" plan "$DT_TMP/llama3-8b.json" --gpus 8 2>&1 | grep -q "llama, 32 layers, hidden 4096, 32 heads (8 key/value) of 128, intermediate 14336, .*; 8030261248 parameters"; then
+  pass "dtrun plan prints the llama3-8b model line with 8030261248 parameters"
+else fail "llama3-8b plan text" "$("$DTRUN" plan "$DT_TMP/llama3-8b.json" --gpus 8 2>&1 | head -3)"; fi
+
 json_check "demo config: cpu, fp32, materialised attention" \
   'j["gpu"]["name"] == "cpu" and j["model"]["precision"] == "fp32" and r[("ddp",1)]["memory_bytes"]["activations"] > r[("ddp",1)]["memory_bytes"]["activations_ckpt"]' \
   configs/demo.json --gpus 1
