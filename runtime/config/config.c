@@ -384,7 +384,12 @@ static void derive(dt_config_t *cfg) {
 
 /* A model key's value as text, for messages. */
 static void model_key_text(const dt_model_spec *spec, const dt_model_key *k, char *out, size_t len) {
-    snprintf(out, len, "%d", *(const int *)((const char *)spec + k->offset));
+    double v = dt_model_key_get(spec, k);
+    if (k->kind == DT_MODEL_KEY_BOOL) snprintf(out, len, "%s", v != 0 ? "true" : "false");
+    else {
+        snprintf(out, len, "%g", v);
+        if (strtod(out, NULL) != v) snprintf(out, len, "%.17g", v);
+    }
 }
 
 /* model.pretrained: model.type and the model's keys from DIR/config.json; a key the
@@ -412,15 +417,15 @@ static void apply_pretrained(dt_config_t *cfg, const char *src) {
         const dt_model_key *mk = &ops->keys[k];
         int row = dt_config_key_find_(mk->path);
         if (!h.from_file[k] || row < 0) continue;
-        void *ours = (char *)&cfg->model + mk->offset, *theirs = (char *)&h.spec + mk->offset;
-        if (cfg->origin[row] && memcmp(ours, theirs, sizeof(int)) != 0) {
+        double theirs = dt_model_key_get(&h.spec, mk);
+        if (cfg->origin[row] && dt_model_key_get(&cfg->model, mk) != theirs) {
             char a[64], b[64];
             model_key_text(&cfg->model, mk, a, sizeof a);
             model_key_text(&h.spec, mk, b, sizeof b);
             add_error(cfg, src, "%s: the config says %s, %s says %s", mk->path, a, h.path, b);
             continue;
         }
-        memcpy(ours, theirs, sizeof(int));
+        dt_model_key_set(&cfg->model, mk, theirs);
     }
     int rs = dt_config_key_find_("model.seq_len");
     if (rs >= 0 && !cfg->origin[rs] && h.seq_len_default > 0) cfg->model.seq_len = h.seq_len_default;

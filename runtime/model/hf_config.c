@@ -14,15 +14,18 @@ const char *dt_hf_config_types(void) { return "llama, mistral, qwen2, gpt2"; }
 
 /* ---- the model's keys as numbers ------------------------------------------------------- */
 
-/* Sets key k of spec from a JSON number or bool; 0 when v has the wrong type or is out
- * of the key's bounds. */
+/* Sets key k of spec from config.json's value v by the key's kind (a bool for BOOL,
+ * an integer for INT, a number for FLOAT); 0 when v does not fit. */
 static int key_set(dt_model_spec *spec, const dt_model_key *k, const cJSON *v) {
-    double x;
-    if (cJSON_IsBool(v)) x = cJSON_IsTrue(v) ? 1 : 0;
-    else if (cJSON_IsNumber(v)) x = v->valuedouble;
-    else return 0;
-    if (!(x >= k->min && x <= k->max) || floor(x) != x) return 0;
-    *(int *)((char *)spec + k->offset) = (int)x;
+    if (k->kind == DT_MODEL_KEY_BOOL) {
+        if (!cJSON_IsBool(v)) return 0;
+        dt_model_key_set(spec, k, cJSON_IsTrue(v) ? 1 : 0);
+        return 1;
+    }
+    if (!cJSON_IsNumber(v)) return 0;
+    double x = v->valuedouble;
+    if (!(x >= k->min && x <= k->max) || (k->kind == DT_MODEL_KEY_INT && floor(x) != x)) return 0;
+    dt_model_key_set(spec, k, x);
     return 1;
 }
 
@@ -58,8 +61,13 @@ static dt_status_t take(dt_hf_config *h, const cJSON *root, const char *ours, co
     if (k < 0 || !v) return DT_STATUS_OK;
     if (!key_set(&h->spec, &h->spec.ops->keys[k], v)) {
         char *s = cJSON_PrintUnformatted(v);
-        dt_status_t st = dt_error(DT_STATUS_CONFIG, "%s: %s: %s does not fit %s (%g to %g)", h->path, theirs,
-                                  s ? s : "?", ours, (double)h->spec.ops->keys[k].min, (double)h->spec.ops->keys[k].max);
+        const dt_model_key *mk = &h->spec.ops->keys[k];
+        dt_status_t st = mk->kind == DT_MODEL_KEY_BOOL
+                             ? dt_error(DT_STATUS_CONFIG, "%s: %s: expected true or false for %s, found %s", h->path,
+                                        theirs, ours, s ? s : "?")
+                             : dt_error(DT_STATUS_CONFIG, "%s: %s: expected %s in [%g, %g] for %s, found %s", h->path,
+                                        theirs, mk->kind == DT_MODEL_KEY_INT ? "an integer" : "a number", mk->min,
+                                        mk->max, ours, s ? s : "?");
         free(s);
         return st;
     }
@@ -220,7 +228,7 @@ static void put_path(cJSON *root, const char *path, cJSON *v) {
 
 static int key_int(const dt_model_spec *s, const char *path) {
     int k = key_index(s->ops, path);
-    return k < 0 ? 0 : *(const int *)((const char *)s + s->ops->keys[k].offset);
+    return k < 0 ? 0 : (int)dt_model_key_get(s, &s->ops->keys[k]);
 }
 
 static void gpt2_json(const dt_model_layout *l, cJSON *o) {
@@ -255,7 +263,9 @@ static void llama_json(const dt_model_layout *l, cJSON *o) {
         const char *p = s->ops->keys[k].path;
         if (strncmp(p, "model.", 6) || !strcmp(p, "model.seq_len") || !strcmp(p, "model.vocab_pad_multiple"))
             continue;
-        put_path(o, p + 6, cJSON_CreateNumber(key_int(s, p)));
+        const dt_model_key *mk = &s->ops->keys[k];
+        double v = dt_model_key_get(s, mk);
+        put_path(o, p + 6, mk->kind == DT_MODEL_KEY_BOOL ? cJSON_CreateBool(v != 0) : cJSON_CreateNumber(v));
     }
     int heads = key_int(s, "model.num_attention_heads");
     if (key_int(s, "model.num_key_value_heads") == 0) put_path(o, "num_key_value_heads", cJSON_CreateNumber(heads));

@@ -214,15 +214,22 @@ static void llama_build(dt_model_layout *l) {
 /* Hugging Face's LlamaPreTrainedModel: normal(0, initializer_range = 0.02) for every
  * matmul and the embedding, norms 1, biases 0; padded vocabulary rows 0 (they never
  * see a token, and as head rows their logits are ignored). */
-static void llama_init_params(const dt_model_layout *l, uint64_t seed, float *params) {
-    for (int i = 0; i < l->n_tensors; i++) dt_model_init_tensor(l, i, seed, params, 0.02, 0.02);
+static void llama_init_range(const dt_model_layout *l, uint64_t seed, size_t offset, size_t count, float *dst) {
+    for (int i = 0; i < l->n_tensors; i++) dt_model_init_tensor_range(l, i, seed, offset, count, dst, 0.02, 0.02);
     size_t C = (size_t)DT_MODEL_PRIV(&l->spec, const llama_sizes)->hidden_size;
-    size_t pad = (size_t)(l->vocab_padded - l->spec.vocab_size) * C;
     const char *vocab_rows[] = {"model.embed_tokens.weight", "lm_head.weight"};
     for (int k = 0; k < 2; k++) {
         int t = dt_model_find(l, vocab_rows[k]);
-        if (t >= 0) memset(params + l->tensors[t].offset + (size_t)l->spec.vocab_size * C, 0, pad * sizeof(float));
+        if (t < 0) continue;
+        size_t a = l->tensors[t].offset + (size_t)l->spec.vocab_size * C, e = l->tensors[t].offset + l->tensors[t].numel;
+        if (a < offset) a = offset;
+        if (e > offset + count) e = offset + count;
+        if (a < e) memset(dst + (a - offset), 0, (e - a) * sizeof(float));
     }
+}
+
+static void llama_init_params(const dt_model_layout *l, uint64_t seed, float *params) {
+    llama_init_range(l, seed, 0, l->n_params, params);
 }
 
 static size_t llama_unpadded_params(const dt_model_layout *l) {
@@ -562,6 +569,7 @@ const dt_model_ops dt_model_llama = {
     .validate = llama_validate,
     .build = llama_build,
     .init_params = llama_init_params,
+    .init_range = llama_init_range,
     .unpadded_params = llama_unpadded_params,
     .flops_per_token = llama_flops_per_token,
     .describe = llama_describe,
