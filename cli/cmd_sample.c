@@ -27,11 +27,12 @@
 static const char sample_usage[] =
     "usage: dtrun sample SOURCE [--prompt TEXT | --prompt-ids 3,17,42] [--tokens N] [--temperature T]\n"
     "                    [--top_k K] [--seed S] [--ids] [--device auto|cpu|cuda]\n"
-    "                    [--seq-len N]\n"
+    "                    [--seq-len N] [--threads N]\n"
     "  SOURCE: a step directory, a checkpoint.dir (its latest), or a Hugging Face directory\n"
     "  (config.json + safetensors: llama, mistral, qwen2, gpt2; its context: n_positions, or\n"
     "  max_position_embeddings up to 2048 unless --seq-len N). Defaults: --tokens 200,\n"
-    "  --temperature 0.8 (0 = greedy), --top_k 0 (all), --seed 1, --device auto.\n"
+    "  --temperature 0.8 (0 = greedy), --top_k 0 (all), --seed 1, --device auto, --threads: the\n"
+    "  CPU's cores (one token at a time is many small ops: on a busy machine 1 can be faster).\n"
     "  --prompt-ids: the prompt as token ids. --ids: print the generated ids, comma-separated,\n"
     "  instead of text. For checks: --logits prints the logits of every prompt position (one\n"
     "  line each, vocab_size numbers) before the output; --no-cache runs a full forward per\n"
@@ -118,7 +119,7 @@ static int is_hf_dir(const char *path) {
 
 int dt_cmd_sample(int argc, char **argv) {
     const char *path = NULL, *prompt = NULL, *prompt_ids = NULL, *device = "auto";
-    int print_ids = 0, print_logits = 0, seq_len = 0;
+    int print_ids = 0, print_logits = 0, seq_len = 0, threads = 0;
     dt_sample_opts o = {.tokens = 200, .temperature = 0.8, .top_k = 0, .seed = 1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -133,7 +134,10 @@ int dt_cmd_sample(int argc, char **argv) {
         else if (!strcmp(a, "--logits")) print_logits = 1;
         else if (!strcmp(a, "--no-cache") || !strcmp(a, "--no_cache")) o.no_cache = 1;
         else if (!strcmp(a, "--device") && has) device = argv[++i];
-        else if ((!strcmp(a, "--seq-len") || !strcmp(a, "--seq_len")) && has) {
+        else if (!strcmp(a, "--threads") && has) {
+            if (!parse_num(argv[++i], 1, 4096, &v) || v != (int)v) return bad("--threads wants a count > 0, got '%s'", argv[i]);
+            threads = (int)v;
+        } else if ((!strcmp(a, "--seq-len") || !strcmp(a, "--seq_len")) && has) {
             if (!parse_num(argv[++i], 1, 1 << 24, &v) || v != (int)v) return bad("--seq-len wants a count > 0, got '%s'", argv[i]);
             seq_len = (int)v;
         }
@@ -222,8 +226,8 @@ int dt_cmd_sample(int argc, char **argv) {
         logits = dt_xcalloc((size_t)kept * (size_t)l.spec.vocab_size, sizeof *logits);
         o.prompt_logits = logits;
     }
-    if (dt_device_init(&dev, kind, 0) != DT_STATUS_OK) {
-        if (strcmp(device, "auto") != 0 || dt_device_init(&dev, DT_DEVICE_CPU, 0) != DT_STATUS_OK) goto out_error;
+    if (dt_device_init(&dev, kind, threads) != DT_STATUS_OK) {
+        if (strcmp(device, "auto") != 0 || dt_device_init(&dev, DT_DEVICE_CPU, threads) != DT_STATUS_OK) goto out_error;
     }
     if (dt_sample_net_init(&sn, dev, &l, host, DT_MEM_PARAMS) != DT_STATUS_OK) goto out_error;
     have_net = 1;
