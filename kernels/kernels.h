@@ -207,7 +207,8 @@ struct dt_ops {
      * repeat_kv does. out = softmax(q k^T / sqrt(HS), causal) v, heads concatenated.
      * `saved` is what the backward needs (CPU: the probabilities (B, NH, T, T));
      * `scratch` is workspace for the backward only. Their sizes in bytes come from
-     * the two *_bytes slots and depend on dev->nthreads. */
+     * the two *_bytes slots and depend on dev->nthreads; in the CPU and CUDA
+     * backends not on NKV (key/value heads are read in place, never expanded). */
     size_t (*attention_saved_bytes)(const dt_device_t *dev, int B, int T, int C, int NH, int NKV);
     size_t (*attention_scratch_bytes)(const dt_device_t *dev, int B, int T, int C, int NH, int NKV);
     void (*attention_forward)(dt_device_t *dev, void *out, // (B, T, C)
@@ -228,7 +229,8 @@ struct dt_ops {
      * then values (NKV*HS) of position t, filled for t <= pos: exactly the k|v tail
      * of a qkv row, so a model copies qkv[C .. C + 2*NKV*HS) of the new position
      * into cache row pos. out (B, C) is written (=): row pos of the causal attention
-     * over the same q, k, v. pos < max_T. */
+     * over the same q, k, v. pos < max_T; the CUDA backend takes HS <= DT_ROPE_MAX_HS
+     * (a larger head is an error at synchronize). */
     void (*attention_decode)(dt_device_t *dev, void *out, // (B, C) =
                              const void *q, int q_stride, // (B, q_stride)
                              const void *kv, int max_T,   // (B, max_T, 2*NKV*HS)

@@ -213,6 +213,9 @@ double dt_plan_activation_bytes(const dt_plan_model *m, int micro_batch, int com
     double A = (double)m->n_head * m->head_dim;                       /* attention width */
     double Q = (double)(m->n_head + 2 * m->n_kv_head) * m->head_dim; /* fused qkv row */
     double saved, scratch;
+    /* The attention slots' sizes below depend on the query heads NH only: with
+     * grouped-query attention (NKV < NH) every backend reads the shared key/value
+     * heads in place and saves nothing per key/value head. */
     if (attention > 0) { /* materialised, fp32 (CPU), `attention` threads of scratch rows */
         saved = 4 * B * NH * T * T;
         scratch = 4.0 * attention * fmin(T, 64) * T;

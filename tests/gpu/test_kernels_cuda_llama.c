@@ -366,3 +366,17 @@ Test(cuda_llama, table_slots) {
         ctx_close(&x);
     }
 }
+
+/* A head wider than the decode kernel holds is an error naming the op, reported
+ * once at synchronize; nothing is written. */
+Test(cuda_llama, decode_head_too_wide_is_an_error) {
+    ctx_t x;
+    ctx_open(&x, DT_DTYPE_F32);
+    int HS = DT_ROPE_MAX_HS + 16, C = 2 * HS;
+    void *d_q = gpu_alloc(&x, sizeof(float) * C), *d_kv = gpu_alloc(&x, sizeof(float) * 2 * 2 * HS);
+    void *d_out = gpu_alloc(&x, sizeof(float) * C);
+    x.g->attention_decode(x.gpu, d_out, d_q, C, d_kv, 1, 0, 1, C, 2, 2);
+    cr_assert_neq(x.g->synchronize(x.gpu), DT_STATUS_OK);
+    cr_assert(strstr(dt_error_detail(), "attention_decode"), "%s", dt_error_detail());
+    ctx_close(&x); /* reported once: the device is usable again */
+}

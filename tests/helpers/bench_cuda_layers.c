@@ -1,6 +1,8 @@
 /*
  * bench_cuda_layers.c - times the CUDA layer ops (encoder, layernorm, attention,
- * fused softmax + cross-entropy) at GPT-2 124M's shapes on one GPU: milliseconds
+ * fused softmax + cross-entropy, and Llama's rmsnorm, rope, swiglu, KV-cache
+ * decode) at GPT-2 124M's shapes on one GPU (--kv-heads N: grouped-query attention
+ * with N key/value heads; Llama's MLP width is 8/3 C): milliseconds
  * per call (mean of K calls after one warm-up, the stream drained before and
  * after), the bandwidth the memory-bound ops reach, and the attention GEMMs'
  * TFLOP/s. Attention is timed for both kinds of the CUDA backend: the cuBLAS path
@@ -10,7 +12,7 @@
  * anything where no CUDA device is present.
  *
  * usage: bench_cuda_layers [--fp32] [--iters K] [-B 16] [-T 1024] [-C 768]
- *                          [--heads 12] [--vocab 50257] [--attention-only]
+ *                          [--heads 12] [--kv-heads 12] [--vocab 50257] [--attention-only]
  * Inputs are constant bytes (finite values; timing does not depend on them) and
  * token ids drawn at random below the vocabulary, as text would be.
  */
@@ -76,19 +78,19 @@ static void report(const char *name, double ms, double bytes, double flops) {
 
 /* Attention forward and backward on the global device (its kind chosen at open):
  * 2 GEMMs of B NH T^2 HS multiply-adds forward, 4 backward. */
-static void bench_attention(const char *label, int B, int T, int C, int NH, size_t es) {
+static void bench_attention(const char *label, int B, int T, int C, int NH, int NKV, size_t es) {
     const dt_ops_t *op = dev->ops;
-    size_t NC = (size_t)B * T * C;
-    void *qkv = dbuf(3 * NC * es), *dqkv = dbuf(3 * NC * es), *y = dbuf(NC * es);
-    size_t saved_b = op->attention_saved_bytes(dev, B, T, C, NH, NH);
-    size_t scratch_b = op->attention_scratch_bytes(dev, B, T, C, NH, NH);
+    size_t NC = (size_t)B * T * C, N3 = (size_t)B * T * (C + 2 * NKV * (C / NH));
+    void *qkv = dbuf(N3 * es), *dqkv = dbuf(N3 * es), *y = dbuf(NC * es);
+    size_t saved_b = op->attention_saved_bytes(dev, B, T, C, NH, NKV);
+    size_t scratch_b = op->attention_scratch_bytes(dev, B, T, C, NH, NKV);
     void *saved = dbuf(saved_b), *scratch = dbuf(scratch_b);
     double gemm = 2.0 * B * NH * (double)T * T * (C / NH);
     char name[64];
     snprintf(name, sizeof name, "%sattention_forward", label);
-    TIME(name, 0, 2 * gemm, op->attention_forward(dev, y, saved, qkv, B, T, C, NH, NH));
+    TIME(name, 0, 2 * gemm, op->attention_forward(dev, y, saved, qkv, B, T, C, NH, NKV));
     snprintf(name, sizeof name, "%sattention_backward", label);
-    TIME(name, 0, 4 * gemm, op->attention_backward(dev, dqkv, scratch, y, qkv, saved, B, T, C, NH, NH));
+    TIME(name, 0, 4 * gemm, op->attention_backward(dev, dqkv, scratch, y, qkv, saved, B, T, C, NH, NKV));
     snprintf(name, sizeof name, "%sattention memory", label);
     printf("%-25s %9.1f MB saved per layer, %.1f MB scratch\n", name, saved_b / 1e6, scratch_b / 1e6);
     op->free(dev, saved);
@@ -99,7 +101,7 @@ static void bench_attention(const char *label, int B, int T, int C, int NH, size
 }
 
 int main(int argc, char **argv) {
-    int B = 16, T = 1024, C = 768, NH = 12, V = 50257, attention_only = 0;
+    int B = 16, T = 1024, C = 768, NH = 12, NKV = 0, V = 50257, attention_only = 0;
     dt_dtype_t dtype = DT_DTYPE_BF16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -113,11 +115,14 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "-T")) T = x;
         else if (!strcmp(a, "-C")) C = x;
         else if (!strcmp(a, "--heads")) NH = x;
+        else if (!strcmp(a, "--kv-heads")) NKV = x;
         else if (!strcmp(a, "--vocab")) V = x;
         else { fprintf(stderr, "bench_cuda_layers: unknown option %s\n", a); return 2; }
         i++;
     }
     if (C % NH) { fprintf(stderr, "bench_cuda_layers: -C %d is not a multiple of --heads %d\n", C, NH); return 2; }
+    if (NKV == 0) NKV = NH;
+    if (NH % NKV) { fprintf(stderr, "bench_cuda_layers: --heads %d is not a multiple of --kv-heads %d\n", NH, NKV); return 2; }
     if (dt_device_count(DT_DEVICE_CUDA) == 0) {
         printf("bench_cuda_layers: no CUDA device: nothing to time\n");
         return 0;
@@ -127,17 +132,17 @@ int main(int argc, char **argv) {
     const dt_ops_t *op = dev->ops;
     int Vp = (V + 127) / 128 * 128, N = B * T;
     size_t es = dt_dtype_size(dtype), NC = (size_t)N * C;
-    printf("CUDA layer ops, %s, B=%d T=%d C=%d NH=%d V=%d (padded %d), mean of %d calls\n",
-           dt_dtype_name(dtype), B, T, C, NH, V, Vp, iters);
+    printf("CUDA layer ops, %s, B=%d T=%d C=%d NH=%d NKV=%d V=%d (padded %d), mean of %d calls\n",
+           dt_dtype_name(dtype), B, T, C, NH, NKV, V, Vp, iters);
 
     /* attention, both kinds */
-    bench_attention("", B, T, C, NH, es);
+    bench_attention("", B, T, C, NH, NKV, es);
     {
         /* the fused kernel: a second device on the same GPU, asked for it at open */
         dt_device_t *main_dev = dev;
         if (setenv("DTRUN_CUDA_ATTENTION", "fused", 1) != 0) die("setenv");
         if (dt_device_open(&dev, &o) != DT_STATUS_OK) die("open cuda (fused attention)");
-        bench_attention("fused ", B, T, C, NH, es);
+        bench_attention("fused ", B, T, C, NH, NKV, es);
         dt_device_free(dev);
         dev = main_dev;
         unsetenv("DTRUN_CUDA_ATTENTION");
@@ -168,6 +173,27 @@ int main(int argc, char **argv) {
     TIME("softmax_xent_forward", NV * es, 0, op->softmax_xent_forward(dev, losses, logits, tg, N, V, Vp));
     TIME("softmax_xent_backward", 2 * NV * es, 0,
          op->softmax_xent_backward(dev, logits, losses, logits, tg, 1.0f / N, N, V, Vp));
+
+    /* Llama's ops: rmsnorm as layernorm; rope on the q and k heads of qkv rows in
+     * place (read and write them); swiglu over (N, 2 IC); one decode step of B
+     * sequences against a cache of T positions. */
+    int HS = C / NH, IC = (8 * C / 3 + 127) / 128 * 128, C3 = C + 2 * NKV * HS;
+    TIME("rmsnorm_forward", 2 * NC * es, 0, op->rmsnorm_forward(dev, ln, rstd, x, w, N, C, 1e-5f));
+    TIME("rmsnorm_backward", 4 * NC * es, 0, op->rmsnorm_backward(dev, dx, dw, ln, x, w, rstd, N, C));
+    if (HS % 2 == 0 && HS <= DT_ROPE_MAX_HS) {
+        dt_rope_args_t rope = {.theta = 500000, .factor = 8, .low_freq_factor = 1, .high_freq_factor = 4,
+                               .original_max_pos = 8192};
+        void *qkv = dbuf((size_t)N * C3 * es);
+        double moved = 2.0 * N * (NH + NKV) * HS * es;
+        TIME("rope_forward", moved, 0, op->rope_forward(dev, qkv, B, T, C3, NH + NKV, HS, 0, &rope));
+        TIME("rope_backward", moved, 0, op->rope_backward(dev, qkv, B, T, C3, NH + NKV, HS, 0, &rope));
+        void *kv = dbuf((size_t)B * T * 2 * NKV * HS * es), *o1 = dbuf((size_t)B * C * es);
+        TIME("attention_decode", (double)B * T * 2 * NKV * HS * es, 0,
+             op->attention_decode(dev, o1, qkv, C3, kv, T, T - 1, B, C, NH, NKV));
+    }
+    void *gu = dbuf((size_t)N * 2 * IC * es), *dgu = dbuf((size_t)N * 2 * IC * es), *act = dbuf((size_t)N * IC * es);
+    TIME("swiglu_forward", 3.0 * N * IC * es, 0, op->swiglu_forward(dev, act, gu, N, IC));
+    TIME("swiglu_backward", 7.0 * N * IC * es, 0, op->swiglu_backward(dev, dgu, gu, act, N, IC));
     dt_device_free(dev); /* frees what is still allocated */
     return 0;
 }
