@@ -142,14 +142,15 @@ static dt_status_t llama_validate(const dt_model_spec *s) {
     DT_CHECK(check_positive("max_position_embeddings", z->max_position_embeddings));
     DT_CHECK(check_positive("seq_len", s->seq_len));
     DT_CHECK(check_positive("vocab_size", s->vocab_size));
-    if (z->num_key_value_heads < 0 || z->head_dim < 0 || z->intermediate_size < 0)
-        return dt_error(DT_STATUS_CONFIG, "model.%s: expected >= 0 (0 = derived), found %d",
-                        z->num_key_value_heads < 0 ? "num_key_value_heads"
-                        : z->head_dim < 0          ? "head_dim"
-                                                   : "intermediate_size",
-                        z->num_key_value_heads < 0 ? z->num_key_value_heads
-                        : z->head_dim < 0          ? z->head_dim
-                                                   : z->intermediate_size);
+    const struct {
+        const char *name;
+        int v;
+    } derived[] = {{"num_key_value_heads", z->num_key_value_heads}, {"head_dim", z->head_dim},
+                   {"intermediate_size", z->intermediate_size}};
+    for (int i = 0; i < 3; i++)
+        if (derived[i].v < 0)
+            return dt_error(DT_STATUS_CONFIG, "model.%s: expected >= 0 (0 = derived), found %d", derived[i].name,
+                            derived[i].v);
     if (!(z->rope_theta > 0)) return dt_error(DT_STATUS_CONFIG, "model.rope_theta: expected > 0, found %g", z->rope_theta);
     if (!(z->rms_norm_eps >= 0))
         return dt_error(DT_STATUS_CONFIG, "model.rms_norm_eps: expected >= 0, found %g", z->rms_norm_eps);

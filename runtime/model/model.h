@@ -8,15 +8,16 @@
  * its shape, its element offset, its FSDP unit and whether weight decay applies.
  * Units are contiguous ranges in forward order (gpt: 0 = embeddings, 1..L = the
  * blocks, L+1 = final LayerNorm, the LM head tied to unit 0; llama the same with
- * lm_head in unit L+1 unless tied; mlp: one unit per layer). DDP buckets are byte ranges of the same buffer; FSDP shards units; a
- * pipeline stage would own whole units; a tensor-parallel shard would be a strided
- * range of one tensor, found here by name, shape and offset.
+ * lm_head in unit L+1 unless tied; mlp: one unit per layer). DDP buckets are byte
+ * ranges of the same buffer; FSDP shards units; a pipeline stage would own whole
+ * units; a tensor-parallel shard would be a strided range of one tensor, found here
+ * by name, shape and offset.
  *
  * The model table, as the device table (kernels/kernels.h) and the communicator
  * table (runtime/comm/comm_impl.h): one file per model fills a dt_model_ops
- * (runtime/model/gpt.c, llama.c, mlp.c) and runtime/model/registry.c lists them. Callers
- * never test which model they hold: they ask spec.ops. A new model is its own file
- * filling every slot not marked optional, plus one line in registry.c:
+ * (runtime/model/gpt.c, llama.c, mlp.c) and runtime/model/registry.c lists them.
+ * Callers never test which model they hold: they ask spec.ops. A new model is its
+ * own file filling every slot not marked optional, plus one line in registry.c:
  *   name, help, data kind          "gpt", shown in errors and `dtrun config --keys`
  *   keys                           its model.* config keys (int, double or 0/1 int
  *                                  fields of the spec, its own sizes in spec.priv:
@@ -150,7 +151,7 @@ size_t dt_model_key_size(const dt_model_key *k);
  * (INT and BOOL fields get the value converted to int; the caller checks bounds). */
 double dt_model_key_get(const dt_model_spec *spec, const dt_model_key *k);
 void dt_model_key_set(dt_model_spec *spec, const dt_model_key *k, double v);
-/* The key of spec->ops whose path is path ("model.rope_theta"), or NULL. */
+/* The key of ops whose path is path ("model.rope_theta"), or NULL. */
 const dt_model_key *dt_model_key_find(const dt_model_ops *ops, const char *path);
 
 /* A decoder-only transformer's widths, for `dtrun plan`'s activation formula

@@ -3,7 +3,8 @@
  * the trainer allocates on a CUDA device (runtime/model/net.c with the CUDA backend's
  * attention sizes), byte for byte, in bf16 and fp32, for both attention kinds
  * (DTRUN_CUDA_ATTENTION=cublas and =fused; a head size of 136 checks that plan
- * follows the fused kind's fallback to cuBLAS above 128). Runs on a real GPU
+ * follows the fused kind's fallback to cuBLAS above 128), for gpt and llama (GQA, head
+ * sizes apart from hidden / heads). Runs on a real GPU
  * (scripts/gpu_check.sh) and on the CPU emulator (make test); skips elsewhere.
  */
 #include <criterion/criterion.h>
@@ -14,9 +15,26 @@
 #include "runtime/model/net.h"
 #include "runtime/tools/plan.h"
 
+/* A llama of hidden 40 (or 256), 2 layers, 4 query heads, nkv key/value heads, head_dim
+ * hd (0: hidden / 4), intermediate 52, seq 33, vocab 77. */
+static dt_model_spec llama(int hidden, int tied, int bias, int hd, int nkv) {
+    dt_model_spec s = {.ops = &dt_model_llama, .seq_len = 33, .vocab_size = 77, .vocab_pad_multiple = 64};
+    const char *paths[] = {"model.hidden_size", "model.num_hidden_layers", "model.num_attention_heads",
+                           "model.num_key_value_heads", "model.head_dim", "model.intermediate_size",
+                           "model.max_position_embeddings", "model.rope_theta", "model.tie_word_embeddings",
+                           "model.attention_bias"};
+    double v[] = {hidden, 2, 4, nkv, hd, 52, 64, 10000, tied, bias};
+    for (int i = 0; i < 10; i++) dt_model_key_set(&s, dt_model_key_find(s.ops, paths[i]), v[i]);
+    return s;
+}
+
 Test(plan_cuda, activations_match_the_trainers_arena) {
     if (dt_device_count(DT_DEVICE_CUDA) == 0) cr_skip_test("no CUDA device");
     dt_model_spec specs[] = {
+        llama(40, 0, 0, 0, 2),  /* GQA */
+        llama(40, 1, 1, 12, 4), /* attention width 48 > hidden 40, tied, biases */
+        llama(256, 0, 0, 0, 1), /* head size 64 (the fused kernel's), MQA */
+        llama(40, 0, 0, 136, 2), /* head size 136: fused falls back to cuBLAS */
         {.ops = &dt_model_gpt, .n_layer = 3, .n_head = 3, .n_embd = 12, .seq_len = 7, .vocab_size = 50,
          .vocab_pad_multiple = 1},
         {.ops = &dt_model_gpt, .n_layer = 2, .n_head = 4, .n_embd = 64, .seq_len = 100, .vocab_size = 256,

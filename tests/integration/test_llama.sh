@@ -7,7 +7,8 @@
 # is unit 0 again); every rank's model-state bytes in summary.json equal the
 # strategy's formula; a checkpoint resumes at another world size and strategy and
 # `dtrun sample` reads it (its float and bool keys come back from meta.json); a
-# vocabulary of 128256 trains on uint16 token shards.
+# vocabulary of 128256 trains on uint16 token shards; on the emulated CUDA device
+# (dtrun-emu) it tracks the CPU in fp32 and bf16, both attention kinds, and fsdp.
 # Final parameters come from DTRUN_DUMP_PARAMS=PATH (see test_dp.sh).
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
@@ -128,5 +129,43 @@ assert s["n_params"] == 2 * 128256 * 32 + 2 * (32 + 32 * 32 + 2 * 16 * 32 + 32 *
 PY
 then pass "llama with vocab 128256 trains on uint16 token shards (loss from ln V down)"
 else fail "llama vocab 128256 on shards" "$(tail -3 "$DT_TMP/v1.out")"; fi
+
+# --- the CUDA device (the emulator build, dtrun-emu; see test_cuda_emu.sh): the same
+# llama on the "GPU" tracks the CPU from the same initialisation, fp32 within 1e-4,
+# bf16 within 1e-2, both attention kinds; fsdp on 2 ranks sharing the GPU (staged
+# through host buffers) against fsdp on 2 CPU ranks; tied with biases too
+EMU=${DTRUN_EMU:-$PWD/dtrun-emu}
+# close A B TOL: losses within TOL relative, step by step, and falling
+close() {
+  python3 - "$DT_TMP/$1/metrics.jsonl" "$DT_TMP/$2/metrics.jsonl" "$3" <<'PY'
+import json, sys
+a = [json.loads(l)["loss"] for l in open(sys.argv[1])]
+b = [json.loads(l)["loss"] for l in open(sys.argv[2])]
+assert len(a) == len(b) == 20, (len(a), len(b))
+d = max(abs(x - y) / abs(y) for x, y in zip(a, b))
+assert d <= float(sys.argv[3]) and a[-1] < a[0] - 0.5, (d, a[0], a[-1])
+PY
+}
+# emu NAME NPROC ARGS...: a run of the emulator build (parameters dumped as run does)
+emu() {
+  local name=$1 np=$2; shift 2
+  DTRUN_DUMP_PARAMS="$DT_TMP/$name.bin" $T "$EMU" --standalone --nproc_per_node "$np" "$DT_TMP/llama.json" \
+    device=cuda "$@" log.dir="$DT_TMP/$name" >"$DT_TMP/$name.out" 2>&1
+}
+if [ ! -x "$EMU" ]; then
+  skip "llama on the CUDA device (emulator)" "no $EMU (the emulator build is not part of SAN runs)"
+else
+  run c1ref 1 gradient_accumulation_steps=2 device=cpu || fail "cpu reference"
+  for k in cublas fused; do
+    if DTRUN_CUDA_ATTENTION=$k emu e_$k 1 gradient_accumulation_steps=2 bf16.enabled=false && close e_$k c1ref 1e-4 \
+       && DTRUN_CUDA_ATTENTION=$k emu eb_$k 1 gradient_accumulation_steps=2 bf16.enabled=true && close eb_$k c1ref 1e-2; then
+      pass "llama on the GPU ($k attention): fp32 within 1e-4 of the CPU, bf16 within 1e-2"
+    else fail "llama on the GPU ($k attention)" "$(tail -3 "$DT_TMP/e_$k.out" "$DT_TMP/eb_$k.out")"; fi
+  done
+  if run cf2 2 $TIED strategy=fsdp device=cpu && DTRUN_CUEMU_HOST_GUARD=1 emu ef2 2 $TIED strategy=fsdp bf16.enabled=false \
+     && close ef2 cf2 1e-4; then
+    pass "llama fsdp on the GPU, 2 ranks (tied, biases), fp32 within 1e-4 of fsdp on CPU"
+  else fail "llama fsdp on the GPU" "$(tail -3 "$DT_TMP/ef2.out")"; fi
+fi
 
 finish
