@@ -393,8 +393,8 @@ static void model_key_text(const dt_model_spec *spec, const dt_model_key *k, cha
 }
 
 /* model.pretrained: model.type and the model's keys from DIR/config.json; a key the
- * user gave must agree with it (seq_len: at most its bound; gpt: n_positions when not
- * given). Idempotent, as finish() runs again after each dt_config_set. */
+ * user gave must agree with it (seq_len: at most the model's positions; when not
+ * given gpt's n_positions, llama's default cut to max_position_embeddings). Idempotent, as finish() runs again after each dt_config_set. */
 static void apply_pretrained(dt_config_t *cfg, const char *src) {
     if (!cfg->model_pretrained) return;
     dt_hf_config h;
@@ -428,8 +428,12 @@ static void apply_pretrained(dt_config_t *cfg, const char *src) {
         dt_model_key_set(&cfg->model, mk, theirs);
     }
     int rs = dt_config_key_find_("model.seq_len");
-    if (rs >= 0 && !cfg->origin[rs] && h.seq_len_default > 0) cfg->model.seq_len = h.seq_len_default;
-    if (h.max_seq_len > 0 && cfg->model.seq_len > h.max_seq_len)
+    if (rs >= 0 && !cfg->origin[rs]) { /* gpt: n_positions; llama: the default, within the positions */
+        if (h.seq_len_default > 0) cfg->model.seq_len = h.seq_len_default;
+        else if (h.max_seq_len > 0 && cfg->model.seq_len > h.max_seq_len) cfg->model.seq_len = h.max_seq_len;
+    }
+    /* (llama's own config_check bounds seq_len by max_position_embeddings, a key) */
+    if (h.seq_len_default > 0 && cfg->model.seq_len > h.max_seq_len)
         add_error(cfg, src, "model.seq_len: expected at most %d (%s: the model's positions), found %d", h.max_seq_len,
                   h.path, cfg->model.seq_len);
     if (h.sliding_window > 0 && cfg->model.seq_len > h.sliding_window)

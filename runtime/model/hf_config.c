@@ -119,8 +119,7 @@ static dt_status_t read_llama(dt_hf_config *h, const cJSON *root) {
     if (!strcmp(h->model_type, "qwen2")) { /* Qwen2 has q/k/v biases and no key saying so */
         int k = key_index(ops, "model.attention_bias");
         cJSON *t = cJSON_CreateTrue();
-        if (k >= 0 && key_set(&h->spec, &ops->keys[k], t) && k < DT_HF_MAX_KEYS)
-            h->from_file[k] = 1; /* model.pretrained applies it as config.json's */
+        if (k >= 0 && key_set(&h->spec, &ops->keys[k], t) && k < DT_HF_MAX_KEYS) h->from_file[k] = 1;
         cJSON_Delete(t);
     }
     const cJSON *mp = at_path(root, "max_position_embeddings");

@@ -83,6 +83,19 @@ static dt_status_t build_spec(const dt_config_t *cfg, dt_model_spec *spec) {
     return DT_STATUS_OK;
 }
 
+/* kB of a /proc/self/status line ("VmRSS", "VmHWM"), 0 when unknown. */
+static double proc_status_kb(const char *key) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    double kb = 0;
+    size_t n = strlen(key);
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, key, n) && line[n] == ':') kb = strtod(line + n + 1, NULL);
+    fclose(f);
+    return kb;
+}
+
 dt_status_t dt_trainer_check_pretrained(const dt_config_t *cfg) {
     if (!cfg->model_pretrained) return DT_STATUS_OK;
     dt_model_spec spec;
@@ -346,13 +359,18 @@ static dt_status_t setup(trainer *t) {
         DT_CHECK(dt_hf_weights_open(cfg->model_pretrained, &t->layout, &t->hf));
         dpo.fill = init_fill, dpo.fill_ctx = t, dpo.init_id = dt_hf_weights_id(t->hf);
     }
-    double t_load = dt_now_s();
+    double t_load = dt_now_s(), rss0 = proc_status_kb("VmRSS");
     DT_CHECK(dt_dp_init(&t->dp, &dpo, t->dev, &t->layout, &t->net, t->comm));
-    if (t->hf && t->env->rank == 0) {
+    if (t->hf) { /* each rank: what it read, how fast, and its memory peak against its model state */
         double sec = dt_now_s() - t_load;
         uint64_t b = dt_hf_weights_bytes_read(t->hf);
-        DT_LOG_INFO("pretrained: %s: rank 0 read %.1f MB of %.1f MB in %.3f s (%.2f GB/s)", cfg->model_pretrained,
-                    (double)b / 1e6, (double)dt_hf_weights_file_bytes(t->hf) / 1e6, sec, sec > 0 ? (double)b / sec / 1e9 : 0.0);
+        dt_dp_mem m;
+        dt_dp_expected_mem(t->dp, &m);
+        double state = (double)(m.params + m.grads + m.master + m.optim + m.work);
+        DT_LOG_INFO("pretrained: %s: rank %d read %.1f MB of %.1f MB in %.3f s (%.2f GB/s); host RSS %.1f MB before, "
+                    "peak %.1f MB after, model state %.1f MB",
+                    cfg->model_pretrained, t->env->rank, (double)b / 1e6, (double)dt_hf_weights_file_bytes(t->hf) / 1e6,
+                    sec, sec > 0 ? (double)b / sec / 1e9 : 0.0, rss0 / 1e3, proc_status_kb("VmHWM") / 1e3, state / 1e6);
     }
     size_t rows = (size_t)t->B * (size_t)t->T;
     t->tokens = dt_xcalloc(rows, sizeof(int32_t));

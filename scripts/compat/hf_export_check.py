@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """hf_export_check.py - `dtrun export --format hf` against transformers itself.
 
-Trains a tiny model with dtrun on CPU (a GPT on generated text; with --llama also a
-llama model, once dtrun has one), exports the checkpoint with --format hf as one
+Trains a tiny model with dtrun on CPU (a GPT and a GQA llama on generated text),
+exports the checkpoint with --format hf as one
 fp32 file, as fp32 shards (--max-shard-size) and in bf16, and for each directory:
   - transformers.AutoModelForCausalLM.from_pretrained(DIR) loads it with no
     missing, unexpected or mismatched keys;
@@ -12,9 +12,13 @@ fp32 file, as fp32 shards (--max-shard-size) and in bf16, and for each directory
     (`dtrun sample --temperature 0`) for the same byte prompt;
 then model.pretrained=DIR (the HF directory back into dtrun, lr 1e-30) exported
 again gives the same tensors.
+And the other way: tiny models made by transformers itself and saved with
+save_pretrained (GPT2Config; LlamaConfig with GQA and Llama 3 rope_scaling; Qwen2Config
+with its q/k/v biases and tied embeddings; MistralConfig), fp32 and bf16, go through
+model.pretrained and dtrun's export and come out as the same state dict.
 
 Needs torch and transformers, so it is not part of `make test`:
-    /opt/torchvenv/bin/python scripts/compat/hf_export_check.py [--dtrun ./dtrun] [--llama]
+    /opt/torchvenv/bin/python scripts/compat/hf_export_check.py [--dtrun ./dtrun] [--gpt-only]
 Prints PASS/FAIL lines; exits 1 on any failure.
 """
 import argparse
@@ -114,10 +118,64 @@ def check_model(dtrun, tmp, name, model_json):
     check(f"{name}: HF dir -> model.pretrained -> export: the same bytes", a == b)
 
 
+def read_st(d):
+    """{name: fp32 tensor} of DIR's safetensors (one file or shards)."""
+    from safetensors.torch import load_file
+    ix = os.path.join(d, "model.safetensors.index.json")
+    files = [os.path.join(d, "model.safetensors")]
+    if os.path.exists(ix):
+        files = sorted({os.path.join(d, f) for f in json.load(open(ix))["weight_map"].values()})
+    out = {}
+    for f in files:
+        out.update({k: v.float() for k, v in load_file(f).items()})
+    return out
+
+
+def check_hf_made(dtrun, tmp, gpt_only):
+    T = transformers
+    small = dict(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    models = {"gpt2": T.GPT2Config(vocab_size=256, n_embd=32, n_layer=2, n_head=2, n_positions=64)}
+    if not gpt_only:
+        models["llama3"] = T.LlamaConfig(**small, rope_theta=500000.0, rope_scaling={
+            "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 32})
+        models["qwen2"] = T.Qwen2Config(**small, tie_word_embeddings=True, rope_theta=1e6)
+        models["mistral"] = T.MistralConfig(**small, sliding_window=None)
+    for name, conf in models.items():
+        for dtype in (torch.float32, torch.bfloat16):
+            d = f"{tmp}/made_{name}_{str(dtype)[6:]}"
+            m = T.AutoModelForCausalLM.from_config(conf)
+            with torch.no_grad():  # no zeros (biases): the lr 1e-30 step below moves only zeros
+                for p in m.parameters():
+                    p.normal_(0, 0.05)
+            m = m.to(dtype)
+            m.save_pretrained(d)
+            want = read_st(d)
+            cfg = {"model": {"pretrained": d, "seq_len": 32}, "device": "cpu", "threads": 2,
+                   "data": {"train": f"{tmp}/text.txt"}, "train_micro_batch_size_per_gpu": 2, "train_steps": 1,
+                   "optimizer": {"type": "AdamW", "params": {"lr": 1e-30, "weight_decay": 0}},
+                   "eval": {"every_steps": 0}, "checkpoint": {"dir": d + "_ck", "every_steps": 1, "resume": "never"},
+                   "log": {"dir": d + "_log"}}
+            with open(d + ".json", "w") as f:
+                json.dump(cfg, f)
+            run(dtrun, "__worker", d + ".json")
+            run(dtrun, "export", d + "_ck", "-o", d + "_out", "--format", "hf", "--dtype", "fp32")
+            got = read_st(d + "_out")
+            if name == "gpt2":  # ours has seq_len rows of wpe
+                want = {k.removeprefix("transformer."): v for k, v in want.items()}
+                want["wpe.weight"] = want["wpe.weight"][:32]
+            diff = set(want) ^ set(got)
+            same = not diff and all(torch.equal(want[k], got[k]) for k in want)
+            check(f"{name} saved by transformers ({str(dtype)[6:]}) -> model.pretrained -> export: the same state dict",
+                  same, f"names {sorted(diff)[:4]}" if diff else
+                  str([k for k in want if not torch.equal(want[k], got[k])][:4]))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dtrun", default=os.path.join(os.path.dirname(__file__), "../../dtrun"))
-    ap.add_argument("--llama", action="store_true", help="also a llama model (needs dtrun's llama)")
+    ap.add_argument("--gpt-only", action="store_true", help="skip the llama family")
     a = ap.parse_args()
     dtrun = os.path.abspath(a.dtrun)
     torch.manual_seed(0)
@@ -125,7 +183,8 @@ def main():
         make_text(f"{tmp}/text.txt")
         check_model(dtrun, tmp, "gpt", {"type": "gpt", "n_layer": 2, "n_head": 2, "n_embd": 32, "seq_len": 48,
                                          "vocab_size": 256})
-        if a.llama:
+        check_hf_made(dtrun, tmp, a.gpt_only)
+        if not a.gpt_only:
             check_model(dtrun, tmp, "llama", {"type": "llama", "hidden_size": 32, "num_hidden_layers": 2,
                                               "num_attention_heads": 4, "num_key_value_heads": 2,
                                               "intermediate_size": 64, "seq_len": 48, "vocab_size": 256,

@@ -10,6 +10,7 @@
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
 W="$DTRUN __worker"
+L="$DTRUN --standalone --nproc_per_node 1"
 
 make_text "$DT_TMP/text.txt" 3 3000
 # cfg NAME EXTRA_JSON: a config training from $DT_TMP/NAME's model section
@@ -145,8 +146,39 @@ $W "$DT_TMP/rt2.json" >"$DT_TMP/o_rt2" 2>&1
 if grep -q "resumed from .*step_00000001" "$DT_TMP/o_rt2"; then pass "checkpoint.resume wins over model.pretrained"
 else fail "resume over pretrained" "$(grep -i "resum\|error" "$DT_TMP/o_rt2" | head -3)"; fi
 
+# --- the CUDA device (emulated): bf16 compute with fp32 masters filled from the files, 2 ranks
+# under fsdp: the checkpoint's fp32 masters export to the same bytes; the meta.json of a
+# bf16 run makes bf16 export's default
+EMU=${DTRUN_EMU:-$PWD/dtrun-emu}
+if [ -x "$EMU" ]; then
+  sed -e 's/"threads": 1/"threads": 1, "strategy": "fsdp", "device": "cuda", "bf16": {"enabled": true}/' \
+      -e "s#ck_rt#ck_emu#; s#run_rt#run_emu#" "$DT_TMP/rt.json" >"$DT_TMP/emu.json"
+  timeout 300 "$EMU" --standalone --nproc_per_node 2 "$DT_TMP/emu.json" >"$DT_TMP/o_emu" 2>&1 &&
+    "$DTRUN" export "$DT_TMP/ck_emu" -o "$DT_TMP/hf_emu" --format hf --dtype fp32 >/dev/null 2>&1 &&
+    "$DTRUN" export "$DT_TMP/ck_emu" -o "$DT_TMP/hf_emu_def" --format hf >/dev/null 2>&1
+  if cmp -s "$DT_TMP/hf/model.safetensors" "$DT_TMP/hf_emu/model.safetensors" &&
+     grep -q '"torch_dtype":.*"bfloat16"' "$DT_TMP/hf_emu_def/config.json"; then
+    pass "emulated GPU, bf16, fsdp 2 ranks: fp32 masters from the files export unchanged; default export dtype bf16"
+  else fail "pretrained on the emulated GPU" "$(tail -3 "$DT_TMP/o_emu")"; fi
+else skip "pretrained on the emulated GPU" "no $EMU"; fi
+
+# --- llama (GQA, q/k/v biases, untied head): out, in, out again unchanged, sharded and at 2 ranks fsdp
+cfg lb '{"type": "llama", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 48, "attention_bias": true, "rope_theta": 500000.0, "seq_len": 32, "max_position_embeddings": 64, "vocab_size": 256}' 6 3e-3
+$W "$DT_TMP/lb.json" >"$DT_TMP/o_lb" 2>&1 || fail "llama base run" "$(tail -3 "$DT_TMP/o_lb")"
+"$DTRUN" export "$DT_TMP/ck_lb" -o "$DT_TMP/lhf" --format hf >/dev/null 2>&1
+"$DTRUN" export "$DT_TMP/ck_lb" -o "$DT_TMP/lhf_sh" --format hf --max-shard-size 20KB >/dev/null 2>&1
+cfg lr "{\"pretrained\": \"$DT_TMP/lhf_sh\"}"
+sed -e 's/"threads": 1/"threads": 1, "strategy": "fsdp"/' "$DT_TMP/lr.json" >"$DT_TMP/lr2.json"
+"$DTRUN" --standalone --nproc_per_node 2 "$DT_TMP/lr2.json" >"$DT_TMP/o_lr" 2>&1 &&
+  "$DTRUN" export "$DT_TMP/ck_lr" -o "$DT_TMP/lhf2" --format hf >/dev/null 2>&1
+if python3 -c "import json,sys; c=json.load(open('$DT_TMP/lhf/config.json')); sys.exit(not (c['architectures'] == ['LlamaForCausalLM'] and c['num_key_value_heads'] == 2 and c['attention_bias'] is True and c['rope_theta'] == 500000 and c['tie_word_embeddings'] is False))" &&
+   cmp -s "$DT_TMP/lhf/model.safetensors" "$DT_TMP/lhf2/model.safetensors"; then
+  pass "llama: LlamaForCausalLM config.json; sharded export -> fsdp at 2 ranks from it -> export: the same bytes"
+else fail "llama round trip" "$(tail -3 "$DT_TMP/o_lr")"; fi
+expect2 "a float key beside pretrained that disagrees names both values" \
+  "model.rope_theta: the config says 10000, $DT_TMP/lhf_sh/config.json says 500000" $L "$DT_TMP/lr.json" model.rope_theta=10000
+
 # --- bad inputs: exit 2 before any worker, naming what is wrong
-L="$DTRUN --standalone --nproc_per_node 1"
 bad() { # NAME: a copy of hf to spoil
   rm -rf "$DT_TMP/bad_$1"; cp -r "$DT_TMP/hf" "$DT_TMP/bad_$1"
   cfg "b_$1" "{\"pretrained\": \"$DT_TMP/bad_$1\"}"
