@@ -168,7 +168,7 @@ static dt_status_t llama_validate(const dt_model_spec *s) {
  * it): q, k, v weights are contiguous, so they are one fused (NH*HD + 2*NKV*HD, C)
  * matmul weight (T_Q); with attention_bias their biases follow as one fused bias;
  * gate and up are one fused (2I, C) weight whose output rows are [gate | up]. */
-enum { T_LN1, T_Q, T_K, T_V, T_QB, T_KB, T_VB, T_O, T_LN2, T_GATE, T_UP, T_DOWN, T_PER_LAYER_MAX };
+enum { T_LN1, T_Q, T_K, T_V, T_QB, T_KB, T_VB, T_O, T_LN2, T_GATE, T_UP, T_DOWN };
 
 /* Tensors per layer: 12 with biases, 9 without. */
 static int per_layer(const llama_sizes *z) { return z->attention_bias ? 12 : 9; }
@@ -187,7 +187,7 @@ static void llama_build(dt_model_layout *l) {
     l->vocab_padded = (s->vocab_size + m - 1) / m * m;
     l->seq_len = s->seq_len;
     l->tied_head = z->tie_word_embeddings != 0;
-    int64_t C = z->hidden_size, Vp = l->vocab_padded, HD = z->head_dim, I = z->intermediate_size;
+    int64_t C = z->hidden_size, Vp = l->vocab_padded, HD = z->head_dim, IC = z->intermediate_size;
     int64_t Q = z->num_attention_heads * HD, KV = z->num_key_value_heads * HD;
     int L = z->num_hidden_layers;
     ADD(l, 0, 0, EMBED, (Vp, C), "model.embed_tokens.weight");
@@ -204,9 +204,9 @@ static void llama_build(dt_model_layout *l) {
         }
         ADD(l, u, 1, NORMAL, (C, Q), "model.layers.%d.self_attn.o_proj.weight", i);
         ADD(l, u, 0, ONE, (C), "model.layers.%d.post_attention_layernorm.weight", i);
-        ADD(l, u, 1, NORMAL, (I, C), "model.layers.%d.mlp.gate_proj.weight", i);
-        ADD(l, u, 1, NORMAL, (I, C), "model.layers.%d.mlp.up_proj.weight", i);
-        ADD(l, u, 1, NORMAL, (C, I), "model.layers.%d.mlp.down_proj.weight", i);
+        ADD(l, u, 1, NORMAL, (IC, C), "model.layers.%d.mlp.gate_proj.weight", i);
+        ADD(l, u, 1, NORMAL, (IC, C), "model.layers.%d.mlp.up_proj.weight", i);
+        ADD(l, u, 1, NORMAL, (C, IC), "model.layers.%d.mlp.down_proj.weight", i);
     }
     ADD(l, L + 1, 0, ONE, (C), "model.norm.weight");
     if (!z->tie_word_embeddings) ADD(l, L + 1, 1, NORMAL, (Vp, C), "lm_head.weight");
