@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h" /* defines: dt_now_s */
 #include "common/mem.h" /* defines: dt_xcalloc */
 #include "runtime/ckpt/safetensors.h"
 
@@ -26,6 +27,7 @@ struct dt_hf_weights {
     float *tmp; /* a file row band of a transposed tensor */
     size_t tmp_len;
     uint64_t bytes_read;
+    double seconds; /* spent in dt_hf_weights_fill */
 };
 
 /* Tensors whose file may hold more leading rows than we use (GPT-2's n_positions
@@ -91,28 +93,46 @@ void dt_hf_weights_close(dt_hf_weights_t *w) {
     free(w);
 }
 
+/* File rows of a transposed tensor converted per block (a tile of the transpose). */
+#define TR_BLOCK 64
+
 /* Our elements [a, e) of a transposed tensor (ours (R, C) row-major = file (C, R)):
- * for each file row, the band of our rows the range touches, scattered. */
+ * the band of our rows the range touches, read from TR_BLOCK file rows at a time and
+ * written out row by row (contiguous runs of TR_BLOCK, not a stride of C). */
 static dt_status_t fill_transposed(dt_hf_weights_t *w, const dt_tensor_info *ti, const src_t *s, size_t a, size_t e,
                                    float *dst) {
     size_t R = (size_t)ti->shape[0], C = (size_t)ti->shape[1];
     size_t r0 = a / C, r1 = (e - 1) / C, band = r1 - r0 + 1;
-    if (band > w->tmp_len) {
-        w->tmp = dt_xrealloc(w->tmp, band * sizeof *w->tmp);
-        w->tmp_len = band;
+    if (band * TR_BLOCK > w->tmp_len) {
+        w->tmp = dt_xrealloc(w->tmp, band * TR_BLOCK * sizeof *w->tmp);
+        w->tmp_len = band * TR_BLOCK;
     }
-    for (size_t c = 0; c < C; c++) {
-        DT_CHECK(dt_st_read_f32(s->file, s->t, c * R + r0, band, w->tmp));
-        w->bytes_read += band * dt_st_dtype_size(s->t->dtype);
+    for (size_t c0 = 0; c0 < C; c0 += TR_BLOCK) {
+        size_t cb = C - c0 < TR_BLOCK ? C - c0 : TR_BLOCK;
+        for (size_t k = 0; k < cb; k++)
+            DT_CHECK(dt_st_copy_f32(s->file, s->t, (c0 + k) * R + r0, band, w->tmp + k * band));
         for (size_t r = r0; r <= r1; r++) {
-            size_t j = r * C + c;
-            if (j >= a && j < e) dst[j - a] = w->tmp[r - r0];
+            size_t j0 = r * C + c0;
+            if (j0 >= e || j0 + cb <= a) continue;
+            size_t lo = j0 < a ? a - j0 : 0, hi = j0 + cb > e ? e - j0 : cb;
+            for (size_t k = lo; k < hi; k++) dst[j0 + k - a] = w->tmp[k * band + (r - r0)];
         }
     }
+    w->bytes_read += band * C * dt_st_dtype_size(s->t->dtype);
+    dt_st_drop(s->file, s->t, r0, (C - 1) * R + band);
     return DT_STATUS_OK;
 }
 
+static dt_status_t fill(dt_hf_weights_t *w, size_t offset, size_t count, float *dst);
+
 dt_status_t dt_hf_weights_fill(dt_hf_weights_t *w, size_t offset, size_t count, float *dst) {
+    double t0 = dt_now_s();
+    dt_status_t st = fill(w, offset, count, dst);
+    w->seconds += dt_now_s() - t0;
+    return st;
+}
+
+static dt_status_t fill(dt_hf_weights_t *w, size_t offset, size_t count, float *dst) {
     const dt_model_layout *l = w->l;
     for (int i = 0; i < l->n_tensors; i++) {
         const dt_tensor_info *ti = &l->tensors[i];
@@ -140,3 +160,4 @@ dt_status_t dt_hf_weights_fill(dt_hf_weights_t *w, size_t offset, size_t count, 
 uint64_t dt_hf_weights_id(const dt_hf_weights_t *w) { return dt_st_set_hash(w->set); }
 uint64_t dt_hf_weights_bytes_read(const dt_hf_weights_t *w) { return w->bytes_read; }
 uint64_t dt_hf_weights_file_bytes(const dt_hf_weights_t *w) { return dt_st_set_bytes(w->set); }
+double dt_hf_weights_seconds(const dt_hf_weights_t *w) { return w->seconds; }

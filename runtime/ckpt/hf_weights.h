@@ -35,5 +35,7 @@ uint64_t dt_hf_weights_id(const dt_hf_weights_t *w);
 /* Bytes of file data read so far; bytes of tensor data in the files. */
 uint64_t dt_hf_weights_bytes_read(const dt_hf_weights_t *w);
 uint64_t dt_hf_weights_file_bytes(const dt_hf_weights_t *w);
+/* Seconds spent filling so far (reading and converting). */
+double dt_hf_weights_seconds(const dt_hf_weights_t *w);
 
 #endif /* DT_RUNTIME_HF_WEIGHTS_H */

@@ -64,8 +64,12 @@ const dt_st_tensor *dt_st_at(const dt_st_file_t *f, int i);
 const dt_st_tensor *dt_st_find(const dt_st_file_t *f, const char *name);
 /* 64-bit FNV-1a of the JSON header (names, dtypes, shapes, offsets). */
 uint64_t dt_st_header_hash(const dt_st_file_t *f);
-/* Elements [first, first + count) of t (row-major) into dst as fp32. */
+/* Elements [first, first + count) of t (row-major) into dst as fp32, then their
+ * pages dropped from the process (dt_st_drop). */
 dt_status_t dt_st_read_f32(dt_st_file_t *f, const dt_st_tensor *t, size_t first, size_t count, float *dst);
+/* The same without dropping (many small reads of one region), and the drop alone. */
+dt_status_t dt_st_copy_f32(dt_st_file_t *f, const dt_st_tensor *t, size_t first, size_t count, float *dst);
+void dt_st_drop(dt_st_file_t *f, const dt_st_tensor *t, size_t first, size_t count);
 /* "F32", "BF16", "F16". */
 const char *dt_st_dtype_name(dt_st_dtype_t d);
 size_t dt_st_dtype_size(dt_st_dtype_t d);

@@ -228,7 +228,7 @@ const dt_st_tensor *dt_st_find(const dt_st_file_t *f, const char *name) {
     return NULL;
 }
 
-dt_status_t dt_st_read_f32(dt_st_file_t *f, const dt_st_tensor *t, size_t first, size_t count, float *dst) {
+dt_status_t dt_st_copy_f32(dt_st_file_t *f, const dt_st_tensor *t, size_t first, size_t count, float *dst) {
     if (first > t->numel || count > t->numel - first)
         return dt_error(DT_STATUS_INVALID, "%s: tensor %s: elements [%zu, %zu) outside its %zu", f->path, t->name, first,
                         first + count, t->numel);
@@ -244,10 +244,22 @@ dt_status_t dt_st_read_f32(dt_st_file_t *f, const dt_st_tensor *t, size_t first,
             dst[i] = bf ? dt_st_bf16_to_f32(h) : dt_st_f16_to_f32(h);
         }
     }
+    return DT_STATUS_OK;
+}
+
+void dt_st_drop(dt_st_file_t *f, const dt_st_tensor *t, size_t first, size_t count) {
+    if (first >= t->numel || count == 0) return;
+    if (count > t->numel - first) count = t->numel - first;
+    size_t es = dt_st_dtype_size(t->dtype), pg = (size_t)sysconf(_SC_PAGESIZE);
+    const unsigned char *src = f->map + f->data + t->begin + first * es;
     /* The pages stay in the page cache; the reader's memory does not keep them. */
-    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
     uintptr_t a = (uintptr_t)src & ~(uintptr_t)(pg - 1), e = (uintptr_t)(src + count * es);
     madvise((void *)a, e - a, MADV_DONTNEED);
+}
+
+dt_status_t dt_st_read_f32(dt_st_file_t *f, const dt_st_tensor *t, size_t first, size_t count, float *dst) {
+    DT_CHECK(dt_st_copy_f32(f, t, first, count, dst));
+    dt_st_drop(f, t, first, count);
     return DT_STATUS_OK;
 }
 

@@ -42,7 +42,6 @@
 #include "common/gpuinfo.h" /* defines: dt_gpuinfo_count */
 #include "common/log.h" /* defines: DT_LOG_WARN */
 #include "common/mem.h" /* defines: dt_xmalloc, dt_xrealloc, dt_xstrdup */
-#include "runtime/model/hf_config.h" /* defines: dt_hf_config_read */
 
 /* ---- growing strings ---------------------------------------------------- */
 
@@ -91,6 +90,8 @@ __attribute__((format(printf, 3, 4))) static void add_error(dt_config_t *cfg, co
     cfg->n_errors++;
     free(line);
 }
+
+void dt_config_add_error_(dt_config_t *cfg, const char *src, const char *msg) { add_error(cfg, src, "%s", msg); }
 
 __attribute__((format(printf, 2, 3))) static void add_warning(dt_config_t *cfg, const char *fmt,
                                                               ...) {
@@ -382,67 +383,6 @@ static void derive(dt_config_t *cfg) {
         cfg->scheduler.total_num_steps = cfg->train_steps;
 }
 
-/* A model key's value as text, for messages. */
-static void model_key_text(const dt_model_spec *spec, const dt_model_key *k, char *out, size_t len) {
-    double v = dt_model_key_get(spec, k);
-    if (k->kind == DT_MODEL_KEY_BOOL) snprintf(out, len, "%s", v != 0 ? "true" : "false");
-    else {
-        snprintf(out, len, "%g", v);
-        if (strtod(out, NULL) != v) snprintf(out, len, "%.17g", v);
-    }
-}
-
-/* model.pretrained: model.type and the model's keys from DIR/config.json; a key the
- * user gave must agree with it (seq_len: at most the model's positions; when not
- * given gpt's n_positions, llama's default cut to max_position_embeddings). Idempotent, as finish() runs again after each dt_config_set. */
-static void apply_pretrained(dt_config_t *cfg, const char *src) {
-    if (!cfg->model_pretrained) return;
-    dt_hf_config h;
-    if (dt_hf_config_read(cfg->model_pretrained, &h) != DT_STATUS_OK) {
-        add_error(cfg, src, "model.pretrained: %s", dt_error_detail());
-        return;
-    }
-    int rt = dt_config_key_find_("model.type");
-    int idx = -1;
-    for (int i = 0; i < dt_model_count(); i++)
-        if (dt_model_at(i) == h.spec.ops) idx = i;
-    if (cfg->origin[rt] && cfg->model_type != idx) {
-        add_error(cfg, src, "model.type: the config says %s, %s says %s (model_type %s)",
-                  dt_model_at(cfg->model_type)->name, h.path, h.spec.ops->name, h.model_type);
-        return;
-    }
-    cfg->model_type = idx;
-    const dt_model_ops *ops = h.spec.ops;
-    for (int k = 0; k < ops->n_keys && k < DT_HF_MAX_KEYS; k++) {
-        const dt_model_key *mk = &ops->keys[k];
-        int row = dt_config_key_find_(mk->path);
-        if (!h.from_file[k] || row < 0) continue;
-        double theirs = dt_model_key_get(&h.spec, mk);
-        if (cfg->origin[row] && dt_model_key_get(&cfg->model, mk) != theirs) {
-            char a[64], b[64];
-            model_key_text(&cfg->model, mk, a, sizeof a);
-            model_key_text(&h.spec, mk, b, sizeof b);
-            add_error(cfg, src, "%s: the config says %s, %s says %s", mk->path, a, h.path, b);
-            continue;
-        }
-        dt_model_key_set(&cfg->model, mk, theirs);
-    }
-    int rs = dt_config_key_find_("model.seq_len");
-    if (rs >= 0 && !cfg->origin[rs]) { /* gpt: n_positions; llama: the default, within the positions */
-        if (h.seq_len_default > 0) cfg->model.seq_len = h.seq_len_default;
-        else if (h.max_seq_len > 0 && cfg->model.seq_len > h.max_seq_len) cfg->model.seq_len = h.max_seq_len;
-    }
-    /* (llama's own config_check bounds seq_len by max_position_embeddings, a key) */
-    if (h.seq_len_default > 0 && cfg->model.seq_len > h.max_seq_len)
-        add_error(cfg, src, "model.seq_len: expected at most %d (%s: the model's positions), found %d", h.max_seq_len,
-                  h.path, cfg->model.seq_len);
-    if (h.sliding_window > 0 && cfg->model.seq_len > h.sliding_window)
-        add_error(cfg, src,
-                  "model.seq_len: %d is past %s's sliding_window %d: dtrun's attention is not windowed (use seq_len "
-                  "<= %d)",
-                  cfg->model.seq_len, h.path, h.sliding_window, h.sliding_window);
-}
-
 /* Rules across keys, once the file and the overrides are in. */
 static void finish(dt_config_t *cfg, const char *src) {
     int rs = dt_config_key_find_("strategy"), rz = dt_config_key_find_("zero_optimization.stage");
@@ -471,7 +411,7 @@ static void finish(dt_config_t *cfg, const char *src) {
                     src, (long long)cfg->scheduler.total_num_steps,
                     (long long)cfg->scheduler.warmup_num_steps);
 
-    apply_pretrained(cfg, src);
+    dt_config_apply_pretrained_(cfg, src);
     sync_model(cfg);
     char msg[512];
     if (cfg->model.ops->config_check && cfg->model.ops->config_check(&cfg->model, msg, sizeof msg))

@@ -58,6 +58,12 @@ bool dt_config_suggest_(const char *path, char *out, size_t out_size);
 /* What row k accepts, for messages: "an integer >= 1", "one of ...". */
 void dt_config_expected_(const config_key_t *k, char *out, size_t size);
 
+/* Appends "src: msg" to cfg's errors (config.c). */
+void dt_config_add_error_(dt_config_t *cfg, const char *src, const char *msg);
+/* model.pretrained: the model from DIR/config.json (config_pretrained.c); run by
+ * finish() before the model's own checks. */
+void dt_config_apply_pretrained_(dt_config_t *cfg, const char *src);
+
 static inline void *field(dt_config_t *cfg, const config_key_t *k) { return (char *)cfg + k->offset; }
 static inline const void *cfield(const dt_config_t *cfg, const config_key_t *k) {
     return (const char *)cfg + k->offset;

@@ -2,7 +2,9 @@
  * trainer.c - the training loop. Model state and the gradient reduction across
  * ranks belong to the data-parallel object (dp.h); the loop drives it, averages
  * the loss over ranks for metrics and gathers every rank's memory figures into
- * rank 0's summary.json.
+ * rank 0's summary.json. The initial parameters come from model.pretrained's weight
+ * files (runtime/ckpt/hf_weights.h) or the seed, filled by the ranges dp holds; a
+ * checkpoint to resume from replaces them.
  *
  * Hidden test facility: with DTRUN_DUMP_PARAMS=PATH in the environment, after
  * training every rank gathers the full fp32 parameters (model layout, as
@@ -367,10 +369,12 @@ static dt_status_t setup(trainer *t) {
         dt_dp_mem m;
         dt_dp_expected_mem(t->dp, &m);
         double state = (double)(m.params + m.grads + m.master + m.optim + m.work);
-        DT_LOG_INFO("pretrained: %s: rank %d read %.1f MB of %.1f MB in %.3f s (%.2f GB/s); host RSS %.1f MB before, "
-                    "peak %.1f MB after, model state %.1f MB",
+        double rd = dt_hf_weights_seconds(t->hf);
+        DT_LOG_INFO("pretrained: %s: rank %d read %.1f MB of %.1f MB in %.3f s (%.2f GB/s; %.3f s with the state's "
+                    "allocation and upload); host RSS %.1f MB before, peak %.1f MB after, model state %.1f MB",
                     cfg->model_pretrained, t->env->rank, (double)b / 1e6, (double)dt_hf_weights_file_bytes(t->hf) / 1e6,
-                    sec, sec > 0 ? (double)b / sec / 1e9 : 0.0, rss0 / 1e3, proc_status_kb("VmHWM") / 1e3, state / 1e6);
+                    rd, rd > 0 ? (double)b / rd / 1e9 : 0.0, sec, rss0 / 1e3, proc_status_kb("VmHWM") / 1e3,
+                    state / 1e6);
     }
     size_t rows = (size_t)t->B * (size_t)t->T;
     t->tokens = dt_xcalloc(rows, sizeof(int32_t));

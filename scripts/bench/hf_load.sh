@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # hf_load.sh [OUT_DIR] - loading Hugging Face weights (model.pretrained): throughput
-# and memory. Makes a ~340 MB fp32 GPT (4 layers, n_embd 1024, vocab 32768) from a
+# and memory. Makes a ~400 MB fp32 GPT (8 layers, n_embd 1024, bytes vocabulary) from a
 # random init with dtrun itself (1 step, checkpoint, `export --format hf`), then starts
 # one training step from it at 1 rank (ddp) and at 2 ranks (fsdp), twice each (the
 # first run warms the page cache), and prints each rank's log line: bytes read, time,
@@ -24,7 +24,7 @@ common='"data": {"train": "'$OUT'/text.txt"}, "train_batch_size": 2, "train_micr
  "train_steps": 1, "threads": 1, "eval": {"every_steps": 0}, "steps_per_print": 1,
  "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}'
 cat > "$OUT/make.json" <<JSON
-{"model": {"type": "gpt", "n_layer": 4, "n_head": 16, "n_embd": 1024, "seq_len": 64, "vocab_size": 32768,
+{"model": {"type": "gpt", "n_layer": 8, "n_head": 16, "n_embd": 1024, "seq_len": 64, "vocab_size": 256,
            "vocab_pad_multiple": 64},
  $common, "checkpoint": {"dir": "$OUT/ck", "every_steps": 1, "resume": "never"}, "log": {"dir": "$OUT/log_make"}}
 JSON

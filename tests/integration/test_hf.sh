@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # test_hf.sh - Hugging Face weights in and out with real dtrun processes: a trained
 # tiny GPT exported with --format hf (config.json, generation_config.json,
-# model.safetensors), trained from with model.pretrained (lr 0: export again gives
+# model.safetensors), trained from with model.pretrained (lr 1e-30: export again gives
 # the same bytes, so every tensor went in and came out unchanged), sharded exports
-# (--max-shard-size) and bf16 exports that load back identically, FSDP at 2 ranks
-# from pretrained weights equal to 1 rank, checkpoint.resume winning over them, and
-# every bad input refused with exit 2 before any worker starts, naming the file and
-# tensor or key.
+# (--max-shard-size) and bf16 exports that load back identically, ZeRO-1/2 and FSDP
+# at 2 ranks from pretrained weights equal to 1 rank, checkpoint.resume winning over
+# them, the emulated GPU's bf16 masters, a llama (GQA, biases) through fsdp, and every
+# bad input refused with exit 2 before any worker starts, naming the file and tensor
+# or key.
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
 W="$DTRUN __worker"
@@ -121,24 +122,28 @@ if grep -q '"torch_dtype":.*"bfloat16"' "$DT_TMP/hf_bf/config.json" && grep -q '
   pass "--dtype bf16: BF16 tensors, torch_dtype bfloat16, loaded and exported again unchanged"
 else fail "bf16 export" "$(tail -3 "$DT_TMP/o_bf")"; fi
 
-# --- fsdp at 2 ranks from pretrained weights == 1 rank (same global batch)
+# --- zero1, zero2 and fsdp at 2 ranks from pretrained weights == 1 rank (same global batch)
 cfg f1 "{\"pretrained\": \"$DT_TMP/hf\"}" 4 1e-3
-sed -e 's/"threads": 1/"threads": 1, "strategy": "fsdp"/' -e "s#ck_f1#ck_f2#; s#run_f1#run_f2#" "$DT_TMP/f1.json" >"$DT_TMP/f2.json"
 DTRUN_DUMP_PARAMS="$DT_TMP/p1.bin" $W "$DT_TMP/f1.json" >"$DT_TMP/o_f1" 2>&1
-DTRUN_DUMP_PARAMS="$DT_TMP/p2.bin" "$DTRUN" --standalone --nproc_per_node 2 "$DT_TMP/f2.json" >"$DT_TMP/o_f2" 2>&1
-if python3 - "$DT_TMP" <<'PY'
+for strat in zero1 zero2 fsdp; do
+  sed -e "s/\"threads\": 1/\"threads\": 1, \"strategy\": \"$strat\"/" -e "s#ck_f1#ck_$strat#; s#run_f1#run_$strat#" \
+    "$DT_TMP/f1.json" >"$DT_TMP/$strat.json"
+  DTRUN_DUMP_PARAMS="$DT_TMP/p_$strat.bin" "$DTRUN" --standalone --nproc_per_node 2 "$DT_TMP/$strat.json" >"$DT_TMP/o_$strat" 2>&1
+  if python3 - "$DT_TMP" "$strat" <<'PY'
 import json, sys
 import numpy as np
-d = sys.argv[1]
-a, b = np.fromfile(d + "/p1.bin", np.float32), np.fromfile(d + "/p2.bin", np.float32)
+d, s = sys.argv[1], sys.argv[2]
+a, b = np.fromfile(d + "/p1.bin", np.float32), np.fromfile(d + "/p_" + s + ".bin", np.float32)
 assert a.size == b.size and a.size > 0
 assert np.abs(a - b).max() < 1e-5, np.abs(a - b).max()
 la = [json.loads(l)["loss"] for l in open(d + "/run_f1/metrics.jsonl")]
-lb = [json.loads(l)["loss"] for l in open(d + "/run_f2/metrics.jsonl")]
+lb = [json.loads(l)["loss"] for l in open(d + "/run_" + s + "/metrics.jsonl")]
 assert len(la) == len(lb) == 4 and max(abs(x - y) for x, y in zip(la, lb)) < 1e-5, (la, lb)
+assert la[0] < 4.5, la  # the trained model's loss, not a fresh one's
 PY
-then pass "fsdp at 2 ranks from pretrained weights == 1 rank (losses, final parameters)"
-else fail "fsdp from pretrained" "$(tail -3 "$DT_TMP/o_f2")"; fi
+  then pass "$strat at 2 ranks from pretrained weights == 1 rank (losses, final parameters)"
+  else fail "$strat from pretrained" "$(tail -3 "$DT_TMP/o_$strat")"; fi
+done
 
 # --- checkpoint.resume wins when a checkpoint exists: the rt run resumed goes on from its step
 sed -e 's/"resume": "never"/"resume": "auto"/' -e 's/"train_steps": 1,/"train_steps": 2,/' "$DT_TMP/rt.json" >"$DT_TMP/rt2.json"
