@@ -1,11 +1,16 @@
 /*
- * cmd_sample.c - dtrun sample CHECKPOINT [--prompt TEXT] [--tokens N]
- * [--temperature T] [--top_k K] [--seed S] [--device auto|cpu|cuda]: text from a
- * checkpoint's parameters. Byte-level models (vocab 256, text data) read and print
- * text; larger vocabularies have no tokenizer here, so the prompt is a list of
- * token ids and the output is token ids, said so on stderr.
+ * cmd_sample.c - dtrun sample SOURCE [--prompt TEXT | --prompt-ids 3,17,42]
+ * [--tokens N] [--temperature T] [--top_k K] [--seed S] [--ids] [--device
+ * auto|cpu|cuda] [--seq-len N]: tokens from a checkpoint's or a Hugging Face
+ * directory's parameters (runtime/model/sample.h:
+ * with a KV cache when the model and device have one). Byte-level models (vocab
+ * 256, text data) read and print text; larger vocabularies have no tokenizer here,
+ * so the prompt is a list of token ids and the output is token ids, said so on
+ * stderr. --ids prints ids (comma-separated) for any model; --logits (for checks)
+ * prints the logits of every prompt position first, one line each.
  */
 #include <errno.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,14 +19,24 @@
 #include "common/mem.h"
 #include "kernels/kernels.h"
 #include "runtime/ckpt/checkpoint.h"
+#include "runtime/ckpt/hf_weights.h" /* defines: dt_hf_weights_open */
+#include "runtime/model/hf_config.h" /* defines: dt_hf_config_read */
 #include "runtime/model/net.h"
 #include "runtime/model/sample.h"
 
 static const char sample_usage[] =
-    "usage: dtrun sample CHECKPOINT [--prompt TEXT] [--tokens N] [--temperature T] [--top_k K]\n"
-    "                    [--seed S] [--device auto|cpu|cuda]\n"
-    "  CHECKPOINT: a step directory or a checkpoint.dir (its latest). Defaults: --tokens 200,\n"
-    "  --temperature 0.8 (0 = greedy), --top_k 0 (all), --seed 1, --device auto.\n";
+    "usage: dtrun sample SOURCE [--prompt TEXT | --prompt-ids 3,17,42] [--tokens N] [--temperature T]\n"
+    "                    [--top_k K] [--seed S] [--ids] [--device auto|cpu|cuda]\n"
+    "                    [--seq-len N] [--threads N]\n"
+    "  SOURCE: a step directory, a checkpoint.dir (its latest), or a Hugging Face directory\n"
+    "  (config.json + safetensors: llama, mistral, qwen2, gpt2; its context: n_positions, or\n"
+    "  max_position_embeddings up to 2048 unless --seq-len N). Defaults: --tokens 200,\n"
+    "  --temperature 0.8 (0 = greedy), --top_k 0 (all), --seed 1, --device auto, --threads: the\n"
+    "  CPU's cores (one token at a time is many small ops: on a busy machine 1 can be faster).\n"
+    "  --prompt-ids: the prompt as token ids. --ids: print the generated ids, comma-separated,\n"
+    "  instead of text. For checks: --logits prints the logits of every prompt position (one\n"
+    "  line each, vocab_size numbers) before the output; --no-cache runs a full forward per\n"
+    "  token instead of the KV cache.\n";
 
 static int bad(const char *fmt, const char *a) {
     fprintf(stderr, "dtrun sample: ");
@@ -55,8 +70,56 @@ static int parse_ids(const char *s, int32_t **ids, int *n) {
     return 1;
 }
 
+/* The context of a Hugging Face directory without --seq-len: GPT-2's n_positions;
+ * a llama's max_position_embeddings up to this (a 128k context would size a
+ * 128k-row cache), and never past a sliding window (dtrun's attention is not
+ * windowed, so within the window it is exact). */
+#define HF_DEFAULT_CONTEXT 2048
+
+/* A Hugging Face directory (config.json + safetensors) as a layout and its fp32
+ * parameters (dt_mem_free). seq_len 0: the default context above. */
+static dt_status_t load_hf(const char *dir, int seq_len, dt_model_layout *l, float **host) {
+    dt_hf_config h;
+    DT_CHECK(dt_hf_config_read(dir, &h));
+    int bound = h.max_seq_len > 0 ? h.max_seq_len : 0;
+    if (h.sliding_window > 0 && (bound == 0 || h.sliding_window < bound)) bound = h.sliding_window;
+    if (seq_len > 0) {
+        if (bound > 0 && seq_len > bound)
+            return dt_error(DT_STATUS_CONFIG, "--seq-len %d: %s allows at most %d positions%s", seq_len, h.path, bound,
+                            h.sliding_window == bound ? " (its sliding_window)" : "");
+        h.spec.seq_len = seq_len;
+    } else if (h.seq_len_default > 0) {
+        h.spec.seq_len = h.seq_len_default;
+    } else {
+        h.spec.seq_len = bound > 0 && bound < HF_DEFAULT_CONTEXT ? bound : HF_DEFAULT_CONTEXT;
+    }
+    if (bound > 0 && h.spec.seq_len > bound) h.spec.seq_len = bound;
+    DT_CHECK(dt_model_layout_init(&h.spec, l));
+    dt_hf_weights_t *w = NULL;
+    dt_status_t st = dt_hf_weights_open(dir, l, &w);
+    if (st == DT_STATUS_OK) {
+        *host = dt_mem_alloc(DT_MEM_PARAMS, l->n_params * sizeof(float));
+        if (!*host) st = dt_error(DT_STATUS_NOMEM, "%s: no memory for %zu parameters", dir, l->n_params);
+        else st = dt_hf_weights_fill(w, 0, l->n_params, *host);
+    }
+    dt_hf_weights_close(w);
+    if (st != DT_STATUS_OK) {
+        dt_mem_free(*host);
+        *host = NULL;
+        dt_model_layout_free(l);
+    }
+    return st;
+}
+
+static int is_hf_dir(const char *path) {
+    char p[4096];
+    snprintf(p, sizeof p, "%s/config.json", path);
+    return access(p, F_OK) == 0;
+}
+
 int dt_cmd_sample(int argc, char **argv) {
-    const char *path = NULL, *prompt = NULL, *device = "auto";
+    const char *path = NULL, *prompt = NULL, *prompt_ids = NULL, *device = "auto";
+    int print_ids = 0, print_logits = 0, seq_len = 0, threads = 0;
     dt_sample_opts o = {.tokens = 200, .temperature = 0.8, .top_k = 0, .seed = 1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -66,7 +129,18 @@ int dt_cmd_sample(int argc, char **argv) {
             fputs(sample_usage, stdout);
             return DT_EXIT_OK;
         } else if (!strcmp(a, "--prompt") && has) prompt = argv[++i];
+        else if ((!strcmp(a, "--prompt-ids") || !strcmp(a, "--prompt_ids")) && has) prompt_ids = argv[++i];
+        else if (!strcmp(a, "--ids")) print_ids = 1;
+        else if (!strcmp(a, "--logits")) print_logits = 1;
+        else if (!strcmp(a, "--no-cache") || !strcmp(a, "--no_cache")) o.no_cache = 1;
         else if (!strcmp(a, "--device") && has) device = argv[++i];
+        else if (!strcmp(a, "--threads") && has) {
+            if (!parse_num(argv[++i], 1, 4096, &v) || v != (int)v) return bad("--threads wants a count > 0, got '%s'", argv[i]);
+            threads = (int)v;
+        } else if ((!strcmp(a, "--seq-len") || !strcmp(a, "--seq_len")) && has) {
+            if (!parse_num(argv[++i], 1, 1 << 24, &v) || v != (int)v) return bad("--seq-len wants a count > 0, got '%s'", argv[i]);
+            seq_len = (int)v;
+        }
         else if (!strcmp(a, "--tokens") && has) {
             if (!parse_num(argv[++i], 0, 1e7, &v) || v != (int)v) return bad("--tokens wants a count, got '%s'", argv[i]);
             o.tokens = (int)v;
@@ -83,7 +157,8 @@ int dt_cmd_sample(int argc, char **argv) {
         else if (!path) path = a;
         else return bad("unexpected argument %s", a);
     }
-    if (!path) return bad("%s", "no CHECKPOINT given");
+    if (!path) return bad("%s", "no SOURCE given");
+    if (prompt && prompt_ids) return bad("%s", "--prompt and --prompt-ids both given: pick one");
     dt_device_kind_t kind;
     if (!strcmp(device, "cpu")) kind = DT_DEVICE_CPU;
     else if (!strcmp(device, "cuda")) kind = DT_DEVICE_CUDA;
@@ -93,23 +168,33 @@ int dt_cmd_sample(int argc, char **argv) {
     dt_ckpt_t *ck = NULL;
     dt_model_layout l;
     float *host = NULL;
-    if (dt_ckpt_load_params(path, &ck, &l, &host) != DT_STATUS_OK) {
+    int hf = is_hf_dir(path);
+    if (!hf && seq_len > 0) return bad("%s", "--seq-len is for Hugging Face directories (a checkpoint has its own)");
+    if ((hf ? load_hf(path, seq_len, &l, &host) : dt_ckpt_load_params(path, &ck, &l, &host)) != DT_STATUS_OK) {
         fprintf(stderr, "dtrun sample: %s\n", dt_error_detail());
         return DT_EXIT_USAGE;
     }
+    const char *source = hf ? path : dt_ckpt_path(ck);
     int rc = DT_EXIT_FAILED, text = l.spec.vocab_size <= 256;
     int32_t *ids = NULL, *out = NULL;
+    float *logits = NULL;
     int n_ids = 0;
     dt_device_t *dev = NULL;
     dt_sample_net sn;
     int have_net = 0;
     if (l.spec.ops->logits_slot < 0) {
         fprintf(stderr, "dtrun sample: %s holds a model without logits (%s); sampling needs a token model such as gpt\n",
-                dt_ckpt_path(ck), l.spec.ops->name);
+                source, l.spec.ops->name);
         rc = DT_EXIT_USAGE;
         goto out_free;
     }
-    if (text) {
+    if (prompt_ids) {
+        if (!parse_ids(prompt_ids, &ids, &n_ids) || n_ids == 0) {
+            fprintf(stderr, "dtrun sample: --prompt-ids '%s' is not a list of token ids (3,17,42)\n", prompt_ids);
+            rc = DT_EXIT_USAGE;
+            goto out_free;
+        }
+    } else if (text) {
         const char *p = prompt && *prompt ? prompt : "\n";
         n_ids = (int)strlen(p);
         ids = dt_xcalloc((size_t)n_ids, sizeof *ids);
@@ -129,21 +214,50 @@ int dt_cmd_sample(int argc, char **argv) {
             n_ids = 1;
         }
     }
-    if (dt_device_init(&dev, kind, 0) != DT_STATUS_OK) {
-        if (strcmp(device, "auto") != 0 || dt_device_init(&dev, DT_DEVICE_CPU, 0) != DT_STATUS_OK) goto out_error;
+    for (int i = 0; i < n_ids; i++)
+        if (ids[i] >= l.spec.vocab_size) {
+            fprintf(stderr, "dtrun sample: prompt token %d is outside the vocabulary [0, %d) of %s\n", ids[i],
+                    l.spec.vocab_size, source);
+            rc = DT_EXIT_USAGE;
+            goto out_free;
+        }
+    if (print_logits) {
+        int kept = n_ids < l.seq_len ? n_ids : l.seq_len;
+        logits = dt_xcalloc((size_t)kept * (size_t)l.spec.vocab_size, sizeof *logits);
+        o.prompt_logits = logits;
+    }
+    if (dt_device_init(&dev, kind, threads) != DT_STATUS_OK) {
+        if (strcmp(device, "auto") != 0 || dt_device_init(&dev, DT_DEVICE_CPU, threads) != DT_STATUS_OK) goto out_error;
     }
     if (dt_sample_net_init(&sn, dev, &l, host, DT_MEM_PARAMS) != DT_STATUS_OK) goto out_error;
     have_net = 1;
     out = dt_xcalloc((size_t)o.tokens + 1, sizeof *out);
-    if (dt_sample_generate(&sn.net, ids, n_ids, &o, out) != DT_STATUS_OK) {
+    if (dt_sample_run(&sn, ids, n_ids, &o, out) != DT_STATUS_OK) {
         fprintf(stderr, "dtrun sample: %s\n", dt_error_detail());
         rc = DT_EXIT_USAGE;
         goto out_free;
     }
-    fprintf(stderr, "dtrun sample: %s (step %lld), %s, %d tokens, temperature %g, top_k %d, seed %llu\n",
-            dt_ckpt_path(ck), (long long)dt_ckpt_step(ck), dt_device_kind_name(dev->kind), o.tokens, o.temperature,
-            o.top_k, (unsigned long long)o.seed);
-    if (text) {
+    fprintf(stderr,
+            "dtrun sample: %s (%s %lld), %s, %d tokens, temperature %g, top_k %d, seed %llu; %llu positions "
+            "computed (%s)\n",
+            source, hf ? "seq_len" : "step", hf ? (long long)l.seq_len : (long long)dt_ckpt_step(ck),
+            dt_device_kind_name(dev->kind), o.tokens, o.temperature,
+            o.top_k, (unsigned long long)o.seed, (unsigned long long)dt_sample_rows_run(&sn),
+            sn.have_dec && !o.no_cache ? "KV cache" : "a full forward per token");
+    if (print_logits) {
+        int kept = n_ids < l.seq_len ? n_ids : l.seq_len;
+        for (int p = 0; p < kept; p++) {
+            const float *row = logits + (size_t)p * (size_t)l.spec.vocab_size;
+            for (int v = 0; v < l.spec.vocab_size; v++) printf("%s%.9g", v ? " " : "", row[v]);
+            putchar('\n');
+        }
+    }
+    if (print_ids) {
+        for (int i = 0; i < o.tokens; i++) printf("%s%d", i ? "," : "", out[i]);
+        putchar('\n');
+    } else if (o.tokens == 0) {
+        /* nothing generated */
+    } else if (text) {
         if (prompt) fputs(prompt, stdout);
         for (int i = 0; i < o.tokens; i++) {
             putchar(dt_sample_char(out[i], 0));
@@ -162,8 +276,9 @@ out_free:
     dt_device_free(dev);
     free(ids);
     free(out);
+    free(logits);
     dt_mem_free(host);
     dt_model_layout_free(&l);
-    dt_ckpt_close(ck);
+    if (ck) dt_ckpt_close(ck);
     return rc;
 }

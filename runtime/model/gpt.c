@@ -308,6 +308,68 @@ static void gpt_backward(dt_net_t *net, float dscale) {
     dt_net_hook(net, 0, DT_NET_BWD_POST);
 }
 
+/* ---- KV-cache decoding (model.h: decode) ---------------------------------- */
+
+/* The decode arena: one position's activations (B = T = 1) and per layer a cache
+ * of seq_len rows of keys|values (2C), the k|v tail of each position's qkv row. */
+enum {
+    D_TOKENS = DT_NET_SLOT_TOKENS, D_X = DT_NET_SLOT_FIRST, D_RES2, D_LN, D_MEAN, D_RSTD, D_QKV, D_ATTY,
+    D_PROJ, D_FCH, D_FCH_GELU, D_LOGITS, D_COUNT
+};
+#define DSLOT_CACHE(l) (D_COUNT + (l))
+
+static int gpt_decode_slots(const dt_model_layout *l) { return D_COUNT + l->spec.n_layer; }
+
+static void gpt_decode_sizes(const dt_device_t *dev, const dt_model_layout *lay, size_t *sizes) {
+    size_t es = dt_dtype_size(dev->ops->dtype), C = (size_t)lay->spec.n_embd;
+    sizes[D_TOKENS] = sizeof(int);
+    sizes[D_X] = sizes[D_RES2] = sizes[D_LN] = sizes[D_ATTY] = sizes[D_PROJ] = C * es;
+    sizes[D_MEAN] = sizes[D_RSTD] = sizeof(float);
+    sizes[D_QKV] = 3 * C * es;
+    sizes[D_FCH] = sizes[D_FCH_GELU] = 4 * C * es;
+    sizes[D_LOGITS] = (size_t)lay->vocab_padded * es;
+    for (int l = 0; l < lay->spec.n_layer; l++) sizes[DSLOT_CACHE(l)] = (size_t)lay->seq_len * 2 * C * es;
+}
+
+/* gpt_forward for one position pos of one sequence: the position embedding is wpe
+ * row pos (a pointer offset), and attention reads the cached keys and values of
+ * positions 0..pos after this position's are stored at row pos. */
+static void gpt_decode(dt_net_t *net, int pos) {
+    const dt_ops_t *o = net->dev->ops;
+    dt_device_t *d = net->dev;
+    const dt_model_spec *s = &net->layout->spec;
+    int C = s->n_embd, NH = s->n_head, L = s->n_layer, Tmax = net->layout->seq_len;
+    int Vp = net->layout->vocab_padded;
+    size_t es = net->elsize;
+    dt_net_hook(net, 0, DT_NET_FWD_PRE);
+    o->encoder_forward(d, A(D_X), net->d_tokens, P(0), (char *)P(1) + (size_t)pos * C * es, 1, 1, C);
+    dt_net_hook(net, 0, DT_NET_FWD_POST);
+    for (int l = 0; l < L; l++) {
+        dt_net_hook(net, 1 + l, DT_NET_FWD_PRE);
+        void *cache = A(DSLOT_CACHE(l));
+        o->layernorm_forward(d, A(D_LN), AF(D_MEAN), AF(D_RSTD), A(D_X), PL(l, T_LN1W), PL(l, T_LN1B), 1, C);
+        o->matmul_forward(d, A(D_QKV), A(D_LN), PL(l, T_QKVW), PL(l, T_QKVB), 1, C, 3 * C);
+        o->copy(d, (char *)cache + (size_t)pos * 2 * C * es, (char *)A(D_QKV) + (size_t)C * es, 2 * (size_t)C * es,
+                DT_COPY_DEVICE_TO_DEVICE);
+        o->attention_decode(d, A(D_ATTY), A(D_QKV), 3 * C, cache, Tmax, pos, 1, C, NH, NH);
+        o->matmul_forward(d, A(D_PROJ), A(D_ATTY), PL(l, T_ATTPROJW), PL(l, T_ATTPROJB), 1, C, C);
+        o->residual_forward(d, A(D_RES2), A(D_X), A(D_PROJ), (size_t)C);
+        o->layernorm_forward(d, A(D_LN), AF(D_MEAN), AF(D_RSTD), A(D_RES2), PL(l, T_LN2W), PL(l, T_LN2B), 1, C);
+        o->matmul_forward(d, A(D_FCH), A(D_LN), PL(l, T_FCW), PL(l, T_FCB), 1, C, 4 * C);
+        o->gelu_forward(d, A(D_FCH_GELU), A(D_FCH), (size_t)4 * C);
+        o->matmul_forward(d, A(D_PROJ), A(D_FCH_GELU), PL(l, T_FCPROJW), PL(l, T_FCPROJB), 1, 4 * C, C);
+        o->residual_forward(d, A(D_X), A(D_RES2), A(D_PROJ), (size_t)C);
+        dt_net_hook(net, 1 + l, DT_NET_FWD_POST);
+    }
+    int lnf = LAYER_T(L, 0);
+    dt_net_hook(net, L + 1, DT_NET_FWD_PRE);
+    o->layernorm_forward(d, A(D_LN), AF(D_MEAN), AF(D_RSTD), A(D_X), P(lnf), P(lnf + 1), 1, C);
+    dt_net_hook(net, L + 1, DT_NET_FWD_POST);
+    dt_net_hook(net, 0, DT_NET_FWD_PRE);
+    o->matmul_forward(d, A(D_LOGITS), A(D_LN), P(0), NULL, 1, C, Vp);
+    dt_net_hook(net, 0, DT_NET_FWD_POST);
+}
+
 const dt_model_ops dt_model_gpt = {
     .name = "gpt",
     .help = "GPT-2 on text/tokens",
@@ -329,6 +391,10 @@ const dt_model_ops dt_model_gpt = {
     .forward = gpt_forward,
     .backward = gpt_backward,
     .logits_slot = G_LOGITS,
+    .decode_slots = gpt_decode_slots,
+    .decode_sizes = gpt_decode_sizes,
+    .decode = gpt_decode,
+    .decode_logits_slot = D_LOGITS,
     .export_shape = gpt_export_shape,
     .synthetic_batch = NULL,
 };

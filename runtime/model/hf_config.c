@@ -168,6 +168,24 @@ static char *slurp(const char *path, dt_status_t *st) {
     return buf;
 }
 
+/* transformers >= 5 writes rope_theta and rope_scaling as one object,
+ * rope_parameters {rope_theta, rope_type, factor, ...}; published checkpoints keep
+ * them at the top level. The top-level form is made from it when absent. */
+static void rope_parameters_to_top_level(cJSON *root) {
+    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
+    if (!cJSON_IsObject(rp)) return;
+    const cJSON *theta = cJSON_GetObjectItemCaseSensitive(rp, "rope_theta");
+    if (cJSON_IsNumber(theta) && !cJSON_GetObjectItemCaseSensitive(root, "rope_theta"))
+        cJSON_AddNumberToObject(root, "rope_theta", theta->valuedouble);
+    const char *type = str_of(rp, "rope_type");
+    if (type && strcmp(type, "default") && !at_path(root, "rope_scaling")) {
+        cJSON *rs = cJSON_Duplicate(rp, 1);
+        cJSON_DeleteItemFromObjectCaseSensitive(rs, "rope_theta");
+        cJSON_DeleteItemFromObjectCaseSensitive(root, "rope_scaling"); /* a null one */
+        cJSON_AddItemToObject(root, "rope_scaling", rs);
+    }
+}
+
 dt_status_t dt_hf_config_read(const char *dir, dt_hf_config *h) {
     memset(h, 0, sizeof *h);
     snprintf(h->path, sizeof h->path, "%s/config.json", dir);
@@ -180,6 +198,7 @@ dt_status_t dt_hf_config_read(const char *dir, dt_hf_config *h) {
         cJSON_Delete(root);
         return dt_error(DT_STATUS_CONFIG, "%s: expected a JSON object", h->path);
     }
+    rope_parameters_to_top_level(root);
     const char *mt = str_of(root, "model_type");
     snprintf(h->model_type, sizeof h->model_type, "%s", mt ? mt : "");
     const char *dt = str_of(root, "torch_dtype");

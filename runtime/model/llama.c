@@ -473,6 +473,80 @@ static void llama_backward(dt_net_t *net, float dscale) {
     dt_net_hook(net, 0, DT_NET_BWD_POST);
 }
 
+/* ---- KV-cache decoding (model.h: decode) ------------------------------------ */
+
+/* The decode arena: one position's activations (B = T = 1) and per layer a cache
+ * of seq_len rows of keys|values (2*NKV*HD, already rotated), the k|v tail of each
+ * position's qkv row. D_ZERO_POS is the encoder's zero position row, as G_ZERO_POS. */
+enum {
+    D_TOKENS = DT_NET_SLOT_TOKENS, D_ZERO_POS = DT_NET_SLOT_FIRST, D_X, D_RES2, D_LN, D_RSTD, D_QKV, D_ATTY,
+    D_PROJ, D_FCH, D_SWI, D_LOGITS, D_COUNT
+};
+#define DSLOT_CACHE(l) (D_COUNT + (l))
+
+static int llama_decode_slots(const dt_model_layout *l) {
+    return D_COUNT + DT_MODEL_PRIV(&l->spec, const llama_sizes)->num_hidden_layers;
+}
+
+static void llama_decode_sizes(const dt_device_t *dev, const dt_model_layout *lay, size_t *sizes) {
+    size_t es = dt_dtype_size(dev->ops->dtype);
+    dims d = dims_of(lay, 1);
+    size_t C = (size_t)d.C;
+    sizes[D_TOKENS] = sizeof(int);
+    sizes[D_ZERO_POS] = sizes[D_X] = sizes[D_RES2] = sizes[D_LN] = sizes[D_PROJ] = C * es;
+    sizes[D_RSTD] = sizeof(float);
+    sizes[D_QKV] = (size_t)d.QKVC * es;
+    sizes[D_ATTY] = (size_t)d.QC * es;
+    sizes[D_FCH] = 2 * (size_t)d.IC * es;
+    sizes[D_SWI] = (size_t)d.IC * es;
+    sizes[D_LOGITS] = (size_t)d.Vp * es;
+    for (int l = 0; l < d.L; l++) sizes[DSLOT_CACHE(l)] = (size_t)d.T * 2 * (size_t)d.NKV * d.HD * es;
+}
+
+/* llama_forward for one position pos of one sequence: RoPE rotates q and k at
+ * position pos, the rotated k and v go to cache row pos, and attention reads rows
+ * 0..pos. */
+static void llama_decode(dt_net_t *net, int pos) {
+    const dt_ops_t *o = net->dev->ops;
+    dt_device_t *dv = net->dev;
+    const dt_model_layout *lay = net->layout;
+    const llama_sizes *z = DT_MODEL_PRIV(&lay->spec, const llama_sizes);
+    dims d = dims_of(lay, 1);
+    int C = d.C;
+    size_t es = net->elsize, kv = 2 * (size_t)d.NKV * d.HD;
+    dt_net_hook(net, 0, DT_NET_FWD_PRE);
+    dt_net_zero(net, D_ZERO_POS, (size_t)C);
+    o->encoder_forward(dv, A(D_X), net->d_tokens, P(0), A(D_ZERO_POS), 1, 1, C);
+    dt_net_hook(net, 0, DT_NET_FWD_POST);
+    for (int l = 0; l < d.L; l++) {
+        dt_net_hook(net, 1 + l, DT_NET_FWD_PRE);
+        void *cache = A(DSLOT_CACHE(l));
+        o->rmsnorm_forward(dv, A(D_LN), AF(D_RSTD), A(D_X), PL(l, T_LN1), 1, C, d.eps);
+        o->matmul_forward(dv, A(D_QKV), A(D_LN), PL(l, T_Q), QKV_BIAS(l), 1, C, d.QKVC);
+        o->rope_forward(dv, A(D_QKV), 1, 1, d.QKVC, d.NH + d.NKV, d.HD, pos, &d.rope);
+        o->copy(dv, (char *)cache + (size_t)pos * kv * es, (char *)A(D_QKV) + (size_t)d.QC * es, kv * es,
+                DT_COPY_DEVICE_TO_DEVICE);
+        o->attention_decode(dv, A(D_ATTY), A(D_QKV), d.QKVC, cache, d.T, pos, 1, d.QC, d.NH, d.NKV);
+        o->matmul_forward(dv, A(D_PROJ), A(D_ATTY), PL(l, T_O), NULL, 1, d.QC, C);
+        o->residual_forward(dv, A(D_RES2), A(D_X), A(D_PROJ), (size_t)C);
+        o->rmsnorm_forward(dv, A(D_LN), AF(D_RSTD), A(D_RES2), PL(l, T_LN2), 1, C, d.eps);
+        o->matmul_forward(dv, A(D_FCH), A(D_LN), PL(l, T_GATE), NULL, 1, C, 2 * d.IC);
+        o->swiglu_forward(dv, A(D_SWI), A(D_FCH), 1, d.IC);
+        o->matmul_forward(dv, A(D_PROJ), A(D_SWI), PL(l, T_DOWN), NULL, 1, d.IC, C);
+        o->residual_forward(dv, A(D_X), A(D_RES2), A(D_PROJ), (size_t)C);
+        dt_net_hook(net, 1 + l, DT_NET_FWD_POST);
+    }
+    int norm = layer_t(z, d.L, 0), last = d.L + 1;
+    dt_net_hook(net, last, DT_NET_FWD_PRE);
+    o->rmsnorm_forward(dv, A(D_LN), AF(D_RSTD), A(D_X), P(norm), 1, C, d.eps);
+    if (lay->tied_head) {
+        dt_net_hook(net, last, DT_NET_FWD_POST);
+        dt_net_hook(net, 0, DT_NET_FWD_PRE);
+    }
+    o->matmul_forward(dv, A(D_LOGITS), A(D_LN), P(head_tensor(lay)), NULL, 1, C, d.Vp);
+    dt_net_hook(net, head_unit(lay), DT_NET_FWD_POST);
+}
+
 /* ---- export ------------------------------------------------------------------ */
 
 /* Hugging Face's shapes are the table's (no transposes); the vocabulary tensors
@@ -507,6 +581,10 @@ const dt_model_ops dt_model_llama = {
     .forward = llama_forward,
     .backward = llama_backward,
     .logits_slot = G_LOGITS,
+    .decode_slots = llama_decode_slots,
+    .decode_sizes = llama_decode_sizes,
+    .decode = llama_decode,
+    .decode_logits_slot = D_LOGITS,
     .export_shape = llama_export_shape,
     .synthetic_batch = NULL,
 };

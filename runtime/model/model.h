@@ -35,7 +35,8 @@
  *                                  tensor is stored transposed
  *   synthetic_batch                (feature data) the samples the trainer uses
  * and optionally config_check, unpadded_params, net_check, init_range, dims (token
- * models, for `dtrun plan`).
+ * models, for `dtrun plan`), and the KV-cache decode slots (decode_slots,
+ * decode_sizes, decode, decode_logits_slot).
  */
 #ifndef DT_RUNTIME_MODEL_H
 #define DT_RUNTIME_MODEL_H
@@ -202,6 +203,21 @@ struct dt_model_ops {
     void (*forward)(struct dt_net *net, int with_loss);
     void (*backward)(struct dt_net *net, float dscale);
     int logits_slot; /* arena slot of the (B*T, vocab_padded) logits; -1: none */
+
+    /* (optional) KV-cache decoding (net.h: dt_net_decode_init, dt_net_decode): one
+     * sequence, one position at a time, each position's keys and values kept in a
+     * cache in the decode arena, so generating n tokens computes n positions instead
+     * of n full forwards. decode_slots/decode_sizes size that arena as
+     * arena_slots/arena_sizes do the training one, for B = 1 and T = 1 plus the cache
+     * of seq_len positions (net.h's four slots first; only the tokens slot is used).
+     * decode runs position pos (0 <= pos < seq_len) of the token in the tokens
+     * slot, positions 0..pos-1 having been decoded before: it writes the cache rows of
+     * pos and the logits (vocab_padded) into decode_logits_slot. NULL decode:
+     * sampling runs the full forward at every step. */
+    int (*decode_slots)(const dt_model_layout *l);
+    void (*decode_sizes)(const dt_device_t *dev, const dt_model_layout *l, size_t *sizes);
+    void (*decode)(struct dt_net *net, int pos);
+    int decode_logits_slot;
 
     /* export: the shape written for tensor t (ndim <= 2); 1 when the tensor is
      * written transposed ((out, in) stored as (in, out), HF Conv1D) */

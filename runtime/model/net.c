@@ -12,12 +12,14 @@
 #include "common/mem.h" /* defines: dt_xcalloc */
 #include "runtime/model/net_impl.h"
 
-/* Computes slot offsets (each slot rounded up to 64 bytes); returns the arena size.
- * off may be NULL. */
-static size_t plan_arena(const dt_device_t *dev, const dt_model_layout *lay, int B, size_t *off) {
-    int n = lay->spec.ops->arena_slots(lay);
+/* Computes slot offsets (each slot rounded up to 64 bytes) of the training arena,
+ * or of the decode arena when decode; returns the arena size. off may be NULL. */
+static size_t plan_arena(const dt_device_t *dev, const dt_model_layout *lay, int B, int decode, size_t *off) {
+    const dt_model_ops *ops = lay->spec.ops;
+    int n = decode ? ops->decode_slots(lay) : ops->arena_slots(lay);
     size_t *sizes = dt_xcalloc((size_t)n, sizeof *sizes), pos = 0;
-    lay->spec.ops->arena_sizes(dev, lay, B, sizes);
+    if (decode) ops->decode_sizes(dev, lay, sizes);
+    else ops->arena_sizes(dev, lay, B, sizes);
     for (int i = 0; i < n; i++) {
         if (off) off[i] = pos;
         pos += (sizes[i] + 63) & ~(size_t)63;
@@ -27,29 +29,30 @@ static size_t plan_arena(const dt_device_t *dev, const dt_model_layout *lay, int
 }
 
 size_t dt_net_arena_bytes(const dt_device_t *dev, const dt_model_layout *layout, int B) {
-    return plan_arena(dev, layout, B, NULL);
+    return plan_arena(dev, layout, B, 0, NULL);
 }
 
-dt_status_t dt_net_init(dt_net_t *net, dt_device_t *dev, const dt_model_layout *layout, int B) {
-    memset(net, 0, sizeof *net);
-    if (B <= 0) return dt_error(DT_STATUS_INVALID, "micro-batch must be > 0, found %d", B);
+/* The arena and the per-unit pointers of a net of B sequences of T positions. */
+static dt_status_t net_alloc(dt_net_t *net, dt_device_t *dev, const dt_model_layout *layout, int B, int T,
+                             int decode) {
     const dt_model_ops *ops = layout->spec.ops;
-    if (ops->net_check) DT_CHECK(ops->net_check(layout));
     net->dev = dev;
     net->layout = layout;
     net->B = B;
-    net->T = layout->seq_len;
+    net->T = T;
+    net->decode = decode;
     net->elsize = dt_dtype_size(dev->ops->dtype);
     net->n_rows = B * net->T;
-    net->n_slots = ops->arena_slots(layout);
+    net->n_slots = decode ? ops->decode_slots(layout) : ops->arena_slots(layout);
     net->off = dt_xcalloc((size_t)net->n_slots, sizeof *net->off);
-    net->arena_bytes = plan_arena(dev, layout, B, net->off);
+    net->arena_bytes = plan_arena(dev, layout, B, decode, net->off);
     dt_status_t st = dev->ops->alloc(dev, DT_MEM_ACTIVATIONS, net->arena_bytes, &net->arena);
     if (st != DT_STATUS_OK) {
         free(net->off);
         net->off = NULL;
-        return dt_error(st, "cannot allocate %.1f MiB of activations for micro-batch %d: %s",
-                        (double)net->arena_bytes / (1 << 20), B, dt_error_detail());
+        return dt_error(st, "cannot allocate %.1f MiB of activations for %s %d: %s",
+                        (double)net->arena_bytes / (1 << 20), decode ? "decoding, seq_len" : "micro-batch",
+                        decode ? layout->seq_len : B, dt_error_detail());
     }
     net->d_tokens = dt_net_slot(net, DT_NET_SLOT_TOKENS);
     net->d_targets = dt_net_slot(net, DT_NET_SLOT_TARGETS);
@@ -58,6 +61,31 @@ dt_status_t dt_net_init(dt_net_t *net, dt_device_t *dev, const dt_model_layout *
     net->unit_params = dt_xcalloc((size_t)layout->n_units, sizeof(void *));
     net->unit_grads = dt_xcalloc((size_t)layout->n_units, sizeof(void *));
     return DT_STATUS_OK;
+}
+
+dt_status_t dt_net_init(dt_net_t *net, dt_device_t *dev, const dt_model_layout *layout, int B) {
+    memset(net, 0, sizeof *net);
+    if (B <= 0) return dt_error(DT_STATUS_INVALID, "micro-batch must be > 0, found %d", B);
+    if (layout->spec.ops->net_check) DT_CHECK(layout->spec.ops->net_check(layout));
+    return net_alloc(net, dev, layout, B, layout->seq_len, 0);
+}
+
+int dt_net_can_decode(const dt_device_t *dev, const dt_model_layout *layout) {
+    const dt_model_ops *ops = layout->spec.ops;
+    return ops->decode && ops->decode_slots && ops->decode_sizes && ops->decode_logits_slot >= 0 &&
+           dev->ops->attention_decode;
+}
+
+dt_status_t dt_net_decode_init(dt_net_t *net, dt_device_t *dev, const dt_model_layout *layout) {
+    memset(net, 0, sizeof *net);
+    const dt_model_ops *ops = layout->spec.ops;
+    if (!ops->decode)
+        return dt_error(DT_STATUS_UNSUPPORTED, "model %s has no KV-cache decode path", ops->name);
+    if (!dt_net_can_decode(dev, layout))
+        return dt_error(DT_STATUS_UNSUPPORTED, "the %s device has no attention_decode op",
+                        dt_device_kind_name(dev->kind));
+    if (ops->net_check) DT_CHECK(ops->net_check(layout));
+    return net_alloc(net, dev, layout, 1, 1, 1);
 }
 
 void dt_net_free(dt_net_t *net) {
@@ -83,6 +111,7 @@ static dt_status_t upload(dt_net_t *net, void *dst, const void *src, size_t byte
 
 dt_status_t dt_net_forward(dt_net_t *net, const dt_batch *batch, double *mean_loss) {
     const dt_model_layout *l = net->layout;
+    if (net->decode) return dt_error(DT_STATUS_INVALID, "a decode net has no training forward");
     size_t rows = (size_t)net->n_rows;
     if (l->spec.ops->data == DT_MODEL_DATA_TOKENS) {
         DT_CHECK(upload(net, net->d_tokens, batch->tokens, rows * sizeof(int)));
@@ -92,6 +121,7 @@ dt_status_t dt_net_forward(dt_net_t *net, const dt_batch *batch, double *mean_lo
     }
     DT_CHECK(upload(net, net->d_targets, batch->targets, rows * sizeof(int)));
     l->spec.ops->forward(net, 1);
+    net->rows_run += rows;
     DT_CHECK(net->dev->ops->copy(net->dev, net->h_losses, dt_net_slot(net, DT_NET_SLOT_LOSSES),
                                  rows * sizeof(float), DT_COPY_DEVICE_TO_HOST));
     DT_CHECK(net->dev->ops->synchronize(net->dev));
@@ -109,17 +139,42 @@ dt_status_t dt_net_backward(dt_net_t *net, float dscale) {
     return net->dev->ops->synchronize(net->dev);
 }
 
-dt_status_t dt_net_logits(dt_net_t *net, const int32_t *tokens, int b, int t, float *out) {
+dt_status_t dt_net_logits_rows(dt_net_t *net, const int32_t *tokens, int b, int t0, int n, float *out) {
     const dt_model_ops *ops = net->layout->spec.ops;
     if (ops->logits_slot < 0)
         return dt_error(DT_STATUS_UNSUPPORTED, "model %s has no logits to sample from", ops->name);
+    if (net->decode) return dt_error(DT_STATUS_INVALID, "a decode net runs dt_net_decode, not a forward");
+    if (b < 0 || b >= net->B || t0 < 0 || n < 1 || t0 + n > net->T)
+        return dt_error(DT_STATUS_INVALID, "logits rows [%d, %d) of sequence %d outside (%d, %d)", t0, t0 + n, b,
+                        net->B, net->T);
     size_t rows = (size_t)net->n_rows;
     DT_CHECK(upload(net, net->d_tokens, tokens, rows * sizeof(int)));
     ops->forward(net, 0);
+    net->rows_run += rows;
     size_t Vp = (size_t)net->layout->vocab_padded;
     const char *row = (const char *)dt_net_slot(net, ops->logits_slot) +
-                      ((size_t)b * (size_t)net->T + (size_t)t) * Vp * net->elsize;
+                      ((size_t)b * (size_t)net->T + (size_t)t0) * Vp * net->elsize;
     net->have_forward = 0;
-    DT_CHECK(net->dev->ops->download_f32(net->dev, out, row, Vp));
+    DT_CHECK(net->dev->ops->download_f32(net->dev, out, row, Vp * (size_t)n));
+    return net->dev->ops->synchronize(net->dev);
+}
+
+dt_status_t dt_net_logits(dt_net_t *net, const int32_t *tokens, int b, int t, float *out) {
+    return dt_net_logits_rows(net, tokens, b, t, 1, out);
+}
+
+dt_status_t dt_net_decode(dt_net_t *net, int32_t token, int pos, float *out) {
+    const dt_model_layout *l = net->layout;
+    if (!net->decode) return dt_error(DT_STATUS_INVALID, "dt_net_decode needs a decode net (dt_net_decode_init)");
+    if (pos < 0 || pos >= l->seq_len)
+        return dt_error(DT_STATUS_INVALID, "decode position %d outside the context [0, %d)", pos, l->seq_len);
+    if (token < 0 || token >= l->vocab_padded)
+        return dt_error(DT_STATUS_INVALID, "token %d outside the vocabulary [0, %d)", token, l->vocab_padded);
+    int tok = token;
+    DT_CHECK(upload(net, net->d_tokens, &tok, sizeof tok));
+    l->spec.ops->decode(net, pos);
+    net->rows_run += 1;
+    const void *row = dt_net_slot(net, l->spec.ops->decode_logits_slot);
+    DT_CHECK(net->dev->ops->download_f32(net->dev, out, row, (size_t)l->vocab_padded));
     return net->dev->ops->synchronize(net->dev);
 }

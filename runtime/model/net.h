@@ -74,6 +74,8 @@ typedef struct dt_net {
     float *h_losses; /* host copy of per-row losses */
     int n_rows;      /* rows of the loss: B*T (T = 1 for feature rows) */
     int have_forward;
+    int decode;          /* a decode net (dt_net_decode_init): B = T = 1 plus a KV cache */
+    uint64_t rows_run;   /* positions computed so far: B*T per forward, 1 per decode */
 } dt_net_t;
 
 /* Sizes the arena for micro-batch B (and T = layout seq_len) and allocates it. */
@@ -92,5 +94,23 @@ dt_status_t dt_net_backward(dt_net_t *net, float dscale);
  * loss, then the logits (vocab_padded floats, host) of row b at position t are
  * copied to out. For sampling. */
 dt_status_t dt_net_logits(dt_net_t *net, const int32_t *tokens, int b, int t, float *out);
+/* The same for rows t0 .. t0+n-1 of sequence b: out gets n rows of vocab_padded. */
+dt_status_t dt_net_logits_rows(dt_net_t *net, const int32_t *tokens, int b, int t0, int n, float *out);
+
+/* ---- KV-cache decoding (model.h: the optional decode slots) ----
+ * A decode net runs one sequence one position at a time: the model keeps the keys
+ * and values of the positions run so far in a cache in the arena (seq_len rows per
+ * layer), so position pos costs one row of compute plus attention over pos+1 cached
+ * rows, instead of a whole (1, seq_len) forward. The arena holds B = T = 1
+ * activations and the cache; units are bound as for any net (dt_net_bind). */
+
+/* 1 when the model has a decode path and the device the attention_decode op. */
+int dt_net_can_decode(const dt_device_t *dev, const dt_model_layout *layout);
+/* A decode net; DT_STATUS_UNSUPPORTED (with the reason) when !dt_net_can_decode. */
+dt_status_t dt_net_decode_init(dt_net_t *net, dt_device_t *dev, const dt_model_layout *layout);
+/* Runs token at position pos (0 <= pos < seq_len; the positions before it were
+ * decoded in order since, or rewritten by later calls for, the same sequence) and
+ * copies its logits (vocab_padded floats, host) to out. */
+dt_status_t dt_net_decode(dt_net_t *net, int32_t token, int pos, float *out);
 
 #endif /* DT_RUNTIME_NET_H */
