@@ -18,7 +18,7 @@ with its q/k/v biases and tied embeddings; MistralConfig), fp32 and bf16, go thr
 model.pretrained and dtrun's export and come out as the same state dict.
 
 Needs torch and transformers, so it is not part of `make test`:
-    /opt/torchvenv/bin/python scripts/compat/hf_export_check.py [--dtrun ./dtrun] [--gpt-only]
+    python3 scripts/compat/hf_export_check.py [--dtrun ./dtrun] [--gpt-only]
 Prints PASS/FAIL lines; exits 1 on any failure.
 """
 import argparse

@@ -37,7 +37,7 @@ usage:
   hf_models.py --check DTRUN          build the fixtures fresh in a temporary folder and
                                       run dtrun against them (scripts/compat/hf_compare.py)
                                       plus `dtrun export --format hf` -> from_pretrained
-Run with /opt/torchvenv/bin/python (torch, transformers, safetensors); offline.
+Needs torch, transformers and safetensors (pip install torch transformers safetensors); runs offline.
 """
 import argparse
 import json
