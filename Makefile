@@ -36,7 +36,7 @@ CFLAGS  := -std=gnu11 $(OPT) -g -Wall -Wextra -Werror -Wno-unused-parameter \
 # -rdynamic: the CUDA library resolves dt_* (errors, accounted memory, log, the
 # communicator's internals) from the binary that loads it: one copy of each.
 LDFLAGS := -fopenmp -pthread -rdynamic $(SANFLAGS)
-LDLIBS  := -luv -lcjson -lm -ldl
+LDLIBS  := -luv -lcjson -lm -lmvec -ldl
 
 # ---- CUDA detection -------------------------------------------------------
 # dtrun itself is built without CUDA headers, defines or libraries; the CUDA code

@@ -52,7 +52,19 @@ static dt_status_t cpu_copy(dt_device_t *dev, void *dst, const void *src, size_t
 
 static dt_status_t cpu_set(dt_device_t *dev, void *ptr, int byte, size_t bytes) {
     if (bytes && !ptr) return dt_error(DT_STATUS_INVALID, "set: NULL pointer for %zu bytes", bytes);
-    if (bytes) memset(ptr, byte, bytes);
+    /* Large buffers (the backward zeroes its gradient buffers) in a slice per thread:
+     * one core's stores do not fill the memory bus. */
+    int nt = bytes >= ((size_t)1 << 22) ? dev->nthreads : 1;
+    if (nt <= 1) {
+        if (bytes) memset(ptr, byte, bytes);
+        return DT_STATUS_OK;
+    }
+#pragma omp parallel num_threads(nt)
+    {
+        size_t b0, b1;
+        dt_cpu_split(bytes, omp_get_num_threads(), omp_get_thread_num(), &b0, &b1);
+        if (b1 > b0) memset((char *)ptr + b0, byte, b1 - b0);
+    }
     return DT_STATUS_OK;
 }
 

@@ -11,6 +11,14 @@
 
 #include "kernels/cpu/cpu.h"
 
+/* glibc's libmvec has vector expf variants (linked with -lmvec); declaring them lets
+ * `omp simd` loops call 8 or 16 lanes at once (math.h does so only under
+ * -ffast-math). Each lane's result depends only on its input, and a row's elements
+ * take the same path whatever the thread split, so results stay reproducible. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+__attribute__((__simd__("notinbranch"))) extern float expf(float);
+#endif
+
 /* Below this many elements a parallel region costs more than it saves. */
 #define PAR_MIN_ELEMS (1 << 15)
 
@@ -82,30 +90,33 @@ void dt_cpu_rmsnorm_backward(dt_device_t *dev, void *dinp_, void *dweight_, cons
 /* Turns each pair (x[i], x[i + HS/2]) of the first n_heads heads of every row by
  * +angle (dir 1, forward) or -angle (dir -1, the transpose for the backward). The
  * angle is pos * inv_freq[i] in fp32 as transformers forms it; its cosine and sine
- * are taken in double and rounded, once per row for all heads. */
+ * are taken in double and rounded, once per position for all its rows and heads. */
 static void rope_apply(dt_device_t *dev, float *x, int B, int T, int row_stride, int n_heads,
                        int HS, int pos0, const dt_rope_args_t *rope, float dir) {
     int half = HS / 2;
     float inv_freq[DT_ROPE_MAX_HS / 2];
     dt_rope_inv_freq(rope, HS, inv_freq);
     int nt = threads_for(dev, (size_t)B * T * n_heads * HS);
+    /* Over positions: a position's angles serve all B rows at it. */
 #pragma omp parallel for num_threads(nt) schedule(static)
-    for (int bt = 0; bt < B * T; bt++) {
+    for (int t = 0; t < T; t++) {
         float cs[DT_ROPE_MAX_HS / 2], sn[DT_ROPE_MAX_HS / 2];
-        float p = (float)(pos0 + bt % T);
+        float p = (float)(pos0 + t);
         for (int i = 0; i < half; i++) {
             double a = (double)(p * inv_freq[i]);
             cs[i] = (float)cos(a);
             sn[i] = dir * (float)sin(a);
         }
-        float *row = x + (size_t)bt * row_stride;
-        for (int h = 0; h < n_heads; h++) {
-            float *x1 = row + (size_t)h * HS, *x2 = x1 + half;
+        for (int b = 0; b < B; b++) {
+            float *row = x + ((size_t)b * T + t) * row_stride;
+            for (int h = 0; h < n_heads; h++) {
+                float *x1 = row + (size_t)h * HS, *x2 = x1 + half;
 #pragma omp simd
-            for (int i = 0; i < half; i++) {
-                float a = x1[i], b = x2[i];
-                x1[i] = a * cs[i] - b * sn[i];
-                x2[i] = b * cs[i] + a * sn[i];
+                for (int i = 0; i < half; i++) {
+                    float a = x1[i], c = x2[i];
+                    x1[i] = a * cs[i] - c * sn[i];
+                    x2[i] = c * cs[i] + a * sn[i];
+                }
             }
         }
     }
@@ -131,6 +142,7 @@ void dt_cpu_swiglu_forward(dt_device_t *dev, void *out_, const void *inp_, int N
     for (int n = 0; n < N; n++) {
         const float *g = inp + (size_t)n * 2 * IC, *u = g + IC;
         float *o = out + (size_t)n * IC;
+#pragma omp simd
         for (int i = 0; i < IC; i++) o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
     }
 }
@@ -146,6 +158,7 @@ void dt_cpu_swiglu_backward(dt_device_t *dev, void *dinp_, const void *inp_, con
     for (int n = 0; n < N; n++) {
         const float *g = inp + (size_t)n * 2 * IC, *u = g + IC, *d = dout + (size_t)n * IC;
         float *dg = dinp + (size_t)n * 2 * IC, *du = dg + IC;
+#pragma omp simd
         for (int i = 0; i < IC; i++) {
             float sig = 1.0f / (1.0f + expf(-g[i]));
             dg[i] += d[i] * u[i] * sig * (1.0f + g[i] * (1.0f - sig));
