@@ -4,6 +4,8 @@
 #                   CUDA backend + NCCL communicator, loaded by GPU workers) when nvcc is found
 #   make test       all tests (unit + integration), one summary line at the end
 #   make test SAN=1 the same under AddressSanitizer + UBSan
+#   make test-gpu-script  the one-call GPU check (scripts/gpu_check.sh) end to end on
+#                   the CPU emulator: GPU_CHECK_EMU=1, packing, preflight, every row
 #   make run        the demo
 #   make bench      benchmarks
 #   make fuzz       libFuzzer target for the store's frame parser (clang)
@@ -113,7 +115,7 @@ flags_file = $(shell mkdir -p $(dir $(1)))$(file >$(1).new,$(filter-out -DDT_GIT
 $(call flags_file,$(BUILD)/.flags,$(CC) $(CFLAGS) $(LDFLAGS) $(CUDA_CFLAGS) $(NVFLAGS) $(CUDA_DEPS))
 FLAGS_STAMP := $(BUILD)/.flags
 
-.PHONY: all deps test run bench fuzz clean features gpu-tests gpu-tests-build
+.PHONY: all deps test run bench fuzz clean features gpu-tests gpu-tests-build test-gpu-script
 all: features dtrun$(if $(filter 1,$(SAN)),-san) $(CUDA_LIB_TARGET)
 
 features:
@@ -188,6 +190,11 @@ gpu-tests-build: $(DTRUN_BIN) $(CUDA_LIB_TARGET) $(GPU_TEST_BIN)
 
 gpu-tests: $(DTRUN_BIN) $(CUDA_LIB_TARGET) $(GPU_TEST_BIN)
 	$(Q)for t in $(GPU_TEST_BIN); do $$t || exit 1; done
+
+# scripts/gpu_check.sh as on the GPU machine, against the emulator build (about 30 s);
+# `make test` runs only its packing and preflight (tests/integration/test_gpu_script.sh).
+test-gpu-script: features dtrun
+	$(Q)GPU_CHECK_EMU=1 OUT=$${OUT:-/tmp/gpu_check_emu} bash scripts/gpu_check.sh
 
 run: features dtrun $(CUDA_LIB_TARGET)
 	$(Q)scripts/demo.sh
