@@ -113,7 +113,8 @@ missing() {
   if command -v nvidia-smi >/dev/null; then
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$L/gpu.txt"
     nvidia-smi
-  else echo "none (emulator run: the CPU emulator of CUDA)" | tee "$L/gpu.txt"; fi
+  elif [ "$EMU" = 1 ]; then echo "none (emulator run: the CPU emulator of CUDA)" | tee "$L/gpu.txt"
+  else echo "no nvidia-smi on this machine" | tee "$L/gpu.txt"; fi
   m=$(missing)
   if [ -n "$m" ]; then
     echo "== missing with the packed lib/ and the system's:"; echo "$m"
@@ -292,6 +293,7 @@ print(f"{'PASS' if ok else 'FAIL'} step 1 {d[0]:.1e} (tol {t1:g}), later max {ma
       f"loss {a[0]:.3f} -> {a[-1]:.3f}")
 PY
 )
+  case "$r" in "FAIL no metrics"*) r="FAIL $(tail -2 "$L/$2.log" | clip 140)" ;; esac
   row "$1" "${r%% *}" "$NOTE${r#* }"
 }
 if due "GPT $steps steps, GPU vs CPU (fp32, bf16)" 200; then
@@ -351,7 +353,8 @@ PY
 )
   set -- $r
   ours=$2
-  row "$label" "$1" "${*:3}"
+  if [ "$1" = PASS ]; then row "$label" PASS "${*:3}"
+  else row "$label" FAIL "exit $rc: $(tail -2 "$L/$name.log" | clip 140)"; fi
 }
 memory() {
   local name="peak GPU memory vs dtrun plan (10%)"
