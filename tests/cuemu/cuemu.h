@@ -94,6 +94,11 @@
  * DTRUN_CUEMU_STACK_KB (thread stacks, 64), DTRUN_CUEMU_STATS=1 (launches by kernel at
  * exit), DTRUN_CUEMU_HOST_GUARD=1 (device memory PROT_NONE outside emulator calls:
  * host code dereferencing a device pointer faults, as on a GPU; costs system time).
+ * Counters for tests (extern "C" cuemu_counter(name), declared weak by C tests so that
+ * they link against the real runtime too, where it is NULL): "stream_sync"
+ * (cudaStreamSynchronize + cudaDeviceSynchronize calls), "event_sync"
+ * (cudaEventSynchronize), "blas_call" (cuBLAS GEMM and cublasLtMatmul calls); an
+ * unknown name returns ~0ULL.
  */
 #ifndef DT_TESTS_CUEMU_H
 #define DT_TESTS_CUEMU_H
@@ -797,5 +802,7 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
 cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
                            int k, const float *alpha, const float *A, int lda, const float *B, int ldb,
                            const float *beta, float *C, int ldc);
+
+extern "C" unsigned long long cuemu_counter(const char *name);
 
 #endif /* DT_TESTS_CUEMU_H */

@@ -686,6 +686,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
                               cudaStream_t stream) {
     const char *fn = "cublasLtMatmul";
     device_access access;
+    count(COUNT_BLAS_CALL);
     if (!lightHandle) return CUBLAS_STATUS_NOT_INITIALIZED;
     if (lightHandle->magic != LT_MAGIC) die("cublasLtMatmul: the handle is not a live cublasLtHandle_t");
     if (!stream_valid(stream)) {
@@ -798,6 +799,7 @@ static cublasStatus_t gemm_v2(const char *fn, cublasHandle_t handle, cublasOpera
                               long long sb, const void *beta, void *C, cudaDataType Ctype, int ldc, long long sc,
                               int batch, cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
     device_access access;
+    count(COUNT_BLAS_CALL);
     if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
     if (!stream_valid(handle->stream)) {
         say(fn, "the handle's stream was destroyed");

@@ -1,0 +1,71 @@
+/*
+ * test_cuda_syncs.c - the CUDA backend's host waits, counted: the gradient norm over
+ * many ranges (ZeRO's shard) waits for the device once, not once per range, and gives
+ * the sum of the per-range norms bit for bit (and the CPU's within rounding).
+ * The counts come from the emulator
+ * (tests/cuemu: cuemu_counter, weak here so the file also links against the real
+ * runtime, where those checks are skipped and the results are still checked).
+ */
+#include <math.h>
+
+#include "tests/gpu/gpu_fixture.h"
+
+extern unsigned long long cuemu_counter(const char *name) __attribute__((weak));
+
+/* The emulator's counter, or ~0 on a real GPU (no counters). */
+static unsigned long long counter(const char *name) { return cuemu_counter ? cuemu_counter(name) : ~0ULL; }
+static int counting(void) { return cuemu_counter != NULL; }
+
+/* ---- gradient norm over ranges ------------------------------------------------------------ */
+
+#define NR 7
+
+static void norm_ranges_case(dt_dtype_t dt) {
+    ctx_t x;
+    ctx_open(&x, dt);
+    rng_seed(14);
+    /* sizes: empty, one element, unaligned (odd offsets in one buffer), large */
+    size_t counts[NR] = {1000, 0, 1, 333, ((size_t)1 << 16) + 3, 17, 4096};
+    size_t total = 0;
+    for (int i = 0; i < NR; i++) total += counts[i] + 1; /* one element apart: misaligned starts */
+    float *h = frand(total, 3.0f, 0.0f);
+    char *d = gpu_tensor(&x, h, total); /* h now holds what the GPU holds */
+    size_t es = dt_dtype_size(dt), off = 0;
+    const void *gp[NR], *cp[NR];
+    for (int i = 0; i < NR; i++) {
+        gp[i] = d + (off + 1) * es;
+        cp[i] = h + off + 1;
+        off += counts[i] + 1;
+    }
+    ctx_sync(&x);
+
+    unsigned long long s0 = counter("stream_sync");
+    double one_by_one = 0;
+    int nonempty = 0;
+    for (int i = 0; i < NR; i++) {
+        one_by_one += x.g->grad_sq_norm(x.gpu, gp[i], counts[i]);
+        nonempty += counts[i] > 0;
+    }
+    unsigned long long s1 = counter("stream_sync");
+    double got = x.g->grad_sq_norm_ranges(x.gpu, gp, counts, NR);
+    unsigned long long s2 = counter("stream_sync");
+    double cpu = x.c->grad_sq_norm_ranges(x.cpu, cp, counts, NR);
+
+    cr_assert(isfinite(got) && got > 0, "%g", got);
+    cr_assert(memcmp(&got, &one_by_one, sizeof got) == 0, "ranges %.17g, range by range %.17g", got, one_by_one);
+    cr_assert(fabs(got - cpu) <= 2.0 * (double)total * 0x1p-53 * cpu, "gpu %.17g cpu %.17g", got, cpu);
+    if (counting()) {
+        cr_assert_eq(s1 - s0, (unsigned long long)nonempty, "range by range: %llu waits", s1 - s0);
+        cr_assert_eq(s2 - s1, 1, "ranges: %llu waits for %d ranges, want 1", s2 - s1, NR);
+    }
+    /* nothing to add: no wait at all */
+    cr_assert_eq(x.g->grad_sq_norm_ranges(x.gpu, gp, counts, 0), 0.0);
+    cr_assert_eq(x.g->grad_sq_norm_ranges(x.gpu, gp + 1, counts + 1, 1), 0.0);
+    if (counting()) cr_assert_eq(counter("stream_sync"), s2);
+    free(h);
+    ctx_close(&x);
+}
+
+Test(cuda_norm_ranges, one_wait_same_sum_f32) { norm_ranges_case(DT_DTYPE_F32); }
+Test(cuda_norm_ranges, one_wait_same_sum_bf16) { norm_ranges_case(DT_DTYPE_BF16); }
+
