@@ -1,8 +1,9 @@
 /*
  * test_cuda_syncs.c - the CUDA backend's host waits, counted: the gradient norm over
  * many ranges (ZeRO's shard) waits for the device once, not once per range, and gives
- * the sum of the per-range norms bit for bit (and the CPU's within rounding).
- * The counts come from the emulator
+ * the sum of the per-range norms bit for bit (and the CPU's within rounding);
+ * host-to-device copies and fp32 uploads do not wait for the stream, yet the host
+ * buffer may be reused the moment they return. The counts come from the emulator
  * (tests/cuemu: cuemu_counter, weak here so the file also links against the real
  * runtime, where those checks are skipped and the results are still checked).
  */
@@ -69,3 +70,56 @@ static void norm_ranges_case(dt_dtype_t dt) {
 Test(cuda_norm_ranges, one_wait_same_sum_f32) { norm_ranges_case(DT_DTYPE_F32); }
 Test(cuda_norm_ranges, one_wait_same_sum_bf16) { norm_ranges_case(DT_DTYPE_BF16); }
 
+/* ---- host-to-device copies ---------------------------------------------------------------- */
+
+/* Back-to-back copies and uploads of one host buffer, rewritten after each returns
+ * (more copies than the ring has slots, some larger than a slot), all land intact,
+ * and none waits for the stream. */
+#define NUP 12
+
+static void uploads_case(dt_dtype_t dt) {
+    ctx_t x;
+    ctx_open(&x, dt);
+    size_t es = dt_dtype_size(dt);
+    /* sizes in elements: small, one slot exactly (4 MiB of fp32), several slots */
+    size_t sizes[NUP] = {1, 1000, (size_t)1 << 20, 7, ((size_t)3 << 20) + 5, 64, 333, 1, ((size_t)1 << 20) + 1,
+                         4096, 2, 100000};
+    size_t most = 0;
+    for (int i = 0; i < NUP; i++) most = sizes[i] > most ? sizes[i] : most;
+    float *h = malloc(most * sizeof *h);
+    void *raw[NUP], *up[NUP];
+    for (int i = 0; i < NUP; i++) {
+        raw[i] = gpu_alloc(&x, sizes[i] * sizeof(float));
+        up[i] = gpu_alloc(&x, sizes[i] * es);
+    }
+    ctx_sync(&x);
+    /* value of element j in round i: exact in bf16 (8 significant bits) */
+#define VAL(i, j) ((float)((int)(((j) * 7 + (i) * 13) % 200) - 100))
+    unsigned long long s0 = counter("stream_sync"), e0 = counter("event_sync");
+    for (int i = 0; i < NUP; i++) {
+        for (size_t j = 0; j < sizes[i]; j++) h[j] = VAL(i, j);
+        cr_assert_eq(x.g->copy(x.gpu, raw[i], h, sizes[i] * sizeof(float), DT_COPY_HOST_TO_DEVICE), DT_STATUS_OK,
+                     "%s", dt_error_detail());
+        for (size_t j = 0; j < sizes[i]; j++) h[j] = -VAL(i, j); /* reused at once */
+        cr_assert_eq(x.g->upload_f32(x.gpu, up[i], h, sizes[i]), DT_STATUS_OK, "%s", dt_error_detail());
+        for (size_t j = 0; j < sizes[i]; j++) h[j] = NAN;
+    }
+    unsigned long long s1 = counter("stream_sync");
+    if (counting()) cr_assert_eq(s1 - s0, 0, "%d copies and %d uploads waited %llu times", NUP, NUP, s1 - s0);
+    cr_log_info("%s: %d copies and %d uploads: %llu stream waits, %llu slot waits", dt_dtype_name(dt), NUP, NUP,
+                s1 - s0, counter("event_sync") - e0);
+    for (int i = 0; i < NUP; i++) {
+        cr_assert_eq(x.g->copy(x.gpu, h, raw[i], sizes[i] * sizeof(float), DT_COPY_DEVICE_TO_HOST), DT_STATUS_OK);
+        for (size_t j = 0; j < sizes[i]; j++)
+            cr_assert(h[j] == VAL(i, j), "copy %d [%zu]: %g, want %g", i, j, h[j], VAL(i, j));
+        cr_assert_eq(x.g->download_f32(x.gpu, h, up[i], sizes[i]), DT_STATUS_OK);
+        for (size_t j = 0; j < sizes[i]; j++)
+            cr_assert(h[j] == -VAL(i, j), "upload %d [%zu]: %g, want %g", i, j, h[j], -VAL(i, j));
+    }
+#undef VAL
+    free(h);
+    ctx_close(&x);
+}
+
+Test(cuda_uploads, no_stream_wait_and_host_buffer_reusable_f32, .timeout = 120) { uploads_case(DT_DTYPE_F32); }
+Test(cuda_uploads, no_stream_wait_and_host_buffer_reusable_bf16, .timeout = 120) { uploads_case(DT_DTYPE_BF16); }
