@@ -80,7 +80,9 @@
  *                cublasLtMatmul,
  *                cublasLtGetStatusString/Name
  *   cuBLAS       cublasCreate/Destroy/SetStream/SetMathMode/SetWorkspace, cublasGemmEx,
- *                cublasGemmStridedBatchedEx, cublasSgemm, cublasGetStatusString/Name
+ *                cublasGemmStridedBatchedEx, cublasGemmBatchedEx (pointer arrays in device
+ *                memory; two members writing the same C refused), cublasSgemm,
+ *                cublasGetStatusString/Name
  *
  * Loud on misuse: a divergent or deadlocked barrier, a shuffle whose mask names an
  * exited lane, a launch fault, a write past the end of a cudaMalloc'd buffer, a memcpy
@@ -799,6 +801,11 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
                                           long long int strideB, const void *beta, void *C, cudaDataType Ctype,
                                           int ldc, long long int strideC, int batchCount,
                                           cublasComputeType_t computeType, cublasGemmAlgo_t algo);
+cublasStatus_t cublasGemmBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m,
+                                   int n, int k, const void *alpha, const void *const Aarray[], cudaDataType Atype,
+                                   int lda, const void *const Barray[], cudaDataType Btype, int ldb, const void *beta,
+                                   void *const Carray[], cudaDataType Ctype, int ldc, int batchCount,
+                                   cublasComputeType_t computeType, cublasGemmAlgo_t algo);
 cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
                            int k, const float *alpha, const float *A, int lda, const float *B, int ldb,
                            const float *beta, float *C, int ldc);

@@ -1,11 +1,13 @@
 /*
- * test_cuda_syncs.c - the CUDA backend's host waits, counted: the gradient norm over
- * many ranges (ZeRO's shard) waits for the device once, not once per range, and gives
- * the sum of the per-range norms bit for bit (and the CPU's within rounding);
- * host-to-device copies and fp32 uploads do not wait for the stream, yet the host
- * buffer may be reused the moment they return. The counts come from the emulator
- * (tests/cuemu: cuemu_counter, weak here so the file also links against the real
- * runtime, where those checks are skipped and the results are still checked).
+ * test_cuda_counts.c - the CUDA backend's host waits and cuBLAS calls, counted: the
+ * gradient norm over many ranges (ZeRO's shard) waits for the device once, not once
+ * per range, and gives the sum of the per-range norms bit for bit (and the CPU's
+ * within rounding); host-to-device copies and fp32 uploads do not wait for the
+ * stream, yet the host buffer may be reused the moment they return; the cuBLAS
+ * attention issues one batched call per product, not one per sequence. The counts
+ * come from the emulator (tests/cuemu: cuemu_counter, weak here so the file also
+ * links against the real runtime, where those checks are skipped and the results
+ * are still checked).
  */
 #include <math.h>
 
@@ -123,3 +125,47 @@ static void uploads_case(dt_dtype_t dt) {
 
 Test(cuda_uploads, no_stream_wait_and_host_buffer_reusable_f32, .timeout = 120) { uploads_case(DT_DTYPE_F32); }
 Test(cuda_uploads, no_stream_wait_and_host_buffer_reusable_bf16, .timeout = 120) { uploads_case(DT_DTYPE_BF16); }
+
+/* ---- cuBLAS calls of the cuBLAS attention ------------------------------------------------- */
+
+/* One batched call per product over all B sequences and NH heads; the backward's
+ * products into the shared dk and dv are one call per group member (rep = NH/NKV). */
+static void attention_calls_case(dt_dtype_t dt, int NKV) {
+    ctx_t x;
+    ctx_open_attention(&x, dt, "cublas");
+    int B = 3, T = 17, C = 32, NH = 4, C3 = C + 2 * NKV * (C / NH), rep = NH / NKV;
+    rng_seed(15);
+    float *qkv = frand((size_t)B * T * C3, 1.0f, 0.0f), *dout = frand((size_t)B * T * C, 1.0f, 0.0f);
+    void *d_qkv = gpu_tensor(&x, qkv, (size_t)B * T * C3), *d_dout = gpu_tensor(&x, dout, (size_t)B * T * C);
+    void *d_out = gpu_alloc(&x, (size_t)B * T * C * dt_dtype_size(dt));
+    void *d_dqkv = gpu_alloc(&x, (size_t)B * T * C3 * dt_dtype_size(dt));
+    void *d_saved = gpu_alloc(&x, x.g->attention_saved_bytes(x.gpu, B, T, C, NH, NKV));
+    void *d_scratch = gpu_alloc(&x, x.g->attention_scratch_bytes(x.gpu, B, T, C, NH, NKV));
+    ctx_sync(&x);
+    unsigned long long c0 = counter("blas_call");
+    x.g->attention_forward(x.gpu, d_out, d_saved, d_qkv, B, T, C, NH, NKV);
+    unsigned long long c1 = counter("blas_call");
+    x.g->attention_backward(x.gpu, d_dqkv, d_scratch, d_dout, d_qkv, d_saved, B, T, C, NH, NKV);
+    unsigned long long c2 = counter("blas_call");
+    float *got = fetch(&x, d_dqkv, (size_t)B * T * C3);
+    for (size_t i = 0; i < (size_t)B * T * C3; i++) cr_assert(isfinite(got[i]), "dqkv[%zu] = %g", i, got[i]);
+    cr_log_info("%s NKV %d: cuBLAS calls forward %llu, backward %llu (B %d, rep %d)", dt_dtype_name(dt), NKV, c1 - c0,
+                c2 - c1, B, rep);
+    if (counting()) {
+        cr_assert_eq(c1 - c0, 2, "forward: %llu cuBLAS calls", c1 - c0);
+        cr_assert_eq(c2 - c1, (unsigned long long)(2 + 2 * rep), "backward: %llu cuBLAS calls", c2 - c1);
+    }
+    free(got);
+    free(qkv);
+    free(dout);
+    ctx_close(&x);
+}
+
+Test(cuda_attention_calls, one_batched_call_per_product_f32) {
+    attention_calls_case(DT_DTYPE_F32, 4);
+    attention_calls_case(DT_DTYPE_F32, 2);
+}
+Test(cuda_attention_calls, one_batched_call_per_product_bf16) {
+    attention_calls_case(DT_DTYPE_BF16, 4);
+    attention_calls_case(DT_DTYPE_BF16, 1);
+}
