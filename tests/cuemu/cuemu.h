@@ -93,8 +93,8 @@
  * poison in one of them (DTRUN_CUEMU_ORDER=forward: always first to last).
  * Environment: DTRUN_CUEMU_GPUS=N (GPUs on the machine, 1; 0: none), CUDA_VISIBLE_DEVICES
  * (as with the real runtime), DTRUN_CUEMU_MEM_GB (device memory, 16),
- * DTRUN_CUEMU_STACK_KB (thread stacks, 64), DTRUN_CUEMU_STATS=1 (launches by kernel at
- * exit), DTRUN_CUEMU_HOST_GUARD=1 (device memory PROT_NONE outside emulator calls:
+ * DTRUN_CUEMU_STACK_KB (thread stacks, 64), DTRUN_CUEMU_STATS=1 (launches by kernel, and
+ * the counters below, at exit), DTRUN_CUEMU_HOST_GUARD=1 (device memory PROT_NONE outside emulator calls:
  * host code dereferencing a device pointer faults, as on a GPU; costs system time).
  * Counters for tests (extern "C" cuemu_counter(name), declared weak by C tests so that
  * they link against the real runtime too, where it is NULL): "stream_sync"
