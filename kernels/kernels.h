@@ -327,6 +327,10 @@ struct dt_ops {
                   float *m, float *v, size_t n, const dt_adamw_args_t *args, int decay);
     /* Sum of squares of n gradient elements, accumulated in double. */
     double (*grad_sq_norm)(dt_device_t *dev, const void *grads, size_t n);
+    /* The same over n ranges (grads[i], counts[i] elements each; a count may be 0):
+     * the sum of grad_sq_norm of each range, added in range order, with one wait for
+     * the device in all (a ZeRO shard is many ranges). */
+    double (*grad_sq_norm_ranges)(dt_device_t *dev, const void *const *grads, const size_t *counts, int n);
     /* x *= s over n elements (gradient clipping, averaging). */
     void (*scale)(dt_device_t *dev, void *x, float s, size_t n);
     /* dst (n elements of dtype `to`) = src (n elements of dtype `from`), on the device;

@@ -115,13 +115,13 @@ Test(plan, activation_bytes_by_hand) {
     /* checkpointing: two layer inputs 2*1024, one layer's set, the once-part */
     cr_assert_eq(dt_plan_activation_bytes(&m, 2, 4, 1, 1), 2 * 1024 + 19712 + 20032);
     /* bf16 on the GPU: attention keeps the probabilities B*NH*T*T in bf16 = 512 bytes
-     * per layer, and one sequence's NH*T*T bf16 = 256 bytes of backward scratch:
-     * layer 3584 + 256 + 1536 + 4096 + 512 = 9984;
-     * once 128 + 1024 + 192 + 2048 + 1024 + 1536 + 4096 + 256 = 10304 */
-    cr_assert_eq(dt_plan_activation_bytes(&m, 2, 2, 0, 0), 2 * 9984 + 10304);
+     * per layer, and the score gradients of all sequences, B*NH*T*T bf16 = 512 bytes,
+     * as backward scratch: layer 3584 + 256 + 1536 + 4096 + 512 = 9984;
+     * once 128 + 1024 + 192 + 2048 + 1024 + 1536 + 4096 + 512 = 10560 */
+    cr_assert_eq(dt_plan_activation_bytes(&m, 2, 2, 0, 0), 2 * 9984 + 10560);
     /* the fused GPU attention saves the log-sum-exp 4*B*NH*T = 128 and a copy of out
      * B*T*C bf16 = 512 (640 in place of 512), and its scratch is D, 4*B*NH*T = 128
-     * (in place of 256): layer 10112, once 10176 */
+     * (in place of 512): layer 10112, once 10176 */
     cr_assert_eq(dt_plan_activation_bytes(&m, 2, 2, DT_PLAN_ATTENTION_FUSED, 0), 2 * 10112 + 10176);
     dt_plan_model_free(&m);
     dt_model_layout_free(&l);

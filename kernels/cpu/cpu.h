@@ -148,6 +148,7 @@ void dt_cpu_mse_backward(dt_device_t *dev, void *dpred, const void *pred, const 
 void dt_cpu_adamw(dt_device_t *dev, void *params, float *master, const void *grads, float *m,
                   float *v, size_t n, const dt_adamw_args_t *args, int decay);
 double dt_cpu_grad_sq_norm(dt_device_t *dev, const void *grads, size_t n);
+double dt_cpu_grad_sq_norm_ranges(dt_device_t *dev, const void *const *grads, const size_t *counts, int n);
 void dt_cpu_scale(dt_device_t *dev, void *x, float s, size_t n);
 
 #endif /* DT_KERNELS_CPU_CPU_H */

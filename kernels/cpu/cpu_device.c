@@ -175,6 +175,7 @@ static const dt_ops_t cpu_ops = {
     .mse_backward = dt_cpu_mse_backward,
     .adamw = dt_cpu_adamw,
     .grad_sq_norm = dt_cpu_grad_sq_norm,
+    .grad_sq_norm_ranges = dt_cpu_grad_sq_norm_ranges,
     .scale = dt_cpu_scale,
     .cast = cpu_cast,
 };

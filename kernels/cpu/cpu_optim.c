@@ -95,6 +95,12 @@ double dt_cpu_grad_sq_norm(dt_device_t *dev, const void *grads_, size_t n) {
     return total;
 }
 
+double dt_cpu_grad_sq_norm_ranges(dt_device_t *dev, const void *const *grads, const size_t *counts, int n) {
+    double total = 0.0;
+    for (int i = 0; i < n; i++) total += dt_cpu_grad_sq_norm(dev, grads[i], counts[i]);
+    return total;
+}
+
 void dt_cpu_scale(dt_device_t *dev, void *x_, float s, size_t n) {
     float *x = x_;
     int nt = n < PAR_MIN_ELEMS ? 1 : dev->nthreads;

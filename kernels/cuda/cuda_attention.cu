@@ -5,39 +5,38 @@
  * B, T, C + 2*NKV*HS) and writing out (B, T, C) in place of llm.c's
  * permute/unpermute kernels.
  *
- * For one sequence b, head h's q is a (T, HS) matrix at qkv + b*T*3C + h*HS with
- * row stride 3C (k at +C, v at +2C), and its output a (T, HS) matrix at
- * out + b*T*C + h*HS with row stride C: the heads of one sequence are equally
- * strided (HS apart), so one strided-batched GEMM covers the NH heads of a
- * sequence, and the op issues B of them per product (B * NH/NKV with grouped-query
- * attention: see attention_forward). No copies, and no saved
- * q/k/v. The price is B cuBLAS calls per product instead of one (llm.c permutes
- * q, k, v into (B, NH, T, HS) to batch over B*NH): launch cost only, which the
- * stream hides while the host keeps ahead of the GPU; the permutes would cost
- * four extra passes over (B, T, 3C) per layer.
+ * For sequence b, head h's q is a (T, HS) matrix at qkv + b*T*3C + h*HS with row
+ * stride 3C (k at +C, v at +2C), and its output a (T, HS) matrix at out + b*T*C +
+ * h*HS with row stride C. The B*NH heads are not equally strided (HS apart within a
+ * sequence, T*3C across), so each product is one cublasGemmBatchedEx over all of
+ * them, its pointer arrays built on the device by a small kernel (gemm_ptrs_kernel,
+ * in the device's shared scratch): one cuBLAS call per product, where a
+ * strided-batched GEMM per sequence took B (B * NH/NKV with grouped-query
+ * attention). No copies, and no saved q/k/v (llm.c permutes q, k, v into
+ * (B, NH, T, HS) to batch over B*NH: four extra passes over (B, T, 3C) per layer).
  *
- *   forward, per b:  att = scale q k^T            (NH, T, T)   GEMM
- *                    att = causal_softmax(att)    in place, masked entries 0
- *                    out = att v                  (T, NH*HS)   GEMM
- *   backward, per b: dv += att^T dout             GEMM (beta 1)
- *                    dS = dout v^T                (NH, T, T) in the scratch
- *                    dS = att * (dS - rowsum(att * dS)), 0 above the diagonal
- *                    dq += scale dS k,  dk += scale dS^T q   GEMMs (beta 1)
+ *   forward:   att = scale q k^T            (B, NH, T, T)   GEMM
+ *              att = causal_softmax(att)    in place, masked entries 0
+ *              out = att v                  (B, T, NH*HS)   GEMM
+ *   backward:  dv += att^T dout             GEMM (beta 1)
+ *              dS = dout v^T                (B, NH, T, T) in the scratch
+ *              dS = att * (dS - rowsum(att * dS)), 0 above the diagonal
+ *              dq += scale dS k,  dk += scale dS^T q   GEMMs (beta 1)
  *
- * saved = att (B, NH, T, T) in the compute dtype; scratch = dS (NH, T, T) for one
- * sequence at a time (the stream orders the B rounds). GEMMs run in fp32 compute
- * (CUBLAS_COMPUTE_32F) on bf16 or fp32 storage, on the device's cuBLAS handle,
- * which cuda_device.cu binds to the device's stream (not re-bound here:
- * cublasSetStream would also reset the handle's workspace).
+ * saved = att (B, NH, T, T) in the compute dtype; scratch = dS (B, NH, T, T), the
+ * size of one layer's saved att (it held one sequence's (NH, T, T) when the
+ * backward went sequence by sequence; batching over B needs all of them). GEMMs run
+ * in fp32 compute (CUBLAS_COMPUTE_32F) on bf16 or fp32 storage, on the device's
+ * cuBLAS handle, which cuda_device.cu binds to the device's stream (not re-bound
+ * here: cublasSetStream would also reset the handle's workspace).
  *
  * What a fused flash-style kernel (online softmax over key tiles, recomputing the
  * probabilities in the backward) would save: the saved (B, NH, T, T)
  * probabilities (GPT-2 124M, B=16, T=1024, bf16: 402 MB per layer, 4.8 GB over 12
  * layers) and their trips through memory: here the scores are written, read and
  * rewritten by the softmax and read by the output GEMM (4 passes) in the forward;
- * the backward reads them twice, and dP/dS take ~5 passes of one sequence's
- * (NH, T, T) (25 MB, partly L2-resident): ~10 passes of 402 MB, ~4 GB per layer
- * and step, against ~0.2 GB for q, k, v, out and their gradients. It would also
+ * the backward reads them twice, and dP/dS take ~5 passes of (B, NH, T, T):
+ * ~10 passes of 402 MB, ~4 GB per layer and step, against ~0.2 GB for q, k, v, out and their gradients. It would also
  * skip the masked upper triangle, which the GEMMs here compute and throw away
  * (half of the attention FLOPs). To beat cuBLAS it needs tensor-core MMA (wmma
  * or mma.sync), which the emulator (tests/cuemu) does not provide yet. Measuring
@@ -89,17 +88,51 @@ template <typename S> static cudaDataType_t blas_type(void);
 template <> cudaDataType_t blas_type<float>(void) { return CUDA_R_32F; }
 template <> cudaDataType_t blas_type<dt_bf16>(void) { return CUDA_R_16BF; }
 
-/* Column-major C = alpha op(A) op(B) + beta C over `batch` matrices (cuBLAS terms;
- * the row-major mapping is worked out at each call). */
+/* Where the matrices of one batched product start. Member i of the batch is
+ * (b, g, r): sequence b < B, key/value head g < NKV, group member r in [r0, r0 + nr)
+ * (query head h = g*rep + r), i = (b*NKV + g)*nr + (r - r0); operand o's matrix
+ * starts at base[o] + b*sb[o] + g*sg[o] + r*sr[o] elements. Operands: A, B, C. */
+struct gemm_ptrs {
+    const char *base[3];
+    long long sb[3], sg[3], sr[3];
+};
+
+/* Fills the three pointer arrays (A's n, then B's, then C's) of a batch of n. */
+__global__ void gemm_ptrs_kernel(const char **out, gemm_ptrs p, int es, int NKV, int r0, int nr, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    long long r = r0 + i % nr, g = (i / nr) % NKV, b = i / (nr * NKV);
+    for (int o = 0; o < 3; o++) out[(size_t)o * n + i] = p.base[o] + (b * p.sb[o] + g * p.sg[o] + r * p.sr[o]) * es;
+}
+
+/* An operand's place: base, then strides per sequence, key/value head and group member. */
+template <typename S> static void at(gemm_ptrs *p, int o, const S *base, long long sb, long long sg, long long sr) {
+    p->base[o] = (const char *)base;
+    p->sb[o] = sb;
+    p->sg[o] = sg;
+    p->sr[o] = sr;
+}
+
+/* Column-major C = alpha op(A) op(B) + beta C for every (b, g, r) of p (cuBLAS terms;
+ * the row-major mapping is worked out at each call): one cuBLAS call, its pointer
+ * arrays built on the device (in the device's shared scratch) by one small kernel.
+ * The members' C matrices must be distinct: they run concurrently. */
 template <typename S>
-static void gemm(dt_device_t *dev, const char *op, cublasOperation_t ta, cublasOperation_t tb,
-                 int m, int n, int k, float alpha, const S *A, int lda, long long sA, const S *B,
-                 int ldb, long long sB, float beta, S *C, int ldc, long long sC, int batch) {
+static void gemm(dt_device_t *dev, const char *op, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                 float alpha, int lda, int ldb, float beta, int ldc, const gemm_ptrs &p, int B, int NKV, int r0,
+                 int nr) {
+    int cnt = B * NKV * nr;
+    const char **arr = (const char **)dt_cuda_layer_scratch(dev, 3 * (size_t)cnt * sizeof(void *), op);
+    if (!arr) return;
+    DT_LAUNCH(gemm_ptrs_kernel, dt_blocks(cnt, 128), 128, 0, dt_cuda_stream(dev))(arr, p, (int)sizeof(S), NKV, r0, nr,
+                                                                                  cnt);
+    dt_cuda_note_launch(dev, op);
     cudaDataType_t ty = blas_type<S>();
-    cublasStatus_t s = cublasGemmStridedBatchedEx(dt_cuda(dev)->blas, ta, tb, m, n, k, &alpha, A, ty,
-                                                  lda, sA, B, ty, ldb, sB, &beta, C, ty, ldc, sC,
-                                                  batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    if (s != CUBLAS_STATUS_SUCCESS) dt_cuda_note_blas(dev, op, s);
+    cublasStatus_t s = cublasGemmBatchedEx(dt_cuda(dev)->blas, ta, tb, m, n, k, &alpha, (const void *const *)arr, ty,
+                                           lda, (const void *const *)(arr + cnt), ty, ldb, &beta,
+                                           (void *const *)(arr + 2 * (size_t)cnt), ty, ldc, cnt, CUBLAS_COMPUTE_32F,
+                                           CUBLAS_GEMM_DEFAULT);
+    dt_cuda_note_blas(dev, op, s);
 }
 
 template <typename S>
@@ -111,13 +144,11 @@ static size_t attention_saved_bytes(const dt_device_t *dev, int B, int T, int C,
 template <typename S>
 static size_t attention_scratch_bytes(const dt_device_t *dev, int B, int T, int C, int NH, int NKV) {
     if (dt_cuda_attention_fused(dev, C, NH)) return dt_cuda_fa_scratch_bytes(B, T, C, NH);
-    return sizeof(S) * (size_t)NH * T * T;
+    return sizeof(S) * (size_t)B * NH * T * T;
 }
 
 /* Grouped-query attention: query head h = g*rep + r (rep = NH/NKV) reads key/value
- * head g. For a fixed r the query heads g*rep + r are rep*HS apart and their
- * key/value heads HS apart, both equal strides, so each product is rep
- * strided-batched GEMMs of NKV heads per sequence (one of NH heads when NKV == NH). */
+ * head g. Query-side products cover all B*NH heads in one call. */
 template <typename S>
 static void attention_forward(dt_device_t *dev, void *out_, void *saved, const void *qkv_, int B,
                               int T, int C, int NH, int NKV) {
@@ -128,37 +159,31 @@ static void attention_forward(dt_device_t *dev, void *out_, void *saved, const v
     S *out = (S *)out_, *att = (S *)saved;
     const S *qkv = (const S *)qkv_;
     int HS = C / NH, KV = NKV * HS, C3 = C + 2 * KV, rep = NH / NKV;
-    long long TT = (long long)T * T;
+    long long TT = (long long)T * T, sq = (long long)T * C3, hq = (long long)rep * HS;
     float scale = 1.0f / sqrtf((float)HS);
-    for (int b = 0; b < B; b++) {
-        const S *k = qkv + (size_t)b * T * C3 + C;
-        for (int r = 0; r < rep; r++) {
-            const S *q = qkv + (size_t)b * T * C3 + r * HS;
-            /* att[h][t][j] = scale sum_d q[t][d] k[j][d]: column-major (T x T) with j
-             * fastest is op(A) = k^T-as-stored (A = k, lda C3), B = q (ldb C3). */
-            gemm<S>(dev, __func__, CUBLAS_OP_T, CUBLAS_OP_N, T, T, HS, scale, k, C3, HS, q, C3,
-                    (long long)rep * HS, 0.0f, att + ((size_t)b * NH + r) * TT, T, rep * TT, NKV);
-        }
-    }
+    gemm_ptrs p;
+    /* att[h][t][j] = scale sum_d q[t][d] k[j][d]: column-major (T x T) with j fastest
+     * is op(A) = k^T-as-stored (A = k, lda C3), B = q (ldb C3). */
+    at<S>(&p, 0, qkv + C, sq, HS, 0);
+    at<S>(&p, 1, qkv, sq, hq, HS);
+    at<S>(&p, 2, att, NH * TT, rep * TT, TT);
+    gemm<S>(dev, __func__, CUBLAS_OP_T, CUBLAS_OP_N, T, T, HS, scale, C3, C3, 0.0f, T, p, B, NKV, 0, rep);
     int rows = B * NH * T;
     DT_LAUNCH(causal_softmax_kernel<S>, dt_blocks(rows, SOFTMAX_ROWS_PER_BLOCK),
               SOFTMAX_ROWS_PER_BLOCK * DT_WARP, 0, dt_cuda_stream(dev))
     (att, rows, T);
     DT_CUDA_LAUNCHED(dev);
-    for (int b = 0; b < B; b++) {
-        const S *v = qkv + (size_t)b * T * C3 + C + KV;
-        for (int r = 0; r < rep; r++) {
-            /* out[t][d] = sum_j att[t][j] v[j][d]: column-major (HS x T), ldc C, is
-             * v (HS x T, lda C3) times att-as-stored (T x T, ldb T). */
-            gemm<S>(dev, __func__, CUBLAS_OP_N, CUBLAS_OP_N, HS, T, T, 1.0f, v, C3, HS,
-                    att + ((size_t)b * NH + r) * TT, T, rep * TT, 0.0f, out + (size_t)b * T * C + r * HS, C,
-                    (long long)rep * HS, NKV);
-        }
-    }
+    /* out[t][d] = sum_j att[t][j] v[j][d]: column-major (HS x T), ldc C, is v (HS x T,
+     * lda C3) times att-as-stored (T x T, ldb T). */
+    at<S>(&p, 0, qkv + C + KV, sq, HS, 0);
+    at<S>(&p, 1, att, NH * TT, rep * TT, TT);
+    at<S>(&p, 2, out, (long long)T * C, hq, HS);
+    gemm<S>(dev, __func__, CUBLAS_OP_N, CUBLAS_OP_N, HS, T, T, 1.0f, C3, T, 0.0f, C, p, B, NKV, 0, rep);
 }
 
-/* The rep GEMMs that add into the shared dk and dv run one after the other on the
- * stream, so each key/value head sums its group's query heads in order r = 0, 1, ... */
+/* dk and dv are shared by a group's rep query heads, which would write the same
+ * matrix concurrently in one batch: those products are rep calls, one per group
+ * member r = 0, 1, ... in order, each adding into all B*NKV key/value heads. */
 template <typename S>
 static void attention_backward(dt_device_t *dev, void *dqkv_, void *scratch, const void *dout_,
                                const void *qkv_, const void *saved, int B, int T, int C, int NH, int NKV) {
@@ -169,38 +194,35 @@ static void attention_backward(dt_device_t *dev, void *dqkv_, void *scratch, con
     S *dqkv = (S *)dqkv_, *dS = (S *)scratch;
     const S *dout = (const S *)dout_, *qkv = (const S *)qkv_, *att = (const S *)saved;
     int HS = C / NH, KV = NKV * HS, C3 = C + 2 * KV, rep = NH / NKV;
-    long long TT = (long long)T * T, sq = (long long)rep * HS, sP = rep * TT;
+    long long TT = (long long)T * T, sq = (long long)T * C3, hq = (long long)rep * HS, so = (long long)T * C;
     float scale = 1.0f / sqrtf((float)HS);
-    int rows = NH * T;
-    for (int b = 0; b < B; b++) {
-        size_t base = (size_t)b * T * C3;
-        const S *k = qkv + base + C, *v = k + KV;
-        S *dk = dqkv + base + C, *dv = dk + KV;
-        const S *P = att + (size_t)b * NH * TT;
-        for (int r = 0; r < rep; r++) {
-            const S *dO = dout + (size_t)b * T * C + r * HS;
-            /* dv[j][d] += sum_t P[t][j] dO[t][d]: (HS x T) = dO (HS x T) . P-as-stored^T */
-            gemm<S>(dev, __func__, CUBLAS_OP_N, CUBLAS_OP_T, HS, T, T, 1.0f, dO, C, sq, P + r * TT, T, sP,
-                    1.0f, dv, C3, HS, NKV);
-            /* dP[t][j] = sum_d dO[t][d] v[j][d]: (T x T), j fastest = v^T-as-stored . dO */
-            gemm<S>(dev, __func__, CUBLAS_OP_T, CUBLAS_OP_N, T, T, HS, 1.0f, v, C3, HS, dO, C, sq, 0.0f,
-                    dS + r * TT, T, sP, NKV);
-        }
-        DT_LAUNCH(causal_softmax_backward_kernel<S>, dt_blocks(rows, SOFTMAX_ROWS_PER_BLOCK),
-                  SOFTMAX_ROWS_PER_BLOCK * DT_WARP, 0, dt_cuda_stream(dev))
-        (dS, P, rows, T);
-        DT_CUDA_LAUNCHED(dev);
-        for (int r = 0; r < rep; r++) {
-            const S *q = qkv + base + r * HS;
-            S *dq = dqkv + base + r * HS;
-            /* dq[t][d] += scale sum_j dS[t][j] k[j][d]: (HS x T) = k (HS x T) . dS-as-stored */
-            gemm<S>(dev, __func__, CUBLAS_OP_N, CUBLAS_OP_N, HS, T, T, scale, k, C3, HS, dS + r * TT, T, sP,
-                    1.0f, dq, C3, sq, NKV);
-            /* dk[j][d] += scale sum_t dS[t][j] q[t][d]: (HS x T) = q (HS x T) . dS-as-stored^T */
-            gemm<S>(dev, __func__, CUBLAS_OP_N, CUBLAS_OP_T, HS, T, T, scale, q, C3, sq, dS + r * TT, T, sP,
-                    1.0f, dk, C3, HS, NKV);
-        }
-    }
+    gemm_ptrs p;
+    /* dv[j][d] += sum_t P[t][j] dO[t][d]: (HS x T) = dO (HS x T) . P-as-stored^T */
+    at<S>(&p, 0, dout, so, hq, HS);
+    at<S>(&p, 1, att, NH * TT, rep * TT, TT);
+    at<S>(&p, 2, dqkv + C + KV, sq, HS, 0);
+    for (int r = 0; r < rep; r++)
+        gemm<S>(dev, __func__, CUBLAS_OP_N, CUBLAS_OP_T, HS, T, T, 1.0f, C, T, 1.0f, C3, p, B, NKV, r, 1);
+    /* dP[t][j] = sum_d dO[t][d] v[j][d]: (T x T), j fastest = v^T-as-stored . dO */
+    at<S>(&p, 0, qkv + C + KV, sq, HS, 0);
+    at<S>(&p, 1, dout, so, hq, HS);
+    at<S>(&p, 2, dS, NH * TT, rep * TT, TT);
+    gemm<S>(dev, __func__, CUBLAS_OP_T, CUBLAS_OP_N, T, T, HS, 1.0f, C3, C, 0.0f, T, p, B, NKV, 0, rep);
+    int rows = B * NH * T;
+    DT_LAUNCH(causal_softmax_backward_kernel<S>, dt_blocks(rows, SOFTMAX_ROWS_PER_BLOCK),
+              SOFTMAX_ROWS_PER_BLOCK * DT_WARP, 0, dt_cuda_stream(dev))
+    (dS, att, rows, T);
+    DT_CUDA_LAUNCHED(dev);
+    /* dq[t][d] += scale sum_j dS[t][j] k[j][d]: (HS x T) = k (HS x T) . dS-as-stored */
+    at<S>(&p, 0, qkv + C, sq, HS, 0);
+    at<S>(&p, 1, dS, NH * TT, rep * TT, TT);
+    at<S>(&p, 2, dqkv, sq, hq, HS);
+    gemm<S>(dev, __func__, CUBLAS_OP_N, CUBLAS_OP_N, HS, T, T, scale, C3, T, 1.0f, C3, p, B, NKV, 0, rep);
+    /* dk[j][d] += scale sum_t dS[t][j] q[t][d]: (HS x T) = q (HS x T) . dS-as-stored^T */
+    at<S>(&p, 0, qkv, sq, hq, HS);
+    at<S>(&p, 2, dqkv + C, sq, HS, 0);
+    for (int r = 0; r < rep; r++)
+        gemm<S>(dev, __func__, CUBLAS_OP_N, CUBLAS_OP_T, HS, T, T, scale, C3, T, 1.0f, C3, p, B, NKV, r, 1);
 }
 
 void dt_cuda_fill_attention_ops(dt_ops_t *ops, dt_dtype_t dtype) {

@@ -1,6 +1,7 @@
 /*
  * cuda_device.cu - the CUDA device: open/close, memory (cudaMalloc accounted in
- * common/mem.h), copies, fp32 upload/download through a device staging buffer,
+ * common/mem.h), copies (from the host through a pinned ring, without waiting for
+ * the stream), fp32 upload/download through a device staging buffer,
  * the GPU's name for the peak FLOP/s table in common/gpuinfo.c, CUDA/cuBLAS error translation, and the
  * two op tables (bf16 and fp32 compute). Built into the CUDA library
  * (libdtrun_cuda.so), whose entry points kernels/backend.c finds through
@@ -32,6 +33,9 @@ const unsigned long dt_cuda_kernels_layout = DT_KERNELS_LAYOUT; /* kernels.h */
 #define SCRATCH_BYTES ((size_t)64 << 10)
 /* upload_f32/download_f32 convert at most this many elements per round trip. */
 #define STAGING_ELEMS ((size_t)4 << 20)
+/* Host-to-device copies pass through H2D_SLOTS pinned slots of H2D_SLOT_BYTES. */
+#define H2D_SLOTS 4
+#define H2D_SLOT_BYTES ((size_t)4 << 20)
 
 struct dt_cuda_alloc_rec {
     void *ptr;
@@ -211,6 +215,82 @@ static const char *copy_kind_name(dt_copy_kind_t kind) {
     return "unknown";
 }
 
+/* ---- host-to-device copies through a pinned ring -----------------------------
+ * kernels.h lets the caller reuse the source of a copy from the host once the copy
+ * returns. Waiting for the stream after each one would keep the host from running
+ * ahead of the GPU; instead the bytes are copied on the host into a pinned slot, the
+ * slot is copied to the device in stream order, and an event marks when it is free
+ * again: only reusing a slot waits, and only for that slot's copy. Slots are filled
+ * in turn, so a large copy is a pipeline of 4 MiB pieces. Without pinned memory
+ * (cudaMallocHost failed) the copy falls back to waiting for the stream. */
+struct dt_cuda_h2d_ring {
+    pthread_mutex_t lock; /* copies may come from any thread */
+    char *slot[H2D_SLOTS];
+    cudaEvent_t done[H2D_SLOTS];
+    int pending[H2D_SLOTS]; /* done[i] was recorded after slot i was last filled */
+    int next;
+    int broken; /* could not be set up: wait for the stream instead */
+};
+
+static void h2d_ring_free(struct dt_cuda_h2d_ring *r) {
+    if (!r) return;
+    for (int i = 0; i < H2D_SLOTS; i++) {
+        if (r->done[i]) (void)cudaEventSynchronize(r->done[i]);
+        if (r->done[i]) cudaEventDestroy(r->done[i]);
+        if (r->slot[i]) cudaFreeHost(r->slot[i]);
+    }
+    (void)cudaGetLastError();
+    pthread_mutex_destroy(&r->lock);
+    free(r);
+}
+
+/* The device's ring, made on first use (one thread at a time: the device's users
+ * serialize on the ring's lock once it exists; its creation is under alloc_lock). */
+static struct dt_cuda_h2d_ring *h2d_ring(dt_cuda_impl *c) {
+    pthread_mutex_lock(&c->alloc_lock);
+    if (!c->h2d) {
+        struct dt_cuda_h2d_ring *r = (struct dt_cuda_h2d_ring *)dt_xcalloc(1, sizeof *r);
+        pthread_mutex_init(&r->lock, NULL);
+        for (int i = 0; i < H2D_SLOTS && !r->broken; i++)
+            if (cudaMallocHost(&r->slot[i], H2D_SLOT_BYTES) != cudaSuccess ||
+                cudaEventCreateWithFlags(&r->done[i], cudaEventDisableTiming) != cudaSuccess)
+                r->broken = 1;
+        if (r->broken) {
+            (void)cudaGetLastError();
+            DT_LOG_WARN("cuda: no pinned staging for host-to-device copies; each copy waits for the GPU");
+        }
+        c->h2d = r;
+    }
+    pthread_mutex_unlock(&c->alloc_lock);
+    return c->h2d;
+}
+
+/* dst (device) = src (host, bytes), in stream order; src may be reused on return. */
+static dt_status_t h2d_copy(dt_device_t *dev, void *dst, const void *src, size_t bytes, const char *what) {
+    dt_cuda_impl *c = dt_cuda(dev);
+    struct dt_cuda_h2d_ring *r = h2d_ring(c);
+    if (r->broken) {
+        DT_CHECK(dt_cuda_status(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream), what));
+        return dt_cuda_status(cudaStreamSynchronize(c->stream), what);
+    }
+    cudaError_t e = cudaSuccess;
+    pthread_mutex_lock(&r->lock);
+    for (size_t off = 0; off < bytes && e == cudaSuccess; off += H2D_SLOT_BYTES) {
+        size_t k = bytes - off < H2D_SLOT_BYTES ? bytes - off : H2D_SLOT_BYTES;
+        int i = r->next;
+        r->next = (i + 1) % H2D_SLOTS;
+        if (r->pending[i]) e = cudaEventSynchronize(r->done[i]);
+        r->pending[i] = 0;
+        if (e != cudaSuccess) break;
+        memcpy(r->slot[i], (const char *)src + off, k);
+        e = cudaMemcpyAsync((char *)dst + off, r->slot[i], k, cudaMemcpyHostToDevice, c->stream);
+        if (e == cudaSuccess) e = cudaEventRecord(r->done[i], c->stream);
+        if (e == cudaSuccess) r->pending[i] = 1;
+    }
+    pthread_mutex_unlock(&r->lock);
+    return dt_cuda_status(e, what);
+}
+
 static dt_status_t cuda_copy(dt_device_t *dev, void *dst, const void *src, size_t bytes, dt_copy_kind_t kind) {
     dt_cuda_impl *c = dt_cuda(dev);
     if ((unsigned)kind > DT_COPY_HOST_TO_HOST)
@@ -228,14 +308,13 @@ static dt_status_t cuda_copy(dt_device_t *dev, void *dst, const void *src, size_
         return DT_STATUS_OK;
     }
     DT_CHECK(bind(dev));
-    cudaMemcpyKind k = kind == DT_COPY_HOST_TO_DEVICE   ? cudaMemcpyHostToDevice
-                       : kind == DT_COPY_DEVICE_TO_HOST ? cudaMemcpyDeviceToHost
-                                                        : cudaMemcpyDeviceToDevice;
+    /* From the host: the source may be reused at once (kernels.h), which the pinned
+     * ring gives without waiting for the stream. */
+    if (kind == DT_COPY_HOST_TO_DEVICE) return h2d_copy(dev, dst, src, bytes, what);
+    cudaMemcpyKind k = kind == DT_COPY_DEVICE_TO_HOST ? cudaMemcpyDeviceToHost : cudaMemcpyDeviceToDevice;
     DT_CHECK(dt_cuda_status(cudaMemcpyAsync(dst, src, bytes, k, c->stream), what));
-    /* To the host: the data has landed. From the host: the source may be reused at
-     * once (kernels.h); CUDA documents that only for the synchronous copy from
-     * pageable memory, so wait rather than rely on the driver staging it. */
-    if (kind != DT_COPY_DEVICE_TO_DEVICE) DT_CHECK(dt_cuda_status(cudaStreamSynchronize(c->stream), what));
+    /* To the host: the data has landed when copy returns. */
+    if (kind == DT_COPY_DEVICE_TO_HOST) DT_CHECK(dt_cuda_status(cudaStreamSynchronize(c->stream), what));
     return DT_STATUS_OK;
 }
 
@@ -291,6 +370,8 @@ static dt_status_t staging_reserve(dt_device_t *dev, size_t n) {
     dt_cuda_impl *c = dt_cuda(dev);
     size_t want = (n < STAGING_ELEMS ? n : STAGING_ELEMS) * sizeof(float);
     if (c->staging_bytes >= want) return DT_STATUS_OK;
+    h2d_ring_free(c->h2d);
+    c->h2d = NULL;
     if (c->staging) {
         cudaFree(c->staging);
         dt_mem_account(DT_MEM_OTHER, -(int64_t)c->staging_bytes);
@@ -313,15 +394,13 @@ static dt_status_t cuda_upload_f32(dt_device_t *dev, void *dst, const float *src
     dt_bf16 *d = (dt_bf16 *)dst;
     for (size_t off = 0; off < n; off += STAGING_ELEMS) {
         size_t k = n - off < STAGING_ELEMS ? n - off : STAGING_ELEMS;
-        /* Stream order keeps the next chunk's copy into staging behind this chunk's cast. */
-        DT_CHECK(dt_cuda_status(cudaMemcpyAsync(c->staging, src + off, k * sizeof(float), cudaMemcpyHostToDevice,
-                                                c->stream),
-                                "upload_f32: copy to the staging buffer"));
+        /* Stream order keeps the next chunk's copy into staging behind this chunk's
+         * cast; h2d_copy lets the caller reuse src at once (see cuda_copy). */
+        DT_CHECK(h2d_copy(dev, c->staging, src + off, k * sizeof(float), "upload_f32: copy to the staging buffer"));
         DT_LAUNCH(cast_from_f32_kernel<dt_bf16>, dt_cuda_grid(dev, k, 256), 256, 0, c->stream)(d + off, (const float *)c->staging, k);
         DT_CHECK(dt_cuda_status(cudaGetLastError(), "upload_f32: cast kernel launch"));
     }
-    /* the caller may reuse src at once (see cuda_copy) */
-    return dt_cuda_status(cudaStreamSynchronize(c->stream), "upload_f32");
+    return DT_STATUS_OK;
 }
 
 static dt_status_t cuda_download_f32(dt_device_t *dev, float *dst, const void *src, size_t n) {
@@ -487,6 +566,8 @@ extern "C" void dt_cuda_device_free(dt_device_t *dev) {
     }
     if (c->nallocs) DT_LOG_DEBUG("cuda device %d closed with %zu buffers still allocated; freed them", dev->ordinal, c->nallocs);
     free(c->allocs);
+    h2d_ring_free(c->h2d);
+    c->h2d = NULL;
     if (c->staging) {
         cudaFree(c->staging);
         dt_mem_account(DT_MEM_OTHER, -(int64_t)c->staging_bytes);

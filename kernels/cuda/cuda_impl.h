@@ -66,6 +66,8 @@ typedef struct dt_cuda_impl {
                                   cublasGemmEx path (tests; cuBLASLt comparisons) */
     dt_attention_kind_t attention; /* DTRUN_CUDA_ATTENTION at open: cuBLAS or fused
                                       (cuda_attention.cu, cuda_attention_fused.cu) */
+    struct dt_cuda_h2d_ring *h2d; /* pinned staging of host-to-device copies (lazy;
+                                     cuda_device.cu) */
 } dt_cuda_impl;
 
 static inline dt_cuda_impl *dt_cuda(dt_device_t *dev) { return (dt_cuda_impl *)dev->impl; }

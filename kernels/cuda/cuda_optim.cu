@@ -154,30 +154,36 @@ __global__ void sq_norm_partial_kernel(double *part, const T *g, size_t n, int v
     if (threadIdx.x == 0) part[blockIdx.x] = sh[0];
 }
 
-/* Stage 2: one block adds the nb partial sums into out. */
-__global__ void sq_norm_final_kernel(double *out, const double *part, int nb) {
+/* Stage 2: one block adds the nb partial sums into out (onto it when accumulate). */
+__global__ void sq_norm_final_kernel(double *out, const double *part, int nb, int accumulate) {
     __shared__ double sh[NORM_THREADS];
     double s = 0.0;
     for (int i = threadIdx.x; i < nb; i += NORM_THREADS) s += part[i];
     sh[threadIdx.x] = s;
     __syncthreads();
     block_sum(sh);
-    if (threadIdx.x == 0) *out = sh[0];
+    if (threadIdx.x == 0) *out = accumulate ? *out + sh[0] : sh[0];
 }
 
-template <typename T> static double grad_sq_norm(dt_device_t *dev, const void *grads, size_t n) {
-    if (!n) return 0.0;
+/* Both stages for one range; the range's sum lands in (or, accumulate, onto) *total.
+ * The stream orders the ranges, so part is reused and the additions go in range order. */
+template <typename T>
+static void sq_norm_enqueue(dt_device_t *dev, double *part, double *total, const void *grads, size_t n,
+                            int accumulate) {
     dt_cuda_impl *c = dt_cuda(dev);
-    double *part = (double *)c->scratch, *total = part + NORM_BLOCKS;
-    /* scratch_bytes (64 KiB) holds the NORM_BLOCKS + 1 doubles */
     int vec = dt_cuda_aligned16(grads);
     size_t units = vec ? (n + dt_pack<T>::N - 1) / dt_pack<T>::N : n;
     size_t want = (units + NORM_THREADS - 1) / NORM_THREADS;
     int nb = want < NORM_BLOCKS ? (int)want : NORM_BLOCKS;
     DT_LAUNCH(sq_norm_partial_kernel<T>, nb, NORM_THREADS, 0, c->stream)(part, (const T *)grads, n, vec);
     dt_cuda_note_launch(dev, "grad_sq_norm");
-    DT_LAUNCH(sq_norm_final_kernel, 1, NORM_THREADS, 0, c->stream)(total, part, nb);
+    DT_LAUNCH(sq_norm_final_kernel, 1, NORM_THREADS, 0, c->stream)(total, part, nb, accumulate);
     dt_cuda_note_launch(dev, "grad_sq_norm");
+}
+
+/* The host waits once, for the one double. */
+static double sq_norm_fetch(dt_device_t *dev, const double *total) {
+    dt_cuda_impl *c = dt_cuda(dev);
     double result = NAN;
     cudaError_t e = cudaMemcpyAsync(&result, total, sizeof result, cudaMemcpyDeviceToHost, c->stream);
     if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream);
@@ -188,6 +194,25 @@ template <typename T> static double grad_sq_norm(dt_device_t *dev, const void *g
     return result;
 }
 
+template <typename T> static double grad_sq_norm(dt_device_t *dev, const void *grads, size_t n) {
+    if (!n) return 0.0;
+    /* scratch_bytes (64 KiB) holds the NORM_BLOCKS + 1 doubles */
+    double *part = (double *)dt_cuda(dev)->scratch, *total = part + NORM_BLOCKS;
+    sq_norm_enqueue<T>(dev, part, total, grads, n, 0);
+    return sq_norm_fetch(dev, total);
+}
+
+template <typename T>
+static double grad_sq_norm_ranges(dt_device_t *dev, const void *const *grads, const size_t *counts, int n) {
+    double *part = (double *)dt_cuda(dev)->scratch, *total = part + NORM_BLOCKS;
+    int queued = 0;
+    for (int i = 0; i < n; i++) {
+        if (!counts[i]) continue;
+        sq_norm_enqueue<T>(dev, part, total, grads[i], counts[i], queued++ > 0);
+    }
+    return queued ? sq_norm_fetch(dev, total) : 0.0;
+}
+
 /* ---- the table --------------------------------------------------------------------- */
 
 extern "C" void dt_cuda_fill_core_ops(dt_ops_t *ops, dt_dtype_t dtype) {
@@ -196,8 +221,10 @@ extern "C" void dt_cuda_fill_core_ops(dt_ops_t *ops, dt_dtype_t dtype) {
     if (dtype == DT_DTYPE_BF16) {
         ops->adamw = adamw<dt_bf16>;
         ops->grad_sq_norm = grad_sq_norm<dt_bf16>;
+        ops->grad_sq_norm_ranges = grad_sq_norm_ranges<dt_bf16>;
     } else {
         ops->adamw = adamw<float>;
         ops->grad_sq_norm = grad_sq_norm<float>;
+        ops->grad_sq_norm_ranges = grad_sq_norm_ranges<float>;
     }
 }

@@ -24,9 +24,18 @@ dt_status_t dt_dp_grad_norm(dt_dp_t *dp, double *norm) {
     double sq = 0;
     if (!dp->sharded_optim) /* one call over the whole buffer (padding is zero): one device sync, not one per run */
         sq = dp->dev->ops->grad_sq_norm(dp->dev, dp->grads, dp->plan.padded_total);
-    else
-        for (int i = 0; i < dp->plan.n_runs; i++)
-            sq += dp->dev->ops->grad_sq_norm(dp->dev, grad_ptr(dp, &dp->plan.runs[i]), dp->plan.runs[i].count);
+    else { /* ZeRO: the shard's runs in one call, so one device sync in all */
+        int n = dp->plan.n_runs;
+        const void **ptrs = dt_xcalloc((size_t)(n ? n : 1), sizeof *ptrs);
+        size_t *counts = dt_xcalloc((size_t)(n ? n : 1), sizeof *counts);
+        for (int i = 0; i < n; i++) {
+            ptrs[i] = grad_ptr(dp, &dp->plan.runs[i]);
+            counts[i] = dp->plan.runs[i].count;
+        }
+        sq = dp->dev->ops->grad_sq_norm_ranges(dp->dev, ptrs, counts, n);
+        free(ptrs);
+        free(counts);
+    }
     if (dp->shard) {
         double *all = dt_xcalloc((size_t)dp->n_shards, sizeof(double));
         dt_status_t st = dp_all_gather_f64(dp, dp->shard, &sq, 1, all);

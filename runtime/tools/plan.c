@@ -225,9 +225,9 @@ double dt_plan_activation_bytes(const dt_plan_model *m, int micro_batch, int com
         saved = 4 * B * NH * T + d * BT * A;
         scratch = 4 * B * NH * T;
     } else { /* the CUDA backend (kernels/cuda/cuda_attention.cu): the probabilities in the
-              * compute dtype, and one sequence's score gradients as backward scratch */
+              * compute dtype, and the score gradients of all B sequences as backward scratch */
         saved = d * B * NH * T * T;
-        scratch = d * NH * T * T;
+        scratch = d * B * NH * T * T;
     }
     double btc = slot(BT * C * d), bt4 = slot(BT * 4);
     /* ln1, attproj, res2, ln2, fcproj, res3; atty; the norms' statistics; qkv; the

@@ -668,6 +668,8 @@ static void stats_print(void) {
         fprintf(stderr, "%10.1f %10llu %12llu %12llu %10.2f  %s\n", x.second.ms, x.second.launches, x.second.blocks,
                 x.second.threads, x.second.threads ? (double)x.second.switches / (double)x.second.threads : 0.0,
                 x.first.c_str());
+    fprintf(stderr, "cuemu: stream syncs %llu, event syncs %llu, cuBLAS calls %llu\n", cuemu_counter("stream_sync"),
+            cuemu_counter("event_sync"), cuemu_counter("blas_call"));
 }
 
 static void stats_begin(void) {

@@ -80,7 +80,9 @@
  *                cublasLtMatmul,
  *                cublasLtGetStatusString/Name
  *   cuBLAS       cublasCreate/Destroy/SetStream/SetMathMode/SetWorkspace, cublasGemmEx,
- *                cublasGemmStridedBatchedEx, cublasSgemm, cublasGetStatusString/Name
+ *                cublasGemmStridedBatchedEx, cublasGemmBatchedEx (pointer arrays in device
+ *                memory; two members writing the same C refused), cublasSgemm,
+ *                cublasGetStatusString/Name
  *
  * Loud on misuse: a divergent or deadlocked barrier, a shuffle whose mask names an
  * exited lane, a launch fault, a write past the end of a cudaMalloc'd buffer, a memcpy
@@ -91,9 +93,14 @@
  * poison in one of them (DTRUN_CUEMU_ORDER=forward: always first to last).
  * Environment: DTRUN_CUEMU_GPUS=N (GPUs on the machine, 1; 0: none), CUDA_VISIBLE_DEVICES
  * (as with the real runtime), DTRUN_CUEMU_MEM_GB (device memory, 16),
- * DTRUN_CUEMU_STACK_KB (thread stacks, 64), DTRUN_CUEMU_STATS=1 (launches by kernel at
- * exit), DTRUN_CUEMU_HOST_GUARD=1 (device memory PROT_NONE outside emulator calls:
+ * DTRUN_CUEMU_STACK_KB (thread stacks, 64), DTRUN_CUEMU_STATS=1 (launches by kernel, and
+ * the counters below, at exit), DTRUN_CUEMU_HOST_GUARD=1 (device memory PROT_NONE outside emulator calls:
  * host code dereferencing a device pointer faults, as on a GPU; costs system time).
+ * Counters for tests (extern "C" cuemu_counter(name), declared weak by C tests so that
+ * they link against the real runtime too, where it is NULL): "stream_sync"
+ * (cudaStreamSynchronize + cudaDeviceSynchronize calls), "event_sync"
+ * (cudaEventSynchronize), "blas_call" (cuBLAS GEMM and cublasLtMatmul calls); an
+ * unknown name returns ~0ULL.
  */
 #ifndef DT_TESTS_CUEMU_H
 #define DT_TESTS_CUEMU_H
@@ -794,8 +801,15 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
                                           long long int strideB, const void *beta, void *C, cudaDataType Ctype,
                                           int ldc, long long int strideC, int batchCount,
                                           cublasComputeType_t computeType, cublasGemmAlgo_t algo);
+cublasStatus_t cublasGemmBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m,
+                                   int n, int k, const void *alpha, const void *const Aarray[], cudaDataType Atype,
+                                   int lda, const void *const Barray[], cudaDataType Btype, int ldb, const void *beta,
+                                   void *const Carray[], cudaDataType Ctype, int ldc, int batchCount,
+                                   cublasComputeType_t computeType, cublasGemmAlgo_t algo);
 cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
                            int k, const float *alpha, const float *A, int lda, const float *B, int ldb,
                            const float *beta, float *C, int ldc);
+
+extern "C" unsigned long long cuemu_counter(const char *name);
 
 #endif /* DT_TESTS_CUEMU_H */

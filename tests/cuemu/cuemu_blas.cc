@@ -22,6 +22,7 @@
  */
 #include <stdarg.h>
 
+#include <algorithm>
 #include <mutex>
 #include <vector>
 
@@ -686,6 +687,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
                               cudaStream_t stream) {
     const char *fn = "cublasLtMatmul";
     device_access access;
+    count(COUNT_BLAS_CALL);
     if (!lightHandle) return CUBLAS_STATUS_NOT_INITIALIZED;
     if (lightHandle->magic != LT_MAGIC) die("cublasLtMatmul: the handle is not a live cublasLtHandle_t");
     if (!stream_valid(stream)) {
@@ -792,12 +794,53 @@ cublasStatus_t cublasSetWorkspace(cublasHandle_t handle, void *workspace, size_t
 const char *cublasGetStatusName(cublasStatus_t status) { return status_name(status); }
 const char *cublasGetStatusString(cublasStatus_t status) { return status_string(status); }
 
+/* cublasGemmBatchedEx: the arrays of per-matrix pointers live in device memory, as
+ * cuBLAS requires; every matrix is checked before any runs, then each runs as a
+ * batch of one. Two members writing the same C would race on a GPU: refused. */
+static cublasStatus_t gemm_pointer_arrays(gemm_t g, int batch, const void *const *Aarr, const void *const *Barr,
+                                          void *const *Carr) {
+    const void *arrs[3] = {Aarr, Barr, Carr};
+    for (int a = 0; a < 3; a++) {
+        bool inside = false;
+        char why[200] = "";
+        if (!arrs[a] || mem_classify(arrs[a], (size_t)batch * sizeof(void *), &inside, why, sizeof why) != MEM_DEVICE ||
+            !inside) {
+            say(g.fn, "the %c pointer array must lie in device memory (%s)", "ABC"[a], why[0] ? why : "host or NULL");
+            return CUBLAS_STATUS_INVALID_VALUE;
+        }
+    }
+    std::vector<const void *> outs(Carr, Carr + batch);
+    std::sort(outs.begin(), outs.end());
+    if (std::adjacent_find(outs.begin(), outs.end()) != outs.end()) {
+        say(g.fn, "two members of the batch write the same C matrix (a race on a GPU)");
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    g.batch = 1;
+    g.sa = g.sb = g.sc = g.sd = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < batch; i++) {
+            g.A = Aarr[i];
+            g.B = Barr[i];
+            g.C = g.D = Carr[i];
+            if (pass == 0) {
+                cublasStatus_t s = check_buffers(g);
+                if (s != CUBLAS_STATUS_SUCCESS) return s;
+            } else {
+                run_gemm(g);
+            }
+        }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
 static cublasStatus_t gemm_v2(const char *fn, cublasHandle_t handle, cublasOperation_t transa,
                               cublasOperation_t transb, int m, int n, int k, const void *alpha, const void *A,
                               cudaDataType Atype, int lda, long long sa, const void *B, cudaDataType Btype, int ldb,
                               long long sb, const void *beta, void *C, cudaDataType Ctype, int ldc, long long sc,
-                              int batch, cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
+                              int batch, cublasComputeType_t computeType, cublasGemmAlgo_t algo,
+                              const void *const *Aarr = nullptr, const void *const *Barr = nullptr,
+                              void *const *Carr = nullptr) {
     device_access access;
+    count(COUNT_BLAS_CALL);
     if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
     if (!stream_valid(handle->stream)) {
         say(fn, "the handle's stream was destroyed");
@@ -860,6 +903,7 @@ static cublasStatus_t gemm_v2(const char *fn, cublasHandle_t handle, cublasOpera
     g.sc = g.sd = sc;
     g.batch = batch;
     g.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    if (Aarr) return gemm_pointer_arrays(g, batch, Aarr, Barr, Carr);
     cublasStatus_t s = check_buffers(g);
     if (s != CUBLAS_STATUS_SUCCESS) return s;
     run_gemm(g);
@@ -882,6 +926,17 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
                                           cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
     return gemm_v2("cublasGemmStridedBatchedEx", handle, transa, transb, m, n, k, alpha, A, Atype, lda, strideA, B,
                    Btype, ldb, strideB, beta, C, Ctype, ldc, strideC, batchCount, computeType, algo);
+}
+
+cublasStatus_t cublasGemmBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m,
+                                   int n, int k, const void *alpha, const void *const Aarray[], cudaDataType Atype,
+                                   int lda, const void *const Barray[], cudaDataType Btype, int ldb, const void *beta,
+                                   void *const Carray[], cudaDataType Ctype, int ldc, int batchCount,
+                                   cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
+    static const char dummy = 0; /* non-NULL A/B/C for the shared checks; the arrays are checked after */
+    return gemm_v2("cublasGemmBatchedEx", handle, transa, transb, m, n, k, alpha, &dummy, Atype, lda, 0, &dummy, Btype,
+                   ldb, 0, beta, (void *)&dummy, Ctype, ldc, 0, batchCount, computeType, algo,
+                   Aarray ? Aarray : (const void *const *)&dummy, Barray, Carray);
 }
 
 cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,

@@ -65,6 +65,10 @@ bool wmma_check_lane(const wmma_args *a, char *why, size_t len);
 int wmma_mismatch(wmma_args *const lanes[32], char *why, size_t len);
 void wmma_run(wmma_args *const lanes[32]);
 
+/* Call counters a test reads through cuemu_counter() (cuemu.h). */
+enum counter { COUNT_STREAM_SYNC, COUNT_EVENT_SYNC, COUNT_BLAS_CALL, COUNT_N_ };
+void count(counter c);
+
 } /* namespace cuemu */
 
 #endif /* DT_TESTS_CUEMU_INTERNAL_H */

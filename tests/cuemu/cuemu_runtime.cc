@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <deque>
 #include <map>
 #include <set>
@@ -549,8 +550,22 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
     return cudaSuccess;
 }
 
+/* ---- counters (cuemu_counter) ---- */
+
+static std::atomic<unsigned long long> g_counts[COUNT_N_];
+
+void cuemu::count(counter c) { g_counts[c].fetch_add(1, std::memory_order_relaxed); }
+
+extern "C" unsigned long long cuemu_counter(const char *name) {
+    static const char *const names[COUNT_N_] = {"stream_sync", "event_sync", "blas_call"};
+    for (int i = 0; i < COUNT_N_; i++)
+        if (name && strcmp(name, names[i]) == 0) return g_counts[i].load(std::memory_order_relaxed);
+    return ~0ULL;
+}
+
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
     std::lock_guard<std::recursive_mutex> lock(g_lock);
+    count(COUNT_STREAM_SYNC);
     if (!device_present()) return fail(cudaErrorNoDevice);
     return stream_valid(stream) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
 }
@@ -564,6 +579,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
 }
 
 cudaError_t cudaDeviceSynchronize(void) {
+    count(COUNT_STREAM_SYNC);
     if (!device_present()) return fail(cudaErrorNoDevice);
     return cudaSuccess;
 }
@@ -591,6 +607,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
     std::lock_guard<std::recursive_mutex> lock(g_lock);
+    count(COUNT_EVENT_SYNC);
     if (!device_present()) return fail(cudaErrorNoDevice);
     if (!event || !g_events.count(event)) return fail(cudaErrorInvalidResourceHandle);
     return cudaSuccess;

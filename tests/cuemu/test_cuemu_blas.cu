@@ -344,7 +344,7 @@ Test(cuemu_blas, lt_validation) {
     cudaFree(a); cudaFree(b); cudaFree(d);
 }
 
-/* cuBLAS v2: GemmStridedBatchedEx / GemmEx / Sgemm (C = alpha op(A) op(B) + beta C in place). */
+/* cuBLAS v2: GemmStridedBatchedEx / GemmEx / Sgemm / GemmBatchedEx (C = alpha op(A) op(B) + beta C in place). */
 static void run_v2_case(cublasHandle_t h, bool ta, bool tb, int m, int n, int k, int pad, int batch, cudaDataType ab,
                         cudaDataType cd, float alpha, float beta, int api) {
     const int arows = ta ? k : m, acols = ta ? m : k, brows = tb ? n : k, bcols = tb ? k : n;
@@ -361,9 +361,26 @@ static void run_v2_case(cublasHandle_t h, bool ta, bool tb, int m, int n, int k,
     else if (api == 1)
         CKB(cublasGemmEx(h, oa, ob, m, n, k, &alpha, A.d, ab, lda, B.d, ab, ldb, &beta, C.d, cd, ldc, CUBLAS_COMPUTE_32F,
                          CUBLAS_GEMM_DEFAULT));
-    else
+    else if (api == 2)
         CKB(cublasSgemm(h, oa, ob, m, n, k, &alpha, (const float *)A.d, lda, (const float *)B.d, ldb, &beta,
                         (float *)C.d, ldc));
+    else { /* GemmBatchedEx: the same members through device arrays of pointers, last member first */
+        std::vector<void *> ptrs(3 * (size_t)batch);
+        for (int b = 0; b < batch; b++) {
+            int at = batch - 1 - b;
+            ptrs[at] = (char *)A.d + b * sa * (long long)tsize(ab);
+            ptrs[batch + at] = (char *)B.d + b * sb * (long long)tsize(ab);
+            ptrs[2 * batch + at] = (char *)C.d + b * sc * (long long)tsize(cd);
+        }
+        void **dp;
+        CK(cudaMalloc(&dp, ptrs.size() * sizeof(void *)));
+        CK(cudaMemcpy(dp, ptrs.data(), ptrs.size() * sizeof(void *), cudaMemcpyHostToDevice));
+        CKB(cublasGemmBatchedEx(h, oa, ob, m, n, k, &alpha, (const void *const *)dp, ab, lda,
+                                (const void *const *)(dp + batch), ab, ldb, &beta, dp + 2 * batch, cd, ldc, batch,
+                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        CK(cudaDeviceSynchronize());
+        cudaFree(dp);
+    }
     CK(cudaDeviceSynchronize());
     std::vector<float> c = mat_download(C.d, cd, C.h.size());
     for (int b = 0; b < batch; b++)
@@ -395,6 +412,8 @@ Test(cuemu_blas, v2_gemm_strided_batched_gemmex_sgemm) {
             run_v2_case(h, ta, tb, 11, 7, 13, 2, 3, CUDA_R_16BF, CUDA_R_16BF, 0.125f, 0.5f, 0);
             run_v2_case(h, ta, tb, 16, 5, 3, 1, 1, CUDA_R_16BF, CUDA_R_32F, 1.0f, 1.0f, 1);
             run_v2_case(h, ta, tb, 9, 10, 17, 3, 1, CUDA_R_32F, CUDA_R_32F, -2.0f, 0.25f, 2);
+            run_v2_case(h, ta, tb, 11, 7, 13, 2, 3, CUDA_R_16BF, CUDA_R_16BF, 0.125f, 0.5f, 3);
+            run_v2_case(h, ta, tb, 9, 10, 17, 1, 4, CUDA_R_32F, CUDA_R_32F, -2.0f, 0.25f, 3);
         }
     float *a, one = 1.0f;
     CK(cudaMalloc(&a, 64 * 4));
@@ -407,6 +426,28 @@ Test(cuemu_blas, v2_gemm_strided_batched_gemmex_sgemm) {
     cr_assert_eq(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 8, 8, 8, &one, a, CUDA_R_32F, 8, a, CUDA_R_32F, 8, &one, a,
                               CUDA_R_16BF, 8, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                  CUBLAS_STATUS_NOT_SUPPORTED, "fp32 inputs with a bf16 output");
+#ifdef DT_CUEMU
+    { /* the emulator's batched-pointer checks: arrays on the host, two members with one C */
+        float *c2;
+        CK(cudaMalloc(&c2, 128 * 4));
+        const void *hostp[2] = {a, a};
+        void *hostc[2] = {c2, c2 + 64};
+        void **dp;
+        CK(cudaMalloc(&dp, 6 * sizeof(void *)));
+        cr_assert_eq(cublasGemmBatchedEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 8, 8, 8, &one, hostp, CUDA_R_32F, 8, hostp,
+                                         CUDA_R_32F, 8, &one, hostc, CUDA_R_32F, 8, 2, CUBLAS_COMPUTE_32F,
+                                         CUBLAS_GEMM_DEFAULT),
+                     CUBLAS_STATUS_INVALID_VALUE, "pointer arrays on the host");
+        void *same[6] = {a, a, a, a, c2, c2};
+        CK(cudaMemcpy(dp, same, sizeof same, cudaMemcpyHostToDevice));
+        cr_assert_eq(cublasGemmBatchedEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 8, 8, 8, &one, (const void *const *)dp,
+                                         CUDA_R_32F, 8, (const void *const *)(dp + 2), CUDA_R_32F, 8, &one, dp + 4,
+                                         CUDA_R_32F, 8, 2, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                     CUBLAS_STATUS_INVALID_VALUE, "two members write one C");
+        cudaFree(dp);
+        cudaFree(c2);
+    }
+#endif
     cudaFree(a);
     CKB(cublasDestroy(h));
     CK(cudaStreamDestroy(s));

@@ -98,7 +98,7 @@ json_check "gpt2-124m config: exact parameter counts, batch, precision, strategy
   configs/gpt2-124m.json --gpus 1,8
 # DTRUN_CUDA_ATTENTION=fused: plan models the fused kernel the CUDA backend will run
 # (per layer B*NH*T fp32 log-sum-exp + B*T*C bf16 out in place of the B*NH*T*T bf16
-# probabilities; backward scratch B*NH*T fp32 in place of NH*T*T bf16); a value
+# probabilities; backward scratch B*NH*T fp32 in place of B*NH*T*T bf16); a value
 # that is neither kind is a usage error.
 "$DTRUN" plan --json configs/gpt2-124m.json --gpus 1 >"$DT_TMP/plan_cublas.json" 2>"$DT_TMP/err" &&
   DTRUN_CUDA_ATTENTION=fused "$DTRUN" plan --json configs/gpt2-124m.json --gpus 1 >"$DT_TMP/plan_fused.json" 2>>"$DT_TMP/err"
@@ -107,7 +107,7 @@ import json, sys
 a, f = (json.load(open(p))["rows"][0] for p in sys.argv[1:3])
 B, T, C, NH, L = a["micro_batch"], 1024, 768, 12, 12
 want = a["memory_bytes"]["activations"] - L * (2 * B * NH * T * T - (4 * B * NH * T + 2 * B * T * C)) \
-       - (2 * NH * T * T - 4 * B * NH * T)
+       - (2 * B * NH * T * T - 4 * B * NH * T)
 got = f["memory_bytes"]["activations"]
 print("cuBLAS", a["memory_bytes"]["activations"], "fused", got, "want", want)
 sys.exit(0 if got == want else 1)
