@@ -86,7 +86,7 @@ clip() { tr '\n' ' ' | sed 's/  */ /g' | cut -c1-"${1:-160}"; }
 if [ "$EMU" = 1 ]; then
   ARCHIVE=.carry/gpu_check_emu.tar.gz
   GPU_CHECK_EMU=1 scripts/gpu_pack.sh >"$L/pack.log" 2>&1 ||
-    { row "pack (GPU_CHECK_EMU=1 gpu_pack.sh)" FAIL "$(tail -3 "$L/pack.log" | clip)"; exit 1; }
+    { prc=$?; row "pack (GPU_CHECK_EMU=1 gpu_pack.sh)" FAIL "exit $prc: $(tail -3 "$L/pack.log" | clip)"; exit 1; }
   CUDALIB=libdtrun_cuda_emu.so
 else
   ARCHIVE=.carry/gpu_check.tar.gz

@@ -49,7 +49,8 @@ rm -f "$stage"/pk/bin/*.o "$stage"/pk/bin/*.d
 ls "$stage"/pk/bin/test_* >/dev/null
 # OpenBLAS is not linked but loaded with dlopen (kernels/cpu/cpu_blas.c): packed by name,
 # and its own libraries (libgfortran, libquadmath) through ldd as the others.
-blas=$(ldconfig -p | awk '/libopenblas\.so\.0 .*x86-64/{print $NF; exit}')
+# awk reads to the end: an early exit would kill ldconfig with SIGPIPE, a failure under pipefail.
+blas=$(ldconfig -p | awk '/libopenblas\.so\.0 .*x86-64/ && !found {print $NF; found = 1}')
 [ -n "$blas" ] || { echo "gpu_pack: no libopenblas.so.0 here (scripts/install-deps.sh)" >&2; exit 1; }
 cp -L "$blas" "$stage/pk/lib/libopenblas.so.0"
 for b in "$stage"/pk/bin/* "$stage/pk/lib/libopenblas.so.0"; do
