@@ -158,11 +158,13 @@ struct dt_ops {
      * looks the device up by dev->name in the GPU table of runtime/tools/plan.c. */
     double (*peak_flops)(dt_device_t *dev);
 
-    /* ---- embedding: out[b,t,:] = wte[inp[b,t],:] + wpe[t,:] ---------------- */
+    /* ---- embedding: out[b,t,:] = wte[inp[b,t],:] + wpe[t,:] ----------------
+     * wpe NULL: no position table (positions enter elsewhere, e.g. RoPE), out is
+     * the token's row of wte. */
     void (*encoder_forward)(dt_device_t *dev, void *out,  // (B, T, C)
                             const int *inp,               // (B, T) token ids < V
                             const void *wte,              // (V, C)
-                            const void *wpe,              // (maxT, C), T <= maxT
+                            const void *wpe,              // (maxT, C), T <= maxT, or NULL
                             int B, int T, int C);
     /* dwpe may be NULL. */
     void (*encoder_backward)(dt_device_t *dev, void *dwte, // (V, C) +=

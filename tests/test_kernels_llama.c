@@ -206,6 +206,24 @@ static const dt_rope_args_t ROPE_PLAIN = {.theta = 10000};
 static const dt_rope_args_t ROPE_LLAMA3 = {
     .theta = 10000, .factor = 8, .low_freq_factor = 1, .high_freq_factor = 4, .original_max_pos = 64};
 
+/* Llama's embedding: encoder_forward without a position table gives each token's
+ * row of wte exactly, on any thread count. */
+Test(embedding, no_position_table_is_the_token_row) {
+    int B = 3, T = 70, C = 40, V = 11;
+    for (int nt = 1; nt <= 3; nt += 2) {
+        dt_device_t *dev = open_cpu(nt);
+        float *wte = frand((size_t)V * C, 1), *out = ffill((size_t)B * T * C, 9);
+        int *tok = malloc(sizeof(int) * (size_t)B * T);
+        for (int i = 0; i < B * T; i++) tok[i] = (i * 7 + 3) % V;
+        dev->ops->encoder_forward(dev, out, tok, wte, NULL, B, T, C);
+        for (int i = 0; i < B * T; i++)
+            cr_assert(memcmp(out + (size_t)i * C, wte + (size_t)tok[i] * C, sizeof(float) * (size_t)C) == 0,
+                      "row %d (token %d), %d threads", i, tok[i], nt);
+        free(wte), free(out), free(tok);
+        dt_device_free(dev);
+    }
+}
+
 Test(rope, inv_freq_matches_transformers_formulas) {
     /* HS 16, theta 1e4: wavelengths 2 pi 10^(i/2) = 6.3, 19.9, 62.8, 199, ...; with
      * original_max_pos 64 (high_wl 16, low_wl 64) frequency 0 is kept, 1 and 2 are

@@ -32,6 +32,10 @@ void dt_cpu_encoder_forward(dt_device_t *dev, void *out_, const int *inp, const 
     for (int bt = 0; bt < B * T; bt++) {
         float *o = out + (size_t)bt * C;
         const float *e = wte + (size_t)inp[bt] * C;
+        if (!wpe) {
+            memcpy(o, e, sizeof(float) * (size_t)C);
+            continue;
+        }
         const float *p = wpe + (size_t)(bt % T) * C;
 #pragma omp simd
         for (int i = 0; i < C; i++) o[i] = e[i] + p[i];

@@ -54,6 +54,10 @@ __global__ void encoder_forward_kernel(S *out, const int *inp, const S *wte, con
     int bt = (int)(i / per_row), c = (int)(i % per_row) * N;
     int t = bt % T;
     dt_vec<S, N> e = dt_vec_ld<S, N>(wte + (size_t)inp[bt] * C + c);
+    if (!wpe) { /* no position table: the token's row */
+        dt_vec_st<S, N>(out + (size_t)bt * C + c, e);
+        return;
+    }
     dt_vec<S, N> p = dt_vec_ld<S, N>(wpe + (size_t)t * C + c);
     dt_vec<S, N> o;
     for (int k = 0; k < N; k++) o.v[k] = dt_st<S>(dt_ld(e.v[k]) + dt_ld(p.v[k]));

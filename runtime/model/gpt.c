@@ -201,7 +201,7 @@ static void gpt_dims(const dt_model_layout *l, dt_model_dims *out) {
     const dt_model_spec *s = &l->spec;
     *out = (dt_model_dims){.n_layer = s->n_layer, .hidden = s->n_embd, .n_head = s->n_head, .n_kv_head = s->n_head,
                            .head_dim = s->n_embd / s->n_head, .mlp_in = 4 * s->n_embd, .mlp_act = 4 * s->n_embd,
-                           .norm_stats = 2, .zero_pos = 0};
+                           .norm_stats = 2};
 }
 
 /* ---- forward and backward -------------------------------------------------- */

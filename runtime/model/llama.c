@@ -287,13 +287,12 @@ static dims dims_of(const dt_model_layout *l, int B) {
 }
 
 /* Slots of the whole model (the first four are net.h's). There is no position
- * table: the embedding is the device's encoder_forward with G_ZERO_POS, a (T, C)
- * slot of zeros, as its wpe (and no dwpe), so a token's row is embed_tokens[token]
- * exactly; positions enter through RoPE. G_DTMP is max(C, NH*HD) wide: it holds
+ * table: the embedding is the device's encoder_forward without one (wpe and dwpe
+ * NULL), a token's row of embed_tokens; positions enter through RoPE. G_DTMP is max(C, NH*HD) wide: it holds
  * d(norm output) (C) and d(attention output) (NH*HD). */
 enum {
     G_TOKENS = DT_NET_SLOT_TOKENS, G_TARGETS = DT_NET_SLOT_TARGETS, G_FEATURES = DT_NET_SLOT_FEATURES,
-    G_LOSSES = DT_NET_SLOT_LOSSES, G_ENCODED = DT_NET_SLOT_FIRST, G_ZERO_POS, G_NORM, G_NORM_RSTD, G_LOGITS,
+    G_LOSSES = DT_NET_SLOT_LOSSES, G_ENCODED = DT_NET_SLOT_FIRST, G_NORM, G_NORM_RSTD, G_LOGITS,
     G_DRES, G_DTMP, G_DQKV, G_DFCH, G_DSWI, G_ATT_SCRATCH, G_COUNT
 };
 /* ... and of each layer: ln1 = rmsnorm(x), qkv (roped in place), atty = attention,
@@ -316,7 +315,6 @@ static void llama_arena_sizes(const dt_device_t *dev, const dt_model_layout *lay
     size_t wide = d.QC > d.C ? (size_t)d.QC : C;
     sizes[G_TOKENS] = sizes[G_TARGETS] = BT * sizeof(int);
     sizes[G_ENCODED] = sizes[G_NORM] = BT * C * es;
-    sizes[G_ZERO_POS] = (size_t)d.T * C * es;
     sizes[G_NORM_RSTD] = sizes[G_LOSSES] = BT * sizeof(float);
     sizes[G_LOGITS] = BT * (size_t)d.Vp * es;
     sizes[G_DRES] = BT * C * es;
@@ -356,7 +354,7 @@ static void llama_dims(const dt_model_layout *l, dt_model_dims *out) {
     *out = (dt_model_dims){.n_layer = z->num_hidden_layers, .hidden = z->hidden_size,
                            .n_head = z->num_attention_heads, .n_kv_head = z->num_key_value_heads,
                            .head_dim = z->head_dim, .mlp_in = 2 * z->intermediate_size,
-                           .mlp_act = z->intermediate_size, .norm_stats = 1, .zero_pos = 1};
+                           .mlp_act = z->intermediate_size, .norm_stats = 1};
 }
 
 /* ---- forward and backward -------------------------------------------------- */
@@ -384,8 +382,7 @@ static void llama_forward(dt_net_t *net, int with_loss) {
     dims d = dims_of(lay, net->B);
     int B = d.B, T = d.T, BT = d.BT, C = d.C;
     dt_net_hook(net, 0, DT_NET_FWD_PRE);
-    dt_net_zero(net, G_ZERO_POS, (size_t)T * C);
-    o->encoder_forward(dv, A(G_ENCODED), net->d_tokens, P(0), A(G_ZERO_POS), B, T, C);
+    o->encoder_forward(dv, A(G_ENCODED), net->d_tokens, P(0), NULL, B, T, C);
     dt_net_hook(net, 0, DT_NET_FWD_POST);
     void *residual = A(G_ENCODED);
     for (int l = 0; l < d.L; l++) {
@@ -477,9 +474,9 @@ static void llama_backward(dt_net_t *net, float dscale) {
 
 /* The decode arena: one position's activations (B = T = 1) and per layer a cache
  * of seq_len rows of keys|values (2*NKV*HD, already rotated), the k|v tail of each
- * position's qkv row. D_ZERO_POS is the encoder's zero position row, as G_ZERO_POS. */
+ * position's qkv row. */
 enum {
-    D_TOKENS = DT_NET_SLOT_TOKENS, D_ZERO_POS = DT_NET_SLOT_FIRST, D_X, D_RES2, D_LN, D_RSTD, D_QKV, D_ATTY,
+    D_TOKENS = DT_NET_SLOT_TOKENS, D_X = DT_NET_SLOT_FIRST, D_RES2, D_LN, D_RSTD, D_QKV, D_ATTY,
     D_PROJ, D_FCH, D_SWI, D_LOGITS, D_COUNT
 };
 #define DSLOT_CACHE(l) (D_COUNT + (l))
@@ -493,7 +490,7 @@ static void llama_decode_sizes(const dt_device_t *dev, const dt_model_layout *la
     dims d = dims_of(lay, 1);
     size_t C = (size_t)d.C;
     sizes[D_TOKENS] = sizeof(int);
-    sizes[D_ZERO_POS] = sizes[D_X] = sizes[D_RES2] = sizes[D_LN] = sizes[D_PROJ] = C * es;
+    sizes[D_X] = sizes[D_RES2] = sizes[D_LN] = sizes[D_PROJ] = C * es;
     sizes[D_RSTD] = sizeof(float);
     sizes[D_QKV] = (size_t)d.QKVC * es;
     sizes[D_ATTY] = (size_t)d.QC * es;
@@ -515,8 +512,7 @@ static void llama_decode(dt_net_t *net, int pos) {
     int C = d.C;
     size_t es = net->elsize, kv = 2 * (size_t)d.NKV * d.HD;
     dt_net_hook(net, 0, DT_NET_FWD_PRE);
-    dt_net_zero(net, D_ZERO_POS, (size_t)C);
-    o->encoder_forward(dv, A(D_X), net->d_tokens, P(0), A(D_ZERO_POS), 1, 1, C);
+    o->encoder_forward(dv, A(D_X), net->d_tokens, P(0), NULL, 1, 1, C);
     dt_net_hook(net, 0, DT_NET_FWD_POST);
     for (int l = 0; l < d.L; l++) {
         dt_net_hook(net, 1 + l, DT_NET_FWD_PRE);

@@ -162,7 +162,6 @@ typedef struct dt_model_dims {
     int mlp_in;     /* width of the MLP's first matmul output: 4C (gpt), 2I gate|up (llama) */
     int mlp_act;    /* width of its activation output: 4C (gelu), I (swiglu) */
     int norm_stats; /* fp32 values saved per row by a norm: 2 (LayerNorm), 1 (RMSNorm) */
-    int zero_pos;   /* the arena holds a (T, C) zero position table (llama's embedding) */
 } dt_model_dims;
 
 struct dt_net;

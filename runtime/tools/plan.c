@@ -98,7 +98,6 @@ dt_status_t dt_plan_model_from_layout(const dt_model_layout *l, dt_plan_model *o
         out->mlp_in = d.mlp_in;
         out->mlp_act = d.mlp_act;
         out->norm_stats = d.norm_stats;
-        out->zero_pos = d.zero_pos;
     }
     out->seq_len = l->seq_len;
     out->vocab_padded = l->vocab_padded;
@@ -235,7 +234,6 @@ double dt_plan_activation_bytes(const dt_plan_model *m, int micro_batch, int com
     double layer = 6 * btc + slot(BT * A * d) + 2 * m->norm_stats * bt4 + slot(BT * Q * d) +
                    slot(BT * m->mlp_in * d) + slot(BT * m->mlp_act * d) + slot(saved);
     double once = 2 * bt4 /* tokens, targets */ + 2 * btc /* encoded, final norm */ +
-                  (m->zero_pos ? slot(T * C * d) : 0) /* llama's zero position table */ +
                   (m->norm_stats + 1) * bt4 /* final norm statistics, losses */ +
                   slot(BT * m->vocab_padded * d) + btc /* dres */ + slot(BT * fmax(C, A) * d) /* dtmp */ +
                   slot(BT * Q * d) /* dqkv */ + slot(BT * m->mlp_in * d) + slot(BT * m->mlp_act * d) +

@@ -124,9 +124,9 @@ typedef struct dt_plan_model {
     /* token models (the model's dt_model_dims): n_embd the hidden width, head_dim
      * the query/key/value head size; mlp_in/mlp_act the MLP's widths (gpt 4C, 4C;
      * llama 2I, I), norm_stats fp32 values a norm saves per row (2 LayerNorm, 1
-     * RMSNorm), zero_pos a (T, C) zero position table in the arena (llama) */
+     * RMSNorm) */
     int n_layer, n_head, n_embd, seq_len, vocab_padded;
-    int n_kv_head, head_dim, mlp_in, mlp_act, norm_stats, zero_pos;
+    int n_kv_head, head_dim, mlp_in, mlp_act, norm_stats;
     int in_dim, hidden_dim, n_hidden_layers, n_classes;     /* mlp */
     double flops_per_token; /* training FLOPs per token (per sample for mlp) */
     double largest_unit;    /* elements of the largest FSDP unit */
