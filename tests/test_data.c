@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "runtime/tokenize/shard.h"
 #include "runtime/train/data.h"
 
 static char dir[64];
@@ -62,7 +63,7 @@ static dt_data_opts opts(const char *pattern, int T, int B, int rank, int world)
 TestSuite(data, .init = make_dir, .fini = rm_dir);
 
 Test(data, shard_inputs_and_targets_shift_by_one) {
-    write_shard("a.bin", 1001, 0, 60000, DT_DATA_SHARD_MAGIC, 1, 0);
+    write_shard("a.bin", 1001, 0, 60000, DT_SHARD_MAGIC_U16, 1, 0);
     dt_data_opts o = opts("a.bin", 10, 4, 0, 1);
     dt_data_t *d;
     cr_assert_eq(dt_data_open(&o, &d), DT_STATUS_OK, "%s", dt_error_detail());
@@ -116,7 +117,7 @@ static void expect_error(dt_data_opts *o, dt_status_t want, const char *needle1,
 }
 
 Test(data, bad_files_name_file_and_problem) {
-    write_shard("trunc.bin", 500, 0, 100, DT_DATA_SHARD_MAGIC, 1, 7);
+    write_shard("trunc.bin", 500, 0, 100, DT_SHARD_MAGIC_U16, 1, 7);
     dt_data_opts o = opts("trunc.bin", 8, 1, 0, 1);
     expect_error(&o, DT_STATUS_FORMAT, "trunc.bin", "truncated");
 
@@ -124,11 +125,11 @@ Test(data, bad_files_name_file_and_problem) {
     o = opts("magic.bin", 8, 1, 0, 1);
     expect_error(&o, DT_STATUS_FORMAT, "magic.bin", "magic is 12345");
 
-    write_shard("version.bin", 500, 0, 100, DT_DATA_SHARD_MAGIC, 7, 0);
+    write_shard("version.bin", 500, 0, 100, DT_SHARD_MAGIC_U16, 7, 0);
     o = opts("version.bin", 8, 1, 0, 1);
     expect_error(&o, DT_STATUS_FORMAT, "version.bin", "version 7");
 
-    write_shard("vocab.bin", 500, 0, 300, DT_DATA_SHARD_MAGIC, 1, 0);
+    write_shard("vocab.bin", 500, 0, 300, DT_SHARD_MAGIC_U16, 1, 0);
     o = opts("vocab.bin", 8, 1, 0, 1);
     o.vocab_size = 256;
     expect_error(&o, DT_STATUS_FORMAT, "token id 299", "vocab size 256");
@@ -136,12 +137,12 @@ Test(data, bad_files_name_file_and_problem) {
     o = opts("nothing*.bin", 8, 1, 0, 1);
     expect_error(&o, DT_STATUS_NOT_FOUND, "no file matches", "nothing*.bin");
 
-    write_shard("short.bin", 5, 0, 100, DT_DATA_SHARD_MAGIC, 1, 0);
+    write_shard("short.bin", 5, 0, 100, DT_SHARD_MAGIC_U16, 1, 0);
     o = opts("short.bin", 8, 1, 0, 1);
     expect_error(&o, DT_STATUS_FORMAT, "no training sample of seq_len 8", NULL);
 
     write_text("mix1.bin.txt", "some text that is long enough");
-    write_shard("mix2.bin", 500, 0, 100, DT_DATA_SHARD_MAGIC, 1, 0);
+    write_shard("mix2.bin", 500, 0, 100, DT_SHARD_MAGIC_U16, 1, 0);
     o = opts("mix*", 8, 1, 0, 1);
     expect_error(&o, DT_STATUS_FORMAT, "mixes text files and token shards", NULL);
 }
@@ -176,7 +177,7 @@ static void seen_per_step(int world, int B, int accum, int steps, uint64_t *out)
 
 Test(data, n_ranks_see_what_one_rank_sees_with_accumulation) {
     /* 103 samples: steps of 12 cross epoch boundaries. */
-    write_shard("ident.bin", 103 * 4 + 1, 0, 60000, DT_DATA_SHARD_MAGIC, 1, 0);
+    write_shard("ident.bin", 103 * 4 + 1, 0, 60000, DT_SHARD_MAGIC_U16, 1, 0);
     enum { STEPS = 20, B = 2 };
     for (int world = 2; world <= 3; world++) {
         int accum = 2;
@@ -189,7 +190,7 @@ Test(data, n_ranks_see_what_one_rank_sees_with_accumulation) {
 }
 
 Test(data, every_epoch_visits_each_sample_once_in_a_new_order) {
-    write_shard("ep.bin", 50 * 4 + 1, 0, 60000, DT_DATA_SHARD_MAGIC, 1, 0);
+    write_shard("ep.bin", 50 * 4 + 1, 0, 60000, DT_SHARD_MAGIC_U16, 1, 0);
     dt_data_opts o = opts("ep.bin", 4, 5, 0, 1);
     dt_data_t *d;
     cr_assert_eq(dt_data_open(&o, &d), DT_STATUS_OK);
@@ -214,7 +215,7 @@ Test(data, every_epoch_visits_each_sample_once_in_a_new_order) {
 }
 
 Test(data, position_restore_reproduces_the_stream) {
-    write_shard("pos.bin", 77 * 8 + 1, 0, 60000, DT_DATA_SHARD_MAGIC, 1, 0);
+    write_shard("pos.bin", 77 * 8 + 1, 0, 60000, DT_SHARD_MAGIC_U16, 1, 0);
     dt_data_opts o = opts("pos.bin", 8, 3, 1, 2);
     dt_data_t *a, *b;
     cr_assert_eq(dt_data_open(&o, &a), DT_STATUS_OK);
@@ -233,7 +234,7 @@ Test(data, position_restore_reproduces_the_stream) {
 }
 
 Test(data, held_out_tail_never_trains) {
-    write_shard("val.bin", 40 * 4 + 1, 0, 60000, DT_DATA_SHARD_MAGIC, 1, 0);
+    write_shard("val.bin", 40 * 4 + 1, 0, 60000, DT_SHARD_MAGIC_U16, 1, 0);
     dt_data_opts o = opts("val.bin", 4, 4, 0, 1);
     o.val_fraction = 0.1;
     dt_data_t *d;
@@ -251,8 +252,8 @@ Test(data, held_out_tail_never_trains) {
 }
 
 Test(data, separate_val_files) {
-    write_shard("tr.bin", 100 * 4 + 1, 0, 60000, DT_DATA_SHARD_MAGIC, 1, 0);
-    write_shard("va.bin", 10 * 4 + 1, 30000, 60000, DT_DATA_SHARD_MAGIC, 1, 0);
+    write_shard("tr.bin", 100 * 4 + 1, 0, 60000, DT_SHARD_MAGIC_U16, 1, 0);
+    write_shard("va.bin", 10 * 4 + 1, 30000, 60000, DT_SHARD_MAGIC_U16, 1, 0);
     dt_data_opts o = opts("tr.bin", 4, 2, 1, 2);
     char val[256];
     snprintf(val, sizeof val, "%s/va.bin", dir);
