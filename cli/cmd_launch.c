@@ -19,7 +19,7 @@
 #include "common/mem.h"
 #include "runtime/launch/agent.h"
 #include "runtime/config/config.h"
-#include "runtime/train/trainer.h" /* defines: dt_trainer_check_pretrained */
+#include "runtime/train/trainer.h" /* defines: dt_trainer_check_pretrained, dt_trainer_check_data */
 #include "runtime/launch/launch_args.h"
 
 extern char **environ;
@@ -53,6 +53,9 @@ static int check_config(const dt_launch_spec_t *spec) {
         st = dt_config_resolve(&cfg, spec->nnodes_max * spec->nproc_per_node);
     if (st == DT_STATUS_OK && dt_trainer_check_pretrained(&cfg) != DT_STATUS_OK) {
         fprintf(stderr, "dtrun: error: model.pretrained: %s\n", dt_error_detail());
+        st = DT_STATUS_CONFIG;
+    } else if (st == DT_STATUS_OK && dt_trainer_check_data(&cfg) != DT_STATUS_OK) {
+        fprintf(stderr, "dtrun: error: %s\n", dt_error_detail());
         st = DT_STATUS_CONFIG;
     } else if (st == DT_STATUS_OK && cfg.device == DT_CONFIG_DEVICE_CUDA && dt_gpuinfo_count() == 0) {
         const char *vis = getenv("CUDA_VISIBLE_DEVICES");

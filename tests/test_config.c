@@ -603,3 +603,51 @@ Test(config, file_errors) {
     unlink(path);
     rmdir(dir);
 }
+
+Test(config, data_train_mixture_list) {
+    dt_config_t cfg;
+    cr_assert_eq(load("{\"data\":{\"train\":[{\"path\":\"a_*.bin\",\"weight\":0.7},"
+                      "{\"path\":\"b_*.bin\",\"weight\":0.3}],\"prefetch\":4}}",
+                      &cfg, 0, NULL),
+                 DT_STATUS_OK, "%s", dt_config_errors(&cfg));
+    cr_assert_null(cfg.data.train);
+    cr_assert_eq(cfg.data.n_sources, 2);
+    cr_assert_str_eq(cfg.data.sources[1].path, "b_*.bin");
+    cr_assert_eq(cfg.data.sources[0].weight, 0.7);
+    cr_assert_eq(cfg.data.prefetch, 4);
+    char *dump = dt_config_dump_json(&cfg);
+    cr_assert(strstr(dump, "\"path\":\t\"a_*.bin\"") || strstr(dump, "\"path\": \"a_*.bin\""), "%s", dump);
+    free(dump);
+    assert_round_trip(&cfg, "mixture");
+    /* an override with a plain path replaces the list */
+    const char *ov[] = {"data.train=c.txt"};
+    dt_config_free(&cfg);
+    cr_assert_eq(load("{\"data\":{\"train\":[{\"path\":\"a.bin\",\"weight\":1}]}}", &cfg, 1, ov), DT_STATUS_OK);
+    cr_assert_eq(cfg.data.n_sources, 0);
+    cr_assert_str_eq(cfg.data.train, "c.txt");
+    dt_config_free(&cfg);
+    dt_config_init(&cfg);
+    cr_assert_eq(cfg.data.prefetch, 2, "read-ahead of 2 by default");
+    dt_config_free(&cfg);
+}
+
+Test(config, data_train_mixture_errors_name_the_item) {
+    dt_config_t cfg;
+    cr_assert_eq(load("{\"data\":{\"train\":[{\"path\":\"a.bin\",\"weight\":0.7},"
+                      "{\"path\":\"b.bin\",\"weight\":-1},{\"path\":\"c.bin\",\"wieght\":1},"
+                      "{\"weight\":2},{\"path\":3},\"d.bin\"]}}",
+                      &cfg, 0, NULL),
+                 DT_STATUS_CONFIG);
+    ASSERT_ERR(&cfg, "x.json: data.train[1].weight: expected a number > 0, found -1");
+    ASSERT_ERR(&cfg, "x.json: data.train[2].wieght: unknown key");
+    ASSERT_ERR(&cfg, "x.json: data.train[3].path: expected a path or glob, found nothing");
+    ASSERT_ERR(&cfg, "x.json: data.train[4].path: expected a non-empty path or glob, found 3");
+    ASSERT_ERR(&cfg, "x.json: data.train[5]: expected an object");
+    dt_config_free(&cfg);
+    cr_assert_eq(load("{\"data\":{\"train\":[]}}", &cfg, 0, NULL), DT_STATUS_CONFIG);
+    ASSERT_ERR(&cfg, "x.json: data.train: expected a path or glob, or a list of 1 to 16 sources, found an empty list");
+    dt_config_free(&cfg);
+    cr_assert_eq(load("{\"data\":{\"prefetch\":-1}}", &cfg, 0, NULL), DT_STATUS_CONFIG);
+    ASSERT_ERR(&cfg, "data.prefetch");
+    dt_config_free(&cfg);
+}

@@ -152,6 +152,69 @@ static void type_error(parse_ctx_t *ctx, const config_key_t *k, const cJSON *v,
               extra ? extra : "");
 }
 
+void dt_config_free_sources_(dt_config_t *cfg) {
+    for (int i = 0; i < cfg->data.n_sources; i++) free(cfg->data.sources[i].path);
+    free(cfg->data.sources);
+    cfg->data.sources = NULL;
+    cfg->data.n_sources = 0;
+}
+
+/* data.train as a list of {"path": GLOB, "weight": W}: every error names the
+ * item's key path (data.train[1].weight). The list replaces a string. */
+static void set_sources(parse_ctx_t *ctx, const config_key_t *k, const cJSON *v) {
+    dt_config_t *cfg = ctx->cfg;
+    int n = cJSON_GetArraySize(v);
+    char found[80];
+    if (n == 0 || n > DT_CONFIG_MAX_SOURCES) {
+        add_error(cfg, ctx->src, "%s: expected a path or glob, or a list of 1 to %d sources, found %s", k->path,
+                  DT_CONFIG_MAX_SOURCES, n == 0 ? "an empty list" : "too many");
+        return;
+    }
+    dt_config_source *list = dt_xcalloc((size_t)n, sizeof *list);
+    int i = 0;
+    for (const cJSON *item = v->child; item; item = item->next, i++) {
+        list[i].weight = 1.0;
+        if (!cJSON_IsObject(item)) {
+            render(item, found, sizeof found);
+            add_error(cfg, ctx->src, "%s[%d]: expected an object {\"path\": GLOB, \"weight\": W}, found %s",
+                      k->path, i, found);
+            continue;
+        }
+        for (const cJSON *m = item->child; m; m = m->next) {
+            if (!strcmp(m->string, "path")) {
+                if (!cJSON_IsString(m) || !m->valuestring[0]) {
+                    render(m, found, sizeof found);
+                    add_error(cfg, ctx->src, "%s[%d].path: expected a non-empty path or glob, found %s", k->path, i,
+                              found);
+                } else {
+                    free(list[i].path);
+                    list[i].path = dt_xstrdup(m->valuestring);
+                }
+            } else if (!strcmp(m->string, "weight")) {
+                if (!cJSON_IsNumber(m) || !(m->valuedouble > 0) || !isfinite(m->valuedouble)) {
+                    render(m, found, sizeof found);
+                    add_error(cfg, ctx->src, "%s[%d].weight: expected a number > 0, found %s", k->path, i, found);
+                } else {
+                    list[i].weight = m->valuedouble;
+                }
+            } else {
+                add_error(cfg, ctx->src, "%s[%d].%s: unknown key (a source has path and weight)", k->path, i,
+                          m->string);
+            }
+        }
+        if (!list[i].path && cJSON_IsObject(item) && !cJSON_GetObjectItemCaseSensitive(item, "path")) {
+            add_error(cfg, ctx->src, "%s[%d].path: expected a path or glob, found nothing", k->path, i);
+        }
+    }
+    dt_config_free_sources_(cfg);
+    cfg->data.sources = list;
+    cfg->data.n_sources = n; /* kept even with errors in it: they stop the run */
+    char **s = (char **)field(cfg, k);
+    free(*s);
+    *s = NULL;
+    cfg->origin[k - KEYS] = (unsigned char)ctx->origin;
+}
+
 /* Sets key row from JSON value v; reports its own errors. */
 static void set_value(parse_ctx_t *ctx, int row, const cJSON *v) {
     const config_key_t *k = &KEYS[row];
@@ -226,6 +289,11 @@ static void set_value(parse_ctx_t *ctx, int row, const cJSON *v) {
     }
     case KT_STRING: {
         char **s = (char **)f;
+        if ((k->flags & KF_SOURCES) && cJSON_IsArray(v)) {
+            set_sources(ctx, k, v);
+            return;
+        }
+        if (k->flags & KF_SOURCES) dt_config_free_sources_(cfg); /* a string replaces a list */
         if (cJSON_IsNull(v)) { /* defaults only */
             free(*s);
             *s = NULL;
@@ -321,6 +389,7 @@ void dt_config_free(dt_config_t *cfg) {
     if (!cfg) return;
     for (int i = 0; i < N_KEYS; i++)
         if (KEYS[i].type == KT_STRING) free(*(char **)field(cfg, &KEYS[i]));
+    dt_config_free_sources_(cfg);
     free(cfg->source);
     free(cfg->errors);
     free(cfg->warnings);
@@ -417,7 +486,7 @@ static void finish(dt_config_t *cfg, const char *src) {
     if (cfg->model.ops->config_check && cfg->model.ops->config_check(&cfg->model, msg, sizeof msg))
         add_error(cfg, src, "%s", msg);
     if (cfg->model.ops->data == DT_MODEL_DATA_TOKENS) {
-        if (!cfg->data.train)
+        if (!cfg->data.train && cfg->data.n_sources == 0)
             add_error(cfg, src,
                       "data.train: expected a path or glob of training data (model.type %s "
                       "reads text or token shards), found nothing",

@@ -89,6 +89,14 @@ typedef enum dt_strategy {
 /* Upper bound on the rows of the key table (checked at compile time in config.c). */
 #define DT_CONFIG_MAX_KEYS 128
 
+/* One source of a data.train mixture. */
+typedef struct dt_config_source {
+    char *path;    /* glob */
+    double weight; /* > 0, unnormalised */
+} dt_config_source;
+
+#define DT_CONFIG_MAX_SOURCES 16
+
 /* The resolved config. Strings are heap copies owned by the struct (NULL = unset).
  * Batch sizes are 0 until dt_config_resolve() derives them for a world size. */
 typedef struct dt_config {
@@ -148,9 +156,14 @@ typedef struct dt_config {
      * agree) and its safetensors the initial weights. NULL: none. */
     char *model_pretrained;
     struct {
-        char *train;         /* path or glob; required for gpt */
+        char *train;         /* path or glob; required for gpt (NULL when given as a list) */
+        /* data.train given as a list [{"path": GLOB, "weight": W}, ...]: a weighted
+         * mixture (runtime/train/data.h); NULL / 0 when data.train is a string. */
+        dt_config_source *sources;
+        int n_sources;
         char *val;           /* path or glob; NULL = held-out tail of train */
         double val_fraction; /* the tail's share when val is NULL */
+        int64_t prefetch;    /* micro-batches read ahead on a thread; 0 = synchronous */
     } data;
     int64_t train_steps;
     int64_t seed;

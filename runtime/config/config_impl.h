@@ -22,6 +22,8 @@ enum key_flags {
     KF_PATH = 1 << 4,     /* string naming a file or folder: non-empty, no "auto" */
     KF_INT32 = 1 << 5,    /* KT_INT whose field is an int, not int64_t; KT_BOOL whose
                              field is an int (0/1), not a bool (the model's keys) */
+    KF_SOURCES = 1 << 6,  /* KT_STRING that may also be a list of {"path", "weight"}
+                             (data.train: cfg->data.sources) */
 };
 
 typedef struct config_key {
@@ -57,6 +59,9 @@ bool dt_config_is_ignored_(const char *path);
 bool dt_config_suggest_(const char *path, char *out, size_t out_size);
 /* What row k accepts, for messages: "an integer >= 1", "one of ...". */
 void dt_config_expected_(const config_key_t *k, char *out, size_t size);
+
+/* Frees data.train's list of sources (config.c). */
+void dt_config_free_sources_(dt_config_t *cfg);
 
 /* Appends "src: msg" to cfg's errors (config.c). */
 void dt_config_add_error_(dt_config_t *cfg, const char *src, const char *msg);

@@ -128,12 +128,15 @@ static const config_key_t head_keys[] = {
 static const config_key_t tail_keys[] = {
     {"model.pretrained", KT_STRING, OFF(model_pretrained), 0, 0, KF_PATH, NULL, "null",
      "a Hugging Face directory (config.json + safetensors): the model and its initial weights"},
-    {"data.train", KT_STRING, OFF(data.train), 0, 0, KF_PATH, NULL, "null",
-     "training data: a path or glob (text = bytes, or .bin token shards)"},
+    {"data.train", KT_STRING, OFF(data.train), 0, 0, KF_PATH | KF_SOURCES, NULL, "null",
+     "training data: a path or glob (text = bytes, or .bin token shards), or a weighted "
+     "mixture [{\"path\": GLOB, \"weight\": W}, ...]"},
     {"data.val", KT_STRING, OFF(data.val), 0, 0, KF_PATH, NULL, "null",
      "validation data: a path or glob (null = tail of train)"},
     {"data.val_fraction", KT_FLOAT, OFF(data.val_fraction), 0, 1, KF_MAX_EXCL, NULL, "0.1",
-     "share of train held out for validation when data.val is null"},
+     "share of train (of each source) held out for validation when data.val is null"},
+    {"data.prefetch", KT_INT, OFF(data.prefetch), 0, 64, 0, NULL, "2",
+     "micro-batches read ahead on a background thread (0 = read when the step needs them)"},
     {"train_steps", KT_INT, OFF(train_steps), 1, BIG, 0, NULL, "1000", "optimizer steps"},
     {"seed", KT_INT, OFF(seed), 0, BIG, 0, NULL, "1337", "seed of init and data order"},
     {"device", KT_ENUM, OFF(device), 0, 0, 0, device_names, "\"auto\"",
@@ -378,6 +381,16 @@ static cJSON *value_json(const dt_config_t *cfg, int row) {
     case KT_FLOAT2: return cJSON_CreateDoubleArray((const double *)f, 2);
     case KT_STRING: {
         const char *s = *(char *const *)f;
+        if ((k->flags & KF_SOURCES) && cfg->data.n_sources > 0) {
+            cJSON *list = cJSON_CreateArray();
+            for (int i = 0; i < cfg->data.n_sources; i++) {
+                cJSON *item = cJSON_CreateObject();
+                cJSON_AddStringToObject(item, "path", cfg->data.sources[i].path);
+                cJSON_AddNumberToObject(item, "weight", cfg->data.sources[i].weight);
+                cJSON_AddItemToArray(list, item);
+            }
+            return list;
+        }
         return s ? cJSON_CreateString(s) : cJSON_CreateNull();
     }
     case KT_ENUM: return cJSON_CreateString(k->names[*(const int *)f]);

@@ -1,6 +1,8 @@
 /*
- * data.c - mapped text files and llm.c token shards, cut into fixed windows and
- * visited in a seeded per-epoch permutation (see data.h for the sample order).
+ * data.c - the data loader's files: mapped text files and llm.c token shards
+ * (uint16 and uint32, parsed by runtime/tokenize/shard.h), grouped into sources,
+ * checked at open; validation batches. The training order lives in data_mix.c and
+ * the read-ahead in data_ahead.c (see data.h for both).
  */
 #include "runtime/train/data.h"
 
@@ -16,88 +18,88 @@
 
 #include "common/log.h"
 #include "common/mem.h"
-#include "common/rng.h"
-
-typedef struct data_file {
-    char *path;
-    void *map;
-    size_t map_len;
-    const uint8_t *bytes;   /* DT_DATA_TEXT */
-    const uint16_t *tokens; /* DT_DATA_TOKENS */
-    uint64_t ntok;
-    uint64_t nsamples;
-    uint64_t first_sample; /* global id of this file's first sample in its set */
-} data_file;
-
-typedef struct data_set {
-    data_file *files;
-    int nfiles;
-    uint64_t nsamples;
-    uint64_t ntokens;
-    dt_data_kind_t kind;
-} data_set;
-
-struct dt_data {
-    dt_data_opts o;
-    data_set train;
-    data_set val;        /* empty when validation comes from the train tail */
-    uint64_t train_n;    /* samples used for training */
-    const data_set *val_set;
-    uint64_t val_first;  /* first sample id of validation in val_set */
-    uint64_t val_n;
-    uint32_t *perm;      /* permutation of [0, train_n) for perm_epoch */
-    uint64_t perm_epoch;
-    int perm_valid;
-    dt_data_pos pos;
-};
+#include "runtime/tokenize/shard.h" /* defines: dt_shard_parse, dt_shard_is_magic */
+#include "runtime/train/data_impl.h"
 
 int dt_data_default_vocab(dt_data_kind_t kind) {
     return kind == DT_DATA_TEXT ? 256 : DT_DATA_GPT2_VOCAB;
 }
 
+/* key: the config key for messages, or NULL (the caller names it). */
 static dt_status_t expand_glob(const char *key, const char *pattern, glob_t *g) {
     int rc = glob(pattern, GLOB_ERR | GLOB_BRACE | GLOB_TILDE, NULL, g);
     if (rc == GLOB_NOMATCH)
-        return dt_error(DT_STATUS_NOT_FOUND, "%s: no file matches '%s'", key, pattern);
+        return dt_error(DT_STATUS_NOT_FOUND, "%s%sno file matches '%s'", key ? key : "", key ? ": " : "", pattern);
     if (rc != 0)
-        return dt_error(DT_STATUS_IO, "%s: cannot read the files of '%s' (%s)", key, pattern,
-                        rc == GLOB_NOSPACE ? "out of memory" : "read error");
+        return dt_error(DT_STATUS_IO, "%s%scannot read the files of '%s' (%s)", key ? key : "", key ? ": " : "",
+                        pattern, rc == GLOB_NOSPACE ? "out of memory" : "read error");
     return DT_STATUS_OK;
 }
 
-/* Reads the first 4 bytes of a file: shard magic or not. */
-static dt_status_t sniff_kind(const char *path, dt_data_kind_t *kind) {
+/* Reads a file's first 8 bytes: a shard (and its width) or text. */
+static dt_status_t sniff_kind(const char *path, dt_data_kind_t *kind, int *token_bytes) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return dt_error(dt_status_from_errno(errno), "%s: %s", path, strerror(errno));
-    int32_t magic = 0;
-    ssize_t n = read(fd, &magic, sizeof magic);
+    int32_t hdr[2] = {0, 0};
+    ssize_t n = read(fd, hdr, sizeof hdr);
     close(fd);
     size_t len = strlen(path);
     int is_bin = len > 4 && strcmp(path + len - 4, ".bin") == 0;
-    if (n == (ssize_t)sizeof magic && magic == DT_DATA_SHARD_MAGIC) {
+    if (n >= 4 && dt_shard_is_magic(hdr[0])) {
         *kind = DT_DATA_TOKENS;
+        *token_bytes = hdr[0] == DT_SHARD_MAGIC_U32 ? 4 : 2;
     } else if (is_bin) {
         return dt_error(DT_STATUS_FORMAT,
-                        "%s: not a token shard: magic is %d, expected %d (llm.c format)", path,
-                        n == (ssize_t)sizeof magic ? magic : -1, DT_DATA_SHARD_MAGIC);
+                        "%s: not a token shard: magic is %d, expected %d (uint16) or %d (uint32), "
+                        "llm.c's format",
+                        path, n >= 4 ? hdr[0] : -1, DT_SHARD_MAGIC_U16, DT_SHARD_MAGIC_U32);
     } else {
         *kind = DT_DATA_TEXT;
+        *token_bytes = 1;
     }
     return DT_STATUS_OK;
 }
 
-dt_status_t dt_data_detect(const char *pattern, dt_data_kind_t *kind) {
+dt_status_t dt_data_detect_width(const char *pattern, dt_data_kind_t *kind, int *token_bytes) {
     glob_t g;
-    DT_CHECK(expand_glob("data", pattern, &g));
-    dt_status_t st = sniff_kind(g.gl_pathv[0], kind);
+    int tb;
+    DT_CHECK(expand_glob(NULL, pattern, &g));
+    dt_status_t st = sniff_kind(g.gl_pathv[0], kind, &tb);
     globfree(&g);
+    if (token_bytes) *token_bytes = tb;
     return st;
+}
+
+dt_status_t dt_data_detect(const char *pattern, dt_data_kind_t *kind) {
+    return dt_data_detect_width(pattern, kind, NULL);
 }
 
 static void file_unmap(data_file *f) {
     if (f->map && f->map_len) munmap(f->map, f->map_len);
     free(f->path);
     memset(f, 0, sizeof *f);
+}
+
+/* The largest token of a shard when it is >= vocab: 1, its id and its first index;
+ * else 0. */
+static int max_over_vocab(const data_file *f, int vocab, uint64_t *at, uint32_t *id) {
+    uint32_t max = 0;
+    if (f->token_bytes == 2) {
+        const uint16_t *p = f->tokens;
+        for (uint64_t i = 0; i < f->ntok; i++) max = p[i] > max ? p[i] : max;
+    } else {
+        const uint32_t *p = f->tokens;
+        for (uint64_t i = 0; i < f->ntok; i++) max = p[i] > max ? p[i] : max;
+    }
+    if (max < (uint32_t)vocab) return 0;
+    uint64_t i = 0;
+    if (f->token_bytes == 2)
+        while (((const uint16_t *)f->tokens)[i] != max) i++;
+    else
+        while (((const uint32_t *)f->tokens)[i] != max) i++;
+    *at = i;
+    *id = max;
+    return 1;
 }
 
 static dt_status_t file_map(data_file *f, const char *path, dt_data_kind_t kind, int seq_len,
@@ -128,6 +130,7 @@ static dt_status_t file_map(data_file *f, const char *path, dt_data_kind_t kind,
     }
     if (kind == DT_DATA_TEXT) {
         f->bytes = f->map;
+        f->token_bytes = 1;
         f->ntok = f->map_len;
         if (vocab > 0 && vocab < 256) {
             for (uint64_t i = 0; i < f->ntok; i++)
@@ -140,47 +143,16 @@ static dt_status_t file_map(data_file *f, const char *path, dt_data_kind_t kind,
                 }
         }
     } else {
-        if (f->map_len < DT_DATA_SHARD_HEADER_BYTES) {
-            st = dt_error(DT_STATUS_FORMAT, "%s: truncated: %zu bytes, shorter than the %d-byte header",
-                          path, f->map_len, DT_DATA_SHARD_HEADER_BYTES);
-            goto out_close_fd;
-        }
-        const int32_t *hdr = f->map;
-        if (hdr[0] != DT_DATA_SHARD_MAGIC) {
-            st = dt_error(DT_STATUS_FORMAT, "%s: not a token shard: magic is %d, expected %d",
-                          path, hdr[0], DT_DATA_SHARD_MAGIC);
-            goto out_close_fd;
-        }
-        if (hdr[1] != DT_DATA_SHARD_VERSION) {
-            st = dt_error(DT_STATUS_FORMAT, "%s: unsupported shard version %d (expected %d)", path,
-                          hdr[1], DT_DATA_SHARD_VERSION);
-            goto out_close_fd;
-        }
-        if (hdr[2] < 0) {
-            st = dt_error(DT_STATUS_FORMAT, "%s: negative token count %d in the header", path, hdr[2]);
-            goto out_close_fd;
-        }
-        uint64_t want = DT_DATA_SHARD_HEADER_BYTES + 2ull * (uint64_t)hdr[2];
-        if ((uint64_t)f->map_len != want) {
+        DT_CHECK_GOTO(dt_shard_parse(path, f->map, f->map_len, &f->token_bytes, &f->ntok), st,
+                      out_close_fd);
+        f->tokens = (const uint8_t *)f->map + DT_SHARD_HEADER_BYTES;
+        uint64_t at;
+        uint32_t id;
+        if (vocab > 0 && max_over_vocab(f, vocab, &at, &id)) {
             st = dt_error(DT_STATUS_FORMAT,
-                          "%s: %s: the header says %d tokens (%llu bytes) but the file has %zu bytes",
-                          path, f->map_len < want ? "truncated" : "trailing bytes", hdr[2],
-                          (unsigned long long)want, f->map_len);
+                          "%s: token id %u at index %llu is not below the model's vocab size %d",
+                          path, id, (unsigned long long)at, vocab);
             goto out_close_fd;
-        }
-        f->ntok = (uint64_t)hdr[2];
-        f->tokens = (const uint16_t *)((const uint8_t *)f->map + DT_DATA_SHARD_HEADER_BYTES);
-        if (vocab > 0) {
-            uint16_t maxtok = 0;
-            for (uint64_t i = 0; i < f->ntok; i++) maxtok = f->tokens[i] > maxtok ? f->tokens[i] : maxtok;
-            if (maxtok >= vocab) {
-                uint64_t at = 0;
-                while (f->tokens[at] != maxtok) at++;
-                st = dt_error(DT_STATUS_FORMAT,
-                              "%s: token id %u at index %llu is not below the model's vocab size %d",
-                              path, maxtok, (unsigned long long)at, vocab);
-                goto out_close_fd;
-            }
         }
     }
     f->nsamples = f->ntok > (uint64_t)seq_len ? (f->ntok - 1) / (uint64_t)seq_len : 0;
@@ -195,6 +167,8 @@ static void set_free(data_set *s) {
     memset(s, 0, sizeof *s);
 }
 
+static const char *kind_name(dt_data_kind_t k) { return k == DT_DATA_TEXT ? "text" : "token shards"; }
+
 static dt_status_t set_open(data_set *s, const char *key, const char *pattern,
                             const dt_data_opts *o) {
     glob_t g;
@@ -203,12 +177,20 @@ static dt_status_t set_open(data_set *s, const char *key, const char *pattern,
     s->files = dt_xcalloc(g.gl_pathc, sizeof *s->files);
     for (size_t i = 0; i < g.gl_pathc; i++) {
         dt_data_kind_t kind;
-        DT_CHECK_GOTO(sniff_kind(g.gl_pathv[i], &kind), st, out_free_glob);
+        int tb;
+        DT_CHECK_GOTO(sniff_kind(g.gl_pathv[i], &kind, &tb), st, out_free_glob);
         if (i == 0) {
             s->kind = kind;
         } else if (kind != s->kind) {
             st = dt_error(DT_STATUS_FORMAT, "%s: '%s' mixes text files and token shards (%s is %s)",
                           key, pattern, g.gl_pathv[i], kind == DT_DATA_TEXT ? "text" : "a shard");
+            goto out_free_glob;
+        }
+        if (kind == DT_DATA_TOKENS && tb == 4 && o->vocab_size <= 0) {
+            st = dt_error(DT_STATUS_CONFIG,
+                          "%s: %s holds uint32 token shards (llm.c version 7): set model.vocab_size "
+                          "to the tokenizer's vocabulary size (it cannot be guessed from the data)",
+                          key, g.gl_pathv[i]);
             goto out_free_glob;
         }
         data_file *f = &s->files[s->nfiles++];
@@ -222,8 +204,7 @@ out_free_glob:
     return st;
 }
 
-/* Copies sample `id` of set s: T+1 tokens -> inputs[0..T), targets[0..T). */
-static void set_sample(const data_set *s, uint64_t id, int T, int32_t *inp, int32_t *tgt) {
+void dt_data_set_sample_(const data_set *s, uint64_t id, int T, int32_t *inp, int32_t *tgt) {
     int lo = 0, hi = s->nfiles - 1;
     while (lo < hi) { /* last file whose first_sample <= id */
         int mid = (lo + hi + 1) / 2;
@@ -232,29 +213,66 @@ static void set_sample(const data_set *s, uint64_t id, int T, int32_t *inp, int3
     }
     const data_file *f = &s->files[lo];
     uint64_t off = (id - f->first_sample) * (uint64_t)T;
-    if (s->kind == DT_DATA_TEXT) {
+    if (f->token_bytes == 1) {
         const uint8_t *p = f->bytes + off;
-        for (int t = 0; t < T; t++) {
-            inp[t] = p[t];
-            tgt[t] = p[t + 1];
-        }
+        for (int t = 0; t < T; t++) inp[t] = p[t], tgt[t] = p[t + 1];
+    } else if (f->token_bytes == 2) {
+        const uint16_t *p = (const uint16_t *)f->tokens + off;
+        for (int t = 0; t < T; t++) inp[t] = p[t], tgt[t] = p[t + 1];
     } else {
-        const uint16_t *p = f->tokens + off;
-        for (int t = 0; t < T; t++) {
-            inp[t] = p[t];
-            tgt[t] = p[t + 1];
-        }
+        const uint32_t *p = (const uint32_t *)f->tokens + off;
+        for (int t = 0; t < T; t++) inp[t] = (int32_t)p[t], tgt[t] = (int32_t)p[t + 1];
     }
+}
+
+/* Opens source i of the mixture: its files, and its held-out tail. */
+static dt_status_t src_open(dt_data_t *d, int i, const dt_data_source *s, const dt_data_opts *o) {
+    char key[64];
+    if (o->sources) snprintf(key, sizeof key, "data.train[%d]", i);
+    else snprintf(key, sizeof key, "data.train");
+    if (!s->path || !s->path[0])
+        return dt_error(DT_STATUS_CONFIG, "%s: expected a path or glob, found nothing", key);
+    if (!(s->weight > 0))
+        return dt_error(DT_STATUS_CONFIG, "%s.weight: expected a number > 0, found %g", key, s->weight);
+    data_src *src = &d->src[i];
+    src->path = dt_xstrdup(s->path);
+    DT_CHECK(set_open(&src->set, key, s->path, o));
+    if (i > 0 && src->set.kind != d->src[0].set.kind)
+        return dt_error(DT_STATUS_FORMAT, "data.train: the sources must be the same kind: '%s' is %s but '%s' is %s",
+                        d->src[0].path, kind_name(d->src[0].set.kind), src->path, kind_name(src->set.kind));
+    uint64_t n = src->set.nsamples, held = 0;
+    if (!(o->val && o->val[0])) {
+        held = (uint64_t)((double)n * o->val_fraction + 0.5);
+        if (o->val_fraction > 0 && held == 0 && n > 1) held = 1;
+    }
+    src->held = held;
+    src->train_n = n - held;
+    if (src->train_n == 0)
+        return dt_error(DT_STATUS_FORMAT,
+                        "%s: %llu tokens in %d file(s) give no training sample of seq_len %d "
+                        "(each sample needs %d tokens%s)",
+                        key, (unsigned long long)src->set.ntokens, src->set.nfiles, o->seq_len,
+                        o->seq_len + 1, held ? ", after holding out validation" : "");
+    if (src->train_n > UINT32_MAX)
+        return dt_error(DT_STATUS_LIMIT, "%s: %llu samples exceed the 2^32 sample limit", key,
+                        (unsigned long long)src->train_n);
+    src->perm = dt_mem_alloc(DT_MEM_DATA, src->train_n * sizeof *src->perm);
+    return src->perm ? DT_STATUS_OK : DT_STATUS_NOMEM;
 }
 
 dt_status_t dt_data_open(const dt_data_opts *opts, dt_data_t **out) {
     *out = NULL;
-    if (!opts->train || !opts->train[0])
+    dt_data_source one = {.path = opts->train, .weight = 1.0};
+    const dt_data_source *srcs = opts->sources ? opts->sources : &one;
+    int n = opts->sources ? opts->n_sources : 1;
+    if (!opts->sources && (!opts->train || !opts->train[0]))
         return dt_error(DT_STATUS_CONFIG, "data.train: expected a path or glob, found nothing");
+    if (n < 1 || n > DT_DATA_MAX_SOURCES)
+        return dt_error(DT_STATUS_CONFIG, "data.train: expected 1 to %d sources, found %d", DT_DATA_MAX_SOURCES, n);
     if (opts->seq_len <= 0 || opts->micro_batch <= 0 || opts->world_size <= 0 || opts->rank < 0 ||
-        opts->rank >= opts->world_size)
-        return dt_error(DT_STATUS_INVALID, "data: bad seq_len %d, micro_batch %d or rank %d/%d",
-                        opts->seq_len, opts->micro_batch, opts->rank, opts->world_size);
+        opts->rank >= opts->world_size || opts->prefetch < 0)
+        return dt_error(DT_STATUS_INVALID, "data: bad seq_len %d, micro_batch %d, prefetch %d or rank %d/%d",
+                        opts->seq_len, opts->micro_batch, opts->prefetch, opts->rank, opts->world_size);
     if (opts->val_fraction < 0 || opts->val_fraction >= 1)
         return dt_error(DT_STATUS_CONFIG, "data.val_fraction: expected a number in [0, 1), found %g",
                         opts->val_fraction);
@@ -262,46 +280,31 @@ dt_status_t dt_data_open(const dt_data_opts *opts, dt_data_t **out) {
     dt_data_t *d = dt_xcalloc(1, sizeof *d);
     d->o = *opts;
     d->o.train = d->o.val = NULL; /* not kept: the caller owns the strings */
-    DT_CHECK_GOTO(set_open(&d->train, "data.train", opts->train, opts), st, out_free);
-    int T = opts->seq_len;
+    d->o.sources = NULL;
+    double wsum = 0;
+    for (int i = 0; i < n; i++) wsum += srcs[i].weight > 0 ? srcs[i].weight : 0;
+    for (int i = 0; i < n; i++) {
+        d->n_src = i + 1;
+        DT_CHECK_GOTO(src_open(d, i, &srcs[i], opts), st, out_free);
+    }
+    double cum = 0;
+    for (int i = 0; i < n; i++) d->src[i].cum = (cum += srcs[i].weight / wsum);
+    d->src[n - 1].cum = 2.0; /* every u in [0, 1) picks some source */
     if (opts->val && opts->val[0]) {
         DT_CHECK_GOTO(set_open(&d->val, "data.val", opts->val, opts), st, out_free);
-        if (d->val.kind != d->train.kind) {
-            st = dt_error(DT_STATUS_FORMAT, "data.val is %s but data.train is %s",
-                          d->val.kind == DT_DATA_TEXT ? "text" : "token shards",
-                          d->train.kind == DT_DATA_TEXT ? "text" : "token shards");
+        if (d->val.kind != d->src[0].set.kind) {
+            st = dt_error(DT_STATUS_FORMAT, "data.val is %s but data.train is %s", kind_name(d->val.kind),
+                          kind_name(d->src[0].set.kind));
             goto out_free;
         }
-        d->val_set = &d->val;
-        d->val_first = 0;
         d->val_n = d->val.nsamples;
-        d->train_n = d->train.nsamples;
     } else {
-        uint64_t held = (uint64_t)((double)d->train.nsamples * opts->val_fraction + 0.5);
-        if (opts->val_fraction > 0 && held == 0 && d->train.nsamples > 1) held = 1;
-        d->train_n = d->train.nsamples - held;
-        d->val_set = &d->train;
-        d->val_first = d->train_n;
-        d->val_n = held;
+        for (int i = 0; i < n; i++) d->val_n += d->src[i].held;
     }
-    if (d->train_n == 0) {
-        st = dt_error(DT_STATUS_FORMAT,
-                      "data.train: %llu tokens in %d file(s) give no training sample of seq_len %d "
-                      "(each sample needs %d tokens%s)",
-                      (unsigned long long)d->train.ntokens, d->train.nfiles, T, T + 1,
-                      d->val_n ? ", after holding out validation" : "");
-        goto out_free;
-    }
-    if (d->train_n > UINT32_MAX) {
-        st = dt_error(DT_STATUS_LIMIT, "data.train: %llu samples exceed the 2^32 sample limit",
-                      (unsigned long long)d->train_n);
-        goto out_free;
-    }
-    d->perm = dt_mem_alloc(DT_MEM_DATA, d->train_n * sizeof *d->perm);
-    if (!d->perm) {
-        st = DT_STATUS_NOMEM;
-        goto out_free;
-    }
+    const char *delay = getenv("DTRUN_DATA_DELAY_US");
+    if (delay && *delay) d->delay_us = strtoull(delay, NULL, 10);
+    d->pos.n_sources = n;
+    DT_CHECK_GOTO(dt_data_ahead_init_(d), st, out_free);
     *out = d;
     return DT_STATUS_OK;
 out_free:
@@ -311,67 +314,53 @@ out_free:
 
 void dt_data_close(dt_data_t *d) {
     if (!d) return;
-    set_free(&d->train);
+    dt_data_ahead_free_(d);
+    for (int i = 0; i < d->n_src; i++) {
+        set_free(&d->src[i].set);
+        dt_mem_free(d->src[i].perm);
+        free(d->src[i].path);
+    }
     set_free(&d->val);
-    dt_mem_free(d->perm);
     free(d);
 }
 
-dt_data_kind_t dt_data_kind(const dt_data_t *d) { return d->train.kind; }
-uint64_t dt_data_train_samples(const dt_data_t *d) { return d->train_n; }
+dt_data_kind_t dt_data_kind(const dt_data_t *d) { return d->src[0].set.kind; }
+int dt_data_n_sources(const dt_data_t *d) { return d->n_src; }
+const char *dt_data_source_path(const dt_data_t *d, int i) { return d->src[i].path; }
 uint64_t dt_data_val_samples(const dt_data_t *d) { return d->val_n; }
-uint64_t dt_data_train_tokens(const dt_data_t *d) { return d->train.ntokens; }
 
-/* The permutation of epoch e, drawn with Fisher-Yates from (seed, e). */
-static const uint32_t *epoch_perm(dt_data_t *d, uint64_t epoch) {
-    if (d->perm_valid && d->perm_epoch == epoch) return d->perm;
-    dt_rng rng;
-    dt_rng_seed(&rng, d->o.seed, 0x64617461ull + epoch); /* "data" stream per epoch */
-    for (uint64_t i = 0; i < d->train_n; i++) d->perm[i] = (uint32_t)i;
-    for (uint64_t i = d->train_n - 1; i > 0; i--) {
-        uint64_t j = dt_rng_below(&rng, i + 1);
-        uint32_t t = d->perm[i];
-        d->perm[i] = d->perm[j];
-        d->perm[j] = t;
-    }
-    d->perm_epoch = epoch;
-    d->perm_valid = 1;
-    return d->perm;
+uint64_t dt_data_train_samples(const dt_data_t *d) {
+    uint64_t n = 0;
+    for (int i = 0; i < d->n_src; i++) n += d->src[i].train_n;
+    return n;
 }
 
-uint64_t dt_data_sample_id(dt_data_t *d, dt_data_pos pos, uint64_t offset) {
-    uint64_t k = pos.cursor + offset;
-    uint64_t e = pos.epoch + k / d->train_n;
-    k %= d->train_n;
-    return epoch_perm(d, e)[k];
+uint64_t dt_data_train_tokens(const dt_data_t *d) {
+    uint64_t n = 0;
+    for (int i = 0; i < d->n_src; i++) n += d->src[i].set.ntokens;
+    return n;
 }
 
-void dt_data_next(dt_data_t *d, int32_t *inputs, int32_t *targets) {
-    int B = d->o.micro_batch, T = d->o.seq_len;
-    uint64_t base = (uint64_t)d->o.rank * (uint64_t)B;
-    for (int b = 0; b < B; b++) {
-        uint64_t id = dt_data_sample_id(d, d->pos, base + (uint64_t)b);
-        set_sample(&d->train, id, T, inputs + (size_t)b * T, targets + (size_t)b * T);
+/* Validation sample j: of data.val, or of the sources' tails one after another. */
+static void val_sample(const dt_data_t *d, uint64_t j, int T, int32_t *inp, int32_t *tgt) {
+    if (d->val.nfiles) {
+        dt_data_set_sample_(&d->val, j, T, inp, tgt);
+        return;
     }
-    d->pos.cursor += (uint64_t)d->o.world_size * (uint64_t)B;
-    d->pos.epoch += d->pos.cursor / d->train_n;
-    d->pos.cursor %= d->train_n;
+    for (int i = 0; i < d->n_src; i++) {
+        if (j < d->src[i].held) {
+            dt_data_set_sample_(&d->src[i].set, d->src[i].train_n + j, T, inp, tgt);
+            return;
+        }
+        j -= d->src[i].held;
+    }
 }
 
 dt_status_t dt_data_val_batch(dt_data_t *d, uint64_t index, int32_t *inputs, int32_t *targets) {
     if (d->val_n == 0) return dt_error(DT_STATUS_NOT_FOUND, "no validation samples");
     int B = d->o.micro_batch, T = d->o.seq_len;
     uint64_t first = (index * (uint64_t)d->o.world_size + (uint64_t)d->o.rank) * (uint64_t)B;
-    for (int b = 0; b < B; b++) {
-        uint64_t id = d->val_first + (first + (uint64_t)b) % d->val_n;
-        set_sample(d->val_set, id, T, inputs + (size_t)b * T, targets + (size_t)b * T);
-    }
+    for (int b = 0; b < B; b++)
+        val_sample(d, (first + (uint64_t)b) % d->val_n, T, inputs + (size_t)b * T, targets + (size_t)b * T);
     return DT_STATUS_OK;
-}
-
-dt_data_pos dt_data_get_pos(const dt_data_t *d) { return d->pos; }
-
-void dt_data_set_pos(dt_data_t *d, dt_data_pos pos) {
-    d->pos.epoch = pos.epoch + pos.cursor / d->train_n;
-    d->pos.cursor = pos.cursor % d->train_n;
 }

@@ -69,6 +69,15 @@ static char *extra_json(const dt_train_ckpt *t, int64_t step, const char *why) {
         cJSON *d = cJSON_AddObjectToObject(o, "data");
         cJSON_AddNumberToObject(d, "epoch", (double)p.epoch);
         cJSON_AddNumberToObject(d, "cursor", (double)p.cursor);
+        cJSON_AddNumberToObject(d, "samples", (double)p.samples);
+        cJSON *srcs = cJSON_AddArrayToObject(d, "sources");
+        for (int i = 0; i < p.n_sources; i++) {
+            cJSON *s = cJSON_CreateObject();
+            cJSON_AddStringToObject(s, "path", dt_data_source_path(t->data, i));
+            cJSON_AddNumberToObject(s, "epoch", (double)p.src[i].epoch);
+            cJSON_AddNumberToObject(s, "cursor", (double)p.src[i].cursor);
+            cJSON_AddItemToArray(srcs, s);
+        }
     }
     if (t->mlp_cursor) {
         cJSON *d = cJSON_AddObjectToObject(o, "mlp_data");
@@ -207,6 +216,24 @@ static dt_status_t load_buffers(const dt_train_ckpt *t, dt_ckpt_t *c) {
     return DT_STATUS_OK;
 }
 
+/* data.sources of meta.json (absent in checkpoints from before mixtures: pos keeps
+ * n_sources 0 and source 0 resumes from data.epoch/cursor). */
+static dt_status_t read_sources(dt_ckpt_t *c, const cJSON *d, dt_data_pos *pos) {
+    const cJSON *srcs = cJSON_GetObjectItemCaseSensitive(d, "sources");
+    if (!srcs) return DT_STATUS_OK;
+    int n = cJSON_GetArraySize(srcs);
+    if (!cJSON_IsArray(srcs) || n < 1 || n > DT_DATA_MAX_SOURCES || !json_u64(d, "samples", &pos->samples))
+        return dt_error(DT_STATUS_FORMAT, "%s/meta.json: data.sources: expected a list of 1 to %d positions and "
+                        "data.samples", dt_ckpt_path(c), DT_DATA_MAX_SOURCES);
+    for (int i = 0; i < n; i++) {
+        const cJSON *s = cJSON_GetArrayItem(srcs, i);
+        if (!json_u64(s, "epoch", &pos->src[i].epoch) || !json_u64(s, "cursor", &pos->src[i].cursor))
+            return dt_error(DT_STATUS_FORMAT, "%s/meta.json: data.sources[%d]: no epoch and cursor", dt_ckpt_path(c), i);
+    }
+    pos->n_sources = n;
+    return DT_STATUS_OK;
+}
+
 /* Opens, checks and loads one checkpoint. *touched is set once device buffers
  * may have been overwritten. */
 static dt_status_t load_one(const dt_train_ckpt *t, const char *path, int64_t *step, int *touched) {
@@ -222,6 +249,13 @@ static dt_status_t load_one(const dt_train_ckpt *t, const char *path, int64_t *s
         const cJSON *d = cJSON_GetObjectItemCaseSensitive(meta, "data");
         if (!json_u64(d, "epoch", &pos.epoch) || !json_u64(d, "cursor", &pos.cursor)) {
             st = dt_error(DT_STATUS_FORMAT, "%s/meta.json: no data position (data.epoch, data.cursor)", dt_ckpt_path(c));
+            goto out_close;
+        }
+        DT_CHECK_GOTO(read_sources(c, d, &pos), st, out_close);
+        int n = dt_data_n_sources(t->data);
+        if (pos.n_sources ? pos.n_sources != n : n != 1) {
+            st = dt_error(DT_STATUS_FORMAT, "%s/meta.json: the data position has %d source(s) but data.train has %d "
+                          "(resume with the same data.train sources)", dt_ckpt_path(c), pos.n_sources ? pos.n_sources : 1, n);
             goto out_close;
         }
     }
@@ -247,7 +281,7 @@ static dt_status_t load_one(const dt_train_ckpt *t, const char *path, int64_t *s
     }
     *touched = 1;
     DT_CHECK_GOTO(load_buffers(t, c), st, out_close);
-    if (t->data) dt_data_set_pos(t->data, pos);
+    if (t->data) DT_CHECK_GOTO(dt_data_set_pos(t->data, pos), st, out_close); /* counts checked above */
     if (t->mlp_cursor) *t->mlp_cursor = mlp;
     if (t->rng) *t->rng = rng;
     *step = dt_ckpt_step(c);

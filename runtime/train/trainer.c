@@ -74,13 +74,66 @@ static void next_batch(trainer *t, dt_batch *batch) {
     batch->targets = t->targets;
 }
 
-/* The configured model's spec; a token model's vocabulary 0 comes from the data. */
+/* data.train's sources: the config's list, or its one path with weight 1. */
+static int data_sources(const dt_config_t *cfg, dt_data_source *out) {
+    if (cfg->data.n_sources == 0) {
+        out[0] = (dt_data_source){.path = cfg->data.train, .weight = 1.0};
+        return 1;
+    }
+    for (int i = 0; i < cfg->data.n_sources && i < DT_DATA_MAX_SOURCES; i++)
+        out[i] = (dt_data_source){.path = cfg->data.sources[i].path, .weight = cfg->data.sources[i].weight};
+    return cfg->data.n_sources;
+}
+
+/* The configured model's spec; a token model's vocabulary 0 comes from the data
+ * (uint32 shards have no default: dt_data_open asks for model.vocab_size). */
 static dt_status_t build_spec(const dt_config_t *cfg, dt_model_spec *spec) {
     dt_model_spec_copy(&cfg->model, spec);
     if (spec->ops->data == DT_MODEL_DATA_TOKENS && spec->vocab_size == 0) {
+        dt_data_source src[DT_DATA_MAX_SOURCES] = {{0}};
+        data_sources(cfg, src);
         dt_data_kind_t kind;
-        DT_CHECK(dt_data_detect(cfg->data.train, &kind));
-        spec->vocab_size = dt_data_default_vocab(kind);
+        int width;
+        DT_CHECK(dt_data_detect_width(src[0].path, &kind, &width));
+        if (width != 4) spec->vocab_size = dt_data_default_vocab(kind);
+    }
+    return DT_STATUS_OK;
+}
+
+dt_status_t dt_trainer_check_data(const dt_config_t *cfg) {
+    if (cfg->model.ops->data != DT_MODEL_DATA_TOKENS) return DT_STATUS_OK;
+    dt_data_source src[DT_DATA_MAX_SOURCES];
+    int n = data_sources(cfg, src);
+    dt_data_kind_t first = DT_DATA_TEXT;
+    for (int i = 0; i < n; i++) {
+        char key[48];
+        if (cfg->data.n_sources) snprintf(key, sizeof key, "data.train[%d]", i);
+        else snprintf(key, sizeof key, "data.train");
+        dt_data_kind_t kind;
+        int width;
+        if (dt_data_detect_width(src[i].path, &kind, &width) != DT_STATUS_OK) {
+            char why[1024];
+            snprintf(why, sizeof why, "%s", dt_error_detail());
+            return dt_error(DT_STATUS_CONFIG, "%s: %s", key, why);
+        }
+        if (i == 0) first = kind;
+        else if (kind != first)
+            return dt_error(DT_STATUS_CONFIG, "data.train: the sources must be the same kind: '%s' is %s but '%s' is %s",
+                            src[0].path, first == DT_DATA_TEXT ? "text" : "token shards", src[i].path,
+                            kind == DT_DATA_TEXT ? "text" : "token shards");
+        if (width == 4 && cfg->model.vocab_size == 0 && !cfg->model_pretrained)
+            return dt_error(DT_STATUS_CONFIG,
+                            "%s: '%s' holds uint32 token shards (llm.c version 7): set model.vocab_size to the "
+                            "tokenizer's vocabulary size (it cannot be guessed from the data)",
+                            key, src[i].path);
+    }
+    if (cfg->data.val) {
+        dt_data_kind_t kind;
+        if (dt_data_detect(cfg->data.val, &kind) != DT_STATUS_OK) {
+            char why[1024];
+            snprintf(why, sizeof why, "%s", dt_error_detail());
+            return dt_error(DT_STATUS_CONFIG, "data.val: %s", why);
+        }
     }
     return DT_STATUS_OK;
 }
@@ -319,10 +372,14 @@ static dt_status_t setup(trainer *t) {
     t->accum = (int)cfg->gradient_accumulation_steps;
     t->T = t->layout.seq_len;
     if (spec.ops->data == DT_MODEL_DATA_TOKENS) {
-        dt_data_opts o = {.train = cfg->data.train, .val = cfg->data.val,
+        dt_data_source src[DT_DATA_MAX_SOURCES];
+        int n_src = data_sources(cfg, src);
+        dt_data_opts o = {.sources = src, .n_sources = n_src, .val = cfg->data.val,
                           .val_fraction = cfg->data.val_fraction, .seq_len = t->layout.seq_len,
                           .vocab_size = spec.vocab_size, .seed = (uint64_t)cfg->seed,
-                          .rank = t->env->rank, .world_size = t->env->world_size, .micro_batch = t->B};
+                          .rank = t->env->rank, .world_size = t->env->world_size, .micro_batch = t->B,
+                          .prefetch = (int)cfg->data.prefetch};
+        if (!cfg->data.n_sources) o.sources = NULL, o.train = cfg->data.train; /* errors say data.train */
         DT_CHECK(dt_data_open(&o, &t->data));
     }
     DT_CHECK(dt_net_init(&t->net, t->dev, &t->layout, t->B));
@@ -403,6 +460,25 @@ static void teardown(trainer *t) {
     free(t->targets);
     free(t->features);
     dt_device_free(t->dev);
+}
+
+/* Rank 0's warning when a step waited more than 10% of its time for data, at most
+ * every 30 s: names the sources and what helps. The first step (the read-ahead
+ * starts empty) is not judged. */
+static void warn_data_wait(trainer *t, int64_t step, double data_s, double step_s, double *last_warn) {
+    if (!t->data || t->env->rank != 0 || step == t->start_step + 1 || data_s <= 0.1 * step_s) return;
+    double now = dt_now_s();
+    if (*last_warn > 0 && now - *last_warn < 30) return;
+    *last_warn = now;
+    char names[1024];
+    size_t len = 0;
+    names[0] = '\0';
+    for (int i = 0; i < dt_data_n_sources(t->data) && len < sizeof names; i++)
+        len += (size_t)snprintf(names + len, sizeof names - len, "%s'%s'", i ? ", " : "", dt_data_source_path(t->data, i));
+    DT_LOG_WARN("step %lld waited %.1f ms of %.1f ms (%.0f%%) for data from %s: raise data.prefetch (now %lld) "
+                "or move the data to faster storage",
+                (long long)step, data_s * 1e3, step_s * 1e3, 100 * data_s / step_s, names,
+                (long long)t->cfg->data.prefetch);
 }
 
 /* Mean of x over ranks (NaN stays NaN), in rank order so every rank agrees. */
@@ -557,6 +633,7 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env) {
     double t_start = dt_now_s(), final_loss = NAN, final_val = NAN;
     dt_batch batch = {0};
     int stop = 0;
+    double last_data_warn = 0;
     for (int64_t step = t.start_step + 1; step <= steps && !stop; step++) {
         double t0 = dt_now_s(), data_s = 0, loss_sum = 0;
         DT_CHECK_GOTO(dt_dp_step_begin(t.dp), st, out_teardown);
@@ -595,6 +672,7 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env) {
         DT_CHECK_GOTO(dt_dp_optimizer_step(t.dp, &args), st, out_teardown);
         DT_CHECK_GOTO(o->synchronize(t.dev), st, out_teardown);
         double t1 = dt_now_s(), comm_ms = dt_dp_take_comm_ms(t.dp);
+        warn_data_wait(&t, step, data_s, t1 - t0, &last_data_warn);
         double val = NAN;
         if (cfg->eval.every_steps > 0 && (step % cfg->eval.every_steps == 0 || step == steps)) {
             DT_CHECK_GOTO(evaluate(&t, &val), st, out_teardown);

@@ -1,0 +1,91 @@
+/*
+ * data_impl.h - the data loader's structures, private to runtime/train/data*.c:
+ * data.c maps and validates files and serves validation, data_mix.c orders the
+ * training samples of the sources (the mixture and the per-source permutations),
+ * data_ahead.c reads micro-batches ahead on a thread.
+ */
+#ifndef DT_RUNTIME_TRAIN_DATA_IMPL_H
+#define DT_RUNTIME_TRAIN_DATA_IMPL_H
+
+#include <pthread.h>
+
+#include "runtime/train/data.h"
+
+typedef struct data_file {
+    char *path;
+    void *map;
+    size_t map_len;
+    const uint8_t *bytes; /* DT_DATA_TEXT */
+    const void *tokens;   /* DT_DATA_TOKENS: uint16 or uint32, token_bytes wide */
+    int token_bytes;      /* 1 for text */
+    uint64_t ntok;
+    uint64_t nsamples;
+    uint64_t first_sample; /* id of this file's first sample in its set */
+} data_file;
+
+typedef struct data_set {
+    data_file *files;
+    int nfiles;
+    uint64_t nsamples;
+    uint64_t ntokens;
+    dt_data_kind_t kind;
+} data_set;
+
+/* One training source: its files, the samples it trains on, its permutation. */
+typedef struct data_src {
+    char *path;       /* the glob as given */
+    double cum;       /* cumulative normalised weight: picked when u < cum */
+    data_set set;
+    uint64_t train_n; /* samples used for training (the rest is its validation tail) */
+    uint64_t held;    /* samples held out at the tail */
+    uint32_t *perm;   /* permutation of [0, train_n) for perm_epoch */
+    uint64_t perm_epoch;
+    int perm_valid;
+} data_src;
+
+/* One prepared micro-batch and the position after it. */
+typedef struct ahead_slot {
+    int32_t *inputs, *targets; /* (B, T) */
+    dt_data_pos after;
+} ahead_slot;
+
+/* The read-ahead ring (data_ahead.c). */
+typedef struct data_ahead {
+    pthread_t thread;
+    int running;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    ahead_slot *slots;
+    int depth;
+    uint64_t head, tail; /* produced and consumed counts; tail <= head <= tail + depth */
+    int stop;
+    dt_data_pos next; /* the producer's position */
+} data_ahead;
+
+struct dt_data {
+    dt_data_opts o;
+    data_src src[DT_DATA_MAX_SOURCES];
+    int n_src;
+    data_set val;        /* data.val; empty when validation comes from the sources' tails */
+    uint64_t val_n;
+    uint64_t delay_us;   /* DTRUN_DATA_DELAY_US: sleep per sample read */
+    dt_data_pos pos;     /* consumed */
+    data_ahead ahead;
+};
+
+/* Copies sample `id` of set s: T+1 tokens -> inputs[0..T), targets[0..T) (data.c). */
+void dt_data_set_sample_(const data_set *s, uint64_t id, int T, int32_t *inp, int32_t *tgt);
+
+/* data_mix.c: the micro-batch of rank o.rank at *pos, advancing *pos over the
+ * whole job's micro-step. */
+void dt_data_produce_(dt_data_t *d, dt_data_pos *pos, int32_t *inputs, int32_t *targets);
+/* Canonical form of a position (epochs carried, source 0 mirrored in epoch/cursor). */
+void dt_data_pos_norm_(const dt_data_t *d, dt_data_pos *pos);
+
+/* data_ahead.c */
+dt_status_t dt_data_ahead_init_(dt_data_t *d);
+void dt_data_ahead_take_(dt_data_t *d, int32_t *inputs, int32_t *targets);
+void dt_data_ahead_stop_(dt_data_t *d);
+void dt_data_ahead_free_(dt_data_t *d);
+
+#endif /* DT_RUNTIME_TRAIN_DATA_IMPL_H */
