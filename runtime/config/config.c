@@ -5,8 +5,8 @@
  * standardConfig) drives the defaults, parsing the JSON file with cJSON, type and
  * range errors and `KEY=VALUE` overrides here, and the JSON dump of the resolved
  * config and `dtrun config --keys` there. Cross-key rules (strategy vs ZeRO stage,
- * the batch identity, the model's own config_check) follow the table in finish()
- * and dt_config_resolve().
+ * the model's own config_check) follow the table in finish(); the batch identity
+ * is dt_config_resolve() (config_resolve.c).
  *
  * Defaults that differ from DeepSpeed's, and why:
  *   reduce_bucket_size, allgather_bucket_size: 6553600 elements (25 MiB of fp32,
@@ -39,7 +39,6 @@
 #include <string.h>
 #include <strings.h>
 
-#include "common/gpuinfo.h" /* defines: dt_gpuinfo_count */
 #include "common/log.h" /* defines: DT_LOG_WARN */
 #include "common/mem.h" /* defines: dt_xmalloc, dt_xrealloc, dt_xstrdup */
 
@@ -621,7 +620,7 @@ static void json_error(dt_config_t *cfg, const char *name, const char *json, con
     add_error(cfg, name, "line %d, column %d: expected valid JSON, found \"%s\"", line, col, near);
 }
 
-static void set_first_error_detail(const dt_config_t *cfg) {
+void dt_config_error_detail_(const dt_config_t *cfg) {
     dt_error(DT_STATUS_CONFIG, "%d config error%s:\n%s", cfg->n_errors,
              cfg->n_errors == 1 ? "" : "s", cfg->errors);
 }
@@ -670,7 +669,7 @@ static dt_status_t load_text(const char *json, const char *name, const char *con
         free(copy);
     }
     if (cfg->n_errors) {
-        set_first_error_detail(cfg);
+        dt_config_error_detail_(cfg);
         return DT_STATUS_CONFIG;
     }
     return DT_STATUS_OK;
@@ -697,7 +696,7 @@ dt_status_t dt_config_load(const char *path, const char *const *overrides, int n
                   err == EFBIG ? "a file over 64 MiB" : strerror(err));
         cfg->load_errors_len = cfg->errors_len;
         cfg->load_n_errors = cfg->n_errors;
-        set_first_error_detail(cfg);
+        dt_config_error_detail_(cfg);
         return DT_STATUS_CONFIG;
     }
     if (strlen(text) != len) {
@@ -706,7 +705,7 @@ dt_status_t dt_config_load(const char *path, const char *const *overrides, int n
         free(text);
         cfg->load_errors_len = cfg->errors_len;
         cfg->load_n_errors = cfg->n_errors;
-        set_first_error_detail(cfg);
+        dt_config_error_detail_(cfg);
         return DT_STATUS_CONFIG;
     }
     dt_status_t st = load_text(text, cfg->source, overrides, n_overrides, cfg);
@@ -723,109 +722,8 @@ dt_status_t dt_config_set(dt_config_t *cfg, const char *key_eq_value) {
     cfg->load_errors_len = cfg->errors_len;
     cfg->load_n_errors = cfg->n_errors;
     if (cfg->n_errors) {
-        set_first_error_detail(cfg);
+        dt_config_error_detail_(cfg);
         return DT_STATUS_CONFIG;
     }
     return DT_STATUS_OK;
-}
-
-/* ---- the batch identity ------------------------------------------------- */
-
-dt_status_t dt_config_resolve(dt_config_t *cfg, int world_size) {
-    /* forget the errors of an earlier resolve */
-    cfg->errors_len = cfg->load_errors_len;
-    cfg->n_errors = cfg->load_n_errors;
-    if (cfg->errors) cfg->errors[cfg->errors_len] = '\0';
-    const char *src = cfg->source ? cfg->source : "config";
-
-    if (world_size < 1) {
-        add_error(cfg, src, "world size: expected an integer >= 1, found %d", world_size);
-        set_first_error_detail(cfg);
-        return DT_STATUS_CONFIG;
-    }
-    cfg->world_size = world_size;
-    bool g_tb = cfg->origin[dt_config_key_find_("train_batch_size")] != 0;
-    bool g_mb = cfg->origin[dt_config_key_find_("train_micro_batch_size_per_gpu")] != 0;
-    bool g_ga = cfg->origin[dt_config_key_find_("gradient_accumulation_steps")] != 0;
-    int64_t tb = g_tb ? cfg->train_batch_size : 0;
-    int64_t mb = g_mb ? cfg->train_micro_batch_size_per_gpu : 0;
-    int64_t ga = g_ga ? cfg->gradient_accumulation_steps : 0;
-    int64_t ws = world_size;
-    const char *why = NULL;
-    char whybuf[200];
-
-    if (g_tb && g_mb && g_ga) {
-        if (tb != mb * ga * ws) {
-            snprintf(whybuf, sizeof whybuf, "%lld * %lld * %lld = %lld, not %lld",
-                     (long long)mb, (long long)ga, (long long)ws, (long long)(mb * ga * ws),
-                     (long long)tb);
-            why = whybuf;
-        }
-    } else if (g_tb && g_mb) {
-        if (tb % (mb * ws) != 0) {
-            snprintf(whybuf, sizeof whybuf,
-                     "%lld is not a multiple of %lld * %lld, so gradient_accumulation_steps "
-                     "cannot be derived",
-                     (long long)tb, (long long)mb, (long long)ws);
-            why = whybuf;
-        } else {
-            ga = tb / (mb * ws);
-        }
-    } else if (g_tb && g_ga) {
-        if (tb % (ga * ws) != 0) {
-            snprintf(whybuf, sizeof whybuf,
-                     "%lld is not a multiple of %lld * %lld, so train_micro_batch_size_per_gpu "
-                     "cannot be derived",
-                     (long long)tb, (long long)ga, (long long)ws);
-            why = whybuf;
-        } else {
-            mb = tb / (ga * ws);
-        }
-    } else if (g_mb && g_ga) {
-        tb = mb * ga * ws;
-    } else if (g_tb) {
-        ga = 1;
-        if (tb % ws != 0) {
-            snprintf(whybuf, sizeof whybuf,
-                     "%lld is not a multiple of the world size, so "
-                     "train_micro_batch_size_per_gpu cannot be derived",
-                     (long long)tb);
-            why = whybuf;
-        } else {
-            mb = tb / ws;
-        }
-    } else if (g_mb) {
-        ga = 1;
-        tb = mb * ws;
-    } else {
-        mb = 1;
-        ga = g_ga ? ga : 1;
-        tb = mb * ga * ws;
-    }
-    if (why) {
-        char a[32], b[32], c[32];
-        snprintf(a, sizeof a, g_tb ? "%lld" : "(not given)", (long long)tb);
-        snprintf(b, sizeof b, g_mb ? "%lld" : "(not given)", (long long)mb);
-        snprintf(c, sizeof c, g_ga ? "%lld" : "(not given)", (long long)ga);
-        add_error(cfg, src,
-                  "train_batch_size %s, train_micro_batch_size_per_gpu %s, "
-                  "gradient_accumulation_steps %s, world size %d: expected train_batch_size = "
-                  "train_micro_batch_size_per_gpu * gradient_accumulation_steps * world size, "
-                  "found %s",
-                  a, b, c, world_size, why);
-        set_first_error_detail(cfg);
-        return DT_STATUS_CONFIG;
-    }
-    cfg->train_batch_size = tb;
-    cfg->train_micro_batch_size_per_gpu = mb;
-    cfg->gradient_accumulation_steps = ga;
-    if (cfg->n_errors) {
-        set_first_error_detail(cfg);
-        return DT_STATUS_CONFIG;
-    }
-    return DT_STATUS_OK;
-}
-
-int dt_config_uses_cuda(const dt_config_t *cfg) {
-    return cfg->device == DT_CONFIG_DEVICE_CUDA || (cfg->device == DT_CONFIG_DEVICE_AUTO && dt_gpuinfo_count() > 0);
 }

@@ -65,6 +65,8 @@ void dt_config_free_sources_(dt_config_t *cfg);
 
 /* Appends "src: msg" to cfg's errors (config.c). */
 void dt_config_add_error_(dt_config_t *cfg, const char *src, const char *msg);
+/* Sets the thread's error detail to "N config errors:" and the list (config.c). */
+void dt_config_error_detail_(const dt_config_t *cfg);
 /* model.pretrained: the model from DIR/config.json (config_pretrained.c); run by
  * finish() before the model's own checks. */
 void dt_config_apply_pretrained_(dt_config_t *cfg, const char *src);
