@@ -422,9 +422,9 @@ static void dec_each(toklist *l, const dt_tok_dec *d) {
         if (d->kind == DT_DEC_REPLACE) {
             replace_all(s->p, s->n, d->a, d->b, &o);
         } else if (d->kind == DT_DEC_METASPACE) {
-            replace_all(s->p, s->n, d->a, " ", &o);
-            if (i == 0 && d->start && o.n && o.p[0] == ' ')
-                memmove(o.p, o.p + 1, o.n--);
+            /* as tokenizers: the first token loses every replacement, not only a
+             * leading one (its whole-word tokens "▁The▁devil" decode "Thedevil") */
+            replace_all(s->p, s->n, d->a, i == 0 && d->start ? "" : " ", &o);
         } else { /* STRIP: up to start copies of content at the front, stop at the back */
             size_t cn = strlen(d->a), a = 0, b = s->n;
             for (int k = 0; k < d->start && b - a >= cn && cn && !memcmp(s->p + a, d->a, cn); k++)

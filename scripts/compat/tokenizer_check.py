@@ -77,14 +77,43 @@ def documents(corpus, specials, seed):
     return docs + mixed
 
 
+# Pieces random documents are made of: each pattern's edge cases (whitespace runs
+# before letters, \r\n, apostrophes, digit runs, Unicode spaces, marks, emoji).
+PALETTE = ([" ", "  ", "\t", "\n", "\r\n", "\r", "\n\n", " \n", "\u00a0", "\u3000", "\u2028", "\u0085", "\x0b",
+            "\x0c", "'", "'s", "'S", "'ll", "'LL", "'re", "'ve", "'d", "'m", "'t", "'ſ", "\u2019s"]
+           + list("abcXYZéßΩжЖ我の한ععः") + ["\u0301", "\u0308", "\u200d", "\ufe0f", "👍", "👨‍👩‍👧", "🏽"]
+           + list("0123456789٣½²") + ["1234567", "3.14", "1,000"] + list(".,;:!?-_()[]{}<>@#$%^&*+=/\\|~`\"")
+           + ["...", "--", "!!", "word", "Word", "WORD", "hello", " the", " of"])
+
+
+def fuzz_docs(n, seed, specials):
+    """n random documents drawn from PALETTE (and now and then a special token)."""
+    rng = random.Random(seed)
+    docs = []
+    for _ in range(n):
+        parts = [rng.choice(PALETTE) for _ in range(rng.randint(1, 40))]
+        if rng.random() < 0.1:
+            parts.insert(rng.randint(0, len(parts)), rng.choice(specials))
+        docs.append("".join(parts))
+    return docs
+
+
 def train(kind, corpus_lines, vocab):
     specials = {
         "gpt2": ["<|endoftext|>"],
         "llama3": ["<|begin_of_text|>", "<|end_of_text|>"],
         "qwen2": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
         "mistral": ["<unk>", "<s>", "</s>"],
+        "gpt2-prefix": ["<|endoftext|>"],
+        "metaspace": ["<unk>", "<s>", "</s>"],
     }[kind]
-    if kind == "mistral":
+    if kind == "metaspace":  # Llama 2 / Mistral as `tokenizers` converts them now
+        tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first", split=False)
+        tok.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme="first", split=False)
+        tr = trainers.BpeTrainer(vocab_size=vocab, special_tokens=specials + ["<0x%02X>" % b for b in range(256)],
+                                 limit_alphabet=200, show_progress=False)
+    elif kind == "mistral":
         tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
         tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
         tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
@@ -93,8 +122,8 @@ def train(kind, corpus_lines, vocab):
                                  limit_alphabet=200, show_progress=False)
     else:
         tok = Tokenizer(models.BPE(ignore_merges=(kind == "llama3")))
-        if kind == "gpt2":
-            tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        if kind in ("gpt2", "gpt2-prefix"):
+            tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=(kind == "gpt2-prefix"))
         else:
             if kind == "qwen2":
                 tok.normalizer = normalizers.NFC()
@@ -122,8 +151,11 @@ def main():
     ap.add_argument("--corpus", default=os.path.join(ROOT, "runs/data/fortunes.txt"))
     ap.add_argument("--helper", default=os.path.join(ROOT, "build/tests/helpers/tok_encode"))
     ap.add_argument("--vocab", type=int, default=1000)
-    ap.add_argument("--only", default="gpt2,llama3,qwen2,mistral")
+    ap.add_argument("--only", default="gpt2,llama3,qwen2,mistral,gpt2-prefix,metaspace",
+                    help="tokenizers to check (fixtures are written for the first four)")
     ap.add_argument("--write-fixtures", action="store_true")
+    ap.add_argument("--fuzz", type=int, default=2000, metavar="N",
+                    help="also check N random documents per tokenizer (not written to fixtures)")
     args = ap.parse_args()
     if not os.path.exists(args.corpus):
         subprocess.run([os.path.join(ROOT, "scripts/prepare_demo_data.sh")], check=True)
@@ -134,7 +166,9 @@ def main():
     bad = 0
     for kind in args.only.split(","):
         tok, specials = train(kind, lines, args.vocab)
-        docs = documents(args.corpus, specials, seed=hash(kind) % 1000 if False else len(kind))
+        docs = documents(args.corpus, specials, seed=len(kind))
+        fixture_docs = len(docs)
+        docs += fuzz_docs(args.fuzz, len(kind) + 7, specials)
         with tempfile.TemporaryDirectory() as tmp:
             tp = os.path.join(tmp, "tokenizer.json")
             dp = os.path.join(tmp, "docs.jsonl")
@@ -165,15 +199,15 @@ def main():
             print("%-8s %s: %d documents, %d tokens, %d mismatched" % (kind, "ok" if nbad == 0 else "FAIL", len(docs),
                                                                       ntok, nbad))
             bad += nbad
-            if args.write_fixtures:
+            if args.write_fixtures and kind in ("gpt2", "llama3", "qwen2", "mistral"):
                 out = os.path.join(ROOT, "tests/fixtures/tok", kind)
                 os.makedirs(out, exist_ok=True)
                 tok.save(os.path.join(out, "tokenizer.json"), pretty=False)
                 with open(os.path.join(out, "docs.jsonl"), "w", encoding="utf-8") as f:
-                    for d in docs:
+                    for d in docs[:fixture_docs]:
                         f.write(json.dumps({"text": d}, ensure_ascii=False) + "\n")
                 with open(os.path.join(out, "ids.txt"), "w") as f:
-                    for w in want:
+                    for w in want[:fixture_docs]:
                         f.write(" ".join(map(str, w)) + "\n")
     sys.exit(1 if bad else 0)
 
