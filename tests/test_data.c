@@ -513,3 +513,42 @@ Test(data, prefetch_gives_the_same_stream_and_the_consumed_position) {
     dt_data_close(ahead);
     dt_data_close(again);
 }
+
+/* Over the scan limit (DTRUN_DATA_SCAN_MB=0 here) a set is not read through at
+ * open: the stream equals the scanned set's, and a bad id is reported by the read
+ * that meets it (naming file, index and id) instead of by dt_data_open. */
+Test(data, sets_over_the_scan_limit_check_ids_as_they_are_read) {
+    write_shard32("lz.bin", 60 * 4 + 1, 100000);
+    dt_data_opts o = opts("lz.bin", 4, 3, 0, 1);
+    o.vocab_size = 128256;
+    dt_data_t *scanned, *lazy;
+    cr_assert_eq(dt_data_open(&o, &scanned), DT_STATUS_OK, "%s", dt_error_detail());
+    setenv("DTRUN_DATA_SCAN_MB", "0", 1);
+    o.prefetch = 2;
+    cr_assert_eq(dt_data_open(&o, &lazy), DT_STATUS_OK, "%s", dt_error_detail());
+    int32_t a[12], at[12], b[12], bt[12];
+    for (int s = 0; s < 45; s++) {
+        cr_assert_eq(dt_data_next(scanned, a, at), DT_STATUS_OK);
+        cr_assert_eq(dt_data_next(lazy, b, bt), DT_STATUS_OK, "%s", dt_error_detail());
+        cr_assert_arr_eq(a, b, sizeof a, "step %d", s);
+        cr_assert_arr_eq(at, bt, sizeof at, "step %d", s);
+    }
+    dt_data_close(scanned);
+    dt_data_close(lazy);
+
+    /* ids run to 100240: with vocab 100200 the open passes and a read fails */
+    o.vocab_size = 100200;
+    for (int prefetch = 0; prefetch <= 2; prefetch += 2) {
+        o.prefetch = prefetch;
+        cr_assert_eq(dt_data_open(&o, &lazy), DT_STATUS_OK, "%s", dt_error_detail());
+        dt_status_t st = DT_STATUS_OK;
+        for (int s = 0; s < 40 && st == DT_STATUS_OK; s++) st = dt_data_next(lazy, b, bt);
+        cr_assert_eq(st, DT_STATUS_FORMAT, "prefetch %d: a sample past the vocab is an error", prefetch);
+        cr_assert_not_null(strstr(dt_error_detail(), "lz.bin: token id 1002"), "%s", dt_error_detail());
+        cr_assert_not_null(strstr(dt_error_detail(), "not below the model's vocab size 100200"), "%s",
+                           dt_error_detail());
+        cr_assert_eq(dt_data_next(lazy, b, bt), DT_STATUS_FORMAT, "and it stays an error");
+        dt_data_close(lazy);
+    }
+    unsetenv("DTRUN_DATA_SCAN_MB");
+}

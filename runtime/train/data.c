@@ -126,7 +126,6 @@ static dt_status_t file_map(data_file *f, const char *path, dt_data_kind_t kind,
                           strerror(errno));
             goto out_close_fd;
         }
-        madvise(f->map, f->map_len, MADV_WILLNEED);
     }
     if (kind == DT_DATA_TEXT) {
         f->bytes = f->map;
@@ -146,19 +145,38 @@ static dt_status_t file_map(data_file *f, const char *path, dt_data_kind_t kind,
         DT_CHECK_GOTO(dt_shard_parse(path, f->map, f->map_len, &f->token_bytes, &f->ntok), st,
                       out_close_fd);
         f->tokens = (const uint8_t *)f->map + DT_SHARD_HEADER_BYTES;
-        uint64_t at;
-        uint32_t id;
-        if (vocab > 0 && max_over_vocab(f, vocab, &at, &id)) {
-            st = dt_error(DT_STATUS_FORMAT,
-                          "%s: token id %u at index %llu is not below the model's vocab size %d",
-                          path, id, (unsigned long long)at, vocab);
-            goto out_close_fd;
-        }
     }
     f->nsamples = f->ntok > (uint64_t)seq_len ? (f->ntok - 1) / (uint64_t)seq_len : 0;
 out_close_fd:
     close(fd);
     return st;
+}
+
+/* Shard sets up to this many bytes are read through at open (ids checked before
+ * the first step, pages cached); larger ones are lazy (data_impl.h), so that a run
+ * over many GB of shards on network storage neither reads them all at start nor
+ * asks the kernel to (MADV_WILLNEED over every file would). DTRUN_DATA_SCAN_MB
+ * overrides it (tests, the slow-storage benchmark). */
+#define DATA_SCAN_BYTES (256ull << 20)
+
+static dt_status_t set_check(data_set *s, int vocab) {
+    uint64_t bytes = 0, limit = DATA_SCAN_BYTES;
+    for (int i = 0; i < s->nfiles; i++) bytes += s->files[i].map_len;
+    const char *mb = getenv("DTRUN_DATA_SCAN_MB");
+    if (mb && *mb) limit = strtoull(mb, NULL, 10) << 20;
+    s->vocab = vocab;
+    s->lazy = s->kind == DT_DATA_TOKENS && vocab > 0 && bytes > limit;
+    for (int i = 0; i < s->nfiles; i++) {
+        data_file *f = &s->files[i];
+        if (!f->map_len) continue;
+        madvise(f->map, f->map_len, s->lazy ? MADV_RANDOM : MADV_WILLNEED);
+        uint64_t at;
+        uint32_t id;
+        if (!s->lazy && f->tokens && vocab > 0 && max_over_vocab(f, vocab, &at, &id))
+            return dt_error(DT_STATUS_FORMAT, "%s: token id %u at index %llu is not below the model's vocab size %d",
+                            f->path, id, (unsigned long long)at, vocab);
+    }
+    return DT_STATUS_OK;
 }
 
 static void set_free(data_set *s) {
@@ -199,19 +217,35 @@ static dt_status_t set_open(data_set *s, const char *key, const char *pattern,
         s->nsamples += f->nsamples;
         s->ntokens += f->ntok;
     }
+    DT_CHECK_GOTO(set_check(s, o->vocab_size), st, out_free_glob);
 out_free_glob:
     globfree(&g);
     return st;
 }
 
-void dt_data_set_sample_(const data_set *s, uint64_t id, int T, int32_t *inp, int32_t *tgt) {
+/* The file holding sample id: the last whose first_sample <= id. */
+static const data_file *sample_file(const data_set *s, uint64_t id) {
     int lo = 0, hi = s->nfiles - 1;
-    while (lo < hi) { /* last file whose first_sample <= id */
+    while (lo < hi) {
         int mid = (lo + hi + 1) / 2;
         if (s->files[mid].first_sample <= id) lo = mid;
         else hi = mid - 1;
     }
-    const data_file *f = &s->files[lo];
+    return &s->files[lo];
+}
+
+void dt_data_set_advise_(const data_set *s, uint64_t id, int T) {
+    if (!s->lazy) return;
+    const data_file *f = sample_file(s, id);
+    size_t page = 4096, w = (size_t)f->token_bytes;
+    size_t a = (size_t)((const uint8_t *)f->tokens - (const uint8_t *)f->map) + (size_t)(id - f->first_sample) * T * w;
+    size_t b = a + (size_t)(T + 1) * w;
+    a &= ~(page - 1);
+    madvise((uint8_t *)f->map + a, b - a, MADV_WILLNEED);
+}
+
+dt_status_t dt_data_set_sample_(const data_set *s, uint64_t id, int T, int32_t *inp, int32_t *tgt) {
+    const data_file *f = sample_file(s, id);
     uint64_t off = (id - f->first_sample) * (uint64_t)T;
     if (f->token_bytes == 1) {
         const uint8_t *p = f->bytes + off;
@@ -223,6 +257,15 @@ void dt_data_set_sample_(const data_set *s, uint64_t id, int T, int32_t *inp, in
         const uint32_t *p = (const uint32_t *)f->tokens + off;
         for (int t = 0; t < T; t++) inp[t] = (int32_t)p[t], tgt[t] = (int32_t)p[t + 1];
     }
+    if (s->lazy) { /* ids 0..T-1 are inp, T is the last target */
+        for (int t = 0; t <= T; t++) {
+            uint32_t v = (uint32_t)(t < T ? inp[t] : tgt[T - 1]);
+            if (v >= (uint32_t)s->vocab)
+                return dt_error(DT_STATUS_FORMAT, "%s: token id %u at index %llu is not below the model's vocab size %d",
+                                f->path, v, (unsigned long long)(off + (uint64_t)t), s->vocab);
+        }
+    }
+    return DT_STATUS_OK;
 }
 
 /* Opens source i of the mixture: its files, and its held-out tail. */
@@ -304,6 +347,7 @@ dt_status_t dt_data_open(const dt_data_opts *opts, dt_data_t **out) {
     const char *delay = getenv("DTRUN_DATA_DELAY_US");
     if (delay && *delay) d->delay_us = strtoull(delay, NULL, 10);
     d->pos.n_sources = n;
+    d->mine = dt_xcalloc((size_t)opts->micro_batch, sizeof *d->mine);
     DT_CHECK_GOTO(dt_data_ahead_init_(d), st, out_free);
     *out = d;
     return DT_STATUS_OK;
@@ -321,6 +365,7 @@ void dt_data_close(dt_data_t *d) {
         free(d->src[i].path);
     }
     set_free(&d->val);
+    free(d->mine);
     free(d);
 }
 
@@ -342,18 +387,13 @@ uint64_t dt_data_train_tokens(const dt_data_t *d) {
 }
 
 /* Validation sample j: of data.val, or of the sources' tails one after another. */
-static void val_sample(const dt_data_t *d, uint64_t j, int T, int32_t *inp, int32_t *tgt) {
-    if (d->val.nfiles) {
-        dt_data_set_sample_(&d->val, j, T, inp, tgt);
-        return;
-    }
+static dt_status_t val_sample(const dt_data_t *d, uint64_t j, int T, int32_t *inp, int32_t *tgt) {
+    if (d->val.nfiles) return dt_data_set_sample_(&d->val, j, T, inp, tgt);
     for (int i = 0; i < d->n_src; i++) {
-        if (j < d->src[i].held) {
-            dt_data_set_sample_(&d->src[i].set, d->src[i].train_n + j, T, inp, tgt);
-            return;
-        }
+        if (j < d->src[i].held) return dt_data_set_sample_(&d->src[i].set, d->src[i].train_n + j, T, inp, tgt);
         j -= d->src[i].held;
     }
+    return dt_error(DT_STATUS_INVALID, "validation sample %llu is out of range", (unsigned long long)j);
 }
 
 dt_status_t dt_data_val_batch(dt_data_t *d, uint64_t index, int32_t *inputs, int32_t *targets) {
@@ -361,6 +401,6 @@ dt_status_t dt_data_val_batch(dt_data_t *d, uint64_t index, int32_t *inputs, int
     int B = d->o.micro_batch, T = d->o.seq_len;
     uint64_t first = (index * (uint64_t)d->o.world_size + (uint64_t)d->o.rank) * (uint64_t)B;
     for (int b = 0; b < B; b++)
-        val_sample(d, (first + (uint64_t)b) % d->val_n, T, inputs + (size_t)b * T, targets + (size_t)b * T);
+        DT_CHECK(val_sample(d, (first + (uint64_t)b) % d->val_n, T, inputs + (size_t)b * T, targets + (size_t)b * T));
     return DT_STATUS_OK;
 }

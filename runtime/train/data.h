@@ -30,6 +30,13 @@
  * prepared ahead. The thread starts at the first dt_data_next and is joined by
  * dt_data_set_pos and dt_data_close.
  *
+ * Checks and reads: shard sets up to 256 MiB are read through at open (every id
+ * checked against the vocab before the first step). Larger sets are not (a run
+ * over many GB on network storage would read them all at start): their pages are
+ * advised random, each micro-batch's samples are requested together, and each
+ * sample's ids are checked as it is read (the same error, at that step).
+ * DTRUN_DATA_SCAN_MB overrides the limit.
+ *
  * Benchmark knob: DTRUN_DATA_DELAY_US=N in the environment makes every sample read
  * sleep N microseconds (a slow reader for scripts/bench/data_wait.sh and tests).
  */
@@ -106,7 +113,7 @@ int dt_data_n_sources(const dt_data_t *d);
 const char *dt_data_source_path(const dt_data_t *d, int i);
 
 /* This rank's next micro-batch: inputs and targets, each (B, T) int32. */
-void dt_data_next(dt_data_t *d, int32_t *inputs, int32_t *targets);
+dt_status_t dt_data_next(dt_data_t *d, int32_t *inputs, int32_t *targets);
 /* Validation batch `index` of this rank, (B, T) each; wraps around. 0 samples of
  * validation -> DT_STATUS_NOT_FOUND. */
 dt_status_t dt_data_val_batch(dt_data_t *d, uint64_t index, int32_t *inputs, int32_t *targets);

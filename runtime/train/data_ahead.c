@@ -10,6 +10,7 @@
  * allocation, and the trainer uploads the batch from its own buffer.
  */
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,7 +45,8 @@ static void *ahead_main(void *arg) {
         if (a->stop) break;
         ahead_slot *s = &a->slots[a->head % (uint64_t)a->depth];
         pthread_mutex_unlock(&a->mu);
-        dt_data_produce_(d, &a->next, s->inputs, s->targets); /* slot head is the producer's alone */
+        s->st = dt_data_produce_(d, &a->next, s->inputs, s->targets); /* slot head is the producer's alone */
+        if (s->st != DT_STATUS_OK) snprintf(s->err, sizeof s->err, "%s", dt_error_detail());
         s->after = a->next;
         pthread_mutex_lock(&a->mu);
         a->head++;
@@ -54,7 +56,7 @@ static void *ahead_main(void *arg) {
     return NULL;
 }
 
-void dt_data_ahead_take_(dt_data_t *d, int32_t *inputs, int32_t *targets) {
+dt_status_t dt_data_ahead_take_(dt_data_t *d, int32_t *inputs, int32_t *targets) {
     data_ahead *a = &d->ahead;
     size_t n = (size_t)d->o.micro_batch * (size_t)d->o.seq_len;
     if (!a->running) { /* starts from the consumed position (after any resume) */
@@ -64,8 +66,7 @@ void dt_data_ahead_take_(dt_data_t *d, int32_t *inputs, int32_t *targets) {
         if (pthread_create(&a->thread, NULL, ahead_main, d) != 0) {
             DT_LOG_WARN("data.prefetch: cannot start the read-ahead thread; reading synchronously");
             d->o.prefetch = 0;
-            dt_data_produce_(d, &d->pos, inputs, targets);
-            return;
+            return dt_data_produce_(d, &d->pos, inputs, targets);
         }
         a->running = 1;
     }
@@ -73,6 +74,8 @@ void dt_data_ahead_take_(dt_data_t *d, int32_t *inputs, int32_t *targets) {
     while (a->head == a->tail) pthread_cond_wait(&a->cv, &a->mu);
     ahead_slot *s = &a->slots[a->tail % (uint64_t)a->depth];
     pthread_mutex_unlock(&a->mu);
+    if (s->st != DT_STATUS_OK) /* the slot stays: every later take reports it too */
+        return dt_error(s->st, "%s", s->err);
     memcpy(inputs, s->inputs, n * sizeof(int32_t)); /* the producer does not touch slot tail */
     memcpy(targets, s->targets, n * sizeof(int32_t));
     pthread_mutex_lock(&a->mu);
@@ -80,6 +83,7 @@ void dt_data_ahead_take_(dt_data_t *d, int32_t *inputs, int32_t *targets) {
     a->tail++;
     pthread_cond_broadcast(&a->cv);
     pthread_mutex_unlock(&a->mu);
+    return DT_STATUS_OK;
 }
 
 void dt_data_ahead_stop_(dt_data_t *d) {

@@ -29,6 +29,11 @@ typedef struct data_set {
     uint64_t nsamples;
     uint64_t ntokens;
     dt_data_kind_t kind;
+    /* Sets over the scan limit (data.c) are not read through at open: their pages
+     * are advised random, fetched a micro-batch at a time, and each sample's ids
+     * are checked against vocab as it is read. */
+    int lazy;
+    int vocab;
 } data_set;
 
 /* One training source: its files, the samples it trains on, its permutation. */
@@ -47,6 +52,8 @@ typedef struct data_src {
 typedef struct ahead_slot {
     int32_t *inputs, *targets; /* (B, T) */
     dt_data_pos after;
+    dt_status_t st;  /* a bad sample: the status and its detail */
+    char err[512];
 } ahead_slot;
 
 /* The read-ahead ring (data_ahead.c). */
@@ -69,22 +76,27 @@ struct dt_data {
     data_set val;        /* data.val; empty when validation comes from the sources' tails */
     uint64_t val_n;
     uint64_t delay_us;   /* DTRUN_DATA_DELAY_US: sleep per sample read */
+    struct mine { int src; uint64_t id; } *mine; /* this rank's samples of one micro-batch */
     dt_data_pos pos;     /* consumed */
     data_ahead ahead;
 };
 
-/* Copies sample `id` of set s: T+1 tokens -> inputs[0..T), targets[0..T) (data.c). */
-void dt_data_set_sample_(const data_set *s, uint64_t id, int T, int32_t *inp, int32_t *tgt);
+/* Copies sample `id` of set s: T+1 tokens -> inputs[0..T), targets[0..T) (data.c);
+ * a lazy set's ids are checked here (DT_STATUS_FORMAT naming file, index, id). */
+dt_status_t dt_data_set_sample_(const data_set *s, uint64_t id, int T, int32_t *inp, int32_t *tgt);
+/* Starts reading sample `id`'s pages of a lazy set (no wait), so that the reads of
+ * a micro-batch's samples are in flight together rather than one after another. */
+void dt_data_set_advise_(const data_set *s, uint64_t id, int T);
 
 /* data_mix.c: the micro-batch of rank o.rank at *pos, advancing *pos over the
  * whole job's micro-step. */
-void dt_data_produce_(dt_data_t *d, dt_data_pos *pos, int32_t *inputs, int32_t *targets);
+dt_status_t dt_data_produce_(dt_data_t *d, dt_data_pos *pos, int32_t *inputs, int32_t *targets);
 /* Canonical form of a position (epochs carried, source 0 mirrored in epoch/cursor). */
 void dt_data_pos_norm_(const dt_data_t *d, dt_data_pos *pos);
 
 /* data_ahead.c */
 dt_status_t dt_data_ahead_init_(dt_data_t *d);
-void dt_data_ahead_take_(dt_data_t *d, int32_t *inputs, int32_t *targets);
+dt_status_t dt_data_ahead_take_(dt_data_t *d, int32_t *inputs, int32_t *targets);
 void dt_data_ahead_stop_(dt_data_t *d);
 void dt_data_ahead_free_(dt_data_t *d);
 

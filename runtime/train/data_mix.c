@@ -70,32 +70,37 @@ static void slow_reader(const dt_data_t *d) {
     }
 }
 
-void dt_data_produce_(dt_data_t *d, dt_data_pos *pos, int32_t *inputs, int32_t *targets) {
+/* Advances *pos over the job's micro-step, noting this rank's samples; then starts
+ * their reads together (lazy sets) and copies them. On a bad sample *pos is left
+ * where it was. */
+dt_status_t dt_data_produce_(dt_data_t *d, dt_data_pos *pos, int32_t *inputs, int32_t *targets) {
     uint64_t B = (uint64_t)d->o.micro_batch, W = (uint64_t)d->o.world_size, T = (uint64_t)d->o.seq_len;
-    uint64_t mine = (uint64_t)d->o.rank * B;
+    uint64_t first = (uint64_t)d->o.rank * B;
+    dt_data_pos next = *pos;
     for (uint64_t j = 0; j < W * B; j++) {
-        int s = dt_data_pick_source(d, pos->samples + j);
+        int s = dt_data_pick_source(d, next.samples + j);
         data_src *src = &d->src[s];
-        dt_data_src_pos *p = &pos->src[s];
-        if (j >= mine && j < mine + B) {
-            size_t b = (size_t)(j - mine);
-            uint64_t id = epoch_perm(src, d->o.seed, s, p->epoch)[p->cursor];
-            slow_reader(d);
-            dt_data_set_sample_(&src->set, id, (int)T, inputs + b * T, targets + b * T);
-        }
+        dt_data_src_pos *p = &next.src[s];
+        if (j >= first && j < first + B)
+            d->mine[j - first] = (struct mine){s, epoch_perm(src, d->o.seed, s, p->epoch)[p->cursor]};
         if (++p->cursor == src->train_n) p->cursor = 0, p->epoch++;
     }
-    pos->samples += W * B;
-    pos->epoch = pos->src[0].epoch;
-    pos->cursor = pos->src[0].cursor;
+    for (uint64_t b = 0; b < B; b++) dt_data_set_advise_(&d->src[d->mine[b].src].set, d->mine[b].id, (int)T);
+    for (uint64_t b = 0; b < B; b++) {
+        slow_reader(d);
+        DT_CHECK(dt_data_set_sample_(&d->src[d->mine[b].src].set, d->mine[b].id, (int)T, inputs + b * T,
+                                     targets + b * T));
+    }
+    next.samples += W * B;
+    next.epoch = next.src[0].epoch;
+    next.cursor = next.src[0].cursor;
+    *pos = next;
+    return DT_STATUS_OK;
 }
 
-void dt_data_next(dt_data_t *d, int32_t *inputs, int32_t *targets) {
-    if (d->o.prefetch > 0) {
-        dt_data_ahead_take_(d, inputs, targets);
-        return;
-    }
-    dt_data_produce_(d, &d->pos, inputs, targets);
+dt_status_t dt_data_next(dt_data_t *d, int32_t *inputs, int32_t *targets) {
+    if (d->o.prefetch > 0) return dt_data_ahead_take_(d, inputs, targets);
+    return dt_data_produce_(d, &d->pos, inputs, targets);
 }
 
 dt_data_pos dt_data_get_pos(const dt_data_t *d) { return d->pos; }

@@ -60,9 +60,9 @@ typedef struct trainer {
 
 /* Token models read the data; feature models draw the model's synthetic samples,
  * rank r taking the r-th B of each global batch. */
-static void next_batch(trainer *t, dt_batch *batch) {
+static dt_status_t next_batch(trainer *t, dt_batch *batch) {
     if (t->data) {
-        dt_data_next(t->data, t->tokens, t->targets);
+        DT_CHECK(dt_data_next(t->data, t->tokens, t->targets));
         batch->tokens = t->tokens;
     } else {
         uint64_t first = t->mlp_cursor + (uint64_t)t->env->rank * (uint64_t)t->B;
@@ -72,6 +72,7 @@ static void next_batch(trainer *t, dt_batch *batch) {
         batch->features = t->features;
     }
     batch->targets = t->targets;
+    return DT_STATUS_OK;
 }
 
 /* data.train's sources: the config's list, or its one path with weight 1. */
@@ -639,7 +640,7 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env) {
         DT_CHECK_GOTO(dt_dp_step_begin(t.dp), st, out_teardown);
         for (int a = 0; a < t.accum; a++) {
             double d0 = dt_now_s();
-            next_batch(&t, &batch);
+            DT_CHECK_GOTO(next_batch(&t, &batch), st, out_teardown);
             data_s += dt_now_s() - d0;
             double l;
             dt_dp_micro_begin(t.dp, a == t.accum - 1);
