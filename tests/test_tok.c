@@ -60,6 +60,14 @@ static docs read_fixture(const char *name) {
     return d;
 }
 
+static void docs_free(docs *d) {
+    for (size_t i = 0; i < d->n; i++) {
+        free(d->text[i]);
+        free(d->want[i].ids);
+    }
+    free(d->text), free(d->len), free(d->want);
+}
+
 static dt_tok_t *load(const char *name) {
     char path[256];
     snprintf(path, sizeof path, FIX "%s/tokenizer.json", name);
@@ -95,6 +103,7 @@ static void check_fixture(const char *name) {
     }
     cr_assert_eq(dt_tok_enc_stats(e).invalid_utf8, 0);
     dt_tok_enc_free(e);
+    docs_free(&d);
     dt_tok_free(t);
 }
 
@@ -144,6 +153,7 @@ static void check_split(const char *name, int expect_cuts) {
         cr_assert_eq(cuts, 0, "%s: a tokenizer without a split has no cut points", name);
     free(whole.ids), free(all);
     dt_tok_enc_free(e);
+    docs_free(&d);
     dt_tok_free(t);
 }
 
@@ -204,6 +214,7 @@ static void check_roundtrip(const char *name, int exact) {
     cr_assert_not_null(strstr(dt_error_detail(), "not in the vocabulary"));
     free(buf);
     dt_tok_enc_free(e);
+    docs_free(&d);
     dt_tok_free(t);
 }
 
