@@ -3,10 +3,12 @@
  * [--tokens N] [--temperature T] [--top_k K] [--seed S] [--ids] [--device
  * auto|cpu|cuda] [--seq-len N]: tokens from a checkpoint's or a Hugging Face
  * directory's parameters (runtime/model/sample.h:
- * with a KV cache when the model and device have one). Byte-level models (vocab
- * 256, text data) read and print text; larger vocabularies have no tokenizer here,
- * so the prompt is a list of token ids and the output is token ids, said so on
- * stderr. --ids prints ids (comma-separated) for any model; --logits (for checks)
+ * with a KV cache when the model and device have one). With a tokenizer
+ * (--tokenizer PATH, or SOURCE/tokenizer.json of a Hugging Face directory;
+ * runtime/tokenize/tok.h) the prompt and the output are text, the prompt encoded as
+ * `dtrun tokenize` encodes a document, the document token first. Without one,
+ * byte-level models (vocab up to 256, text data) read and print bytes, and larger
+ * vocabularies read and print token ids, said so on stderr. --ids prints ids (comma-separated) for any model; --logits (for checks)
  * prints the logits of every prompt position first, one line each.
  */
 #include <errno.h>
@@ -23,16 +25,20 @@
 #include "runtime/model/hf_config.h" /* defines: dt_hf_config_read */
 #include "runtime/model/net.h"
 #include "runtime/model/sample.h"
+#include "runtime/tokenize/tok.h"
 
 static const char sample_usage[] =
     "usage: dtrun sample SOURCE [--prompt TEXT | --prompt-ids 3,17,42] [--tokens N] [--temperature T]\n"
     "                    [--top_k K] [--seed S] [--ids] [--device auto|cpu|cuda]\n"
-    "                    [--seq-len N] [--threads N]\n"
+    "                    [--seq-len N] [--threads N] [--tokenizer PATH]\n"
     "  SOURCE: a step directory, a checkpoint.dir (its latest), or a Hugging Face directory\n"
     "  (config.json + safetensors: llama, mistral, qwen2, gpt2; its context: n_positions, or\n"
     "  max_position_embeddings up to 2048 unless --seq-len N). Defaults: --tokens 200,\n"
     "  --temperature 0.8 (0 = greedy), --top_k 0 (all), --seed 1, --device auto, --threads: the\n"
     "  CPU's cores (one token at a time is many small ops: on a busy machine 1 can be faster).\n"
+    "  --tokenizer: a tokenizer.json (or its folder) to read --prompt and print text with, for\n"
+    "  vocabularies over 256 (default: SOURCE/tokenizer.json of a Hugging Face directory); the\n"
+    "  prompt is encoded after the document token, as dtrun tokenize writes each document.\n"
     "  --prompt-ids: the prompt as token ids. --ids: print the generated ids, comma-separated,\n"
     "  instead of text. For checks: --logits prints the logits of every prompt position (one\n"
     "  line each, vocab_size numbers) before the output; --no-cache runs a full forward per\n"
@@ -118,7 +124,7 @@ static int is_hf_dir(const char *path) {
 }
 
 int dt_cmd_sample(int argc, char **argv) {
-    const char *path = NULL, *prompt = NULL, *prompt_ids = NULL, *device = "auto";
+    const char *path = NULL, *prompt = NULL, *prompt_ids = NULL, *device = "auto", *tok_path = NULL;
     int print_ids = 0, print_logits = 0, seq_len = 0, threads = 0;
     dt_sample_opts o = {.tokens = 200, .temperature = 0.8, .top_k = 0, .seed = 1};
     for (int i = 1; i < argc; i++) {
@@ -131,6 +137,7 @@ int dt_cmd_sample(int argc, char **argv) {
         } else if (!strcmp(a, "--prompt") && has) prompt = argv[++i];
         else if ((!strcmp(a, "--prompt-ids") || !strcmp(a, "--prompt_ids")) && has) prompt_ids = argv[++i];
         else if (!strcmp(a, "--ids")) print_ids = 1;
+        else if (!strcmp(a, "--tokenizer") && has) tok_path = argv[++i];
         else if (!strcmp(a, "--logits")) print_logits = 1;
         else if (!strcmp(a, "--no-cache") || !strcmp(a, "--no_cache")) o.no_cache = 1;
         else if (!strcmp(a, "--device") && has) device = argv[++i];
@@ -180,6 +187,9 @@ int dt_cmd_sample(int argc, char **argv) {
     float *logits = NULL;
     int n_ids = 0;
     dt_device_t *dev = NULL;
+    dt_tok_t *tok = NULL;
+    char *textbuf = NULL;
+    size_t text_len = 0, text_cap = 0;
     dt_sample_net sn;
     int have_net = 0;
     if (l.spec.ops->logits_slot < 0) {
@@ -187,6 +197,23 @@ int dt_cmd_sample(int argc, char **argv) {
                 source, l.spec.ops->name);
         rc = DT_EXIT_USAGE;
         goto out_free;
+    }
+    { /* a tokenizer when there is one; else bytes for vocabularies up to 256 */
+        char dflt[4096];
+        snprintf(dflt, sizeof dflt, "%s/tokenizer.json", path);
+        if (!tok_path && hf && access(dflt, F_OK) == 0) tok_path = dflt;
+        if (tok_path && dt_tok_load(tok_path, &tok) != DT_STATUS_OK) {
+            fprintf(stderr, "dtrun sample: --tokenizer: %s\n", dt_error_detail());
+            rc = DT_EXIT_USAGE;
+            goto out_free;
+        }
+        if (tok && dt_tok_vocab_size(tok) > (uint32_t)l.spec.vocab_size) {
+            fprintf(stderr, "dtrun sample: the tokenizer %s has %u ids but the model's vocabulary is %d: not the "
+                            "model's tokenizer\n", tok_path, dt_tok_vocab_size(tok), l.spec.vocab_size);
+            rc = DT_EXIT_USAGE;
+            goto out_free;
+        }
+        if (tok) text = 0;
     }
     if (prompt_ids) {
         if (!parse_ids(prompt_ids, &ids, &n_ids) || n_ids == 0) {
@@ -199,6 +226,24 @@ int dt_cmd_sample(int argc, char **argv) {
         n_ids = (int)strlen(p);
         ids = dt_xcalloc((size_t)n_ids, sizeof *ids);
         for (int i = 0; i < n_ids; i++) ids[i] = (unsigned char)p[i];
+    } else if (tok) {
+        dt_tok_ids enc = {0};
+        int64_t doc = dt_tok_doc_token(tok);
+        if (doc >= 0) dt_tok_ids_push(&enc, (uint32_t)doc);
+        dt_tok_enc_t *e = dt_tok_enc_new(tok);
+        dt_status_t st = prompt ? dt_tok_encode(e, prompt, strlen(prompt), 1, &enc) : DT_STATUS_OK;
+        dt_tok_enc_free(e);
+        if (st != DT_STATUS_OK || enc.n == 0) {
+            fprintf(stderr, "dtrun sample: --prompt: %s\n",
+                    st != DT_STATUS_OK ? dt_error_detail() : "empty, and the tokenizer has no document token to start from");
+            free(enc.ids);
+            rc = DT_EXIT_USAGE;
+            goto out_free;
+        }
+        n_ids = (int)enc.n;
+        ids = dt_xcalloc(enc.n, sizeof *ids);
+        for (size_t i = 0; i < enc.n; i++) ids[i] = (int32_t)enc.ids[i];
+        free(enc.ids);
     } else {
         fprintf(stderr, "dtrun sample: vocabulary of %d tokens and no tokenizer here: the prompt is read as token "
                         "ids and the output printed as token ids\n", l.spec.vocab_size);
@@ -257,6 +302,13 @@ int dt_cmd_sample(int argc, char **argv) {
         putchar('\n');
     } else if (o.tokens == 0) {
         /* nothing generated */
+    } else if (tok) {
+        if (prompt) fputs(prompt, stdout);
+        if (dt_tok_decode(tok, (const uint32_t *)out, (size_t)o.tokens, &textbuf, &text_len, &text_cap) !=
+            DT_STATUS_OK)
+            goto out_error;
+        fwrite(textbuf, 1, text_len, stdout);
+        putchar('\n');
     } else if (text) {
         if (prompt) fputs(prompt, stdout);
         for (int i = 0; i < o.tokens; i++) {
@@ -273,6 +325,8 @@ out_error:
     fprintf(stderr, "dtrun sample: %s\n", dt_error_detail());
 out_free:
     if (have_net) dt_sample_net_free(&sn);
+    dt_tok_free(tok);
+    free(textbuf);
     dt_device_free(dev);
     free(ids);
     free(out);
