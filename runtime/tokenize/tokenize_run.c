@@ -14,6 +14,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -85,13 +86,21 @@ static int ends_with(const char *s, const char *suffix) {
     return a >= b && !strcmp(s + a - b, suffix);
 }
 
-/* Maps (or, for stdin, reads) a source. */
-static dt_status_t source_open(source *s) {
+/* Maps (or, for stdin, reads) a source. Reading stdin polls `cancel` every
+ * 100 ms: a signal may land on another thread and leave this read blocked. */
+static dt_status_t source_open(source *s, volatile sig_atomic_t *cancel) {
     if (s->is_stdin) {
         size_t cap = 1 << 20, n = 0;
         char *buf = dt_xmalloc(cap);
         for (;;) {
             if (n == cap) buf = dt_xrealloc(buf, cap *= 2);
+            if (cancel && *cancel) {
+                free(buf);
+                return dt_error(DT_STATUS_CANCELED, "stdin: stopped by a signal while reading");
+            }
+            struct pollfd pfd = {.fd = STDIN_FILENO, .events = POLLIN};
+            int pr = poll(&pfd, 1, 100);
+            if (pr == 0 || (pr < 0 && errno == EINTR)) continue;
             ssize_t k = read(STDIN_FILENO, buf + n, cap - n);
             if (k < 0 && errno == EINTR) continue;
             if (k < 0) {
@@ -146,7 +155,7 @@ static int produce(run *r, piece *p) {
     while (r->cur < o->n_inputs) {
         source *s = &r->srcs[r->cur];
         if (!s->opened) {
-            dt_status_t st = source_open(s);
+            dt_status_t st = source_open(s, o->cancel);
             if (st != DT_STATUS_OK) {
                 r->prod_st = st;
                 snprintf(r->prod_err, sizeof r->prod_err, "%s", dt_error_detail());
