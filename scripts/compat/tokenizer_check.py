@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""tokenizer_check.py - dtrun's tokenizer (runtime/tokenize) against Hugging Face
+`tokenizers`, on small BPE tokenizers trained here, offline, on the demo corpus
+plus a multilingual sample (Cyrillic, CJK, Arabic, emoji with ZWJ sequences,
+combining accents, whitespace runs, tabs, \\r\\n, long numbers, contractions,
+special tokens inside the text).
+
+Tokenizers: gpt2 (ByteLevel pre-tokenizer), llama3 (Llama 3's Split regex +
+ByteLevel without regex, ignore_merges), qwen2 (Qwen2's regex + NFC), mistral
+(Prepend/Replace "\u2581" normalizer, no pre-tokenizer, byte fallback with
+<0x00>..<0xFF>). For EVERY document, the ids of build/tests/helpers/tok_encode must
+equal `Tokenizer.encode(text, add_special_tokens=False).ids`, and its decode must
+equal tokenizers' decode.
+
+Run with /opt/torchvenv/bin/python (not part of `make test`):
+  scripts/compat/tokenizer_check.py                   # check; exit 1 on any mismatch
+  scripts/compat/tokenizer_check.py --write-fixtures  # also write tests/fixtures/tok/
+"""
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+          r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+         r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+MULTI = [
+    "Привет, мир! Как дела? Съешь же ещё этих мягких французских булок.",
+    "我能吞下玻璃而不伤身体。日本語のテキストも少し：東京は大きい都市です。",
+    "مرحبا بالعالم، هذه جملة عربية قصيرة مع أرقام ١٢٣٤٥.",
+    "Family: 👨‍👩‍👧‍👦 and flags 🏳️‍🌈 🇫🇷, hands 👋🏽 — done.",
+    "Combining: e\u0301 a\u0300 o\u0308 n\u0303 A\u030a; precomposed: é à ö ñ Å; Hangul 한국어 \u1112\u1161\u11ab.",
+    "Whitespace   runs\t\ttabs \t mixed\r\nwindows\r\n\r\nlines  \n  \n\n   trailing   ",
+    "Numbers 1234567890123 and 3.14159, 1,000,000 and 007 and ٣٤٥ and ½ ⅔.",
+    "Contractions: it's, don't, they're, we've, I'm, you'll, he'd; IT'S DON'T THEY'RE WE'VE I'M YOU'LL HE'D 'S 'T.",
+    "Long s: 'ſ and 'Ll, 'RE. Quotes 'quoted' and ''double'' and '' alone.",
+    "Mixed: naïve café coöperate Ångström straße ΕΛΛΗΝΙΚΆ ελληνικά Ωmega",
+    "\u00a0non-breaking\u00a0spaces\u2003em\u3000ideographic\u2028line\u2029para\u0085nel",
+    "Code: def f(x):\n    return x**2  # squares\n\tif x>=0: print(\"ok\")\n",
+    "   leading spaces and a trailing newline\n",
+    "\n\nstarts with newlines and ends with spaces   ",
+    "symbols !!! ??? ... --- *** ### @@@ $$$ %%% ^^^ &&& (((  ))) [[[ ]]] {{{ }}} <<< >>>",
+    "Zero width: a\u200bb\u200cc\u200dd\ufeffe; variation ✌\ufe0f ❤\ufe0e",
+    "Emoji run 😀😃😄😁😆😅🤣😂🙂🙃 and 🧑🏿‍🚀 astronaut",
+    "Devanagari हिन्दी, Thai ภาษาไทย, Hebrew עברית, Georgian ქართული, Armenian Հայերեն",
+]
+
+
+def corpus_docs(path, n, seed):
+    text = open(path, encoding="utf-8", errors="replace").read()
+    docs = [d.strip("\n") for d in text.split("\n\n") if d.strip()]
+    rng = random.Random(seed)
+    rng.shuffle(docs)
+    return docs[:n]
+
+
+def documents(corpus, specials, seed):
+    """The check's documents: fortunes, the multilingual sample, and mixtures with
+    special tokens inside the text."""
+    rng = random.Random(seed)
+    docs = corpus_docs(corpus, 160, seed) + MULTI
+    mixed = []
+    for i in range(24):
+        parts = rng.sample(docs, 3)
+        sp = rng.choice(specials)
+        glue = rng.choice(["", " ", "\n", "  ", "\t"])
+        mixed.append(parts[0] + glue + sp + rng.choice(["", " ", "\n"]) + parts[1] + sp + parts[2])
+    return docs + mixed
+
+
+def train(kind, corpus_lines, vocab):
+    specials = {
+        "gpt2": ["<|endoftext|>"],
+        "llama3": ["<|begin_of_text|>", "<|end_of_text|>"],
+        "qwen2": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        "mistral": ["<unk>", "<s>", "</s>"],
+    }[kind]
+    if kind == "mistral":
+        tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+        tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
+        tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                         decoders.Strip(" ", 1, 0)])
+        tr = trainers.BpeTrainer(vocab_size=vocab, special_tokens=specials + ["<0x%02X>" % b for b in range(256)],
+                                 limit_alphabet=200, show_progress=False)
+    else:
+        tok = Tokenizer(models.BPE(ignore_merges=(kind == "llama3")))
+        if kind == "gpt2":
+            tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        else:
+            if kind == "qwen2":
+                tok.normalizer = normalizers.NFC()
+            tok.pre_tokenizer = pre_tokenizers.Sequence([
+                pre_tokenizers.Split(Regex(LLAMA3 if kind == "llama3" else QWEN2), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        tok.decoder = decoders.ByteLevel()
+        tr = trainers.BpeTrainer(vocab_size=vocab, special_tokens=specials, show_progress=False,
+                                 initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(corpus_lines, trainer=tr)
+    return tok, specials
+
+
+def run_helper(helper, tok_path, docs_path, mode=None):
+    cmd = [helper, tok_path, docs_path] + ([mode] if mode else [])
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit("tokenizer_check: %s failed: %s" % (" ".join(cmd), r.stderr.strip()))
+    out = r.stdout.split("\n")  # not splitlines(): U+2028 and U+0085 are no line ends here
+    return out[:-1] if out and out[-1] == "" else out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--corpus", default=os.path.join(ROOT, "runs/data/fortunes.txt"))
+    ap.add_argument("--helper", default=os.path.join(ROOT, "build/tests/helpers/tok_encode"))
+    ap.add_argument("--vocab", type=int, default=1000)
+    ap.add_argument("--only", default="gpt2,llama3,qwen2,mistral")
+    ap.add_argument("--write-fixtures", action="store_true")
+    args = ap.parse_args()
+    if not os.path.exists(args.corpus):
+        subprocess.run([os.path.join(ROOT, "scripts/prepare_demo_data.sh")], check=True)
+    if not os.path.exists(args.helper):
+        subprocess.run(["make", "-C", ROOT, "-j2", "build/tests/helpers/tok_encode"], check=True)
+    lines = [l for l in open(args.corpus, encoding="utf-8", errors="replace").read().split("\n") if l.strip()]
+    lines = lines[:20000] + MULTI * 3
+    bad = 0
+    for kind in args.only.split(","):
+        tok, specials = train(kind, lines, args.vocab)
+        docs = documents(args.corpus, specials, seed=hash(kind) % 1000 if False else len(kind))
+        with tempfile.TemporaryDirectory() as tmp:
+            tp = os.path.join(tmp, "tokenizer.json")
+            dp = os.path.join(tmp, "docs.jsonl")
+            tok.save(tp)
+            with open(dp, "w", encoding="utf-8") as f:
+                for d in docs:
+                    f.write(json.dumps({"text": d}, ensure_ascii=False) + "\n")
+            want = [tok.encode(d, add_special_tokens=False).ids for d in docs]
+            got = run_helper(args.helper, tp, dp)
+            dec = run_helper(args.helper, tp, dp, "--decode")
+            nbad = 0
+            for i, (d, w) in enumerate(zip(docs, want)):
+                g = [int(x) for x in got[i].split()] if i < len(got) and got[i] else []
+                hd = tok.decode(w, skip_special_tokens=False)
+                gd = json.loads(dec[i]) if i < len(dec) else None
+                if g != w or gd != hd:
+                    nbad += 1
+                    if nbad <= 3:
+                        k = next((j for j in range(min(len(g), len(w))) if g[j] != w[j]), min(len(g), len(w)))
+                        print("  %s doc %d: %s" % (kind, i, "ids differ at %d" % k if g != w else "decode differs"))
+                        print("    text: %r" % d[:200])
+                        if g != w:
+                            print("    want: %s" % [tok.id_to_token(x) for x in w[max(0, k - 3):k + 5]])
+                            print("    got:  %s" % [tok.id_to_token(x) for x in g[max(0, k - 3):k + 5]])
+                        else:
+                            print("    want: %r\n    got:  %r" % (hd[:200], (gd or "")[:200]))
+            ntok = sum(len(w) for w in want)
+            print("%-8s %s: %d documents, %d tokens, %d mismatched" % (kind, "ok" if nbad == 0 else "FAIL", len(docs),
+                                                                      ntok, nbad))
+            bad += nbad
+            if args.write_fixtures:
+                out = os.path.join(ROOT, "tests/fixtures/tok", kind)
+                os.makedirs(out, exist_ok=True)
+                tok.save(os.path.join(out, "tokenizer.json"), pretty=False)
+                with open(os.path.join(out, "docs.jsonl"), "w", encoding="utf-8") as f:
+                    for d in docs:
+                        f.write(json.dumps({"text": d}, ensure_ascii=False) + "\n")
+                with open(os.path.join(out, "ids.txt"), "w") as f:
+                    for w in want:
+                        f.write(" ".join(map(str, w)) + "\n")
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()
