@@ -203,18 +203,39 @@ static int produce(run *r, piece *p) {
     return 0;
 }
 
-/* Adds what the encoder counted as invalid UTF-8 during one encode call. */
+/* The offset of the first byte of text that is not part of valid UTF-8 (len if none). */
+static size_t first_invalid_utf8(const unsigned char *s, size_t len) {
+    size_t i = 0;
+    while (i < len) {
+        unsigned c = s[i];
+        size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 && c >= 0xC2 ? 2 : (c >> 4) == 0xE ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+        if (n == 0 || i + n > len) return i;
+        for (size_t k = 1; k < n; k++)
+            if ((s[i + k] & 0xC0) != 0x80) return i;
+        if (n == 3 && ((c == 0xE0 && s[i + 1] < 0xA0) || (c == 0xED && s[i + 1] >= 0xA0))) return i;
+        if (n == 4 && ((c == 0xF0 && s[i + 1] < 0x90) || (c == 0xF4 && s[i + 1] >= 0x90))) return i;
+        i += n;
+    }
+    return len;
+}
+
+/* Adds what the encoder counted as invalid UTF-8 during one encode call of
+ * text[0..len). The encoder's first offset is its first ever, so once it has seen
+ * some, the piece's first is found by scanning (rare: only text with invalid bytes). */
 static void note_invalid(piece *p, const dt_tok_stats *before, const dt_tok_stats *after, const char *path,
-                         uint64_t base, uint64_t line) {
+                         const char *text, size_t len, uint64_t base, uint64_t line) {
     uint64_t n = after->invalid_utf8 - before->invalid_utf8;
     if (n == 0) return;
     if (p->invalid == 0) {
-        if (line)
+        if (line) {
             snprintf(p->first_invalid, sizeof p->first_invalid, "%s:line %llu", path, (unsigned long long)line);
-        else
+        } else {
+            uint64_t at = before->invalid_utf8 == 0 && after->first_invalid_offset >= 0
+                              ? (uint64_t)after->first_invalid_offset
+                              : (uint64_t)first_invalid_utf8((const unsigned char *)text, len);
             snprintf(p->first_invalid, sizeof p->first_invalid, "%s:offset %llu", path,
-                     (unsigned long long)(base + (uint64_t)(after->first_invalid_offset < 0 ? 0
-                                                            : after->first_invalid_offset)));
+                     (unsigned long long)(base + at));
+        }
     }
     p->invalid += n;
 }
@@ -272,7 +293,7 @@ static void encode_jsonl_line(run *r, dt_tok_enc_t *e, piece *p, const char *pat
             piece_fail(p, st, "%s:%llu: %s", path, (unsigned long long)lineno, dt_error_detail());
         } else {
             after = dt_tok_enc_stats(e);
-            note_invalid(p, &before, &after, path, 0, lineno);
+            note_invalid(p, &before, &after, path, f->valuestring, n, 0, lineno);
             p->docs++;
         }
     }
@@ -309,7 +330,7 @@ static void encode_piece(run *r, dt_tok_enc_t *e, piece *p) {
         return;
     }
     after = dt_tok_enc_stats(e);
-    note_invalid(p, &before, &after, path, p->off, 0);
+    note_invalid(p, &before, &after, path, text, p->len, p->off, 0);
 }
 
 static void *worker_main(void *arg) {

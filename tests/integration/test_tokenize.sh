@@ -62,7 +62,7 @@ assert all(r[:3] == ["20240520", "1", "2"] for r in rows), rows
 counts = [int(r[3]) for r in rows]
 assert counts[0] == 1000 and all(c == 3000 for c in counts[1:-1]) and 0 < counts[-1] <= 3000, counts
 PY
-grep -q "^tokenize: 16 documents (and empty ones skipped), .* uint16 shard(s) .* 3 jobs" "$O/out3" \
+grep -q "^tokenize: 15 documents (and empty ones skipped), .* uint16 shard(s) .* 3 jobs" "$O/out3" \
   && pass "one summary line (documents, tokens, shards, jobs)" || fail "summary line" "$(cat "$O/out3")"
 
 # ---- Llama 3's split, BOS as the document token -----------------------------
