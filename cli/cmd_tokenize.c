@@ -188,7 +188,7 @@ out_unmap:
 int dt_cmd_tokenize(int argc, char **argv) {
     const char *tok_path = NULL, *out = NULL, *doc_arg = NULL, *field = "text", *decode = NULL;
     uint64_t shard_tokens = 100000000, val_tokens = 0, count = 0, jobs = 0, piece = 0;
-    int force = 0, n_inputs = 0;
+    int force = 0, n_inputs = 0, stats = 0;
     const char **inputs = dt_xcalloc((size_t)argc, sizeof *inputs);
     int rc = DT_EXIT_USAGE;
 #define BAD(...)                     \
@@ -209,6 +209,7 @@ int dt_cmd_tokenize(int argc, char **argv) {
         else if (!strcmp(a, "--field") && has) field = argv[++i];
         else if (!strcmp(a, "--decode") && has) decode = argv[++i];
         else if (!strcmp(a, "--force")) force = 1;
+        else if (!strcmp(a, "--stats")) stats = 1; /* for benchmarks: the serial part's time */
         else if ((!strcmp(a, "--shard-tokens") || !strcmp(a, "--shard_tokens")) && has) {
             if (!parse_count(argv[++i], 1, INT32_MAX, &shard_tokens))
                 BAD("--shard-tokens wants a count in [1, 2147483647] (K, M, G allowed), got '%s'", argv[i]);
@@ -288,13 +289,17 @@ int dt_cmd_tokenize(int argc, char **argv) {
                 (unsigned long long)sum.invalid_utf8, sum.first_invalid);
     char rate[32];
     human(sum.seconds > 0 ? (double)sum.tokens / sum.seconds : 0, rate, sizeof rate);
-    printf("tokenize: %llu documents%s, %llu bytes, %llu tokens (val %llu, train %llu) in %d %s shard(s) %s_*.bin, "
+    printf("tokenize: %llu documents%s, %llu bytes, %llu tokens (val %llu, train %llu) in %d %s shard(s) (vocab %u) %s_*.bin, "
            "%s tokens/s, %.2f s, %d jobs\n",
            (unsigned long long)sum.documents, sum.empty_documents ? " (and empty ones skipped)" : "",
            (unsigned long long)sum.bytes_done, (unsigned long long)sum.tokens, (unsigned long long)sum.val_tokens,
            (unsigned long long)sum.train_tokens, sum.shards,
-           dt_shard_token_bytes(dt_tok_vocab_size(tok)) == 2 ? "uint16" : "uint32", out, rate, sum.seconds,
+           dt_shard_token_bytes(dt_tok_vocab_size(tok)) == 2 ? "uint16" : "uint32", dt_tok_vocab_size(tok), out, rate,
+           sum.seconds,
            sum.jobs);
+    if (stats)
+        printf("tokenize: %llu pieces; serial part (cutting pieces, writing and renaming shards) %.3f s of %.3f s\n",
+               (unsigned long long)sum.pieces, sum.serial_s, sum.seconds);
     rc = DT_EXIT_OK;
 out_free_tok:
     dt_tok_free(tok);

@@ -77,6 +77,7 @@ typedef struct run {
     uint64_t produced, written;
     int exhausted;    /* no more pieces */
     int stop;         /* an error or a cancel: workers leave */
+    double produce_s; /* time spent cutting pieces (under the lock: serial) */
     dt_status_t prod_st;
     char prod_err[1024];
 } run;
@@ -345,7 +346,10 @@ static void *worker_main(void *arg) {
         }
         piece *p = &r->slots[r->produced % (uint64_t)r->window];
         piece next;
-        if (!produce(r, &next)) {
+        double t0 = dt_now_s();
+        int more = produce(r, &next);
+        r->produce_s += dt_now_s() - t0;
+        if (!more) {
             r->exhausted = 1;
             if (r->prod_st != DT_STATUS_OK) r->stop = 1;
             pthread_cond_broadcast(&r->cv_done);
@@ -455,7 +459,7 @@ dt_status_t dt_tokenize_run(const dt_tokenize_opts *o, dt_tokenize_progress *sum
             st = dt_error(DT_STATUS_SYS, "cannot start tokenizer thread %d of %d", started + 1, o->jobs);
             break;
         }
-    double last_progress = 0, every = (o->progress_ms > 0 ? o->progress_ms : 100) / 1000.0;
+    double write_s = 0, last_progress = 0, every = (o->progress_ms > 0 ? o->progress_ms : 100) / 1000.0;
     pthread_mutex_lock(&r.mu);
     if (st != DT_STATUS_OK) r.stop = 1;
     while (st == DT_STATUS_OK) {
@@ -477,7 +481,9 @@ dt_status_t dt_tokenize_run(const dt_tokenize_opts *o, dt_tokenize_progress *sum
             if (p->st != DT_STATUS_OK) {
                 st = dt_error(p->st, "%s", p->err);
             } else {
+                double tw = dt_now_s();
                 st = dt_shard_out_write(&w, p->ids.ids, p->ids.n);
+                write_s += dt_now_s() - tw;
                 sum->documents += p->docs;
                 sum->empty_documents += p->empty_docs;
                 sum->bytes_done += p->len;
@@ -516,7 +522,10 @@ dt_status_t dt_tokenize_run(const dt_tokenize_opts *o, dt_tokenize_progress *sum
                       (unsigned long long)sum->empty_documents);
     if (st == DT_STATUS_OK && cancelled(o)) st = dt_error(DT_STATUS_CANCELED, "stopped by a signal");
     fill_progress(&r, &w, sum, t0);
+    double tc = dt_now_s();
     if (st == DT_STATUS_OK) st = dt_shard_out_commit(&w, o->force);
+    sum->serial_s = write_s + (dt_now_s() - tc) + r.produce_s;
+    sum->pieces = r.written;
     dt_shard_out_abort(&w); /* after a commit this only frees */
 
     for (int i = 0; i < r.window; i++) free(r.slots[i].ids.ids);

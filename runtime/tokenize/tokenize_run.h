@@ -35,6 +35,8 @@ typedef struct dt_tokenize_progress {
     uint64_t val_tokens, train_tokens;
     double seconds;                   /* since the pipeline started */
     int jobs;
+    double serial_s;                  /* the serial part: cutting pieces + writing shards */
+    uint64_t pieces;
     uint64_t invalid_utf8;            /* bytes of invalid UTF-8 in the input */
     char first_invalid[512];          /* "FILE:offset N" or "FILE:line N" of the first */
 } dt_tokenize_progress;

@@ -34,6 +34,9 @@ expected() { sed -n "s/^$1 //p" "$FX/cli_expected.txt"; }
 # no_files PREFIX: nothing at all (shard or temporary) starts with PREFIX
 no_files() { ! compgen -G "$1*" >/dev/null; }
 
+# The GPT-2 fixture's vocabulary size: one past its largest id.
+vocab=$(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(1 + max(list(j["model"]["vocab"].values()) + [t["id"] for t in j["added_tokens"]]))' $FX/cli_gpt2.json)
+
 # ---- ids, determinism over --jobs, the split --------------------------------
 O=$DT_TMP/det; mkdir -p "$O"
 for j in 1 2 3; do
@@ -62,7 +65,7 @@ assert all(r[:3] == ["20240520", "1", "2"] for r in rows), rows
 counts = [int(r[3]) for r in rows]
 assert counts[0] == 1000 and all(c == 3000 for c in counts[1:-1]) and 0 < counts[-1] <= 3000, counts
 PY
-grep -q "^tokenize: 15 documents (and empty ones skipped), .* uint16 shard(s) .* 3 jobs" "$O/out3" \
+grep -q "^tokenize: 15 documents (and empty ones skipped), .* uint16 shard(s) (vocab $vocab) .* 3 jobs" "$O/out3" \
   && pass "one summary line (documents, tokens, shards, jobs)" || fail "summary line" "$(cat "$O/out3")"
 
 # ---- Llama 3's split, BOS as the document token -----------------------------
@@ -181,7 +184,6 @@ grep -q "warning: 2 byte(s) of invalid UTF-8, the first at .*bad8.txt:offset 3" 
 # ---- the README flow: tokenize, then train a tiny GPT on the shards ---------
 R=$DT_TMP/readme; mkdir -p "$R"
 TK --tokenizer $FX/cli_gpt2.json $DOCS/a.txt $DOCS/big.txt $DOCS/c.jsonl -o "$R/tok" --val-tokens 500 >/dev/null 2>&1
-vocab=$(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(1 + max(list(j["model"]["vocab"].values()) + [t["id"] for t in j["added_tokens"]]))' $FX/cli_gpt2.json)
 cat > "$R/gpt.json" <<JSON
 {"model": {"type": "gpt", "n_layer": 2, "n_head": 2, "n_embd": 32, "seq_len": 32, "vocab_size": $vocab},
  "data": {"train": "$R/tok_train_*.bin", "val": "$R/tok_val_*.bin"},
