@@ -17,7 +17,7 @@
 #define CACHE_SLOTS 65536u      /* power of two */
 #define CACHE_MAX_WORD 256u     /* longer words are not cached */
 #define CACHE_ARENA (16u << 20) /* bytes of keys and ids before the cache is cleared */
-#define HEAP_FROM 48            /* words with more symbols use the heap */
+#define HEAP_FROM 12            /* words with more symbols use the heap */
 
 uint64_t dt_tok_hash(const void *p, size_t n) {
     const unsigned char *s = p;
@@ -183,6 +183,12 @@ static size_t init_syms(dt_tok_enc_t *e, const char *w, size_t n) {
         return k;
     }
     for (size_t i = 0; i < n;) {
+        unsigned char c0 = (unsigned char)w[i];
+        if (c0 < 0x80 && t->ascii_id[c0] >= 0) { /* the common case, without hashing */
+            e->sym[k++] = (uint32_t)t->ascii_id[c0], last_unk = 0;
+            i++;
+            continue;
+        }
         int32_t cp;
         size_t l = (size_t)dt_uni_next((const unsigned char *)w + i, n - i, &cp);
         int64_t id = cp < 0 ? -1 : dt_tok_strmap_get(&t->vocab, t->tokens, t->tok_len, w + i, l);

@@ -59,6 +59,7 @@ struct dt_tok {
     int64_t unk_id;
     int64_t byte_id[256];      /* <0xAB> tokens (byte fallback), -1 when absent */
     int64_t bytelevel_id[256]; /* the token of each byte's GPT-2 character, -1 when absent */
+    int64_t ascii_id[128];     /* the token of each ASCII character alone, -1 when absent */
     /* normalizer, pre-tokenizer */
     dt_tok_norm *norms;
     int nnorms;

@@ -187,6 +187,10 @@ static dt_status_t load_model(dt_tok_t *t, const cJSON *model) {
         t->byte_id[b] = dt_tok_strmap_get(&t->vocab, t->tokens, t->tok_len, name, 6);
         memcpy(ch, dt_tok_byte_chars[b], dt_tok_byte_char_len[b]);
         t->bytelevel_id[b] = dt_tok_strmap_get(&t->vocab, t->tokens, t->tok_len, ch, dt_tok_byte_char_len[b]);
+        if (b < 128) {
+            char c = (char)b;
+            t->ascii_id[b] = dt_tok_strmap_get(&t->vocab, t->tokens, t->tok_len, &c, 1);
+        }
     }
     return DT_STATUS_OK;
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tokenize_bench.sh - dtrun tokenize's tokens/s at --jobs 1 and 2 against Hugging
-# Face tokenizers' encode_batch at 1 and 2 threads (scripts/bench/tokenize_vs_hf.py),
+# Face tokenizers' encode_batch at 1 and 2 threads (scripts/bench/tokenize_cli_vs_hf.py),
 # on the demo corpus and on a ~100 MB text made by repeating it with its fortunes
 # shuffled (runs/data/fortunes_100mb.txt, seeded: the same bytes every time).
 # Needs /opt/torchvenv (tokenizers); out of `make test`.
@@ -28,5 +28,5 @@ fi
 tok=()
 [ $# -ge 1 ] && tok=(--tokenizer "$1")
 for f in runs/data/fortunes.txt "$big"; do
-  "$PY" scripts/bench/tokenize_vs_hf.py "$f" "${tok[@]}" --jobs 1,2 --repeat "${REPEAT:-3}"
+  "$PY" scripts/bench/tokenize_cli_vs_hf.py "$f" "${tok[@]}" --jobs 1,2 --repeat "${REPEAT:-3}"
 done

@@ -1,94 +1,72 @@
-"""tokenize_vs_hf.py - dtrun tokenize against Hugging Face tokenizers (Rust,
-encode_batch) on the same tokenizer.json and text, at the same thread counts.
+#!/usr/bin/env python3
+"""tokenize_vs_hf.py - tokens/s of dtrun's tokenizer against Hugging Face
+`tokenizers` at 1 thread, same tokenizer, same text.
 
-  /opt/torchvenv/bin/python scripts/bench/tokenize_vs_hf.py TEXT [--tokenizer tokenizer.json]
-      [--jobs 1,2] [--repeat 3] [--dtrun ./dtrun]
+Trains a byte-level BPE tokenizer (GPT-2 pre-tokenizer by default, or --kind
+llama3|qwen2|mistral as in scripts/compat/tokenizer_check.py) with --vocab tokens on
+the demo corpus, then encodes every non-empty line of the corpus (--repeat times):
+tokenizers with encode_batch under RAYON_NUM_THREADS=1, dtrun through
+build/tests/helpers/tok_encode --bench (documents parsed before the clock starts).
+Prints both rates and their ratio; the token totals must agree.
 
-Without --tokenizer, a byte-level BPE (GPT-2's split, vocab 8192) is trained on TEXT
-offline first (runs/bench/tok_<vocab>.json, reused). TEXT is cut into documents at
-blank lines: tokenizers encodes that list with encode_batch (RAYON_NUM_THREADS=J,
-set before import, one fresh process per J); dtrun tokenizes the one file (one
-document, cut into pieces internally) with --jobs J. Tokens/s is tokens over the
-wall time of the encoding itself (HF) or of the whole dtrun run (reading the
-tokenizer, mapping, writing shards included). Best of --repeat runs.
+Run: /opt/torchvenv/bin/python scripts/bench/tokenize_vs_hf.py [--kind gpt2] [--vocab 8000]
 """
-import argparse, json, os, subprocess, sys, tempfile, time
+import os
 
-HF_CHILD = r"""
-import sys, time
-from tokenizers import Tokenizer
-tok = Tokenizer.from_file(sys.argv[1])
-text = open(sys.argv[2], encoding="utf-8", errors="surrogateescape").read()
-docs = [d for d in text.split("\n\n") if d]
-t0 = time.perf_counter()
-enc = tok.encode_batch(docs, add_special_tokens=False)
-dt = time.perf_counter() - t0
-print(sum(len(e.ids) for e in enc), dt)
-"""
+os.environ["RAYON_NUM_THREADS"] = "1"
+os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
+import argparse  # noqa: E402
+import json  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
 
-def train(text_path, vocab, out):
-    from tokenizers import Tokenizer, models, pre_tokenizers, decoders, trainers
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    tok.decoder = decoders.ByteLevel()
-    tr = trainers.BpeTrainer(vocab_size=vocab, special_tokens=["<|endoftext|>"], show_progress=False,
-                             initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train([text_path], tr)
-    tok.save(out)
-
-
-def hf_run(tok, text, jobs):
-    env = dict(os.environ, RAYON_NUM_THREADS=str(jobs), TOKENIZERS_PARALLELISM="true")
-    out = subprocess.run([sys.executable, "-c", HF_CHILD, tok, text], env=env, capture_output=True, text=True,
-                         check=True).stdout.split()
-    return int(out[0]), float(out[1])
-
-
-def dtrun_run(dtrun, tok, text, jobs, tmp):
-    prefix = os.path.join(tmp, "b%d" % jobs)
-    t0 = time.perf_counter()
-    out = subprocess.run([dtrun, "tokenize", "--tokenizer", tok, text, "-o", prefix, "--jobs", str(jobs), "--force"],
-                         capture_output=True, text=True)
-    dt = time.perf_counter() - t0
-    if out.returncode != 0:
-        sys.exit("dtrun tokenize failed: " + out.stderr)
-    tokens = int(out.stdout.split(" tokens (")[0].split(", ")[-1])
-    return tokens, dt
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "scripts", "compat"))
+import tokenizer_check  # noqa: E402
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("text")
-    ap.add_argument("--tokenizer")
-    ap.add_argument("--vocab", type=int, default=8192)
-    ap.add_argument("--jobs", default="1,2")
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--dtrun", default="./dtrun")
-    a = ap.parse_args()
-    tok = a.tokenizer
-    if not tok:
-        os.makedirs("runs/bench", exist_ok=True)
-        tok = "runs/bench/tok_%d.json" % a.vocab
-        if not os.path.exists(tok):
-            train(a.text, a.vocab, tok)
-    size = os.path.getsize(a.text)
-    print("text %s (%.1f MB), tokenizer %s" % (a.text, size / 1e6, tok))
-    rows = {}
-    with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(a.text))) as tmp:
-        for j in [int(x) for x in a.jobs.split(",")]:
-            hf = min((hf_run(tok, a.text, j) for _ in range(a.repeat)), key=lambda r: r[1])
-            dt = min((dtrun_run(a.dtrun, tok, a.text, j, tmp) for _ in range(a.repeat)), key=lambda r: r[1])
-            rows[j] = (hf, dt)
-            print("jobs %d: tokenizers %.2fM tokens/s (%d tokens, %.2f s)  dtrun %.2fM tokens/s (%d tokens, %.2f s)"
-                  "  dtrun/tokenizers %.2fx" % (j, hf[0] / hf[1] / 1e6, hf[0], hf[1], dt[0] / dt[1] / 1e6, dt[0],
-                                               dt[1], (dt[0] / dt[1]) / (hf[0] / hf[1])))
-    if 1 in rows and 2 in rows:
-        for name, k in (("tokenizers", 0), ("dtrun", 1)):
-            r1, r2 = rows[1][k], rows[2][k]
-            print("%s scaling 1 -> 2 jobs: %.2fx (linear 2.00x)" % (name, (r2[0] / r2[1]) / (r1[0] / r1[1])))
-    print(json.dumps({str(j): {"hf_tok_s": r[0][0] / r[0][1], "dtrun_tok_s": r[1][0] / r[1][1]}
-                      for j, r in rows.items()}))
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--corpus", default=os.path.join(ROOT, "runs/data/fortunes.txt"))
+    ap.add_argument("--kind", default="gpt2", choices=["gpt2", "llama3", "qwen2", "mistral"])
+    ap.add_argument("--vocab", type=int, default=8000)
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--helper", default=os.path.join(ROOT, "build/tests/helpers/tok_encode"))
+    args = ap.parse_args()
+    if not os.path.exists(args.corpus):
+        subprocess.run([os.path.join(ROOT, "scripts/prepare_demo_data.sh")], check=True)
+    subprocess.run(["make", "-s", "-C", ROOT, "-j2", "build/tests/helpers/tok_encode"], check=True)
+    text = open(args.corpus, encoding="utf-8", errors="replace").read()
+    lines = [l for l in text.split("\n") if l.strip()] * args.repeat
+    tok, _ = tokenizer_check.train(args.kind, lines[:50000], args.vocab)
+    with tempfile.TemporaryDirectory() as tmp:
+        tp, dp = os.path.join(tmp, "tokenizer.json"), os.path.join(tmp, "docs.jsonl")
+        tok.save(tp)
+        with open(dp, "w", encoding="utf-8") as f:
+            for l in lines:
+                f.write(json.dumps({"text": l}, ensure_ascii=False) + "\n")
+        tok.encode_batch(lines[:1000], add_special_tokens=False)  # warm up
+        t0 = time.perf_counter()
+        enc = tok.encode_batch(lines, add_special_tokens=False)
+        hf_s = time.perf_counter() - t0
+        hf_tokens = sum(len(e.ids) for e in enc)
+        best = None
+        for _ in range(3):
+            out = subprocess.run([args.helper, tp, dp, "--bench"], capture_output=True, text=True, check=True).stdout
+            ndocs, ntok, secs = out.split()
+            best = float(secs) if best is None else min(best, float(secs))
+        dt_tokens = int(ntok)
+    if dt_tokens != hf_tokens:
+        sys.exit("tokenize_vs_hf: token totals differ: dtrun %d, tokenizers %d" % (dt_tokens, hf_tokens))
+    mb = len(text.encode()) * args.repeat / 1e6
+    print("%s BPE, vocab %d, %d lines, %.1f MB, %d tokens (1 thread)" % (args.kind, args.vocab, len(lines), mb,
+                                                                         hf_tokens))
+    print("tokenizers: %.2f s  %.2f M tokens/s" % (hf_s, hf_tokens / hf_s / 1e6))
+    print("dtrun:      %.2f s  %.2f M tokens/s" % (best, dt_tokens / best / 1e6))
+    print("dtrun / tokenizers: %.2fx" % (hf_s / best))
 
 
 if __name__ == "__main__":
