@@ -74,6 +74,27 @@ ids=$(shards $(ls "$DT_TMP"/ll_train_*.bin | sort) 2>/dev/null | tail -1); want=
 [ -n "$want" ] && [ "$ids" = "$want" ] && pass "ids equal tokenizers' (Llama 3 split, <|begin_of_text|> between documents)" \
   || fail "ids equal tokenizers' (Llama 3 split)" "got $(echo "$ids" | cut -c1-80)"
 
+# ---- the tokenizer library's fixtures (tests/fixtures/tok/<kind>/: docs.jsonl and
+# tokenizers' ids per line) through dtrun tokenize: GPT-2, Llama 3, Qwen2, Mistral
+for kind in gpt2 llama3 qwen2 mistral; do
+  d=$FX/$kind
+  [ -f "$d/ids.txt" ] || { skip "$kind fixture" "no $d/ids.txt"; continue; }
+  TK --tokenizer "$d" "$d/docs.jsonl" -o "$DT_TMP/fx_$kind" --jobs 2 >"$DT_TMP/fx_$kind.out" 2>&1
+  if shards "$DT_TMP/fx_$kind"_train_000000.bin 2>/dev/null | tail -1 | python3 -c '
+import json, sys
+d = sys.argv[1]
+tok = json.load(open(d + "/tokenizer.json"))
+ids = {t["content"]: t["id"] for t in tok.get("added_tokens", [])}
+sep = next(ids[t] for t in ("<|endoftext|>", "<|begin_of_text|>", "<s>") if t in ids)
+want = []
+for line, doc in zip(open(d + "/ids.txt"), open(d + "/docs.jsonl")):
+    if json.loads(doc)["text"]:
+        want += [sep] + [int(x) for x in line.split()]
+got = [int(x) for x in sys.stdin.read().split()]
+sys.exit(got != want)' "$d"; then pass "$kind fixture: every document's ids through dtrun tokenize"
+  else fail "$kind fixture through dtrun tokenize" "$(tail -2 "$DT_TMP/fx_$kind.out")"; fi
+done
+
 # ---- uint32 shards: a vocabulary with id 70000 ------------------------------
 TK --tokenizer $FX/cli_u32.json "${INPUTS[@]}" -o "$DT_TMP/u32" --jobs 3 --shard-tokens 5000 >/dev/null 2>&1
 shards $(ls "$DT_TMP"/u32_train_*.bin | sort) > "$DT_TMP/u32.read" 2>/dev/null
