@@ -20,6 +20,8 @@ static const char usage[] =
     "  dtrun bench store [--conns N,...]                  rendezvous store benchmark\n"
     "  dtrun sample CHECKPOINT [--prompt S] [--tokens N]  generate text from a checkpoint\n"
     "  dtrun export CHECKPOINT -o FILE.safetensors        consolidated weights\n"
+    "  dtrun tokenize --tokenizer tokenizer.json INPUT... -o PREFIX [--jobs J]\n"
+    "                                                     text/jsonl -> llm.c token shards\n"
     "  dtrun report RUN_DIR                               plot of a run's metrics\n"
     "  dtrun --help | --version\n"
     "\n"
@@ -65,6 +67,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "plan")) return dt_cmd_plan(argc - 1, argv + 1);
     if (!strcmp(cmd, "sample")) return dt_cmd_sample(argc - 1, argv + 1);
     if (!strcmp(cmd, "export")) return dt_cmd_export(argc - 1, argv + 1);
+    if (!strcmp(cmd, "tokenize")) return dt_cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "report")) return dt_cmd_report(argc - 1, argv + 1);
     if (!strcmp(cmd, "config")) return dt_cmd_config(argc - 1, argv + 1);
     return dt_cmd_launch(argc, argv);

@@ -1,0 +1,45 @@
+/*
+ * tokenize_out.h - the shard files of one `dtrun tokenize` run (private to
+ * runtime/tokenize): a stream of ids cut into PREFIX_val_000000.bin (the first
+ * val_tokens) and PREFIX_train_NNNNNN.bin (shard_tokens each), written under
+ * temporary names and renamed only by dt_shard_out_commit.
+ */
+#ifndef DT_RUNTIME_TOKENIZE_TOKENIZE_OUT_H
+#define DT_RUNTIME_TOKENIZE_TOKENIZE_OUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+
+typedef struct dt_shard_out {
+    char *prefix;
+    int token_bytes;
+    uint64_t shard_tokens, val_tokens;
+    char **tmp, **final; /* every shard of this run, in order */
+    int n, cap;
+    int fd;              /* the open shard (-1 between shards) */
+    int fd_is_val;
+    uint64_t in_shard;   /* tokens in the open shard */
+    uint64_t total, val_written;
+    unsigned char *buf;  /* tokens not yet written to fd */
+    size_t buf_len, buf_cap;
+} dt_shard_out;
+
+/* Starts a run; nothing is created until the first token. */
+void dt_shard_out_init(dt_shard_out *w, const char *prefix, int token_bytes, uint64_t shard_tokens,
+                       uint64_t val_tokens);
+/* Appends n ids (each must fit token_bytes). */
+dt_status_t dt_shard_out_write(dt_shard_out *w, const uint32_t *ids, size_t n);
+/* Closes the last shard and renames every temporary to its final name (after
+ * fsync), then with force removes the prefix's other shards (from an older run).
+ * A run without a single train token is DT_STATUS_INVALID (and aborted). */
+dt_status_t dt_shard_out_commit(dt_shard_out *w, int force);
+/* Closes and removes every temporary; frees. Safe after commit (then only frees). */
+void dt_shard_out_abort(dt_shard_out *w);
+
+/* The existing shards of prefix (PREFIX_{val,train}_NNNNNN.bin), malloc'ed paths
+ * in *paths (free each and the array); *n their count. Errors name the folder. */
+dt_status_t dt_shard_out_existing(const char *prefix, char ***paths, int *n);
+
+#endif /* DT_RUNTIME_TOKENIZE_TOKENIZE_OUT_H */

@@ -1,0 +1,76 @@
+/*
+ * tokenize_run.h - `dtrun tokenize`'s pipeline: text files, jsonl files and stdin
+ * -> documents -> token ids (in parallel, byte-identical whatever the job count)
+ * -> llm.c token shards (shard.h).
+ *
+ * Documents: a text file (or stdin) is one document, a jsonl line is one (its
+ * `field` string). Each non-empty document is preceded by the document token.
+ * Large documents are cut at dt_tok_split_point into pieces that a pool of
+ * threads encodes (one dt_tok_enc_t each); pieces are written in input order.
+ *
+ * Output: PREFIX_val_000000.bin with the first val_tokens tokens (none when 0),
+ * then PREFIX_train_NNNNNN.bin of shard_tokens tokens each (the last shorter).
+ * Every shard is written under a temporary name in the same folder and fsync'ed;
+ * only when the whole run succeeded are they renamed to their final names, so a
+ * failure, a cancel or a signal never leaves a shard under a final name (nor a
+ * temporary: the run removes its own).
+ */
+#ifndef DT_RUNTIME_TOKENIZE_TOKENIZE_RUN_H
+#define DT_RUNTIME_TOKENIZE_TOKENIZE_RUN_H
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+#include "runtime/tokenize/tok.h"
+
+/* What the progress callback and the summary see. */
+typedef struct dt_tokenize_progress {
+    uint64_t bytes_done, bytes_total; /* input bytes encoded; total 0 when unknown (stdin) */
+    uint64_t tokens;                  /* tokens written so far (document tokens included) */
+    uint64_t documents;               /* non-empty documents */
+    uint64_t empty_documents;         /* skipped: no text */
+    int shards;                       /* shard files (val and train) */
+    uint64_t val_tokens, train_tokens;
+    double seconds;                   /* since the pipeline started */
+    int jobs;
+    double serial_s;                  /* the serial part: cutting pieces + writing shards */
+    uint64_t pieces;
+    uint64_t invalid_utf8;            /* bytes of invalid UTF-8 in the input */
+    char first_invalid[512];          /* "FILE:offset N" or "FILE:line N" of the first */
+} dt_tokenize_progress;
+
+typedef struct dt_tokenize_opts {
+    const dt_tok_t *tok;
+    const char *const *inputs; /* paths; "-" is stdin; *.jsonl are jsonl */
+    int n_inputs;
+    const char *field;         /* jsonl field (default "text") */
+    const char *out_prefix;
+    uint64_t shard_tokens;     /* > 0, at most INT32_MAX */
+    uint64_t val_tokens;
+    int jobs;                  /* >= 1 */
+    uint32_t doc_token;
+    int force;                 /* replace existing shards of the prefix */
+    size_t piece_bytes;        /* 0: chosen from the input size and jobs (<= 1 MB) */
+    /* Set (by a signal handler) to stop: the run removes its temporaries and
+     * returns DT_STATUS_CANCELED. May be NULL. */
+    volatile sig_atomic_t *cancel;
+    /* Called from the writing thread about every progress_ms (0: 100 ms). May be NULL. */
+    void (*progress)(void *ctx, const dt_tokenize_progress *p);
+    void *progress_ctx;
+    int progress_ms;
+} dt_tokenize_opts;
+
+/* Checks what can be checked before any work: every input exists and is readable
+ * (a regular file or "-", given once), the output folder exists and is writable,
+ * and no shard of the prefix exists unless o->force. Errors name the path. */
+dt_status_t dt_tokenize_check(const dt_tokenize_opts *o);
+
+/* Runs the pipeline (dt_tokenize_check first). On success *sum holds the totals;
+ * on failure nothing is left under the prefix by this run. A jsonl line that is
+ * not JSON or lacks the field is DT_STATUS_FORMAT naming file:line; input
+ * without a single token of text is DT_STATUS_INVALID. */
+dt_status_t dt_tokenize_run(const dt_tokenize_opts *o, dt_tokenize_progress *sum);
+
+#endif /* DT_RUNTIME_TOKENIZE_TOKENIZE_RUN_H */
