@@ -211,7 +211,7 @@ cat > "$R/gpt.json" <<JSON
  "train_micro_batch_size_per_gpu": 8, "train_steps": 60, "steps_per_print": 10,
  "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.0}},
  "eval": {"every_steps": 0}, "threads": 1, "seed": 3,
- "checkpoint": {"every_steps": 0, "resume": "never"}, "log": {"dir": "$R/run"}}
+ "checkpoint": {"every_steps": 60, "resume": "never", "dir": "$R/ck"}, "log": {"dir": "$R/run"}}
 JSON
 if "$DTRUN" --standalone --nproc_per_node 1 "$R/gpt.json" >"$R/out" 2>&1 && python3 - "$R/run/metrics.jsonl" "$vocab" <<'PY'
 import json, math, sys
@@ -222,4 +222,28 @@ assert last < first - 1.0, (first, last)
 PY
 then pass "README flow: tokenize, then a GPT (vocab $vocab) trains on the shards and its loss falls"
 else fail "README flow: train on the shards" "$(tail -3 "$R/out")"; fi
+
+# ---- dtrun sample --tokenizer on that checkpoint ------------------------------
+# The text prompt is the ids dtrun tokenize writes for it (document token first),
+# and the printed text is the prompt plus the decode of the generated ids.
+printf 'The cat' > "$R/prompt.txt"
+TK --tokenizer $FX/cli_gpt2.json "$R/prompt.txt" -o "$R/p" >/dev/null 2>&1
+pids=$(shards "$R/p_train_000000.bin" 2>/dev/null | tail -1 | tr ' ' ,)
+S() { "$DTRUN" sample "$R/ck" --tokens 12 --temperature 0 "$@" 2>>"$R/sample.err"; }
+a=$(S --tokenizer $FX/cli_gpt2.json --prompt 'The cat' --ids); b=$(S --prompt-ids "$pids" --ids)
+text=$(S --tokenizer $FX/cli_gpt2.json --prompt 'The cat')
+python3 - "$R/gen_train_000000.bin" "$a" <<'PY'
+import struct, sys
+ids = [int(x) for x in sys.argv[2].split(",")]
+hdr = struct.pack("<3i", 20240520, 1, len(ids)) + bytes(1012)
+open(sys.argv[1], "wb").write(hdr + struct.pack("<%dH" % len(ids), *ids))
+PY
+dec=$(TK --decode "$R/gen_train_000000.bin" --tokenizer $FX/cli_gpt2.json)
+[ -n "$a" ] && [ "$a" = "$b" ] && [ "$(echo "$pids" | cut -d, -f1)" = 0 ] && [ "$text" = "The cat$dec" ] \
+  && pass "sample --tokenizer: the text prompt is its tokenize ids ($pids), the output the prompt + the decoded ids" \
+  || fail "sample --tokenizer" "a=$a b=$b pids=$pids text=$text dec=$dec $(tail -2 "$R/sample.err")"
+"$DTRUN" sample "$R/ck" --tokenizer $FX/cli_u32.json --prompt x >/dev/null 2>"$R/u32.err"; rc=$?
+[ $rc = 2 ] && grep -q "not the model's tokenizer" "$R/u32.err" \
+  && pass "sample --tokenizer with more ids than the model's vocabulary: exit 2, said so" \
+  || fail "sample with a bigger tokenizer" "rc=$rc $(cat "$R/u32.err")"
 finish
