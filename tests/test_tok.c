@@ -160,7 +160,7 @@ static void check_split(const char *name, int expect_cuts) {
 Test(tok, gpt2_cut_points_give_the_same_ids) { check_split("gpt2", 1); }
 Test(tok, llama3_cut_points_give_the_same_ids) { check_split("llama3", 1); }
 Test(tok, qwen2_cut_points_give_the_same_ids) { check_split("qwen2", 1); }
-Test(tok, mistral_has_no_cut_points) { check_split("mistral", 0); }
+Test(tok, mistral_cut_points_give_the_same_ids) { check_split("mistral", 1); }
 
 /* The text tokenizers' decode gives back under a Prepend normalizer: each segment
  * after a special token was prepended, so one space follows each special token
@@ -340,4 +340,50 @@ Test(tok, errors_name_file_and_key) {
     dt_tok_t *t;
     cr_assert_eq(dt_tok_load("/nonexistent/tokenizer.json", &t), DT_STATUS_NOT_FOUND);
     cr_assert_not_null(strstr(dt_error_detail(), "/nonexistent/tokenizer.json"));
+}
+
+/* A whole-text BPE (Mistral-style normalizer, no pre-tokenizer) whose merges join
+ * "\n" and "T": cuts fall after "\n" only before letters no token joins to it
+ * ("x" here, never "T"), and the pieces' ids are the whole text's. */
+Test(tok, whole_text_cuts_avoid_pairs_a_token_joins) {
+    const char *json =
+        "{\"model\": {\"type\": \"BPE\", \"byte_fallback\": true, \"unk_token\": \"<unk>\", \"vocab\": {\"<unk>\": 0, "
+        "\"<0x0A>\": 1, \"\\n\": 2, \"T\": 3, \"h\": 4, \"e\": 5, \"x\": 6, \"\\u2581\": 7, \"\\nT\": 8, "
+        "\"\\nTh\": 9, \"\\u2581x\": 10, \"he\": 11, \"a\": 12}, \"merges\": [\"\\n T\", \"\\nT h\", \"\\u2581 x\", "
+        "\"h e\"]},"
+        " \"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Prepend\", \"prepend\": "
+        "\"\\u2581\"}, {\"type\": \"Replace\", \"pattern\": {\"String\": \" \"}, \"content\": \"\\u2581\"}]}}";
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/dt-tok-XXXXXX");
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(write(fd, json, strlen(json)), (ssize_t)strlen(json));
+    close(fd);
+    dt_tok_t *t;
+    cr_assert_eq(dt_tok_load(path, &t), DT_STATUS_OK, "%s", dt_error_detail());
+    unlink(path);
+    const char *s = "a\nThe\nx\nThe x\nxa\nThe\nx";
+    size_t n = strlen(s);
+    dt_tok_enc_t *e = dt_tok_enc_new(t);
+    dt_tok_ids whole = {0}, got = {0};
+    cr_assert_eq(dt_tok_encode(e, s, n, 1, &whole), DT_STATUS_OK);
+    int joined = 0;
+    for (size_t i = 0; i < whole.n; i++) joined += whole.ids[i] == 9; /* "\nTh" */
+    cr_assert_eq(joined, 3, "the whole text merges \"\\nTh\" three times");
+    size_t at = 0;
+    int cuts = 0;
+    while (at < n) {
+        size_t p = dt_tok_split_point(t, s, n, at + 1);
+        if (p < n) {
+            cr_assert(s[p - 1] == '\n' && s[p] == 'x', "a cut at %zu, before '%c'", p, s[p]);
+            cuts++;
+        }
+        cr_assert_eq(dt_tok_encode(e, s + at, p - at, at == 0, &got), DT_STATUS_OK);
+        at = p;
+    }
+    cr_assert_eq(cuts, 3, "every \"\\nx\" is a cut");
+    ids_eq(&got, &whole, "whole-text cuts", 0);
+    free(whole.ids), free(got.ids);
+    dt_tok_enc_free(e);
+    dt_tok_free(t);
 }

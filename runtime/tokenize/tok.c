@@ -279,12 +279,50 @@ static int added_ends_at(const dt_tok_t *t, const char *s, size_t p) {
     return 0;
 }
 
+/* Tokenizers that BPE the whole text (no split: Mistral-style normalizers, or
+ * Metaspace): a cut after "\n" before an ASCII letter c is exact when no vocab
+ * token holds "\nc" (no merge can then join symbols across it, and BPE on each
+ * side merges the same pairs in the same order as on the whole), c is a token
+ * itself (unknown symbols cannot fuse across it), and the normalizer cannot move
+ * the pair (only Replace of " ", Prepend and NFC, which composes nothing with
+ * "\n" or onto an ASCII letter from before it). ignore_merges looks words up
+ * whole: no cuts. */
+static size_t whole_text_cut(const dt_tok_t *t, const char *s, size_t len, size_t from) {
+    if (t->byte_level || t->ignore_merges)
+        return len;
+    for (int k = 0; k < t->nnorms; k++)
+        if (t->norms[k].kind == DT_NORM_REPLACE && strcmp(t->norms[k].a, " ") != 0)
+            return len;
+    int seg_effects = t->metaspace;
+    for (int k = 0; k < t->nnorms; k++)
+        seg_effects |= t->norms[k].kind == DT_NORM_PREPEND;
+    size_t p = from < 1 ? 1 : from;
+    while (p < len) {
+        const char *nl = memchr(s + p - 1, '\n', len - (p - 1));
+        if (!nl)
+            break;
+        p = (size_t)(nl - s) + 1;
+        if (p >= len)
+            break;
+        unsigned char c = (unsigned char)s[p];
+        if ((c | 0x20) >= 'a' && (c | 0x20) <= 'z' && !t->nl_then[c] && t->ascii_id[c] >= 0 &&
+            !(seg_effects && added_ends_at(t, s, p - 1)))
+            return p;
+        p++;
+    }
+    return len;
+}
+
 size_t dt_tok_split_point(const dt_tok_t *t, const char *text, size_t len, size_t from) {
-    if (t->split == DT_SPLIT_NONE || t->metaspace || t->added_newline_or_lstrip)
+    if (t->added_newline_or_lstrip)
         return len;
     for (int k = 0; k < t->nnorms; k++)
         if (t->norms[k].kind == DT_NORM_REPLACE && strchr(t->norms[k].a, '\n'))
             return len;
+    if (t->split == DT_SPLIT_NONE)
+        return whole_text_cut(t, text, len, from);
+    if (t->metaspace)
+        return len;
     int seg_effects = t->add_prefix_space;
     for (int k = 0; k < t->nnorms; k++)
         seg_effects |= t->norms[k].kind == DT_NORM_PREPEND;

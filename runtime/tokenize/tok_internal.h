@@ -72,6 +72,10 @@ struct dt_tok {
     dt_tok_added *added;
     int nadded;
     int added_newline_or_lstrip; /* an added token holds '\n' or strips left: no cut points */
+    /* For tokenizers that BPE the whole text (no split): nl_then[c] = some vocab
+     * token holds "\n" followed by ASCII c, so a cut between them could change
+     * the merges (tok.c, dt_tok_split_point). */
+    uint8_t nl_then[128];
     dt_tok_dec *decs;
     int ndecs;
     int64_t doc_token;

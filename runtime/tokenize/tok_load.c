@@ -181,6 +181,12 @@ static dt_status_t load_model(dt_tok_t *t, const cJSON *model) {
     int i = 0;
     for (const cJSON *m = merges->child; m; m = m->next, i++)
         DT_CHECK(load_merge(t, m, i, (uint32_t)i));
+    for (uint32_t id = 0; id < t->nvocab; id++) {
+        const char *s = t->tokens[id];
+        for (uint32_t k = 0; s && k + 1 < t->tok_len[id]; k++)
+            if (s[k] == '\n' && (unsigned char)s[k + 1] < 128)
+                t->nl_then[(unsigned char)s[k + 1]] = 1;
+    }
     for (int b = 0; b < 256; b++) {
         char name[8], ch[4];
         snprintf(name, sizeof name, "<0x%02X>", b);

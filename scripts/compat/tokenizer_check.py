@@ -146,10 +146,35 @@ def run_helper(helper, tok_path, docs_path, mode=None):
     return out[:-1] if out and out[-1] == "" else out
 
 
+def joined_check(dtrun, tok, tp, docs, tmp):
+    """All documents joined by "\n" as ONE text file through `dtrun tokenize` in small
+    pieces on 2 jobs: the pieces are cut at dt_tok_split_point, so the ids after the
+    document token must equal tokenizers' ids of the whole text. Returns (ok, cuts)."""
+    text = "\n".join(docs)
+    src = os.path.join(tmp, "joined.txt")
+    with open(src, "w", encoding="utf-8") as f:
+        f.write(text)
+    prefix = os.path.join(tmp, "joined")
+    r = subprocess.run([dtrun, "tokenize", "--tokenizer", tp, src, "-o", prefix, "--jobs", "2", "--piece-bytes",
+                        "2048", "--stats"], capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit("tokenizer_check: dtrun tokenize failed: %s" % r.stderr.strip())
+    import struct
+    b = open(prefix + "_train_000000.bin", "rb").read()
+    magic, _, n = struct.unpack("<3i", b[:12])
+    ids = list(struct.unpack("<%d%s" % (n, "H" if magic == 20240520 else "I"), b[1024:]))
+    import re
+    m = re.search(r"(\d+) pieces", r.stdout + r.stderr)
+    pieces = int(m.group(1)) if m else 0
+    return ids[1:] == tok.encode(text, add_special_tokens=False).ids, pieces
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpus", default=os.path.join(ROOT, "runs/data/fortunes.txt"))
     ap.add_argument("--helper", default=os.path.join(ROOT, "build/tests/helpers/tok_encode"))
+    ap.add_argument("--dtrun", default=os.path.join(ROOT, "dtrun"),
+                    help="checks dtrun tokenize's cut points on the joined documents too (when it exists)")
     ap.add_argument("--vocab", type=int, default=1000)
     ap.add_argument("--only", default="gpt2,llama3,qwen2,mistral,gpt2-prefix,metaspace",
                     help="tokenizers to check (fixtures are written for the first four)")
@@ -198,6 +223,11 @@ def main():
             ntok = sum(len(w) for w in want)
             print("%-8s %s: %d documents, %d tokens, %d mismatched" % (kind, "ok" if nbad == 0 else "FAIL", len(docs),
                                                                       ntok, nbad))
+            if os.path.exists(args.dtrun):
+                ok, pieces = joined_check(args.dtrun, tok, tp, docs, tmp)
+                print("%-8s %s: the documents joined into one text, dtrun tokenize in %d pieces: ids %s" %
+                      (kind, "ok" if ok else "FAIL", pieces, "equal" if ok else "DIFFER"))
+                nbad += 0 if ok else 1
             bad += nbad
             if args.write_fixtures and kind in ("gpt2", "llama3", "qwen2", "mistral"):
                 out = os.path.join(ROOT, "tests/fixtures/tok", kind)
