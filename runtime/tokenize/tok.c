@@ -226,9 +226,9 @@ static int word_char_before(const unsigned char *s, size_t j) {
 static int find_added(const dt_tok_t *t, const unsigned char *s, size_t n, size_t i, size_t *a, size_t *b,
                       const dt_tok_added **tok) {
     for (size_t j = i; j < n; j++) {
-        for (int k = 0; k < t->nadded; k++) {
-            const dt_tok_added *d = &t->added[k];
-            if ((unsigned char)d->content[0] != s[j] || d->len > n - j || memcmp(s + j, d->content, d->len) != 0)
+        for (int q = t->added_first[s[j]]; q < t->added_first[s[j] + 1]; q++) {
+            const dt_tok_added *d = &t->added[t->added_idx[q]];
+            if (d->len > n - j || memcmp(s + j, d->content, d->len) != 0)
                 continue;
             if (d->single_word && ((j > 0 && word_char_before(s, j)) || (j + d->len < n && word_char_at(s, n, j + d->len))))
                 continue;

@@ -71,6 +71,11 @@ struct dt_tok {
     /* added tokens, longest first */
     dt_tok_added *added;
     int nadded;
+    /* added[added_idx[added_first[c] .. added_first[c + 1])]: the added tokens whose
+     * content starts with byte c, longest first (a byte no token starts with costs
+     * one lookup: Llama 3 has 256 special tokens, all starting with '<') */
+    int added_first[257];
+    int *added_idx;
     int added_newline_or_lstrip; /* an added token holds '\n' or strips left: no cut points */
     /* For tokenizers that BPE the whole text (no split): nl_then[c] = some vocab
      * token holds "\n" followed by ASCII c, so a cut between them could change

@@ -244,6 +244,15 @@ static dt_status_t load_added(dt_tok_t *t, const cJSON *arr) {
             t->added_newline_or_lstrip = 1;
     }
     qsort(t->added, (size_t)t->nadded, sizeof *t->added, added_cmp);
+    t->added_idx = dt_xcalloc((size_t)t->nadded + 1, sizeof *t->added_idx);
+    for (int k = 0; k < t->nadded; k++)
+        t->added_first[(unsigned char)t->added[k].content[0] + 1]++;
+    for (int c = 0; c < 256; c++)
+        t->added_first[c + 1] += t->added_first[c];
+    int fill[256];
+    memcpy(fill, t->added_first, sizeof fill);
+    for (int k = 0; k < t->nadded; k++) /* stable: longest first within each byte */
+        t->added_idx[fill[(unsigned char)t->added[k].content[0]]++] = k;
     return DT_STATUS_OK;
 }
 
@@ -563,6 +572,7 @@ void dt_tok_free(dt_tok_t *t) {
     for (int i = 0; i < t->nadded; i++)
         free(t->added[i].content);
     free(t->added);
+    free(t->added_idx);
     for (int i = 0; i < t->ndecs; i++)
         free(t->decs[i].a), free(t->decs[i].b);
     free(t->decs);
