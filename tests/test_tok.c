@@ -161,6 +161,10 @@ Test(tok, gpt2_cut_points_give_the_same_ids) { check_split("gpt2", 1); }
 Test(tok, llama3_cut_points_give_the_same_ids) { check_split("llama3", 1); }
 Test(tok, qwen2_cut_points_give_the_same_ids) { check_split("qwen2", 1); }
 Test(tok, mistral_cut_points_give_the_same_ids) { check_split("mistral", 1); }
+/* Llama 2 / Mistral as they ship (a vocabulary of words, no pre-tokenizer): the
+ * whole-text BPE runs in chunks (tok_chunk.c) and must give tokenizers' ids. */
+Test(tok, spm_ids_equal_tokenizers) { check_fixture("spm"); }
+Test(tok, spm_cut_points_give_the_same_ids) { check_split("spm", 1); }
 
 /* The text tokenizers' decode gives back under a Prepend normalizer: each segment
  * after a special token was prepended, so one space follows each special token
@@ -199,7 +203,7 @@ static void check_roundtrip(const char *name, int exact) {
         len = 0;
         cr_assert_eq(dt_tok_decode(t, d.want[i].ids, d.want[i].n, &buf, &len, &cap), DT_STATUS_OK);
         if (exact) {
-            char *want = !strcmp(name, "mistral") ? with_prepend_spaces(d.text[i]) : strdup(d.text[i]);
+            char *want = !strcmp(name, "mistral") || !strcmp(name, "spm") ? with_prepend_spaces(d.text[i]) : strdup(d.text[i]);
             cr_assert(len == strlen(want) && !memcmp(buf, want, len), "%s doc %zu decodes to \"%.80s\"", name, i, buf);
             free(want);
         } else {
@@ -222,6 +226,7 @@ Test(tok, gpt2_decode_round_trips) { check_roundtrip("gpt2", 1); }
 Test(tok, llama3_decode_round_trips) { check_roundtrip("llama3", 1); }
 Test(tok, qwen2_decode_reencodes) { check_roundtrip("qwen2", 0); }
 Test(tok, mistral_decode_round_trips) { check_roundtrip("mistral", 1); }
+Test(tok, spm_decode_round_trips) { check_roundtrip("spm", 1); }
 
 static void encode_str(dt_tok_enc_t *e, const char *s, int doc_start, dt_tok_ids *out) {
     cr_assert_eq(dt_tok_encode(e, s, strlen(s), doc_start, out), DT_STATUS_OK);

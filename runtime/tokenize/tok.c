@@ -116,7 +116,7 @@ static void count_invalid(dt_tok_enc_t *e, const unsigned char *s, size_t n) {
 static void pretok_and_bpe(dt_tok_enc_t *e, const char *s, size_t n, int first, dt_tok_ids *out) {
     const dt_tok_t *t = e->t;
     if (t->split == DT_SPLIT_NONE) {
-        dt_tok_bpe_word(e, s, n, out);
+        dt_tok_bpe_whole(e, s, n, out);
         return;
     }
     const unsigned char *u = (const unsigned char *)s;
@@ -141,7 +141,7 @@ static void metaspace(dt_tok_enc_t *e, const char *s, size_t n, int first, dt_to
         str_put(&b, a.p, a.n);
     }
     if (!t->meta_split) {
-        dt_tok_bpe_word(e, b.p, b.n, out);
+        dt_tok_bpe_whole(e, b.p, b.n, out);
     } else { /* split before each replacement (merged with the next) */
         size_t start = 0;
         for (size_t i = rn; i + rn <= b.n;) {

@@ -81,6 +81,14 @@ struct dt_tok {
      * token holds "\n" followed by ASCII c, so a cut between them could change
      * the merges (tok.c, dt_tok_split_point). */
     uint8_t nl_then[128];
+    /* Whole-text BPE in chunks (tok_chunk.c): the character pairs some vocab token
+     * holds (ASCII and "▁" in pair_small, the rest hashed) and the characters that
+     * are tokens alone (known_bmp, below U+10000). */
+    int chunk_whole;
+    uint8_t *pair_small;
+    uint64_t *pair_keys; /* (a << 32 | b) + 1, 0 = empty */
+    size_t pair_mask;
+    uint8_t *known_bmp;
     dt_tok_dec *decs;
     int ndecs;
     int64_t doc_token;
@@ -130,5 +138,11 @@ size_t dt_tok_pretok_next(dt_tok_split_kind k, const unsigned char *s, size_t n,
 /* BPE of one pre-token (already byte-mapped or normalized: the model's alphabet),
  * through the encoder's cache; bytes is the raw piece when byte_level. */
 void dt_tok_bpe_word(dt_tok_enc_t *e, const char *w, size_t n, dt_tok_ids *out);
+
+/* tok_chunk.c: builds the pair tables after load (a no-op for tokenizers that split
+ * or ignore merges), frees them, and BPEs a whole segment chunk by chunk. */
+void dt_tok_chunk_init(dt_tok_t *t);
+void dt_tok_chunk_free(dt_tok_t *t);
+void dt_tok_bpe_whole(dt_tok_enc_t *e, const char *w, size_t n, dt_tok_ids *out);
 
 #endif /* DT_RUNTIME_TOKENIZE_TOK_INTERNAL_H */

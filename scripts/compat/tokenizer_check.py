@@ -8,8 +8,10 @@ special tokens inside the text).
 Tokenizers: gpt2 (ByteLevel pre-tokenizer), llama3 (Llama 3's Split regex +
 ByteLevel without regex, ignore_merges), qwen2 (Qwen2's regex + NFC), mistral
 (Prepend/Replace "\u2581" normalizer, no pre-tokenizer, byte fallback with
-<0x00>..<0xFF>). For EVERY document, the ids of build/tests/helpers/tok_encode must
-equal `Tokenizer.encode(text, add_special_tokens=False).ids`, and its decode must
+<0x00>..<0xFF>); gpt2-prefix (ByteLevel add_prefix_space), metaspace (Metaspace,
+split false) and spm (Llama 2 / Mistral as they ship: a vocabulary trained on
+words, applied with the mistral normalizer and no pre-tokenizer). For EVERY
+document, the ids of build/tests/helpers/tok_encode must equal `Tokenizer.encode(text, add_special_tokens=False).ids`, and its decode must
 equal tokenizers' decode.
 
 Run with /opt/torchvenv/bin/python (not part of `make test`):
@@ -106,7 +108,19 @@ def train(kind, corpus_lines, vocab):
         "mistral": ["<unk>", "<s>", "</s>"],
         "gpt2-prefix": ["<|endoftext|>"],
         "metaspace": ["<unk>", "<s>", "</s>"],
+        "spm": ["<unk>", "<s>", "</s>"],
     }[kind]
+    if kind == "spm":  # Llama 2 / Mistral: trained on words, applied with no pre-tokenizer
+        tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first", split=True)
+        tr = trainers.BpeTrainer(vocab_size=vocab, special_tokens=specials + ["<0x%02X>" % b for b in range(256)],
+                                 limit_alphabet=200, show_progress=False)
+        tok.train_from_iterator(corpus_lines, trainer=tr)
+        tok.pre_tokenizer = None
+        tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
+        tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                         decoders.Strip(" ", 1, 0)])
+        return tok, specials
     if kind == "metaspace":  # Llama 2 / Mistral as `tokenizers` converts them now
         tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
         tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first", split=False)
@@ -176,8 +190,8 @@ def main():
     ap.add_argument("--dtrun", default=os.path.join(ROOT, "dtrun"),
                     help="checks dtrun tokenize's cut points on the joined documents too (when it exists)")
     ap.add_argument("--vocab", type=int, default=1000)
-    ap.add_argument("--only", default="gpt2,llama3,qwen2,mistral,gpt2-prefix,metaspace",
-                    help="tokenizers to check (fixtures are written for the first four)")
+    ap.add_argument("--only", default="gpt2,llama3,qwen2,mistral,gpt2-prefix,metaspace,spm",
+                    help="tokenizers to check (fixtures are written for gpt2, llama3, qwen2, mistral, spm)")
     ap.add_argument("--write-fixtures", action="store_true")
     ap.add_argument("--fuzz", type=int, default=2000, metavar="N",
                     help="also check N random documents per tokenizer (not written to fixtures)")
@@ -229,7 +243,7 @@ def main():
                       (kind, "ok" if ok else "FAIL", pieces, "equal" if ok else "DIFFER"))
                 nbad += 0 if ok else 1
             bad += nbad
-            if args.write_fixtures and kind in ("gpt2", "llama3", "qwen2", "mistral"):
+            if args.write_fixtures and kind in ("gpt2", "llama3", "qwen2", "mistral", "spm"):
                 out = os.path.join(ROOT, "tests/fixtures/tok", kind)
                 os.makedirs(out, exist_ok=True)
                 tok.save(os.path.join(out, "tokenizer.json"), pretty=False)
