@@ -22,14 +22,16 @@
 
 static const char tokenize_usage[] =
     "usage: dtrun tokenize --tokenizer PATH INPUT... -o PREFIX [--shard-tokens N] [--val-tokens N]\n"
-    "                      [--jobs J] [--doc-token ID|STRING] [--field NAME] [--force]\n"
+    "                      [--jobs J] [--doc-token ID|STRING] [--field NAME] [--format F] [--force]\n"
     "       dtrun tokenize --decode SHARD --tokenizer PATH [--count N]\n"
     "  PATH: a Hugging Face tokenizer.json, or a folder holding one (byte-level BPE as GPT-2,\n"
     "  Llama 3 and Qwen2 use, or byte-fallback BPE as Mistral-style tokenizers use).\n"
     "  INPUT: a text file (one document), a .jsonl file (one document per line: the string of\n"
-    "  its --field, default \"text\"), or - for stdin (one document). Each document is preceded\n"
-    "  by the document token: --doc-token (an id or a token string), else <|endoftext|> when\n"
-    "  the vocabulary has it, else the tokenizer's BOS token.\n"
+    "  its --field, default \"text\"), or - for stdin (streamed: a pipe of any size). --format\n"
+    "  text|jsonl reads every INPUT, stdin too, as that format (default auto: *.jsonl are jsonl,\n"
+    "  the rest text): zstdcat corpus.jsonl.zst | dtrun tokenize --format jsonl - -o PREFIX ...\n"
+    "  Each document is preceded by the document token: --doc-token (an id or a token string),\n"
+    "  else <|endoftext|> when the vocabulary has it, else the tokenizer's BOS token.\n"
     "  Output: llm.c token shards (a 1024-byte header, then uint16 tokens when every id fits\n"
     "  16 bits, else uint32): PREFIX_val_000000.bin with the first --val-tokens tokens\n"
     "  (default 0: none), then PREFIX_train_000000.bin, _000001.bin, ... of --shard-tokens\n"
@@ -187,6 +189,7 @@ out_unmap:
 
 int dt_cmd_tokenize(int argc, char **argv) {
     const char *tok_path = NULL, *out = NULL, *doc_arg = NULL, *field = "text", *decode = NULL;
+    dt_tokenize_format format = DT_TOKENIZE_AUTO;
     uint64_t shard_tokens = 100000000, val_tokens = 0, count = 0, jobs = 0, piece = 0;
     int force = 0, n_inputs = 0, stats = 0;
     const char **inputs = dt_xcalloc((size_t)argc, sizeof *inputs);
@@ -207,6 +210,13 @@ int dt_cmd_tokenize(int argc, char **argv) {
         else if ((!strcmp(a, "-o") || !strcmp(a, "--output")) && has) out = argv[++i];
         else if ((!strcmp(a, "--doc-token") || !strcmp(a, "--doc_token")) && has) doc_arg = argv[++i];
         else if (!strcmp(a, "--field") && has) field = argv[++i];
+        else if (!strcmp(a, "--format") && has) {
+            const char *f = argv[++i];
+            if (!strcmp(f, "text")) format = DT_TOKENIZE_TEXT;
+            else if (!strcmp(f, "jsonl")) format = DT_TOKENIZE_JSONL;
+            else if (!strcmp(f, "auto")) format = DT_TOKENIZE_AUTO;
+            else BAD("--format wants text, jsonl or auto, got '%s'", f);
+        }
         else if (!strcmp(a, "--decode") && has) decode = argv[++i];
         else if (!strcmp(a, "--force")) force = 1;
         else if (!strcmp(a, "--stats")) stats = 1; /* for benchmarks: the serial part's time */
@@ -246,6 +256,7 @@ int dt_cmd_tokenize(int argc, char **argv) {
         .inputs = inputs,
         .n_inputs = n_inputs,
         .field = field,
+        .format = format,
         .out_prefix = out,
         .shard_tokens = shard_tokens,
         .val_tokens = val_tokens,

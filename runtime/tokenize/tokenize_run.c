@@ -6,8 +6,11 @@
  * threads take the next piece, encode it with their own dt_tok_enc_t and mark it
  * done; the calling thread writes done pieces strictly in order (so the shards
  * are the same bytes whatever the job count) and draws progress. At most `window`
- * pieces are in flight, which bounds memory; inputs are mapped, not read whole
- * (stdin, which cannot be mapped, is read into memory).
+ * pieces are in flight, which bounds memory; files are mapped, not read whole.
+ * stdin is streamed: each of its pieces is read into a buffer of its own, cut at a
+ * line end (jsonl) or a cut point (text) with the bytes after the cut carried to
+ * the next, so `zstdcat corpus.jsonl.zst | dtrun tokenize -` holds a window of
+ * pieces, never the whole stream.
  */
 #include "runtime/tokenize/tokenize_run.h"
 
@@ -39,10 +42,14 @@ typedef struct source {
     const char *data; /* the whole input (mapped or read) */
     size_t len;
     void *map;        /* munmap(map, len) when set */
-    char *owned;      /* free() when set (stdin) */
     int opened;       /* data valid */
     int cut_all;      /* every piece of it produced */
     int pending;      /* produced pieces not yet written */
+    /* stdin: bytes read and not yet in a piece, end of stream, bytes cut so far */
+    char *carry;
+    size_t carry_len, carry_cap;
+    int eof;
+    uint64_t consumed;
 } source;
 
 typedef enum { PIECE_FREE, PIECE_BUSY, PIECE_DONE } piece_state;
@@ -52,6 +59,7 @@ typedef struct piece {
     uint64_t seq;
     int src;
     size_t off, len;  /* byte range in the source */
+    char *buf;        /* stdin: the piece's own bytes (off is its offset in the stream) */
     uint64_t line;    /* jsonl: line number of its first line (1-based) */
     int doc_start;    /* text: the piece begins the document */
     dt_tok_ids ids;
@@ -87,33 +95,32 @@ static int ends_with(const char *s, const char *suffix) {
     return a >= b && !strcmp(s + a - b, suffix);
 }
 
-/* Maps (or, for stdin, reads) a source. Reading stdin polls `cancel` every
- * 100 ms: a signal may land on another thread and leave this read blocked. */
-static dt_status_t source_open(source *s, volatile sig_atomic_t *cancel) {
-    if (s->is_stdin) {
-        size_t cap = 1 << 20, n = 0;
-        char *buf = dt_xmalloc(cap);
-        for (;;) {
-            if (n == cap) buf = dt_xrealloc(buf, cap *= 2);
-            if (cancel && *cancel) {
-                free(buf);
-                return dt_error(DT_STATUS_CANCELED, "stdin: stopped by a signal while reading");
-            }
-            struct pollfd pfd = {.fd = STDIN_FILENO, .events = POLLIN};
-            int pr = poll(&pfd, 1, 100);
-            if (pr == 0 || (pr < 0 && errno == EINTR)) continue;
-            ssize_t k = read(STDIN_FILENO, buf + n, cap - n);
-            if (k < 0 && errno == EINTR) continue;
-            if (k < 0) {
-                free(buf);
-                return dt_error(DT_STATUS_IO, "stdin: read failed: %s", strerror(errno));
-            }
-            if (k == 0) break;
-            n += (size_t)k;
+/* Reads stdin until s->carry holds at least `want` bytes or the stream ends.
+ * Polls `cancel` every 100 ms: a signal may land on another thread and leave
+ * this read blocked. */
+static dt_status_t stdin_fill(source *s, size_t want, volatile sig_atomic_t *cancel) {
+    while (!s->eof && s->carry_len < want) {
+        if (s->carry_cap < want + (1u << 16)) {
+            s->carry_cap = want + (1u << 16);
+            s->carry = dt_xrealloc(s->carry, s->carry_cap);
         }
-        s->owned = buf;
-        s->data = buf;
-        s->len = n;
+        if (cancel && *cancel) return dt_error(DT_STATUS_CANCELED, "stdin: stopped by a signal while reading");
+        struct pollfd pfd = {.fd = STDIN_FILENO, .events = POLLIN};
+        int pr = poll(&pfd, 1, 100);
+        if (pr == 0 || (pr < 0 && errno == EINTR)) continue;
+        ssize_t k = read(STDIN_FILENO, s->carry + s->carry_len, s->carry_cap - s->carry_len);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) return dt_error(DT_STATUS_IO, "stdin: read failed: %s", strerror(errno));
+        if (k == 0) s->eof = 1;
+        s->carry_len += (size_t)k;
+    }
+    return DT_STATUS_OK;
+}
+
+/* Maps a file (stdin is read piece by piece: produce_stdin). */
+static dt_status_t source_open(source *s) {
+    if (s->is_stdin) {
+        s->data = "";
     } else {
         int fd = open(s->path, O_RDONLY | O_CLOEXEC);
         if (fd < 0) return dt_error(DT_STATUS_NOT_FOUND, "%s: cannot open: %s", s->path, strerror(errno));
@@ -143,11 +150,59 @@ static dt_status_t source_open(source *s, volatile sig_atomic_t *cancel) {
 
 static void source_close(source *s) {
     if (s->map) munmap(s->map, s->len);
-    free(s->owned);
+    free(s->carry);
+    s->carry = NULL;
+    s->carry_len = s->carry_cap = 0;
     s->map = NULL;
-    s->owned = NULL;
     s->data = NULL;
     s->opened = 0;
+}
+
+/* The next piece of stdin into p (lock held): 1, or 0 at the end of the stream
+ * (or on a read error, in r->prod_st). */
+static int produce_stdin(run *r, source *s, piece *p) {
+    const dt_tokenize_opts *o = r->o;
+    size_t want = r->piece_bytes + r->piece_bytes / 2, cut = 0;
+    for (;;) {
+        dt_status_t st = stdin_fill(s, want, o->cancel);
+        if (st != DT_STATUS_OK) {
+            r->prod_st = st;
+            snprintf(r->prod_err, sizeof r->prod_err, "%s", dt_error_detail());
+            return 0;
+        }
+        if (s->eof) {
+            cut = s->carry_len;
+            break;
+        }
+        if (s->jsonl) { /* the last whole line in the buffer */
+            const char *nl = s->carry + s->carry_len;
+            while (nl > s->carry && nl[-1] != '\n') nl--;
+            cut = (size_t)(nl - s->carry);
+        } else {
+            cut = dt_tok_split_point(o->tok, s->carry, s->carry_len, r->piece_bytes);
+            if (cut == s->carry_len) cut = 0; /* no cut point yet: it may be in what follows */
+        }
+        if (cut > 0) break;
+        want = s->carry_len * 2; /* a line or a stretch without a cut point longer than the buffer */
+    }
+    /* A text document is a piece even when empty (counted as such); a jsonl
+     * stream's end is not. */
+    if (cut == 0 && (s->jsonl || s->consumed > 0)) return 0;
+    memset(p, 0, sizeof *p);
+    p->src = r->cur;
+    p->buf = dt_xmalloc(cut + 1);
+    memcpy(p->buf, s->carry, cut);
+    memmove(s->carry, s->carry + cut, s->carry_len - cut);
+    s->carry_len -= cut;
+    p->off = (size_t)s->consumed;
+    p->len = cut;
+    p->line = r->line;
+    p->doc_start = s->consumed == 0;
+    if (s->jsonl)
+        for (const char *q = p->buf, *end = p->buf + cut; (q = memchr(q, '\n', (size_t)(end - q))); q++) r->line++;
+    s->consumed += cut;
+    s->pending++;
+    return 1;
 }
 
 /* The next piece at the cursor into p (lock held). Returns 0 when none is left. */
@@ -156,7 +211,7 @@ static int produce(run *r, piece *p) {
     while (r->cur < o->n_inputs) {
         source *s = &r->srcs[r->cur];
         if (!s->opened) {
-            dt_status_t st = source_open(s, o->cancel);
+            dt_status_t st = source_open(s);
             if (st != DT_STATUS_OK) {
                 r->prod_st = st;
                 snprintf(r->prod_err, sizeof r->prod_err, "%s", dt_error_detail());
@@ -164,6 +219,14 @@ static int produce(run *r, piece *p) {
             }
             r->pos = 0;
             r->line = 1;
+        }
+        if (s->is_stdin) {
+            if (produce_stdin(r, s, p)) return 1;
+            if (r->prod_st != DT_STATUS_OK) return 0;
+            s->cut_all = 1;
+            if (s->pending == 0) source_close(s);
+            r->cur++;
+            continue;
         }
         size_t rem = s->len - r->pos;
         /* A text document is a piece even when empty (it is counted as such);
@@ -303,7 +366,7 @@ static void encode_jsonl_line(run *r, dt_tok_enc_t *e, piece *p, const char *pat
 
 static void encode_piece(run *r, dt_tok_enc_t *e, piece *p) {
     const source *s = &r->srcs[p->src];
-    const char *text = s->data + p->off;
+    const char *text = p->buf ? p->buf : s->data + p->off;
     const char *path = s->is_stdin ? "stdin" : s->path;
     if (s->jsonl) {
         uint64_t lineno = p->line;
@@ -431,7 +494,7 @@ dt_status_t dt_tokenize_run(const dt_tokenize_opts *o, dt_tokenize_progress *sum
         source *s = &r.srcs[i];
         s->path = o->inputs[i];
         s->is_stdin = !strcmp(s->path, "-");
-        s->jsonl = ends_with(s->path, ".jsonl");
+        s->jsonl = o->format ? o->format == DT_TOKENIZE_JSONL : ends_with(s->path, ".jsonl");
         struct stat sb;
         if (!s->is_stdin && stat(s->path, &sb) == 0) sum->bytes_total += (uint64_t)sb.st_size;
     }
@@ -493,6 +556,8 @@ dt_status_t dt_tokenize_run(const dt_tokenize_opts *o, dt_tokenize_progress *sum
             }
             free(p->ids.ids);
             p->ids = (dt_tok_ids){0};
+            free(p->buf);
+            p->buf = NULL;
             pthread_mutex_lock(&r.mu);
             source *s = &r.srcs[p->src];
             if (--s->pending == 0 && s->cut_all && s->opened) source_close(s);
@@ -528,7 +593,7 @@ dt_status_t dt_tokenize_run(const dt_tokenize_opts *o, dt_tokenize_progress *sum
     sum->pieces = r.written;
     dt_shard_out_abort(&w); /* after a commit this only frees */
 
-    for (int i = 0; i < r.window; i++) free(r.slots[i].ids.ids);
+    for (int i = 0; i < r.window; i++) free(r.slots[i].ids.ids), free(r.slots[i].buf);
     free(r.slots);
     for (int i = 0; i < o->n_inputs; i++) source_close(&r.srcs[i]);
     free(r.srcs);

@@ -41,11 +41,16 @@ typedef struct dt_tokenize_progress {
     char first_invalid[512];          /* "FILE:offset N" or "FILE:line N" of the first */
 } dt_tokenize_progress;
 
+/* How inputs are read: by name (*.jsonl are jsonl, the rest and stdin text), or all
+ * as one format. */
+typedef enum { DT_TOKENIZE_AUTO = 0, DT_TOKENIZE_TEXT, DT_TOKENIZE_JSONL } dt_tokenize_format;
+
 typedef struct dt_tokenize_opts {
     const dt_tok_t *tok;
-    const char *const *inputs; /* paths; "-" is stdin; *.jsonl are jsonl */
+    const char *const *inputs; /* paths; "-" is stdin (streamed); *.jsonl are jsonl unless format */
     int n_inputs;
     const char *field;         /* jsonl field (default "text") */
+    dt_tokenize_format format;
     const char *out_prefix;
     uint64_t shard_tokens;     /* > 0, at most INT32_MAX */
     uint64_t val_tokens;

@@ -146,6 +146,11 @@ expect2 "--val-tokens negative: flag named" "val-tokens" --tokenizer $FX/cli_gpt
 expect2 "unknown flag named" "unknown flag.*--shards" --tokenizer $FX/cli_gpt2.json $DOCS/a.txt -o "$B/out" --shards 3
 expect2 "no -o" "-o PREFIX" --tokenizer $FX/cli_gpt2.json $DOCS/a.txt
 expect2 "--val-tokens past the input" "no tokens left for training" --tokenizer $FX/cli_gpt2.json $DOCS/b.txt -o "$B/out" --val-tokens 100K
+expect2 "--format xml: flag named" "format wants text, jsonl or auto" --tokenizer $FX/cli_gpt2.json $DOCS/a.txt -o "$B/out" --format xml
+printf '{"text": "ok"}\n{"text": "fine"}\n{"txt": "no field"}\n' | TK --tokenizer $FX/cli_gpt2.json --format jsonl - -o "$B/out" \
+  >"$B/err" 2>&1; rc=$?
+[ $rc = 2 ] && grep -q 'stdin:3: no field "text"' "$B/err" && no_files "$B/out" \
+  && pass "jsonl on stdin without the field: stdin:line, nothing written" || fail "jsonl stdin error" "rc=$rc $(head -2 "$B/err")"
 expect2 "unknown --doc-token" "not a token" --tokenizer $FX/cli_gpt2.json $DOCS/a.txt -o "$B/out" --doc-token '<|nope|>'
 expect2 "no document token: asks for --doc-token" "give --doc-token" --tokenizer "$B/nodoc.json" $DOCS/a.txt -o "$B/out"
 TK --tokenizer "$B/nodoc.json" $DOCS/a.txt -o "$B/sep" --doc-token '<|sep|>' >/dev/null 2>&1 \
@@ -201,6 +206,37 @@ printf 'ok \xff\xfe then fine' > "$DT_TMP/bad8.txt"
 TK --tokenizer $FX/cli_gpt2.json "$DT_TMP/bad8.txt" -o "$DT_TMP/b8" >/dev/null 2>"$DT_TMP/b8.err"
 grep -q "warning: 2 byte(s) of invalid UTF-8, the first at .*bad8.txt:offset 3" "$DT_TMP/b8.err" \
   && pass "invalid UTF-8: warning with the count and file:offset, still encoded" || fail "invalid UTF-8 warning" "$(cat "$DT_TMP/b8.err")"
+
+# ---- stdin is streamed --------------------------------------------------------
+# Through a pipe, in pieces of its own (cut at cut points / line ends): the same
+# bytes as the files, and a 48 MB stream never held whole (peak RSS far below it).
+S=$DT_TMP/stdin; mkdir -p "$S"
+TK --tokenizer $FX/cli_gpt2.json $DOCS/big.txt -o "$S/f" --jobs 1 >/dev/null 2>&1
+cat $DOCS/big.txt | TK --tokenizer $FX/cli_gpt2.json - -o "$S/p" --jobs 2 --piece-bytes 600 >/dev/null 2>&1
+TK --tokenizer $FX/cli_gpt2.json $DOCS/c.jsonl -o "$S/jf" --jobs 1 >/dev/null 2>&1
+cat $DOCS/c.jsonl | TK --tokenizer $FX/cli_gpt2.json --format jsonl - -o "$S/jp" --jobs 2 --piece-bytes 200 >/dev/null 2>&1
+cmp -s "$S/f_train_000000.bin" "$S/p_train_000000.bin" && cmp -s "$S/jf_train_000000.bin" "$S/jp_train_000000.bin" \
+  && pass "stdin (text, and jsonl with --format jsonl) in small pieces: the same bytes as the files" \
+  || fail "stdin streamed equals the file" "$(ls -la "$S")"
+if python3 - "$DTRUN" $FX/cli_gpt2.json "$S/big" <<'PY'; then
+import resource, subprocess, sys
+dtrun, tok, out = sys.argv[1:]
+line = b"the quick brown fox jumps over a lazy dog, 12 times.\n"
+p = subprocess.Popen([dtrun, "tokenize", "--tokenizer", tok, "-", "-o", out, "--jobs", "2"], stdin=subprocess.PIPE,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+total = 0
+while total < 48 << 20:
+    p.stdin.write(line * 20000)
+    total += len(line) * 20000
+p.stdin.close()
+assert p.wait() == 0
+rss_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+print("48 MB through stdin: peak RSS %.1f MB" % rss_mb)
+assert rss_mb < 32, rss_mb
+PY
+  pass "a 48 MB stream through stdin: peak RSS under 32 MB (streamed, not read whole)"
+else fail "stdin streamed with bounded memory"; fi
+rm -rf "$S"
 
 # ---- the README flow: tokenize, then train a tiny GPT on the shards ---------
 R=$DT_TMP/readme; mkdir -p "$R"
