@@ -293,6 +293,9 @@ int dt_cmd_tokenize(int argc, char **argv) {
                  : DT_EXIT_USAGE;
         goto out_free_tok;
     }
+    if (sum.stale_removed)
+        fprintf(stderr, "dtrun tokenize: removed %d temporary file(s) of %s_* left by a killed run\n",
+                sum.stale_removed, out);
     if (sum.invalid_utf8)
         fprintf(stderr,
                 "dtrun tokenize: warning: %llu byte(s) of invalid UTF-8, the first at %s; encoded byte by byte "

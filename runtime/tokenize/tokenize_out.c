@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -159,17 +160,46 @@ static void split_prefix(const char *prefix, char *dir, size_t dlen, const char 
     }
 }
 
-/* 1 when name is BASE_val_NNNNNN.bin or BASE_train_NNNNNN.bin. */
-static int is_shard_name(const char *name, const char *base) {
+/* The end of BASE_val_NNNNNN.bin or BASE_train_NNNNNN.bin in name (after ".bin"),
+ * or NULL when name does not start so. */
+static const char *shard_name_end(const char *name, const char *base) {
     size_t bl = strlen(base);
-    if (strncmp(name, base, bl) != 0) return 0;
+    if (strncmp(name, base, bl) != 0) return NULL;
     const char *p = name + bl;
     if (!strncmp(p, "_val_", 5)) p += 5;
     else if (!strncmp(p, "_train_", 7)) p += 7;
-    else return 0;
+    else return NULL;
     int digits = 0;
     while (*p >= '0' && *p <= '9') p++, digits++;
-    return digits >= 6 && !strcmp(p, ".bin");
+    return digits >= 6 && !strncmp(p, ".bin", 4) ? p + 4 : NULL;
+}
+
+/* 1 when name is BASE_val_NNNNNN.bin or BASE_train_NNNNNN.bin. */
+static int is_shard_name(const char *name, const char *base) {
+    const char *end = shard_name_end(name, base);
+    return end && !*end;
+}
+
+int dt_shard_out_clean_stale(const char *prefix) {
+    char dir[4096];
+    const char *base;
+    split_prefix(prefix, dir, sizeof dir, &base);
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int removed = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        const char *end = shard_name_end(e->d_name, base);
+        if (!end || strncmp(end, ".tmp.", 5) != 0) continue;
+        char *stop;
+        long pid = strtol(end + 5, &stop, 10);
+        if (*stop || pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        char p[8192];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (unlink(p) == 0) removed++;
+    }
+    closedir(d);
+    return removed;
 }
 
 dt_status_t dt_shard_out_existing(const char *prefix, char ***paths, int *n) {

@@ -42,4 +42,8 @@ void dt_shard_out_abort(dt_shard_out *w);
  * in *paths (free each and the array); *n their count. Errors name the folder. */
 dt_status_t dt_shard_out_existing(const char *prefix, char ***paths, int *n);
 
+/* Removes the prefix's temporaries (PREFIX_*_NNNNNN.bin.tmp.PID) whose run is gone
+ * (no process PID: it was killed before it could clean up). Returns how many. */
+int dt_shard_out_clean_stale(const char *prefix);
+
 #endif /* DT_RUNTIME_TOKENIZE_TOKENIZE_OUT_H */

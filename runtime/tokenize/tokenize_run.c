@@ -487,6 +487,7 @@ static void fill_progress(const run *r, const dt_shard_out *w, dt_tokenize_progr
 dt_status_t dt_tokenize_run(const dt_tokenize_opts *o, dt_tokenize_progress *sum) {
     DT_CHECK(dt_tokenize_check(o));
     memset(sum, 0, sizeof *sum);
+    sum->stale_removed = dt_shard_out_clean_stale(o->out_prefix);
     double t0 = dt_now_s();
     run r = {.o = o};
     r.srcs = dt_xcalloc((size_t)o->n_inputs, sizeof *r.srcs);

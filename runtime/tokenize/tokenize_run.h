@@ -39,6 +39,7 @@ typedef struct dt_tokenize_progress {
     uint64_t pieces;
     uint64_t invalid_utf8;            /* bytes of invalid UTF-8 in the input */
     char first_invalid[512];          /* "FILE:offset N" or "FILE:line N" of the first */
+    int stale_removed;                /* temporaries of killed runs of this prefix, removed */
 } dt_tokenize_progress;
 
 /* How inputs are read: by name (*.jsonl are jsonl, the rest and stdin text), or all

@@ -185,6 +185,22 @@ for sig in INT TERM; do
     pass "SIG$sig mid-run: exit $want, no shard and no temporary left"
   else fail "SIG$sig mid-run" "rc=$rc files: $(ls "$S" | head -3)"; fi
 done
+# SIGKILL cannot be caught: its temporaries stay, and the next run of the prefix
+# removes them (their pid is gone) and says so; a live run's are left alone.
+S=$DT_TMP/sigKILL; mkdir -p "$S"
+"$DTRUN" tokenize --tokenizer $FX/cli_gpt2.json "$DT_TMP/large.txt" -o "$S/s" --jobs 1 --shard-tokens 20000 >/dev/null 2>&1 &
+pid=$!
+for t in $(seq 1 200); do compgen -G "$S/s_train_*.tmp.*" >/dev/null && break; sleep 0.02; done
+kill -KILL $pid; wait $pid 2>/dev/null
+n_stale=$(ls "$S" | grep -c "\.tmp\.$pid$")
+sleep 60 & live=$!
+touch "$S/s_train_000000.bin.tmp.$live"
+TK --tokenizer $FX/cli_gpt2.json $DOCS/a.txt -o "$S/s" >"$S/log" 2>&1; rc=$?
+if [ "$n_stale" -ge 1 ] && [ $rc = 0 ] && ! ls "$S" | grep -q "\.tmp\.$pid$" && [ -e "$S/s_train_000000.bin.tmp.$live" ] &&
+   grep -q "removed $n_stale temporary file(s) of .*s_\* left by a killed run" "$S/log"; then
+  pass "SIGKILL's $n_stale temporaries are removed by the next run of the prefix (a live run's are kept)"
+else fail "stale temporaries" "n_stale=$n_stale rc=$rc $(ls "$S" | head -5) $(cat "$S/log")"; fi
+kill $live 2>/dev/null; wait $live 2>/dev/null
 (sleep 3; echo late) | { "$DTRUN" tokenize --tokenizer $FX/cli_gpt2.json - -o "$DT_TMP/sigstdin" >/dev/null 2>&1 & pid=$!;
   sleep 0.5; kill -INT $pid; wait $pid; echo $? > "$DT_TMP/stdin.rc"; } &
 waiter=$!
