@@ -25,7 +25,8 @@ static void rm_dir(void) {
     cr_assert_eq(system(cmd), 0);
 }
 
-/* Writes an llm.c shard of n tokens, token i = (start + i) % mod. */
+/* Writes an llm.c shard of n tokens, token i = (start + i) % mod: uint32 tokens
+ * under the uint32 magic, else uint16. */
 static void write_shard(const char *name, int n, int start, int mod, int magic, int version,
                         long truncate_by) {
     char path[256];
@@ -37,12 +38,14 @@ static void write_shard(const char *name, int n, int start, int mod, int magic, 
     hdr[1] = version;
     hdr[2] = n;
     fwrite(hdr, sizeof hdr, 1, f);
+    int width = magic == DT_SHARD_MAGIC_U32 ? 4 : 2;
     for (int i = 0; i < n; i++) {
-        uint16_t t = (uint16_t)((start + i) % mod);
-        fwrite(&t, 2, 1, f);
+        uint32_t t32 = (uint32_t)((start + i) % mod);
+        uint16_t t16 = (uint16_t)t32;
+        fwrite(width == 4 ? (void *)&t32 : (void *)&t16, (size_t)width, 1, f);
     }
     fclose(f);
-    if (truncate_by) cr_assert_eq(truncate(path, 1024 + 2L * n - truncate_by), 0);
+    if (truncate_by) cr_assert_eq(truncate(path, 1024 + (long)width * n - truncate_by), 0);
 }
 
 static void write_text(const char *name, const char *text) {
@@ -272,20 +275,7 @@ Test(data, separate_val_files) {
 /* Writes an llm.c uint32 shard (magic 20240801, version 7) of n tokens, token i =
  * start + i. */
 static void write_shard32(const char *name, int n, uint32_t start) {
-    char path[256];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "wb");
-    cr_assert_not_null(f);
-    int32_t hdr[256] = {0};
-    hdr[0] = DT_SHARD_MAGIC_U32;
-    hdr[1] = DT_SHARD_VERSION_U32;
-    hdr[2] = n;
-    fwrite(hdr, sizeof hdr, 1, f);
-    for (int i = 0; i < n; i++) {
-        uint32_t t = start + (uint32_t)i;
-        fwrite(&t, 4, 1, f);
-    }
-    fclose(f);
+    write_shard(name, n, (int)start, INT32_MAX, DT_SHARD_MAGIC_U32, DT_SHARD_VERSION_U32, 0);
 }
 
 Test(data, uint32_shards_read_and_check_the_vocab) {

@@ -279,58 +279,32 @@ static int added_ends_at(const dt_tok_t *t, const char *s, size_t p) {
     return 0;
 }
 
-/* Tokenizers that BPE the whole text (no split: Mistral-style normalizers, or
- * Metaspace): a cut after "\n" before an ASCII letter c is exact when no vocab
- * token holds "\nc" (no merge can then join symbols across it, and BPE on each
- * side merges the same pairs in the same order as on the whole), c is a token
- * itself (unknown symbols cannot fuse across it), and the normalizer cannot move
- * the pair (only Replace of " ", Prepend and NFC, which composes nothing with
- * "\n" or onto an ASCII letter from before it). ignore_merges looks words up
- * whole: no cuts. */
-static size_t whole_text_cut(const dt_tok_t *t, const char *s, size_t len, size_t from) {
-    if (t->byte_level || t->ignore_merges)
-        return len;
-    for (int k = 0; k < t->nnorms; k++)
-        if (t->norms[k].kind == DT_NORM_REPLACE && strcmp(t->norms[k].a, " ") != 0)
-            return len;
-    int seg_effects = t->metaspace;
-    for (int k = 0; k < t->nnorms; k++)
-        seg_effects |= t->norms[k].kind == DT_NORM_PREPEND;
-    size_t p = from < 1 ? 1 : from;
-    while (p < len) {
-        const char *nl = memchr(s + p - 1, '\n', len - (p - 1));
-        if (!nl)
-            break;
-        p = (size_t)(nl - s) + 1;
-        if (p >= len)
-            break;
-        unsigned char c = (unsigned char)s[p];
-        if ((c | 0x20) >= 'a' && (c | 0x20) <= 'z' && !t->nl_then[c] && t->ascii_id[c] >= 0 &&
-            !(seg_effects && added_ends_at(t, s, p - 1)))
-            return p;
-        p++;
-    }
-    return len;
-}
-
+/* Cut points, all after a "\n" and before an ASCII letter c:
+ * - split tokenizers (GPT-2, Llama 3, Qwen2 patterns): the "\n" follows a printable
+ *   ASCII non-space. Every split ends a token at the \n (a letter or symbol run
+ *   stops at whitespace; the lone \n is its own token, or joins the symbols before
+ *   it in Llama 3's ` ?[^\s\p{L}\p{N}]+[\r\n]*`), and the letter starts a token
+ *   (no pattern lets \n lead a letter run).
+ * - tokenizers that BPE the whole text (no split: Mistral-style normalizers, or
+ *   Metaspace): no vocab token holds "\nc" (no merge can then join symbols across
+ *   it, and BPE on each side merges the same pairs in the same order as on the
+ *   whole), and c is a token itself (unknown symbols cannot fuse across it). The
+ *   normalizer must not move the pair: only Replace of " ", Prepend and NFC (which
+ *   composes nothing with "\n" or onto an ASCII letter from before it).
+ *   ignore_merges looks words up whole: no cuts.
+ * Where a segment's start changes the ids (a prefix space, Prepend, Metaspace), a
+ * cut right after an added token would start a new segment: not there. */
 size_t dt_tok_split_point(const dt_tok_t *t, const char *text, size_t len, size_t from) {
-    if (t->added_newline_or_lstrip)
+    int whole = t->split == DT_SPLIT_NONE;
+    if (t->added_newline_or_lstrip || (whole && (t->byte_level || t->ignore_merges)) || (!whole && t->metaspace))
         return len;
-    for (int k = 0; k < t->nnorms; k++)
-        if (t->norms[k].kind == DT_NORM_REPLACE && strchr(t->norms[k].a, '\n'))
+    int seg_effects = whole ? t->metaspace : t->add_prefix_space;
+    for (int k = 0; k < t->nnorms; k++) {
+        const dt_tok_norm *nm = &t->norms[k];
+        if (nm->kind == DT_NORM_REPLACE && (strchr(nm->a, '\n') || (whole && strcmp(nm->a, " ") != 0)))
             return len;
-    if (t->split == DT_SPLIT_NONE)
-        return whole_text_cut(t, text, len, from);
-    if (t->metaspace)
-        return len;
-    int seg_effects = t->add_prefix_space;
-    for (int k = 0; k < t->nnorms; k++)
-        seg_effects |= t->norms[k].kind == DT_NORM_PREPEND;
-    /* A cut after "\n" that follows a printable ASCII non-space and precedes an
-     * ASCII letter: every split ends a token at the \n (a letter or symbol run
-     * stops at whitespace; the lone \n is its own token, or joins the symbols
-     * before it in Llama 3's ` ?[^\s\p{L}\p{N}]+[\r\n]*`), and the letter starts
-     * a token (no pattern lets \n lead a letter run). */
+        seg_effects |= nm->kind == DT_NORM_PREPEND;
+    }
     const char *s = text;
     size_t p = from < 2 ? 2 : from;
     while (p < len) {
@@ -340,9 +314,10 @@ size_t dt_tok_split_point(const dt_tok_t *t, const char *text, size_t len, size_
         p = (size_t)(nl - s) + 1;
         if (p >= len)
             break;
-        unsigned char before = (unsigned char)s[p - 2], after = (unsigned char)s[p];
-        if (p >= 2 && before > ' ' && before < 0x7F && ((after | 0x20) >= 'a' && (after | 0x20) <= 'z') &&
-            !(seg_effects && added_ends_at(t, s, p - 1)))
+        unsigned char before = (unsigned char)s[p - 2], c = (unsigned char)s[p];
+        int ok = (c | 0x20) >= 'a' && (c | 0x20) <= 'z' &&
+                 (whole ? !t->nl_then[c] && t->ascii_id[c] >= 0 : before > ' ' && before < 0x7F);
+        if (ok && !(seg_effects && added_ends_at(t, s, p - 1)))
             return p;
         p++;
     }

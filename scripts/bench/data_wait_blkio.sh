@@ -54,13 +54,6 @@ for p in 0 1 2; do
   ( echo $BASHPID > "$GROUP/cgroup.procs"
     exec env DTRUN_DATA_SCAN_MB=0 "$DTRUN" __worker "$T/c.json" log.dir="$T/p$p" data.prefetch=$p ) >"$T/p$p.out" 2>&1 \
     || { cat "$T/p$p.out"; exit 1; }
-  python3 - "$T/p$p/metrics.jsonl" "$p" <<'PY'
-import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-print(f"data.prefetch {sys.argv[2]}: data_ms per step " + " ".join(f"{r['data_ms']:.1f}" for r in rows))
-print(f"   step_ms per step " + " ".join(f"{r['step_ms']:.1f}" for r in rows))
-print(f"   median after step 2: data_ms {statistics.median(r['data_ms'] for r in rows[2:]):.2f}, "
-      f"step_ms {statistics.median(r['step_ms'] for r in rows[2:]):.1f}")
-PY
+  python3 scripts/bench/data_wait_report.py "$T/p$p/metrics.jsonl" "$p"
   grep "for data from" "$T/p$p.out" | sed 's/^/   /' || true
 done
