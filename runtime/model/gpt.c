@@ -43,6 +43,16 @@ static dt_status_t check_positive(const char *name, int v) {
     return DT_STATUS_OK;
 }
 
+/* Megatron's cut: the heads (and so n_embd) divide among the tp ranks. */
+static int gpt_tp_check(const dt_model_spec *s, int tp, char *msg, size_t len) {
+    if (s->n_head % tp != 0) {
+        snprintf(msg, len, "tensor_parallel.size: %d does not divide model.n_head (%d): each rank must hold whole heads",
+                 tp, s->n_head);
+        return 1;
+    }
+    return 0;
+}
+
 static dt_status_t gpt_validate(const dt_model_spec *s) {
     DT_CHECK(check_positive("n_layer", s->n_layer));
     DT_CHECK(check_positive("n_head", s->n_head));
@@ -60,6 +70,9 @@ static dt_status_t gpt_validate(const dt_model_spec *s) {
 
 #define SHAPE(...) ((const int64_t[]){__VA_ARGS__})
 #define NDIM(...) ((int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)))
+#define ADD_TP(l, unit, decay, init, split, parts, shape_list, ...)                                            \
+    dt_model_add_tensor_tp(l, unit, decay, DT_MODEL_INIT_##init, DT_TP_##split, parts, NDIM shape_list, SHAPE shape_list, \
+                           __VA_ARGS__)
 #define ADD(l, unit, decay, init, shape_list, ...) \
     dt_model_add_tensor(l, unit, decay, DT_MODEL_INIT_##init, NDIM shape_list, SHAPE shape_list, __VA_ARGS__)
 
@@ -77,21 +90,21 @@ static void gpt_build(dt_model_layout *l) {
     l->seq_len = s->seq_len;
     l->tied_head = 1; /* the LM head is wte */
     int64_t C = s->n_embd, Vp = l->vocab_padded, T = s->seq_len;
-    ADD(l, 0, 0, EMBED, (Vp, C), "wte.weight");
+    ADD_TP(l, 0, 0, EMBED, ROWS, 1, (Vp, C), "wte.weight");
     ADD(l, 0, 0, EMBED, (T, C), "wpe.weight");
     for (int i = 0; i < s->n_layer; i++) {
         int u = 1 + i;
         ADD(l, u, 0, ONE, (C), "h.%d.ln_1.weight", i);
         ADD(l, u, 0, ZERO, (C), "h.%d.ln_1.bias", i);
-        ADD(l, u, 1, NORMAL, (3 * C, C), "h.%d.attn.c_attn.weight", i);
-        ADD(l, u, 0, ZERO, (3 * C), "h.%d.attn.c_attn.bias", i);
-        ADD(l, u, 1, RESIDUAL, (C, C), "h.%d.attn.c_proj.weight", i);
+        ADD_TP(l, u, 1, NORMAL, ROWS, 3, (3 * C, C), "h.%d.attn.c_attn.weight", i);
+        ADD_TP(l, u, 0, ZERO, ROWS, 3, (3 * C), "h.%d.attn.c_attn.bias", i);
+        ADD_TP(l, u, 1, RESIDUAL, COLS, 1, (C, C), "h.%d.attn.c_proj.weight", i);
         ADD(l, u, 0, ZERO, (C), "h.%d.attn.c_proj.bias", i);
         ADD(l, u, 0, ONE, (C), "h.%d.ln_2.weight", i);
         ADD(l, u, 0, ZERO, (C), "h.%d.ln_2.bias", i);
-        ADD(l, u, 1, NORMAL, (4 * C, C), "h.%d.mlp.c_fc.weight", i);
-        ADD(l, u, 0, ZERO, (4 * C), "h.%d.mlp.c_fc.bias", i);
-        ADD(l, u, 1, RESIDUAL, (C, 4 * C), "h.%d.mlp.c_proj.weight", i);
+        ADD_TP(l, u, 1, NORMAL, ROWS, 1, (4 * C, C), "h.%d.mlp.c_fc.weight", i);
+        ADD_TP(l, u, 0, ZERO, ROWS, 1, (4 * C), "h.%d.mlp.c_fc.bias", i);
+        ADD_TP(l, u, 1, RESIDUAL, COLS, 1, (C, 4 * C), "h.%d.mlp.c_proj.weight", i);
         ADD(l, u, 0, ZERO, (C), "h.%d.mlp.c_proj.bias", i);
     }
     ADD(l, s->n_layer + 1, 0, ONE, (C), "ln_f.weight");
@@ -377,6 +390,7 @@ const dt_model_ops dt_model_gpt = {
     .keys = gpt_keys,
     .n_keys = (int)(sizeof gpt_keys / sizeof gpt_keys[0]),
     .config_check = gpt_config_check,
+    .tp_check = gpt_tp_check,
     .validate = gpt_validate,
     .build = gpt_build,
     .init_params = gpt_init_params,

@@ -127,6 +127,30 @@ static int check_sizes(const dt_model_spec *s, char *msg, size_t len) {
 
 static int llama_config_check(const dt_model_spec *s, char *msg, size_t len) { return check_sizes(s, msg, len); }
 
+/* Megatron's cut: query heads, key/value heads (GQA: each rank holds its query
+ * heads' groups, so num_key_value_heads must divide too; replicating key/value heads
+ * across ranks is not supported) and the MLP width divide among the tp ranks. */
+static int llama_tp_check(const dt_model_spec *s, int tp, char *msg, size_t len) {
+    llama_sizes z = resolve(s);
+    const struct {
+        const char *key;
+        int v;
+    } cut[] = {{"num_attention_heads", z.num_attention_heads},
+               {"num_key_value_heads", z.num_key_value_heads},
+               {"intermediate_size", z.intermediate_size}};
+    for (int i = 0; i < 3; i++)
+        if (cut[i].v % tp != 0) {
+            snprintf(msg, len,
+                     "tensor_parallel.size: %d does not divide model.%s (%d): each rank must hold a whole "
+                     "share%s",
+                     tp, cut[i].key, cut[i].v,
+                     i == 1 ? " (key/value heads are cut, not replicated: use a size dividing num_key_value_heads)"
+                            : "");
+            return 1;
+        }
+    return 0;
+}
+
 /* ---- layout ---------------------------------------------------------------- */
 
 static dt_status_t check_positive(const char *name, int v) {
@@ -161,6 +185,9 @@ static dt_status_t llama_validate(const dt_model_spec *s) {
 
 #define SHAPE(...) ((const int64_t[]){__VA_ARGS__})
 #define NDIM(...) ((int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)))
+#define ADD_TP(l, unit, decay, init, split, shape_list, ...)                                            \
+    dt_model_add_tensor_tp(l, unit, decay, DT_MODEL_INIT_##init, DT_TP_##split, 1, NDIM shape_list, SHAPE shape_list, \
+                           __VA_ARGS__)
 #define ADD(l, unit, decay, init, shape_list, ...) \
     dt_model_add_tensor(l, unit, decay, DT_MODEL_INIT_##init, NDIM shape_list, SHAPE shape_list, __VA_ARGS__)
 
@@ -190,26 +217,26 @@ static void llama_build(dt_model_layout *l) {
     int64_t C = z->hidden_size, Vp = l->vocab_padded, HD = z->head_dim, IC = z->intermediate_size;
     int64_t Q = z->num_attention_heads * HD, KV = z->num_key_value_heads * HD;
     int L = z->num_hidden_layers;
-    ADD(l, 0, 0, EMBED, (Vp, C), "model.embed_tokens.weight");
+    ADD_TP(l, 0, 0, EMBED, ROWS, (Vp, C), "model.embed_tokens.weight");
     for (int i = 0; i < L; i++) {
         int u = 1 + i;
         ADD(l, u, 0, ONE, (C), "model.layers.%d.input_layernorm.weight", i);
-        ADD(l, u, 1, NORMAL, (Q, C), "model.layers.%d.self_attn.q_proj.weight", i);
-        ADD(l, u, 1, NORMAL, (KV, C), "model.layers.%d.self_attn.k_proj.weight", i);
-        ADD(l, u, 1, NORMAL, (KV, C), "model.layers.%d.self_attn.v_proj.weight", i);
+        ADD_TP(l, u, 1, NORMAL, ROWS, (Q, C), "model.layers.%d.self_attn.q_proj.weight", i);
+        ADD_TP(l, u, 1, NORMAL, ROWS, (KV, C), "model.layers.%d.self_attn.k_proj.weight", i);
+        ADD_TP(l, u, 1, NORMAL, ROWS, (KV, C), "model.layers.%d.self_attn.v_proj.weight", i);
         if (z->attention_bias) {
-            ADD(l, u, 0, ZERO, (Q), "model.layers.%d.self_attn.q_proj.bias", i);
-            ADD(l, u, 0, ZERO, (KV), "model.layers.%d.self_attn.k_proj.bias", i);
-            ADD(l, u, 0, ZERO, (KV), "model.layers.%d.self_attn.v_proj.bias", i);
+            ADD_TP(l, u, 0, ZERO, ROWS, (Q), "model.layers.%d.self_attn.q_proj.bias", i);
+            ADD_TP(l, u, 0, ZERO, ROWS, (KV), "model.layers.%d.self_attn.k_proj.bias", i);
+            ADD_TP(l, u, 0, ZERO, ROWS, (KV), "model.layers.%d.self_attn.v_proj.bias", i);
         }
-        ADD(l, u, 1, NORMAL, (C, Q), "model.layers.%d.self_attn.o_proj.weight", i);
+        ADD_TP(l, u, 1, NORMAL, COLS, (C, Q), "model.layers.%d.self_attn.o_proj.weight", i);
         ADD(l, u, 0, ONE, (C), "model.layers.%d.post_attention_layernorm.weight", i);
-        ADD(l, u, 1, NORMAL, (IC, C), "model.layers.%d.mlp.gate_proj.weight", i);
-        ADD(l, u, 1, NORMAL, (IC, C), "model.layers.%d.mlp.up_proj.weight", i);
-        ADD(l, u, 1, NORMAL, (C, IC), "model.layers.%d.mlp.down_proj.weight", i);
+        ADD_TP(l, u, 1, NORMAL, ROWS, (IC, C), "model.layers.%d.mlp.gate_proj.weight", i);
+        ADD_TP(l, u, 1, NORMAL, ROWS, (IC, C), "model.layers.%d.mlp.up_proj.weight", i);
+        ADD_TP(l, u, 1, NORMAL, COLS, (C, IC), "model.layers.%d.mlp.down_proj.weight", i);
     }
     ADD(l, L + 1, 0, ONE, (C), "model.norm.weight");
-    if (!z->tie_word_embeddings) ADD(l, L + 1, 1, NORMAL, (Vp, C), "lm_head.weight");
+    if (!z->tie_word_embeddings) ADD_TP(l, L + 1, 1, NORMAL, ROWS, (Vp, C), "lm_head.weight");
 }
 
 /* Hugging Face's LlamaPreTrainedModel: normal(0, initializer_range = 0.02) for every
@@ -563,6 +590,7 @@ const dt_model_ops dt_model_llama = {
     .keys = llama_keys,
     .n_keys = (int)(sizeof llama_keys / sizeof llama_keys[0]),
     .config_check = llama_config_check,
+    .tp_check = llama_tp_check,
     .validate = llama_validate,
     .build = llama_build,
     .init_params = llama_init_params,

@@ -89,7 +89,23 @@ typedef struct dt_tensor_info {
     int unit;
     int decay; /* AdamW weight decay applies (matmul weights, not biases/LN/embeddings) */
     int init;  /* how it is initialised: DT_MODEL_INIT_* */
+    /* Tensor parallelism (dt_model_layout_init_tp): how the tensor is cut across the
+     * TP group, and where this rank's piece sits in the global tensor. At TP size 1
+     * gshape = shape and goffset = offset. */
+    int tp_split; /* dt_tp_split_t */
+    int tp_parts; /* equal blocks along the split dimension, each cut alike (gpt's
+                     fused c_attn rows q|k|v: 3); 1 otherwise */
+    int64_t gshape[DT_MODEL_MAX_DIMS]; /* global shape */
+    size_t goffset;                    /* offset in the global (TP 1) layout */
 } dt_tensor_info;
+
+/* How tensor parallelism (Megatron) cuts a tensor over the T ranks of a TP group. */
+typedef enum dt_tp_split {
+    DT_TP_REPLICATED = 0, /* every rank holds it whole (norms, row-parallel biases, wpe) */
+    DT_TP_ROWS = 1,       /* dimension 0 cut in T: column-parallel weights (out features)
+                             and their biases, vocabulary rows of an embedding / head */
+    DT_TP_COLS = 2,       /* dimension 1 cut in T: row-parallel weights (in features) */
+} dt_tp_split_t;
 
 typedef struct dt_unit_info {
     size_t offset; /* first element */
@@ -108,6 +124,13 @@ typedef struct dt_model_layout {
     dt_unit_info *units;
     int n_units;
     size_t n_params; /* elements in the flat buffer */
+    /* Tensor parallelism: this layout is rank tp_rank's piece of a model cut over
+     * tp_size ranks (tensor shapes are local; gshape/goffset say where each piece
+     * sits in `global`, the whole model's layout, owned; NULL at tp_size 1).
+     * sequence_parallel: activations between the TP regions are cut along the
+     * tokens (the model's arena and forward read it). */
+    int tp_size, tp_rank, sequence_parallel;
+    struct dt_model_layout *global;
 } dt_model_layout;
 
 /* What a model trains on. */
@@ -189,6 +212,10 @@ struct dt_model_ops {
     /* One line for people (`dtrun plan`): "gpt, 4 layers, ..., N parameters"; note
      * (may be "") says where the vocabulary came from. */
     void (*describe)(const dt_model_layout *l, const char *note, char *buf, size_t len);
+    /* (optional; NULL: the model has no tensor-parallel forward) the model's own rules
+     * for a TP size (heads, widths divisible by tp): 0, or 1 with the message naming
+     * the model key. dt_model_tp_check adds the generic ones. */
+    int (*tp_check)(const dt_model_spec *s, int tp, char *msg, size_t len);
 
     /* compute (net.h): slots 0-3 of the arena are DT_NET_SLOT_TOKENS, _TARGETS,
      * _FEATURES and _LOSSES; sizes[] comes zeroed */
@@ -249,6 +276,30 @@ void dt_model_names(char *buf, size_t len);
 /* Checks the spec (names the bad field) and builds the table. */
 dt_status_t dt_model_layout_init(const dt_model_spec *spec, dt_model_layout *out);
 void dt_model_layout_free(dt_model_layout *l);
+/* The layout of rank tp_rank's piece of the model cut over tp_size ranks (build
+ * marks each tensor's split with dt_model_add_tensor_tp; the shapes become local, the
+ * global layout is kept in out->global). tp_size 1 is dt_model_layout_init. The TP
+ * size must pass dt_model_tp_check. */
+dt_status_t dt_model_layout_init_tp(const dt_model_spec *spec, int tp_size, int tp_rank, int sequence_parallel,
+                                    dt_model_layout *out);
+/* Whether a model can be cut over tp ranks: 0, or 1 with a message naming the key
+ * (tensor_parallel.size, or the model key that does not divide). */
+int dt_model_tp_check(const dt_model_spec *spec, int tp, char *msg, size_t len);
+/* The pieces of local elements [offset, offset + count) of a TP layout in the global
+ * layout, in local order (global offsets increase too): fn(ctx, local_offset,
+ * global_offset, n, replicated), replicated = 1 for tensors every TP rank holds
+ * whole (when tp_size > 1). A TP-1 layout gives one call per tensor. */
+typedef void (*dt_model_segment_fn)(void *ctx, size_t local_offset, size_t global_offset, size_t n, int replicated);
+void dt_model_tp_segments(const dt_model_layout *l, size_t offset, size_t count, dt_model_segment_fn fn, void *ctx);
+/* Reads from the global layout: elements [goffset, goffset + n) into dst. */
+typedef dt_status_t (*dt_model_global_read_fn)(void *ctx, size_t goffset, size_t n, float *dst);
+/* Local elements [offset, offset + count) of l into dst, read from the global
+ * layout through read in spans of at most a few MiB (so a row-parallel weight's
+ * thousands of short rows cost one read per span, not one each). At tp_size 1 one
+ * read of [offset, offset + count). */
+dt_status_t dt_model_tp_fill(const dt_model_layout *l, size_t offset, size_t count, float *dst,
+                             dt_model_global_read_fn read, void *ctx);
+
 /* Index of the tensor called name, or -1. */
 int dt_model_find(const dt_model_layout *l, const char *name);
 /* Parameters the model would have without vocab padding (GPT-2 124M: 124,439,808). */
@@ -272,6 +323,11 @@ void dt_model_spec_copy(const dt_model_spec *src, dt_model_spec *dst);
 void dt_model_add_tensor(dt_model_layout *l, int unit, int decay, dt_model_init_t init, int ndim,
                          const int64_t *shape, const char *fmt, ...)
     __attribute__((format(printf, 7, 8)));
+/* The same for a tensor cut by tensor parallelism: shape is the global shape; in a
+ * TP layout the tensor gets its local shape (dimension 0 or 1 divided by tp_size). */
+void dt_model_add_tensor_tp(dt_model_layout *l, int unit, int decay, dt_model_init_t init, dt_tp_split_t split,
+                            int parts, int ndim, const int64_t *shape, const char *fmt, ...)
+    __attribute__((format(printf, 9, 10)));
 /* For model files: fills tensor i per its init kind from its own RNG stream (seed, i),
  * with std for NORMAL/EMBED and resid_std for RESIDUAL. */
 void dt_model_init_tensor(const dt_model_layout *l, int i, uint64_t seed, float *params, double std,

@@ -55,6 +55,25 @@ typedef struct dt_batch {
     const int32_t *targets;
 } dt_batch;
 
+/* Tensor parallelism (model.h: a TP layout): the collectives a model's forward and
+ * backward call inside its layers, over the ranks of its TP group, on device
+ * buffers. runtime/parallel/tp.c fills them with the TP communicator; NULL in a net
+ * of TP size 1. Each returns when the result is in place (the model's next op reads
+ * it), except all_reduce_start, finished by wait. A failed collective is recorded by
+ * the filler and reported after the micro-step; the buffers stay valid memory. */
+typedef struct dt_net_tp_ops {
+    /* buf (count elements, fp32 when f32, else the compute dtype) = its sum over the
+     * group, or its maximum when max (fp32 only) */
+    void (*all_reduce)(void *ctx, void *buf, size_t count, int f32, int max);
+    /* recv (T * count) = every rank's send (count elements) in rank order */
+    void (*all_gather)(void *ctx, const void *send, void *recv, size_t count);
+    /* recv (count / T) = this rank's slice of the sum of every rank's send (count) */
+    void (*reduce_scatter)(void *ctx, const void *send, void *recv, size_t count);
+    /* the sum all-reduce of buf (compute dtype), started; wait(handle) finishes it */
+    void *(*all_reduce_start)(void *ctx, void *buf, size_t count);
+    void (*wait)(void *ctx, void *handle);
+} dt_net_tp_ops;
+
 typedef struct dt_net {
     dt_device_t *dev;
     const dt_model_layout *layout;
@@ -64,6 +83,8 @@ typedef struct dt_net {
     void **unit_grads;
     dt_net_hook_fn hook;
     void *hook_ctx;
+    const dt_net_tp_ops *tp; /* NULL at TP size 1 */
+    void *tp_ctx;
     /* arena */
     void *arena;
     size_t arena_bytes;
