@@ -160,9 +160,11 @@ struct dt_ops {
 
     /* ---- embedding: out[b,t,:] = wte[inp[b,t],:] + wpe[t,:] ----------------
      * wpe NULL: no position table (positions enter elsewhere, e.g. RoPE), out is
-     * the token's row of wte. */
+     * the token's row of wte. An id < 0 has no row here (tensor parallelism: another
+     * rank holds the token's vocabulary row): its wte term is 0 forward and it adds
+     * nothing to dwte backward (the wpe terms stay). */
     void (*encoder_forward)(dt_device_t *dev, void *out,  // (B, T, C)
-                            const int *inp,               // (B, T) token ids < V
+                            const int *inp,               // (B, T) token ids < V, or < 0
                             const void *wte,              // (V, C)
                             const void *wpe,              // (maxT, C), T <= maxT, or NULL
                             int B, int T, int C);

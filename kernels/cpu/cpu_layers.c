@@ -31,12 +31,17 @@ void dt_cpu_encoder_forward(dt_device_t *dev, void *out_, const int *inp, const 
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int bt = 0; bt < B * T; bt++) {
         float *o = out + (size_t)bt * C;
+        const float *p = wpe ? wpe + (size_t)(bt % T) * C : NULL;
+        if (inp[bt] < 0) { /* another rank's vocabulary row (tensor parallelism) */
+            if (p) memcpy(o, p, sizeof(float) * (size_t)C);
+            else memset(o, 0, sizeof(float) * (size_t)C);
+            continue;
+        }
         const float *e = wte + (size_t)inp[bt] * C;
-        if (!wpe) {
+        if (!p) {
             memcpy(o, e, sizeof(float) * (size_t)C);
             continue;
         }
-        const float *p = wpe + (size_t)(bt % T) * C;
 #pragma omp simd
         for (int i = 0; i < C; i++) o[i] = e[i] + p[i];
     }
@@ -55,9 +60,11 @@ void dt_cpu_encoder_backward(dt_device_t *dev, void *dwte_, void *dwpe_, const v
         dt_cpu_split((size_t)C, omp_get_num_threads(), omp_get_thread_num(), &c0, &c1);
         for (int bt = 0; bt < B * T && c1 > c0; bt++) {
             const float *d = dout + (size_t)bt * C;
-            float *e = dwte + (size_t)inp[bt] * C;
+            if (inp[bt] >= 0) {
+                float *e = dwte + (size_t)inp[bt] * C;
 #pragma omp simd
-            for (size_t i = c0; i < c1; i++) e[i] += d[i];
+                for (size_t i = c0; i < c1; i++) e[i] += d[i];
+            }
             if (dwpe) {
                 float *p = dwpe + (size_t)(bt % T) * C;
 #pragma omp simd

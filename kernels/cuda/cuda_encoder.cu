@@ -52,8 +52,11 @@ __global__ void encoder_forward_kernel(S *out, const int *inp, const S *wte, con
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)BT * per_row) return;
     int bt = (int)(i / per_row), c = (int)(i % per_row) * N;
-    int t = bt % T;
-    dt_vec<S, N> e = dt_vec_ld<S, N>(wte + (size_t)inp[bt] * C + c);
+    int t = bt % T, tok = inp[bt];
+    dt_vec<S, N> e;
+    if (tok >= 0) e = dt_vec_ld<S, N>(wte + (size_t)tok * C + c);
+    else /* another rank's vocabulary row (tensor parallelism) */
+        for (int k = 0; k < N; k++) e.v[k] = dt_st<S>(0.0f);
     if (!wpe) { /* no position table: the token's row */
         dt_vec_st<S, N>(out + (size_t)bt * C + c, e);
         return;
@@ -146,7 +149,7 @@ __global__ void encoder_dwte_kernel(S *dwte, const S *dout, const int *sorted, c
                                     int n, int C) {
     int s = blockIdx.x;
     int tok = inp[sorted[s]];
-    if (s > 0 && inp[sorted[s - 1]] == tok) return;
+    if (tok < 0 || (s > 0 && inp[sorted[s - 1]] == tok)) return; /* < 0: another rank's row */
     int c = blockIdx.y * blockDim.x + threadIdx.x;
     if (c >= C) return;
     /* RUN_UNROLL positions per step: their indices, tokens and rows are loaded

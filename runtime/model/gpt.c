@@ -161,11 +161,20 @@ static int gpt_export_shape(const dt_model_layout *l, int i, int64_t shape[2], i
 
 /* ---- activation arena ------------------------------------------------------ */
 
-/* Slots of the whole model (the first four are net.h's) ... */
+/* Slots of the whole model (the first four are net.h's) ... Tensor parallelism
+ * adds: G_GATH (sequence parallelism: a norm output gathered from every rank, the
+ * input of a column-parallel matmul; it holds the gathered final norm from the
+ * forward to the head's backward), G_PART (sequence parallelism: a row-parallel
+ * matmul's partial sums before the reduce-scatter), G_DFULL (sequence parallelism:
+ * the residual gradient gathered), G_DRED (sequence parallelism: this rank's rows
+ * of a reduced input gradient), G_XSTATS (the vocabulary-parallel loss's per-row max,
+ * sum and target logit) and G_LNGRAD (sequence parallelism: a layer's partial norm
+ * gradients). Sized 0 when unused. */
 enum {
     G_TOKENS = DT_NET_SLOT_TOKENS, G_TARGETS = DT_NET_SLOT_TARGETS, G_FEATURES = DT_NET_SLOT_FEATURES,
     G_LOSSES = DT_NET_SLOT_LOSSES, G_ENCODED = DT_NET_SLOT_FIRST, G_LNF, G_LNF_MEAN, G_LNF_RSTD,
-    G_LOGITS, G_DRES, G_DTMP, G_DQKV, G_DFCH, G_DFCH_GELU, G_ATT_SCRATCH, G_COUNT
+    G_LOGITS, G_DRES, G_DTMP, G_DQKV, G_DFCH, G_DFCH_GELU, G_ATT_SCRATCH, G_GATH, G_PART, G_DFULL, G_DRED,
+    G_XSTATS, G_LNGRAD, G_COUNT
 };
 /* ... and of each layer. */
 enum {
@@ -176,26 +185,55 @@ enum {
 
 static int gpt_arena_slots(const dt_model_layout *l) { return G_COUNT + l->spec.n_layer * L_COUNT; }
 
+/* A rank's widths: the whole model's at TP 1; under tensor parallelism the TP
+ * regions (attention, MLP, logits) are 1/T as wide and, with sequence parallelism,
+ * the rest holds R = B*T/T of the rows. */
+typedef struct gdims {
+    int tp, sp, B, T, BT, R, C, NH, L, V, Vp;
+    int Cl, NHl, Fl, Vl, v0; /* local attention width, heads, MLP width, vocabulary rows */
+} gdims;
+
+static gdims gdims_of(const dt_model_layout *lay, int B) {
+    const dt_model_spec *s = &lay->spec;
+    int tp = lay->tp_size > 1 ? lay->tp_size : 1;
+    gdims d = {.tp = tp, .sp = lay->sequence_parallel, .B = B, .T = s->seq_len, .C = s->n_embd, .NH = s->n_head,
+               .L = s->n_layer, .V = s->vocab_size, .Vp = lay->vocab_padded};
+    d.BT = B * d.T;
+    d.R = d.sp ? d.BT / tp : d.BT;
+    d.Cl = d.C / tp;
+    d.NHl = d.NH / tp;
+    d.Fl = 4 * d.C / tp;
+    d.Vl = d.Vp / tp;
+    d.v0 = lay->tp_rank * d.Vl;
+    return d;
+}
+
 static void gpt_arena_sizes(const dt_device_t *dev, const dt_model_layout *lay, int B, size_t *sizes) {
     size_t es = dt_dtype_size(dev->ops->dtype);
-    size_t T = (size_t)lay->spec.seq_len, C = (size_t)lay->spec.n_embd, BT = (size_t)B * T;
-    size_t Vp = (size_t)lay->vocab_padded;
-    int NH = lay->spec.n_head;
+    gdims d = gdims_of(lay, B);
+    size_t BT = (size_t)d.BT, R = (size_t)d.R, C = (size_t)d.C, Cl = (size_t)d.Cl, Fl = (size_t)d.Fl;
     sizes[G_TOKENS] = sizes[G_TARGETS] = BT * sizeof(int);
-    sizes[G_ENCODED] = sizes[G_LNF] = BT * C * es;
-    sizes[G_LNF_MEAN] = sizes[G_LNF_RSTD] = sizes[G_LOSSES] = BT * sizeof(float);
-    sizes[G_LOGITS] = BT * Vp * es;
-    sizes[G_DRES] = sizes[G_DTMP] = BT * C * es;
-    sizes[G_DQKV] = BT * 3 * C * es;
-    sizes[G_DFCH] = sizes[G_DFCH_GELU] = BT * 4 * C * es;
-    sizes[G_ATT_SCRATCH] = dev->ops->attention_scratch_bytes(dev, B, (int)T, (int)C, NH, NH);
-    for (int l = 0; l < lay->spec.n_layer; l++) {
+    sizes[G_ENCODED] = sizes[G_LNF] = R * C * es;
+    sizes[G_LNF_MEAN] = sizes[G_LNF_RSTD] = R * sizeof(float);
+    sizes[G_LOSSES] = BT * sizeof(float);
+    sizes[G_LOGITS] = BT * (size_t)d.Vl * es;
+    sizes[G_DRES] = R * C * es;
+    sizes[G_DTMP] = BT * C * es;
+    sizes[G_DQKV] = BT * 3 * Cl * es;
+    sizes[G_DFCH] = sizes[G_DFCH_GELU] = BT * Fl * es;
+    sizes[G_ATT_SCRATCH] = dev->ops->attention_scratch_bytes(dev, B, d.T, d.Cl, d.NHl, d.NHl);
+    if (d.sp) sizes[G_GATH] = sizes[G_PART] = sizes[G_DFULL] = BT * C * es;
+    if (d.sp) sizes[G_DRED] = R * C * es;
+    if (d.tp > 1) sizes[G_XSTATS] = 3 * BT * sizeof(float);
+    if (d.sp) sizes[G_LNGRAD] = 4 * C * es;
+    for (int l = 0; l < d.L; l++) {
         size_t *s = sizes + LSLOT(l, 0);
-        s[L_LN1] = s[L_ATTY] = s[L_ATTPROJ] = s[L_RES2] = s[L_LN2] = s[L_FCPROJ] = s[L_RES3] = BT * C * es;
-        s[L_LN1_MEAN] = s[L_LN1_RSTD] = s[L_LN2_MEAN] = s[L_LN2_RSTD] = BT * sizeof(float);
-        s[L_QKV] = BT * 3 * C * es;
-        s[L_ATT_SAVED] = dev->ops->attention_saved_bytes(dev, B, (int)T, (int)C, NH, NH);
-        s[L_FCH] = s[L_FCH_GELU] = BT * 4 * C * es;
+        s[L_LN1] = s[L_ATTPROJ] = s[L_RES2] = s[L_LN2] = s[L_FCPROJ] = s[L_RES3] = R * C * es;
+        s[L_ATTY] = BT * Cl * es;
+        s[L_LN1_MEAN] = s[L_LN1_RSTD] = s[L_LN2_MEAN] = s[L_LN2_RSTD] = R * sizeof(float);
+        s[L_QKV] = BT * 3 * Cl * es;
+        s[L_ATT_SAVED] = dev->ops->attention_saved_bytes(dev, B, d.T, d.Cl, d.NHl, d.NHl);
+        s[L_FCH] = s[L_FCH_GELU] = BT * Fl * es;
     }
 }
 
@@ -226,98 +264,170 @@ static void gpt_dims(const dt_model_layout *l, dt_model_dims *out) {
 #define PL(l, k) P(LAYER_T(l, k))
 #define GL(l, k) G(LAYER_T(l, k))
 
-/* Forward up to the logits; the losses too when with_loss (targets uploaded). */
+/* A row-parallel matmul (c_proj): out = inp @ W^T + bias, where under tensor
+ * parallelism this rank's inp columns give partial sums (bias added by rank 0 only)
+ * summed over the group: in place, or reduce-scattered into this rank's rows of out
+ * (sequence parallelism; the partial sums go to G_PART first). */
+static void row_parallel_forward(dt_net_t *net, const gdims *d, void *out, const void *inp, const void *w,
+                                 const void *bias, int IC) {
+    const dt_ops_t *o = net->dev->ops;
+    void *part = d->sp ? A(G_PART) : out;
+    o->matmul_forward(net->dev, part, inp, w, net->layout->tp_rank == 0 ? bias : NULL, d->BT, IC, d->C);
+    dt_net_tp_reduce_out(net, part, out, (size_t)d->BT * d->C);
+}
+
+/* The backward of a column-parallel matmul of input rows `inp` (this rank's rows, to
+ * be gathered under sequence parallelism): weight gradients, and the input gradient
+ * summed over the group into the returned buffer (G_DTMP, or this rank's rows of it
+ * in G_DRED). */
+static void *column_parallel_backward(dt_net_t *net, const gdims *d, void *dw, void *db, const void *dout,
+                                      void *inp, const void *w, int OC) {
+    size_t btc = (size_t)d->BT * d->C;
+    void *x = dt_net_tp_gather_in(net, inp, A(G_GATH), (size_t)d->R * d->C);
+    dt_net_zero(net, G_DTMP, btc);
+    net->dev->ops->matmul_backward(net->dev, A(G_DTMP), dw, db, dout, x, w, d->BT, d->C, OC);
+    void *dinp = d->sp ? A(G_DRED) : A(G_DTMP);
+    dt_net_tp_reduce_out(net, A(G_DTMP), dinp, btc);
+    return dinp;
+}
+
+/* Forward up to the logits; the losses too when with_loss (targets uploaded).
+ * Under tensor parallelism (Megatron): the embedding and the LM head are cut over
+ * the vocabulary rows, c_attn and c_fc are column-parallel (this rank's heads and
+ * MLP columns), the two c_proj row-parallel; the residual stream is whole on every
+ * rank, or cut along the rows with sequence parallelism. */
 static void gpt_forward(dt_net_t *net, int with_loss) {
     const dt_ops_t *o = net->dev->ops;
-    dt_device_t *d = net->dev;
-    const dt_model_spec *s = &net->layout->spec;
-    int B = net->B, T = net->T, C = s->n_embd, NH = s->n_head, L = s->n_layer;
-    int BT = B * T, V = s->vocab_size, Vp = net->layout->vocab_padded;
+    dt_device_t *dv = net->dev;
+    gdims d = gdims_of(net->layout, net->B);
+    int B = d.B, T = d.T, C = d.C, L = d.L, BT = d.BT, R = d.R;
+    size_t rc = (size_t)R * C;
     dt_net_hook(net, 0, DT_NET_FWD_PRE);
-    o->encoder_forward(d, A(G_ENCODED), net->d_tokens, P(0), P(1), B, T, C);
+    if (d.tp == 1) {
+        o->encoder_forward(dv, A(G_ENCODED), net->d_tokens, P(0), P(1), B, T, C);
+    } else { /* each rank its vocabulary rows (the others' tokens are -1: 0), wpe once */
+        void *part = d.sp ? A(G_PART) : A(G_ENCODED);
+        o->encoder_forward(dv, part, net->d_tokens, P(0), net->layout->tp_rank == 0 ? P(1) : NULL, B, T, C);
+        dt_net_tp_reduce_out(net, part, A(G_ENCODED), (size_t)BT * C);
+    }
     dt_net_hook(net, 0, DT_NET_FWD_POST);
     void *residual = A(G_ENCODED);
     for (int l = 0; l < L; l++) {
         dt_net_hook(net, 1 + l, DT_NET_FWD_PRE);
-        o->layernorm_forward(d, A(LSLOT(l, L_LN1)), AF(LSLOT(l, L_LN1_MEAN)), AF(LSLOT(l, L_LN1_RSTD)),
-                             residual, PL(l, T_LN1W), PL(l, T_LN1B), BT, C);
-        o->matmul_forward(d, A(LSLOT(l, L_QKV)), A(LSLOT(l, L_LN1)), PL(l, T_QKVW), PL(l, T_QKVB), BT, C,
-                          3 * C);
-        o->attention_forward(d, A(LSLOT(l, L_ATTY)), A(LSLOT(l, L_ATT_SAVED)), A(LSLOT(l, L_QKV)), B, T, C,
-                             NH, NH);
-        o->matmul_forward(d, A(LSLOT(l, L_ATTPROJ)), A(LSLOT(l, L_ATTY)), PL(l, T_ATTPROJW),
-                          PL(l, T_ATTPROJB), BT, C, C);
-        o->residual_forward(d, A(LSLOT(l, L_RES2)), residual, A(LSLOT(l, L_ATTPROJ)), (size_t)BT * C);
-        o->layernorm_forward(d, A(LSLOT(l, L_LN2)), AF(LSLOT(l, L_LN2_MEAN)), AF(LSLOT(l, L_LN2_RSTD)),
-                             A(LSLOT(l, L_RES2)), PL(l, T_LN2W), PL(l, T_LN2B), BT, C);
-        o->matmul_forward(d, A(LSLOT(l, L_FCH)), A(LSLOT(l, L_LN2)), PL(l, T_FCW), PL(l, T_FCB), BT, C,
-                          4 * C);
-        o->gelu_forward(d, A(LSLOT(l, L_FCH_GELU)), A(LSLOT(l, L_FCH)), (size_t)BT * 4 * C);
-        o->matmul_forward(d, A(LSLOT(l, L_FCPROJ)), A(LSLOT(l, L_FCH_GELU)), PL(l, T_FCPROJW),
-                          PL(l, T_FCPROJB), BT, 4 * C, C);
-        o->residual_forward(d, A(LSLOT(l, L_RES3)), A(LSLOT(l, L_RES2)), A(LSLOT(l, L_FCPROJ)),
-                            (size_t)BT * C);
+        o->layernorm_forward(dv, A(LSLOT(l, L_LN1)), AF(LSLOT(l, L_LN1_MEAN)), AF(LSLOT(l, L_LN1_RSTD)),
+                             residual, PL(l, T_LN1W), PL(l, T_LN1B), R, C);
+        void *x = dt_net_tp_gather_in(net, A(LSLOT(l, L_LN1)), A(G_GATH), rc);
+        o->matmul_forward(dv, A(LSLOT(l, L_QKV)), x, PL(l, T_QKVW), PL(l, T_QKVB), BT, C, 3 * d.Cl);
+        o->attention_forward(dv, A(LSLOT(l, L_ATTY)), A(LSLOT(l, L_ATT_SAVED)), A(LSLOT(l, L_QKV)), B, T, d.Cl,
+                             d.NHl, d.NHl);
+        row_parallel_forward(net, &d, A(LSLOT(l, L_ATTPROJ)), A(LSLOT(l, L_ATTY)), PL(l, T_ATTPROJW),
+                             PL(l, T_ATTPROJB), d.Cl);
+        o->residual_forward(dv, A(LSLOT(l, L_RES2)), residual, A(LSLOT(l, L_ATTPROJ)), rc);
+        o->layernorm_forward(dv, A(LSLOT(l, L_LN2)), AF(LSLOT(l, L_LN2_MEAN)), AF(LSLOT(l, L_LN2_RSTD)),
+                             A(LSLOT(l, L_RES2)), PL(l, T_LN2W), PL(l, T_LN2B), R, C);
+        x = dt_net_tp_gather_in(net, A(LSLOT(l, L_LN2)), A(G_GATH), rc);
+        o->matmul_forward(dv, A(LSLOT(l, L_FCH)), x, PL(l, T_FCW), PL(l, T_FCB), BT, C, d.Fl);
+        o->gelu_forward(dv, A(LSLOT(l, L_FCH_GELU)), A(LSLOT(l, L_FCH)), (size_t)BT * d.Fl);
+        row_parallel_forward(net, &d, A(LSLOT(l, L_FCPROJ)), A(LSLOT(l, L_FCH_GELU)), PL(l, T_FCPROJW),
+                             PL(l, T_FCPROJB), d.Fl);
+        o->residual_forward(dv, A(LSLOT(l, L_RES3)), A(LSLOT(l, L_RES2)), A(LSLOT(l, L_FCPROJ)), rc);
         residual = A(LSLOT(l, L_RES3));
         dt_net_hook(net, 1 + l, DT_NET_FWD_POST);
     }
     int lnf = LAYER_T(L, 0);
     dt_net_hook(net, L + 1, DT_NET_FWD_PRE);
-    o->layernorm_forward(d, A(G_LNF), AF(G_LNF_MEAN), AF(G_LNF_RSTD), residual, P(lnf), P(lnf + 1), BT, C);
+    o->layernorm_forward(dv, A(G_LNF), AF(G_LNF_MEAN), AF(G_LNF_RSTD), residual, P(lnf), P(lnf + 1), R, C);
     dt_net_hook(net, L + 1, DT_NET_FWD_POST);
     dt_net_hook(net, 0, DT_NET_FWD_PRE);
-    o->matmul_forward(d, A(G_LOGITS), A(G_LNF), P(0), NULL, BT, C, Vp);
+    /* sequence parallelism: G_GATH keeps the gathered norm until the head's backward */
+    void *x = dt_net_tp_gather_in(net, A(G_LNF), A(G_GATH), rc);
+    o->matmul_forward(dv, A(G_LOGITS), x, P(0), NULL, BT, C, d.Vl);
     dt_net_hook(net, 0, DT_NET_FWD_POST);
-    if (with_loss) o->softmax_xent_forward(d, AF(G_LOSSES), A(G_LOGITS), net->d_targets, BT, V, Vp);
+    if (!with_loss) return;
+    if (d.tp == 1) {
+        o->softmax_xent_forward(dv, AF(G_LOSSES), A(G_LOGITS), net->d_targets, BT, d.V, d.Vp);
+        return;
+    }
+    /* vocabulary-parallel cross-entropy: the row max, then the sums, over the group */
+    float *st = AF(G_XSTATS);
+    o->xent_vp_max(dv, st, A(G_LOGITS), BT, d.Vl, d.v0, d.V);
+    dt_net_tp_max_f32(net, st, (size_t)BT);
+    o->xent_vp_sums(dv, st, A(G_LOGITS), net->d_targets, BT, d.Vl, d.v0, d.V);
+    dt_net_tp_sum_f32(net, st + BT, 2 * (size_t)BT);
+    o->xent_vp_loss(dv, AF(G_LOSSES), st, net->d_targets, BT);
 }
+
+/* A layer's norm gradients: into the gradients, or (sequence parallelism: partial,
+ * from this rank's rows) into G_LNGRAD, summed over the group at the layer's end. */
+static int lng_index(int k) { return k == T_LN1W ? 0 : k == T_LN1B ? 1 : k == T_LN2W ? 2 : 3; }
+#define LNG(l, k) (d.sp ? (char *)A(G_LNGRAD) + (size_t)lng_index(k) * C * net->elsize : GL(l, k))
 
 static void gpt_backward(dt_net_t *net, float dscale) {
     const dt_ops_t *o = net->dev->ops;
-    dt_device_t *d = net->dev;
-    const dt_model_spec *s = &net->layout->spec;
-    int B = net->B, T = net->T, C = s->n_embd, NH = s->n_head, L = s->n_layer;
-    int BT = B * T, V = s->vocab_size, Vp = net->layout->vocab_padded;
-    size_t btc = (size_t)BT * C;
+    dt_device_t *dv = net->dev;
+    gdims d = gdims_of(net->layout, net->B);
+    int B = d.B, T = d.T, C = d.C, L = d.L, BT = d.BT, R = d.R;
+    size_t rc = (size_t)R * C, es = net->elsize;
     dt_net_hook(net, 0, DT_NET_BWD_PRE);
     /* The logits buffer becomes dlogits. */
-    o->softmax_xent_backward(d, A(G_LOGITS), NULL, A(G_LOGITS), net->d_targets, dscale, BT, V, Vp);
-    dt_net_zero(net, G_DTMP, btc);
-    o->matmul_backward(d, A(G_DTMP), G(0), NULL, A(G_LOGITS), A(G_LNF), P(0), BT, C, Vp);
+    if (d.tp == 1)
+        o->softmax_xent_backward(dv, A(G_LOGITS), NULL, A(G_LOGITS), net->d_targets, dscale, BT, d.V, d.Vp);
+    else
+        o->xent_vp_backward(dv, A(G_LOGITS), A(G_LOGITS), net->d_targets, AF(G_XSTATS), dscale, BT, d.Vl, d.v0,
+                            d.V);
+    void *x = d.sp ? A(G_GATH) : A(G_LNF); /* gathered in the forward */
+    dt_net_zero(net, G_DTMP, (size_t)BT * C);
+    o->matmul_backward(dv, A(G_DTMP), G(0), NULL, A(G_LOGITS), x, P(0), BT, C, d.Vl);
+    void *dlnf = d.sp ? A(G_DRED) : A(G_DTMP);
+    dt_net_tp_reduce_out(net, A(G_DTMP), dlnf, (size_t)BT * C);
     int lnf = LAYER_T(L, 0);
     void *last = L > 0 ? A(LSLOT(L - 1, L_RES3)) : A(G_ENCODED);
     dt_net_hook(net, L + 1, DT_NET_BWD_PRE);
-    dt_net_zero(net, G_DRES, btc);
-    o->layernorm_backward(d, A(G_DRES), G(lnf), G(lnf + 1), A(G_DTMP), last, P(lnf), AF(G_LNF_MEAN),
-                          AF(G_LNF_RSTD), BT, C);
+    dt_net_zero(net, G_DRES, rc);
+    if (d.sp) dt_net_zero(net, G_LNGRAD, 2 * (size_t)C);
+    o->layernorm_backward(dv, A(G_DRES), d.sp ? A(G_LNGRAD) : G(lnf), d.sp ? (char *)A(G_LNGRAD) + C * es : G(lnf + 1),
+                          dlnf, last, P(lnf), AF(G_LNF_MEAN), AF(G_LNF_RSTD), R, C);
+    if (d.sp) { /* ln_f w|b contiguous */
+        dt_net_tp_sum(net, A(G_LNGRAD), 2 * (size_t)C);
+        o->residual_forward(dv, G(lnf), G(lnf), A(G_LNGRAD), 2 * (size_t)C);
+    }
     dt_net_hook(net, L + 1, DT_NET_BWD_POST);
     for (int l = L - 1; l >= 0; l--) {
         dt_net_hook(net, 1 + l, DT_NET_BWD_PRE);
         void *residual = l > 0 ? A(LSLOT(l - 1, L_RES3)) : A(G_ENCODED);
+        if (d.sp) dt_net_zero(net, G_LNGRAD, 4 * (size_t)C);
         /* dres holds d(res3) = d(fcproj) = the part of d(res2) from the skip. */
-        dt_net_zero(net, G_DFCH_GELU, btc * 4);
-        o->matmul_backward(d, A(G_DFCH_GELU), GL(l, T_FCPROJW), GL(l, T_FCPROJB), A(G_DRES),
-                           A(LSLOT(l, L_FCH_GELU)), PL(l, T_FCPROJW), BT, 4 * C, C);
-        dt_net_zero(net, G_DFCH, btc * 4);
-        o->gelu_backward(d, A(G_DFCH), A(LSLOT(l, L_FCH)), A(G_DFCH_GELU), btc * 4);
-        dt_net_zero(net, G_DTMP, btc);
-        o->matmul_backward(d, A(G_DTMP), GL(l, T_FCW), GL(l, T_FCB), A(G_DFCH), A(LSLOT(l, L_LN2)),
-                           PL(l, T_FCW), BT, C, 4 * C);
-        o->layernorm_backward(d, A(G_DRES), GL(l, T_LN2W), GL(l, T_LN2B), A(G_DTMP), A(LSLOT(l, L_RES2)),
-                              PL(l, T_LN2W), AF(LSLOT(l, L_LN2_MEAN)), AF(LSLOT(l, L_LN2_RSTD)), BT, C);
+        void *dout = dt_net_tp_gather_in(net, A(G_DRES), A(G_DFULL), rc);
+        dt_net_zero(net, G_DFCH_GELU, (size_t)BT * d.Fl);
+        o->matmul_backward(dv, A(G_DFCH_GELU), GL(l, T_FCPROJW), GL(l, T_FCPROJB), dout, A(LSLOT(l, L_FCH_GELU)),
+                           PL(l, T_FCPROJW), BT, d.Fl, C);
+        dt_net_zero(net, G_DFCH, (size_t)BT * d.Fl);
+        o->gelu_backward(dv, A(G_DFCH), A(LSLOT(l, L_FCH)), A(G_DFCH_GELU), (size_t)BT * d.Fl);
+        void *dln = column_parallel_backward(net, &d, GL(l, T_FCW), GL(l, T_FCB), A(G_DFCH), A(LSLOT(l, L_LN2)),
+                                             PL(l, T_FCW), d.Fl);
+        o->layernorm_backward(dv, A(G_DRES), LNG(l, T_LN2W), LNG(l, T_LN2B), dln, A(LSLOT(l, L_RES2)),
+                              PL(l, T_LN2W), AF(LSLOT(l, L_LN2_MEAN)), AF(LSLOT(l, L_LN2_RSTD)), R, C);
         /* dres now holds d(res2) = d(attproj) = the skip part of d(residual). */
-        dt_net_zero(net, G_DTMP, btc);
-        o->matmul_backward(d, A(G_DTMP), GL(l, T_ATTPROJW), GL(l, T_ATTPROJB), A(G_DRES), A(LSLOT(l, L_ATTY)),
-                           PL(l, T_ATTPROJW), BT, C, C);
-        dt_net_zero(net, G_DQKV, btc * 3);
-        o->attention_backward(d, A(G_DQKV), A(G_ATT_SCRATCH), A(G_DTMP), A(LSLOT(l, L_QKV)),
-                              A(LSLOT(l, L_ATT_SAVED)), B, T, C, NH, NH);
-        dt_net_zero(net, G_DTMP, btc);
-        o->matmul_backward(d, A(G_DTMP), GL(l, T_QKVW), GL(l, T_QKVB), A(G_DQKV), A(LSLOT(l, L_LN1)),
-                           PL(l, T_QKVW), BT, C, 3 * C);
-        o->layernorm_backward(d, A(G_DRES), GL(l, T_LN1W), GL(l, T_LN1B), A(G_DTMP), residual, PL(l, T_LN1W),
-                              AF(LSLOT(l, L_LN1_MEAN)), AF(LSLOT(l, L_LN1_RSTD)), BT, C);
+        dout = dt_net_tp_gather_in(net, A(G_DRES), A(G_DFULL), rc);
+        dt_net_zero(net, G_DTMP, (size_t)BT * d.Cl);
+        o->matmul_backward(dv, A(G_DTMP), GL(l, T_ATTPROJW), GL(l, T_ATTPROJB), dout, A(LSLOT(l, L_ATTY)),
+                           PL(l, T_ATTPROJW), BT, d.Cl, C);
+        dt_net_zero(net, G_DQKV, (size_t)BT * 3 * d.Cl);
+        o->attention_backward(dv, A(G_DQKV), A(G_ATT_SCRATCH), A(G_DTMP), A(LSLOT(l, L_QKV)),
+                              A(LSLOT(l, L_ATT_SAVED)), B, T, d.Cl, d.NHl, d.NHl);
+        dln = column_parallel_backward(net, &d, GL(l, T_QKVW), GL(l, T_QKVB), A(G_DQKV), A(LSLOT(l, L_LN1)),
+                                       PL(l, T_QKVW), 3 * d.Cl);
+        o->layernorm_backward(dv, A(G_DRES), LNG(l, T_LN1W), LNG(l, T_LN1B), dln, residual, PL(l, T_LN1W),
+                              AF(LSLOT(l, L_LN1_MEAN)), AF(LSLOT(l, L_LN1_RSTD)), R, C);
+        if (d.sp) { /* ln_1 w|b, ln_2 w|b: contiguous pairs */
+            dt_net_tp_sum(net, A(G_LNGRAD), 4 * (size_t)C);
+            o->residual_forward(dv, GL(l, T_LN1W), GL(l, T_LN1W), A(G_LNGRAD), 2 * (size_t)C);
+            o->residual_forward(dv, GL(l, T_LN2W), GL(l, T_LN2W), (char *)A(G_LNGRAD) + 2 * C * es, 2 * (size_t)C);
+        }
         dt_net_hook(net, 1 + l, DT_NET_BWD_POST);
     }
-    o->encoder_backward(d, G(0), G(1), A(G_DRES), net->d_tokens, B, T, C);
+    void *dout = dt_net_tp_gather_in(net, A(G_DRES), A(G_DFULL), rc);
+    o->encoder_backward(dv, G(0), G(1), dout, net->d_tokens, B, T, C);
     dt_net_hook(net, 0, DT_NET_BWD_POST);
 }
 

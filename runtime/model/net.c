@@ -84,6 +84,8 @@ dt_status_t dt_net_decode_init(dt_net_t *net, dt_device_t *dev, const dt_model_l
     if (!dt_net_can_decode(dev, layout))
         return dt_error(DT_STATUS_UNSUPPORTED, "the %s device has no attention_decode op",
                         dt_device_kind_name(dev->kind));
+    if (layout->tp_size > 1)
+        return dt_error(DT_STATUS_UNSUPPORTED, "no KV-cache decoding of a tensor-parallel piece (load it at TP 1)");
     if (ops->net_check) DT_CHECK(ops->net_check(layout));
     return net_alloc(net, dev, layout, 1, 1, 1);
 }
@@ -92,6 +94,7 @@ void dt_net_free(dt_net_t *net) {
     if (net->dev && net->arena) net->dev->ops->free(net->dev, net->arena);
     free(net->off);
     free(net->h_losses);
+    free(net->h_tokens);
     free(net->unit_params);
     free(net->unit_grads);
     memset(net, 0, sizeof *net);
@@ -113,7 +116,17 @@ dt_status_t dt_net_forward(dt_net_t *net, const dt_batch *batch, double *mean_lo
     const dt_model_layout *l = net->layout;
     if (net->decode) return dt_error(DT_STATUS_INVALID, "a decode net has no training forward");
     size_t rows = (size_t)net->n_rows;
-    if (l->spec.ops->data == DT_MODEL_DATA_TOKENS) {
+    if (l->spec.ops->data == DT_MODEL_DATA_TOKENS && l->tp_size > 1) {
+        /* A TP rank holds vocabulary rows [v0, v0 + Vp/T): the tokens slot gets each
+         * token's row there, -1 for the others' (net.h). */
+        int Vl = l->vocab_padded / l->tp_size, v0 = l->tp_rank * Vl;
+        if (!net->h_tokens) net->h_tokens = dt_xcalloc(rows, sizeof(int));
+        for (size_t i = 0; i < rows; i++) {
+            int t = batch->tokens[i] - v0;
+            net->h_tokens[i] = t >= 0 && t < Vl ? t : -1;
+        }
+        DT_CHECK(upload(net, net->d_tokens, net->h_tokens, rows * sizeof(int)));
+    } else if (l->spec.ops->data == DT_MODEL_DATA_TOKENS) {
         DT_CHECK(upload(net, net->d_tokens, batch->tokens, rows * sizeof(int)));
     } else {
         DT_CHECK(net->dev->ops->upload_f32(net->dev, net->d_features, batch->features,
@@ -144,6 +157,9 @@ dt_status_t dt_net_logits_rows(dt_net_t *net, const int32_t *tokens, int b, int 
     if (ops->logits_slot < 0)
         return dt_error(DT_STATUS_UNSUPPORTED, "model %s has no logits to sample from", ops->name);
     if (net->decode) return dt_error(DT_STATUS_INVALID, "a decode net runs dt_net_decode, not a forward");
+    if (net->layout->tp_size > 1)
+        return dt_error(DT_STATUS_UNSUPPORTED, "logits of a tensor-parallel piece are a slice of the vocabulary: "
+                                               "sample from a checkpoint (any TP size loads at TP 1)");
     if (b < 0 || b >= net->B || t0 < 0 || n < 1 || t0 + n > net->T)
         return dt_error(DT_STATUS_INVALID, "logits rows [%d, %d) of sequence %d outside (%d, %d)", t0, t0 + n, b,
                         net->B, net->T);

@@ -93,6 +93,9 @@ typedef struct dt_net {
     int *d_tokens, *d_targets; /* device copies of the batch */
     void *d_features;
     float *h_losses; /* host copy of per-row losses */
+    int *h_tokens;   /* TP layouts: the batch's tokens as this rank's vocabulary rows
+                        (token - tp_rank * Vp/T, or -1 when another rank holds the row),
+                        what the tokens slot holds there; the targets stay global */
     int n_rows;      /* rows of the loss: B*T (T = 1 for feature rows) */
     int have_forward;
     int decode;          /* a decode net (dt_net_decode_init): B = T = 1 plus a KV cache */

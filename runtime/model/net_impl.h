@@ -32,4 +32,44 @@ static inline void dt_net_zero(dt_net_t *net, int slot, size_t elems) {
     net->dev->ops->set(net->dev, dt_net_slot(net, slot), 0, elems * net->elsize);
 }
 
+/* ---- tensor parallelism (net.h: dt_net_tp_ops; no-ops at TP size 1) ---- */
+
+static inline int dt_net_tp_size(const dt_net_t *net) { return net->layout->tp_size > 1 ? net->layout->tp_size : 1; }
+/* Rows of the activations outside the TP regions: all B*T, or this rank's 1/T of
+ * them with sequence parallelism. */
+static inline int dt_net_tp_rows(const dt_net_t *net, int BT) {
+    return net->layout->sequence_parallel ? BT / dt_net_tp_size(net) : BT;
+}
+
+/* The input of a column-parallel matmul: rows (of n elements in all) as they are,
+ * or gathered from every rank into full (sequence parallelism). */
+static inline void *dt_net_tp_gather_in(dt_net_t *net, void *rows, void *full, size_t n) {
+    if (!net->tp || !net->layout->sequence_parallel) return rows;
+    net->tp->all_gather(net->tp_ctx, rows, full, n);
+    return full;
+}
+
+/* The output of a row-parallel matmul, partial sums of n elements in part: summed
+ * over the group in place (out == part), or this rank's rows of the sum into out
+ * (sequence parallelism). */
+static inline void dt_net_tp_reduce_out(dt_net_t *net, void *part, void *out, size_t n) {
+    if (!net->tp) return;
+    if (net->layout->sequence_parallel) net->tp->reduce_scatter(net->tp_ctx, part, out, n);
+    else net->tp->all_reduce(net->tp_ctx, part, n, 0, 0);
+}
+
+/* fp32 sum / max over the group, in place (the vocabulary-parallel loss's stats). */
+static inline void dt_net_tp_sum_f32(dt_net_t *net, float *buf, size_t n) {
+    if (net->tp) net->tp->all_reduce(net->tp_ctx, buf, n, 1, 0);
+}
+static inline void dt_net_tp_max_f32(dt_net_t *net, float *buf, size_t n) {
+    if (net->tp) net->tp->all_reduce(net->tp_ctx, buf, n, 1, 1);
+}
+
+/* Sum over the group in place, compute dtype (sequence parallelism: the partial
+ * gradients of replicated tensors, each rank's from its own rows). */
+static inline void dt_net_tp_sum(dt_net_t *net, void *buf, size_t n) {
+    if (net->tp) net->tp->all_reduce(net->tp_ctx, buf, n, 0, 0);
+}
+
 #endif /* DT_RUNTIME_NET_IMPL_H */

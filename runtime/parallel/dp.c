@@ -41,8 +41,8 @@ double dt_dp_take_comm_ms(dt_dp_t *dp) {
     return ms;
 }
 
-int dt_dp_world_size(const dt_dp_t *dp) { return dp->world_size; }
-int dt_dp_rank(const dt_dp_t *dp) { return dp->rank; }
+int dt_dp_world_size(const dt_dp_t *dp) { return dp->opts.all ? dt_comm_size(dp->opts.all) : dp->world_size; }
+int dt_dp_rank(const dt_dp_t *dp) { return dp->opts.all ? dt_comm_rank(dp->opts.all) : dp->rank; }
 const dt_dp_plan *dt_dp_get_plan(const dt_dp_t *dp) { return &dp->plan; }
 
 /* ---- small collectives in double precision ------------------------------------- */
@@ -96,7 +96,7 @@ dt_status_t dp_all_gather_f64(dt_dp_t *dp, dt_comm_t *comm, const double *vals, 
 }
 
 dt_status_t dt_dp_all_gather_f64(dt_dp_t *dp, const double *vals, int n, double *out) {
-    return dp_all_gather_f64(dp, dp->world, vals, n, out);
+    return dp_all_gather_f64(dp, dp->opts.all ? dp->opts.all : dp->world, vals, n, out);
 }
 
 /* ---- working buffers --------------------------------------------------------- */
@@ -386,7 +386,7 @@ static dt_status_t check_identical(dt_dp_t *dp) {
     double v[3]; /* 22 bits each: exact through dt_dp_all_gather_f64 */
     for (int i = 0; i < 3; i++) v[i] = (double)((id >> (22 * i)) & 0x3fffff);
     double *all = dt_xcalloc((size_t)dp->world_size * 3, sizeof(double));
-    dt_status_t st = dt_dp_all_gather_f64(dp, v, 3, all);
+    dt_status_t st = dp_all_gather_f64(dp, dp->world, v, 3, all);
     for (int r = 1; st == DT_STATUS_OK && r < dp->world_size; r++)
         if (memcmp(all + 3 * r, all, 3 * sizeof(double)) != 0)
             st = dt_error(DT_STATUS_MISMATCH,

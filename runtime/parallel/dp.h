@@ -142,6 +142,12 @@ typedef struct dt_dp_opts {
     dt_status_t (*fill)(void *ctx, size_t offset, size_t count, float *dst);
     void *fill_ctx;
     uint64_t init_id;
+    /* Tensor parallelism (runtime/parallel/tp.h): comm passed to dt_dp_init is then the
+     * DP group (the ranks with this rank's TP rank), `all` every rank (agreements and
+     * per-rank figures: dt_dp_all_gather_f64, dt_dp_world_size, dt_dp_rank) and `tp`
+     * the TP group, over which the gradient norm also sums (the tensors every TP rank
+     * holds whole, identical there, counted once). NULL: no tensor parallelism. */
+    dt_comm_t *all, *tp;
 } dt_dp_opts;
 
 /* Allocates the model state for the strategy, initialises the parameters from

@@ -20,6 +20,47 @@ static void *param_ptr(dt_dp_t *dp, const dt_dp_run *r) {
     return dp->sharded_params ? at(dp->pshard, r->shard_offset, dp->es) : at(dp->params, r->padded_offset, dp->es);
 }
 
+/* Sum of squares of this rank's gradient elements that belong to tensors every TP
+ * rank holds whole (tensor parallelism). */
+static double replicated_sq(dt_dp_t *dp) {
+    const dt_model_layout *l = dp->layout;
+    int n = dp->plan.n_runs, k = 0, cap = 64;
+    const void **ptrs = dt_xcalloc((size_t)cap, sizeof *ptrs);
+    size_t *counts = dt_xcalloc((size_t)cap, sizeof *counts);
+    for (int i = 0; i < n; i++) {
+        const dt_dp_run *r = &dp->plan.runs[i];
+        for (int j = 0; j < l->n_tensors; j++) {
+            const dt_tensor_info *t = &l->tensors[j];
+            if (t->tp_split != DT_TP_REPLICATED) continue;
+            size_t a = t->offset > r->offset ? t->offset : r->offset;
+            size_t e = t->offset + t->numel < r->offset + r->count ? t->offset + t->numel : r->offset + r->count;
+            if (a >= e) continue;
+            if (k == cap) {
+                cap *= 2;
+                ptrs = dt_xrealloc(ptrs, (size_t)cap * sizeof *ptrs);
+                counts = dt_xrealloc(counts, (size_t)cap * sizeof *counts);
+            }
+            ptrs[k] = at(grad_ptr(dp, r), a - r->offset, dp->es);
+            counts[k++] = e - a;
+        }
+    }
+    double sq = k ? dp->dev->ops->grad_sq_norm_ranges(dp->dev, ptrs, counts, k) : 0.0;
+    free(ptrs);
+    free(counts);
+    return sq;
+}
+
+/* The sum of sq over the ranks of comm (in place). */
+static dt_status_t sum_over(dt_dp_t *dp, dt_comm_t *comm, double *sq) {
+    int n = dt_comm_size(comm);
+    double *all = dt_xcalloc((size_t)n, sizeof(double));
+    dt_status_t st = dp_all_gather_f64(dp, comm, sq, 1, all);
+    *sq = 0;
+    for (int r = 0; r < n; r++) *sq += all[r];
+    free(all);
+    return st;
+}
+
 dt_status_t dt_dp_grad_norm(dt_dp_t *dp, double *norm) {
     double sq = 0;
     if (!dp->sharded_optim) /* one call over the whole buffer (padding is zero): one device sync, not one per run */
@@ -36,15 +77,13 @@ dt_status_t dt_dp_grad_norm(dt_dp_t *dp, double *norm) {
         free(ptrs);
         free(counts);
     }
-    if (dp->shard) {
-        double *all = dt_xcalloc((size_t)dp->n_shards, sizeof(double));
-        dt_status_t st = dp_all_gather_f64(dp, dp->shard, &sq, 1, all);
-        sq = 0;
-        for (int r = 0; r < dp->n_shards; r++) sq += all[r];
-        free(all);
-        DT_CHECK(st);
+    if (dp->opts.tp) { /* replicated tensors: identical on every TP rank, counted once */
+        double rep = replicated_sq(dp);
+        sq -= rep * (1.0 - 1.0 / dt_comm_size(dp->opts.tp));
     }
-    *norm = sqrt(sq);
+    if (dp->shard) DT_CHECK(sum_over(dp, dp->shard, &sq));
+    if (dp->opts.tp) DT_CHECK(sum_over(dp, dp->opts.tp, &sq));
+    *norm = sqrt(sq > 0 ? sq : 0);
     return DT_STATUS_OK;
 }
 
