@@ -313,6 +313,45 @@ struct dt_ops {
                                   const void *logits,              // (N, Vp)
                                   const int *targets,              // (N)
                                   float dscale, int N, int V, int Vp);
+    /* ---- vocabulary-parallel softmax + cross-entropy (tensor parallelism, as
+     * Megatron's vocab_parallel_cross_entropy): the same loss and gradient as
+     * softmax_xent_* while each of the T ranks of a TP group holds only its slice of
+     * the logits, columns [v0, v0 + Vl) of the padded vocabulary Vp (Vl = Vp / T,
+     * v0 = r * Vl). Global columns >= V are padding: outside the softmax, gradient 0.
+     * A target < 0 marks an ignored row (loss 0, gradient 0). The caller runs the
+     * collectives between the ops, on the fp32 stats buffer (3*N floats, device):
+     *   stats = [ max (N) | sum of exp(x - max) (N) | target logit (N) ]
+     *   xent_vp_max -> all-reduce MAX of stats[0, N) -> xent_vp_sums ->
+     *   all-reduce SUM of stats[N, 3N) -> xent_vp_loss and/or xent_vp_backward.
+     * No rank ever holds more than N * Vl logits.
+     *
+     * stats[n] = max of row n over this rank's real columns (global index < V);
+     * -INFINITY when the rank has none (all of its columns are padding). */
+    void (*xent_vp_max)(dt_device_t *dev, float *stats, // (3, N): writes [0, N)
+                        const void *logits,             // (N, Vl)
+                        int N, int Vl, int v0, int V);
+    /* With the global max in stats[0, N): stats[N + n] = sum over this rank's real
+     * columns of exp(x - max) (0 when it has none), stats[2N + n] = x[target - v0]
+     * when v0 <= target < min(v0 + Vl, V), else 0 (exactly one rank holds it).
+     * Ignored rows get 0 in both. */
+    void (*xent_vp_sums)(dt_device_t *dev, float *stats, // (3, N): writes [N, 3N)
+                         const void *logits,             // (N, Vl)
+                         const int *targets,             // (N), global ids < V
+                         int N, int Vl, int v0, int V);
+    /* From the reduced stats: losses[n] = log(sum) + max - target logit, 0 for
+     * targets < 0 (the same value on every rank of the group). */
+    void (*xent_vp_loss)(dt_device_t *dev, float *losses, // (N)
+                         const float *stats,              // (3, N), reduced
+                         const int *targets,              // (N)
+                         int N);
+    /* Writes (=) dlogits = dscale * (softmax - onehot(target)) on this rank's real
+     * columns, 0 on its padded columns and on ignored rows. dlogits may alias logits
+     * (then the logits are consumed). */
+    void (*xent_vp_backward)(dt_device_t *dev, void *dlogits, // (N, Vl) =
+                             const void *logits,              // (N, Vl)
+                             const int *targets,              // (N)
+                             const float *stats,              // (3, N), reduced
+                             float dscale, int N, int Vl, int v0, int V);
     /* Mean squared error per row: losses[i] = (1/D) sum_d (pred - target)^2.
      * Backward writes dpred = dscale * 2 (pred - target) / D. */
     void (*mse_forward)(dt_device_t *dev, float *losses, // (N)

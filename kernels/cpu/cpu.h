@@ -141,6 +141,15 @@ void dt_cpu_softmax_xent_forward(dt_device_t *dev, float *losses, const void *lo
 void dt_cpu_softmax_xent_backward(dt_device_t *dev, void *dlogits, float *losses,
                                   const void *logits, const int *targets, float dscale, int N,
                                   int V, int Vp);
+void dt_cpu_xent_vp_max(dt_device_t *dev, float *stats, const void *logits, int N, int Vl, int v0,
+                        int V);
+void dt_cpu_xent_vp_sums(dt_device_t *dev, float *stats, const void *logits, const int *targets,
+                         int N, int Vl, int v0, int V);
+void dt_cpu_xent_vp_loss(dt_device_t *dev, float *losses, const float *stats, const int *targets,
+                         int N);
+void dt_cpu_xent_vp_backward(dt_device_t *dev, void *dlogits, const void *logits,
+                             const int *targets, const float *stats, float dscale, int N, int Vl,
+                             int v0, int V);
 void dt_cpu_mse_forward(dt_device_t *dev, float *losses, const void *pred, const float *target,
                         int N, int D);
 void dt_cpu_mse_backward(dt_device_t *dev, void *dpred, const void *pred, const float *target,
