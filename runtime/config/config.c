@@ -142,12 +142,13 @@ static bool in_bounds(const config_key_t *k, double x) {
 }
 
 
-static void type_error(parse_ctx_t *ctx, const config_key_t *k, const cJSON *v,
+/* name: the key as the source spelled it (its path, or an alias of it). */
+static void type_error(parse_ctx_t *ctx, const config_key_t *k, const char *name, const cJSON *v,
                        const char *extra) {
     char exp[256], found[80];
     dt_config_expected_(k, exp, sizeof exp);
     render(v, found, sizeof found);
-    add_error(ctx->cfg, ctx->src, "%s: expected %s, found %s%s", k->path, exp, found,
+    add_error(ctx->cfg, ctx->src, "%s: expected %s, found %s%s", name, exp, found,
               extra ? extra : "");
 }
 
@@ -214,17 +215,80 @@ static void set_sources(parse_ctx_t *ctx, const config_key_t *k, const cJSON *v)
     cfg->origin[k - KEYS] = (unsigned char)ctx->origin;
 }
 
+static void set_value_as(parse_ctx_t *ctx, int row, const char *name, const cJSON *v);
+
 /* Sets key row from JSON value v; reports its own errors. */
-static void set_value(parse_ctx_t *ctx, int row, const cJSON *v) {
+static void set_value(parse_ctx_t *ctx, int row, const cJSON *v) { set_value_as(ctx, row, KEYS[row].path, v); }
+
+/* Bytes of row k's field (what set_value writes). */
+static size_t field_size(const config_key_t *k) {
+    switch (k->type) {
+    case KT_BOOL: return (k->flags & KF_INT32) ? sizeof(int) : sizeof(bool);
+    case KT_INT: return (k->flags & KF_INT32) ? sizeof(int) : sizeof(int64_t);
+    case KT_FLOAT: return sizeof(double);
+    case KT_FLOAT2: return 2 * sizeof(double);
+    case KT_ENUM: return sizeof(int);
+    case KT_STRING: return 0; /* no string key has an alias */
+    }
+    return 0;
+}
+
+/* The key row given a second time in one source under its other name (an alias,
+ * ctx->touched 1 = by its path, 2 = by the alias): the same value is accepted, a
+ * different one is an error naming both; null or "auto" leaves the other's value. */
+static void set_value_again(parse_ctx_t *ctx, int row, const char *name, const cJSON *v) {
+    const config_key_t *k = &KEYS[row];
+    dt_config_t *cfg = ctx->cfg;
+    bool is_auto = cJSON_IsString(v) && !strcmp(v->valuestring, "auto");
+    if (cJSON_IsNull(v) || is_auto || cfg->origin[row] == 0) {
+        /* this one does not give a value, or the first did not: the given one stands */
+        ctx->touched[row] = 0;
+        if (!cJSON_IsNull(v) && !is_auto) set_value_as(ctx, row, name, v);
+        ctx->touched[row] = 3;
+        return;
+    }
+    unsigned char before[16], after[16];
+    size_t n = field_size(k);
+    memcpy(before, field(cfg, k), n);
+    int errors = cfg->n_errors;
+    ctx->touched[row] = 0;
+    set_value_as(ctx, row, name, v);
+    ctx->touched[row] = 3;
+    memcpy(after, field(cfg, k), n);
+    if (cfg->n_errors != errors || !memcmp(before, after, n)) return;
+    memcpy(field(cfg, k), before, n);
+    const char *alias = dt_config_key_alias_(k->path);
+    bool first_is_key = strcmp(name, k->path) != 0; /* this one is the alias */
+    char a[64], b[64];
+    if (k->type == KT_INT && !(k->flags & KF_INT32)) {
+        snprintf(a, sizeof a, "%lld", (long long)*(const int64_t *)(const void *)before);
+        snprintf(b, sizeof b, "%lld", (long long)*(const int64_t *)(const void *)after);
+    } else {
+        snprintf(a, sizeof a, "(one value)");
+        snprintf(b, sizeof b, "(another)");
+    }
+    add_error(cfg, ctx->src,
+              "%s %s and %s %s: expected the same value (%s is DeepSpeed's name for %s); give one",
+              k->path, first_is_key ? a : b, alias ? alias : name, first_is_key ? b : a,
+              alias ? alias : name, k->path);
+}
+
+/* Sets key row from JSON value v given under name (the key's path, or an alias of
+ * it, dt_config_alias_); reports its own errors naming it as given. */
+static void set_value_as(parse_ctx_t *ctx, int row, const char *name, const cJSON *v) {
     const config_key_t *k = &KEYS[row];
     dt_config_t *cfg = ctx->cfg;
     void *f = field(cfg, k);
+    unsigned char mark = strcmp(name, k->path) ? 2 : 1;
 
     if (ctx->origin != 0 && ctx->touched[row]) {
-        add_error(cfg, ctx->src, "%s: expected the key once, found it given twice", k->path);
+        if (ctx->touched[row] & mark)
+            add_error(cfg, ctx->src, "%s: expected the key once, found it given twice", name);
+        else
+            set_value_again(ctx, row, name, v);
         return;
     }
-    ctx->touched[row] = 1;
+    ctx->touched[row] = mark;
 
     bool is_auto = cJSON_IsString(v) && !strcmp(v->valuestring, "auto");
     bool auto_is_name = false; /* device and comm.backend have a real "auto" */
@@ -243,7 +307,7 @@ static void set_value(parse_ctx_t *ctx, int row, const cJSON *v) {
         return;
     }
     if (is_auto && (k->flags & KF_PATH)) {
-        type_error(ctx, k, v, " (dtrun cannot resolve \"auto\" for a path)");
+        type_error(ctx, k, name, v, " (dtrun cannot resolve \"auto\" for a path)");
         return;
     }
 
@@ -317,7 +381,7 @@ static void set_value(parse_ctx_t *ctx, int row, const cJSON *v) {
     cfg->origin[row] = (unsigned char)ctx->origin;
     return;
 out_type_error:
-    type_error(ctx, k, v, NULL);
+    type_error(ctx, k, name, v, NULL);
 }
 
 static void apply_path(parse_ctx_t *ctx, const char *path, const cJSON *v);
@@ -337,6 +401,12 @@ static void apply_path(parse_ctx_t *ctx, const char *path, const cJSON *v) {
     int row = dt_config_key_find_(path);
     if (row >= 0) {
         set_value(ctx, row, v);
+        return;
+    }
+    const char *key = dt_config_alias_(path);
+    if (key && (row = dt_config_key_find_(key)) >= 0) {
+        /* name: the alias as a static string (path is the caller's, freed after) */
+        set_value_as(ctx, row, dt_config_key_alias_(key), v);
         return;
     }
     if (dt_config_is_section_(path)) {
@@ -451,6 +521,22 @@ static void derive(dt_config_t *cfg) {
         cfg->scheduler.total_num_steps = cfg->train_steps;
 }
 
+/* tensor_parallel.* against the strategy and the model (the vocabulary rule only
+ * when model.vocab_size is known: the launcher checks it again with the data's,
+ * dt_config_tp_check_vocab). The world and node shapes: dt_config_resolve and
+ * dt_config_check_nodes. */
+static void check_tp(dt_config_t *cfg, const char *src) {
+    if (cfg->tp.size <= 1) return;
+    if (cfg->strategy == DT_STRATEGY_HSDP)
+        add_error(cfg, src,
+                  "tensor_parallel.size %lld with strategy \"hsdp\": expected tensor_parallel.size 1 "
+                  "(hsdp shards within a node, where a tensor-parallel group lives; use fsdp, "
+                  "zero1, zero2 or ddp with it)",
+                  (long long)cfg->tp.size);
+    char msg[512];
+    if (dt_config_tp_check_vocab(cfg, cfg->model.vocab_size, msg, sizeof msg)) add_error(cfg, src, "%s", msg);
+}
+
 /* Rules across keys, once the file and the overrides are in. */
 static void finish(dt_config_t *cfg, const char *src) {
     int rs = dt_config_key_find_("strategy"), rz = dt_config_key_find_("zero_optimization.stage");
@@ -484,6 +570,7 @@ static void finish(dt_config_t *cfg, const char *src) {
     char msg[512];
     if (cfg->model.ops->config_check && cfg->model.ops->config_check(&cfg->model, msg, sizeof msg))
         add_error(cfg, src, "%s", msg);
+    check_tp(cfg, src);
     if (cfg->model.ops->data == DT_MODEL_DATA_TOKENS) {
         if (!cfg->data.train && cfg->data.n_sources == 0)
             add_error(cfg, src,

@@ -100,7 +100,8 @@ typedef struct dt_config_source {
 /* The resolved config. Strings are heap copies owned by the struct (NULL = unset).
  * Batch sizes are 0 until dt_config_resolve() derives them for a world size. */
 typedef struct dt_config {
-    /* DeepSpeed: batch identity train_batch_size = micro * accumulation * world size */
+    /* DeepSpeed: batch identity train_batch_size = micro * accumulation * DP size,
+     * DP size = world size / tp.size (CONTRACT.md "Parallel layout") */
     int64_t train_batch_size;
     int64_t train_micro_batch_size_per_gpu;
     int64_t gradient_accumulation_steps;
@@ -186,12 +187,20 @@ typedef struct dt_config {
         dt_comm_backend_t backend;
         double timeout_s;
     } comm;
+    /* tensor_parallel.*: Megatron-style tensor parallelism. size ranks (consecutive
+     * local ranks of one node) hold one model piece each; world = size x DP size.
+     * DeepSpeed's tensor_parallel.autotp_size is the same key as size. */
+    struct {
+        int64_t size;           /* >= 1; 1 = off */
+        bool sequence_parallel; /* activations between TP regions cut along the sequence */
+    } tp;
     int64_t threads; /* CPU threads per rank; 0 = auto */
     int64_t sample_tokens; /* characters rank 0 generates at the end (text data); 0 = none */
 
     /* bookkeeping, not keys */
     char *source;       /* the file name (or the name given to load_string) */
     int world_size;     /* of the last dt_config_resolve(); 0 before */
+    int dp_size;        /* world_size / tp.size, of the last dt_config_resolve(); 0 before */
     int n_errors;
     char *errors;       /* all errors, one per line ("" when none) */
     char *warnings;     /* ignored keys, "auto" values, notes ("" when none) */
@@ -228,9 +237,22 @@ int dt_config_uses_cuda(const dt_config_t *cfg);
 /* Derives the batch sizes for world_size (DeepSpeed's rules: any two give the
  * third; train_batch_size alone gives accumulation 1; the micro-batch alone gives
  * accumulation 1; accumulation alone or nothing: micro-batch 1) and checks the
- * identity. May be called again with another world size (elastic restarts): only
- * the values given in the file or overrides count, never earlier derivations. */
+ * identity over the data-parallel size (world_size / tensor_parallel.size, which
+ * must divide: an error otherwise). Sets cfg->world_size and cfg->dp_size. May be
+ * called again with another world size (elastic restarts): only the values given
+ * in the file or overrides count, never earlier derivations. */
 dt_status_t dt_config_resolve(dt_config_t *cfg, int world_size);
+
+/* The launcher's checks of the config against the node shape, before any worker
+ * starts: a tensor-parallel group is tensor_parallel.size consecutive local ranks
+ * of one node, so nproc_per_node must be a multiple of it. Adds to cfg's errors
+ * (after dt_config_load/dt_config_resolve); DT_STATUS_CONFIG when there are any. */
+dt_status_t dt_config_check_nodes(dt_config_t *cfg, int nproc_per_node);
+
+/* tensor_parallel.size against the model with its vocabulary known (vocab_size:
+ * the one the data gives when model.vocab_size is 0; 0 = still unknown, the
+ * vocabulary rule is skipped as at load). 0, or 1 with msg naming the key. */
+int dt_config_tp_check_vocab(const dt_config_t *cfg, int vocab_size, char *msg, size_t len);
 
 /* All errors, one per line, "" when none. Valid until the next call on cfg. */
 const char *dt_config_errors(const dt_config_t *cfg);

@@ -53,6 +53,11 @@ void dt_config_keys_init_(void);
 int dt_config_key_find_(const char *path);
 /* path is a section: a proper prefix (at a dot) of some key. */
 bool dt_config_is_section_(const char *path);
+/* The key path stands for when it is another name of it (DeepSpeed's
+ * tensor_parallel.autotp_size: tensor_parallel.size), else NULL. */
+const char *dt_config_alias_(const char *path);
+/* The other name of key (a static string), or NULL. */
+const char *dt_config_key_alias_(const char *key);
 /* path is (under) a DeepSpeed key dtrun accepts and ignores. */
 bool dt_config_is_ignored_(const char *path);
 /* The known key or section closest to path, if close enough to be a typo. */

@@ -143,6 +143,13 @@ static const config_key_t tail_keys[] = {
      "auto = cuda when a GPU is there, else cpu"},
     {"strategy", KT_ENUM, OFF(strategy), 0, 0, 0, strategy_names, "\"ddp\"",
      "data parallelism; the same thing as zero_optimization.stage"},
+    {"tensor_parallel.size", KT_INT, OFF(tp.size), 1, I32, 0, NULL, "1",
+     "tensor-parallel ranks per model piece (1 = off): consecutive local ranks of one node, so it "
+     "divides nproc_per_node; world = size x data-parallel ranks (DeepSpeed's "
+     "tensor_parallel.autotp_size is the same key)"},
+    {"tensor_parallel.sequence_parallel", KT_BOOL, OFF(tp.sequence_parallel), 0, 0, 0, NULL, "false",
+     "cut the activations between tensor-parallel regions along the sequence (all-gather and "
+     "reduce-scatter instead of all-reduce); no effect when tensor_parallel.size is 1"},
     {"checkpoint.dir", KT_STRING, OFF(checkpoint.dir), 0, 0, KF_PATH, NULL, "\"runs/ckpt\"",
      "checkpoint folder"},
     {"checkpoint.every_steps", KT_INT, OFF(checkpoint.every_steps), 0, BIG, 0, NULL, "0",
@@ -259,7 +266,29 @@ static const char *const ignored_keys[] = {
 };
 #define N_IGNORED ((int)(sizeof ignored_keys / sizeof ignored_keys[0]))
 
+/* Other names of keys: DeepSpeed's name where dtrun's differs. Not rows (the dump
+ * and --keys show the key once, its help names the alias); config.c sets the key's
+ * row for either name and refuses both given with different values. */
+static const struct {
+    const char *alias, *key;
+} key_aliases[] = {
+    {"tensor_parallel.autotp_size", "tensor_parallel.size"},
+};
+#define N_ALIASES ((int)(sizeof key_aliases / sizeof key_aliases[0]))
+
 /* ---- table helpers ------------------------------------------------------ */
+
+const char *dt_config_alias_(const char *path) {
+    for (int i = 0; i < N_ALIASES; i++)
+        if (!strcmp(key_aliases[i].alias, path)) return key_aliases[i].key;
+    return NULL;
+}
+
+const char *dt_config_key_alias_(const char *key) {
+    for (int i = 0; i < N_ALIASES; i++)
+        if (!strcmp(key_aliases[i].key, key)) return key_aliases[i].alias;
+    return NULL;
+}
 
 int dt_config_key_find_(const char *path) {
     for (int i = 0; i < N_KEYS; i++)
@@ -329,6 +358,8 @@ bool dt_config_suggest_(const char *path, char *out, size_t out_size) {
     }
     for (int i = 0; i < N_IGNORED; i++)
         consider(path, ignored_keys[i], strlen(ignored_keys[i]), &best_d, out, out_size);
+    for (int i = 0; i < N_ALIASES; i++)
+        consider(path, key_aliases[i].alias, strlen(key_aliases[i].alias), &best_d, out, out_size);
     size_t len = strlen(out);
     return best_d > 0 && (best_d <= 2 || (size_t)best_d * 3 <= len);
 }

@@ -1,8 +1,10 @@
 /*
  * config_resolve.c - the batch identity (config.h): train_batch_size =
- * micro batch x gradient accumulation x world size, any two given and the third
- * derived, checked against the world size the launcher knows; and whether a config
- * runs on CUDA.
+ * micro batch x gradient accumulation x data-parallel size (world size /
+ * tensor_parallel.size), any two given and the third derived, checked against the
+ * world size the launcher knows; the checks against the node shape (a
+ * tensor-parallel group within one node) and the model's vocabulary once known;
+ * and whether a config runs on CUDA.
  */
 #include "runtime/config/config_impl.h"
 
@@ -26,13 +28,35 @@ dt_status_t dt_config_resolve(dt_config_t *cfg, int world_size) {
         return DT_STATUS_CONFIG;
     }
     cfg->world_size = world_size;
+    /* world = tensor_parallel.size x data-parallel ranks; the batch is over DP ranks */
+    int64_t tp = cfg->tp.size > 0 ? cfg->tp.size : 1;
+    if (world_size % tp != 0) {
+        char msg[600];
+        snprintf(msg, sizeof msg,
+                 "tensor_parallel.size %lld: expected a divisor of the world size %d (world = "
+                 "tensor_parallel.size x data-parallel ranks), found %d %% %lld = %lld",
+                 (long long)tp, world_size, world_size, (long long)tp, (long long)(world_size % tp));
+        dt_config_add_error_(cfg, src, msg);
+        dt_config_error_detail_(cfg);
+        return DT_STATUS_CONFIG;
+    }
+    cfg->dp_size = (int)(world_size / tp);
+    /* how the size in the identity came, for its messages: "world size 4", or
+     * "world size 4 / tensor_parallel.size 2 = 2 data-parallel ranks" */
+    char dp_how[160];
+    const char *dp_name = tp > 1 ? "data-parallel size" : "world size";
+    if (tp > 1)
+        snprintf(dp_how, sizeof dp_how, "world size %d / tensor_parallel.size %lld = %d data-parallel ranks",
+                 world_size, (long long)tp, cfg->dp_size);
+    else
+        snprintf(dp_how, sizeof dp_how, "world size %d", world_size);
     bool g_tb = cfg->origin[dt_config_key_find_("train_batch_size")] != 0;
     bool g_mb = cfg->origin[dt_config_key_find_("train_micro_batch_size_per_gpu")] != 0;
     bool g_ga = cfg->origin[dt_config_key_find_("gradient_accumulation_steps")] != 0;
     int64_t tb = g_tb ? cfg->train_batch_size : 0;
     int64_t mb = g_mb ? cfg->train_micro_batch_size_per_gpu : 0;
     int64_t ga = g_ga ? cfg->gradient_accumulation_steps : 0;
-    int64_t ws = world_size;
+    int64_t ws = cfg->dp_size;
     const char *why = NULL;
     char whybuf[200];
 
@@ -69,9 +93,9 @@ dt_status_t dt_config_resolve(dt_config_t *cfg, int world_size) {
         ga = 1;
         if (tb % ws != 0) {
             snprintf(whybuf, sizeof whybuf,
-                     "%lld is not a multiple of the world size, so "
+                     "%lld is not a multiple of the %s, so "
                      "train_micro_batch_size_per_gpu cannot be derived",
-                     (long long)tb);
+                     (long long)tb, dp_name);
             why = whybuf;
         } else {
             mb = tb / ws;
@@ -89,13 +113,13 @@ dt_status_t dt_config_resolve(dt_config_t *cfg, int world_size) {
         snprintf(a, sizeof a, g_tb ? "%lld" : "(not given)", (long long)tb);
         snprintf(b, sizeof b, g_mb ? "%lld" : "(not given)", (long long)mb);
         snprintf(c, sizeof c, g_ga ? "%lld" : "(not given)", (long long)ga);
-        char msg[600];
+        char msg[900];
         snprintf(msg, sizeof msg,
                   "train_batch_size %s, train_micro_batch_size_per_gpu %s, "
-                  "gradient_accumulation_steps %s, world size %d: expected train_batch_size = "
-                  "train_micro_batch_size_per_gpu * gradient_accumulation_steps * world size, "
+                  "gradient_accumulation_steps %s, %s: expected train_batch_size = "
+                  "train_micro_batch_size_per_gpu * gradient_accumulation_steps * %s, "
                   "found %s",
-                  a, b, c, world_size, why);
+                  a, b, c, dp_how, dp_name, why);
         dt_config_add_error_(cfg, src, msg);
         dt_config_error_detail_(cfg);
         return DT_STATUS_CONFIG;
@@ -112,4 +136,35 @@ dt_status_t dt_config_resolve(dt_config_t *cfg, int world_size) {
 
 int dt_config_uses_cuda(const dt_config_t *cfg) {
     return cfg->device == DT_CONFIG_DEVICE_CUDA || (cfg->device == DT_CONFIG_DEVICE_AUTO && dt_gpuinfo_count() > 0);
+}
+
+dt_status_t dt_config_check_nodes(dt_config_t *cfg, int nproc_per_node) {
+    const char *src = cfg->source ? cfg->source : "config";
+    int64_t tp = cfg->tp.size > 0 ? cfg->tp.size : 1;
+    if (tp > 1 && (nproc_per_node < 1 || nproc_per_node % tp != 0)) {
+        char msg[600];
+        snprintf(msg, sizeof msg,
+                 "tensor_parallel.size %lld and nproc_per_node %d: expected nproc_per_node to be a "
+                 "multiple of tensor_parallel.size (a tensor-parallel group is consecutive local "
+                 "ranks of one node and may not span nodes)",
+                 (long long)tp, nproc_per_node);
+        dt_config_add_error_(cfg, src, msg);
+    }
+    if (cfg->n_errors) {
+        dt_config_error_detail_(cfg);
+        return DT_STATUS_CONFIG;
+    }
+    return DT_STATUS_OK;
+}
+
+int dt_config_tp_check_vocab(const dt_config_t *cfg, int vocab_size, char *msg, size_t len) {
+    if (cfg->tp.size <= 1) return 0;
+    if (cfg->tp.size > 1 << 30) { /* the key's bound keeps it an int; a struct set by hand may not */
+        snprintf(msg, len, "tensor_parallel.size: expected an integer in [1, 2^30], found %lld",
+                 (long long)cfg->tp.size);
+        return 1;
+    }
+    dt_model_spec s = cfg->model; /* a plain copy: only sizes are read */
+    s.vocab_size = vocab_size;
+    return dt_model_tp_check(&s, (int)cfg->tp.size, msg, len);
 }
