@@ -14,7 +14,7 @@
  *   cuda_optim.cu   adamw, grad_sq_norm                     }
  *   cuda_encoder.cu, cuda_layernorm.cu, cuda_attention.cu,
  *   cuda_loss.cu    encoder, layernorm, attention,          } dt_cuda_fill_layer_ops
- *                   softmax_xent, mse                       }
+ *                   softmax_xent, xent_vp_*, mse            }
  *   cuda_llama.cu   rmsnorm, rope, swiglu, attention_decode }
  *   cuda_attention_fused.cu  the fused attention cuda_attention.cu dispatches to
  *
