@@ -54,6 +54,7 @@ dt_status_t dt_metrics_log(dt_metrics_t *m, const dt_step_metrics *s) {
     cJSON_AddNumberToObject(o, "step_ms", s->step_ms);
     cJSON_AddNumberToObject(o, "compute_ms", s->compute_ms);
     cJSON_AddNumberToObject(o, "comm_ms", s->comm_ms);
+    if (!isnan(s->tp_comm_ms)) cJSON_AddNumberToObject(o, "tp_comm_ms", s->tp_comm_ms);
     cJSON_AddNumberToObject(o, "data_ms", s->data_ms);
     cJSON_AddNumberToObject(o, "grad_norm", s->grad_norm);
     if (!isnan(s->val_loss)) {

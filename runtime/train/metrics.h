@@ -20,6 +20,7 @@ typedef struct dt_step_metrics {
     double tokens_per_s;
     double mfu; /* fraction of peak, 0 when unknown */
     double step_ms, compute_ms, comm_ms, data_ms;
+    double tp_comm_ms; /* the part of comm_ms in tensor-parallel collectives; NAN: no TP */
     double val_loss; /* NAN when not evaluated at this step */
     double eta_s;    /* seconds left, <0 unknown */
 } dt_step_metrics;

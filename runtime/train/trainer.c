@@ -33,6 +33,7 @@
 #include "runtime/model/model.h"
 #include "runtime/model/net.h"
 #include "runtime/model/sample.h"
+#include "runtime/parallel/tp.h"
 #include "runtime/train/sched.h"
 #include "runtime/train/train_ckpt.h"
 
@@ -45,6 +46,11 @@ typedef struct trainer {
     dt_net_t net;
     dt_data_t *data; /* token models; NULL for feature models (synthetic data) */
     dt_comm_t *comm; /* NULL on one rank */
+    /* Tensor parallelism (runtime/parallel/tp.h): this rank's place, the TP and DP
+     * groups (NULL when of one rank) and the net's TP collectives. */
+    dt_tp_place place;
+    dt_comm_t *tp_comm, *dp_comm;
+    dt_tp_t *tp;
     dt_dp_t *dp;     /* owns parameters, gradients and optimizer state */
     int B, T, accum;
     int32_t *tokens, *targets; /* host (B, T) */
@@ -235,9 +241,13 @@ static dt_status_t ckpt_dp_read(void *ctx, const dt_dp_range *r) {
 
 /* Elements [offset, offset + count) of the initial parameters: model.pretrained's
  * weights, else the seed's. */
+static dt_status_t hf_read(void *ctx, size_t goffset, size_t n, float *dst) {
+    return dt_hf_weights_fill(((trainer *)ctx)->hf, goffset, n, dst);
+}
+
 static dt_status_t init_fill(void *ctx, size_t offset, size_t count, float *dst) {
     trainer *t = ctx;
-    if (t->hf) return dt_hf_weights_fill(t->hf, offset, count, dst);
+    if (t->hf) return dt_model_tp_fill(&t->layout, offset, count, dst, hf_read, t); /* a TP piece: its parts */
     dt_model_init_range(&t->layout, (uint64_t)t->cfg->seed, offset, count, dst);
     return DT_STATUS_OK;
 }
@@ -368,7 +378,9 @@ static dt_status_t setup(trainer *t) {
     dt_model_spec spec;
     DT_CHECK(open_device(cfg, t->env, &t->dev));
     DT_CHECK(build_spec(cfg, &spec));
-    DT_CHECK(dt_model_layout_init(&spec, &t->layout));
+    t->place = dt_tp_place_of(t->env->rank, t->env->world_size, (int)cfg->tp.size);
+    DT_CHECK(dt_model_layout_init_tp(&spec, t->place.tp_size, t->place.tp_rank, cfg->tp.sequence_parallel,
+                                     &t->layout));
     t->B = (int)cfg->train_micro_batch_size_per_gpu;
     t->accum = (int)cfg->gradient_accumulation_steps;
     t->T = t->layout.seq_len;
@@ -378,7 +390,8 @@ static dt_status_t setup(trainer *t) {
         dt_data_opts o = {.sources = src, .n_sources = n_src, .val = cfg->data.val,
                           .val_fraction = cfg->data.val_fraction, .seq_len = t->layout.seq_len,
                           .vocab_size = spec.vocab_size, .seed = (uint64_t)cfg->seed,
-                          .rank = t->env->rank, .world_size = t->env->world_size, .micro_batch = t->B,
+                          /* the ranks of a TP group read the same batch */
+                          .rank = t->place.dp_rank, .world_size = t->place.dp_size, .micro_batch = t->B,
                           .prefetch = (int)cfg->data.prefetch};
         if (!cfg->data.n_sources) o.sources = NULL, o.train = cfg->data.train; /* errors say data.train */
         DT_CHECK(dt_data_open(&o, &t->data));
@@ -400,6 +413,14 @@ static dt_status_t setup(trainer *t) {
                                 t->env->local_world_size, ngpu);
         }
         DT_CHECK(dt_comm_init(&cc, &t->comm));
+        if (t->place.tp_size > 1) {
+            if (t->layout.sequence_parallel && (t->B * t->T) % t->place.tp_size != 0)
+                return dt_error(DT_STATUS_CONFIG,
+                                "tensor_parallel.sequence_parallel: micro-batch x seq_len = %d rows must divide "
+                                "among tensor_parallel.size %d ranks", t->B * t->T, t->place.tp_size);
+            DT_CHECK(dt_tp_split(t->comm, t->place.tp_size, &t->tp_comm, &t->dp_comm));
+            DT_CHECK(dt_tp_init(&t->tp, t->tp_comm, t->dev, &t->net));
+        }
     }
     dt_dtype_t reduce = cfg->communication_data_type == DT_CONFIG_DTYPE_BF16 ? DT_DTYPE_BF16 : DT_DTYPE_F32;
     int sharded_grads = cfg->strategy == DT_STRATEGY_ZERO2 || cfg->strategy == DT_STRATEGY_FSDP ||
@@ -415,12 +436,18 @@ static dt_status_t setup(trainer *t) {
                       .bucket_elems = (size_t)cfg->zero.reduce_bucket_size,
                       .local_world_size = t->env->local_world_size, .seed = (uint64_t)cfg->seed,
                       .reduce_dtype = reduce};
+    dt_comm_t *dp_comm = t->comm;
+    if (t->tp) { /* the strategy runs over the DP group, on each rank's TP piece */
+        dp_comm = t->dp_comm;
+        dpo.all = t->comm, dpo.tp = t->tp_comm;
+    }
     if (cfg->model_pretrained) { /* initial weights from the files, each rank reading what it holds */
-        DT_CHECK(dt_hf_weights_open(cfg->model_pretrained, &t->layout, &t->hf));
+        DT_CHECK(dt_hf_weights_open(cfg->model_pretrained, t->layout.global ? t->layout.global : &t->layout,
+                                    &t->hf));
         dpo.fill = init_fill, dpo.fill_ctx = t, dpo.init_id = dt_hf_weights_id(t->hf);
     }
     double t_load = dt_now_s(), rss0 = proc_status_kb("VmRSS");
-    DT_CHECK(dt_dp_init(&t->dp, &dpo, t->dev, &t->layout, &t->net, t->comm));
+    DT_CHECK(dt_dp_init(&t->dp, &dpo, t->dev, &t->layout, &t->net, dp_comm));
     if (t->hf) { /* each rank: what it read, how fast, and its memory peak against its model state */
         double sec = dt_now_s() - t_load;
         uint64_t b = dt_hf_weights_bytes_read(t->hf);
@@ -453,6 +480,9 @@ static void teardown(trainer *t) {
     dt_dp_free(t->dp);
     dt_hf_weights_close(t->hf);
     if (t->dev) dt_net_free(&t->net);
+    dt_tp_free(t->tp);
+    dt_comm_free(t->tp_comm);
+    dt_comm_free(t->dp_comm);
     dt_comm_free(t->comm);
     dt_data_close(t->data);
     dt_model_layout_free(&t->layout);
@@ -514,6 +544,70 @@ static dt_status_t evaluate(trainer *t, double *val_loss) {
 
 /* Prints n generated characters (text data only), sampling with temperature
  * 0.8 from a fresh micro-batch-1 network over the trained parameters. */
+typedef struct place_ctx {
+    const float *piece;
+    float *global;
+} place_ctx;
+
+static void place_piece(void *ctx, size_t local, size_t global, size_t n, int replicated) {
+    (void)replicated;
+    place_ctx *c = ctx;
+    memcpy(c->global + global, c->piece + local, n * sizeof(float));
+}
+
+/* The whole model's fp32 parameters (the global layout) on every rank into *out
+ * (dt_mem_alloc'd): dp's gather of this rank's piece, then under tensor parallelism
+ * every TP rank's piece, gathered over the TP group (through device memory, as the
+ * communicator of a GPU job takes), put in its place. */
+static dt_status_t gather_global_params(trainer *t, float **out) {
+    size_t n = t->layout.n_params;
+    float *piece = dt_mem_alloc(DT_MEM_OTHER, (n ? n : 1) * sizeof(float));
+    if (!piece) return DT_STATUS_NOMEM;
+    dt_status_t st = dt_dp_gather_params(t->dp, piece);
+    if (st != DT_STATUS_OK || !t->tp) {
+        if (st == DT_STATUS_OK) *out = piece;
+        else dt_mem_free(piece);
+        return st;
+    }
+    int T = t->place.tp_size;
+    const dt_model_layout *g = t->layout.global;
+    const dt_ops_t *o = t->dev->ops;
+    float *all = dt_mem_alloc(DT_MEM_OTHER, (size_t)T * n * sizeof(float)), *global = NULL;
+    void *dsend = NULL, *drecv = NULL;
+    if (!all) {
+        st = DT_STATUS_NOMEM;
+        goto out_free;
+    }
+    DT_CHECK_GOTO(o->alloc(t->dev, DT_MEM_OTHER, n * sizeof(float), &dsend), st, out_free);
+    DT_CHECK_GOTO(o->alloc(t->dev, DT_MEM_OTHER, (size_t)T * n * sizeof(float), &drecv), st, out_free);
+    DT_CHECK_GOTO(o->copy(t->dev, dsend, piece, n * sizeof(float), DT_COPY_HOST_TO_DEVICE), st, out_free);
+    DT_CHECK_GOTO(o->synchronize(t->dev), st, out_free);
+    DT_CHECK_GOTO(dt_comm_all_gather(t->tp_comm, dsend, drecv, n, DT_COMM_F32), st, out_free);
+    DT_CHECK_GOTO(o->copy(t->dev, all, drecv, (size_t)T * n * sizeof(float), DT_COPY_DEVICE_TO_HOST), st, out_free);
+    DT_CHECK_GOTO(o->synchronize(t->dev), st, out_free);
+    global = dt_mem_alloc(DT_MEM_OTHER, g->n_params * sizeof(float));
+    if (!global) {
+        st = DT_STATUS_NOMEM;
+        goto out_free;
+    }
+    for (int r = T - 1; r >= 0 && st == DT_STATUS_OK; r--) { /* rank 0 last: its replicated tensors stand */
+        dt_model_layout lr;
+        st = dt_model_layout_init_tp(&t->layout.spec, T, r, t->layout.sequence_parallel, &lr);
+        if (st != DT_STATUS_OK) break;
+        place_ctx c = {all + (size_t)r * n, global};
+        dt_model_tp_segments(&lr, 0, lr.n_params, place_piece, &c);
+        dt_model_layout_free(&lr);
+    }
+out_free:
+    o->free(t->dev, dsend);
+    o->free(t->dev, drecv);
+    dt_mem_free(all);
+    dt_mem_free(piece);
+    if (st == DT_STATUS_OK) *out = global;
+    else dt_mem_free(global);
+    return st;
+}
+
 static int wants_sample(const trainer *t) {
     return t->cfg->sample_tokens > 0 && t->layout.spec.ops->logits_slot >= 0 && t->data &&
            dt_data_kind(t->data) == DT_DATA_TEXT;
@@ -522,7 +616,8 @@ static int wants_sample(const trainer *t) {
 static dt_status_t print_sample(trainer *t, int n, const float *host_params) {
     if (n <= 0 || !wants_sample(t)) return DT_STATUS_OK;
     dt_sample_net sn;
-    DT_CHECK(dt_sample_net_init(&sn, t->dev, &t->layout, host_params, DT_MEM_OTHER));
+    DT_CHECK(dt_sample_net_init(&sn, t->dev, t->layout.global ? t->layout.global : &t->layout, host_params,
+                                DT_MEM_OTHER));
     int32_t prompt = '\n', *ids = dt_xcalloc((size_t)n, sizeof *ids);
     char *text = dt_xcalloc((size_t)n + 1, 1);
     dt_sample_opts o = {.tokens = n, .temperature = 0.8, .top_k = 0, .seed = (uint64_t)t->cfg->seed};
@@ -566,6 +661,10 @@ static dt_status_t write_summary(trainer *t, double final_loss, double final_val
     cJSON_AddNumberToObject(o, "wall_s", wall_s);
     cJSON_AddNumberToObject(o, "tokens_per_s", tokens / wall_s);
     cJSON_AddNumberToObject(o, "world_size", t->env->world_size);
+    cJSON *lay = cJSON_AddObjectToObject(o, "parallel");
+    cJSON_AddNumberToObject(lay, "tensor_parallel", t->place.tp_size);
+    cJSON_AddBoolToObject(lay, "sequence_parallel", t->layout.sequence_parallel);
+    cJSON_AddNumberToObject(lay, "data_parallel", t->place.dp_size);
     cJSON_AddStringToObject(o, "device", dt_device_kind_name(t->dev->kind));
     cJSON_AddStringToObject(o, "strategy", dt_config_strategy_name(t->cfg->strategy));
     cJSON_AddNumberToObject(o, "n_params", (double)t->layout.n_params);
@@ -619,16 +718,22 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env) {
     const dt_ops_t *o = t.dev->ops;
     size_t n = t.layout.n_params;
     int64_t steps = cfg->train_steps;
-    double tokens_per_step = (double)t.B * t.T * t.accum * env->world_size;
-    double flops_per_token = dt_model_flops_per_token(&t.layout);
+    double tokens_per_step = (double)t.B * t.T * t.accum * t.place.dp_size;
+    double flops_per_token = dt_model_flops_per_token(t.layout.global ? t.layout.global : &t.layout);
     if (rank0) {
         char *dump = dt_config_dump_json(cfg);
         if (dump) dt_metrics_write_file(t.log_dir, "config.json", dump);
         free(dump);
-        printf("dtrun: %s model, %zu parameters (%.2f MB of fp32), %s x%d thread(s), world %d, "
+        char par[96] = "";
+        if (t.place.tp_size > 1)
+            snprintf(par, sizeof par, " (tensor parallel %d%s x data parallel %d)", t.place.tp_size,
+                     t.layout.sequence_parallel ? " with sequence parallelism" : "", t.place.dp_size);
+        printf("dtrun: %s model, %zu parameters (%.2f MB of fp32)%s, %s x%d thread(s), world %d%s, "
                "micro-batch %d x accumulation %d, %lld steps\n",
-               t.layout.spec.ops->name, n, n * 4.0 / 1e6, dt_device_kind_name(t.dev->kind),
-               t.dev->nthreads, env->world_size, t.B, t.accum, (long long)steps);
+               t.layout.spec.ops->name, t.layout.global ? t.layout.global->n_params : n,
+               (t.layout.global ? t.layout.global->n_params : n) * 4.0 / 1e6,
+               t.layout.global ? ", this rank's piece of it" : "", dt_device_kind_name(t.dev->kind),
+               t.dev->nthreads, env->world_size, par, t.B, t.accum, (long long)steps);
         fflush(stdout);
     }
     double t_start = dt_now_s(), final_loss = NAN, final_val = NAN;
@@ -649,6 +754,7 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env) {
             DT_CHECK_GOTO(dt_net_backward(&t.net, 1.0f / ((float)t.net.n_rows * (float)t.accum)), st,
                           out_teardown);
             DT_CHECK_GOTO(dt_dp_micro_end(t.dp), st, out_teardown);
+            DT_CHECK_GOTO(dt_tp_check(t.tp), st, out_teardown);
         }
         double loss = loss_sum / t.accum, norm = 0;
         DT_CHECK_GOTO(dt_dp_reduce_finish(t.dp), st, out_teardown);
@@ -672,13 +778,15 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env) {
             args.grad_scale = (float)(cfg->gradient_clipping / norm);
         DT_CHECK_GOTO(dt_dp_optimizer_step(t.dp, &args), st, out_teardown);
         DT_CHECK_GOTO(o->synchronize(t.dev), st, out_teardown);
-        double t1 = dt_now_s(), comm_ms = dt_dp_take_comm_ms(t.dp);
+        double t1 = dt_now_s(), tp_ms = dt_tp_take_comm_ms(t.tp), comm_ms = dt_dp_take_comm_ms(t.dp) + tp_ms;
         warn_data_wait(&t, step, data_s, t1 - t0, &last_data_warn);
         double val = NAN;
         if (cfg->eval.every_steps > 0 && (step % cfg->eval.every_steps == 0 || step == steps)) {
             DT_CHECK_GOTO(evaluate(&t, &val), st, out_teardown);
             DT_CHECK_GOTO(mean_over_ranks(&t, &val), st, out_teardown);
             dt_dp_take_comm_ms(t.dp); /* evaluation's gathers are not the step's */
+            dt_tp_take_comm_ms(t.tp);
+            DT_CHECK_GOTO(dt_tp_check(t.tp), st, out_teardown);
         }
         final_loss = loss;
         if (!isnan(val)) final_val = val;
@@ -690,7 +798,7 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env) {
             dt_step_metrics m = {.step = step, .total_steps = steps, .loss = loss, .lr = args.lr,
                                  .grad_norm = norm, .tokens_per_s = tokens_per_step / step_s,
                                  .step_ms = step_s * 1e3, .comm_ms = comm_ms, .data_ms = data_s * 1e3,
-                                 .val_loss = val};
+                                 .val_loss = val, .tp_comm_ms = t.tp ? tp_ms : NAN};
             m.compute_ms = m.step_ms - m.comm_ms - m.data_ms;
             m.mfu = t.peak_flops > 0 ? flops_per_token * m.tokens_per_s / env->world_size / t.peak_flops : 0;
             double elapsed = dt_now_s() - t_start;
@@ -714,12 +822,8 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env) {
     mem_all = dt_xcalloc((size_t)env->world_size * MEM_N, sizeof(double));
     DT_CHECK_GOTO(dt_dp_all_gather_f64(t.dp, mine, MEM_N, mem_all), st, out_teardown);
     if (dump_path || wants_sample(&t)) {
-        full = dt_mem_alloc(DT_MEM_OTHER, n * sizeof(float));
-        if (!full) {
-            st = DT_STATUS_NOMEM;
-            goto out_teardown;
-        }
-        DT_CHECK_GOTO(dt_dp_gather_params(t.dp, full), st, out_teardown);
+        DT_CHECK_GOTO(gather_global_params(&t, &full), st, out_teardown);
+        if (t.layout.global) n = t.layout.global->n_params;
     }
     if (rank0 && dump_path) {
         FILE *f = fopen(dump_path, "wb");
