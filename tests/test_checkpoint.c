@@ -101,7 +101,8 @@ static dt_status_t save_as(const dt_model_layout *l, const float *data, int64_t 
         int k = split_ranges(l, split, r, w, off, cnt, 64), nr = 0;
         for (int b = 0; b < 3; b++)
             for (int i = 0; i < k; i++)
-                ranges[nr++] = (dt_ckpt_range){bufs[b], off[i], cnt[i], data + (size_t)b * l->n_params + off[i]};
+                ranges[nr++] = (dt_ckpt_range){.buffer = bufs[b], .offset = off[i], .count = cnt[i],
+                                               .data = data + (size_t)b * l->n_params + off[i]};
         a.rank = r;
         a.ranges = ranges;
         a.n_ranges = nr;
@@ -400,7 +401,7 @@ Test(ckpt, unwritable_dir_is_a_clear_error) {
     FILE *f = fopen(file, "w");
     fclose(f);
     snprintf(bad, sizeof bad, "%s/ckpt", file);
-    dt_ckpt_range r = {"params", 0, l.n_params, data};
+    dt_ckpt_range r = {.buffer = "params", .offset = 0, .count = l.n_params, .data = data};
     dt_ckpt_save_args a = {.dir = bad, .step = 1, .world_size = 1, .layout = &l, .ranges = &r, .n_ranges = 1};
     dt_status_t st = dt_ckpt_save(&a, NULL);
     cr_assert_neq(st, DT_STATUS_OK);

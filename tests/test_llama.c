@@ -180,7 +180,7 @@ Test(llama, keys_round_trip_through_the_checkpoint_meta_json) {
     dt_model_layout l;
     cr_assert_eq(dt_model_layout_init(&s, &l), DT_STATUS_OK, "%s", dt_error_detail());
     float *p = calloc(l.n_params, sizeof(float));
-    dt_ckpt_range r = {"params", 0, l.n_params, p};
+    dt_ckpt_range r = {.buffer = "params", .offset = 0, .count = l.n_params, .data = p};
     dt_ckpt_save_args a = {.dir = dir, .step = 1, .world_size = 1, .strategy = "ddp", .layout = &l,
                            .ranges = &r, .n_ranges = 1};
     cr_assert_eq(dt_ckpt_save(&a, NULL), DT_STATUS_OK, "%s", dt_error_detail());

@@ -5,19 +5,24 @@
  *
  *   header   "DTCKSHD1", u32 version, u32 n_ranges, u32 rank, u32 world_size,
  *            i64 step, u64 data_offset, u64 file_bytes
- *   ranges   n_ranges x { char buffer[16]; u64 offset, count, file_offset;
- *                         u32 n_blocks, u32 pad }
- *   crcs     for each range, n_blocks x u32 (CRC32C of each 4 MiB block)
+ *   ranges   n_ranges x { char buffer[16]; u64 offset, count, file_offset,
+ *                         stride, reps; u32 n_blocks, u32 pad }
+ *            (stride 0, reps 1: a plain range; else reps pieces of count
+ *            elements at offset + k*stride, stored one after another)
+ *   crcs     for each range, n_blocks x u32 (CRC32C of each 4 MiB block of its
+ *            data: count elements, reps*count when strided)
  *   u32      CRC32C of everything above
  *   padding  to data_offset (4 KiB aligned)
  *   data     the ranges' fp32 elements, one after the other
  *
  * The data goes first (checksummed as it is written), the header last, then the
  * file is fsynced: a shard whose header checks out is complete. Rank 0 builds
- * meta.json from the headers, so ranks need no communication besides a barrier.
+ * meta.json from the headers, so ranks need no communication besides a barrier;
+ * it refuses ranges that overlap (a strided one is listed once, with its stride
+ * and reps, and makes meta.json format version 2; plain ones read as ever).
  *
- * This file saves; ckpt_load.c opens and reads (any world size); ckpt_io.c holds
- * CRC32C and the file helpers (ckpt_impl.h).
+ * This file saves; ckpt_load.c opens, ckpt_read.c checks ranges and reads (any
+ * world size); ckpt_io.c holds CRC32C and the file helpers (ckpt_impl.h).
  */
 #include "runtime/ckpt/ckpt_impl.h"
 
@@ -71,9 +76,34 @@ typedef struct __attribute__((packed)) shard_head {
 
 typedef struct __attribute__((packed)) shard_range {
     char buffer[DT_CKPT_MAX_BUFFER_NAME];
-    uint64_t offset, count, file_offset;
+    uint64_t offset, count, file_offset, stride, reps;
     uint32_t n_blocks, pad;
 } shard_range;
+
+/* Elements of r's data (its pieces one after another). */
+static uint64_t range_elems(const dt_ckpt_range *r) { return r->stride ? r->count * r->reps : r->count; }
+
+/* A strided range: stride >= count, at least one piece, no overflow. */
+static dt_status_t check_range(const dt_ckpt_range *r) {
+    if (strlen(r->buffer) >= DT_CKPT_MAX_BUFFER_NAME)
+        return dt_error(DT_STATUS_INVALID, "checkpoint buffer name too long: %s", r->buffer);
+    if (r->stride == 0) {
+        if (r->reps > 1)
+            return dt_error(DT_STATUS_INVALID, "checkpoint range of '%s' at %llu: reps %llu without a stride", r->buffer,
+                            (unsigned long long)r->offset, (unsigned long long)r->reps);
+        return DT_STATUS_OK;
+    }
+    if (r->stride < r->count || r->reps < 1)
+        return dt_error(DT_STATUS_INVALID,
+                        "checkpoint range of '%s' at %llu: stride %llu must be >= count %llu, reps %llu >= 1", r->buffer,
+                        (unsigned long long)r->offset, (unsigned long long)r->stride, (unsigned long long)r->count,
+                        (unsigned long long)r->reps);
+    if ((r->count && r->reps > (UINT64_C(1) << 53) / r->count) || (r->reps - 1) > ((UINT64_C(1) << 53) - r->offset) / r->stride)
+        return dt_error(DT_STATUS_INVALID, "checkpoint range of '%s' at %llu: %llu pieces every %llu is too large",
+                        r->buffer, (unsigned long long)r->offset, (unsigned long long)r->reps,
+                        (unsigned long long)r->stride);
+    return DT_STATUS_OK;
+}
 
 
 static void step_paths(const dt_ckpt_save_args *a, char *final, char *tmp, size_t len) {
@@ -95,9 +125,8 @@ dt_status_t dt_ckpt_write_shard(const dt_ckpt_save_args *a, dt_ckpt_save_stats *
     /* Header size: fixed part, ranges, crcs, header crc; data 4 KiB aligned. */
     uint64_t total_blocks = 0;
     for (int i = 0; i < a->n_ranges; i++) {
-        if (strlen(a->ranges[i].buffer) >= DT_CKPT_MAX_BUFFER_NAME)
-            return dt_error(DT_STATUS_INVALID, "checkpoint buffer name too long: %s", a->ranges[i].buffer);
-        total_blocks += n_blocks_of(a->ranges[i].count);
+        DT_CHECK(check_range(&a->ranges[i]));
+        total_blocks += n_blocks_of(range_elems(&a->ranges[i]));
     }
     size_t head_bytes = sizeof(shard_head) + (size_t)a->n_ranges * sizeof(shard_range) + total_blocks * 4 + 4;
     uint64_t data_offset = (head_bytes + 4095) & ~(uint64_t)4095;
@@ -131,13 +160,16 @@ dt_status_t dt_ckpt_write_shard(const dt_ckpt_save_args *a, dt_ckpt_save_stats *
         rr[i].offset = r->offset;
         rr[i].count = r->count;
         rr[i].file_offset = pos;
-        rr[i].n_blocks = n_blocks_of(r->count);
-        for (uint64_t e = 0; e < r->count; e += BLOCK_ELEMS) {
-            uint64_t n = r->count - e < BLOCK_ELEMS ? r->count - e : BLOCK_ELEMS;
+        rr[i].stride = r->stride;
+        rr[i].reps = r->stride ? r->reps : 1;
+        uint64_t elems = range_elems(r);
+        rr[i].n_blocks = n_blocks_of(elems);
+        for (uint64_t e = 0; e < elems; e += BLOCK_ELEMS) {
+            uint64_t n = elems - e < BLOCK_ELEMS ? elems - e : BLOCK_ELEMS;
             *crc++ = dt_crc32c(0, r->data + e, n * sizeof(float));
             DT_CHECK_GOTO(dt_ckpt_write_all_(fd, r->data + e, n * sizeof(float), path), st, out_close);
         }
-        pos += r->count * sizeof(float);
+        pos += elems * sizeof(float);
         hook("shard_range", a->step);
     }
     h->file_bytes = pos;
@@ -165,8 +197,17 @@ out_free_head:
     return st;
 }
 
-/* Reads and checks one shard's header; adds its entry to the meta.json array. */
-static dt_status_t index_shard(const char *path, const dt_ckpt_save_args *a, int rank, cJSON *shards) {
+/* The ranges of all shards, gathered at commit for the overlap check. */
+typedef struct range_list {
+    ck_range *r;
+    int n, cap;
+    int strided; /* any: meta.json is format version 2 */
+} range_list;
+
+/* Reads and checks one shard's header; adds its entry to the meta.json array and
+ * its ranges to `all`. */
+static dt_status_t index_shard(const char *path, const dt_ckpt_save_args *a, int rank, cJSON *shards,
+                               range_list *all) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return dt_ckpt_sys_error_(errno, "checkpoint shard missing: cannot open", path);
     dt_status_t st = DT_STATUS_OK;
@@ -219,9 +260,23 @@ static dt_status_t index_shard(const char *path, const dt_ckpt_save_args *a, int
         cJSON *r = cJSON_CreateObject();
         char name[DT_CKPT_MAX_BUFFER_NAME + 1] = {0};
         memcpy(name, rr[i].buffer, DT_CKPT_MAX_BUFFER_NAME);
+        if (rr[i].n_blocks != n_blocks_of(rr[i].count * rr[i].reps) || (rr[i].stride == 0) != (rr[i].reps == 1)) {
+            cJSON_Delete(r);
+            st = dt_error(DT_STATUS_FORMAT, "%s: range %u of '%s' has inconsistent counts", path, i, name);
+            goto out_close;
+        }
+        if (all->n == all->cap) all->r = dt_xrealloc(all->r, (size_t)(all->cap = all->cap ? 2 * all->cap : 64) * sizeof *all->r);
+        all->r[all->n++] = (ck_range){.shard = rank, .offset = rr[i].offset, .count = rr[i].count,
+                                      .stride = rr[i].stride, .reps = rr[i].reps, .file_offset = rr[i].file_offset};
+        snprintf(all->r[all->n - 1].buffer, DT_CKPT_MAX_BUFFER_NAME, "%s", name);
         cJSON_AddStringToObject(r, "buffer", name);
         cJSON_AddNumberToObject(r, "offset", (double)rr[i].offset);
         cJSON_AddNumberToObject(r, "count", (double)rr[i].count);
+        if (rr[i].stride) { /* strided: one entry for all its pieces */
+            cJSON_AddNumberToObject(r, "stride", (double)rr[i].stride);
+            cJSON_AddNumberToObject(r, "reps", (double)rr[i].reps);
+            all->strided = 1;
+        }
         cJSON_AddNumberToObject(r, "file_offset", (double)rr[i].file_offset);
         cJSON *c = cJSON_AddArrayToObject(r, "crc32c");
         for (uint32_t b = 0; b < rr[i].n_blocks; b++) cJSON_AddItemToArray(c, cJSON_CreateNumber(*crc++));
@@ -320,8 +375,10 @@ dt_status_t dt_ckpt_commit(const dt_ckpt_save_args *a, dt_ckpt_save_stats *stats
     cJSON *meta = cJSON_CreateObject();
     dt_status_t st = DT_STATUS_OK;
     char *text = NULL;
+    range_list all = {0};
+    ck_shard *files = dt_xcalloc((size_t)a->world_size, sizeof *files);
     cJSON_AddStringToObject(meta, "format", FORMAT_NAME);
-    cJSON_AddNumberToObject(meta, "version", FORMAT_VERSION);
+    cJSON *version = cJSON_AddNumberToObject(meta, "version", FORMAT_VERSION);
     cJSON_AddNumberToObject(meta, "step", (double)a->step);
     cJSON_AddNumberToObject(meta, "world_size", a->world_size);
     cJSON_AddStringToObject(meta, "strategy", a->strategy ? a->strategy : "ddp");
@@ -333,8 +390,13 @@ dt_status_t dt_ckpt_commit(const dt_ckpt_save_args *a, dt_ckpt_save_stats *stats
     cJSON *shards = cJSON_AddArrayToObject(meta, "shards");
     for (int r = 0; r < a->world_size; r++) {
         snprintf(path, sizeof path, "%s/shard_%05d.bin", tmpdir, r);
-        DT_CHECK_GOTO(index_shard(path, a, r, shards), st, out_free);
+        snprintf(files[r].path, sizeof files[r].path, "%s", path);
+        DT_CHECK_GOTO(index_shard(path, a, r, shards, &all), st, out_free);
     }
+    /* Overlapping ranges would make the checkpoint unloadable: refuse it now, while
+     * the previous one is still `latest`. Gaps are the loader's to find. */
+    DT_CHECK_GOTO(dt_ckpt_check_ranges_(all.r, all.n, a->layout->n_params, 0, tmpdir, files), st, out_free);
+    if (all.strided) cJSON_SetNumberValue(version, FORMAT_VERSION_STRIDED);
     if (a->extra_json) {
         cJSON *extra = cJSON_Parse(a->extra_json);
         if (!extra || !cJSON_IsObject(extra)) {
@@ -390,6 +452,8 @@ dt_status_t dt_ckpt_commit(const dt_ckpt_save_args *a, dt_ckpt_save_stats *stats
     if (stats) snprintf(stats->path, sizeof stats->path, "%s", final);
 out_free:
     free(text);
+    free(all.r);
+    free(files);
     cJSON_Delete(meta);
     return st;
 }

@@ -34,12 +34,19 @@
 #define DT_CKPT_BLOCK_BYTES (4u << 20) /* checksum granularity */
 #define DT_CKPT_MAX_BUFFER_NAME 16
 
-/* A range of a named flat fp32 buffer that this rank owns, in elements. */
+/* A range of a named flat fp32 buffer that this rank owns, in elements. Plain
+ * (stride 0): [offset, offset+count). Strided: `reps` pieces of `count` elements at
+ * offset + k*stride (k < reps), as a tensor-parallel rank owns its columns of every
+ * row of a row-parallel weight (offset: tensor offset + first column, count: columns
+ * per rank, stride: row length, reps: rows); data holds the pieces one after
+ * another (reps*count elements) and meta.json lists the range once. */
 typedef struct dt_ckpt_range {
     const char *buffer; /* "params", "m", "v", ... */
-    uint64_t offset;    /* global element offset */
-    uint64_t count;     /* elements */
-    const float *data;  /* host fp32, count elements */
+    uint64_t offset;    /* global element offset (of the first piece) */
+    uint64_t count;     /* elements (of each piece) */
+    const float *data;  /* host fp32, count elements (reps*count when strided) */
+    uint64_t stride;    /* 0: a plain range; else >= count, elements between pieces */
+    uint64_t reps;      /* pieces when strided (>= 1); 0 or 1 when plain */
 } dt_ckpt_range;
 
 /* Waits until every rank has returned from dt_ckpt_write_shard (0 on success). */
@@ -103,10 +110,16 @@ dt_status_t dt_ckpt_model_spec(const dt_ckpt_t *c, dt_model_spec *spec);
 /* Checks the saved tensor table against a model's: names, shapes, offsets. */
 dt_status_t dt_ckpt_check_layout(const dt_ckpt_t *c, const dt_model_layout *layout);
 /* Reads elements [offset, offset+count) of a buffer into out, assembling them
- * from the shards that hold them and verifying the checksum of every block read. */
+ * from the plain and strided ranges of the shards that hold them and verifying the
+ * checksum of every block read. The last few verified blocks are kept (a handful
+ * of 4 MiB buffers, freed by dt_ckpt_close), so reading a strided range piece by
+ * piece, in one call or in many, reads and checks each of its blocks once. */
 dt_status_t dt_ckpt_read(dt_ckpt_t *c, const char *buffer, uint64_t offset, uint64_t count, float *out);
 /* Bytes read by dt_ckpt_read so far (for throughput figures). */
 uint64_t dt_ckpt_bytes_read(const dt_ckpt_t *c);
+/* Checksum blocks read and verified by dt_ckpt_read so far (for tests: a block
+ * served from the kept ones does not count again). */
+uint64_t dt_ckpt_blocks_verified(const dt_ckpt_t *c);
 
 /* For sample and export: opens a checkpoint (as dt_ckpt_open), builds the model
  * layout saved in it and reads the whole "params" buffer into *params (host fp32,

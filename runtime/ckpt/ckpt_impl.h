@@ -1,23 +1,85 @@
 /*
  * ckpt_impl.h - what the checkpoint's files share, private to runtime/ckpt: the
- * shard format's constants (checkpoint.c's purpose block describes the layout) and
- * the small file helpers of ckpt_io.c, whose errors name the path.
+ * shard format's constants (checkpoint.c's purpose block describes the layout), the
+ * open checkpoint (ckpt_load.c fills it, ckpt_read.c reads from it), the range check
+ * that commit and open both run, and the small file helpers of ckpt_io.c, whose
+ * errors name the path.
  */
 #ifndef DT_RUNTIME_CKPT_CKPT_IMPL_H
 #define DT_RUNTIME_CKPT_CKPT_IMPL_H
 
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <cjson/cJSON.h>
 
 #include "runtime/ckpt/checkpoint.h"
 
 #define SHARD_MAGIC "DTCKSHD1"
-#define SHARD_VERSION 1u
+#define SHARD_VERSION 2u /* 2: range records carry stride and reps */
 #define FORMAT_NAME "dtrun-checkpoint"
-#define FORMAT_VERSION 1
+#define FORMAT_VERSION 1         /* meta.json of plain ranges only, as ever */
+#define FORMAT_VERSION_STRIDED 2 /* meta.json with strided ranges (older loaders refuse it) */
 #define BLOCK_ELEMS ((uint64_t)DT_CKPT_BLOCK_BYTES / sizeof(float))
 
 static inline uint32_t n_blocks_of(uint64_t count) { return (uint32_t)((count + BLOCK_ELEMS - 1) / BLOCK_ELEMS); }
+
+/* A range of a shard as meta.json lists it; plain ones have stride 0, reps 1.
+ * Its data (reps*count elements) lies at file_offset, n_blocks CRCs over it. */
+typedef struct ck_range {
+    int shard;
+    uint64_t offset, count, stride, reps, file_offset;
+    uint32_t *crcs;
+    uint32_t n_blocks;
+    char buffer[DT_CKPT_MAX_BUFFER_NAME];
+} ck_range;
+
+static inline uint64_t ck_range_elems(const ck_range *r) { return r->count * r->reps; }
+/* One past the last global element of the range's last piece. */
+static inline uint64_t ck_range_end(const ck_range *r) {
+    return r->reps ? r->offset + (r->reps - 1) * r->stride + r->count : r->offset;
+}
+
+typedef struct ck_shard {
+    char path[PATH_MAX + 32];
+    uint64_t bytes;
+    int fd;
+} ck_shard;
+
+/* A verified checksum block kept between reads (range < 0: empty slot). */
+#define CK_KEPT_BLOCKS 8
+typedef struct ck_block {
+    int range;
+    uint64_t index, last_use;
+    float *data; /* DT_CKPT_BLOCK_BYTES, allocated on first use */
+} ck_block;
+
+struct dt_ckpt {
+    char path[PATH_MAX];
+    cJSON *meta;
+    int64_t step;
+    int world_size;
+    uint64_t n_params;
+    const char *strategy;
+    ck_shard *shards;
+    int n_shards;
+    ck_range *ranges; /* sorted by buffer, then offset */
+    int n_ranges;
+    ck_block kept[CK_KEPT_BLOCKS];
+    uint64_t uses; /* clock for the least recently used kept block */
+    uint64_t bytes_read, blocks_verified;
+};
+
+/* ckpt_read.c: sorts r by (buffer, offset) and checks that the ranges of each
+ * buffer lie inside [0, n_params), that strided ones have stride >= count, and that
+ * no two overlap (plain or strided, any shards); with need_cover, also that they
+ * cover every buffer whole. Errors start with `where` and name the range and its
+ * shard file (shards[r->shard].path). */
+dt_status_t dt_ckpt_check_ranges_(ck_range *r, int n, uint64_t n_params, int need_cover, const char *where,
+                                  const ck_shard *shards);
+/* Frees the kept blocks (dt_ckpt_close). */
+void dt_ckpt_drop_kept_(dt_ckpt_t *c);
 
 /* ckpt_io.c: errno -> dt_status_t naming what and path; whole writes and reads;
  * fsync of a file or folder; small text files; rm -rf; "step_00000012[.tmp]" -> 12

@@ -1,8 +1,9 @@
 /*
  * ckpt_load.c - opening a checkpoint (checkpoint.h): meta.json parsed and checked
- * against the shard headers' ranges, the model it holds, reading any byte range of
- * a global buffer whatever world size and strategy wrote it (the resharding
- * loader), and the resume candidates of a checkpoint folder, newest first.
+ * (ranges plain and strided, tiling each buffer, filling each shard file), the model
+ * it holds, and the resume candidates of a checkpoint folder, newest first.
+ * Reading a global range whatever world size and strategy wrote it (the resharding
+ * loader) is ckpt_read.c's.
  */
 #include "runtime/ckpt/ckpt_impl.h"
 
@@ -23,42 +24,12 @@
 
 /* ---- load ------------------------------------------------------------------- */
 
-typedef struct ck_range {
-    int shard;
-    uint64_t offset, count, file_offset;
-    uint32_t *crcs;
-    uint32_t n_blocks;
-    char buffer[DT_CKPT_MAX_BUFFER_NAME];
-} ck_range;
-
-typedef struct ck_shard {
-    char path[PATH_MAX + 32];
-    uint64_t bytes;
-    int fd;
-} ck_shard;
-
-struct dt_ckpt {
-    char path[PATH_MAX];
-    cJSON *meta;
-    int64_t step;
-    int world_size;
-    uint64_t n_params;
-    const char *strategy;
-    ck_shard *shards;
-    int n_shards;
-    ck_range *ranges;
-    int n_ranges;
-    float *block; /* scratch for partially read blocks */
-    uint64_t bytes_read;
-};
-
 int64_t dt_ckpt_step(const dt_ckpt_t *c) { return c->step; }
 int dt_ckpt_world_size(const dt_ckpt_t *c) { return c->world_size; }
 const char *dt_ckpt_strategy(const dt_ckpt_t *c) { return c->strategy; }
 const char *dt_ckpt_path(const dt_ckpt_t *c) { return c->path; }
 uint64_t dt_ckpt_n_params(const dt_ckpt_t *c) { return c->n_params; }
 const void *dt_ckpt_meta(const dt_ckpt_t *c) { return c->meta; }
-uint64_t dt_ckpt_bytes_read(const dt_ckpt_t *c) { return c->bytes_read; }
 
 void dt_ckpt_close(dt_ckpt_t *c) {
     if (!c) return;
@@ -67,7 +38,7 @@ void dt_ckpt_close(dt_ckpt_t *c) {
     for (int i = 0; i < c->n_ranges; i++) free(c->ranges[i].crcs);
     free(c->shards);
     free(c->ranges);
-    free(c->block);
+    dt_ckpt_drop_kept_(c);
     cJSON_Delete(c->meta);
     free(c);
 }
@@ -77,13 +48,6 @@ static int json_u64(const cJSON *o, const char *key, uint64_t *out) {
     if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 9.007199254740992e15) return 0;
     *out = (uint64_t)v->valuedouble;
     return (double)*out == v->valuedouble;
-}
-
-static int cmp_range(const void *x, const void *y) {
-    const ck_range *a = x, *b = y;
-    int c = strcmp(a->buffer, b->buffer);
-    if (c) return c;
-    return a->offset < b->offset ? -1 : a->offset > b->offset;
 }
 
 /* Resolves a root (with `latest`) to its step directory. */
@@ -118,7 +82,7 @@ static dt_status_t parse_meta(dt_ckpt_t *c, const char *mpath) {
     if (!cJSON_IsString(v) || strcmp(v->valuestring, FORMAT_NAME) != 0)
         return dt_error(DT_STATUS_FORMAT, "%s: not a dtrun checkpoint (format is not \"%s\")", mpath, FORMAT_NAME);
     uint64_t u;
-    if (!json_u64(m, "version", &u) || u != FORMAT_VERSION)
+    if (!json_u64(m, "version", &u) || (u != FORMAT_VERSION && u != FORMAT_VERSION_STRIDED))
         return dt_error(DT_STATUS_FORMAT, "%s: unsupported format version", mpath);
     if (!json_u64(m, "step", &u)) return dt_error(DT_STATUS_FORMAT, "%s: 'step' missing or not a count", mpath);
     c->step = (int64_t)u;
@@ -144,6 +108,8 @@ static dt_status_t parse_meta(dt_ckpt_t *c, const char *mpath) {
         snprintf(sh->path, sizeof sh->path, "%s/%s", c->path, v->valuestring);
         const cJSON *ranges = cJSON_GetObjectItemCaseSensitive(s, "ranges"), *r;
         if (!cJSON_IsArray(ranges)) return dt_error(DT_STATUS_FORMAT, "%s: shard %s has no 'ranges'", mpath, sh->path);
+        uint64_t file_end = 0;
+        int n_in_shard = 0;
         cJSON_ArrayForEach(r, ranges) {
             if (c->n_ranges == cap) c->ranges = dt_xrealloc(c->ranges, (size_t)(cap = cap ? 2 * cap : 16) * sizeof *c->ranges);
             ck_range *cr = &c->ranges[c->n_ranges];
@@ -155,7 +121,17 @@ static dt_status_t parse_meta(dt_ckpt_t *c, const char *mpath) {
                 !json_u64(r, "count", &cr->count) || !json_u64(r, "file_offset", &cr->file_offset) || !cJSON_IsArray(crcs))
                 return dt_error(DT_STATUS_FORMAT, "%s: a range of %s is malformed", mpath, sh->path);
             snprintf(cr->buffer, sizeof cr->buffer, "%s", b->valuestring);
-            cr->n_blocks = n_blocks_of(cr->count);
+            cr->reps = 1; /* plain unless "stride" says otherwise */
+            if (cJSON_GetObjectItemCaseSensitive(r, "stride") &&
+                (!json_u64(r, "stride", &cr->stride) || !json_u64(r, "reps", &cr->reps) || cr->stride == 0 ||
+                 cr->reps == 0 || (cr->count && cr->reps > UINT64_MAX / cr->count)))
+                return dt_error(DT_STATUS_FORMAT, "%s: a strided range of '%s' in %s has a bad 'stride' or 'reps'", mpath,
+                                cr->buffer, sh->path);
+            uint64_t elems = ck_range_elems(cr);
+            if (elems > UINT64_MAX / 4 - BLOCK_ELEMS)
+                return dt_error(DT_STATUS_FORMAT, "%s: a range of '%s' in %s is implausibly large", mpath, cr->buffer,
+                                sh->path);
+            cr->n_blocks = n_blocks_of(elems);
             c->n_ranges++;
             if ((uint32_t)cJSON_GetArraySize(crcs) != cr->n_blocks)
                 return dt_error(DT_STATUS_FORMAT, "%s: range of '%s' in %s has %d checksums, expected %u", mpath,
@@ -164,29 +140,24 @@ static dt_status_t parse_meta(dt_ckpt_t *c, const char *mpath) {
             int k = 0;
             const cJSON *x;
             cJSON_ArrayForEach(x, crcs) cr->crcs[k++] = (uint32_t)x->valuedouble;
-            if (cr->offset + cr->count > c->n_params || cr->file_offset + cr->count * 4 > sh->bytes)
-                return dt_error(DT_STATUS_FORMAT, "%s: range of '%s' in %s lies outside the buffer or the file", mpath,
-                                cr->buffer, sh->path);
+            /* The shard's data is its ranges one after another up to its end. */
+            if (n_in_shard && cr->file_offset != file_end)
+                return dt_error(DT_STATUS_FORMAT, "%s: range %d of '%s' in %s starts at file byte %llu, the one before ends at %llu",
+                                mpath, n_in_shard, cr->buffer, sh->path, (unsigned long long)cr->file_offset,
+                                (unsigned long long)file_end);
+            if (cr->file_offset + elems * 4 > sh->bytes)
+                return dt_error(DT_STATUS_FORMAT, "%s: range %d of '%s' in %s lies outside the file (%llu bytes)", mpath,
+                                n_in_shard, cr->buffer, sh->path, (unsigned long long)sh->bytes);
+            file_end = cr->file_offset + elems * 4;
+            n_in_shard++;
         }
+        if (n_in_shard && file_end != sh->bytes)
+            return dt_error(DT_STATUS_FORMAT, "%s: the ranges of %s end at byte %llu, the file has %llu", mpath, sh->path,
+                            (unsigned long long)file_end, (unsigned long long)sh->bytes);
         si++;
     }
-    /* Every buffer must be tiled exactly: no gap, no overlap. */
-    qsort(c->ranges, (size_t)c->n_ranges, sizeof *c->ranges, cmp_range);
-    for (int i = 0; i < c->n_ranges;) {
-        int j = i;
-        uint64_t end = 0;
-        for (; j < c->n_ranges && !strcmp(c->ranges[j].buffer, c->ranges[i].buffer); j++) {
-            if (c->ranges[j].count == 0) continue;
-            if (c->ranges[j].offset != end)
-                return dt_error(DT_STATUS_FORMAT, "%s: buffer '%s' has a %s at element %llu", mpath, c->ranges[i].buffer,
-                                c->ranges[j].offset > end ? "gap" : "overlap", (unsigned long long)end);
-            end += c->ranges[j].count;
-        }
-        if (end != c->n_params)
-            return dt_error(DT_STATUS_FORMAT, "%s: buffer '%s' covers %llu of %llu elements", mpath, c->ranges[i].buffer,
-                            (unsigned long long)end, (unsigned long long)c->n_params);
-        i = j;
-    }
+    /* Every buffer must be tiled exactly: inside it, no overlap, no gap. */
+    DT_CHECK(dt_ckpt_check_ranges_(c->ranges, c->n_ranges, c->n_params, 1, mpath, c->shards));
     /* Shard files: present and of the recorded size (a truncated one is named). */
     for (int i = 0; i < c->n_shards; i++) {
         struct stat sb;
@@ -201,6 +172,7 @@ static dt_status_t parse_meta(dt_ckpt_t *c, const char *mpath) {
 dt_status_t dt_ckpt_open(const char *path, dt_ckpt_t **out) {
     *out = NULL;
     dt_ckpt_t *c = dt_xcalloc(1, sizeof *c);
+    for (int i = 0; i < CK_KEPT_BLOCKS; i++) c->kept[i].range = -1;
     dt_status_t st = DT_STATUS_OK;
     char *text = NULL, mpath[PATH_MAX + 16];
     DT_CHECK_GOTO(resolve_dir(path, c->path, sizeof c->path), st, out_fail);
@@ -316,58 +288,6 @@ dt_status_t dt_ckpt_check_layout(const dt_ckpt_t *c, const dt_model_layout *l) {
     if (c->n_params != l->n_params)
         return dt_error(DT_STATUS_MISMATCH, "checkpoint %s does not match the model: %llu parameters there, %zu in the model", c->path,
                         (unsigned long long)c->n_params, l->n_params);
-    return DT_STATUS_OK;
-}
-
-static dt_status_t shard_fd(dt_ckpt_t *c, int i, int *fd) {
-    ck_shard *s = &c->shards[i];
-    if (s->fd < 0) {
-        s->fd = open(s->path, O_RDONLY | O_CLOEXEC);
-        if (s->fd < 0) return dt_ckpt_sys_error_(errno, "cannot open checkpoint shard", s->path);
-    }
-    *fd = s->fd;
-    return DT_STATUS_OK;
-}
-
-dt_status_t dt_ckpt_read(dt_ckpt_t *c, const char *buffer, uint64_t offset, uint64_t count, float *out) {
-    if (offset + count > c->n_params || offset + count < offset)
-        return dt_error(DT_STATUS_INVALID, "checkpoint read of '%s' [%llu, +%llu) beyond its %llu elements", buffer,
-                        (unsigned long long)offset, (unsigned long long)count, (unsigned long long)c->n_params);
-    uint64_t end = offset + count, done = 0;
-    for (int i = 0; i < c->n_ranges && done < count; i++) {
-        ck_range *r = &c->ranges[i];
-        if (strcmp(r->buffer, buffer) != 0) continue;
-        uint64_t lo = offset > r->offset ? offset : r->offset;
-        uint64_t hi = end < r->offset + r->count ? end : r->offset + r->count;
-        if (lo >= hi) continue;
-        int fd = -1;
-        DT_CHECK(shard_fd(c, r->shard, &fd));
-        const char *spath = c->shards[r->shard].path;
-        for (uint64_t b = (lo - r->offset) / BLOCK_ELEMS; b * BLOCK_ELEMS + r->offset < hi; b++) {
-            uint64_t bs = r->offset + b * BLOCK_ELEMS; /* global element where the block starts */
-            uint64_t bn = r->count - b * BLOCK_ELEMS < BLOCK_ELEMS ? r->count - b * BLOCK_ELEMS : BLOCK_ELEMS;
-            uint64_t clo = lo > bs ? lo : bs, chi = hi < bs + bn ? hi : bs + bn;
-            float *dst;
-            int whole = clo == bs && chi == bs + bn;
-            if (whole) dst = out + (bs - offset);
-            else {
-                if (!c->block) c->block = dt_xmalloc(DT_CKPT_BLOCK_BYTES);
-                dst = c->block;
-            }
-            DT_CHECK(dt_ckpt_pread_all_(fd, dst, bn * sizeof(float), r->file_offset + b * BLOCK_ELEMS * sizeof(float), spath));
-            c->bytes_read += bn * sizeof(float);
-            if (dt_crc32c(0, dst, bn * sizeof(float)) != r->crcs[b])
-                return dt_error(DT_STATUS_CHECKSUM,
-                                "%s: checksum mismatch in '%s' elements [%llu, %llu) (file bytes from %llu): the file is corrupt",
-                                spath, buffer, (unsigned long long)bs, (unsigned long long)(bs + bn),
-                                (unsigned long long)(r->file_offset + b * BLOCK_ELEMS * sizeof(float)));
-            if (!whole) memcpy(out + (clo - offset), dst + (clo - bs), (chi - clo) * sizeof(float));
-            done += chi - clo;
-        }
-    }
-    if (done != count)
-        return dt_error(DT_STATUS_NOT_FOUND, "checkpoint %s has no buffer '%s' (or not all of [%llu, +%llu))", c->path,
-                        buffer, (unsigned long long)offset, (unsigned long long)count);
     return DT_STATUS_OK;
 }
 

@@ -75,7 +75,7 @@ int main(int argc, char **argv) {
             size_t lo, cnt;
             slice(n, r, W, &lo, &cnt);
             dt_ckpt_range rr[3];
-            for (int b = 0; b < 3; b++) rr[b] = (dt_ckpt_range){bufs[b], lo, cnt, data[b] + lo};
+            for (int b = 0; b < 3; b++) rr[b] = (dt_ckpt_range){.buffer = bufs[b], .offset = lo, .count = cnt, .data = data[b] + lo};
             a.rank = r, a.ranges = rr, a.n_ranges = cnt ? 3 : 0;
             if (dt_ckpt_write_shard(&a, NULL) != DT_STATUS_OK) {
                 fprintf(stderr, "rank %d: %s\n", r, dt_error_detail());
