@@ -104,6 +104,46 @@ static char *extra_json(const dt_train_ckpt *t, int64_t step, const char *why) {
     return text;
 }
 
+/* The checkpoint holds the whole model's layout: a tensor-parallel rank's local
+ * ranges become pieces of the global tensors (dt_model_tp_segments), runs of equal
+ * pieces at a constant distance one strided range (a row-parallel weight's columns
+ * of every row), and the tensors every TP rank holds whole are written by TP rank 0
+ * only. */
+static const dt_model_layout *global_layout(const dt_train_ckpt *t) {
+    return t->layout->global ? t->layout->global : t->layout;
+}
+
+typedef struct piece_list {
+    dt_ckpt_range *r;
+    int n, cap;
+    const char *buffer;
+    const float *data;   /* host data of the local range */
+    size_t local0;       /* its local offset */
+    int skip_replicated; /* TP ranks but 0 */
+} piece_list;
+
+static void add_piece(void *ctx, size_t local, size_t global, size_t n, int replicated) {
+    piece_list *p = ctx;
+    if (replicated && p->skip_replicated) return;
+    const float *d = p->data + (local - p->local0);
+    dt_ckpt_range *last = p->n ? &p->r[p->n - 1] : NULL;
+    if (last && last->buffer == p->buffer && last->count == n) {
+        uint64_t reps = last->reps ? last->reps : 1;
+        uint64_t stride = reps > 1 ? last->stride : global - last->offset;
+        const float *end = last->data + reps * last->count; /* pieces are consecutive in data */
+        if (d == end && stride >= n && global == last->offset + reps * stride) {
+            last->stride = stride;
+            last->reps = reps + 1;
+            return;
+        }
+    }
+    if (p->n == p->cap) {
+        p->cap = p->cap ? 2 * p->cap : 16;
+        p->r = dt_xrealloc(p->r, (size_t)p->cap * sizeof *p->r);
+    }
+    p->r[p->n++] = (dt_ckpt_range){.buffer = p->buffer, .offset = global, .count = n, .data = d};
+}
+
 dt_status_t dt_train_ckpt_save(const dt_train_ckpt *t, int64_t step, const char *why) {
     const dt_ops_t *ops = t->dev->ops;
     int n = 0;
@@ -138,10 +178,23 @@ dt_status_t dt_train_ckpt_save(const dt_train_ckpt *t, int64_t step, const char 
         }
     }
     double stage_s = dt_now_s() - t0;
+    int n_ranges = 3 * n;
+    if (t->layout->global) { /* a TP piece: its ranges as pieces of the global tensors */
+        piece_list pl = {.skip_replicated = t->layout->tp_rank != 0};
+        for (int i = 0; i < 3 * n; i++) {
+            pl.buffer = ranges[i].buffer;
+            pl.data = ranges[i].data;
+            pl.local0 = ranges[i].offset;
+            dt_model_tp_segments(t->layout, ranges[i].offset, ranges[i].count, add_piece, &pl);
+        }
+        free(ranges);
+        ranges = pl.r;
+        n_ranges = pl.n;
+    }
     if (t->rank == 0) extra = extra_json(t, step, why);
     dt_ckpt_save_args a = {.dir = t->cfg->checkpoint.dir, .step = step, .rank = t->rank,
                            .world_size = t->world_size, .strategy = dt_config_strategy_name(t->cfg->strategy),
-                           .layout = t->layout, .ranges = ranges, .n_ranges = 3 * n, .extra_json = extra,
+                           .layout = global_layout(t), .ranges = ranges, .n_ranges = n_ranges, .extra_json = extra,
                            .keep_last = t->cfg->checkpoint.keep_last, .barrier = t->barrier,
                            .barrier_ctx = t->barrier_ctx};
     dt_ckpt_save_stats stats;
@@ -154,7 +207,7 @@ dt_status_t dt_train_ckpt_save(const dt_train_ckpt *t, int64_t step, const char 
     }
     double total = dt_now_s() - t0;
     if (t->rank == 0) {
-        double all = 3.0 * 4.0 * (double)t->layout->n_params;
+        double all = 3.0 * 4.0 * (double)global_layout(t)->n_params;
         DT_LOG_INFO("checkpoint: step %lld (%s) saved to %s in %.3f s: %.1f MB in all, %.1f MB from this rank in "
                     "%.3f s (%.2f GB/s), staging %.3f s",
                     (long long)step, why, stats.path, total, all / 1e6, (double)stats.shard_bytes / 1e6,
@@ -177,6 +230,24 @@ static int json_u64(const cJSON *o, const char *key, uint64_t *out) {
     return 1;
 }
 
+typedef struct read_ctx {
+    dt_ckpt_t *c;
+    const char *buffer;
+} read_ctx;
+
+static dt_status_t read_global(void *ctx, size_t goffset, size_t n, float *dst) {
+    read_ctx *r = ctx;
+    return dt_ckpt_read(r->c, r->buffer, goffset, n, dst);
+}
+
+/* Local elements [offset, offset + count) of a buffer: the range itself, or a TP
+ * piece's parts of the global tensors. */
+static dt_status_t read_local(const dt_train_ckpt *t, dt_ckpt_t *c, const char *buffer, uint64_t offset,
+                              uint64_t count, float *dst) {
+    read_ctx r = {c, buffer};
+    return dt_model_tp_fill(t->layout, offset, count, dst, read_global, &r);
+}
+
 dt_status_t dt_train_ckpt_read_range(const dt_train_ckpt *t, dt_ckpt_t *c, uint64_t offset, uint64_t count,
                                      void *params, float *m, float *v) {
     const dt_ops_t *ops = t->dev->ops;
@@ -184,7 +255,7 @@ dt_status_t dt_train_ckpt_read_range(const dt_train_ckpt *t, dt_ckpt_t *c, uint6
     static const char *names[3] = {"params", "m", "v"};
     if (host_fp32(t->dev)) {
         for (int b = 0; b < 3; b++)
-            if (dst[b]) DT_CHECK(dt_ckpt_read(c, names[b], offset, count, dst[b]));
+            if (dst[b]) DT_CHECK(read_local(t, c, names[b], offset, count, dst[b]));
         return DT_STATUS_OK;
     }
     float *h = dt_mem_alloc(DT_MEM_OTHER, count * sizeof(float));
@@ -192,7 +263,7 @@ dt_status_t dt_train_ckpt_read_range(const dt_train_ckpt *t, dt_ckpt_t *c, uint6
     dt_status_t st = DT_STATUS_OK;
     for (int b = 0; b < 3 && st == DT_STATUS_OK; b++) {
         if (!dst[b]) continue;
-        st = dt_ckpt_read(c, names[b], offset, count, h);
+        st = read_local(t, c, names[b], offset, count, h);
         if (st != DT_STATUS_OK) break;
         if (b == 0 && !params_are_f32(t)) st = ops->upload_f32(t->dev, dst[b], h, count);
         else st = ops->copy(t->dev, dst[b], h, count * sizeof(float), DT_COPY_HOST_TO_DEVICE);
@@ -244,7 +315,7 @@ static dt_status_t load_one(const dt_train_ckpt *t, const char *path, int64_t *s
     const cJSON *meta = dt_ckpt_meta(c);
     dt_data_pos pos = {0};
     uint64_t mlp = 0;
-    DT_CHECK_GOTO(dt_ckpt_check_layout(c, t->layout), st, out_close);
+    DT_CHECK_GOTO(dt_ckpt_check_layout(c, global_layout(t)), st, out_close);
     if (t->data) {
         const cJSON *d = cJSON_GetObjectItemCaseSensitive(meta, "data");
         if (!json_u64(d, "epoch", &pos.epoch) || !json_u64(d, "cursor", &pos.cursor)) {
