@@ -10,13 +10,15 @@
  *   gpu {name, mem_bytes, mem_shared, peak_flops, mfu, reserve}
  *   links {intra {name, bytes_per_s, alpha_s}, inter {...}, gpus_per_node}
  *   work {hours_1gpu, tokens, price}
- *   rows [{strategy, gpus, nodes, shard, micro_batch, accum,
+ *   rows [{strategy, gpus, nodes, shard, tp, dp, micro_batch, accum,
  *          memory_bytes {params, grads, optim, model_states, activations,
  *                        activations_ckpt, comm_buffers, total, total_ckpt, usable},
  *          fits ("yes" | "ckpt" | "no"),
- *          step_s {compute, comm, overlapped, exposed, total}, collectives,
- *          efficiency, tokens_per_s, hours, cost}]
- *   recommendation {cheapest {strategy, gpus, row, reason}, fastest {...}}
+ *          step_s {compute, comm, overlapped, exposed, tp_comm, total} (comm and
+ *          exposed include tp_comm), collectives, efficiency, tokens_per_s, hours, cost}]
+ *   recommendation {cheapest {strategy, gpus, tp, row, reason}, fastest {...},
+ *                   tp (why the TP size; "" when every row is TP 1)}
+ *   model also has tp_sizes [..] and sequence_parallel
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -89,6 +91,11 @@ static const char help_text[] =
     "  --hours-1gpu H         or the one-GPU hours directly\n"
     "  --price P              per GPU-hour\n"
     "  --strategy LIST        only these (ddp,zero1,zero2,fsdp,hybrid)\n"
+    "Tensor parallelism:\n"
+    "  --tp LIST|auto         TP sizes, e.g. 1,2,4,8: a row per (TP, strategy, GPU count\n"
+    "                         that TP divides); each must divide the GPUs per node and\n"
+    "                         the model's heads; auto: every such power of two (default 1)\n"
+    "  --sp                   sequence parallelism with TP\n"
     "Output:\n"
     "  --json                 one JSON object (stable keys) instead of the tables\n"
     "  --measure              run the config for --measure-steps steps (default 5) on\n"
@@ -116,6 +123,13 @@ static const char help_text[] =
     "    reduce-scatter), prefetched under forward + backward, first gather and last\n"
     "    reduce-scatter exposed. hybrid: FSDP in the node + all-reduce of the 1/G shard\n"
     "    across nodes. exposed = max(comm - overlap window, always-exposed part).\n"
+    "  TP T (DP = N/T): model states from rank 0's TP layout (cut tensors /T, norms\n"
+    "    and row-parallel biases whole), then the strategy over DP; activations of the\n"
+    "    TP regions (qkv, attention, MLP, logits B·T·Vp/T) /T, the rest /T with --sp;\n"
+    "    compute /T; per layer 2 all-reduces forward + 2 backward of B·T·C (--sp: as\n"
+    "    all-gather + reduce-scatter pairs, same volume) + embedding and head, each\n"
+    "    2(T-1)/T·B·T·C bytes on the intra-node link, plus the vocabulary-parallel\n"
+    "    loss's 3 fp32 per token (negligible); all of it exposed (tp-comm).\n"
     "  efficiency e = compute / step; time = H/(N·e); cost = N·price·H/(N·e).\n"
     "\n"
     "Exit codes: 0 ok, 1 --measure's run failed, 2 bad flags or config.\n";
@@ -174,7 +188,27 @@ static const char *const value_flags[] = {
     "--accum", "--gpus", "--gpu", "--gpu-mem", "--gpu-tflops", "--mfu", "--reserve",
     "--nodes", "--gpus-per-node", "--link", "--link-gbps", "--intra-link",
     "--intra-link-gbps", "--tokens", "--hours-1gpu", "--price", "--strategy",
-    "--precision", "--comm-dtype", "--measure-steps", NULL};
+    "--precision", "--comm-dtype", "--measure-steps", "--tp", NULL};
+
+/* --tp 1,2,4,8 or --tp auto */
+static int parse_list_tp(const char *s, plan_opts *o) {
+    o->n_tps = 0;
+    o->tp_auto = !strcasecmp(s, "auto");
+    if (o->tp_auto) return 0;
+    char buf[256];
+    if (strlen(s) >= sizeof buf) return usage_error("--tp: the list is too long");
+    snprintf(buf, sizeof buf, "%s", s);
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        int v;
+        if (parse_int(t, &v) || v < 1 || v > 4096)
+            return usage_error("--tp: expected TP sizes >= 1 like 1,2,4,8 (or auto), found \"%s\"", s);
+        if (o->n_tps == MAX_TP_SIZES) return usage_error("--tp: at most %d sizes", MAX_TP_SIZES);
+        o->tps[o->n_tps++] = v;
+    }
+    if (!o->n_tps) return usage_error("--tp: expected a list of TP sizes like 1,2,4,8 (or auto)");
+    return 0;
+}
 
 static int parse_list_counts(const char *s, plan_opts *o) {
     char buf[512];
@@ -248,10 +282,12 @@ static int parse_args(int argc, char **argv, plan_opts *o) {
         }
         for (char *p = flag + 2; *p; p++)
             if (*p == '_') *p = '-';
-        if (!strcmp(flag, "--json") || !strcmp(flag, "--measure")) {
+        if (!strcmp(flag, "--json") || !strcmp(flag, "--measure") || !strcmp(flag, "--sp") ||
+            !strcmp(flag, "--sequence-parallel")) {
             if (val) return usage_error("%s takes no value", flag);
             if (flag[2] == 'j') o->json = 1;
-            else o->measure = 1;
+            else if (flag[2] == 'm') o->measure = 1;
+            else o->sp = 1;
             continue;
         }
         int known = 0;
@@ -285,6 +321,9 @@ static int parse_args(int argc, char **argv, plan_opts *o) {
             if (rc) return rc;
         } else if (!strcmp(flag, "--strategy")) {
             int rc = parse_list_strategies(val, o);
+            if (rc) return rc;
+        } else if (!strcmp(flag, "--tp")) {
+            int rc = parse_list_tp(val, o);
             if (rc) return rc;
         } else if (!strcmp(flag, "--nodes")) {
             char tail;
@@ -408,6 +447,8 @@ static int load_config(plan_opts *o, plan_ctx *c, int *is_cpu_default) {
     dt_model_spec spec;
     dt_model_spec_copy(&cfg->model, &spec);
     if (spec.ops->data == DT_MODEL_DATA_TOKENS) spec.vocab_size = config_vocab(cfg, &why);
+    c->spec = spec;
+    c->have_spec = 1;
     dt_model_layout l;
     if (dt_model_layout_init(&spec, &l) != DT_STATUS_OK)
         return usage_error("%s: %s", o->config, dt_error_detail());
@@ -548,6 +589,64 @@ static int setup(plan_opts *o, plan_ctx *c) {
     return 0;
 }
 
+/* The model at TP size tp: rank 0's TP layout of the config's model, or the sized
+ * model cut by dt_plan_model_set_tp. Returns 0, or 1 with msg naming what does not
+ * divide (the caller prefixes --tp). */
+static int tp_model(const plan_opts *o, const plan_ctx *c, int tp, dt_plan_model *out, char *msg, size_t len) {
+    if (c->have_spec) {
+        if (dt_model_tp_check(&c->spec, tp, msg, len)) return 1;
+        dt_model_layout l;
+        if (dt_model_layout_init_tp(&c->spec, tp, 0, o->sp, &l) != DT_STATUS_OK) {
+            snprintf(msg, len, "%s", dt_error_detail());
+            return 1;
+        }
+        dt_plan_model_from_layout(&l, out);
+        dt_model_layout_free(&l);
+        return 0;
+    }
+    *out = c->in.model;
+    out->unit_numel = NULL; /* sized models have none; the copy must not share it */
+    if (dt_plan_model_set_tp(out, tp, o->sp) != DT_STATUS_OK) {
+        snprintf(msg, len, "%s", dt_error_detail());
+        return 1;
+    }
+    return 0;
+}
+
+/* The TP sizes and their models: --tp's (each must divide the GPUs per node and
+ * the model, else exit 2 naming --tp), --tp auto's (the powers of two up to the
+ * GPUs per node that divide it and the model), or 1. */
+static int setup_tp(plan_opts *o, plan_ctx *c) {
+    int g = c->in.gpus_per_node;
+    char msg[512];
+    if (o->tp_auto) {
+        int most = 1;
+        for (int i = 0; i < o->n_counts; i++) most = o->counts[i] > most ? o->counts[i] : most;
+        int top = g > 0 ? g : most;
+        for (int t = 1; t <= top && o->n_tps < MAX_TP_SIZES; t *= 2) {
+            if ((g > 0 && g % t) || (c->in.model.feature_rows && t > 1)) continue;
+            dt_plan_model m;
+            if (tp_model(o, c, t, &m, msg, sizeof msg)) continue;
+            dt_plan_model_free(&m);
+            o->tps[o->n_tps++] = t;
+        }
+    }
+    if (!o->n_tps) o->tps[o->n_tps++] = 1;
+    for (int k = 0; k < o->n_tps; k++) {
+        int t = o->tps[k];
+        for (int j = 0; j < k; j++)
+            if (o->tps[j] == t) return usage_error("--tp: %d is listed twice", t);
+        if (t > 1 && g > 0 && g % t)
+            return usage_error("--tp %d: does not divide the %d GPUs per node (a TP group is consecutive GPUs "
+                               "of one node; set --gpus-per-node or --nodes MxG)",
+                               t, g);
+        if (tp_model(o, c, t, &c->tp_models[k], msg, sizeof msg))
+            return usage_error("--tp %d: %s", t, msg);
+        c->n_tp_models = k + 1;
+    }
+    return 0;
+}
+
 /* GPU counts: given, else from --nodes (powers of two up to G, then multiples of G),
  * else 1,2,4,8 (cpu: 1,2). */
 static void default_counts(plan_opts *o, int is_cpu) {
@@ -568,13 +667,13 @@ static void default_counts(plan_opts *o, int is_cpu) {
 
 /* Sets the micro-batch and accumulation of the input for n GPUs: a config keeps
  * its global batch (DeepSpeed's rules in dt_config_resolve). */
-static int row_input(const plan_opts *o, plan_ctx *c, int n) {
+static int row_input(const plan_opts *o, plan_ctx *c, int n, int tp) {
     if (c->in.mem_shared) { /* CPU ranks: threads and their measured peak */
         c->in.cpu_threads = cpu_threads(c, n);
         if (o->gpu_tflops <= 0) c->in.peak_flops = cpu_peak_flops(c->in.cpu_threads);
     }
     if (c->have_cfg) {
-        int rc = config_accum(&c->cfg, n, &c->in.accum);
+        int rc = config_accum(&c->cfg, n / tp, &c->in.accum); /* the batch divides over DP */
         if (rc) return rc;
         c->in.micro_batch = (int)c->cfg.train_micro_batch_size_per_gpu;
     }
@@ -599,23 +698,34 @@ int dt_cmd_plan(int argc, char **argv) {
     rc = setup(&o, &c);
     if (rc) goto out_free_model;
     default_counts(&o, c.in.mem_shared);
+    rc = setup_tp(&o, &c);
+    if (rc) goto out_free_model;
     if (!o.n_strategies)
         for (int s = 0; s < DT_PLAN_STRATEGY_COUNT_; s++) o.strategies[o.n_strategies++] = s;
 
-    int n_rows = o.n_strategies * o.n_counts;
+    /* a row per (strategy, TP size, GPU count) where the TP size divides the count */
+    int n_rows = o.n_strategies * o.n_tps * o.n_counts;
     dt_plan_row *rows = dt_xcalloc((size_t)n_rows, sizeof *rows);
     int r = 0;
     for (int s = 0; s < o.n_strategies; s++)
-        for (int i = 0; i < o.n_counts; i++, r++) {
-            rc = row_input(&o, &c, o.counts[i]);
-            if (rc) goto out_free_rows;
-            if (dt_plan_row_compute(&c.in, o.strategies[s], o.counts[i], &rows[r]) !=
-                DT_STATUS_OK) {
-                rc = usage_error("%s", dt_error_detail());
-                goto out_free_rows;
+        for (int k = 0; k < o.n_tps; k++)
+            for (int i = 0; i < o.n_counts; i++) {
+                if (o.counts[i] % o.tps[k]) continue;
+                rc = row_input(&o, &c, o.counts[i], o.tps[k]);
+                if (rc) goto out_free_rows;
+                dt_plan_input in = c.in;
+                in.model = c.tp_models[k];
+                if (dt_plan_row_compute(&in, o.strategies[s], o.counts[i], &rows[r++]) != DT_STATUS_OK) {
+                    rc = usage_error("%s", dt_error_detail());
+                    goto out_free_rows;
+                }
             }
-        }
-    rc = row_input(&o, &c, o.counts[0]); /* the header shows the first count's batch */
+    n_rows = r;
+    if (!n_rows) {
+        rc = usage_error("--tp: no GPU count of --gpus is a multiple of a TP size given (world = TP x DP)");
+        goto out_free_rows;
+    }
+    rc = row_input(&o, &c, o.counts[0], 1); /* the header shows the first count's batch */
     if (rc) goto out_free_rows;
     dt_plan_choice ch;
     dt_plan_recommend(&c.in, rows, n_rows, &ch);
@@ -627,7 +737,7 @@ int dt_cmd_plan(int argc, char **argv) {
         /* the config's strategy at the first GPU count */
         int want = o.highlight_strategy >= 0 ? o.highlight_strategy : DT_PLAN_DDP;
         dt_plan_row est;
-        rc = row_input(&o, &c, o.counts[0]);
+        rc = row_input(&o, &c, o.counts[0], 1); /* the config's run: TP 1 */
         if (rc) goto out_free_rows;
         if (dt_plan_row_compute(&c.in, want, o.counts[0], &est) != DT_STATUS_OK) {
             rc = usage_error("%s", dt_error_detail());
@@ -638,6 +748,7 @@ int dt_cmd_plan(int argc, char **argv) {
 out_free_rows:
     free(rows);
 out_free_model:
+    for (int k = 0; k < c.n_tp_models; k++) dt_plan_model_free(&c.tp_models[k]);
     dt_plan_model_free(&c.in.model);
     if (c.have_cfg) dt_config_free(&c.cfg);
     return rc;

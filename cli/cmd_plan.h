@@ -13,6 +13,7 @@
 
 #define MAX_GPU_COUNTS 32
 #define MAX_OVERRIDES 64
+#define MAX_TP_SIZES 16
 
 typedef struct plan_opts {
     const char *config;
@@ -27,6 +28,9 @@ typedef struct plan_opts {
     int strategies[DT_PLAN_STRATEGY_COUNT_], n_strategies;
     int json, measure, measure_steps;
     int highlight_strategy; /* the config's strategy, -1 none */
+    int tps[MAX_TP_SIZES], n_tps; /* --tp sizes (none given: 1) */
+    int tp_auto;                  /* --tp auto: every size dividing the node and the model */
+    int sp;                       /* --sp: sequence parallelism */
 } plan_opts;
 
 typedef struct plan_ctx {
@@ -37,6 +41,11 @@ typedef struct plan_ctx {
     int cfg_comm_bytes; /* the config's communication_data_type, 0 = the precision's */
     int cfg_threads;    /* the config's threads per rank, 0 = auto */
     const dt_gpu_spec *gpu;
+    /* the config's model (have_spec), and the model at each TP size of opts.tps */
+    dt_model_spec spec;
+    int have_spec;
+    dt_plan_model tp_models[MAX_TP_SIZES];
+    int n_tp_models;
     char gpu_label[96], model_label[384], work_label[160];
 } plan_ctx;
 

@@ -54,6 +54,15 @@ void cmd_plan_print_text(const plan_opts *o, const plan_ctx *c, const dt_plan_ro
     if (in->gpus_per_node > 0) printf(" %d GPUs per node\n", in->gpus_per_node);
     else printf(" all ranks on one host\n");
     printf("work:   %s%s\n", c->work_label, in->price > 0 ? "" : "; no --price: cost not shown");
+    if (o->n_tps > 1 || o->tps[0] > 1) {
+        char sizes[128] = "";
+        size_t off = 0;
+        for (int k = 0; k < o->n_tps && off < sizeof sizes; k++)
+            off += (size_t)snprintf(sizes + off, sizeof sizes - off, "%s%d", k ? "," : "", o->tps[k]);
+        printf("tp:     sizes %s%s, sequence parallelism %s; a TP group is consecutive GPUs of one node, its "
+               "collectives on the %s link (tp-comm, all exposed); data parallelism over GPUs/TP\n",
+               sizes, o->tp_auto ? " (auto)" : "", o->sp ? "on" : "off", in->intra.name);
+    }
     /* GB unless every figure is below 1 GB (small models): then MB */
     double most = 0;
     for (int i = 0; i < n_rows; i++) most = fmax(most, rows[i].total);
@@ -69,22 +78,22 @@ void cmd_plan_print_text(const plan_opts *o, const plan_ctx *c, const dt_plan_ro
             cur = (int)r->strategy;
             printf("\n%s%s\n", dt_plan_strategy_name(r->strategy),
                    cur == o->highlight_strategy ? "  <- the config's strategy" : "");
-            printf("%5s %5s %5s | %8s %8s %8s %8s %8s %7s | %8s %8s %4s | %9s %9s %9s %9s | %6s | "
+            printf("%5s %3s %5s %5s | %8s %8s %8s %8s %8s %7s | %8s %8s %4s | %9s %9s %8s %9s %9s | %6s | "
                    "%10s %9s %10s\n",
-                   "GPUs", "nodes", "accum", "params", "grads", "optim", "acts", "acts-ck", "comm",
-                   "total", "total-ck", "fits", "compute", "comm", "exposed", "step", "eff",
+                   "GPUs", "TP", "nodes", "accum", "params", "grads", "optim", "acts", "acts-ck", "comm",
+                   "total", "total-ck", "fits", "compute", "comm", "tp-comm", "exposed", "step", "eff",
                    "tokens/s", "hours", "cost");
         }
         char hours[32] = "-", cost[32] = "-";
         if (r->hours > 0 && r->fit != DT_PLAN_FIT_NO) snprintf(hours, sizeof hours, "%.2f", r->hours);
         if (r->cost > 0 && r->fit != DT_PLAN_FIT_NO) snprintf(cost, sizeof cost, "%.2f", r->cost);
         int mark = ch->cheapest == i || ch->fastest == i;
-        printf("%5d %5d %5d | %8.2f %8.2f %8.2f %8.2f %8.2f %7.3f | %8.2f %8.2f %4s | %9.2f %9.2f "
-               "%9.2f %9.2f | %5.1f%% | %10.0f %9s %10s%s\n",
-               r->n_gpus, r->n_nodes, r->accum, r->params / unit, r->grads / unit,
+        printf("%5d %3d %5d %5d | %8.2f %8.2f %8.2f %8.2f %8.2f %7.3f | %8.2f %8.2f %4s | %9.2f %9.2f "
+               "%8.2f %9.2f %9.2f | %5.1f%% | %10.0f %9s %10s%s\n",
+               r->n_gpus, r->tp, r->n_nodes, r->accum, r->params / unit, r->grads / unit,
                r->optim / unit, r->acts / unit, r->acts_ckpt / unit, r->comm_buf / unit,
                r->total / unit, r->total_ckpt / unit, fit_name(r->fit), 1e3 * r->compute_s, 1e3 * r->comm_s,
-               1e3 * r->exposed_s, 1e3 * r->step_s, 100 * r->efficiency, r->tokens_per_s, hours,
+               1e3 * r->tp_comm_s, 1e3 * r->exposed_s, 1e3 * r->step_s, 100 * r->efficiency, r->tokens_per_s, hours,
                cost,
                mark ? (ch->cheapest == i && ch->fastest == i ? "  <- cheapest, fastest"
                        : ch->cheapest == i                    ? "  <- cheapest"
@@ -93,6 +102,7 @@ void cmd_plan_print_text(const plan_opts *o, const plan_ctx *c, const dt_plan_ro
     }
     printf("\nRecommendation\n  cheapest: %s\n  fastest:  %s\n", ch->cheapest_reason,
            ch->fastest_reason);
+    if (ch->tp_reason[0]) printf("  TP:       %s\n", ch->tp_reason);
 }
 
 static cJSON *row_json(const dt_plan_row *r) {
@@ -101,6 +111,8 @@ static cJSON *row_json(const dt_plan_row *r) {
     cJSON_AddNumberToObject(j, "gpus", r->n_gpus);
     cJSON_AddNumberToObject(j, "nodes", r->n_nodes);
     cJSON_AddNumberToObject(j, "shard", r->shard);
+    cJSON_AddNumberToObject(j, "tp", r->tp);
+    cJSON_AddNumberToObject(j, "dp", r->dp);
     cJSON_AddNumberToObject(j, "micro_batch", r->micro_batch);
     cJSON_AddNumberToObject(j, "accum", r->accum);
     cJSON *m = cJSON_AddObjectToObject(j, "memory_bytes");
@@ -120,6 +132,7 @@ static cJSON *row_json(const dt_plan_row *r) {
     cJSON_AddNumberToObject(t, "comm", r->comm_s);
     cJSON_AddNumberToObject(t, "overlapped", r->overlapped_s);
     cJSON_AddNumberToObject(t, "exposed", r->exposed_s);
+    cJSON_AddNumberToObject(t, "tp_comm", r->tp_comm_s);
     cJSON_AddNumberToObject(t, "total", r->step_s);
     cJSON_AddNumberToObject(j, "collectives", r->n_collectives);
     cJSON_AddNumberToObject(j, "efficiency", r->efficiency);
@@ -136,10 +149,12 @@ static cJSON *choice_json(const dt_plan_row *rows, int idx, const char *reason) 
     if (idx >= 0) {
         cJSON_AddStringToObject(j, "strategy", dt_plan_strategy_name(rows[idx].strategy));
         cJSON_AddNumberToObject(j, "gpus", rows[idx].n_gpus);
+        cJSON_AddNumberToObject(j, "tp", rows[idx].tp);
         cJSON_AddNumberToObject(j, "row", idx);
     } else {
         cJSON_AddNullToObject(j, "strategy");
         cJSON_AddNullToObject(j, "gpus");
+        cJSON_AddNullToObject(j, "tp");
         cJSON_AddNullToObject(j, "row");
     }
     cJSON_AddStringToObject(j, "reason", reason);
@@ -163,6 +178,9 @@ void cmd_plan_print_json(const plan_opts *o, const plan_ctx *c, const dt_plan_ro
                             in->precision == DT_PLAN_PRECISION_BF16 ? "bf16" : "fp32");
     if (o->highlight_strategy >= 0)
         cJSON_AddStringToObject(m, "strategy", dt_plan_strategy_name(o->highlight_strategy));
+    cJSON *tps = cJSON_AddArrayToObject(m, "tp_sizes");
+    for (int k = 0; k < o->n_tps; k++) cJSON_AddItemToArray(tps, cJSON_CreateNumber(o->tps[k]));
+    cJSON_AddBoolToObject(m, "sequence_parallel", o->sp);
     cJSON *g = cJSON_AddObjectToObject(root, "gpu");
     cJSON_AddStringToObject(g, "name", c->gpu_label);
     cJSON_AddNumberToObject(g, "mem_bytes", in->mem_bytes);
@@ -192,6 +210,7 @@ void cmd_plan_print_json(const plan_opts *o, const plan_ctx *c, const dt_plan_ro
     cJSON *r = cJSON_AddObjectToObject(root, "recommendation");
     cJSON_AddItemToObject(r, "cheapest", choice_json(rows, ch->cheapest, ch->cheapest_reason));
     cJSON_AddItemToObject(r, "fastest", choice_json(rows, ch->fastest, ch->fastest_reason));
+    cJSON_AddStringToObject(r, "tp", ch->tp_reason);
     char *text = cJSON_Print(root);
     if (text) puts(text);
     free(text);

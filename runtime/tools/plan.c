@@ -85,8 +85,17 @@ dt_status_t dt_plan_model_from_layout(const dt_model_layout *l, dt_plan_model *o
     const dt_model_spec *s = &l->spec;
     out->type = s->ops->name;
     out->feature_rows = s->ops->data == DT_MODEL_DATA_FEATURES;
+    /* a TP layout: rank tp_rank's piece; the whole model's counts and FLOPs come
+     * from the global layout beside it */
+    const dt_model_layout *whole = l->global ? l->global : l;
+    out->tp_size = l->tp_size > 1 ? l->tp_size : 1;
+    out->sequence_parallel = out->tp_size > 1 && l->sequence_parallel;
     out->n_params = (double)l->n_params;
-    out->n_params_unpadded = (double)dt_model_unpadded_params(l);
+    out->n_params_global = (double)whole->n_params;
+    out->n_params_unpadded = (double)dt_model_unpadded_params(whole);
+    if (out->tp_size > 1)
+        for (int i = 0; i < l->n_tensors; i++)
+            if (l->tensors[i].tp_split == DT_TP_REPLICATED) out->n_replicated += (double)l->tensors[i].numel;
     if (s->ops->dims) {
         dt_model_dims d;
         s->ops->dims(l, &d);
@@ -105,7 +114,7 @@ dt_status_t dt_plan_model_from_layout(const dt_model_layout *l, dt_plan_model *o
     out->hidden_dim = s->hidden_dim;
     out->n_hidden_layers = s->n_hidden_layers;
     out->n_classes = s->n_classes;
-    out->flops_per_token = dt_model_flops_per_token(l);
+    out->flops_per_token = dt_model_flops_per_token(whole);
     out->n_units = l->n_units;
     out->unit_numel = dt_xcalloc((size_t)l->n_units, sizeof *out->unit_numel);
     for (int u = 0; u < l->n_units; u++) {
@@ -132,7 +141,8 @@ dt_status_t dt_plan_model_from_sizes(double params, int layers, int hidden, int 
         return dt_error(DT_STATUS_USAGE, "--heads: expected a divisor of --hidden %d, found %d",
                         hidden, heads);
     if (vocab <= 0) return dt_error(DT_STATUS_USAGE, "--vocab: expected an integer > 0");
-    out->n_params = out->n_params_unpadded = params;
+    out->n_params = out->n_params_unpadded = out->n_params_global = params;
+    out->tp_size = 1;
     out->n_layer = layers;
     out->n_embd = hidden;
     out->n_head = out->n_kv_head = heads;
@@ -152,6 +162,28 @@ dt_status_t dt_plan_model_from_sizes(double params, int layers, int hidden, int 
 void dt_plan_model_free(dt_plan_model *m) {
     free(m->unit_numel);
     m->unit_numel = NULL;
+}
+
+dt_status_t dt_plan_model_set_tp(dt_plan_model *m, int tp, int sp) {
+    if (tp < 1) return dt_error(DT_STATUS_USAGE, "--tp: expected sizes >= 1, found %d", tp);
+    if (m->n_head % tp)
+        return dt_error(DT_STATUS_USAGE, "--tp %d: does not divide the %d heads (each rank holds whole heads)",
+                        tp, m->n_head);
+    if (m->vocab_padded % tp)
+        return dt_error(DT_STATUS_USAGE, "--tp %d: does not divide --vocab %d (the vocabulary's rows are cut)", tp,
+                        m->vocab_padded);
+    double C = m->n_embd, L = m->n_layer, psi = m->n_params_global;
+    double block = 12 * C * C + 13 * C, block_cut = 12 * C * C + 7 * C;
+    double rest = psi - L * block;
+    double vocab_cut = fmax(0, fmin(rest, (double)m->vocab_padded * C));
+    double cut = fmin(psi, L * block_cut + vocab_cut);
+    m->tp_size = tp;
+    m->sequence_parallel = tp > 1 && sp;
+    m->n_params = psi - cut + cut / tp;
+    m->n_replicated = tp > 1 ? psi - cut : 0;
+    double block_l = block - block_cut + block_cut / tp, rest_l = rest - vocab_cut + vocab_cut / tp;
+    m->largest_unit = rest_l > block_l ? rest_l : block_l;
+    return DT_STATUS_OK;
 }
 
 /* ---- memory ----------------------------------------------------------------- */
@@ -208,9 +240,16 @@ double dt_plan_activation_bytes(const dt_plan_model *m, int micro_batch, int com
                         2 * slot(B * m->n_classes * d);
         return g + layers;
     }
-    double T = m->seq_len, C = m->n_embd, L = m->n_layer, NH = m->n_head, BT = B * T;
-    double A = (double)m->n_head * m->head_dim;                       /* attention width */
-    double Q = (double)(m->n_head + 2 * m->n_kv_head) * m->head_dim; /* fused qkv row */
+    double T = m->seq_len, C = m->n_embd, L = m->n_layer, BT = B * T;
+    /* TP: the cut widths are local (heads NH/tp, widths /tp); R is the row count of
+     * the slots outside the TP regions (B·T/tp with sequence parallelism) */
+    double tp = m->tp_size > 1 ? m->tp_size : 1;
+    int sp = tp > 1 && m->sequence_parallel;
+    double R = sp ? floor(BT / tp) : BT;
+    double NH = m->n_head / tp;
+    double A = NH * m->head_dim;                                           /* attention width */
+    double Q = (double)(m->n_head + 2 * m->n_kv_head) * m->head_dim / tp; /* fused qkv row */
+    double mlp_in = m->mlp_in / tp, mlp_act = m->mlp_act / tp, Vp = m->vocab_padded / tp;
     double saved, scratch;
     /* The attention slots' sizes below depend on the query heads NH only: with
      * grouped-query attention (NKV < NH) every backend reads the shared key/value
@@ -228,17 +267,17 @@ double dt_plan_activation_bytes(const dt_plan_model *m, int micro_batch, int com
         saved = d * B * NH * T * T;
         scratch = d * B * NH * T * T;
     }
-    double btc = slot(BT * C * d), bt4 = slot(BT * 4);
+    double rc = slot(R * C * d), r4 = slot(R * 4), bt4 = slot(BT * 4);
     /* ln1, attproj, res2, ln2, fcproj, res3; atty; the norms' statistics; qkv; the
      * MLP's two activations (gpt fch, fch_gelu; llama gate|up, swiglu) */
-    double layer = 6 * btc + slot(BT * A * d) + 2 * m->norm_stats * bt4 + slot(BT * Q * d) +
-                   slot(BT * m->mlp_in * d) + slot(BT * m->mlp_act * d) + slot(saved);
-    double once = 2 * bt4 /* tokens, targets */ + 2 * btc /* encoded, final norm */ +
-                  (m->norm_stats + 1) * bt4 /* final norm statistics, losses */ +
-                  slot(BT * m->vocab_padded * d) + btc /* dres */ + slot(BT * fmax(C, A) * d) /* dtmp */ +
-                  slot(BT * Q * d) /* dqkv */ + slot(BT * m->mlp_in * d) + slot(BT * m->mlp_act * d) +
-                  slot(scratch);
-    if (checkpointing) return L * btc + layer + once;
+    double layer = 6 * rc + slot(BT * A * d) + 2 * m->norm_stats * r4 + slot(BT * Q * d) +
+                   slot(BT * mlp_in * d) + slot(BT * mlp_act * d) + slot(saved);
+    double once = 2 * bt4 /* tokens, targets */ + 2 * rc /* encoded, final norm */ +
+                  m->norm_stats * r4 /* final norm statistics */ + bt4 /* losses */ +
+                  slot(BT * Vp * d) + rc /* dres */ + slot(BT * fmax(C, A) * d) /* dtmp */ +
+                  slot(BT * Q * d) /* dqkv */ + slot(BT * mlp_in * d) + slot(BT * mlp_act * d) +
+                  slot(scratch) + (sp ? slot(BT * C * d) : 0) /* the gathered norm output */;
+    if (checkpointing) return L * rc + layer + once;
     return L * layer + once;
 }
 
@@ -256,6 +295,36 @@ double dt_plan_reduce_scatter_s(double bytes, int n, double bytes_per_s, double 
 
 double dt_plan_all_gather_s(double bytes, int n, double bytes_per_s, double alpha_s) {
     return dt_plan_reduce_scatter_s(bytes, n, bytes_per_s, alpha_s);
+}
+
+dt_plan_tp_comm dt_plan_tp_comm_time(const dt_plan_model *m, int micro_batch, int compute_bytes,
+                                     int comm_bytes, const dt_plan_link *intra) {
+    dt_plan_tp_comm r = {0};
+    int tp = m->tp_size;
+    if (tp <= 1 || m->feature_rows) return r;
+    double bw = intra->gbps * 1e9, a = intra->alpha_us * 1e-6;
+    double BT = (double)micro_batch * m->seq_len;
+    double S = BT * m->n_embd * compute_bytes;
+    double per_dir = 2.0 * m->n_layer + 1; /* the layers' two, + embedding (fwd) or head (bwd) */
+    double one; /* one all-reduce of S, or its all-gather + reduce-scatter pair */
+    double coll;
+    if (m->sequence_parallel) {
+        one = dt_plan_all_gather_s(S, tp, bw, a) + dt_plan_reduce_scatter_s(S, tp, bw, a);
+        coll = 2;
+    } else {
+        one = dt_plan_all_reduce_s(S, tp, bw, a);
+        coll = 1;
+    }
+    double loss = 3 * dt_plan_all_reduce_s(BT * 4, tp, bw, a); /* max, sum exp, target logit */
+    r.fwd_s = per_dir * one + loss;
+    r.fwd_coll = per_dir * coll + 3;
+    r.bwd_s = per_dir * one;
+    r.bwd_coll = per_dir * coll;
+    if (m->sequence_parallel && m->n_replicated > 0) {
+        r.step_s = dt_plan_all_reduce_s(m->n_replicated * comm_bytes, tp, bw, a);
+        r.step_coll = 1;
+    }
+    return r;
 }
 
 void dt_plan_cost(double hours_1gpu, int n, double price, double efficiency, double *hours,
@@ -296,6 +365,15 @@ dt_status_t dt_plan_row_compute(const dt_plan_input *in, dt_plan_strategy_t s, i
     memset(out, 0, sizeof *out);
     const dt_plan_model *m = &in->model;
     if (n_gpus < 1) return dt_error(DT_STATUS_USAGE, "--gpus: expected counts >= 1, found %d", n_gpus);
+    int tp = m->tp_size > 1 ? m->tp_size : 1;
+    if (tp > 1 && in->gpus_per_node > 0 && in->gpus_per_node % tp)
+        return dt_error(DT_STATUS_USAGE,
+                        "--tp %d: does not divide the %d GPUs per node (a TP group is consecutive GPUs of one "
+                        "node)",
+                        tp, in->gpus_per_node);
+    if (n_gpus % tp)
+        return dt_error(DT_STATUS_USAGE, "--tp %d: does not divide --gpus %d (world = TP x DP)", tp, n_gpus);
+    int dp = n_gpus / tp;
     int g = in->gpus_per_node > 0 ? in->gpus_per_node : n_gpus;
     int nodes = 1;
     if (n_gpus > g) {
@@ -307,16 +385,19 @@ dt_status_t dt_plan_row_compute(const dt_plan_input *in, dt_plan_strategy_t s, i
         nodes = n_gpus / g;
     }
     int local = nodes > 1 ? g : n_gpus; /* ranks on one node */
+    int dp_local = local / tp;          /* ranks of a DP group on one node */
     out->strategy = s;
     out->n_gpus = n_gpus;
     out->n_nodes = nodes;
+    out->tp = tp;
+    out->dp = dp;
     out->micro_batch = in->micro_batch;
     out->accum = in->accum;
-    out->shard = s == DT_PLAN_DDP ? 1 : (s == DT_PLAN_HYBRID ? local : n_gpus);
+    out->shard = s == DT_PLAN_DDP ? 1 : (s == DT_PLAN_HYBRID ? dp_local : dp);
 
-    /* memory */
+    /* memory: the TP piece's states, divided by the strategy over the DP group */
     int cb = in->precision == DT_PLAN_PRECISION_BF16 ? 2 : 4; /* compute dtype */
-    dt_plan_mem ms = dt_plan_model_states(m, in->precision, s, n_gpus, local);
+    dt_plan_mem ms = dt_plan_model_states(m, in->precision, s, dp, dp_local);
     out->params = ms.params;
     out->grads = ms.grads;
     out->optim = ms.optim;
@@ -324,7 +405,7 @@ dt_status_t dt_plan_row_compute(const dt_plan_input *in, dt_plan_strategy_t s, i
                                  : (in->cpu_threads > 0 ? in->cpu_threads : 1);
     out->acts = dt_plan_activation_bytes(m, in->micro_batch, cb, attn, 0);
     out->acts_ckpt = m->feature_rows ? out->acts : dt_plan_activation_bytes(m, in->micro_batch, cb, attn, 1);
-    if (n_gpus > 1) {
+    if (dp > 1) {
         if (s == DT_PLAN_FSDP || s == DT_PLAN_HYBRID)
             out->comm_buf = m->largest_unit * (2.0 * cb + in->comm_bytes);
         else if ((s == DT_PLAN_DDP || s == DT_PLAN_ZERO1) && in->comm_bytes != cb)
@@ -345,7 +426,7 @@ dt_status_t dt_plan_row_compute(const dt_plan_input *in, dt_plan_strategy_t s, i
     double tokens_mb = (double)in->micro_batch * (m->feature_rows ? 1 : m->seq_len);
     double tokens_gpu = tokens_mb * in->accum;
     double rate = in->peak_flops * in->mfu;
-    double base = m->flops_per_token * tokens_gpu / rate;
+    double base = m->flops_per_token * tokens_gpu / tp / rate; /* the TP group's tokens, 1/tp each */
     double recompute = out->fit == DT_PLAN_FIT_CKPT ? 4.0 / 3.0 : 1.0;
     out->compute_s = base * recompute;
     double fwd_mb = base / in->accum / 3.0;
@@ -360,10 +441,10 @@ dt_status_t dt_plan_row_compute(const dt_plan_input *in, dt_plan_strategy_t s, i
     double bucket_b = bucket * in->comm_bytes;
     double comm = 0, exposed = 0;
     double ncoll = 0;
-    if (n_gpus > 1) switch (s) {
+    if (dp > 1) switch (s) {
     case DT_PLAN_DDP: {
-        double ar = coll_split(dt_plan_all_reduce_s, grad_b, n_buckets, n_gpus, ring);
-        double tail = coll_split(dt_plan_all_reduce_s, bucket_b, 1, n_gpus, ring);
+        double ar = coll_split(dt_plan_all_reduce_s, grad_b, n_buckets, dp, ring);
+        double tail = coll_split(dt_plan_all_reduce_s, bucket_b, 1, dp, ring);
         comm = ar;
         exposed = fmax(ar - bwd_mb, tail);
         ncoll = n_buckets;
@@ -372,9 +453,9 @@ dt_status_t dt_plan_row_compute(const dt_plan_input *in, dt_plan_strategy_t s, i
     case DT_PLAN_ZERO1:
     case DT_PLAN_ZERO2: {
         double times = s == DT_PLAN_ZERO2 ? in->accum : 1;
-        double rs = coll_split(dt_plan_reduce_scatter_s, grad_b, n_buckets, n_gpus, ring);
-        double tail = coll_split(dt_plan_reduce_scatter_s, bucket_b, 1, n_gpus, ring);
-        double ag = coll_split(dt_plan_all_gather_s, param_b, n_buckets, n_gpus, ring);
+        double rs = coll_split(dt_plan_reduce_scatter_s, grad_b, n_buckets, dp, ring);
+        double tail = coll_split(dt_plan_reduce_scatter_s, bucket_b, 1, dp, ring);
+        double ag = coll_split(dt_plan_all_gather_s, param_b, n_buckets, dp, ring);
         comm = times * rs + ag;
         exposed = times * fmax(rs - bwd_mb, tail) + ag;
         ncoll = times * n_buckets + n_buckets;
@@ -382,7 +463,7 @@ dt_status_t dt_plan_row_compute(const dt_plan_input *in, dt_plan_strategy_t s, i
     }
     case DT_PLAN_FSDP:
     case DT_PLAN_HYBRID: {
-        int k = s == DT_PLAN_HYBRID ? local : n_gpus;
+        int k = s == DT_PLAN_HYBRID ? dp_local : dp;
         const dt_plan_link *ln = s == DT_PLAN_HYBRID ? &in->intra : ring;
         double nu = m->n_units > 0 ? m->n_units : 1;
         double ag = coll_split(dt_plan_all_gather_s, param_b, nu, k, ln);
@@ -403,13 +484,20 @@ dt_status_t dt_plan_row_compute(const dt_plan_input *in, dt_plan_strategy_t s, i
     default: break;
     }
     if (exposed > comm) exposed = comm;
+    /* TP: every micro-batch's collectives (the forward's twice when recomputed) and
+     * the step's, all on the critical path */
+    dt_plan_tp_comm tc = dt_plan_tp_comm_time(m, in->micro_batch, cb, in->comm_bytes, &in->intra);
+    out->tp_comm_s = in->accum * (tc.fwd_s * (recompute > 1 ? 2 : 1) + tc.bwd_s) + tc.step_s;
+    comm += out->tp_comm_s;
+    exposed += out->tp_comm_s;
+    ncoll += in->accum * (tc.fwd_coll * (recompute > 1 ? 2 : 1) + tc.bwd_coll) + tc.step_coll;
     out->comm_s = comm;
     out->exposed_s = exposed;
     out->overlapped_s = comm - exposed;
     out->n_collectives = ncoll;
     out->step_s = out->compute_s + exposed;
     out->efficiency = out->step_s > 0 ? base / out->step_s : 0;
-    out->tokens_per_s = out->step_s > 0 ? n_gpus * tokens_gpu / out->step_s : 0;
+    out->tokens_per_s = out->step_s > 0 ? dp * tokens_gpu / out->step_s : 0;
     dt_plan_cost(in->hours_1gpu, n_gpus, in->price, out->efficiency, &out->hours, &out->cost);
     return DT_STATUS_OK;
 }
@@ -419,6 +507,82 @@ dt_status_t dt_plan_row_compute(const dt_plan_input *in, dt_plan_strategy_t s, i
 static const char *gb(double bytes, char *buf, size_t len) {
     snprintf(buf, len, "%.1f GB", bytes / 1e9);
     return buf;
+}
+
+/* "fsdp on 8 GPUs", or "fsdp on 8 GPUs at TP 2 x DP 4" */
+static const char *plan_name(const dt_plan_row *r, char *buf, size_t len) {
+    int n = snprintf(buf, len, "%s on %d GPU%s", dt_plan_strategy_name(r->strategy), r->n_gpus,
+                     r->n_gpus > 1 ? "s" : "");
+    if (r->tp > 1 && n > 0 && (size_t)n < len) snprintf(buf + n, len - (size_t)n, " at TP %d x DP %d", r->tp, r->dp);
+    return buf;
+}
+
+/* The best-efficiency row that fits among those whose TP size is 1 (want_tp1) or
+ * above 1; -1 when none. */
+static int best_fit(const dt_plan_row *rows, int n_rows, int want_tp1) {
+    int best = -1;
+    for (int i = 0; i < n_rows; i++)
+        if (rows[i].fit != DT_PLAN_FIT_NO && (rows[i].tp <= 1) == want_tp1 &&
+            (best < 0 || rows[i].efficiency > rows[best].efficiency * 1.001))
+            best = i;
+    return best;
+}
+
+/* Why the cheapest plan has its TP size (plan.h: dt_plan_choice.tp_reason). */
+static void tp_reason(const dt_plan_input *in, const dt_plan_row *rows, int n_rows, dt_plan_choice *out) {
+    int max_tp = 1, has_tp1 = 0;
+    for (int i = 0; i < n_rows; i++) {
+        if (rows[i].tp > max_tp) max_tp = rows[i].tp;
+        has_tp1 |= rows[i].tp <= 1;
+    }
+    if (max_tp <= 1) return;
+    char *buf = out->tp_reason, n1[96], n2[96], a[32], b[32];
+    size_t len = sizeof out->tp_reason;
+    if (out->cheapest < 0) {
+        snprintf(buf, len, "no plan fits at any TP size up to %d", max_tp);
+        return;
+    }
+    const dt_plan_row *c = &rows[out->cheapest];
+    int t1 = best_fit(rows, n_rows, 1), tt = best_fit(rows, n_rows, 0);
+    if (c->tp > 1 && t1 < 0) {
+        int min_tp = max_tp;
+        double need = INFINITY;
+        for (int i = 0; i < n_rows; i++) {
+            if (rows[i].fit != DT_PLAN_FIT_NO && rows[i].tp < min_tp) min_tp = rows[i].tp;
+            if (rows[i].tp <= 1) need = fmin(need, rows[i].total_ckpt);
+        }
+        if (has_tp1)
+            snprintf(buf, len,
+                     "fits only with TP>=%d: at TP 1 the smallest plan needs %s per GPU (with activation "
+                     "checkpointing), %s usable; TP %d cuts the model states and the TP regions' activations "
+                     "over the node's %s link, at %.1f ms of exposed TP communication per step",
+                     min_tp, gb(need, a, sizeof a), gb(c->usable, b, sizeof b), c->tp, in->intra.name,
+                     1e3 * c->tp_comm_s);
+        else
+            snprintf(buf, len, "TP %d: the smallest TP size that fits of those given (--tp without 1)", min_tp);
+    } else if (c->tp > 1) {
+        const dt_plan_row *o = &rows[t1];
+        char why[128];
+        if (o->fit == DT_PLAN_FIT_CKPT)
+            snprintf(why, sizeof why, "the recomputation TP 1 needs (it fits only with activation checkpointing)");
+        else
+            snprintf(why, sizeof why, "TP 1's exposed data-parallel communication (%.1f ms per step)",
+                     1e3 * o->exposed_s);
+        snprintf(buf, len,
+                 "TP %d preferred over the best TP 1 plan (%s, efficiency %.1f%%): its %.1f ms of exposed TP "
+                 "communication per step costs less than %s",
+                 c->tp, plan_name(o, n1, sizeof n1), 100 * o->efficiency, 1e3 * c->tp_comm_s, why);
+    } else if (tt >= 0) {
+        const dt_plan_row *o = &rows[tt];
+        snprintf(buf, len,
+                 "TP 1 preferred: %s also fits (efficiency %.1f%%) but its %.1f ms of TP collectives per step are "
+                 "on the critical path (each layer waits for its all-reduces), while %s overlaps most of its "
+                 "communication with compute (%.1f ms exposed)",
+                 plan_name(o, n1, sizeof n1), 100 * o->efficiency, 1e3 * o->tp_comm_s, plan_name(c, n2, sizeof n2),
+                 1e3 * c->exposed_s);
+    } else {
+        snprintf(buf, len, "TP 1: no plan with TP>1 fits");
+    }
 }
 
 void dt_plan_recommend(const dt_plan_input *in, const dt_plan_row *rows, int n_rows,
@@ -431,22 +595,25 @@ void dt_plan_recommend(const dt_plan_input *in, const dt_plan_row *rows, int n_r
         if (out->cheapest < 0) out->cheapest = i;
         else {
             const dt_plan_row *c = &rows[out->cheapest];
-            /* efficiencies within 0.1% are a tie: then fewer GPUs, then table order */
-            if (r->efficiency > c->efficiency * 1.001 ||
-                (r->efficiency >= c->efficiency * 0.999 && r->n_gpus < c->n_gpus))
+            /* efficiencies within 0.1% are a tie: then fewer GPUs, then the smaller TP
+             * size, then table order */
+            int tie = r->efficiency >= c->efficiency * 0.999;
+            if (r->efficiency > c->efficiency * 1.001 || (tie && r->n_gpus < c->n_gpus) ||
+                (tie && r->n_gpus == c->n_gpus && r->tp < c->tp))
                 out->cheapest = i;
         }
         if (out->fastest < 0 || r->tokens_per_s > rows[out->fastest].tokens_per_s * 1.001)
             out->fastest = i;
     }
-    char a[32], b[32];
+    char a[32], b[32], name[96];
+    tp_reason(in, rows, n_rows, out);
     if (out->cheapest < 0) {
         double best = INFINITY;
         for (int i = 0; i < n_rows; i++) best = fmin(best, rows[i].total_ckpt);
         snprintf(out->cheapest_reason, sizeof out->cheapest_reason,
                  "nothing fits: the smallest plan needs %s per GPU with activation "
-                 "checkpointing, %s usable; try more GPUs, FSDP, a smaller micro-batch or a "
-                 "larger GPU",
+                 "checkpointing, %s usable; try more GPUs, FSDP, tensor parallelism (--tp), a smaller "
+                 "micro-batch or a larger GPU",
                  gb(best, a, sizeof a), n_rows ? gb(rows[0].usable, b, sizeof b) : "0 GB");
         snprintf(out->fastest_reason, sizeof out->fastest_reason, "%s", out->cheapest_reason);
         return;
@@ -455,26 +622,25 @@ void dt_plan_recommend(const dt_plan_input *in, const dt_plan_row *rows, int n_r
     const char *ck = c->fit == DT_PLAN_FIT_CKPT ? " with activation checkpointing" : "";
     if (in->price > 0 && in->hours_1gpu > 0)
         snprintf(out->cheapest_reason, sizeof out->cheapest_reason,
-                 "%s on %d GPU%s: fits%s (%s of %s usable) and has the highest scaling "
+                 "%s: fits%s (%s of %s usable) and has the highest scaling "
                  "efficiency of the plans that fit (%.1f%%), so the fewest GPU-hours: "
                  "%.1f h, cost %.2f",
-                 dt_plan_strategy_name(c->strategy), c->n_gpus, c->n_gpus > 1 ? "s" : "", ck,
+                 plan_name(c, name, sizeof name), ck,
                  gb(c->fit == DT_PLAN_FIT_CKPT ? c->total_ckpt : c->total, a, sizeof a),
                  gb(c->usable, b, sizeof b), 100 * c->efficiency, c->hours, c->cost);
     else
         snprintf(out->cheapest_reason, sizeof out->cheapest_reason,
-                 "%s on %d GPU%s: fits%s (%s of %s usable) and has the highest scaling "
+                 "%s: fits%s (%s of %s usable) and has the highest scaling "
                  "efficiency of the plans that fit (%.1f%%), so the fewest GPU-hours per token",
-                 dt_plan_strategy_name(c->strategy), c->n_gpus, c->n_gpus > 1 ? "s" : "", ck,
+                 plan_name(c, name, sizeof name), ck,
                  gb(c->fit == DT_PLAN_FIT_CKPT ? c->total_ckpt : c->total, a, sizeof a),
                  gb(c->usable, b, sizeof b), 100 * c->efficiency);
     ck = f->fit == DT_PLAN_FIT_CKPT ? " with activation checkpointing" : "";
     int len = snprintf(out->fastest_reason, sizeof out->fastest_reason,
-                       "%s on %d GPU%s: fits%s and has the highest throughput, %.0f tokens/s "
+                       "%s: fits%s and has the highest throughput, %.0f tokens/s "
                        "(step %.1f ms, %.1f ms of communication exposed, efficiency %.1f%%)",
-                       dt_plan_strategy_name(f->strategy), f->n_gpus, f->n_gpus > 1 ? "s" : "",
-                       ck, f->tokens_per_s, 1e3 * f->step_s, 1e3 * f->exposed_s,
-                       100 * f->efficiency);
+                       plan_name(f, name, sizeof name), ck, f->tokens_per_s, 1e3 * f->step_s,
+                       1e3 * f->exposed_s, 100 * f->efficiency);
     if (f->hours > 0 && len > 0 && (size_t)len < sizeof out->fastest_reason)
         snprintf(out->fastest_reason + len, sizeof out->fastest_reason - (size_t)len,
                  "; done in %.1f h", f->hours);

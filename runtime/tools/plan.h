@@ -71,6 +71,33 @@
  *     micro-batch's backward.
  *   exposed = max(overlappable − overlap window, always-exposed part) + serial part;
  *   step = compute + exposed; the optimizer's own time is not modelled.
+ *
+ * Tensor parallelism (TP size T, Megatron-style, within a node; DP = N/T):
+ *   model states come from rank 0's TP layout (dt_model_layout_init_tp: tensors cut
+ *   by rows or columns hold 1/T, norms, row-parallel biases and positions stay
+ *   whole): Ψ_T = that layout's n_params, then divided by the strategy over the DP
+ *   size as above (units padded per DP size), which is what the trainer allocates.
+ *   Activations: the TP regions' slots (qkv, attention output and saved state with
+ *   NH/T heads, the MLP's two activations, the logits B·T·Vp/T, and their backward
+ *   scratch) use the local width; the other slots (norm inputs and outputs, the
+ *   residual stream, the norms' per-row statistics, dres) keep B·T rows, or B·T/T
+ *   with sequence parallelism; tokens, targets and losses stay B·T (the
+ *   vocabulary-parallel embedding and loss read every token); dtmp keeps B·T rows of
+ *   max(C, A/T) (the partial sums of d(norm output) before their all-reduce or
+ *   reduce-scatter); sequence parallelism adds one B·T·C slot for the gathered norm
+ *   output the column-parallel matmuls read.
+ *   Compute: FLOPs per token / T per rank (each rank runs 1/T of every matmul).
+ *   Communication on the intra-node link, S = B·T·C bytes of the compute dtype, per
+ *   micro-batch: forward 2 all-reduces per layer + 1 (the vocabulary-parallel
+ *   embedding's sum), backward 2 per layer + 1 (the head's input gradient); with
+ *   sequence parallelism each all-reduce is an all-gather + reduce-scatter pair of
+ *   the same bus volume (2(T−1)/T·S) and twice the latencies; the vocabulary-
+ *   parallel loss all-reduces 3 fp32 values per token (max, sum of exponentials,
+ *   target logit: 12·B·T bytes, negligible beside S but 3 latencies); with
+ *   sequence parallelism the replicated tensors' gradients (partial per rank) are
+ *   all-reduced once per step. A recomputed forward (activation checkpointing)
+ *   repeats the forward's collectives. All of it is exposed: the next op reads the
+ *   result (no overlap modelled).
  * Scaling efficiency e = ideal / planned = compute without recompute / step.
  * Work: H one-GPU hours (given, or tokens · flops_per_token / (peak · mfu));
  * time at N GPUs H/(N·e), cost N · price · H/(N·e).
@@ -133,6 +160,13 @@ typedef struct dt_plan_model {
     int n_units;
     /* elements of every unit when known (from a layout), else NULL */
     double *unit_numel;
+    /* tensor parallelism: the model as rank 0 of a TP group of tp_size holds it
+     * (1 without TP). n_params, the units and largest_unit are that rank's piece;
+     * n_params_global the whole model's; n_replicated the elements every TP rank
+     * holds whole (their gradients are all-reduced in the TP group with sequence
+     * parallelism). flops_per_token and the sizes above stay the whole model's. */
+    int tp_size, sequence_parallel;
+    double n_params_global, n_replicated;
 } dt_plan_model;
 
 /* From the exact tensor table (dtrun's own models). Free with dt_plan_model_free. */
@@ -143,6 +177,13 @@ dt_status_t dt_plan_model_from_layout(const dt_model_layout *l, dt_plan_model *o
 dt_status_t dt_plan_model_from_sizes(double params, int layers, int hidden, int heads, int seq,
                                      int vocab, dt_plan_model *out);
 void dt_plan_model_free(dt_plan_model *m);
+/* Turns a model from dt_plan_model_from_sizes into rank 0's piece at TP size tp
+ * (sequence_parallel sp): each block's 12C² + 7C matrix and cut-bias elements and
+ * the vocabulary's V·C rows divide by tp, the norms, the row-parallel biases (6C
+ * per block) and the rest of the embedding unit (positions) stay whole. A model
+ * from a layout gets its TP piece from dt_model_layout_init_tp instead.
+ * DT_STATUS_USAGE naming --tp when tp does not divide the heads or the vocabulary. */
+dt_status_t dt_plan_model_set_tp(dt_plan_model *m, int tp, int sp);
 
 /* ---- inputs and results --------------------------------------------------- */
 
@@ -190,13 +231,15 @@ typedef struct dt_plan_mem {
 typedef struct dt_plan_row {
     dt_plan_strategy_t strategy;
     int n_gpus, n_nodes, shard; /* shard: ranks the states are divided by */
+    int tp, dp;                 /* TP size (the model's) and DP size n_gpus / tp */
     int micro_batch, accum;     /* of the input it was computed from */
     /* memory per GPU, bytes */
     double params, grads, optim, acts, acts_ckpt, comm_buf;
     double total, total_ckpt, usable;
     dt_plan_fit_t fit;
-    /* one optimizer step, seconds (with recompute when fit is CKPT) */
-    double compute_s, comm_s, overlapped_s, exposed_s, step_s;
+    /* one optimizer step, seconds (with recompute when fit is CKPT); comm_s and
+     * exposed_s include tp_comm_s, the TP collectives (all exposed) */
+    double compute_s, comm_s, overlapped_s, exposed_s, step_s, tp_comm_s;
     double n_collectives; /* per step (buckets or units x kinds x micro-batches) */
     double efficiency;
     double tokens_per_s; /* whole job */
@@ -224,22 +267,37 @@ double dt_plan_all_reduce_s(double bytes, int n, double bytes_per_s, double alph
 double dt_plan_reduce_scatter_s(double bytes, int n, double bytes_per_s, double alpha_s);
 double dt_plan_all_gather_s(double bytes, int n, double bytes_per_s, double alpha_s);
 
+/* TP communication (plan.h's TP formulas) of a model with tp_size > 1, on the
+ * intra-node link: one micro-batch's forward and backward, and the once-per-step
+ * part; seconds and collectives. All zero at tp_size 1. */
+typedef struct dt_plan_tp_comm {
+    double fwd_s, bwd_s, step_s;
+    double fwd_coll, bwd_coll, step_coll;
+} dt_plan_tp_comm;
+dt_plan_tp_comm dt_plan_tp_comm_time(const dt_plan_model *m, int micro_batch, int compute_bytes,
+                                     int comm_bytes, const dt_plan_link *intra);
+
 /* Time H/(N·e) and cost N·p·H/(N·e) of H one-GPU hours on n GPUs. */
 void dt_plan_cost(double hours_1gpu, int n, double price, double efficiency, double *hours,
                   double *cost);
 
-/* One row. DT_STATUS_USAGE (naming --gpus) when n_gpus spans nodes and is not a
- * multiple of gpus_per_node. */
+/* One row, at the model's TP size. DT_STATUS_USAGE (naming --gpus) when n_gpus
+ * spans nodes and is not a multiple of gpus_per_node, (naming --tp) when the TP
+ * size does not divide n_gpus or the GPUs per node. */
 dt_status_t dt_plan_row_compute(const dt_plan_input *in, dt_plan_strategy_t s, int n_gpus,
                                 dt_plan_row *out);
 
 typedef struct dt_plan_choice {
     int cheapest, fastest; /* indices into rows, -1 when nothing fits */
     char cheapest_reason[512], fastest_reason[512];
+    /* "" when every row is TP 1; else why the cheapest plan's TP size (fits only
+     * with TP >= k, or TP 1 preferred because TP's collectives are exposed) */
+    char tp_reason[512];
 } dt_plan_choice;
 
 /* Cheapest that fits: the highest efficiency (cost = p·H/e), then fewer GPUs, then
- * the simpler strategy; fastest that fits: the highest tokens/s. */
+ * the smaller TP size, then the simpler strategy; fastest that fits: the highest
+ * tokens/s. */
 void dt_plan_recommend(const dt_plan_input *in, const dt_plan_row *rows, int n_rows,
                        dt_plan_choice *out);
 

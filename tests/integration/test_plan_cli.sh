@@ -17,7 +17,8 @@ json_check() {
   if printf '%s' "$out" | python3 -c '
 import json, sys
 j = json.load(sys.stdin)
-r = {(x["strategy"], x["gpus"]): x for x in j["rows"]}
+r = {(x["strategy"], x["gpus"]): x for x in j["rows"] if x.get("tp", 1) == 1}
+rt = {(x["strategy"], x["gpus"], x["tp"]): x for x in j["rows"]}
 GB = 1e9
 ok = eval(sys.argv[1])
 if not ok:
@@ -134,6 +135,47 @@ json_check "llama3-8b config: 8,030,261,248 parameters, FLOPs, fsdp over 8 GPUs 
 if "$DTRUN" plan "$DT_TMP/llama3-8b.json" --gpus 8 2>&1 | grep -q "llama, 32 layers, hidden 4096, 32 heads (8 key/value) of 128, intermediate 14336, .*; 8030261248 parameters"; then
   pass "dtrun plan prints the llama3-8b model line with 8030261248 parameters"
 else fail "llama3-8b plan text" "$("$DTRUN" plan "$DT_TMP/llama3-8b.json" --gpus 8 2>&1 | head -3)"; fi
+
+# tensor parallelism: a row per (strategy, TP, GPU count TP divides); model states are
+# rank 0's TP piece counted here by hand (embedding and head rows / T, q|k|v, o,
+# gate|up, down / T, the norms whole) x 16 bytes, divided by the strategy over DP
+json_check "--tp 1,2,4,8 on 8 GPUs: rows per TP, states of the TP piece by hand" \
+  'len(j["rows"]) == 5 * (4 + 3) and j["model"]["tp_sizes"] == [1, 2, 4, 8] and all(x["dp"] * x["tp"] == x["gpus"] for x in j["rows"]) and all((lambda t, n: abs(rt[("ddp", 8, t)]["memory_bytes"]["model_states"] - 16 * n) < 1 and abs(rt[("zero1", 8, t)]["memory_bytes"]["model_states"] - (4 * n + 12 * -(-n // (8 // t)))) < 1)(t, 2 * 128256 * 4096 // t + 32 * ((4096 + 2 * 1024) * 4096 // t + 4096 * 4096 // t + 3 * 14336 * 4096 // t + 2 * 4096) + 4096) for t in (1, 2, 4, 8)) and rt[("fsdp", 8, 8)]["step_s"]["tp_comm"] > rt[("fsdp", 8, 2)]["step_s"]["tp_comm"] > 0 == rt[("fsdp", 8, 1)]["step_s"]["tp_comm"]' \
+  "$DT_TMP/llama3-8b.json" --gpus 4,8 --tp 1,2,4,8
+"$DTRUN" plan --json "$DT_TMP/llama3-8b.json" --gpus 8 --tp 1,4 >"$DT_TMP/nosp.json" 2>"$DT_TMP/err" &&
+  "$DTRUN" plan --json "$DT_TMP/llama3-8b.json" --gpus 8 --tp 1,4 --sp >"$DT_TMP/sp.json" 2>>"$DT_TMP/err"
+if python3 - "$DT_TMP/nosp.json" "$DT_TMP/sp.json" <<'PY'; then
+import json, sys
+a, b = ({(x["strategy"], x["tp"]): x for x in json.load(open(p))["rows"]} for p in sys.argv[1:3])
+act = lambda r, k: r[k]["memory_bytes"]["activations"]
+# TP 1 is the same; at TP 4 the B*T*C slots outside the TP regions (7 per layer with
+# their 2 norm statistics) shrink by 4: at least 32 layers x 6 x 8192*4096*2 x 3/4
+drop = act(a, ("fsdp", 4)) - act(b, ("fsdp", 4))
+ok = act(a, ("fsdp", 1)) == act(b, ("fsdp", 1)) and drop >= 32 * 6 * 8192 * 4096 * 2 * 3 / 4 and \
+     a[("fsdp", 4)]["memory_bytes"]["model_states"] == b[("fsdp", 4)]["memory_bytes"]["model_states"]
+print("activations TP 4:", act(a, ("fsdp", 4)), "with --sp", act(b, ("fsdp", 4)))
+sys.exit(0 if ok else 1)
+PY
+  pass "--sp: TP 4 activations drop by the non-TP slots' 3/4, TP 1 and model states unchanged"
+else fail "--sp activations" "$(cat "$DT_TMP/err")"; fi
+json_check "--tp auto on 8 GPUs per node: 1,2,4,8 (all divide 32 heads and 8 key/value heads)" \
+  'j["model"]["tp_sizes"] == [1, 2, 4, 8]' "$DT_TMP/llama3-8b.json" --gpus 8 --tp auto
+json_check "--tp auto stops at the model: 12 heads allow 1,2,4 on 8 GPUs" \
+  'j["model"]["tp_sizes"] == [1, 2, 4]' --params 1e9 --layers 12 --hidden 768 --heads 12 --seq 1024 --vocab 50304 --tp auto
+out=$("$DTRUN" plan "$DT_TMP/llama3-8b.json" --gpus 8 --tp 1,2,4,8 --strategy fsdp 2>&1); rc=$?
+if [ $rc -eq 0 ] && printf '%s\n' "$out" | grep -Eq '^ +GPUs +TP +nodes' &&
+   [ "$(printf '%s\n' "$out" | grep -Ec '^ +8 +(1|2|4|8) +1 ')" -eq 4 ] && printf '%s\n' "$out" | grep -q '^  TP: '; then
+  pass "text: a TP column, a row per TP size, the TP reason"
+else fail "text: TP column" "rc=$rc"; printf '%s\n' "$out" | tail -12; fi
+bad_flag "--tp 3 does not divide 8 GPUs per node" "--tp 3" "$DT_TMP/llama3-8b.json" --tp 1,3
+bad_flag "--tp 16 on nodes of 8" "--tp 16" "$DT_TMP/llama3-8b.json" --gpus 16 --tp 16
+bad_flag "--tp 16 with 8 key/value heads" "num_key_value_heads" "$DT_TMP/llama3-8b.json" --gpus 16 --gpus-per-node 16 --tp 16
+bad_flag "--tp not dividing the sized model's heads" "--tp 8" --params 1e9 --layers 12 --hidden 768 --heads 12 --seq 1024 --tp 8
+bad_flag "--tp 0" "--tp" "$DT_TMP/llama3-8b.json" --tp 0
+bad_flag "--tp x" "--tp" "$DT_TMP/llama3-8b.json" --tp 2,x
+bad_flag "--tp with the mlp model" "--tp 2" configs/mlp-tiny.json --tp 2
+bad_flag "--tp larger than every GPU count" "--tp" "$DT_TMP/llama3-8b.json" --gpus 1,2 --tp 4
+bad_flag "--sp takes no value" "--sp" "$DT_TMP/llama3-8b.json" --sp=1
 
 json_check "demo config: cpu, fp32, materialised attention" \
   'j["gpu"]["name"] == "cpu" and j["model"]["precision"] == "fp32" and r[("ddp",1)]["memory_bytes"]["activations"] > r[("ddp",1)]["memory_bytes"]["activations_ckpt"]' \
