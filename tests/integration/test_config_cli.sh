@@ -97,6 +97,61 @@ run ds 0 "$T/ds.json" --world-size 2 && {
   eq "DeepSpeed config: batch from world size" "$(json_get "$T/ds.out" '["train_batch_size"]')" 2
 }
 
+# tensor_parallel: keys, the batch over the data-parallel size, DeepSpeed's autotp_size
+make_text "$T/a.txt" 1 400
+cat >"$T/tp.json" <<JSON
+{"model": {"type": "gpt", "n_layer": 1, "n_head": 4, "n_embd": 32, "seq_len": 16},
+ "data": {"train": "$T/a.txt"}, "train_steps": 2, "train_micro_batch_size_per_gpu": 2,
+ "gradient_accumulation_steps": 3, "tensor_parallel": {"size": 2, "sequence_parallel": true}}
+JSON
+run tp_ok 0 "$T/tp.json" --world-size 4 && {
+  eq "tensor_parallel.size in the dump" "$(json_get "$T/tp_ok.out" '["tensor_parallel"]["size"]')" 2
+  eq "tensor_parallel.sequence_parallel in the dump" "$(json_get "$T/tp_ok.out" '["tensor_parallel"]["sequence_parallel"]')" True
+  eq "TP 2 at world 4: train_batch_size = 2 * 3 * 2 DP ranks" "$(json_get "$T/tp_ok.out" '["train_batch_size"]')" 12
+}
+run tp_alias 0 "$T/tp.json" --world-size 2 tensor_parallel.autotp_size=1 &&
+  eq "tensor_parallel.autotp_size sets size" "$(json_get "$T/tp_alias.out" '["tensor_parallel"]["size"]')" 1
+sed 's/"size": 2/"size": 2, "autotp_size": 4/' "$T/tp.json" >"$T/tp_both.json"
+run tp_both 2 "$T/tp_both.json" --world-size 4 && has "size and autotp_size differ: both named" "$T/tp_both.err" \
+  "tp_both.json: tensor_parallel.size 2 and tensor_parallel.autotp_size 4: expected the same value"
+run tp_world 2 "$T/tp.json" --world-size 3 && has "TP size not dividing the world: names the key" "$T/tp_world.err" \
+  "tensor_parallel.size 2: expected a divisor of the world size 3"
+run tp_batch 2 "$T/tp.json" --world-size 4 train_batch_size=24 && has "batch error says the DP size and how it came" \
+  "$T/tp_batch.err" "world size 4 / tensor_parallel.size 2 = 2 data-parallel ranks: expected train_batch_size"
+run tp_keys 0 --keys && has "--keys lists tensor_parallel.size" "$T/tp_keys.out" "tensor_parallel.sequence_parallel"
+
+# the launcher: bad TP configs exit 2 naming the key before any worker starts (no
+# log folder made, "nothing was started"); a good one passes the checks
+# launch NAME WANT_RC TEXT FLAGS... -- OVERRIDES...: dtrun FLAGS tp.json log.dir=... OVERRIDES
+launch() {
+  local name=$1 want=$2 text=$3; shift 3
+  local flags=()
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do flags+=("$1"); shift; done
+  [ $# -gt 0 ] && shift
+  # a timeout: a check that let a 2-node launch through would wait for the other node
+  timeout 60 "$DTRUN" "${flags[@]}" "$T/tp.json" log.dir="$T/log_$name" checkpoint.dir="$T/ck_$name" "$@" \
+    >"$T/$name.out" 2>&1; local rc=$?
+  if [ $rc -eq "$want" ] && grep -qF -- "$text" "$T/$name.out" &&
+     { [ "$want" -eq 0 ] || { grep -qF "nothing was started" "$T/$name.out" && [ ! -e "$T/log_$name" ]; }; }; then
+    pass "launch $name: exit $want, <$text>"
+  else fail "launch $name" "exit $rc (expected $want): $(head -c 600 "$T/$name.out")"; fi
+}
+launch l_world 2 "tensor_parallel.size 3: expected a divisor of the world size 2" \
+  --nproc_per_node 2 -- tensor_parallel.size=3 model.n_head=3 model.n_embd=48
+launch l_nodes 2 "tensor_parallel.size 2 and nproc_per_node 1: expected nproc_per_node to be a multiple" \
+  --nnodes 2 --nproc_per_node 1 --rdzv_endpoint 127.0.0.1:$(free_port) --
+launch l_heads 2 "tensor_parallel.size: 4 does not divide model.n_head (2)" \
+  --nproc_per_node 4 -- tensor_parallel.size=4 model.n_head=2
+launch l_mlp 2 "tensor_parallel.size: model.type mlp has no tensor-parallel layers" \
+  --nproc_per_node 2 -- model.type=mlp
+launch l_hsdp 2 'tensor_parallel.size 2 with strategy "hsdp"' --nproc_per_node 2 -- strategy=hsdp
+launch l_vocab 2 "model.vocab_pad_multiple: the padded vocabulary (256 rows, a multiple of 1) must divide among tensor_parallel.size 3" \
+  --nproc_per_node 3 -- tensor_parallel.size=3 model.n_head=3 model.n_embd=48 model.vocab_pad_multiple=1
+launch l_good 0 '"size":	2' --nproc_per_node 2 --print-config --
+has "launch of TP 2 on 2 ranks: train_batch_size = 2 * 3 * 1 DP rank" "$T/l_good.out" '"train_batch_size":	6,'
+[ ! -e "$T/log_l_good" ] && pass "launch --print-config of a good TP config starts nothing" ||
+  fail "launch --print-config of a good TP config starts nothing"
+
 # usage errors
 run noargs 2 && pass "no config: exit 2"
 run badws 2 configs/demo.json --world-size zero && has "bad --world-size" "$T/badws.err" "--world-size: expected an integer >= 1, found zero"
