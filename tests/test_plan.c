@@ -173,6 +173,42 @@ Test(plan, activations_match_the_trainers_arena) {
     dt_device_free(dev);
 }
 
+/* Under tensor parallelism too: every TP size the models' heads allow, with and
+ * without sequence parallelism, equals the arena net.c allocates for the TP piece. */
+Test(plan, activations_match_the_trainers_arena_under_tp) {
+    dt_device_t *dev;
+    cr_assert_eq(dt_device_init(&dev, DT_DEVICE_CPU, 3), DT_STATUS_OK, "%s", dt_error_detail());
+    dt_model_spec specs[] = {
+        {.ops = &dt_model_gpt, .n_layer = 2, .n_head = 4, .n_embd = 64, .seq_len = 100,
+         .vocab_size = 256, .vocab_pad_multiple = 64},
+        llama(0, 0, 0, 2), /* GQA, untied */
+        llama(1, 1, 12, 4),
+    };
+    int checked = 0;
+    for (size_t i = 0; i < sizeof specs / sizeof *specs; i++)
+        for (int tp = 2; tp <= 4; tp *= 2)
+            for (int sp = 0; sp <= 1; sp++) {
+                char msg[256];
+                if (dt_model_tp_check(&specs[i], tp, msg, sizeof msg)) continue;
+                for (int B = 2; B <= 4; B += 2) {
+                    dt_model_layout l;
+                    cr_assert_eq(dt_model_layout_init_tp(&specs[i], tp, 1, sp, &l), DT_STATUS_OK, "%s",
+                                 dt_error_detail());
+                    dt_plan_model m;
+                    cr_assert_eq(dt_plan_model_from_layout(&l, &m), DT_STATUS_OK);
+                    double want = (double)dt_net_arena_bytes(dev, &l, B);
+                    double got = dt_plan_activation_bytes(&m, B, 4, 3, 0);
+                    cr_assert_eq(got, want, "spec %zu, TP %d, sp %d, B %d: plan %.0f, net.c %.0f", i, tp, sp, B, got,
+                                 want);
+                    dt_plan_model_free(&m);
+                    dt_model_layout_free(&l);
+                    checked++;
+                }
+            }
+    cr_assert_geq(checked, 12, "only %d TP layouts checked", checked);
+    dt_device_free(dev);
+}
+
 Test(plan, ring_collectives_by_hand) {
     /* 1 GB over 4 ranks at 1 GB/s: all-reduce 2*3/4 = 1.5 s, RS/AG 0.75 s */
     assert_near(dt_plan_all_reduce_s(1e9, 4, 1e9, 0), 1.5, 1e-12);

@@ -276,7 +276,14 @@ double dt_plan_activation_bytes(const dt_plan_model *m, int micro_batch, int com
                   m->norm_stats * r4 /* final norm statistics */ + bt4 /* losses */ +
                   slot(BT * Vp * d) + rc /* dres */ + slot(BT * fmax(C, A) * d) /* dtmp */ +
                   slot(BT * Q * d) /* dqkv */ + slot(BT * mlp_in * d) + slot(BT * mlp_act * d) +
-                  slot(scratch) + (sp ? slot(BT * C * d) : 0) /* the gathered norm output */;
+                  slot(scratch) +
+                  /* sequence parallelism: a gathered norm output, a row-parallel matmul's
+                   * partial sums, the gathered residual gradient, this rank's rows of a
+                   * reduced input gradient, a layer's partial norm weight (and bias)
+                   * gradients; TP: the vocabulary-parallel loss's max, sum and target
+                   * logit per row */
+                  (sp ? 3 * slot(BT * C * d) + slot(R * C * d) + slot(2 * m->norm_stats * C * d) : 0) +
+                  (tp > 1 ? slot(3 * BT * 4) : 0);
     if (checkpointing) return L * rc + layer + once;
     return L * layer + once;
 }
