@@ -260,7 +260,8 @@ static dt_status_t index_shard(const char *path, const dt_ckpt_save_args *a, int
         cJSON *r = cJSON_CreateObject();
         char name[DT_CKPT_MAX_BUFFER_NAME + 1] = {0};
         memcpy(name, rr[i].buffer, DT_CKPT_MAX_BUFFER_NAME);
-        if (rr[i].n_blocks != n_blocks_of(rr[i].count * rr[i].reps) || (rr[i].stride == 0) != (rr[i].reps == 1)) {
+        if (rr[i].n_blocks != n_blocks_of(rr[i].count * rr[i].reps) || rr[i].reps == 0 ||
+            (rr[i].stride == 0 && rr[i].reps != 1)) {
             cJSON_Delete(r);
             st = dt_error(DT_STATUS_FORMAT, "%s: range %u of '%s' has inconsistent counts", path, i, name);
             goto out_close;
