@@ -98,7 +98,8 @@ static dt_status_t check_range(const dt_ckpt_range *r) {
                         "checkpoint range of '%s' at %llu: stride %llu must be >= count %llu, reps %llu >= 1", r->buffer,
                         (unsigned long long)r->offset, (unsigned long long)r->stride, (unsigned long long)r->count,
                         (unsigned long long)r->reps);
-    if ((r->count && r->reps > (UINT64_C(1) << 53) / r->count) || (r->reps - 1) > ((UINT64_C(1) << 53) - r->offset) / r->stride)
+    const uint64_t max = UINT64_C(1) << 53; /* what meta.json's numbers hold exactly */
+    if (r->offset > max || (r->count && r->reps > max / r->count) || r->reps - 1 > (max - r->offset) / r->stride)
         return dt_error(DT_STATUS_INVALID, "checkpoint range of '%s' at %llu: %llu pieces every %llu is too large",
                         r->buffer, (unsigned long long)r->offset, (unsigned long long)r->reps,
                         (unsigned long long)r->stride);
