@@ -270,7 +270,7 @@ static dt_status_t index_shard(const char *path, const dt_ckpt_save_args *a, int
         if (all->n == all->cap) all->r = dt_xrealloc(all->r, (size_t)(all->cap = all->cap ? 2 * all->cap : 64) * sizeof *all->r);
         all->r[all->n++] = (ck_range){.shard = rank, .offset = rr[i].offset, .count = rr[i].count,
                                       .stride = rr[i].stride, .reps = rr[i].reps, .file_offset = rr[i].file_offset};
-        snprintf(all->r[all->n - 1].buffer, DT_CKPT_MAX_BUFFER_NAME, "%s", name);
+        memcpy(all->r[all->n - 1].buffer, name, DT_CKPT_MAX_BUFFER_NAME - 1); /* names are shorter (write_shard) */
         cJSON_AddStringToObject(r, "buffer", name);
         cJSON_AddNumberToObject(r, "offset", (double)rr[i].offset);
         cJSON_AddNumberToObject(r, "count", (double)rr[i].count);
