@@ -98,7 +98,8 @@ static dt_status_t check_range(const dt_ckpt_range *r) {
                         "checkpoint range of '%s' at %llu: stride %llu must be >= count %llu, reps %llu >= 1", r->buffer,
                         (unsigned long long)r->offset, (unsigned long long)r->stride, (unsigned long long)r->count,
                         (unsigned long long)r->reps);
-    if ((r->count && r->reps > (UINT64_C(1) << 53) / r->count) || (r->reps - 1) > ((UINT64_C(1) << 53) - r->offset) / r->stride)
+    const uint64_t max = UINT64_C(1) << 53; /* what meta.json's numbers hold exactly */
+    if (r->offset > max || (r->count && r->reps > max / r->count) || r->reps - 1 > (max - r->offset) / r->stride)
         return dt_error(DT_STATUS_INVALID, "checkpoint range of '%s' at %llu: %llu pieces every %llu is too large",
                         r->buffer, (unsigned long long)r->offset, (unsigned long long)r->reps,
                         (unsigned long long)r->stride);
@@ -260,7 +261,8 @@ static dt_status_t index_shard(const char *path, const dt_ckpt_save_args *a, int
         cJSON *r = cJSON_CreateObject();
         char name[DT_CKPT_MAX_BUFFER_NAME + 1] = {0};
         memcpy(name, rr[i].buffer, DT_CKPT_MAX_BUFFER_NAME);
-        if (rr[i].n_blocks != n_blocks_of(rr[i].count * rr[i].reps) || (rr[i].stride == 0) != (rr[i].reps == 1)) {
+        if (rr[i].n_blocks != n_blocks_of(rr[i].count * rr[i].reps) || rr[i].reps == 0 ||
+            (rr[i].stride == 0 && rr[i].reps != 1)) {
             cJSON_Delete(r);
             st = dt_error(DT_STATUS_FORMAT, "%s: range %u of '%s' has inconsistent counts", path, i, name);
             goto out_close;
@@ -268,7 +270,7 @@ static dt_status_t index_shard(const char *path, const dt_ckpt_save_args *a, int
         if (all->n == all->cap) all->r = dt_xrealloc(all->r, (size_t)(all->cap = all->cap ? 2 * all->cap : 64) * sizeof *all->r);
         all->r[all->n++] = (ck_range){.shard = rank, .offset = rr[i].offset, .count = rr[i].count,
                                       .stride = rr[i].stride, .reps = rr[i].reps, .file_offset = rr[i].file_offset};
-        snprintf(all->r[all->n - 1].buffer, DT_CKPT_MAX_BUFFER_NAME, "%s", name);
+        memcpy(all->r[all->n - 1].buffer, name, DT_CKPT_MAX_BUFFER_NAME - 1); /* names are shorter (write_shard) */
         cJSON_AddStringToObject(r, "buffer", name);
         cJSON_AddNumberToObject(r, "offset", (double)rr[i].offset);
         cJSON_AddNumberToObject(r, "count", (double)rr[i].count);

@@ -4,7 +4,9 @@
  * A checkpoint of step N is the directory <dir>/step_NNNNNNNN/ holding one
  * shard_RRRRR.bin per saving rank and meta.json. A shard holds the byte ranges of
  * the flat fp32 buffers ("params", "m", "v") that its rank owns, each range
- * followed by nothing but data; every 4 MiB block of a range has a CRC32C. Saving:
+ * followed by nothing but data; every 4 MiB block of a range has a CRC32C. A range
+ * is plain or strided (a tensor-parallel rank's columns of every row of a weight:
+ * one range, listed once, however many rows). Saving:
  *
  *   every rank   dt_ckpt_write_shard()   -> <dir>/step_N.tmp/shard_R.bin, fsynced
  *   all ranks    barrier (caller's callback: the communicator's or the store's)
