@@ -430,8 +430,8 @@ static int config_vocab(const dt_config_t *cfg, const char **why) {
 /* Gradient accumulation of the config at world size n (its global batch is kept). */
 static int config_accum(dt_config_t *cfg, int n, int *accum) {
     if (dt_config_resolve(cfg, n) != DT_STATUS_OK)
-        return usage_error("--gpus %d: the config's batch sizes do not fit %d GPUs:\n%s", n, n,
-                           dt_config_errors(cfg));
+        return usage_error("--gpus %d: the config's batch sizes do not fit %d GPUs (%lld data-parallel):\n%s", n, n,
+                           (long long)(n / (cfg->tp.size > 0 ? cfg->tp.size : 1)), dt_config_errors(cfg));
     *accum = (int)cfg->gradient_accumulation_steps;
     return 0;
 }
@@ -631,7 +631,10 @@ static int setup_tp(plan_opts *o, plan_ctx *c) {
             o->tps[o->n_tps++] = t;
         }
     }
-    if (!o->n_tps) o->tps[o->n_tps++] = 1;
+    if (!o->n_tps) { /* the config's tensor_parallel section, else 1 */
+        o->tps[o->n_tps++] = c->have_cfg ? (int)c->cfg.tp.size : 1;
+        if (c->have_cfg && c->cfg.tp.sequence_parallel) o->sp = 1;
+    }
     for (int k = 0; k < o->n_tps; k++) {
         int t = o->tps[k];
         for (int j = 0; j < k; j++)
@@ -673,7 +676,8 @@ static int row_input(const plan_opts *o, plan_ctx *c, int n, int tp) {
         if (o->gpu_tflops <= 0) c->in.peak_flops = cpu_peak_flops(c->in.cpu_threads);
     }
     if (c->have_cfg) {
-        int rc = config_accum(&c->cfg, n / tp, &c->in.accum); /* the batch divides over DP */
+        c->cfg.tp.size = tp; /* this row's TP size: the batch divides over DP = n / tp */
+        int rc = config_accum(&c->cfg, n, &c->in.accum);
         if (rc) return rc;
         c->in.micro_batch = (int)c->cfg.train_micro_batch_size_per_gpu;
     }
