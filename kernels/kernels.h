@@ -196,7 +196,8 @@ struct dt_ops {
                            const void *weight,          // (OC, C)
                            const void *bias,            // (OC) or NULL
                            int N, int C, int OC);
-    /* dinp and dbias may be NULL. */
+    /* dinp, dweight and dbias may be NULL (each is its own product, so a caller can
+     * start communicating dinp before the weight gradient: tensor parallelism). */
     void (*matmul_backward)(dt_device_t *dev, void *dinp, // (N, C) +=
                             void *dweight,                // (OC, C) +=
                             void *dbias,                  // (OC) +=

@@ -203,8 +203,9 @@ void dt_cpu_matmul_backward(dt_device_t *dev, void *dinp_, void *dweight_, void 
         /* dW += dout^T @ inp and db += column sums of dout, split by output channel. */
         dt_cpu_split((size_t)OC, nth, tid, &o0, &o1);
         if (o1 > o0) {
-            dt_cpu_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)(o1 - o0), C, N, 1.0f,
-                        dout + o0, OC, inp, C, 1.0f, dw + o0 * C, C);
+            if (dw)
+                dt_cpu_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)(o1 - o0), C, N, 1.0f,
+                            dout + o0, OC, inp, C, 1.0f, dw + o0 * C, C);
             if (db) {
                 for (int n = 0; n < N; n++) {
                     const float *d = dout + (size_t)n * OC;

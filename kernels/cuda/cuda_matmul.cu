@@ -321,8 +321,9 @@ static void matmul_backward(dt_device_t *dev, void *dinp, void *dweight, void *d
     if (dinp)
         gemm<T>(dev, "matmul_backward", 0, 0, C, N, OC, (const T *)weight, C, (const T *)dout, OC, (T *)dinp, C, NULL,
                 1.0f);
-    gemm<T>(dev, "matmul_backward", 0, 1, C, OC, N, (const T *)inp, C, (const T *)dout, OC, (T *)dweight, C, NULL,
-            1.0f);
+    if (dweight)
+        gemm<T>(dev, "matmul_backward", 0, 1, C, OC, N, (const T *)inp, C, (const T *)dout, OC, (T *)dweight, C,
+                NULL, 1.0f);
     if (dbias) dbias_accumulate<T>(dev, (T *)dbias, (const T *)dout, N, OC);
 }
 

@@ -276,18 +276,25 @@ static void row_parallel_forward(dt_net_t *net, const gdims *d, void *out, const
     dt_net_tp_reduce_out(net, part, out, (size_t)d->BT * d->C);
 }
 
-/* The backward of a column-parallel matmul of input rows `inp` (this rank's rows, to
- * be gathered under sequence parallelism): weight gradients, and the input gradient
+/* The backward of a column-parallel matmul of input x (all B*T rows: gathered under
+ * sequence parallelism): weight gradients, and the input gradient
  * summed over the group into the returned buffer (G_DTMP, or this rank's rows of it
- * in G_DRED). */
+ * in G_DRED). Under TP the input gradient is computed first and its reduction runs
+ * while the weight gradient is (Megatron's overlap). */
 static void *column_parallel_backward(dt_net_t *net, const gdims *d, void *dw, void *db, const void *dout,
-                                      void *inp, const void *w, int OC) {
+                                      const void *x, const void *w, int OC) {
+    const dt_ops_t *o = net->dev->ops;
     size_t btc = (size_t)d->BT * d->C;
-    void *x = dt_net_tp_gather_in(net, inp, A(G_GATH), (size_t)d->R * d->C);
     dt_net_zero(net, G_DTMP, btc);
-    net->dev->ops->matmul_backward(net->dev, A(G_DTMP), dw, db, dout, x, w, d->BT, d->C, OC);
     void *dinp = d->sp ? A(G_DRED) : A(G_DTMP);
-    dt_net_tp_reduce_out(net, A(G_DTMP), dinp, btc);
+    if (d->tp == 1) {
+        o->matmul_backward(net->dev, A(G_DTMP), dw, db, dout, x, w, d->BT, d->C, OC);
+        return dinp;
+    }
+    o->matmul_backward(net->dev, A(G_DTMP), NULL, NULL, dout, x, w, d->BT, d->C, OC);
+    void *h = dt_net_tp_reduce_start(net, A(G_DTMP), dinp, btc);
+    o->matmul_backward(net->dev, NULL, dw, db, dout, x, w, d->BT, d->C, OC);
+    dt_net_tp_wait(net, h);
     return dinp;
 }
 
@@ -375,11 +382,8 @@ static void gpt_backward(dt_net_t *net, float dscale) {
     else
         o->xent_vp_backward(dv, A(G_LOGITS), A(G_LOGITS), net->d_targets, AF(G_XSTATS), dscale, BT, d.Vl, d.v0,
                             d.V);
-    void *x = d.sp ? A(G_GATH) : A(G_LNF); /* gathered in the forward */
-    dt_net_zero(net, G_DTMP, (size_t)BT * C);
-    o->matmul_backward(dv, A(G_DTMP), G(0), NULL, A(G_LOGITS), x, P(0), BT, C, d.Vl);
-    void *dlnf = d.sp ? A(G_DRED) : A(G_DTMP);
-    dt_net_tp_reduce_out(net, A(G_DTMP), dlnf, (size_t)BT * C);
+    /* the head: x was gathered in the forward (G_GATH kept it) */
+    void *dlnf = column_parallel_backward(net, &d, G(0), NULL, A(G_LOGITS), d.sp ? A(G_GATH) : A(G_LNF), P(0), d.Vl);
     int lnf = LAYER_T(L, 0);
     void *last = L > 0 ? A(LSLOT(L - 1, L_RES3)) : A(G_ENCODED);
     dt_net_hook(net, L + 1, DT_NET_BWD_PRE);
@@ -403,8 +407,8 @@ static void gpt_backward(dt_net_t *net, float dscale) {
                            PL(l, T_FCPROJW), BT, d.Fl, C);
         dt_net_zero(net, G_DFCH, (size_t)BT * d.Fl);
         o->gelu_backward(dv, A(G_DFCH), A(LSLOT(l, L_FCH)), A(G_DFCH_GELU), (size_t)BT * d.Fl);
-        void *dln = column_parallel_backward(net, &d, GL(l, T_FCW), GL(l, T_FCB), A(G_DFCH), A(LSLOT(l, L_LN2)),
-                                             PL(l, T_FCW), d.Fl);
+        void *x = dt_net_tp_gather_in(net, A(LSLOT(l, L_LN2)), A(G_GATH), rc);
+        void *dln = column_parallel_backward(net, &d, GL(l, T_FCW), GL(l, T_FCB), A(G_DFCH), x, PL(l, T_FCW), d.Fl);
         o->layernorm_backward(dv, A(G_DRES), LNG(l, T_LN2W), LNG(l, T_LN2B), dln, A(LSLOT(l, L_RES2)),
                               PL(l, T_LN2W), AF(LSLOT(l, L_LN2_MEAN)), AF(LSLOT(l, L_LN2_RSTD)), R, C);
         /* dres now holds d(res2) = d(attproj) = the skip part of d(residual). */
@@ -415,8 +419,8 @@ static void gpt_backward(dt_net_t *net, float dscale) {
         dt_net_zero(net, G_DQKV, (size_t)BT * 3 * d.Cl);
         o->attention_backward(dv, A(G_DQKV), A(G_ATT_SCRATCH), A(G_DTMP), A(LSLOT(l, L_QKV)),
                               A(LSLOT(l, L_ATT_SAVED)), B, T, d.Cl, d.NHl, d.NHl);
-        dln = column_parallel_backward(net, &d, GL(l, T_QKVW), GL(l, T_QKVB), A(G_DQKV), A(LSLOT(l, L_LN1)),
-                                       PL(l, T_QKVW), 3 * d.Cl);
+        x = dt_net_tp_gather_in(net, A(LSLOT(l, L_LN1)), A(G_GATH), rc);
+        dln = column_parallel_backward(net, &d, GL(l, T_QKVW), GL(l, T_QKVB), A(G_DQKV), x, PL(l, T_QKVW), 3 * d.Cl);
         o->layernorm_backward(dv, A(G_DRES), LNG(l, T_LN1W), LNG(l, T_LN1B), dln, residual, PL(l, T_LN1W),
                               AF(LSLOT(l, L_LN1_MEAN)), AF(LSLOT(l, L_LN1_RSTD)), R, C);
         if (d.sp) { /* ln_1 w|b, ln_2 w|b: contiguous pairs */

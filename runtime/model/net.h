@@ -59,7 +59,7 @@ typedef struct dt_batch {
  * backward call inside its layers, over the ranks of its TP group, on device
  * buffers. runtime/parallel/tp.c fills them with the TP communicator; NULL in a net
  * of TP size 1. Each returns when the result is in place (the model's next op reads
- * it), except all_reduce_start, finished by wait. A failed collective is recorded by
+ * it), except reduce_start, finished by wait. A failed collective is recorded by
  * the filler and reported after the micro-step; the buffers stay valid memory. */
 typedef struct dt_net_tp_ops {
     /* buf (count elements, fp32 when f32, else the compute dtype) = its sum over the
@@ -69,8 +69,10 @@ typedef struct dt_net_tp_ops {
     void (*all_gather)(void *ctx, const void *send, void *recv, size_t count);
     /* recv (count / T) = this rank's slice of the sum of every rank's send (count) */
     void (*reduce_scatter)(void *ctx, const void *send, void *recv, size_t count);
-    /* the sum all-reduce of buf (compute dtype), started; wait(handle) finishes it */
-    void *(*all_reduce_start)(void *ctx, void *buf, size_t count);
+    /* the sum of part (count elements, compute dtype) over the group, started: in
+     * place when out == part (all-reduce), else this rank's slice into out
+     * (reduce-scatter); wait(handle) finishes it. One in flight at a time. */
+    void *(*reduce_start)(void *ctx, void *part, void *out, size_t count);
     void (*wait)(void *ctx, void *handle);
 } dt_net_tp_ops;
 

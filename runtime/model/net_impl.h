@@ -58,6 +58,16 @@ static inline void dt_net_tp_reduce_out(dt_net_t *net, void *part, void *out, si
     else net->tp->all_reduce(net->tp_ctx, part, n, 0, 0);
 }
 
+/* dt_net_tp_reduce_out, started (NULL at TP 1); dt_net_tp_wait finishes it: the
+ * caller computes something else meanwhile (the weight gradient). */
+static inline void *dt_net_tp_reduce_start(dt_net_t *net, void *part, void *out, size_t n) {
+    if (!net->tp) return NULL;
+    return net->tp->reduce_start(net->tp_ctx, part, net->layout->sequence_parallel ? out : part, n);
+}
+static inline void dt_net_tp_wait(dt_net_t *net, void *handle) {
+    if (net->tp && handle) net->tp->wait(net->tp_ctx, handle);
+}
+
 /* fp32 sum / max over the group, in place (the vocabulary-parallel loss's stats). */
 static inline void dt_net_tp_sum_f32(dt_net_t *net, float *buf, size_t n) {
     if (net->tp) net->tp->all_reduce(net->tp_ctx, buf, n, 1, 0);

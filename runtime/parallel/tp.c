@@ -77,11 +77,13 @@ static void tp_reduce_scatter(void *ctx, const void *send, void *recv, size_t co
     note(tp, dt_comm_reduce_scatter(tp->comm, send, recv, count, tp->dtype, DT_COMM_SUM), "reduce-scatter", t0);
 }
 
-static void *tp_all_reduce_start(void *ctx, void *buf, size_t count) {
+static void *tp_reduce_start(void *ctx, void *part, void *out, size_t count) {
     dt_tp_t *tp = ctx;
     double t0 = dt_now_s();
-    dt_status_t st = dt_comm_all_reduce_async(tp->comm, buf, buf, count, tp->dtype, DT_COMM_SUM, &tp->req);
-    note(tp, st, "all-reduce", t0);
+    dt_status_t st = part == out
+                         ? dt_comm_all_reduce_async(tp->comm, part, part, count, tp->dtype, DT_COMM_SUM, &tp->req)
+                         : dt_comm_reduce_scatter_async(tp->comm, part, out, count, tp->dtype, DT_COMM_SUM, &tp->req);
+    note(tp, st, part == out ? "all-reduce" : "reduce-scatter", t0);
     tp->req_live = st == DT_STATUS_OK;
     return &tp->req;
 }
@@ -92,14 +94,14 @@ static void tp_wait(void *ctx, void *handle) {
     if (!tp->req_live) return;
     double t0 = dt_now_s();
     tp->req_live = 0;
-    note(tp, dt_comm_wait(&tp->req), "all-reduce", t0);
+    note(tp, dt_comm_wait(&tp->req), "reduction", t0);
 }
 
 static const dt_net_tp_ops tp_ops = {
     .all_reduce = tp_all_reduce,
     .all_gather = tp_all_gather,
     .reduce_scatter = tp_reduce_scatter,
-    .all_reduce_start = tp_all_reduce_start,
+    .reduce_start = tp_reduce_start,
     .wait = tp_wait,
 };
 
