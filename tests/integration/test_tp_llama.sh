@@ -8,8 +8,9 @@
 # final parameters within 1e-5 relative L2); TP 4 with 4 key/value heads and sequence
 # parallelism, and TP 2 x DP 2 (ddp, fsdp) against 1 rank with accumulation 2, too;
 # a TP size that does not divide num_key_value_heads is refused before anything
-# starts, naming the key; on the emulated CUDA device (dtrun-emu) in bf16, TP 2 with
-# sequence parallelism tracks TP 1 on the same device (losses within 2e-2 relative).
+# starts, naming the key; on the emulated CUDA device (dtrun-emu) TP 2 in fp32 equals
+# the CPU at TP 1 as closely, and in bf16 TP 2 with sequence parallelism tracks TP 1 on
+# the same device (losses within 2e-2 relative).
 # Final parameters come from DTRUN_DUMP_PARAMS=PATH (see test_dp.sh).
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
@@ -109,6 +110,12 @@ else fail "TP 4 with 2 key/value heads" "rc=$rc $(tail -2 "$DT_TMP/bad.out")"; f
 if [ ! -x "$EMU" ]; then
   skip "llama TP on the emulated CUDA device" "no $EMU (the emulator build is not part of SAN runs)"
 else
+  # fp32: the CUDA ops (xent_vp, the embedding's -1 rows, the collectives staged
+  # through host buffers) against the CPU at TP 1, as tightly as CPU TP 2
+  if BIN=$EMU run ef_sp 2 device=cuda bf16.enabled=false $TP2 $SP && same ef_sp t1 && layout ef_sp 2 1 1 \
+     && BIN=$EMU run ef_tied 2 device=cuda bf16.enabled=false $TIED $TP2 && same ef_tied b1; then
+    pass "emulated CUDA, fp32: TP 2 (sequence parallel; tied with biases) == CPU TP 1 (1e-5)"
+  else fail "emulated CUDA fp32 TP 2" "$(tail -3 "$DT_TMP/ef_sp.out" "$DT_TMP/ef_tied.out")"; fi
   EMUARGS="device=cuda bf16.enabled=true"
   if BIN=$EMU run e1 1 $EMUARGS && BIN=$EMU run e2 2 $EMUARGS $TP2 $SP && same e2 e1 2e-2; then
     pass "emulated CUDA, bf16: TP 2 with sequence parallelism == TP 1 (losses within 2e-2)"
