@@ -288,24 +288,32 @@ static void llama_describe(const dt_model_layout *l, const char *note, char *buf
 
 /* ---- activation arena ------------------------------------------------------ */
 
-/* Widths of a layer's activations. */
+/* A rank's widths: the whole model's at TP 1. Under tensor parallelism NH, NKV, IC
+ * (and so QC, QKVC) are this rank's share (1/T: its query heads, their key/value
+ * heads, its MLP columns), Vl of the vocabulary rows from v0, and with sequence
+ * parallelism the norms and the residual stream hold R = B*T/T of the rows. */
 typedef struct dims {
-    int B, T, BT, C, NH, NKV, HD, IC, L, V, Vp;
-    int QC;   /* NH*HD: the attention's width (q, out) */
-    int QKVC; /* (NH + 2*NKV)*HD: a fused qkv row */
+    int tp, sp, B, T, BT, R, C, NH, NKV, HD, IC, L, V, Vp;
+    int QC;     /* NH*HD: the attention's width (q, out) */
+    int QKVC;   /* (NH + 2*NKV)*HD: a fused qkv row */
+    int Vl, v0; /* this rank's vocabulary rows [v0, v0 + Vl) */
     float eps;
     dt_rope_args_t rope;
 } dims;
 
 static dims dims_of(const dt_model_layout *l, int B) {
     const llama_sizes *z = DT_MODEL_PRIV(&l->spec, const llama_sizes);
-    dims d = {.B = B, .T = l->seq_len, .C = z->hidden_size, .NH = z->num_attention_heads,
-              .NKV = z->num_key_value_heads, .HD = z->head_dim, .IC = z->intermediate_size,
-              .L = z->num_hidden_layers, .V = l->spec.vocab_size, .Vp = l->vocab_padded,
-              .eps = (float)z->rms_norm_eps};
+    int tp = l->tp_size > 1 ? l->tp_size : 1;
+    dims d = {.tp = tp, .sp = tp > 1 && l->sequence_parallel, .B = B, .T = l->seq_len, .C = z->hidden_size,
+              .NH = z->num_attention_heads / tp, .NKV = z->num_key_value_heads / tp, .HD = z->head_dim,
+              .IC = z->intermediate_size / tp, .L = z->num_hidden_layers, .V = l->spec.vocab_size,
+              .Vp = l->vocab_padded, .eps = (float)z->rms_norm_eps};
     d.BT = B * d.T;
+    d.R = d.sp ? d.BT / tp : d.BT;
     d.QC = d.NH * d.HD;
     d.QKVC = (d.NH + 2 * d.NKV) * d.HD;
+    d.Vl = d.Vp / tp;
+    d.v0 = (tp > 1 ? l->tp_rank : 0) * d.Vl;
     d.rope = (dt_rope_args_t){.theta = z->rope_theta, .factor = z->rope_factor,
                               .low_freq_factor = z->rope_low_freq_factor,
                               .high_freq_factor = z->rope_high_freq_factor,
@@ -315,12 +323,23 @@ static dims dims_of(const dt_model_layout *l, int B) {
 
 /* Slots of the whole model (the first four are net.h's). There is no position
  * table: the embedding is the device's encoder_forward without one (wpe and dwpe
- * NULL), a token's row of embed_tokens; positions enter through RoPE. G_DTMP is max(C, NH*HD) wide: it holds
- * d(norm output) (C) and d(attention output) (NH*HD). */
+ * NULL), a token's row of embed_tokens; positions enter through RoPE. G_DTMP is
+ * max(C, QC) wide: it holds d(norm output) (C, before any reduction over the TP
+ * group) and d(attention output) (QC). Tensor parallelism adds (sized 0 when
+ * unused): G_GATH (sequence parallelism: a norm output gathered from every rank, the
+ * input of a column-parallel matmul; it keeps the gathered final norm from the
+ * forward to the head's backward), G_PART (sequence parallelism: a row-parallel
+ * matmul's or the embedding's partial sums before the reduce-scatter), G_DFULL
+ * (sequence parallelism: the residual gradient gathered), G_DRED (sequence
+ * parallelism: this rank's rows of a reduced input gradient), G_XSTATS (the
+ * vocabulary-parallel loss's per-row max, sum and target logit) and G_LNGRAD
+ * (sequence parallelism: a layer's two RMSNorm weight gradients, partial from this
+ * rank's rows, or model.norm's). */
 enum {
     G_TOKENS = DT_NET_SLOT_TOKENS, G_TARGETS = DT_NET_SLOT_TARGETS, G_FEATURES = DT_NET_SLOT_FEATURES,
     G_LOSSES = DT_NET_SLOT_LOSSES, G_ENCODED = DT_NET_SLOT_FIRST, G_NORM, G_NORM_RSTD, G_LOGITS,
-    G_DRES, G_DTMP, G_DQKV, G_DFCH, G_DSWI, G_ATT_SCRATCH, G_COUNT
+    G_DRES, G_DTMP, G_DQKV, G_DFCH, G_DSWI, G_ATT_SCRATCH, G_GATH, G_PART, G_DFULL, G_DRED, G_XSTATS, G_LNGRAD,
+    G_COUNT
 };
 /* ... and of each layer: ln1 = rmsnorm(x), qkv (roped in place), atty = attention,
  * attproj = o_proj(atty), res2 = x + attproj, ln2 = rmsnorm(res2), fch = [gate | up]
@@ -335,25 +354,32 @@ static int llama_arena_slots(const dt_model_layout *l) {
     return G_COUNT + DT_MODEL_PRIV(&l->spec, const llama_sizes)->num_hidden_layers * L_COUNT;
 }
 
+/* TP-region slots (qkv, attention, MLP, logits) are the local width by all B*T rows;
+ * norm and residual slots R rows of C. */
 static void llama_arena_sizes(const dt_device_t *dev, const dt_model_layout *lay, int B, size_t *sizes) {
     size_t es = dt_dtype_size(dev->ops->dtype);
     dims d = dims_of(lay, B);
-    size_t BT = (size_t)d.BT, C = (size_t)d.C;
+    size_t BT = (size_t)d.BT, R = (size_t)d.R, C = (size_t)d.C;
     size_t wide = d.QC > d.C ? (size_t)d.QC : C;
     sizes[G_TOKENS] = sizes[G_TARGETS] = BT * sizeof(int);
-    sizes[G_ENCODED] = sizes[G_NORM] = BT * C * es;
-    sizes[G_NORM_RSTD] = sizes[G_LOSSES] = BT * sizeof(float);
-    sizes[G_LOGITS] = BT * (size_t)d.Vp * es;
-    sizes[G_DRES] = BT * C * es;
+    sizes[G_ENCODED] = sizes[G_NORM] = R * C * es;
+    sizes[G_NORM_RSTD] = R * sizeof(float);
+    sizes[G_LOSSES] = BT * sizeof(float);
+    sizes[G_LOGITS] = BT * (size_t)d.Vl * es;
+    sizes[G_DRES] = R * C * es;
     sizes[G_DTMP] = BT * wide * es;
     sizes[G_DQKV] = BT * (size_t)d.QKVC * es;
     sizes[G_DFCH] = BT * 2 * (size_t)d.IC * es;
     sizes[G_DSWI] = BT * (size_t)d.IC * es;
     sizes[G_ATT_SCRATCH] = dev->ops->attention_scratch_bytes(dev, B, d.T, d.QC, d.NH, d.NKV);
+    if (d.sp) sizes[G_GATH] = sizes[G_PART] = sizes[G_DFULL] = BT * C * es;
+    if (d.sp) sizes[G_DRED] = R * C * es;
+    if (d.tp > 1) sizes[G_XSTATS] = 3 * BT * sizeof(float);
+    if (d.sp) sizes[G_LNGRAD] = 2 * C * es;
     for (int l = 0; l < d.L; l++) {
         size_t *s = sizes + LSLOT(l, 0);
-        s[L_LN1] = s[L_ATTPROJ] = s[L_RES2] = s[L_LN2] = s[L_FCPROJ] = s[L_RES3] = BT * C * es;
-        s[L_LN1_RSTD] = s[L_LN2_RSTD] = BT * sizeof(float);
+        s[L_LN1] = s[L_ATTPROJ] = s[L_RES2] = s[L_LN2] = s[L_FCPROJ] = s[L_RES3] = R * C * es;
+        s[L_LN1_RSTD] = s[L_LN2_RSTD] = R * sizeof(float);
         s[L_QKV] = BT * (size_t)d.QKVC * es;
         s[L_ATTY] = BT * (size_t)d.QC * es;
         s[L_ATT_SAVED] = dev->ops->attention_saved_bytes(dev, B, d.T, d.QC, d.NH, d.NKV);
@@ -400,46 +426,113 @@ static void llama_dims(const dt_model_layout *l, dt_model_dims *out) {
 static int head_tensor(const dt_model_layout *l) { return l->tied_head ? 0 : l->n_tensors - 1; }
 static int head_unit(const dt_model_layout *l) { return l->tied_head ? 0 : l->n_units - 1; }
 
-/* Forward up to the logits; the losses too when with_loss (targets uploaded). */
+/* A row-parallel matmul without bias (o_proj, down_proj): out = inp @ W^T, where
+ * under tensor parallelism this rank's IC input columns give partial sums, summed
+ * over the group in place, or reduce-scattered into this rank's rows of out
+ * (sequence parallelism; the partial sums go to G_PART first). */
+static void row_parallel_forward(dt_net_t *net, const dims *d, void *out, const void *inp, const void *w, int IC) {
+    void *part = d->sp ? A(G_PART) : out;
+    net->dev->ops->matmul_forward(net->dev, part, inp, w, NULL, d->BT, IC, d->C);
+    dt_net_tp_reduce_out(net, part, out, (size_t)d->BT * d->C);
+}
+
+/* The backward of a column-parallel matmul (fused q|k|v, gate|up) of input rows inp
+ * (this rank's rows, gathered again under sequence parallelism): weight (and bias)
+ * gradients, and the input gradient summed over the group into the returned buffer
+ * (G_DTMP, or this rank's rows of it in G_DRED). */
+static void *column_parallel_backward(dt_net_t *net, const dims *d, void *dw, void *db, const void *dout,
+                                      void *inp, const void *w, int OC) {
+    size_t btc = (size_t)d->BT * d->C;
+    void *x = dt_net_tp_gather_in(net, inp, A(G_GATH), (size_t)d->R * d->C);
+    dt_net_zero(net, G_DTMP, btc);
+    net->dev->ops->matmul_backward(net->dev, A(G_DTMP), dw, db, dout, x, w, d->BT, d->C, OC);
+    void *dinp = d->sp ? A(G_DRED) : A(G_DTMP);
+    dt_net_tp_reduce_out(net, A(G_DTMP), dinp, btc);
+    return dinp;
+}
+
+/* Forward up to the logits; the losses too when with_loss (targets uploaded).
+ * Under tensor parallelism (Megatron): embed_tokens and the head are cut over the
+ * vocabulary rows, the fused q|k|v (this rank's query heads and their key/value
+ * heads, contiguous in the local layout as in the fused weight) and gate|up (this
+ * rank's [gate | up] columns) are column-parallel, o_proj and down_proj row-parallel;
+ * the residual stream is whole on every rank, or cut along the rows with sequence
+ * parallelism. */
 static void llama_forward(dt_net_t *net, int with_loss) {
     const dt_ops_t *o = net->dev->ops;
     dt_device_t *dv = net->dev;
     const dt_model_layout *lay = net->layout;
     const llama_sizes *z = DT_MODEL_PRIV(&lay->spec, const llama_sizes);
     dims d = dims_of(lay, net->B);
-    int B = d.B, T = d.T, BT = d.BT, C = d.C;
+    int B = d.B, T = d.T, BT = d.BT, R = d.R, C = d.C;
+    size_t rc = (size_t)R * C;
     dt_net_hook(net, 0, DT_NET_FWD_PRE);
-    o->encoder_forward(dv, A(G_ENCODED), net->d_tokens, P(0), NULL, B, T, C);
+    { /* each rank its vocabulary rows (the others' tokens are -1: rows of 0), summed */
+        void *part = d.sp ? A(G_PART) : A(G_ENCODED);
+        o->encoder_forward(dv, part, net->d_tokens, P(0), NULL, B, T, C);
+        dt_net_tp_reduce_out(net, part, A(G_ENCODED), (size_t)BT * C);
+    }
     dt_net_hook(net, 0, DT_NET_FWD_POST);
     void *residual = A(G_ENCODED);
     for (int l = 0; l < d.L; l++) {
         dt_net_hook(net, 1 + l, DT_NET_FWD_PRE);
-        o->rmsnorm_forward(dv, A(LSLOT(l, L_LN1)), AF(LSLOT(l, L_LN1_RSTD)), residual, PL(l, T_LN1), BT, C, d.eps);
-        o->matmul_forward(dv, A(LSLOT(l, L_QKV)), A(LSLOT(l, L_LN1)), PL(l, T_Q), QKV_BIAS(l), BT, C, d.QKVC);
+        o->rmsnorm_forward(dv, A(LSLOT(l, L_LN1)), AF(LSLOT(l, L_LN1_RSTD)), residual, PL(l, T_LN1), R, C, d.eps);
+        void *x = dt_net_tp_gather_in(net, A(LSLOT(l, L_LN1)), A(G_GATH), rc);
+        o->matmul_forward(dv, A(LSLOT(l, L_QKV)), x, PL(l, T_Q), QKV_BIAS(l), BT, C, d.QKVC);
         o->rope_forward(dv, A(LSLOT(l, L_QKV)), B, T, d.QKVC, d.NH + d.NKV, d.HD, 0, &d.rope);
         o->attention_forward(dv, A(LSLOT(l, L_ATTY)), A(LSLOT(l, L_ATT_SAVED)), A(LSLOT(l, L_QKV)), B, T, d.QC,
                              d.NH, d.NKV);
-        o->matmul_forward(dv, A(LSLOT(l, L_ATTPROJ)), A(LSLOT(l, L_ATTY)), PL(l, T_O), NULL, BT, d.QC, C);
-        o->residual_forward(dv, A(LSLOT(l, L_RES2)), residual, A(LSLOT(l, L_ATTPROJ)), (size_t)BT * C);
-        o->rmsnorm_forward(dv, A(LSLOT(l, L_LN2)), AF(LSLOT(l, L_LN2_RSTD)), A(LSLOT(l, L_RES2)), PL(l, T_LN2), BT,
+        row_parallel_forward(net, &d, A(LSLOT(l, L_ATTPROJ)), A(LSLOT(l, L_ATTY)), PL(l, T_O), d.QC);
+        o->residual_forward(dv, A(LSLOT(l, L_RES2)), residual, A(LSLOT(l, L_ATTPROJ)), rc);
+        o->rmsnorm_forward(dv, A(LSLOT(l, L_LN2)), AF(LSLOT(l, L_LN2_RSTD)), A(LSLOT(l, L_RES2)), PL(l, T_LN2), R,
                            C, d.eps);
-        o->matmul_forward(dv, A(LSLOT(l, L_FCH)), A(LSLOT(l, L_LN2)), PL(l, T_GATE), NULL, BT, C, 2 * d.IC);
+        x = dt_net_tp_gather_in(net, A(LSLOT(l, L_LN2)), A(G_GATH), rc);
+        o->matmul_forward(dv, A(LSLOT(l, L_FCH)), x, PL(l, T_GATE), NULL, BT, C, 2 * d.IC);
         o->swiglu_forward(dv, A(LSLOT(l, L_SWI)), A(LSLOT(l, L_FCH)), BT, d.IC);
-        o->matmul_forward(dv, A(LSLOT(l, L_FCPROJ)), A(LSLOT(l, L_SWI)), PL(l, T_DOWN), NULL, BT, d.IC, C);
-        o->residual_forward(dv, A(LSLOT(l, L_RES3)), A(LSLOT(l, L_RES2)), A(LSLOT(l, L_FCPROJ)), (size_t)BT * C);
+        row_parallel_forward(net, &d, A(LSLOT(l, L_FCPROJ)), A(LSLOT(l, L_SWI)), PL(l, T_DOWN), d.IC);
+        o->residual_forward(dv, A(LSLOT(l, L_RES3)), A(LSLOT(l, L_RES2)), A(LSLOT(l, L_FCPROJ)), rc);
         residual = A(LSLOT(l, L_RES3));
         dt_net_hook(net, 1 + l, DT_NET_FWD_POST);
     }
     int norm = layer_t(z, d.L, 0), last = d.L + 1;
     dt_net_hook(net, last, DT_NET_FWD_PRE);
-    o->rmsnorm_forward(dv, A(G_NORM), AF(G_NORM_RSTD), residual, P(norm), BT, C, d.eps);
+    o->rmsnorm_forward(dv, A(G_NORM), AF(G_NORM_RSTD), residual, P(norm), R, C, d.eps);
     if (lay->tied_head) { /* the head is unit 0 again */
         dt_net_hook(net, last, DT_NET_FWD_POST);
         dt_net_hook(net, 0, DT_NET_FWD_PRE);
     }
-    o->matmul_forward(dv, A(G_LOGITS), A(G_NORM), P(head_tensor(lay)), NULL, BT, C, d.Vp);
+    /* sequence parallelism: G_GATH keeps the gathered norm until the head's backward */
+    void *x = dt_net_tp_gather_in(net, A(G_NORM), A(G_GATH), rc);
+    o->matmul_forward(dv, A(G_LOGITS), x, P(head_tensor(lay)), NULL, BT, C, d.Vl);
     dt_net_hook(net, head_unit(lay), DT_NET_FWD_POST);
-    if (with_loss) o->softmax_xent_forward(dv, AF(G_LOSSES), A(G_LOGITS), net->d_targets, BT, d.V, d.Vp);
+    if (!with_loss) return;
+    if (d.tp == 1) {
+        o->softmax_xent_forward(dv, AF(G_LOSSES), A(G_LOGITS), net->d_targets, BT, d.V, d.Vp);
+        return;
+    }
+    /* vocabulary-parallel cross-entropy: the row max, then the sums, over the group */
+    float *st = AF(G_XSTATS);
+    o->xent_vp_max(dv, st, A(G_LOGITS), BT, d.Vl, d.v0, d.V);
+    dt_net_tp_max_f32(net, st, (size_t)BT);
+    o->xent_vp_sums(dv, st, A(G_LOGITS), net->d_targets, BT, d.Vl, d.v0, d.V);
+    dt_net_tp_sum_f32(net, st + BT, 2 * (size_t)BT);
+    o->xent_vp_loss(dv, AF(G_LOSSES), st, net->d_targets, BT);
+}
+
+/* An RMSNorm weight's gradient: into the gradient, or (sequence parallelism: partial,
+ * from this rank's rows) into G_LNGRAD at slot k (0 or 1), summed over the group and
+ * added to the gradient by lng_apply. */
+static void *lng_target(dt_net_t *net, const dims *d, void *grad, int k) {
+    return d->sp ? (char *)A(G_LNGRAD) + (size_t)k * d->C * net->elsize : grad;
+}
+
+static void lng_apply(dt_net_t *net, const dims *d, void *grad0, void *grad1) {
+    if (!d->sp) return;
+    const dt_ops_t *o = net->dev->ops;
+    size_t C = (size_t)d->C;
+    dt_net_tp_sum(net, A(G_LNGRAD), grad1 ? 2 * C : C);
+    o->residual_forward(net->dev, grad0, grad0, A(G_LNGRAD), C);
+    if (grad1) o->residual_forward(net->dev, grad1, grad1, (char *)A(G_LNGRAD) + C * net->elsize, C);
 }
 
 static void llama_backward(dt_net_t *net, float dscale) {
@@ -448,52 +541,63 @@ static void llama_backward(dt_net_t *net, float dscale) {
     const dt_model_layout *lay = net->layout;
     const llama_sizes *z = DT_MODEL_PRIV(&lay->spec, const llama_sizes);
     dims d = dims_of(lay, net->B);
-    int B = d.B, T = d.T, BT = d.BT, C = d.C;
-    size_t btc = (size_t)BT * C;
+    int B = d.B, T = d.T, BT = d.BT, R = d.R, C = d.C;
+    size_t btc = (size_t)BT * C, rc = (size_t)R * C;
     int norm = layer_t(z, d.L, 0), last = d.L + 1;
     dt_net_hook(net, head_unit(lay), DT_NET_BWD_PRE);
     /* The logits buffer becomes dlogits. */
-    o->softmax_xent_backward(dv, A(G_LOGITS), NULL, A(G_LOGITS), net->d_targets, dscale, BT, d.V, d.Vp);
+    if (d.tp == 1)
+        o->softmax_xent_backward(dv, A(G_LOGITS), NULL, A(G_LOGITS), net->d_targets, dscale, BT, d.V, d.Vp);
+    else
+        o->xent_vp_backward(dv, A(G_LOGITS), A(G_LOGITS), net->d_targets, AF(G_XSTATS), dscale, BT, d.Vl, d.v0,
+                            d.V);
+    void *x = d.sp ? A(G_GATH) : A(G_NORM); /* gathered in the forward */
     dt_net_zero(net, G_DTMP, btc);
-    o->matmul_backward(dv, A(G_DTMP), G(head_tensor(lay)), NULL, A(G_LOGITS), A(G_NORM), P(head_tensor(lay)), BT,
-                       C, d.Vp);
+    o->matmul_backward(dv, A(G_DTMP), G(head_tensor(lay)), NULL, A(G_LOGITS), x, P(head_tensor(lay)), BT, C, d.Vl);
+    void *dnorm = d.sp ? A(G_DRED) : A(G_DTMP);
+    dt_net_tp_reduce_out(net, A(G_DTMP), dnorm, btc);
     if (lay->tied_head) dt_net_hook(net, last, DT_NET_BWD_PRE);
     void *top = d.L > 0 ? A(LSLOT(d.L - 1, L_RES3)) : A(G_ENCODED);
-    dt_net_zero(net, G_DRES, btc);
-    o->rmsnorm_backward(dv, A(G_DRES), G(norm), A(G_DTMP), top, P(norm), AF(G_NORM_RSTD), BT, C);
+    dt_net_zero(net, G_DRES, rc);
+    if (d.sp) dt_net_zero(net, G_LNGRAD, (size_t)C);
+    o->rmsnorm_backward(dv, A(G_DRES), lng_target(net, &d, G(norm), 0), dnorm, top, P(norm), AF(G_NORM_RSTD), R, C);
+    lng_apply(net, &d, G(norm), NULL);
     dt_net_hook(net, last, DT_NET_BWD_POST);
     for (int l = d.L - 1; l >= 0; l--) {
         dt_net_hook(net, 1 + l, DT_NET_BWD_PRE);
         void *residual = l > 0 ? A(LSLOT(l - 1, L_RES3)) : A(G_ENCODED);
-        /* dres holds d(res3) = d(fcproj) = the skip part of d(res2). */
+        if (d.sp) dt_net_zero(net, G_LNGRAD, 2 * (size_t)C);
+        /* dres holds d(res3) = d(fcproj) = the skip part of d(res2); sequence
+         * parallelism: this rank's rows, gathered for the row-parallel backward. */
+        void *dout = dt_net_tp_gather_in(net, A(G_DRES), A(G_DFULL), rc);
         dt_net_zero(net, G_DSWI, (size_t)BT * d.IC);
-        o->matmul_backward(dv, A(G_DSWI), GL(l, T_DOWN), NULL, A(G_DRES), A(LSLOT(l, L_SWI)), PL(l, T_DOWN), BT,
-                           d.IC, C);
+        o->matmul_backward(dv, A(G_DSWI), GL(l, T_DOWN), NULL, dout, A(LSLOT(l, L_SWI)), PL(l, T_DOWN), BT, d.IC,
+                           C);
         dt_net_zero(net, G_DFCH, (size_t)BT * 2 * d.IC);
         o->swiglu_backward(dv, A(G_DFCH), A(LSLOT(l, L_FCH)), A(G_DSWI), BT, d.IC);
-        dt_net_zero(net, G_DTMP, btc);
-        o->matmul_backward(dv, A(G_DTMP), GL(l, T_GATE), NULL, A(G_DFCH), A(LSLOT(l, L_LN2)), PL(l, T_GATE), BT, C,
-                           2 * d.IC);
-        o->rmsnorm_backward(dv, A(G_DRES), GL(l, T_LN2), A(G_DTMP), A(LSLOT(l, L_RES2)), PL(l, T_LN2),
-                            AF(LSLOT(l, L_LN2_RSTD)), BT, C);
+        void *dln = column_parallel_backward(net, &d, GL(l, T_GATE), NULL, A(G_DFCH), A(LSLOT(l, L_LN2)),
+                                             PL(l, T_GATE), 2 * d.IC);
+        o->rmsnorm_backward(dv, A(G_DRES), lng_target(net, &d, GL(l, T_LN2), 1), dln, A(LSLOT(l, L_RES2)),
+                            PL(l, T_LN2), AF(LSLOT(l, L_LN2_RSTD)), R, C);
         /* dres now holds d(res2) = d(attproj) = the skip part of d(residual). */
+        dout = dt_net_tp_gather_in(net, A(G_DRES), A(G_DFULL), rc);
         dt_net_zero(net, G_DTMP, (size_t)BT * d.QC);
-        o->matmul_backward(dv, A(G_DTMP), GL(l, T_O), NULL, A(G_DRES), A(LSLOT(l, L_ATTY)), PL(l, T_O), BT, d.QC,
-                           C);
+        o->matmul_backward(dv, A(G_DTMP), GL(l, T_O), NULL, dout, A(LSLOT(l, L_ATTY)), PL(l, T_O), BT, d.QC, C);
         dt_net_zero(net, G_DQKV, (size_t)BT * d.QKVC);
         o->attention_backward(dv, A(G_DQKV), A(G_ATT_SCRATCH), A(G_DTMP), A(LSLOT(l, L_QKV)),
                               A(LSLOT(l, L_ATT_SAVED)), B, T, d.QC, d.NH, d.NKV);
         /* d(rotated q, k) -> d(q, k) as the matmul produced them */
         o->rope_backward(dv, A(G_DQKV), B, T, d.QKVC, d.NH + d.NKV, d.HD, 0, &d.rope);
-        dt_net_zero(net, G_DTMP, btc);
-        o->matmul_backward(dv, A(G_DTMP), GL(l, T_Q), DQKV_BIAS(l), A(G_DQKV), A(LSLOT(l, L_LN1)), PL(l, T_Q), BT, C,
-                           d.QKVC);
-        o->rmsnorm_backward(dv, A(G_DRES), GL(l, T_LN1), A(G_DTMP), residual, PL(l, T_LN1),
-                            AF(LSLOT(l, L_LN1_RSTD)), BT, C);
+        dln = column_parallel_backward(net, &d, GL(l, T_Q), DQKV_BIAS(l), A(G_DQKV), A(LSLOT(l, L_LN1)), PL(l, T_Q),
+                                       d.QKVC);
+        o->rmsnorm_backward(dv, A(G_DRES), lng_target(net, &d, GL(l, T_LN1), 0), dln, residual, PL(l, T_LN1),
+                            AF(LSLOT(l, L_LN1_RSTD)), R, C);
+        lng_apply(net, &d, GL(l, T_LN1), GL(l, T_LN2));
         dt_net_hook(net, 1 + l, DT_NET_BWD_POST);
     }
     if (!lay->tied_head) dt_net_hook(net, 0, DT_NET_BWD_PRE);
-    o->encoder_backward(dv, G(0), NULL, A(G_DRES), net->d_tokens, B, T, C);
+    void *dout = dt_net_tp_gather_in(net, A(G_DRES), A(G_DFULL), rc);
+    o->encoder_backward(dv, G(0), NULL, dout, net->d_tokens, B, T, C);
     dt_net_hook(net, 0, DT_NET_BWD_POST);
 }
 
