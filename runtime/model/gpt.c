@@ -264,39 +264,12 @@ static void gpt_dims(const dt_model_layout *l, dt_model_dims *out) {
 #define PL(l, k) P(LAYER_T(l, k))
 #define GL(l, k) G(LAYER_T(l, k))
 
-/* A row-parallel matmul (c_proj): out = inp @ W^T + bias, where under tensor
- * parallelism this rank's inp columns give partial sums (bias added by rank 0 only)
- * summed over the group: in place, or reduce-scattered into this rank's rows of out
- * (sequence parallelism; the partial sums go to G_PART first). */
-static void row_parallel_forward(dt_net_t *net, const gdims *d, void *out, const void *inp, const void *w,
-                                 const void *bias, int IC) {
-    const dt_ops_t *o = net->dev->ops;
-    void *part = d->sp ? A(G_PART) : out;
-    o->matmul_forward(net->dev, part, inp, w, net->layout->tp_rank == 0 ? bias : NULL, d->BT, IC, d->C);
-    dt_net_tp_reduce_out(net, part, out, (size_t)d->BT * d->C);
-}
-
-/* The backward of a column-parallel matmul of input x (all B*T rows: gathered under
- * sequence parallelism): weight gradients, and the input gradient
- * summed over the group into the returned buffer (G_DTMP, or this rank's rows of it
- * in G_DRED). Under TP the input gradient is computed first and its reduction runs
- * while the weight gradient is (Megatron's overlap). */
-static void *column_parallel_backward(dt_net_t *net, const gdims *d, void *dw, void *db, const void *dout,
-                                      const void *x, const void *w, int OC) {
-    const dt_ops_t *o = net->dev->ops;
-    size_t btc = (size_t)d->BT * d->C;
-    dt_net_zero(net, G_DTMP, btc);
-    void *dinp = d->sp ? A(G_DRED) : A(G_DTMP);
-    if (d->tp == 1) {
-        o->matmul_backward(net->dev, A(G_DTMP), dw, db, dout, x, w, d->BT, d->C, OC);
-        return dinp;
-    }
-    o->matmul_backward(net->dev, A(G_DTMP), NULL, NULL, dout, x, w, d->BT, d->C, OC);
-    void *h = dt_net_tp_reduce_start(net, A(G_DTMP), dinp, btc);
-    o->matmul_backward(net->dev, NULL, dw, db, dout, x, w, d->BT, d->C, OC);
-    dt_net_tp_wait(net, h);
-    return dinp;
-}
+/* gpt's TP matmuls over its slots (net_impl.h: dt_net_tp_row_forward,
+ * dt_net_tp_column_backward). */
+#define ROW_FORWARD(out, inp, w, bias, IC) \
+    dt_net_tp_row_forward(net, out, A(G_PART), inp, w, bias, d.BT, IC, d.C)
+#define COLUMN_BACKWARD(dw, db, dout, x, w, OC) \
+    dt_net_tp_column_backward(net, A(G_DTMP), A(G_DRED), dw, db, dout, x, w, d.BT, d.C, OC)
 
 /* Forward up to the logits; the losses too when with_loss (targets uploaded).
  * Under tensor parallelism (Megatron): the embedding and the LM head are cut over
@@ -327,16 +300,14 @@ static void gpt_forward(dt_net_t *net, int with_loss) {
         o->matmul_forward(dv, A(LSLOT(l, L_QKV)), x, PL(l, T_QKVW), PL(l, T_QKVB), BT, C, 3 * d.Cl);
         o->attention_forward(dv, A(LSLOT(l, L_ATTY)), A(LSLOT(l, L_ATT_SAVED)), A(LSLOT(l, L_QKV)), B, T, d.Cl,
                              d.NHl, d.NHl);
-        row_parallel_forward(net, &d, A(LSLOT(l, L_ATTPROJ)), A(LSLOT(l, L_ATTY)), PL(l, T_ATTPROJW),
-                             PL(l, T_ATTPROJB), d.Cl);
+        ROW_FORWARD(A(LSLOT(l, L_ATTPROJ)), A(LSLOT(l, L_ATTY)), PL(l, T_ATTPROJW), PL(l, T_ATTPROJB), d.Cl);
         o->residual_forward(dv, A(LSLOT(l, L_RES2)), residual, A(LSLOT(l, L_ATTPROJ)), rc);
         o->layernorm_forward(dv, A(LSLOT(l, L_LN2)), AF(LSLOT(l, L_LN2_MEAN)), AF(LSLOT(l, L_LN2_RSTD)),
                              A(LSLOT(l, L_RES2)), PL(l, T_LN2W), PL(l, T_LN2B), R, C);
         x = dt_net_tp_gather_in(net, A(LSLOT(l, L_LN2)), A(G_GATH), rc);
         o->matmul_forward(dv, A(LSLOT(l, L_FCH)), x, PL(l, T_FCW), PL(l, T_FCB), BT, C, d.Fl);
         o->gelu_forward(dv, A(LSLOT(l, L_FCH_GELU)), A(LSLOT(l, L_FCH)), (size_t)BT * d.Fl);
-        row_parallel_forward(net, &d, A(LSLOT(l, L_FCPROJ)), A(LSLOT(l, L_FCH_GELU)), PL(l, T_FCPROJW),
-                             PL(l, T_FCPROJB), d.Fl);
+        ROW_FORWARD(A(LSLOT(l, L_FCPROJ)), A(LSLOT(l, L_FCH_GELU)), PL(l, T_FCPROJW), PL(l, T_FCPROJB), d.Fl);
         o->residual_forward(dv, A(LSLOT(l, L_RES3)), A(LSLOT(l, L_RES2)), A(LSLOT(l, L_FCPROJ)), rc);
         residual = A(LSLOT(l, L_RES3));
         dt_net_hook(net, 1 + l, DT_NET_FWD_POST);
@@ -383,7 +354,7 @@ static void gpt_backward(dt_net_t *net, float dscale) {
         o->xent_vp_backward(dv, A(G_LOGITS), A(G_LOGITS), net->d_targets, AF(G_XSTATS), dscale, BT, d.Vl, d.v0,
                             d.V);
     /* the head: x was gathered in the forward (G_GATH kept it) */
-    void *dlnf = column_parallel_backward(net, &d, G(0), NULL, A(G_LOGITS), d.sp ? A(G_GATH) : A(G_LNF), P(0), d.Vl);
+    void *dlnf = COLUMN_BACKWARD(G(0), NULL, A(G_LOGITS), d.sp ? A(G_GATH) : A(G_LNF), P(0), d.Vl);
     int lnf = LAYER_T(L, 0);
     void *last = L > 0 ? A(LSLOT(L - 1, L_RES3)) : A(G_ENCODED);
     dt_net_hook(net, L + 1, DT_NET_BWD_PRE);
@@ -408,7 +379,7 @@ static void gpt_backward(dt_net_t *net, float dscale) {
         dt_net_zero(net, G_DFCH, (size_t)BT * d.Fl);
         o->gelu_backward(dv, A(G_DFCH), A(LSLOT(l, L_FCH)), A(G_DFCH_GELU), (size_t)BT * d.Fl);
         void *x = dt_net_tp_gather_in(net, A(LSLOT(l, L_LN2)), A(G_GATH), rc);
-        void *dln = column_parallel_backward(net, &d, GL(l, T_FCW), GL(l, T_FCB), A(G_DFCH), x, PL(l, T_FCW), d.Fl);
+        void *dln = COLUMN_BACKWARD(GL(l, T_FCW), GL(l, T_FCB), A(G_DFCH), x, PL(l, T_FCW), d.Fl);
         o->layernorm_backward(dv, A(G_DRES), LNG(l, T_LN2W), LNG(l, T_LN2B), dln, A(LSLOT(l, L_RES2)),
                               PL(l, T_LN2W), AF(LSLOT(l, L_LN2_MEAN)), AF(LSLOT(l, L_LN2_RSTD)), R, C);
         /* dres now holds d(res2) = d(attproj) = the skip part of d(residual). */
@@ -420,7 +391,7 @@ static void gpt_backward(dt_net_t *net, float dscale) {
         o->attention_backward(dv, A(G_DQKV), A(G_ATT_SCRATCH), A(G_DTMP), A(LSLOT(l, L_QKV)),
                               A(LSLOT(l, L_ATT_SAVED)), B, T, d.Cl, d.NHl, d.NHl);
         x = dt_net_tp_gather_in(net, A(LSLOT(l, L_LN1)), A(G_GATH), rc);
-        dln = column_parallel_backward(net, &d, GL(l, T_QKVW), GL(l, T_QKVB), A(G_DQKV), x, PL(l, T_QKVW), 3 * d.Cl);
+        dln = COLUMN_BACKWARD(GL(l, T_QKVW), GL(l, T_QKVB), A(G_DQKV), x, PL(l, T_QKVW), 3 * d.Cl);
         o->layernorm_backward(dv, A(G_DRES), LNG(l, T_LN1W), LNG(l, T_LN1B), dln, residual, PL(l, T_LN1W),
                               AF(LSLOT(l, L_LN1_MEAN)), AF(LSLOT(l, L_LN1_RSTD)), R, C);
         if (d.sp) { /* ln_1 w|b, ln_2 w|b: contiguous pairs */

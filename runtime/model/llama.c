@@ -426,30 +426,11 @@ static void llama_dims(const dt_model_layout *l, dt_model_dims *out) {
 static int head_tensor(const dt_model_layout *l) { return l->tied_head ? 0 : l->n_tensors - 1; }
 static int head_unit(const dt_model_layout *l) { return l->tied_head ? 0 : l->n_units - 1; }
 
-/* A row-parallel matmul without bias (o_proj, down_proj): out = inp @ W^T, where
- * under tensor parallelism this rank's IC input columns give partial sums, summed
- * over the group in place, or reduce-scattered into this rank's rows of out
- * (sequence parallelism; the partial sums go to G_PART first). */
-static void row_parallel_forward(dt_net_t *net, const dims *d, void *out, const void *inp, const void *w, int IC) {
-    void *part = d->sp ? A(G_PART) : out;
-    net->dev->ops->matmul_forward(net->dev, part, inp, w, NULL, d->BT, IC, d->C);
-    dt_net_tp_reduce_out(net, part, out, (size_t)d->BT * d->C);
-}
-
-/* The backward of a column-parallel matmul (fused q|k|v, gate|up) of input rows inp
- * (this rank's rows, gathered again under sequence parallelism): weight (and bias)
- * gradients, and the input gradient summed over the group into the returned buffer
- * (G_DTMP, or this rank's rows of it in G_DRED). */
-static void *column_parallel_backward(dt_net_t *net, const dims *d, void *dw, void *db, const void *dout,
-                                      void *inp, const void *w, int OC) {
-    size_t btc = (size_t)d->BT * d->C;
-    void *x = dt_net_tp_gather_in(net, inp, A(G_GATH), (size_t)d->R * d->C);
-    dt_net_zero(net, G_DTMP, btc);
-    net->dev->ops->matmul_backward(net->dev, A(G_DTMP), dw, db, dout, x, w, d->BT, d->C, OC);
-    void *dinp = d->sp ? A(G_DRED) : A(G_DTMP);
-    dt_net_tp_reduce_out(net, A(G_DTMP), dinp, btc);
-    return dinp;
-}
+/* llama's TP matmuls over its slots (net_impl.h: dt_net_tp_row_forward,
+ * dt_net_tp_column_backward); its row-parallel matmuls have no bias. */
+#define ROW_FORWARD(out, inp, w, IC) dt_net_tp_row_forward(net, out, A(G_PART), inp, w, NULL, d.BT, IC, d.C)
+#define COLUMN_BACKWARD(dw, db, dout, x, w, OC) \
+    dt_net_tp_column_backward(net, A(G_DTMP), A(G_DRED), dw, db, dout, x, w, d.BT, d.C, OC)
 
 /* Forward up to the logits; the losses too when with_loss (targets uploaded).
  * Under tensor parallelism (Megatron): embed_tokens and the head are cut over the
@@ -482,14 +463,14 @@ static void llama_forward(dt_net_t *net, int with_loss) {
         o->rope_forward(dv, A(LSLOT(l, L_QKV)), B, T, d.QKVC, d.NH + d.NKV, d.HD, 0, &d.rope);
         o->attention_forward(dv, A(LSLOT(l, L_ATTY)), A(LSLOT(l, L_ATT_SAVED)), A(LSLOT(l, L_QKV)), B, T, d.QC,
                              d.NH, d.NKV);
-        row_parallel_forward(net, &d, A(LSLOT(l, L_ATTPROJ)), A(LSLOT(l, L_ATTY)), PL(l, T_O), d.QC);
+        ROW_FORWARD(A(LSLOT(l, L_ATTPROJ)), A(LSLOT(l, L_ATTY)), PL(l, T_O), d.QC);
         o->residual_forward(dv, A(LSLOT(l, L_RES2)), residual, A(LSLOT(l, L_ATTPROJ)), rc);
         o->rmsnorm_forward(dv, A(LSLOT(l, L_LN2)), AF(LSLOT(l, L_LN2_RSTD)), A(LSLOT(l, L_RES2)), PL(l, T_LN2), R,
                            C, d.eps);
         x = dt_net_tp_gather_in(net, A(LSLOT(l, L_LN2)), A(G_GATH), rc);
         o->matmul_forward(dv, A(LSLOT(l, L_FCH)), x, PL(l, T_GATE), NULL, BT, C, 2 * d.IC);
         o->swiglu_forward(dv, A(LSLOT(l, L_SWI)), A(LSLOT(l, L_FCH)), BT, d.IC);
-        row_parallel_forward(net, &d, A(LSLOT(l, L_FCPROJ)), A(LSLOT(l, L_SWI)), PL(l, T_DOWN), d.IC);
+        ROW_FORWARD(A(LSLOT(l, L_FCPROJ)), A(LSLOT(l, L_SWI)), PL(l, T_DOWN), d.IC);
         o->residual_forward(dv, A(LSLOT(l, L_RES3)), A(LSLOT(l, L_RES2)), A(LSLOT(l, L_FCPROJ)), rc);
         residual = A(LSLOT(l, L_RES3));
         dt_net_hook(net, 1 + l, DT_NET_FWD_POST);
@@ -542,7 +523,7 @@ static void llama_backward(dt_net_t *net, float dscale) {
     const llama_sizes *z = DT_MODEL_PRIV(&lay->spec, const llama_sizes);
     dims d = dims_of(lay, net->B);
     int B = d.B, T = d.T, BT = d.BT, R = d.R, C = d.C;
-    size_t btc = (size_t)BT * C, rc = (size_t)R * C;
+    size_t rc = (size_t)R * C;
     int norm = layer_t(z, d.L, 0), last = d.L + 1;
     dt_net_hook(net, head_unit(lay), DT_NET_BWD_PRE);
     /* The logits buffer becomes dlogits. */
@@ -551,11 +532,9 @@ static void llama_backward(dt_net_t *net, float dscale) {
     else
         o->xent_vp_backward(dv, A(G_LOGITS), A(G_LOGITS), net->d_targets, AF(G_XSTATS), dscale, BT, d.Vl, d.v0,
                             d.V);
-    void *x = d.sp ? A(G_GATH) : A(G_NORM); /* gathered in the forward */
-    dt_net_zero(net, G_DTMP, btc);
-    o->matmul_backward(dv, A(G_DTMP), G(head_tensor(lay)), NULL, A(G_LOGITS), x, P(head_tensor(lay)), BT, C, d.Vl);
-    void *dnorm = d.sp ? A(G_DRED) : A(G_DTMP);
-    dt_net_tp_reduce_out(net, A(G_DTMP), dnorm, btc);
+    /* the head: x was gathered in the forward (G_GATH kept it) */
+    void *dnorm = COLUMN_BACKWARD(G(head_tensor(lay)), NULL, A(G_LOGITS), d.sp ? A(G_GATH) : A(G_NORM),
+                                  P(head_tensor(lay)), d.Vl);
     if (lay->tied_head) dt_net_hook(net, last, DT_NET_BWD_PRE);
     void *top = d.L > 0 ? A(LSLOT(d.L - 1, L_RES3)) : A(G_ENCODED);
     dt_net_zero(net, G_DRES, rc);
@@ -575,8 +554,8 @@ static void llama_backward(dt_net_t *net, float dscale) {
                            C);
         dt_net_zero(net, G_DFCH, (size_t)BT * 2 * d.IC);
         o->swiglu_backward(dv, A(G_DFCH), A(LSLOT(l, L_FCH)), A(G_DSWI), BT, d.IC);
-        void *dln = column_parallel_backward(net, &d, GL(l, T_GATE), NULL, A(G_DFCH), A(LSLOT(l, L_LN2)),
-                                             PL(l, T_GATE), 2 * d.IC);
+        void *x = dt_net_tp_gather_in(net, A(LSLOT(l, L_LN2)), A(G_GATH), rc);
+        void *dln = COLUMN_BACKWARD(GL(l, T_GATE), NULL, A(G_DFCH), x, PL(l, T_GATE), 2 * d.IC);
         o->rmsnorm_backward(dv, A(G_DRES), lng_target(net, &d, GL(l, T_LN2), 1), dln, A(LSLOT(l, L_RES2)),
                             PL(l, T_LN2), AF(LSLOT(l, L_LN2_RSTD)), R, C);
         /* dres now holds d(res2) = d(attproj) = the skip part of d(residual). */
@@ -588,8 +567,8 @@ static void llama_backward(dt_net_t *net, float dscale) {
                               A(LSLOT(l, L_ATT_SAVED)), B, T, d.QC, d.NH, d.NKV);
         /* d(rotated q, k) -> d(q, k) as the matmul produced them */
         o->rope_backward(dv, A(G_DQKV), B, T, d.QKVC, d.NH + d.NKV, d.HD, 0, &d.rope);
-        dln = column_parallel_backward(net, &d, GL(l, T_Q), DQKV_BIAS(l), A(G_DQKV), A(LSLOT(l, L_LN1)), PL(l, T_Q),
-                                       d.QKVC);
+        x = dt_net_tp_gather_in(net, A(LSLOT(l, L_LN1)), A(G_GATH), rc);
+        dln = COLUMN_BACKWARD(GL(l, T_Q), DQKV_BIAS(l), A(G_DQKV), x, PL(l, T_Q), d.QKVC);
         o->rmsnorm_backward(dv, A(G_DRES), lng_target(net, &d, GL(l, T_LN1), 0), dln, residual, PL(l, T_LN1),
                             AF(LSLOT(l, L_LN1_RSTD)), R, C);
         lng_apply(net, &d, GL(l, T_LN1), GL(l, T_LN2));

@@ -194,3 +194,29 @@ dt_status_t dt_net_decode(dt_net_t *net, int32_t token, int pos, float *out) {
     DT_CHECK(net->dev->ops->download_f32(net->dev, out, row, (size_t)l->vocab_padded));
     return net->dev->ops->synchronize(net->dev);
 }
+
+/* ---- tensor-parallel matmuls (net_impl.h) ---- */
+
+void dt_net_tp_row_forward(dt_net_t *net, void *out, void *part, const void *inp, const void *w, const void *bias,
+                           int BT, int IC, int C) {
+    if (!net->tp || !net->layout->sequence_parallel) part = out;
+    net->dev->ops->matmul_forward(net->dev, part, inp, w, net->layout->tp_rank == 0 ? bias : NULL, BT, IC, C);
+    dt_net_tp_reduce_out(net, part, out, (size_t)BT * C);
+}
+
+void *dt_net_tp_column_backward(dt_net_t *net, void *dtmp, void *dred, void *dw, void *db, const void *dout,
+                                const void *x, const void *w, int BT, int C, int OC) {
+    const dt_ops_t *o = net->dev->ops;
+    size_t btc = (size_t)BT * C;
+    o->set(net->dev, dtmp, 0, btc * net->elsize);
+    if (!net->tp) {
+        o->matmul_backward(net->dev, dtmp, dw, db, dout, x, w, BT, C, OC);
+        return dtmp;
+    }
+    void *dinp = net->layout->sequence_parallel ? dred : dtmp;
+    o->matmul_backward(net->dev, dtmp, NULL, NULL, dout, x, w, BT, C, OC);
+    void *h = dt_net_tp_reduce_start(net, dtmp, dinp, btc);
+    o->matmul_backward(net->dev, NULL, dw, db, dout, x, w, BT, C, OC);
+    dt_net_tp_wait(net, h);
+    return dinp;
+}

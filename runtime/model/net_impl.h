@@ -68,6 +68,22 @@ static inline void dt_net_tp_wait(dt_net_t *net, void *handle) {
     if (net->tp && handle) net->tp->wait(net->tp_ctx, handle);
 }
 
+/* A row-parallel matmul (gpt's c_proj, llama's o_proj / down_proj): out (BT, C) =
+ * inp (BT, IC) @ W^T + bias. Under tensor parallelism this rank's IC input columns
+ * give partial sums (the bias added by TP rank 0 only), summed over the group in
+ * place, or first written to part (BT x C) and reduce-scattered into this rank's
+ * rows of out (sequence parallelism). (net.c) */
+void dt_net_tp_row_forward(dt_net_t *net, void *out, void *part, const void *inp, const void *w, const void *bias,
+                           int BT, int IC, int C);
+/* The backward of a column-parallel matmul (fused q|k|v, the MLP's first matmul, a
+ * vocabulary-parallel head) of input x (BT, C; gathered under sequence parallelism):
+ * dW (and db) += the weight gradients, and the input gradient, summed over the group,
+ * into the returned buffer: dtmp (BT x C, zeroed here), or this rank's rows of it in
+ * dred (sequence parallelism). Under TP the input gradient is computed first and its
+ * reduction runs while the weight gradient is computed (Megatron's overlap). (net.c) */
+void *dt_net_tp_column_backward(dt_net_t *net, void *dtmp, void *dred, void *dw, void *db, const void *dout,
+                                const void *x, const void *w, int BT, int C, int OC);
+
 /* fp32 sum / max over the group, in place (the vocabulary-parallel loss's stats). */
 static inline void dt_net_tp_sum_f32(dt_net_t *net, float *buf, size_t n) {
     if (net->tp) net->tp->all_reduce(net->tp_ctx, buf, n, 1, 0);
