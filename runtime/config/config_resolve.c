@@ -127,6 +127,17 @@ dt_status_t dt_config_resolve(dt_config_t *cfg, int world_size) {
     cfg->train_batch_size = tb;
     cfg->train_micro_batch_size_per_gpu = mb;
     cfg->gradient_accumulation_steps = ga;
+    /* sequence parallelism cuts a micro-batch's B*T token rows in tp.size parts */
+    if (cfg->tp.size > 1 && cfg->tp.sequence_parallel && cfg->model.ops &&
+        cfg->model.ops->data == DT_MODEL_DATA_TOKENS && cfg->model.seq_len > 0 &&
+        (mb * cfg->model.seq_len) % cfg->tp.size != 0) {
+        char msg[400];
+        snprintf(msg, sizeof msg,
+                 "tensor_parallel.sequence_parallel: the micro-batch's train_micro_batch_size_per_gpu x model.seq_len "
+                 "= %lld x %d = %lld token rows must divide among tensor_parallel.size %lld ranks",
+                 (long long)mb, cfg->model.seq_len, (long long)(mb * cfg->model.seq_len), (long long)cfg->tp.size);
+        dt_config_add_error_(cfg, src, msg);
+    }
     if (cfg->n_errors) {
         dt_config_error_detail_(cfg);
         return DT_STATUS_CONFIG;

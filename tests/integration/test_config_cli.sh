@@ -146,7 +146,9 @@ launch l_mlp 2 "tensor_parallel.size: model.type mlp has no tensor-parallel laye
   --nproc_per_node 2 -- model.type=mlp
 launch l_hsdp 2 'tensor_parallel.size 2 with strategy "hsdp"' --nproc_per_node 2 -- strategy=hsdp
 launch l_vocab 2 "model.vocab_pad_multiple: the padded vocabulary (256 rows, a multiple of 1) must divide among tensor_parallel.size 3" \
-  --nproc_per_node 3 -- tensor_parallel.size=3 model.n_head=3 model.n_embd=48 model.vocab_pad_multiple=1
+  --nproc_per_node 3 -- tensor_parallel.size=3 model.n_head=3 model.n_embd=48 model.vocab_pad_multiple=1 tensor_parallel.sequence_parallel=false
+launch l_sprows 2 "tensor_parallel.sequence_parallel: the micro-batch's train_micro_batch_size_per_gpu x model.seq_len = 1 x 30 = 30 token rows must divide among tensor_parallel.size 4" \
+  --nproc_per_node 4 -- tensor_parallel.size=4 model.seq_len=30 train_micro_batch_size_per_gpu=1 gradient_accumulation_steps=1 train_batch_size=1
 launch l_good 0 '"size":	2' --nproc_per_node 2 --print-config --
 has "launch of TP 2 on 2 ranks: train_batch_size = 2 * 3 * 1 DP rank" "$T/l_good.out" '"train_batch_size":	6,'
 [ ! -e "$T/log_l_good" ] && pass "launch --print-config of a good TP config starts nothing" ||
