@@ -98,6 +98,14 @@ run a1 1 gradient_accumulation_steps=2 || fail "llama A2 reference" "$(tail -3 "
 case_ tp2dp2_ddp 4 a1 "2 1 2" $TP2 $SP strategy=ddp
 case_ tp2dp2_fsdp 4 a1 "2 0 2" $TP2 strategy=fsdp
 
+# --- Hugging Face weights (model.pretrained) under TP: each rank reads its piece of
+# every tensor from the safetensors; TP 2 (with SP) from the same directory equals TP 1
+if run src 1 train_steps=3 checkpoint.dir="$DT_TMP/src_ck" checkpoint.every_steps=3 &&
+   "$DTRUN" export "$DT_TMP/src_ck" -o "$DT_TMP/hf" --format hf --dtype fp32 >"$DT_TMP/export.out" 2>&1; then
+  run p1 1 model.pretrained="$DT_TMP/hf" || fail "llama from pretrained, TP 1" "$(tail -3 "$DT_TMP/p1.out")"
+  case_ pt2 2 p1 "2 1 1" model.pretrained="$DT_TMP/hf" $TP2 $SP
+else fail "llama pretrained source" "$(tail -3 "$DT_TMP/src.out" "$DT_TMP/export.out")"; fi
+
 # --- a TP size that does not divide the key/value heads: refused before any worker
 $T "$DTRUN" --standalone --nproc_per_node 4 "$DT_TMP/llama.json" tensor_parallel.size=4 \
   log.dir="$DT_TMP/bad" >"$DT_TMP/bad.out" 2>&1; rc=$?
