@@ -34,13 +34,6 @@ static inline void dt_net_zero(dt_net_t *net, int slot, size_t elems) {
 
 /* ---- tensor parallelism (net.h: dt_net_tp_ops; no-ops at TP size 1) ---- */
 
-static inline int dt_net_tp_size(const dt_net_t *net) { return net->layout->tp_size > 1 ? net->layout->tp_size : 1; }
-/* Rows of the activations outside the TP regions: all B*T, or this rank's 1/T of
- * them with sequence parallelism. */
-static inline int dt_net_tp_rows(const dt_net_t *net, int BT) {
-    return net->layout->sequence_parallel ? BT / dt_net_tp_size(net) : BT;
-}
-
 /* The input of a column-parallel matmul: rows (of n elements in all) as they are,
  * or gathered from every rank into full (sequence parallelism). */
 static inline void *dt_net_tp_gather_in(dt_net_t *net, void *rows, void *full, size_t n) {

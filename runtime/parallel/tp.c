@@ -42,10 +42,11 @@ dt_status_t dt_tp_split(dt_comm_t *world, int tp_size, dt_comm_t **tp_comm, dt_c
         *tp_comm = NULL;
         return st;
     }
-    for (dt_comm_t **c = tp_comm; c; c = c == tp_comm ? dp_comm : NULL)
-        if (*c && dt_comm_size(*c) == 1) {
-            dt_comm_free(*c);
-            *c = NULL;
+    dt_comm_t **groups[2] = {tp_comm, dp_comm};
+    for (int i = 0; i < 2; i++)
+        if (*groups[i] && dt_comm_size(*groups[i]) == 1) { /* a group of one rank: none */
+            dt_comm_free(*groups[i]);
+            *groups[i] = NULL;
         }
     return DT_STATUS_OK;
 }
