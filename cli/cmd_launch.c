@@ -19,7 +19,6 @@
 #include "common/mem.h"
 #include "runtime/launch/agent.h"
 #include "runtime/config/config.h"
-#include "runtime/train/data.h"    /* defines: dt_data_detect_width, dt_data_default_vocab */
 #include "runtime/train/trainer.h" /* defines: dt_trainer_check_pretrained, dt_trainer_check_data */
 #include "runtime/launch/launch_args.h"
 
@@ -44,26 +43,6 @@ static int cuda_probe(void) {
     return WIFEXITED(ws) ? WEXITSTATUS(ws) : DT_EXIT_FAILED;
 }
 
-/* tensor_parallel.size against the vocabulary the data gives a token model whose
- * model.vocab_size is 0 (the load could not check that rule): the vocabulary the
- * worker will take (runtime/train/trainer.c: the first source's kind) must divide
- * among the TP ranks once padded. Unreadable data and uint32 shards without a
- * vocabulary are dt_trainer_check_data's errors, not this one's. */
-static dt_status_t check_tp_vocab(const dt_config_t *cfg) {
-    if (cfg->tp.size <= 1 || cfg->model.ops->data != DT_MODEL_DATA_TOKENS || cfg->model.vocab_size > 0)
-        return DT_STATUS_OK;
-    const char *path = cfg->data.n_sources ? cfg->data.sources[0].path : cfg->data.train;
-    dt_data_kind_t kind;
-    int width;
-    if (!path || dt_data_detect_width(path, &kind, &width) != DT_STATUS_OK || width == 4) return DT_STATUS_OK;
-    int vocab = dt_data_default_vocab(kind);
-    char msg[512];
-    if (dt_config_tp_check_vocab(cfg, vocab, msg, sizeof msg))
-        return dt_error(DT_STATUS_CONFIG, "%s (model.vocab_size is %d, from the %s in '%s')", msg, vocab,
-                        kind == DT_DATA_TEXT ? "text (bytes)" : "token shards", path);
-    return DT_STATUS_OK;
-}
-
 /* The config is loaded and checked (for the world size when it is fixed) before
  * anything starts: its errors are exit 2, as the worker would find them. */
 static int check_config(const dt_launch_spec_t *spec) {
@@ -78,9 +57,6 @@ static int check_config(const dt_launch_spec_t *spec) {
         fprintf(stderr, "dtrun: error: model.pretrained: %s\n", dt_error_detail());
         st = DT_STATUS_CONFIG;
     } else if (st == DT_STATUS_OK && dt_trainer_check_data(&cfg) != DT_STATUS_OK) {
-        fprintf(stderr, "dtrun: error: %s\n", dt_error_detail());
-        st = DT_STATUS_CONFIG;
-    } else if (st == DT_STATUS_OK && check_tp_vocab(&cfg) != DT_STATUS_OK) {
         fprintf(stderr, "dtrun: error: %s\n", dt_error_detail());
         st = DT_STATUS_CONFIG;
     } else if (st == DT_STATUS_OK && cfg.device == DT_CONFIG_DEVICE_CUDA && dt_gpuinfo_count() == 0) {

@@ -142,6 +142,16 @@ dt_status_t dt_trainer_check_data(const dt_config_t *cfg) {
             return dt_error(DT_STATUS_CONFIG, "data.val: %s", why);
         }
     }
+    if (cfg->tp.size > 1 && cfg->model.vocab_size == 0) {
+        /* the vocabulary the workers will take from the data (build_spec) must divide
+         * among the TP ranks once padded (the config's load checked a given one) */
+        dt_model_spec spec;
+        char msg[512];
+        DT_CHECK(build_spec(cfg, &spec));
+        if (dt_config_tp_check_vocab(cfg, spec.vocab_size, msg, sizeof msg))
+            return dt_error(DT_STATUS_CONFIG, "%s (model.vocab_size is %d, from the %s in '%s')", msg, spec.vocab_size,
+                            first == DT_DATA_TEXT ? "text (bytes)" : "token shards", src[0].path);
+    }
     return DT_STATUS_OK;
 }
 

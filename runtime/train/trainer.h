@@ -20,8 +20,9 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env);
 dt_status_t dt_trainer_check_pretrained(const dt_config_t *cfg);
 
 /* Every data.train source (and data.val) matches a file, the sources are one kind,
- * and uint32 shards come with model.vocab_size: the launcher's check before workers
- * start (first bytes only). Errors name the key (data.train[1]). */
+ * uint32 shards come with model.vocab_size, and under tensor parallelism the
+ * vocabulary taken from the data divides among the TP ranks: the launcher's check
+ * before workers start (first bytes only). Errors name the key (data.train[1]). */
 dt_status_t dt_trainer_check_data(const dt_config_t *cfg);
 
 #endif /* DT_RUNTIME_TRAINER_H */
