@@ -32,7 +32,10 @@
  * (B*T)^2 compares: correct, a few milliseconds instead of tens of microseconds.
  * Tokens need not be < HBUCKETS: two tokens sharing a bucket are kept apart by the
  * (token, position) sort. V is not an argument of the op, hence the hash rather
- * than a table of V counters.
+ * than a table of V counters. Ids < 0 (tensor parallelism: another rank's
+ * vocabulary row, (T-1)/T of the positions) take no part: steps 1-4 skip them, so
+ * the sorted positions are a prefix of `sorted` and its tail stays -1, which step 5
+ * skips (one bucket of all of them would cost (B*T)^2 compares every backward).
  *
  * Backward, dwpe: dwpe[t, c] += sum over b of dout[b, t, c], b in order, one thread
  * per (t, c).
@@ -83,14 +86,14 @@ static void encoder_forward(dt_device_t *dev, void *out, const int *inp, const v
 
 /* ---- backward: grouping positions by token -------------------------------- */
 
-__global__ void encoder_zero_kernel(int *x, int n) {
+__global__ void encoder_fill_kernel(int *x, int n, int v) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) x[i] = 0;
+    if (i < n) x[i] = v;
 }
 
 __global__ void encoder_count_kernel(int *count, const int *inp, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) atomicAdd(&count[inp[i] & (HBUCKETS - 1)], 1);
+    if (i < n && inp[i] >= 0) atomicAdd(&count[inp[i] & (HBUCKETS - 1)], 1);
 }
 
 /* One block of SCAN_THREADS: start[h] = sum of count[0..h). */
@@ -124,6 +127,7 @@ __global__ void encoder_scatter_kernel(int2 *bucket, int *cursor, const int *sta
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     int tok = inp[i], h = tok & (HBUCKETS - 1);
+    if (tok < 0) return;
     bucket[start[h] + atomicAdd(&cursor[h], 1)] = make_int2(i, tok);
 }
 
@@ -134,6 +138,7 @@ __global__ void encoder_rank_kernel(int *sorted, const int2 *bucket, const int *
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     int tok = inp[i], h = tok & (HBUCKETS - 1);
+    if (tok < 0) return;
     int s0 = start[h], m = count[h], rank = 0;
     for (int k = 0; k < m; k++) {
         int2 e = bucket[s0 + k]; /* (position, token) */
@@ -148,8 +153,9 @@ template <typename S>
 __global__ void encoder_dwte_kernel(S *dwte, const S *dout, const int *sorted, const int *inp,
                                     int n, int C) {
     int s = blockIdx.x;
+    if (sorted[s] < 0) return; /* past the sorted prefix: ids < 0 */
     int tok = inp[sorted[s]];
-    if (tok < 0 || (s > 0 && inp[sorted[s - 1]] == tok)) return; /* < 0: another rank's row */
+    if (s > 0 && inp[sorted[s - 1]] == tok) return;
     int c = blockIdx.y * blockDim.x + threadIdx.x;
     if (c >= C) return;
     /* RUN_UNROLL positions per step: their indices, tokens and rows are loaded
@@ -203,7 +209,9 @@ static void encoder_backward(dt_device_t *dev, void *dwte, void *dwpe, const voi
     int *cursor = count + HBUCKETS, *start = cursor + HBUCKETS, *sorted = start + HBUCKETS;
     int2 *bucket = (int2 *)(count + ints);
 
-    DT_LAUNCH(encoder_zero_kernel, dt_blocks(2 * HBUCKETS, 256), 256, 0, st)(count, 2 * HBUCKETS);
+    DT_LAUNCH(encoder_fill_kernel, dt_blocks(2 * HBUCKETS, 256), 256, 0, st)(count, 2 * HBUCKETS, 0);
+    DT_CUDA_LAUNCHED(dev);
+    DT_LAUNCH(encoder_fill_kernel, dt_blocks(n, 256), 256, 0, st)(sorted, n, -1);
     DT_CUDA_LAUNCHED(dev);
     DT_LAUNCH(encoder_count_kernel, dt_blocks(n, 256), 256, 0, st)(count, inp, n);
     DT_CUDA_LAUNCHED(dev);

@@ -98,6 +98,7 @@ typedef struct enc_shape {
     int B, T, C, V, maxT;
     int repeat; /* force the first half of the positions to one token */
     int collide; /* tokens only from {1, 1+2^16, 1+2^17, 2}: they share hash buckets */
+    int foreign; /* tensor parallelism: 3 of 4 positions hold id -1 (another rank's row) */
 } enc_shape_t;
 
 static void run_encoder(dt_dtype_t dtype, enc_shape_t s, uint64_t seed) {
@@ -111,6 +112,8 @@ static void run_encoder(dt_dtype_t dtype, enc_shape_t s, uint64_t seed) {
         inp[i] = (int)(rng_next() % (uint64_t)s.V);
         if (s.collide) inp[i] = collide[rng_next() % 4];
         if (s.repeat && i < BT / 2) inp[i] = 3 % s.V;
+        if (s.foreign && rng_next() % 4 != 0) inp[i] = -1;
+        if (s.foreign && i % 16 == 1) inp[i] = 65535; /* -1 & (HBUCKETS - 1): the same hash bucket */
     }
     float *wte = frand(VC, 1.0f, 0.0f), *wpe = frand(TC, 1.0f, 0.0f);
     float *dout = frand(BTC, 1.0f, 0.0f);
@@ -161,19 +164,22 @@ static void run_encoder(dt_dtype_t dtype, enc_shape_t s, uint64_t seed) {
     ctx_close(&x);
 }
 
-static const enc_shape_t enc_small = {2, 5, 12, 7, 8, 0, 0};
-static const enc_shape_t enc_large = {2, 64, 160, 1000, 64, 1, 0}; /* C > one block of 128 channels */
-static const enc_shape_t enc_collide = {2, 5, 12, 131080, 5, 0, 1};
+static const enc_shape_t enc_small = {2, 5, 12, 7, 8, 0, 0, 0};
+static const enc_shape_t enc_large = {2, 64, 160, 1000, 64, 1, 0, 0}; /* C > one block of 128 channels */
+static const enc_shape_t enc_collide = {2, 5, 12, 131080, 5, 0, 1, 0};
+static const enc_shape_t enc_foreign = {2, 64, 160, 65537, 64, 0, 0, 1}; /* and the real token 65535's bucket */
 
 Test(cuda_layers, encoder_f32) {
     run_encoder(DT_DTYPE_F32, enc_small, 1);
     run_encoder(DT_DTYPE_F32, enc_large, 2);
     run_encoder(DT_DTYPE_F32, enc_collide, 3);
+    run_encoder(DT_DTYPE_F32, enc_foreign, 4);
 }
 Test(cuda_layers, encoder_bf16) {
     run_encoder(DT_DTYPE_BF16, enc_small, 1);
     run_encoder(DT_DTYPE_BF16, enc_large, 2);
     run_encoder(DT_DTYPE_BF16, enc_collide, 3);
+    run_encoder(DT_DTYPE_BF16, enc_foreign, 4);
 }
 
 /* ---- layernorm ----------------------------------------------------------------
