@@ -462,6 +462,7 @@ static int load_config(plan_opts *o, plan_ctx *c, int *is_cpu_default) {
     c->cfg_comm_bytes = cfg->communication_data_type == DT_CONFIG_DTYPE_BF16 ? 2 : 4;
     c->in.bucket_elems = (double)cfg->zero.reduce_bucket_size;
     c->cfg_threads = (int)cfg->threads;
+    c->cfg_tp = cfg->tp.size > 1 ? (int)cfg->tp.size : 1;
     o->highlight_strategy = dt_plan_strategy_parse(dt_config_strategy_name(cfg->strategy));
     *is_cpu_default = cfg->device == DT_CONFIG_DEVICE_CPU;
     return 0;
@@ -729,7 +730,7 @@ int dt_cmd_plan(int argc, char **argv) {
         rc = usage_error("--tp: no GPU count of --gpus is a multiple of a TP size given (world = TP x DP)");
         goto out_free_rows;
     }
-    rc = row_input(&o, &c, o.counts[0], 1); /* the header shows the first count's batch */
+    rc = row_input(&o, &c, rows[0].n_gpus, rows[0].tp); /* the header shows the first row's batch */
     if (rc) goto out_free_rows;
     dt_plan_choice ch;
     dt_plan_recommend(&c.in, rows, n_rows, &ch);
@@ -740,10 +741,18 @@ int dt_cmd_plan(int argc, char **argv) {
     if (o.measure) {
         /* the config's strategy at the first GPU count */
         int want = o.highlight_strategy >= 0 ? o.highlight_strategy : DT_PLAN_DDP;
+        int tp = c.have_cfg ? c.cfg_tp : 1, k = 0;
+        while (k < o.n_tps && o.tps[k] != tp) k++;
+        if (k == o.n_tps) {
+            rc = usage_error("--measure: the config runs at tensor_parallel.size %d: give --tp %d", tp, tp);
+            goto out_free_rows;
+        }
         dt_plan_row est;
-        rc = row_input(&o, &c, o.counts[0], 1); /* the config's run: TP 1 */
+        rc = row_input(&o, &c, o.counts[0], tp); /* the config's run, at its TP size */
         if (rc) goto out_free_rows;
-        if (dt_plan_row_compute(&c.in, want, o.counts[0], &est) != DT_STATUS_OK) {
+        dt_plan_input in = c.in;
+        in.model = c.tp_models[k];
+        if (dt_plan_row_compute(&in, want, o.counts[0], &est) != DT_STATUS_OK) {
             rc = usage_error("%s", dt_error_detail());
             goto out_free_rows;
         }

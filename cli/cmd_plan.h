@@ -40,6 +40,7 @@ typedef struct plan_ctx {
     int cfg_bf16;       /* the config's bf16.enabled (1 without a config) */
     int cfg_comm_bytes; /* the config's communication_data_type, 0 = the precision's */
     int cfg_threads;    /* the config's threads per rank, 0 = auto */
+    int cfg_tp;         /* the config's tensor_parallel.size (1 without a config) */
     const dt_gpu_spec *gpu;
     /* the config's model (have_spec), and the model at each TP size of opts.tps */
     dt_model_spec spec;

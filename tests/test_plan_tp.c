@@ -125,13 +125,14 @@ Test(plan_tp, activations_by_hand) {
      *   layer: 6 x 512, atty 512, stats 4 x slot(32) = 256, qkv 1536, 4096, 512 -> 9984
      *   once:  128, encoded + lnf 1024, lnf stats 128, losses 64, logits 2048,
      *          dres 512, dtmp 1024, dqkv 1536, dfch x2 4096, scratch 256, the
-     *          gathered norm output, the partial sums and the gathered gradient
-     *          3 x 16*16*4 = 3072, the reduced rows 8*16*4 = 512, a layer's
-     *          partial norm gradients 4*16*4 = 256, the loss's stats 192   -> 14848
+     *          gathered norm output, the partial sums (the gathered gradient in
+     *          the backward) 2 x 16*16*4 = 2048, the reduced rows 8*16*4 = 512, a
+     *          layer's partial norm gradients 4*16*4 = 256, the loss's stats 192
+     *                                                                      -> 13824
      * checkpointing: two layer inputs of 512, one layer's set, the once-part */
     tp_model(&small_gpt, 2, 1, &l, &m);
-    cr_assert_eq(dt_plan_activation_bytes(&m, 2, 4, 1, 0), 2 * 9984 + 14848);
-    cr_assert_eq(dt_plan_activation_bytes(&m, 2, 4, 1, 1), 2 * 512 + 9984 + 14848);
+    cr_assert_eq(dt_plan_activation_bytes(&m, 2, 4, 1, 0), 2 * 9984 + 13824);
+    cr_assert_eq(dt_plan_activation_bytes(&m, 2, 4, 1, 1), 2 * 512 + 9984 + 13824);
     dt_plan_model_free(&m);
     dt_model_layout_free(&l);
     /* TP 1 is today's formula (test_plan.c holds it to the arena) */
@@ -156,14 +157,13 @@ static dt_plan_input input_7b_tp(int tp, int sp) {
 Test(plan_tp, collectives_by_hand) {
     /* TP 4, B 1, T 2048, C 4096, bf16 on NVLink 4 (450 GB/s, no latency): S = B·T·C·2;
      * forward 2 all-reduces per layer + the embedding's, backward 2 + the head's, each
-     * 2·3/4·S / 450e9; the loss's three all-reduces of 4·B·T bytes */
+     * 2·3/4·S / 450e9; the loss's all-reduces of 4·B·T (max) and 8·B·T bytes (sums) */
     dt_plan_input in = input_7b_tp(4, 0);
-    double S = 2048.0 * 4096 * 2, ar = 2.0 * 3 / 4 * S / 450e9, loss = 3 * 2.0 * 3 / 4 * 2048 * 4 / 450e9;
-    dt_plan_tp_comm t = dt_plan_tp_comm_time(&in.model, 1, 2, 2, &in.intra);
+    double S = 2048.0 * 4096 * 2, ar = 2.0 * 3 / 4 * S / 450e9, loss = 2.0 * 3 / 4 * 2048 * 12 / 450e9;
+    dt_plan_tp_comm t = dt_plan_tp_comm_time(&in.model, 1, 2, &in.intra);
     assert_near(t.fwd_s, 65 * ar + loss, 1e-12);
     assert_near(t.bwd_s, 65 * ar, 1e-12);
-    cr_assert_eq(t.step_s, 0); /* without sequence parallelism the norms' gradients agree */
-    cr_assert_eq(t.fwd_coll, 68);
+    cr_assert_eq(t.fwd_coll, 67);
     cr_assert_eq(t.bwd_coll, 65);
     /* one step of 3 micro-batches on 8 GPUs (DP 2): all of it exposed, compute / 4 */
     in.accum = 3;
@@ -179,25 +179,29 @@ Test(plan_tp, collectives_by_hand) {
     assert_near(r.exposed_s, fmax(dp_ar - r.compute_s / 3 * 2 / 3, 2.0 / 2 * 6553600 * 2 / 450e9) + r.tp_comm_s,
                 1e-9);
     assert_near(r.step_s, r.compute_s + r.exposed_s, 1e-12);
-    cr_assert_eq(r.n_collectives, buckets + 3 * (68 + 65));
+    cr_assert_eq(r.n_collectives, buckets + 3 * (67 + 65));
     assert_near(r.tokens_per_s, 2 * 3 * 2048 / r.step_s, 1e-6); /* DP 2 groups' tokens */
     dt_plan_model_free(&in.model);
 
-    /* sequence parallelism: all-gather + reduce-scatter pairs (same bus bytes, twice
-     * the collectives) and one all-reduce of the replicated gradients per step */
+    /* sequence parallelism, as the models issue it: forward per layer 2 all-gathers +
+     * 2 reduce-scatters (each 3/4·S / 450e9, half an all-reduce), + the embedding's
+     * reduce-scatter and the final norm's gather; backward per layer 4 gathers + 2
+     * reduce-scatters + the all-reduce of its norms' gradients (2 LayerNorms of w|b: 4C
+     * bf16), + the head's reduce-scatter, the final norm's all-reduce (2C) and the
+     * embedding's gather */
     in = input_7b_tp(4, 1);
-    t = dt_plan_tp_comm_time(&in.model, 1, 2, 2, &in.intra);
-    assert_near(t.fwd_s, 65 * ar + loss, 1e-12);
-    assert_near(t.bwd_s, 65 * ar, 1e-12);
-    cr_assert_eq(t.fwd_coll, 2 * 65 + 3);
-    assert_near(t.step_s, 2.0 * 3 / 4 * in.model.n_replicated * 2 / 450e9, 1e-15);
-    cr_assert_eq(t.step_coll, 1);
+    t = dt_plan_tp_comm_time(&in.model, 1, 2, &in.intra);
+    double half = ar / 2, ng = 2.0 * 3 / 4 * 4 * 4096 * 2 / 450e9;
+    assert_near(t.fwd_s, 32 * 4 * half + 2 * half + loss, 1e-12);
+    assert_near(t.bwd_s, 32 * (6 * half + ng) + 2 * half + ng / 2, 1e-12);
+    cr_assert_eq(t.fwd_coll, 4 * 32 + 4);
+    cr_assert_eq(t.bwd_coll, 7 * 32 + 3);
     dt_plan_model_free(&in.model);
 
     /* TP 1: nothing */
     in = input_7b_tp(1, 0);
-    t = dt_plan_tp_comm_time(&in.model, 1, 2, 2, &in.intra);
-    cr_assert_eq(t.fwd_s + t.bwd_s + t.step_s + t.fwd_coll, 0);
+    t = dt_plan_tp_comm_time(&in.model, 1, 2, &in.intra);
+    cr_assert_eq(t.fwd_s + t.bwd_s + t.fwd_coll, 0);
     dt_plan_model_free(&in.model);
 }
 

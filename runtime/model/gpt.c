@@ -85,8 +85,7 @@ enum {
 
 static void gpt_build(dt_model_layout *l) {
     const dt_model_spec *s = &l->spec;
-    int m = s->vocab_pad_multiple > 0 ? s->vocab_pad_multiple : 1;
-    l->vocab_padded = (s->vocab_size + m - 1) / m * m;
+    l->vocab_padded = dt_model_vocab_padded(s);
     l->seq_len = s->seq_len;
     l->tied_head = 1; /* the LM head is wte */
     int64_t C = s->n_embd, Vp = l->vocab_padded, T = s->seq_len;
@@ -165,15 +164,15 @@ static int gpt_export_shape(const dt_model_layout *l, int i, int64_t shape[2], i
  * adds: G_GATH (sequence parallelism: a norm output gathered from every rank, the
  * input of a column-parallel matmul; it holds the gathered final norm from the
  * forward to the head's backward), G_PART (sequence parallelism: a row-parallel
- * matmul's partial sums before the reduce-scatter), G_DFULL (sequence parallelism:
- * the residual gradient gathered), G_DRED (sequence parallelism: this rank's rows
+ * matmul's or the embedding's partial sums before the reduce-scatter in the forward;
+ * the residual gradient gathered in the backward), G_DRED (sequence parallelism: this rank's rows
  * of a reduced input gradient), G_XSTATS (the vocabulary-parallel loss's per-row max,
  * sum and target logit) and G_LNGRAD (sequence parallelism: a layer's partial norm
  * gradients). Sized 0 when unused. */
 enum {
     G_TOKENS = DT_NET_SLOT_TOKENS, G_TARGETS = DT_NET_SLOT_TARGETS, G_FEATURES = DT_NET_SLOT_FEATURES,
     G_LOSSES = DT_NET_SLOT_LOSSES, G_ENCODED = DT_NET_SLOT_FIRST, G_LNF, G_LNF_MEAN, G_LNF_RSTD,
-    G_LOGITS, G_DRES, G_DTMP, G_DQKV, G_DFCH, G_DFCH_GELU, G_ATT_SCRATCH, G_GATH, G_PART, G_DFULL, G_DRED,
+    G_LOGITS, G_DRES, G_DTMP, G_DQKV, G_DFCH, G_DFCH_GELU, G_ATT_SCRATCH, G_GATH, G_PART, G_DRED,
     G_XSTATS, G_LNGRAD, G_COUNT
 };
 /* ... and of each layer. */
@@ -222,7 +221,7 @@ static void gpt_arena_sizes(const dt_device_t *dev, const dt_model_layout *lay, 
     sizes[G_DQKV] = BT * 3 * Cl * es;
     sizes[G_DFCH] = sizes[G_DFCH_GELU] = BT * Fl * es;
     sizes[G_ATT_SCRATCH] = dev->ops->attention_scratch_bytes(dev, B, d.T, d.Cl, d.NHl, d.NHl);
-    if (d.sp) sizes[G_GATH] = sizes[G_PART] = sizes[G_DFULL] = BT * C * es;
+    if (d.sp) sizes[G_GATH] = sizes[G_PART] = BT * C * es;
     if (d.sp) sizes[G_DRED] = R * C * es;
     if (d.tp > 1) sizes[G_XSTATS] = 3 * BT * sizeof(float);
     if (d.sp) sizes[G_LNGRAD] = 4 * C * es;
@@ -321,18 +320,7 @@ static void gpt_forward(dt_net_t *net, int with_loss) {
     void *x = dt_net_tp_gather_in(net, A(G_LNF), A(G_GATH), rc);
     o->matmul_forward(dv, A(G_LOGITS), x, P(0), NULL, BT, C, d.Vl);
     dt_net_hook(net, 0, DT_NET_FWD_POST);
-    if (!with_loss) return;
-    if (d.tp == 1) {
-        o->softmax_xent_forward(dv, AF(G_LOSSES), A(G_LOGITS), net->d_targets, BT, d.V, d.Vp);
-        return;
-    }
-    /* vocabulary-parallel cross-entropy: the row max, then the sums, over the group */
-    float *st = AF(G_XSTATS);
-    o->xent_vp_max(dv, st, A(G_LOGITS), BT, d.Vl, d.v0, d.V);
-    dt_net_tp_max_f32(net, st, (size_t)BT);
-    o->xent_vp_sums(dv, st, A(G_LOGITS), net->d_targets, BT, d.Vl, d.v0, d.V);
-    dt_net_tp_sum_f32(net, st + BT, 2 * (size_t)BT);
-    o->xent_vp_loss(dv, AF(G_LOSSES), st, net->d_targets, BT);
+    if (with_loss) dt_net_xent_forward(net, AF(G_LOSSES), A(G_LOGITS), AF(G_XSTATS), BT);
 }
 
 /* A layer's norm gradients: into the gradients, or (sequence parallelism: partial,
@@ -348,11 +336,7 @@ static void gpt_backward(dt_net_t *net, float dscale) {
     size_t rc = (size_t)R * C, es = net->elsize;
     dt_net_hook(net, 0, DT_NET_BWD_PRE);
     /* The logits buffer becomes dlogits. */
-    if (d.tp == 1)
-        o->softmax_xent_backward(dv, A(G_LOGITS), NULL, A(G_LOGITS), net->d_targets, dscale, BT, d.V, d.Vp);
-    else
-        o->xent_vp_backward(dv, A(G_LOGITS), A(G_LOGITS), net->d_targets, AF(G_XSTATS), dscale, BT, d.Vl, d.v0,
-                            d.V);
+    dt_net_xent_backward(net, A(G_LOGITS), AF(G_XSTATS), dscale, BT);
     /* the head: x was gathered in the forward (G_GATH kept it) */
     void *dlnf = COLUMN_BACKWARD(G(0), NULL, A(G_LOGITS), d.sp ? A(G_GATH) : A(G_LNF), P(0), d.Vl);
     int lnf = LAYER_T(L, 0);
@@ -372,7 +356,7 @@ static void gpt_backward(dt_net_t *net, float dscale) {
         void *residual = l > 0 ? A(LSLOT(l - 1, L_RES3)) : A(G_ENCODED);
         if (d.sp) dt_net_zero(net, G_LNGRAD, 4 * (size_t)C);
         /* dres holds d(res3) = d(fcproj) = the part of d(res2) from the skip. */
-        void *dout = dt_net_tp_gather_in(net, A(G_DRES), A(G_DFULL), rc);
+        void *dout = dt_net_tp_gather_in(net, A(G_DRES), A(G_PART), rc);
         dt_net_zero(net, G_DFCH_GELU, (size_t)BT * d.Fl);
         o->matmul_backward(dv, A(G_DFCH_GELU), GL(l, T_FCPROJW), GL(l, T_FCPROJB), dout, A(LSLOT(l, L_FCH_GELU)),
                            PL(l, T_FCPROJW), BT, d.Fl, C);
@@ -383,7 +367,7 @@ static void gpt_backward(dt_net_t *net, float dscale) {
         o->layernorm_backward(dv, A(G_DRES), LNG(l, T_LN2W), LNG(l, T_LN2B), dln, A(LSLOT(l, L_RES2)),
                               PL(l, T_LN2W), AF(LSLOT(l, L_LN2_MEAN)), AF(LSLOT(l, L_LN2_RSTD)), R, C);
         /* dres now holds d(res2) = d(attproj) = the skip part of d(residual). */
-        dout = dt_net_tp_gather_in(net, A(G_DRES), A(G_DFULL), rc);
+        dout = dt_net_tp_gather_in(net, A(G_DRES), A(G_PART), rc);
         dt_net_zero(net, G_DTMP, (size_t)BT * d.Cl);
         o->matmul_backward(dv, A(G_DTMP), GL(l, T_ATTPROJW), GL(l, T_ATTPROJB), dout, A(LSLOT(l, L_ATTY)),
                            PL(l, T_ATTPROJW), BT, d.Cl, C);
@@ -401,7 +385,7 @@ static void gpt_backward(dt_net_t *net, float dscale) {
         }
         dt_net_hook(net, 1 + l, DT_NET_BWD_POST);
     }
-    void *dout = dt_net_tp_gather_in(net, A(G_DRES), A(G_DFULL), rc);
+    void *dout = dt_net_tp_gather_in(net, A(G_DRES), A(G_PART), rc);
     o->encoder_backward(dv, G(0), G(1), dout, net->d_tokens, B, T, C);
     dt_net_hook(net, 0, DT_NET_BWD_POST);
 }

@@ -210,8 +210,7 @@ static void llama_build(dt_model_layout *l) {
     dt_model_spec *s = &l->spec;
     llama_sizes *z = DT_MODEL_PRIV(s, llama_sizes);
     *z = resolve(s); /* the layout's spec holds the sizes it was built with */
-    int m = s->vocab_pad_multiple > 0 ? s->vocab_pad_multiple : 1;
-    l->vocab_padded = (s->vocab_size + m - 1) / m * m;
+    l->vocab_padded = dt_model_vocab_padded(s);
     l->seq_len = s->seq_len;
     l->tied_head = z->tie_word_embeddings != 0;
     int64_t C = z->hidden_size, Vp = l->vocab_padded, HD = z->head_dim, IC = z->intermediate_size;
@@ -329,8 +328,8 @@ static dims dims_of(const dt_model_layout *l, int B) {
  * unused): G_GATH (sequence parallelism: a norm output gathered from every rank, the
  * input of a column-parallel matmul; it keeps the gathered final norm from the
  * forward to the head's backward), G_PART (sequence parallelism: a row-parallel
- * matmul's or the embedding's partial sums before the reduce-scatter), G_DFULL
- * (sequence parallelism: the residual gradient gathered), G_DRED (sequence
+ * matmul's or the embedding's partial sums before the reduce-scatter in the forward;
+ * the residual gradient gathered in the backward), G_DRED (sequence
  * parallelism: this rank's rows of a reduced input gradient), G_XSTATS (the
  * vocabulary-parallel loss's per-row max, sum and target logit) and G_LNGRAD
  * (sequence parallelism: a layer's two RMSNorm weight gradients, partial from this
@@ -338,7 +337,7 @@ static dims dims_of(const dt_model_layout *l, int B) {
 enum {
     G_TOKENS = DT_NET_SLOT_TOKENS, G_TARGETS = DT_NET_SLOT_TARGETS, G_FEATURES = DT_NET_SLOT_FEATURES,
     G_LOSSES = DT_NET_SLOT_LOSSES, G_ENCODED = DT_NET_SLOT_FIRST, G_NORM, G_NORM_RSTD, G_LOGITS,
-    G_DRES, G_DTMP, G_DQKV, G_DFCH, G_DSWI, G_ATT_SCRATCH, G_GATH, G_PART, G_DFULL, G_DRED, G_XSTATS, G_LNGRAD,
+    G_DRES, G_DTMP, G_DQKV, G_DFCH, G_DSWI, G_ATT_SCRATCH, G_GATH, G_PART, G_DRED, G_XSTATS, G_LNGRAD,
     G_COUNT
 };
 /* ... and of each layer: ln1 = rmsnorm(x), qkv (roped in place), atty = attention,
@@ -372,7 +371,7 @@ static void llama_arena_sizes(const dt_device_t *dev, const dt_model_layout *lay
     sizes[G_DFCH] = BT * 2 * (size_t)d.IC * es;
     sizes[G_DSWI] = BT * (size_t)d.IC * es;
     sizes[G_ATT_SCRATCH] = dev->ops->attention_scratch_bytes(dev, B, d.T, d.QC, d.NH, d.NKV);
-    if (d.sp) sizes[G_GATH] = sizes[G_PART] = sizes[G_DFULL] = BT * C * es;
+    if (d.sp) sizes[G_GATH] = sizes[G_PART] = BT * C * es;
     if (d.sp) sizes[G_DRED] = R * C * es;
     if (d.tp > 1) sizes[G_XSTATS] = 3 * BT * sizeof(float);
     if (d.sp) sizes[G_LNGRAD] = 2 * C * es;
@@ -486,18 +485,7 @@ static void llama_forward(dt_net_t *net, int with_loss) {
     void *x = dt_net_tp_gather_in(net, A(G_NORM), A(G_GATH), rc);
     o->matmul_forward(dv, A(G_LOGITS), x, P(head_tensor(lay)), NULL, BT, C, d.Vl);
     dt_net_hook(net, head_unit(lay), DT_NET_FWD_POST);
-    if (!with_loss) return;
-    if (d.tp == 1) {
-        o->softmax_xent_forward(dv, AF(G_LOSSES), A(G_LOGITS), net->d_targets, BT, d.V, d.Vp);
-        return;
-    }
-    /* vocabulary-parallel cross-entropy: the row max, then the sums, over the group */
-    float *st = AF(G_XSTATS);
-    o->xent_vp_max(dv, st, A(G_LOGITS), BT, d.Vl, d.v0, d.V);
-    dt_net_tp_max_f32(net, st, (size_t)BT);
-    o->xent_vp_sums(dv, st, A(G_LOGITS), net->d_targets, BT, d.Vl, d.v0, d.V);
-    dt_net_tp_sum_f32(net, st + BT, 2 * (size_t)BT);
-    o->xent_vp_loss(dv, AF(G_LOSSES), st, net->d_targets, BT);
+    if (with_loss) dt_net_xent_forward(net, AF(G_LOSSES), A(G_LOGITS), AF(G_XSTATS), BT);
 }
 
 /* An RMSNorm weight's gradient: into the gradient, or (sequence parallelism: partial,
@@ -527,11 +515,7 @@ static void llama_backward(dt_net_t *net, float dscale) {
     int norm = layer_t(z, d.L, 0), last = d.L + 1;
     dt_net_hook(net, head_unit(lay), DT_NET_BWD_PRE);
     /* The logits buffer becomes dlogits. */
-    if (d.tp == 1)
-        o->softmax_xent_backward(dv, A(G_LOGITS), NULL, A(G_LOGITS), net->d_targets, dscale, BT, d.V, d.Vp);
-    else
-        o->xent_vp_backward(dv, A(G_LOGITS), A(G_LOGITS), net->d_targets, AF(G_XSTATS), dscale, BT, d.Vl, d.v0,
-                            d.V);
+    dt_net_xent_backward(net, A(G_LOGITS), AF(G_XSTATS), dscale, BT);
     /* the head: x was gathered in the forward (G_GATH kept it) */
     void *dnorm = COLUMN_BACKWARD(G(head_tensor(lay)), NULL, A(G_LOGITS), d.sp ? A(G_GATH) : A(G_NORM),
                                   P(head_tensor(lay)), d.Vl);
@@ -548,7 +532,7 @@ static void llama_backward(dt_net_t *net, float dscale) {
         if (d.sp) dt_net_zero(net, G_LNGRAD, 2 * (size_t)C);
         /* dres holds d(res3) = d(fcproj) = the skip part of d(res2); sequence
          * parallelism: this rank's rows, gathered for the row-parallel backward. */
-        void *dout = dt_net_tp_gather_in(net, A(G_DRES), A(G_DFULL), rc);
+        void *dout = dt_net_tp_gather_in(net, A(G_DRES), A(G_PART), rc);
         dt_net_zero(net, G_DSWI, (size_t)BT * d.IC);
         o->matmul_backward(dv, A(G_DSWI), GL(l, T_DOWN), NULL, dout, A(LSLOT(l, L_SWI)), PL(l, T_DOWN), BT, d.IC,
                            C);
@@ -559,7 +543,7 @@ static void llama_backward(dt_net_t *net, float dscale) {
         o->rmsnorm_backward(dv, A(G_DRES), lng_target(net, &d, GL(l, T_LN2), 1), dln, A(LSLOT(l, L_RES2)),
                             PL(l, T_LN2), AF(LSLOT(l, L_LN2_RSTD)), R, C);
         /* dres now holds d(res2) = d(attproj) = the skip part of d(residual). */
-        dout = dt_net_tp_gather_in(net, A(G_DRES), A(G_DFULL), rc);
+        dout = dt_net_tp_gather_in(net, A(G_DRES), A(G_PART), rc);
         dt_net_zero(net, G_DTMP, (size_t)BT * d.QC);
         o->matmul_backward(dv, A(G_DTMP), GL(l, T_O), NULL, dout, A(LSLOT(l, L_ATTY)), PL(l, T_O), BT, d.QC, C);
         dt_net_zero(net, G_DQKV, (size_t)BT * d.QKVC);
@@ -575,7 +559,7 @@ static void llama_backward(dt_net_t *net, float dscale) {
         dt_net_hook(net, 1 + l, DT_NET_BWD_POST);
     }
     if (!lay->tied_head) dt_net_hook(net, 0, DT_NET_BWD_PRE);
-    void *dout = dt_net_tp_gather_in(net, A(G_DRES), A(G_DFULL), rc);
+    void *dout = dt_net_tp_gather_in(net, A(G_DRES), A(G_PART), rc);
     o->encoder_backward(dv, G(0), NULL, dout, net->d_tokens, B, T, C);
     dt_net_hook(net, 0, DT_NET_BWD_POST);
 }

@@ -85,6 +85,11 @@ dt_status_t dt_model_layout_init(const dt_model_spec *spec, dt_model_layout *out
     return layout_build(spec, 1, 0, 0, out);
 }
 
+int dt_model_vocab_padded(const dt_model_spec *spec) {
+    int m = spec->vocab_pad_multiple > 0 ? spec->vocab_pad_multiple : 1;
+    return (spec->vocab_size + m - 1) / m * m;
+}
+
 int dt_model_tp_check(const dt_model_spec *spec, int tp, char *msg, size_t len) {
     if (tp == 1) return 0;
     if (tp < 1) {
@@ -98,11 +103,11 @@ int dt_model_tp_check(const dt_model_spec *spec, int tp, char *msg, size_t len) 
     }
     if (spec->ops->tp_check(spec, tp, msg, len)) return 1;
     int m = spec->vocab_pad_multiple > 0 ? spec->vocab_pad_multiple : 1;
-    if (spec->vocab_size > 0 && ((spec->vocab_size + m - 1) / m * m) % tp != 0) {
+    if (spec->vocab_size > 0 && dt_model_vocab_padded(spec) % tp != 0) {
         snprintf(msg, len,
                  "model.vocab_pad_multiple: the padded vocabulary (%d rows, a multiple of %d) must divide "
                  "among tensor_parallel.size %d ranks: use a multiple of %d",
-                 (spec->vocab_size + m - 1) / m * m, m, tp, m * tp);
+                 dt_model_vocab_padded(spec), m, tp, m * tp);
         return 1;
     }
     return 0;
@@ -110,12 +115,10 @@ int dt_model_tp_check(const dt_model_spec *spec, int tp, char *msg, size_t len) 
 
 dt_status_t dt_model_layout_init_tp(const dt_model_spec *spec, int tp_size, int tp_rank, int sequence_parallel,
                                     dt_model_layout *out) {
+    memset(out, 0, sizeof *out); /* freeable on every error below */
     if (tp_size <= 1) return dt_model_layout_init(spec, out);
     char msg[512];
-    if (dt_model_tp_check(spec, tp_size, msg, sizeof msg)) {
-        memset(out, 0, sizeof *out);
-        return dt_error(DT_STATUS_CONFIG, "%s", msg);
-    }
+    if (dt_model_tp_check(spec, tp_size, msg, sizeof msg)) return dt_error(DT_STATUS_CONFIG, "%s", msg);
     if (tp_rank < 0 || tp_rank >= tp_size)
         return dt_error(DT_STATUS_INVALID, "tensor-parallel rank %d outside 0..%d", tp_rank, tp_size - 1);
     dt_model_layout *g = dt_xcalloc(1, sizeof *g);

@@ -300,6 +300,9 @@ typedef dt_status_t (*dt_model_global_read_fn)(void *ctx, size_t goffset, size_t
 dt_status_t dt_model_tp_fill(const dt_model_layout *l, size_t offset, size_t count, float *dst,
                              dt_model_global_read_fn read, void *ctx);
 
+/* vocab_size rounded up to vocab_pad_multiple (the rows of the embedding and head). */
+int dt_model_vocab_padded(const dt_model_spec *spec);
+
 /* Index of the tensor called name, or -1. */
 int dt_model_find(const dt_model_layout *l, const char *name);
 /* Parameters the model would have without vocab padding (GPT-2 124M: 124,439,808). */

@@ -220,3 +220,31 @@ void *dt_net_tp_column_backward(dt_net_t *net, void *dtmp, void *dred, void *dw,
     dt_net_tp_wait(net, h);
     return dinp;
 }
+
+void dt_net_xent_forward(dt_net_t *net, float *losses, const void *logits, float *stats, int BT) {
+    const dt_model_layout *l = net->layout;
+    const dt_ops_t *o = net->dev->ops;
+    int V = l->spec.vocab_size, Vp = l->vocab_padded;
+    if (l->tp_size <= 1) {
+        o->softmax_xent_forward(net->dev, losses, logits, net->d_targets, BT, V, Vp);
+        return;
+    }
+    int Vl = Vp / l->tp_size, v0 = l->tp_rank * Vl;
+    o->xent_vp_max(net->dev, stats, logits, BT, Vl, v0, V);
+    dt_net_tp_max_f32(net, stats, (size_t)BT);
+    o->xent_vp_sums(net->dev, stats, logits, net->d_targets, BT, Vl, v0, V);
+    dt_net_tp_sum_f32(net, stats + BT, 2 * (size_t)BT);
+    o->xent_vp_loss(net->dev, losses, stats, net->d_targets, BT);
+}
+
+void dt_net_xent_backward(dt_net_t *net, void *logits, const float *stats, float dscale, int BT) {
+    const dt_model_layout *l = net->layout;
+    const dt_ops_t *o = net->dev->ops;
+    int V = l->spec.vocab_size, Vp = l->vocab_padded;
+    if (l->tp_size <= 1) {
+        o->softmax_xent_backward(net->dev, logits, NULL, logits, net->d_targets, dscale, BT, V, Vp);
+        return;
+    }
+    int Vl = Vp / l->tp_size;
+    o->xent_vp_backward(net->dev, logits, logits, net->d_targets, stats, dscale, BT, Vl, l->tp_rank * Vl, V);
+}

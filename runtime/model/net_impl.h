@@ -77,6 +77,14 @@ void dt_net_tp_row_forward(dt_net_t *net, void *out, void *part, const void *inp
 void *dt_net_tp_column_backward(dt_net_t *net, void *dtmp, void *dred, void *dw, void *db, const void *dout,
                                 const void *x, const void *w, int BT, int C, int OC);
 
+/* The softmax cross-entropy of the logits (BT rows of vocab_padded columns, or of
+ * this rank's Vp/T under tensor parallelism: the vocabulary-parallel form, whose
+ * per-row max, sum and target logit go to stats, 3*BT fp32, summed over the group so
+ * no rank holds B*T*V logits) into losses; the backward turns the logits into
+ * dlogits in place from the same stats. (net.c) */
+void dt_net_xent_forward(dt_net_t *net, float *losses, const void *logits, float *stats, int BT);
+void dt_net_xent_backward(dt_net_t *net, void *logits, const float *stats, float dscale, int BT);
+
 /* fp32 sum / max over the group, in place (the vocabulary-parallel loss's stats). */
 static inline void dt_net_tp_sum_f32(dt_net_t *net, float *buf, size_t n) {
     if (net->tp) net->tp->all_reduce(net->tp_ctx, buf, n, 1, 0);

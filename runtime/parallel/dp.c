@@ -589,6 +589,8 @@ void dt_dp_free(dt_dp_t *dp) {
     if (dp->own_shard) dt_comm_free(dp->shard);
     dt_comm_free(dp->replica);
     dt_dp_plan_free(&dp->plan);
+    free(dp->rep_ptrs);
+    free(dp->rep_counts);
     free(dp->bs);
     free(dp->gfifo);
     free(dp->seq);

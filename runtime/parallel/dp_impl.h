@@ -58,6 +58,11 @@ struct dt_dp {
     float *master;         /* fp32 master weights, laid out as m and v; NULL when the
                               compute dtype is fp32 (the parameters are the masters) */
     size_t work_elems;     /* largest padded bucket */
+    /* tensor parallelism: this rank's gradient ranges of the tensors every TP rank
+     * holds whole (the norm counts them once), found once (dp_state.c) */
+    const void **rep_ptrs;
+    size_t *rep_counts;
+    int rep_n, rep_found;
     dp_slot gslots[DP_GSLOTS];
     dp_slot pslots[DP_PSLOTS];
     int n_gslots, n_pslots;

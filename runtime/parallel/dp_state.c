@@ -21,33 +21,32 @@ static void *param_ptr(dt_dp_t *dp, const dt_dp_run *r) {
 }
 
 /* Sum of squares of this rank's gradient elements that belong to tensors every TP
- * rank holds whole (tensor parallelism). */
+ * rank holds whole (tensor parallelism). The ranges are found on the first call:
+ * the gradient buffers do not move. */
 static double replicated_sq(dt_dp_t *dp) {
-    const dt_model_layout *l = dp->layout;
-    int n = dp->plan.n_runs, k = 0, cap = 64;
-    const void **ptrs = dt_xcalloc((size_t)cap, sizeof *ptrs);
-    size_t *counts = dt_xcalloc((size_t)cap, sizeof *counts);
-    for (int i = 0; i < n; i++) {
-        const dt_dp_run *r = &dp->plan.runs[i];
-        for (int j = 0; j < l->n_tensors; j++) {
-            const dt_tensor_info *t = &l->tensors[j];
-            if (t->tp_split != DT_TP_REPLICATED) continue;
-            size_t a = t->offset > r->offset ? t->offset : r->offset;
-            size_t e = t->offset + t->numel < r->offset + r->count ? t->offset + t->numel : r->offset + r->count;
-            if (a >= e) continue;
-            if (k == cap) {
-                cap *= 2;
-                ptrs = dt_xrealloc(ptrs, (size_t)cap * sizeof *ptrs);
-                counts = dt_xrealloc(counts, (size_t)cap * sizeof *counts);
+    if (!dp->rep_found) {
+        const dt_model_layout *l = dp->layout;
+        int cap = 0;
+        for (int i = 0; i < dp->plan.n_runs; i++) {
+            const dt_dp_run *r = &dp->plan.runs[i];
+            for (int j = 0; j < l->n_tensors; j++) {
+                const dt_tensor_info *t = &l->tensors[j];
+                if (t->tp_split != DT_TP_REPLICATED) continue;
+                size_t a = t->offset > r->offset ? t->offset : r->offset;
+                size_t e = t->offset + t->numel < r->offset + r->count ? t->offset + t->numel : r->offset + r->count;
+                if (a >= e) continue;
+                if (dp->rep_n == cap) {
+                    cap = cap ? 2 * cap : 64;
+                    dp->rep_ptrs = dt_xrealloc(dp->rep_ptrs, (size_t)cap * sizeof *dp->rep_ptrs);
+                    dp->rep_counts = dt_xrealloc(dp->rep_counts, (size_t)cap * sizeof *dp->rep_counts);
+                }
+                dp->rep_ptrs[dp->rep_n] = at(grad_ptr(dp, r), a - r->offset, dp->es);
+                dp->rep_counts[dp->rep_n++] = e - a;
             }
-            ptrs[k] = at(grad_ptr(dp, r), a - r->offset, dp->es);
-            counts[k++] = e - a;
         }
+        dp->rep_found = 1;
     }
-    double sq = k ? dp->dev->ops->grad_sq_norm_ranges(dp->dev, ptrs, counts, k) : 0.0;
-    free(ptrs);
-    free(counts);
-    return sq;
+    return dp->rep_n ? dp->dev->ops->grad_sq_norm_ranges(dp->dev, dp->rep_ptrs, dp->rep_counts, dp->rep_n) : 0.0;
 }
 
 /* The sum of sq over the ranks of comm (in place). */

@@ -278,11 +278,11 @@ double dt_plan_activation_bytes(const dt_plan_model *m, int micro_batch, int com
                   slot(BT * Q * d) /* dqkv */ + slot(BT * mlp_in * d) + slot(BT * mlp_act * d) +
                   slot(scratch) +
                   /* sequence parallelism: a gathered norm output, a row-parallel matmul's
-                   * partial sums, the gathered residual gradient, this rank's rows of a
-                   * reduced input gradient, a layer's partial norm weight (and bias)
-                   * gradients; TP: the vocabulary-parallel loss's max, sum and target
-                   * logit per row */
-                  (sp ? 3 * slot(BT * C * d) + slot(R * C * d) + slot(2 * m->norm_stats * C * d) : 0) +
+                   * partial sums (the gathered residual gradient in the backward), this
+                   * rank's rows of a reduced input gradient, a layer's partial norm weight
+                   * (and bias) gradients; TP: the vocabulary-parallel loss's max, sum and
+                   * target logit per row */
+                  (sp ? 2 * slot(BT * C * d) + slot(R * C * d) + slot(2 * m->norm_stats * C * d) : 0) +
                   (tp > 1 ? slot(3 * BT * 4) : 0);
     if (checkpointing) return L * rc + layer + once;
     return L * layer + once;
@@ -305,32 +305,38 @@ double dt_plan_all_gather_s(double bytes, int n, double bytes_per_s, double alph
 }
 
 dt_plan_tp_comm dt_plan_tp_comm_time(const dt_plan_model *m, int micro_batch, int compute_bytes,
-                                     int comm_bytes, const dt_plan_link *intra) {
+                                     const dt_plan_link *intra) {
     dt_plan_tp_comm r = {0};
     int tp = m->tp_size;
     if (tp <= 1 || m->feature_rows) return r;
     double bw = intra->gbps * 1e9, a = intra->alpha_us * 1e-6;
-    double BT = (double)micro_batch * m->seq_len;
-    double S = BT * m->n_embd * compute_bytes;
-    double per_dir = 2.0 * m->n_layer + 1; /* the layers' two, + embedding (fwd) or head (bwd) */
-    double one; /* one all-reduce of S, or its all-gather + reduce-scatter pair */
-    double coll;
-    if (m->sequence_parallel) {
-        one = dt_plan_all_gather_s(S, tp, bw, a) + dt_plan_reduce_scatter_s(S, tp, bw, a);
-        coll = 2;
-    } else {
-        one = dt_plan_all_reduce_s(S, tp, bw, a);
-        coll = 1;
+    double BT = (double)micro_batch * m->seq_len, L = m->n_layer, C = m->n_embd;
+    double S = BT * C * compute_bytes;
+    double ar = dt_plan_all_reduce_s(S, tp, bw, a), ag = dt_plan_all_gather_s(S, tp, bw, a),
+           rs = dt_plan_reduce_scatter_s(S, tp, bw, a);
+    /* the loss: the rows' max, then their sums of exponentials and target logits */
+    double loss = dt_plan_all_reduce_s(BT * 4, tp, bw, a) + dt_plan_all_reduce_s(2 * BT * 4, tp, bw, a);
+    if (!m->sequence_parallel) {
+        /* forward: the layers' two row-parallel outputs + the embedding's sum;
+         * backward: the layers' two input gradients + the head's */
+        r.fwd_s = (2 * L + 1) * ar + loss;
+        r.fwd_coll = 2 * L + 1 + 2;
+        r.bwd_s = (2 * L + 1) * ar;
+        r.bwd_coll = 2 * L + 1;
+        return r;
     }
-    double loss = 3 * dt_plan_all_reduce_s(BT * 4, tp, bw, a); /* max, sum exp, target logit */
-    r.fwd_s = per_dir * one + loss;
-    r.fwd_coll = per_dir * coll + 3;
-    r.bwd_s = per_dir * one;
-    r.bwd_coll = per_dir * coll;
-    if (m->sequence_parallel && m->n_replicated > 0) {
-        r.step_s = dt_plan_all_reduce_s(m->n_replicated * comm_bytes, tp, bw, a);
-        r.step_coll = 1;
-    }
+    /* forward: per layer the two norm outputs gathered and the two row-parallel
+     * outputs reduce-scattered; the embedding's reduce-scatter, the final norm's
+     * gather. backward: per layer the residual gradient gathered twice and the two
+     * norm outputs again (not kept), the two input gradients reduce-scattered, the
+     * layer's partial norm weight (and bias) gradients all-reduced; the head's
+     * reduce-scatter, the final norm's gradients, the embedding's gather. */
+    double norm = m->norm_stats * C * compute_bytes; /* one norm's weights (and biases) */
+    r.fwd_s = L * (2 * ag + 2 * rs) + rs + ag + loss;
+    r.fwd_coll = 4 * L + 2 + 2;
+    r.bwd_s = L * (4 * ag + 2 * rs + dt_plan_all_reduce_s(2 * norm, tp, bw, a)) + rs +
+              dt_plan_all_reduce_s(norm, tp, bw, a) + ag;
+    r.bwd_coll = 7 * L + 3;
     return r;
 }
 
@@ -493,11 +499,11 @@ dt_status_t dt_plan_row_compute(const dt_plan_input *in, dt_plan_strategy_t s, i
     if (exposed > comm) exposed = comm;
     /* TP: every micro-batch's collectives (the forward's twice when recomputed) and
      * the step's, all on the critical path */
-    dt_plan_tp_comm tc = dt_plan_tp_comm_time(m, in->micro_batch, cb, in->comm_bytes, &in->intra);
-    out->tp_comm_s = in->accum * (tc.fwd_s * (recompute > 1 ? 2 : 1) + tc.bwd_s) + tc.step_s;
+    dt_plan_tp_comm tc = dt_plan_tp_comm_time(m, in->micro_batch, cb, &in->intra);
+    out->tp_comm_s = in->accum * (tc.fwd_s * (recompute > 1 ? 2 : 1) + tc.bwd_s);
     comm += out->tp_comm_s;
     exposed += out->tp_comm_s;
-    ncoll += in->accum * (tc.fwd_coll * (recompute > 1 ? 2 : 1) + tc.bwd_coll) + tc.step_coll;
+    ncoll += in->accum * (tc.fwd_coll * (recompute > 1 ? 2 : 1) + tc.bwd_coll);
     out->comm_s = comm;
     out->exposed_s = exposed;
     out->overlapped_s = comm - exposed;

@@ -84,18 +84,23 @@
  *   with sequence parallelism; tokens, targets and losses stay B·T (the
  *   vocabulary-parallel embedding and loss read every token); dtmp keeps B·T rows of
  *   max(C, A/T) (the partial sums of d(norm output) before their all-reduce or
- *   reduce-scatter); sequence parallelism adds one B·T·C slot for the gathered norm
- *   output the column-parallel matmuls read.
+ *   reduce-scatter); sequence parallelism adds two B·T·C slots (the gathered norm
+ *   output the column-parallel matmuls read; a row-parallel matmul's partial sums,
+ *   the gathered residual gradient in the backward), this rank's rows of a reduced
+ *   gradient and a layer's partial norm gradients; TP adds the loss's 3 fp32 per row.
  *   Compute: FLOPs per token / T per rank (each rank runs 1/T of every matmul).
  *   Communication on the intra-node link, S = B·T·C bytes of the compute dtype, per
- *   micro-batch: forward 2 all-reduces per layer + 1 (the vocabulary-parallel
- *   embedding's sum), backward 2 per layer + 1 (the head's input gradient); with
- *   sequence parallelism each all-reduce is an all-gather + reduce-scatter pair of
- *   the same bus volume (2(T−1)/T·S) and twice the latencies; the vocabulary-
- *   parallel loss all-reduces 3 fp32 values per token (max, sum of exponentials,
- *   target logit: 12·B·T bytes, negligible beside S but 3 latencies); with
- *   sequence parallelism the replicated tensors' gradients (partial per rank) are
- *   all-reduced once per step. A recomputed forward (activation checkpointing)
+ *   micro-batch, as the models issue them: forward 2 all-reduces of S per layer + 1
+ *   (the vocabulary-parallel embedding's sum), backward 2 per layer + 1 (the head's
+ *   input gradient). With sequence parallelism the forward has per layer 2
+ *   all-gathers (norm outputs) + 2 reduce-scatters (row-parallel outputs), + the
+ *   embedding's reduce-scatter and the final norm's all-gather; the backward per
+ *   layer 4 all-gathers (the residual gradient twice, the norm outputs again) + 2
+ *   reduce-scatters + 1 all-reduce of the layer's partial norm gradients, + the
+ *   head's reduce-scatter, the final norm's all-reduce and the embedding's
+ *   all-gather. The vocabulary-parallel loss all-reduces the rows' max (4·B·T bytes)
+ *   then their sums and target logits (8·B·T): small beside S but 2 latencies. A
+ *   recomputed forward (activation checkpointing)
  *   repeats the forward's collectives. All of it is exposed: the next op reads the
  *   result (no overlap modelled).
  * Scaling efficiency e = ideal / planned = compute without recompute / step.
@@ -267,15 +272,15 @@ double dt_plan_all_reduce_s(double bytes, int n, double bytes_per_s, double alph
 double dt_plan_reduce_scatter_s(double bytes, int n, double bytes_per_s, double alpha_s);
 double dt_plan_all_gather_s(double bytes, int n, double bytes_per_s, double alpha_s);
 
-/* TP communication (plan.h's TP formulas) of a model with tp_size > 1, on the
- * intra-node link: one micro-batch's forward and backward, and the once-per-step
- * part; seconds and collectives. All zero at tp_size 1. */
+/* TP communication (the TP formulas above) of a model with tp_size > 1, on the
+ * intra-node link: one micro-batch's forward and backward, seconds and collectives.
+ * All zero at tp_size 1. */
 typedef struct dt_plan_tp_comm {
-    double fwd_s, bwd_s, step_s;
-    double fwd_coll, bwd_coll, step_coll;
+    double fwd_s, bwd_s;
+    double fwd_coll, bwd_coll;
 } dt_plan_tp_comm;
 dt_plan_tp_comm dt_plan_tp_comm_time(const dt_plan_model *m, int micro_batch, int compute_bytes,
-                                     int comm_bytes, const dt_plan_link *intra);
+                                     const dt_plan_link *intra);
 
 /* Time H/(N·e) and cost N·p·H/(N·e) of H one-GPU hours on n GPUs. */
 void dt_plan_cost(double hours_1gpu, int n, double price, double efficiency, double *hours,

@@ -249,12 +249,13 @@ static dt_status_t ckpt_dp_read(void *ctx, const dt_dp_range *r) {
     return dt_train_ckpt_read_range(&x->view, x->c, r->offset, r->count, r->param, r->m, r->v);
 }
 
-/* Elements [offset, offset + count) of the initial parameters: model.pretrained's
- * weights, else the seed's. */
+/* Elements [goffset, goffset + n) of the whole model's pretrained weights. */
 static dt_status_t hf_read(void *ctx, size_t goffset, size_t n, float *dst) {
     return dt_hf_weights_fill(((trainer *)ctx)->hf, goffset, n, dst);
 }
 
+/* Elements [offset, offset + count) of this rank's initial parameters (its TP
+ * piece's): model.pretrained's weights, else the seed's. */
 static dt_status_t init_fill(void *ctx, size_t offset, size_t count, float *dst) {
     trainer *t = ctx;
     if (t->hf) return dt_model_tp_fill(&t->layout, offset, count, dst, hf_read, t); /* a TP piece: its parts */
@@ -424,10 +425,7 @@ static dt_status_t setup(trainer *t) {
         }
         DT_CHECK(dt_comm_init(&cc, &t->comm));
         if (t->place.tp_size > 1) {
-            if (t->layout.sequence_parallel && (t->B * t->T) % t->place.tp_size != 0)
-                return dt_error(DT_STATUS_CONFIG,
-                                "tensor_parallel.sequence_parallel: micro-batch x seq_len = %d rows must divide "
-                                "among tensor_parallel.size %d ranks", t->B * t->T, t->place.tp_size);
+            /* dt_config_resolve checked that sequence parallelism's rows divide */
             DT_CHECK(dt_tp_split(t->comm, t->place.tp_size, &t->tp_comm, &t->dp_comm));
             DT_CHECK(dt_tp_init(&t->tp, t->tp_comm, t->dev, &t->net));
         }
@@ -552,8 +550,6 @@ static dt_status_t evaluate(trainer *t, double *val_loss) {
     return dt_dp_check(t->dp);
 }
 
-/* Prints n generated characters (text data only), sampling with temperature
- * 0.8 from a fresh micro-batch-1 network over the trained parameters. */
 typedef struct place_ctx {
     const float *piece;
     float *global;
@@ -582,24 +578,26 @@ static dt_status_t gather_global_params(trainer *t, float **out) {
     int T = t->place.tp_size;
     const dt_model_layout *g = t->layout.global;
     const dt_ops_t *o = t->dev->ops;
-    float *all = dt_mem_alloc(DT_MEM_OTHER, (size_t)T * n * sizeof(float)), *global = NULL;
+    float *all = dt_mem_alloc(DT_MEM_OTHER, (size_t)T * n * sizeof(float));
+    float *global = dt_mem_alloc(DT_MEM_OTHER, g->n_params * sizeof(float));
     void *dsend = NULL, *drecv = NULL;
-    if (!all) {
-        st = DT_STATUS_NOMEM;
-        goto out_free;
-    }
-    DT_CHECK_GOTO(o->alloc(t->dev, DT_MEM_OTHER, n * sizeof(float), &dsend), st, out_free);
-    DT_CHECK_GOTO(o->alloc(t->dev, DT_MEM_OTHER, (size_t)T * n * sizeof(float), &drecv), st, out_free);
+    int ok = all && global && o->alloc(t->dev, DT_MEM_OTHER, n * sizeof(float), &dsend) == DT_STATUS_OK &&
+             o->alloc(t->dev, DT_MEM_OTHER, (size_t)T * n * sizeof(float), &drecv) == DT_STATUS_OK;
+    /* every rank reaches the gather or none does: agree on the buffers first */
+    int world = dt_dp_world_size(t->dp);
+    double mine = ok, *oks = dt_xcalloc((size_t)world, sizeof *oks);
+    st = dt_dp_all_gather_f64(t->dp, &mine, 1, oks);
+    for (int r = 0; r < world; r++) ok = ok && oks[r] != 0;
+    free(oks);
+    if (st == DT_STATUS_OK && !ok)
+        st = dt_error(DT_STATUS_NOMEM, "gathering the whole model's parameters: a rank cannot hold %.1f MB more",
+                      (double)(2 * T * n + g->n_params) * 4 / 1e6);
+    if (st != DT_STATUS_OK) goto out_free;
     DT_CHECK_GOTO(o->copy(t->dev, dsend, piece, n * sizeof(float), DT_COPY_HOST_TO_DEVICE), st, out_free);
     DT_CHECK_GOTO(o->synchronize(t->dev), st, out_free);
     DT_CHECK_GOTO(dt_comm_all_gather(t->tp_comm, dsend, drecv, n, DT_COMM_F32), st, out_free);
     DT_CHECK_GOTO(o->copy(t->dev, all, drecv, (size_t)T * n * sizeof(float), DT_COPY_DEVICE_TO_HOST), st, out_free);
     DT_CHECK_GOTO(o->synchronize(t->dev), st, out_free);
-    global = dt_mem_alloc(DT_MEM_OTHER, g->n_params * sizeof(float));
-    if (!global) {
-        st = DT_STATUS_NOMEM;
-        goto out_free;
-    }
     for (int r = T - 1; r >= 0 && st == DT_STATUS_OK; r--) { /* rank 0 last: its replicated tensors stand */
         dt_model_layout lr;
         st = dt_model_layout_init_tp(&t->layout.spec, T, r, t->layout.sequence_parallel, &lr);
@@ -623,6 +621,9 @@ static int wants_sample(const trainer *t) {
            dt_data_kind(t->data) == DT_DATA_TEXT;
 }
 
+/* Prints n generated characters (text data only), sampling with temperature
+ * 0.8 from a fresh micro-batch-1 network over the trained parameters (the whole
+ * model's: gather_global_params). */
 static dt_status_t print_sample(trainer *t, int n, const float *host_params) {
     if (n <= 0 || !wants_sample(t)) return DT_STATUS_OK;
     dt_sample_net sn;
