@@ -23,6 +23,31 @@
 #define DT_STORE_MAX_KEY_BYTES (8u * 1024u)
 #define DT_STORE_MAX_VALUE_BYTES (8u * 1024u * 1024u)
 #define DT_STORE_MAX_KEYS_PER_REQUEST (128u * 1024u)
+/* What one client, and all of them together, may cost the server (README,
+ * "Store limits"). A client over a limit is closed and logged with its address;
+ * the others keep being served. */
+/* Incomplete input one connection may have buffered (one frame, or frames behind a
+ * GET that waits for its key). */
+#define DT_STORE_MAX_FRAME_BYTES ((size_t)128 << 20)
+/* Incomplete input buffered across all connections. */
+#define DT_STORE_MAX_BUFFERED_BYTES ((size_t)256 << 20)
+/* Keys (stored or waited for) and the bytes they hold: keys, values, waiters. */
+#define DT_STORE_MAX_KEYS ((size_t)1 << 20)
+#define DT_STORE_MAX_STORED_BYTES ((size_t)256 << 20)
+/* Replies queued for one connection that is not reading them (it is closed), and
+ * for all connections together (a value reply over it closes its connection). */
+#define DT_STORE_MAX_UNSENT_BYTES ((size_t)64 << 20)
+#define DT_STORE_MAX_UNSENT_TOTAL_BYTES ((size_t)256 << 20)
+/* Past this many queued reply bytes the server stops reading the connection until
+ * it reads its replies (a PING flood costs this much, not its whole stream). */
+#define DT_STORE_READ_PAUSE_BYTES ((size_t)64 << 10)
+/* VALIDATE must be the first frame and arrive within this many seconds. */
+#define DT_STORE_VALIDATE_TIMEOUT_S 5
+/* Connections from one peer address. */
+#define DT_STORE_MAX_CONNS_PER_PEER 4096
+/* File descriptors kept free for the rest of the process (the agent's pipes, logs);
+ * the soft RLIMIT_NOFILE is raised to the hard one when the server starts. */
+#define DT_STORE_FD_RESERVE 64
 #define DT_STORE_DEFAULT_PORT 29500
 
 /* ---- server -------------------------------------------------------------- */

@@ -10,12 +10,20 @@
  * through); a GET or MULTI_GET of a missing key does: the frame stays unparsed
  * until its keys exist, then the connection resumes where it stopped.
  * Everything here runs on the loop thread except start, stop and the counters.
+ *
+ * What a client may cost is bounded (the DT_STORE_MAX_* limits in store.h): the
+ * first frame must be VALIDATE and arrive within DT_STORE_VALIDATE_TIMEOUT_S;
+ * buffered input, stored keys and bytes, and unsent replies each have a budget per
+ * connection and across all of them; a connection whose replies queue up is not
+ * read until it reads them; connections are capped per peer address and below the
+ * file descriptor limit, refusals are logged (at most one line a second).
  */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <netdb.h>
 #include <pthread.h>
+#include <sys/resource.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,12 +37,8 @@
 #include "rendezvous/store.h"
 
 #define READ_BUF_BYTES (64 * 1024)
-/* A frame still incomplete at this size is refused (128 Ki keys of 8 KiB each
- * would need 1 GiB; no rendezvous needs anything near). */
-#define MAX_PENDING_INPUT ((size_t)1 << 30)
-/* A client with this much of its replies still unsent is not reading them; it is
- * closed rather than allowed to grow the server without bound. */
-#define MAX_UNSENT_REPLIES ((size_t)64 << 20)
+/* How often connections that never sent VALIDATE are looked for. */
+#define SWEEP_INTERVAL_MS 1000
 
 typedef struct client client_t;
 typedef struct entry entry_t;
@@ -57,6 +61,7 @@ struct wait_req {
     int kind;
     size_t remaining;
     size_t nlinks;
+    size_t cost; /* bytes charged to the store's budget */
     wait_link_t links[];
 };
 
@@ -80,8 +85,10 @@ struct client {
     dt_store_buf_t out;
     client_t *dirty_next, *resume_next;
     int in_dirty, in_resume;
-    int validated, closing, blocked;
+    int validated, closing, blocked, read_paused;
     wait_req_t *reqs;
+    uint64_t accepted_ms;         /* loop time of the accept (VALIDATE deadline) */
+    struct sockaddr_storage peer; /* for the per-peer cap; family 0 if unknown */
     char addr[64];
 };
 
@@ -104,6 +111,14 @@ struct dt_store_server {
     client_t *clients;
     client_t *dirty, *resume;
     atomic_size_t num_keys, num_clients;
+    uv_timer_t sweep;            /* closes connections past the VALIDATE deadline */
+    size_t buffered;             /* bytes of incomplete input, all connections */
+    size_t stored;               /* bytes of keys, values and waiters held */
+    size_t unsent;               /* reply bytes queued in libuv, all connections */
+    size_t max_conns;            /* below the file descriptor limit */
+    long fd_limit;
+    uint64_t last_refusal_ms;    /* refusal log lines: at most one a second */
+    unsigned refused_quiet;      /* refusals not logged since the last line */
     uint8_t readbuf[READ_BUF_BYTES];
 };
 
@@ -144,6 +159,7 @@ static entry_t *map_get_or_create(dt_store_server_t *srv, const uint8_t *k, size
     if (e) return e;
     if (srv->nentries + 1 > srv->nbuckets - srv->nbuckets / 4) map_grow(srv);
     e = dt_xcalloc(1, sizeof *e + n);
+    srv->stored += sizeof *e + n;
     e->hash = hash_key(k, n);
     e->klen = n;
     memcpy(e->key, k, n);
@@ -161,6 +177,7 @@ static void entry_maybe_free(dt_store_server_t *srv, entry_t *e) {
     while (*pp != e) pp = &(*pp)->chain;
     *pp = e->chain;
     srv->nentries--;
+    srv->stored -= sizeof *e + e->klen + e->vlen;
     free(e->val);
     free(e);
 }
@@ -168,6 +185,7 @@ static void entry_maybe_free(dt_store_server_t *srv, entry_t *e) {
 static void entry_set(dt_store_server_t *srv, entry_t *e, const void *v, size_t n) {
     if (!e->present) atomic_fetch_add(&srv->num_keys, 1);
     e->present = 1;
+    srv->stored = srv->stored - e->vlen + n;
     if (e->vlen != n || !e->val) e->val = dt_xrealloc(e->val, n);
     if (n) memcpy(e->val, v, n);
     e->vlen = n;
@@ -194,12 +212,18 @@ static void reply_u8(client_t *c, uint8_t v) { reply_raw(c, &v, 1); }
 static void reply_i64(client_t *c, int64_t v) { reply_raw(c, &v, 8); }
 
 /* Value replies (never sent from a wake-up, so closing here is safe): one reply of
- * any size is fine, but not more than 64 MiB waiting behind earlier ones. */
+ * any size is fine, but not more than DT_STORE_MAX_UNSENT_BYTES waiting behind
+ * earlier ones, nor past the budget of all connections' unsent replies. Small
+ * replies are bounded by pausing reads instead (client_flush). */
 static void reply_bytes(client_t *c, const void *p, size_t n) {
     if (c->closing) return;
     size_t pending = c->out.len + uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
-    if (pending > 0 && pending + n > MAX_UNSENT_REPLIES) {
+    if (pending > 0 && pending + n > DT_STORE_MAX_UNSENT_BYTES) {
         client_close(c, "client is not reading its replies (over 64 MiB unsent)");
+        return;
+    }
+    if (c->srv->unsent + c->out.len + n > DT_STORE_MAX_UNSENT_TOTAL_BYTES) {
+        client_close(c, "the replies of all connections already hold 256 MiB unsent");
         return;
     }
     dt_store_buf_put_bytes(&c->out, p, n);
@@ -208,6 +232,7 @@ static void reply_bytes(client_t *c, const void *p, size_t n) {
 
 static void req_free(wait_req_t *r) {
     client_t *c = r->client;
+    c->srv->stored -= r->cost;
     if (r->prev) r->prev->next = r->next;
     else c->reqs = r->next;
     if (r->next) r->next->prev = r->prev;
@@ -262,6 +287,8 @@ static void entry_notify(entry_t *e) {
 /* Registers a request on the given entries (all missing, or the barrier key). */
 static wait_req_t *req_new(client_t *c, int kind, size_t nlinks) {
     wait_req_t *r = dt_xcalloc(1, sizeof *r + nlinks * sizeof(wait_link_t));
+    r->cost = sizeof *r + nlinks * sizeof(wait_link_t);
+    c->srv->stored += r->cost;
     r->client = c;
     r->kind = kind;
     r->next = c->reqs;
@@ -288,6 +315,7 @@ static void on_client_closed(uv_handle_t *h) {
     else srv->clients = c->next;
     if (c->next) c->next->prev = c->prev;
     atomic_fetch_sub(&srv->num_clients, 1);
+    srv->buffered -= c->in.len;
     dt_store_buf_free(&c->in);
     dt_store_buf_free(&c->out);
     free(c);
@@ -321,14 +349,26 @@ static void client_close(client_t *c, const char *reason) {
     uv_close((uv_handle_t *)&c->tcp, on_client_closed);
 }
 
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+
+/* The client read enough of its replies: serve its input again. */
 static void on_write_done(uv_write_t *req, int status) {
     write_req_t *w = (write_req_t *)req;
+    client_t *c = w->client;
+    c->srv->unsent -= w->len;
     if (status < 0 && status != UV_ECANCELED) {
         char why[128];
         snprintf(why, sizeof why, "write failed: %s", uv_strerror(status));
-        client_close(w->client, why);
+        client_close(c, why);
     }
     free(w);
+    if (c->read_paused && !c->closing &&
+        uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) <= DT_STORE_READ_PAUSE_BYTES / 2) {
+        c->read_paused = 0;
+        int r = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+        if (r < 0) client_close(c, uv_strerror(r));
+    }
 }
 
 static void client_flush(client_t *c) {
@@ -355,6 +395,13 @@ static void client_flush(client_t *c) {
             free(w);
             client_close(c, "write could not be queued");
             return;
+        }
+        c->srv->unsent += left;
+        /* Not reading its replies: read no more requests until it does. */
+        if (!c->read_paused &&
+            uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) > DT_STORE_READ_PAUSE_BYTES) {
+            uv_read_stop((uv_stream_t *)&c->tcp);
+            c->read_paused = 1;
         }
     }
     c->out.len = 0;
@@ -419,6 +466,37 @@ static void wait_on_missing(dt_store_server_t *srv, client_t *c, const dt_store_
 
 enum { HANDLED = 0, BLOCKED = 1, CLOSED = -1 };
 
+#define ENTRY_COST(klen) (sizeof(entry_t) + (klen))
+#define WAIT_COST(nkeys) (sizeof(wait_req_t) + (nkeys) * sizeof(wait_link_t))
+
+/* A write or wait that may add new_keys keys and bytes bytes fits the store's
+ * limits (1), or the client is closed (0): a full store refuses what would grow
+ * it, not what it already holds. */
+static int admit(client_t *c, size_t new_keys, size_t bytes) {
+    dt_store_server_t *srv = c->srv;
+    if (srv->nentries + new_keys <= DT_STORE_MAX_KEYS &&
+        srv->stored + bytes <= DT_STORE_MAX_STORED_BYTES)
+        return 1;
+    char why[200];
+    snprintf(why, sizeof why, "the store is full: %zu keys and %zu bytes held (limits %zu keys, "
+             "%zu bytes)", srv->nentries, srv->stored, (size_t)DT_STORE_MAX_KEYS,
+             (size_t)DT_STORE_MAX_STORED_BYTES);
+    client_close(c, why);
+    return 0;
+}
+
+/* What setting key to a value of vlen bytes adds. */
+static int admit_set(client_t *c, const dt_store_bytes_t *key, size_t vlen) {
+    entry_t *e = map_find(c->srv, key->ptr, key->len);
+    if (e) return admit(c, 0, vlen > e->vlen ? vlen - e->vlen : 0);
+    return admit(c, 1, ENTRY_COST(key->len) + vlen);
+}
+
+/* What a frame listing n keys adds at most (new entries, waiters, values). */
+static int admit_list(client_t *c, const dt_store_frame_t *f) {
+    return admit(c, (size_t)f->n, f->size + f->n * ENTRY_COST(0) + WAIT_COST(f->n));
+}
+
 static int handle_frame(client_t *c, const dt_store_frame_t *f) {
     dt_store_server_t *srv = c->srv;
     char why[160];
@@ -440,6 +518,35 @@ static int handle_frame(client_t *c, const dt_store_frame_t *f) {
         client_close(c, why);
         return CLOSED;
     }
+
+    /* Whatever may grow the store is weighed first. */
+    int fits = 1;
+    switch (f->cmd) {
+    case DT_STORE_CMD_SET: fits = admit_set(c, &f->key, f->a.len); break;
+    case DT_STORE_CMD_APPEND:
+        e = map_find(srv, f->key.ptr, f->key.len);
+        fits = e ? admit(c, 0, f->a.len) : admit(c, 1, ENTRY_COST(f->key.len) + f->a.len);
+        break;
+    case DT_STORE_CMD_COMPARE_SET:
+        fits = admit_set(c, &f->key, f->a.len > f->b.len ? f->a.len : f->b.len);
+        break;
+    case DT_STORE_CMD_ADD: fits = admit_set(c, &f->key, 32); break;
+    case DT_STORE_CMD_BARRIER:
+        e = map_find(srv, f->key.ptr, f->key.len);
+        fits = admit(c, !e, (e ? 0 : ENTRY_COST(f->key.len)) + 32 + WAIT_COST(1));
+        break;
+    case DT_STORE_CMD_GET:
+        e = map_find(srv, f->key.ptr, f->key.len);
+        if (!e || !e->present) fits = admit(c, !e, ENTRY_COST(f->key.len) + WAIT_COST(1));
+        break;
+    case DT_STORE_CMD_WAIT:
+    case DT_STORE_CMD_MULTI_GET:
+        if (!keys_present(srv, f)) fits = admit_list(c, f);
+        break;
+    case DT_STORE_CMD_MULTI_SET: fits = admit_list(c, f); break;
+    default: break;
+    }
+    if (!fits) return CLOSED;
 
     switch (f->cmd) {
     case DT_STORE_CMD_PING:
@@ -610,11 +717,18 @@ static size_t client_serve(client_t *c, const uint8_t *buf, size_t len) {
         dt_store_frame_t f;
         size_t need = 0;
         char why[160];
+        /* Judged on its first byte: a stranger's 1 GiB frame is never buffered. */
+        if (!c->validated && buf[off] != DT_STORE_CMD_VALIDATE) {
+            snprintf(why, sizeof why, "first command must be VALIDATE, got %s",
+                     dt_store_cmd_name(buf[off]));
+            client_close(c, why);
+            break;
+        }
         dt_store_parse_result_t r = dt_store_parse(buf + off, len - off, &f, &need, why,
                                                    sizeof why);
         if (r == DT_STORE_PARSE_NEED_MORE) {
-            if (need > MAX_PENDING_INPUT) {
-                client_close(c, "request larger than 1 GiB");
+            if (need > DT_STORE_MAX_FRAME_BYTES) {
+                client_close(c, "request larger than 128 MiB");
                 break;
             }
             c->need = need;
@@ -636,7 +750,27 @@ static size_t client_serve(client_t *c, const uint8_t *buf, size_t len) {
 static void client_serve_buffered(client_t *c) {
     if (c->closing || c->blocked || c->in.len < c->need) return;
     size_t used = client_serve(c, c->in.data, c->in.len);
-    if (!c->closing) dt_store_buf_consume(&c->in, used);
+    if (!c->closing) {
+        dt_store_buf_consume(&c->in, used);
+        c->srv->buffered -= used;
+    }
+}
+
+/* Buffers input that does not form a whole frame yet, within the connection's and
+ * the server's budgets (0 when it did not fit and the client is closed). */
+static int client_buffer(client_t *c, const uint8_t *p, size_t n) {
+    dt_store_server_t *srv = c->srv;
+    if (c->in.len + n > DT_STORE_MAX_FRAME_BYTES) {
+        client_close(c, "more than 128 MiB of unanswered input");
+        return 0;
+    }
+    if (srv->buffered + n > DT_STORE_MAX_BUFFERED_BYTES) {
+        client_close(c, "the input buffered for all connections is at its 256 MiB budget");
+        return 0;
+    }
+    dt_store_buf_put_raw(&c->in, p, n);
+    srv->buffered += n;
+    return 1;
 }
 
 /* Runs after every loop callback that may have produced replies or wake-ups. */
@@ -687,23 +821,77 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     if (c->in.len == 0 && !c->blocked) {
         /* Fast path: whole frames straight from the read buffer. */
         size_t used = client_serve(c, data, n);
-        if (!c->closing && used < n) dt_store_buf_put_raw(&c->in, data + used, n - used);
-    } else {
-        if (c->in.len + n > MAX_PENDING_INPUT) {
-            client_close(c, "more than 1 GiB of unanswered input");
-        } else {
-            dt_store_buf_put_raw(&c->in, data, n);
-            client_serve_buffered(c);
-        }
+        if (!c->closing && used < n) client_buffer(c, data + used, n - used);
+    } else if (client_buffer(c, data, n)) {
+        client_serve_buffered(c);
     }
     if (!c->closing && c->in.len == 0 && c->in.cap > (1u << 20)) dt_store_buf_free(&c->in);
     server_drain(srv);
 }
 
+/* 1 when a and b are the same IP address (ports aside). */
+static int same_peer(const struct sockaddr_storage *a, const struct sockaddr_storage *b) {
+    if (a->ss_family != b->ss_family) return 0;
+    if (a->ss_family == AF_INET)
+        return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+               ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+    if (a->ss_family == AF_INET6)
+        return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+                       &((const struct sockaddr_in6 *)b)->sin6_addr, sizeof(struct in6_addr));
+    return 0;
+}
+
+/* Closes a connection the server cannot take; logs at most one line a second. */
+static void refuse(client_t *c, const char *why) {
+    dt_store_server_t *srv = c->srv;
+    uint64_t now = uv_now(&srv->loop);
+    if (srv->last_refusal_ms == 0 || now - srv->last_refusal_ms >= 1000) {
+        DT_LOG_WARN("store: refusing connection from %s: %s (%u more refused since the last "
+                    "such line)", client_addr(c), why, srv->refused_quiet);
+        srv->last_refusal_ms = now;
+        srv->refused_quiet = 0;
+    } else {
+        srv->refused_quiet++;
+    }
+    client_close(c, NULL);
+}
+
+/* Admits c under the connection limits: at the file descriptor limit the oldest
+ * connection that has not sent VALIDATE makes room, else c is refused. */
+static int admit_connection(client_t *c) {
+    dt_store_server_t *srv = c->srv;
+    char why[160];
+    size_t open = 0, same = 0;
+    client_t *oldest = NULL;
+    for (client_t *o = srv->clients; o; o = o->next) {
+        if (o == c || o->closing) continue;
+        open++;
+        if (same_peer(&o->peer, &c->peer)) same++;
+        if (!o->validated) oldest = o; /* the list is newest first */
+    }
+    if (same >= DT_STORE_MAX_CONNS_PER_PEER) {
+        snprintf(why, sizeof why, "%zu connections from this address already (limit %d)", same,
+                 DT_STORE_MAX_CONNS_PER_PEER);
+        refuse(c, why);
+        return 0;
+    }
+    if (open >= srv->max_conns) {
+        snprintf(why, sizeof why, "%zu connections open, at the file descriptor limit (%ld)",
+                 open, srv->fd_limit);
+        if (!oldest) {
+            refuse(c, why);
+            return 0;
+        }
+        refuse(oldest, why);
+    }
+    return 1;
+}
+
 static void on_connection(uv_stream_t *listener, int status) {
     dt_store_server_t *srv = listener->data;
     if (status < 0) {
-        DT_LOG_WARN("store: accept failed: %s", uv_strerror(status));
+        DT_LOG_WARN("store: cannot accept a connection: %s (file descriptor limit %ld)",
+                    uv_strerror(status), srv->fd_limit);
         return;
     }
     client_t *c = dt_xcalloc(1, sizeof *c);
@@ -712,14 +900,39 @@ static void on_connection(uv_stream_t *listener, int status) {
     c->next = srv->clients;
     if (srv->clients) srv->clients->prev = c;
     srv->clients = c;
+    c->accepted_ms = uv_now(&srv->loop);
     atomic_fetch_add(&srv->num_clients, 1);
     if (uv_accept(listener, (uv_stream_t *)&c->tcp) < 0) {
         client_close(c, "accept failed");
         return;
     }
+    int sl = sizeof c->peer;
+    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&c->peer, &sl) != 0)
+        c->peer.ss_family = 0;
+    if (!admit_connection(c)) return;
     uv_tcp_nodelay(&c->tcp, 1);
     int r = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
     if (r < 0) client_close(c, uv_strerror(r));
+}
+
+/* Closes connections that did not send VALIDATE in time; one log line per sweep. */
+static void on_sweep(uv_timer_t *t) {
+    dt_store_server_t *srv = t->data;
+    uint64_t now = uv_now(&srv->loop);
+    size_t n = 0;
+    client_t *last = NULL;
+    for (client_t *c = srv->clients; c; c = c->next) {
+        if (c->validated || c->closing ||
+            now - c->accepted_ms < (uint64_t)DT_STORE_VALIDATE_TIMEOUT_S * 1000)
+            continue;
+        if (!last) client_addr(c);
+        last = last ? last : c;
+        n++;
+        client_close(c, NULL);
+    }
+    if (n)
+        DT_LOG_WARN("store: closed %zu connection(s) that sent no VALIDATE within %d s "
+                    "(one from %s)", n, DT_STORE_VALIDATE_TIMEOUT_S, last->addr);
 }
 
 /* ---- start / stop ----------------------------------------------------------- */
@@ -727,6 +940,7 @@ static void on_connection(uv_stream_t *listener, int status) {
 static void on_stop(uv_async_t *a) {
     dt_store_server_t *srv = a->data;
     for (client_t *c = srv->clients; c; c = c->next) client_close(c, NULL);
+    uv_close((uv_handle_t *)&srv->sweep, NULL);
     uv_close((uv_handle_t *)&srv->listener, NULL);
     uv_close((uv_handle_t *)&srv->stop_async, NULL);
 }
@@ -745,6 +959,23 @@ static int read_somaxconn(void) {
         fclose(f);
     }
     return v > 0 ? v : 4096;
+}
+
+/* Raises the soft file descriptor limit to the hard one (a store is worth the
+ * descriptors the system allows) and returns the limit now in force. */
+static long raise_fd_limit(void) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return 1024;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rlim_t want = rl.rlim_max == RLIM_INFINITY ? (rlim_t)1 << 20 : rl.rlim_max;
+        struct rlimit up = {.rlim_cur = want, .rlim_max = rl.rlim_max};
+        if (want > rl.rlim_cur && setrlimit(RLIMIT_NOFILE, &up) == 0) {
+            DT_LOG_DEBUG("store: file descriptor limit raised from %ld to %ld",
+                         (long)rl.rlim_cur, (long)want);
+            rl.rlim_cur = want;
+        }
+    }
+    return rl.rlim_cur == RLIM_INFINITY ? 1L << 20 : (long)rl.rlim_cur;
 }
 
 static void free_map(dt_store_server_t *srv) {
@@ -783,6 +1014,10 @@ dt_status_t dt_store_server_start(const char *host, int port, dt_store_server_t 
     snprintf(srv->host, sizeof srv->host, "%s", host);
     srv->nbuckets = 1024;
     srv->buckets = dt_xcalloc(srv->nbuckets, sizeof *srv->buckets);
+    srv->fd_limit = raise_fd_limit();
+    srv->max_conns = srv->fd_limit > 2 * DT_STORE_FD_RESERVE
+                         ? (size_t)(srv->fd_limit - DT_STORE_FD_RESERVE)
+                         : (size_t)(srv->fd_limit / 2);
     int r = uv_loop_init(&srv->loop);
     if (r < 0) {
         st = dt_error(DT_STATUS_SYS, "store: uv_loop_init: %s", uv_strerror(r));
@@ -792,6 +1027,9 @@ dt_status_t dt_store_server_start(const char *host, int port, dt_store_server_t 
     srv->listener.data = srv;
     uv_async_init(&srv->loop, &srv->stop_async, on_stop);
     srv->stop_async.data = srv;
+    uv_timer_init(&srv->loop, &srv->sweep);
+    srv->sweep.data = srv;
+    uv_timer_start(&srv->sweep, on_sweep, SWEEP_INTERVAL_MS, SWEEP_INTERVAL_MS);
     r = uv_tcp_bind(&srv->listener, (const struct sockaddr *)&addr, 0);
     if (r == 0) r = uv_listen((uv_stream_t *)&srv->listener, read_somaxconn(), on_connection);
     if (r < 0) {
@@ -814,6 +1052,7 @@ dt_status_t dt_store_server_start(const char *host, int port, dt_store_server_t 
     return DT_STATUS_OK;
 
 out_close_loop:
+    uv_close((uv_handle_t *)&srv->sweep, NULL);
     uv_close((uv_handle_t *)&srv->listener, NULL);
     uv_close((uv_handle_t *)&srv->stop_async, NULL);
     uv_run(&srv->loop, UV_RUN_DEFAULT);
