@@ -617,6 +617,7 @@ static int handle_frame(client_t *c, const dt_store_frame_t *f) {
         e = map_find(srv, f->key.ptr, f->key.len);
         if (e && e->present) {
             e->present = 0;
+            srv->stored -= e->vlen;
             free(e->val);
             e->val = NULL;
             e->vlen = 0;
