@@ -326,7 +326,8 @@ static dt_status_t join_round(agent_t *ag) {
     double t0 = dt_now_s();
     if (ag->restart_count == 0 && ag->is_host != 1 && !ag->joined_once) {
         /* Returning to a run in progress: join the round the others are in. */
-        int r = dt_rdzv_latest_round(ag->rz);
+        int r = 0;
+        DT_CHECK(dt_rdzv_latest_round(ag->rz, &r));
         if (r > 0) {
             DT_LOG_INFO("the run is in rendezvous round %d: joining it (restart count %d)", r, r);
             ag->restart_count = r;

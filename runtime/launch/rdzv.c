@@ -4,7 +4,9 @@
  */
 #include "runtime/launch/rdzv.h"
 
+#include <errno.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +17,10 @@
 #include "common/mem.h"
 
 #define KEY_MAX 512
+/* Bounds on what the agents write to the store: anything outside them was written
+ * by someone else (the store's port is open to the network). */
+#define MAX_ROUND (1 << 20)
+#define MAX_NPROC (1 << 16)
 
 static void key(const dt_rdzv_t *rz, char *buf, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -25,6 +31,33 @@ static void key(const dt_rdzv_t *rz, char *buf, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(buf + n, KEY_MAX - (size_t)n, fmt, ap);
     va_end(ap);
+}
+
+/* Reads the decimal integer the store holds at key k into *out, within [lo, hi];
+ * anything else is DT_STATUS_RENDEZVOUS naming the key, the value and the bounds.
+ * The text may be followed by a space and more (a node record). */
+static dt_status_t store_int(const char *k, const void *val, size_t len, long long lo,
+                             long long hi, long long *out) {
+    char buf[32];
+    const char *v = val;
+    size_t n = 0;
+    while (n < len && v[n] != ' ') n++;
+    if (n > 0 && n < sizeof buf) {
+        memcpy(buf, v, n);
+        buf[n] = '\0';
+        char *end;
+        errno = 0;
+        long long x = strtoll(buf, &end, 10);
+        if (!errno && *end == '\0' && x >= lo && x <= hi) {
+            *out = x;
+            return DT_STATUS_OK;
+        }
+    }
+    return dt_error(DT_STATUS_RENDEZVOUS,
+                    "the rendezvous store holds '%.*s' at %s, not an integer in %lld..%lld: "
+                    "another program wrote to this run's keys (is the store's port reachable "
+                    "by other jobs? see --rdzv_conf token_file)",
+                    (int)(len < 40 ? len : 40), v, k, lo, hi);
 }
 
 /* Store failures after the connection is up mean node 0 (the store) is gone. */
@@ -123,20 +156,21 @@ static void latest_round_key(const dt_rdzv_t *rz, char *buf) {
     snprintf(buf, KEY_MAX, "/dtrun/%s/latest_round", rz->run_id);
 }
 
-int dt_rdzv_latest_round(dt_rdzv_t *rz) {
+dt_status_t dt_rdzv_latest_round(dt_rdzv_t *rz, int *round) {
     char k[KEY_MAX];
+    *round = 0;
     latest_round_key(rz, k);
     const char *keys[] = {k};
     int ready = 0;
-    if (dt_store_check(rz->store, keys, 1, &ready) != DT_STATUS_OK || !ready) return 0;
+    if (dt_store_check(rz->store, keys, 1, &ready) != DT_STATUS_OK || !ready) return DT_STATUS_OK;
     void *v = NULL;
     size_t n = 0;
-    if (dt_store_get(rz->store, k, &v, &n) != DT_STATUS_OK) return 0;
-    char buf[32] = {0};
-    memcpy(buf, v, n < sizeof buf - 1 ? n : sizeof buf - 1);
+    if (dt_store_get(rz->store, k, &v, &n) != DT_STATUS_OK) return DT_STATUS_OK;
+    long long r = 0;
+    dt_status_t st = store_int(k, v, n, 0, MAX_ROUND, &r);
     free(v);
-    int r = atoi(buf);
-    return r > 0 ? r : 0;
+    *round = (int)r;
+    return st;
 }
 
 dt_status_t dt_rdzv_join(dt_rdzv_t *rz, int round, int want, int is_host, int nproc,
@@ -202,6 +236,13 @@ dt_status_t dt_rdzv_join(dt_rdzv_t *rz, int round, int want, int is_host, int np
         int64_t arrival = 0;
         key(rz, k, "arrivals");
         DT_CHECK_GOTO(dt_store_add(rz->store, k, 1, &arrival), st, out_store);
+        if (arrival < 1 || arrival > MAX_NPROC * (int64_t)rz->nnodes_max) {
+            char a[32];
+            int an = snprintf(a, sizeof a, "%lld", (long long)arrival);
+            long long ignored;
+            return store_int(k, a, (size_t)an, 1, MAX_NPROC * (long long)rz->nnodes_max,
+                             &ignored);
+        }
         slot = (int)arrival;
     }
     int64_t count = 0;
@@ -246,10 +287,11 @@ dt_status_t dt_rdzv_join(dt_rdzv_t *rz, int round, int want, int is_host, int np
     void *val = NULL;
     size_t vlen = 0;
     DT_CHECK_GOTO(dt_store_get(rz->store, kc, &val, &vlen), st, out_store);
-    char nb[32]; /* values are not NUL-terminated */
-    snprintf(nb, sizeof nb, "%.*s", (int)vlen, (const char *)val);
-    int n = atoi(nb);
+    long long complete = 0;
+    st = store_int(kc, val, vlen, 1, rz->nnodes_max, &complete);
     free(val);
+    if (st != DT_STATUS_OK) return st;
+    int n = (int)complete;
     rz->nnodes = n;
 
     int ready = 0;
@@ -282,15 +324,24 @@ dt_status_t dt_rdzv_join(dt_rdzv_t *rz, int round, int want, int is_host, int np
     if (st == DT_STATUS_OK) {
         rz->nodes = dt_xcalloc((size_t)n, sizeof *rz->nodes);
         int base = 0;
-        for (int i = 0; i < n; i++) {
+        for (int i = 0; i < n && st == DT_STATUS_OK; i++) {
             char rec[200];
             snprintf(rec, sizeof rec, "%.*s", (int)lens[i], (const char *)vals[i]);
             char *sp = strchr(rec, ' ');
-            rz->nodes[i].nproc = atoi(rec);
+            long long nproc = 0;
+            st = store_int(keys[i], vals[i], lens[i], 1, MAX_NPROC, &nproc);
+            if (st == DT_STATUS_OK && base > INT32_MAX - nproc)
+                st = dt_error(DT_STATUS_RENDEZVOUS, "the rendezvous store's node records "
+                              "add up to more than %d ranks (at %s)", INT32_MAX, keys[i]);
+            if (st != DT_STATUS_OK) break;
+            rz->nodes[i].nproc = (int)nproc;
             snprintf(rz->nodes[i].host, sizeof rz->nodes[i].host, "%s", sp ? sp + 1 : "?");
             rz->nodes[i].base_rank = base;
             base += rz->nodes[i].nproc;
         }
+    }
+    if (st == DT_STATUS_OK) {
+        int base = rz->nodes[n - 1].base_rank + rz->nodes[n - 1].nproc;
         rz->nnodes = n;
         rz->node_rank = slot;
         rz->base_rank = rz->nodes[slot].base_rank;
@@ -305,6 +356,7 @@ dt_status_t dt_rdzv_join(dt_rdzv_t *rz, int round, int want, int is_host, int np
     free(lens);
     free(keys);
     free(names);
+    if (st == DT_STATUS_RENDEZVOUS) return st; /* a bad record: the detail names it */
     if (st != DT_STATUS_OK) goto out_store;
     /* Liveness calls must not block for long: a few heartbeats at most. */
     dt_store_set_timeout(rz->store, 5 + 4 * rz->heartbeat_s);

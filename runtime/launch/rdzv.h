@@ -69,8 +69,10 @@ void dt_rdzv_close(dt_rdzv_t *rz);
 
 /* The newest round any agent of the run has joined (0 when none). An agent that
  * starts while the others are already in round r > 0 (its node was lost and it
- * returns, or it was restarted by hand) joins round r rather than round 0. */
-int dt_rdzv_latest_round(dt_rdzv_t *rz);
+ * returns, or it was restarted by hand) joins round r rather than round 0. A value
+ * no agent writes is DT_STATUS_RENDEZVOUS naming the key (as every value the agents
+ * read from the store: counts, ranks, node records are checked against bounds). */
+dt_status_t dt_rdzv_latest_round(dt_rdzv_t *rz, int *round);
 /* Joins round `round`. want_rank -1 lets the rendezvous assign node ranks (the
  * store's host, is_host = 1, is node 0; the others follow in arrival order). On a
  * clash every agent of the round gets DT_STATUS_USAGE naming it; on a timeout
