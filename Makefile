@@ -9,6 +9,7 @@
 #   make run        the demo
 #   make bench      benchmarks
 #   make fuzz       libFuzzer target for the store's frame parser (clang)
+#   make fuzz-server  libFuzzer target for the running store over several connections
 #   make clean
 #
 # Options: NO_CUDA=1 (no libdtrun_cuda.so), SAN=1 (dtrun-san; no CUDA library),
@@ -115,7 +116,7 @@ flags_file = $(shell mkdir -p $(dir $(1)))$(file >$(1).new,$(filter-out -DDT_GIT
 $(call flags_file,$(BUILD)/.flags,$(CC) $(CFLAGS) $(LDFLAGS) $(CUDA_CFLAGS) $(NVFLAGS) $(CUDA_DEPS))
 FLAGS_STAMP := $(BUILD)/.flags
 
-.PHONY: all deps test run bench fuzz clean features gpu-tests gpu-tests-build test-gpu-script
+.PHONY: all deps test run bench fuzz fuzz-server clean features gpu-tests gpu-tests-build test-gpu-script
 all: features dtrun$(if $(filter 1,$(SAN)),-san) $(CUDA_LIB_TARGET)
 
 features:
@@ -211,6 +212,16 @@ fuzz: | $(DEPS_STAMP)
 	    common/log.c common/clock.c -o build-fuzz/fuzz_store_frame
 	$(Q)build-fuzz/fuzz_store_frame -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
 	    build-fuzz/corpus tests/fuzz/seeds
+
+# The running server fed sequences of frames over several connections.
+fuzz-server: | $(DEPS_STAMP)
+	@mkdir -p build-fuzz/corpus-server
+	$(Q)clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -I. \
+	    tests/fuzz/fuzz_store_server.c rendezvous/store_server.c rendezvous/store_client.c \
+	    rendezvous/proto.c common/status.c common/mem.c common/log.c common/clock.c \
+	    -luv -lpthread -o build-fuzz/fuzz_store_server
+	$(Q)build-fuzz/fuzz_store_server -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
+	    build-fuzz/corpus-server tests/fuzz/seeds_server tests/fuzz/seeds
 
 clean:
 	rm -rf build build-san build-fuzz dtrun dtrun-san $(CUDA_LIB)
