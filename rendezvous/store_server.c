@@ -27,6 +27,7 @@
 #include "common/status.h"
 #include "rendezvous/proto.h"
 #include "rendezvous/store.h"
+#include "rendezvous/store_auth.h"
 
 #define READ_BUF_BYTES (64 * 1024)
 /* A frame still incomplete at this size is refused (128 Ki keys of 8 KiB each
@@ -82,6 +83,7 @@ struct client {
     int in_dirty, in_resume;
     int validated, closing, blocked;
     wait_req_t *reqs;
+    dt_store_auth_conn_t auth; /* the token exchange (stores with a token) */
     char addr[64];
 };
 
@@ -104,6 +106,7 @@ struct dt_store_server {
     client_t *clients;
     client_t *dirty, *resume;
     atomic_size_t num_keys, num_clients;
+    dt_store_auth_t *auth; /* NULL: no token, anyone may connect */
     uint8_t readbuf[READ_BUF_BYTES];
 };
 
@@ -419,11 +422,63 @@ static void wait_on_missing(dt_store_server_t *srv, client_t *c, const dt_store_
 
 enum { HANDLED = 0, BLOCKED = 1, CLOSED = -1 };
 
+/* The token exchange (rendezvous/store_auth.h): AUTH_HELLO / AUTH_PROOF, and the
+ * gate every other command of a store with a token passes first. */
+static int auth_frame(client_t *c, const dt_store_frame_t *f) {
+    dt_store_server_t *srv = c->srv;
+    char why[200];
+    struct sockaddr_storage peer;
+    int pl = sizeof peer;
+    if (!srv->auth) {
+        snprintf(why, sizeof why, "%s, but this store has no token", dt_store_cmd_name(f->cmd));
+        client_close(c, why);
+        return CLOSED;
+    }
+    if (f->cmd == DT_STORE_CMD_AUTH_HELLO) {
+        uint8_t sn[DT_STORE_AUTH_NONCE_BYTES];
+        if (c->validated || !dt_store_auth_hello(srv->auth, &c->auth, f->auth, sn, why, sizeof why)) {
+            if (c->validated) snprintf(why, sizeof why, "AUTH_HELLO after VALIDATE");
+            client_close(c, why);
+            return CLOSED;
+        }
+        reply_raw(c, sn, sizeof sn);
+        return HANDLED;
+    }
+    uint8_t sp[DT_SHA256_BYTES];
+    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&peer, &pl) != 0) peer.ss_family = AF_UNSPEC;
+    if (!dt_store_auth_proof(srv->auth, &c->auth, f->auth, (struct sockaddr *)&peer, sp, why,
+                             sizeof why)) {
+        reply_u8(c, 0); /* refused: say so before closing, the client names the cause */
+        client_flush(c);
+        client_close(c, why);
+        return CLOSED;
+    }
+    reply_u8(c, 1);
+    reply_raw(c, sp, sizeof sp);
+    return HANDLED;
+}
+
+/* 1 when c may send commands; else c is closed (logged with its address). */
+static int auth_admit(client_t *c) {
+    char why[200];
+    struct sockaddr_storage peer;
+    int pl = sizeof peer;
+    if (c->auth.state == DT_STORE_AUTH_OK || c->auth.state == DT_STORE_AUTH_PEER) return 1;
+    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&peer, &pl) != 0) peer.ss_family = AF_UNSPEC;
+    if (dt_store_auth_admit(c->srv->auth, &c->auth, (struct sockaddr *)&peer, why, sizeof why))
+        return 1;
+    client_close(c, why);
+    return 0;
+}
+
 static int handle_frame(client_t *c, const dt_store_frame_t *f) {
     dt_store_server_t *srv = c->srv;
     char why[160];
     entry_t *e;
 
+    if (f->cmd == DT_STORE_CMD_AUTH_HELLO || f->cmd == DT_STORE_CMD_AUTH_PROOF)
+        return auth_frame(c, f);
+    if (srv->auth && !auth_admit(c)) return CLOSED;
     if (f->cmd == DT_STORE_CMD_VALIDATE) {
         if (f->u32 != DT_STORE_VALIDATE_MAGIC) {
             snprintf(why, sizeof why, "VALIDATE with wrong magic 0x%08x (expected 0x%08x)",
@@ -761,6 +816,11 @@ static void free_map(dt_store_server_t *srv) {
 }
 
 dt_status_t dt_store_server_start(const char *host, int port, dt_store_server_t **out) {
+    return dt_store_server_start_auth(host, port, NULL, 0, out);
+}
+
+dt_status_t dt_store_server_start_auth(const char *host, int port, const dt_store_token_t *token,
+                                       int allow_peers, dt_store_server_t **out) {
     *out = NULL;
     if (!host || !*host) host = "0.0.0.0";
     if (port < 0 || port > 65535)
@@ -783,6 +843,7 @@ dt_status_t dt_store_server_start(const char *host, int port, dt_store_server_t 
     snprintf(srv->host, sizeof srv->host, "%s", host);
     srv->nbuckets = 1024;
     srv->buckets = dt_xcalloc(srv->nbuckets, sizeof *srv->buckets);
+    if (token) srv->auth = dt_store_auth_new(token, allow_peers);
     int r = uv_loop_init(&srv->loop);
     if (r < 0) {
         st = dt_error(DT_STATUS_SYS, "store: uv_loop_init: %s", uv_strerror(r));
@@ -819,6 +880,7 @@ out_close_loop:
     uv_run(&srv->loop, UV_RUN_DEFAULT);
     uv_loop_close(&srv->loop);
 out_free:
+    dt_store_auth_free(srv->auth);
     free(srv->buckets);
     free(srv);
     return st;
@@ -841,5 +903,6 @@ void dt_store_server_stop(dt_store_server_t *srv) {
     int r = uv_loop_close(&srv->loop);
     if (r < 0) DT_LOG_WARN("store: loop did not close cleanly: %s", uv_strerror(r));
     free_map(srv);
+    dt_store_auth_free(srv->auth);
     free(srv);
 }
