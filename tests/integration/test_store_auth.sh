@@ -30,7 +30,7 @@ done
 wait
 if [ "$(cat a0.rc a1.rc)" = "$(printf '0\n0')" ] && grep -q 'rank0\]:pong' a0.out && grep -q 'rank1\]:pong' a1.out; then
   pass "same token: 2 nodes join, --exec workers from joined nodes are served"
-else fail "same token, 2 nodes" "rc=$(cat a0.rc a1.rc | tr '\n' ' ') $(tail -3 a0.err a1.err a0.out a1.out)"; fi
+else fail "same token, 2 nodes" "rc=$(cat a0.rc a1.rc | tr '\n' ' ') $(tail -n 3 a0.err a1.err a0.out a1.out)"; fi
 
 # 2. the built-in trainer on two nodes with a token (its workers authenticate)
 P=$(free_port)
@@ -41,7 +41,7 @@ for i in 1 0; do
 done
 wait
 if [ "$(cat t0.rc t1.rc)" = "$(printf '0\n0')" ] && grep -q 'step 4/4' t0.out; then pass "same token: the built-in trainer on 2 nodes"
-else fail "trainer with a token" "rc=$(cat t0.rc t1.rc | tr '\n' ' ') $(tail -3 t0.out t1.out)"; fi
+else fail "trainer with a token" "rc=$(cat t0.rc t1.rc | tr '\n' ' ') $(tail -n 3 t0.out t1.out)"; fi
 
 # 3. a stranger without the token, from another address, while a job runs: a close, no
 # byte, a log line with its address; nothing it sent was stored
@@ -54,7 +54,7 @@ got=$($CLIENT 127.0.0.1 $P 127.0.0.9 2>&1)
 wait $apid; arc=$?
 if [ "$got" = "closed after 0 bytes" ] && [ $arc = 0 ] && grep -q 'closing connection from 127.0.0.9:[0-9]*: not authenticated' s.err; then
   pass "a client without the token gets only a close, logged with its address"
-else fail "stranger refused" "got='$got' rc=$arc $(tail -3 s.err)"; fi
+else fail "stranger refused" "got='$got' rc=$arc $(tail -n 3 s.err)"; fi
 
 # 4. a node with another token exits 3 saying so; the other two nodes run the job
 P=$(free_port)
@@ -69,7 +69,7 @@ wait
 if [ "$(cat w2.rc)" = 3 ] && grep -q "refused this node's token" w2.err && ! grep -q '\[rank\|rank[0-9]\]' w2.out \
    && [ "$(cat w0.rc w1.rc)" = "$(printf '0\n0')" ] && grep -q 'rank0\]:ran' w0.out && grep -q 'rank1\]:ran' w1.out; then
   pass "a node with another token exits 3 (token refused); the others go on"
-else fail "wrong token" "rc=$(cat w0.rc w1.rc w2.rc | tr '\n' ' ') $(tail -2 w2.err w0.err)"; fi
+else fail "wrong token" "rc=$(cat w0.rc w1.rc w2.rc | tr '\n' ' ') $(tail -n 2 w2.err w0.err)"; fi
 
 # 5. a token file the group or others may read: exit 2, nothing started (also from the environment)
 cp tok loose && chmod 644 loose
