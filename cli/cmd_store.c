@@ -1,9 +1,11 @@
 /*
  * cmd_store.c - `dtrun store` (hidden dev server) and `dtrun bench store`.
  *
- *   dtrun store [--host H] [--port P]
+ *   dtrun store [--host H] [--port P] [--token-file F]
  *       serves until SIGINT/SIGTERM; the first line of stdout is
  *       "dtrun store listening on H:PORT" (PORT is the bound one, useful with 0).
+ *       H is 127.0.0.1 unless given: a store reachable from the network is a
+ *       choice. With a token file only clients holding the token are served.
  *   dtrun bench store [--conns 64,1024,4096] [--connect HOST:PORT]
  *       barrier and SET/GET round-trip table, against our server started
  *       in-process on 127.0.0.1, or against any TCPStore server with --connect.
@@ -17,6 +19,7 @@
 #include "cli/commands.h"
 #include "common/log.h"
 #include "rendezvous/store.h"
+#include "rendezvous/store_auth.h"
 #include "rendezvous/store_bench.h"
 
 /* "--name value" or "--name=value"; advances *i past what it used. */
@@ -39,13 +42,21 @@ static int parse_port(const char *s, int *port) {
 }
 
 int dt_cmd_store(int argc, char **argv) {
-    const char *host = "0.0.0.0";
+    const char *host = "127.0.0.1";
     int port = DT_STORE_DEFAULT_PORT;
+    dt_store_token_t token;
+    int have_token = 0;
     for (int i = 1; i < argc; i++) {
         const char *v;
         if ((v = opt_value(argc, argv, &i, "--host"))) {
             if (!*v) goto usage;
             host = v;
+        } else if ((v = opt_value(argc, argv, &i, "--token-file"))) {
+            if (dt_store_token_load(v, &token) != DT_STATUS_OK) {
+                fprintf(stderr, "dtrun store: %s\n", dt_error_detail());
+                return DT_EXIT_USAGE;
+            }
+            have_token = 1;
         } else if ((v = opt_value(argc, argv, &i, "--port"))) {
             if (parse_port(v, &port) < 0) {
                 fprintf(stderr, "dtrun store: --port wants 0..65535, got '%s'\n", v);
@@ -63,7 +74,8 @@ int dt_cmd_store(int argc, char **argv) {
     sigaddset(&set, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     dt_store_server_t *srv;
-    if (dt_store_server_start(host, port, &srv) != DT_STATUS_OK) {
+    if (dt_store_server_start_auth(host, port, have_token ? &token : NULL, 0, &srv) !=
+        DT_STATUS_OK) {
         fprintf(stderr, "dtrun store: %s\n", dt_error_detail());
         return DT_EXIT_NETWORK;
     }
@@ -77,7 +89,9 @@ int dt_cmd_store(int argc, char **argv) {
     return DT_EXIT_OK;
 
 usage:
-    fprintf(stderr, "usage: dtrun store [--host HOST] [--port PORT]\n");
+    fprintf(stderr, "usage: dtrun store [--host HOST] [--port PORT] [--token-file FILE]\n"
+                    "  HOST defaults to 127.0.0.1 (this machine only); 0.0.0.0 serves every "
+                    "interface\n");
     return DT_EXIT_USAGE;
 }
 

@@ -21,6 +21,8 @@ static const char *const cmd_names[] = {
 };
 
 const char *dt_store_cmd_name(int cmd) {
+    if (cmd == DT_STORE_CMD_AUTH_HELLO) return "AUTH_HELLO";
+    if (cmd == DT_STORE_CMD_AUTH_PROOF) return "AUTH_PROOF";
     if (cmd < 0 || (size_t)cmd >= sizeof cmd_names / sizeof cmd_names[0]) return "UNKNOWN";
     return cmd_names[cmd];
 }
@@ -153,6 +155,11 @@ dt_store_parse_result_t dt_store_parse(const uint8_t *buf, size_t len, dt_store_
     case DT_STORE_CMD_CANCEL_WAIT:
     case DT_STORE_CMD_LIST_KEYS:
         break;
+    case DT_STORE_CMD_AUTH_HELLO:
+    case DT_STORE_CMD_AUTH_PROOF:
+        f->auth = buf + rd.off;
+        RD(rd_raw(&rd, NULL, 32));
+        break;
     default:
         if (reason && reason_len)
             snprintf(reason, reason_len, "unknown or unsupported command %u (%s)", cmd,
@@ -225,6 +232,11 @@ void dt_store_encode_validate(dt_store_buf_t *b) {
 void dt_store_encode_ping(dt_store_buf_t *b, uint32_t nonce) {
     dt_store_buf_put_u8(b, DT_STORE_CMD_PING);
     dt_store_buf_put_u32(b, nonce);
+}
+
+void dt_store_encode_auth(dt_store_buf_t *b, dt_store_cmd_t cmd, const uint8_t bytes[32]) {
+    dt_store_buf_put_u8(b, (uint8_t)cmd);
+    dt_store_buf_put_raw(b, bytes, 32);
 }
 
 void dt_store_encode_simple(dt_store_buf_t *b, dt_store_cmd_t cmd) {

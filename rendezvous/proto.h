@@ -43,6 +43,9 @@
  *  17  LIST_KEYS     -                                      i64 n, n x str key
  *  18  BARRIER       str key, i64 world size                u8 0 STOP_WAITING when the
  *                                                           counter at key reaches it
+ *  64  AUTH_HELLO    32-byte client nonce                   32-byte server nonce
+ *  65  AUTH_PROOF    32-byte HMAC                           u8 1 + 32-byte HMAC, or u8 0
+ *      (dtrun's token exchange, first on a store with a token: rendezvous/store_auth.h)
  *
  * Limits (as the libuv server): a key over 8 KiB, a value over 8 MiB or more than
  * 128 Ki keys in one request makes the frame bad; the server then closes that
@@ -76,6 +79,9 @@ typedef enum dt_store_cmd {
     DT_STORE_CMD_QUEUE_LEN = 16,
     DT_STORE_CMD_LIST_KEYS = 17,
     DT_STORE_CMD_BARRIER = 18,
+    /* dtrun's own, not torch's: the token exchange (rendezvous/store_auth.h). */
+    DT_STORE_CMD_AUTH_HELLO = 64,
+    DT_STORE_CMD_AUTH_PROOF = 65,
 } dt_store_cmd_t;
 
 /* CheckResponseType and WaitResponseType. */
@@ -93,6 +99,7 @@ typedef struct dt_store_frame {
     dt_store_cmd_t cmd;
     size_t size;           /* bytes of the whole frame, command byte included */
     uint32_t u32;          /* VALIDATE magic, PING nonce */
+    const uint8_t *auth;   /* AUTH_HELLO nonce, AUTH_PROOF HMAC (32 bytes) */
     int64_t i64;           /* ADD delta, BARRIER world size */
     dt_store_bytes_t key;  /* single-key commands */
     dt_store_bytes_t a;    /* SET/APPEND value, COMPARE_SET expected */
@@ -144,6 +151,8 @@ void dt_store_buf_put_bytes(dt_store_buf_t *b, const void *p, size_t n);
 /* Encoders append one request to b. */
 void dt_store_encode_validate(dt_store_buf_t *b);
 void dt_store_encode_ping(dt_store_buf_t *b, uint32_t nonce);
+/* AUTH_HELLO, AUTH_PROOF with their 32 bytes. */
+void dt_store_encode_auth(dt_store_buf_t *b, dt_store_cmd_t cmd, const uint8_t bytes[32]);
 /* GETNUMKEYS, CANCEL_WAIT, LIST_KEYS. */
 void dt_store_encode_simple(dt_store_buf_t *b, dt_store_cmd_t cmd);
 /* GET, DELETE_KEY (and the queue commands' key). */

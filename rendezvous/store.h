@@ -53,10 +53,17 @@
 /* ---- server -------------------------------------------------------------- */
 
 typedef struct dt_store_server dt_store_server_t;
+typedef struct dt_store_token dt_store_token_t; /* rendezvous/store_auth.h */
 
 /* Binds host:port (host "0.0.0.0", "::", "127.0.0.2", a name; port 0 picks a
  * free port) and serves on a background thread until dt_store_server_stop(). */
 dt_status_t dt_store_server_start(const char *host, int port, dt_store_server_t **out);
+/* The same with a token (NULL: none, as above): every client must prove it holds
+ * it before any other command (rendezvous/store_auth.h), else it is closed and
+ * logged with its address. allow_peers lets clients that cannot authenticate
+ * (PyTorch's, under --exec) in from addresses where a client has authenticated. */
+dt_status_t dt_store_server_start_auth(const char *host, int port, const dt_store_token_t *token,
+                                       int allow_peers, dt_store_server_t **out);
 /* The port actually bound (useful with port 0). */
 int dt_store_server_port(const dt_store_server_t *srv);
 /* Number of keys held and clients connected (for tests and the log). */
@@ -74,6 +81,12 @@ typedef struct dt_store dt_store_t;
  * endpoint and the time tried in dt_error_detail()). Sends VALIDATE. The same
  * timeout then bounds every later call (dt_store_set_timeout changes it). */
 dt_status_t dt_store_connect(const char *host, int port, double timeout_s, dt_store_t **out);
+/* The same, proving to the store that this client holds token (NULL: none) and
+ * checking that the store holds it too. A store that refuses the token is
+ * DT_STATUS_REFUSED at once (no retry), with the endpoint and the token file in
+ * the detail. */
+dt_status_t dt_store_connect_auth(const char *host, int port, double timeout_s,
+                                  const dt_store_token_t *token, dt_store_t **out);
 void dt_store_close(dt_store_t *st);
 void dt_store_set_timeout(dt_store_t *st, double timeout_s);
 

@@ -29,6 +29,7 @@
 #include "common/status.h"
 #include "rendezvous/proto.h"
 #include "rendezvous/store.h"
+#include "rendezvous/store_auth.h"
 
 struct dt_store {
     int fd;
@@ -223,7 +224,40 @@ static int try_connect(const char *host, int port, double deadline, int *err) {
     return fd;
 }
 
+/* The client's half of the token exchange (rendezvous/store_auth.h). REFUSED when
+ * the store says the token is wrong or cannot prove it holds the token itself. */
+static dt_status_t authenticate(dt_store_t *st, const dt_store_token_t *tok, double deadline) {
+    uint8_t cn[DT_STORE_AUTH_NONCE_BYTES], sn[DT_STORE_AUTH_NONCE_BYTES];
+    uint8_t mac[DT_SHA256_BYTES], want[DT_SHA256_BYTES], verdict = 0;
+    DT_CHECK(dt_store_auth_random(cn, sizeof cn));
+    st->buf.len = 0;
+    dt_store_encode_auth(&st->buf, DT_STORE_CMD_AUTH_HELLO, cn);
+    DT_CHECK(flush(st, deadline));
+    DT_CHECK(recv_all(st, sn, sizeof sn, deadline));
+    dt_store_auth_client_proof(tok, sn, cn, mac);
+    st->buf.len = 0;
+    dt_store_encode_auth(&st->buf, DT_STORE_CMD_AUTH_PROOF, mac);
+    DT_CHECK(flush(st, deadline));
+    DT_CHECK(recv_all(st, &verdict, 1, deadline));
+    if (verdict != 1)
+        return dt_error(DT_STATUS_REFUSED,
+                        "the store at %s refused this node's token (token_file %s): the nodes "
+                        "of one job must share the same token", st->endpoint, tok->path);
+    DT_CHECK(recv_all(st, mac, sizeof mac, deadline));
+    dt_store_auth_server_proof(tok, cn, sn, want);
+    if (!dt_mem_equal_ct(mac, want, sizeof want))
+        return dt_error(DT_STATUS_REFUSED,
+                        "the store at %s does not hold this node's token (token_file %s)",
+                        st->endpoint, tok->path);
+    return DT_STATUS_OK;
+}
+
 dt_status_t dt_store_connect(const char *host, int port, double timeout_s, dt_store_t **out) {
+    return dt_store_connect_auth(host, port, timeout_s, NULL, out);
+}
+
+dt_status_t dt_store_connect_auth(const char *host, int port, double timeout_s,
+                                  const dt_store_token_t *token, dt_store_t **out) {
     *out = NULL;
     if (!host || !*host) return dt_error(DT_STATUS_INVALID, "store: empty host");
     if (port <= 0 || port > 65535)
@@ -247,17 +281,26 @@ dt_status_t dt_store_connect(const char *host, int port, double timeout_s, dt_st
             int one = 1;
             setsockopt(st->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
             st->broken = 0;
+            dt_status_t s = token ? authenticate(st, token, deadline) : DT_STATUS_OK;
+            if (s == DT_STATUS_REFUSED) {
+                /* A wrong token stays wrong: no retry (the detail is authenticate's). */
+                close(st->fd);
+                dt_store_buf_free(&st->buf);
+                free(st);
+                return s;
+            }
             st->buf.len = 0;
             uint32_t nonce = (uint32_t)rand_r(&seed), echoed = 0;
             dt_store_encode_validate(&st->buf);
             dt_store_encode_ping(&st->buf, nonce);
-            dt_status_t s = flush(st, deadline);
+            if (s == DT_STATUS_OK) s = flush(st, deadline);
             if (s == DT_STATUS_OK) s = recv_all(st, &echoed, sizeof echoed, deadline);
             if (s == DT_STATUS_OK && echoed == nonce) {
                 *out = st;
                 return DT_STATUS_OK;
             }
-            stage = "handshake";
+            stage = token ? "authentication or handshake (does the store have the token?)"
+                          : "handshake";
             err = s == DT_STATUS_OK ? EPROTO : s == DT_STATUS_TIMEOUT ? ETIMEDOUT : ECONNRESET;
             close(st->fd);
             st->fd = -1;

@@ -35,6 +35,7 @@
 #include "common/status.h"
 #include "rendezvous/proto.h"
 #include "rendezvous/store.h"
+#include "rendezvous/store_auth.h"
 
 #define READ_BUF_BYTES (64 * 1024)
 /* How often connections that never sent VALIDATE are looked for. */
@@ -89,6 +90,7 @@ struct client {
     wait_req_t *reqs;
     uint64_t accepted_ms;         /* loop time of the accept (VALIDATE deadline) */
     struct sockaddr_storage peer; /* for the per-peer cap; family 0 if unknown */
+    dt_store_auth_conn_t auth; /* the token exchange (stores with a token) */
     char addr[64];
 };
 
@@ -119,6 +121,7 @@ struct dt_store_server {
     long fd_limit;
     uint64_t last_refusal_ms;    /* refusal log lines: at most one a second */
     unsigned refused_quiet;      /* refusals not logged since the last line */
+    dt_store_auth_t *auth; /* NULL: no token, anyone may connect */
     uint8_t readbuf[READ_BUF_BYTES];
 };
 
@@ -466,6 +469,55 @@ static void wait_on_missing(dt_store_server_t *srv, client_t *c, const dt_store_
 
 enum { HANDLED = 0, BLOCKED = 1, CLOSED = -1 };
 
+/* The token exchange (rendezvous/store_auth.h): AUTH_HELLO / AUTH_PROOF, and the
+ * gate every other command of a store with a token passes first. */
+static int auth_frame(client_t *c, const dt_store_frame_t *f) {
+    dt_store_server_t *srv = c->srv;
+    char why[200];
+    struct sockaddr_storage peer;
+    int pl = sizeof peer;
+    if (!srv->auth) {
+        snprintf(why, sizeof why, "%s, but this store has no token", dt_store_cmd_name(f->cmd));
+        client_close(c, why);
+        return CLOSED;
+    }
+    if (f->cmd == DT_STORE_CMD_AUTH_HELLO) {
+        uint8_t sn[DT_STORE_AUTH_NONCE_BYTES];
+        if (c->validated || !dt_store_auth_hello(srv->auth, &c->auth, f->auth, sn, why, sizeof why)) {
+            if (c->validated) snprintf(why, sizeof why, "AUTH_HELLO after VALIDATE");
+            client_close(c, why);
+            return CLOSED;
+        }
+        reply_raw(c, sn, sizeof sn);
+        return HANDLED;
+    }
+    uint8_t sp[DT_SHA256_BYTES];
+    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&peer, &pl) != 0) peer.ss_family = AF_UNSPEC;
+    if (!dt_store_auth_proof(srv->auth, &c->auth, f->auth, (struct sockaddr *)&peer, sp, why,
+                             sizeof why)) {
+        reply_u8(c, 0); /* refused: say so before closing, the client names the cause */
+        client_flush(c);
+        client_close(c, why);
+        return CLOSED;
+    }
+    reply_u8(c, 1);
+    reply_raw(c, sp, sizeof sp);
+    return HANDLED;
+}
+
+/* 1 when c may send commands; else c is closed (logged with its address). */
+static int auth_admit(client_t *c) {
+    char why[200];
+    struct sockaddr_storage peer;
+    int pl = sizeof peer;
+    if (c->auth.state == DT_STORE_AUTH_OK || c->auth.state == DT_STORE_AUTH_PEER) return 1;
+    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&peer, &pl) != 0) peer.ss_family = AF_UNSPEC;
+    if (dt_store_auth_admit(c->srv->auth, &c->auth, (struct sockaddr *)&peer, why, sizeof why))
+        return 1;
+    client_close(c, why);
+    return 0;
+}
+
 #define ENTRY_COST(klen) (sizeof(entry_t) + (klen))
 #define WAIT_COST(nkeys) (sizeof(wait_req_t) + (nkeys) * sizeof(wait_link_t))
 
@@ -502,6 +554,9 @@ static int handle_frame(client_t *c, const dt_store_frame_t *f) {
     char why[160];
     entry_t *e;
 
+    if (f->cmd == DT_STORE_CMD_AUTH_HELLO || f->cmd == DT_STORE_CMD_AUTH_PROOF)
+        return auth_frame(c, f);
+    if (srv->auth && !auth_admit(c)) return CLOSED;
     if (f->cmd == DT_STORE_CMD_VALIDATE) {
         if (f->u32 != DT_STORE_VALIDATE_MAGIC) {
             snprintf(why, sizeof why, "VALIDATE with wrong magic 0x%08x (expected 0x%08x)",
@@ -718,8 +773,10 @@ static size_t client_serve(client_t *c, const uint8_t *buf, size_t len) {
         dt_store_frame_t f;
         size_t need = 0;
         char why[160];
-        /* Judged on its first byte: a stranger's 1 GiB frame is never buffered. */
-        if (!c->validated && buf[off] != DT_STORE_CMD_VALIDATE) {
+        /* Judged on its first byte: a stranger's 1 GiB frame is never buffered
+         * (the token exchange's fixed-size frames come before VALIDATE). */
+        if (!c->validated && buf[off] != DT_STORE_CMD_VALIDATE &&
+            buf[off] != DT_STORE_CMD_AUTH_HELLO && buf[off] != DT_STORE_CMD_AUTH_PROOF) {
             snprintf(why, sizeof why, "first command must be VALIDATE, got %s",
                      dt_store_cmd_name(buf[off]));
             client_close(c, why);
@@ -993,6 +1050,11 @@ static void free_map(dt_store_server_t *srv) {
 }
 
 dt_status_t dt_store_server_start(const char *host, int port, dt_store_server_t **out) {
+    return dt_store_server_start_auth(host, port, NULL, 0, out);
+}
+
+dt_status_t dt_store_server_start_auth(const char *host, int port, const dt_store_token_t *token,
+                                       int allow_peers, dt_store_server_t **out) {
     *out = NULL;
     if (!host || !*host) host = "0.0.0.0";
     if (port < 0 || port > 65535)
@@ -1019,6 +1081,7 @@ dt_status_t dt_store_server_start(const char *host, int port, dt_store_server_t 
     srv->max_conns = srv->fd_limit > 2 * DT_STORE_FD_RESERVE
                          ? (size_t)(srv->fd_limit - DT_STORE_FD_RESERVE)
                          : (size_t)(srv->fd_limit / 2);
+    if (token) srv->auth = dt_store_auth_new(token, allow_peers);
     int r = uv_loop_init(&srv->loop);
     if (r < 0) {
         st = dt_error(DT_STATUS_SYS, "store: uv_loop_init: %s", uv_strerror(r));
@@ -1059,6 +1122,7 @@ out_close_loop:
     uv_run(&srv->loop, UV_RUN_DEFAULT);
     uv_loop_close(&srv->loop);
 out_free:
+    dt_store_auth_free(srv->auth);
     free(srv->buckets);
     free(srv);
     return st;
@@ -1081,5 +1145,6 @@ void dt_store_server_stop(dt_store_server_t *srv) {
     int r = uv_loop_close(&srv->loop);
     if (r < 0) DT_LOG_WARN("store: loop did not close cleanly: %s", uv_strerror(r));
     free_map(srv);
+    dt_store_auth_free(srv->auth);
     free(srv);
 }

@@ -264,12 +264,31 @@ Test(store_proto, unknown_and_unsupported_commands_are_bad) {
     char why[128];
     dt_store_frame_t f;
     for (int cmd = 14; cmd < 256; cmd++) {
-        if (cmd == DT_STORE_CMD_LIST_KEYS || cmd == DT_STORE_CMD_BARRIER) continue;
+        if (cmd == DT_STORE_CMD_LIST_KEYS || cmd == DT_STORE_CMD_BARRIER ||
+            cmd == DT_STORE_CMD_AUTH_HELLO || cmd == DT_STORE_CMD_AUTH_PROOF)
+            continue;
         uint8_t b = (uint8_t)cmd;
         cr_assert_eq(dt_store_parse(&b, 1, &f, NULL, why, sizeof why), DT_STORE_PARSE_BAD,
                      "cmd %d", cmd);
         cr_assert(strstr(why, "command"), "%s", why);
     }
+}
+
+/* The token exchange's frames: the command byte and exactly 32 bytes. */
+Test(store_proto, auth_frames) {
+    uint8_t b[40];
+    dt_store_frame_t f;
+    size_t need = 0;
+    for (int cmd = DT_STORE_CMD_AUTH_HELLO; cmd <= DT_STORE_CMD_AUTH_PROOF; cmd++) {
+        b[0] = (uint8_t)cmd;
+        for (int i = 1; i < 40; i++) b[i] = (uint8_t)i;
+        cr_assert_eq(dt_store_parse(b, 32, &f, &need, NULL, 0), DT_STORE_PARSE_NEED_MORE);
+        cr_assert_eq(need, 33);
+        cr_assert_eq(dt_store_parse(b, 40, &f, &need, NULL, 0), DT_STORE_PARSE_FRAME);
+        cr_assert_eq(f.size, 33);
+        cr_assert_eq(f.auth, b + 1);
+    }
+    cr_assert_str_eq(dt_store_cmd_name(DT_STORE_CMD_AUTH_PROOF), "AUTH_PROOF");
 }
 
 Test(store_proto, random_garbage_never_reads_out_of_bounds) {

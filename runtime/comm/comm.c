@@ -562,7 +562,15 @@ dt_status_t dt_comm_create_group_(const dt_comm_t *like, const char *id, const i
         goto out_release;
     }
     double connect_s = like->timeout_s < 60 ? 60 : like->timeout_s;
-    DT_CHECK_GOTO(dt_store_connect(comm->store_host, comm->store_port, connect_s, &comm->store), st, out_release);
+    /* A store with a token (the agent names its file in DTRUN_RDZV_TOKEN_FILE)
+     * takes only clients that prove they hold it. */
+    dt_store_token_t token;
+    int have_token = 0;
+    DT_CHECK_GOTO(dt_store_token_from_env(&token, &have_token), st, out_release);
+    st = dt_store_connect_auth(comm->store_host, comm->store_port, connect_s,
+                               have_token ? &token : NULL, &comm->store);
+    memset(&token, 0, sizeof token);
+    if (st != DT_STATUS_OK) goto out_release;
     if (nmembers > 1 || kind == DT_COMM_BACKEND_NCCL) DT_CHECK_GOTO(comm->ops->init(comm), st, out_release);
     if (pthread_create(&comm->thread, NULL, comm_thread, comm) != 0) {
         st = dt_error(DT_STATUS_SYS, "comm %s: cannot start the communication thread", id);

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "rendezvous/store.h" /* defines: dt_store_t, dt_store_* */
+#include "rendezvous/store_auth.h" /* defines: dt_store_token_from_env */
 #include "runtime/comm/comm.h"
 
 /* A backend: a table of functions plus the context in comm->be. run executes one

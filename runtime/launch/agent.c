@@ -290,14 +290,19 @@ static dt_status_t setup_store(agent_t *ag) {
     else if (sp->node_rank < 0) ag->is_host = -1; /* whoever binds the endpoint first */
 
     if (ag->is_host != 0) {
-        dt_status_t st = dt_store_server_start(host, sp->endpoint_port, &ag->server);
+        /* A token keeps strangers out; --exec workers (torch's client cannot
+         * authenticate) are let in from the addresses of the nodes that joined. */
+        const char *bind = sp->bind_host ? sp->bind_host : host;
+        dt_status_t st = dt_store_server_start_auth(bind, sp->endpoint_port,
+                                                    sp->have_token ? &sp->token : NULL,
+                                                    sp->mode == DT_LAUNCH_MODE_EXEC, &ag->server);
         if (st != DT_STATUS_OK) {
             if (ag->is_host == -1) {
                 ag->is_host = 0; /* another agent holds the endpoint: join it */
                 dt_error_clear();
             } else {
                 return dt_error(DT_STATUS_RENDEZVOUS, "cannot host the store on %s:%d: %s",
-                                host, sp->endpoint_port, dt_error_detail());
+                                bind, sp->endpoint_port, dt_error_detail());
             }
         } else {
             ag->is_host = 1;
@@ -306,10 +311,19 @@ static dt_status_t setup_store(agent_t *ag) {
     ag->master_port = ag->server ? dt_store_server_port(ag->server) : sp->endpoint_port;
     if (ag->server)
         DT_LOG_DEBUG("store listening on %s:%d", host, ag->master_port);
+    if (ag->server && sp->have_token && !multi) {
+        /* One node: its own authenticated connection is what lets its --exec
+         * workers, which cannot authenticate, in from this address. */
+        dt_store_t *self = NULL;
+        DT_CHECK(dt_store_connect_auth(host, ag->master_port, sp->join_timeout_s, &sp->token,
+                                       &self));
+        dt_store_close(self);
+    }
     if (multi)
-        DT_CHECK(dt_rdzv_connect(host, ag->master_port, sp->rdzv_id, sp->nnodes_min,
-                                 sp->nnodes_max, sp->join_timeout_s, sp->last_call_s,
-                                 sp->heartbeat_s, &ag->rz));
+        DT_CHECK(dt_rdzv_connect(host, ag->master_port, sp->have_token ? &sp->token : NULL,
+                                 sp->rdzv_id, sp->nnodes_min, sp->nnodes_max,
+                                 sp->join_timeout_s, sp->last_call_s, sp->heartbeat_s,
+                                 &ag->rz));
     return DT_STATUS_OK;
 }
 

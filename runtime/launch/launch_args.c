@@ -205,15 +205,38 @@ static dt_status_t parse_rdzv_conf(dt_launch_spec_t *spec, const char *s) {
             DT_CHECK(parse_seconds("rdzv_conf last_call_timeout", v, 0, &spec->last_call_s));
         } else if (!strcmp(tok, "heartbeat_interval")) {
             DT_CHECK(parse_seconds("rdzv_conf heartbeat_interval", v, 0.01, &spec->heartbeat_s));
+        } else if (!strcmp(tok, "token_file")) {
+            free(spec->token_file);
+            spec->token_file = dt_xstrdup(v);
+        } else if (!strcmp(tok, "bind")) {
+            if (!*v) return dt_error(DT_STATUS_USAGE, "--rdzv_conf bind: empty address");
+            free(spec->bind_host);
+            spec->bind_host = dt_xstrdup(v);
         } else if (!strcmp(tok, "read_timeout") || !strcmp(tok, "timeout") ||
                    !strcmp(tok, "is_host")) {
             /* torchrun keys with no meaning here: accepted and ignored. */
         } else {
             return dt_error(DT_STATUS_USAGE,
                             "--rdzv_conf: unknown key '%s' (known: join_timeout, "
-                            "last_call_timeout, heartbeat_interval)", tok);
+                            "last_call_timeout, heartbeat_interval, token_file, bind)", tok);
         }
     }
+    return DT_STATUS_OK;
+}
+
+/* The token file (--rdzv_conf token_file, else DTRUN_RDZV_TOKEN_FILE) is read and
+ * checked now: a missing or group-readable one is bad usage before anything starts.
+ * Its absolute path is what the workers are told (they may start elsewhere). */
+static dt_status_t load_token(dt_launch_spec_t *spec, char **envp) {
+    const char *v = env_get(envp, DT_STORE_TOKEN_ENV);
+    if (!spec->token_file && v && *v) spec->token_file = dt_xstrdup(v);
+    if (!spec->token_file) return DT_STATUS_OK;
+    DT_CHECK(dt_store_token_load(spec->token_file, &spec->token));
+    char *abs = realpath(spec->token_file, NULL);
+    if (!abs) return dt_error(DT_STATUS_USAGE, "token_file %s: %s", spec->token_file, strerror(errno));
+    free(spec->token_file);
+    spec->token_file = abs;
+    spec->have_token = 1;
     return DT_STATUS_OK;
 }
 
@@ -418,6 +441,9 @@ static dt_status_t interpret(const raw_args_t *raw, char **envp, dt_launch_spec_
             return dt_error(DT_STATUS_USAGE, "--standalone contradicts --nnodes %s: standalone is "
                             "one node", raw->val[F_NNODES] ? raw->val[F_NNODES] : "(SLURM)");
     }
+    if (raw->val[F_MASTER_ADDR] && !*raw->val[F_MASTER_ADDR])
+        return dt_error(DT_STATUS_USAGE,
+                        "--master_addr is empty: give the store's host name or address");
     if (raw->val[F_RDZV_ENDPOINT] && have_master)
         return dt_error(DT_STATUS_USAGE,
                         "--rdzv_endpoint contradicts --%s: give the store's address once",
@@ -474,6 +500,7 @@ static dt_status_t interpret(const raw_args_t *raw, char **envp, dt_launch_spec_
         spec->rdzv_id = dt_xstrdup("none");
     }
     if ((v = raw->val[F_RDZV_CONF])) DT_CHECK(parse_rdzv_conf(spec, v));
+    DT_CHECK(load_token(spec, envp));
     if ((v = raw->val[F_RDZV_BACKEND]) && strcmp(v, "c10d") && strcmp(v, "static"))
         return dt_error(DT_STATUS_USAGE,
                         "--rdzv_backend '%s': dtrun has its own rendezvous (c10d or static "
@@ -573,6 +600,11 @@ void dt_launch_spec_free(dt_launch_spec_t *spec) {
     free(spec->rdzv_id);
     free(spec->log_dir);
     free(spec->local_addr);
+    free(spec->token_file);
+    free(spec->bind_host);
+    memset(&spec->token, 0, sizeof spec->token);
+    spec->have_token = 0;
+    spec->token_file = spec->bind_host = NULL;
     spec->endpoint_host = spec->rdzv_id = spec->log_dir = spec->local_addr = NULL;
 }
 

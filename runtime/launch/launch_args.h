@@ -13,6 +13,7 @@
 #include <stddef.h>
 
 #include "common/status.h"
+#include "rendezvous/store_auth.h" /* defines: dt_store_token_t */
 
 #define DT_LAUNCH_DEFAULT_RDZV_PORT 29400
 #define DT_LAUNCH_DEFAULT_MASTER_PORT 29500
@@ -42,6 +43,11 @@ typedef struct dt_launch_spec {
     double join_timeout_s;       /* --rdzv_conf join_timeout (default 600) */
     double last_call_s;          /* --rdzv_conf last_call_timeout (default 1) */
     double heartbeat_s;          /* --rdzv_conf heartbeat_interval (default 1) */
+    char *token_file;            /* --rdzv_conf token_file / DTRUN_RDZV_TOKEN_FILE,
+                                    absolute (NULL: no token) */
+    int have_token;              /* token holds the file's secret */
+    dt_store_token_t token;
+    char *bind_host;             /* --rdzv_conf bind (NULL: the endpoint's host) */
     int max_restarts;            /* default 0 */
     double monitor_interval_s;   /* default 0.1 */
     double shutdown_timeout_s;   /* DTRUN_SHUTDOWN_TIMEOUT (default 30) */

@@ -68,7 +68,8 @@ static dt_status_t lost_store(const dt_rdzv_t *rz, dt_status_t st, const char *w
                     rz->endpoint, what, dt_strerror(st), detail[0] ? ": " : "", detail);
 }
 
-dt_status_t dt_rdzv_connect(const char *host, int port, const char *run_id, int nnodes_min,
+dt_status_t dt_rdzv_connect(const char *host, int port, const dt_store_token_t *token,
+                            const char *run_id, int nnodes_min,
                             int nnodes_max, double join_timeout_s, double last_call_s,
                             double heartbeat_s, dt_rdzv_t **out) {
     dt_rdzv_t *rz = dt_xcalloc(1, sizeof *rz);
@@ -82,7 +83,11 @@ dt_status_t dt_rdzv_connect(const char *host, int port, const char *run_id, int 
     rz->last_call_s = last_call_s;
     rz->heartbeat_s = heartbeat_s;
     double t0 = dt_now_s();
-    dt_status_t st = dt_store_connect(host, port, join_timeout_s, &rz->store);
+    dt_status_t st = dt_store_connect_auth(host, port, join_timeout_s, token, &rz->store);
+    if (st == DT_STATUS_REFUSED) {
+        dt_rdzv_close(rz); /* the detail says the token was refused */
+        return st;
+    }
     if (st != DT_STATUS_OK) {
         dt_error(DT_STATUS_RENDEZVOUS,
                  "the rendezvous endpoint %s did not answer: tried for %.1f s "

@@ -61,8 +61,10 @@ typedef enum dt_rdzv_event {
 } dt_rdzv_event_t;
 
 /* Connects to the store with retries until join_timeout_s (DT_STATUS_RENDEZVOUS,
- * naming the endpoint and how long it tried). */
-dt_status_t dt_rdzv_connect(const char *host, int port, const char *run_id, int nnodes_min,
+ * naming the endpoint and how long it tried), proving it holds token (NULL: none);
+ * a store that refuses the token is DT_STATUS_REFUSED at once (exit 3). */
+dt_status_t dt_rdzv_connect(const char *host, int port, const dt_store_token_t *token,
+                            const char *run_id, int nnodes_min,
                             int nnodes_max, double join_timeout_s, double last_call_s,
                             double heartbeat_s, dt_rdzv_t **out);
 void dt_rdzv_close(dt_rdzv_t *rz);

@@ -66,7 +66,8 @@ static const char *const managed_vars[] = {
     "ROLE_NAME", "ROLE_WORLD_SIZE", "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
     "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
     "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE", "DTRUN_RUN_DIR",
-    "DTRUN_LOG_DIR", "DTRUN_NNODES", "DTRUN_HOST", "DTRUN_AGENT_PID", "DTRUN_PROGRESS_TTY", NULL};
+    "DTRUN_LOG_DIR", "DTRUN_NNODES", "DTRUN_HOST", "DTRUN_AGENT_PID", "DTRUN_PROGRESS_TTY",
+    DT_STORE_TOKEN_ENV, NULL};
 
 static int is_managed(const char *kv) {
     for (const char *const *m = managed_vars; *m; m++) {
@@ -114,6 +115,8 @@ static char **build_env(agent_t *ag, const worker_t *w) {
     ADD("DTRUN_NNODES=%d", ag->nnodes);
     ADD("DTRUN_HOST=%s", ag->host);
     ADD("DTRUN_AGENT_PID=%d", (int)getpid());
+    /* Built-in workers prove they hold the token with it (the path, not the secret). */
+    if (sp->have_token) ADD("%s=%s", DT_STORE_TOKEN_ENV, sp->token_file);
     /* The console is a terminal: the trainer may draw a live progress line. */
     if (isatty(STDOUT_FILENO)) ADD("DTRUN_PROGRESS_TTY=%d", 1);
 #undef ADD
