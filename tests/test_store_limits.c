@@ -3,8 +3,9 @@
  * over real loopback sockets: a first frame other than VALIDATE is refused on its
  * first byte, a connection that never validates is closed after the deadline, a
  * client that floods PINGs and never reads is no longer read, the store refuses
- * writes once full, and buffered input has a budget across connections. Each time
- * the other clients keep being served.
+ * writes once full, buffered input has a budget across connections, and one
+ * address may hold DT_STORE_MAX_CONNS_PER_PEER connections. Each time the other
+ * clients keep being served.
  */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -234,4 +236,30 @@ Test(store_limits, buffered_input_has_a_budget_across_connections) {
     others_are_served();
     for (int i = 0; i < CONNS; i++) close(fds[i]);
     free(zeros);
+}
+
+Test(store_limits, connections_from_one_address_are_capped) {
+    /* DT_STORE_MAX_CONNS_PER_PEER validated connections from 127.0.0.1 are served;
+     * the next one is closed at once, and served again once one has gone. */
+    enum { N = DT_STORE_MAX_CONNS_PER_PEER };
+    static int fds[N];
+    struct rlimit rl; /* both ends live in this process (the server raised the limit) */
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 2 * N + 256)
+        cr_skip_test("file descriptor limit %ld is below %d", (long)rl.rlim_cur, 2 * N + 256);
+    for (int i = 0; i < N; i++) fds[i] = raw_validated();
+    /* Every one of them was admitted: a PING on the last one is answered. */
+    dt_store_buf_t b = {0};
+    dt_store_encode_ping(&b, 5);
+    cr_assert_eq(send(fds[N - 1], b.data, b.len, MSG_NOSIGNAL), (ssize_t)b.len);
+    uint32_t nonce = 0;
+    cr_assert_eq(recv(fds[N - 1], &nonce, 4, MSG_WAITALL), 4, "connection %d was refused", N);
+    int extra = raw_validated();
+    cr_assert_geq(seconds_to_close(extra), 0, "connection %d from one address was kept", N + 1);
+    close(extra);
+    close(fds[0]);
+    double until = dt_now_s() + 5;
+    while (dt_store_server_num_clients(srv) >= N && dt_now_s() < until) dt_sleep_ms(5);
+    others_are_served();
+    for (int i = 1; i < N; i++) close(fds[i]);
+    dt_store_buf_free(&b);
 }
