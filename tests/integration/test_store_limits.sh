@@ -85,4 +85,9 @@ else
   fail "agent reading complete=2000000000 exits 3 naming the key" "rc=$rc: $(tail -3 "$DT_TMP/agent.out")"
 fi
 stop_store
+if grep -l "Sanitizer" "$DT_TMP"/*.err >/dev/null 2>&1; then
+  fail "store processes end clean under sanitizers" "$(grep -h -A5 Sanitizer "$DT_TMP"/*.err | head -20)"
+else
+  pass "store processes end clean under sanitizers"
+fi
 finish
