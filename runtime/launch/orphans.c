@@ -1,0 +1,244 @@
+/*
+ * orphans.c - nothing a worker started outlives the job.
+ *
+ * Three rules, for three ways a worker's descendants escape:
+ *
+ *   - Each worker leads its own process group (spawn.c). When a round ends, every
+ *     worker's group is SIGKILLed even though its leader has exited: a shell's
+ *     background job that ignored the stop signal (sh makes `&` jobs ignore SIGINT),
+ *     or a child a worker left behind when it exited, is in that group.
+ *   - The agent is a child subreaper (PR_SET_CHILD_SUBREAPER): a descendant whose
+ *     parent died is re-parented to the agent rather than to init, so one that left
+ *     its worker's group (setsid) is still the agent's child, reaped by its SIGCHLD
+ *     handler and SIGKILLed (with its own group) when the round ends.
+ *   - PR_SET_PDEATHSIG reaches only a worker itself when the agent is SIGKILLed. A
+ *     guardian process, forked before anything else runs, holds the read end of a
+ *     pipe the agent writes each worker's process group to; when the agent dies,
+ *     however it dies, the pipe reads end-of-file and the guardian SIGKILLs every
+ *     group it was told of, then exits. An orderly agent says goodbye first.
+ *
+ * What is not covered: a descendant that both leaves its worker's process group and
+ * outlives a SIGKILLed agent (it is nobody's to find; a cgroup per job would be).
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/mem.h"
+#include "runtime/launch/agent_impl.h"
+
+/* One message on the guardian's pipe: 8 bytes, so each write is atomic. */
+enum guard_op { GUARD_WATCH = 1, GUARD_FORGET = 2, GUARD_BYE = 3 };
+typedef struct guard_msg {
+    int32_t op;
+    int32_t pgid;
+} guard_msg_t;
+
+/* Passes over the agent's children when the round ends: a killed child's own
+ * children are re-parented to the agent, and are found by the next pass. */
+#define SWEEP_PASSES 50
+#define SWEEP_PASS_US 20000
+
+/* ---- the guardian -------------------------------------------------------- */
+
+/* Closes every descriptor from 3 up except keep (the pipe): the guardian must not
+ * hold the agent's terminal pipes, sockets or files open after the agent dies. */
+static void close_other_fds(int keep) {
+#ifdef SYS_close_range
+    if (keep > 3 && syscall(SYS_close_range, 3u, (unsigned)keep - 1, 0u) != 0) goto fallback;
+    if (syscall(SYS_close_range, (unsigned)keep + 1, ~0u, 0u) == 0) return;
+fallback:
+#endif
+    for (int fd = 3; fd < 4096; fd++)
+        if (fd != keep) close(fd);
+}
+
+/* The guardian's life: collect the worker groups, kill them when the agent is gone.
+ * Only async-signal-safe calls (the agent may have had threads when it forked). */
+static void guardian_main(int rfd, int nslots, pid_t agent) {
+    static const int ignored[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE};
+    struct sigaction ign;
+    memset(&ign, 0, sizeof ign);
+    ign.sa_handler = SIG_IGN;
+    for (size_t i = 0; i < sizeof ignored / sizeof *ignored; i++) sigaction(ignored[i], &ign, NULL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    prctl(PR_SET_NAME, "dtrun-guard");
+    int null = open("/dev/null", O_RDWR);
+    if (null >= 0) {
+        dup2(null, STDIN_FILENO);
+        dup2(null, STDOUT_FILENO);
+        if (null > STDERR_FILENO) close(null);
+    }
+    close_other_fds(rfd);
+
+    pid_t slots[nslots]; /* the groups being watched, 0 for a free slot */
+    for (int i = 0; i < nslots; i++) slots[i] = 0;
+    guard_msg_t m;
+    size_t have = 0;
+    for (;;) {
+        ssize_t n = read(rfd, (char *)&m + have, sizeof m - have);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break; /* the agent is gone */
+        have += (size_t)n;
+        if (have < sizeof m) continue;
+        have = 0;
+        if (m.op == GUARD_BYE) _exit(0);
+        for (int i = 0; i < nslots; i++) {
+            if (m.op == GUARD_WATCH && slots[i] == 0) {
+                slots[i] = m.pgid;
+                break;
+            }
+            if (m.op == GUARD_FORGET && slots[i] == m.pgid) {
+                slots[i] = 0;
+                break;
+            }
+        }
+    }
+    int killed = 0;
+    for (int i = 0; i < nslots; i++)
+        if (slots[i] > 0 && kill(-slots[i], SIGKILL) == 0) killed++;
+    if (killed > 0) {
+        char line[160];
+        int len = snprintf(line, sizeof line,
+                           "[dtrun guard] the agent (pid %d) died: killed %d worker process "
+                           "group(s)\n", (int)agent, killed);
+        if (len > 0 && write(STDERR_FILENO, line, (size_t)len) < 0) _exit(1);
+    }
+    _exit(0);
+}
+
+static void guard_send(agent_t *ag, int op, pid_t pgid) {
+    if (ag->guard_fd < 0) return;
+    guard_msg_t m = {op, (int32_t)pgid};
+    ssize_t n;
+    do n = write(ag->guard_fd, &m, sizeof m);
+    while (n < 0 && errno == EINTR);
+    if (n != (ssize_t)sizeof m) {
+        DT_LOG_WARN("the guardian process is gone (%s): workers' children may outlive a "
+                    "killed agent", n < 0 ? strerror(errno) : "short write");
+        close(ag->guard_fd);
+        ag->guard_fd = -1;
+    }
+}
+
+void dt_agent_orphans_init(agent_t *ag) {
+    ag->guard_fd = -1;
+    ag->guard_pid = 0;
+    if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0)
+        DT_LOG_WARN("cannot make the agent a child subreaper (%s): a worker's child that "
+                    "leaves its process group may outlive the job", strerror(errno));
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0) {
+        DT_LOG_WARN("no guardian process (pipe: %s): workers' children may outlive a killed "
+                    "agent", strerror(errno));
+        return;
+    }
+    /* Two slots per local rank: a round's groups are forgotten before the next's. */
+    int nslots = 2 * ag->nw + 8;
+    pid_t agent = getpid();
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(p[1]);
+        guardian_main(p[0], nslots, agent);
+    }
+    int e = errno;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    close(p[0]);
+    if (pid < 0) {
+        close(p[1]);
+        DT_LOG_WARN("no guardian process (fork: %s): workers' children may outlive a killed "
+                    "agent", strerror(e));
+        return;
+    }
+    ag->guard_fd = p[1];
+    ag->guard_pid = pid;
+}
+
+void dt_agent_orphans_watch(agent_t *ag, pid_t pgid) { guard_send(ag, GUARD_WATCH, pgid); }
+
+void dt_agent_orphans_end(agent_t *ag) {
+    if (ag->guard_fd < 0) return;
+    guard_send(ag, GUARD_BYE, 0);
+    if (ag->guard_fd >= 0) close(ag->guard_fd);
+    ag->guard_fd = -1;
+    while (waitpid(ag->guard_pid, NULL, 0) < 0 && errno == EINTR) {
+    }
+    ag->guard_pid = 0;
+}
+
+/* ---- the sweep when a round ends ------------------------------------------ */
+
+/* The agent's live children other than the guardian, up to max; returns the count.
+ * Reaps the zombies among them as it goes. */
+static int list_children(agent_t *ag, pid_t *out, int max) {
+    DIR *d = opendir("/proc");
+    if (!d) return 0;
+    pid_t self = getpid();
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) && n < max) {
+        char *end;
+        long pid = strtol(de->d_name, &end, 10);
+        if (*end || pid <= 0 || pid == ag->guard_pid) continue;
+        char path[64], buf[512];
+        snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) continue;
+        ssize_t len = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        if (len <= 0) continue;
+        buf[len] = '\0';
+        /* "pid (comm) state ppid ...": comm may hold spaces and parentheses. */
+        char *rp = strrchr(buf, ')');
+        char state;
+        long ppid;
+        if (!rp || sscanf(rp + 1, " %c %ld", &state, &ppid) != 2 || ppid != self) continue;
+        if (state == 'Z') {
+            waitpid((pid_t)pid, NULL, WNOHANG);
+            continue;
+        }
+        out[n++] = (pid_t)pid;
+    }
+    closedir(d);
+    return n;
+}
+
+void dt_agent_orphans_sweep(agent_t *ag) {
+    int groups = 0, strays = 0;
+    for (int i = 0; i < ag->nw; i++) {
+        worker_t *w = &ag->w[i];
+        if (w->pid <= 0) continue;
+        if (!w->group_gone && kill(-w->pid, SIGKILL) == 0) groups++;
+        w->group_gone = 1;
+        guard_send(ag, GUARD_FORGET, w->pid);
+    }
+    pid_t kids[256];
+    for (int pass = 0; pass < SWEEP_PASSES; pass++) {
+        int n = list_children(ag, kids, (int)(sizeof kids / sizeof *kids));
+        if (n == 0) break;
+        for (int k = 0; k < n; k++) {
+            if (getpgid(kids[k]) == kids[k]) kill(-kids[k], SIGKILL);
+            if (kill(kids[k], SIGKILL) == 0 && pass == 0) strays++;
+        }
+        usleep(SWEEP_PASS_US);
+    }
+    if (groups > 0 || strays > 0)
+        DT_LOG_INFO("killed what the workers left running: %d process group(s), %d other "
+                    "process(es)", groups, strays);
+}
