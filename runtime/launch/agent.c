@@ -350,7 +350,7 @@ static dt_status_t join_round(agent_t *ag) {
 
 int dt_agent_run(const dt_launch_spec_t *sp, char **argv, int argc) {
     agent_t *ag = dt_xcalloc(1, sizeof *ag);
-    ag->guard_fd = -1;
+    ag->guard_fd = ag->guard_done_fd = -1;
     int code = DT_EXIT_FAILED;
     dt_status_t st;
     ag->spec = sp;

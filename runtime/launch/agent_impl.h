@@ -102,8 +102,9 @@ typedef struct agent {
 
     worker_t *w;
     int nw, running;
-    int guard_fd;    /* write end of the guardian's pipe (orphans.c), -1 without one */
-    pid_t guard_pid;
+    int guard_fd;      /* write end of the guardian's pipe (orphans.c), -1 without one */
+    int guard_done_fd; /* reads end-of-file when the guardian has exited */
+    pid_t guard_pid;   /* not the agent's child (unless the agent is pid 1) */
     phase_t phase;
     outcome_t outcome;
     int signo, sigint_count;

@@ -52,21 +52,22 @@ typedef struct guard_msg {
 
 /* ---- the guardian -------------------------------------------------------- */
 
-/* Closes every descriptor from 3 up except keep (the pipe): the guardian must not
- * hold the agent's terminal pipes, sockets or files open after the agent dies. */
-static void close_other_fds(int keep) {
+/* Moves the pipe ends the guardian keeps to descriptors 3 (the agent's messages) and
+ * 4 (held open until it exits) and closes every other one from 3 up: the guardian
+ * must not hold the agent's terminal pipes, sockets or files open after it dies. */
+static void keep_only(int rfd, int done_fd) {
+    int a = fcntl(rfd, F_DUPFD, 10), b = fcntl(done_fd, F_DUPFD, 10);
+    dup2(a, 3);
+    dup2(b, 4);
 #ifdef SYS_close_range
-    if (keep > 3 && syscall(SYS_close_range, 3u, (unsigned)keep - 1, 0u) != 0) goto fallback;
-    if (syscall(SYS_close_range, (unsigned)keep + 1, ~0u, 0u) == 0) return;
-fallback:
+    if (syscall(SYS_close_range, 5u, ~0u, 0u) == 0) return;
 #endif
-    for (int fd = 3; fd < 4096; fd++)
-        if (fd != keep) close(fd);
+    for (int fd = 5; fd < 4096; fd++) close(fd);
 }
 
 /* The guardian's life: collect the worker groups, kill them when the agent is gone.
  * Only async-signal-safe calls (the agent may have had threads when it forked). */
-static void guardian_main(int rfd, int nslots, pid_t agent) {
+static void guardian_main(int rfd, int done_fd, int nslots, pid_t agent) {
     static const int ignored[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE};
     struct sigaction ign;
     memset(&ign, 0, sizeof ign);
@@ -82,7 +83,8 @@ static void guardian_main(int rfd, int nslots, pid_t agent) {
         dup2(null, STDOUT_FILENO);
         if (null > STDERR_FILENO) close(null);
     }
-    close_other_fds(rfd);
+    keep_only(rfd, done_fd);
+    rfd = 3;
 
     pid_t slots[nslots]; /* the groups being watched, 0 for a free slot */
     for (int i = 0; i < nslots; i++) slots[i] = 0;
@@ -134,17 +136,20 @@ static void guard_send(agent_t *ag, int op, pid_t pgid) {
     }
 }
 
-void dt_agent_orphans_init(agent_t *ag) {
-    ag->guard_fd = -1;
-    ag->guard_pid = 0;
-    if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0)
-        DT_LOG_WARN("cannot make the agent a child subreaper (%s): a worker's child that "
-                    "leaves its process group may outlive the job", strerror(errno));
-    int p[2];
+/* Forks the guardian twice removed, so that it is not the agent's child (the agent's
+ * children are its workers: `pgrep -P` finds them, the sweep kills the others); its
+ * pid comes back on done[] and that pipe reads end-of-file when the guardian exits. */
+static void guard_start(agent_t *ag) {
+    int p[2], done[2];
     if (pipe2(p, O_CLOEXEC) != 0) {
         DT_LOG_WARN("no guardian process (pipe: %s): workers' children may outlive a killed "
                     "agent", strerror(errno));
         return;
+    }
+    if (pipe2(done, O_CLOEXEC) != 0) {
+        DT_LOG_WARN("no guardian process (pipe: %s): workers' children may outlive a killed "
+                    "agent", strerror(errno));
+        goto out_close_pipe;
     }
     /* Two slots per local rank: a round's groups are forgotten before the next's. */
     int nslots = 2 * ag->nw + 8;
@@ -152,32 +157,71 @@ void dt_agent_orphans_init(agent_t *ag) {
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(p[1]);
-        guardian_main(p[0], nslots, agent);
+    pid_t mid = fork();
+    if (mid == 0) {
+        setsid(); /* out of the agent's group: a Ctrl-C or a kill of that group misses it */
+        pid_t g = fork();
+        if (g == 0) {
+            close(p[1]);
+            close(done[0]);
+            guardian_main(p[0], done[1], nslots, agent);
+        }
+        int32_t v = (int32_t)g;
+        ssize_t w = write(done[1], &v, sizeof v);
+        _exit(w == (ssize_t)sizeof v && g > 0 ? 0 : 1);
     }
     int e = errno;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     close(p[0]);
-    if (pid < 0) {
-        close(p[1]);
+    p[0] = -1;
+    close(done[1]);
+    int32_t gpid = 0;
+    int mid_status = 1;
+    if (mid > 0) {
+        while (waitpid(mid, &mid_status, 0) < 0 && errno == EINTR) {
+        }
+        if (read(done[0], &gpid, sizeof gpid) != (ssize_t)sizeof gpid) gpid = 0;
+    }
+    if (mid < 0 || gpid <= 0) {
         DT_LOG_WARN("no guardian process (fork: %s): workers' children may outlive a killed "
-                    "agent", strerror(e));
-        return;
+                    "agent", mid < 0 ? strerror(e) : "failed");
+        close(done[0]);
+        goto out_close_pipe;
     }
     ag->guard_fd = p[1];
-    ag->guard_pid = pid;
+    ag->guard_done_fd = done[0];
+    ag->guard_pid = gpid;
+    return;
+out_close_pipe:
+    close(p[1]);
+    if (p[0] >= 0) close(p[0]);
+}
+
+void dt_agent_orphans_init(agent_t *ag) {
+    ag->guard_fd = ag->guard_done_fd = -1;
+    ag->guard_pid = 0;
+    guard_start(ag);
+    /* After the guardian is started: made before, it would be re-parented to the agent. */
+    if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0)
+        DT_LOG_WARN("cannot make the agent a child subreaper (%s): a worker's child that "
+                    "leaves its process group may outlive the job", strerror(errno));
 }
 
 void dt_agent_orphans_watch(agent_t *ag, pid_t pgid) { guard_send(ag, GUARD_WATCH, pgid); }
 
 void dt_agent_orphans_end(agent_t *ag) {
-    if (ag->guard_fd < 0) return;
-    guard_send(ag, GUARD_BYE, 0);
-    if (ag->guard_fd >= 0) close(ag->guard_fd);
-    ag->guard_fd = -1;
-    while (waitpid(ag->guard_pid, NULL, 0) < 0 && errno == EINTR) {
+    if (ag->guard_fd >= 0) {
+        guard_send(ag, GUARD_BYE, 0);
+        if (ag->guard_fd >= 0) close(ag->guard_fd);
+        ag->guard_fd = -1;
+    }
+    if (ag->guard_done_fd >= 0) {
+        /* End-of-file once the guardian has exited: nothing of the job outlives dtrun. */
+        char c;
+        while (read(ag->guard_done_fd, &c, 1) < 0 && errno == EINTR) {
+        }
+        close(ag->guard_done_fd);
+        ag->guard_done_fd = -1;
     }
     ag->guard_pid = 0;
 }
