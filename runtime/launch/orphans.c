@@ -15,10 +15,13 @@
  *     guardian process, forked before anything else runs, holds the read end of a
  *     pipe the agent writes each worker's process group to; when the agent dies,
  *     however it dies, the pipe reads end-of-file and the guardian SIGKILLs every
- *     group it was told of, then exits. An orderly agent says goodbye first.
+ *     group it was told of, then every process whose environment names this job
+ *     (DTRUN_AGENT_PID and DTRUN_RUN_DIR, set for every worker and inherited by its
+ *     descendants: that finds one that left its group too), then exits. An orderly
+ *     agent says goodbye first.
  *
- * What is not covered: a descendant that both leaves its worker's process group and
- * outlives a SIGKILLed agent (it is nobody's to find; a cgroup per job would be).
+ * What is not covered: a descendant that leaves its worker's process group, clears
+ * its environment and outlives a SIGKILLed agent (a cgroup per job would find it).
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -50,6 +53,9 @@ typedef struct guard_msg {
 #define SWEEP_PASSES 50
 #define SWEEP_PASS_US 20000
 
+/* The guardian reads at most this much of a process's environment. */
+#define GUARD_ENVIRON_MAX (1 << 20)
+
 /* ---- the guardian -------------------------------------------------------- */
 
 /* Moves the pipe ends the guardian keeps to descriptors 3 (the agent's messages) and
@@ -65,9 +71,61 @@ static void keep_only(int rfd, int done_fd) {
     for (int fd = 5; fd < 4096; fd++) close(fd);
 }
 
+/* Whether process pid's environment holds both entries (exactly, as set by spawn.c). */
+static int environ_has(long pid, const char *a, const char *b) {
+    static char buf[GUARD_ENVIRON_MAX];
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%ld/environ", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    size_t len = 0;
+    for (;;) {
+        ssize_t n = read(fd, buf + len, sizeof buf - 1 - len);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        len += (size_t)n;
+        if (len == sizeof buf - 1) break;
+    }
+    close(fd);
+    buf[len] = '\0';
+    int found_a = 0, found_b = 0;
+    for (size_t at = 0; at < len; at += strlen(buf + at) + 1) {
+        found_a |= !strcmp(buf + at, a);
+        found_b |= !strcmp(buf + at, b);
+    }
+    return found_a && found_b;
+}
+
+/* SIGKILLs every other process whose environment names this job; returns how many.
+ * A few passes: one that forked between the scan and the kill is found by the next. */
+static int kill_by_environ(pid_t agent, const char *run_dir) {
+    char a[64], b[PATH_MAX + 32];
+    snprintf(a, sizeof a, "DTRUN_AGENT_PID=%d", (int)agent);
+    snprintf(b, sizeof b, "DTRUN_RUN_DIR=%s", run_dir);
+    pid_t self = getpid();
+    int killed = 0;
+    for (int pass = 0; pass < 3; pass++) {
+        DIR *d = opendir("/proc");
+        if (!d) break;
+        int found = 0;
+        struct dirent *de;
+        while ((de = readdir(d))) {
+            char *end;
+            long pid = strtol(de->d_name, &end, 10);
+            if (*end || pid <= 0 || pid == self || !environ_has(pid, a, b)) continue;
+            if (kill((pid_t)pid, SIGKILL) == 0) found++;
+        }
+        closedir(d);
+        if (pass == 0) killed = found;
+        if (found == 0) break;
+    }
+    return killed;
+}
+
 /* The guardian's life: collect the worker groups, kill them when the agent is gone.
- * Only async-signal-safe calls (the agent may have had threads when it forked). */
-static void guardian_main(int rfd, int done_fd, int nslots, pid_t agent) {
+ * The agent has no thread yet when it forks it (dt_agent_orphans_init), so the C
+ * library (opendir, snprintf) is safe here. */
+static void guardian_main(int rfd, int done_fd, int nslots, pid_t agent, const char *run_dir) {
     static const int ignored[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE};
     struct sigaction ign;
     memset(&ign, 0, sizeof ign);
@@ -112,11 +170,13 @@ static void guardian_main(int rfd, int done_fd, int nslots, pid_t agent) {
     int killed = 0;
     for (int i = 0; i < nslots; i++)
         if (slots[i] > 0 && kill(-slots[i], SIGKILL) == 0) killed++;
-    if (killed > 0) {
-        char line[160];
+    int strays = kill_by_environ(agent, run_dir);
+    if (killed > 0 || strays > 0) {
+        char line[200];
         int len = snprintf(line, sizeof line,
                            "[dtrun guard] the agent (pid %d) died: killed %d worker process "
-                           "group(s)\n", (int)agent, killed);
+                           "group(s) and %d other process(es) of the job\n", (int)agent,
+                           killed, strays);
         if (len > 0 && write(STDERR_FILENO, line, (size_t)len) < 0) _exit(1);
     }
     _exit(0);
@@ -164,7 +224,7 @@ static void guard_start(agent_t *ag) {
         if (g == 0) {
             close(p[1]);
             close(done[0]);
-            guardian_main(p[0], done[1], nslots, agent);
+            guardian_main(p[0], done[1], nslots, agent, ag->run_dir);
         }
         int32_t v = (int32_t)g;
         ssize_t w = write(done[1], &v, sizeof v);

@@ -72,4 +72,17 @@ if wait_count "$M" 4 10; then
 else kill -9 $pid; wait $pid; bg_end; fail "setsid grandchild" "the 4 sleeps never started"; fi
 reap "$M"
 
+# ---- ... and the agent is SIGKILLed: the guardian finds it by its environment ----
+M=$(mark)
+bg --nproc_per_node 2 --exec sh -c "setsid sleep $M & sleep $M; wait" >/dev/null 2>"$DT_TMP/guard.err"
+if wait_count "$M" 4 10; then
+  kill -9 $pid; wait $pid 2>/dev/null; bg_end
+  said() { grep -q 'the agent (pid [0-9]*) died: killed 2 worker process group(s) and [1-9][0-9]* other' "$DT_TMP/guard.err"; }
+  for _ in $(seq 100); do said && break; sleep 0.05; done
+  if wait_count "$M" 0 5 && said
+  then pass "setsid grandchild, agent SIGKILLed: nothing left, the guardian says so"
+  else fail "setsid grandchild, agent SIGKILLed" "$(count "$M") sleep(s) left: $(cat "$DT_TMP/guard.err")"; fi
+else kill -9 $pid; wait $pid; bg_end; fail "setsid grandchild, agent SIGKILLed" "the 4 sleeps never started"; fi
+reap "$M"
+
 finish
