@@ -62,6 +62,15 @@ if [ $rc -eq 0 ] && wait_count "$M" 0 5; then pass "exit 0: nothing left"
 else fail "exit 0" "rc=$rc, $(count "$M") sleep(s) left: $out"; fi
 reap "$M"
 
+# ---- a restart: the failed attempt's leftovers are gone before the next attempt starts ----
+M=$(mark)
+P="sleep ${M//./\\.}"
+out=$(timeout -k 2 30 "$DTRUN" --nproc_per_node 2 --max_restarts 1 --exec sh -c \
+  "if [ \$TORCHELASTIC_RESTART_COUNT = 1 ]; then pgrep -x -f '$P' >/dev/null && exit 3; exit 0; fi; sleep $M & exit 1" 2>&1); rc=$?
+if [ $rc -eq 0 ] && wait_count "$M" 0 5; then pass "restart: the first attempt's leftovers died before the second"
+else fail "restart" "rc=$rc, $(count "$M") sleep(s) left: $out"; fi
+reap "$M"
+
 # ---- a grandchild that left the worker's process group (setsid) while the agent lives ----
 M=$(mark)
 DTRUN_SHUTDOWN_TIMEOUT=5 bg --nproc_per_node 2 --exec sh -c "setsid sleep $M & sleep $M; wait" >/dev/null 2>&1
