@@ -96,7 +96,8 @@ static int environ_has(long pid, const char *a, const char *b) {
     return found_a && found_b;
 }
 
-/* SIGKILLs every other process whose environment names this job; returns how many.
+/* SIGKILLs every other process whose environment names this job (also those of the
+ * groups just killed that have not died yet); returns how many.
  * A few passes: one that forked between the scan and the kill is found by the next. */
 static int kill_by_environ(pid_t agent, const char *run_dir) {
     char a[64], b[PATH_MAX + 32];
@@ -175,7 +176,7 @@ static void guardian_main(int rfd, int done_fd, int nslots, pid_t agent, const c
         char line[200];
         int len = snprintf(line, sizeof line,
                            "[dtrun guard] the agent (pid %d) died: killed %d worker process "
-                           "group(s) and %d other process(es) of the job\n", (int)agent,
+                           "group(s), then %d process(es) by the job's environment\n", (int)agent,
                            killed, strays);
         if (len > 0 && write(STDERR_FILENO, line, (size_t)len) < 0) _exit(1);
     }

@@ -86,7 +86,7 @@ M=$(mark)
 bg --nproc_per_node 2 --exec sh -c "setsid sleep $M & sleep $M; wait" >/dev/null 2>"$DT_TMP/guard.err"
 if wait_count "$M" 4 10; then
   kill -9 $pid; wait $pid 2>/dev/null; bg_end
-  said() { grep -q 'the agent (pid [0-9]*) died: killed 2 worker process group(s) and [1-9][0-9]* other' "$DT_TMP/guard.err"; }
+  said() { grep -q 'the agent (pid [0-9]*) died: killed 2 worker process group(s), then [1-9][0-9]* process(es) by the job'"'"'s environment' "$DT_TMP/guard.err"; }
   for _ in $(seq 100); do said && break; sleep 0.05; done
   if wait_count "$M" 0 5 && said
   then pass "setsid grandchild, agent SIGKILLed: nothing left, the guardian says so"
