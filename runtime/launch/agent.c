@@ -269,6 +269,7 @@ static dt_status_t run_round(agent_t *ag) {
             if (w->file_fd[s] >= 0) close(w->file_fd[s]);
     }
     uv_run(&ag->loop, UV_RUN_NOWAIT); /* finish the pipe closes */
+    dt_agent_orphans_sweep(ag);
     return st;
 }
 
@@ -364,6 +365,7 @@ static dt_status_t join_round(agent_t *ag) {
 
 int dt_agent_run(const dt_launch_spec_t *sp, char **argv, int argc) {
     agent_t *ag = dt_xcalloc(1, sizeof *ag);
+    ag->guard_fd = ag->guard_done_fd = -1;
     int code = DT_EXIT_FAILED;
     dt_status_t st;
     ag->spec = sp;
@@ -418,6 +420,8 @@ int dt_agent_run(const dt_launch_spec_t *sp, char **argv, int argc) {
                     "OMP_NUM_THREADS=1 so that they do not oversubscribe the cores; set it to "
                     "give each more threads", ag->nw);
 
+    /* Before the loop, the store's thread and its sockets: the guardian is forked. */
+    dt_agent_orphans_init(ag);
     uv_loop_init(&ag->loop);
     for (int i = 0; i < DT_AGENT_N_FWD; i++) {
         uv_signal_init(&ag->loop, &ag->sig[i]);
@@ -486,6 +490,7 @@ out_close_loop:
     uv_loop_close(&ag->loop);
     dt_rdzv_close(ag->rz);
     dt_store_server_stop(ag->server);
+    dt_agent_orphans_end(ag);
 out_free_agent:
     if (ag->run_dir && ag->run_dir_tmp && dt_fs_rm_rf(ag->run_dir) != DT_STATUS_OK)
         DT_LOG_WARN("%s", dt_error_detail());

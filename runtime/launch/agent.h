@@ -11,7 +11,10 @@
  * still runs everything else: the output pipes, the signals (SIGCHLD included),
  * the timers. Only async-signal-safe calls run in the child. Each worker leads its
  * own process group, so a forwarded signal reaches the worker's own children too
- * and a Ctrl-C on the terminal reaches only the agent, which decides.
+ * and a Ctrl-C on the terminal reaches only the agent, which decides. Nothing a
+ * worker started outlives the job (orphans.c): its group is killed when the round
+ * ends, the agent is a child subreaper, and a guardian process cleans up after an
+ * agent that was SIGKILLed.
  */
 #ifndef DT_RUNTIME_AGENT_H
 #define DT_RUNTIME_AGENT_H

@@ -7,6 +7,8 @@
  *              (torch elastic's multiprocessing/api.py, tail_log.py, redirects.py)
  *   failure.c  what a failed worker leaves: its error file, the failure record
  *              shared through the store, torchrun's summary (multiprocessing/errors/)
+ *   orphans.c  nothing left running: worker process groups killed when a round ends,
+ *              the agent as child subreaper, the guardian that outlives a killed agent
  */
 #ifndef DT_RUNTIME_LAUNCH_AGENT_IMPL_H
 #define DT_RUNTIME_LAUNCH_AGENT_IMPL_H
@@ -51,6 +53,7 @@ typedef struct worker {
     int exited;
     int wstatus;
     int signaled_by_agent; /* we sent it a signal while it ran */
+    int group_gone;        /* its process group was found empty or killed at round end */
     int reaped_seq;        /* order within one SIGCHLD batch, 0 when handled */
     double end_wall;
     uv_pipe_t pipe[2];     /* [0] stdout, [1] stderr */
@@ -99,6 +102,9 @@ typedef struct agent {
 
     worker_t *w;
     int nw, running;
+    int guard_fd;      /* write end of the guardian's pipe (orphans.c), -1 without one */
+    int guard_done_fd; /* reads end-of-file when the guardian has exited */
+    pid_t guard_pid;   /* not the agent's child (unless the agent is pid 1) */
     phase_t phase;
     outcome_t outcome;
     int signo, sigint_count;
@@ -117,8 +123,23 @@ typedef struct agent {
 dt_status_t dt_agent_spawn_worker(agent_t *ag, worker_t *w);
 /* After w exited: reads what is left in its pipes without blocking, then closes them. */
 void dt_agent_drain_pipes(worker_t *w);
-/* Signals each running worker's process group (the worker itself if it left it). */
+/* Signals each worker's process group, also once its leader exited (what it left
+ * behind is in the group), and each running worker itself if it left its group. */
 void dt_agent_signal_workers(agent_t *ag, int sig);
+
+/* ---- orphans.c ---- */
+
+/* Makes the agent a child subreaper and forks the guardian (before any thread or
+ * socket exists). Without either it warns and the run goes on. */
+void dt_agent_orphans_init(agent_t *ag);
+/* Tells the guardian that process group pgid is a worker's, to kill if the agent dies. */
+void dt_agent_orphans_watch(agent_t *ag, pid_t pgid);
+/* The round is over (every worker reaped): SIGKILLs each worker's process group and
+ * every other child of the agent (descendants re-parented to it), and tells the
+ * guardian to forget the groups. */
+void dt_agent_orphans_sweep(agent_t *ag);
+/* An orderly end: the guardian leaves without killing anything and is reaped. */
+void dt_agent_orphans_end(agent_t *ag);
 
 /* ---- failure.c ---- */
 

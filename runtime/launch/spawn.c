@@ -1,6 +1,7 @@
 /*
  * spawn.c - starting one worker: torchrun's environment, fork + execve with the
- * death signal set (see agent.h for why not uv_spawn), the stdout/stderr pipes
+ * death signal set (see agent.h for why not uv_spawn) in a process group of its
+ * own that the guardian watches (orphans.c), the stdout/stderr pipes
  * fed line by line to the console and the per-rank log files (logpipe.h).
  */
 #define _GNU_SOURCE
@@ -53,8 +54,14 @@ dt_status_t dt_agent_find_program(const char *name, char **path) {
 void dt_agent_signal_workers(agent_t *ag, int sig) {
     for (int i = 0; i < ag->nw; i++) {
         worker_t *w = &ag->w[i];
-        if (w->pid <= 0 || w->exited) continue;
-        if (kill(-w->pid, sig) != 0) kill(w->pid, sig);
+        if (w->pid <= 0 || w->group_gone) continue;
+        int to_group = kill(-w->pid, sig) == 0;
+        if (w->exited) {
+            /* An empty group is not signalled again: its id may be reused. */
+            if (!to_group) w->group_gone = 1;
+            continue;
+        }
+        if (!to_group) kill(w->pid, sig);
         w->signaled_by_agent = 1;
     }
 }
@@ -266,6 +273,7 @@ dt_status_t dt_agent_spawn_worker(agent_t *ag, worker_t *w) {
     }
     setpgid(pid, pid); /* both sides, so that a signal right away finds the group */
     w->pid = pid;
+    dt_agent_orphans_watch(ag, pid);
     ag->running++;
     for (int s = 0; s < 2; s++) {
         uv_pipe_init(&ag->loop, &w->pipe[s], 0);
