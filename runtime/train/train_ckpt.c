@@ -430,7 +430,9 @@ dt_status_t dt_train_ckpt_check_start(const dt_config_t *cfg) {
     if (!dt_train_ckpt_enabled(cfg) || strcmp(mode, "never") != 0 || cfg->checkpoint.overwrite) return DT_STATUS_OK;
     char **paths;
     int n;
-    DT_CHECK(dt_ckpt_candidates(cfg->checkpoint.dir, &paths, &n));
+    /* A folder that cannot be listed holds nothing to write over: the saves will
+     * report why they cannot write there. */
+    if (dt_ckpt_candidates(cfg->checkpoint.dir, &paths, &n) != DT_STATUS_OK) return DT_STATUS_OK;
     dt_status_t st = DT_STATUS_OK;
     if (n > 0)
         st = dt_error(DT_STATUS_CONFIG,
