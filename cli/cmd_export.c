@@ -13,6 +13,7 @@
 
 #include "cli/commands.h"
 #include "common/clock.h"
+#include "common/fs_safe.h"
 #include "common/mem.h"
 #include "runtime/ckpt/checkpoint.h"
 #include "runtime/ckpt/hf_export.h"
@@ -83,6 +84,13 @@ int dt_cmd_export(int argc, char **argv) {
     }
     if (max_shard && !hf) {
         fprintf(stderr, "dtrun export: --max-shard-size applies to --format hf\n");
+        return DT_EXIT_USAGE;
+    }
+    /* Before any work: OUT is replaced by a rename, so it must be nothing yet or
+     * what the format writes (a file, or a real directory for hf), never a link,
+     * a device or a FIFO. */
+    if (dt_fs_check_target(out, hf, "-o") != DT_STATUS_OK) {
+        fprintf(stderr, "dtrun export: %s\n", dt_error_detail());
         return DT_EXIT_USAGE;
     }
     double t0 = dt_now_s();

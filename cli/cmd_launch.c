@@ -20,6 +20,7 @@
 #include "runtime/launch/agent.h"
 #include "runtime/config/config.h"
 #include "runtime/train/trainer.h" /* defines: dt_trainer_check_pretrained, dt_trainer_check_data */
+#include "runtime/train/train_ckpt.h" /* defines: dt_train_ckpt_check_start */
 #include "runtime/launch/launch_args.h"
 
 extern char **environ;
@@ -58,6 +59,9 @@ static int check_config(const dt_launch_spec_t *spec) {
         st = DT_STATUS_CONFIG;
     } else if (st == DT_STATUS_OK && dt_trainer_check_data(&cfg) != DT_STATUS_OK) {
         fprintf(stderr, "dtrun: error: %s\n", dt_error_detail());
+        st = DT_STATUS_CONFIG;
+    } else if (st == DT_STATUS_OK && dt_train_ckpt_check_start(&cfg) != DT_STATUS_OK) {
+        fprintf(stderr, "dtrun: error: %s\n", dt_error_detail()); /* resume never onto another run's */
         st = DT_STATUS_CONFIG;
     } else if (st == DT_STATUS_OK && cfg.device == DT_CONFIG_DEVICE_CUDA && dt_gpuinfo_count() == 0) {
         const char *vis = getenv("CUDA_VISIBLE_DEVICES");

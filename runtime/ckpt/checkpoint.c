@@ -107,9 +107,10 @@ static dt_status_t check_range(const dt_ckpt_range *r) {
 }
 
 
-static void step_paths(const dt_ckpt_save_args *a, char *final, char *tmp, size_t len) {
-    snprintf(final, len, "%s/step_%08lld", a->dir, (long long)a->step);
-    snprintf(tmp, len, "%s/step_%08lld.tmp", a->dir, (long long)a->step);
+/* "step_N" and "step_N.tmp" (names inside the root) and the final path. */
+static void step_names(const dt_ckpt_save_args *a, char *name, char *tmp, size_t len) {
+    snprintf(name, len, "step_%08lld", (long long)a->step);
+    snprintf(tmp, len, "step_%08lld.tmp", (long long)a->step);
 }
 
 dt_status_t dt_ckpt_write_shard(const dt_ckpt_save_args *a, dt_ckpt_save_stats *stats) {
@@ -118,10 +119,10 @@ dt_status_t dt_ckpt_write_shard(const dt_ckpt_save_args *a, dt_ckpt_save_stats *
     if (a->step < 0 || a->rank < 0 || a->rank >= a->world_size || a->n_ranges < 0)
         return dt_error(DT_STATUS_INVALID, "checkpoint save: bad step %lld / rank %d / world %d", (long long)a->step,
                         a->rank, a->world_size);
-    char final[PATH_MAX], tmpdir[PATH_MAX], path[PATH_MAX + 32];
-    step_paths(a, final, tmpdir, sizeof final);
-    DT_CHECK(dt_fs_mkdir_p(tmpdir));
-    snprintf(path, sizeof path, "%s/shard_%05d.bin", tmpdir, a->rank);
+    char name[64], tmpname[64], file[32], path[PATH_MAX + 128];
+    step_names(a, name, tmpname, sizeof name);
+    snprintf(file, sizeof file, "shard_%05d.bin", a->rank);
+    snprintf(path, sizeof path, "%s/%s/%s", a->dir, tmpname, file);
 
     /* Header size: fixed part, ranges, crcs, header crc; data 4 KiB aligned. */
     uint64_t total_blocks = 0;
@@ -145,11 +146,12 @@ dt_status_t dt_ckpt_write_shard(const dt_ckpt_save_args *a, dt_ckpt_save_stats *
 
     dt_status_t st = DT_STATUS_OK;
     uint64_t pos = data_offset;
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        st = dt_ckpt_sys_error_(errno, "cannot create checkpoint shard", path);
-        goto out_free_head;
-    }
+    int rootfd = -1, tmpfd = -1, fd = -1;
+    char tmpdir[PATH_MAX + 64];
+    snprintf(tmpdir, sizeof tmpdir, "%s/%s", a->dir, tmpname);
+    DT_CHECK_GOTO(dt_ckpt_open_root_(a->dir, 1, &rootfd), st, out_free_head);
+    DT_CHECK_GOTO(dt_ckpt_open_subdir_(rootfd, a->dir, tmpname, 1, &tmpfd), st, out_free_head);
+    DT_CHECK_GOTO(dt_ckpt_create_at_(tmpfd, tmpdir, file, &fd), st, out_free_head);
     if (lseek(fd, (off_t)data_offset, SEEK_SET) < 0) {
         st = dt_ckpt_sys_error_(errno, "cannot seek in", path);
         goto out_close;
@@ -189,11 +191,13 @@ out_close:
     if (close(fd) != 0 && st == DT_STATUS_OK) st = dt_ckpt_sys_error_(errno, "cannot close", path);
 out_free_head:
     free(head);
+    if (tmpfd >= 0) close(tmpfd);
+    if (rootfd >= 0) close(rootfd);
     if (st == DT_STATUS_OK) hook("shard_written", a->step);
     if (stats) {
         stats->shard_bytes = st == DT_STATUS_OK ? pos : 0;
         stats->write_s = dt_now_s() - t0;
-        snprintf(stats->path, sizeof stats->path, "%s", final);
+        snprintf(stats->path, sizeof stats->path, "%s/%s", a->dir, name);
     }
     return st;
 }
@@ -207,10 +211,15 @@ typedef struct range_list {
 
 /* Reads and checks one shard's header; adds its entry to the meta.json array and
  * its ranges to `all`. */
-static dt_status_t index_shard(const char *path, const dt_ckpt_save_args *a, int rank, cJSON *shards,
-                               range_list *all) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return dt_ckpt_sys_error_(errno, "checkpoint shard missing: cannot open", path);
+static dt_status_t index_shard(int tmpfd, const char *tmpdir, const char *path, const dt_ckpt_save_args *a, int rank,
+                               cJSON *shards, range_list *all) {
+    int fd;
+    const char *file = strrchr(path, '/') + 1;
+    if (dt_ckpt_open_file_at_(tmpfd, tmpdir, file, &fd, NULL) != DT_STATUS_OK) {
+        char detail[1024];
+        snprintf(detail, sizeof detail, "%s", dt_error_detail());
+        return dt_error(DT_STATUS_IO, "checkpoint shard missing: %s", detail);
+    }
     dt_status_t st = DT_STATUS_OK;
     unsigned char *head = NULL;
     shard_head h;
@@ -329,26 +338,50 @@ static void add_model(cJSON *meta, const dt_model_layout *l) {
     }
 }
 
-/* Removes complete checkpoints beyond keep_last (oldest first) and stale .tmp
- * directories of older steps. Only called once the new one is complete. */
-static void prune(const char *dir, int64_t keep_last, int64_t newest) {
-    DIR *d = opendir(dir);
-    if (!d) return;
+/* Is step folder `name` of run run_id (NULL: none)? Its meta.json says; one that
+ * cannot be read is nobody's to delete. */
+static int same_run(int rootfd, const char *dir, const char *name, const char *run_id) {
+    int fd;
+    char *text = NULL;
+    if (dt_ckpt_open_subdir_(rootfd, dir, name, 0, &fd) != DT_STATUS_OK) return 0;
+    dt_status_t st = dt_ckpt_read_text_at_(fd, dir, "meta.json", 64u << 20, &text);
+    close(fd);
+    if (st != DT_STATUS_OK) return 0;
+    cJSON *meta = cJSON_Parse(text);
+    free(text);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(meta, "run_id");
+    const char *theirs = cJSON_IsString(v) ? v->valuestring : "";
+    int same = !strcmp(theirs, run_id ? run_id : "");
+    cJSON_Delete(meta);
+    return same;
+}
+
+/* Removes this run's complete checkpoints beyond keep_last (oldest first) and
+ * stale .tmp folders of older steps; only real step directories, only dtrun's
+ * files in them (dt_ckpt_remove_step_at_), never another run's checkpoints. Only
+ * called once the new one is complete. */
+static void prune(int rootfd, const char *dir, int64_t keep_last, int64_t newest, const char *run_id) {
+    int dfd = dup(rootfd);
+    DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+    if (!d) {
+        if (dfd >= 0) close(dfd);
+        return;
+    }
     int64_t *steps = NULL;
     int n = 0, cap = 0;
     struct dirent *e;
-    char p[PATH_MAX];
+    char name[64];
     while ((e = readdir(d))) {
         int tmp;
         int64_t s = dt_ckpt_parse_step_name_(e->d_name, &tmp);
-        if (s < 0) continue;
+        struct stat sb;
+        if (s < 0 || fstatat(rootfd, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(sb.st_mode)) continue;
         if (tmp) {
-            if (s < newest) {
-                snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-                dt_ckpt_remove_tree_(p);
-            }
+            if (s < newest) dt_ckpt_remove_step_at_(rootfd, dir, e->d_name);
             continue;
         }
+        snprintf(name, sizeof name, "step_%08lld", (long long)s);
+        if (strcmp(name, e->d_name) != 0 || !same_run(rootfd, dir, name, run_id)) continue;
         if (n == cap) steps = dt_xrealloc(steps, (size_t)(cap = cap ? 2 * cap : 16) * sizeof *steps);
         steps[n++] = s;
     }
@@ -362,28 +395,33 @@ static void prune(const char *dir, int64_t keep_last, int64_t newest) {
             }
         for (int i = 0; i < n - keep_last; i++) {
             if (steps[i] == newest) continue;
-            snprintf(p, sizeof p, "%s/step_%08lld", dir, (long long)steps[i]);
-            DT_LOG_DEBUG("checkpoint: pruning %s (keep_last %lld)", p, (long long)keep_last);
-            dt_ckpt_remove_tree_(p);
+            snprintf(name, sizeof name, "step_%08lld", (long long)steps[i]);
+            DT_LOG_DEBUG("checkpoint: pruning %s/%s (keep_last %lld)", dir, name, (long long)keep_last);
+            dt_ckpt_remove_step_at_(rootfd, dir, name);
         }
     }
     free(steps);
 }
 
 dt_status_t dt_ckpt_commit(const dt_ckpt_save_args *a, dt_ckpt_save_stats *stats) {
-    char final[PATH_MAX], tmpdir[PATH_MAX], path[PATH_MAX + 32];
-    step_paths(a, final, tmpdir, sizeof final);
+    char name[64], tmpname[64], tmpdir[PATH_MAX + 64], path[PATH_MAX + 128];
+    step_names(a, name, tmpname, sizeof name);
+    snprintf(tmpdir, sizeof tmpdir, "%s/%s", a->dir, tmpname);
     hook("before_meta", a->step);
     cJSON *meta = cJSON_CreateObject();
     dt_status_t st = DT_STATUS_OK;
     char *text = NULL;
     range_list all = {0};
     ck_shard *files = dt_xcalloc((size_t)a->world_size, sizeof *files);
+    int rootfd = -1, tmpfd = -1;
+    DT_CHECK_GOTO(dt_ckpt_open_root_(a->dir, 0, &rootfd), st, out_free);
+    DT_CHECK_GOTO(dt_ckpt_open_subdir_(rootfd, a->dir, tmpname, 0, &tmpfd), st, out_free);
     cJSON_AddStringToObject(meta, "format", FORMAT_NAME);
     cJSON *version = cJSON_AddNumberToObject(meta, "version", FORMAT_VERSION);
     cJSON_AddNumberToObject(meta, "step", (double)a->step);
     cJSON_AddNumberToObject(meta, "world_size", a->world_size);
     cJSON_AddStringToObject(meta, "strategy", a->strategy ? a->strategy : "ddp");
+    if (a->run_id && *a->run_id) cJSON_AddStringToObject(meta, "run_id", a->run_id);
     cJSON_AddStringToObject(meta, "dtype", "float32");
     cJSON_AddNumberToObject(meta, "block_bytes", DT_CKPT_BLOCK_BYTES);
     char when[64];
@@ -393,7 +431,7 @@ dt_status_t dt_ckpt_commit(const dt_ckpt_save_args *a, dt_ckpt_save_stats *stats
     for (int r = 0; r < a->world_size; r++) {
         snprintf(path, sizeof path, "%s/shard_%05d.bin", tmpdir, r);
         snprintf(files[r].path, sizeof files[r].path, "%s", path);
-        DT_CHECK_GOTO(index_shard(path, a, r, shards, &all), st, out_free);
+        DT_CHECK_GOTO(index_shard(tmpfd, tmpdir, path, a, r, shards, &all), st, out_free);
     }
     /* Overlapping ranges would make the checkpoint unloadable: refuse it now, while
      * the previous one is still `latest`. Gaps are the loader's to find. */
@@ -415,44 +453,56 @@ dt_status_t dt_ckpt_commit(const dt_ckpt_save_args *a, dt_ckpt_save_stats *stats
     }
     /* Shards left in this .tmp by an interrupted save at a larger world size. */
     for (int r = a->world_size;; r++) {
-        snprintf(path, sizeof path, "%s/shard_%05d.bin", tmpdir, r);
-        if (unlink(path) != 0) break;
+        char file[32];
+        snprintf(file, sizeof file, "shard_%05d.bin", r);
+        if (unlinkat(tmpfd, file, 0) != 0) break;
     }
     text = cJSON_Print(meta);
-    snprintf(path, sizeof path, "%s/meta.json", tmpdir);
-    DT_CHECK_GOTO(dt_ckpt_write_text_file_(path, text), st, out_free);
-    DT_CHECK_GOTO(dt_ckpt_fsync_path_(tmpdir, 1), st, out_free);
+    DT_CHECK_GOTO(dt_ckpt_write_text_at_(tmpfd, tmpdir, "meta.json", text), st, out_free);
+    DT_CHECK_GOTO(dt_ckpt_fsync_fd_(tmpfd, tmpdir), st, out_free);
     hook("before_rename", a->step);
     /* A complete checkpoint of this step already there (saved again after a
-     * resume): move it aside, put the new one in place, then drop the old. */
-    char old[PATH_MAX + 32];
-    snprintf(old, sizeof old, "%s.old", final);
+     * resume): move it aside, put the new one in place, then drop the old. Only a
+     * real directory is replaced: a link or a file of that name is an error. */
+    char old[80];
+    snprintf(old, sizeof old, "%s.old", name);
+    struct stat sb;
     int had_old = 0;
-    if (rename(final, old) == 0) had_old = 1;
-    else if (errno != ENOENT) {
-        st = dt_ckpt_sys_error_(errno, "cannot move aside", final);
-        goto out_free;
+    if (fstatat(rootfd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0) {
+        if (!S_ISDIR(sb.st_mode)) {
+            st = dt_error(DT_STATUS_IO, "%s/%s is a symbolic link or not a directory: not replacing it (remove it)",
+                          a->dir, name);
+            goto out_free;
+        }
+        dt_ckpt_remove_step_at_(rootfd, a->dir, old); /* a stale one from an interrupted save */
+        if (renameat(rootfd, name, rootfd, old) != 0) {
+            snprintf(path, sizeof path, "%s/%s", a->dir, name);
+            st = dt_ckpt_sys_error_(errno, "cannot move aside", path);
+            goto out_free;
+        }
+        had_old = 1;
     }
-    if (rename(tmpdir, final) != 0) {
+    if (renameat(rootfd, tmpname, rootfd, name) != 0) {
         st = dt_ckpt_sys_error_(errno, "cannot rename to its final name:", tmpdir);
         goto out_free;
     }
-    if (had_old) dt_ckpt_remove_tree_(old);
-    DT_CHECK_GOTO(dt_ckpt_fsync_path_(a->dir, 1), st, out_free);
+    if (had_old) dt_ckpt_remove_step_at_(rootfd, a->dir, old);
+    DT_CHECK_GOTO(dt_ckpt_fsync_fd_(rootfd, a->dir), st, out_free);
     hook("before_latest", a->step);
-    char latest[PATH_MAX], latest_tmp[PATH_MAX + 8], name[64];
-    snprintf(latest, sizeof latest, "%s/latest", a->dir);
-    snprintf(latest_tmp, sizeof latest_tmp, "%s.tmp", latest);
-    snprintf(name, sizeof name, "step_%08lld\n", (long long)a->step);
-    DT_CHECK_GOTO(dt_ckpt_write_text_file_(latest_tmp, name), st, out_free);
-    if (rename(latest_tmp, latest) != 0) {
-        st = dt_ckpt_sys_error_(errno, "cannot rename", latest_tmp);
+    char line[80];
+    snprintf(line, sizeof line, "%s\n", name);
+    DT_CHECK_GOTO(dt_ckpt_write_text_at_(rootfd, a->dir, "latest.tmp", line), st, out_free);
+    if (renameat(rootfd, "latest.tmp", rootfd, "latest") != 0) {
+        snprintf(path, sizeof path, "%s/latest.tmp", a->dir);
+        st = dt_ckpt_sys_error_(errno, "cannot rename", path);
         goto out_free;
     }
-    DT_CHECK_GOTO(dt_ckpt_fsync_path_(a->dir, 1), st, out_free);
-    prune(a->dir, a->keep_last, a->step);
-    if (stats) snprintf(stats->path, sizeof stats->path, "%s", final);
+    DT_CHECK_GOTO(dt_ckpt_fsync_fd_(rootfd, a->dir), st, out_free);
+    prune(rootfd, a->dir, a->keep_last, a->step, a->run_id);
+    if (stats) snprintf(stats->path, sizeof stats->path, "%s/%s", a->dir, name);
 out_free:
+    if (tmpfd >= 0) close(tmpfd);
+    if (rootfd >= 0) close(rootfd);
     free(text);
     free(all.r);
     free(files);

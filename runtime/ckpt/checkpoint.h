@@ -65,7 +65,11 @@ typedef struct dt_ckpt_save_args {
     /* Rank 0: a JSON object whose members are added to meta.json (config, data,
      * rng, scheduler, optimizer, ...). NULL for none. */
     const char *extra_json;
-    int64_t keep_last; /* 0 = keep all */
+    int64_t keep_last; /* 0 = keep all; counts (and deletes) only this run_id's */
+    /* The run saving (meta.json "run_id"): keep_last prunes only checkpoints of the
+     * same run, never another run's in the same directory. NULL: none (matches
+     * checkpoints saved without one). */
+    const char *run_id;
     dt_ckpt_barrier_fn barrier; /* NULL: a single rank */
     void *barrier_ctx;
 } dt_ckpt_save_args;
@@ -105,6 +109,8 @@ int dt_ckpt_world_size(const dt_ckpt_t *c);
 const char *dt_ckpt_strategy(const dt_ckpt_t *c);
 const char *dt_ckpt_path(const dt_ckpt_t *c);
 uint64_t dt_ckpt_n_params(const dt_ckpt_t *c);
+/* The run that saved it (meta.json "run_id"), "" when it has none. */
+const char *dt_ckpt_run_id(const dt_ckpt_t *c);
 /* meta.json as parsed (a cJSON *; the caller reads its extra members). */
 const void *dt_ckpt_meta(const dt_ckpt_t *c);
 /* The model spec saved in meta.json (for sample and export). */

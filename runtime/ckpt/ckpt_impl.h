@@ -42,7 +42,7 @@ static inline uint64_t ck_range_end(const ck_range *r) {
 }
 
 typedef struct ck_shard {
-    char path[PATH_MAX + 32];
+    char path[PATH_MAX + 160];
     uint64_t bytes;
     int fd;
 } ck_shard;
@@ -82,15 +82,38 @@ dt_status_t dt_ckpt_check_ranges_(ck_range *r, int n, uint64_t n_params, int nee
 void dt_ckpt_drop_kept_(dt_ckpt_t *c);
 
 /* ckpt_io.c: errno -> dt_status_t naming what and path; whole writes and reads;
- * fsync of a file or folder; small text files; rm -rf; "step_00000012[.tmp]" -> 12
- * (-1 when the name is not a step folder). */
+ * "step_00000012[.tmp]" -> 12 (-1 when the name is not a step folder).
+ *
+ * Everything inside a checkpoint root goes through its directory fd (openat,
+ * unlinkat, renameat) and never follows a symbolic link: a link named step_N,
+ * step_N.tmp, latest, latest.tmp, meta.json or shard_R.bin, or a FIFO there, cannot
+ * make a save write, a prune delete or a load read anything outside the root.
+ * `dir` in these helpers is the root's path for error messages only. */
 dt_status_t dt_ckpt_sys_error_(int err, const char *what, const char *path);
 dt_status_t dt_ckpt_write_all_(int fd, const void *data, size_t len, const char *path);
 dt_status_t dt_ckpt_pread_all_(int fd, void *out, size_t len, uint64_t off, const char *path);
-dt_status_t dt_ckpt_fsync_path_(const char *path, int dir);
-dt_status_t dt_ckpt_write_text_file_(const char *path, const char *text);
-char *dt_ckpt_read_text_file_(const char *path, size_t max);
-void dt_ckpt_remove_tree_(const char *path);
+dt_status_t dt_ckpt_fsync_fd_(int fd, const char *path);
+/* The root itself may be a link (the user named it); created when create. */
+dt_status_t dt_ckpt_open_root_(const char *path, int create, int *fd);
+/* dirfd/name as a real directory (created first when create); a link or a file
+ * there is an error saying so. */
+dt_status_t dt_ckpt_open_subdir_(int dirfd, const char *dir, const char *name, int create, int *fd);
+/* A new file dirfd/name for writing: whatever was there unlinked (a link goes, its
+ * target stays), then created O_EXCL|O_NOFOLLOW. */
+dt_status_t dt_ckpt_create_at_(int dirfd, const char *dir, const char *name, int *fd);
+/* create_at, text written and fsynced. */
+dt_status_t dt_ckpt_write_text_at_(int dirfd, const char *dir, const char *name, const char *text);
+/* dirfd/name for reading, only when it is a regular file (not a link, FIFO or
+ * device: refused before reading, without blocking); *size its size. */
+dt_status_t dt_ckpt_open_file_at_(int dirfd, const char *dir, const char *name, int *fd, uint64_t *size);
+/* open_file_at, then at most max bytes into a malloc'd NUL-terminated *out. */
+dt_status_t dt_ckpt_read_text_at_(int dirfd, const char *dir, const char *name, size_t max, char **out);
+/* Removes step folder dirfd/name: only a real directory, only dtrun's files in it
+ * (meta.json, shard_*.bin), then the folder when that empties it; a link or a
+ * folder holding anything else is left (logged). 1 when it is gone. */
+int dt_ckpt_remove_step_at_(int dirfd, const char *dir, const char *name);
+/* s for an error message: control and non-ASCII bytes as \xNN, cut to len. */
+void dt_ckpt_escape_(const char *s, char *out, size_t len);
 int64_t dt_ckpt_parse_step_name_(const char *name, int *tmp);
 
 #endif /* DT_RUNTIME_CKPT_CKPT_IMPL_H */

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "common/fs.h"
+#include "common/log.h"
 #include "common/mem.h"
 
 /* ---- CRC32C ------------------------------------------------------------ */
@@ -110,48 +111,140 @@ dt_status_t dt_ckpt_pread_all_(int fd, void *out, size_t len, uint64_t off, cons
     return DT_STATUS_OK;
 }
 
-dt_status_t dt_ckpt_fsync_path_(const char *path, int dir) {
-    int fd = open(path, (dir ? O_DIRECTORY : 0) | O_RDONLY);
-    if (fd < 0) return dt_ckpt_sys_error_(errno, "cannot open", path);
-    int rc = fsync(fd), err = errno;
-    close(fd);
-    if (rc != 0 && err != EINVAL) return dt_ckpt_sys_error_(err, "cannot fsync", path);
+dt_status_t dt_ckpt_fsync_fd_(int fd, const char *path) {
+    if (fsync(fd) != 0 && errno != EINVAL) return dt_ckpt_sys_error_(errno, "cannot fsync", path);
     return DT_STATUS_OK;
 }
 
-/* Writes text to path (created or truncated) and fsyncs it. */
-dt_status_t dt_ckpt_write_text_file_(const char *path, const char *text) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return dt_ckpt_sys_error_(errno, "cannot create", path);
+dt_status_t dt_ckpt_open_root_(const char *path, int create, int *fd) {
+    *fd = -1;
+    if (create) DT_CHECK(dt_fs_mkdir_p(path));
+    *fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (*fd < 0) return dt_ckpt_sys_error_(errno, "cannot open checkpoint directory", path);
+    return DT_STATUS_OK;
+}
+
+dt_status_t dt_ckpt_open_subdir_(int dirfd, const char *dir, const char *name, int create, int *fd) {
+    *fd = -1;
+    if (create && mkdirat(dirfd, name, 0755) != 0 && errno != EEXIST)
+        return dt_error(DT_STATUS_IO, "cannot create directory %s/%s: %s", dir, name, strerror(errno));
+    *fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (*fd >= 0) return DT_STATUS_OK;
+    if (errno == ELOOP || errno == ENOTDIR)
+        return dt_error(DT_STATUS_IO,
+                        "%s/%s is a symbolic link or not a directory: dtrun writes only into folders it made "
+                        "(remove it)",
+                        dir, name);
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return dt_ckpt_sys_error_(errno, "cannot open", path);
+}
+
+dt_status_t dt_ckpt_create_at_(int dirfd, const char *dir, const char *name, int *fd) {
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    /* A leftover of an interrupted save, or a trap: unlinking removes a link, never
+     * its target; a directory there is refused. */
+    if (unlinkat(dirfd, name, 0) != 0 && errno != ENOENT) return dt_ckpt_sys_error_(errno, "cannot replace", path);
+    *fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (*fd < 0) return dt_ckpt_sys_error_(errno, "cannot create", path);
+    return DT_STATUS_OK;
+}
+
+dt_status_t dt_ckpt_write_text_at_(int dirfd, const char *dir, const char *name, const char *text) {
+    int fd;
+    DT_CHECK(dt_ckpt_create_at_(dirfd, dir, name, &fd));
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
     dt_status_t st = dt_ckpt_write_all_(fd, text, strlen(text), path);
     if (st == DT_STATUS_OK && fsync(fd) != 0) st = dt_ckpt_sys_error_(errno, "cannot fsync", path);
     if (close(fd) != 0 && st == DT_STATUS_OK) st = dt_ckpt_sys_error_(errno, "cannot close", path);
     return st;
 }
 
-char *dt_ckpt_read_text_file_(const char *path, size_t max) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = dt_xmalloc(max + 1);
-    size_t n = fread(buf, 1, max, f);
-    fclose(f);
-    buf[n] = 0;
-    return buf;
+dt_status_t dt_ckpt_open_file_at_(int dirfd, const char *dir, const char *name, int *fd, uint64_t *size) {
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    /* O_NONBLOCK: a FIFO would block open() until a writer came; O_NOFOLLOW: a link
+     * may point anywhere outside the checkpoint. */
+    *fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (*fd < 0 && errno == ELOOP)
+        return dt_error(DT_STATUS_FORMAT, "%s is not a regular file (a symbolic link): refusing to read it", path);
+    if (*fd < 0) return dt_ckpt_sys_error_(errno, "cannot open", path);
+    struct stat sb;
+    if (fstat(*fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(*fd);
+        *fd = -1;
+        return dt_error(DT_STATUS_FORMAT, "%s is not a regular file: refusing to read it", path);
+    }
+    int flags = fcntl(*fd, F_GETFL);
+    if (flags >= 0) fcntl(*fd, F_SETFL, flags & ~O_NONBLOCK);
+    if (size) *size = (uint64_t)sb.st_size;
+    return DT_STATUS_OK;
 }
 
-void dt_ckpt_remove_tree_(const char *path) {
-    DIR *d = opendir(path);
-    if (d) {
-        struct dirent *e;
-        char p[PATH_MAX];
-        while ((e = readdir(d))) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-            snprintf(p, sizeof p, "%s/%s", path, e->d_name);
-            if (unlink(p) != 0 && errno == EISDIR) dt_ckpt_remove_tree_(p);
-        }
-        closedir(d);
+dt_status_t dt_ckpt_read_text_at_(int dirfd, const char *dir, const char *name, size_t max, char **out) {
+    *out = NULL;
+    int fd;
+    uint64_t size;
+    DT_CHECK(dt_ckpt_open_file_at_(dirfd, dir, name, &fd, &size));
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    size_t n = size < max ? (size_t)size : max;
+    char *buf = dt_xmalloc(n + 1);
+    dt_status_t st = dt_ckpt_pread_all_(fd, buf, n, 0, path);
+    close(fd);
+    if (st != DT_STATUS_OK) {
+        free(buf);
+        return st;
     }
-    rmdir(path);
+    buf[n] = 0;
+    *out = buf;
+    return DT_STATUS_OK;
+}
+
+/* dtrun's files in a step folder: meta.json and shard_NNNNN.bin. */
+static int is_ckpt_file(const char *name) {
+    if (!strcmp(name, "meta.json")) return 1;
+    if (strncmp(name, "shard_", 6) != 0) return 0;
+    const char *p = name + 6;
+    while (*p >= '0' && *p <= '9') p++;
+    return p > name + 6 && !strcmp(p, ".bin");
+}
+
+int dt_ckpt_remove_step_at_(int dirfd, const char *dir, const char *name) {
+    struct stat sb;
+    if (fstatat(dirfd, name, &sb, AT_SYMLINK_NOFOLLOW) != 0) return errno == ENOENT;
+    if (!S_ISDIR(sb.st_mode)) {
+        DT_LOG_WARN("checkpoint: not removing %s/%s: not a directory (a symbolic link?)", dir, name);
+        return 0;
+    }
+    int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return 0;
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        close(fd);
+        return 0;
+    }
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (is_ckpt_file(e->d_name) && fstatat(fd, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISDIR(sb.st_mode))
+            unlinkat(fd, e->d_name, 0); /* a file or a link (the link goes, never its target) */
+    closedir(d);
+    if (unlinkat(dirfd, name, AT_REMOVEDIR) == 0) return 1;
+    DT_LOG_WARN("checkpoint: kept %s/%s: %s (it holds files dtrun did not write)", dir, name, strerror(errno));
+    return 0;
+}
+
+void dt_ckpt_escape_(const char *s, char *out, size_t len) {
+    size_t k = 0;
+    for (; *s && k + 5 < len; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c >= 0x20 && c < 0x7f && c != '\\') out[k++] = (char)c;
+        else k += (size_t)snprintf(out + k, len - k, "\\x%02x", c);
+    }
+    if (*s && k + 4 < len) k += (size_t)snprintf(out + k, len - k, "...");
+    out[k < len ? k : len - 1] = 0;
 }
 
 /* "step_00000042" -> 42; -1 when the name is not a step directory. `tmp` gets 1

@@ -30,6 +30,10 @@ const char *dt_ckpt_strategy(const dt_ckpt_t *c) { return c->strategy; }
 const char *dt_ckpt_path(const dt_ckpt_t *c) { return c->path; }
 uint64_t dt_ckpt_n_params(const dt_ckpt_t *c) { return c->n_params; }
 const void *dt_ckpt_meta(const dt_ckpt_t *c) { return c->meta; }
+const char *dt_ckpt_run_id(const dt_ckpt_t *c) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(c->meta, "run_id");
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
 
 void dt_ckpt_close(dt_ckpt_t *c) {
     if (!c) return;
@@ -50,30 +54,47 @@ static int json_u64(const cJSON *o, const char *key, uint64_t *out) {
     return (double)*out == v->valuedouble;
 }
 
+/* The step folder `latest` in root dirfd names: `latest` a regular file (never a
+ * link, which could point anywhere), its line a step name, that name a real
+ * directory of the root. *step gets its step. Errors escape what the file holds. */
+static dt_status_t read_latest(int dirfd, const char *dir, int64_t *step) {
+    char *name;
+    DT_CHECK(dt_ckpt_read_text_at_(dirfd, dir, "latest", 256, &name));
+    name[strcspn(name, "\r\n")] = 0;
+    int tmp;
+    *step = dt_ckpt_parse_step_name_(name, &tmp);
+    char shown[128];
+    dt_ckpt_escape_(name, shown, sizeof shown);
+    dt_status_t st = DT_STATUS_OK;
+    struct stat sb;
+    if (*step < 0 || tmp || strchr(name, '/'))
+        st = dt_error(DT_STATUS_FORMAT, "%s/latest names '%s', not a step directory", dir, shown);
+    else if (fstatat(dirfd, name, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(sb.st_mode))
+        st = dt_error(DT_STATUS_FORMAT,
+                      "%s/latest names %s, which is not a directory of this checkpoint folder (missing, or a "
+                      "symbolic link): refusing to follow it",
+                      dir, shown);
+    free(name);
+    return st;
+}
+
 /* Resolves a root (with `latest`) to its step directory. */
 static dt_status_t resolve_dir(const char *path, char *out, size_t len) {
-    char meta[PATH_MAX + 16], latest[PATH_MAX + 16];
     struct stat sb;
     if (stat(path, &sb) != 0) return dt_ckpt_sys_error_(errno, "checkpoint not found:", path);
     if (!S_ISDIR(sb.st_mode)) return dt_error(DT_STATUS_INVALID, "checkpoint %s is not a directory", path);
-    snprintf(meta, sizeof meta, "%s/meta.json", path);
-    snprintf(latest, sizeof latest, "%s/latest", path);
-    if (access(meta, F_OK) != 0 && access(latest, F_OK) == 0) {
-        char *name = dt_ckpt_read_text_file_(latest, 256);
-        if (!name) return dt_ckpt_sys_error_(errno, "cannot read", latest);
-        name[strcspn(name, "\r\n")] = 0;
-        int tmp;
-        if (dt_ckpt_parse_step_name_(name, &tmp) < 0 || tmp) {
-            dt_status_t st = dt_error(DT_STATUS_FORMAT, "%s names '%s', not a step directory", latest, name);
-            free(name);
-            return st;
-        }
-        snprintf(out, len, "%s/%s", path, name);
-        free(name);
-        return DT_STATUS_OK;
+    int fd;
+    DT_CHECK(dt_ckpt_open_root_(path, 0, &fd));
+    dt_status_t st = DT_STATUS_OK;
+    int64_t step;
+    if (fstatat(fd, "meta.json", &sb, AT_SYMLINK_NOFOLLOW) != 0 && fstatat(fd, "latest", &sb, AT_SYMLINK_NOFOLLOW) == 0) {
+        st = read_latest(fd, path, &step);
+        if (st == DT_STATUS_OK) snprintf(out, len, "%s/step_%08lld", path, (long long)step);
+    } else {
+        snprintf(out, len, "%s", path);
     }
-    snprintf(out, len, "%s", path);
-    return DT_STATUS_OK;
+    close(fd);
+    return st;
 }
 
 static dt_status_t parse_meta(dt_ckpt_t *c, const char *mpath) {
@@ -161,7 +182,9 @@ static dt_status_t parse_meta(dt_ckpt_t *c, const char *mpath) {
     /* Shard files: present and of the recorded size (a truncated one is named). */
     for (int i = 0; i < c->n_shards; i++) {
         struct stat sb;
-        if (stat(c->shards[i].path, &sb) != 0) return dt_ckpt_sys_error_(errno, "checkpoint shard missing:", c->shards[i].path);
+        if (lstat(c->shards[i].path, &sb) != 0) return dt_ckpt_sys_error_(errno, "checkpoint shard missing:", c->shards[i].path);
+        if (!S_ISREG(sb.st_mode))
+            return dt_error(DT_STATUS_FORMAT, "%s is not a regular file: refusing to read it", c->shards[i].path);
         if ((uint64_t)sb.st_size != c->shards[i].bytes)
             return dt_error(DT_STATUS_FORMAT, "%s is truncated: %lld bytes, meta.json says %llu", c->shards[i].path,
                             (long long)sb.st_size, (unsigned long long)c->shards[i].bytes);
@@ -185,17 +208,17 @@ dt_status_t dt_ckpt_open(const char *path, dt_ckpt_t **out) {
     }
     snprintf(mpath, sizeof mpath, "%s/meta.json", c->path);
     struct stat sb;
-    if (stat(mpath, &sb) != 0) {
+    if (lstat(mpath, &sb) != 0) {
         st = errno == ENOENT
                  ? dt_error(DT_STATUS_FORMAT, "checkpoint %s is incomplete or not a checkpoint: no meta.json", c->path)
                  : dt_ckpt_sys_error_(errno, "cannot read", mpath);
         goto out_fail;
     }
-    text = dt_ckpt_read_text_file_(mpath, (size_t)sb.st_size);
-    if (!text) {
-        st = dt_ckpt_sys_error_(errno, "cannot read", mpath);
-        goto out_fail;
-    }
+    int dirfd;
+    DT_CHECK_GOTO(dt_ckpt_open_root_(c->path, 0, &dirfd), st, out_fail);
+    st = dt_ckpt_read_text_at_(dirfd, c->path, "meta.json", SIZE_MAX - 1, &text);
+    close(dirfd);
+    if (st != DT_STATUS_OK) goto out_fail;
     c->meta = cJSON_Parse(text);
     if (!c->meta) {
         st = dt_error(DT_STATUS_FORMAT, "%s: not valid JSON", mpath);
@@ -352,31 +375,36 @@ dt_status_t dt_ckpt_candidates(const char *dir, char ***paths, int *n) {
             steps[j] = steps[j - 1];
             steps[j - 1] = t;
         }
-    char lpath[PATH_MAX + 16], *latest = NULL;
-    snprintf(lpath, sizeof lpath, "%s/latest", dir);
-    char *name = dt_ckpt_read_text_file_(lpath, 256);
     int64_t lstep = -1;
-    if (name) {
-        name[strcspn(name, "\r\n")] = 0;
-        int tmp;
-        lstep = dt_ckpt_parse_step_name_(name, &tmp);
-        if (tmp) lstep = -1;
-        if (lstep < 0) DT_LOG_WARN("checkpoint: %s names '%s', not a step directory; ignoring it", lpath, name);
-        free(name);
+    int fd;
+    struct stat sb;
+    if (dt_ckpt_open_root_(dir, 0, &fd) == DT_STATUS_OK) {
+        if (fstatat(fd, "latest", &sb, AT_SYMLINK_NOFOLLOW) == 0 && read_latest(fd, dir, &lstep) != DT_STATUS_OK) {
+            DT_LOG_WARN("checkpoint: %s; ignoring it", dt_error_detail());
+            lstep = -1;
+        }
+        /* Only real step directories are candidates (a link could point anywhere). */
+        int k = 0;
+        char name[64];
+        for (int i = 0; i < cnt; i++) {
+            snprintf(name, sizeof name, "step_%08lld", (long long)steps[i]);
+            if (fstatat(fd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(sb.st_mode)) steps[k++] = steps[i];
+        }
+        cnt = k;
+        close(fd);
     }
     char **out = dt_xcalloc((size_t)cnt + 1, sizeof *out);
     int k = 0;
     char p[PATH_MAX + 32];
     if (lstep >= 0) {
         snprintf(p, sizeof p, "%s/step_%08lld", dir, (long long)lstep);
-        out[k++] = latest = dt_xstrdup(p);
+        out[k++] = dt_xstrdup(p);
     }
     for (int i = 0; i < cnt; i++) {
         if (steps[i] == lstep) continue;
         snprintf(p, sizeof p, "%s/step_%08lld", dir, (long long)steps[i]);
         out[k++] = dt_xstrdup(p);
     }
-    (void)latest;
     free(steps);
     *paths = out;
     *n = k;

@@ -126,7 +126,7 @@ void dt_ckpt_drop_kept_(dt_ckpt_t *c) {
 static dt_status_t shard_fd(dt_ckpt_t *c, int i, int *fd) {
     ck_shard *s = &c->shards[i];
     if (s->fd < 0) {
-        s->fd = open(s->path, O_RDONLY | O_CLOEXEC);
+        s->fd = open(s->path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC); /* a link or FIFO: refused */
         if (s->fd < 0) return dt_ckpt_sys_error_(errno, "cannot open checkpoint shard", s->path);
     }
     *fd = s->fd;

@@ -11,17 +11,25 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/fs_safe.h"
 #include "common/mem.h" /* defines: dt_xcalloc */
 #include "runtime/ckpt/safetensors.h"
 #include "runtime/model/hf_config.h" /* defines: dt_hf_config_json */
 
-/* Writes text to dir/name through a temporary name. */
+/* Writes text to dir/name through a fresh temporary name (never an existing file
+ * or a planted link); only a regular file or nothing is replaced. */
 static dt_status_t write_text(const char *dir, const char *name, const char *text) {
     char path[4200], tmp[4300];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f) return dt_error(DT_STATUS_IO, "cannot create %s: %s", tmp, strerror(errno));
+    int fd;
+    DT_CHECK(dt_fs_check_target(path, 0, "Hugging Face output"));
+    DT_CHECK(dt_fs_create_temp_beside(path, tmp, sizeof tmp, &fd));
+    FILE *f = fdopen(fd, "w");
+    if (!f) {
+        close(fd);
+        unlink(tmp);
+        return dt_error(DT_STATUS_IO, "cannot create %s: %s", tmp, strerror(errno));
+    }
     int ok = fputs(text, f) >= 0 && fputc('\n', f) != EOF;
     ok = fclose(f) == 0 && ok;
     if (!ok || rename(tmp, path) != 0) {
@@ -45,6 +53,7 @@ dt_status_t dt_hf_export(const dt_model_layout *l, const float *params, const ch
                          int *n_files, uint64_t *bytes) {
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         return dt_error(DT_STATUS_IO, "cannot create %s: %s", dir, strerror(errno));
+    DT_CHECK(dt_fs_check_target(dir, 1, "Hugging Face output")); /* a real directory, not a link to one */
     char *cfg = dt_hf_config_json(l, o->bf16 ? "bfloat16" : "float32");
     if (!cfg) return dt_error(DT_STATUS_UNSUPPORTED, "%s", dt_error_detail());
     dt_status_t st = write_text(dir, "config.json", cfg);

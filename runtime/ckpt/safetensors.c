@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/fs_safe.h"
 #include "common/mem.h"
 
 static dt_status_t write_all(int fd, const void *p, size_t n, const char *path) {
@@ -80,15 +81,14 @@ dt_status_t dt_safetensors_write_tensors(const dt_model_layout *l, const float *
     free(text);
 
     char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
     dt_status_t st = DT_STATUS_OK;
     float *scratch = NULL;
     uint16_t *half = NULL;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        st = dt_error(DT_STATUS_IO, "cannot create %s: %s", tmp, strerror(errno));
-        goto out_free;
-    }
+    int fd;
+    /* The rename replaces path: only nothing or a regular file; the temporary is a
+     * fresh name (never an existing file or a planted link). */
+    DT_CHECK_GOTO(dt_fs_check_target(path, 0, "safetensors output"), st, out_free);
+    DT_CHECK_GOTO(dt_fs_create_temp_beside(path, tmp, sizeof tmp, &fd), st, out_free);
     unsigned char len8[8];
     for (int b = 0; b < 8; b++) len8[b] = (unsigned char)((uint64_t)padded >> (8 * b));
     DT_CHECK_GOTO(write_all(fd, len8, 8, tmp), st, out_close);

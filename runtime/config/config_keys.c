@@ -158,6 +158,9 @@ static const config_key_t tail_keys[] = {
      "keep the newest N checkpoints (0 = all)"},
     {"checkpoint.resume", KT_STRING, OFF(checkpoint.resume), 0, 0, 0, NULL, "\"auto\"",
      "auto (latest in dir, if any) | never | a checkpoint path"},
+    {"checkpoint.overwrite", KT_BOOL, OFF(checkpoint.overwrite), 0, 0, 0, NULL, "false",
+     "with resume never, save into a dir that already holds checkpoints (else exit 2); keep_last "
+     "deletes only this run's"},
     {"eval.every_steps", KT_INT, OFF(eval.every_steps), 0, BIG, 0, NULL, "100",
      "validation every N steps (0 = never)"},
     {"eval.batches", KT_INT, OFF(eval.batches), 1, I32, 0, NULL, "10",

@@ -14,6 +14,7 @@
 
 #include "common/clock.h"
 #include "common/fs.h"
+#include "common/fs_safe.h"
 #include "common/mem.h"
 #include "common/gpuinfo.h" /* defines: dt_gpuinfo_peak_flops */
 
@@ -27,8 +28,18 @@ dt_status_t dt_metrics_open(const char *log_dir, int fresh, dt_metrics_t **out) 
     DT_CHECK(dt_fs_mkdir_p(log_dir));
     char path[4096];
     snprintf(path, sizeof path, "%s/metrics.jsonl", log_dir);
-    FILE *f = fopen(path, fresh ? "w" : "a");
-    if (!f) return dt_error(DT_STATUS_IO, "cannot open %s: %s", path, strerror(errno));
+    /* Not a FIFO (open would block for a reader) nor a device: refused at once. */
+    int fd;
+    if (dt_fs_open_regular(path, O_WRONLY | O_CREAT | (fresh ? O_TRUNC : O_APPEND), 0644, &fd) != DT_STATUS_OK) {
+        char detail[1024];
+        snprintf(detail, sizeof detail, "%s", dt_error_detail());
+        return dt_error(DT_STATUS_IO, "log.dir: %s", detail);
+    }
+    FILE *f = fdopen(fd, fresh ? "w" : "a");
+    if (!f) {
+        close(fd);
+        return dt_error(DT_STATUS_IO, "cannot open %s: %s", path, strerror(errno));
+    }
     dt_metrics_t *m = dt_xcalloc(1, sizeof *m);
     m->dir = dt_xstrdup(log_dir);
     m->jsonl = f;

@@ -6,13 +6,16 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/fs_safe.h"
 #include "common/log.h"
 #include "common/mem.h"
 #include "runtime/train/metrics.h"
@@ -195,7 +198,7 @@ dt_status_t dt_train_ckpt_save(const dt_train_ckpt *t, int64_t step, const char 
     dt_ckpt_save_args a = {.dir = t->cfg->checkpoint.dir, .step = step, .rank = t->rank,
                            .world_size = t->world_size, .strategy = dt_config_strategy_name(t->cfg->strategy),
                            .layout = global_layout(t), .ranges = ranges, .n_ranges = n_ranges, .extra_json = extra,
-                           .keep_last = t->cfg->checkpoint.keep_last, .barrier = t->barrier,
+                           .keep_last = t->cfg->checkpoint.keep_last, .run_id = t->run_id, .barrier = t->barrier,
                            .barrier_ctx = t->barrier_ctx};
     dt_ckpt_save_stats stats;
     st = dt_ckpt_save(&a, &stats);
@@ -356,6 +359,7 @@ static dt_status_t load_one(const dt_train_ckpt *t, const char *path, int64_t *s
     if (t->mlp_cursor) *t->mlp_cursor = mlp;
     if (t->rng) *t->rng = rng;
     *step = dt_ckpt_step(c);
+    if (t->run_id) snprintf(t->run_id, DT_TRAIN_RUN_ID_LEN, "%s", dt_ckpt_run_id(c)); /* the run continues */
     double s = dt_now_s() - t0;
     if (t->rank == 0)
         DT_LOG_INFO("checkpoint: resumed from %s (step %lld, saved by %d rank(s) with %s): read %.1f MB in %.3f s "
@@ -412,9 +416,39 @@ static dt_status_t reinit(const dt_train_ckpt *t) {
     return st;
 }
 
+/* 16 hex digits from the kernel's random source (time and pid without it). */
+static void new_run_id(char *out) {
+    uint64_t x = 0;
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || read(fd, &x, sizeof x) != (ssize_t)sizeof x) x = (uint64_t)(dt_wall_s() * 1e6) ^ ((uint64_t)getpid() << 40);
+    if (fd >= 0) close(fd);
+    snprintf(out, DT_TRAIN_RUN_ID_LEN, "%016llx", (unsigned long long)x);
+}
+
+dt_status_t dt_train_ckpt_check_start(const dt_config_t *cfg) {
+    const char *mode = cfg->checkpoint.resume ? cfg->checkpoint.resume : "auto";
+    if (!dt_train_ckpt_enabled(cfg) || strcmp(mode, "never") != 0 || cfg->checkpoint.overwrite) return DT_STATUS_OK;
+    char **paths;
+    int n;
+    /* A folder that cannot be listed holds nothing to write over: the saves will
+     * report why they cannot write there. */
+    if (dt_ckpt_candidates(cfg->checkpoint.dir, &paths, &n) != DT_STATUS_OK) return DT_STATUS_OK;
+    dt_status_t st = DT_STATUS_OK;
+    if (n > 0)
+        st = dt_error(DT_STATUS_CONFIG,
+                      "checkpoint.dir %s already holds checkpoints (%s, %d in all) and checkpoint.resume is "
+                      "\"never\": this run would write over them. Choose one: checkpoint.resume: auto (continue "
+                      "them), another checkpoint.dir, or checkpoint.overwrite: true (save beside them; keep_last "
+                      "then deletes only this run's)",
+                      cfg->checkpoint.dir, paths[0], n);
+    dt_ckpt_free_list(paths, n);
+    return st;
+}
+
 dt_status_t dt_train_ckpt_resume(const dt_train_ckpt *t, int64_t *step) {
     *step = 0;
     const char *mode = t->cfg->checkpoint.resume ? t->cfg->checkpoint.resume : "auto";
+    if (t->run_id && !*t->run_id) new_run_id(t->run_id); /* a checkpoint loaded below replaces it */
     if (!strcmp(mode, "never")) return DT_STATUS_OK;
     int touched = 0;
     if (strcmp(mode, "auto") != 0) {
@@ -486,8 +520,15 @@ int dt_train_ckpt_preempted(void) { return preempt_signo; }
 dt_status_t dt_train_ckpt_trim_metrics(const char *log_dir, int64_t step) {
     char path[4096];
     snprintf(path, sizeof path, "%s/metrics.jsonl", log_dir);
-    FILE *f = fopen(path, "r");
-    if (!f) return DT_STATUS_OK;
+    int fd;
+    struct stat sb;
+    if (stat(path, &sb) != 0) return DT_STATUS_OK; /* none yet */
+    DT_CHECK(dt_fs_open_regular(path, O_RDONLY, 0, &fd)); /* a FIFO would block */
+    FILE *f = fdopen(fd, "r");
+    if (!f) {
+        close(fd);
+        return DT_STATUS_OK;
+    }
     size_t cap = 1 << 16, len = 0;
     char *keep = dt_xmalloc(cap), *line = NULL;
     size_t lcap = 0;

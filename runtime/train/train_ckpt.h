@@ -65,7 +65,19 @@ typedef struct dt_train_ckpt {
     dt_rng *rng;          /* the trainer's RNG stream (NULL: none) */
     dt_ckpt_barrier_fn barrier; /* NULL with one rank */
     void *barrier_ctx;
+    /* This run's id (DT_TRAIN_RUN_ID_LEN bytes the trainer keeps; NULL: none):
+     * resume fills it with the id of the checkpoint it continues, or a new one;
+     * saves write it into meta.json and keep_last prunes only its checkpoints. */
+    char *run_id;
 } dt_train_ckpt;
+
+#define DT_TRAIN_RUN_ID_LEN 40
+
+/* Before anything starts (the agent, and a worker's first attempt): with
+ * checkpoint.resume "never" and saving on, a checkpoint.dir that already holds
+ * checkpoints is DT_STATUS_CONFIG naming the folder and the choices (resume: auto,
+ * another dir, checkpoint.overwrite: true), unless checkpoint.overwrite is true. */
+dt_status_t dt_train_ckpt_check_start(const dt_config_t *cfg);
 
 /* Checkpoints are on: checkpoint.every_steps > 0 and a directory. */
 int dt_train_ckpt_enabled(const dt_config_t *cfg);

@@ -62,6 +62,7 @@ typedef struct trainer {
     dt_rng rng;         /* the trainer's stream (saved in checkpoints; nothing draws from it yet) */
     int64_t start_step; /* the step a resumed run continues after (0: a fresh run) */
     int64_t saved_step; /* the step of the last checkpoint written or loaded */
+    char run_id[DT_TRAIN_RUN_ID_LEN]; /* this run's, in its checkpoints (keep_last prunes only these) */
 } trainer;
 
 /* Token models read the data; feature models draw the model's synthetic samples,
@@ -307,7 +308,7 @@ static dt_train_ckpt ckpt_view(trainer *t, dt_train_ckpt_owned **owned, ckpt_loa
     dt_train_ckpt c = {.cfg = t->cfg, .layout = &t->layout, .dev = t->dev, .rank = t->env->rank,
                        .world_size = t->env->world_size, .owned = *owned, .n_owned = n, .data = t->data,
                        .rng = &t->rng, .load = ckpt_load, .load_ctx = lc,
-                       .params_fp32 = dt_dp_has_master(t->dp)};
+                       .params_fp32 = dt_dp_has_master(t->dp), .run_id = t->run_id};
     if (n == 0) c.n_owned = -1; /* owns nothing (an HSDP replica): writes an empty shard */
     if (t->env->world_size > 1) {
         c.barrier = ckpt_barrier, c.barrier_ctx = t;
@@ -324,6 +325,9 @@ static dt_train_ckpt ckpt_view(trainer *t, dt_train_ckpt_owned **owned, ckpt_loa
 static dt_status_t resume_checkpoint(trainer *t) {
     dt_train_ckpt_owned *owned;
     ckpt_load_ctx lc;
+    /* The first attempt refuses another run's checkpoints as the agent does (a
+     * restart finds this run's own). */
+    if (t->env->restart_count == 0) DT_CHECK(dt_train_ckpt_check_start(t->cfg));
     dt_train_ckpt c = ckpt_view(t, &owned, &lc);
     dt_status_t st = dt_train_ckpt_resume(&c, &t->start_step);
     free(owned);

@@ -1,0 +1,77 @@
+/*
+ * fs_safe.c - opening and replacing user-named files without following traps
+ * (see fs_safe.h).
+ */
+#include "common/fs_safe.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* "a FIFO", "a directory", ... for messages. */
+static const char *kind_of(mode_t m) {
+    if (S_ISDIR(m)) return "a directory";
+    if (S_ISLNK(m)) return "a symbolic link";
+    if (S_ISFIFO(m)) return "a FIFO";
+    if (S_ISCHR(m) || S_ISBLK(m)) return "a device";
+    if (S_ISSOCK(m)) return "a socket";
+    if (S_ISREG(m)) return "a regular file";
+    return "not a regular file";
+}
+
+dt_status_t dt_fs_open_regular(const char *path, int flags, int mode, int *fd) {
+    *fd = open(path, flags | O_NONBLOCK | O_CLOEXEC, mode);
+    if (*fd < 0) {
+        int err = errno;
+        struct stat sb;
+        if (err == ENXIO && stat(path, &sb) == 0) /* a FIFO without a reader */
+            return dt_error(DT_STATUS_INVALID, "%s is %s, not a regular file", path, kind_of(sb.st_mode));
+        return dt_error(dt_status_from_errno(err), "cannot open %s: %s", path, strerror(err));
+    }
+    struct stat sb;
+    if (fstat(*fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(*fd);
+        *fd = -1;
+        return dt_error(DT_STATUS_INVALID, "%s is %s, not a regular file", path, kind_of(sb.st_mode));
+    }
+    int fl = fcntl(*fd, F_GETFL);
+    if (fl >= 0) fcntl(*fd, F_SETFL, fl & ~O_NONBLOCK);
+    return DT_STATUS_OK;
+}
+
+dt_status_t dt_fs_check_target(const char *path, int want_dir, const char *what) {
+    if (!path || !*path) return dt_error(DT_STATUS_INVALID, "%s: an empty path", what);
+    struct stat sb;
+    if (lstat(path, &sb) != 0) {
+        if (errno == ENOENT) return DT_STATUS_OK;
+        return dt_error(DT_STATUS_INVALID, "%s %s: %s", what, path, strerror(errno));
+    }
+    if (want_dir ? S_ISDIR(sb.st_mode) : S_ISREG(sb.st_mode)) return DT_STATUS_OK;
+    return dt_error(DT_STATUS_INVALID, "%s %s exists and is %s, not %s: refusing to replace it", what, path,
+                    kind_of(sb.st_mode), want_dir ? "a directory" : "a regular file");
+}
+
+dt_status_t dt_fs_create_temp_beside(const char *path, char *tmp, size_t len, int *fd) {
+    *fd = -1;
+    if ((size_t)snprintf(tmp, len, "%s.tmp.XXXXXX", path) >= len)
+        return dt_error(DT_STATUS_INVALID, "path too long: %s", path);
+    *fd = mkstemp(tmp);
+    if (*fd >= 0) fcntl(*fd, F_SETFD, FD_CLOEXEC);
+    if (*fd < 0) {
+        int err = errno;
+        snprintf(tmp, len, "%s.tmp.XXXXXX", path);
+        return dt_error(DT_STATUS_IO, "cannot create %s: %s", tmp, strerror(err));
+    }
+    if (fchmod(*fd, 0644) != 0) { /* mkstemp makes 0600; the file is for others to read */
+        int err = errno;
+        close(*fd);
+        unlink(tmp);
+        *fd = -1;
+        return dt_error(DT_STATUS_IO, "cannot set the mode of %s: %s", tmp, strerror(err));
+    }
+    return DT_STATUS_OK;
+}

@@ -1,0 +1,33 @@
+/*
+ * fs_safe.h - opening and replacing files whose names a user (or someone else on a
+ * shared machine) chose, without being led elsewhere: a FIFO that would block
+ * open() forever, a device or a directory where a file was expected, a symbolic
+ * link planted where a temporary was about to be written.
+ *
+ * Errors are dt_status_t naming the path and what it is instead.
+ */
+#ifndef DT_COMMON_FS_SAFE_H
+#define DT_COMMON_FS_SAFE_H
+
+#include <stddef.h>
+
+#include "common/status.h"
+
+/* open(path, flags | O_NONBLOCK | O_CLOEXEC, mode), refused unless it is a regular
+ * file: never blocks on a FIFO (a FIFO opened for writing without a reader fails,
+ * one opened for reading is refused after the open). O_NONBLOCK is cleared again
+ * on success. DT_STATUS_INVALID for something that is not a regular file. */
+dt_status_t dt_fs_open_regular(const char *path, int flags, int mode, int *fd);
+
+/* A path about to be replaced by a rename: fine when it does not exist, or is a
+ * regular file (want_dir 0) / a real directory (want_dir 1); a symbolic link, a
+ * device, a FIFO, a socket or the other kind is DT_STATUS_INVALID saying so; an
+ * empty path too. `what` starts the message ("-o"). */
+dt_status_t dt_fs_check_target(const char *path, int want_dir, const char *what);
+
+/* Creates a new file beside `path` for writing it atomically: "<path>.tmp.XXXXXX"
+ * (mkstemp: a fresh name, O_EXCL, so no existing file or link is ever opened),
+ * mode 0644. tmp (len bytes) gets its name. */
+dt_status_t dt_fs_create_temp_beside(const char *path, char *tmp, size_t len, int *fd);
+
+#endif /* DT_COMMON_FS_SAFE_H */
