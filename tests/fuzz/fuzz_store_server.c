@@ -18,6 +18,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -64,6 +65,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
     (void)argv;
     dt_log_set_level(DT_LOG_OFF); /* the script's refusals are expected */
+    signal(SIGPIPE, SIG_IGN);     /* as dtrun's agent and `dtrun store` do: a closed peer is EPIPE */
     if (dt_store_server_start("127.0.0.1", 0, &srv) != DT_STATUS_OK) abort();
     port = dt_store_server_port(srv);
     return 0;
