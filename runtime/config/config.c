@@ -123,6 +123,10 @@ static void render(const cJSON *v, char *out, size_t size) {
         snprintf(out, size, "nothing");
         return;
     }
+    if (cJSON_IsNumber(v) && !isfinite(v->valuedouble)) { /* cJSON's overflow: it would print null */
+        snprintf(out, size, "a number out of range (beyond +-1.8e308)");
+        return;
+    }
     char *s = cJSON_PrintUnformatted(v);
     if (!s) {
         snprintf(out, size, "?");

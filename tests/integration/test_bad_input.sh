@@ -79,4 +79,13 @@ sys.exit(1)'; then
 else
   skip "unresolvable host" "this resolver does not answer 'no such name' for .invalid"
 fi
+# ---- numbers: out of range is said, not truncated or accepted --------------------
+want "1e309 is 'out of range', not null" 2 "train_steps: expected an integer >= 1, found a number out of range" \
+  "$DTRUN" config "$T/c.json" train_steps=1e309
+want "gradient_accumulation_steps 2^31-1 refused" 2 "gradient_accumulation_steps: expected an integer in [1, 65536], found 2147483647" \
+  "$DTRUN" config "$T/c.json" gradient_accumulation_steps=2147483647
+want "plan --nodes 99999999x99999999: exit 2, no overflow" 2 "--nodes: expected MxG" \
+  "$DTRUN" plan "$T/c.json" --nodes 99999999x99999999
+want "sample --temperature nan: exit 2" 2 "--temperature wants a number in [0, 100], got 'nan'" \
+  "$DTRUN" sample "$T/nothing" --temperature nan
 finish
