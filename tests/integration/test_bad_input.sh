@@ -88,4 +88,17 @@ want "plan --nodes 99999999x99999999: exit 2, no overflow" 2 "--nodes: expected 
   "$DTRUN" plan "$T/c.json" --nodes 99999999x99999999
 want "sample --temperature nan: exit 2" 2 "--temperature wants a number in [0, 100], got 'nan'" \
   "$DTRUN" sample "$T/nothing" --temperature nan
+# ---- a data file truncated during the run: an error naming it, not SIGBUS -------
+make_text "$T/big.txt" 3 100000
+( timeout -s KILL 120 "$DTRUN" "$T/c.json" "data.train=$T/big.txt" train_steps=1000000 steps_per_print=1 \
+    >"$T/trunc.out" 2>&1; echo $? >"$T/trunc.rc" ) &
+for _ in $(seq 600); do grep -q 'step 2/' "$T/trunc.out" 2>/dev/null && break; sleep 0.1; done
+truncate -s 0 "$T/big.txt"
+wait
+if [ "$(cat "$T/trunc.rc")" = 1 ] && grep -q "$T/big.txt: reading token .* failed (SIGBUS): the file is shorter than when it was opened" "$T/trunc.out" \
+   && ! grep -q 'exitcode *: -7' "$T/trunc.out"; then
+  pass "data file truncated mid-run: exit 1 naming the file"
+else
+  fail "data file truncated mid-run: exit 1 naming the file" "rc $(cat "$T/trunc.rc"): $(grep -E 'failed|exitcode' "$T/trunc.out" | head -3)"
+fi
 finish
