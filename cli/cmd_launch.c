@@ -19,7 +19,7 @@
 #include "common/mem.h"
 #include "runtime/launch/agent.h"
 #include "runtime/config/config.h"
-#include "runtime/train/trainer.h" /* defines: dt_trainer_check_pretrained, dt_trainer_check_data */
+#include "runtime/train/trainer.h" /* defines: dt_trainer_check_pretrained, dt_trainer_check_data, dt_trainer_check_paths */
 #include "runtime/train/train_ckpt.h" /* defines: dt_train_ckpt_check_start */
 #include "runtime/launch/launch_args.h"
 
@@ -60,6 +60,9 @@ static int check_config(const dt_launch_spec_t *spec) {
     } else if (st == DT_STATUS_OK && dt_trainer_check_data(&cfg) != DT_STATUS_OK) {
         fprintf(stderr, "dtrun: error: %s\n", dt_error_detail());
         st = DT_STATUS_CONFIG;
+    } else if (st == DT_STATUS_OK && dt_trainer_check_paths(&cfg) != DT_STATUS_OK) {
+        fprintf(stderr, "dtrun: error: %s\n", dt_error_detail());
+        st = DT_STATUS_CONFIG;
     } else if (st == DT_STATUS_OK && dt_train_ckpt_check_start(&cfg) != DT_STATUS_OK) {
         fprintf(stderr, "dtrun: error: %s\n", dt_error_detail()); /* resume never onto another run's */
         st = DT_STATUS_CONFIG;
@@ -73,8 +76,9 @@ static int check_config(const dt_launch_spec_t *spec) {
     }
     if (st != DT_STATUS_OK) {
         fputs(dt_config_errors(&cfg), stderr);
+        char shown[1024];
         fprintf(stderr, "dtrun: error: config %s is not valid (nothing was started)\n",
-                spec->config_path);
+                dt_fs_printable(spec->config_path, shown, sizeof shown));
     } else if (spec->print_config) { /* the config as the workers would see it */
         char *dump = dt_config_dump_json(&cfg);
         if (dump) printf("%s\n", dump);

@@ -218,7 +218,7 @@ static int parse_list_counts(const char *s, plan_opts *o) {
     char *save = NULL;
     for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         int v;
-        if (parse_int(t, &v) || v < 1 || v > 1000000)
+        if (parse_int(t, &v) || v < 1 || v > PLAN_MAX_GPUS)
             return usage_error("--gpus: expected a list of GPU counts >= 1 like 1,2,4,8, found "
                                "\"%s\"",
                                s);
@@ -315,7 +315,7 @@ static int parse_args(int argc, char **argv, plan_opts *o) {
         else if (!strcmp(flag, "--measure-steps"))
             bad = parse_int(val, &o->measure_steps) || o->measure_steps < 1;
         else if (!strcmp(flag, "--gpus-per-node"))
-            bad = parse_int(val, &o->gpus_per_node) || o->gpus_per_node < 1;
+            bad = parse_int(val, &o->gpus_per_node) || o->gpus_per_node < 1 || o->gpus_per_node > PLAN_MAX_GPUS;
         else if (!strcmp(flag, "--gpus")) {
             int rc = parse_list_counts(val, o);
             if (rc) return rc;
@@ -327,11 +327,13 @@ static int parse_args(int argc, char **argv, plan_opts *o) {
             if (rc) return rc;
         } else if (!strcmp(flag, "--nodes")) {
             char tail;
-            if (sscanf(val, "%dx%d%c", &o->nodes_m, &o->nodes_g, &tail) != 2 || o->nodes_m < 1 ||
-                o->nodes_g < 1)
-                return usage_error("--nodes: expected MxG (M nodes of G GPUs, e.g. 2x8), found "
-                                   "\"%s\"",
-                                   val);
+            long m = 0, g = 0;
+            if (sscanf(val, "%ldx%ld%c", &m, &g, &tail) != 2 || m < 1 || g < 1 || m > PLAN_MAX_GPUS ||
+                g > PLAN_MAX_GPUS || m * g > PLAN_MAX_GPUS)
+                return usage_error("--nodes: expected MxG (M nodes of G GPUs, e.g. 2x8, at most %d GPUs "
+                                   "in all), found \"%s\"",
+                                   PLAN_MAX_GPUS, val);
+            o->nodes_m = (int)m, o->nodes_g = (int)g;
         } else if (!strcmp(flag, "--gpu")) o->gpu = val;
         else if (!strcmp(flag, "--link")) o->link = val;
         else if (!strcmp(flag, "--intra-link")) o->intra_link = val;

@@ -12,6 +12,9 @@
 #include "runtime/tools/plan.h"
 
 #define MAX_GPU_COUNTS 32
+/* The most GPUs a plan covers (--gpus counts, --nodes M*G, --gpus-per-node): counts
+ * stay far from int overflow in every product the plan forms. */
+#define PLAN_MAX_GPUS 1000000
 #define MAX_OVERRIDES 64
 #define MAX_TP_SIZES 16
 

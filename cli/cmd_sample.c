@@ -55,7 +55,7 @@ static int parse_num(const char *s, double lo, double hi, double *out) {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (errno || end == s || *end || v < lo || v > hi) return 0;
+    if (errno || end == s || *end || !(v >= lo && v <= hi)) return 0; /* NaN compares false */
     *out = v;
     return 1;
 }

@@ -112,3 +112,36 @@ dt_status_t dt_fs_self_exe(char *buf, size_t len) {
     buf[n] = '\0';
     return DT_STATUS_OK;
 }
+
+const char *dt_fs_printable(const char *path, char *buf, size_t len) {
+    size_t o = 0;
+    if (len == 0) return buf;
+    for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
+        char esc[8];
+        int n;
+        if (*p < 0x20 || *p == 0x7f) n = snprintf(esc, sizeof esc, "\\x%02x", *p);
+        else if (*p == '\\') n = snprintf(esc, sizeof esc, "\\\\");
+        else esc[0] = (char)*p, esc[1] = '\0', n = 1;
+        if (o + (size_t)n + 4 > len) { /* room for "..." and the NUL */
+            snprintf(buf + o, len - o, "...");
+            return buf;
+        }
+        memcpy(buf + o, esc, (size_t)n);
+        o += (size_t)n;
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
+const char *dt_fs_kind_name(unsigned mode) {
+    switch (mode & S_IFMT) {
+    case S_IFREG: return "a regular file";
+    case S_IFDIR: return "a directory";
+    case S_IFIFO: return "a FIFO";
+    case S_IFSOCK: return "a socket";
+    case S_IFCHR: return "a character device";
+    case S_IFBLK: return "a block device";
+    case S_IFLNK: return "a symbolic link";
+    default: return "a special file";
+    }
+}

@@ -31,4 +31,12 @@ dt_status_t dt_fs_read_file(const char *path, size_t max, char **out, size_t *le
 /* The absolute path of the running binary (/proc/self/exe) into buf. */
 dt_status_t dt_fs_self_exe(char *buf, size_t len);
 
+/* path as it may be printed: control characters (below 0x20, and 0x7f) as \xNN, a
+ * backslash as \\, so that a name cannot move the cursor or forge a line of a
+ * message; cut with "..." when it does not fit. Returns buf. */
+const char *dt_fs_printable(const char *path, char *buf, size_t len);
+
+/* "a FIFO", "a directory", "a socket", ... for st_mode (messages refusing a file). */
+const char *dt_fs_kind_name(unsigned mode);
+
 #endif /* DT_COMMON_FS_H */

@@ -107,3 +107,11 @@ Test(metrics, progress_line) {
     cr_assert(strstr(buf, "step 3/10") && strstr(buf, "loss 2.5000") && strstr(buf, "MFU 25.0%") &&
               strstr(buf, "ETA 2m05s"), "%s", buf);
 }
+
+Test(metrics, mfu_over_100_percent_is_never_shown_as_a_measure) {
+    /* a CPU run printed MFU 128-153%: the peak it used was too low */
+    dt_step_metrics s = {.step = 1, .total_steps = 2, .mfu = 1.4, .val_loss = NAN};
+    char buf[512];
+    dt_metrics_format(&s, buf, sizeof buf);
+    cr_assert(strstr(buf, "MFU >100% (the peak is an estimate)") && !strstr(buf, "140"), "%s", buf);
+}

@@ -6,6 +6,7 @@
 
 #include <omp.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -78,9 +79,41 @@ static dt_status_t cpu_download_f32(dt_device_t *dev, float *dst, const void *sr
     return cpu_copy(dev, dst, src, n * sizeof(float), DT_COPY_DEVICE_TO_HOST);
 }
 
-/* Best of a few timed matmuls (512^3, near sgemm's plateau) for at most 0.1 s,
- * with the device's threads. The result is cached in dev->impl, the CPU
- * backend's only private state. */
+/* The fp32 FLOP/s the cores this device's threads use can do at most: threads x
+ * the highest clock the kernel reports x FLOPs per cycle (2 FMA units x 2 x the
+ * vector lanes: 16 with AVX-512, 8 with AVX2+FMA, 4 else). 0 when the clock is
+ * unknown. */
+static double cpu_theoretical_flops(const dt_device_t *dev) {
+    double mhz = 0;
+    FILE *f = fopen("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq", "r");
+    if (f) {
+        double khz = 0;
+        if (fscanf(f, "%lf", &khz) == 1) mhz = khz / 1000;
+        fclose(f);
+    }
+    if (mhz <= 0 && (f = fopen("/proc/cpuinfo", "r"))) {
+        char line[256];
+        while (fgets(line, sizeof line, f))
+            if (!strncmp(line, "cpu MHz", 7) && strchr(line, ':')) {
+                double m = strtod(strchr(line, ':') + 1, NULL);
+                if (m > mhz) mhz = m;
+            }
+        fclose(f);
+    }
+    if (mhz <= 0) return 0;
+    double lanes = 4;
+#if defined(__x86_64__) || defined(__i386__)
+    if (__builtin_cpu_supports("avx512f")) lanes = 16;
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) lanes = 8;
+#endif
+    return (double)dev->nthreads * mhz * 1e6 * 2 * 2 * lanes;
+}
+
+/* The peak MFU is reported against: the theoretical one (cpu_theoretical_flops),
+ * else the best of a few timed matmuls (512^3, near sgemm's plateau) for at most
+ * 0.1 s with the device's threads. A timed peak alone was taken on a loaded
+ * machine (ranks timing it at once) and runs then beat it: MFU 128-153%. The
+ * result is cached in dev->impl, the CPU backend's only private state. */
 static double cpu_peak_flops(dt_device_t *dev) {
     if (dev->impl) return *(double *)dev->impl;
     const int N = 512, C = 512, OC = 512;
@@ -100,6 +133,8 @@ static double cpu_peak_flops(dt_device_t *dev) {
         if (f > best) best = f;
     }
     dt_mem_free(buf);
+    double theory = cpu_theoretical_flops(dev);
+    if (theory > best) best = theory;
     double *cache = dt_xmalloc(sizeof *cache);
     *cache = best;
     dev->impl = cache;

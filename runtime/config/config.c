@@ -39,6 +39,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "common/fs.h"  /* defines: dt_fs_printable */
 #include "common/log.h" /* defines: DT_LOG_WARN */
 #include "common/mem.h" /* defines: dt_xmalloc, dt_xrealloc, dt_xstrdup */
 
@@ -120,6 +121,10 @@ typedef struct parse_ctx {
 static void render(const cJSON *v, char *out, size_t size) {
     if (!v) {
         snprintf(out, size, "nothing");
+        return;
+    }
+    if (cJSON_IsNumber(v) && !isfinite(v->valuedouble)) { /* cJSON's overflow: it would print null */
+        snprintf(out, size, "a number out of range (beyond +-1.8e308)");
         return;
     }
     char *s = cJSON_PrintUnformatted(v);
@@ -773,13 +778,14 @@ dt_status_t dt_config_load_string(const char *json, const char *name,
 dt_status_t dt_config_load(const char *path, const char *const *overrides, int n_overrides,
                            dt_config_t *cfg) {
     dt_config_init(cfg);
-    cfg->source = dt_xstrdup(path ? path : "(no file)");
+    char shown[1024]; /* the name messages print: its control characters escaped */
+    cfg->source = dt_xstrdup(path ? dt_fs_printable(path, shown, sizeof shown) : "(no file)");
     if (!path) return load_text(NULL, cfg->source, overrides, n_overrides, cfg);
     size_t len = 0;
     int err = 0;
     char *text = read_file(path, &len, &err);
     if (!text) {
-        add_error(cfg, path, "expected a readable JSON file, found an error: %s",
+        add_error(cfg, cfg->source, "expected a readable JSON file, found an error: %s",
                   err == EFBIG ? "a file over 64 MiB" : strerror(err));
         cfg->load_errors_len = cfg->errors_len;
         cfg->load_n_errors = cfg->n_errors;
@@ -787,7 +793,7 @@ dt_status_t dt_config_load(const char *path, const char *const *overrides, int n
         return DT_STATUS_CONFIG;
     }
     if (strlen(text) != len) {
-        add_error(cfg, path, "expected a JSON text file, found a NUL byte at offset %zu",
+        add_error(cfg, cfg->source, "expected a JSON text file, found a NUL byte at offset %zu",
                   strlen(text));
         free(text);
         cfg->load_errors_len = cfg->errors_len;

@@ -48,13 +48,18 @@ static const char *const key_type_names[] = {"bool", "int", "float", "string", "
 
 #define OFF(field) offsetof(dt_config_t, field)
 
+/* The most micro-batches per optimizer step: far above any real run, and low
+ * enough that micro * accumulation * world size stays a sane batch (2^31 - 1 was
+ * accepted, and a run would have taken years per step). */
+#define MAX_ACCUM 65536
+
 static const config_key_t head_keys[] = {
     /* DeepSpeed's keys */
     {"train_batch_size", KT_INT, OFF(train_batch_size), 1, I32, KF_DS | KF_DERIVED, NULL,
      "\"auto\"", "global batch in samples = micro * accumulation * world size"},
     {"train_micro_batch_size_per_gpu", KT_INT, OFF(train_micro_batch_size_per_gpu), 1, I32,
      KF_DS | KF_DERIVED, NULL, "\"auto\"", "samples per rank per forward/backward"},
-    {"gradient_accumulation_steps", KT_INT, OFF(gradient_accumulation_steps), 1, I32,
+    {"gradient_accumulation_steps", KT_INT, OFF(gradient_accumulation_steps), 1, MAX_ACCUM,
      KF_DS | KF_DERIVED, NULL, "\"auto\"", "micro-batches per optimizer step"},
     {"gradient_clipping", KT_FLOAT, OFF(gradient_clipping), 0, INFINITY, KF_DS, NULL, "1.0",
      "clip the global gradient norm to this (0 = off)"},

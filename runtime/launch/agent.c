@@ -12,6 +12,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <netdb.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -281,9 +282,27 @@ static dt_exit_t rendezvous_exit_code(dt_status_t st) {
     return code == DT_EXIT_FAILED ? DT_EXIT_NETWORK : code;
 }
 
+/* A store host the resolver says does not exist fails at once, with the resolver's
+ * words, instead of being retried until join_timeout; a temporary failure
+ * (EAI_AGAIN: DNS not answering yet) is left to the connect's retries. */
+static dt_status_t check_resolves(const char *host) {
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+    struct addrinfo *ai = NULL;
+    int gr = getaddrinfo(host, NULL, &hints, &ai);
+    if (ai) freeaddrinfo(ai);
+    if (gr == 0 || gr == EAI_AGAIN || (gr == EAI_SYSTEM && errno == EINTR)) return DT_STATUS_OK;
+    return dt_error(DT_STATUS_RENDEZVOUS, "cannot resolve the rendezvous host '%s': %s", host,
+                    gr == EAI_SYSTEM ? strerror(errno) : gai_strerror(gr));
+}
+
+/* How long an agent whose --node_rank no round can take looks for the store, to
+ * tell the other nodes why (they exit 2 too) before it exits 2 alone. */
+#define AGENT_BAD_RANK_WAIT_S 10.0
+
 static dt_status_t setup_store(agent_t *ag) {
     const dt_launch_spec_t *sp = ag->spec;
     const char *host = sp->endpoint_host ? sp->endpoint_host : "127.0.0.1";
+    DT_CHECK(check_resolves(host));
     snprintf(ag->master_addr, sizeof ag->master_addr, "%s", host);
     int multi = sp->nnodes_max > 1;
     if (!multi || sp->node_rank == 0) ag->is_host = 1;
@@ -302,8 +321,10 @@ static dt_status_t setup_store(agent_t *ag) {
                 ag->is_host = 0; /* another agent holds the endpoint: join it */
                 dt_error_clear();
             } else {
+                char why[1024]; /* the detail is dt_error's own buffer: copy it first */
+                snprintf(why, sizeof why, "%s", dt_error_detail());
                 return dt_error(DT_STATUS_RENDEZVOUS, "cannot host the store on %s:%d: %s",
-                                bind, sp->endpoint_port, dt_error_detail());
+                                bind, sp->endpoint_port, why);
             }
         } else {
             ag->is_host = 1;
@@ -320,11 +341,21 @@ static dt_status_t setup_store(agent_t *ag) {
                                        &self));
         dt_store_close(self);
     }
-    if (multi)
-        DT_CHECK(dt_rdzv_connect(host, ag->master_port, sp->have_token ? &sp->token : NULL,
-                                 sp->rdzv_id, sp->nnodes_min, sp->nnodes_max,
-                                 sp->join_timeout_s, sp->last_call_s, sp->heartbeat_s,
-                                 &ag->rz));
+    const dt_store_token_t *token = sp->have_token ? &sp->token : NULL;
+    if (multi && sp->node_rank >= sp->nnodes_max) {
+        /* No round can take this node: say so to the others through the store when it
+         * answers soon (dt_rdzv_join posts it), else exit 2 alone. */
+        double wait = sp->join_timeout_s < AGENT_BAD_RANK_WAIT_S ? sp->join_timeout_s : AGENT_BAD_RANK_WAIT_S;
+        if (dt_rdzv_connect(host, ag->master_port, token, sp->rdzv_id, sp->nnodes_min, sp->nnodes_max, wait,
+                            sp->last_call_s, sp->heartbeat_s, &ag->rz) != DT_STATUS_OK)
+            return dt_error(DT_STATUS_USAGE,
+                            "--node_rank %d is out of range for --nnodes %d (node ranks 0 to %d); "
+                            "no store answered at %s:%d within %.0f s to tell the other nodes",
+                            sp->node_rank, sp->nnodes_max, sp->nnodes_max - 1, host, ag->master_port, wait);
+    } else if (multi) {
+        DT_CHECK(dt_rdzv_connect(host, ag->master_port, token, sp->rdzv_id, sp->nnodes_min, sp->nnodes_max,
+                                 sp->join_timeout_s, sp->last_call_s, sp->heartbeat_s, &ag->rz));
+    }
     return DT_STATUS_OK;
 }
 

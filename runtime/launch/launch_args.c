@@ -9,6 +9,7 @@
  */
 #include "runtime/launch/launch_args.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -143,7 +144,13 @@ dt_status_t dt_launch_split_endpoint(const char *s, int default_port, char **hos
         else if (close[1]) return dt_error(DT_STATUS_USAGE, "bad endpoint '%s'", s);
     } else {
         colon = strrchr(s, ':');
-        if (colon && strchr(s, ':') != colon) colon = NULL; /* bare IPv6 address */
+        if (colon && strchr(s, ':') != colon) { /* more than one ':': a bare IPv6 address */
+            struct in6_addr a6;
+            if (inet_pton(AF_INET6, s, &a6) != 1)
+                return dt_error(DT_STATUS_USAGE,
+                                "bad endpoint '%s': expected HOST:PORT, HOST or [IPv6]:PORT", s);
+            colon = NULL;
+        }
         hlen = colon ? (size_t)(colon - s) : strlen(s);
     }
     if (hlen == 0) return dt_error(DT_STATUS_USAGE, "bad endpoint '%s': no host", s);
@@ -172,6 +179,9 @@ static dt_status_t parse_std_spec(const char *flag, const char *s, int *all, sig
         return DT_STATUS_OK;
     }
     char buf[512];
+    if (strlen(s) >= sizeof buf) /* never cut: a cut list would start a different run */
+        return dt_error(DT_STATUS_USAGE, "--%s is %zu characters long: at most %zu", flag, strlen(s),
+                        sizeof buf - 1);
     snprintf(buf, sizeof buf, "%s", s);
     char *save = NULL;
     for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
@@ -526,6 +536,9 @@ static dt_status_t interpret(const raw_args_t *raw, char **envp, dt_launch_spec_
 
     if ((v = raw->val[F_RANKS_FILTER])) {
         char buf[4096];
+        if (strlen(v) >= sizeof buf)
+            return dt_error(DT_STATUS_USAGE, "--local_ranks_filter is %zu characters long: at most %zu",
+                            strlen(v), sizeof buf - 1);
         snprintf(buf, sizeof buf, "%s", v);
         char *save = NULL;
         for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {

@@ -9,6 +9,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/fs.h" /* defines: dt_fs_printable, dt_fs_kind_name */
 #include "common/log.h"
 #include "common/mem.h"
 #include "runtime/tokenize/shard.h" /* defines: dt_shard_parse, dt_shard_is_magic */
@@ -26,8 +30,10 @@ int dt_data_default_vocab(dt_data_kind_t kind) {
 }
 
 /* key: the config key for messages, or NULL (the caller names it). */
-static dt_status_t expand_glob(const char *key, const char *pattern, glob_t *g) {
-    int rc = glob(pattern, GLOB_ERR | GLOB_BRACE | GLOB_TILDE, NULL, g);
+static dt_status_t expand_glob(const char *key, const char *pattern_raw, glob_t *g) {
+    int rc = glob(pattern_raw, GLOB_ERR | GLOB_BRACE | GLOB_TILDE, NULL, g);
+    char pattern[512];
+    dt_fs_printable(pattern_raw, pattern, sizeof pattern);
     if (rc == GLOB_NOMATCH)
         return dt_error(DT_STATUS_NOT_FOUND, "%s%sno file matches '%s'", key ? key : "", key ? ": " : "", pattern);
     if (rc != 0)
@@ -36,10 +42,33 @@ static dt_status_t expand_glob(const char *key, const char *pattern, glob_t *g) 
     return DT_STATUS_OK;
 }
 
+/* Opens a data file for reading when it is a regular file: O_NONBLOCK so that a
+ * FIFO (or a device) given as data fails here instead of blocking open() for
+ * ever, and fstat on what was opened, not on the name. sb: its stat, or NULL. */
+static dt_status_t open_regular(const char *path, int *out, struct stat *sb) {
+    struct stat st;
+    char shown[512];
+    dt_fs_printable(path, shown, sizeof shown);
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) return dt_error(dt_status_from_errno(errno), "%s: %s", shown, strerror(errno));
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return dt_error(DT_STATUS_IO, "%s: %s", shown, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return dt_error(DT_STATUS_FORMAT, "%s: not a regular file (%s)", shown, dt_fs_kind_name(st.st_mode));
+    }
+    *out = fd;
+    if (sb) *sb = st;
+    return DT_STATUS_OK;
+}
+
 /* Reads a file's first 8 bytes: a shard (and its width) or text. */
 static dt_status_t sniff_kind(const char *path, dt_data_kind_t *kind, int *token_bytes) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return dt_error(dt_status_from_errno(errno), "%s: %s", path, strerror(errno));
+    int fd;
+    DT_CHECK(open_regular(path, &fd, NULL));
     int32_t hdr[2] = {0, 0};
     ssize_t n = read(fd, hdr, sizeof hdr);
     close(fd);
@@ -106,17 +135,9 @@ static dt_status_t file_map(data_file *f, const char *path, dt_data_kind_t kind,
                             int vocab) {
     dt_status_t st = DT_STATUS_OK;
     f->path = dt_xstrdup(path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return dt_error(dt_status_from_errno(errno), "%s: %s", path, strerror(errno));
+    int fd;
     struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        st = dt_error(DT_STATUS_IO, "%s: %s", path, strerror(errno));
-        goto out_close_fd;
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        st = dt_error(DT_STATUS_FORMAT, "%s: not a regular file", path);
-        goto out_close_fd;
-    }
+    DT_CHECK(open_regular(path, &fd, &sb));
     f->map_len = (size_t)sb.st_size;
     if (f->map_len > 0) {
         f->map = mmap(NULL, f->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -223,6 +244,19 @@ out_free_glob:
     return st;
 }
 
+dt_status_t dt_data_check_files(const char *key, const char *pattern, int seq_len, int vocab_size) {
+    dt_data_opts o = {.seq_len = seq_len, .vocab_size = vocab_size};
+    data_set s = {0};
+    dt_status_t st = set_open(&s, key, pattern, &o);
+    set_free(&s);
+    if (st != DT_STATUS_OK && strncmp(dt_error_detail(), key, strlen(key)) != 0) {
+        char why[1024]; /* every message of this check names the key */
+        snprintf(why, sizeof why, "%s", dt_error_detail());
+        dt_error(st, "%s: %s", key, why);
+    }
+    return st;
+}
+
 /* The file holding sample id: the last whose first_sample <= id. */
 static const data_file *sample_file(const data_set *s, uint64_t id) {
     int lo = 0, hi = s->nfiles - 1;
@@ -244,9 +278,44 @@ void dt_data_set_advise_(const data_set *s, uint64_t id, int T) {
     madvise((uint8_t *)f->map + a, b - a, MADV_WILLNEED);
 }
 
+/* A data file cut short while it is mapped (rewritten, truncated) makes reading
+ * the lost pages raise SIGBUS, which would kill the worker with no word of which
+ * file. The sample copy is the one place that reads the maps during the run: it
+ * sets bus_jump (per thread: the read-ahead copies too), and the handler returns
+ * there, so that the copy fails with an error naming the file. A SIGBUS anywhere
+ * else keeps its default action. */
+static __thread sigjmp_buf *bus_jump;
+static pthread_once_t bus_once = PTHREAD_ONCE_INIT;
+
+static void on_sigbus(int sig, siginfo_t *si, void *uctx) {
+    (void)si, (void)uctx;
+    if (bus_jump) siglongjmp(*bus_jump, 1);
+    signal(sig, SIG_DFL); /* not ours: die of it as before */
+    raise(sig);
+}
+
+static void bus_install(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, NULL);
+}
+
 dt_status_t dt_data_set_sample_(const data_set *s, uint64_t id, int T, int32_t *inp, int32_t *tgt) {
     const data_file *f = sample_file(s, id);
     uint64_t off = (id - f->first_sample) * (uint64_t)T;
+    pthread_once(&bus_once, bus_install);
+    sigjmp_buf jump;
+    if (sigsetjmp(jump, 1)) {
+        bus_jump = NULL;
+        return dt_error(DT_STATUS_IO,
+                        "%s: reading token %llu failed (SIGBUS): the file is shorter than when it was "
+                        "opened (%zu bytes); was it truncated or rewritten during the run?",
+                        f->path, (unsigned long long)off, f->map_len);
+    }
+    bus_jump = &jump;
     if (f->token_bytes == 1) {
         const uint8_t *p = f->bytes + off;
         for (int t = 0; t < T; t++) inp[t] = p[t], tgt[t] = p[t + 1];
@@ -257,6 +326,7 @@ dt_status_t dt_data_set_sample_(const data_set *s, uint64_t id, int T, int32_t *
         const uint32_t *p = (const uint32_t *)f->tokens + off;
         for (int t = 0; t < T; t++) inp[t] = (int32_t)p[t], tgt[t] = (int32_t)p[t + 1];
     }
+    bus_jump = NULL;
     if (s->lazy) { /* ids 0..T-1 are inp, T is the last target */
         for (int t = 0; t <= T; t++) {
             uint32_t v = (uint32_t)(t < T ? inp[t] : tgt[T - 1]);

@@ -98,6 +98,11 @@ typedef struct dt_data dt_data_t;
  * token_bytes (may be NULL) gets 1 for text, else the first shard's token width. */
 dt_status_t dt_data_detect(const char *pattern, dt_data_kind_t *kind);
 dt_status_t dt_data_detect_width(const char *pattern, dt_data_kind_t *kind, int *token_bytes);
+/* The loader's own checks of every file pattern matches, as dt_data_open makes
+ * them (each a readable regular file, one kind, shard headers, text bytes and, for
+ * sets it reads through at open, token ids below vocab_size), then the files are
+ * let go: the launcher's check before any worker starts. key names the config key. */
+dt_status_t dt_data_check_files(const char *key, const char *pattern, int seq_len, int vocab_size);
 /* The vocab a kind implies when the config leaves it at 0: 256 or 50257. */
 int dt_data_default_vocab(dt_data_kind_t kind);
 

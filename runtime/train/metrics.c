@@ -116,13 +116,16 @@ static void format_duration(double s, char *buf, size_t len) {
 }
 
 void dt_metrics_format(const dt_step_metrics *s, char *buf, size_t len) {
-    char eta[32];
+    char eta[32], mfu[64];
     format_duration(s->eta_s, eta, sizeof eta);
+    /* over 100% can only mean the peak is wrong: never shown as if it were a measure */
+    if (s->mfu > 1.0) snprintf(mfu, sizeof mfu, "MFU >100%% (the peak is an estimate)");
+    else snprintf(mfu, sizeof mfu, "MFU %.1f%%", 100.0 * s->mfu);
     int n = snprintf(buf, len,
-                     "step %lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | MFU %.1f%% | "
+                     "step %lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %s | "
                      "%.1f ms (compute %.1f, comm %.1f, data %.1f) | ETA %s",
                      (long long)s->step, (long long)s->total_steps, s->loss, s->lr, s->grad_norm,
-                     s->tokens_per_s, 100.0 * s->mfu, s->step_ms, s->compute_ms, s->comm_ms,
+                     s->tokens_per_s, mfu, s->step_ms, s->compute_ms, s->comm_ms,
                      s->data_ms, eta);
     if (!isnan(s->val_loss) && n > 0 && (size_t)n < len)
         snprintf(buf + n, len - (size_t)n, " | val %.4f", s->val_loss);

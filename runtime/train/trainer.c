@@ -36,6 +36,7 @@
 #include "runtime/parallel/tp.h"
 #include "runtime/train/sched.h"
 #include "runtime/train/train_ckpt.h"
+#include "runtime/train/trainer_impl.h"
 
 typedef struct trainer {
     const dt_config_t *cfg;
@@ -83,7 +84,7 @@ static dt_status_t next_batch(trainer *t, dt_batch *batch) {
 }
 
 /* data.train's sources: the config's list, or its one path with weight 1. */
-static int data_sources(const dt_config_t *cfg, dt_data_source *out) {
+int dt_trainer_sources_(const dt_config_t *cfg, dt_data_source *out) {
     if (cfg->data.n_sources == 0) {
         out[0] = (dt_data_source){.path = cfg->data.train, .weight = 1.0};
         return 1;
@@ -95,63 +96,15 @@ static int data_sources(const dt_config_t *cfg, dt_data_source *out) {
 
 /* The configured model's spec; a token model's vocabulary 0 comes from the data
  * (uint32 shards have no default: dt_data_open asks for model.vocab_size). */
-static dt_status_t build_spec(const dt_config_t *cfg, dt_model_spec *spec) {
+dt_status_t dt_trainer_spec_(const dt_config_t *cfg, dt_model_spec *spec) {
     dt_model_spec_copy(&cfg->model, spec);
     if (spec->ops->data == DT_MODEL_DATA_TOKENS && spec->vocab_size == 0) {
         dt_data_source src[DT_DATA_MAX_SOURCES] = {{0}};
-        data_sources(cfg, src);
+        dt_trainer_sources_(cfg, src);
         dt_data_kind_t kind;
         int width;
         DT_CHECK(dt_data_detect_width(src[0].path, &kind, &width));
         if (width != 4) spec->vocab_size = dt_data_default_vocab(kind);
-    }
-    return DT_STATUS_OK;
-}
-
-dt_status_t dt_trainer_check_data(const dt_config_t *cfg) {
-    if (cfg->model.ops->data != DT_MODEL_DATA_TOKENS) return DT_STATUS_OK;
-    dt_data_source src[DT_DATA_MAX_SOURCES];
-    int n = data_sources(cfg, src);
-    dt_data_kind_t first = DT_DATA_TEXT;
-    for (int i = 0; i < n; i++) {
-        char key[48];
-        if (cfg->data.n_sources) snprintf(key, sizeof key, "data.train[%d]", i);
-        else snprintf(key, sizeof key, "data.train");
-        dt_data_kind_t kind;
-        int width;
-        if (dt_data_detect_width(src[i].path, &kind, &width) != DT_STATUS_OK) {
-            char why[1024];
-            snprintf(why, sizeof why, "%s", dt_error_detail());
-            return dt_error(DT_STATUS_CONFIG, "%s: %s", key, why);
-        }
-        if (i == 0) first = kind;
-        else if (kind != first)
-            return dt_error(DT_STATUS_CONFIG, "data.train: the sources must be the same kind: '%s' is %s but '%s' is %s",
-                            src[0].path, first == DT_DATA_TEXT ? "text" : "token shards", src[i].path,
-                            kind == DT_DATA_TEXT ? "text" : "token shards");
-        if (width == 4 && cfg->model.vocab_size == 0 && !cfg->model_pretrained)
-            return dt_error(DT_STATUS_CONFIG,
-                            "%s: '%s' holds uint32 token shards (llm.c version 7): set model.vocab_size to the "
-                            "tokenizer's vocabulary size (it cannot be guessed from the data)",
-                            key, src[i].path);
-    }
-    if (cfg->data.val) {
-        dt_data_kind_t kind;
-        if (dt_data_detect(cfg->data.val, &kind) != DT_STATUS_OK) {
-            char why[1024];
-            snprintf(why, sizeof why, "%s", dt_error_detail());
-            return dt_error(DT_STATUS_CONFIG, "data.val: %s", why);
-        }
-    }
-    if (cfg->tp.size > 1 && cfg->model.vocab_size == 0) {
-        /* the vocabulary the workers will take from the data (build_spec) must divide
-         * among the TP ranks once padded (the config's load checked a given one) */
-        dt_model_spec spec;
-        char msg[512];
-        DT_CHECK(build_spec(cfg, &spec));
-        if (dt_config_tp_check_vocab(cfg, spec.vocab_size, msg, sizeof msg))
-            return dt_error(DT_STATUS_CONFIG, "%s (model.vocab_size is %d, from the %s in '%s')", msg, spec.vocab_size,
-                            first == DT_DATA_TEXT ? "text (bytes)" : "token shards", src[0].path);
     }
     return DT_STATUS_OK;
 }
@@ -167,19 +120,6 @@ static double proc_status_kb(const char *key) {
         if (!strncmp(line, key, n) && line[n] == ':') kb = strtod(line + n + 1, NULL);
     fclose(f);
     return kb;
-}
-
-dt_status_t dt_trainer_check_pretrained(const dt_config_t *cfg) {
-    if (!cfg->model_pretrained) return DT_STATUS_OK;
-    dt_model_spec spec;
-    dt_model_layout l;
-    dt_hf_weights_t *w;
-    DT_CHECK(build_spec(cfg, &spec));
-    DT_CHECK(dt_model_layout_init(&spec, &l));
-    dt_status_t st = dt_hf_weights_open(cfg->model_pretrained, &l, &w);
-    dt_hf_weights_close(w);
-    dt_model_layout_free(&l);
-    return st;
 }
 
 /* device: cpu; cuda (an error when none is visible); auto: cuda when a GPU is
@@ -392,7 +332,7 @@ static dt_status_t setup(trainer *t) {
     const dt_config_t *cfg = t->cfg;
     dt_model_spec spec;
     DT_CHECK(open_device(cfg, t->env, &t->dev));
-    DT_CHECK(build_spec(cfg, &spec));
+    DT_CHECK(dt_trainer_spec_(cfg, &spec));
     t->place = dt_tp_place_of(t->env->rank, t->env->world_size, (int)cfg->tp.size);
     DT_CHECK(dt_model_layout_init_tp(&spec, t->place.tp_size, t->place.tp_rank, cfg->tp.sequence_parallel,
                                      &t->layout));
@@ -401,7 +341,7 @@ static dt_status_t setup(trainer *t) {
     t->T = t->layout.seq_len;
     if (spec.ops->data == DT_MODEL_DATA_TOKENS) {
         dt_data_source src[DT_DATA_MAX_SOURCES];
-        int n_src = data_sources(cfg, src);
+        int n_src = dt_trainer_sources_(cfg, src);
         dt_data_opts o = {.sources = src, .n_sources = n_src, .val = cfg->data.val,
                           .val_fraction = cfg->data.val_fraction, .seq_len = t->layout.seq_len,
                           .vocab_size = spec.vocab_size, .seed = (uint64_t)cfg->seed,

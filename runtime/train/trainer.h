@@ -21,8 +21,15 @@ dt_status_t dt_trainer_check_pretrained(const dt_config_t *cfg);
 
 /* Every data.train source (and data.val) matches a file, the sources are one kind,
  * uint32 shards come with model.vocab_size, and under tensor parallelism the
- * vocabulary taken from the data divides among the TP ranks: the launcher's check
- * before workers start (first bytes only). Errors name the key (data.train[1]). */
+ * vocabulary taken from the data divides among the TP ranks, and every file passes
+ * the loader's own checks (dt_data_check_files): the launcher's check before workers
+ * start. Errors name the key (data.train[1]). */
 dt_status_t dt_trainer_check_data(const dt_config_t *cfg);
+
+/* log.dir can be created and written (its nearest existing ancestor is a writable
+ * directory), and a checkpoint.resume PATH is a checkpoint the reader opens whose
+ * layout is the configured model's: the launcher's check before workers start.
+ * Errors are DT_STATUS_CONFIG naming the key. */
+dt_status_t dt_trainer_check_paths(const dt_config_t *cfg);
 
 #endif /* DT_RUNTIME_TRAINER_H */
