@@ -113,6 +113,18 @@ uint64_t dt_ckpt_n_params(const dt_ckpt_t *c);
 const char *dt_ckpt_run_id(const dt_ckpt_t *c);
 /* meta.json as parsed (a cJSON *; the caller reads its extra members). */
 const void *dt_ckpt_meta(const dt_ckpt_t *c);
+/* An integer of meta.json: v (a member or list item, NULL when absent) must be a
+ * finite whole JSON number in [min, max] (max at most DT_CKPT_META_INT_MAX, 2^53,
+ * where doubles stop being exact); else an error "MPATH: 'FIELD' is VALUE,
+ * expected an integer from MIN to MAX". Every loader of meta.json reads its
+ * integers through this, never by casting valuedouble. */
+#define DT_CKPT_META_INT_MAX 9007199254740992ull
+struct cJSON;
+dt_status_t dt_ckpt_meta_uint(const struct cJSON *v, uint64_t min, uint64_t max, const char *mpath,
+                              const char *field, uint64_t *out);
+/* The same for a real number: finite and in [min, max]. */
+dt_status_t dt_ckpt_meta_number(const struct cJSON *v, double min, double max, const char *mpath,
+                                const char *field, double *out);
 /* The model spec saved in meta.json (for sample and export). */
 dt_status_t dt_ckpt_model_spec(const dt_ckpt_t *c, dt_model_spec *spec);
 /* Checks the saved tensor table against a model's: names, shapes, offsets. */

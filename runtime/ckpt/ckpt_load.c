@@ -47,12 +47,13 @@ void dt_ckpt_close(dt_ckpt_t *c) {
     free(c);
 }
 
-static int json_u64(const cJSON *o, const char *key, uint64_t *out) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 9.007199254740992e15) return 0;
-    *out = (uint64_t)v->valuedouble;
-    return (double)*out == v->valuedouble;
+/* Member key of o as an integer in [min, max] (ckpt_meta.c); `field` names it in
+ * errors: "world_size", "shards[0].ranges[2].offset". */
+static dt_status_t meta_u64(const cJSON *o, const char *key, uint64_t min, uint64_t max, const char *mpath,
+                            const char *field, uint64_t *out) {
+    return dt_ckpt_meta_uint(cJSON_GetObjectItemCaseSensitive(o, key), min, max, mpath, field ? field : key, out);
 }
+#define META_MAX DT_CKPT_META_INT_MAX
 
 /* The step folder `latest` in root dirfd names: `latest` a regular file (never a
  * link, which could point anywhere), its line a step name, that name a real
@@ -103,17 +104,16 @@ static dt_status_t parse_meta(dt_ckpt_t *c, const char *mpath) {
     if (!cJSON_IsString(v) || strcmp(v->valuestring, FORMAT_NAME) != 0)
         return dt_error(DT_STATUS_FORMAT, "%s: not a dtrun checkpoint (format is not \"%s\")", mpath, FORMAT_NAME);
     uint64_t u;
-    if (!json_u64(m, "version", &u) || (u != FORMAT_VERSION && u != FORMAT_VERSION_STRIDED))
-        return dt_error(DT_STATUS_FORMAT, "%s: unsupported format version", mpath);
-    if (!json_u64(m, "step", &u)) return dt_error(DT_STATUS_FORMAT, "%s: 'step' missing or not a count", mpath);
+    char field[96];
+    DT_CHECK(meta_u64(m, "version", FORMAT_VERSION, FORMAT_VERSION_STRIDED, mpath, NULL, &u));
+    DT_CHECK(meta_u64(m, "step", 0, META_MAX, mpath, NULL, &u));
     c->step = (int64_t)u;
-    if (!json_u64(m, "world_size", &u) || u < 1) return dt_error(DT_STATUS_FORMAT, "%s: bad 'world_size'", mpath);
+    DT_CHECK(meta_u64(m, "world_size", 1, INT_MAX, mpath, NULL, &u)); /* an int from here on */
     c->world_size = (int)u;
-    if (!json_u64(m, "n_params", &c->n_params)) return dt_error(DT_STATUS_FORMAT, "%s: bad 'n_params'", mpath);
+    DT_CHECK(meta_u64(m, "n_params", 0, META_MAX, mpath, NULL, &c->n_params));
     v = cJSON_GetObjectItemCaseSensitive(m, "strategy");
     c->strategy = cJSON_IsString(v) ? v->valuestring : "ddp";
-    if (!json_u64(m, "block_bytes", &u) || u != DT_CKPT_BLOCK_BYTES)
-        return dt_error(DT_STATUS_FORMAT, "%s: unsupported checksum block size", mpath);
+    DT_CHECK(meta_u64(m, "block_bytes", DT_CKPT_BLOCK_BYTES, DT_CKPT_BLOCK_BYTES, mpath, NULL, &u));
     const cJSON *shards = cJSON_GetObjectItemCaseSensitive(m, "shards"), *s;
     if (!cJSON_IsArray(shards) || cJSON_GetArraySize(shards) < 1)
         return dt_error(DT_STATUS_FORMAT, "%s: 'shards' missing or empty", mpath);
@@ -124,8 +124,10 @@ static dt_status_t parse_meta(dt_ckpt_t *c, const char *mpath) {
     cJSON_ArrayForEach(s, shards) {
         ck_shard *sh = &c->shards[si];
         v = cJSON_GetObjectItemCaseSensitive(s, "file");
-        if (!cJSON_IsString(v) || strchr(v->valuestring, '/') || !json_u64(s, "bytes", &sh->bytes))
-            return dt_error(DT_STATUS_FORMAT, "%s: shard entry %d lacks 'file' or 'bytes'", mpath, si);
+        if (!cJSON_IsString(v) || strchr(v->valuestring, '/'))
+            return dt_error(DT_STATUS_FORMAT, "%s: shard entry %d has no 'file' name (a file of its folder)", mpath, si);
+        snprintf(field, sizeof field, "shards[%d].bytes", si);
+        DT_CHECK(meta_u64(s, "bytes", 0, META_MAX, mpath, field, &sh->bytes));
         snprintf(sh->path, sizeof sh->path, "%s/%s", c->path, v->valuestring);
         const cJSON *ranges = cJSON_GetObjectItemCaseSensitive(s, "ranges"), *r;
         if (!cJSON_IsArray(ranges)) return dt_error(DT_STATUS_FORMAT, "%s: shard %s has no 'ranges'", mpath, sh->path);
@@ -138,14 +140,23 @@ static dt_status_t parse_meta(dt_ckpt_t *c, const char *mpath) {
             cr->shard = si;
             const cJSON *b = cJSON_GetObjectItemCaseSensitive(r, "buffer");
             const cJSON *crcs = cJSON_GetObjectItemCaseSensitive(r, "crc32c");
-            if (!cJSON_IsString(b) || strlen(b->valuestring) >= DT_CKPT_MAX_BUFFER_NAME || !json_u64(r, "offset", &cr->offset) ||
-                !json_u64(r, "count", &cr->count) || !json_u64(r, "file_offset", &cr->file_offset) || !cJSON_IsArray(crcs))
+            if (!cJSON_IsString(b) || strlen(b->valuestring) >= DT_CKPT_MAX_BUFFER_NAME || !cJSON_IsArray(crcs))
                 return dt_error(DT_STATUS_FORMAT, "%s: a range of %s is malformed", mpath, sh->path);
+            static const char *const keys[] = {"offset", "count", "file_offset"};
+            uint64_t *dst[] = {&cr->offset, &cr->count, &cr->file_offset};
+            for (int q = 0; q < 3; q++) {
+                snprintf(field, sizeof field, "shards[%d].ranges[%d].%s", si, n_in_shard, keys[q]);
+                DT_CHECK(meta_u64(r, keys[q], 0, META_MAX, mpath, field, dst[q]));
+            }
             snprintf(cr->buffer, sizeof cr->buffer, "%s", b->valuestring);
             cr->reps = 1; /* plain unless "stride" says otherwise */
-            if (cJSON_GetObjectItemCaseSensitive(r, "stride") &&
-                (!json_u64(r, "stride", &cr->stride) || !json_u64(r, "reps", &cr->reps) || cr->stride == 0 ||
-                 cr->reps == 0 || (cr->count && cr->reps > UINT64_MAX / cr->count)))
+            if (cJSON_GetObjectItemCaseSensitive(r, "stride")) {
+                snprintf(field, sizeof field, "shards[%d].ranges[%d].stride", si, n_in_shard);
+                DT_CHECK(meta_u64(r, "stride", 1, META_MAX, mpath, field, &cr->stride));
+                snprintf(field, sizeof field, "shards[%d].ranges[%d].reps", si, n_in_shard);
+                DT_CHECK(meta_u64(r, "reps", 1, META_MAX, mpath, field, &cr->reps));
+            }
+            if (cr->count && cr->reps > UINT64_MAX / cr->count)
                 return dt_error(DT_STATUS_FORMAT, "%s: a strided range of '%s' in %s has a bad 'stride' or 'reps'", mpath,
                                 cr->buffer, sh->path);
             uint64_t elems = ck_range_elems(cr);
@@ -160,7 +171,11 @@ static dt_status_t parse_meta(dt_ckpt_t *c, const char *mpath) {
             cr->crcs = dt_xcalloc(cr->n_blocks ? cr->n_blocks : 1, sizeof(uint32_t));
             int k = 0;
             const cJSON *x;
-            cJSON_ArrayForEach(x, crcs) cr->crcs[k++] = (uint32_t)x->valuedouble;
+            cJSON_ArrayForEach(x, crcs) {
+                snprintf(field, sizeof field, "shards[%d].ranges[%d].crc32c[%d]", si, n_in_shard, k);
+                DT_CHECK(dt_ckpt_meta_uint(x, 0, UINT32_MAX, mpath, field, &u));
+                cr->crcs[k++] = (uint32_t)u;
+            }
             /* The shard's data is its ranges one after another up to its end. */
             if (n_in_shard && cr->file_offset != file_end)
                 return dt_error(DT_STATUS_FORMAT, "%s: range %d of '%s' in %s starts at file byte %llu, the one before ends at %llu",
@@ -246,21 +261,22 @@ dt_status_t dt_ckpt_model_spec(const dt_ckpt_t *c, dt_model_spec *spec) {
         return dt_error(DT_STATUS_FORMAT, "%s/meta.json: model type \"%s\" is none of %s", c->path,
                         type->valuestring, names);
     }
+    char mpath[PATH_MAX + 16];
+    snprintf(mpath, sizeof mpath, "%s/meta.json", c->path);
     for (int i = 0; i < spec->ops->n_keys; i++) {
         const dt_model_key *k = &spec->ops->keys[i];
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(m, k->path + 6);
         uint64_t u;
+        double x;
         if (k->kind == DT_MODEL_KEY_BOOL) {
             if (!cJSON_IsBool(v))
                 return dt_error(DT_STATUS_FORMAT, "%s/meta.json: %s missing or not true/false", c->path, k->path);
             dt_model_key_set(spec, k, cJSON_IsTrue(v));
         } else if (k->kind == DT_MODEL_KEY_FLOAT) {
-            if (!cJSON_IsNumber(v))
-                return dt_error(DT_STATUS_FORMAT, "%s/meta.json: %s missing or not a number", c->path, k->path);
-            dt_model_key_set(spec, k, v->valuedouble);
-        } else {
-            if (!json_u64(m, k->path + 6, &u))
-                return dt_error(DT_STATUS_FORMAT, "%s/meta.json: %s missing", c->path, k->path);
+            DT_CHECK(dt_ckpt_meta_number(v, k->min, k->max, mpath, k->path, &x));
+            dt_model_key_set(spec, k, x);
+        } else { /* the key's own bounds (all within int): no truncation when set */
+            DT_CHECK(dt_ckpt_meta_uint(v, k->min > 0 ? (uint64_t)k->min : 0, (uint64_t)k->max, mpath, k->path, &u));
             dt_model_key_set(spec, k, (double)u);
         }
     }
@@ -278,13 +294,22 @@ dt_status_t dt_ckpt_check_layout(const dt_ckpt_t *c, const dt_model_layout *l) {
     const cJSON *ts = cJSON_GetObjectItemCaseSensitive(c->meta, "tensors"), *t;
     if (!cJSON_IsArray(ts)) return dt_error(DT_STATUS_FORMAT, "%s/meta.json: no tensor table", c->path);
     int i = 0;
-    char a[128], b[128];
+    char a[128], b[128], field[64], mpath[PATH_MAX + 16];
+    snprintf(mpath, sizeof mpath, "%s/meta.json", c->path);
     cJSON_ArrayForEach(t, ts) {
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name");
         const cJSON *shape = cJSON_GetObjectItemCaseSensitive(t, "shape");
-        uint64_t off;
-        if (!cJSON_IsString(name) || !cJSON_IsArray(shape) || !json_u64(t, "offset", &off))
+        uint64_t off, dim;
+        if (!cJSON_IsString(name) || !cJSON_IsArray(shape))
             return dt_error(DT_STATUS_FORMAT, "%s/meta.json: tensor entry %d is malformed", c->path, i);
+        snprintf(field, sizeof field, "tensors[%d].offset", i);
+        DT_CHECK(meta_u64(t, "offset", 0, META_MAX, mpath, field, &off));
+        const cJSON *d;
+        int nd = 0;
+        cJSON_ArrayForEach(d, shape) {
+            snprintf(field, sizeof field, "tensors[%d].shape[%d]", i, nd++);
+            DT_CHECK(dt_ckpt_meta_uint(d, 0, META_MAX, mpath, field, &dim));
+        }
         if (i >= l->n_tensors)
             return dt_error(DT_STATUS_MISMATCH, "checkpoint %s does not match the model: it has tensor %s, the model has only %d tensors",
                             c->path, name->valuestring, l->n_tensors);

@@ -7,6 +7,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -226,11 +227,12 @@ out_free:
     return st;
 }
 
-static int json_u64(const cJSON *o, const char *key, uint64_t *out) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!cJSON_IsNumber(v) || v->valuedouble < 0) return 0;
-    *out = (uint64_t)v->valuedouble;
-    return 1;
+/* Member key of o (o may be NULL) as a count in [0, 2^53]: an error naming
+ * meta.json, the field and its value otherwise (checkpoint.h). */
+static dt_status_t meta_count(const dt_ckpt_t *c, const cJSON *o, const char *key, const char *field, uint64_t *out) {
+    char mpath[PATH_MAX + 16];
+    snprintf(mpath, sizeof mpath, "%s/meta.json", dt_ckpt_path(c));
+    return dt_ckpt_meta_uint(cJSON_GetObjectItemCaseSensitive(o, key), 0, DT_CKPT_META_INT_MAX, mpath, field, out);
 }
 
 typedef struct read_ctx {
@@ -296,13 +298,17 @@ static dt_status_t read_sources(dt_ckpt_t *c, const cJSON *d, dt_data_pos *pos) 
     const cJSON *srcs = cJSON_GetObjectItemCaseSensitive(d, "sources");
     if (!srcs) return DT_STATUS_OK;
     int n = cJSON_GetArraySize(srcs);
-    if (!cJSON_IsArray(srcs) || n < 1 || n > DT_DATA_MAX_SOURCES || !json_u64(d, "samples", &pos->samples))
-        return dt_error(DT_STATUS_FORMAT, "%s/meta.json: data.sources: expected a list of 1 to %d positions and "
-                        "data.samples", dt_ckpt_path(c), DT_DATA_MAX_SOURCES);
+    if (!cJSON_IsArray(srcs) || n < 1 || n > DT_DATA_MAX_SOURCES)
+        return dt_error(DT_STATUS_FORMAT, "%s/meta.json: data.sources: expected a list of 1 to %d positions",
+                        dt_ckpt_path(c), DT_DATA_MAX_SOURCES);
+    DT_CHECK(meta_count(c, d, "samples", "data.samples", &pos->samples));
+    char field[64];
     for (int i = 0; i < n; i++) {
         const cJSON *s = cJSON_GetArrayItem(srcs, i);
-        if (!json_u64(s, "epoch", &pos->src[i].epoch) || !json_u64(s, "cursor", &pos->src[i].cursor))
-            return dt_error(DT_STATUS_FORMAT, "%s/meta.json: data.sources[%d]: no epoch and cursor", dt_ckpt_path(c), i);
+        snprintf(field, sizeof field, "data.sources[%d].epoch", i);
+        DT_CHECK(meta_count(c, s, "epoch", field, &pos->src[i].epoch));
+        snprintf(field, sizeof field, "data.sources[%d].cursor", i);
+        DT_CHECK(meta_count(c, s, "cursor", field, &pos->src[i].cursor));
     }
     pos->n_sources = n;
     return DT_STATUS_OK;
@@ -321,10 +327,8 @@ static dt_status_t load_one(const dt_train_ckpt *t, const char *path, int64_t *s
     DT_CHECK_GOTO(dt_ckpt_check_layout(c, global_layout(t)), st, out_close);
     if (t->data) {
         const cJSON *d = cJSON_GetObjectItemCaseSensitive(meta, "data");
-        if (!json_u64(d, "epoch", &pos.epoch) || !json_u64(d, "cursor", &pos.cursor)) {
-            st = dt_error(DT_STATUS_FORMAT, "%s/meta.json: no data position (data.epoch, data.cursor)", dt_ckpt_path(c));
-            goto out_close;
-        }
+        DT_CHECK_GOTO(meta_count(c, d, "epoch", "data.epoch", &pos.epoch), st, out_close);
+        DT_CHECK_GOTO(meta_count(c, d, "cursor", "data.cursor", &pos.cursor), st, out_close);
         DT_CHECK_GOTO(read_sources(c, d, &pos), st, out_close);
         int n = dt_data_n_sources(t->data);
         if (pos.n_sources ? pos.n_sources != n : n != 1) {
@@ -333,10 +337,9 @@ static dt_status_t load_one(const dt_train_ckpt *t, const char *path, int64_t *s
             goto out_close;
         }
     }
-    if (t->mlp_cursor && !json_u64(cJSON_GetObjectItemCaseSensitive(meta, "mlp_data"), "cursor", &mlp)) {
-        st = dt_error(DT_STATUS_FORMAT, "%s/meta.json: no mlp_data.cursor", dt_ckpt_path(c));
-        goto out_close;
-    }
+    if (t->mlp_cursor)
+        DT_CHECK_GOTO(meta_count(c, cJSON_GetObjectItemCaseSensitive(meta, "mlp_data"), "cursor", "mlp_data.cursor", &mlp),
+                      st, out_close);
     dt_rng rng = {{0}};
     const cJSON *rs = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(meta, "rng"), "state");
     if (t->rng) {
@@ -346,8 +349,10 @@ static dt_status_t load_one(const dt_train_ckpt *t, const char *path, int64_t *s
         }
         for (int i = 0; i < 4; i++) {
             const cJSON *w = cJSON_GetArrayItem(rs, i);
-            if (!cJSON_IsString(w)) {
-                st = dt_error(DT_STATUS_FORMAT, "%s/meta.json: rng.state[%d] is not a hex string", dt_ckpt_path(c), i);
+            size_t len = cJSON_IsString(w) ? strlen(w->valuestring) : 0;
+            if (len < 1 || len > 16 || strspn(w->valuestring, "0123456789abcdefABCDEF") != len) {
+                st = dt_error(DT_STATUS_FORMAT, "%s/meta.json: rng.state[%d] is not a hex string of 1 to 16 digits",
+                              dt_ckpt_path(c), i);
                 goto out_close;
             }
             rng.s[i] = strtoull(w->valuestring, NULL, 16);
