@@ -28,12 +28,15 @@ int dt_cmd_report(int argc, char **argv) {
     snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", dir);
     snprintf(svg, sizeof svg, "%s", out ? out : "");
     if (!out) snprintf(svg, sizeof svg, "%s/report.svg", dir);
-    int n = 0;
-    dt_status_t st = dt_report_svg(metrics, svg, &n);
+    int n = 0, left = 0;
+    dt_status_t st = dt_report_svg(metrics, svg, &n, &left);
     if (st != DT_STATUS_OK) {
         fprintf(stderr, "dtrun report: %s\n", dt_error_detail());
         return DT_EXIT_USAGE;
     }
     printf("wrote %s (%d points)\n", svg, n);
+    if (left)
+        printf("left out %d value(s) that were NaN, infinite or beyond +-1e15 (a diverged run?); the SVG lists their "
+               "steps\n", left);
     return DT_EXIT_OK;
 }

@@ -1,6 +1,7 @@
 /*
  * test_metrics.c - metrics.jsonl lines, atomic files, the SVG report, MFU peaks.
  */
+#define _GNU_SOURCE /* strcasestr */
 #include <criterion/criterion.h>
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -57,7 +58,7 @@ Test(metrics, jsonl_lines_have_contract_keys_and_report_draws_them) {
     char svg[256];
     snprintf(svg, sizeof svg, "%s/r.svg", dir);
     int pts = 0;
-    cr_assert_eq(dt_report_svg(path, svg, &pts), DT_STATUS_OK, "%s", dt_error_detail());
+    cr_assert_eq(dt_report_svg(path, svg, &pts, NULL), DT_STATUS_OK, "%s", dt_error_detail());
     cr_assert_eq(pts, 5);
     f = fopen(svg, "r");
     char buf[16384];
@@ -75,8 +76,33 @@ Test(metrics, report_rejects_garbage_naming_the_line) {
     fputs("{\"step\":1,\"loss\":2}\nnot json\n", f);
     fclose(f);
     int pts;
-    cr_assert_eq(dt_report_svg(path, svg, &pts), DT_STATUS_FORMAT);
+    cr_assert_eq(dt_report_svg(path, svg, &pts, NULL), DT_STATUS_FORMAT);
     cr_assert(strstr(dt_error_detail(), "metrics.jsonl:2"), "%s", dt_error_detail());
+}
+
+/* A diverged run: non-finite and huge values are left out and counted, never
+ * written into the SVG as inf or nan. */
+Test(metrics, report_leaves_out_nonfinite_values) {
+    char path[256], svg[256];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    snprintf(svg, sizeof svg, "%s/r.svg", dir);
+    FILE *f = fopen(path, "w");
+    fputs("{\"step\":1,\"loss\":5,\"tokens_per_s\":100}\n{\"step\":2,\"loss\":NaN,\"tokens_per_s\":-Infinity}\n"
+          "{\"step\":3,\"loss\":1e309,\"val_loss\":1e308}\n{\"step\":1e309,\"loss\":1}\n"
+          "{\"step\":4,\"loss\":4,\"tokens_per_s\":110}\n",
+          f);
+    fclose(f);
+    int pts = 0, left = -1;
+    cr_assert_eq(dt_report_svg(path, svg, &pts, &left), DT_STATUS_OK, "%s", dt_error_detail());
+    cr_assert_eq(pts, 5);
+    cr_assert_eq(left, 5, "left out %d", left);
+    f = fopen(svg, "r");
+    char buf[16384];
+    size_t len = fread(buf, 1, sizeof buf - 1, f);
+    buf[len] = 0;
+    fclose(f);
+    cr_assert(!strcasestr(buf, "nan") && !strcasestr(buf, "inf"), "%s", buf);
+    cr_assert(strstr(buf, "left out: 5 value(s)") && strstr(buf, "at step(s) 2, 3, "), "%s", buf);
 }
 
 Test(metrics, atomic_write_replaces_whole_file) {

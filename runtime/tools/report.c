@@ -1,5 +1,12 @@
 /*
  * report.c - an SVG of a run's metrics (no plotting library needed).
+ *
+ * A diverged run's metrics hold values no axis can show: NaN and Infinity (as
+ * Python's json writes them; dtrun's own writer writes null), numbers past a
+ * double's range (1e309 parses as infinity) or merely huge (1e308). Such points
+ * are left out of the plot, the axes are computed from the rest so every
+ * coordinate and label is finite, and the SVG says how many points were left out
+ * and at which steps.
  */
 #include "runtime/tools/report.h"
 
@@ -11,6 +18,63 @@
 #include <string.h>
 
 #include "common/mem.h"
+
+/* Values beyond this (either sign) are left out: no loss, throughput or step is
+ * that large, and the axes' arithmetic stays far from overflow. */
+#define REPORT_MAX_ABS 1e15
+/* Steps of left-out points named in the SVG; the rest are counted. */
+#define REPORT_LEFT_OUT_SHOWN 8
+
+typedef struct left_out {
+    int n;       /* values left out */
+    int n_steps; /* distinct steps among them, in file order (the first few kept) */
+    double steps[REPORT_LEFT_OUT_SHOWN];
+} left_out;
+
+static int plottable(double v) { return isfinite(v) && fabs(v) <= REPORT_MAX_ABS; }
+
+/* One value left out at step (NaN: the step itself was not a plottable number). */
+static void note_left_out(left_out *lo, double step) {
+    lo->n++;
+    if (lo->n_steps > 0 && lo->n_steps <= REPORT_LEFT_OUT_SHOWN) {
+        double last = lo->steps[lo->n_steps - 1];
+        if (last == step || (isnan(last) && isnan(step))) return; /* the same line's other values */
+    }
+    if (lo->n_steps < REPORT_LEFT_OUT_SHOWN) lo->steps[lo->n_steps] = step;
+    lo->n_steps++;
+}
+
+/* A copy of line (malloc'd) with the bare words NaN, Infinity and -Infinity
+ * outside strings replaced by null, so that cJSON parses what Python's json.dumps
+ * writes for non-finite floats; *n_replaced counts them. */
+static char *nonfinite_to_null(const char *line, int *n_replaced) {
+    static const char *const words[] = {"-Infinity", "Infinity", "NaN"};
+    size_t len = strlen(line);
+    char *out = dt_xmalloc(2 * len + 1), *o = out;
+    int in_str = 0;
+    *n_replaced = 0;
+    for (const char *p = line; *p;) {
+        if (in_str) {
+            if (*p == '\\' && p[1]) *o++ = *p++;
+            else if (*p == '"') in_str = 0;
+            *o++ = *p++;
+            continue;
+        }
+        if (*p == '"') in_str = 1;
+        size_t w = 0;
+        for (int k = 0; k < 3 && !w; k++)
+            if (!strncmp(p, words[k], strlen(words[k]))) w = strlen(words[k]);
+        if (w) {
+            memcpy(o, "null", 4);
+            o += 4, p += w;
+            (*n_replaced)++;
+        } else {
+            *o++ = *p++;
+        }
+    }
+    *o = 0;
+    return out;
+}
 
 typedef struct series {
     double *x, *y;
@@ -41,7 +105,7 @@ static void range_of(const series *s, int nser, double *lo, double *hi, int use_
             if (v < *lo) *lo = v;
             if (v > *hi) *hi = v;
         }
-    if (!isfinite(*lo)) *lo = 0, *hi = 1;
+    if (!isfinite(*lo)) *lo = 0, *hi = 1; /* no points */
     if (*hi - *lo < 1e-12) *hi = *lo + 1;
 }
 
@@ -57,7 +121,8 @@ static void draw_panel(FILE *f, panel *p, const series *s, const char *const *na
         fprintf(f, "<line x1='%.0f' y1='%.1f' x2='%.0f' y2='%.1f' stroke='#eee'/>\n", p->x0, fy,
                 p->x0 + p->w, fy);
         char label[32];
-        if (fabs(vy) >= 1e6) snprintf(label, sizeof label, "%.2fM", vy / 1e6);
+        if (fabs(vy) >= 1e9) snprintf(label, sizeof label, "%.3g", vy);
+        else if (fabs(vy) >= 1e6) snprintf(label, sizeof label, "%.2fM", vy / 1e6);
         else if (fabs(vy) >= 1e4) snprintf(label, sizeof label, "%.1fk", vy / 1e3);
         else snprintf(label, sizeof label, "%.4g", vy);
         fprintf(f, "<text x='%.0f' y='%.1f' font-size='11' text-anchor='end'>%s</text>\n",
@@ -81,19 +146,41 @@ static void draw_panel(FILE *f, panel *p, const series *s, const char *const *na
             p->x0 + p->w / 2, p->y0 + p->h + 30);
 }
 
-dt_status_t dt_report_svg(const char *metrics_path, const char *svg_path, int *n_points) {
+/* The SVG's last line when points were left out: how many, and their steps. */
+static void draw_left_out(FILE *f, const left_out *lo) {
+    if (lo->n == 0) return;
+    fprintf(f, "<text x='80' y='625' font-size='12' fill='#b00'>left out: %d value(s) not finite or beyond "
+               "&#177;1e15 (a diverged run?), at step(s) ", lo->n);
+    int shown = lo->n_steps < REPORT_LEFT_OUT_SHOWN ? lo->n_steps : REPORT_LEFT_OUT_SHOWN;
+    for (int i = 0; i < shown; i++) {
+        if (plottable(lo->steps[i])) fprintf(f, "%s%.0f", i ? ", " : "", lo->steps[i]);
+        else fprintf(f, "%s(a step that is not a number)", i ? ", " : "");
+    }
+    fprintf(f, "%s</text>\n", lo->n_steps > shown ? ", ..." : "");
+}
+
+dt_status_t dt_report_svg(const char *metrics_path, const char *svg_path, int *n_points, int *n_left_out) {
     FILE *in = fopen(metrics_path, "r");
     if (!in) return dt_error(DT_STATUS_NOT_FOUND, "%s: %s", metrics_path, strerror(errno));
     series loss = {0}, val = {0}, tps = {0};
     char *line = NULL;
     size_t cap = 0;
-    int lineno = 0, n = 0;
+    int lineno = 0, n = 0, nonfinite;
+    left_out lo = {0};
     dt_status_t st = DT_STATUS_OK;
     while (getline(&line, &cap, in) > 0) {
         lineno++;
         if (line[0] == '\n') continue;
-        cJSON *o = cJSON_Parse(line);
+        char *text = nonfinite_to_null(line, &nonfinite);
+        cJSON *o = cJSON_Parse(text);
+        free(text);
         cJSON *step = cJSON_GetObjectItem(o, "step");
+        if (o && (cJSON_IsNull(step) || (cJSON_IsNumber(step) && !plottable(step->valuedouble)))) {
+            note_left_out(&lo, cJSON_IsNumber(step) ? step->valuedouble : NAN); /* the whole line */
+            cJSON_Delete(o);
+            n++;
+            continue;
+        }
         if (!o || !cJSON_IsNumber(step)) {
             cJSON_Delete(o);
             st = dt_error(DT_STATUS_FORMAT, "%s:%d: not a metrics line (JSON with a step)",
@@ -102,9 +189,15 @@ dt_status_t dt_report_svg(const char *metrics_path, const char *svg_path, int *n
         }
         cJSON *l = cJSON_GetObjectItem(o, "loss"), *v = cJSON_GetObjectItem(o, "val_loss"),
               *t = cJSON_GetObjectItem(o, "tokens_per_s");
-        if (cJSON_IsNumber(l)) push(&loss, step->valuedouble, l->valuedouble);
-        if (cJSON_IsNumber(v)) push(&val, step->valuedouble, v->valuedouble);
-        if (cJSON_IsNumber(t)) push(&tps, step->valuedouble, t->valuedouble);
+        /* A value present but null (NaN in the file) or unplottable is left out. */
+        const cJSON *vals[3] = {l, v, t};
+        series *to[3] = {&loss, &val, &tps};
+        for (int k = 0; k < 3; k++) {
+            if (cJSON_IsNumber(vals[k]) && plottable(vals[k]->valuedouble))
+                push(to[k], step->valuedouble, vals[k]->valuedouble);
+            else if (cJSON_IsNumber(vals[k]) || cJSON_IsNull(vals[k]))
+                note_left_out(&lo, step->valuedouble);
+        }
         cJSON_Delete(o);
         n++;
     }
@@ -131,9 +224,11 @@ dt_status_t dt_report_svg(const char *metrics_path, const char *svg_path, int *n
     p2.ymin = 0;
     draw_panel(f, &p2, &tps, (const char *const[]){"tokens/s"}, (const char *const[]){"#2ca02c"},
                1, "throughput (tokens/s)");
+    draw_left_out(f, &lo);
     fprintf(f, "</svg>\n");
     if (fclose(f) != 0) st = dt_error(DT_STATUS_IO, "%s: %s", svg_path, strerror(errno));
     *n_points = n;
+    if (n_left_out) *n_left_out = lo.n;
 out_free:
     free(line);
     fclose(in);
