@@ -33,7 +33,13 @@ dt_status_t dt_fs_open_regular(const char *path, int flags, int mode, int *fd) {
         return dt_error(dt_status_from_errno(err), "cannot open %s: %s", path, strerror(err));
     }
     struct stat sb;
-    if (fstat(*fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    if (fstat(*fd, &sb) != 0) {
+        int err = errno;
+        close(*fd);
+        *fd = -1;
+        return dt_error(dt_status_from_errno(err), "cannot stat %s: %s", path, strerror(err));
+    }
+    if (!S_ISREG(sb.st_mode)) {
         close(*fd);
         *fd = -1;
         return dt_error(DT_STATUS_INVALID, "%s is %s, not a regular file", path, kind_of(sb.st_mode));
@@ -55,6 +61,17 @@ dt_status_t dt_fs_check_target(const char *path, int want_dir, const char *what)
                     kind_of(sb.st_mode), want_dir ? "a directory" : "a regular file");
 }
 
+/* The process's umask, read without changing it (umask(2) would, for every thread). */
+static mode_t current_umask(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[128];
+    unsigned mask = 022;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "Umask: %o", &mask) == 1) break;
+    if (f) fclose(f);
+    return (mode_t)mask;
+}
+
 dt_status_t dt_fs_create_temp_beside(const char *path, char *tmp, size_t len, int *fd) {
     *fd = -1;
     if ((size_t)snprintf(tmp, len, "%s.tmp.XXXXXX", path) >= len)
@@ -66,7 +83,7 @@ dt_status_t dt_fs_create_temp_beside(const char *path, char *tmp, size_t len, in
         snprintf(tmp, len, "%s.tmp.XXXXXX", path);
         return dt_error(DT_STATUS_IO, "cannot create %s: %s", tmp, strerror(err));
     }
-    if (fchmod(*fd, 0644) != 0) { /* mkstemp makes 0600; the file is for others to read */
+    if (fchmod(*fd, 0666 & ~current_umask()) != 0) { /* mkstemp makes 0600: the mode open(2) would give */
         int err = errno;
         close(*fd);
         unlink(tmp);

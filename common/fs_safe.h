@@ -27,7 +27,7 @@ dt_status_t dt_fs_check_target(const char *path, int want_dir, const char *what)
 
 /* Creates a new file beside `path` for writing it atomically: "<path>.tmp.XXXXXX"
  * (mkstemp: a fresh name, O_EXCL, so no existing file or link is ever opened),
- * mode 0644. tmp (len bytes) gets its name. */
+ * mode 0666 less the umask, as open(2) would make it. tmp (len bytes) gets its name. */
 dt_status_t dt_fs_create_temp_beside(const char *path, char *tmp, size_t len, int *fd);
 
 #endif /* DT_COMMON_FS_SAFE_H */

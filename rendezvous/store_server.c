@@ -693,6 +693,7 @@ static int handle_frame(client_t *c, const dt_store_frame_t *f) {
             e->val = dt_xrealloc(e->val, e->vlen + f->a.len);
             memcpy(e->val + e->vlen, f->a.ptr, f->a.len);
             e->vlen += f->a.len;
+            srv->stored += f->a.len; /* as entry_set counts a value's bytes */
         } else {
             entry_set(srv, e, f->a.ptr, f->a.len);
         }

@@ -196,6 +196,37 @@ Test(store_limits, the_store_refuses_writes_once_full) {
     free(val);
 }
 
+/* APPEND counts what it adds, as SET does: values grown by APPEND fill the store to
+ * the same limit, and a DELETE of an appended value gives back exactly its bytes (the
+ * count never wraps below zero, which would refuse every later write). */
+Test(store_limits, appended_bytes_count_against_the_limit) {
+    size_t big = DT_STORE_MAX_VALUE_BYTES - 1;
+    char *val = calloc(1, big);
+    dt_store_t *st = NULL;
+    cr_assert_eq(dt_store_connect("127.0.0.1", port, 5.0, &st), DT_STATUS_OK);
+    /* SET 1 byte, APPEND 5000, DELETE: then small writes still go in */
+    cr_assert_eq(dt_store_set(st, "k", "x", 1), DT_STATUS_OK);
+    cr_assert_eq(dt_store_append(st, "k", val, 5000), DT_STATUS_OK);
+    int deleted = 0;
+    cr_assert_eq(dt_store_delete(st, "k", &deleted), DT_STATUS_OK);
+    cr_assert_eq(deleted, 1);
+    cr_assert_eq(dt_store_set(st, "after", "1", 1), DT_STATUS_OK);
+    cr_assert_eq(dt_store_ping(st, NULL), DT_STATUS_OK, "a small SET after APPEND + DELETE was refused");
+    /* 1 byte + APPEND of 8 MiB - 1 per key: refused near the limit, not after it */
+    size_t n = 0, most = DT_STORE_MAX_STORED_BYTES / (big + 1) + 8;
+    char key[32];
+    for (; n < most; n++) {
+        snprintf(key, sizeof key, "app/%zu", n);
+        if (dt_store_set(st, key, "x", 1) != DT_STATUS_OK) break;
+        if (dt_store_append(st, key, val, big) != DT_STATUS_OK) break;
+        if (dt_store_ping(st, NULL) != DT_STATUS_OK) break; /* refused */
+    }
+    cr_log_info("store full after %zu appended values of 8 MiB", n);
+    cr_assert_lt(n, most, "appended %zu x 8 MiB without a limit", n);
+    dt_store_close(st);
+    free(val);
+}
+
 Test(store_limits, buffered_input_has_a_budget_across_connections) {
     /* Three connections each send 12 of the 16 pairs of 8 MiB a MULTI_SET
      * announces: 300 MiB of incomplete input in all, over the 256 MiB budget.

@@ -465,6 +465,7 @@ int dt_agent_run(const dt_launch_spec_t *sp, char **argv, int argc) {
     uv_timer_init(&ag->loop, &ag->grace);
     ag->tick.data = ag->grace.data = ag;
     signal(SIGPIPE, SIG_IGN);
+    getrlimit(RLIMIT_NOFILE, &ag->nofile); /* before the store raises it */
 
     st = setup_store(ag);
     if (st != DT_STATUS_OK) {

@@ -15,6 +15,7 @@
 
 #include <limits.h>
 #include <sys/types.h>
+#include <sys/resource.h>
 #include <uv.h>
 
 #include "rendezvous/store.h" /* defines: dt_store_server_t */
@@ -77,6 +78,8 @@ typedef struct failure {
 
 typedef struct agent {
     const dt_launch_spec_t *spec;
+    struct rlimit nofile; /* RLIMIT_NOFILE as the agent started: the store raises the
+                             agent's, workers get this one back (select() users) */
     uv_loop_t loop;
     uv_signal_t sig[DT_AGENT_N_FWD];
     uv_signal_t sigchld;

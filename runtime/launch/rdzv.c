@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/fs.h" /* defines: dt_fs_printable */
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/mem.h"
@@ -53,11 +54,13 @@ static dt_status_t store_int(const char *k, const void *val, size_t len, long lo
             return DT_STATUS_OK;
         }
     }
+    char raw[41], shown[170]; /* a stranger's bytes: control characters escaped */
+    snprintf(raw, sizeof raw, "%.*s", (int)(len < 40 ? len : 40), v);
     return dt_error(DT_STATUS_RENDEZVOUS,
-                    "the rendezvous store holds '%.*s' at %s, not an integer in %lld..%lld: "
+                    "the rendezvous store holds '%s' at %s, not an integer in %lld..%lld: "
                     "another program wrote to this run's keys (is the store's port reachable "
                     "by other jobs? see --rdzv_conf token_file)",
-                    (int)(len < 40 ? len : 40), v, k, lo, hi);
+                    dt_fs_printable(raw, shown, sizeof shown), k, lo, hi);
 }
 
 /* Store failures after the connection is up mean node 0 (the store) is gone. */
@@ -306,8 +309,9 @@ dt_status_t dt_rdzv_join(dt_rdzv_t *rz, int round, int want, int is_host, int np
     if (ready) {
         DT_CHECK_GOTO(dt_store_get(rz->store, k, &val, &vlen), st, out_store);
         while (vlen >= 2 && ((char *)val)[vlen - 2] == ';') vlen -= 2;
-        dt_error(DT_STATUS_USAGE, "rendezvous round %d refused: %.*s", round, (int)vlen,
-                 (const char *)val);
+        char raw[512], shown[2048]; /* written by an agent, or by anyone without a token */
+        snprintf(raw, sizeof raw, "%.*s", (int)vlen, (const char *)val);
+        dt_error(DT_STATUS_USAGE, "rendezvous round %d refused: %s", round, dt_fs_printable(raw, shown, sizeof shown));
         free(val);
         return DT_STATUS_USAGE;
     }

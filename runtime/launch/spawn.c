@@ -246,6 +246,7 @@ dt_status_t dt_agent_spawn_worker(agent_t *ag, worker_t *w) {
         sigaction(SIGCHLD, &dfl, NULL);
         sigaction(SIGPIPE, &dfl, NULL);
         setpgid(0, 0);
+        if (ag->nofile.rlim_cur) setrlimit(RLIMIT_NOFILE, &ag->nofile); /* not the store's raised limit */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() != agent_pid) _exit(128 + SIGKILL); /* the agent died before prctl */
         if (devnull >= 0) dup2(devnull, STDIN_FILENO);

@@ -85,9 +85,8 @@ dt_status_t dt_metrics_write_file(const char *log_dir, const char *name, const c
     DT_CHECK(dt_fs_mkdir_p(log_dir));
     char tmp[4096], path[4096];
     snprintf(path, sizeof path, "%s/%s", log_dir, name);
-    snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%d", log_dir, name, (int)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return dt_error(DT_STATUS_IO, "cannot write %s: %s", tmp, strerror(errno));
+    int fd; /* a fresh temporary (never a planted name or link), renamed over path */
+    DT_CHECK(dt_fs_create_temp_beside(path, tmp, sizeof tmp, &fd));
     size_t len = strlen(text), done = 0;
     while (done < len) {
         ssize_t w = write(fd, text + done, len - done);

@@ -131,6 +131,15 @@ if [ $rc -eq 0 ] && printf '%s\n' "$out" | grep -q '^\[rank0\]:step 2/2' && [ -s
 out=$(env -u OMP_NUM_THREADS $T "$DTRUN" --nproc_per_node 2 "$DT_TMP/ok.json" train_steps=1 2>&1); rc=$?
 if [ $rc -eq 0 ] && printf '%s\n' "$out" | grep -q '^\[rank0\]:step 1/1' && ! printf '%s\n' "$out" | grep -q 'OMP_NUM_THREADS'; then
   pass "no omp notice for the built-in trainer"; else fail "no omp notice for the built-in trainer" "rc=$rc $out"; fi
+# the store raises the agent's soft descriptor limit; workers (select() users under
+# --exec) get the limit dtrun was started with
+hard=$(ulimit -Hn)
+if [ "$hard" = unlimited ] || [ "$hard" -gt 1000 ]; then
+  out=$( (ulimit -Sn 1000; $T "$DTRUN" --standalone --nproc_per_node 1 --exec sh -c 'ulimit -Sn') 2>&1); rc=$?
+  if [ $rc -eq 0 ] && printf '%s\n' "$out" | grep -qx '\[rank0\]:1000'; then
+    pass "workers keep the soft fd limit dtrun started with"
+  else fail "workers keep the soft fd limit dtrun started with" "rc=$rc $out"; fi
+else skip "workers keep the soft fd limit" "hard limit $hard"; fi
 bad "no arguments" "usage:"
 bad "flags only" "nothing to launch" --nproc_per_node 2
 finish
