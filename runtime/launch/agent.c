@@ -118,6 +118,7 @@ static void on_sigchld(uv_signal_t *h, int signum) {
             w->wstatus = status;
             w->end_wall = dt_wall_s();
             w->reaped_seq = ++n;
+            dt_agent_orphans_reaped(ag, w);
         }
     }
     for (int k = 1; k <= n; k++)

@@ -137,6 +137,10 @@ void dt_agent_signal_workers(agent_t *ag, int sig);
 void dt_agent_orphans_init(agent_t *ag);
 /* Tells the guardian that process group pgid is a worker's, to kill if the agent dies. */
 void dt_agent_orphans_watch(agent_t *ag, pid_t pgid);
+/* A worker was reaped: when its process group is already empty it is marked gone and
+ * the guardian forgets it, so the group's number, free for reuse from now on, is never
+ * signalled (a group with processes left keeps its number while they live). */
+void dt_agent_orphans_reaped(agent_t *ag, worker_t *w);
 /* The round is over (every worker reaped): SIGKILLs each worker's process group and
  * every other child of the agent (descendants re-parented to it), and tells the
  * guardian to forget the groups. */

@@ -270,6 +270,12 @@ void dt_agent_orphans_init(agent_t *ag) {
 
 void dt_agent_orphans_watch(agent_t *ag, pid_t pgid) { guard_send(ag, GUARD_WATCH, pgid); }
 
+void dt_agent_orphans_reaped(agent_t *ag, worker_t *w) {
+    if (w->group_gone || kill(-w->pid, 0) == 0 || errno != ESRCH) return;
+    w->group_gone = 1;
+    guard_send(ag, GUARD_FORGET, w->pid);
+}
+
 void dt_agent_orphans_end(agent_t *ag) {
     if (ag->guard_fd >= 0) {
         guard_send(ag, GUARD_BYE, 0);
