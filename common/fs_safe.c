@@ -4,6 +4,8 @@
  */
 #include "common/fs_safe.h"
 
+#include "common/fs.h" /* defines: dt_fs_kind_name */
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -12,24 +14,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* "a FIFO", "a directory", ... for messages. */
-static const char *kind_of(mode_t m) {
-    if (S_ISDIR(m)) return "a directory";
-    if (S_ISLNK(m)) return "a symbolic link";
-    if (S_ISFIFO(m)) return "a FIFO";
-    if (S_ISCHR(m) || S_ISBLK(m)) return "a device";
-    if (S_ISSOCK(m)) return "a socket";
-    if (S_ISREG(m)) return "a regular file";
-    return "not a regular file";
-}
-
 dt_status_t dt_fs_open_regular(const char *path, int flags, int mode, int *fd) {
     *fd = open(path, flags | O_NONBLOCK | O_CLOEXEC, mode);
     if (*fd < 0) {
         int err = errno;
         struct stat sb;
         if (err == ENXIO && stat(path, &sb) == 0) /* a FIFO without a reader */
-            return dt_error(DT_STATUS_INVALID, "%s is %s, not a regular file", path, kind_of(sb.st_mode));
+            return dt_error(DT_STATUS_INVALID, "%s is %s, not a regular file", path, dt_fs_kind_name(sb.st_mode));
         return dt_error(dt_status_from_errno(err), "cannot open %s: %s", path, strerror(err));
     }
     struct stat sb;
@@ -42,7 +33,7 @@ dt_status_t dt_fs_open_regular(const char *path, int flags, int mode, int *fd) {
     if (!S_ISREG(sb.st_mode)) {
         close(*fd);
         *fd = -1;
-        return dt_error(DT_STATUS_INVALID, "%s is %s, not a regular file", path, kind_of(sb.st_mode));
+        return dt_error(DT_STATUS_INVALID, "%s is %s, not a regular file", path, dt_fs_kind_name(sb.st_mode));
     }
     int fl = fcntl(*fd, F_GETFL);
     if (fl >= 0) fcntl(*fd, F_SETFL, fl & ~O_NONBLOCK);
@@ -58,7 +49,7 @@ dt_status_t dt_fs_check_target(const char *path, int want_dir, const char *what)
     }
     if (want_dir ? S_ISDIR(sb.st_mode) : S_ISREG(sb.st_mode)) return DT_STATUS_OK;
     return dt_error(DT_STATUS_INVALID, "%s %s exists and is %s, not %s: refusing to replace it", what, path,
-                    kind_of(sb.st_mode), want_dir ? "a directory" : "a regular file");
+                    dt_fs_kind_name(sb.st_mode), want_dir ? "a directory" : "a regular file");
 }
 
 /* The process's umask, read without changing it (umask(2) would, for every thread). */

@@ -3,7 +3,10 @@
  */
 #include "common/rng.h"
 
+#include <errno.h>
 #include <math.h>
+#include <string.h>
+#include <sys/random.h>
 
 static uint64_t splitmix64(uint64_t *x) {
     uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
@@ -49,4 +52,15 @@ double dt_rng_normal(dt_rng *rng) {
     double u2 = dt_rng_uniform(rng);
     if (u1 < 1e-300) u1 = 1e-300;
     return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
+}
+
+dt_status_t dt_random_bytes(void *out, size_t n) {
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = getrandom((char *)out + got, n - got, 0);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return dt_error(DT_STATUS_SYS, "getrandom: %s", strerror(errno));
+        got += (size_t)r;
+    }
+    return DT_STATUS_OK;
 }

@@ -6,7 +6,10 @@
 #ifndef DT_COMMON_RNG_H
 #define DT_COMMON_RNG_H
 
+#include <stddef.h>
 #include <stdint.h>
+
+#include "common/status.h"
 
 typedef struct dt_rng {
     uint64_t s[4];
@@ -22,5 +25,9 @@ double dt_rng_uniform(dt_rng *rng);
 /* Standard normal (Box-Muller; no cached second value, so the state alone
  * determines the stream). */
 double dt_rng_normal(dt_rng *rng);
+
+/* n bytes from the kernel's random source (getrandom: nonces, run ids), not a
+ * deterministic stream. DT_STATUS_SYS when the kernel has none. */
+dt_status_t dt_random_bytes(void *out, size_t n);
 
 #endif /* DT_COMMON_RNG_H */

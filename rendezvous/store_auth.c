@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "common/mem.h"
+#include "common/rng.h" /* defines: dt_random_bytes */
 #include "rendezvous/store_auth.h"
 
 /* A peer's address without its port: 16 bytes (IPv4 as ::ffff:a.b.c.d). */
@@ -128,17 +129,6 @@ void dt_store_auth_server_proof(const dt_store_token_t *t, const uint8_t *cn, co
     proof(t, "dtrun-store-server", cn, sn, out);
 }
 
-dt_status_t dt_store_auth_random(uint8_t *out, size_t n) {
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = getrandom(out + got, n - got, 0);
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) return dt_error(DT_STATUS_SYS, "getrandom: %s", strerror(errno));
-        got += (size_t)r;
-    }
-    return DT_STATUS_OK;
-}
-
 /* ---- the server's side --------------------------------------------------------- */
 
 static int peer_ip(const struct sockaddr *sa, peer_ip_t *out) {
@@ -183,7 +173,7 @@ int dt_store_auth_hello(dt_store_auth_t *a, dt_store_auth_conn_t *c, const uint8
         snprintf(reason, rlen, "AUTH_HELLO after the connection's first command");
         return 0;
     }
-    if (dt_store_auth_random(c->sn, sizeof c->sn) != DT_STATUS_OK) {
+    if (dt_random_bytes(c->sn, sizeof c->sn) != DT_STATUS_OK) {
         snprintf(reason, rlen, "no random nonce: %s", dt_error_detail());
         return 0;
     }

@@ -55,8 +55,6 @@ void dt_store_auth_client_proof(const dt_store_token_t *t, const uint8_t *sn, co
                                 uint8_t out[DT_SHA256_BYTES]);
 void dt_store_auth_server_proof(const dt_store_token_t *t, const uint8_t *cn, const uint8_t *sn,
                                 uint8_t out[DT_SHA256_BYTES]);
-/* n bytes from the kernel's random source. */
-dt_status_t dt_store_auth_random(uint8_t *out, size_t n);
 
 /* ---- the server's side --------------------------------------------------- */
 

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/rng.h" /* defines: dt_random_bytes */
 #include "common/log.h"
 #include "common/mem.h"
 #include "common/status.h"
@@ -229,7 +230,7 @@ static int try_connect(const char *host, int port, double deadline, int *err) {
 static dt_status_t authenticate(dt_store_t *st, const dt_store_token_t *tok, double deadline) {
     uint8_t cn[DT_STORE_AUTH_NONCE_BYTES], sn[DT_STORE_AUTH_NONCE_BYTES];
     uint8_t mac[DT_SHA256_BYTES], want[DT_SHA256_BYTES], verdict = 0;
-    DT_CHECK(dt_store_auth_random(cn, sizeof cn));
+    DT_CHECK(dt_random_bytes(cn, sizeof cn));
     st->buf.len = 0;
     dt_store_encode_auth(&st->buf, DT_STORE_CMD_AUTH_HELLO, cn);
     DT_CHECK(flush(st, deadline));

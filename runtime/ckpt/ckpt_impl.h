@@ -112,8 +112,6 @@ dt_status_t dt_ckpt_read_text_at_(int dirfd, const char *dir, const char *name, 
  * (meta.json, shard_*.bin), then the folder when that empties it; a link or a
  * folder holding anything else is left (logged). 1 when it is gone. */
 int dt_ckpt_remove_step_at_(int dirfd, const char *dir, const char *name);
-/* s for an error message: control and non-ASCII bytes as \xNN, cut to len. */
-void dt_ckpt_escape_(const char *s, char *out, size_t len);
 int64_t dt_ckpt_parse_step_name_(const char *name, int *tmp);
 
 #endif /* DT_RUNTIME_CKPT_CKPT_IMPL_H */

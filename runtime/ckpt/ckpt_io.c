@@ -236,17 +236,6 @@ int dt_ckpt_remove_step_at_(int dirfd, const char *dir, const char *name) {
     return 0;
 }
 
-void dt_ckpt_escape_(const char *s, char *out, size_t len) {
-    size_t k = 0;
-    for (; *s && k + 5 < len; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c >= 0x20 && c < 0x7f && c != '\\') out[k++] = (char)c;
-        else k += (size_t)snprintf(out + k, len - k, "\\x%02x", c);
-    }
-    if (*s && k + 4 < len) k += (size_t)snprintf(out + k, len - k, "...");
-    out[k < len ? k : len - 1] = 0;
-}
-
 /* "step_00000042" -> 42; -1 when the name is not a step directory. `tmp` gets 1
  * for "step_00000042.tmp". */
 int64_t dt_ckpt_parse_step_name_(const char *name, int *tmp) {

@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/fs.h" /* defines: dt_fs_printable */
 #include "common/log.h"
 #include "common/mem.h"
 
@@ -65,7 +66,7 @@ static dt_status_t read_latest(int dirfd, const char *dir, int64_t *step) {
     int tmp;
     *step = dt_ckpt_parse_step_name_(name, &tmp);
     char shown[128];
-    dt_ckpt_escape_(name, shown, sizeof shown);
+    dt_fs_printable(name, shown, sizeof shown);
     dt_status_t st = DT_STATUS_OK;
     struct stat sb;
     if (*step < 0 || tmp || strchr(name, '/'))

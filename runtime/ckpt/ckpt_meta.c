@@ -8,6 +8,7 @@
  * a negative count) and never cast at all when it is not finite (1e309 parses as
  * infinity; casting that to an integer is undefined).
  */
+#include "common/fs.h" /* defines: dt_fs_printable */
 #include "runtime/ckpt/ckpt_impl.h"
 
 #include <cjson/cJSON.h>
@@ -24,7 +25,7 @@ static const char *describe(const cJSON *v, char *buf, size_t len) {
         if (strtod(buf, NULL) != v->valuedouble) snprintf(buf, len, "%.17g", v->valuedouble);
     } else if (cJSON_IsString(v)) {
         char esc[64];
-        dt_ckpt_escape_(v->valuestring, esc, sizeof esc);
+        dt_fs_printable(v->valuestring, esc, sizeof esc);
         snprintf(buf, len, "the string \"%s\"", esc);
     } else if (cJSON_IsBool(v)) {
         snprintf(buf, len, "%s", cJSON_IsTrue(v) ? "true" : "false");

@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/rng.h" /* defines: dt_random_bytes */
 #include "common/gpuinfo.h" /* defines: dt_gpuinfo_count_visible */
 #include "common/mem.h"
 
@@ -285,7 +286,7 @@ int dt_launch_count_gpus(char **envp) {
 
 static void random_id(char *buf, size_t len) {
     unsigned char b[8];
-    if (getrandom(b, sizeof b, 0) != (ssize_t)sizeof b) {
+    if (dt_random_bytes(b, sizeof b) != DT_STATUS_OK) {
         unsigned long x = (unsigned long)getpid() ^ (unsigned long)time(NULL);
         memcpy(b, &x, sizeof b < sizeof x ? sizeof b : sizeof x);
     }

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/rng.h" /* defines: dt_random_bytes */
 #include "common/clock.h"
 #include "common/fs_safe.h"
 #include "common/log.h"
@@ -424,9 +425,7 @@ static dt_status_t reinit(const dt_train_ckpt *t) {
 /* 16 hex digits from the kernel's random source (time and pid without it). */
 static void new_run_id(char *out) {
     uint64_t x = 0;
-    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || read(fd, &x, sizeof x) != (ssize_t)sizeof x) x = (uint64_t)(dt_wall_s() * 1e6) ^ ((uint64_t)getpid() << 40);
-    if (fd >= 0) close(fd);
+    if (dt_random_bytes(&x, sizeof x) != DT_STATUS_OK) x = (uint64_t)(dt_wall_s() * 1e6) ^ ((uint64_t)getpid() << 40);
     snprintf(out, DT_TRAIN_RUN_ID_LEN, "%016llx", (unsigned long long)x);
 }
 
