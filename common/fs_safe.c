@@ -14,29 +14,31 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-dt_status_t dt_fs_open_regular(const char *path, int flags, int mode, int *fd) {
-    *fd = open(path, flags | O_NONBLOCK | O_CLOEXEC, mode);
+dt_status_t dt_fs_open_regular(const char *path, int flags, int mode, int *fd, struct stat *sb_out) {
+    char shown[512];
+    dt_fs_printable(path, shown, sizeof shown);
+    struct stat sb;
+    *fd = open(path, flags | O_NONBLOCK | O_CLOEXEC | O_NOCTTY, mode);
     if (*fd < 0) {
         int err = errno;
-        struct stat sb;
-        if (err == ENXIO && stat(path, &sb) == 0) /* a FIFO without a reader */
-            return dt_error(DT_STATUS_INVALID, "%s is %s, not a regular file", path, dt_fs_kind_name(sb.st_mode));
-        return dt_error(dt_status_from_errno(err), "cannot open %s: %s", path, strerror(err));
+        if (err == ENXIO && stat(path, &sb) == 0) /* a FIFO opened for writing without a reader */
+            return dt_error(DT_STATUS_INVALID, "%s: not a regular file (%s)", shown, dt_fs_kind_name(sb.st_mode));
+        return dt_error(dt_status_from_errno(err), "%s: %s", shown, strerror(err));
     }
-    struct stat sb;
     if (fstat(*fd, &sb) != 0) {
         int err = errno;
         close(*fd);
         *fd = -1;
-        return dt_error(dt_status_from_errno(err), "cannot stat %s: %s", path, strerror(err));
+        return dt_error(dt_status_from_errno(err), "%s: %s", shown, strerror(err));
     }
     if (!S_ISREG(sb.st_mode)) {
         close(*fd);
         *fd = -1;
-        return dt_error(DT_STATUS_INVALID, "%s is %s, not a regular file", path, dt_fs_kind_name(sb.st_mode));
+        return dt_error(DT_STATUS_INVALID, "%s: not a regular file (%s)", shown, dt_fs_kind_name(sb.st_mode));
     }
     int fl = fcntl(*fd, F_GETFL);
     if (fl >= 0) fcntl(*fd, F_SETFL, fl & ~O_NONBLOCK);
+    if (sb_out) *sb_out = sb;
     return DT_STATUS_OK;
 }
 

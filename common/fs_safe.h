@@ -10,14 +10,17 @@
 #define DT_COMMON_FS_SAFE_H
 
 #include <stddef.h>
+#include <sys/stat.h>
 
 #include "common/status.h"
 
-/* open(path, flags | O_NONBLOCK | O_CLOEXEC, mode), refused unless it is a regular
- * file: never blocks on a FIFO (a FIFO opened for writing without a reader fails,
- * one opened for reading is refused after the open). O_NONBLOCK is cleared again
- * on success. DT_STATUS_INVALID for something that is not a regular file. */
-dt_status_t dt_fs_open_regular(const char *path, int flags, int mode, int *fd);
+/* open(path, flags | O_NONBLOCK | O_CLOEXEC | O_NOCTTY, mode), refused unless it is
+ * a regular file: never blocks on a FIFO (a FIFO opened for writing without a reader
+ * fails, one opened for reading is refused after the open). O_NONBLOCK is cleared
+ * again on success; *sb (may be NULL) gets the file's stat. Errors name the path
+ * (control characters escaped): "PATH: not a regular file (a FIFO)" is
+ * DT_STATUS_INVALID, "PATH: <strerror>" has the errno's status. */
+dt_status_t dt_fs_open_regular(const char *path, int flags, int mode, int *fd, struct stat *sb);
 
 /* A path about to be replaced by a rename: fine when it does not exist, or is a
  * regular file (want_dir 0) / a real directory (want_dir 1); a symbolic link, a

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/fs_safe.h" /* defines: dt_fs_open_regular */
 #include "common/mem.h"
 #include "common/rng.h" /* defines: dt_random_bytes */
 #include "rendezvous/store_auth.h"
@@ -37,19 +38,13 @@ dt_status_t dt_store_token_load(const char *path, dt_store_token_t *out) {
     memset(out, 0, sizeof *out);
     if (!path || !*path) return dt_error(DT_STATUS_USAGE, "token_file: empty path");
     snprintf(out->path, sizeof out->path, "%s", path);
-    /* O_NONBLOCK: a FIFO given as the token must not hang the open. */
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-    if (fd < 0)
-        return dt_error(DT_STATUS_USAGE, "token_file %s: cannot open: %s", path, strerror(errno));
+    int fd; /* a FIFO given as the token must not hang the open */
     struct stat sb;
     uint8_t buf[DT_STORE_TOKEN_MAX_BYTES + 1];
-    if (fstat(fd, &sb) != 0) {
-        st = dt_error(DT_STATUS_USAGE, "token_file %s: cannot stat: %s", path, strerror(errno));
-        goto out_close_fd;
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        st = dt_error(DT_STATUS_USAGE, "token_file %s: not a regular file", path);
-        goto out_close_fd;
+    if (dt_fs_open_regular(path, O_RDONLY, 0, &fd, &sb) != DT_STATUS_OK) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", dt_error_detail());
+        return dt_error(DT_STATUS_USAGE, "token_file %s", why);
     }
     if (sb.st_mode & 077) {
         st = dt_error(DT_STATUS_USAGE,

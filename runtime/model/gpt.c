@@ -326,14 +326,14 @@ static void gpt_forward(dt_net_t *net, int with_loss) {
 /* A layer's norm gradients: into the gradients, or (sequence parallelism: partial,
  * from this rank's rows) into G_LNGRAD, summed over the group at the layer's end. */
 static int lng_index(int k) { return k == T_LN1W ? 0 : k == T_LN1B ? 1 : k == T_LN2W ? 2 : 3; }
-#define LNG(l, k) (d.sp ? (char *)A(G_LNGRAD) + (size_t)lng_index(k) * C * net->elsize : GL(l, k))
+#define LNG(l, k) dt_net_tp_norm_grad(net, A(G_LNGRAD), lng_index(k), (size_t)C, GL(l, k))
 
 static void gpt_backward(dt_net_t *net, float dscale) {
     const dt_ops_t *o = net->dev->ops;
     dt_device_t *dv = net->dev;
     gdims d = gdims_of(net->layout, net->B);
     int B = d.B, T = d.T, C = d.C, L = d.L, BT = d.BT, R = d.R;
-    size_t rc = (size_t)R * C, es = net->elsize;
+    size_t rc = (size_t)R * C;
     dt_net_hook(net, 0, DT_NET_BWD_PRE);
     /* The logits buffer becomes dlogits. */
     dt_net_xent_backward(net, A(G_LOGITS), AF(G_XSTATS), dscale, BT);
@@ -344,12 +344,11 @@ static void gpt_backward(dt_net_t *net, float dscale) {
     dt_net_hook(net, L + 1, DT_NET_BWD_PRE);
     dt_net_zero(net, G_DRES, rc);
     if (d.sp) dt_net_zero(net, G_LNGRAD, 2 * (size_t)C);
-    o->layernorm_backward(dv, A(G_DRES), d.sp ? A(G_LNGRAD) : G(lnf), d.sp ? (char *)A(G_LNGRAD) + C * es : G(lnf + 1),
+    o->layernorm_backward(dv, A(G_DRES), dt_net_tp_norm_grad(net, A(G_LNGRAD), 0, (size_t)C, G(lnf)),
+                          dt_net_tp_norm_grad(net, A(G_LNGRAD), 1, (size_t)C, G(lnf + 1)),
                           dlnf, last, P(lnf), AF(G_LNF_MEAN), AF(G_LNF_RSTD), R, C);
-    if (d.sp) { /* ln_f w|b contiguous */
-        dt_net_tp_sum(net, A(G_LNGRAD), 2 * (size_t)C);
-        o->residual_forward(dv, G(lnf), G(lnf), A(G_LNGRAD), 2 * (size_t)C);
-    }
+    void *const lnf_grads[] = {G(lnf), G(lnf + 1)};
+    dt_net_tp_norm_grads_add(net, A(G_LNGRAD), (size_t)C, lnf_grads, 2);
     dt_net_hook(net, L + 1, DT_NET_BWD_POST);
     for (int l = L - 1; l >= 0; l--) {
         dt_net_hook(net, 1 + l, DT_NET_BWD_PRE);
@@ -378,11 +377,8 @@ static void gpt_backward(dt_net_t *net, float dscale) {
         dln = COLUMN_BACKWARD(GL(l, T_QKVW), GL(l, T_QKVB), A(G_DQKV), x, PL(l, T_QKVW), 3 * d.Cl);
         o->layernorm_backward(dv, A(G_DRES), LNG(l, T_LN1W), LNG(l, T_LN1B), dln, residual, PL(l, T_LN1W),
                               AF(LSLOT(l, L_LN1_MEAN)), AF(LSLOT(l, L_LN1_RSTD)), R, C);
-        if (d.sp) { /* ln_1 w|b, ln_2 w|b: contiguous pairs */
-            dt_net_tp_sum(net, A(G_LNGRAD), 4 * (size_t)C);
-            o->residual_forward(dv, GL(l, T_LN1W), GL(l, T_LN1W), A(G_LNGRAD), 2 * (size_t)C);
-            o->residual_forward(dv, GL(l, T_LN2W), GL(l, T_LN2W), (char *)A(G_LNGRAD) + 2 * C * es, 2 * (size_t)C);
-        }
+        void *const ln_grads[] = {GL(l, T_LN1W), GL(l, T_LN1B), GL(l, T_LN2W), GL(l, T_LN2B)}; /* lng_index order */
+        dt_net_tp_norm_grads_add(net, A(G_LNGRAD), (size_t)C, ln_grads, 4);
         dt_net_hook(net, 1 + l, DT_NET_BWD_POST);
     }
     void *dout = dt_net_tp_gather_in(net, A(G_DRES), A(G_PART), rc);

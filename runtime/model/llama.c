@@ -488,22 +488,6 @@ static void llama_forward(dt_net_t *net, int with_loss) {
     if (with_loss) dt_net_xent_forward(net, AF(G_LOSSES), A(G_LOGITS), AF(G_XSTATS), BT);
 }
 
-/* An RMSNorm weight's gradient: into the gradient, or (sequence parallelism: partial,
- * from this rank's rows) into G_LNGRAD at slot k (0 or 1), summed over the group and
- * added to the gradient by lng_apply. */
-static void *lng_target(dt_net_t *net, const dims *d, void *grad, int k) {
-    return d->sp ? (char *)A(G_LNGRAD) + (size_t)k * d->C * net->elsize : grad;
-}
-
-static void lng_apply(dt_net_t *net, const dims *d, void *grad0, void *grad1) {
-    if (!d->sp) return;
-    const dt_ops_t *o = net->dev->ops;
-    size_t C = (size_t)d->C;
-    dt_net_tp_sum(net, A(G_LNGRAD), grad1 ? 2 * C : C);
-    o->residual_forward(net->dev, grad0, grad0, A(G_LNGRAD), C);
-    if (grad1) o->residual_forward(net->dev, grad1, grad1, (char *)A(G_LNGRAD) + C * net->elsize, C);
-}
-
 static void llama_backward(dt_net_t *net, float dscale) {
     const dt_ops_t *o = net->dev->ops;
     dt_device_t *dv = net->dev;
@@ -523,8 +507,9 @@ static void llama_backward(dt_net_t *net, float dscale) {
     void *top = d.L > 0 ? A(LSLOT(d.L - 1, L_RES3)) : A(G_ENCODED);
     dt_net_zero(net, G_DRES, rc);
     if (d.sp) dt_net_zero(net, G_LNGRAD, (size_t)C);
-    o->rmsnorm_backward(dv, A(G_DRES), lng_target(net, &d, G(norm), 0), dnorm, top, P(norm), AF(G_NORM_RSTD), R, C);
-    lng_apply(net, &d, G(norm), NULL);
+    o->rmsnorm_backward(dv, A(G_DRES), dt_net_tp_norm_grad(net, A(G_LNGRAD), 0, (size_t)C, G(norm)), dnorm, top, P(norm), AF(G_NORM_RSTD), R, C);
+    void *const norm_grads[] = {G(norm)};
+    dt_net_tp_norm_grads_add(net, A(G_LNGRAD), (size_t)C, norm_grads, 1);
     dt_net_hook(net, last, DT_NET_BWD_POST);
     for (int l = d.L - 1; l >= 0; l--) {
         dt_net_hook(net, 1 + l, DT_NET_BWD_PRE);
@@ -540,7 +525,7 @@ static void llama_backward(dt_net_t *net, float dscale) {
         o->swiglu_backward(dv, A(G_DFCH), A(LSLOT(l, L_FCH)), A(G_DSWI), BT, d.IC);
         void *x = dt_net_tp_gather_in(net, A(LSLOT(l, L_LN2)), A(G_GATH), rc);
         void *dln = COLUMN_BACKWARD(GL(l, T_GATE), NULL, A(G_DFCH), x, PL(l, T_GATE), 2 * d.IC);
-        o->rmsnorm_backward(dv, A(G_DRES), lng_target(net, &d, GL(l, T_LN2), 1), dln, A(LSLOT(l, L_RES2)),
+        o->rmsnorm_backward(dv, A(G_DRES), dt_net_tp_norm_grad(net, A(G_LNGRAD), 1, (size_t)C, GL(l, T_LN2)), dln, A(LSLOT(l, L_RES2)),
                             PL(l, T_LN2), AF(LSLOT(l, L_LN2_RSTD)), R, C);
         /* dres now holds d(res2) = d(attproj) = the skip part of d(residual). */
         dout = dt_net_tp_gather_in(net, A(G_DRES), A(G_PART), rc);
@@ -553,9 +538,10 @@ static void llama_backward(dt_net_t *net, float dscale) {
         o->rope_backward(dv, A(G_DQKV), B, T, d.QKVC, d.NH + d.NKV, d.HD, 0, &d.rope);
         x = dt_net_tp_gather_in(net, A(LSLOT(l, L_LN1)), A(G_GATH), rc);
         dln = COLUMN_BACKWARD(GL(l, T_Q), DQKV_BIAS(l), A(G_DQKV), x, PL(l, T_Q), d.QKVC);
-        o->rmsnorm_backward(dv, A(G_DRES), lng_target(net, &d, GL(l, T_LN1), 0), dln, residual, PL(l, T_LN1),
+        o->rmsnorm_backward(dv, A(G_DRES), dt_net_tp_norm_grad(net, A(G_LNGRAD), 0, (size_t)C, GL(l, T_LN1)), dln, residual, PL(l, T_LN1),
                             AF(LSLOT(l, L_LN1_RSTD)), R, C);
-        lng_apply(net, &d, GL(l, T_LN1), GL(l, T_LN2));
+        void *const ln_grads[] = {GL(l, T_LN1), GL(l, T_LN2)};
+        dt_net_tp_norm_grads_add(net, A(G_LNGRAD), (size_t)C, ln_grads, 2);
         dt_net_hook(net, 1 + l, DT_NET_BWD_POST);
     }
     if (!lay->tied_head) dt_net_hook(net, 0, DT_NET_BWD_PRE);

@@ -248,3 +248,11 @@ void dt_net_xent_backward(dt_net_t *net, void *logits, const float *stats, float
     int Vl = Vp / l->tp_size;
     o->xent_vp_backward(net->dev, logits, logits, net->d_targets, stats, dscale, BT, Vl, l->tp_rank * Vl, V);
 }
+
+void dt_net_tp_norm_grads_add(dt_net_t *net, void *scratch, size_t n, void *const *grads, int count) {
+    if (!net->layout->sequence_parallel) return;
+    dt_net_tp_sum(net, scratch, (size_t)count * n);
+    for (int i = 0; i < count; i++)
+        net->dev->ops->residual_forward(net->dev, grads[i], grads[i], (char *)scratch + (size_t)i * n * net->elsize,
+                                        n);
+}

@@ -85,6 +85,17 @@ void *dt_net_tp_column_backward(dt_net_t *net, void *dtmp, void *dred, void *dw,
 void dt_net_xent_forward(dt_net_t *net, float *losses, const void *logits, float *stats, int BT);
 void dt_net_xent_backward(dt_net_t *net, void *logits, const float *stats, float dscale, int BT);
 
+/* Sequence parallelism leaves the gradients of the norms' weights (and biases)
+ * partial, each rank's from its own rows: the model computes gradient k (n
+ * elements) into piece k of a zeroed scratch slot instead of grad, and
+ * dt_net_tp_norm_grads_add sums the scratch's count pieces over the group and adds
+ * piece i to grads[i]. Without sequence parallelism grad itself, and the add does
+ * nothing. (net.c) */
+static inline void *dt_net_tp_norm_grad(const dt_net_t *net, void *scratch, int k, size_t n, void *grad) {
+    return net->layout->sequence_parallel ? (char *)scratch + (size_t)k * n * net->elsize : grad;
+}
+void dt_net_tp_norm_grads_add(dt_net_t *net, void *scratch, size_t n, void *const *grads, int count);
+
 /* fp32 sum / max over the group, in place (the vocabulary-parallel loss's stats). */
 static inline void dt_net_tp_sum_f32(dt_net_t *net, float *buf, size_t n) {
     if (net->tp) net->tp->all_reduce(net->tp_ctx, buf, n, 1, 0);

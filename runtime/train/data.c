@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "common/fs.h" /* defines: dt_fs_printable, dt_fs_kind_name */
+#include "common/fs_safe.h" /* defines: dt_fs_open_regular */
 #include "common/log.h"
 #include "common/mem.h"
 #include "runtime/tokenize/shard.h" /* defines: dt_shard_parse, dt_shard_is_magic */
@@ -45,30 +46,10 @@ static dt_status_t expand_glob(const char *key, const char *pattern_raw, glob_t 
 /* Opens a data file for reading when it is a regular file: O_NONBLOCK so that a
  * FIFO (or a device) given as data fails here instead of blocking open() for
  * ever, and fstat on what was opened, not on the name. sb: its stat, or NULL. */
-static dt_status_t open_regular(const char *path, int *out, struct stat *sb) {
-    struct stat st;
-    char shown[512];
-    dt_fs_printable(path, shown, sizeof shown);
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-    if (fd < 0) return dt_error(dt_status_from_errno(errno), "%s: %s", shown, strerror(errno));
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return dt_error(DT_STATUS_IO, "%s: %s", shown, strerror(e));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return dt_error(DT_STATUS_FORMAT, "%s: not a regular file (%s)", shown, dt_fs_kind_name(st.st_mode));
-    }
-    *out = fd;
-    if (sb) *sb = st;
-    return DT_STATUS_OK;
-}
-
 /* Reads a file's first 8 bytes: a shard (and its width) or text. */
 static dt_status_t sniff_kind(const char *path, dt_data_kind_t *kind, int *token_bytes) {
     int fd;
-    DT_CHECK(open_regular(path, &fd, NULL));
+    DT_CHECK(dt_fs_open_regular(path, O_RDONLY, 0, &fd, NULL));
     int32_t hdr[2] = {0, 0};
     ssize_t n = read(fd, hdr, sizeof hdr);
     close(fd);
@@ -137,7 +118,7 @@ static dt_status_t file_map(data_file *f, const char *path, dt_data_kind_t kind,
     f->path = dt_xstrdup(path);
     int fd;
     struct stat sb;
-    DT_CHECK(open_regular(path, &fd, &sb));
+    DT_CHECK(dt_fs_open_regular(path, O_RDONLY, 0, &fd, &sb));
     f->map_len = (size_t)sb.st_size;
     if (f->map_len > 0) {
         f->map = mmap(NULL, f->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -308,7 +289,7 @@ dt_status_t dt_data_set_sample_(const data_set *s, uint64_t id, int T, int32_t *
     uint64_t off = (id - f->first_sample) * (uint64_t)T;
     pthread_once(&bus_once, bus_install);
     sigjmp_buf jump;
-    if (sigsetjmp(jump, 1)) {
+    if (sigsetjmp(jump, 0) /* SA_NODEFER: no mask to restore, no syscall per sample */) {
         bus_jump = NULL;
         return dt_error(DT_STATUS_IO,
                         "%s: reading token %llu failed (SIGBUS): the file is shorter than when it was "

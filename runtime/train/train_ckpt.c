@@ -527,7 +527,7 @@ dt_status_t dt_train_ckpt_trim_metrics(const char *log_dir, int64_t step) {
     int fd;
     struct stat sb;
     if (stat(path, &sb) != 0) return DT_STATUS_OK; /* none yet */
-    DT_CHECK(dt_fs_open_regular(path, O_RDONLY, 0, &fd)); /* a FIFO would block */
+    DT_CHECK(dt_fs_open_regular(path, O_RDONLY, 0, &fd, NULL)); /* a FIFO would block */
     FILE *f = fdopen(fd, "r");
     if (!f) {
         close(fd);
