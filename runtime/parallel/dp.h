@@ -148,6 +148,10 @@ typedef struct dt_dp_opts {
      * the TP group, over which the gradient norm also sums (the tensors every TP rank
      * holds whole, identical there, counted once). NULL: no tensor parallelism. */
     dt_comm_t *all, *tp;
+    /* Pipeline parallelism: the PP group (this rank's stage and the others holding the
+     * rest of the model), over which the gradient norm also sums; `all` is then set
+     * too. NULL: no pipeline. */
+    dt_comm_t *pp;
 } dt_dp_opts;
 
 /* Allocates the model state for the strategy, initialises the parameters from
@@ -188,6 +192,13 @@ dt_status_t dt_dp_check(dt_dp_t *dp);
 dt_status_t dt_dp_all_gather_f64(dt_dp_t *dp, const double *vals, int n, double *out);
 int dt_dp_world_size(const dt_dp_t *dp);
 int dt_dp_rank(const dt_dp_t *dp);
+
+/* Collective over the shard group (every rank of it calls it with the same range):
+ * elements [offset, offset + count) of the current parameters, in the compute dtype,
+ * into dst (device memory of count elements). FSDP gathers the buckets the range
+ * touches; the other strategies copy from their full buffer. (The pipeline's tied
+ * head copy.) */
+dt_status_t dt_dp_params_range(dt_dp_t *dp, size_t offset, size_t count, void *dst);
 
 /* Collective: the full fp32 parameters in the model's layout (n_params
  * floats, host) on every rank. */

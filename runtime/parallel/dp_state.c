@@ -82,8 +82,37 @@ dt_status_t dt_dp_grad_norm(dt_dp_t *dp, double *norm) {
     }
     if (dp->shard) DT_CHECK(sum_over(dp, dp->shard, &sq));
     if (dp->opts.tp) DT_CHECK(sum_over(dp, dp->opts.tp, &sq));
+    if (dp->opts.pp) DT_CHECK(sum_over(dp, dp->opts.pp, &sq)); /* every stage's share of the model */
     *norm = sqrt(sq > 0 ? sq : 0);
     return DT_STATUS_OK;
+}
+
+dt_status_t dt_dp_params_range(dt_dp_t *dp, size_t offset, size_t count, void *dst) {
+    const dt_ops_t *o = dp->dev->ops;
+    dt_status_t st = DT_STATUS_OK;
+    for (int b = 0; b < dp->plan.n_buckets && st == DT_STATUS_OK; b++) {
+        const dt_dp_bucket *bk = &dp->plan.buckets[b];
+        size_t a = bk->offset > offset ? bk->offset : offset;
+        size_t e = bk->offset + bk->count < offset + count ? bk->offset + bk->count : offset + count;
+        if (a >= e) continue;
+        void *to = at(dst, a - offset, dp->es);
+        if (!dp->sharded_params) { /* the full buffer, padded layout */
+            st = o->copy(dp->dev, to, at(dp->params, bk->padded_offset + (a - bk->offset), dp->es), (e - a) * dp->es,
+                         DT_COPY_DEVICE_TO_DEVICE);
+            continue;
+        }
+        int held = dp->bs[b].pstate != PSTATE_NONE; /* gathered already (a unit in use): keep it */
+        st = dp_param_ready(dp, b);
+        if (st == DT_STATUS_OK)
+            st = o->copy(dp->dev, to, at(dp->pslots[dp->bs[b].pslot].buf, a - bk->offset, dp->es), (e - a) * dp->es,
+                         DT_COPY_DEVICE_TO_DEVICE);
+        if (!held) {
+            dt_status_t s2 = dp_param_release(dp, b);
+            if (st == DT_STATUS_OK) st = s2;
+        }
+    }
+    if (st == DT_STATUS_OK) st = o->synchronize(dp->dev);
+    return st;
 }
 
 /* ZeRO-1/2: every rank's updated slices back into every rank's full buffer. */

@@ -23,31 +23,47 @@ struct dt_tp {
     int req_live;
 };
 
-dt_tp_place dt_tp_place_of(int rank, int world_size, int tp_size) {
+dt_tp_place dt_tp_place_of(int rank, int world_size, int tp_size, int pp_size) {
     if (tp_size < 1) tp_size = 1;
-    return (dt_tp_place){.tp_size = tp_size, .tp_rank = rank % tp_size, .dp_size = world_size / tp_size,
-                         .dp_rank = rank / tp_size};
+    if (pp_size < 1) pp_size = 1;
+    return (dt_tp_place){.tp_size = tp_size, .tp_rank = rank % tp_size, .pp_size = pp_size,
+                         .pp_rank = (rank / tp_size) % pp_size, .dp_size = world_size / (tp_size * pp_size),
+                         .dp_rank = rank / (tp_size * pp_size)};
 }
 
-dt_status_t dt_tp_split(dt_comm_t *world, int tp_size, dt_comm_t **tp_comm, dt_comm_t **dp_comm) {
+/* A group of one rank is none. */
+static void drop_single(dt_comm_t **c) {
+    if (c && *c && dt_comm_size(*c) == 1) {
+        dt_comm_free(*c);
+        *c = NULL;
+    }
+}
+
+dt_status_t dt_tp_split(dt_comm_t *world, int tp_size, int pp_size, dt_comm_t **tp_comm, dt_comm_t **pp_comm,
+                        dt_comm_t **dp_comm) {
     *tp_comm = *dp_comm = NULL;
+    if (pp_comm) *pp_comm = NULL;
     int rank = dt_comm_rank(world), size = dt_comm_size(world);
-    if (tp_size < 1 || size % tp_size != 0)
-        return dt_error(DT_STATUS_CONFIG, "tensor_parallel.size %d does not divide the world size %d", tp_size, size);
-    dt_tp_place p = dt_tp_place_of(rank, size, tp_size);
-    DT_CHECK(dt_comm_split(world, p.dp_rank, p.tp_rank, tp_comm));
-    dt_status_t st = dt_comm_split(world, p.tp_rank, p.dp_rank, dp_comm);
+    if (tp_size < 1 || pp_size < 1 || size % (tp_size * pp_size) != 0)
+        return dt_error(DT_STATUS_CONFIG, "tensor_parallel.size %d x pipeline.stages %d does not divide the world size %d",
+                        tp_size, pp_size, size);
+    dt_tp_place p = dt_tp_place_of(rank, size, tp_size, pp_size);
+    dt_comm_t *pp = NULL;
+    dt_status_t st = dt_comm_split(world, p.dp_rank * pp_size + p.pp_rank, p.tp_rank, tp_comm);
+    if (st == DT_STATUS_OK) st = dt_comm_split(world, p.dp_rank * tp_size + p.tp_rank, p.pp_rank, &pp);
+    if (st == DT_STATUS_OK) st = dt_comm_split(world, p.pp_rank * tp_size + p.tp_rank, p.dp_rank, dp_comm);
     if (st != DT_STATUS_OK) {
         dt_comm_free(*tp_comm);
-        *tp_comm = NULL;
+        dt_comm_free(pp);
+        dt_comm_free(*dp_comm);
+        *tp_comm = *dp_comm = NULL;
         return st;
     }
-    dt_comm_t **groups[2] = {tp_comm, dp_comm};
-    for (int i = 0; i < 2; i++)
-        if (*groups[i] && dt_comm_size(*groups[i]) == 1) { /* a group of one rank: none */
-            dt_comm_free(*groups[i]);
-            *groups[i] = NULL;
-        }
+    drop_single(tp_comm);
+    drop_single(&pp);
+    drop_single(dp_comm);
+    if (pp_comm) *pp_comm = pp;
+    else dt_comm_free(pp);
     return DT_STATUS_OK;
 }
 

@@ -3,9 +3,10 @@
  * (runtime/model/net.h: dt_net_tp_ops) with the TP group's communicator, and the rank
  * layout of a run cut in TP groups.
  *
- * Rank layout (CONTRACT.md): world = TP x DP with TP innermost, so the T ranks of a TP
- * group are consecutive (rank r is TP rank r % T of group r / T) and live on one node;
- * the DP group of rank r is the ranks with the same TP rank. The model calls the
+ * Rank layout (CONTRACT.md): world = TP x PP x DP with TP innermost, so the T ranks of a
+ * TP group are consecutive (rank r is TP rank r % T) and live on one node; then the
+ * pipeline stages (stage (r / T) % P); the DP group of rank r is the ranks with the same
+ * TP rank and stage. The model calls the
  * collectives inside its layers (blocking for it: its next op reads the result); a
  * failure is recorded here, the buffers keep valid memory, and dt_tp_check returns it
  * after the micro-step. The time the caller was blocked is kept apart from the
@@ -23,15 +24,19 @@
 
 typedef struct dt_tp dt_tp_t;
 
-/* Where a rank sits: TP rank and group, DP rank and size. */
+/* Where a rank sits in world = TP x PP x DP (TP innermost, then PP, then DP: rank =
+ * (dp_rank * pp_size + pp_rank) * tp_size + tp_rank). */
 typedef struct dt_tp_place {
-    int tp_size, tp_rank, dp_size, dp_rank;
+    int tp_size, tp_rank, pp_size, pp_rank, dp_size, dp_rank;
 } dt_tp_place;
-dt_tp_place dt_tp_place_of(int rank, int world_size, int tp_size);
+dt_tp_place dt_tp_place_of(int rank, int world_size, int tp_size, int pp_size);
 
-/* Splits world into the TP group (*tp_comm) and the DP group (*dp_comm) of this rank
- * (collective over world). A group of one rank comes back NULL. */
-dt_status_t dt_tp_split(dt_comm_t *world, int tp_size, dt_comm_t **tp_comm, dt_comm_t **dp_comm);
+/* Splits world into this rank's TP group (same DP and PP coordinates, ordered by TP
+ * rank), PP group (same DP and TP, ordered by stage) and DP group (same TP and PP,
+ * ordered by DP rank); collective over world. A group of one rank comes back NULL;
+ * pp_comm may be NULL when pp_size is 1. */
+dt_status_t dt_tp_split(dt_comm_t *world, int tp_size, int pp_size, dt_comm_t **tp_comm, dt_comm_t **pp_comm,
+                        dt_comm_t **dp_comm);
 
 /* Binds net's TP seam to comm (the TP group; not owned). */
 dt_status_t dt_tp_init(dt_tp_t **out, dt_comm_t *comm, dt_device_t *dev, dt_net_t *net);

@@ -66,6 +66,12 @@ dt_status_t dt_metrics_log(dt_metrics_t *m, const dt_step_metrics *s) {
     cJSON_AddNumberToObject(o, "compute_ms", s->compute_ms);
     cJSON_AddNumberToObject(o, "comm_ms", s->comm_ms);
     if (!isnan(s->tp_comm_ms)) cJSON_AddNumberToObject(o, "tp_comm_ms", s->tp_comm_ms);
+    if (!isnan(s->pp_bubble) && s->pp_bubble_ideal > 0) {
+        cJSON_AddNumberToObject(o, "pp_bubble", s->pp_bubble);
+        cJSON_AddNumberToObject(o, "pp_bubble_ideal", s->pp_bubble_ideal);
+        cJSON_AddNumberToObject(o, "pp_wait_ms", s->pp_wait_ms);
+        cJSON_AddNumberToObject(o, "p2p_bytes", s->p2p_bytes);
+    }
     cJSON_AddNumberToObject(o, "data_ms", s->data_ms);
     cJSON_AddNumberToObject(o, "grad_norm", s->grad_norm);
     if (!isnan(s->val_loss)) {

@@ -21,6 +21,11 @@ typedef struct dt_step_metrics {
     double mfu; /* fraction of peak, 0 when unknown */
     double step_ms, compute_ms, comm_ms, data_ms;
     double tp_comm_ms; /* the part of comm_ms in tensor-parallel collectives; NAN: no TP */
+    /* pipeline parallelism (NAN without): the stages' mean bubble this step (time
+     * blocked on a neighbour / the forward-backward passes' time), the schedule's
+     * ideal, the ms a stage waited (mean over ranks), the bytes sent point to point by
+     * all ranks; written when pp_bubble_ideal > 0 */
+    double pp_bubble, pp_bubble_ideal, pp_wait_ms, p2p_bytes;
     double val_loss; /* NAN when not evaluated at this step */
     double eta_s;    /* seconds left, <0 unknown */
 } dt_step_metrics;

@@ -38,37 +38,9 @@
 #include "runtime/train/train_ckpt.h"
 #include "runtime/train/trainer_impl.h"
 
-typedef struct trainer {
-    const dt_config_t *cfg;
-    const dt_torchenv_t *env;
-    dt_device_t *dev;
-    dt_model_layout layout;
-    dt_hf_weights_t *hf; /* model.pretrained's weights (NULL: from the seed) */
-    dt_net_t net;
-    dt_data_t *data; /* token models; NULL for feature models (synthetic data) */
-    dt_comm_t *comm; /* NULL on one rank */
-    /* Tensor parallelism (runtime/parallel/tp.h): this rank's place, the TP and DP
-     * groups (NULL when of one rank) and the net's TP collectives. */
-    dt_tp_place place;
-    dt_comm_t *tp_comm, *dp_comm;
-    dt_tp_t *tp;
-    dt_dp_t *dp;     /* owns parameters, gradients and optimizer state */
-    int B, T, accum;
-    int32_t *tokens, *targets; /* host (B, T) */
-    float *features;           /* host (B, in_features), feature models */
-    uint64_t mlp_cursor;       /* global samples consumed (synthetic feature data) */
-    dt_metrics_t *metrics;
-    double peak_flops;
-    char log_dir[4096];
-    dt_rng rng;         /* the trainer's stream (saved in checkpoints; nothing draws from it yet) */
-    int64_t start_step; /* the step a resumed run continues after (0: a fresh run) */
-    int64_t saved_step; /* the step of the last checkpoint written or loaded */
-    char run_id[DT_TRAIN_RUN_ID_LEN]; /* this run's, in its checkpoints (keep_last prunes only these) */
-} trainer;
-
 /* Token models read the data; feature models draw the model's synthetic samples,
  * rank r taking the r-th B of each global batch. */
-static dt_status_t next_batch(trainer *t, dt_batch *batch) {
+static dt_status_t next_batch(dt_trainer_t *t, dt_batch *batch) {
     if (t->data) {
         DT_CHECK(dt_data_next(t->data, t->tokens, t->targets));
         batch->tokens = t->tokens;
@@ -162,19 +134,19 @@ static dt_status_t open_device(const dt_config_t *cfg, const dt_torchenv_t *env,
 /* ---- checkpoints (runtime/train/train_ckpt.h) ---------------------------------- */
 
 typedef struct ckpt_load_ctx {
-    trainer *t;
+    dt_trainer_t *t;
     dt_ckpt_t *c;
     dt_train_ckpt view;
 } ckpt_load_ctx;
 
 static dt_status_t ckpt_barrier(void *ctx) {
-    trainer *t = ctx;
+    dt_trainer_t *t = ctx;
     return t->comm ? dt_comm_barrier(t->comm) : DT_STATUS_OK;
 }
 
 /* The AND of ok over ranks. */
 static dt_status_t ckpt_agree(void *ctx, int *ok) {
-    trainer *t = ctx;
+    dt_trainer_t *t = ctx;
     int n = dt_dp_world_size(t->dp);
     if (n == 1) return DT_STATUS_OK;
     double mine = *ok, *all = dt_xcalloc((size_t)n, sizeof *all);
@@ -192,13 +164,13 @@ static dt_status_t ckpt_dp_read(void *ctx, const dt_dp_range *r) {
 
 /* Elements [goffset, goffset + n) of the whole model's pretrained weights. */
 static dt_status_t hf_read(void *ctx, size_t goffset, size_t n, float *dst) {
-    return dt_hf_weights_fill(((trainer *)ctx)->hf, goffset, n, dst);
+    return dt_hf_weights_fill(((dt_trainer_t *)ctx)->hf, goffset, n, dst);
 }
 
 /* Elements [offset, offset + count) of this rank's initial parameters (its TP
  * piece's): model.pretrained's weights, else the seed's. */
 static dt_status_t init_fill(void *ctx, size_t offset, size_t count, float *dst) {
-    trainer *t = ctx;
+    dt_trainer_t *t = ctx;
     if (t->hf) return dt_model_tp_fill(&t->layout, offset, count, dst, hf_read, t); /* a TP piece: its parts */
     dt_model_init_range(&t->layout, (uint64_t)t->cfg->seed, offset, count, dst);
     return DT_STATUS_OK;
@@ -238,7 +210,7 @@ static dt_status_t ckpt_load(void *ctx, dt_ckpt_t *c) {
 /* What a checkpoint saves and loads: the ranges dp owns (dt_dp_owned_ranges), read
  * back through dt_dp_load_ranges; ranks agree on the checkpoint and meet at a
  * barrier of the communicator. *owned is malloc'd (free it). */
-static dt_train_ckpt ckpt_view(trainer *t, dt_train_ckpt_owned **owned, ckpt_load_ctx *lc) {
+static dt_train_ckpt ckpt_view(dt_trainer_t *t, dt_train_ckpt_owned **owned, ckpt_load_ctx *lc) {
     int max = dt_dp_owned_ranges(t->dp, NULL, 0), n;
     dt_dp_range *r = dt_xcalloc((size_t)max + 1, sizeof *r);
     n = dt_dp_owned_ranges(t->dp, r, max);
@@ -262,7 +234,7 @@ static dt_train_ckpt ckpt_view(trainer *t, dt_train_ckpt_owned **owned, ckpt_loa
 
 /* Resumes per checkpoint.resume; a resumed run appends to metrics.jsonl from the
  * step after its checkpoint. */
-static dt_status_t resume_checkpoint(trainer *t) {
+static dt_status_t resume_checkpoint(dt_trainer_t *t) {
     dt_train_ckpt_owned *owned;
     ckpt_load_ctx lc;
     /* The first attempt refuses another run's checkpoints as the agent does (a
@@ -280,7 +252,7 @@ static dt_status_t resume_checkpoint(trainer *t) {
 
 /* The preemption signal any rank got (ranks may see it a step apart; all stop at
  * the same step). */
-static dt_status_t preempt_signal(trainer *t, int *sig) {
+static dt_status_t preempt_signal(dt_trainer_t *t, int *sig) {
     *sig = dt_train_ckpt_preempted();
     int n = dt_dp_world_size(t->dp);
     if (n == 1) return DT_STATUS_OK;
@@ -296,7 +268,7 @@ static dt_status_t preempt_signal(trainer *t, int *sig) {
  * (save, then *stop). A failed periodic save is reported and training goes on
  * (the previous checkpoint is still there); a failed final or preemption save is
  * an error. */
-static dt_status_t after_step(trainer *t, int64_t step, int *stop) {
+static dt_status_t after_step(dt_trainer_t *t, int64_t step, int *stop) {
     dt_train_ckpt_fault_point(t->env->rank, step);
     int sig;
     DT_CHECK(preempt_signal(t, &sig));
@@ -328,14 +300,13 @@ static dt_status_t after_step(trainer *t, int64_t step, int *stop) {
     return DT_STATUS_OK;
 }
 
-static dt_status_t setup(trainer *t) {
+static dt_status_t setup(dt_trainer_t *t) {
     const dt_config_t *cfg = t->cfg;
     dt_model_spec spec;
     DT_CHECK(open_device(cfg, t->env, &t->dev));
     DT_CHECK(dt_trainer_spec_(cfg, &spec));
-    t->place = dt_tp_place_of(t->env->rank, t->env->world_size, (int)cfg->tp.size);
-    DT_CHECK(dt_model_layout_init_tp(&spec, t->place.tp_size, t->place.tp_rank, cfg->tp.sequence_parallel,
-                                     &t->layout));
+    t->place = dt_tp_place_of(t->env->rank, t->env->world_size, (int)cfg->tp.size, (int)cfg->pp.stages);
+    DT_CHECK(dt_train_layout_(t, &spec));
     t->B = (int)cfg->train_micro_batch_size_per_gpu;
     t->accum = (int)cfg->gradient_accumulation_steps;
     t->T = t->layout.seq_len;
@@ -368,11 +339,10 @@ static dt_status_t setup(trainer *t) {
                                 t->env->local_world_size, ngpu);
         }
         DT_CHECK(dt_comm_init(&cc, &t->comm));
-        if (t->place.tp_size > 1) {
-            /* dt_config_resolve checked that sequence parallelism's rows divide */
-            DT_CHECK(dt_tp_split(t->comm, t->place.tp_size, &t->tp_comm, &t->dp_comm));
+        if (t->place.tp_size > 1 || t->place.pp_size > 1)
+            DT_CHECK(dt_tp_split(t->comm, t->place.tp_size, t->place.pp_size, &t->tp_comm, &t->pp_comm, &t->dp_comm));
+        if (t->place.tp_size > 1) /* dt_config_resolve checked that sequence parallelism's rows divide */
             DT_CHECK(dt_tp_init(&t->tp, t->tp_comm, t->dev, &t->net));
-        }
     }
     dt_dtype_t reduce = cfg->communication_data_type == DT_CONFIG_DTYPE_BF16 ? DT_DTYPE_BF16 : DT_DTYPE_F32;
     int sharded_grads = cfg->strategy == DT_STRATEGY_ZERO2 || cfg->strategy == DT_STRATEGY_FSDP ||
@@ -389,9 +359,9 @@ static dt_status_t setup(trainer *t) {
                       .local_world_size = t->env->local_world_size, .seed = (uint64_t)cfg->seed,
                       .reduce_dtype = reduce};
     dt_comm_t *dp_comm = t->comm;
-    if (t->tp) { /* the strategy runs over the DP group, on each rank's TP piece */
+    if (t->layout.global) { /* the strategy runs over the DP group, on each rank's TP piece of its stage */
         dp_comm = t->dp_comm;
-        dpo.all = t->comm, dpo.tp = t->tp_comm;
+        dpo.all = t->comm, dpo.tp = t->tp_comm, dpo.pp = t->pp_comm;
     }
     if (cfg->model_pretrained) { /* initial weights from the files, each rank reading what it holds */
         DT_CHECK(dt_hf_weights_open(cfg->model_pretrained, t->layout.global ? t->layout.global : &t->layout,
@@ -423,17 +393,25 @@ static dt_status_t setup(trainer *t) {
         t->peak_flops = dt_peak_flops_gpu(t->dev->name);
     snprintf(t->log_dir, sizeof t->log_dir, "%s", cfg->log.dir ? cfg->log.dir : "runs/latest");
     dt_rng_seed(&t->rng, (uint64_t)cfg->seed, 0x747261696eull);
+    DT_CHECK(dt_train_pp_init_(t));
     DT_CHECK(resume_checkpoint(t));
+    DT_CHECK(dt_pp_sync_tied(t->pp)); /* the last stage's copy of a tied embedding */
     if (t->env->rank == 0) DT_CHECK(dt_metrics_open(t->log_dir, t->start_step == 0, &t->metrics));
     return DT_STATUS_OK;
 }
 
-static void teardown(trainer *t) {
+static void teardown(dt_trainer_t *t) {
+    dt_pp_free(t->pp);
+    free(t->mb_tokens);
+    free(t->mb_targets);
+    free(t->mb_batches);
+    free(t->pp_bounds);
     dt_dp_free(t->dp);
     dt_hf_weights_close(t->hf);
     if (t->dev) dt_net_free(&t->net);
     dt_tp_free(t->tp);
     dt_comm_free(t->tp_comm);
+    dt_comm_free(t->pp_comm);
     dt_comm_free(t->dp_comm);
     dt_comm_free(t->comm);
     dt_data_close(t->data);
@@ -448,7 +426,7 @@ static void teardown(trainer *t) {
 /* Rank 0's warning when a step waited more than 10% of its time for data, at most
  * every 30 s: names the sources and what helps. The first step (the read-ahead
  * starts empty) is not judged. */
-static void warn_data_wait(trainer *t, int64_t step, double data_s, double step_s, double *last_warn) {
+static void warn_data_wait(dt_trainer_t *t, int64_t step, double data_s, double step_s, double *last_warn) {
     if (!t->data || t->env->rank != 0 || step == t->start_step + 1 || data_s <= 0.1 * step_s) return;
     double now = dt_now_s();
     if (*last_warn > 0 && now - *last_warn < 30) return;
@@ -465,7 +443,7 @@ static void warn_data_wait(trainer *t, int64_t step, double data_s, double step_
 }
 
 /* Mean of x over ranks (NaN stays NaN), in rank order so every rank agrees. */
-static dt_status_t mean_over_ranks(trainer *t, double *x) {
+static dt_status_t mean_over_ranks(dt_trainer_t *t, double *x) {
     int n = dt_dp_world_size(t->dp);
     if (n == 1) return DT_STATUS_OK;
     double *all = dt_xcalloc((size_t)n, sizeof *all), sum = 0;
@@ -476,7 +454,7 @@ static dt_status_t mean_over_ranks(trainer *t, double *x) {
     return st;
 }
 
-static dt_status_t evaluate(trainer *t, double *val_loss) {
+static dt_status_t evaluate(dt_trainer_t *t, double *val_loss) {
     *val_loss = NAN;
     if (!t->data || dt_data_val_samples(t->data) == 0) return DT_STATUS_OK;
     int nb = t->cfg->eval.batches > 0 ? (int)t->cfg->eval.batches : 1;
@@ -486,7 +464,8 @@ static dt_status_t evaluate(trainer *t, double *val_loss) {
     DT_CHECK(dt_data_val_batch(t->data, (uint64_t)i, t->tokens, t->targets));
         dt_batch b = {.tokens = t->tokens, .targets = t->targets};
         double l;
-        DT_CHECK(dt_net_forward(&t->net, &b, &l));
+        if (t->pp) DT_CHECK(dt_pp_forward_only(t->pp, &b, &l)); /* NAN but on the last stage */
+        else DT_CHECK(dt_net_forward(&t->net, &b, &l));
         sum += l;
     }
     t->net.have_forward = 0;
@@ -494,81 +473,15 @@ static dt_status_t evaluate(trainer *t, double *val_loss) {
     return dt_dp_check(t->dp);
 }
 
-typedef struct place_ctx {
-    const float *piece;
-    float *global;
-} place_ctx;
-
-static void place_piece(void *ctx, size_t local, size_t global, size_t n, int replicated) {
-    (void)replicated;
-    place_ctx *c = ctx;
-    memcpy(c->global + global, c->piece + local, n * sizeof(float));
-}
-
-/* The whole model's fp32 parameters (the global layout) on every rank into *out
- * (dt_mem_alloc'd): dp's gather of this rank's piece, then under tensor parallelism
- * every TP rank's piece, gathered over the TP group (through device memory, as the
- * communicator of a GPU job takes), put in its place. */
-static dt_status_t gather_global_params(trainer *t, float **out) {
-    size_t n = t->layout.n_params;
-    float *piece = dt_mem_alloc(DT_MEM_OTHER, (n ? n : 1) * sizeof(float));
-    if (!piece) return DT_STATUS_NOMEM;
-    dt_status_t st = dt_dp_gather_params(t->dp, piece);
-    if (st != DT_STATUS_OK || !t->tp) {
-        if (st == DT_STATUS_OK) *out = piece;
-        else dt_mem_free(piece);
-        return st;
-    }
-    int T = t->place.tp_size;
-    const dt_model_layout *g = t->layout.global;
-    const dt_ops_t *o = t->dev->ops;
-    float *all = dt_mem_alloc(DT_MEM_OTHER, (size_t)T * n * sizeof(float));
-    float *global = dt_mem_alloc(DT_MEM_OTHER, g->n_params * sizeof(float));
-    void *dsend = NULL, *drecv = NULL;
-    int ok = all && global && o->alloc(t->dev, DT_MEM_OTHER, n * sizeof(float), &dsend) == DT_STATUS_OK &&
-             o->alloc(t->dev, DT_MEM_OTHER, (size_t)T * n * sizeof(float), &drecv) == DT_STATUS_OK;
-    /* every rank reaches the gather or none does: agree on the buffers first */
-    int world = dt_dp_world_size(t->dp);
-    double mine = ok, *oks = dt_xcalloc((size_t)world, sizeof *oks);
-    st = dt_dp_all_gather_f64(t->dp, &mine, 1, oks);
-    for (int r = 0; r < world; r++) ok = ok && oks[r] != 0;
-    free(oks);
-    if (st == DT_STATUS_OK && !ok)
-        st = dt_error(DT_STATUS_NOMEM, "gathering the whole model's parameters: a rank cannot hold %.1f MB more",
-                      (double)(2 * T * n + g->n_params) * 4 / 1e6);
-    if (st != DT_STATUS_OK) goto out_free;
-    DT_CHECK_GOTO(o->copy(t->dev, dsend, piece, n * sizeof(float), DT_COPY_HOST_TO_DEVICE), st, out_free);
-    DT_CHECK_GOTO(o->synchronize(t->dev), st, out_free);
-    DT_CHECK_GOTO(dt_comm_all_gather(t->tp_comm, dsend, drecv, n, DT_COMM_F32), st, out_free);
-    DT_CHECK_GOTO(o->copy(t->dev, all, drecv, (size_t)T * n * sizeof(float), DT_COPY_DEVICE_TO_HOST), st, out_free);
-    DT_CHECK_GOTO(o->synchronize(t->dev), st, out_free);
-    for (int r = T - 1; r >= 0 && st == DT_STATUS_OK; r--) { /* rank 0 last: its replicated tensors stand */
-        dt_model_layout lr;
-        st = dt_model_layout_init_tp(&t->layout.spec, T, r, t->layout.sequence_parallel, &lr);
-        if (st != DT_STATUS_OK) break;
-        place_ctx c = {all + (size_t)r * n, global};
-        dt_model_tp_segments(&lr, 0, lr.n_params, place_piece, &c);
-        dt_model_layout_free(&lr);
-    }
-out_free:
-    o->free(t->dev, dsend);
-    o->free(t->dev, drecv);
-    dt_mem_free(all);
-    dt_mem_free(piece);
-    if (st == DT_STATUS_OK) *out = global;
-    else dt_mem_free(global);
-    return st;
-}
-
-static int wants_sample(const trainer *t) {
+static int wants_sample(const dt_trainer_t *t) {
     return t->cfg->sample_tokens > 0 && t->layout.spec.ops->logits_slot >= 0 && t->data &&
            dt_data_kind(t->data) == DT_DATA_TEXT;
 }
 
 /* Prints n generated characters (text data only), sampling with temperature
  * 0.8 from a fresh micro-batch-1 network over the trained parameters (the whole
- * model's: gather_global_params). */
-static dt_status_t print_sample(trainer *t, int n, const float *host_params) {
+ * model's: dt_train_gather_params_). */
+static dt_status_t print_sample(dt_trainer_t *t, int n, const float *host_params) {
     if (n <= 0 || !wants_sample(t)) return DT_STATUS_OK;
     dt_sample_net sn;
     DT_CHECK(dt_sample_net_init(&sn, t->dev, t->layout.global ? t->layout.global : &t->layout, host_params,
@@ -589,9 +502,12 @@ out_free:
 }
 
 /* Memory figures of one rank, in the order summary.json lists them. */
-enum { MEM_PEAK, MEM_PARAMS, MEM_GRADS, MEM_MASTER, MEM_OPTIM, MEM_ACT, MEM_COMM, MEM_EXPECT, MEM_WORK, MEM_N };
+enum {
+    MEM_PEAK, MEM_PARAMS, MEM_GRADS, MEM_MASTER, MEM_OPTIM, MEM_ACT, MEM_COMM, MEM_EXPECT, MEM_WORK,
+    MEM_STAGE, MEM_BUBBLE, MEM_PP_COMPUTE, MEM_ARENAS, MEM_N /* the pipeline's figures ride along */
+};
 
-static void my_memory(trainer *t, double *v) {
+static void my_memory(dt_trainer_t *t, double *v) {
     dt_dp_mem e;
     dt_dp_expected_mem(t->dp, &e);
     v[MEM_PEAK] = (double)dt_mem_peak_total();
@@ -603,10 +519,15 @@ static void my_memory(trainer *t, double *v) {
     v[MEM_COMM] = (double)dt_mem_peak(DT_MEM_COMM);
     v[MEM_EXPECT] = (double)(e.params + e.grads + e.master + e.optim);
     v[MEM_WORK] = (double)e.work;
+    v[MEM_STAGE] = t->place.pp_rank;
+    double steps = t->pp_steps > 0 ? (double)t->pp_steps : 1;
+    v[MEM_BUBBLE] = t->pp_pipeline_ms > 0 ? t->pp_wait_ms / t->pp_pipeline_ms : 0;
+    v[MEM_PP_COMPUTE] = (t->pp_pipeline_ms - t->pp_wait_ms) / steps;
+    v[MEM_ARENAS] = t->pp_arenas;
 }
 
 /* mem: MEM_N figures per rank (every rank's, gathered). */
-static dt_status_t write_summary(trainer *t, double final_loss, double final_val, double tokens,
+static dt_status_t write_summary(dt_trainer_t *t, double final_loss, double final_val, double tokens,
                                  double wall_s, int64_t steps, const double *mem) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "steps", (double)steps);
@@ -619,6 +540,17 @@ static dt_status_t write_summary(trainer *t, double final_loss, double final_val
     cJSON *lay = cJSON_AddObjectToObject(o, "parallel");
     cJSON_AddNumberToObject(lay, "tensor_parallel", t->place.tp_size);
     cJSON_AddBoolToObject(lay, "sequence_parallel", t->layout.sequence_parallel);
+    cJSON_AddNumberToObject(lay, "pipeline_parallel", t->place.pp_size);
+    if (t->pp) {
+        cJSON_AddStringToObject(lay, "schedule", dt_pp_schedule_name(dt_train_pp_schedule_(t->cfg)));
+        cJSON_AddNumberToObject(lay, "virtual_stages", (double)t->cfg->pp.virtual_stages);
+        cJSON_AddNumberToObject(lay, "micro_batches", t->accum);
+        cJSON_AddNumberToObject(lay, "bubble_ideal", dt_pp_bubble_ideal(dt_train_pp_schedule_(t->cfg), t->place.pp_size,
+                                                                        (int)t->cfg->pp.virtual_stages, t->accum));
+        cJSON *b = cJSON_AddArrayToObject(lay, "bounds"); /* chunk k: blocks [bounds[k], bounds[k+1]) */
+        for (int k = 0; k <= t->place.pp_size * (int)t->cfg->pp.virtual_stages; k++)
+            cJSON_AddItemToArray(b, cJSON_CreateNumber(t->pp_bounds[k]));
+    }
     cJSON_AddNumberToObject(lay, "data_parallel", t->place.dp_size);
     cJSON_AddStringToObject(o, "device", dt_device_kind_name(t->dev->kind));
     cJSON_AddStringToObject(o, "strategy", dt_config_strategy_name(t->cfg->strategy));
@@ -652,6 +584,13 @@ static dt_status_t write_summary(trainer *t, double final_loss, double final_val
         cJSON_AddNumberToObject(r, "comm_buffer_bytes", v[MEM_COMM]);
         cJSON_AddNumberToObject(r, "dp_buffer_bytes", v[MEM_WORK]);
         cJSON_AddNumberToObject(r, "activation_bytes", v[MEM_ACT]);
+        if (t->pp) { /* its stage, what it computed per step and how long it waited (the bubble) */
+            cJSON *p = cJSON_AddObjectToObject(r, "pipeline");
+            cJSON_AddNumberToObject(p, "stage", v[MEM_STAGE]);
+            cJSON_AddNumberToObject(p, "compute_ms_per_step", v[MEM_PP_COMPUTE]);
+            cJSON_AddNumberToObject(p, "bubble", v[MEM_BUBBLE]);
+            cJSON_AddNumberToObject(p, "activation_arenas", v[MEM_ARENAS]);
+        }
         cJSON_AddItemToArray(ranks, r);
     }
     char *text = cJSON_Print(o);
@@ -662,7 +601,7 @@ static dt_status_t write_summary(trainer *t, double final_loss, double final_val
 }
 
 dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env) {
-    trainer t = {.cfg = cfg, .env = env};
+    dt_trainer_t t = {.cfg = cfg, .env = env};
     dt_status_t st = DT_STATUS_OK;
     double *mem_all = NULL;
     float *full = NULL;
@@ -680,9 +619,9 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env) {
         if (dump) dt_metrics_write_file(t.log_dir, "config.json", dump);
         free(dump);
         char par[96] = "";
-        if (t.place.tp_size > 1)
-            snprintf(par, sizeof par, " (tensor parallel %d%s x data parallel %d)", t.place.tp_size,
-                     t.layout.sequence_parallel ? " with sequence parallelism" : "", t.place.dp_size);
+        if (t.place.tp_size > 1 || t.place.pp_size > 1)
+            snprintf(par, sizeof par, " (tensor parallel %d%s x pipeline %d x data parallel %d)", t.place.tp_size,
+                     t.layout.sequence_parallel ? " with sequence parallelism" : "", t.place.pp_size, t.place.dp_size);
         printf("dtrun: %s model, %zu parameters (%.2f MB of fp32)%s, %s x%d thread(s), world %d%s, "
                "micro-batch %d x accumulation %d, %lld steps\n",
                t.layout.spec.ops->name, t.layout.global ? t.layout.global->n_params : n,
@@ -698,23 +637,27 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env) {
     for (int64_t step = t.start_step + 1; step <= steps && !stop; step++) {
         double t0 = dt_now_s(), data_s = 0, loss_sum = 0;
         DT_CHECK_GOTO(dt_dp_step_begin(t.dp), st, out_teardown);
-        for (int a = 0; a < t.accum; a++) {
-            double d0 = dt_now_s();
-            DT_CHECK_GOTO(next_batch(&t, &batch), st, out_teardown);
-            data_s += dt_now_s() - d0;
-            double l;
-            dt_dp_micro_begin(t.dp, a == t.accum - 1);
-            DT_CHECK_GOTO(dt_net_forward(&t.net, &batch, &l), st, out_teardown);
-            loss_sum += l;
-            DT_CHECK_GOTO(dt_net_backward(&t.net, 1.0f / ((float)t.net.n_rows * (float)t.accum)), st,
-                          out_teardown);
-            DT_CHECK_GOTO(dt_dp_micro_end(t.dp), st, out_teardown);
-            DT_CHECK_GOTO(dt_tp_check(t.tp), st, out_teardown);
+        if (t.pp) {
+            DT_CHECK_GOTO(dt_train_pp_step_(&t, &loss_sum, &data_s), st, out_teardown);
+        } else {
+            for (int a = 0; a < t.accum; a++) {
+                double d0 = dt_now_s();
+                DT_CHECK_GOTO(next_batch(&t, &batch), st, out_teardown);
+                data_s += dt_now_s() - d0;
+                double l;
+                dt_dp_micro_begin(t.dp, a == t.accum - 1);
+                DT_CHECK_GOTO(dt_net_forward(&t.net, &batch, &l), st, out_teardown);
+                loss_sum += l;
+                DT_CHECK_GOTO(dt_net_backward(&t.net, 1.0f / ((float)t.net.n_rows * (float)t.accum)), st,
+                              out_teardown);
+                DT_CHECK_GOTO(dt_dp_micro_end(t.dp), st, out_teardown);
+                DT_CHECK_GOTO(dt_tp_check(t.tp), st, out_teardown);
+            }
         }
         double loss = loss_sum / t.accum, norm = 0;
         DT_CHECK_GOTO(dt_dp_reduce_finish(t.dp), st, out_teardown);
         DT_CHECK_GOTO(dt_dp_grad_norm(t.dp, &norm), st, out_teardown);
-        DT_CHECK_GOTO(mean_over_ranks(&t, &loss), st, out_teardown);
+        DT_CHECK_GOTO(t.pp ? dt_train_mean_loss_(&t, &loss) : mean_over_ranks(&t, &loss), st, out_teardown);
         if (!isfinite(loss) || !isfinite(norm)) {
             st = dt_error(DT_STATUS_INVALID, "step %lld: the loss (%g) or gradient norm (%g) is not finite",
                           (long long)step, loss, norm);
@@ -732,13 +675,14 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env) {
         if (cfg->gradient_clipping > 0 && norm > cfg->gradient_clipping)
             args.grad_scale = (float)(cfg->gradient_clipping / norm);
         DT_CHECK_GOTO(dt_dp_optimizer_step(t.dp, &args), st, out_teardown);
+        DT_CHECK_GOTO(dt_pp_sync_tied(t.pp), st, out_teardown);
         DT_CHECK_GOTO(o->synchronize(t.dev), st, out_teardown);
         double t1 = dt_now_s(), tp_ms = dt_tp_take_comm_ms(t.tp), comm_ms = dt_dp_take_comm_ms(t.dp) + tp_ms;
         warn_data_wait(&t, step, data_s, t1 - t0, &last_data_warn);
         double val = NAN;
         if (cfg->eval.every_steps > 0 && (step % cfg->eval.every_steps == 0 || step == steps)) {
             DT_CHECK_GOTO(evaluate(&t, &val), st, out_teardown);
-            DT_CHECK_GOTO(mean_over_ranks(&t, &val), st, out_teardown);
+            DT_CHECK_GOTO(t.pp ? dt_train_mean_loss_(&t, &val) : mean_over_ranks(&t, &val), st, out_teardown);
             dt_dp_take_comm_ms(t.dp); /* evaluation's gathers are not the step's */
             dt_tp_take_comm_ms(t.tp);
             DT_CHECK_GOTO(dt_tp_check(t.tp), st, out_teardown);
@@ -747,13 +691,16 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env) {
         if (!isnan(val)) final_val = val;
         int print = cfg->steps_per_print > 0 ? (step % cfg->steps_per_print == 0) : 0;
         int logged = print || step == steps || step == 1 || !isnan(val);
+        double ppf[4] = {NAN, NAN, NAN, NAN}; /* the stages' bubble, its ideal, wait ms, p2p bytes */
+        if (t.pp) DT_CHECK_GOTO(dt_train_pp_figures_(&t, logged, ppf), st, out_teardown);
         /* On a terminal the other steps redraw one live line ('\r', no newline). */
         if (rank0 && (logged || live)) {
             double step_s = t1 - t0;
             dt_step_metrics m = {.step = step, .total_steps = steps, .loss = loss, .lr = args.lr,
                                  .grad_norm = norm, .tokens_per_s = tokens_per_step / step_s,
                                  .step_ms = step_s * 1e3, .comm_ms = comm_ms, .data_ms = data_s * 1e3,
-                                 .val_loss = val, .tp_comm_ms = t.tp ? tp_ms : NAN};
+                                 .val_loss = val, .tp_comm_ms = t.tp ? tp_ms : NAN, .pp_bubble = ppf[0],
+                                 .pp_bubble_ideal = ppf[1], .pp_wait_ms = ppf[2], .p2p_bytes = ppf[3]};
             m.compute_ms = m.step_ms - m.comm_ms - m.data_ms;
             m.mfu = t.peak_flops > 0 ? flops_per_token * m.tokens_per_s / env->world_size / t.peak_flops : 0;
             double elapsed = dt_now_s() - t_start;
@@ -777,7 +724,7 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env) {
     mem_all = dt_xcalloc((size_t)env->world_size * MEM_N, sizeof(double));
     DT_CHECK_GOTO(dt_dp_all_gather_f64(t.dp, mine, MEM_N, mem_all), st, out_teardown);
     if (dump_path || wants_sample(&t)) {
-        DT_CHECK_GOTO(gather_global_params(&t, &full), st, out_teardown);
+        DT_CHECK_GOTO(dt_train_gather_params_(&t, &full), st, out_teardown);
         if (t.layout.global) n = t.layout.global->n_params;
     }
     if (rank0 && dump_path) {
