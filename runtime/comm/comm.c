@@ -155,7 +155,13 @@ dt_status_t dt_comm_kv_get_(dt_comm_t *comm, char **val, size_t *len, const char
 /* ---- hang detection ------------------------------------------------------------ */
 
 void dt_comm_describe_(const dt_comm_req_t *req, char *buf, size_t len) {
-    if (req->op_ == DT_COMM_OP_BARRIER)
+    if (req->op_ == DT_COMM_OP_SEND || req->op_ == DT_COMM_OP_RECV) {
+        /* on a channel (comm_p2p.c): the peer is the other member, by global rank */
+        const dt_comm_t *ch = req->comm_;
+        int peer = ch && ch->size == 2 ? ch->members[1 - ch->rank] : -1;
+        snprintf(buf, len, "%s #%" PRIu64 " %s rank %d (count %zu, %s)", dt_comm_op_name(req->op_), req->seq_,
+                 req->op_ == DT_COMM_OP_SEND ? "to" : "from", peer, req->count_, dt_comm_dtype_name(req->dtype_));
+    } else if (req->op_ == DT_COMM_OP_BARRIER)
         snprintf(buf, len, "barrier #%" PRIu64, req->seq_);
     else
         snprintf(buf, len, "%s #%" PRIu64 " (count %zu, %s%s%s)", dt_comm_op_name(req->op_),
@@ -183,6 +189,30 @@ dt_status_t dt_comm_tick_slow_(dt_comm_t *comm) {
     /* Timed out: name this op and what every rank published. */
     char what[200], msg[768];
     dt_comm_describe_(comm->cur, what, sizeof(what));
+    if (comm->channel) {
+        /* a point-to-point channel: ranks by global number, and the peer's own op */
+        int peer = comm->members[1 - comm->rank];
+        char key[512];
+        snprintf(key, sizeof(key), "%s/status/%d", comm->prefix, 1 - comm->rank);
+        const char *k = key;
+        int ready = 0;
+        void *v = NULL;
+        size_t n = 0;
+        double old = comm->timeout_s;
+        dt_store_set_timeout(comm->store, 2.0);
+        if (dt_store_check(comm->store, &k, 1, &ready) == DT_STATUS_OK && ready &&
+            dt_store_get(comm->store, key, &v, &n) == DT_STATUS_OK)
+            snprintf(msg, sizeof(msg), "%s on rank %d (%s) did not complete in %.1f s; rank %d is in %.*s", what,
+                     comm->global_rank, comm->ops->name, waited, peer, (int)n, (char *)v);
+        else
+            snprintf(msg, sizeof(msg),
+                     "%s on rank %d (%s) did not complete in %.1f s; rank %d made no report (not waiting on this "
+                     "channel, or gone)",
+                     what, comm->global_rank, comm->ops->name, waited, peer);
+        free(v);
+        dt_store_set_timeout(comm->store, old);
+        return dt_error(DT_STATUS_TIMEOUT, "%s", msg);
+    }
     int off = snprintf(msg, sizeof(msg), "%s on rank %d (of %d, %s) did not complete in %.1f s; ranks:",
                        what, comm->rank, comm->size, comm->ops->name, waited);
     double old = comm->timeout_s;
@@ -212,18 +242,31 @@ dt_status_t dt_comm_tick_slow_(dt_comm_t *comm) {
 
 /* ---- requests and the communication thread ------------------------------------- */
 
+/* Runs one op on this thread: run (host backends), or start then finish
+ * (NCCL on a point-to-point channel, whose ops run on the channel's thread). */
+static dt_status_t run_op(dt_comm_t *comm, dt_comm_req_t *req) {
+    if (comm->stage_dev) return dt_comm_run_staged_(comm, req);
+    if (comm->ops->run) return comm->ops->run(comm, req);
+    DT_CHECK(comm->ops->start(comm, req));
+    int done = 0;
+    return comm->ops->finish(comm, req, 1, &done);
+}
+
 static void execute(dt_comm_t *comm, dt_comm_req_t *req) {
     dt_status_t st;
     if (atomic_load(&comm->broken)) {
         char what[200];
         dt_comm_describe_(req, what, sizeof(what));
-        st = dt_error(DT_STATUS_CANCELED, "%s not run: the communicator failed earlier: %s", what,
-                      comm->broken_detail);
+        if (comm->setup_status != DT_STATUS_OK) /* a channel whose peer never came */
+            st = dt_error(comm->setup_status, "%s on rank %d: %s", what, comm->global_rank, comm->broken_detail);
+        else
+            st = dt_error(DT_STATUS_CANCELED, "%s not run: the communicator failed earlier: %s", what,
+                          comm->broken_detail);
     } else {
         comm->cur = req;
         comm->published = 0;
         comm->op_start_ns = dt_now_ns();
-        st = comm->stage_dev ? dt_comm_run_staged_(comm, req) : comm->ops->run(comm, req);
+        st = run_op(comm, req);
         comm->cur = NULL;
         if (st != DT_STATUS_OK) {
             snprintf(comm->broken_detail, sizeof(comm->broken_detail), "%s", dt_error_detail());
@@ -234,9 +277,35 @@ static void execute(dt_comm_t *comm, dt_comm_req_t *req) {
     if (st != DT_STATUS_OK) snprintf(req->detail_, sizeof(req->detail_), "%s", dt_error_detail());
 }
 
+/* A channel's backend meets its peer's here, on the channel's thread, within
+ * the communicator's timeout; ops issued meanwhile queue (running is 1). */
+static void channel_setup(dt_comm_t *comm) {
+    dt_store_set_timeout(comm->store, comm->timeout_s);
+    dt_status_t st = comm->ops->init(comm);
+    if (st == DT_STATUS_OK) return;
+    int peer = comm->members[1 - comm->rank];
+    char why[512];
+    snprintf(why, sizeof(why), "%s", dt_error_detail());
+    if (st == DT_STATUS_TIMEOUT)
+        snprintf(comm->broken_detail, sizeof(comm->broken_detail),
+                 "rank %d did not set up its end of the channel within %.1f s (%s)", peer, comm->timeout_s, why);
+    else
+        snprintf(comm->broken_detail, sizeof(comm->broken_detail), "setting up the channel with rank %d failed: %s",
+                 peer, why);
+    comm->setup_status = st;
+    atomic_store(&comm->broken, 1);
+}
+
 static void *comm_thread(void *arg) {
     dt_comm_t *comm = arg;
-    pthread_setname_np(pthread_self(), "dtcomm");
+    pthread_setname_np(pthread_self(), comm->channel ? "dtp2p" : "dtcomm");
+    if (comm->channel) {
+        channel_setup(comm);
+        pthread_mutex_lock(&comm->mu);
+        comm->running = 0;
+        pthread_cond_broadcast(&comm->cv_done);
+        pthread_mutex_unlock(&comm->mu);
+    }
     pthread_mutex_lock(&comm->mu);
     for (;;) {
         while (!comm->stop && (!comm->head || comm->running)) pthread_cond_wait(&comm->cv_work, &comm->mu);
@@ -274,6 +343,9 @@ static dt_status_t check_args(dt_comm_t *comm, dt_comm_req_t *req) {
             return dt_error(DT_STATUS_INVALID, "%s: NULL buffer with count %zu", dt_comm_op_name(req->op_),
                             req->count_);
     }
+    if ((req->op_ == DT_COMM_OP_SEND || req->op_ == DT_COMM_OP_RECV) && !comm->channel)
+        return dt_error(DT_STATUS_INVALID, "%s: not a point-to-point channel (use dt_comm_%s)",
+                        dt_comm_op_name(req->op_), dt_comm_op_name(req->op_));
     if (req->op_ == DT_COMM_OP_BROADCAST && (req->root_ < 0 || req->root_ >= comm->size))
         return dt_error(DT_STATUS_INVALID, "broadcast: root %d outside [0, %d)", req->root_, comm->size);
     return DT_STATUS_OK;
@@ -282,7 +354,7 @@ static dt_status_t check_args(dt_comm_t *comm, dt_comm_req_t *req) {
 /* Ops that need no backend: world size 1 and count 0. Returns 1 when done
  * (then req->status_ says how; staged buffers are copied on the device). */
 static int trivial(dt_comm_t *comm, dt_comm_req_t *req) {
-    if (comm->kind == DT_COMM_BACKEND_NCCL) return 0;
+    if (comm->kind == DT_COMM_BACKEND_NCCL || comm->channel) return 0; /* a 0-count message is still matched */
     if (req->op_ == DT_COMM_OP_BARRIER) return comm->size == 1;
     if (req->count_ == 0) return 1;
     if (comm->size != 1) return 0;
@@ -300,7 +372,7 @@ static int trivial(dt_comm_t *comm, dt_comm_req_t *req) {
     return 1;
 }
 
-static dt_status_t issue(dt_comm_t *comm, dt_comm_req_t *req, int blocking) {
+dt_status_t dt_comm_issue_(dt_comm_t *comm, dt_comm_req_t *req, int blocking) {
     dt_status_t st = check_args(comm, req);
     if (st != DT_STATUS_OK) return st;
     req->comm_ = comm;
@@ -311,7 +383,7 @@ static dt_status_t issue(dt_comm_t *comm, dt_comm_req_t *req, int blocking) {
     atomic_store(&req->done_, 0);
     req->seq_ = ++comm->seq;
 
-    if (comm->ops->start) {
+    if (comm->ops->start && !comm->channel) {
         if (atomic_load(&comm->broken)) {
             execute(comm, req); /* fails with the earlier error */
             atomic_store(&req->done_, 1);
@@ -375,7 +447,7 @@ static void finished(dt_comm_t *comm, dt_comm_req_t *req, dt_status_t st) {
 dt_status_t dt_comm_test(dt_comm_req_t *req, int *done) {
     if (!req || !req->comm_) return dt_error(DT_STATUS_INVALID, "dt_comm_test: request was not issued");
     dt_comm_t *comm = req->comm_;
-    if (comm->ops->finish && !atomic_load(&req->done_)) {
+    if (comm->ops->finish && !comm->channel && !atomic_load(&req->done_)) {
         int d = 0;
         dt_status_t st = comm->ops->finish(comm, req, 0, &d);
         if (st != DT_STATUS_OK || d) finished(comm, req, st);
@@ -387,7 +459,7 @@ dt_status_t dt_comm_test(dt_comm_req_t *req, int *done) {
 dt_status_t dt_comm_wait(dt_comm_req_t *req) {
     if (!req || !req->comm_) return dt_error(DT_STATUS_INVALID, "dt_comm_wait: request was not issued");
     dt_comm_t *comm = req->comm_;
-    if (comm->ops->finish && !atomic_load(&req->done_)) {
+    if (comm->ops->finish && !comm->channel && !atomic_load(&req->done_)) {
         int d = 0;
         finished(comm, req, comm->ops->finish(comm, req, 1, &d));
     }
@@ -419,7 +491,7 @@ dt_status_t dt_comm_all_reduce_async(dt_comm_t *comm, const void *send, void *re
                                      dt_comm_dtype_t dtype, dt_comm_redop_t redop, dt_comm_req_t *req) {
     if (!req) return dt_error(DT_STATUS_INVALID, "request is NULL");
     fill(req, DT_COMM_OP_ALL_REDUCE, send, recv, count, dtype, redop, 0);
-    return issue(comm, req, 0);
+    return dt_comm_issue_(comm, req, 0);
 }
 
 dt_status_t dt_comm_reduce_scatter_async(dt_comm_t *comm, const void *send, void *recv, size_t count,
@@ -427,34 +499,34 @@ dt_status_t dt_comm_reduce_scatter_async(dt_comm_t *comm, const void *send, void
                                          dt_comm_req_t *req) {
     if (!req) return dt_error(DT_STATUS_INVALID, "request is NULL");
     fill(req, DT_COMM_OP_REDUCE_SCATTER, send, recv, count, dtype, redop, 0);
-    return issue(comm, req, 0);
+    return dt_comm_issue_(comm, req, 0);
 }
 
 dt_status_t dt_comm_all_gather_async(dt_comm_t *comm, const void *send, void *recv, size_t count,
                                      dt_comm_dtype_t dtype, dt_comm_req_t *req) {
     if (!req) return dt_error(DT_STATUS_INVALID, "request is NULL");
     fill(req, DT_COMM_OP_ALL_GATHER, send, recv, count, dtype, DT_COMM_SUM, 0);
-    return issue(comm, req, 0);
+    return dt_comm_issue_(comm, req, 0);
 }
 
 dt_status_t dt_comm_broadcast_async(dt_comm_t *comm, void *buf, size_t count, dt_comm_dtype_t dtype,
                                     int root, dt_comm_req_t *req) {
     if (!req) return dt_error(DT_STATUS_INVALID, "request is NULL");
     fill(req, DT_COMM_OP_BROADCAST, buf, buf, count, dtype, DT_COMM_SUM, root);
-    return issue(comm, req, 0);
+    return dt_comm_issue_(comm, req, 0);
 }
 
 dt_status_t dt_comm_barrier_async(dt_comm_t *comm, dt_comm_req_t *req) {
     if (!req) return dt_error(DT_STATUS_INVALID, "request is NULL");
     fill(req, DT_COMM_OP_BARRIER, NULL, NULL, 0, DT_COMM_F32, DT_COMM_SUM, 0);
-    return issue(comm, req, 0);
+    return dt_comm_issue_(comm, req, 0);
 }
 
 static dt_status_t blocking(dt_comm_t *comm, dt_comm_op_t op, const void *send, void *recv, size_t count,
                             dt_comm_dtype_t dtype, dt_comm_redop_t redop, int root) {
     dt_comm_req_t req;
     fill(&req, op, send, recv, count, dtype, redop, root);
-    DT_CHECK(issue(comm, &req, 1));
+    DT_CHECK(dt_comm_issue_(comm, &req, 1));
     return dt_comm_wait(&req);
 }
 
@@ -527,8 +599,8 @@ static void comm_release(dt_comm_t *comm) {
     free(comm);
 }
 
-dt_status_t dt_comm_create_group_(const dt_comm_t *like, const char *id, const int *members, int nmembers,
-                                  int my_index, dt_comm_backend_t kind, dt_comm_t **out) {
+static dt_status_t create(const dt_comm_t *like, const char *id, const int *members, int nmembers, int my_index,
+                         dt_comm_backend_t kind, int channel, dt_comm_t **out) {
     dt_status_t st;
     *out = NULL;
     dt_comm_t *comm = dt_xcalloc(1, sizeof(*comm));
@@ -571,7 +643,10 @@ dt_status_t dt_comm_create_group_(const dt_comm_t *like, const char *id, const i
                                have_token ? &token : NULL, &comm->store);
     memset(&token, 0, sizeof token);
     if (st != DT_STATUS_OK) goto out_release;
-    if (nmembers > 1 || kind == DT_COMM_BACKEND_NCCL) DT_CHECK_GOTO(comm->ops->init(comm), st, out_release);
+    comm->channel = channel;
+    comm->running = channel; /* a channel's thread sets up its backend first (channel_setup) */
+    if (!channel && (nmembers > 1 || kind == DT_COMM_BACKEND_NCCL))
+        DT_CHECK_GOTO(comm->ops->init(comm), st, out_release);
     if (pthread_create(&comm->thread, NULL, comm_thread, comm) != 0) {
         st = dt_error(DT_STATUS_SYS, "comm %s: cannot start the communication thread", id);
         goto out_release;
@@ -589,6 +664,18 @@ out_release:
         dt_error(st, "%s", keep);
     }
     return st;
+}
+
+dt_status_t dt_comm_create_group_(const dt_comm_t *like, const char *id, const int *members, int nmembers,
+                                  int my_index, dt_comm_backend_t kind, dt_comm_t **out) {
+    return create(like, id, members, nmembers, my_index, kind, 0, out);
+}
+
+dt_status_t dt_comm_create_channel_(const dt_comm_t *like, const char *id, const int members[2], int my_index,
+                                    dt_comm_backend_t kind, dt_comm_t **out) {
+    DT_CHECK(create(like, id, members, 2, my_index, kind, 1, out));
+    (*out)->stage_dev = like->stage_dev; /* set only for host backends given CUDA buffers */
+    return DT_STATUS_OK;
 }
 
 /* Host staging for a communicator that runs on host memory, given CUDA
@@ -724,6 +811,7 @@ out_free_entries:
 
 void dt_comm_free(dt_comm_t *comm) {
     if (!comm) return;
+    dt_comm_p2p_free_(comm);
     /* Let pending requests finish (each is bounded by the timeout). */
     pthread_mutex_lock(&comm->mu);
     while (comm->head || comm->running) pthread_cond_wait(&comm->cv_done, &comm->mu);

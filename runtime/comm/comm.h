@@ -48,6 +48,33 @@
  * count and dtype, and what every rank last published (so a mismatch such as
  * "rank 3 in all_gather #812, others in all_reduce #812" is named). After a
  * failed op the communicator is broken: later ops fail at once.
+ *
+ * Point to point (comm_p2p.c): dt_comm_send / dt_comm_recv and their async
+ * forms move count elements between this rank and `peer`, a rank of this
+ * communicator other than its own (else DT_STATUS_INVALID naming the peer).
+ *   - Channels: each ordered pair (a -> b) is its own channel: the k-th send
+ *     from a to b matches the k-th recv on b from a (k is the channel's
+ *     sequence number, from 1). Channels never wait on each other or on the
+ *     collectives: a rank may send_async to b, recv_async from b and
+ *     recv_async from c in any issue order without deadlock (no group call).
+ *   - Each channel is a 2-rank sub-communicator with its own communication
+ *     thread, set up lazily by the first send a->b on a and the first recv
+ *     from a on b, which meet through the store (on that thread, so issuing
+ *     never blocks on the peer). A peer that never comes fails the op with
+ *     DT_STATUS_TIMEOUT after timeout_s, naming the op and the peer. Channels
+ *     are freed with the communicator.
+ *   - Backends: shm (one node), tcp (across nodes; hier picks one of the two
+ *     per pair), NCCL (ncclSend/ncclRecv on a 2-rank NCCL communicator per
+ *     channel), and device buffers staged through host memory (stage_dev).
+ *   - Every message starts with both ends exchanging (count, dtype): when they
+ *     differ both ops fail with DT_STATUS_MISMATCH naming both; no byte of the
+ *     payload moves. The received bytes equal the sent bytes (no conversion).
+ *   - count 0 is a message like any other (matched, checked, numbered); it
+ *     moves no payload.
+ *   - Hangs: "send #k to rank G (count N, f32)" / "recv #k from rank G (...)",
+ *     G the peer's global rank, in the timeout's detail.
+ * Issue the ops of one communicator (collectives and point to point) from one
+ * thread at a time, as for collectives; dt_comm_wait may run on any thread.
  */
 #ifndef DT_RUNTIME_COMM_H
 #define DT_RUNTIME_COMM_H
@@ -88,6 +115,8 @@ typedef enum dt_comm_op {
     DT_COMM_OP_ALL_GATHER = 2,
     DT_COMM_OP_BROADCAST = 3,
     DT_COMM_OP_BARRIER = 4,
+    DT_COMM_OP_SEND = 5, /* point to point (below) */
+    DT_COMM_OP_RECV = 6,
 } dt_comm_op_t;
 
 /* How to create a communicator. dt_comm_config_from_env fills it the way a
@@ -188,6 +217,13 @@ dt_status_t dt_comm_all_gather_async(dt_comm_t *comm, const void *send, void *re
 dt_status_t dt_comm_broadcast_async(dt_comm_t *comm, void *buf, size_t count,
                                     dt_comm_dtype_t dtype, int root, dt_comm_req_t *req);
 dt_status_t dt_comm_barrier_async(dt_comm_t *comm, dt_comm_req_t *req);
+/* Point to point (see the block at the top): buf holds count elements of
+ * dtype; peer is a rank of comm. The request completes when the bytes left
+ * buf (send: buf may be reused) or arrived in it (recv). */
+dt_status_t dt_comm_send_async(dt_comm_t *comm, const void *buf, size_t count, dt_comm_dtype_t dtype,
+                               int peer, dt_comm_req_t *req);
+dt_status_t dt_comm_recv_async(dt_comm_t *comm, void *buf, size_t count, dt_comm_dtype_t dtype, int peer,
+                               dt_comm_req_t *req);
 
 /* Waits until req completed; returns its status (the detail is set on the
  * calling thread's dt_error_detail). */
@@ -206,6 +242,8 @@ dt_status_t dt_comm_all_gather(dt_comm_t *comm, const void *send, void *recv, si
 dt_status_t dt_comm_broadcast(dt_comm_t *comm, void *buf, size_t count, dt_comm_dtype_t dtype,
                               int root);
 dt_status_t dt_comm_barrier(dt_comm_t *comm);
+dt_status_t dt_comm_send(dt_comm_t *comm, const void *buf, size_t count, dt_comm_dtype_t dtype, int peer);
+dt_status_t dt_comm_recv(dt_comm_t *comm, void *buf, size_t count, dt_comm_dtype_t dtype, int peer);
 
 /* ---- helpers ---------------------------------------------------------------- */
 

@@ -164,6 +164,9 @@ static dt_status_t hier_run(dt_comm_t *comm, dt_comm_req_t *req) {
         DT_CHECK(dt_comm_run_sub_(be->node, DT_COMM_OP_BARRIER, NULL, NULL, 0, DT_COMM_F32, DT_COMM_SUM, 0));
         DT_CHECK(dt_comm_run_sub_(be->lr, DT_COMM_OP_BARRIER, NULL, NULL, 0, DT_COMM_F32, DT_COMM_SUM, 0));
         return dt_comm_run_sub_(be->node, DT_COMM_OP_BARRIER, NULL, NULL, 0, DT_COMM_F32, DT_COMM_SUM, 0);
+    case DT_COMM_OP_SEND:
+    case DT_COMM_OP_RECV: /* comm_p2p.c gives each pair its own shm or tcp channel */
+        return dt_error(DT_STATUS_INVALID, "hier: %s runs on a point-to-point channel", dt_comm_op_name(req->op_));
     }
     return dt_error(DT_STATUS_INVALID, "hier: unknown op %d", (int)req->op_);
 }

@@ -68,6 +68,15 @@ struct dt_comm {
     dt_store_t *store;   /* own client: bootstrap, status reports */
     int splits;          /* number of dt_comm_split calls on this comm */
 
+    /* point to point (comm_p2p.c). A channel (channel = 1) is the 2-rank
+     * communicator of one ordered pair: rank 0 the sender, rank 1 the
+     * receiver. Its backend is set up on its own thread (so issuing never
+     * waits for the peer) and every op runs there or, once set up, on the
+     * caller's thread when nothing is pending; NCCL's too (start then finish). */
+    int channel;
+    dt_status_t setup_status; /* a channel whose setup failed: what every op returns */
+    dt_comm_t **p2p;     /* parent: 2 * size channels, [2*peer] to peer, [2*peer+1] from peer */
+
     /* ops and requests */
     uint64_t seq;        /* of the last issued op */
     pthread_mutex_t mu;
@@ -117,6 +126,21 @@ dt_status_t dt_comm_kv_get_(dt_comm_t *comm, char **val, size_t *len, const char
 dt_status_t dt_comm_create_group_(const dt_comm_t *like, const char *id, const int *members,
                                   int nmembers, int my_index, dt_comm_backend_t kind,
                                   dt_comm_t **out);
+/* The same for a point-to-point channel: the backend's init runs first on the
+ * communicator's thread (ops issued meanwhile queue behind it). */
+dt_status_t dt_comm_create_channel_(const dt_comm_t *like, const char *id, const int members[2], int my_index,
+                                    dt_comm_backend_t kind, dt_comm_t **out);
+/* Queues or runs req (filled: op, buffers, count, dtype, root) on comm, as
+ * every *_async call does; blocking = 1 may run it on the caller's thread. */
+dt_status_t dt_comm_issue_(dt_comm_t *comm, dt_comm_req_t *req, int blocking);
+/* Frees the channels of a communicator (comm_p2p.c). */
+void dt_comm_p2p_free_(dt_comm_t *comm);
+/* Point to point on a channel: both ends exchange (count, dtype) before the
+ * payload; a difference fails with DT_STATUS_MISMATCH naming both (this
+ * formats it; peer_* are what the other end announced). */
+dt_status_t dt_comm_p2p_mismatch_(const dt_comm_req_t *req, uint64_t peer_count, uint32_t peer_dtype,
+                                  uint64_t peer_seq);
+
 /* Runs one op synchronously on a (sub-)communicator from inside a backend. */
 dt_status_t dt_comm_run_sub_(dt_comm_t *sub, dt_comm_op_t op, const void *send, void *recv,
                              size_t count, dt_comm_dtype_t dtype, dt_comm_redop_t redop, int root);

@@ -26,6 +26,12 @@
  * dt_comm_wait/test poll it (with the hang detector running), so work the
  * caller queues after dt_comm_wait sees the result.
  *
+ * Point to point (comm_p2p.c): a channel is a 2-rank NCCL communicator whose
+ * ops run on the channel's thread (comm.c: start, then finish blocking). A
+ * message first exchanges (count, dtype, seq) both ways (ncclSend + ncclRecv of
+ * 4 uint64 in a group, through a small device buffer), compares them on the
+ * host (waiting with the hang detector), then ncclSend / ncclRecv the payload.
+ *
  * bf16: NCCL reduces bf16 in bf16 steps (each hop rounds), not the "fp32
  * accumulate, round once" of the host backends (comm.h); results can differ
  * from them in the last bit.
@@ -47,6 +53,8 @@ typedef struct nccl_be {
     cudaStream_t stream;
     cudaEvent_t ready;
     float *scratch; /* device float for barrier */
+    uint64_t *hdr;  /* device: point-to-point headers, mine [0..3] and the peer's [4..7] */
+    uint64_t *hdr_host; /* pinned, the same 8 (pageable memory would make the copies block) */
     int device;
 } nccl_be_t;
 
@@ -75,6 +83,8 @@ static void nccl_free(dt_comm_t *comm) {
     if (!be) return;
     if (be->nc) ncclCommDestroy(be->nc);
     if (be->scratch) cudaFree(be->scratch);
+    if (be->hdr) cudaFree(be->hdr);
+    if (be->hdr_host) cudaFreeHost(be->hdr_host);
     if (be->ready) cudaEventDestroy(be->ready);
     if (be->stream) cudaStreamDestroy(be->stream);
     free(be);
@@ -112,6 +122,62 @@ static dt_status_t nccl_init(dt_comm_t *comm) {
 static ncclDataType_t nccl_type(dt_comm_dtype_t d) { return d == DT_COMM_BF16 ? ncclBfloat16 : ncclFloat32; }
 static ncclRedOp_t nccl_op(dt_comm_redop_t r) {
     return r == DT_COMM_AVG ? ncclAvg : r == DT_COMM_MAX ? ncclMax : ncclSum;
+}
+
+/* Waits for the channel's stream with the hang detector running; a timeout
+ * aborts the communicator (the queued NCCL work can never finish). */
+static dt_status_t wait_stream(dt_comm_t *comm, nccl_be_t *be) {
+    dt_comm_tick_t tick = {255};
+    for (;;) {
+        cudaError_t e = cudaStreamQuery(be->stream);
+        if (e == cudaSuccess) return DT_STATUS_OK;
+        if (e != cudaErrorNotReady)
+            return dt_error(DT_STATUS_CUDA, "nccl comm: waiting for the stream: %s", cudaGetErrorString(e));
+        ncclResult_t async_err = ncclSuccess;
+        ncclCommGetAsyncError(be->nc, &async_err);
+        dt_status_t st = DT_STATUS_OK;
+        if (async_err != ncclSuccess) {
+            char what[200];
+            dt_comm_describe_(comm->cur, what, sizeof(what));
+            st = nccl_error(async_err, what);
+        } else {
+            tick.n = 255;
+            st = dt_comm_tick(comm, &tick);
+        }
+        if (st != DT_STATUS_OK) {
+            ncclCommAbort(be->nc);
+            be->nc = NULL;
+            return st;
+        }
+        dt_sleep_ms(0);
+    }
+}
+
+/* Both ends of a channel announce (count, dtype, seq, op); a difference in
+ * count or dtype fails before any payload moves. */
+static dt_status_t p2p_header(dt_comm_t *comm, nccl_be_t *be, const dt_comm_req_t *req) {
+    int peer = 1 - comm->rank;
+    if (!be->hdr) CUDA_TRY(cudaMalloc((void **)&be->hdr, 8 * sizeof(uint64_t)), "cudaMalloc");
+    if (!be->hdr_host) CUDA_TRY(cudaMallocHost((void **)&be->hdr_host, 8 * sizeof(uint64_t)), "cudaMallocHost");
+    uint64_t *mine = be->hdr_host, *theirs = be->hdr_host + 4;
+    mine[0] = req->count_;
+    mine[1] = (uint64_t)req->dtype_;
+    mine[2] = req->seq_;
+    mine[3] = (uint64_t)req->op_;
+    CUDA_TRY(cudaMemcpyAsync(be->hdr, mine, 4 * sizeof(uint64_t), cudaMemcpyHostToDevice, be->stream),
+             "cudaMemcpyAsync");
+    NCCL_TRY(ncclGroupStart(), "ncclGroupStart");
+    ncclResult_t r = ncclSend(be->hdr, 4, ncclUint64, peer, be->nc, be->stream);
+    if (r == ncclSuccess) r = ncclRecv(be->hdr + 4, 4, ncclUint64, peer, be->nc, be->stream);
+    ncclResult_t r2 = ncclGroupEnd();
+    if (r != ncclSuccess) return nccl_error(r, "ncclSend/ncclRecv (header)");
+    if (r2 != ncclSuccess) return nccl_error(r2, "ncclGroupEnd (header)");
+    CUDA_TRY(cudaMemcpyAsync(theirs, be->hdr + 4, 4 * sizeof(uint64_t), cudaMemcpyDeviceToHost, be->stream),
+             "cudaMemcpyAsync");
+    DT_CHECK(wait_stream(comm, be));
+    if (theirs[0] != mine[0] || theirs[1] != mine[1])
+        return dt_comm_p2p_mismatch_(req, theirs[0], (uint32_t)theirs[1], theirs[2]);
+    return DT_STATUS_OK;
 }
 
 static dt_status_t nccl_start(dt_comm_t *comm, dt_comm_req_t *req) {
@@ -153,6 +219,14 @@ static dt_status_t nccl_start(dt_comm_t *comm, dt_comm_req_t *req) {
     case DT_COMM_OP_BROADCAST:
         NCCL_TRY(ncclBroadcast(req->recv_, req->recv_, count, t, req->root_, be->nc, be->stream),
                  "ncclBroadcast");
+        break;
+    case DT_COMM_OP_SEND:
+    case DT_COMM_OP_RECV: /* on a 2-rank channel: the peer is the other rank */
+        DT_CHECK(p2p_header(comm, be, req));
+        if (req->op_ == DT_COMM_OP_SEND)
+            NCCL_TRY(ncclSend(req->send_, count, t, 1 - comm->rank, be->nc, be->stream), "ncclSend");
+        else
+            NCCL_TRY(ncclRecv(req->recv_, count, t, 1 - comm->rank, be->nc, be->stream), "ncclRecv");
         break;
     case DT_COMM_OP_BARRIER:
         NCCL_TRY(ncclAllReduce(be->scratch, be->scratch, 1, ncclFloat32, ncclSum, be->nc, be->stream),

@@ -34,6 +34,10 @@
  *     writes its share of the big buffers once.
  *   reduce_scatter: the first half of that. all_gather, broadcast: copy through
  *     slots.
+ *   send/recv (a 2-rank channel, comm_p2p.c): like broadcast from rank 0, but
+ *     the first round of each message starts both slots with a header (count,
+ *     dtype, seq) that each end checks against its own before any payload is
+ *     used; the sender's first payload bytes follow its header.
  *   Slots are 1 MiB (config chunk_bytes): fewer rounds keep the cost of a
  *   descheduled peer low on a busy host. From 4 MiB the output is written with
  *   non-temporal stores. Two ranks in fp32 reduce and write slot and output in
@@ -502,6 +506,43 @@ static dt_status_t broadcast(dt_comm_t *comm, shm_be_t *be, dt_comm_req_t *req, 
     return DT_STATUS_OK;
 }
 
+typedef struct p2p_hdr {
+    uint64_t count, seq;
+    uint32_t dtype, op;
+} p2p_hdr_t;
+#define SHM_P2P_HDR 64u /* header room at the start of a message's first slot */
+#define SHM_P2P_SIG 0x7032u /* one signature for both ends (their ops differ) */
+
+static dt_status_t send_recv(dt_comm_t *comm, shm_be_t *be, dt_comm_req_t *req) {
+    size_t bytes = req->count_ * dt_comm_dtype_size(req->dtype_), off = 0;
+    uint8_t *buf = req->recv_;
+    int sender = be->r == 0, first = 1;
+    while (first || off < bytes) {
+        size_t at = first ? SHM_P2P_HDR : 0, room = be->slot_bytes - at;
+        size_t m = bytes - off < room ? bytes - off : room;
+        uint64_t v = next_round(be, SHM_P2P_SIG);
+        uint8_t *mine = slot(be, be->r, be->round);
+        if (first) {
+            p2p_hdr_t h = {req->count_, req->seq_, (uint32_t)req->dtype_, (uint32_t)req->op_};
+            memcpy(mine, &h, sizeof(h));
+        }
+        if (sender && m) memcpy(mine + at, buf + off, m);
+        post(be, 0, v);
+        DT_CHECK(wait_flag(comm, be, 1 - be->r, 0, v));
+        const uint8_t *theirs = slot(be, 1 - be->r, be->round);
+        if (first) {
+            p2p_hdr_t h;
+            memcpy(&h, theirs, sizeof(h));
+            if (h.count != req->count_ || h.dtype != (uint32_t)req->dtype_)
+                return dt_comm_p2p_mismatch_(req, h.count, h.dtype, h.seq);
+        }
+        if (!sender && m) memcpy(buf + off, theirs + at, m);
+        off += m;
+        first = 0;
+    }
+    return DT_STATUS_OK;
+}
+
 static dt_status_t shm_run(dt_comm_t *comm, dt_comm_req_t *req) {
     shm_be_t *be = comm->be;
     uint64_t sig = signature(req);
@@ -514,6 +555,8 @@ static dt_status_t shm_run(dt_comm_t *comm, dt_comm_req_t *req) {
     case DT_COMM_OP_REDUCE_SCATTER: return sliced_reduce(comm, be, req, sig, 0);
     case DT_COMM_OP_ALL_GATHER: return all_gather(comm, be, req, sig);
     case DT_COMM_OP_BROADCAST: return broadcast(comm, be, req, sig);
+    case DT_COMM_OP_SEND:
+    case DT_COMM_OP_RECV: return send_recv(comm, be, req);
     case DT_COMM_OP_BARRIER: {
         uint64_t v = next_round(be, sig);
         post(be, 0, v);

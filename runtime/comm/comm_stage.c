@@ -46,6 +46,12 @@ static void plan_staging(const dt_comm_t *comm, const dt_comm_req_t *req, stage_
         else
             p->out_bytes = p->total;
         break;
+    case DT_COMM_OP_SEND:
+        p->total = p->in_bytes = count * es;
+        break;
+    case DT_COMM_OP_RECV:
+        p->total = p->out_bytes = count * es;
+        break;
     case DT_COMM_OP_BARRIER:
         break;
     }
@@ -73,7 +79,7 @@ dt_status_t dt_comm_stage_copy_(dt_comm_t *comm, const dt_comm_req_t *req, void 
 dt_status_t dt_comm_run_staged_(dt_comm_t *comm, dt_comm_req_t *req) {
     stage_plan_t p;
     plan_staging(comm, req, &p);
-    if (p.total == 0) return comm->ops->run(comm, req); /* barrier: no buffers */
+    if (p.total == 0) return comm->ops->run(comm, req); /* barrier, 0-count message: no buffers */
     if (comm->stage_cap < p.total) {
         dt_mem_free(comm->stage_buf);
         comm->stage_cap = 0;

@@ -11,7 +11,9 @@
  *
  * Every op starts with a 40-byte header to the next rank (op, seq, count, dtype,
  * reduction, root); a rank whose previous neighbour is in another op fails at
- * once with DT_STATUS_MISMATCH naming both.
+ * once with DT_STATUS_MISMATCH naming both. On a 2-rank point-to-point channel
+ * (comm_p2p.c) a send meets a recv: their headers must agree on count and
+ * dtype, then the payload goes as a broadcast from the sender (rank 0).
  *
  * Algorithms (n ranks, slices as in comm.h):
  *   all_reduce: ring reduce-scatter (n-1 steps) then ring all-gather (n-1 steps).
@@ -376,6 +378,15 @@ static dt_status_t exchange_header(dt_comm_t *comm, tcp_be_t *be, const dt_comm_
     if (theirs.magic != TCP_OP_MAGIC)
         return dt_error(DT_STATUS_PROTOCOL, "tcp comm: rank %d: bad op header from rank %d", be->r,
                         (be->r - 1 + be->n) % be->n);
+    if (req->op_ == DT_COMM_OP_SEND || req->op_ == DT_COMM_OP_RECV) {
+        uint32_t want = req->op_ == DT_COMM_OP_SEND ? DT_COMM_OP_RECV : DT_COMM_OP_SEND;
+        if (theirs.op != want)
+            return dt_error(DT_STATUS_PROTOCOL, "tcp comm: rank %d: %s met op %u on a point-to-point channel",
+                            be->r, dt_comm_op_name(req->op_), theirs.op);
+        if (theirs.count != mine.count || theirs.dtype != mine.dtype)
+            return dt_comm_p2p_mismatch_(req, theirs.count, theirs.dtype, theirs.seq);
+        return DT_STATUS_OK;
+    }
     if (theirs.op != mine.op || theirs.dtype != mine.dtype || theirs.seq != mine.seq || theirs.count != mine.count ||
         (req->op_ <= DT_COMM_OP_REDUCE_SCATTER && theirs.redop != mine.redop) ||
         (req->op_ == DT_COMM_OP_BROADCAST && theirs.root != mine.root)) {
@@ -640,7 +651,9 @@ static dt_status_t tcp_dispatch(dt_comm_t *comm, tcp_be_t *be, dt_comm_req_t *re
     case DT_COMM_OP_ALL_REDUCE: return tcp_all_reduce(comm, be, req);
     case DT_COMM_OP_REDUCE_SCATTER: return tcp_reduce_scatter(comm, be, req);
     case DT_COMM_OP_ALL_GATHER: return tcp_all_gather(comm, be, req);
-    case DT_COMM_OP_BROADCAST: return tcp_broadcast(comm, be, req);
+    case DT_COMM_OP_BROADCAST:
+    case DT_COMM_OP_SEND: /* from the channel's rank 0 (root_ 0) */
+    case DT_COMM_OP_RECV: return tcp_broadcast(comm, be, req);
     case DT_COMM_OP_BARRIER: {
         float one = 1.0f, sum = 0.0f;
         return ring_reduce(comm, be, &one, &sum, 1, DT_COMM_SUM, 1);

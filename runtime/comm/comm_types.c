@@ -33,6 +33,8 @@ const char *dt_comm_op_name(dt_comm_op_t op) {
     case DT_COMM_OP_ALL_GATHER: return "all_gather";
     case DT_COMM_OP_BROADCAST: return "broadcast";
     case DT_COMM_OP_BARRIER: return "barrier";
+    case DT_COMM_OP_SEND: return "send";
+    case DT_COMM_OP_RECV: return "recv";
     }
     return "unknown";
 }
