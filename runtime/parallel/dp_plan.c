@@ -47,14 +47,17 @@ dt_status_t dt_dp_plan_init(const dt_model_layout *l, int n_shards, int shard_ra
     p->shard_rank = shard_rank;
     p->buckets = dt_xcalloc((size_t)l->n_units, sizeof *p->buckets);
     p->unit_bucket = dt_xcalloc((size_t)l->n_units, sizeof *p->unit_bucket);
-    /* Reverse order: gather units from the last until the bucket reaches its cap. */
+    /* Reverse order: gather units from the last until the bucket reaches its cap, or
+     * the next unit is not the whole model's previous one (a pipeline rank's chunks
+     * are apart in the model: a bucket never spans two, so each chunk's backward
+     * completes its buckets). */
     int hi = l->n_units - 1;
     while (hi >= 0) {
         size_t limit = p->n_buckets == 0 ? first_cap : cap, n = 0;
         int lo = hi;
         for (;;) {
             n += l->units[lo].numel;
-            if (n >= limit || lo == 0) break;
+            if (n >= limit || lo == 0 || l->units[lo - 1].gunit + 1 != l->units[lo].gunit) break;
             lo--;
         }
         dt_dp_bucket *b = &p->buckets[p->n_buckets];
