@@ -303,8 +303,8 @@ static dt_status_t run_action(dt_pp_t *pp, int i, const dt_batch *batches, float
         DT_CHECK(dt_net_forward(net, &batches[a->mb], &l));
         if (last_chunk(pp, a->chunk)) *loss_sum += l;
         DT_CHECK(pp->dev->ops->synchronize(pp->dev)); /* the output is complete before it travels */
+        test_delay(pp, 1); /* (a test's compute time: before the output leaves) */
         DT_CHECK(send_out(pp, a, *slot));
-        test_delay(pp, 1);
     } else {
         DT_CHECK(wait_recv(pp, i));
         dt_net_use(net, *slot);
@@ -313,6 +313,7 @@ static dt_status_t run_action(dt_pp_t *pp, int i, const dt_batch *batches, float
         DT_CHECK(dt_net_backward(net, dscale));
         DT_CHECK(take_err(pp));
         DT_CHECK(dt_dp_micro_end(pp->dp));
+        test_delay(pp, 2);
         DT_CHECK(send_out(pp, a, *slot));
         release(pp, *slot);
         if (pp->emb && last_chunk(pp, a->chunk) && a->mb == pp->m - 1) { /* the tie's gradient, summed */
@@ -324,7 +325,6 @@ static dt_status_t run_action(dt_pp_t *pp, int i, const dt_batch *batches, float
             }
             pp->tie_live = 1;
         }
-        test_delay(pp, 2);
     }
     return dt_tp_check(pp->o.tp);
 }

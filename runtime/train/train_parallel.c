@@ -79,21 +79,30 @@ dt_status_t dt_train_pp_step_(dt_trainer_t *t, double *loss_sum, double *data_s)
     return dt_pp_step(t->pp, t->mb_batches, 1.0f / ((float)t->net.n_rows * (float)t->accum), loss_sum);
 }
 
-dt_status_t dt_train_pp_figures_(dt_trainer_t *t, int logged, double out[4]) {
+dt_status_t dt_train_pp_figures_(dt_trainer_t *t, double out[4]) {
     dt_pp_stats ps;
     dt_pp_get_stats(t->pp, &ps);
-    t->pp_pipeline_ms += ps.pipeline_ms;
-    t->pp_wait_ms += ps.wait_ms;
-    t->pp_steps++;
-    if (ps.arenas > t->pp_arenas) t->pp_arenas = ps.arenas;
-    if (!logged) return DT_STATUS_OK;
     int n = dt_dp_world_size(t->dp);
-    double mine[3] = {ps.bubble, ps.wait_ms, ps.p2p_bytes}, *all = dt_xcalloc((size_t)n * 3, sizeof *all);
+    /* The stages leave the step's last collective together, so the pipeline's span is
+     * the longest stage's passes; a stage's bubble is the share of the span it did
+     * not compute (waiting for a neighbour, or done before the others). */
+    double mine[3] = {ps.pipeline_ms, ps.wait_ms, ps.p2p_bytes}, *all = dt_xcalloc((size_t)n * 3, sizeof *all);
     dt_status_t st = dt_dp_all_gather_f64(t->dp, mine, 3, all);
+    double span = 0;
+    for (int r = 0; r < n; r++) span = all[3 * r] > span ? all[3 * r] : span;
     out[0] = out[2] = out[3] = 0;
-    for (int r = 0; r < n; r++) out[0] += all[3 * r] / n, out[2] += all[3 * r + 1] / n, out[3] += all[3 * r + 2];
+    for (int r = 0; r < n; r++) {
+        double compute = all[3 * r] - all[3 * r + 1];
+        out[0] += (span > 0 ? 1 - compute / span : 0) / n;
+        out[2] += (span - compute) / n;
+        out[3] += all[3 * r + 2];
+    }
     out[1] = dt_pp_bubble_ideal(dt_train_pp_schedule_(t->cfg), t->place.pp_size, (int)t->cfg->pp.virtual_stages,
                                 t->accum);
+    t->pp_span_ms += span;
+    t->pp_compute_ms += ps.pipeline_ms - ps.wait_ms;
+    t->pp_steps++;
+    if (ps.arenas > t->pp_arenas) t->pp_arenas = ps.arenas;
     free(all);
     return st;
 }

@@ -521,8 +521,8 @@ static void my_memory(dt_trainer_t *t, double *v) {
     v[MEM_WORK] = (double)e.work;
     v[MEM_STAGE] = t->place.pp_rank;
     double steps = t->pp_steps > 0 ? (double)t->pp_steps : 1;
-    v[MEM_BUBBLE] = t->pp_pipeline_ms > 0 ? t->pp_wait_ms / t->pp_pipeline_ms : 0;
-    v[MEM_PP_COMPUTE] = (t->pp_pipeline_ms - t->pp_wait_ms) / steps;
+    v[MEM_BUBBLE] = t->pp_span_ms > 0 ? 1 - t->pp_compute_ms / t->pp_span_ms : 0;
+    v[MEM_PP_COMPUTE] = t->pp_compute_ms / steps;
     v[MEM_ARENAS] = t->pp_arenas;
 }
 
@@ -692,7 +692,7 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env) {
         int print = cfg->steps_per_print > 0 ? (step % cfg->steps_per_print == 0) : 0;
         int logged = print || step == steps || step == 1 || !isnan(val);
         double ppf[4] = {NAN, NAN, NAN, NAN}; /* the stages' bubble, its ideal, wait ms, p2p bytes */
-        if (t.pp) DT_CHECK_GOTO(dt_train_pp_figures_(&t, logged, ppf), st, out_teardown);
+        if (t.pp) DT_CHECK_GOTO(dt_train_pp_figures_(&t, ppf), st, out_teardown);
         /* On a terminal the other steps redraw one live line ('\r', no newline). */
         if (rank0 && (logged || live)) {
             double step_s = t1 - t0;

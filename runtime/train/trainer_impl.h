@@ -42,7 +42,7 @@ typedef struct dt_trainer {
     int32_t *mb_tokens, *mb_targets;
     dt_batch *mb_batches;
     int *pp_bounds; /* the partition: chunk k holds blocks [pp_bounds[k], pp_bounds[k+1]) */
-    double pp_pipeline_ms, pp_wait_ms; /* summed over the run's steps (summary.json) */
+    double pp_span_ms, pp_compute_ms; /* summed over the run's steps (summary.json) */
     int64_t pp_steps;
     int pp_arenas;
     dt_dp_t *dp;     /* owns parameters, gradients and optimizer state */
@@ -78,10 +78,11 @@ dt_status_t dt_train_pp_init_(dt_trainer_t *t);
 /* One step's micro-batches read and run through the pipeline: *loss_sum is the sum of
  * their mean losses on the last stage (NAN elsewhere); *data_s += the read time. */
 dt_status_t dt_train_pp_step_(dt_trainer_t *t, double *loss_sum, double *data_s);
-/* After a step: adds this rank's pipeline figures to the run's; when logged
- * (collective over all ranks then, the same steps everywhere) out gets the stages'
- * mean bubble, the ideal, the mean ms waited and the bytes all ranks sent. */
-dt_status_t dt_train_pp_figures_(dt_trainer_t *t, int logged, double out[4]);
+/* After a step (collective over all ranks): out gets the stages' mean bubble (the
+ * share of the pipeline's span, its longest stage's passes, a stage did not compute),
+ * the schedule's ideal, the mean ms a stage did not compute and the bytes all ranks
+ * sent point to point; this rank's compute and the span add to the run's. */
+dt_status_t dt_train_pp_figures_(dt_trainer_t *t, double out[4]);
 /* x := the mean of the last stage's ranks' x (collective over all ranks). */
 dt_status_t dt_train_mean_loss_(dt_trainer_t *t, double *x);
 /* The whole model's fp32 parameters (the global layout) on every rank into *out
