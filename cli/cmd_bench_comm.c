@@ -13,7 +13,7 @@
  * and reduce_scatter, the output of all_gather), count (elements of it), type,
  * redop, time (us per op, the slowest rank's mean), algbw = size / time, busbw =
  * algbw * factor (nccl-tests: 2(n-1)/n all_reduce, (n-1)/n reduce_scatter and
- * all_gather, 1 broadcast), #wrong (elements that differ from the expected
+ * all_gather, 1 broadcast and p2p), #wrong (elements that differ from the expected
  * result in a checked run after the timed ones; exact integer-valued inputs).
  *
  * --device cpu|cuda (default cuda when a GPU is visible: dt_gpuinfo_count
@@ -27,6 +27,11 @@
  * region ends with the device synchronized; NCCL ops are issued
  * asynchronously and waited for at the end, as nccl-tests does, so time is
  * the total over --iters divided by --iters.
+ *
+ * --op p2p: a ping-pong between ranks 0 and 1 (point to point, comm.h): rank 0
+ * sends the buffer to rank 1, which sends it back; time is half the round trip
+ * (one message), algbw = busbw = size / time, as nccl-tests' sendrecv reports.
+ * Other ranks idle. It runs blocking on every backend, NCCL too.
  *
  * Reference line: the memcpy bandwidth of one thread (a 64 MiB copy, best of
  * 5) for the cpu device, the bound for shared-memory busbw; for cuda the
@@ -71,7 +76,7 @@ typedef struct bench_opts {
 } bench_opts_t;
 
 static const char bench_usage[] =
-    "usage: dtrun [LAUNCH FLAGS] bench comm [--op all_reduce|reduce_scatter|all_gather|broadcast]\n"
+    "usage: dtrun [LAUNCH FLAGS] bench comm [--op all_reduce|reduce_scatter|all_gather|broadcast|p2p]\n"
     "         [--min 8] [--max 256M] [--factor 2] [--iters 20] [--warmup 5] [--dtype f32|bf16]\n"
     "         [--device cpu|cuda] [--backend auto|shm|tcp|hier|nccl] [--chunk BYTES] [--conns K]\n"
     "       dtrun __bench_comm_rank --nproc N [--local-world-size L] [same flags]   (one node, no launch flags)\n"
@@ -115,6 +120,7 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
             else if (!strcmp(v, "reduce_scatter")) o->op = DT_COMM_OP_REDUCE_SCATTER;
             else if (!strcmp(v, "all_gather")) o->op = DT_COMM_OP_ALL_GATHER;
             else if (!strcmp(v, "broadcast")) o->op = DT_COMM_OP_BROADCAST;
+            else if (!strcmp(v, "p2p")) o->op = DT_COMM_OP_SEND; /* ping-pong between ranks 0 and 1 */
             else bad = 1;
         } else if (!strcmp(a, "--min")) {
             bad = parse_size(v, &o->min);
@@ -361,6 +367,16 @@ static dt_status_t run_op(bench_t *b, size_t count) {
     case DT_COMM_OP_ALL_GATHER:
         return dt_comm_all_gather(c, b->in, b->out, count / (size_t)dt_comm_size(c), o->dtype);
     case DT_COMM_OP_BROADCAST: return dt_comm_broadcast(c, b->out, count, o->dtype, 0);
+    case DT_COMM_OP_SEND: /* p2p: there and back between ranks 0 and 1 */
+        if (dt_comm_rank(c) == 0) {
+            DT_CHECK(dt_comm_send(c, b->in, count, o->dtype, 1));
+            return dt_comm_recv(c, b->out, count, o->dtype, 1);
+        }
+        if (dt_comm_rank(c) == 1) {
+            DT_CHECK(dt_comm_recv(c, b->out, count, o->dtype, 0));
+            return dt_comm_send(c, b->out, count, o->dtype, 0);
+        }
+        return DT_STATUS_OK;
     default: return dt_comm_barrier(c);
     }
 }
@@ -385,7 +401,7 @@ static dt_status_t start_op(bench_t *b, size_t count, dt_comm_req_t *req) {
  * iterations and synchronizes once. Then the device is synchronized, so
  * staged results (host->device copies) have landed too. */
 static dt_status_t run_iters(bench_t *b, size_t count, int iters) {
-    if (dt_comm_backend(b->c) == DT_COMM_BACKEND_NCCL) {
+    if (dt_comm_backend(b->c) == DT_COMM_BACKEND_NCCL && b->o->op != DT_COMM_OP_SEND) {
         if (!b->reqs) b->reqs = dt_xcalloc(BENCH_INFLIGHT, sizeof *b->reqs);
         dt_comm_req_t *reqs = b->reqs;
         dt_status_t st = DT_STATUS_OK;
@@ -435,8 +451,9 @@ static size_t count_wrong(bench_t *b, size_t count, dt_status_t *st) {
     for (size_t i = 0; i < nin; i++) set_elem(hin, o->dtype, i, input_value(r, i));
     *st = upload(b, b->in, hin, nin * es);
     if (*st != DT_STATUS_OK) return count;
-    if (o->op == DT_COMM_OP_BROADCAST) {
-        for (size_t i = 0; i < count; i++) set_elem(hout, o->dtype, i, r == 0 ? input_value(0, i) : -1.0f);
+    if (o->op == DT_COMM_OP_BROADCAST || o->op == DT_COMM_OP_SEND) {
+        for (size_t i = 0; i < count; i++)
+            set_elem(hout, o->dtype, i, r == 0 && o->op == DT_COMM_OP_BROADCAST ? input_value(0, i) : -1.0f);
         *st = upload(b, b->out, hout, count * es);
         if (*st != DT_STATUS_OK) return count;
     }
@@ -444,6 +461,7 @@ static size_t count_wrong(bench_t *b, size_t count, dt_status_t *st) {
     if (*st != DT_STATUS_OK) return count;
     size_t nout = o->op == DT_COMM_OP_REDUCE_SCATTER ? dt_comm_slice_count(count, n, r)
                   : o->op == DT_COMM_OP_ALL_GATHER   ? per * (size_t)n
+                  : o->op == DT_COMM_OP_SEND && r > 1 ? 0 /* p2p: ranks 0 and 1 only */
                                                      : count;
     size_t off = o->op == DT_COMM_OP_REDUCE_SCATTER ? dt_comm_slice_offset(count, n, r) : 0;
     if (b->dev) {
@@ -457,7 +475,7 @@ static size_t count_wrong(bench_t *b, size_t count, dt_status_t *st) {
         size_t g = off + i;
         if (o->op == DT_COMM_OP_ALL_GATHER)
             want = input_value((int)(i / per), i % per);
-        else if (o->op == DT_COMM_OP_BROADCAST)
+        else if (o->op == DT_COMM_OP_BROADCAST || o->op == DT_COMM_OP_SEND) /* p2p: rank 0's, there and back */
             want = input_value(0, g);
         else
             want = (float)((g % 13) * (size_t)n + (size_t)n * (size_t)(n - 1) / 2);
@@ -512,7 +530,7 @@ static void print_header(bench_t *b, int staged, double copy, double host_copy) 
                  staged ? "; buffers staged through host memory" : "");
     else
         snprintf(device, sizeof device, "device cpu");
-    printf("# dtrun bench comm: %s, %d ranks, backend %s, %s, iters %d, warmup %d, %s\n", dt_comm_op_name(o->op), n,
+    printf("# dtrun bench comm: %s, %d ranks, backend %s, %s, iters %d, warmup %d, %s\n", o->op == DT_COMM_OP_SEND ? "p2p" : dt_comm_op_name(o->op), n,
            dt_comm_backend_name(dt_comm_backend(b->c)), dt_comm_dtype_name(o->dtype), o->iters, o->warmup, device);
     if (!b->dev || staged)
         printf("# memory copy bandwidth (memcpy of 64 MiB, 1 thread, best of 5): %.2f GB/s"
@@ -576,8 +594,13 @@ static int bench_rank(bench_opts_t *o) {
     }
     staged = b.dev && dt_comm_backend(b.c) != DT_COMM_BACKEND_NCCL;
     int n = dt_comm_size(b.c), r = dt_comm_rank(b.c);
+    if (o->op == DT_COMM_OP_SEND && n < 2) {
+        if (r == 0) fprintf(stderr, "dtrun bench comm: --op p2p needs at least 2 ranks (it has %d)\n", n);
+        rc = DT_EXIT_USAGE;
+        goto out_free_comm;
+    }
     double busf = o->op == DT_COMM_OP_ALL_REDUCE   ? 2.0 * (n - 1) / n
-                  : o->op == DT_COMM_OP_BROADCAST ? 1.0
+                  : o->op == DT_COMM_OP_BROADCAST || o->op == DT_COMM_OP_SEND ? 1.0
                                                   : (double)(n - 1) / n;
     double copy = 0, host_copy = 0;
     if (dt_comm_barrier(b.c) != DT_STATUS_OK) goto out_comm_failed;
@@ -595,6 +618,7 @@ static int bench_rank(bench_opts_t *o) {
         double t0 = dt_now_s();
         if (run_iters(&b, count, o->iters) != DT_STATUS_OK) goto out_comm_failed;
         float us = (float)((dt_now_s() - t0) / o->iters * 1e6), slowest = 0;
+        if (o->op == DT_COMM_OP_SEND) us /= 2; /* p2p: one message of the round trip */
         if (reduce_value(&b, us, DT_COMM_MAX, &slowest) != DT_STATUS_OK) goto out_comm_failed;
         dt_status_t st;
         float wrong = (float)count_wrong(&b, count, &st), all_wrong = 0;

@@ -189,30 +189,7 @@ dt_status_t dt_comm_tick_slow_(dt_comm_t *comm) {
     /* Timed out: name this op and what every rank published. */
     char what[200], msg[768];
     dt_comm_describe_(comm->cur, what, sizeof(what));
-    if (comm->channel) {
-        /* a point-to-point channel: ranks by global number, and the peer's own op */
-        int peer = comm->members[1 - comm->rank];
-        char key[512];
-        snprintf(key, sizeof(key), "%s/status/%d", comm->prefix, 1 - comm->rank);
-        const char *k = key;
-        int ready = 0;
-        void *v = NULL;
-        size_t n = 0;
-        double old = comm->timeout_s;
-        dt_store_set_timeout(comm->store, 2.0);
-        if (dt_store_check(comm->store, &k, 1, &ready) == DT_STATUS_OK && ready &&
-            dt_store_get(comm->store, key, &v, &n) == DT_STATUS_OK)
-            snprintf(msg, sizeof(msg), "%s on rank %d (%s) did not complete in %.1f s; rank %d is in %.*s", what,
-                     comm->global_rank, comm->ops->name, waited, peer, (int)n, (char *)v);
-        else
-            snprintf(msg, sizeof(msg),
-                     "%s on rank %d (%s) did not complete in %.1f s; rank %d made no report (not waiting on this "
-                     "channel, or gone)",
-                     what, comm->global_rank, comm->ops->name, waited, peer);
-        free(v);
-        dt_store_set_timeout(comm->store, old);
-        return dt_error(DT_STATUS_TIMEOUT, "%s", msg);
-    }
+    if (comm->channel) return dt_comm_p2p_timeout_(comm, what, waited); /* comm_p2p.c */
     int off = snprintf(msg, sizeof(msg), "%s on rank %d (of %d, %s) did not complete in %.1f s; ranks:",
                        what, comm->rank, comm->size, comm->ops->name, waited);
     double old = comm->timeout_s;

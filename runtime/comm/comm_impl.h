@@ -133,6 +133,9 @@ dt_status_t dt_comm_create_channel_(const dt_comm_t *like, const char *id, const
 /* Queues or runs req (filled: op, buffers, count, dtype, root) on comm, as
  * every *_async call does; blocking = 1 may run it on the caller's thread. */
 dt_status_t dt_comm_issue_(dt_comm_t *comm, dt_comm_req_t *req, int blocking);
+/* The timeout detail of a channel's op (comm_p2p.c; what: the op described):
+ * this rank and its peer by global rank, and the op the peer published. */
+dt_status_t dt_comm_p2p_timeout_(dt_comm_t *comm, const char *what, double waited);
 /* Frees the channels of a communicator (comm_p2p.c). */
 void dt_comm_p2p_free_(dt_comm_t *comm);
 /* Point to point on a channel: both ends exchange (count, dtype) before the

@@ -107,6 +107,32 @@ dt_status_t dt_comm_p2p_mismatch_(const dt_comm_req_t *req, uint64_t peer_count,
                     dt_comm_dtype_name(req->dtype_));
 }
 
+dt_status_t dt_comm_p2p_timeout_(dt_comm_t *comm, const char *what, double waited) {
+    /* ranks by global number, and the peer's own op as it published it */
+    char msg[768];
+    int peer = comm->members[1 - comm->rank];
+    char key[512];
+    snprintf(key, sizeof(key), "%s/status/%d", comm->prefix, 1 - comm->rank);
+    const char *k = key;
+    int ready = 0;
+    void *v = NULL;
+    size_t n = 0;
+    double old = comm->timeout_s;
+    dt_store_set_timeout(comm->store, 2.0);
+    if (dt_store_check(comm->store, &k, 1, &ready) == DT_STATUS_OK && ready &&
+        dt_store_get(comm->store, key, &v, &n) == DT_STATUS_OK)
+        snprintf(msg, sizeof(msg), "%s on rank %d (%s) did not complete in %.1f s; rank %d is in %.*s", what,
+                 comm->global_rank, comm->ops->name, waited, peer, (int)n, (char *)v);
+    else
+        snprintf(msg, sizeof(msg),
+                 "%s on rank %d (%s) did not complete in %.1f s; rank %d made no report (not waiting on this "
+                 "channel, or gone)",
+                 what, comm->global_rank, comm->ops->name, waited, peer);
+    free(v);
+    dt_store_set_timeout(comm->store, old);
+    return dt_error(DT_STATUS_TIMEOUT, "%s", msg);
+}
+
 void dt_comm_p2p_free_(dt_comm_t *comm) {
     if (!comm->p2p) return;
     for (int i = 0; i < 2 * comm->size; i++) dt_comm_free(comm->p2p[i]);

@@ -163,7 +163,9 @@ typedef enum dt_net_stage_io {
 void *dt_net_stage_buf(dt_net_t *net, dt_net_stage_io which);
 size_t dt_net_stage_elems(const dt_net_t *net);
 /* Ensures n arenas exist (arena 0 is dt_net_init's; new ones, the same bytes and
- * slots, allocated in DT_MEM_ACTIVATIONS), so n micro-batches can be in flight. */
+ * slots, allocated in DT_MEM_ACTIVATIONS), so n forwards can await their backward:
+ * one arena per (micro-batch, chunk) in flight (interleaving keeps a rank's chunks of
+ * one micro-batch in flight together). */
 dt_status_t dt_net_arenas(dt_net_t *net, int n);
 /* Selects arena i for the next forwards/backwards and the stage buffers; each arena
  * keeps its own pending forward, so backward of arena i works after forwards in
