@@ -84,6 +84,20 @@ dt_status_t dt_trainer_check_data(const dt_config_t *cfg) {
             return dt_error(DT_STATUS_CONFIG, "%s (model.vocab_size is %d, from the %s in '%s')", msg, spec.vocab_size,
                             first == DT_DATA_TEXT ? "text (bytes)" : "token shards", src[0].path);
     }
+    if (cfg->pp.stages > 1) { /* the blocks cut into pipeline.stages x virtual_stages chunks of at least one */
+        dt_model_spec spec;
+        dt_model_layout whole;
+        DT_CHECK(dt_trainer_spec_(cfg, &spec));
+        DT_CHECK(config_error(dt_model_layout_init(&spec, &whole)));
+        int n = (int)(cfg->pp.stages * cfg->pp.virtual_stages);
+        int *bounds = calloc((size_t)n + 1, sizeof *bounds);
+        dt_status_t st = bounds ? dt_model_pp_partition(&whole, (int)cfg->pp.stages, (int)cfg->pp.virtual_stages,
+                                                        (dt_pp_partition_t)cfg->pp.partition, bounds)
+                                : DT_STATUS_NOMEM;
+        free(bounds);
+        dt_model_layout_free(&whole);
+        DT_CHECK(config_error(st));
+    }
     return DT_STATUS_OK;
 }
 
