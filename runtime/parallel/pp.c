@@ -212,9 +212,13 @@ static dt_status_t acquire(dt_pp_t *pp, int *out) {
         DT_CHECK(dt_net_arenas(pp->net, pp->n_arenas + 1));
         a = pp->n_arenas++;
     }
-    if (pp->send_live[a]) {
+    if (pp->send_live[a]) { /* its last message still travels */
         pp->send_live[a] = 0;
-        DT_CHECK(timed_wait(pp, &pp->send_req[a]));
+        dt_status_t st = timed_wait(pp, &pp->send_req[a]);
+        if (st != DT_STATUS_OK) {
+            fail(pp, st, "a send to a neighbouring stage");
+            return take_err(pp);
+        }
     }
     if (++pp->held > pp->most) pp->most = pp->held;
     *out = a;
