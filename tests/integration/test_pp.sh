@@ -162,7 +162,7 @@ for a, b in zip(f, g):  # the same stage layout: one arena is the same bytes und
     assert b["activation_bytes"] == one * b["pipeline"]["activation_arenas"], (a, b)
 print("activation bytes per stage, 1F1B:", [r["activation_bytes"] for r in f], "GPipe:", [r["activation_bytes"] for r in g])
 PY
-python3 - "$DT_TMP" <<'PY' && pass "GPipe at m=8 holds 8 arenas on every stage, 1F1B still P-s" || fail "arenas at m=8"
+python3 - "$DT_TMP" <<'PY' && pass "3D rank layout: TP innermost, then PP, then DP (stages of ranks 0-7: 0 0 1 1 0 0 1 1)" || fail "3D rank layout"
 import json, sys
 d = sys.argv[1]
 g = json.load(open(f"{d}/3d_zero1/summary.json"))
@@ -215,4 +215,22 @@ wait $lpid; rc=$?
 if [ $rc -eq 1 ] && grep -Eq 'pipeline stage 0: .*(recv|send) #[0-9]+ (from|to) rank 1 \(count [0-9]+, f32\)' "$DT_TMP/hang.out"; then
   pass "a stopped stage: exit 1, the neighbour's error names the op, the peer and the sequence number"
 else fail "a stopped stage" "rc=$rc $(grep -m2 -E 'error|timed|did not' "$DT_TMP/hang.out")"; fi
+
+# A stage that dies: the group restarts as it does without a pipeline, resumes from the
+# last checkpoint and ends as the run that never failed.
+if DTRUN_FAULT_KILL_STEP=12 DTRUN_FAULT_KILL_RANK=1 DTRUN_DUMP_PARAMS="$DT_TMP/die.bin" $T "$DTRUN" --standalone \
+     --nproc_per_node 2 --max_restarts 1 "$DT_TMP/gpt.json" pipeline.stages=2 checkpoint.dir="$DT_TMP/ckd" \
+     checkpoint.every_steps=10 checkpoint.resume=auto log.dir="$DT_TMP/die" >"$DT_TMP/die.out" 2>&1 &&
+   grep -q "resumed from .*step_00000010" "$DT_TMP/die.out"; then
+  check "a stage killed at step 12: the group restarts from step 10 and ends as 1 rank does" same die ref 1e-5 11
+else fail "a stage that dies" "$(grep -m3 -Ei 'error|restart|resum' "$DT_TMP/die.out")"; fi
+
+# On the emulated GPU: two ranks sharing it at PP=2 (fp32) against one rank there.
+EMU=${DTRUN_EMU:-$PWD/dtrun-emu}
+if [ -x "$EMU" ]; then
+  if DTRUN="$EMU" run emu1 1 gpt device=cuda bf16.enabled=false && \
+     DTRUN="$EMU" run emu_p2 2 gpt device=cuda bf16.enabled=false pipeline.stages=2; then
+    check "emulated GPU: PP=2 (1f1b, tied head) equals 1 rank within 1e-4" same emu_p2 emu1 1e-4
+  else fail "PP=2 on the emulated GPU"; fi
+else skip "PP=2 on the emulated GPU" "no $EMU (not built in SAN runs)"; fi
 finish
