@@ -4,7 +4,10 @@
  * backward, and its Hugging Face export shapes. Fills dt_model_gpt (model.h).
  *
  * Units: 0 = embeddings (wte (Vp, C), wpe (T, C)), 1..L = the blocks, L+1 = the
- * final LayerNorm; the LM head is tied to wte, so unit 0 is used again at the head.
+ * final LayerNorm; the LM head is tied to wte, so unit 0 is used again at the head
+ * (on a last pipeline stage without the embedding, net->head_w: a copy of wte).
+ * Forward and backward run the layout's chunk net->chunk (net.h), reaching a block's
+ * tensors through its unit's first tensor, so a stage layout runs as the whole model.
  */
 #include <math.h>
 #include <stddef.h>
@@ -182,13 +185,17 @@ enum {
 };
 #define LSLOT(l, s) (G_COUNT + (l) * L_COUNT + (s))
 
-static int gpt_arena_slots(const dt_model_layout *l) { return G_COUNT + l->spec.n_layer * L_COUNT; }
+/* Block slots for the most blocks a chunk of the layout runs (all L for the whole
+ * model), indexed by the block's position in its chunk. */
+static int gpt_arena_slots(const dt_model_layout *l) { return G_COUNT + dt_model_max_chunk_blocks(l) * L_COUNT; }
 
 /* A rank's widths: the whole model's at TP 1; under tensor parallelism the TP
  * regions (attention, MLP, logits) are 1/T as wide and, with sequence parallelism,
  * the rest holds R = B*T/T of the rows. */
 typedef struct gdims {
     int tp, sp, B, T, BT, R, C, NH, L, V, Vp;
+    int nb;          /* block slots in the arena (dt_model_max_chunk_blocks) */
+    int first, last; /* the layout holds a first / a last chunk (the batch and head slots) */
     int Cl, NHl, Fl, Vl, v0; /* local attention width, heads, MLP width, vocabulary rows */
 } gdims;
 
@@ -204,6 +211,9 @@ static gdims gdims_of(const dt_model_layout *lay, int B) {
     d.Fl = 4 * d.C / tp;
     d.Vl = d.Vp / tp;
     d.v0 = lay->tp_rank * d.Vl;
+    d.nb = dt_model_max_chunk_blocks(lay);
+    d.first = dt_model_has_first(lay);
+    d.last = dt_model_has_last(lay);
     return d;
 }
 
@@ -211,11 +221,15 @@ static void gpt_arena_sizes(const dt_device_t *dev, const dt_model_layout *lay, 
     size_t es = dt_dtype_size(dev->ops->dtype);
     gdims d = gdims_of(lay, B);
     size_t BT = (size_t)d.BT, R = (size_t)d.R, C = (size_t)d.C, Cl = (size_t)d.Cl, Fl = (size_t)d.Fl;
-    sizes[G_TOKENS] = sizes[G_TARGETS] = BT * sizeof(int);
-    sizes[G_ENCODED] = sizes[G_LNF] = R * C * es;
-    sizes[G_LNF_MEAN] = sizes[G_LNF_RSTD] = R * sizeof(float);
-    sizes[G_LOSSES] = BT * sizeof(float);
-    sizes[G_LOGITS] = BT * (size_t)d.Vl * es;
+    if (d.first) sizes[G_TOKENS] = BT * sizeof(int);
+    sizes[G_ENCODED] = R * C * es;
+    if (d.last) { /* the head and the loss */
+        sizes[G_TARGETS] = BT * sizeof(int);
+        sizes[G_LNF] = R * C * es;
+        sizes[G_LNF_MEAN] = sizes[G_LNF_RSTD] = R * sizeof(float);
+        sizes[G_LOSSES] = BT * sizeof(float);
+        sizes[G_LOGITS] = BT * (size_t)d.Vl * es;
+    }
     sizes[G_DRES] = R * C * es;
     sizes[G_DTMP] = BT * C * es;
     sizes[G_DQKV] = BT * 3 * Cl * es;
@@ -223,9 +237,9 @@ static void gpt_arena_sizes(const dt_device_t *dev, const dt_model_layout *lay, 
     sizes[G_ATT_SCRATCH] = dev->ops->attention_scratch_bytes(dev, B, d.T, d.Cl, d.NHl, d.NHl);
     if (d.sp) sizes[G_GATH] = sizes[G_PART] = BT * C * es;
     if (d.sp) sizes[G_DRED] = R * C * es;
-    if (d.tp > 1) sizes[G_XSTATS] = 3 * BT * sizeof(float);
+    if (d.tp > 1 && d.last) sizes[G_XSTATS] = 3 * BT * sizeof(float);
     if (d.sp) sizes[G_LNGRAD] = 4 * C * es;
-    for (int l = 0; l < d.L; l++) {
+    for (int l = 0; l < d.nb; l++) {
         size_t *s = sizes + LSLOT(l, 0);
         s[L_LN1] = s[L_ATTPROJ] = s[L_RES2] = s[L_LN2] = s[L_FCPROJ] = s[L_RES3] = R * C * es;
         s[L_ATTY] = BT * Cl * es;
@@ -236,12 +250,19 @@ static void gpt_arena_sizes(const dt_device_t *dev, const dt_model_layout *lay, 
     }
 }
 
+/* The first tensor of block l (whole-model numbering) in the layout, which must hold
+ * it: its tensors follow in the order of the T_ enum. */
+static int block_t0(const dt_model_layout *lay, int l) {
+    return lay->units[dt_model_local_unit(lay, 1 + l)].tensor0;
+}
+
 /* The table order forward and backward rely on. */
 static dt_status_t gpt_net_check(const dt_model_layout *layout) {
     for (int l = 0; l < layout->spec.n_layer; l++) {
+        if (dt_model_local_unit(layout, 1 + l) < 0) continue; /* another stage's */
         char name[DT_MODEL_NAME_LEN];
         snprintf(name, sizeof name, "h.%d.mlp.c_proj.bias", l);
-        if (dt_model_find(layout, name) != LAYER_T(l, T_FCPROJB))
+        if (dt_model_find(layout, name) != block_t0(layout, l) + T_FCPROJB)
             return dt_error(DT_STATUS_INVALID, "model layout out of the expected order at %s", name);
     }
     return DT_STATUS_OK;
@@ -260,8 +281,9 @@ static void gpt_dims(const dt_model_layout *l, dt_model_dims *out) {
 #define G(t) dt_net_grad(net, (t))
 #define A(slot) dt_net_slot(net, (slot))
 #define AF(slot) ((float *)A(slot))
-#define PL(l, k) P(LAYER_T(l, k))
-#define GL(l, k) G(LAYER_T(l, k))
+#define PL(l, k) P(LAYER_T(l, k)) /* the whole model's block l (decoding) */
+#define PB(k) P(t0 + (k))           /* tensor k of the block at hand (first tensor t0) */
+#define GB(k) G(t0 + (k))
 
 /* gpt's TP matmuls over its slots (net_impl.h: dt_net_tp_row_forward,
  * dt_net_tp_column_backward). */
@@ -270,7 +292,14 @@ static void gpt_dims(const dt_model_layout *l, dt_model_dims *out) {
 #define COLUMN_BACKWARD(dw, db, dout, x, w, OC) \
     dt_net_tp_column_backward(net, A(G_DTMP), A(G_DRED), dw, db, dout, x, w, d.BT, d.C, OC)
 
-/* Forward up to the logits; the losses too when with_loss (targets uploaded).
+/* The head's weight and gradient: wte (unit 0) when the layout holds it, else the
+ * tied copy the caller keeps in net->head_w / head_dw (a last pipeline stage). */
+#define HEAD_W (net->layout->tied_head ? P(0) : net->head_w)
+#define HEAD_DW (net->layout->tied_head ? G(0) : net->head_dw)
+
+/* Forward of chunk net->chunk up to the logits; the losses too when with_loss
+ * (targets uploaded). A chunk that is not first starts from G_ENCODED (the stage's
+ * IN buffer); one that is not last ends at its last block's output (OUT).
  * Under tensor parallelism (Megatron): the embedding and the LM head are cut over
  * the vocabulary rows, c_attn and c_fc are column-parallel (this rank's heads and
  * MLP columns), the two c_proj row-parallel; the residual stream is whole on every
@@ -278,112 +307,143 @@ static void gpt_dims(const dt_model_layout *l, dt_model_dims *out) {
 static void gpt_forward(dt_net_t *net, int with_loss) {
     const dt_ops_t *o = net->dev->ops;
     dt_device_t *dv = net->dev;
-    gdims d = gdims_of(net->layout, net->B);
+    const dt_model_layout *lay = net->layout;
+    const dt_model_chunk *ch = &lay->chunks[net->chunk];
+    gdims d = gdims_of(lay, net->B);
     int B = d.B, T = d.T, C = d.C, L = d.L, BT = d.BT, R = d.R;
     size_t rc = (size_t)R * C;
-    dt_net_hook(net, 0, DT_NET_FWD_PRE);
-    if (d.tp == 1) {
-        o->encoder_forward(dv, A(G_ENCODED), net->d_tokens, P(0), P(1), B, T, C);
-    } else { /* each rank its vocabulary rows (the others' tokens are -1: 0), wpe once */
-        void *part = d.sp ? A(G_PART) : A(G_ENCODED);
-        o->encoder_forward(dv, part, net->d_tokens, P(0), net->layout->tp_rank == 0 ? P(1) : NULL, B, T, C);
-        dt_net_tp_reduce_out(net, part, A(G_ENCODED), (size_t)BT * C);
+    if (ch->first) {
+        dt_net_hook(net, 0, DT_NET_FWD_PRE);
+        if (d.tp == 1) {
+            o->encoder_forward(dv, A(G_ENCODED), net->d_tokens, P(0), P(1), B, T, C);
+        } else { /* each rank its vocabulary rows (the others' tokens are -1: 0), wpe once */
+            void *part = d.sp ? A(G_PART) : A(G_ENCODED);
+            o->encoder_forward(dv, part, net->d_tokens, P(0), lay->tp_rank == 0 ? P(1) : NULL, B, T, C);
+            dt_net_tp_reduce_out(net, part, A(G_ENCODED), (size_t)BT * C);
+        }
+        dt_net_hook(net, 0, DT_NET_FWD_POST);
     }
-    dt_net_hook(net, 0, DT_NET_FWD_POST);
     void *residual = A(G_ENCODED);
-    for (int l = 0; l < L; l++) {
-        dt_net_hook(net, 1 + l, DT_NET_FWD_PRE);
-        o->layernorm_forward(dv, A(LSLOT(l, L_LN1)), AF(LSLOT(l, L_LN1_MEAN)), AF(LSLOT(l, L_LN1_RSTD)),
-                             residual, PL(l, T_LN1W), PL(l, T_LN1B), R, C);
-        void *x = dt_net_tp_gather_in(net, A(LSLOT(l, L_LN1)), A(G_GATH), rc);
-        o->matmul_forward(dv, A(LSLOT(l, L_QKV)), x, PL(l, T_QKVW), PL(l, T_QKVB), BT, C, 3 * d.Cl);
-        o->attention_forward(dv, A(LSLOT(l, L_ATTY)), A(LSLOT(l, L_ATT_SAVED)), A(LSLOT(l, L_QKV)), B, T, d.Cl,
+    for (int l = ch->l0; l < ch->l1; l++) {
+        int j = l - ch->l0, u = dt_model_local_unit(lay, 1 + l), t0 = lay->units[u].tensor0;
+        dt_net_hook(net, u, DT_NET_FWD_PRE);
+        o->layernorm_forward(dv, A(LSLOT(j, L_LN1)), AF(LSLOT(j, L_LN1_MEAN)), AF(LSLOT(j, L_LN1_RSTD)),
+                             residual, PB(T_LN1W), PB(T_LN1B), R, C);
+        void *x = dt_net_tp_gather_in(net, A(LSLOT(j, L_LN1)), A(G_GATH), rc);
+        o->matmul_forward(dv, A(LSLOT(j, L_QKV)), x, PB(T_QKVW), PB(T_QKVB), BT, C, 3 * d.Cl);
+        o->attention_forward(dv, A(LSLOT(j, L_ATTY)), A(LSLOT(j, L_ATT_SAVED)), A(LSLOT(j, L_QKV)), B, T, d.Cl,
                              d.NHl, d.NHl);
-        ROW_FORWARD(A(LSLOT(l, L_ATTPROJ)), A(LSLOT(l, L_ATTY)), PL(l, T_ATTPROJW), PL(l, T_ATTPROJB), d.Cl);
-        o->residual_forward(dv, A(LSLOT(l, L_RES2)), residual, A(LSLOT(l, L_ATTPROJ)), rc);
-        o->layernorm_forward(dv, A(LSLOT(l, L_LN2)), AF(LSLOT(l, L_LN2_MEAN)), AF(LSLOT(l, L_LN2_RSTD)),
-                             A(LSLOT(l, L_RES2)), PL(l, T_LN2W), PL(l, T_LN2B), R, C);
-        x = dt_net_tp_gather_in(net, A(LSLOT(l, L_LN2)), A(G_GATH), rc);
-        o->matmul_forward(dv, A(LSLOT(l, L_FCH)), x, PL(l, T_FCW), PL(l, T_FCB), BT, C, d.Fl);
-        o->gelu_forward(dv, A(LSLOT(l, L_FCH_GELU)), A(LSLOT(l, L_FCH)), (size_t)BT * d.Fl);
-        ROW_FORWARD(A(LSLOT(l, L_FCPROJ)), A(LSLOT(l, L_FCH_GELU)), PL(l, T_FCPROJW), PL(l, T_FCPROJB), d.Fl);
-        o->residual_forward(dv, A(LSLOT(l, L_RES3)), A(LSLOT(l, L_RES2)), A(LSLOT(l, L_FCPROJ)), rc);
-        residual = A(LSLOT(l, L_RES3));
-        dt_net_hook(net, 1 + l, DT_NET_FWD_POST);
+        ROW_FORWARD(A(LSLOT(j, L_ATTPROJ)), A(LSLOT(j, L_ATTY)), PB(T_ATTPROJW), PB(T_ATTPROJB), d.Cl);
+        o->residual_forward(dv, A(LSLOT(j, L_RES2)), residual, A(LSLOT(j, L_ATTPROJ)), rc);
+        o->layernorm_forward(dv, A(LSLOT(j, L_LN2)), AF(LSLOT(j, L_LN2_MEAN)), AF(LSLOT(j, L_LN2_RSTD)),
+                             A(LSLOT(j, L_RES2)), PB(T_LN2W), PB(T_LN2B), R, C);
+        x = dt_net_tp_gather_in(net, A(LSLOT(j, L_LN2)), A(G_GATH), rc);
+        o->matmul_forward(dv, A(LSLOT(j, L_FCH)), x, PB(T_FCW), PB(T_FCB), BT, C, d.Fl);
+        o->gelu_forward(dv, A(LSLOT(j, L_FCH_GELU)), A(LSLOT(j, L_FCH)), (size_t)BT * d.Fl);
+        ROW_FORWARD(A(LSLOT(j, L_FCPROJ)), A(LSLOT(j, L_FCH_GELU)), PB(T_FCPROJW), PB(T_FCPROJB), d.Fl);
+        o->residual_forward(dv, A(LSLOT(j, L_RES3)), A(LSLOT(j, L_RES2)), A(LSLOT(j, L_FCPROJ)), rc);
+        residual = A(LSLOT(j, L_RES3));
+        dt_net_hook(net, u, DT_NET_FWD_POST);
     }
-    int lnf = LAYER_T(L, 0);
-    dt_net_hook(net, L + 1, DT_NET_FWD_PRE);
+    if (!ch->last) return;
+    int uf = dt_model_local_unit(lay, L + 1), lnf = lay->units[uf].tensor0;
+    dt_net_hook(net, uf, DT_NET_FWD_PRE);
     o->layernorm_forward(dv, A(G_LNF), AF(G_LNF_MEAN), AF(G_LNF_RSTD), residual, P(lnf), P(lnf + 1), R, C);
-    dt_net_hook(net, L + 1, DT_NET_FWD_POST);
-    dt_net_hook(net, 0, DT_NET_FWD_PRE);
+    dt_net_hook(net, uf, DT_NET_FWD_POST);
+    if (lay->tied_head) dt_net_hook(net, 0, DT_NET_FWD_PRE);
     /* sequence parallelism: G_GATH keeps the gathered norm until the head's backward */
     void *x = dt_net_tp_gather_in(net, A(G_LNF), A(G_GATH), rc);
-    o->matmul_forward(dv, A(G_LOGITS), x, P(0), NULL, BT, C, d.Vl);
-    dt_net_hook(net, 0, DT_NET_FWD_POST);
+    o->matmul_forward(dv, A(G_LOGITS), x, HEAD_W, NULL, BT, C, d.Vl);
+    if (lay->tied_head) dt_net_hook(net, 0, DT_NET_FWD_POST);
     if (with_loss) dt_net_xent_forward(net, AF(G_LOSSES), A(G_LOGITS), AF(G_XSTATS), BT);
 }
 
 /* A layer's norm gradients: into the gradients, or (sequence parallelism: partial,
  * from this rank's rows) into G_LNGRAD, summed over the group at the layer's end. */
 static int lng_index(int k) { return k == T_LN1W ? 0 : k == T_LN1B ? 1 : k == T_LN2W ? 2 : 3; }
-#define LNG(l, k) dt_net_tp_norm_grad(net, A(G_LNGRAD), lng_index(k), (size_t)C, GL(l, k))
+#define LNG(k) dt_net_tp_norm_grad(net, A(G_LNGRAD), lng_index(k), (size_t)C, GB(k))
 
+/* Backward of chunk net->chunk: from the loss in a last chunk, else from the
+ * gradient of its output in G_DRES (DOUT); in a chunk that is not first G_DRES ends
+ * holding the gradient of its input (DIN). */
 static void gpt_backward(dt_net_t *net, float dscale) {
     const dt_ops_t *o = net->dev->ops;
     dt_device_t *dv = net->dev;
-    gdims d = gdims_of(net->layout, net->B);
+    const dt_model_layout *lay = net->layout;
+    const dt_model_chunk *ch = &lay->chunks[net->chunk];
+    gdims d = gdims_of(lay, net->B);
     int B = d.B, T = d.T, C = d.C, L = d.L, BT = d.BT, R = d.R;
     size_t rc = (size_t)R * C;
-    dt_net_hook(net, 0, DT_NET_BWD_PRE);
-    /* The logits buffer becomes dlogits. */
-    dt_net_xent_backward(net, A(G_LOGITS), AF(G_XSTATS), dscale, BT);
-    /* the head: x was gathered in the forward (G_GATH kept it) */
-    void *dlnf = COLUMN_BACKWARD(G(0), NULL, A(G_LOGITS), d.sp ? A(G_GATH) : A(G_LNF), P(0), d.Vl);
-    int lnf = LAYER_T(L, 0);
-    void *last = L > 0 ? A(LSLOT(L - 1, L_RES3)) : A(G_ENCODED);
-    dt_net_hook(net, L + 1, DT_NET_BWD_PRE);
-    dt_net_zero(net, G_DRES, rc);
-    if (d.sp) dt_net_zero(net, G_LNGRAD, 2 * (size_t)C);
-    o->layernorm_backward(dv, A(G_DRES), dt_net_tp_norm_grad(net, A(G_LNGRAD), 0, (size_t)C, G(lnf)),
-                          dt_net_tp_norm_grad(net, A(G_LNGRAD), 1, (size_t)C, G(lnf + 1)),
-                          dlnf, last, P(lnf), AF(G_LNF_MEAN), AF(G_LNF_RSTD), R, C);
-    void *const lnf_grads[] = {G(lnf), G(lnf + 1)};
-    dt_net_tp_norm_grads_add(net, A(G_LNGRAD), (size_t)C, lnf_grads, 2);
-    dt_net_hook(net, L + 1, DT_NET_BWD_POST);
-    for (int l = L - 1; l >= 0; l--) {
-        dt_net_hook(net, 1 + l, DT_NET_BWD_PRE);
-        void *residual = l > 0 ? A(LSLOT(l - 1, L_RES3)) : A(G_ENCODED);
+    int nbc = ch->l1 - ch->l0;
+    if (ch->last) {
+        if (lay->tied_head) dt_net_hook(net, 0, DT_NET_BWD_PRE);
+        /* The logits buffer becomes dlogits. */
+        dt_net_xent_backward(net, A(G_LOGITS), AF(G_XSTATS), dscale, BT);
+        /* the head: x was gathered in the forward (G_GATH kept it) */
+        void *dlnf = COLUMN_BACKWARD(HEAD_DW, NULL, A(G_LOGITS), d.sp ? A(G_GATH) : A(G_LNF), HEAD_W, d.Vl);
+        int uf = dt_model_local_unit(lay, L + 1), lnf = lay->units[uf].tensor0;
+        void *last = nbc > 0 ? A(LSLOT(nbc - 1, L_RES3)) : A(G_ENCODED);
+        dt_net_hook(net, uf, DT_NET_BWD_PRE);
+        dt_net_zero(net, G_DRES, rc);
+        if (d.sp) dt_net_zero(net, G_LNGRAD, 2 * (size_t)C);
+        o->layernorm_backward(dv, A(G_DRES), dt_net_tp_norm_grad(net, A(G_LNGRAD), 0, (size_t)C, G(lnf)),
+                              dt_net_tp_norm_grad(net, A(G_LNGRAD), 1, (size_t)C, G(lnf + 1)),
+                              dlnf, last, P(lnf), AF(G_LNF_MEAN), AF(G_LNF_RSTD), R, C);
+        void *const lnf_grads[] = {G(lnf), G(lnf + 1)};
+        dt_net_tp_norm_grads_add(net, A(G_LNGRAD), (size_t)C, lnf_grads, 2);
+        dt_net_hook(net, uf, DT_NET_BWD_POST);
+    }
+    for (int l = ch->l1 - 1; l >= ch->l0; l--) {
+        int j = l - ch->l0, u = dt_model_local_unit(lay, 1 + l), t0 = lay->units[u].tensor0;
+        dt_net_hook(net, u, DT_NET_BWD_PRE);
+        void *residual = j > 0 ? A(LSLOT(j - 1, L_RES3)) : A(G_ENCODED);
         if (d.sp) dt_net_zero(net, G_LNGRAD, 4 * (size_t)C);
         /* dres holds d(res3) = d(fcproj) = the part of d(res2) from the skip. */
         void *dout = dt_net_tp_gather_in(net, A(G_DRES), A(G_PART), rc);
         dt_net_zero(net, G_DFCH_GELU, (size_t)BT * d.Fl);
-        o->matmul_backward(dv, A(G_DFCH_GELU), GL(l, T_FCPROJW), GL(l, T_FCPROJB), dout, A(LSLOT(l, L_FCH_GELU)),
-                           PL(l, T_FCPROJW), BT, d.Fl, C);
+        o->matmul_backward(dv, A(G_DFCH_GELU), GB(T_FCPROJW), GB(T_FCPROJB), dout, A(LSLOT(j, L_FCH_GELU)),
+                           PB(T_FCPROJW), BT, d.Fl, C);
         dt_net_zero(net, G_DFCH, (size_t)BT * d.Fl);
-        o->gelu_backward(dv, A(G_DFCH), A(LSLOT(l, L_FCH)), A(G_DFCH_GELU), (size_t)BT * d.Fl);
-        void *x = dt_net_tp_gather_in(net, A(LSLOT(l, L_LN2)), A(G_GATH), rc);
-        void *dln = COLUMN_BACKWARD(GL(l, T_FCW), GL(l, T_FCB), A(G_DFCH), x, PL(l, T_FCW), d.Fl);
-        o->layernorm_backward(dv, A(G_DRES), LNG(l, T_LN2W), LNG(l, T_LN2B), dln, A(LSLOT(l, L_RES2)),
-                              PL(l, T_LN2W), AF(LSLOT(l, L_LN2_MEAN)), AF(LSLOT(l, L_LN2_RSTD)), R, C);
+        o->gelu_backward(dv, A(G_DFCH), A(LSLOT(j, L_FCH)), A(G_DFCH_GELU), (size_t)BT * d.Fl);
+        void *x = dt_net_tp_gather_in(net, A(LSLOT(j, L_LN2)), A(G_GATH), rc);
+        void *dln = COLUMN_BACKWARD(GB(T_FCW), GB(T_FCB), A(G_DFCH), x, PB(T_FCW), d.Fl);
+        o->layernorm_backward(dv, A(G_DRES), LNG(T_LN2W), LNG(T_LN2B), dln, A(LSLOT(j, L_RES2)), PB(T_LN2W),
+                              AF(LSLOT(j, L_LN2_MEAN)), AF(LSLOT(j, L_LN2_RSTD)), R, C);
         /* dres now holds d(res2) = d(attproj) = the skip part of d(residual). */
         dout = dt_net_tp_gather_in(net, A(G_DRES), A(G_PART), rc);
         dt_net_zero(net, G_DTMP, (size_t)BT * d.Cl);
-        o->matmul_backward(dv, A(G_DTMP), GL(l, T_ATTPROJW), GL(l, T_ATTPROJB), dout, A(LSLOT(l, L_ATTY)),
-                           PL(l, T_ATTPROJW), BT, d.Cl, C);
+        o->matmul_backward(dv, A(G_DTMP), GB(T_ATTPROJW), GB(T_ATTPROJB), dout, A(LSLOT(j, L_ATTY)),
+                           PB(T_ATTPROJW), BT, d.Cl, C);
         dt_net_zero(net, G_DQKV, (size_t)BT * 3 * d.Cl);
-        o->attention_backward(dv, A(G_DQKV), A(G_ATT_SCRATCH), A(G_DTMP), A(LSLOT(l, L_QKV)),
-                              A(LSLOT(l, L_ATT_SAVED)), B, T, d.Cl, d.NHl, d.NHl);
-        x = dt_net_tp_gather_in(net, A(LSLOT(l, L_LN1)), A(G_GATH), rc);
-        dln = COLUMN_BACKWARD(GL(l, T_QKVW), GL(l, T_QKVB), A(G_DQKV), x, PL(l, T_QKVW), 3 * d.Cl);
-        o->layernorm_backward(dv, A(G_DRES), LNG(l, T_LN1W), LNG(l, T_LN1B), dln, residual, PL(l, T_LN1W),
-                              AF(LSLOT(l, L_LN1_MEAN)), AF(LSLOT(l, L_LN1_RSTD)), R, C);
-        void *const ln_grads[] = {GL(l, T_LN1W), GL(l, T_LN1B), GL(l, T_LN2W), GL(l, T_LN2B)}; /* lng_index order */
+        o->attention_backward(dv, A(G_DQKV), A(G_ATT_SCRATCH), A(G_DTMP), A(LSLOT(j, L_QKV)),
+                              A(LSLOT(j, L_ATT_SAVED)), B, T, d.Cl, d.NHl, d.NHl);
+        x = dt_net_tp_gather_in(net, A(LSLOT(j, L_LN1)), A(G_GATH), rc);
+        dln = COLUMN_BACKWARD(GB(T_QKVW), GB(T_QKVB), A(G_DQKV), x, PB(T_QKVW), 3 * d.Cl);
+        o->layernorm_backward(dv, A(G_DRES), LNG(T_LN1W), LNG(T_LN1B), dln, residual, PB(T_LN1W),
+                              AF(LSLOT(j, L_LN1_MEAN)), AF(LSLOT(j, L_LN1_RSTD)), R, C);
+        void *const ln_grads[] = {GB(T_LN1W), GB(T_LN1B), GB(T_LN2W), GB(T_LN2B)}; /* lng_index order */
         dt_net_tp_norm_grads_add(net, A(G_LNGRAD), (size_t)C, ln_grads, 4);
-        dt_net_hook(net, 1 + l, DT_NET_BWD_POST);
+        dt_net_hook(net, u, DT_NET_BWD_POST);
     }
+    if (!ch->first) return; /* G_DRES: the gradient of the chunk's input */
+    if (!(ch->last && lay->tied_head)) dt_net_hook(net, 0, DT_NET_BWD_PRE);
     void *dout = dt_net_tp_gather_in(net, A(G_DRES), A(G_PART), rc);
     o->encoder_backward(dv, G(0), G(1), dout, net->d_tokens, B, T, C);
     dt_net_hook(net, 0, DT_NET_BWD_POST);
+}
+
+/* The stage buffers (net.h) of the current arena and chunk: the chunk's input is
+ * G_ENCODED (where the embedding would write), its output the last block's res3, and
+ * the backward turns G_DRES from the output's gradient into the input's. */
+static void *gpt_stage_buf(dt_net_t *net, int which) {
+    const dt_model_chunk *ch = &net->layout->chunks[net->chunk];
+    switch (which) {
+    case DT_NET_STAGE_IN: return A(G_ENCODED);
+    case DT_NET_STAGE_OUT: return ch->l1 > ch->l0 ? A(LSLOT(ch->l1 - ch->l0 - 1, L_RES3)) : A(G_ENCODED);
+    case DT_NET_STAGE_DOUT:
+    case DT_NET_STAGE_DIN: return A(G_DRES);
+    default: return NULL;
+    }
 }
 
 /* ---- KV-cache decoding (model.h: decode) ---------------------------------- */
@@ -470,6 +530,8 @@ const dt_model_ops dt_model_gpt = {
     .forward = gpt_forward,
     .backward = gpt_backward,
     .logits_slot = G_LOGITS,
+    .pipeline = 1,
+    .stage_buf = gpt_stage_buf,
     .decode_slots = gpt_decode_slots,
     .decode_sizes = gpt_decode_sizes,
     .decode = gpt_decode,

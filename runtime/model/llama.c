@@ -12,7 +12,10 @@
  * tie_word_embeddings.
  *
  * Units: 0 = embed_tokens, 1..L = the decoder layers, L+1 = the final norm (and
- * lm_head when untied; tied, the head is unit 0's embedding used again, as gpt).
+ * lm_head when untied; tied, the head is unit 0's embedding used again, as gpt, or on
+ * a last pipeline stage without it net->head_w). Forward and backward run the
+ * layout's chunk net->chunk (net.h), reaching a layer's tensors through its unit's
+ * first tensor, so a stage layout runs as the whole model.
  */
 #include <math.h>
 #include <stddef.h>
@@ -197,13 +200,11 @@ static dt_status_t llama_validate(const dt_model_spec *s) {
  * gate and up are one fused (2I, C) weight whose output rows are [gate | up]. */
 enum { T_LN1, T_Q, T_K, T_V, T_QB, T_KB, T_VB, T_O, T_LN2, T_GATE, T_UP, T_DOWN };
 
-/* Tensors per layer: 12 with biases, 9 without. */
-static int per_layer(const llama_sizes *z) { return z->attention_bias ? 12 : 9; }
-
-/* Index in the table of tensor k of layer i (k from the enum above). */
-static int layer_t(const llama_sizes *z, int i, int k) {
+/* Index in the layout's table of tensor k (from the enum above) of layer i (whole-
+ * model numbering), which the layout must hold: the layer's unit's first tensor + k. */
+static int layer_t(const dt_model_layout *lay, const llama_sizes *z, int i, int k) {
     if (!z->attention_bias && k >= T_QB) k -= 3; /* no T_QB..T_VB */
-    return 1 + i * per_layer(z) + k;
+    return lay->units[dt_model_local_unit(lay, 1 + i)].tensor0 + k;
 }
 
 static void llama_build(dt_model_layout *l) {
@@ -349,9 +350,9 @@ enum {
 };
 #define LSLOT(l, s) (G_COUNT + (l) * L_COUNT + (s))
 
-static int llama_arena_slots(const dt_model_layout *l) {
-    return G_COUNT + DT_MODEL_PRIV(&l->spec, const llama_sizes)->num_hidden_layers * L_COUNT;
-}
+/* Block slots for the most blocks a chunk of the layout runs (all L for the whole
+ * model), indexed by the block's position in its chunk. */
+static int llama_arena_slots(const dt_model_layout *l) { return G_COUNT + dt_model_max_chunk_blocks(l) * L_COUNT; }
 
 /* TP-region slots (qkv, attention, MLP, logits) are the local width by all B*T rows;
  * norm and residual slots R rows of C. */
@@ -360,11 +361,16 @@ static void llama_arena_sizes(const dt_device_t *dev, const dt_model_layout *lay
     dims d = dims_of(lay, B);
     size_t BT = (size_t)d.BT, R = (size_t)d.R, C = (size_t)d.C;
     size_t wide = d.QC > d.C ? (size_t)d.QC : C;
-    sizes[G_TOKENS] = sizes[G_TARGETS] = BT * sizeof(int);
-    sizes[G_ENCODED] = sizes[G_NORM] = R * C * es;
-    sizes[G_NORM_RSTD] = R * sizeof(float);
-    sizes[G_LOSSES] = BT * sizeof(float);
-    sizes[G_LOGITS] = BT * (size_t)d.Vl * es;
+    int first = dt_model_has_first(lay), last = dt_model_has_last(lay);
+    if (first) sizes[G_TOKENS] = BT * sizeof(int);
+    sizes[G_ENCODED] = R * C * es;
+    if (last) { /* the head and the loss */
+        sizes[G_TARGETS] = BT * sizeof(int);
+        sizes[G_NORM] = R * C * es;
+        sizes[G_NORM_RSTD] = R * sizeof(float);
+        sizes[G_LOSSES] = BT * sizeof(float);
+        sizes[G_LOGITS] = BT * (size_t)d.Vl * es;
+    }
     sizes[G_DRES] = R * C * es;
     sizes[G_DTMP] = BT * wide * es;
     sizes[G_DQKV] = BT * (size_t)d.QKVC * es;
@@ -373,9 +379,9 @@ static void llama_arena_sizes(const dt_device_t *dev, const dt_model_layout *lay
     sizes[G_ATT_SCRATCH] = dev->ops->attention_scratch_bytes(dev, B, d.T, d.QC, d.NH, d.NKV);
     if (d.sp) sizes[G_GATH] = sizes[G_PART] = BT * C * es;
     if (d.sp) sizes[G_DRED] = R * C * es;
-    if (d.tp > 1) sizes[G_XSTATS] = 3 * BT * sizeof(float);
+    if (d.tp > 1 && last) sizes[G_XSTATS] = 3 * BT * sizeof(float);
     if (d.sp) sizes[G_LNGRAD] = 2 * C * es;
-    for (int l = 0; l < d.L; l++) {
+    for (int l = 0, nb = dt_model_max_chunk_blocks(lay); l < nb; l++) {
         size_t *s = sizes + LSLOT(l, 0);
         s[L_LN1] = s[L_ATTPROJ] = s[L_RES2] = s[L_LN2] = s[L_FCPROJ] = s[L_RES3] = R * C * es;
         s[L_LN1_RSTD] = s[L_LN2_RSTD] = R * sizeof(float);
@@ -393,7 +399,8 @@ static dt_status_t check_order(const dt_model_layout *layout) {
     for (int i = 0; i < z->num_hidden_layers; i++) {
         char name[DT_MODEL_NAME_LEN];
         snprintf(name, sizeof name, "model.layers.%d.mlp.down_proj.weight", i);
-        if (dt_model_find(layout, name) != layer_t(z, i, T_DOWN))
+        if (dt_model_local_unit(layout, 1 + i) < 0) continue; /* another stage's */
+        if (dt_model_find(layout, name) != layer_t(layout, z, i, T_DOWN))
             return dt_error(DT_STATUS_INVALID, "model layout out of the expected order at %s", name);
     }
     return DT_STATUS_OK;
@@ -415,15 +422,19 @@ static void llama_dims(const dt_model_layout *l, dt_model_dims *out) {
 #define G(t) dt_net_grad(net, (t))
 #define A(slot) dt_net_slot(net, (slot))
 #define AF(slot) ((float *)A(slot))
-#define PL(l, k) P(layer_t(z, l, k))
-#define GL(l, k) G(layer_t(z, l, k))
+#define PL(l, k) P(layer_t(lay, z, l, k))
+#define GL(l, k) G(layer_t(lay, z, l, k))
 /* The fused q|k|v bias, or NULL without attention_bias. */
 #define QKV_BIAS(l) (z->attention_bias ? PL(l, T_QB) : NULL)
 #define DQKV_BIAS(l) (z->attention_bias ? GL(l, T_QB) : NULL)
 
-/* The head's weight: embed_tokens when tied, else lm_head (the table's last). */
+/* The head's weight: embed_tokens when tied, else lm_head (the table's last), and
+ * the unit whose hooks surround it (a last pipeline stage with a tied head uses the
+ * caller's copy, net->head_w, and keeps the final unit's hooks around it). */
 static int head_tensor(const dt_model_layout *l) { return l->tied_head ? 0 : l->n_tensors - 1; }
 static int head_unit(const dt_model_layout *l) { return l->tied_head ? 0 : l->n_units - 1; }
+#define HEAD_W (lay->has_tied_copy ? net->head_w : P(head_tensor(lay)))
+#define HEAD_DW (lay->has_tied_copy ? net->head_dw : G(head_tensor(lay)))
 
 /* llama's TP matmuls over its slots (net_impl.h: dt_net_tp_row_forward,
  * dt_net_tp_column_backward); its row-parallel matmuls have no bias. */
@@ -443,38 +454,41 @@ static void llama_forward(dt_net_t *net, int with_loss) {
     dt_device_t *dv = net->dev;
     const dt_model_layout *lay = net->layout;
     const llama_sizes *z = DT_MODEL_PRIV(&lay->spec, const llama_sizes);
+    const dt_model_chunk *ch = &lay->chunks[net->chunk];
     dims d = dims_of(lay, net->B);
     int B = d.B, T = d.T, BT = d.BT, R = d.R, C = d.C;
     size_t rc = (size_t)R * C;
-    dt_net_hook(net, 0, DT_NET_FWD_PRE);
-    { /* each rank its vocabulary rows (the others' tokens are -1: rows of 0), summed */
+    if (ch->first) { /* each rank its vocabulary rows (the others' tokens are -1: rows of 0), summed */
+        dt_net_hook(net, 0, DT_NET_FWD_PRE);
         void *part = d.sp ? A(G_PART) : A(G_ENCODED);
         o->encoder_forward(dv, part, net->d_tokens, P(0), NULL, B, T, C);
         dt_net_tp_reduce_out(net, part, A(G_ENCODED), (size_t)BT * C);
+        dt_net_hook(net, 0, DT_NET_FWD_POST);
     }
-    dt_net_hook(net, 0, DT_NET_FWD_POST);
     void *residual = A(G_ENCODED);
-    for (int l = 0; l < d.L; l++) {
-        dt_net_hook(net, 1 + l, DT_NET_FWD_PRE);
-        o->rmsnorm_forward(dv, A(LSLOT(l, L_LN1)), AF(LSLOT(l, L_LN1_RSTD)), residual, PL(l, T_LN1), R, C, d.eps);
-        void *x = dt_net_tp_gather_in(net, A(LSLOT(l, L_LN1)), A(G_GATH), rc);
-        o->matmul_forward(dv, A(LSLOT(l, L_QKV)), x, PL(l, T_Q), QKV_BIAS(l), BT, C, d.QKVC);
-        o->rope_forward(dv, A(LSLOT(l, L_QKV)), B, T, d.QKVC, d.NH + d.NKV, d.HD, 0, &d.rope);
-        o->attention_forward(dv, A(LSLOT(l, L_ATTY)), A(LSLOT(l, L_ATT_SAVED)), A(LSLOT(l, L_QKV)), B, T, d.QC,
+    for (int l = ch->l0; l < ch->l1; l++) {
+        int j = l - ch->l0, u = dt_model_local_unit(lay, 1 + l);
+        dt_net_hook(net, u, DT_NET_FWD_PRE);
+        o->rmsnorm_forward(dv, A(LSLOT(j, L_LN1)), AF(LSLOT(j, L_LN1_RSTD)), residual, PL(l, T_LN1), R, C, d.eps);
+        void *x = dt_net_tp_gather_in(net, A(LSLOT(j, L_LN1)), A(G_GATH), rc);
+        o->matmul_forward(dv, A(LSLOT(j, L_QKV)), x, PL(l, T_Q), QKV_BIAS(l), BT, C, d.QKVC);
+        o->rope_forward(dv, A(LSLOT(j, L_QKV)), B, T, d.QKVC, d.NH + d.NKV, d.HD, 0, &d.rope);
+        o->attention_forward(dv, A(LSLOT(j, L_ATTY)), A(LSLOT(j, L_ATT_SAVED)), A(LSLOT(j, L_QKV)), B, T, d.QC,
                              d.NH, d.NKV);
-        ROW_FORWARD(A(LSLOT(l, L_ATTPROJ)), A(LSLOT(l, L_ATTY)), PL(l, T_O), d.QC);
-        o->residual_forward(dv, A(LSLOT(l, L_RES2)), residual, A(LSLOT(l, L_ATTPROJ)), rc);
-        o->rmsnorm_forward(dv, A(LSLOT(l, L_LN2)), AF(LSLOT(l, L_LN2_RSTD)), A(LSLOT(l, L_RES2)), PL(l, T_LN2), R,
+        ROW_FORWARD(A(LSLOT(j, L_ATTPROJ)), A(LSLOT(j, L_ATTY)), PL(l, T_O), d.QC);
+        o->residual_forward(dv, A(LSLOT(j, L_RES2)), residual, A(LSLOT(j, L_ATTPROJ)), rc);
+        o->rmsnorm_forward(dv, A(LSLOT(j, L_LN2)), AF(LSLOT(j, L_LN2_RSTD)), A(LSLOT(j, L_RES2)), PL(l, T_LN2), R,
                            C, d.eps);
-        x = dt_net_tp_gather_in(net, A(LSLOT(l, L_LN2)), A(G_GATH), rc);
-        o->matmul_forward(dv, A(LSLOT(l, L_FCH)), x, PL(l, T_GATE), NULL, BT, C, 2 * d.IC);
-        o->swiglu_forward(dv, A(LSLOT(l, L_SWI)), A(LSLOT(l, L_FCH)), BT, d.IC);
-        ROW_FORWARD(A(LSLOT(l, L_FCPROJ)), A(LSLOT(l, L_SWI)), PL(l, T_DOWN), d.IC);
-        o->residual_forward(dv, A(LSLOT(l, L_RES3)), A(LSLOT(l, L_RES2)), A(LSLOT(l, L_FCPROJ)), rc);
-        residual = A(LSLOT(l, L_RES3));
-        dt_net_hook(net, 1 + l, DT_NET_FWD_POST);
+        x = dt_net_tp_gather_in(net, A(LSLOT(j, L_LN2)), A(G_GATH), rc);
+        o->matmul_forward(dv, A(LSLOT(j, L_FCH)), x, PL(l, T_GATE), NULL, BT, C, 2 * d.IC);
+        o->swiglu_forward(dv, A(LSLOT(j, L_SWI)), A(LSLOT(j, L_FCH)), BT, d.IC);
+        ROW_FORWARD(A(LSLOT(j, L_FCPROJ)), A(LSLOT(j, L_SWI)), PL(l, T_DOWN), d.IC);
+        o->residual_forward(dv, A(LSLOT(j, L_RES3)), A(LSLOT(j, L_RES2)), A(LSLOT(j, L_FCPROJ)), rc);
+        residual = A(LSLOT(j, L_RES3));
+        dt_net_hook(net, u, DT_NET_FWD_POST);
     }
-    int norm = layer_t(z, d.L, 0), last = d.L + 1;
+    if (!ch->last) return;
+    int last = dt_model_local_unit(lay, d.L + 1), norm = lay->units[last].tensor0;
     dt_net_hook(net, last, DT_NET_FWD_PRE);
     o->rmsnorm_forward(dv, A(G_NORM), AF(G_NORM_RSTD), residual, P(norm), R, C, d.eps);
     if (lay->tied_head) { /* the head is unit 0 again */
@@ -483,7 +497,7 @@ static void llama_forward(dt_net_t *net, int with_loss) {
     }
     /* sequence parallelism: G_GATH keeps the gathered norm until the head's backward */
     void *x = dt_net_tp_gather_in(net, A(G_NORM), A(G_GATH), rc);
-    o->matmul_forward(dv, A(G_LOGITS), x, P(head_tensor(lay)), NULL, BT, C, d.Vl);
+    o->matmul_forward(dv, A(G_LOGITS), x, HEAD_W, NULL, BT, C, d.Vl);
     dt_net_hook(net, head_unit(lay), DT_NET_FWD_POST);
     if (with_loss) dt_net_xent_forward(net, AF(G_LOSSES), A(G_LOGITS), AF(G_XSTATS), BT);
 }
@@ -493,61 +507,81 @@ static void llama_backward(dt_net_t *net, float dscale) {
     dt_device_t *dv = net->dev;
     const dt_model_layout *lay = net->layout;
     const llama_sizes *z = DT_MODEL_PRIV(&lay->spec, const llama_sizes);
+    const dt_model_chunk *ch = &lay->chunks[net->chunk];
     dims d = dims_of(lay, net->B);
     int B = d.B, T = d.T, BT = d.BT, R = d.R, C = d.C;
     size_t rc = (size_t)R * C;
-    int norm = layer_t(z, d.L, 0), last = d.L + 1;
-    dt_net_hook(net, head_unit(lay), DT_NET_BWD_PRE);
-    /* The logits buffer becomes dlogits. */
-    dt_net_xent_backward(net, A(G_LOGITS), AF(G_XSTATS), dscale, BT);
-    /* the head: x was gathered in the forward (G_GATH kept it) */
-    void *dnorm = COLUMN_BACKWARD(G(head_tensor(lay)), NULL, A(G_LOGITS), d.sp ? A(G_GATH) : A(G_NORM),
-                                  P(head_tensor(lay)), d.Vl);
-    if (lay->tied_head) dt_net_hook(net, last, DT_NET_BWD_PRE);
-    void *top = d.L > 0 ? A(LSLOT(d.L - 1, L_RES3)) : A(G_ENCODED);
-    dt_net_zero(net, G_DRES, rc);
-    if (d.sp) dt_net_zero(net, G_LNGRAD, (size_t)C);
-    o->rmsnorm_backward(dv, A(G_DRES), dt_net_tp_norm_grad(net, A(G_LNGRAD), 0, (size_t)C, G(norm)), dnorm, top, P(norm), AF(G_NORM_RSTD), R, C);
-    void *const norm_grads[] = {G(norm)};
-    dt_net_tp_norm_grads_add(net, A(G_LNGRAD), (size_t)C, norm_grads, 1);
-    dt_net_hook(net, last, DT_NET_BWD_POST);
-    for (int l = d.L - 1; l >= 0; l--) {
-        dt_net_hook(net, 1 + l, DT_NET_BWD_PRE);
-        void *residual = l > 0 ? A(LSLOT(l - 1, L_RES3)) : A(G_ENCODED);
+    int nbc = ch->l1 - ch->l0;
+    if (ch->last) {
+        int last = dt_model_local_unit(lay, d.L + 1), norm = lay->units[last].tensor0;
+        dt_net_hook(net, head_unit(lay), DT_NET_BWD_PRE);
+        /* The logits buffer becomes dlogits. */
+        dt_net_xent_backward(net, A(G_LOGITS), AF(G_XSTATS), dscale, BT);
+        /* the head: x was gathered in the forward (G_GATH kept it) */
+        void *dnorm = COLUMN_BACKWARD(HEAD_DW, NULL, A(G_LOGITS), d.sp ? A(G_GATH) : A(G_NORM), HEAD_W, d.Vl);
+        if (lay->tied_head) dt_net_hook(net, last, DT_NET_BWD_PRE);
+        void *top = nbc > 0 ? A(LSLOT(nbc - 1, L_RES3)) : A(G_ENCODED);
+        dt_net_zero(net, G_DRES, rc);
+        if (d.sp) dt_net_zero(net, G_LNGRAD, (size_t)C);
+        o->rmsnorm_backward(dv, A(G_DRES), dt_net_tp_norm_grad(net, A(G_LNGRAD), 0, (size_t)C, G(norm)), dnorm, top,
+                            P(norm), AF(G_NORM_RSTD), R, C);
+        void *const norm_grads[] = {G(norm)};
+        dt_net_tp_norm_grads_add(net, A(G_LNGRAD), (size_t)C, norm_grads, 1);
+        dt_net_hook(net, last, DT_NET_BWD_POST);
+    }
+    for (int l = ch->l1 - 1; l >= ch->l0; l--) {
+        int j = l - ch->l0, u = dt_model_local_unit(lay, 1 + l);
+        dt_net_hook(net, u, DT_NET_BWD_PRE);
+        void *residual = j > 0 ? A(LSLOT(j - 1, L_RES3)) : A(G_ENCODED);
         if (d.sp) dt_net_zero(net, G_LNGRAD, 2 * (size_t)C);
         /* dres holds d(res3) = d(fcproj) = the skip part of d(res2); sequence
          * parallelism: this rank's rows, gathered for the row-parallel backward. */
         void *dout = dt_net_tp_gather_in(net, A(G_DRES), A(G_PART), rc);
         dt_net_zero(net, G_DSWI, (size_t)BT * d.IC);
-        o->matmul_backward(dv, A(G_DSWI), GL(l, T_DOWN), NULL, dout, A(LSLOT(l, L_SWI)), PL(l, T_DOWN), BT, d.IC,
+        o->matmul_backward(dv, A(G_DSWI), GL(l, T_DOWN), NULL, dout, A(LSLOT(j, L_SWI)), PL(l, T_DOWN), BT, d.IC,
                            C);
         dt_net_zero(net, G_DFCH, (size_t)BT * 2 * d.IC);
-        o->swiglu_backward(dv, A(G_DFCH), A(LSLOT(l, L_FCH)), A(G_DSWI), BT, d.IC);
-        void *x = dt_net_tp_gather_in(net, A(LSLOT(l, L_LN2)), A(G_GATH), rc);
+        o->swiglu_backward(dv, A(G_DFCH), A(LSLOT(j, L_FCH)), A(G_DSWI), BT, d.IC);
+        void *x = dt_net_tp_gather_in(net, A(LSLOT(j, L_LN2)), A(G_GATH), rc);
         void *dln = COLUMN_BACKWARD(GL(l, T_GATE), NULL, A(G_DFCH), x, PL(l, T_GATE), 2 * d.IC);
-        o->rmsnorm_backward(dv, A(G_DRES), dt_net_tp_norm_grad(net, A(G_LNGRAD), 1, (size_t)C, GL(l, T_LN2)), dln, A(LSLOT(l, L_RES2)),
-                            PL(l, T_LN2), AF(LSLOT(l, L_LN2_RSTD)), R, C);
+        o->rmsnorm_backward(dv, A(G_DRES), dt_net_tp_norm_grad(net, A(G_LNGRAD), 1, (size_t)C, GL(l, T_LN2)), dln, A(LSLOT(j, L_RES2)),
+                            PL(l, T_LN2), AF(LSLOT(j, L_LN2_RSTD)), R, C);
         /* dres now holds d(res2) = d(attproj) = the skip part of d(residual). */
         dout = dt_net_tp_gather_in(net, A(G_DRES), A(G_PART), rc);
         dt_net_zero(net, G_DTMP, (size_t)BT * d.QC);
-        o->matmul_backward(dv, A(G_DTMP), GL(l, T_O), NULL, dout, A(LSLOT(l, L_ATTY)), PL(l, T_O), BT, d.QC, C);
+        o->matmul_backward(dv, A(G_DTMP), GL(l, T_O), NULL, dout, A(LSLOT(j, L_ATTY)), PL(l, T_O), BT, d.QC, C);
         dt_net_zero(net, G_DQKV, (size_t)BT * d.QKVC);
-        o->attention_backward(dv, A(G_DQKV), A(G_ATT_SCRATCH), A(G_DTMP), A(LSLOT(l, L_QKV)),
-                              A(LSLOT(l, L_ATT_SAVED)), B, T, d.QC, d.NH, d.NKV);
+        o->attention_backward(dv, A(G_DQKV), A(G_ATT_SCRATCH), A(G_DTMP), A(LSLOT(j, L_QKV)),
+                              A(LSLOT(j, L_ATT_SAVED)), B, T, d.QC, d.NH, d.NKV);
         /* d(rotated q, k) -> d(q, k) as the matmul produced them */
         o->rope_backward(dv, A(G_DQKV), B, T, d.QKVC, d.NH + d.NKV, d.HD, 0, &d.rope);
-        x = dt_net_tp_gather_in(net, A(LSLOT(l, L_LN1)), A(G_GATH), rc);
+        x = dt_net_tp_gather_in(net, A(LSLOT(j, L_LN1)), A(G_GATH), rc);
         dln = COLUMN_BACKWARD(GL(l, T_Q), DQKV_BIAS(l), A(G_DQKV), x, PL(l, T_Q), d.QKVC);
         o->rmsnorm_backward(dv, A(G_DRES), dt_net_tp_norm_grad(net, A(G_LNGRAD), 0, (size_t)C, GL(l, T_LN1)), dln, residual, PL(l, T_LN1),
-                            AF(LSLOT(l, L_LN1_RSTD)), R, C);
+                            AF(LSLOT(j, L_LN1_RSTD)), R, C);
         void *const ln_grads[] = {GL(l, T_LN1), GL(l, T_LN2)};
         dt_net_tp_norm_grads_add(net, A(G_LNGRAD), (size_t)C, ln_grads, 2);
-        dt_net_hook(net, 1 + l, DT_NET_BWD_POST);
+        dt_net_hook(net, u, DT_NET_BWD_POST);
     }
-    if (!lay->tied_head) dt_net_hook(net, 0, DT_NET_BWD_PRE);
+    if (!ch->first) return; /* G_DRES: the gradient of the chunk's input */
+    if (!(ch->last && lay->tied_head)) dt_net_hook(net, 0, DT_NET_BWD_PRE);
     void *dout = dt_net_tp_gather_in(net, A(G_DRES), A(G_PART), rc);
     o->encoder_backward(dv, G(0), NULL, dout, net->d_tokens, B, T, C);
     dt_net_hook(net, 0, DT_NET_BWD_POST);
+}
+
+/* The stage buffers (net.h) of the current arena and chunk: the chunk's input is
+ * G_ENCODED (where the embedding would write), its output the last block's res3, and
+ * the backward turns G_DRES from the output's gradient into the input's. */
+static void *llama_stage_buf(dt_net_t *net, int which) {
+    const dt_model_chunk *ch = &net->layout->chunks[net->chunk];
+    switch (which) {
+    case DT_NET_STAGE_IN: return A(G_ENCODED);
+    case DT_NET_STAGE_OUT: return ch->l1 > ch->l0 ? A(LSLOT(ch->l1 - ch->l0 - 1, L_RES3)) : A(G_ENCODED);
+    case DT_NET_STAGE_DOUT:
+    case DT_NET_STAGE_DIN: return A(G_DRES);
+    default: return NULL;
+    }
 }
 
 /* ---- KV-cache decoding (model.h: decode) ------------------------------------ */
@@ -612,7 +646,7 @@ static void llama_decode(dt_net_t *net, int pos) {
         o->residual_forward(dv, A(D_X), A(D_RES2), A(D_PROJ), (size_t)C);
         dt_net_hook(net, 1 + l, DT_NET_FWD_POST);
     }
-    int norm = layer_t(z, d.L, 0), last = d.L + 1;
+    int last = d.L + 1, norm = lay->units[last].tensor0; /* a whole model: unit numbers are global */
     dt_net_hook(net, last, DT_NET_FWD_PRE);
     o->rmsnorm_forward(dv, A(D_LN), AF(D_RSTD), A(D_X), P(norm), 1, C, d.eps);
     if (lay->tied_head) {
@@ -658,6 +692,8 @@ const dt_model_ops dt_model_llama = {
     .forward = llama_forward,
     .backward = llama_backward,
     .logits_slot = G_LOGITS,
+    .pipeline = 1,
+    .stage_buf = llama_stage_buf,
     .decode_slots = llama_decode_slots,
     .decode_sizes = llama_decode_sizes,
     .decode = llama_decode,

@@ -77,7 +77,15 @@ static dt_status_t layout_build(const dt_model_spec *spec, int tp_size, int tp_r
         dt_unit_info *u = &out->units[out->tensors[i].unit];
         u->offset = out->tensors[i].offset;
         u->numel += out->tensors[i].numel;
+        u->tensor0 = i;
+        u->n_tensors++;
     }
+    for (int u = 0; u < n_units; u++) out->units[u].gunit = u;
+    /* the whole model: one chunk of every block */
+    out->pp_size = 1;
+    out->n_chunks = 1;
+    out->chunks[0] = (dt_model_chunk){0, spec->ops->pipeline ? n_units - 2 : 0, 1, 1};
+    out->tied = out->tied_head;
     return DT_STATUS_OK;
 }
 
@@ -230,7 +238,7 @@ static void fill_piece(void *ctx, size_t local, size_t global, size_t n, int rep
 dt_status_t dt_model_tp_fill(const dt_model_layout *l, size_t offset, size_t count, float *dst,
                              dt_model_global_read_fn read, void *ctx) {
     if (count == 0) return DT_STATUS_OK;
-    if (l->tp_size <= 1) return read(ctx, offset, count, dst);
+    if (!l->global) return read(ctx, offset, count, dst); /* the whole model */
     fill_state f = {.l = l, .offset = offset, .dst = dst, .read = read, .ctx = ctx, .st = DT_STATUS_OK};
     f.buf = dt_xcalloc(SPAN, sizeof(float));
     dt_model_tp_segments(l, offset, count, fill_piece, &f);
@@ -280,7 +288,7 @@ void dt_model_init_params(const dt_model_layout *l, uint64_t seed, float *params
 }
 
 void dt_model_init_range(const dt_model_layout *l, uint64_t seed, size_t offset, size_t count, float *dst) {
-    if (l->global) { /* a TP piece: the global model's values at its elements */
+    if (l->global) { /* a TP piece or pipeline stage: the global model's values at its elements */
         init_ctx c = {l->global, seed};
         (void)dt_model_tp_fill(l, offset, count, dst, init_global, &c);
         return;

@@ -9,9 +9,9 @@
  * Units are contiguous ranges in forward order (gpt: 0 = embeddings, 1..L = the
  * blocks, L+1 = final LayerNorm, the LM head tied to unit 0; llama the same with
  * lm_head in unit L+1 unless tied; mlp: one unit per layer). DDP buckets are byte
- * ranges of the same buffer; FSDP shards units; a pipeline stage would own whole
- * units; a tensor-parallel shard would be a strided range of one tensor, found here
- * by name, shape and offset.
+ * ranges of the same buffer; FSDP shards units; a pipeline stage owns whole
+ * units (dt_model_layout_init_stage); a tensor-parallel shard is a strided range of
+ * one tensor, found here by name, shape and offset.
  *
  * The model table, as the device table (kernels/kernels.h) and the communicator
  * table (runtime/comm/comm_impl.h): one file per model fills a dt_model_ops
@@ -110,7 +110,19 @@ typedef enum dt_tp_split {
 typedef struct dt_unit_info {
     size_t offset; /* first element */
     size_t numel;
+    int gunit;            /* the unit's number in the whole model (= its index but in a stage layout) */
+    int tensor0, n_tensors; /* its tensors in the table: [tensor0, tensor0 + n_tensors) */
 } dt_unit_info;
+
+/* Pipeline parallelism (models with ops->pipeline): the blocks cut into chunks
+ * (virtual stages) in pipeline order. A chunk runs blocks [l0, l1); first: it holds
+ * the embedding (unit 0) and starts from the tokens; last: it holds the final unit
+ * (final norm, the head and the loss). */
+#define DT_MODEL_MAX_CHUNKS 64
+typedef struct dt_model_chunk {
+    int l0, l1;
+    int first, last;
+} dt_model_chunk;
 
 typedef struct dt_model_layout {
     dt_model_spec spec;
@@ -131,6 +143,19 @@ typedef struct dt_model_layout {
      * tokens (the model's arena and forward read it). */
     int tp_size, tp_rank, sequence_parallel;
     struct dt_model_layout *global;
+    /* Pipeline parallelism (dt_model_layout_init_stage): this layout holds the units
+     * of its chunks only (in global order; tensors[].unit and the hooks number them
+     * locally, units[].gunit globally) and, like a TP piece, keeps the whole model's
+     * layout in `global` (goffset: the offset there). Whole-model layouts: pp_size 1,
+     * n_chunks 1, chunks[0] = {0, L, 1, 1} (L blocks; {0, 0, 1, 1} for a model
+     * without ops->pipeline). */
+    int pp_size, pp_rank;
+    int n_chunks;                               /* the chunks held (virtual stages), >= 1 */
+    dt_model_chunk chunks[DT_MODEL_MAX_CHUNKS]; /* in pipeline order */
+    int tied;          /* the whole model's head is tied to the embedding (tied_head of a
+                          stage layout is 1 only when it holds both) */
+    int has_tied_copy; /* it holds the last chunk, the head is tied to the embedding, and
+                          the embedding is not here: the head's weight is net->head_w */
 } dt_model_layout;
 
 /* What a model trains on. */
@@ -216,6 +241,11 @@ struct dt_model_ops {
      * for a TP size (heads, widths divisible by tp): 0, or 1 with the message naming
      * the model key. dt_model_tp_check adds the generic ones. */
     int (*tp_check)(const dt_model_spec *s, int tp, char *msg, size_t len);
+    /* 1 when the model can be cut into pipeline stages: its units are [embedding =
+     * unit 0][block l = unit 1 + l, l < L][final = unit L + 1: the final norm, and the
+     * head when untied], tensor 0 is the (Vp, C) embedding a tied head uses, and
+     * forward/backward run the layout's chunk net->chunk (net.h). 0: whole model only. */
+    int pipeline;
 
     /* compute (net.h): slots 0-3 of the arena are DT_NET_SLOT_TOKENS, _TARGETS,
      * _FEATURES and _LOSSES; sizes[] comes zeroed */
@@ -229,6 +259,9 @@ struct dt_model_ops {
     void (*forward)(struct dt_net *net, int with_loss);
     void (*backward)(struct dt_net *net, float dscale);
     int logits_slot; /* arena slot of the (B*T, vocab_padded) logits; -1: none */
+    /* (pipeline models) the device buffer of the current arena and chunk behind
+     * net.h's dt_net_stage_buf (which: dt_net_stage_io) */
+    void *(*stage_buf)(struct dt_net *net, int which);
 
     /* (optional) KV-cache decoding (net.h: dt_net_decode_init, dt_net_decode): one
      * sequence, one position at a time, each position's keys and values kept in a
@@ -299,6 +332,53 @@ typedef dt_status_t (*dt_model_global_read_fn)(void *ctx, size_t goffset, size_t
  * read of [offset, offset + count). */
 dt_status_t dt_model_tp_fill(const dt_model_layout *l, size_t offset, size_t count, float *dst,
                              dt_model_global_read_fn read, void *ctx);
+
+/* ---- pipeline stages (stage.c) ---- */
+
+typedef enum dt_pp_partition {
+    DT_PP_PARTITION_UNIFORM = 0,    /* as even block counts as possible */
+    DT_PP_PARTITION_PARAMETERS = 1, /* balance the parameters held */
+    DT_PP_PARTITION_FLOPS = 2,      /* balance the training FLOPs per token */
+} dt_pp_partition_t;
+
+/* "uniform", "parameters", "flops"; parsing: 0, or -1 for another name. */
+const char *dt_pp_partition_name(dt_pp_partition_t kind);
+int dt_pp_partition_parse(const char *name, dt_pp_partition_t *out);
+/* The blocks of the whole model (global: a whole-model layout of a pipeline model) cut
+ * into n = stages * virtual_stages chunks in pipeline order (chunk k = virtual stage
+ * k: rank k % stages, its chunk k / stages; Megatron's interleaving): chunk k holds
+ * blocks [bounds[k], bounds[k+1]), bounds[0] = 0, bounds[n] = L, each chunk >= 1
+ * block (bounds has n + 1 entries). uniform: as even as possible, the extra blocks to
+ * the LAST chunks (the first holds the embedding); parameters / flops: contiguous
+ * ranges minimising the largest chunk's cost (dt_model_pp_chunk_cost), ties giving
+ * the later chunks more blocks. DT_STATUS_CONFIG naming pipeline.stages,
+ * pipeline.virtual_stages and the model's layers when n > L or the model has no
+ * pipeline stages. */
+dt_status_t dt_model_pp_partition(const dt_model_layout *global, int stages, int virtual_stages,
+                                  dt_pp_partition_t kind, int *bounds);
+/* Chunk k's (of bounds, n chunks where bounds[n] = L) parameters and training FLOPs
+ * per token. Parameters: the numel of its units, chunk 0 with the embedding unit,
+ * the last with the final unit. FLOPs: per block 6 x its parameters + its share of
+ * the attention term of dt_model_flops_per_token, the head 6 x C x Vp (+ 6 x the
+ * final norm's), the embedding lookup 0; the chunks' FLOPs sum to
+ * dt_model_flops_per_token. */
+void dt_model_pp_chunk_cost(const dt_model_layout *global, const int *bounds, int k, double *params, double *flops);
+/* The layout of pipeline rank pp_rank (0..pp_size-1) holding chunks k = pp_rank +
+ * j * pp_size (j < virtual_stages) of bounds (pp_size * virtual_stages chunks), of TP
+ * piece (tp_size, tp_rank, sp): the units of its chunks in global order (unit 0 when
+ * it holds chunk 0, its blocks' units, unit L+1 when it holds the last chunk), their
+ * tensors with local offsets in one flat buffer and goffset their offset in the whole
+ * model's (TP 1, PP 1) layout, kept in out->global. pp_size 1 with virtual_stages 1
+ * is dt_model_layout_init_tp. */
+dt_status_t dt_model_layout_init_stage(const dt_model_spec *spec, int tp_size, int tp_rank, int sp, int pp_size,
+                                       int pp_rank, int virtual_stages, const int *bounds, dt_model_layout *out);
+/* The local number of whole-model unit gunit in l, or -1 when l does not hold it. */
+int dt_model_local_unit(const dt_model_layout *l, int gunit);
+/* The most blocks a chunk of l runs (what its arena is sized for). */
+int dt_model_max_chunk_blocks(const dt_model_layout *l);
+/* 1 when l holds a first / a last chunk. */
+int dt_model_has_first(const dt_model_layout *l);
+int dt_model_has_last(const dt_model_layout *l);
 
 /* vocab_size rounded up to vocab_pad_multiple (the rows of the embedding and head). */
 int dt_model_vocab_padded(const dt_model_spec *spec);

@@ -5,11 +5,12 @@
  */
 #include "runtime/model/net.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/mem.h" /* defines: dt_xcalloc */
+#include "common/mem.h" /* defines: dt_xcalloc, dt_xrealloc */
 #include "runtime/model/net_impl.h"
 
 /* Computes slot offsets (each slot rounded up to 64 bytes) of the training arena,
@@ -31,6 +32,16 @@ static size_t plan_arena(const dt_device_t *dev, const dt_model_layout *lay, int
 size_t dt_net_arena_bytes(const dt_device_t *dev, const dt_model_layout *layout, int B) {
     return plan_arena(dev, layout, B, 0, NULL);
 }
+
+/* The batch slots of the current arena. */
+static void point_batch(dt_net_t *net) {
+    net->d_tokens = dt_net_slot(net, DT_NET_SLOT_TOKENS);
+    net->d_targets = dt_net_slot(net, DT_NET_SLOT_TARGETS);
+    net->d_features = dt_net_slot(net, DT_NET_SLOT_FEATURES);
+}
+
+/* A layout of a pipeline stage (not the whole model). */
+static int is_stage(const dt_model_layout *l) { return l->pp_size > 1 || l->n_chunks > 1; }
 
 /* The arena and the per-unit pointers of a net of B sequences of T positions. */
 static dt_status_t net_alloc(dt_net_t *net, dt_device_t *dev, const dt_model_layout *layout, int B, int T,
@@ -54,9 +65,11 @@ static dt_status_t net_alloc(dt_net_t *net, dt_device_t *dev, const dt_model_lay
                         (double)net->arena_bytes / (1 << 20), decode ? "decoding, seq_len" : "micro-batch",
                         decode ? layout->seq_len : B, dt_error_detail());
     }
-    net->d_tokens = dt_net_slot(net, DT_NET_SLOT_TOKENS);
-    net->d_targets = dt_net_slot(net, DT_NET_SLOT_TARGETS);
-    net->d_features = dt_net_slot(net, DT_NET_SLOT_FEATURES);
+    net->arenas = dt_xcalloc(1, sizeof *net->arenas);
+    net->arena_state = dt_xcalloc(1, sizeof *net->arena_state);
+    net->arenas[0] = net->arena;
+    net->n_arenas = 1;
+    point_batch(net);
     net->h_losses = dt_xcalloc((size_t)net->n_rows, sizeof(float));
     net->unit_params = dt_xcalloc((size_t)layout->n_units, sizeof(void *));
     net->unit_grads = dt_xcalloc((size_t)layout->n_units, sizeof(void *));
@@ -86,12 +99,18 @@ dt_status_t dt_net_decode_init(dt_net_t *net, dt_device_t *dev, const dt_model_l
                         dt_device_kind_name(dev->kind));
     if (layout->tp_size > 1)
         return dt_error(DT_STATUS_UNSUPPORTED, "no KV-cache decoding of a tensor-parallel piece (load it at TP 1)");
+    if (is_stage(layout))
+        return dt_error(DT_STATUS_UNSUPPORTED, "no KV-cache decoding of a pipeline stage (load the whole model)");
     if (ops->net_check) DT_CHECK(ops->net_check(layout));
     return net_alloc(net, dev, layout, 1, 1, 1);
 }
 
 void dt_net_free(dt_net_t *net) {
-    if (net->dev && net->arena) net->dev->ops->free(net->dev, net->arena);
+    for (int i = 0; net->dev && i < net->n_arenas; i++)
+        if (net->arenas[i]) net->dev->ops->free(net->dev, net->arenas[i]);
+    if (net->dev && !net->arenas && net->arena) net->dev->ops->free(net->dev, net->arena);
+    free(net->arenas);
+    free(net->arena_state);
     free(net->off);
     free(net->h_losses);
     free(net->h_tokens);
@@ -115,8 +134,15 @@ static dt_status_t upload(dt_net_t *net, void *dst, const void *src, size_t byte
 dt_status_t dt_net_forward(dt_net_t *net, const dt_batch *batch, double *mean_loss) {
     const dt_model_layout *l = net->layout;
     if (net->decode) return dt_error(DT_STATUS_INVALID, "a decode net has no training forward");
+    if (net->chunk < 0 || net->chunk >= l->n_chunks)
+        return dt_error(DT_STATUS_INVALID, "chunk %d outside the layout's %d chunk(s)", net->chunk, l->n_chunks);
+    const dt_model_chunk *c = &l->chunks[net->chunk];
+    if (c->last && l->has_tied_copy && !net->head_w)
+        return dt_error(DT_STATUS_INVALID, "the last stage's tied head needs its weight (net->head_w) set");
     size_t rows = (size_t)net->n_rows;
-    if (l->spec.ops->data == DT_MODEL_DATA_TOKENS && l->tp_size > 1) {
+    if (!c->first) {
+        /* the IN buffer holds the previous chunk's output */
+    } else if (l->spec.ops->data == DT_MODEL_DATA_TOKENS && l->tp_size > 1) {
         /* A TP rank holds vocabulary rows [v0, v0 + Vp/T): the tokens slot gets each
          * token's row there, -1 for the others' (net.h). */
         int Vl = l->vocab_padded / l->tp_size, v0 = l->tp_rank * Vl;
@@ -131,6 +157,14 @@ dt_status_t dt_net_forward(dt_net_t *net, const dt_batch *batch, double *mean_lo
     } else {
         DT_CHECK(net->dev->ops->upload_f32(net->dev, net->d_features, batch->features,
                                            (size_t)net->B * (size_t)l->in_features));
+    }
+    net->fwd_chunk = net->chunk;
+    if (!c->last) {
+        l->spec.ops->forward(net, 0);
+        net->rows_run += rows;
+        *mean_loss = NAN;
+        net->have_forward = 1;
+        return net->dev->ops->synchronize(net->dev);
     }
     DT_CHECK(upload(net, net->d_targets, batch->targets, rows * sizeof(int)));
     l->spec.ops->forward(net, 1);
@@ -147,6 +181,9 @@ dt_status_t dt_net_forward(dt_net_t *net, const dt_batch *batch, double *mean_lo
 
 dt_status_t dt_net_backward(dt_net_t *net, float dscale) {
     if (!net->have_forward) return dt_error(DT_STATUS_INVALID, "backward without a forward");
+    if (net->fwd_chunk != net->chunk)
+        return dt_error(DT_STATUS_INVALID, "backward of chunk %d in arena %d, whose forward ran chunk %d", net->chunk,
+                        net->cur_arena, net->fwd_chunk);
     net->layout->spec.ops->backward(net, dscale);
     net->have_forward = 0; /* the logits were consumed */
     return net->dev->ops->synchronize(net->dev);
@@ -160,6 +197,8 @@ dt_status_t dt_net_logits_rows(dt_net_t *net, const int32_t *tokens, int b, int 
     if (net->layout->tp_size > 1)
         return dt_error(DT_STATUS_UNSUPPORTED, "logits of a tensor-parallel piece are a slice of the vocabulary: "
                                                "sample from a checkpoint (any TP size loads at TP 1)");
+    if (is_stage(net->layout))
+        return dt_error(DT_STATUS_UNSUPPORTED, "logits of a pipeline stage: sample from a checkpoint (it loads whole)");
     if (b < 0 || b >= net->B || t0 < 0 || n < 1 || t0 + n > net->T)
         return dt_error(DT_STATUS_INVALID, "logits rows [%d, %d) of sequence %d outside (%d, %d)", t0, t0 + n, b,
                         net->B, net->T);
@@ -193,6 +232,52 @@ dt_status_t dt_net_decode(dt_net_t *net, int32_t token, int pos, float *out) {
     const void *row = dt_net_slot(net, l->spec.ops->decode_logits_slot);
     DT_CHECK(net->dev->ops->download_f32(net->dev, out, row, (size_t)l->vocab_padded));
     return net->dev->ops->synchronize(net->dev);
+}
+
+/* ---- pipeline stages ---- */
+
+void *dt_net_stage_buf(dt_net_t *net, dt_net_stage_io which) {
+    const dt_model_ops *ops = net->layout->spec.ops;
+    if (!ops->stage_buf || net->decode || net->chunk < 0 || net->chunk >= net->layout->n_chunks) return NULL;
+    return ops->stage_buf(net, (int)which);
+}
+
+size_t dt_net_stage_elems(const dt_net_t *net) {
+    const dt_model_layout *l = net->layout;
+    if (!l->spec.ops->pipeline || !l->spec.ops->dims) return 0;
+    dt_model_dims d;
+    l->spec.ops->dims(l, &d);
+    size_t rows = (size_t)net->n_rows;
+    if (l->sequence_parallel && l->tp_size > 1) rows /= (size_t)l->tp_size;
+    return rows * (size_t)d.hidden;
+}
+
+dt_status_t dt_net_arenas(dt_net_t *net, int n) {
+    if (net->decode) return dt_error(DT_STATUS_INVALID, "a decode net has one arena");
+    if (n <= net->n_arenas) return DT_STATUS_OK;
+    net->arenas = dt_xrealloc(net->arenas, (size_t)n * sizeof *net->arenas);
+    net->arena_state = dt_xrealloc(net->arena_state, (size_t)n * sizeof *net->arena_state);
+    for (int i = net->n_arenas; i < n; i++) {
+        net->arena_state[i] = 0;
+        dt_status_t st = net->dev->ops->alloc(net->dev, DT_MEM_ACTIVATIONS, net->arena_bytes, &net->arenas[i]);
+        if (st != DT_STATUS_OK)
+            return dt_error(st, "cannot allocate activations for micro-batch %d in flight (%.1f MiB each): %s",
+                            i + 1, (double)net->arena_bytes / (1 << 20), dt_error_detail());
+        net->n_arenas = i + 1;
+    }
+    return DT_STATUS_OK;
+}
+
+dt_status_t dt_net_use(dt_net_t *net, int i) {
+    if (i < 0 || i >= net->n_arenas)
+        return dt_error(DT_STATUS_INVALID, "arena %d: only %d exist (dt_net_arenas)", i, net->n_arenas);
+    net->arena_state[net->cur_arena] = (net->have_forward ? 1 : 0) | net->fwd_chunk << 1;
+    net->cur_arena = i;
+    net->arena = net->arenas[i];
+    net->have_forward = net->arena_state[i] & 1;
+    net->fwd_chunk = net->arena_state[i] >> 1;
+    point_batch(net);
+    return DT_STATUS_OK;
 }
 
 /* ---- tensor-parallel matmuls (net_impl.h) ---- */

@@ -18,6 +18,13 @@
  * forward ends with FWD_PRE(0) ... FWD_POST(0) around the logits, the backward
  * starts with BWD_PRE(0) and unit 0's gradient is complete only at BWD_POST(0),
  * the very last call.
+ *
+ * Pipeline stages (model.h: dt_model_layout_init_stage): a net of a stage layout runs
+ * one chunk per forward/backward (net->chunk): its blocks, the embedding only in a
+ * first chunk, the final norm, head and loss only in a last one; the activations
+ * cross chunk boundaries through the stage buffers (dt_net_stage_buf). Several
+ * micro-batches are in flight at once, each in its own arena (dt_net_arenas,
+ * dt_net_use). Hooks get the layout's (local) unit numbers.
  */
 #ifndef DT_RUNTIME_NET_H
 #define DT_RUNTIME_NET_H
@@ -99,7 +106,17 @@ typedef struct dt_net {
                         (token - tp_rank * Vp/T, or -1 when another rank holds the row),
                         what the tokens slot holds there; the targets stay global */
     int n_rows;      /* rows of the loss: B*T (T = 1 for feature rows) */
-    int have_forward;
+    int have_forward; /* of the current arena: a forward (of chunk fwd_chunk) awaits its backward */
+    int fwd_chunk;
+    /* pipeline stages */
+    int chunk;            /* the layout's chunk the next forward/backward runs (0 by default) */
+    void *head_w, *head_dw; /* layout.has_tied_copy: device buffers the caller owns, the
+                               embedding's (local TP) rows used as the head's weight and
+                               their gradient, accumulated (+=) by backward; no hook is
+                               called for them */
+    void **arenas;        /* (n_arenas) arena i's memory; arena = arenas[cur_arena] */
+    int *arena_state;     /* per arena: have_forward | fwd_chunk << 1 while not current */
+    int n_arenas, cur_arena;
     int decode;          /* a decode net (dt_net_decode_init): B = T = 1 plus a KV cache */
     uint64_t rows_run;   /* positions computed so far: B*T per forward, 1 per decode */
 } dt_net_t;
@@ -112,10 +129,46 @@ void dt_net_bind(dt_net_t *net, void *params, void *grads);
 /* Activation arena bytes for a layout, micro-batch and device (for plans). */
 size_t dt_net_arena_bytes(const dt_device_t *dev, const dt_model_layout *layout, int B);
 
-/* Forward with loss; *mean_loss gets the mean over the B*T (or B) rows. */
+/* Forward with loss; *mean_loss gets the mean over the B*T (or B) rows. A stage's
+ * chunk (net->chunk) that is not last computes no loss (*mean_loss = NAN; targets
+ * are not read); one that is not first reads no tokens but the IN buffer. */
 dt_status_t dt_net_forward(dt_net_t *net, const dt_batch *batch, double *mean_loss);
-/* Backward of the last forward: gradients += d(dscale * sum of row losses). */
+/* Backward of the current arena's forward (of the same chunk): gradients += d(dscale
+ * * sum of row losses), or, for a chunk that is not last, of the gradient the DOUT
+ * buffer holds (dscale unused). */
 dt_status_t dt_net_backward(dt_net_t *net, float dscale);
+
+/* ---- pipeline stages ---- */
+
+/* The boundary buffers of a chunk, device memory of the current arena:
+ *   IN   what a chunk that is not first reads instead of the embedding (fill it
+ *        before the forward; the backward reads it again)
+ *   OUT  what a chunk that is not last leaves (its last block's output: send it
+ *        after the forward)
+ *   DOUT the gradient of OUT (fill it before the backward)
+ *   DIN  the gradient of IN (send it after the backward)
+ * Each holds dt_net_stage_elems elements of the compute dtype: the residual stream,
+ * B*T*C, or this TP rank's B*T/T rows of it under sequence parallelism. OUT and DIN
+ * stay valid until the next forward or backward in the same arena (other arenas'
+ * passes do not touch them), so they may be sent asynchronously. DOUT and DIN are
+ * one buffer (the backward turns one into the other in place): fill DOUT only once
+ * the previous DIN of the arena has gone, which a forward in between ensures. OUT
+ * depends on the chunk: ask with net->chunk set to the chunk that ran. */
+typedef enum dt_net_stage_io {
+    DT_NET_STAGE_IN = 0,
+    DT_NET_STAGE_OUT = 1,
+    DT_NET_STAGE_DOUT = 2,
+    DT_NET_STAGE_DIN = 3,
+} dt_net_stage_io;
+void *dt_net_stage_buf(dt_net_t *net, dt_net_stage_io which);
+size_t dt_net_stage_elems(const dt_net_t *net);
+/* Ensures n arenas exist (arena 0 is dt_net_init's; new ones, the same bytes and
+ * slots, allocated in DT_MEM_ACTIVATIONS), so n micro-batches can be in flight. */
+dt_status_t dt_net_arenas(dt_net_t *net, int n);
+/* Selects arena i for the next forwards/backwards and the stage buffers; each arena
+ * keeps its own pending forward, so backward of arena i works after forwards in
+ * others. DT_STATUS_INVALID for an arena dt_net_arenas has not made. */
+dt_status_t dt_net_use(dt_net_t *net, int i);
 /* Models with logits (ops->logits_slot >= 0): forward of tokens (B, T) without
  * loss, then the logits (vocab_padded floats, host) of row b at position t are
  * copied to out. For sampling. */
