@@ -186,6 +186,7 @@ dt_status_t dt_plan_model_from_shape(double params, int layers, int hidden, int 
 void dt_plan_model_free(dt_plan_model *m) {
     free(m->unit_numel);
     m->unit_numel = NULL;
+    for (int k = 0; m->stages && k < m->pp_size; k++) free(m->stages[k].unit_numel);
     free(m->stages);
     m->stages = NULL;
 }
@@ -301,12 +302,14 @@ double dt_plan_activation_bytes(const dt_plan_model *m, int micro_batch, int com
      * MLP's two activations (gpt fch, fch_gelu; llama gate|up, swiglu) */
     double layer = 6 * rc + slot(BT * A * d) + 2 * m->norm_stats * r4 + slot(BT * Q * d) +
                    slot(BT * mlp_in * d) + slot(BT * mlp_act * d) + slot(saved);
-    /* a pipeline stage without the last chunk has no final norm, logits or loss
-     * statistics (pp_no_head) */
+    /* a pipeline stage without the first chunk has no tokens (pp_no_first), one
+     * without the last no targets, final norm, logits or losses (pp_no_head) */
     int head = !m->pp_no_head;
-    double once = 2 * bt4 /* tokens, targets */ + rc /* encoded */ +
-                  (head ? rc + m->norm_stats * r4 : 0) /* final norm and its statistics */ + bt4 /* losses */ +
-                  (head ? slot(BT * Vp * d) : 0) + rc /* dres */ + slot(BT * fmax(C, A) * d) /* dtmp */ +
+    double once = (m->pp_no_first ? 0 : bt4) /* tokens */ + rc /* encoded */ +
+                  (head ? bt4 /* targets */ + rc + m->norm_stats * r4 /* final norm, statistics */ +
+                              bt4 /* losses */ + slot(BT * Vp * d) /* logits */
+                        : 0) +
+                  rc /* dres */ + slot(BT * fmax(C, A) * d) /* dtmp */ +
                   slot(BT * Q * d) /* dqkv */ + slot(BT * mlp_in * d) + slot(BT * mlp_act * d) +
                   slot(scratch) +
                   /* sequence parallelism: a gathered norm output, a row-parallel matmul's

@@ -179,11 +179,12 @@ typedef struct dt_plan_model {
     /* pipeline parallelism (dt_plan_model_set_pp*): pp_size ranks of pp_virtual
      * chunks each, stages[s] what pipeline rank s holds (NULL at pp_size 1). In the
      * view of one stage that dt_plan_row_stage prices: pp_blocks the blocks it runs
-     * (its TP collectives; 0: n_layer), pp_no_head 1 when it holds no last chunk (its
-     * arena has no final norm, logits or loss statistics; plan_pp.c). */
+     * (its TP collectives; 0: n_layer), pp_no_first 1 when it holds no first chunk
+     * (its arena has no tokens), pp_no_head 1 when it holds no last chunk (no targets,
+     * final norm, logits, losses or loss statistics). */
     int pp_size, pp_virtual, pp_partition;
     struct dt_plan_stage *stages;
-    int pp_blocks, pp_no_head;
+    int pp_blocks, pp_no_first, pp_no_head;
 } dt_plan_model;
 
 /* From the exact tensor table (dtrun's own models). Free with dt_plan_model_free. */
@@ -337,6 +338,7 @@ typedef struct dt_plan_stage {
     int n_units;
     double flops_per_token;  /* its chunks' training FLOPs per token (whole TP group) */
     double chunk_flops_max;  /* its largest chunk's */
+    double *unit_numel;      /* its units' elements (from a layout: FSDP pads each), else NULL */
     int n_chunks;            /* V: its chunks, blocks [chunk_l0[j], chunk_l1[j]) */
     int chunk_l0[DT_PLAN_MAX_CHUNKS], chunk_l1[DT_PLAN_MAX_CHUNKS];
 } dt_plan_stage;
@@ -349,6 +351,15 @@ typedef struct dt_plan_stage {
  * a copy of the embedding's rows). DT_STATUS_USAGE naming --pp or
  * --virtual-stages when pp does not divide the layers or pp x V exceeds them. */
 dt_status_t dt_plan_model_set_pp(dt_plan_model *m, int pp, int virtual_stages, int partition);
+
+/* The config's model (spec) as pp ranks of virtual_stages chunks at TP size tp
+ * (sequence parallelism sp), from the model layer: dt_model_pp_partition's chunks
+ * (partition: dt_pp_partition_t), each rank's dt_model_layout_init_stage of TP rank
+ * 0 (n_params, units, its largest chunk's blocks, first/last, the tied copy: the
+ * embedding's TP piece) and dt_model_pp_chunk_cost's FLOPs. m must be the model
+ * at that TP size. DT_STATUS_USAGE naming --pp / --virtual-stages. */
+dt_status_t dt_plan_model_set_pp_layout(dt_plan_model *m, const dt_model_spec *spec, int tp, int sp, int pp,
+                                        int virtual_stages, int partition);
 
 /* One pipeline rank's row as if it ran alone: its states (view->n_params divided
  * over DP = n_gpus / (TP x pp) by the strategy), ONE activation arena, its DP

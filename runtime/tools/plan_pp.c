@@ -55,22 +55,37 @@ static void partition_sized(int L, int n, double b, double e_first, double e_las
     free(extra);
 }
 
-dt_status_t dt_plan_model_set_pp(dt_plan_model *m, int pp, int V, int partition) {
+/* The checks --pp and --virtual-stages share; 0 or DT_STATUS_USAGE. */
+static dt_status_t check_pp(const dt_plan_model *m, int pipeline, int pp, int V) {
     int L = m->n_layer;
     if (pp < 1) return dt_error(DT_STATUS_USAGE, "--pp: expected stages >= 1, found %d", pp);
     if (V < 1) return dt_error(DT_STATUS_USAGE, "--virtual-stages: expected >= 1, found %d", V);
-    if (m->feature_rows || m->size_block <= 0)
-        return dt_error(DT_STATUS_USAGE, "--pp %d: the %s model has no pipeline stages", pp, m->type);
+    if (!pipeline)
+        return dt_error(DT_STATUS_USAGE, "--pp %d: the %s model has no pipeline stages (only gpt and llama do)", pp,
+                        m->type);
     if (L % pp)
         return dt_error(DT_STATUS_USAGE, "--pp %d: does not divide the %d layers (each stage runs L/P of them)",
                         pp, L);
-    int n = pp * V;
-    if (n > L || n > DT_PLAN_MAX_CHUNKS)
+    if (V > 1 && pp < 2)
+        return dt_error(DT_STATUS_USAGE, "--virtual-stages %d: needs --pp 2 or more", V);
+    if (pp * V > L || pp * V > DT_PLAN_MAX_CHUNKS)
         return dt_error(DT_STATUS_USAGE,
                         "--virtual-stages %d: --pp %d x %d chunks exceed the %d layers (or %d chunks in all)", V,
                         pp, V, L, DT_PLAN_MAX_CHUNKS);
+    return DT_STATUS_OK;
+}
+
+static void free_stages(dt_plan_model *m) {
+    for (int k = 0; m->stages && k < m->pp_size; k++) free(m->stages[k].unit_numel);
     free(m->stages);
     m->stages = NULL;
+}
+
+dt_status_t dt_plan_model_set_pp(dt_plan_model *m, int pp, int V, int partition) {
+    int L = m->n_layer;
+    DT_CHECK(check_pp(m, !m->feature_rows && m->size_block > 0, pp, V));
+    int n = pp * V;
+    free_stages(m);
     m->pp_size = pp;
     m->pp_virtual = V;
     m->pp_partition = partition;
@@ -133,16 +148,79 @@ dt_status_t dt_plan_model_set_pp(dt_plan_model *m, int pp, int V, int partition)
     return DT_STATUS_OK;
 }
 
+dt_status_t dt_plan_model_set_pp_layout(dt_plan_model *m, const dt_model_spec *spec, int tp, int sp, int pp,
+                                        int V, int partition) {
+    DT_CHECK(check_pp(m, spec->ops->pipeline, pp, V));
+    free_stages(m);
+    m->pp_size = pp;
+    m->pp_virtual = V;
+    m->pp_partition = partition;
+    if (pp == 1 && V == 1) return DT_STATUS_OK;
+    int n = pp * V;
+    dt_model_layout g, piece;
+    DT_CHECK(dt_model_layout_init(spec, &g));
+    dt_status_t st = dt_model_layout_init_tp(spec, tp, 0, sp, &piece);
+    if (st != DT_STATUS_OK) goto out_free_global;
+    int *bounds = dt_xcalloc((size_t)n + 1, sizeof *bounds);
+    st = dt_model_pp_partition(&g, pp, V, (dt_pp_partition_t)partition, bounds);
+    if (st != DT_STATUS_OK) {
+        st = dt_error(DT_STATUS_USAGE, "--pp %d --virtual-stages %d: %s", pp, V, dt_error_detail());
+        goto out_free_bounds;
+    }
+    m->stages = dt_xcalloc((size_t)pp, sizeof *m->stages);
+    for (int s = 0; s < pp; s++) {
+        dt_model_layout l;
+        st = dt_model_layout_init_stage(spec, tp, 0, sp, pp, s, V, bounds, &l);
+        if (st != DT_STATUS_OK) {
+            st = dt_error(DT_STATUS_USAGE, "--pp %d: stage %d: %s", pp, s, dt_error_detail());
+            goto out_free_bounds;
+        }
+        dt_plan_stage *ps = &m->stages[s];
+        ps->n_params = (double)l.n_params;
+        ps->first = dt_model_has_first(&l);
+        ps->last = dt_model_has_last(&l);
+        ps->arena_blocks = dt_model_max_chunk_blocks(&l);
+        /* the tied head's copy: the embedding's rows of this TP rank (tensor 0) */
+        ps->tied_copy = l.has_tied_copy ? (double)piece.tensors[0].numel : 0;
+        ps->n_units = l.n_units;
+        ps->unit_numel = dt_xcalloc((size_t)l.n_units, sizeof *ps->unit_numel);
+        for (int u = 0; u < l.n_units; u++) {
+            ps->unit_numel[u] = (double)l.units[u].numel;
+            ps->largest_unit = fmax(ps->largest_unit, ps->unit_numel[u]);
+        }
+        dt_model_layout_free(&l);
+        for (int j = 0; j < V; j++) {
+            int k = j * pp + s;
+            double params, flops;
+            dt_model_pp_chunk_cost(&g, bounds, k, &params, &flops);
+            ps->chunk_l0[j] = bounds[k];
+            ps->chunk_l1[j] = bounds[k + 1];
+            ps->blocks += bounds[k + 1] - bounds[k];
+            ps->flops_per_token += flops;
+            ps->chunk_flops_max = fmax(ps->chunk_flops_max, flops);
+        }
+        ps->n_chunks = V;
+    }
+out_free_bounds:
+    free(bounds);
+    dt_model_layout_free(&piece);
+out_free_global:
+    dt_model_layout_free(&g);
+    if (st != DT_STATUS_OK) free_stages(m);
+    return st;
+}
+
 void dt_plan_stage_view(const dt_plan_model *m, int k, dt_plan_model *v) {
     const dt_plan_stage *st = &m->stages[k];
     *v = *m;
     v->stages = NULL;
     v->pp_size = 1;
     v->pp_virtual = 1;
-    v->unit_numel = NULL;
+    v->unit_numel = st->unit_numel;
     v->n_params = st->n_params;
     v->n_layer = st->arena_blocks;
     v->pp_blocks = st->blocks;
+    v->pp_no_first = !st->first;
     v->pp_no_head = !st->last;
     v->largest_unit = st->largest_unit;
     v->n_units = st->n_units;
