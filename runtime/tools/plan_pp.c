@@ -242,7 +242,8 @@ dt_status_t dt_plan_row_compute_pp(const dt_plan_input *in, dt_plan_strategy_t s
     if (!m->stages) return dt_error(DT_STATUS_USAGE, "--pp %d: the model was not cut into stages", P);
     char msg[256];
     if (dt_pp_schedule_check(kind, P, V, M, msg, sizeof msg))
-        return dt_error(DT_STATUS_USAGE, "--pp %d --schedule %s: %s", P, dt_pp_schedule_name(kind), msg);
+        return dt_error(DT_STATUS_USAGE, "--pp %d --schedule %s --virtual-stages %d --accum %d: %s", P,
+                        dt_pp_schedule_name(kind), V, M, msg);
     int cb = in->precision == DT_PLAN_PRECISION_BF16 ? 2 : 4;
     dt_plan_row *rows = dt_xcalloc((size_t)P, sizeof *rows);
     dt_status_t st = DT_STATUS_OK;
