@@ -13,6 +13,7 @@
 
 #include "common/mem.h"
 #include "kernels/kernels.h" /* defines: dt_attention_uses_fused */
+#include "runtime/parallel/pp_sched.h" /* defines: dt_pp_schedule_name */
 
 static const char *const strategy_names[] = {
 #define X(n, s) s,
@@ -571,11 +572,19 @@ static const char *gb(double bytes, char *buf, size_t len) {
     return buf;
 }
 
-/* "fsdp on 8 GPUs", or "fsdp on 8 GPUs at TP 2 x DP 4" */
+/* "fsdp on 8 GPUs", "fsdp on 8 GPUs at TP 2 x DP 4", or with a pipeline "zero1 on 16
+ * GPUs at TP 8 x PP 2 x DP 1 (1f1b)" */
 static const char *plan_name(const dt_plan_row *r, char *buf, size_t len) {
     int n = snprintf(buf, len, "%s on %d GPU%s", dt_plan_strategy_name(r->strategy), r->n_gpus,
                      r->n_gpus > 1 ? "s" : "");
-    if (r->tp > 1 && n > 0 && (size_t)n < len) snprintf(buf + n, len - (size_t)n, " at TP %d x DP %d", r->tp, r->dp);
+    if (r->pp > 1 && n > 0 && (size_t)n < len) {
+        char v[32] = "";
+        if (r->virtual_stages > 1) snprintf(v, sizeof v, ", %d chunks per rank", r->virtual_stages);
+        snprintf(buf + n, len - (size_t)n, " at TP %d x PP %d x DP %d (%s%s)", r->tp, r->pp, r->dp,
+                 dt_pp_schedule_name((dt_pp_schedule_t)r->schedule), v);
+    } else if (r->tp > 1 && n > 0 && (size_t)n < len) {
+        snprintf(buf + n, len - (size_t)n, " at TP %d x DP %d", r->tp, r->dp);
+    }
     return buf;
 }
 
@@ -657,11 +666,14 @@ void dt_plan_recommend(const dt_plan_input *in, const dt_plan_row *rows, int n_r
         if (out->cheapest < 0) out->cheapest = i;
         else {
             const dt_plan_row *c = &rows[out->cheapest];
-            /* efficiencies within 0.1% are a tie: then fewer GPUs, then the smaller TP
-             * size, then table order */
+            /* efficiencies within 0.1% are a tie: then fewer GPUs, then the shorter
+             * step, then the smaller TP x PP, then table order */
             int tie = r->efficiency >= c->efficiency * 0.999;
+            int same_n = tie && r->n_gpus == c->n_gpus;
+            int step_tie = same_n && fabs(r->step_s - c->step_s) <= 1e-3 * c->step_s;
             if (r->efficiency > c->efficiency * 1.001 || (tie && r->n_gpus < c->n_gpus) ||
-                (tie && r->n_gpus == c->n_gpus && r->tp < c->tp))
+                (same_n && !step_tie && r->step_s < c->step_s) ||
+                (step_tie && r->tp * r->pp < c->tp * c->pp))
                 out->cheapest = i;
         }
         if (out->fastest < 0 || r->tokens_per_s > rows[out->fastest].tokens_per_s * 1.001)
