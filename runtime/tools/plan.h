@@ -103,6 +103,39 @@
  *   recomputed forward (activation checkpointing)
  *   repeats the forward's collectives. All of it is exposed: the next op reads the
  *   result (no overlap modelled).
+ * Pipeline parallelism (P ranks of V chunks, m = accum micro-batches per step, world
+ * N = TP x P x DP, TP innermost in a node, then PP, then DP; plan_pp.c):
+ *   stages: a config's model from the model layer (dt_model_pp_partition,
+ *   dt_model_layout_init_stage of TP rank 0, dt_model_pp_chunk_cost); a sized model
+ *   (dt_plan_model_set_pp) as L identical blocks, the vocabulary rows TP cuts (the
+ *   embedding, and an untied head) and the rest (positions, final norm) on the first
+ *   and last stages, FLOPs per chunk 6 x its parameters + 12·C·T per block, a tied
+ *   head's 6·V·C on the last chunk; uniform, parameters or flops partitions minimise
+ *   the largest chunk's cost, the extra blocks to the later chunks.
+ *   memory by stage: its n_params divided by the strategy over DP as above (units
+ *   padded per DP size), + on the last stage of a tied model without the embedding a
+ *   copy of the embedding's rows, param + grad in the compute dtype (no optimizer
+ *   state: the engine refreshes it from stage 0 after each step) = 2·(Vp/T)·C·d,
+ *   + dt_pp_arenas(schedule, P, V, m, stage) x the stage's ONE arena: the per-block
+ *   slots of its largest chunk, tokens only on the first stage, targets, final norm,
+ *   logits, losses and the TP loss statistics only on the last (net.c's bytes). With
+ *   activation checkpointing each arena is the checkpointed one. The row is the worst
+ *   stage's; the job fits (or fits with recompute) when every stage does.
+ *   time: per stage and micro-batch t_s = its FLOPs per token x B·T / T_tp / (peak ·
+ *   mfu) (x 4/3 recomputing) + its TP collectives (its blocks); the pipeline takes
+ *   (m + P − 1) x max t_s (gpipe, 1f1b), (V·m + P − 1) x the slowest chunk's time
+ *   (interleaved); compute = m x max t_s's compute, bubble = the rest, ideal bubble
+ *   dt_pp_bubble_ideal. P2P: per micro-batch, each of the P·V − 1 chunk boundaries
+ *   carries the activation forward and its gradient back, B·T·C·d bytes each (/ T_tp
+ *   with sequence parallelism), on the inter-node link when the two pipeline ranks'
+ *   GPUs are on different nodes; sends are asynchronous and overlap compute, so one
+ *   message per boundary per step is counted exposed (the pipeline's fill), and the
+ *   row shows what the busiest stage sends per step. DP collectives: each stage's
+ *   own (its parameters, its last backward as the overlap window), the largest
+ *   exposed of the stages. step = compute + bubble + exposed (TP + P2P + DP);
+ *   efficiency = the whole model's FLOPs over the TP x P GPUs of a replica / step.
+ *   Recommendation ties (efficiency within 0.1%): fewer GPUs, the shorter step,
+ *   then the smaller TP x PP.
  * Scaling efficiency e = ideal / planned = compute without recompute / step.
  * Work: H one-GPU hours (given, or tokens · flops_per_token / (peak · mfu));
  * time at N GPUs H/(N·e), cost N · price · H/(N·e).
