@@ -542,6 +542,21 @@ static void check_tp(dt_config_t *cfg, const char *src) {
     if (dt_config_tp_check_vocab(cfg, cfg->model.vocab_size, msg, sizeof msg)) add_error(cfg, src, "%s", msg);
 }
 
+/* pipeline.* against the strategy (the schedule against the micro-batches:
+ * dt_config_resolve; the stages against the model's blocks: the launcher's checks,
+ * runtime/train/train_check.c, once the model is built). */
+static void check_pp(dt_config_t *cfg, const char *src) {
+    if (cfg->pp.stages <= 1) return;
+    if (cfg->strategy == DT_STRATEGY_HSDP)
+        add_error(cfg, src,
+                  "pipeline.stages %lld with strategy \"hsdp\": expected pipeline.stages 1 (hsdp's shard group is "
+                  "a node's ranks, which pipeline stages cut across; use fsdp, zero1, zero2 or ddp with it)",
+                  (long long)cfg->pp.stages);
+    if (cfg->model.ops && !cfg->model.ops->pipeline)
+        add_error(cfg, src, "pipeline.stages %lld: model.type \"%s\" has no pipeline stages (gpt and llama have)",
+                  (long long)cfg->pp.stages, cfg->model.ops->name);
+}
+
 /* Rules across keys, once the file and the overrides are in. */
 static void finish(dt_config_t *cfg, const char *src) {
     int rs = dt_config_key_find_("strategy"), rz = dt_config_key_find_("zero_optimization.stage");
@@ -576,6 +591,7 @@ static void finish(dt_config_t *cfg, const char *src) {
     if (cfg->model.ops->config_check && cfg->model.ops->config_check(&cfg->model, msg, sizeof msg))
         add_error(cfg, src, "%s", msg);
     check_tp(cfg, src);
+    check_pp(cfg, src);
     if (cfg->model.ops->data == DT_MODEL_DATA_TOKENS) {
         if (!cfg->data.train && cfg->data.n_sources == 0)
             add_error(cfg, src,

@@ -51,6 +51,11 @@
 #define DT_DEVICE_MAP(X) X(AUTO, "auto") X(CPU, "cpu") X(CUDA, "cuda")
 /* Strategy and its ZeRO stage: ddp 0, zero1 1, zero2 2, fsdp 3, hsdp 3
  * (hsdp: fsdp within a node, replicated across nodes). */
+/* pipeline.schedule and pipeline.partition names, in the order of dt_pp_schedule_t
+ * (runtime/parallel/pp_sched.h) and dt_pp_partition_t (runtime/model/model.h). */
+#define DT_CONFIG_PP_SCHEDULE_MAP(X) X(GPIPE, "gpipe") X(1F1B, "1f1b") X(INTERLEAVED, "interleaved")
+#define DT_CONFIG_PP_PARTITION_MAP(X) X(UNIFORM, "uniform") X(PARAMETERS, "parameters") X(FLOPS, "flops")
+
 #define DT_STRATEGY_MAP(X)                                                   \
     X(DDP, "ddp") X(ZERO1, "zero1") X(ZERO2, "zero2") X(FSDP, "fsdp") X(HSDP, "hsdp")
 
@@ -85,6 +90,16 @@ typedef enum dt_strategy {
     DT_STRATEGY_MAP(X)
 #undef X
 } dt_strategy_t;
+enum {
+#define X(n, s) DT_CONFIG_PP_##n,
+    DT_CONFIG_PP_SCHEDULE_MAP(X)
+#undef X
+};
+enum {
+#define X(n, s) DT_CONFIG_PP_PARTITION_##n,
+    DT_CONFIG_PP_PARTITION_MAP(X)
+#undef X
+};
 
 /* Upper bound on the rows of the key table (checked at compile time in config.c). */
 #define DT_CONFIG_MAX_KEYS 128
@@ -195,13 +210,22 @@ typedef struct dt_config {
         int64_t size;           /* >= 1; 1 = off */
         bool sequence_parallel; /* activations between TP regions cut along the sequence */
     } tp;
+    /* pipeline.*: pipeline parallelism. stages ranks (TP groups) hold consecutive blocks
+     * of the model, the embedding on the first and the head on the last; micro-batches
+     * per step = gradient_accumulation_steps; world = tp.size x stages x DP size. */
+    struct {
+        int64_t stages;         /* >= 1; 1 = off */
+        int schedule;           /* DT_CONFIG_PP_SCHEDULE_MAP order (runtime/parallel/pp_sched.h's) */
+        int64_t virtual_stages; /* chunks per rank (interleaved) */
+        int partition;          /* DT_CONFIG_PP_PARTITION_MAP order (model.h's dt_pp_partition_t) */
+    } pp;
     int64_t threads; /* CPU threads per rank; 0 = auto */
     int64_t sample_tokens; /* characters rank 0 generates at the end (text data); 0 = none */
 
     /* bookkeeping, not keys */
     char *source;       /* the file name (or the name given to load_string) */
     int world_size;     /* of the last dt_config_resolve(); 0 before */
-    int dp_size;        /* world_size / tp.size, of the last dt_config_resolve(); 0 before */
+    int dp_size;        /* world_size / (tp.size x pipeline.stages), of the last dt_config_resolve(); 0 before */
     int n_errors;
     char *errors;       /* all errors, one per line ("" when none) */
     char *warnings;     /* ignored keys, "auto" values, notes ("" when none) */

@@ -27,6 +27,8 @@ static const char *const dtype_names[] = {DT_DTYPE_MAP(NAME_) NULL};
 static const char *const device_names[] = {DT_DEVICE_MAP(NAME_) NULL};
 static const char *const strategy_names[] = {DT_STRATEGY_MAP(NAME_) NULL};
 static const char *const backend_names[] = {DT_COMM_BACKEND_MAP(NAME_) NULL};
+static const char *const pp_schedule_names[] = {DT_CONFIG_PP_SCHEDULE_MAP(NAME_) NULL};
+static const char *const pp_partition_names[] = {DT_CONFIG_PP_PARTITION_MAP(NAME_) NULL};
 #undef NAME_
 
 const char *dt_config_strategy_name(dt_strategy_t s) {
@@ -155,6 +157,17 @@ static const config_key_t tail_keys[] = {
     {"tensor_parallel.sequence_parallel", KT_BOOL, OFF(tp.sequence_parallel), 0, 0, 0, NULL, "false",
      "cut the activations between tensor-parallel regions along the sequence (all-gather and "
      "reduce-scatter instead of all-reduce); no effect when tensor_parallel.size is 1"},
+    {"pipeline.stages", KT_INT, OFF(pp.stages), 1, I32, 0, NULL, "1",
+     "pipeline-parallel stages (1 = off): each holds consecutive blocks (the embedding on the first, the "
+     "head on the last); world = tensor_parallel.size x stages x data-parallel ranks"},
+    {"pipeline.schedule", KT_ENUM, OFF(pp.schedule), 0, 0, 0, pp_schedule_names, "\"1f1b\"",
+     "gpipe (all forwards, then all backwards), 1f1b (at most stages micro-batches in flight; needs "
+     "gradient_accumulation_steps >= stages), interleaved (1f1b over virtual_stages chunks per rank)"},
+    {"pipeline.virtual_stages", KT_INT, OFF(pp.virtual_stages), 1, 64, 0, NULL, "1",
+     "model chunks per pipeline rank (the interleaved schedule; >= 2 there, 1 otherwise)"},
+    {"pipeline.partition", KT_ENUM, OFF(pp.partition), 0, 0, 0, pp_partition_names, "\"uniform\"",
+     "how blocks are cut into stages: uniform (equal block counts), parameters or flops (balanced, the "
+     "embedding counted on the first stage and the head on the last)"},
     {"checkpoint.dir", KT_STRING, OFF(checkpoint.dir), 0, 0, KF_PATH, NULL, "\"runs/ckpt\"",
      "checkpoint folder"},
     {"checkpoint.every_steps", KT_INT, OFF(checkpoint.every_steps), 0, BIG, 0, NULL, "0",

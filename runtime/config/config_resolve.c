@@ -13,6 +13,32 @@
 
 #include "common/gpuinfo.h" /* defines: dt_gpuinfo_count */
 
+/* The pipeline schedule against the micro-batches per step: the rules of
+ * dt_pp_schedule_check (runtime/parallel/pp_sched.c, which this layer may not
+ * call; tests/test_config_pp.c holds the two together). */
+static void check_pp_schedule(dt_config_t *cfg, const char *src) {
+    int64_t P = cfg->pp.stages, V = cfg->pp.virtual_stages, m = cfg->gradient_accumulation_steps;
+    char msg[600] = "";
+    if (cfg->pp.schedule == DT_CONFIG_PP_INTERLEAVED) {
+        if (P > 1 && V < 2)
+            snprintf(msg, sizeof msg, "pipeline.virtual_stages: the interleaved schedule needs 2 or more chunks per "
+                                      "rank, found %lld", (long long)V);
+        else if (P > 1 && m % P != 0)
+            snprintf(msg, sizeof msg, "gradient_accumulation_steps: the interleaved schedule needs the micro-batches "
+                                      "per step (%lld) to be a multiple of pipeline.stages (%lld)",
+                     (long long)m, (long long)P);
+    } else if (V != 1) {
+        snprintf(msg, sizeof msg, "pipeline.virtual_stages %lld: only the interleaved schedule runs several chunks "
+                                  "per rank (pipeline.schedule is \"%s\")",
+                 (long long)V, cfg->pp.schedule == DT_CONFIG_PP_GPIPE ? "gpipe" : "1f1b");
+    } else if (cfg->pp.schedule == DT_CONFIG_PP_1F1B && P > 1 && m < P) {
+        snprintf(msg, sizeof msg, "gradient_accumulation_steps: 1f1b needs at least as many micro-batches per step as "
+                                  "pipeline.stages (%lld), found %lld (raise it, or use pipeline.schedule \"gpipe\")",
+                 (long long)P, (long long)m);
+    }
+    if (*msg) dt_config_add_error_(cfg, src, msg);
+}
+
 dt_status_t dt_config_resolve(dt_config_t *cfg, int world_size) {
     /* forget the errors of an earlier resolve */
     cfg->errors_len = cfg->load_errors_len;
@@ -28,26 +54,37 @@ dt_status_t dt_config_resolve(dt_config_t *cfg, int world_size) {
         return DT_STATUS_CONFIG;
     }
     cfg->world_size = world_size;
-    /* world = tensor_parallel.size x data-parallel ranks; the batch is over DP ranks */
-    int64_t tp = cfg->tp.size > 0 ? cfg->tp.size : 1;
-    if (world_size % tp != 0) {
+    /* world = tensor_parallel.size x pipeline.stages x data-parallel ranks; the batch is
+     * over DP ranks */
+    int64_t tp = cfg->tp.size > 0 ? cfg->tp.size : 1, pp = cfg->pp.stages > 0 ? cfg->pp.stages : 1;
+    if (world_size % (tp * pp) != 0) {
         char msg[600];
-        snprintf(msg, sizeof msg,
-                 "tensor_parallel.size %lld: expected a divisor of the world size %d (world = "
-                 "tensor_parallel.size x data-parallel ranks), found %d %% %lld = %lld",
-                 (long long)tp, world_size, world_size, (long long)tp, (long long)(world_size % tp));
+        if (pp > 1)
+            snprintf(msg, sizeof msg,
+                     "tensor_parallel.size %lld x pipeline.stages %lld = %lld: expected a divisor of the world "
+                     "size %d (world = tensor_parallel.size x pipeline.stages x data-parallel ranks)",
+                     (long long)tp, (long long)pp, (long long)(tp * pp), world_size);
+        else
+            snprintf(msg, sizeof msg,
+                     "tensor_parallel.size %lld: expected a divisor of the world size %d (world = "
+                     "tensor_parallel.size x data-parallel ranks), found %d %% %lld = %lld",
+                     (long long)tp, world_size, world_size, (long long)tp, (long long)(world_size % tp));
         dt_config_add_error_(cfg, src, msg);
         dt_config_error_detail_(cfg);
         return DT_STATUS_CONFIG;
     }
-    cfg->dp_size = (int)(world_size / tp);
+    cfg->dp_size = (int)(world_size / (tp * pp));
     /* how the size in the identity came, for its messages: "world size 4", or
      * "world size 4 / tensor_parallel.size 2 = 2 data-parallel ranks" */
-    char dp_how[160];
-    const char *dp_name = tp > 1 ? "data-parallel size" : "world size";
-    if (tp > 1)
-        snprintf(dp_how, sizeof dp_how, "world size %d / tensor_parallel.size %lld = %d data-parallel ranks",
-                 world_size, (long long)tp, cfg->dp_size);
+    char dp_how[200];
+    const char *dp_name = tp * pp > 1 ? "data-parallel size" : "world size";
+    if (tp > 1 && pp > 1)
+        snprintf(dp_how, sizeof dp_how,
+                 "world size %d / (tensor_parallel.size %lld x pipeline.stages %lld) = %d data-parallel ranks",
+                 world_size, (long long)tp, (long long)pp, cfg->dp_size);
+    else if (tp * pp > 1)
+        snprintf(dp_how, sizeof dp_how, "world size %d / %s %lld = %d data-parallel ranks", world_size,
+                 tp > 1 ? "tensor_parallel.size" : "pipeline.stages", (long long)(tp * pp), cfg->dp_size);
     else
         snprintf(dp_how, sizeof dp_how, "world size %d", world_size);
     bool g_tb = cfg->origin[dt_config_key_find_("train_batch_size")] != 0;
@@ -127,6 +164,7 @@ dt_status_t dt_config_resolve(dt_config_t *cfg, int world_size) {
     cfg->train_batch_size = tb;
     cfg->train_micro_batch_size_per_gpu = mb;
     cfg->gradient_accumulation_steps = ga;
+    if (pp > 1) check_pp_schedule(cfg, src);
     /* sequence parallelism cuts a micro-batch's B*T token rows in tp.size parts */
     if (cfg->tp.size > 1 && cfg->tp.sequence_parallel && cfg->model.ops &&
         cfg->model.ops->data == DT_MODEL_DATA_TOKENS && cfg->model.seq_len > 0 &&
