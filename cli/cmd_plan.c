@@ -619,7 +619,11 @@ static int row_input(const plan_opts *o, plan_ctx *c, int n, int tp, int pp) {
         if (o->gpu_tflops <= 0) c->in.peak_flops = cpu_peak_flops(c->in.cpu_threads);
     }
     if (c->have_cfg) {
-        c->cfg.tp.size = tp; /* this row's TP size: the batch divides over DP = n / (tp x pp) */
+        /* this row's TP size and pipeline: the batch divides over DP = n / (tp x pp);
+         * the plan checks the row's schedule itself (cmd_plan_pp.c), so the config
+         * resolves as one stage of n / pp ranks */
+        c->cfg.tp.size = tp;
+        c->cfg.pp.stages = 1;
         int rc = config_accum(&c->cfg, n / pp, &c->in.accum);
         if (rc) return rc;
         c->in.micro_batch = (int)c->cfg.train_micro_batch_size_per_gpu;

@@ -95,6 +95,12 @@ static void add_layout(plan_opts *o, int P, int V, int sched) {
 int cmd_plan_setup_pp(plan_opts *o, plan_ctx *c) {
     const dt_plan_model *m = &c->in.model;
     int L = m->feature_rows ? 0 : m->n_layer;
+    if (c->have_cfg && c->cfg.pp.stages > 1) { /* the config's pipeline section: the defaults */
+        if (!o->n_pps && !o->pp_auto) o->pps[o->n_pps++] = (int)c->cfg.pp.stages;
+        if (o->schedule < 0) o->schedule = c->cfg.pp.schedule;
+        if (!o->virtual_stages) o->virtual_stages = (int)c->cfg.pp.virtual_stages;
+        if (o->partition < 0) o->partition = c->cfg.pp.partition;
+    }
     if (o->virtual_stages > 1 && o->schedule < 0) o->schedule = DT_PP_INTERLEAVED;
     if (o->pp_auto) /* powers of two dividing the layers; 1 always */
         for (int P = 1; P <= L && P <= DT_PLAN_MAX_CHUNKS && o->n_pps < MAX_PP_LAYOUTS; P *= 2)

@@ -512,7 +512,6 @@ const dt_model_ops dt_model_gpt = {
     .name = "gpt",
     .help = "GPT-2 on text/tokens",
     .data = DT_MODEL_DATA_TOKENS,
-    .pipeline = 1,
     .keys = gpt_keys,
     .n_keys = (int)(sizeof gpt_keys / sizeof gpt_keys[0]),
     .config_check = gpt_config_check,

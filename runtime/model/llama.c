@@ -674,7 +674,6 @@ const dt_model_ops dt_model_llama = {
     .name = "llama",
     .help = "Llama/Mistral/Qwen2 on text/tokens",
     .data = DT_MODEL_DATA_TOKENS,
-    .pipeline = 1,
     .keys = llama_keys,
     .n_keys = (int)(sizeof llama_keys / sizeof llama_keys[0]),
     .config_check = llama_config_check,

@@ -218,9 +218,6 @@ struct dt_model_ops {
     const char *name; /* model.type */
     const char *help; /* "GPT-2 on text/tokens" */
     dt_model_data_t data;
-    /* 1: the units are [embedding = unit 0][block l = unit 1 + l][final = unit L+1]
-     * and forward/backward run a chunk of blocks (pipeline parallelism) */
-    int pipeline;
     const dt_model_key *keys;
     int n_keys;
     /* Rules across the model's keys of a config (vocab_size may be 0): 0, or 1 with
