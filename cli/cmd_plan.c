@@ -40,6 +40,7 @@
 #include "runtime/config/config.h"
 #include "runtime/train/metrics.h"
 #include "runtime/model/model.h"
+#include "runtime/parallel/pp_sched.h" /* defines: dt_pp_schedule_check */
 #include "runtime/tools/plan.h"
 #include "cli/cmd_plan.h"
 
@@ -54,88 +55,8 @@ static double cpu_peak_flops(int threads) {
     return p;
 }
 
-static const char help_text[] =
-    "usage: dtrun plan CONFIG.json [KEY=VALUE ...] [PLAN FLAGS]\n"
-    "       dtrun plan --params N --layers L --hidden H --seq S [PLAN FLAGS]\n"
-    "\n"
-    "Per-GPU memory, step time, scaling efficiency, time and cost of training under\n"
-    "DDP, ZeRO-1, ZeRO-2, FSDP (ZeRO-3) and hybrid sharding at several GPU counts,\n"
-    "then the cheapest and the fastest configuration that fits.\n"
-    "\n"
-    "Model (a config, or sizes for models dtrun does not build):\n"
-    "  CONFIG.json            the exact model of the config (its micro-batch, seq,\n"
-    "                         bf16, device and strategy, highlighted in the table)\n"
-    "  --params N             parameters (7e9, 7B, 124M); with --layers --hidden --seq\n"
-    "  --heads NH             attention heads (default: head size 128, else 64, else 1)\n"
-    "  --vocab V              vocabulary (default 50304)\n"
-    "  --micro-batch B        sequences per GPU per micro-batch (default: config, else 1)\n"
-    "  --accum K              micro-batches per optimizer step (default 1)\n"
-    "  --precision bf16|fp32  default bf16 on GPUs, fp32 on cpu\n"
-    "  --comm-dtype bf16|fp32 gradient dtype on the wire (default: the precision's)\n"
-    "Hardware:\n"
-    "  --gpus LIST            GPU counts, e.g. 1,2,4,8 (default 1,2,4,8; cpu 1,2)\n"
-    "  --gpu NAME             %s\n"
-    "  --gpu-mem GiB          override the GPU's memory\n"
-    "  --gpu-tflops T         override its dense bf16 peak\n"
-    "  --mfu F                assumed model FLOPs utilisation, 0 < F <= 1 (default 0.4)\n"
-    "  --reserve F            memory fraction kept free for CUDA context and\n"
-    "                         fragmentation (default 0.10)\n"
-    "  --nodes MxG            M nodes of G GPUs (default GPU counts up to M*G)\n"
-    "  --gpus-per-node G      G GPUs per node (default 8)\n"
-    "  --link NAME            inter-node link (default ib400): %s\n"
-    "  --link-gbps B          inter-node GB/s per GPU (overrides --link's)\n"
-    "  --intra-link NAME      link within a node (default: the GPU's, nvlink4 on H100/H200)\n"
-    "  --intra-link-gbps B    GB/s within a node\n"
-    "Work and money:\n"
-    "  --tokens N             training tokens (1-GPU hours = N*flops/token/(peak*mfu))\n"
-    "  --hours-1gpu H         or the one-GPU hours directly\n"
-    "  --price P              per GPU-hour\n"
-    "  --strategy LIST        only these (ddp,zero1,zero2,fsdp,hybrid)\n"
-    "Tensor parallelism:\n"
-    "  --tp LIST|auto         TP sizes, e.g. 1,2,4,8: a row per (TP, strategy, GPU count\n"
-    "                         that TP divides); each must divide the GPUs per node and\n"
-    "                         the model's heads; auto: every such power of two (default 1)\n"
-    "  --sp                   sequence parallelism with TP\n"
-    "Output:\n"
-    "  --json                 one JSON object (stable keys) instead of the tables\n"
-    "  --measure              run the config for --measure-steps steps (default 5) on\n"
-    "                         this machine at the first --gpus count and print measured\n"
-    "                         model-state bytes, peak memory and step time beside the plan\n"
-    "\n"
-    "Formulas (GB = 1e9 bytes; Ψ parameters, N GPUs, G GPUs per node):\n"
-    "  model states, bf16 mixed precision: 2Ψ params + 2Ψ grads + 12Ψ fp32 master, m, v\n"
-    "    = 16Ψ; DDP 16Ψ, ZeRO-1 4Ψ+12Ψ/N, ZeRO-2 2Ψ+14Ψ/N, FSDP 16Ψ/N, hybrid 16Ψ/G.\n"
-    "    fp32 (cpu): 4Ψ params + 4Ψ grads + 8Ψ m, v = 16Ψ; ZeRO-1 8Ψ+8Ψ/N,\n"
-    "    ZeRO-2 4Ψ+12Ψ/N, FSDP 16Ψ/N.\n"
-    "  activations: the tensors the GPT forward keeps per layer (18·B·T·C in the compute\n"
-    "    dtype, 4·B·T fp32, attention probabilities B·NH·T·T: compute dtype on GPU,\n"
-    "    fp32 on cpu; with DTRUN_CUDA_ATTENTION=fused B·NH·T fp32 + B·T·C) + embeddings, final LayerNorm, logits B·T·Vp, losses; checkpointing keeps\n"
-    "    each layer's input B·T·C + one layer's set and recomputes (compute x 4/3).\n"
-    "  comm buffers: 2 gradient buckets (DDP, ZeRO-1/2), or with --comm-dtype other than\n"
-    "    the precision the whole gradient cast for the wire (DDP, ZeRO-1); 2 gathered\n"
-    "    units + 1 unit gradient (FSDP, hybrid).\n"
-    "  compute = flops/token x tokens per GPU / (peak x mfu); forward 1/3, backward 2/3.\n"
-    "  ring: all-reduce 2(N-1)/N·S/B, reduce-scatter and all-gather (N-1)/N·S/B,\n"
-    "    + latency α per collective (per bucket or FSDP unit; α per link in the table).\n"
-    "  DDP: all-reduce overlapped with backward, last bucket exposed. ZeRO-1/2: the\n"
-    "    same volume as reduce-scatter (overlapped) + parameter all-gather after the\n"
-    "    optimizer (exposed). FSDP: 1.5x DDP's volume (all-gather forward and backward,\n"
-    "    reduce-scatter), prefetched under forward + backward, first gather and last\n"
-    "    reduce-scatter exposed. hybrid: FSDP in the node + all-reduce of the 1/G shard\n"
-    "    across nodes. exposed = max(comm - overlap window, always-exposed part).\n"
-    "  TP T (DP = N/T): model states from rank 0's TP layout (cut tensors /T, norms\n"
-    "    and row-parallel biases whole), then the strategy over DP; activations of the\n"
-    "    TP regions (qkv, attention, MLP, logits B·T·Vp/T) /T, the rest /T with --sp;\n"
-    "    compute /T; per layer 2 all-reduces forward + 2 backward of B·T·C (--sp: as\n"
-    "    all-gather + reduce-scatter pairs, same volume) + embedding and head, each\n"
-    "    2(T-1)/T·B·T·C bytes on the intra-node link, plus the vocabulary-parallel\n"
-    "    loss's 3 fp32 per token (negligible); all of it exposed (tp-comm).\n"
-    "  efficiency e = compute / step; time = H/(N·e); cost = N·price·H/(N·e).\n"
-    "\n"
-    "Exit codes: 0 ok, 1 --measure's run failed, 2 bad flags or config.\n";
-
-static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int usage_error(const char *fmt, ...) {
+#define usage_error cmd_plan_usage_error
+int cmd_plan_usage_error(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     fputs("dtrun plan: ", stderr);
@@ -188,7 +109,8 @@ static const char *const value_flags[] = {
     "--accum", "--gpus", "--gpu", "--gpu-mem", "--gpu-tflops", "--mfu", "--reserve",
     "--nodes", "--gpus-per-node", "--link", "--link-gbps", "--intra-link",
     "--intra-link-gbps", "--tokens", "--hours-1gpu", "--price", "--strategy",
-    "--precision", "--comm-dtype", "--measure-steps", "--tp", NULL};
+    "--precision", "--comm-dtype", "--measure-steps", "--tp", "--pp", "--schedule", "--virtual-stages",
+    "--partition", "--kv-heads", "--ffn", NULL};
 
 /* --tp 1,2,4,8 or --tp auto */
 static int parse_list_tp(const char *s, plan_opts *o) {
@@ -255,6 +177,7 @@ static int parse_args(int argc, char **argv, plan_opts *o) {
     o->tokens = o->hours = o->price = -1;
     o->measure_steps = 5;
     o->highlight_strategy = -1;
+    o->schedule = o->partition = -1;
     for (int i = 1; i < argc; i++) {
         char flag[64];
         const char *a = argv[i];
@@ -299,6 +222,11 @@ static int parse_args(int argc, char **argv, plan_opts *o) {
         }
         int bad = 0;
         double d;
+        int pp_rc = cmd_plan_parse_pp_flag(flag, val, o);
+        if (pp_rc != 1) {
+            if (pp_rc) return pp_rc;
+            continue;
+        }
         if (!strcmp(flag, "--params")) {
             if (parse_count(val, &o->params) || o->params < 1)
                 return usage_error("--params: expected a parameter count like 7e9 or 124M, "
@@ -307,6 +235,8 @@ static int parse_args(int argc, char **argv, plan_opts *o) {
         } else if (!strcmp(flag, "--layers")) bad = parse_int(val, &o->layers) || o->layers < 1;
         else if (!strcmp(flag, "--hidden")) bad = parse_int(val, &o->hidden) || o->hidden < 1;
         else if (!strcmp(flag, "--heads")) bad = parse_int(val, &o->heads) || o->heads < 1;
+        else if (!strcmp(flag, "--kv-heads")) bad = parse_int(val, &o->kv_heads) || o->kv_heads < 1;
+        else if (!strcmp(flag, "--ffn")) bad = parse_int(val, &o->ffn) || o->ffn < 1;
         else if (!strcmp(flag, "--seq")) bad = parse_int(val, &o->seq) || o->seq < 1;
         else if (!strcmp(flag, "--vocab")) bad = parse_int(val, &o->vocab) || o->vocab < 1;
         else if (!strcmp(flag, "--micro-batch"))
@@ -366,9 +296,9 @@ static int parse_args(int argc, char **argv, plan_opts *o) {
         if (bad) return usage_error("%s: expected a positive number, found \"%s\"", flag, val);
     }
     /* contradictions */
-    int sizes = o->layers || o->hidden || o->seq || o->heads || o->vocab;
+    int sizes = o->layers || o->hidden || o->seq || o->heads || o->vocab || o->kv_heads || o->ffn;
     if (o->config && (o->params > 0 || sizes))
-        return usage_error("--params/--layers/--hidden/--seq/--heads/--vocab describe a model; "
+        return usage_error("--params/--layers/--hidden/--seq/--heads/--kv-heads/--ffn/--vocab describe a model; "
                            "the config %s already defines one (use KEY=VALUE overrides)",
                            o->config);
     if (o->config && (o->micro_batch || o->accum))
@@ -482,13 +412,23 @@ static int load_model(plan_opts *o, plan_ctx *c, int *is_cpu_default) {
                 : o->hidden % 64 == 0                      ? o->hidden / 64
                                                            : 1;
     int vocab = o->vocab ? o->vocab : 50304;
-    if (dt_plan_model_from_sizes(o->params, o->layers, o->hidden, heads, o->seq, vocab,
-                                 &c->in.model) != DT_STATUS_OK)
-        return usage_error("%s", dt_error_detail());
+    /* Llama-shaped with --kv-heads or --ffn (key/value heads default to the heads) */
+    int shaped = o->kv_heads || o->ffn;
+    if (shaped && !o->ffn) return usage_error("--kv-heads: give the MLP's width too (--ffn I)");
+    dt_status_t st = shaped ? dt_plan_model_from_shape(o->params, o->layers, o->hidden, heads,
+                                                       o->kv_heads ? o->kv_heads : heads, o->ffn, o->seq, vocab,
+                                                       &c->in.model)
+                            : dt_plan_model_from_sizes(o->params, o->layers, o->hidden, heads, o->seq, vocab,
+                                                       &c->in.model);
+    if (st != DT_STATUS_OK) return usage_error("%s", dt_error_detail());
     c->in.micro_batch = o->micro_batch ? o->micro_batch : 1;
+    char shape[96] = "";
+    if (shaped)
+        snprintf(shape, sizeof shape, ", %d key/value heads, ffn %d (Llama-shaped, untied)",
+                 o->kv_heads ? o->kv_heads : heads, o->ffn);
     snprintf(c->model_label, sizeof c->model_label,
-             "%.4g parameters (given), %d layers, hidden %d, %d heads, seq %d, vocab %d",
-             o->params, o->layers, o->hidden, heads, o->seq, vocab);
+             "%.4g parameters (given), %d layers, hidden %d, %d heads%s, seq %d, vocab %d",
+             o->params, o->layers, o->hidden, heads, shape, o->seq, vocab);
     return 0;
 }
 
@@ -673,18 +613,80 @@ static void default_counts(plan_opts *o, int is_cpu) {
 
 /* Sets the micro-batch and accumulation of the input for n GPUs: a config keeps
  * its global batch (DeepSpeed's rules in dt_config_resolve). */
-static int row_input(const plan_opts *o, plan_ctx *c, int n, int tp) {
+static int row_input(const plan_opts *o, plan_ctx *c, int n, int tp, int pp) {
     if (c->in.mem_shared) { /* CPU ranks: threads and their measured peak */
         c->in.cpu_threads = cpu_threads(c, n);
         if (o->gpu_tflops <= 0) c->in.peak_flops = cpu_peak_flops(c->in.cpu_threads);
     }
     if (c->have_cfg) {
-        c->cfg.tp.size = tp; /* this row's TP size: the batch divides over DP = n / tp */
-        int rc = config_accum(&c->cfg, n, &c->in.accum);
+        /* this row's TP size and pipeline: the batch divides over DP = n / (tp x pp);
+         * the plan checks the row's schedule itself (cmd_plan_pp.c), so the config
+         * resolves as one stage of n / pp ranks */
+        c->cfg.tp.size = tp;
+        c->cfg.pp.stages = 1;
+        int rc = config_accum(&c->cfg, n / pp, &c->in.accum);
         if (rc) return rc;
         c->in.micro_batch = (int)c->cfg.train_micro_batch_size_per_gpu;
     }
     return 0;
+}
+
+/* The rows of one (strategy, TP size, pipeline layout) at every GPU count TP x PP
+ * divides, appended at rows[*r]. Returns 0 or an exit code. */
+static int plan_rows(const plan_opts *o, plan_ctx *c, int strategy, int k, const plan_pp_layout *pl,
+                     dt_plan_row *rows, int *r) {
+    dt_plan_model pm;
+    const dt_plan_model *mm = &c->tp_models[k];
+    char msg[512];
+    int rc = 0;
+    if (pl->pp > 1) {
+        if (cmd_plan_pp_model(o, c, mm, pl, &pm, msg, sizeof msg))
+            return o->pp_auto ? 0 : usage_error("%s", msg);
+        mm = &pm;
+    }
+    for (int i = 0; i < o->n_counts; i++) {
+        if (o->counts[i] % (o->tps[k] * pl->pp)) continue;
+        rc = row_input(o, c, o->counts[i], o->tps[k], pl->pp);
+        if (rc) break;
+        if (pl->pp > 1 && o->pp_auto &&
+            dt_pp_schedule_check(pl->schedule, pl->pp, pl->virtual_stages, c->in.accum, msg, sizeof msg))
+            continue; /* auto leaves out what the schedule cannot run */
+        dt_plan_input in = c->in;
+        in.model = *mm;
+        in.pp_schedule = pl->schedule;
+        if (dt_plan_row_compute(&in, strategy, o->counts[i], &rows[(*r)++]) != DT_STATUS_OK) {
+            rc = usage_error("%s", dt_error_detail());
+            break;
+        }
+    }
+    if (mm == &pm) dt_plan_model_free(&pm);
+    return rc;
+}
+
+/* The cheapest row's stages (a pipeline) into c->stages and c->stage_rows. */
+static int cheapest_stages(const plan_opts *o, plan_ctx *c, const dt_plan_row *row) {
+    int k = 0;
+    while (k < o->n_tps && o->tps[k] != row->tp) k++;
+    plan_pp_layout pl = {row->pp, row->virtual_stages, row->schedule};
+    dt_plan_model pm;
+    char msg[512];
+    if (k == o->n_tps || cmd_plan_pp_model(o, c, &c->tp_models[k], &pl, &pm, msg, sizeof msg)) return 0;
+    int rc = row_input(o, c, row->n_gpus, row->tp, row->pp);
+    if (!rc) {
+        dt_plan_input in = c->in;
+        in.model = pm;
+        in.pp_schedule = pl.schedule;
+        dt_plan_row again;
+        if (dt_plan_row_compute_pp(&in, row->strategy, row->n_gpus, &again, c->stage_rows) == DT_STATUS_OK) {
+            c->n_stages = row->pp;
+            for (int s = 0; s < row->pp; s++) {
+                c->stages[s] = pm.stages[s];
+                c->stages[s].unit_numel = NULL; /* freed with pm */
+            }
+        }
+    }
+    dt_plan_model_free(&pm);
+    return rc;
 }
 
 /* ---- the command ------------------------------------------------------------------ */
@@ -696,7 +698,7 @@ int dt_cmd_plan(int argc, char **argv) {
         char gpus_s[512], links_s[512];
         dt_gpu_spec_names(gpus_s, sizeof gpus_s);
         dt_plan_link_names(links_s, sizeof links_s);
-        printf(help_text, gpus_s, links_s);
+        printf(cmd_plan_help_text, gpus_s, links_s);
         return DT_EXIT_OK;
     }
     if (rc) return rc;
@@ -707,35 +709,36 @@ int dt_cmd_plan(int argc, char **argv) {
     default_counts(&o, c.in.mem_shared);
     rc = setup_tp(&o, &c);
     if (rc) goto out_free_model;
+    rc = cmd_plan_setup_pp(&o, &c);
+    if (rc) goto out_free_model;
     if (!o.n_strategies)
         for (int s = 0; s < DT_PLAN_STRATEGY_COUNT_; s++) o.strategies[o.n_strategies++] = s;
 
-    /* a row per (strategy, TP size, GPU count) where the TP size divides the count */
-    int n_rows = o.n_strategies * o.n_tps * o.n_counts;
+    /* a row per (strategy, TP size, pipeline layout, GPU count) where TP x PP divides
+     * the count (and, under --pp auto, the schedule can run) */
+    int n_rows = o.n_strategies * o.n_tps * o.n_layouts * o.n_counts;
     dt_plan_row *rows = dt_xcalloc((size_t)n_rows, sizeof *rows);
     int r = 0;
     for (int s = 0; s < o.n_strategies; s++)
         for (int k = 0; k < o.n_tps; k++)
-            for (int i = 0; i < o.n_counts; i++) {
-                if (o.counts[i] % o.tps[k]) continue;
-                rc = row_input(&o, &c, o.counts[i], o.tps[k]);
+            for (int j = 0; j < o.n_layouts; j++) {
+                rc = plan_rows(&o, &c, o.strategies[s], k, &o.layouts[j], rows, &r);
                 if (rc) goto out_free_rows;
-                dt_plan_input in = c.in;
-                in.model = c.tp_models[k];
-                if (dt_plan_row_compute(&in, o.strategies[s], o.counts[i], &rows[r++]) != DT_STATUS_OK) {
-                    rc = usage_error("%s", dt_error_detail());
-                    goto out_free_rows;
-                }
             }
     n_rows = r;
     if (!n_rows) {
-        rc = usage_error("--tp: no GPU count of --gpus is a multiple of a TP size given (world = TP x DP)");
+        rc = usage_error("--tp/--pp: no GPU count of --gpus is a multiple of a TP x PP size given (world = TP x "
+                         "PP x DP)");
         goto out_free_rows;
     }
-    rc = row_input(&o, &c, rows[0].n_gpus, rows[0].tp); /* the header shows the first row's batch */
+    rc = row_input(&o, &c, rows[0].n_gpus, rows[0].tp, rows[0].pp); /* the header shows the first row's batch */
     if (rc) goto out_free_rows;
     dt_plan_choice ch;
     dt_plan_recommend(&c.in, rows, n_rows, &ch);
+    if (ch.cheapest >= 0 && rows[ch.cheapest].pp > 1) {
+        rc = cheapest_stages(&o, &c, &rows[ch.cheapest]);
+        if (rc) goto out_free_rows;
+    }
     if (o.json) cmd_plan_print_json(&o, &c, rows, n_rows, &ch);
     else cmd_plan_print_text(&o, &c, rows, n_rows, &ch);
     fflush(stdout);
@@ -750,7 +753,7 @@ int dt_cmd_plan(int argc, char **argv) {
             goto out_free_rows;
         }
         dt_plan_row est;
-        rc = row_input(&o, &c, o.counts[0], tp); /* the config's run, at its TP size */
+        rc = row_input(&o, &c, o.counts[0], tp, 1); /* the config's run, at its TP size */
         if (rc) goto out_free_rows;
         dt_plan_input in = c.in;
         in.model = c.tp_models[k];

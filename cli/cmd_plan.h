@@ -17,6 +17,13 @@
 #define PLAN_MAX_GPUS 1000000
 #define MAX_OVERRIDES 64
 #define MAX_TP_SIZES 16
+#define MAX_PP_LAYOUTS 32
+
+/* One pipeline layout a row is planned at: P ranks of V chunks under a schedule
+ * (P 1: no pipeline). */
+typedef struct plan_pp_layout {
+    int pp, virtual_stages, schedule;
+} plan_pp_layout;
 
 typedef struct plan_opts {
     const char *config;
@@ -34,6 +41,14 @@ typedef struct plan_opts {
     int tps[MAX_TP_SIZES], n_tps; /* --tp sizes (none given: 1) */
     int tp_auto;                  /* --tp auto: every size dividing the node and the model */
     int sp;                       /* --sp: sequence parallelism */
+    int kv_heads, ffn;            /* sized Llama-shaped models */
+    /* pipeline: --pp sizes (none: 1) or auto, --schedule (-1: 1f1b, with --pp auto
+     * 1f1b and interleaved), --virtual-stages (0: 2 for interleaved), --partition
+     * (-1: uniform); the layouts searched (cmd_plan_pp.c) */
+    int pps[MAX_PP_LAYOUTS], n_pps, pp_auto;
+    int schedule, virtual_stages, partition;
+    plan_pp_layout layouts[MAX_PP_LAYOUTS];
+    int n_layouts;
 } plan_opts;
 
 typedef struct plan_ctx {
@@ -51,7 +66,23 @@ typedef struct plan_ctx {
     dt_plan_model tp_models[MAX_TP_SIZES];
     int n_tp_models;
     char gpu_label[96], model_label[384], work_label[160];
+    /* the cheapest plan's stages when it is a pipeline (n_stages 0 otherwise) */
+    dt_plan_stage stages[DT_PLAN_MAX_CHUNKS];
+    dt_plan_row stage_rows[DT_PLAN_MAX_CHUNKS];
+    int n_stages;
 } plan_ctx;
+
+/* cmd_plan_pp.c: --pp, --schedule, --virtual-stages, --partition (1: not one of
+ * them, else 0 or an exit code); the layouts to plan (exit code on a bad one); the
+ * model of TP model base at a layout (0, or 1 with msg); the cheapest row's stages
+ * into c->stages / c->stage_rows. */
+int cmd_plan_parse_pp_flag(const char *flag, const char *val, plan_opts *o);
+int cmd_plan_setup_pp(plan_opts *o, plan_ctx *c);
+int cmd_plan_pp_model(const plan_opts *o, const plan_ctx *c, const dt_plan_model *base, const plan_pp_layout *pl,
+                      dt_plan_model *out, char *msg, size_t len);
+int cmd_plan_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* cmd_plan_help.c: the --help text (printf format: the GPU names, the link names) */
+extern const char cmd_plan_help_text[];
 
 void cmd_plan_print_text(const plan_opts *o, const plan_ctx *c, const dt_plan_row *rows,
                          int n_rows, const dt_plan_choice *ch);

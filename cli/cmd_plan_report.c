@@ -24,6 +24,7 @@
 #include "runtime/config/config.h"
 #include "runtime/train/metrics.h"
 #include "runtime/model/model.h"
+#include "runtime/parallel/pp_sched.h" /* defines: dt_pp_schedule_name */
 #include "runtime/tools/plan.h"
 
 #include "cli/cmd_plan.h"
@@ -63,6 +64,13 @@ void cmd_plan_print_text(const plan_opts *o, const plan_ctx *c, const dt_plan_ro
                "collectives on the %s link (tp-comm, all exposed); data parallelism over GPUs/TP\n",
                sizes, o->tp_auto ? " (auto)" : "", o->sp ? "on" : "off", in->intra.name);
     }
+    int have_pp = 0;
+    for (int i = 0; i < n_rows; i++) have_pp |= rows[i].pp > 1;
+    if (have_pp)
+        printf("pp:     pipeline layouts TP x PP x DP (TP innermost in a node, then PP, then DP); %d micro-batches per "
+               "step in the first row; memory is the worst stage's (stg), time the slowest stage's with the "
+               "schedule's bubble; p2p: what a stage sends per step, one message per stage boundary exposed\n",
+               in->accum);
     /* GB unless every figure is below 1 GB (small models): then MB */
     double most = 0;
     for (int i = 0; i < n_rows; i++) most = fmax(most, rows[i].total);
@@ -78,31 +86,68 @@ void cmd_plan_print_text(const plan_opts *o, const plan_ctx *c, const dt_plan_ro
             cur = (int)r->strategy;
             printf("\n%s%s\n", dt_plan_strategy_name(r->strategy),
                    cur == o->highlight_strategy ? "  <- the config's strategy" : "");
+            if (have_pp) printf("%3s %3s %-11s %3s ", "PP", "V", "schedule", "stg");
             printf("%5s %3s %5s %5s | %8s %8s %8s %8s %8s %7s | %8s %8s %4s | %9s %9s %8s %9s %9s | %6s | "
-                   "%10s %9s %10s\n",
+                   "%10s %9s %10s",
                    "GPUs", "TP", "nodes", "accum", "params", "grads", "optim", "acts", "acts-ck", "comm",
                    "total", "total-ck", "fits", "compute", "comm", "tp-comm", "exposed", "step", "eff",
                    "tokens/s", "hours", "cost");
+            if (have_pp) printf(" | %9s %7s %9s %9s", "bubble", "ideal", "p2p-MB", "p2p-exp");
+            printf("\n");
         }
         char hours[32] = "-", cost[32] = "-";
         if (r->hours > 0 && r->fit != DT_PLAN_FIT_NO) snprintf(hours, sizeof hours, "%.2f", r->hours);
         if (r->cost > 0 && r->fit != DT_PLAN_FIT_NO) snprintf(cost, sizeof cost, "%.2f", r->cost);
         int mark = ch->cheapest == i || ch->fastest == i;
+        if (have_pp)
+            printf("%3d %3d %-11s %3d ", r->pp, r->virtual_stages,
+                   r->pp > 1 ? dt_pp_schedule_name((dt_pp_schedule_t)r->schedule) : "-", r->worst_stage);
         printf("%5d %3d %5d %5d | %8.2f %8.2f %8.2f %8.2f %8.2f %7.3f | %8.2f %8.2f %4s | %9.2f %9.2f "
-               "%8.2f %9.2f %9.2f | %5.1f%% | %10.0f %9s %10s%s\n",
+               "%8.2f %9.2f %9.2f | %5.1f%% | %10.0f %9s %10s%s",
                r->n_gpus, r->tp, r->n_nodes, r->accum, r->params / unit, r->grads / unit,
                r->optim / unit, r->acts / unit, r->acts_ckpt / unit, r->comm_buf / unit,
                r->total / unit, r->total_ckpt / unit, fit_name(r->fit), 1e3 * r->compute_s, 1e3 * r->comm_s,
                1e3 * r->tp_comm_s, 1e3 * r->exposed_s, 1e3 * r->step_s, 100 * r->efficiency, r->tokens_per_s, hours,
-               cost,
-               mark ? (ch->cheapest == i && ch->fastest == i ? "  <- cheapest, fastest"
-                       : ch->cheapest == i                    ? "  <- cheapest"
-                                                              : "  <- fastest")
-                    : "");
+               cost, "");
+        if (have_pp)
+            printf(" | %9.2f %6.1f%% %9.1f %9.3f", 1e3 * r->bubble_s, 100 * r->bubble_ideal, r->p2p_bytes / 1e6,
+                   1e3 * r->p2p_exposed_s);
+        printf("%s\n", mark ? (ch->cheapest == i && ch->fastest == i ? "  <- cheapest, fastest"
+                               : ch->cheapest == i                    ? "  <- cheapest"
+                                                                      : "  <- fastest")
+                            : "");
     }
     printf("\nRecommendation\n  cheapest: %s\n  fastest:  %s\n", ch->cheapest_reason,
            ch->fastest_reason);
     if (ch->tp_reason[0]) printf("  TP:       %s\n", ch->tp_reason);
+    if (c->n_stages) {
+        const dt_plan_row *b = &rows[ch->cheapest];
+        printf("\nStages of the cheapest plan (%s, %d micro-batches per step, partition %s; ideal bubble %.1f%%, "
+               "planned %.1f ms of %.1f ms per step; p2p %.1f MB sent per stage per step on the %s link)\n",
+               dt_pp_schedule_name((dt_pp_schedule_t)b->schedule), b->accum,
+               dt_pp_partition_name((dt_pp_partition_t)(o->partition >= 0 ? o->partition : 0)),
+               100 * b->bubble_ideal, 1e3 * b->bubble_s, 1e3 * b->step_s, b->p2p_bytes / 1e6,
+               b->p2p_inter ? in->inter.name : in->intra.name);
+        printf("%5s  %-16s %12s %14s %6s %10s %10s %10s %10s\n", "stage", "layers", "params", "FLOPs/token",
+               "arenas", "states GB", "acts GB", "total GB", "busy ms");
+        for (int s = 0; s < c->n_stages; s++) {
+            const dt_plan_stage *st = &c->stages[s];
+            const dt_plan_row *sr = &c->stage_rows[s];
+            char layers[64] = "";
+            size_t off = 0;
+            for (int j = 0; j < st->n_chunks && off < sizeof layers; j++)
+                off += (size_t)snprintf(layers + off, sizeof layers - off, "%s%d-%d", j ? "," : "", st->chunk_l0[j],
+                                        st->chunk_l1[j] - 1);
+            printf("%5d%s %-16s %12.4g %14.4g %6d %10.2f %10.2f %10.2f %10.2f%s%s\n", s,
+                   st->first && st->last ? "*" : st->first ? "e" : st->last ? "h" : " ", layers, st->n_params,
+                   st->flops_per_token, sr->arenas, (sr->params + sr->grads + sr->optim) / 1e9,
+                   (b->fit == DT_PLAN_FIT_CKPT ? sr->acts_ckpt : sr->acts) / 1e9,
+                   (b->fit == DT_PLAN_FIT_CKPT ? sr->total_ckpt : sr->total) / 1e9, 1e3 * sr->compute_s,
+                   s == b->worst_stage ? "  <- most memory" : "", s == b->slowest_stage ? "  <- slowest" : "");
+        }
+        printf("  (e: holds the embedding, h: the final norm, head and loss%s; params of TP rank 0)\n",
+               c->stages[c->n_stages - 1].tied_copy > 0 ? " and a copy of the tied embedding (param + grad)" : "");
+    }
 }
 
 static cJSON *row_json(const dt_plan_row *r) {
@@ -113,6 +158,19 @@ static cJSON *row_json(const dt_plan_row *r) {
     cJSON_AddNumberToObject(j, "shard", r->shard);
     cJSON_AddNumberToObject(j, "tp", r->tp);
     cJSON_AddNumberToObject(j, "dp", r->dp);
+    cJSON_AddNumberToObject(j, "pp", r->pp);
+    cJSON_AddNumberToObject(j, "virtual_stages", r->virtual_stages);
+    cJSON_AddStringToObject(j, "schedule", r->pp > 1 ? dt_pp_schedule_name((dt_pp_schedule_t)r->schedule) : "none");
+    cJSON_AddNumberToObject(j, "worst_stage", r->worst_stage);
+    cJSON_AddNumberToObject(j, "slowest_stage", r->slowest_stage);
+    cJSON_AddNumberToObject(j, "arenas", r->pp > 1 ? r->arenas : 1);
+    cJSON *pp = cJSON_AddObjectToObject(j, "pipeline");
+    cJSON_AddNumberToObject(pp, "bubble_s", r->bubble_s);
+    cJSON_AddNumberToObject(pp, "bubble_ideal", r->bubble_ideal);
+    cJSON_AddNumberToObject(pp, "p2p_bytes", r->p2p_bytes);
+    cJSON_AddNumberToObject(pp, "p2p_s", r->p2p_s);
+    cJSON_AddNumberToObject(pp, "p2p_exposed_s", r->p2p_exposed_s);
+    cJSON_AddBoolToObject(pp, "p2p_inter_node", r->p2p_inter);
     cJSON_AddNumberToObject(j, "micro_batch", r->micro_batch);
     cJSON_AddNumberToObject(j, "accum", r->accum);
     cJSON *m = cJSON_AddObjectToObject(j, "memory_bytes");
@@ -150,6 +208,8 @@ static cJSON *choice_json(const dt_plan_row *rows, int idx, const char *reason) 
         cJSON_AddStringToObject(j, "strategy", dt_plan_strategy_name(rows[idx].strategy));
         cJSON_AddNumberToObject(j, "gpus", rows[idx].n_gpus);
         cJSON_AddNumberToObject(j, "tp", rows[idx].tp);
+        cJSON_AddNumberToObject(j, "pp", rows[idx].pp);
+        cJSON_AddNumberToObject(j, "dp", rows[idx].dp);
         cJSON_AddNumberToObject(j, "row", idx);
     } else {
         cJSON_AddNullToObject(j, "strategy");
@@ -210,6 +270,30 @@ void cmd_plan_print_json(const plan_opts *o, const plan_ctx *c, const dt_plan_ro
     cJSON *r = cJSON_AddObjectToObject(root, "recommendation");
     cJSON_AddItemToObject(r, "cheapest", choice_json(rows, ch->cheapest, ch->cheapest_reason));
     cJSON_AddItemToObject(r, "fastest", choice_json(rows, ch->fastest, ch->fastest_reason));
+    cJSON *stages = cJSON_AddArrayToObject(r, "stages"); /* the cheapest plan's, when a pipeline */
+    for (int s = 0; s < c->n_stages; s++) {
+        const dt_plan_stage *st = &c->stages[s];
+        const dt_plan_row *sr = &c->stage_rows[s];
+        cJSON *x = cJSON_CreateObject();
+        cJSON *ch_ = cJSON_AddArrayToObject(x, "layers");
+        for (int q = 0; q < st->n_chunks; q++) {
+            cJSON *pair = cJSON_CreateArray();
+            cJSON_AddItemToArray(pair, cJSON_CreateNumber(st->chunk_l0[q]));
+            cJSON_AddItemToArray(pair, cJSON_CreateNumber(st->chunk_l1[q]));
+            cJSON_AddItemToArray(ch_, pair);
+        }
+        cJSON_AddNumberToObject(x, "params", st->n_params);
+        cJSON_AddNumberToObject(x, "tied_copy", st->tied_copy);
+        cJSON_AddNumberToObject(x, "flops_per_token", st->flops_per_token);
+        cJSON_AddNumberToObject(x, "arenas", sr->arenas);
+        cJSON_AddNumberToObject(x, "model_states", sr->params + sr->grads + sr->optim);
+        cJSON_AddNumberToObject(x, "activations", sr->acts);
+        cJSON_AddNumberToObject(x, "activations_ckpt", sr->acts_ckpt);
+        cJSON_AddNumberToObject(x, "total", sr->total);
+        cJSON_AddNumberToObject(x, "total_ckpt", sr->total_ckpt);
+        cJSON_AddNumberToObject(x, "compute_s", sr->compute_s);
+        cJSON_AddItemToArray(stages, x);
+    }
     cJSON_AddStringToObject(r, "tp", ch->tp_reason);
     char *text = cJSON_Print(root);
     if (text) puts(text);

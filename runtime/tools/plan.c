@@ -13,6 +13,7 @@
 
 #include "common/mem.h"
 #include "kernels/kernels.h" /* defines: dt_attention_uses_fused */
+#include "runtime/parallel/pp_sched.h" /* defines: dt_pp_schedule_name */
 
 static const char *const strategy_names[] = {
 #define X(n, s) s,
@@ -153,15 +154,42 @@ dt_status_t dt_plan_model_from_sizes(double params, int layers, int hidden, int 
     out->vocab_padded = vocab;
     out->flops_per_token = 6.0 * params + 12.0 * layers * (double)hidden * seq;
     double block = 12.0 * hidden * (double)hidden + 13.0 * hidden;
+    out->size_block = block;
+    out->size_block_cut = 12.0 * hidden * (double)hidden + 7.0 * hidden; /* 6C biases stay whole */
+    out->tied = 1;
     double rest = params - layers * block;
     out->largest_unit = rest > block ? rest : block;
     out->n_units = layers + 2;
     return DT_STATUS_OK;
 }
 
+dt_status_t dt_plan_model_from_shape(double params, int layers, int hidden, int heads, int kv_heads, int ffn,
+                                     int seq, int vocab, dt_plan_model *out) {
+    DT_CHECK(dt_plan_model_from_sizes(params, layers, hidden, heads, seq, vocab, out));
+    if (kv_heads <= 0 || heads % kv_heads)
+        return dt_error(DT_STATUS_USAGE, "--kv-heads: expected a divisor of --heads %d, found %d", heads, kv_heads);
+    if (ffn <= 0 || ffn > 100000000)
+        return dt_error(DT_STATUS_USAGE, "--ffn: expected an integer from 1 to 100000000, found %d", ffn);
+    double C = hidden, hd = (double)hidden / heads, I = ffn;
+    out->type = "llama";
+    out->n_kv_head = kv_heads;
+    out->mlp_in = 2 * ffn; /* gate|up */
+    out->mlp_act = ffn;    /* swiglu */
+    out->norm_stats = 1;   /* RMSNorm */
+    out->size_block_cut = C * (heads + 2.0 * kv_heads) * hd + heads * hd * C + 3 * C * I;
+    out->size_block = out->size_block_cut + 2 * C;
+    out->tied = 0;
+    double rest = params - layers * out->size_block;
+    out->largest_unit = rest > out->size_block ? rest : out->size_block;
+    return DT_STATUS_OK;
+}
+
 void dt_plan_model_free(dt_plan_model *m) {
     free(m->unit_numel);
     m->unit_numel = NULL;
+    for (int k = 0; m->stages && k < m->pp_size; k++) free(m->stages[k].unit_numel);
+    free(m->stages);
+    m->stages = NULL;
 }
 
 dt_status_t dt_plan_model_set_tp(dt_plan_model *m, int tp, int sp) {
@@ -172,10 +200,13 @@ dt_status_t dt_plan_model_set_tp(dt_plan_model *m, int tp, int sp) {
     if (m->vocab_padded % tp)
         return dt_error(DT_STATUS_USAGE, "--tp %d: does not divide --vocab %d (the vocabulary's rows are cut)", tp,
                         m->vocab_padded);
+    if (m->n_kv_head % tp)
+        return dt_error(DT_STATUS_USAGE, "--tp %d: does not divide the %d key/value heads", tp, m->n_kv_head);
     double C = m->n_embd, L = m->n_layer, psi = m->n_params_global;
-    double block = 12 * C * C + 13 * C, block_cut = 12 * C * C + 7 * C;
+    double block = m->size_block, block_cut = m->size_block_cut;
     double rest = psi - L * block;
-    double vocab_cut = fmax(0, fmin(rest, (double)m->vocab_padded * C));
+    /* the vocabulary's rows: the embedding, and an untied head */
+    double vocab_cut = fmax(0, fmin(rest, (m->tied ? 1 : 2) * (double)m->vocab_padded * C));
     double cut = fmin(psi, L * block_cut + vocab_cut);
     m->tp_size = tp;
     m->sequence_parallel = tp > 1 && sp;
@@ -272,9 +303,14 @@ double dt_plan_activation_bytes(const dt_plan_model *m, int micro_batch, int com
      * MLP's two activations (gpt fch, fch_gelu; llama gate|up, swiglu) */
     double layer = 6 * rc + slot(BT * A * d) + 2 * m->norm_stats * r4 + slot(BT * Q * d) +
                    slot(BT * mlp_in * d) + slot(BT * mlp_act * d) + slot(saved);
-    double once = 2 * bt4 /* tokens, targets */ + 2 * rc /* encoded, final norm */ +
-                  m->norm_stats * r4 /* final norm statistics */ + bt4 /* losses */ +
-                  slot(BT * Vp * d) + rc /* dres */ + slot(BT * fmax(C, A) * d) /* dtmp */ +
+    /* a pipeline stage without the first chunk has no tokens (pp_no_first), one
+     * without the last no targets, final norm, logits or losses (pp_no_head) */
+    int head = !m->pp_no_head;
+    double once = (m->pp_no_first ? 0 : bt4) /* tokens */ + rc /* encoded */ +
+                  (head ? bt4 /* targets */ + rc + m->norm_stats * r4 /* final norm, statistics */ +
+                              bt4 /* losses */ + slot(BT * Vp * d) /* logits */
+                        : 0) +
+                  rc /* dres */ + slot(BT * fmax(C, A) * d) /* dtmp */ +
                   slot(BT * Q * d) /* dqkv */ + slot(BT * mlp_in * d) + slot(BT * mlp_act * d) +
                   slot(scratch) +
                   /* sequence parallelism: a gathered norm output, a row-parallel matmul's
@@ -283,7 +319,7 @@ double dt_plan_activation_bytes(const dt_plan_model *m, int micro_batch, int com
                    * (and bias) gradients; TP: the vocabulary-parallel loss's max, sum and
                    * target logit per row */
                   (sp ? 2 * slot(BT * C * d) + slot(R * C * d) + slot(2 * m->norm_stats * C * d) : 0) +
-                  (tp > 1 ? slot(3 * BT * 4) : 0);
+                  (tp > 1 && head ? slot(3 * BT * 4) : 0);
     if (checkpointing) return L * rc + layer + once;
     return L * layer + once;
 }
@@ -310,7 +346,7 @@ dt_plan_tp_comm dt_plan_tp_comm_time(const dt_plan_model *m, int micro_batch, in
     int tp = m->tp_size;
     if (tp <= 1 || m->feature_rows) return r;
     double bw = intra->gbps * 1e9, a = intra->alpha_us * 1e-6;
-    double BT = (double)micro_batch * m->seq_len, L = m->n_layer, C = m->n_embd;
+    double BT = (double)micro_batch * m->seq_len, L = m->pp_blocks > 0 ? m->pp_blocks : m->n_layer, C = m->n_embd;
     double S = BT * C * compute_bytes;
     double ar = dt_plan_all_reduce_s(S, tp, bw, a), ag = dt_plan_all_gather_s(S, tp, bw, a),
            rs = dt_plan_reduce_scatter_s(S, tp, bw, a);
@@ -375,8 +411,14 @@ static double coll_split(coll_fn f, double total, double count, int n, const dt_
 
 dt_status_t dt_plan_row_compute(const dt_plan_input *in, dt_plan_strategy_t s, int n_gpus,
                                 dt_plan_row *out) {
+    if (in->model.pp_size > 1) return dt_plan_row_compute_pp(in, s, n_gpus, out, NULL);
+    return dt_plan_row_stage(in, &in->model, s, n_gpus, 1, -1, out);
+}
+
+dt_status_t dt_plan_row_stage(const dt_plan_input *in, const dt_plan_model *m, dt_plan_strategy_t s, int n_gpus,
+                              int pp, int recompute_given, dt_plan_row *out) {
     memset(out, 0, sizeof *out);
-    const dt_plan_model *m = &in->model;
+    if (pp < 1) pp = 1;
     if (n_gpus < 1) return dt_error(DT_STATUS_USAGE, "--gpus: expected counts >= 1, found %d", n_gpus);
     int tp = m->tp_size > 1 ? m->tp_size : 1;
     if (tp > 1 && in->gpus_per_node > 0 && in->gpus_per_node % tp)
@@ -384,9 +426,12 @@ dt_status_t dt_plan_row_compute(const dt_plan_input *in, dt_plan_strategy_t s, i
                         "--tp %d: does not divide the %d GPUs per node (a TP group is consecutive GPUs of one "
                         "node)",
                         tp, in->gpus_per_node);
-    if (n_gpus % tp)
+    if (pp == 1 && n_gpus % tp)
         return dt_error(DT_STATUS_USAGE, "--tp %d: does not divide --gpus %d (world = TP x DP)", tp, n_gpus);
-    int dp = n_gpus / tp;
+    if (n_gpus % (tp * pp))
+        return dt_error(DT_STATUS_USAGE, "--pp %d: TP %d x PP %d does not divide --gpus %d (world = TP x PP x DP)",
+                        pp, tp, pp, n_gpus);
+    int dp = n_gpus / (tp * pp);
     int g = in->gpus_per_node > 0 ? in->gpus_per_node : n_gpus;
     int nodes = 1;
     if (n_gpus > g) {
@@ -397,13 +442,17 @@ dt_status_t dt_plan_row_compute(const dt_plan_input *in, dt_plan_strategy_t s, i
                             n_gpus, g, g);
         nodes = n_gpus / g;
     }
-    int local = nodes > 1 ? g : n_gpus; /* ranks on one node */
-    int dp_local = local / tp;          /* ranks of a DP group on one node */
+    int local = nodes > 1 ? g : n_gpus;                     /* ranks on one node */
+    int dp_local = local > tp * pp ? local / (tp * pp) : 1; /* ranks of a DP group on one node */
     out->strategy = s;
     out->n_gpus = n_gpus;
     out->n_nodes = nodes;
     out->tp = tp;
     out->dp = dp;
+    out->pp = pp;
+    out->virtual_stages = 1;
+    out->schedule = in->pp_schedule;
+    out->partition = m->pp_partition;
     out->micro_batch = in->micro_batch;
     out->accum = in->accum;
     out->shard = s == DT_PLAN_DDP ? 1 : (s == DT_PLAN_HYBRID ? dp_local : dp);
@@ -440,7 +489,8 @@ dt_status_t dt_plan_row_compute(const dt_plan_input *in, dt_plan_strategy_t s, i
     double tokens_gpu = tokens_mb * in->accum;
     double rate = in->peak_flops * in->mfu;
     double base = m->flops_per_token * tokens_gpu / tp / rate; /* the TP group's tokens, 1/tp each */
-    double recompute = out->fit == DT_PLAN_FIT_CKPT ? 4.0 / 3.0 : 1.0;
+    int ckpt = recompute_given >= 0 ? recompute_given : out->fit == DT_PLAN_FIT_CKPT;
+    double recompute = ckpt ? 4.0 / 3.0 : 1.0;
     out->compute_s = base * recompute;
     double fwd_mb = base / in->accum / 3.0;
     double bwd_mb = base / in->accum * (2.0 / 3.0) * (recompute > 1 ? 1.5 : 1.0);
@@ -522,11 +572,19 @@ static const char *gb(double bytes, char *buf, size_t len) {
     return buf;
 }
 
-/* "fsdp on 8 GPUs", or "fsdp on 8 GPUs at TP 2 x DP 4" */
+/* "fsdp on 8 GPUs", "fsdp on 8 GPUs at TP 2 x DP 4", or with a pipeline "zero1 on 16
+ * GPUs at TP 8 x PP 2 x DP 1 (1f1b)" */
 static const char *plan_name(const dt_plan_row *r, char *buf, size_t len) {
     int n = snprintf(buf, len, "%s on %d GPU%s", dt_plan_strategy_name(r->strategy), r->n_gpus,
                      r->n_gpus > 1 ? "s" : "");
-    if (r->tp > 1 && n > 0 && (size_t)n < len) snprintf(buf + n, len - (size_t)n, " at TP %d x DP %d", r->tp, r->dp);
+    if (r->pp > 1 && n > 0 && (size_t)n < len) {
+        char v[32] = "";
+        if (r->virtual_stages > 1) snprintf(v, sizeof v, ", %d chunks per rank", r->virtual_stages);
+        snprintf(buf + n, len - (size_t)n, " at TP %d x PP %d x DP %d (%s%s)", r->tp, r->pp, r->dp,
+                 dt_pp_schedule_name((dt_pp_schedule_t)r->schedule), v);
+    } else if (r->tp > 1 && n > 0 && (size_t)n < len) {
+        snprintf(buf + n, len - (size_t)n, " at TP %d x DP %d", r->tp, r->dp);
+    }
     return buf;
 }
 
@@ -608,11 +666,14 @@ void dt_plan_recommend(const dt_plan_input *in, const dt_plan_row *rows, int n_r
         if (out->cheapest < 0) out->cheapest = i;
         else {
             const dt_plan_row *c = &rows[out->cheapest];
-            /* efficiencies within 0.1% are a tie: then fewer GPUs, then the smaller TP
-             * size, then table order */
+            /* efficiencies within 0.1% are a tie: then fewer GPUs, then the shorter
+             * step, then the smaller TP x PP, then table order */
             int tie = r->efficiency >= c->efficiency * 0.999;
+            int same_n = tie && r->n_gpus == c->n_gpus;
+            int step_tie = same_n && fabs(r->step_s - c->step_s) <= 1e-3 * c->step_s;
             if (r->efficiency > c->efficiency * 1.001 || (tie && r->n_gpus < c->n_gpus) ||
-                (tie && r->n_gpus == c->n_gpus && r->tp < c->tp))
+                (same_n && !step_tie && r->step_s < c->step_s) ||
+                (step_tie && r->tp * r->pp < c->tp * c->pp))
                 out->cheapest = i;
         }
         if (out->fastest < 0 || r->tokens_per_s > rows[out->fastest].tokens_per_s * 1.001)

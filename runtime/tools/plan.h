@@ -103,6 +103,39 @@
  *   recomputed forward (activation checkpointing)
  *   repeats the forward's collectives. All of it is exposed: the next op reads the
  *   result (no overlap modelled).
+ * Pipeline parallelism (P ranks of V chunks, m = accum micro-batches per step, world
+ * N = TP x P x DP, TP innermost in a node, then PP, then DP; plan_pp.c):
+ *   stages: a config's model from the model layer (dt_model_pp_partition,
+ *   dt_model_layout_init_stage of TP rank 0, dt_model_pp_chunk_cost); a sized model
+ *   (dt_plan_model_set_pp) as L identical blocks, the vocabulary rows TP cuts (the
+ *   embedding, and an untied head) and the rest (positions, final norm) on the first
+ *   and last stages, FLOPs per chunk 6 x its parameters + 12·C·T per block, a tied
+ *   head's 6·V·C on the last chunk; uniform, parameters or flops partitions minimise
+ *   the largest chunk's cost, the extra blocks to the later chunks.
+ *   memory by stage: its n_params divided by the strategy over DP as above (units
+ *   padded per DP size), + on the last stage of a tied model without the embedding a
+ *   copy of the embedding's rows, param + grad in the compute dtype (no optimizer
+ *   state: the engine refreshes it from stage 0 after each step) = 2·(Vp/T)·C·d,
+ *   + dt_pp_arenas(schedule, P, V, m, stage) x the stage's ONE arena: the per-block
+ *   slots of its largest chunk, tokens only on the first stage, targets, final norm,
+ *   logits, losses and the TP loss statistics only on the last (net.c's bytes). With
+ *   activation checkpointing each arena is the checkpointed one. The row is the worst
+ *   stage's; the job fits (or fits with recompute) when every stage does.
+ *   time: per stage and micro-batch t_s = its FLOPs per token x B·T / T_tp / (peak ·
+ *   mfu) (x 4/3 recomputing) + its TP collectives (its blocks); the pipeline takes
+ *   (m + P − 1) x max t_s (gpipe, 1f1b), (V·m + P − 1) x the slowest chunk's time
+ *   (interleaved); compute = m x max t_s's compute, bubble = the rest, ideal bubble
+ *   dt_pp_bubble_ideal. P2P: per micro-batch, each of the P·V − 1 chunk boundaries
+ *   carries the activation forward and its gradient back, B·T·C·d bytes each (/ T_tp
+ *   with sequence parallelism), on the inter-node link when the two pipeline ranks'
+ *   GPUs are on different nodes; sends are asynchronous and overlap compute, so one
+ *   message per boundary per step is counted exposed (the pipeline's fill), and the
+ *   row shows what the busiest stage sends per step. DP collectives: each stage's
+ *   own (its parameters, its last backward as the overlap window), the largest
+ *   exposed of the stages. step = compute + bubble + exposed (TP + P2P + DP);
+ *   efficiency = the whole model's FLOPs over the TP x P GPUs of a replica / step.
+ *   Recommendation ties (efficiency within 0.1%): fewer GPUs, the shorter step,
+ *   then the smaller TP x PP.
  * Scaling efficiency e = ideal / planned = compute without recompute / step.
  * Work: H one-GPU hours (given, or tokens · flops_per_token / (peak · mfu));
  * time at N GPUs H/(N·e), cost N · price · H/(N·e).
@@ -172,6 +205,19 @@ typedef struct dt_plan_model {
      * parallelism). flops_per_token and the sizes above stay the whole model's. */
     int tp_size, sequence_parallel;
     double n_params_global, n_replicated;
+    /* sized models (dt_plan_model_from_sizes / _from_shape): a block's elements and
+     * those of them TP cuts; tied: the head reads the embedding's rows */
+    double size_block, size_block_cut;
+    int tied;
+    /* pipeline parallelism (dt_plan_model_set_pp*): pp_size ranks of pp_virtual
+     * chunks each, stages[s] what pipeline rank s holds (NULL at pp_size 1). In the
+     * view of one stage that dt_plan_row_stage prices: pp_blocks the blocks it runs
+     * (its TP collectives; 0: n_layer), pp_no_first 1 when it holds no first chunk
+     * (its arena has no tokens), pp_no_head 1 when it holds no last chunk (no targets,
+     * final norm, logits, losses or loss statistics). */
+    int pp_size, pp_virtual, pp_partition;
+    struct dt_plan_stage *stages;
+    int pp_blocks, pp_no_first, pp_no_head;
 } dt_plan_model;
 
 /* From the exact tensor table (dtrun's own models). Free with dt_plan_model_free. */
@@ -181,6 +227,11 @@ dt_status_t dt_plan_model_from_layout(const dt_model_layout *l, dt_plan_model *o
  * embedding unit. Returns DT_STATUS_USAGE naming the flag (--params, ...). */
 dt_status_t dt_plan_model_from_sizes(double params, int layers, int hidden, int heads, int seq,
                                      int vocab, dt_plan_model *out);
+/* A Llama-shaped sized model (--kv-heads, --ffn): blocks of C·(NH + 2·NKV)·hd
+ * q/k/v + NH·hd·C output + 3·C·I SwiGLU + 2C RMSNorm elements, untied head, FLOPs
+ * per token 6Ψ + 12·L·C·T. DT_STATUS_USAGE naming the flag. */
+dt_status_t dt_plan_model_from_shape(double params, int layers, int hidden, int heads, int kv_heads, int ffn,
+                                     int seq, int vocab, dt_plan_model *out);
 void dt_plan_model_free(dt_plan_model *m);
 /* Turns a model from dt_plan_model_from_sizes into rank 0's piece at TP size tp
  * (sequence_parallel sp): each block's 12C² + 7C matrix and cut-bias elements and
@@ -217,6 +268,9 @@ typedef struct dt_plan_input {
     double bucket_elems;   /* reduce_bucket_size (elements) */
     double hours_1gpu;     /* H; 0 = unknown */
     double price;          /* per GPU-hour; 0 = not given */
+    /* pipeline schedule (runtime/parallel/pp_sched.h dt_pp_schedule_t), used when
+     * the model has pp_size > 1; micro-batches per step m = accum */
+    int pp_schedule;
 } dt_plan_input;
 
 /* Defaults: micro_batch 1, accum 1, bf16, comm 2 bytes, GPU attention, mfu 0.4, reserve
@@ -249,6 +303,17 @@ typedef struct dt_plan_row {
     double efficiency;
     double tokens_per_s; /* whole job */
     double hours, cost;  /* 0 when the work (or price) is unknown */
+    /* pipeline (pp 1, virtual_stages 1 without): memory is the worst stage's
+     * (worst_stage, holding `arenas` activation arenas), time the slowest stage's
+     * (slowest_stage); compute_s the slowest stage's busy time, bubble_s its idle
+     * pipeline time (step = compute + bubble + exposed); bubble_ideal the formula
+     * (dt_pp_bubble_ideal); p2p_bytes what a stage sends per step, p2p_s the time of
+     * those sends, p2p_exposed_s the part counted exposed (in comm_s / exposed_s),
+     * p2p_inter 1 when a stage boundary crosses nodes */
+    int pp, virtual_stages, schedule, partition;
+    int worst_stage, slowest_stage, arenas;
+    double bubble_s, bubble_ideal, p2p_bytes, p2p_s, p2p_exposed_s;
+    int p2p_inter;
 } dt_plan_row;
 
 /* Model-state bytes per GPU for a strategy at n ranks (g GPUs per node). */
@@ -291,6 +356,60 @@ void dt_plan_cost(double hours_1gpu, int n, double price, double efficiency, dou
  * size does not divide n_gpus or the GPUs per node. */
 dt_status_t dt_plan_row_compute(const dt_plan_input *in, dt_plan_strategy_t s, int n_gpus,
                                 dt_plan_row *out);
+
+/* ---- pipeline parallelism (plan_pp.c) -------------------------------------- */
+
+/* What one pipeline rank holds and computes (rank 0's TP piece). */
+#define DT_PLAN_MAX_CHUNKS 64
+typedef struct dt_plan_stage {
+    int blocks;          /* blocks it runs, all its chunks */
+    int arena_blocks;    /* its largest chunk's blocks: the per-block slots of its arena */
+    int first, last;     /* it holds the embedding / the final norm, head and loss */
+    double n_params;     /* elements of its flat buffer */
+    double tied_copy;    /* elements of its copy of the tied embedding (0: none) */
+    double largest_unit; /* elements of its largest unit */
+    int n_units;
+    double flops_per_token;  /* its chunks' training FLOPs per token (whole TP group) */
+    double chunk_flops_max;  /* its largest chunk's */
+    double *unit_numel;      /* its units' elements (from a layout: FSDP pads each), else NULL */
+    int n_chunks;            /* V: its chunks, blocks [chunk_l0[j], chunk_l1[j]) */
+    int chunk_l0[DT_PLAN_MAX_CHUNKS], chunk_l1[DT_PLAN_MAX_CHUNKS];
+} dt_plan_stage;
+
+/* A sized model (after dt_plan_model_set_tp) cut into pp ranks of virtual_stages
+ * chunks (partition: dt_model_layout's uniform 0, parameters 1, flops 2): the blocks
+ * as even as possible (the extra blocks to the last chunks), or contiguous chunks
+ * minimising the largest chunk's parameters or FLOPs (formulas above). Stage 0
+ * holds the embedding, the last chunk's rank the final norm and head (and, tied,
+ * a copy of the embedding's rows). DT_STATUS_USAGE naming --pp or
+ * --virtual-stages when pp does not divide the layers or pp x V exceeds them. */
+dt_status_t dt_plan_model_set_pp(dt_plan_model *m, int pp, int virtual_stages, int partition);
+
+/* The config's model (spec) as pp ranks of virtual_stages chunks at TP size tp
+ * (sequence parallelism sp), from the model layer: dt_model_pp_partition's chunks
+ * (partition: dt_pp_partition_t), each rank's dt_model_layout_init_stage of TP rank
+ * 0 (n_params, units, its largest chunk's blocks, first/last, the tied copy: the
+ * embedding's TP piece) and dt_model_pp_chunk_cost's FLOPs. m must be the model
+ * at that TP size. DT_STATUS_USAGE naming --pp / --virtual-stages. */
+dt_status_t dt_plan_model_set_pp_layout(dt_plan_model *m, const dt_model_spec *spec, int tp, int sp, int pp,
+                                        int virtual_stages, int partition);
+
+/* One pipeline rank's row as if it ran alone: its states (view->n_params divided
+ * over DP = n_gpus / (TP x pp) by the strategy), ONE activation arena, its DP
+ * collectives and its compute at view->flops_per_token. recompute: -1 when the
+ * stage's own fit decides, else 0 or 1. dt_plan_row_compute with pp_size 1 is this
+ * with pp 1 and recompute -1. */
+dt_status_t dt_plan_row_stage(const dt_plan_input *in, const dt_plan_model *view, dt_plan_strategy_t s,
+                              int n_gpus, int pp, int recompute, dt_plan_row *out);
+
+/* The view of stage k of a pipeline model (for dt_plan_row_stage); no allocation. */
+void dt_plan_stage_view(const dt_plan_model *m, int k, dt_plan_model *view);
+
+/* A pipeline row (the pipeline formulas above) and, when stage_rows is not NULL,
+ * each stage's (pp_size entries: memory with its arenas and tied copy, compute_s
+ * its busy time). Called by dt_plan_row_compute for models with pp_size > 1. */
+dt_status_t dt_plan_row_compute_pp(const dt_plan_input *in, dt_plan_strategy_t s, int n_gpus, dt_plan_row *out,
+                                   dt_plan_row *stage_rows);
 
 typedef struct dt_plan_choice {
     int cheapest, fastest; /* indices into rows, -1 when nothing fits */

@@ -82,6 +82,28 @@ bad_flag "--mfu 1.5 exits 2" "--mfu" $SEVEN_B --mfu 1.5
 bad_flag "unknown --gpu lists the known ones" "h100, " $SEVEN_B --gpu tpu-v9
 bad_flag "unknown --link lists the known ones" "ib400" $SEVEN_B --link smoke-signals
 bad_flag "config and --params contradict" "--params" x.json --params 7e9
+
+# pipeline and 3D parallelism (--pp, --schedule, --virtual-stages)
+L70="--params 70B --layers 80 --hidden 8192 --heads 64 --kv-heads 8 --ffn 28672 --vocab 128256 --seq 4096 --micro-batch 1 --accum 32 --gpu h100 --tp auto --pp auto --sp"
+# as Megatron runs it: the fused (flash) attention, no T x T probabilities kept
+DTRUN_CUDA_ATTENTION=fused json_check "70B on 2 nodes of 8x80 GB: a concrete layout that fits, with its step time" \
+  'c["gpus"] == 16 and c["tp"] * c["pp"] * c["dp"] == 16 and x["fits"] != "no" and (x["memory_bytes"]["total_ckpt"] if x["fits"] == "ckpt" else x["memory_bytes"]["total"]) <= 80 * 2**30 and x["step_s"]["total"] > 0 and "TP" in c["reason"] and any(y["pp"] > 1 and y["tp"] > 1 for y in j["rows"]) if (c := j["recommendation"]["cheapest"]) and (x := j["rows"][c["row"]]) else False' \
+  $L70 --nodes 2x8 --gpus 16
+DTRUN_CUDA_ATTENTION=fused json_check "70B on 64 H100s: the recommendation is 3D (TP x PP x DP) and fits 80 GB" \
+  'c["tp"] > 1 and c["pp"] > 1 and c["dp"] > 1 and x["memory_bytes"]["total"] <= x["memory_bytes"]["usable"] and len(j["recommendation"]["stages"]) == c["pp"] and sum(s["params"] for s in j["recommendation"]["stages"]) > 0 if (c := j["recommendation"]["cheapest"]) and (x := j["rows"][c["row"]]) else False' \
+  $L70 --nodes 8x8 --gpus 64
+json_check "bubble = (P-1)/(m+P-1), interleaved (P-1)/(V m+P-1); P2P one boundary exposed" \
+  'all(abs(y["pipeline"]["bubble_ideal"] - (y["pp"]-1)/((y["virtual_stages"] if y["schedule"] == "interleaved" else 1)*8 + y["pp"]-1)) < 1e-12 for y in j["rows"] if y["pp"] > 1) and {y["schedule"] for y in j["rows"]} >= {"1f1b", "interleaved"}' \
+  $SEVEN_B --accum 8 --gpus 8 --pp auto
+json_check "a config's llama cut in 2 stages: each stage listed" \
+  'all(y["pp"] == 2 for y in j["rows"]) and (j["recommendation"]["cheapest"]["row"] is None or len(j["recommendation"]["stages"]) == 2)' \
+  configs/llama-tiny.json gradient_accumulation_steps=4 --pp 2 --gpus 2,4 --gpu h100
+bad_flag "--pp not dividing the layers exits 2" "--pp 3" $SEVEN_B --pp 3 --accum 8
+bad_flag "1f1b with fewer micro-batches than stages names --accum" "--accum 2" $SEVEN_B --pp 4 --accum 2
+bad_flag "interleaved needs m a multiple of P" "--accum 6" $SEVEN_B --pp 4 --accum 6 --schedule interleaved
+bad_flag "--schedule unknown exits 2" "--schedule" $SEVEN_B --pp 2 --schedule zigzag
+bad_flag "--pp with a model without stages (mlp)" "no pipeline stages" configs/mlp-tiny.json --pp 2
+bad_flag "--kv-heads not dividing --heads" "--kv-heads" $SEVEN_B --kv-heads 5 --ffn 11008
 bad_flag "--tokens and --hours-1gpu contradict" "--hours-1gpu" $SEVEN_B --tokens 1e9 --hours-1gpu 5
 bad_flag "--params without --layers" "--layers" --params 7e9 --hidden 4096 --seq 2048
 bad_flag "no model at all" "CONFIG.json" --gpus 1,2
