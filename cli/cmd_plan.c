@@ -639,6 +639,9 @@ static int plan_rows(const plan_opts *o, plan_ctx *c, int strategy, int k, const
     const dt_plan_model *mm = &c->tp_models[k];
     char msg[512];
     int rc = 0;
+    /* the trainer refuses hsdp with a model-parallel layout (its shard group is a node's
+     * ranks, where TP groups and stages live): no row for it */
+    if (strategy == DT_PLAN_HYBRID && (o->tps[k] > 1 || pl->pp > 1)) return 0;
     if (pl->pp > 1) {
         if (cmd_plan_pp_model(o, c, mm, pl, &pm, msg, sizeof msg))
             return o->pp_auto ? 0 : usage_error("%s", msg);
