@@ -127,6 +127,28 @@ Test(dp, buckets_run_backwards_over_whole_units_with_caps) {
     dt_model_layout_free(&l);
 }
 
+/* An interleaved pipeline rank holds chunks apart in the model (P 2, V 2 of 4 blocks:
+ * rank 0 holds blocks 0 and 2): a bucket never spans two chunks, whatever the cap, so
+ * each chunk's backward completes its own buckets. */
+Test(dp, buckets_never_span_two_chunks_of_a_pipeline_rank) {
+    dt_model_spec s = {.ops = &dt_model_gpt, .n_layer = 4, .n_head = 2, .n_embd = 8,
+                       .seq_len = 16, .vocab_size = 61, .vocab_pad_multiple = 64};
+    int bounds[5] = {0, 1, 2, 3, 4};
+    for (int rank = 0; rank < 2; rank++) {
+        dt_model_layout l;
+        cr_assert_eq(dt_model_layout_init_stage(&s, 1, 0, 0, 2, rank, 2, bounds, &l), DT_STATUS_OK, "%s",
+                     dt_error_detail());
+        dt_dp_plan p;
+        cr_assert_eq(dt_dp_plan_init(&l, 2, 0, 1u << 30, 1u << 30, &p), DT_STATUS_OK);
+        cr_assert_eq(p.n_buckets, 2, "rank %d: one bucket per chunk under a cap as large as the model", rank);
+        for (int b = 0; b < p.n_buckets; b++)
+            for (int u = p.buckets[b].unit_lo; u < p.buckets[b].unit_hi; u++)
+                cr_assert_eq(l.units[u].gunit + 1, l.units[u + 1].gunit, "rank %d bucket %d spans a gap", rank, b);
+        dt_dp_plan_free(&p);
+        dt_model_layout_free(&l);
+    }
+}
+
 Test(dp, uneven_counts_give_padded_slices) {
     /* 10 elements on 4 shards: slices of 3, rank 3 owns the last 1 (padding 2) */
     dt_model_spec s = {.ops = &dt_model_mlp, .in_dim = 1, .hidden_dim = 1, .n_hidden_layers = 0, .n_classes = 5};

@@ -27,7 +27,7 @@ struct dt_pp {
     int n_acts;
     /* arenas */
     int *arena_of;        /* [mb * V + chunk] */
-    int n_arenas, *free_arena, n_free, held, most;
+    int n_arenas, cap, *free_arena, n_free, held, most; /* cap: dt_pp_arenas + 1 */
     dt_comm_req_t *send_req;
     int *send_live;
     char *taken;          /* [action]: its forward took an arena when its receive was posted */
@@ -157,7 +157,7 @@ dt_status_t dt_pp_init(dt_pp_t **out, const dt_pp_opts *opts, dt_device_t *dev, 
     pp->n_acts = dt_pp_schedule_build(opts->schedule, pp->P, pp->V, pp->m, pp->s, pp->acts);
     pp->arena_of = dt_xcalloc((size_t)(pp->m * pp->V), sizeof(int));
     pp->taken = dt_xcalloc((size_t)n, 1);
-    int cap = dt_pp_arenas(opts->schedule, pp->P, pp->V, pp->m, pp->s) + 1;
+    int cap = pp->cap = dt_pp_arenas(opts->schedule, pp->P, pp->V, pp->m, pp->s) + 1;
     pp->free_arena = dt_xcalloc((size_t)cap, sizeof(int));
     pp->send_req = dt_xcalloc((size_t)cap, sizeof *pp->send_req);
     pp->send_live = dt_xcalloc((size_t)cap, sizeof(int));
@@ -203,23 +203,32 @@ void dt_pp_free(dt_pp_t *pp) {
 
 /* ---- arenas ------------------------------------------------------------------------ */
 
+/* Waits for the message arena a last sent (its forward's output, or its backward's
+ * input gradient): one request per arena, so a new send waits for the old one. */
+static dt_status_t finish_send(dt_pp_t *pp, int a) {
+    if (!pp->send_live[a]) return DT_STATUS_OK;
+    pp->send_live[a] = 0;
+    dt_status_t st = timed_wait(pp, &pp->send_req[a]);
+    if (st != DT_STATUS_OK) {
+        fail(pp, st, "a send to a neighbouring stage");
+        return take_err(pp);
+    }
+    return DT_STATUS_OK;
+}
+
 /* A free arena (a new one when none is free); its last send must have finished. */
 static dt_status_t acquire(dt_pp_t *pp, int *out) {
     int a;
     if (pp->n_free > 0) {
         a = pp->free_arena[--pp->n_free];
     } else {
+        if (pp->n_arenas == pp->cap)
+            return dt_error(DT_STATUS_INVALID, "pipeline stage %d: more than the %d arenas the schedule holds", pp->s,
+                            pp->cap);
         DT_CHECK(dt_net_arenas(pp->net, pp->n_arenas + 1));
         a = pp->n_arenas++;
     }
-    if (pp->send_live[a]) { /* its last message still travels */
-        pp->send_live[a] = 0;
-        dt_status_t st = timed_wait(pp, &pp->send_req[a]);
-        if (st != DT_STATUS_OK) {
-            fail(pp, st, "a send to a neighbouring stage");
-            return take_err(pp);
-        }
-    }
+    DT_CHECK(finish_send(pp, a));
     if (++pp->held > pp->most) pp->most = pp->held;
     *out = a;
     return DT_STATUS_OK;
@@ -272,6 +281,7 @@ static dt_status_t wait_recv(dt_pp_t *pp, int i) {
 
 static dt_status_t send_out(dt_pp_t *pp, const dt_pp_action *a, int arena) {
     if (!dt_pp_action_sends(a, pp->P, pp->V, pp->s)) return DT_STATUS_OK;
+    DT_CHECK(finish_send(pp, arena)); /* the forward's output, before the backward's gradient goes */
     void *buf = dt_net_stage_buf(pp->net, a->fwd ? DT_NET_STAGE_OUT : DT_NET_STAGE_DIN);
     int peer = a->fwd ? (pp->s + 1) % pp->P : (pp->s + pp->P - 1) % pp->P;
     dt_status_t st = dt_comm_send_async(a->fwd ? pp->fwd : pp->bwd, buf, pp->elems, pp->dtype, peer,
@@ -345,17 +355,10 @@ dt_status_t dt_pp_step(dt_pp_t *pp, const dt_batch *batches, float dscale, doubl
         if (i + 1 < pp->n_acts) st = post_recv(pp, i + 1);
         if (st == DT_STATUS_OK) st = run_action(pp, i, batches, dscale, loss_sum);
     }
-    /* the step ends when this stage's messages arrived */
-    for (int a = 0; a < pp->n_arenas; a++) {
-        if (!pp->send_live[a]) continue;
-        pp->send_live[a] = 0;
-        dt_status_t s2 = timed_wait(pp, &pp->send_req[a]);
-        if (st == DT_STATUS_OK && s2 != DT_STATUS_OK) {
-            fail(pp, s2, "sending to a neighbouring stage");
-            st = take_err(pp);
-        }
-    }
-    if (pp->tie_live) {
+    /* the step ends when this stage's messages arrived (after a failure the step ends
+     * now: its error stands, and dt_pp_free waits for what is left) */
+    for (int a = 0; a < pp->n_arenas && st == DT_STATUS_OK; a++) st = finish_send(pp, a);
+    if (pp->tie_live && st == DT_STATUS_OK) {
         pp->tie_live = 0;
         dt_status_t s2 = timed_wait(pp, &pp->tie_req);
         if (st == DT_STATUS_OK && s2 != DT_STATUS_OK) {

@@ -756,6 +756,11 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env) {
 out_teardown:
     free(mem_all);
     dt_mem_free(full);
-    teardown(&t);
+    { /* teardown's waits on requests a failed step left fail too: the step's error stands */
+        char keep[2048];
+        snprintf(keep, sizeof keep, "%s", dt_error_detail());
+        teardown(&t);
+        if (st != DT_STATUS_OK) dt_error(st, "%s", keep);
+    }
     return st;
 }
