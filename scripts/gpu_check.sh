@@ -310,6 +310,12 @@ if due "2 ranks sharing the GPU (shm) vs 2 CPU ranks" 200; then
   train gpu2_shm 2 device=cuda bf16.enabled=false comm.backend=shm
   compare "2 ranks sharing the GPU (shm) vs 2 CPU ranks" gpu2_shm cpu2 1e-4 1e-2
 fi
+if due "pipeline: 2 stages sharing the GPU (1f1b) vs 2 CPU ranks" 200; then
+  [ -f "$L/cpu2/metrics.jsonl" ] || train cpu2 2 device=cpu comm.backend=shm
+  # the same global batch: DP 2 x micro-batch vs PP 2 x 2 micro-batches of one DP rank
+  train gpu_pp2 2 device=cuda bf16.enabled=false comm.backend=shm pipeline.stages=2 gradient_accumulation_steps=2
+  compare "pipeline: 2 stages sharing the GPU (1f1b) vs 2 CPU ranks" gpu_pp2 cpu2 1e-4 1e-2
+fi
 
 # --- GPT-2 124M (tiny on the emulator): throughput, memory, PyTorch ----------------
 B=${GPT2_BATCH:-16}
