@@ -210,8 +210,10 @@ lpid=$!
 for _ in $(seq 100); do grep -q 'step 3/' "$DT_TMP/hang.out" && break; sleep 0.1; done
 w1=$(pgrep -f "__worker.*$DT_TMP/gpt.json" | while read -r p; do tr '\0' '\n' </proc/$p/environ 2>/dev/null | grep -qx RANK=1 && echo $p; done | head -1)
 [ -n "$w1" ] && kill -STOP "$w1"
-wait $lpid; rc=$?
+# once stage 0 reports, the stopped worker may go (else the group's stop waits out its grace)
+for _ in $(seq 300); do grep -q 'training failed' "$DT_TMP/hang.out" && break; sleep 0.1; done
 [ -n "$w1" ] && kill -CONT "$w1" 2>/dev/null
+wait $lpid; rc=$?
 # (stage 0 waits either for stage 1's messages, or, its passes done, in the step's last collective)
 if [ $rc -eq 1 ] && grep -Eq 'rank 0: training failed: timed out: (pipeline stage 0: .*(recv|send) #[0-9]+ (from|to) rank 1 \(count [0-9]+, f32\)|[a-z_]+ #[0-9]+ .* 1 no report)' "$DT_TMP/hang.out"; then
   pass "a stopped stage: exit 1, the neighbour's error names the op, the peer and the sequence number"
