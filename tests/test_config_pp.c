@@ -96,6 +96,10 @@ Test(config_pp, errors_name_the_key) {
     cr_assert_neq(load(gpt, "\"pipeline\":{\"stages\":0}", &cfg), DT_STATUS_OK);
     ASSERT_ERR(&cfg, "pipeline.stages");
     dt_config_free(&cfg);
+    cr_assert_neq(load(gpt, "\"pipeline\":{\"schedule\":\"interleaved\",\"virtual_stages\":2}", &cfg),
+                  DT_STATUS_OK);
+    ASSERT_ERR(&cfg, "pipeline.virtual_stages 2: expected 1 without a pipeline");
+    dt_config_free(&cfg);
     cr_assert_neq(load(gpt, "\"pipeline\":{\"schedule\":\"zb\"}", &cfg), DT_STATUS_OK);
     ASSERT_ERR(&cfg, "pipeline.schedule");
     dt_config_free(&cfg);

@@ -546,7 +546,13 @@ static void check_tp(dt_config_t *cfg, const char *src) {
  * dt_config_resolve; the stages against the model's blocks: the launcher's checks,
  * runtime/train/train_check.c, once the model is built). */
 static void check_pp(dt_config_t *cfg, const char *src) {
-    if (cfg->pp.stages <= 1) return;
+    if (cfg->pp.stages <= 1) { /* chunks per rank of a pipeline that is off would be ignored */
+        if (cfg->pp.virtual_stages > 1)
+            add_error(cfg, src, "pipeline.virtual_stages %lld: expected 1 without a pipeline (pipeline.stages is 1; "
+                                "virtual stages are chunks per pipeline rank)",
+                      (long long)cfg->pp.virtual_stages);
+        return;
+    }
     if (cfg->strategy == DT_STRATEGY_HSDP)
         add_error(cfg, src,
                   "pipeline.stages %lld with strategy \"hsdp\": expected pipeline.stages 1 (hsdp's shard group is "
