@@ -25,8 +25,10 @@ dt_status_t dt_train_layout_(dt_trainer_t *t, const dt_model_spec *spec) {
     t->pp_bounds = dt_xcalloc((size_t)n + 1, sizeof(int));
     dt_status_t st = dt_model_pp_partition(&whole, p.pp_size, V, (dt_pp_partition_t)cfg->pp.partition, t->pp_bounds);
     if (st == DT_STATUS_OK && t->env->rank == 0) { /* the partition, as Megatron and DeepSpeed print it */
-        printf("dtrun: pipeline of %d stages%s, %s schedule, %s partition:\n", p.pp_size,
-               V > 1 ? " x 2+ chunks each" : "", dt_pp_schedule_name(dt_train_pp_schedule_(cfg)),
+        char chunks[48] = "";
+        if (V > 1) snprintf(chunks, sizeof chunks, " x %d chunks each", V);
+        printf("dtrun: pipeline of %d stages%s, %s schedule, %s partition:\n", p.pp_size, chunks,
+               dt_pp_schedule_name(dt_train_pp_schedule_(cfg)),
                dt_pp_partition_name((dt_pp_partition_t)cfg->pp.partition));
         for (int k = 0; k < n; k++) {
             double prm, fl;

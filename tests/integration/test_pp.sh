@@ -82,6 +82,9 @@ done
 if run g_p2_int 2 gpt pipeline.stages=2 pipeline.schedule=interleaved pipeline.virtual_stages=2; then
   check "gpt PP=2 interleaved (2 chunks per rank) equals 1 rank" same g_p2_int ref
 else fail "gpt PP=2 interleaved"; fi
+grep -q 'pipeline of 2 stages x 2 chunks each, interleaved schedule' "$DT_TMP/g_p2_int.out" &&
+  pass "the interleaved partition line names the chunks per rank" ||
+  fail "interleaved partition line" "$(grep 'pipeline of' "$DT_TMP/g_p2_int.out" | head -1)"
 grep -q 'stage 1: layers 2-3 (2) + final norm, head and loss' "$DT_TMP/g_p2_1f1b.out" &&
   pass "the partition is printed at start (layers, parameters, FLOPs per stage)" ||
   fail "partition line" "$(grep 'stage' "$DT_TMP/g_p2_1f1b.out" | head -3)"
