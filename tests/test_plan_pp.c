@@ -265,9 +265,14 @@ Test(plan_pp, sized_partitions_balance) {
 Test(plan_pp, errors_name_the_flag) {
     dt_plan_model m;
     cr_assert_eq(dt_plan_model_from_sizes(1e9, 24, 2048, 16, 2048, 50304, &m), DT_STATUS_OK);
-    cr_assert_eq(dt_plan_model_set_pp(&m, 5, 1, 0), DT_STATUS_USAGE);
-    cr_assert(strstr(dt_error_detail(), "--pp 5") && strstr(dt_error_detail(), "24 layers"), "%s",
+    cr_assert_eq(dt_plan_model_set_pp(&m, 25, 1, 0), DT_STATUS_USAGE);
+    cr_assert(strstr(dt_error_detail(), "--pp 25") && strstr(dt_error_detail(), "24 layers"), "%s",
               dt_error_detail());
+    /* a P that does not divide the layers cuts as the trainer does (uniform: the extra
+     * blocks to the last stages; pipeline.stages 5 of 24 layers trains) */
+    cr_assert_eq(dt_plan_model_set_pp(&m, 5, 1, 0), DT_STATUS_OK, "%s", dt_error_detail());
+    int want[] = {4, 5, 5, 5, 5};
+    for (int k = 0; k < 5; k++) cr_assert_eq(m.stages[k].blocks, want[k], "stage %d", k);
     cr_assert_eq(dt_plan_model_set_pp(&m, 8, 4, 0), DT_STATUS_USAGE);
     cr_assert(strstr(dt_error_detail(), "--virtual-stages 4"), "%s", dt_error_detail());
     cr_assert_eq(dt_plan_model_set_pp(&m, 4, 1, 0), DT_STATUS_OK);

@@ -382,7 +382,8 @@ typedef struct dt_plan_stage {
  * minimising the largest chunk's parameters or FLOPs (formulas above). Stage 0
  * holds the embedding, the last chunk's rank the final norm and head (and, tied,
  * a copy of the embedding's rows). DT_STATUS_USAGE naming --pp or
- * --virtual-stages when pp does not divide the layers or pp x V exceeds them. */
+ * --virtual-stages when pp x V exceeds the layers (pp need not divide them: the
+ * trainer runs such a cut too). */
 dt_status_t dt_plan_model_set_pp(dt_plan_model *m, int pp, int virtual_stages, int partition);
 
 /* The config's model (spec) as pp ranks of virtual_stages chunks at TP size tp

@@ -63,9 +63,6 @@ static dt_status_t check_pp(const dt_plan_model *m, int pipeline, int pp, int V)
     if (!pipeline)
         return dt_error(DT_STATUS_USAGE, "--pp %d: the %s model has no pipeline stages (only gpt and llama do)", pp,
                         m->type);
-    if (L % pp)
-        return dt_error(DT_STATUS_USAGE, "--pp %d: does not divide the %d layers (each stage runs L/P of them)",
-                        pp, L);
     if (V > 1 && pp < 2)
         return dt_error(DT_STATUS_USAGE, "--virtual-stages %d: needs --pp 2 or more", V);
     if (pp * V > L || pp * V > DT_PLAN_MAX_CHUNKS)

@@ -98,7 +98,11 @@ json_check "bubble = (P-1)/(m+P-1), interleaved (P-1)/(V m+P-1); P2P one boundar
 json_check "a config's llama cut in 2 stages: each stage listed" \
   'all(y["pp"] == 2 for y in j["rows"]) and (j["recommendation"]["cheapest"]["row"] is None or len(j["recommendation"]["stages"]) == 2)' \
   configs/llama-tiny.json gradient_accumulation_steps=4 --pp 2 --gpus 2,4 --gpu h100
-bad_flag "--pp not dividing the layers exits 2" "--pp 3" $SEVEN_B --pp 3 --accum 8
+bad_flag "--pp x --virtual-stages beyond the layers exits 2" "--virtual-stages 16" $SEVEN_B --pp 4 \
+  --virtual-stages 16 --accum 8
+# a P that does not divide the layers is cut as the trainer cuts it (the extra blocks to the last stages)
+check "--pp 3 of 32 layers plans stages of 10, 11 and 11 layers" \
+  bash -c '"$0" plan $1 --pp 3 --accum 8 --gpus 3 --gpu h100 | grep -Eq "^ +2h 21-31 "' "$DTRUN" "$SEVEN_B"
 bad_flag "1f1b with fewer micro-batches than stages names --accum" "--accum 2" $SEVEN_B --pp 4 --accum 2
 bad_flag "interleaved needs m a multiple of P" "--accum 6" $SEVEN_B --pp 4 --accum 6 --schedule interleaved
 bad_flag "--schedule unknown exits 2" "--schedule" $SEVEN_B --pp 2 --schedule zigzag
