@@ -14,6 +14,7 @@
 #include "kernels/kernels.h"
 #include "runtime/model/model.h"
 #include "runtime/model/net.h"
+#include "runtime/tools/plan.h"
 
 enum { T = 8, B = 2, NL = 3 };
 
@@ -263,4 +264,59 @@ Test(recompute, hooks_around_the_recompute) {
     dt_model_layout_free(&lay);
     dt_device_free(dev);
     free(params), free(grads);
+}
+
+/* ---- dtrun plan's formula equals the arena, byte for byte ------------------- */
+
+/* Each policy and every 1..3, gpt and llama, the whole model and each stage of a
+ * 2-stage cut (blocks 0 | 1-2: the stages' largest chunks differ). */
+Test(recompute, plan_equals_the_arena_per_policy) {
+    dt_device_t *dev;
+    cr_assert_eq(dt_device_init(&dev, DT_DEVICE_CPU, 1), DT_STATUS_OK);
+    int checked = 0;
+    for (int llama = 0; llama < 2; llama++)
+        for (int p = DT_MODEL_RECOMPUTE_NONE; p <= DT_MODEL_RECOMPUTE_FULL; p++)
+            for (int every = 1; every <= 3; every++)
+                for (int stage = -1; stage < 2; stage++) {
+                    dt_model_spec s = spec_of(llama);
+                    int bounds[3] = {0, 1, NL};
+                    dt_model_layout lay;
+                    dt_status_t st = stage < 0 ? dt_model_layout_init(&s, &lay)
+                                               : dt_model_layout_init_stage(&s, 1, 0, 0, 2, stage, 1, bounds, &lay);
+                    cr_assert_eq(st, DT_STATUS_OK, "%s", dt_error_detail());
+                    dt_model_layout_set_recompute(&lay, (dt_model_recompute_t)p, every);
+                    dt_plan_model m;
+                    cr_assert_eq(dt_plan_model_from_layout(&lay, &m), DT_STATUS_OK);
+                    m.n_layer = dt_model_max_chunk_blocks(&lay); /* what a stage's view holds */
+                    m.pp_no_first = !dt_model_has_first(&lay);
+                    m.pp_no_head = !dt_model_has_last(&lay);
+                    m.recompute_every = every;
+                    double want = (double)dt_net_arena_bytes(dev, &lay, B);
+                    double got = dt_plan_activation_bytes(&m, B, 4, 1, p);
+                    cr_assert_eq(got, want, "llama %d policy %d every %d stage %d: plan %.0f, arena %.0f", llama, p,
+                                 every, stage, got, want);
+                    dt_plan_model_free(&m);
+                    dt_model_layout_free(&lay);
+                    checked++;
+                }
+    cr_assert_eq(checked, 54);
+    dt_device_free(dev);
+}
+
+/* The recompute cost: full with every block is a forward more (x 4/3), every 3 of 3
+ * blocks a third of that; selective the attention core's forward only. */
+Test(recompute, plan_recompute_cost) {
+    dt_model_spec s = spec_of(0);
+    dt_model_layout lay;
+    cr_assert_eq(dt_model_layout_init(&s, &lay), DT_STATUS_OK);
+    dt_plan_model m;
+    cr_assert_eq(dt_plan_model_from_layout(&lay, &m), DT_STATUS_OK);
+    cr_assert_float_eq(dt_plan_recompute_factor(&m, DT_MODEL_RECOMPUTE_FULL), 4.0 / 3.0, 1e-12);
+    cr_assert_eq(dt_plan_recompute_factor(&m, DT_MODEL_RECOMPUTE_NONE), 1.0);
+    double sel = dt_plan_recompute_factor(&m, DT_MODEL_RECOMPUTE_SELECTIVE);
+    cr_assert_float_eq(sel, 1.0 + NL * 4.0 * 16 * T / m.flops_per_token, 1e-12);
+    m.recompute_every = 3;
+    cr_assert_float_eq(dt_plan_recompute_factor(&m, DT_MODEL_RECOMPUTE_FULL), 1.0 + 1.0 / 9.0, 1e-12);
+    dt_plan_model_free(&m);
+    dt_model_layout_free(&lay);
 }
