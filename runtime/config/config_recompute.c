@@ -21,8 +21,10 @@ static int given(const dt_config_t *cfg, const char *path) {
 static int model_layers(const dt_config_t *cfg) {
     const dt_model_ops *ops = cfg->model.ops;
     if (!ops || !ops->pipeline) return 0;
+    dt_model_spec spec = cfg->model;
+    if (spec.vocab_size == 0) spec.vocab_size = 256; /* from the data later: the blocks do not depend on it */
     dt_model_layout l;
-    if (dt_model_layout_init(&cfg->model, &l) != DT_STATUS_OK) return 0; /* the model's own error says why */
+    if (dt_model_layout_init(&spec, &l) != DT_STATUS_OK) return 0; /* the model's own error says why */
     int n = dt_model_max_chunk_blocks(&l);
     dt_model_layout_free(&l);
     return n;
