@@ -66,9 +66,9 @@ Test(config, defaults_are_valid_and_documented) {
     int colons = 0;
     for (char *p = dump; (p = strstr(p, "\":\t")); p++) colons++;
     cr_assert_gt(keys_listed, 50);
-    /* the dump holds every key plus its 15 sections (optimizer, optimizer.params, ...,
-     * model.rope_scaling, tensor_parallel, pipeline) */
-    cr_assert_eq(colons, keys_listed + 15, "dump %d entries, keys %d", colons, keys_listed);
+    /* the dump holds every key plus its 16 sections (optimizer, optimizer.params, ...,
+     * model.rope_scaling, tensor_parallel, pipeline, activation_checkpointing) */
+    cr_assert_eq(colons, keys_listed + 16, "dump %d entries, keys %d", colons, keys_listed);
     free(dump);
     free(buf);
     dt_config_free(&cfg);
@@ -166,18 +166,43 @@ Test(config, deepspeed_keys_dtrun_ignores_are_listed_once) {
     const char *line = strstr(w, "ignoring DeepSpeed keys that dtrun does not implement: ");
     cr_assert(line, "%s", w);
     cr_assert_null(strstr(line + 1, "ignoring DeepSpeed keys"), "listed once");
-    const char *names[] = {"fp16", "wall_clock_breakdown", "activation_checkpointing",
-                           "flops_profiler", "tensorboard", "zero_allow_untested_optimizer",
+    const char *names[] = {"fp16", "wall_clock_breakdown", "flops_profiler", "tensorboard", "zero_allow_untested_optimizer",
                            "prescale_gradients", "zero_optimization.offload_optimizer",
                            "zero_optimization.sub_group_size", "optimizer.params.torch_adam"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         cr_assert(strstr(line, names[i]), "%s not listed in %s", names[i], line);
     /* sub-keys of an ignored key are covered by it, not listed one by one */
     cr_assert_null(strstr(line, "fp16.enabled"));
+    /* activation_checkpointing is implemented (config_recompute.c): an empty section
+     * is not ignored and turns nothing on */
+    cr_assert_null(strstr(line, "activation_checkpointing"), "%s", line);
+    cr_assert_eq(cfg.recompute.policy, DT_CONFIG_RECOMPUTE_NONE);
     cr_assert_eq(cfg.zero.stage, 2);
     cr_assert_eq(cfg.strategy, DT_STRATEGY_ZERO2);
     cr_assert_eq(cfg.optimizer.type, DT_OPTIM_ADAM);
     cr_assert(cfg.optimizer.adam_w_mode, "DeepSpeed's Adam decays as AdamW by default");
+    dt_config_free(&cfg);
+}
+
+/* activation_checkpointing: dtrun's policy and every; DeepSpeed's keys mean full and
+ * number_checkpoints sets every; the keys without effect warn by name. */
+Test(config, activation_checkpointing_section) {
+    dt_config_t cfg;
+    cr_assert_eq(load("{\"model\":{\"type\":\"gpt\",\"n_layer\":6},\"data\":{\"train\":\"x\"},"
+                      "\"activation_checkpointing\":{\"policy\":\"selective\",\"every\":2}}",
+                      &cfg, 0, NULL),
+                 DT_STATUS_OK, "%s", dt_config_errors(&cfg));
+    cr_assert_eq(cfg.recompute.policy, DT_CONFIG_RECOMPUTE_SELECTIVE);
+    cr_assert_eq(cfg.recompute.every, 2);
+    dt_config_free(&cfg);
+    cr_assert_eq(load("{\"model\":{\"type\":\"gpt\",\"n_layer\":6},\"data\":{\"train\":\"x\"},"
+                      "\"activation_checkpointing\":{\"number_checkpoints\":4,\"cpu_checkpointing\":true}}",
+                      &cfg, 0, NULL),
+                 DT_STATUS_OK, "%s", dt_config_errors(&cfg));
+    cr_assert_eq(cfg.recompute.policy, DT_CONFIG_RECOMPUTE_FULL);
+    cr_assert_eq(cfg.recompute.every, 2, "ceil(6 / 4)");
+    cr_assert(strstr(dt_config_warnings(&cfg), "activation_checkpointing.cpu_checkpointing is accepted and has no effect"),
+              "%s", dt_config_warnings(&cfg));
     dt_config_free(&cfg);
 }
 

@@ -112,8 +112,12 @@ Test(plan, activation_bytes_by_hand) {
      *        logits 16*64*4 = 4096, dres + dtmp 2048, dqkv 3072, dfch x2 8192,
      *        attention scratch 4*1*8*8 = 256                                  -> 20032 */
     cr_assert_eq(dt_plan_activation_bytes(&m, 2, 4, 1, 0), 2 * 19712 + 20032);
-    /* checkpointing: two layer inputs 2*1024, one layer's set, the once-part */
-    cr_assert_eq(dt_plan_activation_bytes(&m, 2, 4, 1, 1), 2 * 1024 + 19712 + 20032);
+    /* full recomputation: two layer outputs 2*1024, one layer's set less what a
+     * checkpointed layer keeps (the scratch), the once-part; selective keeps qkv
+     * 3072, res2 and res3 2048, fch 4096 = 9216 per layer */
+    cr_assert_eq(dt_plan_activation_bytes(&m, 2, 4, 1, DT_MODEL_RECOMPUTE_FULL), 2 * 1024 + (19712 - 1024) + 20032);
+    cr_assert_eq(dt_plan_activation_bytes(&m, 2, 4, 1, DT_MODEL_RECOMPUTE_SELECTIVE),
+                 2 * 9216 + (19712 - 9216) + 20032);
     /* bf16 on the GPU: attention keeps the probabilities B*NH*T*T in bf16 = 512 bytes
      * per layer, and the score gradients of all sequences, B*NH*T*T bf16 = 512 bytes,
      * as backward scratch: layer 3584 + 256 + 1536 + 4096 + 512 = 9984;

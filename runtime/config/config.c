@@ -106,6 +106,8 @@ __attribute__((format(printf, 2, 3))) static void add_warning(dt_config_t *cfg, 
     cfg->warnings_cap = b.cap;
 }
 
+void dt_config_add_warning_(dt_config_t *cfg, const char *msg) { add_warning(cfg, "%s", msg); }
+
 /* ---- values ------------------------------------------------------------- */
 
 typedef struct parse_ctx {
@@ -598,6 +600,7 @@ static void finish(dt_config_t *cfg, const char *src) {
         add_error(cfg, src, "%s", msg);
     check_tp(cfg, src);
     check_pp(cfg, src);
+    dt_config_recompute_finish_(cfg, src);
     if (cfg->model.ops->data == DT_MODEL_DATA_TOKENS) {
         if (!cfg->data.train && cfg->data.n_sources == 0)
             add_error(cfg, src,

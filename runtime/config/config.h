@@ -55,6 +55,8 @@
  * (runtime/parallel/pp_sched.h) and dt_pp_partition_t (runtime/model/model.h). */
 #define DT_CONFIG_PP_SCHEDULE_MAP(X) X(GPIPE, "gpipe") X(1F1B, "1f1b") X(INTERLEAVED, "interleaved")
 #define DT_CONFIG_PP_PARTITION_MAP(X) X(UNIFORM, "uniform") X(PARAMETERS, "parameters") X(FLOPS, "flops")
+/* activation_checkpointing.policy names, in the order of dt_model_recompute_t. */
+#define DT_CONFIG_RECOMPUTE_MAP(X) X(NONE, "none") X(SELECTIVE, "selective") X(FULL, "full")
 
 #define DT_STRATEGY_MAP(X)                                                   \
     X(DDP, "ddp") X(ZERO1, "zero1") X(ZERO2, "zero2") X(FSDP, "fsdp") X(HSDP, "hsdp")
@@ -98,6 +100,11 @@ enum {
 enum {
 #define X(n, s) DT_CONFIG_PP_PARTITION_##n,
     DT_CONFIG_PP_PARTITION_MAP(X)
+#undef X
+};
+enum {
+#define X(n, s) DT_CONFIG_RECOMPUTE_##n,
+    DT_CONFIG_RECOMPUTE_MAP(X)
 #undef X
 };
 
@@ -219,6 +226,18 @@ typedef struct dt_config {
         int64_t virtual_stages; /* chunks per rank (interleaved) */
         int partition;          /* DT_CONFIG_PP_PARTITION_MAP order (model.h's dt_pp_partition_t) */
     } pp;
+    /* activation_checkpointing.*: activation recomputation (runtime/model/model.h:
+     * dt_model_recompute_t). policy and every have an effect; of DeepSpeed's keys
+     * number_checkpoints sets every (ceil(layers / N)) when every is not given and the
+     * others are accepted with a warning; any DeepSpeed key without a policy means
+     * full (DeepSpeed checkpoints each block's input). */
+    struct {
+        int policy;    /* DT_CONFIG_RECOMPUTE_MAP order (model.h's dt_model_recompute_t) */
+        int64_t every; /* checkpoint block j of a chunk when j % every == 0 */
+        int64_t number_checkpoints;
+        bool partition_activations, cpu_checkpointing, contiguous_memory_optimization;
+        bool synchronize_checkpoint_boundary, profile;
+    } recompute;
     int64_t threads; /* CPU threads per rank; 0 = auto */
     int64_t sample_tokens; /* characters rank 0 generates at the end (text data); 0 = none */
 

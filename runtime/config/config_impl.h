@@ -75,6 +75,12 @@ void dt_config_error_detail_(const dt_config_t *cfg);
 /* model.pretrained: the model from DIR/config.json (config_pretrained.c); run by
  * finish() before the model's own checks. */
 void dt_config_apply_pretrained_(dt_config_t *cfg, const char *src);
+/* Appends msg to cfg's warnings (config.c). */
+void dt_config_add_warning_(dt_config_t *cfg, const char *msg);
+/* activation_checkpointing.*: the policy a DeepSpeed section implies, every from
+ * number_checkpoints, warnings for the keys without effect, a model without blocks
+ * (config_recompute.c); run by finish() once the model is known. */
+void dt_config_recompute_finish_(dt_config_t *cfg, const char *src);
 
 static inline void *field(dt_config_t *cfg, const config_key_t *k) { return (char *)cfg + k->offset; }
 static inline const void *cfield(const dt_config_t *cfg, const config_key_t *k) {

@@ -29,6 +29,7 @@ static const char *const strategy_names[] = {DT_STRATEGY_MAP(NAME_) NULL};
 static const char *const backend_names[] = {DT_COMM_BACKEND_MAP(NAME_) NULL};
 static const char *const pp_schedule_names[] = {DT_CONFIG_PP_SCHEDULE_MAP(NAME_) NULL};
 static const char *const pp_partition_names[] = {DT_CONFIG_PP_PARTITION_MAP(NAME_) NULL};
+static const char *const recompute_names[] = {DT_CONFIG_RECOMPUTE_MAP(NAME_) NULL};
 #undef NAME_
 
 const char *dt_config_strategy_name(dt_strategy_t s) {
@@ -168,6 +169,28 @@ static const config_key_t tail_keys[] = {
     {"pipeline.partition", KT_ENUM, OFF(pp.partition), 0, 0, 0, pp_partition_names, "\"uniform\"",
      "how blocks are cut into stages: uniform (equal block counts), parameters or flops (balanced, the "
      "embedding counted on the first stage and the head on the last)"},
+    {"activation_checkpointing.policy", KT_ENUM, OFF(recompute.policy), 0, 0, 0, recompute_names, "\"none\"",
+     "activation recomputation: none; selective (keep each block's GEMM outputs, recompute norms, attention "
+     "and the MLP activation in backward); full (keep each block's input only, rerun its forward in "
+     "backward); any DeepSpeed key of the section without a policy means full"},
+    {"activation_checkpointing.every", KT_INT, OFF(recompute.every), 1, I32, 0, NULL, "1",
+     "checkpoint every K-th block of each chunk only (blocks j with j % K == 0; 1 = every block), the "
+     "rest stored normally"},
+    {"activation_checkpointing.number_checkpoints", KT_INT, OFF(recompute.number_checkpoints), 0, I32, KF_DS,
+     NULL, "0", "DeepSpeed's; has an effect: N checkpointed blocks, every = ceil(layers / N) unless every "
+     "is given (0 = not set)"},
+    {"activation_checkpointing.partition_activations", KT_BOOL, OFF(recompute.partition_activations), 0, 0,
+     KF_DS, NULL, "false", "DeepSpeed's; accepted, no effect (a warning): checkpoints are not split over TP ranks"},
+    {"activation_checkpointing.cpu_checkpointing", KT_BOOL, OFF(recompute.cpu_checkpointing), 0, 0, KF_DS, NULL,
+     "false", "DeepSpeed's; accepted, no effect (a warning): checkpoints stay in device memory"},
+    {"activation_checkpointing.contiguous_memory_optimization", KT_BOOL,
+     OFF(recompute.contiguous_memory_optimization), 0, 0, KF_DS, NULL, "false",
+     "DeepSpeed's; accepted, no effect (a warning): the arena is one contiguous buffer already"},
+    {"activation_checkpointing.synchronize_checkpoint_boundary", KT_BOOL,
+     OFF(recompute.synchronize_checkpoint_boundary), 0, 0, KF_DS, NULL, "false",
+     "DeepSpeed's; accepted, no effect (a warning)"},
+    {"activation_checkpointing.profile", KT_BOOL, OFF(recompute.profile), 0, 0, KF_DS, NULL, "false",
+     "DeepSpeed's; accepted, no effect (a warning)"},
     {"checkpoint.dir", KT_STRING, OFF(checkpoint.dir), 0, 0, KF_PATH, NULL, "\"runs/ckpt\"",
      "checkpoint folder"},
     {"checkpoint.every_steps", KT_INT, OFF(checkpoint.every_steps), 0, BIG, 0, NULL, "0",
@@ -247,7 +270,7 @@ void dt_config_keys_init_(void) { pthread_once(&keys_once, build_keys); }
 /* DeepSpeed keys (and everything under them) that dtrun accepts and ignores. */
 static const char *const ignored_keys[] = {
     "fp16", "amp", "torch_autocast", "wall_clock_breakdown", "memory_breakdown", "dump_state",
-    "disable_python_gc", "log_level", "activation_checkpointing", "flops_profiler",
+    "disable_python_gc", "log_level", "flops_profiler",
     "tensorboard", "wandb", "csv_monitor", "comet", "comms_logger", "monitor_config",
     "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "prescale_gradients",
     "gradient_predivide_factor", "gradient_allreduce_op", "sparse_gradients",

@@ -184,10 +184,30 @@ enum {
     L_LN2_MEAN, L_LN2_RSTD, L_FCH, L_FCH_GELU, L_FCPROJ, L_RES3, L_COUNT
 };
 #define LSLOT(l, s) (G_COUNT + (l) * L_COUNT + (s))
+#define BIT(s) (1u << (s))
+
+/* The layer slots a block keeps from its forward to its backward under each
+ * recomputation policy (model.h); the others live in the scratch set, one block's
+ * worth after the blocks' slots, rewritten by the next block and refilled by the
+ * block's recompute in its backward. selective keeps the GEMM outputs the backward
+ * reads (qkv, fch) and the residual stream (res2, res3); full the block's output. */
+static unsigned gpt_keep(dt_model_recompute_t policy) {
+    if (policy == DT_MODEL_RECOMPUTE_FULL) return BIT(L_RES3);
+    if (policy == DT_MODEL_RECOMPUTE_SELECTIVE) return BIT(L_QKV) | BIT(L_RES2) | BIT(L_FCH) | BIT(L_RES3);
+    return BIT(L_COUNT) - 1;
+}
+
+/* Arena slot of layer slot s of the block at position j of its chunk. */
+static int gpt_bslot(const dt_model_layout *lay, int j, int s) {
+    if (gpt_keep(dt_model_block_recompute(lay, j)) & BIT(s)) return LSLOT(j, s);
+    return LSLOT(dt_model_max_chunk_blocks(lay), s);
+}
 
 /* Block slots for the most blocks a chunk of the layout runs (all L for the whole
- * model), indexed by the block's position in its chunk. */
-static int gpt_arena_slots(const dt_model_layout *l) { return G_COUNT + dt_model_max_chunk_blocks(l) * L_COUNT; }
+ * model), indexed by the block's position in its chunk, then the scratch set. */
+static int gpt_arena_slots(const dt_model_layout *l) {
+    return G_COUNT + (dt_model_max_chunk_blocks(l) + 1) * L_COUNT;
+}
 
 /* A rank's widths: the whole model's at TP 1; under tensor parallelism the TP
  * regions (attention, MLP, logits) are 1/T as wide and, with sequence parallelism,
@@ -239,14 +259,19 @@ static void gpt_arena_sizes(const dt_device_t *dev, const dt_model_layout *lay, 
     if (d.sp) sizes[G_DRED] = R * C * es;
     if (d.tp > 1 && d.last) sizes[G_XSTATS] = 3 * BT * sizeof(float);
     if (d.sp) sizes[G_LNGRAD] = 4 * C * es;
-    for (int l = 0; l < d.nb; l++) {
-        size_t *s = sizes + LSLOT(l, 0);
-        s[L_LN1] = s[L_ATTPROJ] = s[L_RES2] = s[L_LN2] = s[L_FCPROJ] = s[L_RES3] = R * C * es;
-        s[L_ATTY] = BT * Cl * es;
-        s[L_LN1_MEAN] = s[L_LN1_RSTD] = s[L_LN2_MEAN] = s[L_LN2_RSTD] = R * sizeof(float);
-        s[L_QKV] = BT * 3 * Cl * es;
-        s[L_ATT_SAVED] = dev->ops->attention_saved_bytes(dev, B, d.T, d.Cl, d.NHl, d.NHl);
-        s[L_FCH] = s[L_FCH_GELU] = BT * Fl * es;
+    size_t s[L_COUNT]; /* a block's whole set */
+    s[L_LN1] = s[L_ATTPROJ] = s[L_RES2] = s[L_LN2] = s[L_FCPROJ] = s[L_RES3] = R * C * es;
+    s[L_ATTY] = BT * Cl * es;
+    s[L_LN1_MEAN] = s[L_LN1_RSTD] = s[L_LN2_MEAN] = s[L_LN2_RSTD] = R * sizeof(float);
+    s[L_QKV] = BT * 3 * Cl * es;
+    s[L_ATT_SAVED] = dev->ops->attention_saved_bytes(dev, B, d.T, d.Cl, d.NHl, d.NHl);
+    s[L_FCH] = s[L_FCH_GELU] = BT * Fl * es;
+    /* each block what it keeps; the scratch set what checkpointed blocks drop */
+    unsigned scratch = dt_model_recompute_count(lay, d.nb) ? ~gpt_keep((dt_model_recompute_t)lay->recompute) : 0;
+    for (int k = 0; k < L_COUNT; k++) {
+        for (int l = 0; l < d.nb; l++)
+            if (gpt_keep(dt_model_block_recompute(lay, l)) & BIT(k)) sizes[LSLOT(l, k)] = s[k];
+        if (scratch & BIT(k)) sizes[LSLOT(d.nb, k)] = s[k];
     }
 }
 
@@ -281,6 +306,8 @@ static void gpt_dims(const dt_model_layout *l, dt_model_dims *out) {
 #define G(t) dt_net_grad(net, (t))
 #define A(slot) dt_net_slot(net, (slot))
 #define AF(slot) ((float *)A(slot))
+#define BS(j, s) A(gpt_bslot(net->layout, (j), (s))) /* layer slot s of the chunk's block j */
+#define BSF(j, s) ((float *)BS(j, s))
 #define PL(l, k) P(LAYER_T(l, k)) /* the whole model's block l (decoding) */
 #define PB(k) P(t0 + (k))           /* tensor k of the block at hand (first tensor t0) */
 #define GB(k) G(t0 + (k))
@@ -296,6 +323,39 @@ static void gpt_dims(const dt_model_layout *l, dt_model_dims *out) {
  * tied copy the caller keeps in net->head_w / head_dw (a last pipeline stage). */
 #define HEAD_W (net->layout->tied_head ? P(0) : net->head_w)
 #define HEAD_DW (net->layout->tied_head ? G(0) : net->head_dw)
+
+/* Block j of the chunk (first tensor t0) from its input residual: its whole forward
+ * (redo NONE), or what its backward first recomputes under policy redo (model.h):
+ * full, every op up to the MLP activation, the GEMMs and their TP collectives
+ * included; selective, the norms, the attention and the activation only (the GEMM
+ * outputs it reads were kept). The ops run in the forward's order either way. */
+static void gpt_block_forward(dt_net_t *net, gdims d, int t0, int j, void *residual, dt_model_recompute_t redo) {
+    const dt_ops_t *o = net->dev->ops;
+    dt_device_t *dv = net->dev;
+    int gemm = redo != DT_MODEL_RECOMPUTE_SELECTIVE, C = d.C, R = d.R, BT = d.BT;
+    size_t rc = (size_t)R * C;
+    o->layernorm_forward(dv, BS(j, L_LN1), BSF(j, L_LN1_MEAN), BSF(j, L_LN1_RSTD), residual, PB(T_LN1W),
+                         PB(T_LN1B), R, C);
+    if (gemm) {
+        void *x = dt_net_tp_gather_in(net, BS(j, L_LN1), A(G_GATH), rc);
+        o->matmul_forward(dv, BS(j, L_QKV), x, PB(T_QKVW), PB(T_QKVB), BT, C, 3 * d.Cl);
+    }
+    o->attention_forward(dv, BS(j, L_ATTY), BS(j, L_ATT_SAVED), BS(j, L_QKV), d.B, d.T, d.Cl, d.NHl, d.NHl);
+    if (gemm) {
+        ROW_FORWARD(BS(j, L_ATTPROJ), BS(j, L_ATTY), PB(T_ATTPROJW), PB(T_ATTPROJB), d.Cl);
+        o->residual_forward(dv, BS(j, L_RES2), residual, BS(j, L_ATTPROJ), rc);
+    }
+    o->layernorm_forward(dv, BS(j, L_LN2), BSF(j, L_LN2_MEAN), BSF(j, L_LN2_RSTD), BS(j, L_RES2), PB(T_LN2W),
+                         PB(T_LN2B), R, C);
+    if (gemm) {
+        void *x = dt_net_tp_gather_in(net, BS(j, L_LN2), A(G_GATH), rc);
+        o->matmul_forward(dv, BS(j, L_FCH), x, PB(T_FCW), PB(T_FCB), BT, C, d.Fl);
+    }
+    o->gelu_forward(dv, BS(j, L_FCH_GELU), BS(j, L_FCH), (size_t)BT * d.Fl);
+    if (redo != DT_MODEL_RECOMPUTE_NONE) return; /* the backward reads neither fcproj nor res3 */
+    ROW_FORWARD(BS(j, L_FCPROJ), BS(j, L_FCH_GELU), PB(T_FCPROJW), PB(T_FCPROJB), d.Fl);
+    o->residual_forward(dv, BS(j, L_RES3), BS(j, L_RES2), BS(j, L_FCPROJ), rc);
+}
 
 /* Forward of chunk net->chunk up to the logits; the losses too when with_loss
  * (targets uploaded). A chunk that is not first starts from G_ENCODED (the stage's
@@ -327,22 +387,8 @@ static void gpt_forward(dt_net_t *net, int with_loss) {
     for (int l = ch->l0; l < ch->l1; l++) {
         int j = l - ch->l0, u = dt_model_local_unit(lay, 1 + l), t0 = lay->units[u].tensor0;
         dt_net_hook(net, u, DT_NET_FWD_PRE);
-        o->layernorm_forward(dv, A(LSLOT(j, L_LN1)), AF(LSLOT(j, L_LN1_MEAN)), AF(LSLOT(j, L_LN1_RSTD)),
-                             residual, PB(T_LN1W), PB(T_LN1B), R, C);
-        void *x = dt_net_tp_gather_in(net, A(LSLOT(j, L_LN1)), A(G_GATH), rc);
-        o->matmul_forward(dv, A(LSLOT(j, L_QKV)), x, PB(T_QKVW), PB(T_QKVB), BT, C, 3 * d.Cl);
-        o->attention_forward(dv, A(LSLOT(j, L_ATTY)), A(LSLOT(j, L_ATT_SAVED)), A(LSLOT(j, L_QKV)), B, T, d.Cl,
-                             d.NHl, d.NHl);
-        ROW_FORWARD(A(LSLOT(j, L_ATTPROJ)), A(LSLOT(j, L_ATTY)), PB(T_ATTPROJW), PB(T_ATTPROJB), d.Cl);
-        o->residual_forward(dv, A(LSLOT(j, L_RES2)), residual, A(LSLOT(j, L_ATTPROJ)), rc);
-        o->layernorm_forward(dv, A(LSLOT(j, L_LN2)), AF(LSLOT(j, L_LN2_MEAN)), AF(LSLOT(j, L_LN2_RSTD)),
-                             A(LSLOT(j, L_RES2)), PB(T_LN2W), PB(T_LN2B), R, C);
-        x = dt_net_tp_gather_in(net, A(LSLOT(j, L_LN2)), A(G_GATH), rc);
-        o->matmul_forward(dv, A(LSLOT(j, L_FCH)), x, PB(T_FCW), PB(T_FCB), BT, C, d.Fl);
-        o->gelu_forward(dv, A(LSLOT(j, L_FCH_GELU)), A(LSLOT(j, L_FCH)), (size_t)BT * d.Fl);
-        ROW_FORWARD(A(LSLOT(j, L_FCPROJ)), A(LSLOT(j, L_FCH_GELU)), PB(T_FCPROJW), PB(T_FCPROJB), d.Fl);
-        o->residual_forward(dv, A(LSLOT(j, L_RES3)), A(LSLOT(j, L_RES2)), A(LSLOT(j, L_FCPROJ)), rc);
-        residual = A(LSLOT(j, L_RES3));
+        gpt_block_forward(net, d, t0, j, residual, DT_MODEL_RECOMPUTE_NONE);
+        residual = BS(j, L_RES3);
         dt_net_hook(net, u, DT_NET_FWD_POST);
     }
     if (!ch->last) return;
@@ -382,7 +428,7 @@ static void gpt_backward(dt_net_t *net, float dscale) {
         /* the head: x was gathered in the forward (G_GATH kept it) */
         void *dlnf = COLUMN_BACKWARD(HEAD_DW, NULL, A(G_LOGITS), d.sp ? A(G_GATH) : A(G_LNF), HEAD_W, d.Vl);
         int uf = dt_model_local_unit(lay, L + 1), lnf = lay->units[uf].tensor0;
-        void *last = nbc > 0 ? A(LSLOT(nbc - 1, L_RES3)) : A(G_ENCODED);
+        void *last = nbc > 0 ? BS(nbc - 1, L_RES3) : A(G_ENCODED);
         dt_net_hook(net, uf, DT_NET_BWD_PRE);
         dt_net_zero(net, G_DRES, rc);
         if (d.sp) dt_net_zero(net, G_LNGRAD, 2 * (size_t)C);
@@ -395,32 +441,38 @@ static void gpt_backward(dt_net_t *net, float dscale) {
     }
     for (int l = ch->l1 - 1; l >= ch->l0; l--) {
         int j = l - ch->l0, u = dt_model_local_unit(lay, 1 + l), t0 = lay->units[u].tensor0;
+        void *residual = j > 0 ? BS(j - 1, L_RES3) : A(G_ENCODED);
+        dt_model_recompute_t redo = dt_model_block_recompute(lay, j);
+        if (redo != DT_MODEL_RECOMPUTE_NONE) { /* its dropped activations, as the forward made them */
+            dt_net_hook(net, u, DT_NET_FWD_PRE);
+            gpt_block_forward(net, d, t0, j, residual, redo);
+            dt_net_hook(net, u, DT_NET_FWD_POST);
+        }
         dt_net_hook(net, u, DT_NET_BWD_PRE);
-        void *residual = j > 0 ? A(LSLOT(j - 1, L_RES3)) : A(G_ENCODED);
         if (d.sp) dt_net_zero(net, G_LNGRAD, 4 * (size_t)C);
         /* dres holds d(res3) = d(fcproj) = the part of d(res2) from the skip. */
         void *dout = dt_net_tp_gather_in(net, A(G_DRES), A(G_PART), rc);
         dt_net_zero(net, G_DFCH_GELU, (size_t)BT * d.Fl);
-        o->matmul_backward(dv, A(G_DFCH_GELU), GB(T_FCPROJW), GB(T_FCPROJB), dout, A(LSLOT(j, L_FCH_GELU)),
+        o->matmul_backward(dv, A(G_DFCH_GELU), GB(T_FCPROJW), GB(T_FCPROJB), dout, BS(j, L_FCH_GELU),
                            PB(T_FCPROJW), BT, d.Fl, C);
         dt_net_zero(net, G_DFCH, (size_t)BT * d.Fl);
-        o->gelu_backward(dv, A(G_DFCH), A(LSLOT(j, L_FCH)), A(G_DFCH_GELU), (size_t)BT * d.Fl);
-        void *x = dt_net_tp_gather_in(net, A(LSLOT(j, L_LN2)), A(G_GATH), rc);
+        o->gelu_backward(dv, A(G_DFCH), BS(j, L_FCH), A(G_DFCH_GELU), (size_t)BT * d.Fl);
+        void *x = dt_net_tp_gather_in(net, BS(j, L_LN2), A(G_GATH), rc);
         void *dln = COLUMN_BACKWARD(GB(T_FCW), GB(T_FCB), A(G_DFCH), x, PB(T_FCW), d.Fl);
-        o->layernorm_backward(dv, A(G_DRES), LNG(T_LN2W), LNG(T_LN2B), dln, A(LSLOT(j, L_RES2)), PB(T_LN2W),
-                              AF(LSLOT(j, L_LN2_MEAN)), AF(LSLOT(j, L_LN2_RSTD)), R, C);
+        o->layernorm_backward(dv, A(G_DRES), LNG(T_LN2W), LNG(T_LN2B), dln, BS(j, L_RES2), PB(T_LN2W),
+                              BSF(j, L_LN2_MEAN), BSF(j, L_LN2_RSTD), R, C);
         /* dres now holds d(res2) = d(attproj) = the skip part of d(residual). */
         dout = dt_net_tp_gather_in(net, A(G_DRES), A(G_PART), rc);
         dt_net_zero(net, G_DTMP, (size_t)BT * d.Cl);
-        o->matmul_backward(dv, A(G_DTMP), GB(T_ATTPROJW), GB(T_ATTPROJB), dout, A(LSLOT(j, L_ATTY)),
+        o->matmul_backward(dv, A(G_DTMP), GB(T_ATTPROJW), GB(T_ATTPROJB), dout, BS(j, L_ATTY),
                            PB(T_ATTPROJW), BT, d.Cl, C);
         dt_net_zero(net, G_DQKV, (size_t)BT * 3 * d.Cl);
-        o->attention_backward(dv, A(G_DQKV), A(G_ATT_SCRATCH), A(G_DTMP), A(LSLOT(j, L_QKV)),
-                              A(LSLOT(j, L_ATT_SAVED)), B, T, d.Cl, d.NHl, d.NHl);
-        x = dt_net_tp_gather_in(net, A(LSLOT(j, L_LN1)), A(G_GATH), rc);
+        o->attention_backward(dv, A(G_DQKV), A(G_ATT_SCRATCH), A(G_DTMP), BS(j, L_QKV),
+                              BS(j, L_ATT_SAVED), B, T, d.Cl, d.NHl, d.NHl);
+        x = dt_net_tp_gather_in(net, BS(j, L_LN1), A(G_GATH), rc);
         dln = COLUMN_BACKWARD(GB(T_QKVW), GB(T_QKVB), A(G_DQKV), x, PB(T_QKVW), 3 * d.Cl);
         o->layernorm_backward(dv, A(G_DRES), LNG(T_LN1W), LNG(T_LN1B), dln, residual, PB(T_LN1W),
-                              AF(LSLOT(j, L_LN1_MEAN)), AF(LSLOT(j, L_LN1_RSTD)), R, C);
+                              BSF(j, L_LN1_MEAN), BSF(j, L_LN1_RSTD), R, C);
         void *const ln_grads[] = {GB(T_LN1W), GB(T_LN1B), GB(T_LN2W), GB(T_LN2B)}; /* lng_index order */
         dt_net_tp_norm_grads_add(net, A(G_LNGRAD), (size_t)C, ln_grads, 4);
         dt_net_hook(net, u, DT_NET_BWD_POST);
@@ -439,7 +491,7 @@ static void *gpt_stage_buf(dt_net_t *net, int which) {
     const dt_model_chunk *ch = &net->layout->chunks[net->chunk];
     switch (which) {
     case DT_NET_STAGE_IN: return A(G_ENCODED);
-    case DT_NET_STAGE_OUT: return ch->l1 > ch->l0 ? A(LSLOT(ch->l1 - ch->l0 - 1, L_RES3)) : A(G_ENCODED);
+    case DT_NET_STAGE_OUT: return ch->l1 > ch->l0 ? BS(ch->l1 - ch->l0 - 1, L_RES3) : A(G_ENCODED);
     case DT_NET_STAGE_DOUT:
     case DT_NET_STAGE_DIN: return A(G_DRES);
     default: return NULL;

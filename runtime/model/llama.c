@@ -349,10 +349,30 @@ enum {
     L_FCPROJ, L_RES3, L_COUNT
 };
 #define LSLOT(l, s) (G_COUNT + (l) * L_COUNT + (s))
+#define BIT(s) (1u << (s))
+
+/* The layer slots a layer keeps from its forward to its backward under each
+ * recomputation policy (model.h); the others live in the scratch set, one layer's
+ * worth after the layers' slots, rewritten by the next layer and refilled by the
+ * layer's recompute in its backward. selective keeps the GEMM outputs the backward
+ * reads (qkv, gate|up) and the residual stream (res2, res3); full the layer's output. */
+static unsigned llama_keep(dt_model_recompute_t policy) {
+    if (policy == DT_MODEL_RECOMPUTE_FULL) return BIT(L_RES3);
+    if (policy == DT_MODEL_RECOMPUTE_SELECTIVE) return BIT(L_QKV) | BIT(L_RES2) | BIT(L_FCH) | BIT(L_RES3);
+    return BIT(L_COUNT) - 1;
+}
+
+/* Arena slot of layer slot s of the layer at position j of its chunk. */
+static int llama_bslot(const dt_model_layout *lay, int j, int s) {
+    if (llama_keep(dt_model_block_recompute(lay, j)) & BIT(s)) return LSLOT(j, s);
+    return LSLOT(dt_model_max_chunk_blocks(lay), s);
+}
 
 /* Block slots for the most blocks a chunk of the layout runs (all L for the whole
- * model), indexed by the block's position in its chunk. */
-static int llama_arena_slots(const dt_model_layout *l) { return G_COUNT + dt_model_max_chunk_blocks(l) * L_COUNT; }
+ * model), indexed by the block's position in its chunk, then the scratch set. */
+static int llama_arena_slots(const dt_model_layout *l) {
+    return G_COUNT + (dt_model_max_chunk_blocks(l) + 1) * L_COUNT;
+}
 
 /* TP-region slots (qkv, attention, MLP, logits) are the local width by all B*T rows;
  * norm and residual slots R rows of C. */
@@ -381,15 +401,21 @@ static void llama_arena_sizes(const dt_device_t *dev, const dt_model_layout *lay
     if (d.sp) sizes[G_DRED] = R * C * es;
     if (d.tp > 1 && last) sizes[G_XSTATS] = 3 * BT * sizeof(float);
     if (d.sp) sizes[G_LNGRAD] = 2 * C * es;
-    for (int l = 0, nb = dt_model_max_chunk_blocks(lay); l < nb; l++) {
-        size_t *s = sizes + LSLOT(l, 0);
-        s[L_LN1] = s[L_ATTPROJ] = s[L_RES2] = s[L_LN2] = s[L_FCPROJ] = s[L_RES3] = R * C * es;
-        s[L_LN1_RSTD] = s[L_LN2_RSTD] = R * sizeof(float);
-        s[L_QKV] = BT * (size_t)d.QKVC * es;
-        s[L_ATTY] = BT * (size_t)d.QC * es;
-        s[L_ATT_SAVED] = dev->ops->attention_saved_bytes(dev, B, d.T, d.QC, d.NH, d.NKV);
-        s[L_FCH] = BT * 2 * (size_t)d.IC * es;
-        s[L_SWI] = BT * (size_t)d.IC * es;
+    size_t s[L_COUNT]; /* a layer's whole set */
+    s[L_LN1] = s[L_ATTPROJ] = s[L_RES2] = s[L_LN2] = s[L_FCPROJ] = s[L_RES3] = R * C * es;
+    s[L_LN1_RSTD] = s[L_LN2_RSTD] = R * sizeof(float);
+    s[L_QKV] = BT * (size_t)d.QKVC * es;
+    s[L_ATTY] = BT * (size_t)d.QC * es;
+    s[L_ATT_SAVED] = dev->ops->attention_saved_bytes(dev, B, d.T, d.QC, d.NH, d.NKV);
+    s[L_FCH] = BT * 2 * (size_t)d.IC * es;
+    s[L_SWI] = BT * (size_t)d.IC * es;
+    /* each layer what it keeps; the scratch set what checkpointed layers drop */
+    int nb = dt_model_max_chunk_blocks(lay);
+    unsigned scratch = dt_model_recompute_count(lay, nb) ? ~llama_keep((dt_model_recompute_t)lay->recompute) : 0;
+    for (int k = 0; k < L_COUNT; k++) {
+        for (int l = 0; l < nb; l++)
+            if (llama_keep(dt_model_block_recompute(lay, l)) & BIT(k)) sizes[LSLOT(l, k)] = s[k];
+        if (scratch & BIT(k)) sizes[LSLOT(nb, k)] = s[k];
     }
 }
 
@@ -422,6 +448,8 @@ static void llama_dims(const dt_model_layout *l, dt_model_dims *out) {
 #define G(t) dt_net_grad(net, (t))
 #define A(slot) dt_net_slot(net, (slot))
 #define AF(slot) ((float *)A(slot))
+#define BS(j, s) A(llama_bslot(net->layout, (j), (s))) /* layer slot s of the chunk's layer j */
+#define BSF(j, s) ((float *)BS(j, s))
 #define PL(l, k) P(layer_t(lay, z, l, k))
 #define GL(l, k) G(layer_t(lay, z, l, k))
 /* The fused q|k|v bias, or NULL without attention_bias. */
@@ -442,6 +470,41 @@ static int head_unit(const dt_model_layout *l) { return l->tied_head ? 0 : l->n_
 #define COLUMN_BACKWARD(dw, db, dout, x, w, OC) \
     dt_net_tp_column_backward(net, A(G_DTMP), A(G_DRED), dw, db, dout, x, w, d.BT, d.C, OC)
 
+/* Layer l (position j of the chunk) from its input residual: its whole forward
+ * (redo NONE), or what its backward first recomputes under policy redo (model.h):
+ * full, every op up to swiglu, the GEMMs, RoPE and their TP collectives included;
+ * selective, the norms, the attention and swiglu only (the GEMM outputs it reads,
+ * qkv already rotated, were kept). The ops run in the forward's order either way. */
+static void llama_block_forward(dt_net_t *net, const dims *dd, int l, int j, void *residual, dt_model_recompute_t redo) {
+    const dt_ops_t *o = net->dev->ops;
+    dt_device_t *dv = net->dev;
+    const dt_model_layout *lay = net->layout;
+    const llama_sizes *z = DT_MODEL_PRIV(&lay->spec, const llama_sizes);
+    dims d = *dd;
+    int gemm = redo != DT_MODEL_RECOMPUTE_SELECTIVE, B = d.B, T = d.T, BT = d.BT, R = d.R, C = d.C;
+    size_t rc = (size_t)R * C;
+    o->rmsnorm_forward(dv, BS(j, L_LN1), BSF(j, L_LN1_RSTD), residual, PL(l, T_LN1), R, C, d.eps);
+    if (gemm) {
+        void *x = dt_net_tp_gather_in(net, BS(j, L_LN1), A(G_GATH), rc);
+        o->matmul_forward(dv, BS(j, L_QKV), x, PL(l, T_Q), QKV_BIAS(l), BT, C, d.QKVC);
+        o->rope_forward(dv, BS(j, L_QKV), B, T, d.QKVC, d.NH + d.NKV, d.HD, 0, &d.rope);
+    }
+    o->attention_forward(dv, BS(j, L_ATTY), BS(j, L_ATT_SAVED), BS(j, L_QKV), B, T, d.QC, d.NH, d.NKV);
+    if (gemm) {
+        ROW_FORWARD(BS(j, L_ATTPROJ), BS(j, L_ATTY), PL(l, T_O), d.QC);
+        o->residual_forward(dv, BS(j, L_RES2), residual, BS(j, L_ATTPROJ), rc);
+    }
+    o->rmsnorm_forward(dv, BS(j, L_LN2), BSF(j, L_LN2_RSTD), BS(j, L_RES2), PL(l, T_LN2), R, C, d.eps);
+    if (gemm) {
+        void *x = dt_net_tp_gather_in(net, BS(j, L_LN2), A(G_GATH), rc);
+        o->matmul_forward(dv, BS(j, L_FCH), x, PL(l, T_GATE), NULL, BT, C, 2 * d.IC);
+    }
+    o->swiglu_forward(dv, BS(j, L_SWI), BS(j, L_FCH), BT, d.IC);
+    if (redo != DT_MODEL_RECOMPUTE_NONE) return; /* the backward reads neither fcproj nor res3 */
+    ROW_FORWARD(BS(j, L_FCPROJ), BS(j, L_SWI), PL(l, T_DOWN), d.IC);
+    o->residual_forward(dv, BS(j, L_RES3), BS(j, L_RES2), BS(j, L_FCPROJ), rc);
+}
+
 /* Forward up to the logits; the losses too when with_loss (targets uploaded).
  * Under tensor parallelism (Megatron): embed_tokens and the head are cut over the
  * vocabulary rows, the fused q|k|v (this rank's query heads and their key/value
@@ -453,7 +516,6 @@ static void llama_forward(dt_net_t *net, int with_loss) {
     const dt_ops_t *o = net->dev->ops;
     dt_device_t *dv = net->dev;
     const dt_model_layout *lay = net->layout;
-    const llama_sizes *z = DT_MODEL_PRIV(&lay->spec, const llama_sizes);
     const dt_model_chunk *ch = &lay->chunks[net->chunk];
     dims d = dims_of(lay, net->B);
     int B = d.B, T = d.T, BT = d.BT, R = d.R, C = d.C;
@@ -469,22 +531,8 @@ static void llama_forward(dt_net_t *net, int with_loss) {
     for (int l = ch->l0; l < ch->l1; l++) {
         int j = l - ch->l0, u = dt_model_local_unit(lay, 1 + l);
         dt_net_hook(net, u, DT_NET_FWD_PRE);
-        o->rmsnorm_forward(dv, A(LSLOT(j, L_LN1)), AF(LSLOT(j, L_LN1_RSTD)), residual, PL(l, T_LN1), R, C, d.eps);
-        void *x = dt_net_tp_gather_in(net, A(LSLOT(j, L_LN1)), A(G_GATH), rc);
-        o->matmul_forward(dv, A(LSLOT(j, L_QKV)), x, PL(l, T_Q), QKV_BIAS(l), BT, C, d.QKVC);
-        o->rope_forward(dv, A(LSLOT(j, L_QKV)), B, T, d.QKVC, d.NH + d.NKV, d.HD, 0, &d.rope);
-        o->attention_forward(dv, A(LSLOT(j, L_ATTY)), A(LSLOT(j, L_ATT_SAVED)), A(LSLOT(j, L_QKV)), B, T, d.QC,
-                             d.NH, d.NKV);
-        ROW_FORWARD(A(LSLOT(j, L_ATTPROJ)), A(LSLOT(j, L_ATTY)), PL(l, T_O), d.QC);
-        o->residual_forward(dv, A(LSLOT(j, L_RES2)), residual, A(LSLOT(j, L_ATTPROJ)), rc);
-        o->rmsnorm_forward(dv, A(LSLOT(j, L_LN2)), AF(LSLOT(j, L_LN2_RSTD)), A(LSLOT(j, L_RES2)), PL(l, T_LN2), R,
-                           C, d.eps);
-        x = dt_net_tp_gather_in(net, A(LSLOT(j, L_LN2)), A(G_GATH), rc);
-        o->matmul_forward(dv, A(LSLOT(j, L_FCH)), x, PL(l, T_GATE), NULL, BT, C, 2 * d.IC);
-        o->swiglu_forward(dv, A(LSLOT(j, L_SWI)), A(LSLOT(j, L_FCH)), BT, d.IC);
-        ROW_FORWARD(A(LSLOT(j, L_FCPROJ)), A(LSLOT(j, L_SWI)), PL(l, T_DOWN), d.IC);
-        o->residual_forward(dv, A(LSLOT(j, L_RES3)), A(LSLOT(j, L_RES2)), A(LSLOT(j, L_FCPROJ)), rc);
-        residual = A(LSLOT(j, L_RES3));
+        llama_block_forward(net, &d, l, j, residual, DT_MODEL_RECOMPUTE_NONE);
+        residual = BS(j, L_RES3);
         dt_net_hook(net, u, DT_NET_FWD_POST);
     }
     if (!ch->last) return;
@@ -520,7 +568,7 @@ static void llama_backward(dt_net_t *net, float dscale) {
         /* the head: x was gathered in the forward (G_GATH kept it) */
         void *dnorm = COLUMN_BACKWARD(HEAD_DW, NULL, A(G_LOGITS), d.sp ? A(G_GATH) : A(G_NORM), HEAD_W, d.Vl);
         if (lay->tied_head) dt_net_hook(net, last, DT_NET_BWD_PRE);
-        void *top = nbc > 0 ? A(LSLOT(nbc - 1, L_RES3)) : A(G_ENCODED);
+        void *top = nbc > 0 ? BS(nbc - 1, L_RES3) : A(G_ENCODED);
         dt_net_zero(net, G_DRES, rc);
         if (d.sp) dt_net_zero(net, G_LNGRAD, (size_t)C);
         o->rmsnorm_backward(dv, A(G_DRES), dt_net_tp_norm_grad(net, A(G_LNGRAD), 0, (size_t)C, G(norm)), dnorm, top,
@@ -531,34 +579,40 @@ static void llama_backward(dt_net_t *net, float dscale) {
     }
     for (int l = ch->l1 - 1; l >= ch->l0; l--) {
         int j = l - ch->l0, u = dt_model_local_unit(lay, 1 + l);
+        void *residual = j > 0 ? BS(j - 1, L_RES3) : A(G_ENCODED);
+        dt_model_recompute_t redo = dt_model_block_recompute(lay, j);
+        if (redo != DT_MODEL_RECOMPUTE_NONE) { /* its dropped activations, as the forward made them */
+            dt_net_hook(net, u, DT_NET_FWD_PRE);
+            llama_block_forward(net, &d, l, j, residual, redo);
+            dt_net_hook(net, u, DT_NET_FWD_POST);
+        }
         dt_net_hook(net, u, DT_NET_BWD_PRE);
-        void *residual = j > 0 ? A(LSLOT(j - 1, L_RES3)) : A(G_ENCODED);
         if (d.sp) dt_net_zero(net, G_LNGRAD, 2 * (size_t)C);
         /* dres holds d(res3) = d(fcproj) = the skip part of d(res2); sequence
          * parallelism: this rank's rows, gathered for the row-parallel backward. */
         void *dout = dt_net_tp_gather_in(net, A(G_DRES), A(G_PART), rc);
         dt_net_zero(net, G_DSWI, (size_t)BT * d.IC);
-        o->matmul_backward(dv, A(G_DSWI), GL(l, T_DOWN), NULL, dout, A(LSLOT(j, L_SWI)), PL(l, T_DOWN), BT, d.IC,
+        o->matmul_backward(dv, A(G_DSWI), GL(l, T_DOWN), NULL, dout, BS(j, L_SWI), PL(l, T_DOWN), BT, d.IC,
                            C);
         dt_net_zero(net, G_DFCH, (size_t)BT * 2 * d.IC);
-        o->swiglu_backward(dv, A(G_DFCH), A(LSLOT(j, L_FCH)), A(G_DSWI), BT, d.IC);
-        void *x = dt_net_tp_gather_in(net, A(LSLOT(j, L_LN2)), A(G_GATH), rc);
+        o->swiglu_backward(dv, A(G_DFCH), BS(j, L_FCH), A(G_DSWI), BT, d.IC);
+        void *x = dt_net_tp_gather_in(net, BS(j, L_LN2), A(G_GATH), rc);
         void *dln = COLUMN_BACKWARD(GL(l, T_GATE), NULL, A(G_DFCH), x, PL(l, T_GATE), 2 * d.IC);
-        o->rmsnorm_backward(dv, A(G_DRES), dt_net_tp_norm_grad(net, A(G_LNGRAD), 1, (size_t)C, GL(l, T_LN2)), dln, A(LSLOT(j, L_RES2)),
-                            PL(l, T_LN2), AF(LSLOT(j, L_LN2_RSTD)), R, C);
+        o->rmsnorm_backward(dv, A(G_DRES), dt_net_tp_norm_grad(net, A(G_LNGRAD), 1, (size_t)C, GL(l, T_LN2)), dln, BS(j, L_RES2),
+                            PL(l, T_LN2), BSF(j, L_LN2_RSTD), R, C);
         /* dres now holds d(res2) = d(attproj) = the skip part of d(residual). */
         dout = dt_net_tp_gather_in(net, A(G_DRES), A(G_PART), rc);
         dt_net_zero(net, G_DTMP, (size_t)BT * d.QC);
-        o->matmul_backward(dv, A(G_DTMP), GL(l, T_O), NULL, dout, A(LSLOT(j, L_ATTY)), PL(l, T_O), BT, d.QC, C);
+        o->matmul_backward(dv, A(G_DTMP), GL(l, T_O), NULL, dout, BS(j, L_ATTY), PL(l, T_O), BT, d.QC, C);
         dt_net_zero(net, G_DQKV, (size_t)BT * d.QKVC);
-        o->attention_backward(dv, A(G_DQKV), A(G_ATT_SCRATCH), A(G_DTMP), A(LSLOT(j, L_QKV)),
-                              A(LSLOT(j, L_ATT_SAVED)), B, T, d.QC, d.NH, d.NKV);
+        o->attention_backward(dv, A(G_DQKV), A(G_ATT_SCRATCH), A(G_DTMP), BS(j, L_QKV),
+                              BS(j, L_ATT_SAVED), B, T, d.QC, d.NH, d.NKV);
         /* d(rotated q, k) -> d(q, k) as the matmul produced them */
         o->rope_backward(dv, A(G_DQKV), B, T, d.QKVC, d.NH + d.NKV, d.HD, 0, &d.rope);
-        x = dt_net_tp_gather_in(net, A(LSLOT(j, L_LN1)), A(G_GATH), rc);
+        x = dt_net_tp_gather_in(net, BS(j, L_LN1), A(G_GATH), rc);
         dln = COLUMN_BACKWARD(GL(l, T_Q), DQKV_BIAS(l), A(G_DQKV), x, PL(l, T_Q), d.QKVC);
         o->rmsnorm_backward(dv, A(G_DRES), dt_net_tp_norm_grad(net, A(G_LNGRAD), 0, (size_t)C, GL(l, T_LN1)), dln, residual, PL(l, T_LN1),
-                            AF(LSLOT(j, L_LN1_RSTD)), R, C);
+                            BSF(j, L_LN1_RSTD), R, C);
         void *const ln_grads[] = {GL(l, T_LN1), GL(l, T_LN2)};
         dt_net_tp_norm_grads_add(net, A(G_LNGRAD), (size_t)C, ln_grads, 2);
         dt_net_hook(net, u, DT_NET_BWD_POST);
@@ -577,7 +631,7 @@ static void *llama_stage_buf(dt_net_t *net, int which) {
     const dt_model_chunk *ch = &net->layout->chunks[net->chunk];
     switch (which) {
     case DT_NET_STAGE_IN: return A(G_ENCODED);
-    case DT_NET_STAGE_OUT: return ch->l1 > ch->l0 ? A(LSLOT(ch->l1 - ch->l0 - 1, L_RES3)) : A(G_ENCODED);
+    case DT_NET_STAGE_OUT: return ch->l1 > ch->l0 ? BS(ch->l1 - ch->l0 - 1, L_RES3) : A(G_ENCODED);
     case DT_NET_STAGE_DOUT:
     case DT_NET_STAGE_DIN: return A(G_DRES);
     default: return NULL;

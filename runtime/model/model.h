@@ -156,7 +156,29 @@ typedef struct dt_model_layout {
                           stage layout is 1 only when it holds both) */
     int has_tied_copy; /* it holds the last chunk, the head is tied to the embedding, and
                           the embedding is not here: the head's weight is net->head_w */
+    /* Activation recomputation (dt_model_layout_set_recompute; 0 = none after init):
+     * the policy (dt_model_recompute_t) of the checkpointed blocks and every K: block j
+     * of its chunk (the whole model: block l) is checkpointed when j % K == 0. The
+     * arena sizes from it and forward/backward follow it (dt_model_block_recompute). */
+    int recompute, recompute_every;
 } dt_model_layout;
+
+/* Activation recomputation policies (config activation_checkpointing.policy).
+ * none: a block keeps every activation its backward reads. selective: it keeps its
+ * GEMM outputs (qkv, the MLP's first matmul, the residual after attention) and its
+ * output; its backward first recomputes the cheap parts (norms, attention with its
+ * saved probabilities, the MLP activation) into one block's scratch. full: it keeps
+ * its output only (the next block's input); its backward first reruns its forward
+ * from its input up to the MLP activation (the last GEMM's output is not needed). A
+ * recomputed block gets FWD_PRE/FWD_POST hooks around the recompute, inside the
+ * backward and just before its BWD_PRE (net.h), so FSDP gathers its unit first. The
+ * recompute runs the forward's ops in the forward's order, so gradients equal those
+ * without recomputation bitwise on a deterministic device. */
+typedef enum dt_model_recompute {
+    DT_MODEL_RECOMPUTE_NONE = 0,
+    DT_MODEL_RECOMPUTE_SELECTIVE = 1,
+    DT_MODEL_RECOMPUTE_FULL = 2,
+} dt_model_recompute_t;
 
 /* What a model trains on. */
 typedef enum dt_model_data {
@@ -379,6 +401,22 @@ int dt_model_max_chunk_blocks(const dt_model_layout *l);
 /* 1 when l holds a first / a last chunk. */
 int dt_model_has_first(const dt_model_layout *l);
 int dt_model_has_last(const dt_model_layout *l);
+
+/* ---- activation recomputation (stage.c) ---- */
+
+/* "none", "selective", "full"; parsing: 0, or -1 for another name. */
+const char *dt_model_recompute_name(dt_model_recompute_t policy);
+int dt_model_recompute_parse(const char *name, dt_model_recompute_t *out);
+/* Sets l's policy and K (every >= 1) before its net is made (the arena sizes from it). */
+void dt_model_layout_set_recompute(dt_model_layout *l, dt_model_recompute_t policy, int every);
+/* The policy block j of a chunk (its position there) runs under: l's policy when
+ * j % every == 0, else none. */
+dt_model_recompute_t dt_model_block_recompute(const dt_model_layout *l, int j);
+/* The same for whole-model block `block` of the chunk that holds it in l (NONE when
+ * l holds it in no chunk): what the data-parallel use sequence asks. */
+dt_model_recompute_t dt_model_gblock_recompute(const dt_model_layout *l, int block);
+/* Checkpointed blocks among the first n of a chunk: ceil(n / every), 0 under none. */
+int dt_model_recompute_count(const dt_model_layout *l, int n);
 
 /* vocab_size rounded up to vocab_pad_multiple (the rows of the embedding and head). */
 int dt_model_vocab_padded(const dt_model_spec *spec);

@@ -335,11 +335,14 @@ static void dp_hook(void *ctx, int unit, dt_net_phase_t phase) {
 
 /* The order in which the net calls PRE hooks in one micro-step (net.h): forward
  * in unit order (a tied head, layout.tied_head: then unit 0 again), backward in
- * reverse (a tied head: unit 0 first). Consecutive uses of one bucket merge. */
+ * reverse (a tied head: unit 0 first), a recomputed block's unit (model.h:
+ * dt_model_gblock_recompute) used by its forward again just before its backward,
+ * so its gather is prefetched like the others and kept from the recompute to the
+ * backward (in the lookahead at FWD_POST). Consecutive uses of one bucket merge. */
 static void build_sequence(dt_dp_t *dp) {
     const dt_model_layout *l = dp->layout;
     int nu = l->n_units, tied = l->tied_head;
-    int cap = 2 * nu + 4, n = 0;
+    int cap = 3 * nu + 4, n = 0;
     dp->seq = dt_xcalloc((size_t)cap, sizeof(int));
     dp->seq_bwd = dt_xcalloc((size_t)cap, sizeof(int));
 #define PUSH(u, bw)                                                                           \
@@ -355,7 +358,12 @@ static void build_sequence(dt_dp_t *dp) {
         PUSH(0, 0);
         PUSH(0, 1);
     }
-    for (int u = nu - 1; u >= (tied ? 1 : 0); u--) PUSH(u, 1);
+    for (int u = nu - 1; u >= (tied ? 1 : 0); u--) {
+        int g = l->units[u].gunit; /* whole-model unit: block g - 1 */
+        if (g >= 1 && dt_model_gblock_recompute(l, g - 1) != DT_MODEL_RECOMPUTE_NONE)
+            PUSH(u, 0);
+        PUSH(u, 1);
+    }
 #undef PUSH
     dp->n_seq = n;
 }

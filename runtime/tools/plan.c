@@ -262,7 +262,7 @@ dt_plan_mem dt_plan_model_states(const dt_plan_model *m, dt_plan_precision_t p,
 static double slot(double bytes) { return ceil(bytes / 64) * 64; }
 
 double dt_plan_activation_bytes(const dt_plan_model *m, int micro_batch, int compute_bytes,
-                                int attention, int checkpointing) {
+                                int attention, int recompute) {
     double B = micro_batch, d = compute_bytes;
     if (m->feature_rows) {
         double maxd = fmax(m->in_dim, fmax(m->hidden_dim, m->n_classes));
@@ -320,8 +320,22 @@ double dt_plan_activation_bytes(const dt_plan_model *m, int micro_batch, int com
                    * target logit per row */
                   (sp ? 2 * slot(BT * C * d) + slot(R * C * d) + slot(2 * m->norm_stats * C * d) : 0) +
                   (tp > 1 && head ? slot(3 * BT * 4) : 0);
-    if (checkpointing) return L * rc + layer + once;
-    return L * layer + once;
+    /* recomputation (model.h): a checkpointed block keeps its output (full) or also
+     * qkv, res2 and the MLP's first output (selective); one block's set minus what a
+     * checkpointed block keeps is the scratch the recompute refills */
+    if (recompute == DT_MODEL_RECOMPUTE_NONE) return L * layer + once;
+    double keep = rc + (recompute == DT_MODEL_RECOMPUTE_SELECTIVE ? slot(BT * Q * d) + rc + slot(BT * mlp_in * d) : 0);
+    double every = m->recompute_every > 0 ? m->recompute_every : 1, nck = ceil(L / every);
+    return (L - nck) * layer + nck * keep + (nck > 0 ? layer - keep : 0) + once;
+}
+
+double dt_plan_recompute_factor(const dt_plan_model *m, int recompute) {
+    if (recompute == DT_MODEL_RECOMPUTE_NONE || m->feature_rows || m->flops_per_token <= 0) return 1.0;
+    double L = m->n_layer, every = m->recompute_every > 0 ? m->recompute_every : 1, share = ceil(L / every) / L;
+    if (recompute == DT_MODEL_RECOMPUTE_FULL) return 1.0 + share / 3.0;
+    /* selective: the attention core's forward, 4·A·T FLOPs per token per block */
+    double A = (double)m->n_head * m->head_dim;
+    return 1.0 + share * L * 4.0 * A * m->seq_len / m->flops_per_token;
 }
 
 /* ---- collectives -------------------------------------------------------------- */
@@ -466,7 +480,11 @@ dt_status_t dt_plan_row_stage(const dt_plan_input *in, const dt_plan_model *m, d
     int attn = in->gpu_attention ? (in->gpu_attention_fused ? DT_PLAN_ATTENTION_FUSED : DT_PLAN_ATTENTION_CUBLAS)
                                  : (in->cpu_threads > 0 ? in->cpu_threads : 1);
     out->acts = dt_plan_activation_bytes(m, in->micro_batch, cb, attn, 0);
-    out->acts_ckpt = m->feature_rows ? out->acts : dt_plan_activation_bytes(m, in->micro_batch, cb, attn, 1);
+    /* recomputation: the cheaper policy that fits (selective), else full */
+    out->ckpt_policy = DT_MODEL_RECOMPUTE_SELECTIVE;
+    out->acts_ckpt = m->feature_rows ? out->acts
+                                     : dt_plan_activation_bytes(m, in->micro_batch, cb, attn,
+                                                                DT_MODEL_RECOMPUTE_SELECTIVE);
     if (dp > 1) {
         if (s == DT_PLAN_FSDP || s == DT_PLAN_HYBRID)
             out->comm_buf = m->largest_unit * (2.0 * cb + in->comm_bytes);
@@ -480,6 +498,11 @@ dt_status_t dt_plan_row_stage(const dt_plan_input *in, const dt_plan_model *m, d
     out->total_ckpt = states + out->acts_ckpt + out->comm_buf;
     out->usable = in->mem_bytes * (1.0 - in->reserve);
     if (in->mem_shared) out->usable /= local;
+    if (!m->feature_rows && out->total_ckpt > out->usable) {
+        out->ckpt_policy = DT_MODEL_RECOMPUTE_FULL;
+        out->acts_ckpt = dt_plan_activation_bytes(m, in->micro_batch, cb, attn, DT_MODEL_RECOMPUTE_FULL);
+        out->total_ckpt = states + out->acts_ckpt + out->comm_buf;
+    }
     out->fit = out->total <= out->usable        ? DT_PLAN_FIT_YES
                : out->total_ckpt <= out->usable ? DT_PLAN_FIT_CKPT
                                                 : DT_PLAN_FIT_NO;
@@ -490,7 +513,7 @@ dt_status_t dt_plan_row_stage(const dt_plan_input *in, const dt_plan_model *m, d
     double rate = in->peak_flops * in->mfu;
     double base = m->flops_per_token * tokens_gpu / tp / rate; /* the TP group's tokens, 1/tp each */
     int ckpt = recompute_given >= 0 ? recompute_given : out->fit == DT_PLAN_FIT_CKPT;
-    double recompute = ckpt ? 4.0 / 3.0 : 1.0;
+    double recompute = ckpt ? dt_plan_recompute_factor(m, ckpt > 1 ? ckpt : out->ckpt_policy) : 1.0;
     out->compute_s = base * recompute;
     double fwd_mb = base / in->accum / 3.0;
     double bwd_mb = base / in->accum * (2.0 / 3.0) * (recompute > 1 ? 1.5 : 1.0);
@@ -693,7 +716,14 @@ void dt_plan_recommend(const dt_plan_input *in, const dt_plan_row *rows, int n_r
         return;
     }
     const dt_plan_row *c = &rows[out->cheapest], *f = &rows[out->fastest];
-    const char *ck = c->fit == DT_PLAN_FIT_CKPT ? " with activation checkpointing" : "";
+    char ckb[96] = "", fkb[96] = "";
+    if (c->fit == DT_PLAN_FIT_CKPT)
+        snprintf(ckb, sizeof ckb, " with activation checkpointing (policy %s)",
+                 dt_model_recompute_name((dt_model_recompute_t)c->ckpt_policy));
+    if (f->fit == DT_PLAN_FIT_CKPT)
+        snprintf(fkb, sizeof fkb, " with activation checkpointing (policy %s)",
+                 dt_model_recompute_name((dt_model_recompute_t)f->ckpt_policy));
+    const char *ck = ckb;
     if (in->price > 0 && in->hours_1gpu > 0)
         snprintf(out->cheapest_reason, sizeof out->cheapest_reason,
                  "%s: fits%s (%s of %s usable) and has the highest scaling "
@@ -709,7 +739,7 @@ void dt_plan_recommend(const dt_plan_input *in, const dt_plan_row *rows, int n_r
                  plan_name(c, name, sizeof name), ck,
                  gb(c->fit == DT_PLAN_FIT_CKPT ? c->total_ckpt : c->total, a, sizeof a),
                  gb(c->usable, b, sizeof b), 100 * c->efficiency);
-    ck = f->fit == DT_PLAN_FIT_CKPT ? " with activation checkpointing" : "";
+    ck = fkb;
     int len = snprintf(out->fastest_reason, sizeof out->fastest_reason,
                        "%s: fits%s and has the highest throughput, %.0f tokens/s "
                        "(step %.1f ms, %.1f ms of communication exposed, efficiency %.1f%%)",

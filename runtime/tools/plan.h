@@ -36,8 +36,15 @@
  *            + 13·B·T·C·d backward scratch (dres, dtmp, dqkv, dfch, dfch_gelu)
  *            + attention scratch: CPU 4·threads·min(T, 64)·T; GPU NH·T·T·d;
  *                          fused B·NH·T·4
- *   with activation checkpointing: per layer only its input B·T·C·d, plus one
- *   layer's full set (recomputed in backward), plus the once-part.
+ *   with activation recomputation (recompute: dt_model_recompute_t; model.recompute_every
+ *   K: n = ceil(L / K) of the L blocks checkpointed, L the blocks of the largest
+ *   chunk): a checkpointed block keeps `keep` = its output res3, B·T·C·d (full), or
+ *   res3 + res2 + qkv B·T·Q·d + the MLP's first output B·T·mlp_in·d (selective); one
+ *   block's set less keep is the scratch the recompute refills:
+ *     (L − n)·layer + n·keep + (layer − keep) + once.
+ *   Recompute cost: full reruns a checkpointed block's forward up to the MLP
+ *   activation (≈ a forward: compute × 4/3 with every block), selective only the
+ *   attention core (its 4·A·T FLOPs per token per block) and the elementwise ops.
  *   MLP: B·4 targets + B·in·d features + B·4 losses + 2·B·max(dims)·d scratch
  *   + 2·B·out·d per layer (pre- and post-activation); no checkpointing.
  * Communication buffers: none at N = 1; DDP/ZeRO-1/ZeRO-2 two gradient buckets
@@ -218,6 +225,8 @@ typedef struct dt_plan_model {
     int pp_size, pp_virtual, pp_partition;
     struct dt_plan_stage *stages;
     int pp_blocks, pp_no_first, pp_no_head;
+    /* activation recomputation: every K-th block of a chunk checkpointed (0 = 1) */
+    int recompute_every;
 } dt_plan_model;
 
 /* From the exact tensor table (dtrun's own models). Free with dt_plan_model_free. */
@@ -280,7 +289,7 @@ void dt_plan_input_defaults(dt_plan_input *in);
 typedef enum dt_plan_fit {
     DT_PLAN_FIT_NO = 0,
     DT_PLAN_FIT_YES = 1,
-    DT_PLAN_FIT_CKPT = 2, /* fits only with activation checkpointing */
+    DT_PLAN_FIT_CKPT = 2, /* fits only with activation checkpointing (row.ckpt_policy) */
 } dt_plan_fit_t;
 
 typedef struct dt_plan_mem {
@@ -294,6 +303,7 @@ typedef struct dt_plan_row {
     int micro_batch, accum;     /* of the input it was computed from */
     /* memory per GPU, bytes */
     double params, grads, optim, acts, acts_ckpt, comm_buf;
+    int ckpt_policy; /* the policy acts_ckpt is for: selective when it fits, else full */
     double total, total_ckpt, usable;
     dt_plan_fit_t fit;
     /* one optimizer step, seconds (with recompute when fit is CKPT); comm_s and
@@ -328,8 +338,11 @@ dt_plan_mem dt_plan_model_states(const dt_plan_model *m, dt_plan_precision_t p,
  * DT_PLAN_ATTENTION_CUBLAS or _FUSED for the CUDA backend's attention (fused falls
  * back to cuBLAS's sizes above head size 128, as the backend does), else the CPU
  * threads whose scratch rows the CPU attention uses. */
+/* Compute time x this with recomputation policy `recompute` (full: 1 + n/(3L); selective:
+ * 1 + n·4·A·T / flops_per_token; none: 1). */
+double dt_plan_recompute_factor(const dt_plan_model *m, int recompute);
 double dt_plan_activation_bytes(const dt_plan_model *m, int micro_batch, int compute_bytes,
-                                int attention, int checkpointing);
+                                int attention, int recompute);
 
 /* Ring collective times (seconds) of a buffer of `bytes` over n ranks, one
  * collective, including its latency; 0 when n <= 1. */

@@ -307,6 +307,8 @@ static dt_status_t setup(dt_trainer_t *t) {
     DT_CHECK(dt_trainer_spec_(cfg, &spec));
     t->place = dt_tp_place_of(t->env->rank, t->env->world_size, (int)cfg->tp.size, (int)cfg->pp.stages);
     DT_CHECK(dt_train_layout_(t, &spec));
+    /* before the net and the strategy: the arena and FSDP's use sequence follow it */
+    dt_model_layout_set_recompute(&t->layout, (dt_model_recompute_t)cfg->recompute.policy, (int)cfg->recompute.every);
     t->B = (int)cfg->train_micro_batch_size_per_gpu;
     t->accum = (int)cfg->gradient_accumulation_steps;
     t->T = t->layout.seq_len;
@@ -552,6 +554,11 @@ static dt_status_t write_summary(dt_trainer_t *t, double final_loss, double fina
             cJSON_AddItemToArray(b, cJSON_CreateNumber(t->pp_bounds[k]));
     }
     cJSON_AddNumberToObject(lay, "data_parallel", t->place.dp_size);
+    cJSON *ac = cJSON_AddObjectToObject(o, "activation_checkpointing"); /* this rank's layout */
+    cJSON_AddStringToObject(ac, "policy", dt_model_recompute_name((dt_model_recompute_t)t->layout.recompute));
+    cJSON_AddNumberToObject(ac, "every", t->layout.recompute_every);
+    cJSON_AddNumberToObject(ac, "checkpointed_blocks",
+                            dt_model_recompute_count(&t->layout, dt_model_max_chunk_blocks(&t->layout)));
     cJSON_AddStringToObject(o, "device", dt_device_kind_name(t->dev->kind));
     cJSON_AddStringToObject(o, "strategy", dt_config_strategy_name(t->cfg->strategy));
     cJSON_AddNumberToObject(o, "n_params", (double)t->layout.n_params);

@@ -1,0 +1,47 @@
+/*
+ * recompute.c - activation recomputation (model.h: dt_model_recompute_t): the
+ * policies' names, a layout's policy and which blocks it checkpoints. The models'
+ * arenas (arena_sizes) and forward/backward ask here which blocks keep what.
+ */
+#include <string.h>
+
+#include "runtime/model/model.h"
+
+static const char *const recompute_names[] = {"none", "selective", "full"};
+
+const char *dt_model_recompute_name(dt_model_recompute_t policy) {
+    return policy >= DT_MODEL_RECOMPUTE_NONE && policy <= DT_MODEL_RECOMPUTE_FULL ? recompute_names[policy] : "?";
+}
+
+int dt_model_recompute_parse(const char *name, dt_model_recompute_t *out) {
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(name, recompute_names[i])) {
+            *out = (dt_model_recompute_t)i;
+            return 0;
+        }
+    return -1;
+}
+
+void dt_model_layout_set_recompute(dt_model_layout *l, dt_model_recompute_t policy, int every) {
+    l->recompute = (int)policy;
+    l->recompute_every = every > 0 ? every : 1;
+}
+
+static int every_of(const dt_model_layout *l) { return l->recompute_every > 0 ? l->recompute_every : 1; }
+
+dt_model_recompute_t dt_model_block_recompute(const dt_model_layout *l, int j) {
+    if (l->recompute == DT_MODEL_RECOMPUTE_NONE || j % every_of(l) != 0) return DT_MODEL_RECOMPUTE_NONE;
+    return (dt_model_recompute_t)l->recompute;
+}
+
+dt_model_recompute_t dt_model_gblock_recompute(const dt_model_layout *l, int block) {
+    for (int k = 0; k < l->n_chunks; k++)
+        if (block >= l->chunks[k].l0 && block < l->chunks[k].l1)
+            return dt_model_block_recompute(l, block - l->chunks[k].l0);
+    return DT_MODEL_RECOMPUTE_NONE;
+}
+
+int dt_model_recompute_count(const dt_model_layout *l, int n) {
+    if (l->recompute == DT_MODEL_RECOMPUTE_NONE || n <= 0) return 0;
+    return (n + every_of(l) - 1) / every_of(l);
+}
