@@ -22,7 +22,8 @@
     X(ACTIVATIONS, "activations")                                            \
     X(COMM, "comm")                                                          \
     X(DATA, "data")                                                          \
-    X(OTHER, "other")
+    X(OTHER, "other")                                                        \
+    X(OFFLOAD, "offload") /* host memory holding a GPU's offloaded optimizer state */
 
 typedef enum dt_mem_category {
 #define DT_MEM_ENUM_(name, str) DT_MEM_##name,

@@ -152,6 +152,22 @@ struct dt_ops {
      * (initialisation, checkpoints, export). */
     dt_status_t (*upload_f32)(dt_device_t *dev, void *dst, const float *src, size_t n);
     dt_status_t (*download_f32)(dt_device_t *dev, float *dst, const void *src, size_t n);
+    /* ---- pinned host memory and asynchronous copies (optimizer offload) ---------
+     * host_alloc: host memory the device copies to and from at full speed and
+     * without staging (CUDA: cudaHostAlloc, page-locked), zero-filled, 64-byte
+     * aligned on the CPU, accounted under cat; the CPU device returns plain memory.
+     * host_free releases it (NULL is fine). */
+    dt_status_t (*host_alloc)(dt_device_t *dev, dt_mem_category_t cat, size_t bytes, void **out);
+    void (*host_free)(dt_device_t *dev, void *ptr);
+    /* Starts a copy between device memory and host_alloc memory (HOST_TO_DEVICE or
+     * DEVICE_TO_HOST) after the ops already issued, on the device's copy stream, and
+     * returns without waiting: the ops issued next run while the bytes move. Neither
+     * buffer may be written, nor a host destination read, before copy_async_wait.
+     * The CPU device copies at once. */
+    dt_status_t (*copy_async)(dt_device_t *dev, void *dst, const void *src, size_t bytes,
+                              dt_copy_kind_t kind);
+    /* Waits for every copy_async issued so far; ops issued after it see their data. */
+    dt_status_t (*copy_async_wait)(dt_device_t *dev);
     /* (optional) Peak FLOP/s in the compute dtype with dev->nthreads, for MFU.
      * CPU: measured by a short sgemm probe through matmul_forward (~0.1 s, once per
      * device; cached). 0 when the backend does not know it (CUDA): runtime/ then
@@ -383,6 +399,19 @@ struct dt_ops {
      * compute dtype (communication_data_type). */
     void (*cast)(dt_device_t *dev, void *dst, dt_dtype_t to, const void *src, dt_dtype_t from, size_t n);
 };
+
+/* AdamW on the host for a device whose optimizer state lives in host memory
+ * (zero_optimization.offload_optimizer): the update of the CPU device's adamw
+ * (kernels/cpu/cpu_optim.c, the same arithmetic) on n elements whose gradients
+ * and parameters are in `dtype` (fp32 or bf16, host memory) while master, m and v
+ * are fp32: master is updated and params receive its copy, rounded to bf16 as the
+ * CUDA adamw rounds (nearest even, or stochastic with args->sr_seed, the same bits
+ * for the same seed, step and element index `index0 + i`). params may equal grads
+ * (each gradient is read before its parameter is written). nthreads OpenMP
+ * threads (<= 0: omp_get_max_threads()), each a static share: bitwise the same
+ * for any thread count. */
+void dt_host_adamw(int nthreads, dt_dtype_t dtype, void *params, float *master, const void *grads, float *m,
+                   float *v, size_t n, size_t index0, const dt_adamw_args_t *args, int decay);
 
 /* How to open a device. */
 /* The layout of what the binary and the CUDA library share through this header

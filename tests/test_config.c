@@ -67,8 +67,9 @@ Test(config, defaults_are_valid_and_documented) {
     for (char *p = dump; (p = strstr(p, "\":\t")); p++) colons++;
     cr_assert_gt(keys_listed, 50);
     /* the dump holds every key plus its 16 sections (optimizer, optimizer.params, ...,
-     * model.rope_scaling, tensor_parallel, pipeline, activation_checkpointing) */
-    cr_assert_eq(colons, keys_listed + 16, "dump %d entries, keys %d", colons, keys_listed);
+     * model.rope_scaling, tensor_parallel, pipeline, activation_checkpointing,
+     * zero_optimization.offload_optimizer) */
+    cr_assert_eq(colons, keys_listed + 17, "dump %d entries, keys %d", colons, keys_listed);
     free(dump);
     free(buf);
     dt_config_free(&cfg);
@@ -158,7 +159,7 @@ Test(config, deepspeed_keys_dtrun_ignores_are_listed_once) {
                        "\"flops_profiler\":{\"enabled\":false},\"tensorboard\":{},"
                        "\"zero_allow_untested_optimizer\":true,\"prescale_gradients\":false,"
                        "\"zero_optimization\":{\"stage\":2,\"offload_optimizer\":{\"device\":"
-                       "\"cpu\"},\"sub_group_size\":1e9},"
+                       "\"cpu\",\"buffer_count\":4},\"sub_group_size\":1e9},"
                        "\"optimizer\":{\"type\":\"Adam\",\"params\":{\"torch_adam\":true}}}";
     dt_config_t cfg;
     cr_assert_eq(load(json, &cfg, 0, NULL), DT_STATUS_OK, "%s", dt_config_errors(&cfg));
@@ -167,7 +168,7 @@ Test(config, deepspeed_keys_dtrun_ignores_are_listed_once) {
     cr_assert(line, "%s", w);
     cr_assert_null(strstr(line + 1, "ignoring DeepSpeed keys"), "listed once");
     const char *names[] = {"fp16", "wall_clock_breakdown", "flops_profiler", "tensorboard", "zero_allow_untested_optimizer",
-                           "prescale_gradients", "zero_optimization.offload_optimizer",
+                           "prescale_gradients", "zero_optimization.offload_optimizer.buffer_count",
                            "zero_optimization.sub_group_size", "optimizer.params.torch_adam"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         cr_assert(strstr(line, names[i]), "%s not listed in %s", names[i], line);
@@ -179,6 +180,10 @@ Test(config, deepspeed_keys_dtrun_ignores_are_listed_once) {
     cr_assert_eq(cfg.recompute.policy, DT_CONFIG_RECOMPUTE_NONE);
     cr_assert_eq(cfg.zero.stage, 2);
     cr_assert_eq(cfg.strategy, DT_STRATEGY_ZERO2);
+    /* offload_optimizer is implemented: device and pin_memory are keys, its other knobs ignored */
+    cr_assert_null(strstr(line, "offload_optimizer.device"));
+    cr_assert_eq(cfg.zero.offload_optimizer.device, DT_CONFIG_OFFLOAD_CPU);
+    cr_assert(cfg.zero.offload_optimizer.pin_memory, "pin_memory defaults to true, as DeepSpeed's");
     cr_assert_eq(cfg.optimizer.type, DT_OPTIM_ADAM);
     cr_assert(cfg.optimizer.adam_w_mode, "DeepSpeed's Adam decays as AdamW by default");
     dt_config_free(&cfg);

@@ -71,6 +71,15 @@ static dt_status_t cpu_set(dt_device_t *dev, void *ptr, int byte, size_t bytes) 
 
 static dt_status_t cpu_synchronize(dt_device_t *dev) { return DT_STATUS_OK; }
 
+/* The CPU device's memory is host memory: "pinned" memory is plain memory, and an
+ * asynchronous copy is done when it returns. */
+static dt_status_t cpu_copy_async(dt_device_t *dev, void *dst, const void *src, size_t bytes,
+                                  dt_copy_kind_t kind) {
+    return cpu_copy(dev, dst, src, bytes, kind);
+}
+
+static dt_status_t cpu_copy_async_wait(dt_device_t *dev) { return DT_STATUS_OK; }
+
 static dt_status_t cpu_upload_f32(dt_device_t *dev, void *dst, const float *src, size_t n) {
     return cpu_copy(dev, dst, src, n * sizeof(float), DT_COPY_HOST_TO_DEVICE);
 }
@@ -178,6 +187,10 @@ static const dt_ops_t cpu_ops = {
     .copy = cpu_copy,
     .set = cpu_set,
     .synchronize = cpu_synchronize,
+    .host_alloc = cpu_alloc,
+    .host_free = cpu_free,
+    .copy_async = cpu_copy_async,
+    .copy_async_wait = cpu_copy_async_wait,
     .upload_f32 = cpu_upload_f32,
     .download_f32 = cpu_download_f32,
     .peak_flops = cpu_peak_flops,

@@ -1,7 +1,9 @@
 /*
  * cpu_optim.c - CPU ops over flat ranges of the parameter, gradient and
  * optimizer buffers: the AdamW step, the squared gradient norm and in-place
- * scaling. Element-wise work is split statically; the norm sums fixed blocks in
+ * scaling, and AdamW on the host for a GPU whose optimizer state is offloaded
+ * (dt_host_adamw: bf16 or fp32 gradients and parameters, fp32 state). Element-wise
+ * work is split statically; the norm sums fixed blocks in
  * double and adds the block sums in order, so it does not depend on the thread
  * count at all.
  */
@@ -74,6 +76,88 @@ void dt_cpu_adamw(dt_device_t *dev, void *params, float *master, const void *gra
         dt_cpu_split(n, omp_get_num_threads(), omp_get_thread_num(), &i0, &i1);
         adamw_range(params, master, grads, m, v, i0, i1, a->lr, a->beta1, a->beta2, a->eps, wd,
                     a->grad_scale, bc1, bc2);
+    }
+}
+
+/* ---- AdamW on the host for an offloaded device (kernels.h: dt_host_adamw) ---------- */
+
+static inline float bf16_to_f32(uint16_t h) {
+    uint32_t b = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &b, sizeof f);
+    return f;
+}
+
+/* Round to nearest even, NaN kept a (quiet) NaN: __float2bfloat16's result. */
+static inline uint16_t f32_to_bf16_rne(float f) {
+    uint32_t b;
+    memcpy(&b, &f, sizeof b);
+    uint32_t nan = (b & 0x7fffffffu) > 0x7f800000u;
+    uint32_t r = (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;
+    return (uint16_t)(nan ? ((b >> 16) | 0x40u) : r);
+}
+
+/* The CUDA adamw's stochastic rounding (kernels/cuda/cuda_optim.cu), bit for bit:
+ * murmur3's finaliser as a counter-based hash of (key, i); 16 random bits added
+ * below bf16's last mantissa bit, then truncation; infinities and NaN to nearest. */
+static inline uint32_t fmix32(uint32_t h) {
+    h ^= h >> 16;
+    h *= 0x85ebca6bu;
+    h ^= h >> 13;
+    h *= 0xc2b2ae35u;
+    h ^= h >> 16;
+    return h;
+}
+
+static inline uint16_t f32_to_bf16_sr(float f, uint32_t key, size_t i) {
+    uint32_t b;
+    memcpy(&b, &f, sizeof b);
+    if ((b & 0x7f800000u) == 0x7f800000u) return f32_to_bf16_rne(f);
+    uint32_t r = fmix32(fmix32((uint32_t)i ^ key) ^ (uint32_t)((uint64_t)i >> 32));
+    return (uint16_t)(((b + (r & 0xffffu)) & 0xffff0000u) >> 16);
+}
+
+/* One thread's part [i0, i1) with bf16 gradients and parameters. */
+static void adamw_range_bf16(uint16_t *params, float *master, const uint16_t *grads, float *m, float *v,
+                             size_t i0, size_t i1, size_t index0, const dt_adamw_args_t *a, float wd, float bc1,
+                             float bc2, uint32_t key, int sr) {
+    float lr = a->lr, b1 = a->beta1, b2 = a->beta2, eps = a->eps, gs = a->grad_scale;
+    if (sr) {
+        for (size_t i = i0; i < i1; i++) {
+            float w = adamw_one(master[i], bf16_to_f32(grads[i]) * gs, &m[i], &v[i], lr, b1, b2, eps, wd, bc1, bc2);
+            master[i] = w;
+            params[i] = f32_to_bf16_sr(w, key, index0 + i);
+        }
+        return;
+    }
+#pragma omp simd
+    for (size_t i = i0; i < i1; i++) {
+        float w = adamw_one(master[i], bf16_to_f32(grads[i]) * gs, &m[i], &v[i], lr, b1, b2, eps, wd, bc1, bc2);
+        master[i] = w;
+        params[i] = f32_to_bf16_rne(w);
+    }
+}
+
+void dt_host_adamw(int nthreads, dt_dtype_t dtype, void *params, float *master, const void *grads, float *m,
+                   float *v, size_t n, size_t index0, const dt_adamw_args_t *a, int decay) {
+    float wd = decay ? a->weight_decay : 0.0f;
+    double t = a->step < 1 ? 1.0 : (double)a->step;
+    float bc1 = (float)(1.0 - pow((double)a->beta1, t));
+    float bc2 = (float)(1.0 - pow((double)a->beta2, t));
+    /* the CUDA adamw's key: the step enters it, so a fixed seed draws fresh bits every step */
+    uint32_t key = (uint32_t)a->sr_seed * 0x9e3779b9u + (uint32_t)(a->step < 1 ? 1 : a->step) * 0x632be5abu;
+    key = (key ^ (key >> 15)) * 0x2c1b3c6du;
+    if (nthreads <= 0) nthreads = omp_get_max_threads();
+    int nt = n < PAR_MIN_ELEMS ? 1 : nthreads;
+#pragma omp parallel num_threads(nt)
+    {
+        size_t i0, i1;
+        dt_cpu_split(n, omp_get_num_threads(), omp_get_thread_num(), &i0, &i1);
+        if (dtype == DT_DTYPE_BF16)
+            adamw_range_bf16(params, master, grads, m, v, i0, i1, index0, a, wd, bc1, bc2, key, a->sr_seed != 0);
+        else /* fp32: the CPU device's loop, master given */
+            adamw_range(params, master, grads, m, v, i0, i1, a->lr, a->beta1, a->beta2, a->eps, wd, a->grad_scale,
+                        bc1, bc2);
     }
 }
 

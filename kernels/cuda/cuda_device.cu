@@ -1,6 +1,7 @@
 /*
  * cuda_device.cu - the CUDA device: open/close, memory (cudaMalloc accounted in
- * common/mem.h), copies (from the host through a pinned ring, without waiting for
+ * common/mem.h; pinned host memory by cudaHostAlloc), asynchronous copies on a
+ * second stream (optimizer offload), copies (from the host through a pinned ring, without waiting for
  * the stream), fp32 upload/download through a device staging buffer,
  * the GPU's name for the peak FLOP/s table in common/gpuinfo.c, CUDA/cuBLAS error translation, and the
  * two op tables (bf16 and fp32 compute). Built into the CUDA library
@@ -41,6 +42,7 @@ struct dt_cuda_alloc_rec {
     void *ptr;
     size_t bytes;
     dt_mem_category_t cat;
+    int host; /* pinned host memory (host_alloc), released with cudaFreeHost */
 };
 
 /* ---- error translation ---------------------------------------------------- */
@@ -172,20 +174,80 @@ static dt_status_t cuda_alloc(dt_device_t *dev, dt_mem_category_t cat, size_t by
         c->cap_allocs = c->cap_allocs ? 2 * c->cap_allocs : 64;
         c->allocs = (struct dt_cuda_alloc_rec *)dt_xrealloc(c->allocs, c->cap_allocs * sizeof *c->allocs);
     }
-    c->allocs[c->nallocs++] = dt_cuda_alloc_rec{p, want, cat};
+    c->allocs[c->nallocs++] = dt_cuda_alloc_rec{p, want, cat, 0};
     pthread_mutex_unlock(&c->alloc_lock);
     dt_mem_account(cat, (int64_t)want);
     *out = p;
     return DT_STATUS_OK;
 }
 
+/* Removes ptr's record (host: a host_alloc one) and returns it; .ptr NULL when none. */
+static struct dt_cuda_alloc_rec take_rec(dt_cuda_impl *c, void *ptr, int host) {
+    struct dt_cuda_alloc_rec rec = {NULL, 0, DT_MEM_OTHER, 0};
+    pthread_mutex_lock(&c->alloc_lock);
+    for (size_t i = 0; i < c->nallocs; i++) {
+        if (c->allocs[i].ptr == ptr && c->allocs[i].host == host) {
+            rec = c->allocs[i];
+            c->allocs[i] = c->allocs[--c->nallocs];
+            break;
+        }
+    }
+    pthread_mutex_unlock(&c->alloc_lock);
+    return rec;
+}
+
+static void record_alloc(dt_cuda_impl *c, void *p, size_t bytes, dt_mem_category_t cat, int host) {
+    pthread_mutex_lock(&c->alloc_lock);
+    if (c->nallocs == c->cap_allocs) {
+        c->cap_allocs = c->cap_allocs ? 2 * c->cap_allocs : 64;
+        c->allocs = (struct dt_cuda_alloc_rec *)dt_xrealloc(c->allocs, c->cap_allocs * sizeof *c->allocs);
+    }
+    c->allocs[c->nallocs++] = dt_cuda_alloc_rec{p, bytes, cat, host};
+    pthread_mutex_unlock(&c->alloc_lock);
+    dt_mem_account(cat, (int64_t)bytes);
+}
+
+/* Pinned host memory (cudaHostAlloc, portable to every context), zero-filled on the host. */
+static dt_status_t cuda_host_alloc(dt_device_t *dev, dt_mem_category_t cat, size_t bytes, void **out) {
+    *out = NULL;
+    if ((unsigned)cat >= DT_MEM_CATEGORY_COUNT_)
+        return dt_error(DT_STATUS_INVALID, "host_alloc: unknown memory category %d", (int)cat);
+    size_t want = bytes ? bytes : 1;
+    char what[96];
+    snprintf(what, sizeof what, "pinned host alloc of %zu bytes (%s) for GPU %d", bytes, dt_mem_category_name(cat),
+             dev->ordinal);
+    DT_CHECK(bind(dev));
+    void *p = NULL;
+    DT_CHECK(dt_cuda_status(cudaHostAlloc(&p, want, cudaHostAllocPortable), what));
+    memset(p, 0, want);
+    record_alloc(dt_cuda(dev), p, want, cat, 1);
+    *out = p;
+    return DT_STATUS_OK;
+}
+
+static void cuda_host_free(dt_device_t *dev, void *ptr) {
+    if (!ptr) return;
+    struct dt_cuda_alloc_rec rec = take_rec(dt_cuda(dev), ptr, 1);
+    if (!rec.ptr) {
+        DT_LOG_WARN("cuda host free: %p was not allocated by this device's host_alloc; ignored", ptr);
+        return;
+    }
+    (void)bind(dev);
+    cudaError_t e = cudaFreeHost(ptr);
+    if (e != cudaSuccess) {
+        DT_LOG_WARN("cuda host free of %zu bytes: %s", rec.bytes, cudaGetErrorString(e));
+        (void)cudaGetLastError();
+    }
+    dt_mem_account(rec.cat, -(int64_t)rec.bytes);
+}
+
 static void cuda_free(dt_device_t *dev, void *ptr) {
     if (!ptr) return;
     dt_cuda_impl *c = dt_cuda(dev);
-    struct dt_cuda_alloc_rec rec = {NULL, 0, DT_MEM_OTHER};
+    struct dt_cuda_alloc_rec rec = {NULL, 0, DT_MEM_OTHER, 0};
     pthread_mutex_lock(&c->alloc_lock);
     for (size_t i = 0; i < c->nallocs; i++) {
-        if (c->allocs[i].ptr == ptr) {
+        if (c->allocs[i].ptr == ptr && !c->allocs[i].host) {
             rec = c->allocs[i];
             c->allocs[i] = c->allocs[--c->nallocs];
             break;
@@ -316,6 +378,44 @@ static dt_status_t cuda_copy(dt_device_t *dev, void *dst, const void *src, size_
     /* To the host: the data has landed when copy returns. */
     if (kind == DT_COPY_DEVICE_TO_HOST) DT_CHECK(dt_cuda_status(cudaStreamSynchronize(c->stream), what));
     return DT_STATUS_OK;
+}
+
+/* ---- asynchronous copies on a second stream --------------------------------------
+ * The copy stream waits for an event recorded on the compute stream, so a copy
+ * starts after the ops issued before it and the compute stream runs on meanwhile
+ * (the overlap of optimizer offload: gradient shards go down while backward
+ * computes the next buckets). One event serves every call: cudaStreamWaitEvent
+ * takes the event's state when called. */
+static dt_status_t copy_stream(dt_cuda_impl *c) {
+    if (c->copy_stream) return DT_STATUS_OK;
+    DT_CHECK(dt_cuda_status(cudaStreamCreateWithFlags(&c->copy_stream, cudaStreamNonBlocking), "copy stream"));
+    return dt_cuda_status(cudaEventCreateWithFlags(&c->copy_after, cudaEventDisableTiming), "copy stream event");
+}
+
+static dt_status_t cuda_copy_async(dt_device_t *dev, void *dst, const void *src, size_t bytes, dt_copy_kind_t kind) {
+    dt_cuda_impl *c = dt_cuda(dev);
+    if (kind != DT_COPY_HOST_TO_DEVICE && kind != DT_COPY_DEVICE_TO_HOST)
+        return dt_error(DT_STATUS_INVALID, "copy_async: %s copies are not asynchronous (host to device or device "
+                        "to host only)", copy_kind_name(kind));
+    if (bytes && (!dst || !src))
+        return dt_error(DT_STATUS_INVALID, "copy_async (%s): NULL %s for %zu bytes", copy_kind_name(kind),
+                        dst ? "source" : "destination", bytes);
+    if (!bytes) return DT_STATUS_OK;
+    char what[96];
+    snprintf(what, sizeof what, "copy_async (%s) of %zu bytes", copy_kind_name(kind), bytes);
+    DT_CHECK(bind(dev));
+    DT_CHECK(copy_stream(c));
+    DT_CHECK(dt_cuda_status(cudaEventRecord(c->copy_after, c->stream), what));
+    DT_CHECK(dt_cuda_status(cudaStreamWaitEvent(c->copy_stream, c->copy_after, 0), what));
+    cudaMemcpyKind k = kind == DT_COPY_DEVICE_TO_HOST ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice;
+    return dt_cuda_status(cudaMemcpyAsync(dst, src, bytes, k, c->copy_stream), what);
+}
+
+static dt_status_t cuda_copy_async_wait(dt_device_t *dev) {
+    dt_cuda_impl *c = dt_cuda(dev);
+    if (!c->copy_stream) return DT_STATUS_OK;
+    DT_CHECK(bind(dev));
+    return dt_cuda_status(cudaStreamSynchronize(c->copy_stream), "copy_async_wait");
 }
 
 static dt_status_t cuda_set(dt_device_t *dev, void *ptr, int byte, size_t bytes) {
@@ -463,6 +563,10 @@ static void fill_table(dt_ops_t *o, dt_dtype_t dtype) {
     o->copy = cuda_copy;
     o->set = cuda_set;
     o->synchronize = cuda_synchronize;
+    o->host_alloc = cuda_host_alloc;
+    o->host_free = cuda_host_free;
+    o->copy_async = cuda_copy_async;
+    o->copy_async_wait = cuda_copy_async_wait;
     o->upload_f32 = cuda_upload_f32;
     o->download_f32 = cuda_download_f32;
     o->peak_flops = cuda_peak_flops;
@@ -559,9 +663,11 @@ extern "C" void dt_cuda_device_free(dt_device_t *dev) {
     if (!c) return;
     if (c->stream) (void)cudaStreamSynchronize(c->stream);
     dt_cuda_matmul_cache_free(c);
+    if (c->copy_stream) (void)cudaStreamSynchronize(c->copy_stream);
     for (size_t i = 0; i < c->nallocs; i++) {
         /* Buffers the caller did not free: release them so accounting stays honest. */
-        cudaFree(c->allocs[i].ptr);
+        if (c->allocs[i].host) cudaFreeHost(c->allocs[i].ptr);
+        else cudaFree(c->allocs[i].ptr);
         dt_mem_account(c->allocs[i].cat, -(int64_t)c->allocs[i].bytes);
     }
     if (c->nallocs) DT_LOG_DEBUG("cuda device %d closed with %zu buffers still allocated; freed them", dev->ordinal, c->nallocs);
@@ -582,6 +688,8 @@ extern "C" void dt_cuda_device_free(dt_device_t *dev) {
     }
     if (c->blas) cublasDestroy(c->blas);
     if (c->lt) cublasLtDestroy(c->lt);
+    if (c->copy_after) cudaEventDestroy(c->copy_after);
+    if (c->copy_stream) cudaStreamDestroy(c->copy_stream);
     if (c->stream) cudaStreamDestroy(c->stream);
     (void)cudaGetLastError();
     pthread_mutex_destroy(&c->alloc_lock);

@@ -68,6 +68,8 @@ typedef struct dt_cuda_impl {
                                       (cuda_attention.cu, cuda_attention_fused.cu) */
     struct dt_cuda_h2d_ring *h2d; /* pinned staging of host-to-device copies (lazy;
                                      cuda_device.cu) */
+    cudaStream_t copy_stream;  /* copy_async's stream (lazy): copies beside the compute */
+    cudaEvent_t copy_after;    /* recorded on `stream` so a copy follows the ops issued */
 } dt_cuda_impl;
 
 static inline dt_cuda_impl *dt_cuda(dt_device_t *dev) { return (dt_cuda_impl *)dev->impl; }

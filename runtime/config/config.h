@@ -49,6 +49,8 @@
 #define DT_WARMUP_TYPE_MAP(X) X(LOG, "log") X(LINEAR, "linear")
 #define DT_DTYPE_MAP(X) X(FP32, "fp32") X(BF16, "bf16")
 #define DT_DEVICE_MAP(X) X(AUTO, "auto") X(CPU, "cpu") X(CUDA, "cuda")
+/* zero_optimization.offload_optimizer.device: DeepSpeed's names; nvme is not offered */
+#define DT_OFFLOAD_DEVICE_MAP(X) X(NONE, "none") X(CPU, "cpu")
 /* Strategy and its ZeRO stage: ddp 0, zero1 1, zero2 2, fsdp 3, hsdp 3
  * (hsdp: fsdp within a node, replicated across nodes). */
 /* pipeline.schedule and pipeline.partition names, in the order of dt_pp_schedule_t
@@ -87,6 +89,11 @@ typedef enum dt_config_device {
     DT_DEVICE_MAP(X)
 #undef X
 } dt_config_device_t;
+typedef enum dt_config_offload {
+#define X(n, s) DT_CONFIG_OFFLOAD_##n,
+    DT_OFFLOAD_DEVICE_MAP(X)
+#undef X
+} dt_config_offload_t;
 typedef enum dt_strategy {
 #define X(n, s) DT_STRATEGY_##n,
     DT_STRATEGY_MAP(X)
@@ -165,6 +172,15 @@ typedef struct dt_config {
         bool allgather_partitions;
         int64_t stage3_prefetch_bucket_size; /* elements */
         int64_t stage3_param_persistence_threshold; /* elements */
+        /* ZeRO-Offload: the fp32 master weights and Adam state of each rank's shard in
+         * host memory, the AdamW step on the CPU (runtime/parallel/dp.h:
+         * dt_dp_opts.offload). cpu needs a sharded strategy (zero1/zero2/fsdp/hsdp);
+         * on the CPU device it has no effect (a warning: the state is in host
+         * memory already). */
+        struct {
+            dt_config_offload_t device;
+            bool pin_memory; /* page-locked host buffers: copies overlap the compute */
+        } offload_optimizer;
     } zero;
 
     /* dtrun's own keys */

@@ -26,6 +26,7 @@ static const char *const warmup_names[] = {DT_WARMUP_TYPE_MAP(NAME_) NULL};
 static const char *const dtype_names[] = {DT_DTYPE_MAP(NAME_) NULL};
 static const char *const device_names[] = {DT_DEVICE_MAP(NAME_) NULL};
 static const char *const strategy_names[] = {DT_STRATEGY_MAP(NAME_) NULL};
+static const char *const offload_names[] = {DT_OFFLOAD_DEVICE_MAP(NAME_) NULL};
 static const char *const backend_names[] = {DT_COMM_BACKEND_MAP(NAME_) NULL};
 static const char *const pp_schedule_names[] = {DT_CONFIG_PP_SCHEDULE_MAP(NAME_) NULL};
 static const char *const pp_partition_names[] = {DT_CONFIG_PP_PARTITION_MAP(NAME_) NULL};
@@ -127,6 +128,13 @@ static const config_key_t head_keys[] = {
     {"zero_optimization.stage3_param_persistence_threshold", KT_INT,
      OFF(zero.stage3_param_persistence_threshold), 0, BIG, KF_DS, NULL, "100000",
      "stage 3: tensors smaller than this stay unsharded"},
+    {"zero_optimization.offload_optimizer.device", KT_ENUM, OFF(zero.offload_optimizer.device), 0, 0, KF_DS,
+     offload_names, "\"none\"",
+     "cpu: fp32 master weights and Adam state of each rank's shard in host memory, AdamW on the CPU "
+     "(stages 1-3 on a GPU; no effect on the CPU device)"},
+    {"zero_optimization.offload_optimizer.pin_memory", KT_BOOL, OFF(zero.offload_optimizer.pin_memory), 0, 0,
+     KF_DS, NULL, "true", "offloaded state in page-locked host memory, so gradient and parameter copies "
+     "overlap the compute"},
 
     /* dtrun's own keys */
     /* model.type, then every registered model's keys: see dt_config_keys_init_() */
@@ -284,7 +292,10 @@ static const char *const ignored_keys[] = {
     "optimizer.legacy_fusion", "optimizer.params.torch_adam",     "optimizer.params.bias_correction", "optimizer.params.amsgrad", "optimizer.params.fused",
     "scheduler.params.last_batch_iteration", "bf16.check_overflow",
     "bf16.immediate_grad_update", "bf16.bf16_master_weights_and_grads",
-    "bf16.bf16_optimizer_states", "bf16.auto_cast", "zero_optimization.offload_optimizer",
+    "bf16.bf16_optimizer_states", "bf16.auto_cast", "zero_optimization.offload_optimizer.nvme_path",
+    "zero_optimization.offload_optimizer.buffer_count", "zero_optimization.offload_optimizer.fast_init",
+    "zero_optimization.offload_optimizer.pipeline", "zero_optimization.offload_optimizer.pipeline_read",
+    "zero_optimization.offload_optimizer.pipeline_write", "zero_optimization.offload_optimizer.ratio",
     "zero_optimization.offload_param", "zero_optimization.sub_group_size",
     "zero_optimization.cpu_offload", "zero_optimization.cpu_offload_param",
     "zero_optimization.cpu_offload_use_pin_memory", "zero_optimization.load_from_fp32_weights",

@@ -176,6 +176,12 @@ dt_status_t dt_config_resolve(dt_config_t *cfg, int world_size) {
                  (long long)mb, cfg->model.seq_len, (long long)(mb * cfg->model.seq_len), (long long)cfg->tp.size);
         dt_config_add_error_(cfg, src, msg);
     }
+    /* ZeRO-Offload moves the optimizer's shard: DDP has none (DeepSpeed refuses stage 0 too) */
+    if (cfg->zero.offload_optimizer.device == DT_CONFIG_OFFLOAD_CPU && cfg->strategy == DT_STRATEGY_DDP)
+        dt_config_add_error_(cfg, src,
+                             "zero_optimization.offload_optimizer.device cpu: expected a sharded optimizer "
+                             "(strategy zero1, zero2, fsdp or hsdp; zero_optimization.stage 1-3), found strategy "
+                             "ddp");
     if (cfg->n_errors) {
         dt_config_error_detail_(cfg);
         return DT_STATUS_CONFIG;

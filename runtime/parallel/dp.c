@@ -142,6 +142,8 @@ static dt_status_t gfifo_pop(dt_dp_t *dp) {
     if (st == DT_STATUS_OK) { /* the shard's gradient += this micro-step's reduced slice, on the device */
         void *g = at(dp->gshard, bk->shard_offset, dp->es);
         dp->dev->ops->residual_forward(dp->dev, g, g, mine, bk->slice);
+        /* offload: the slice is final after the step's last micro-step: down it goes */
+        if (dp->offload && s->final) st = dp_offload_grad_down(dp, bk->shard_offset, g, bk->slice);
     }
     dp->gslots[s->gslot].owner = -1;
     s->gslot = -1;
@@ -175,6 +177,7 @@ static dt_status_t grad_bucket_launch(dt_dp_t *dp, int b) {
     const dt_dp_bucket *bk = &dp->plan.buckets[b];
     char *buf = dp->gslots[s->gslot].buf;
     s->launched = 1;
+    s->final = dp->last_micro;
     if (dp->in_backward && dp->opts.overlap_comm) dp->stats.reductions_in_backward++;
     else dp->stats.reductions_after++;
     s->in_fifo = 1;
@@ -430,7 +433,8 @@ static dt_status_t init_params(dt_dp_t *dp) {
             else dt_model_init_range(dp->layout, dp->opts.seed, r[i].offset + k, c, h);
             if (st != DT_STATUS_OK) break;
             if (r[i].cparam) {
-                st = o->copy(dp->dev, r[i].param + k, h, c * sizeof(float), DT_COPY_HOST_TO_DEVICE);
+                if (r[i].host) memcpy(r[i].param + k, h, c * sizeof(float));
+                else st = o->copy(dp->dev, r[i].param + k, h, c * sizeof(float), DT_COPY_HOST_TO_DEVICE);
                 if (st == DT_STATUS_OK) st = o->upload_f32(dp->dev, at(r[i].cparam, k, dp->es), h, c);
             } else {
                 st = o->upload_f32(dp->dev, r[i].param + k, h, c);
@@ -463,6 +467,12 @@ dt_status_t dt_dp_init(dt_dp_t **out, const dt_dp_opts *opts, dt_device_t *dev, 
     for (int i = 0; i < DP_GSLOTS; i++) dp->gslots[i].owner = -1;
     for (int i = 0; i < DP_PSLOTS; i++) dp->pslots[i].owner = -1;
     dt_status_t st = DT_STATUS_OK;
+    if (opts->offload && !dp->sharded_optim) {
+        st = dt_error(DT_STATUS_CONFIG, "zero_optimization.offload_optimizer needs a sharded optimizer (strategy "
+                      "zero1, zero2, fsdp or hsdp; ZeRO stage 1-3), not %s", dt_config_strategy_name(s));
+        goto out_free_dp;
+    }
+    dp->offload = opts->offload;
 
     /* Shard and replica groups. */
     dp->n_shards = 1;
@@ -518,10 +528,15 @@ dt_status_t dt_dp_init(dt_dp_t **out, const dt_dp_opts *opts, dt_device_t *dev, 
     else DT_CHECK_GOTO(alloc_state(dp, DT_MEM_PARAMS, shard, dp->es, &dp->pshard), st, out_free_dp);
     if (!dp->sharded_grads) DT_CHECK_GOTO(alloc_state(dp, DT_MEM_GRADS, full, dp->es, &dp->grads), st, out_free_dp);
     else DT_CHECK_GOTO(alloc_state(dp, DT_MEM_GRADS, shard, dp->es, &dp->gshard), st, out_free_dp);
-    DT_CHECK_GOTO(alloc_state(dp, DT_MEM_OPTIM, shard, sizeof(float), (void **)&dp->m), st, out_free_dp);
-    DT_CHECK_GOTO(alloc_state(dp, DT_MEM_OPTIM, shard, sizeof(float), (void **)&dp->v), st, out_free_dp);
-    if (dev->ops->dtype != DT_DTYPE_F32)
-        DT_CHECK_GOTO(alloc_state(dp, DT_MEM_MASTER, shard, sizeof(float), (void **)&dp->master), st, out_free_dp);
+    if (dp->offload) { /* master, m, v (and the gradient shard's copy) in host memory */
+        DT_CHECK_GOTO(dp_offload_alloc(dp), st, out_free_dp);
+    } else {
+        DT_CHECK_GOTO(alloc_state(dp, DT_MEM_OPTIM, shard, sizeof(float), (void **)&dp->m), st, out_free_dp);
+        DT_CHECK_GOTO(alloc_state(dp, DT_MEM_OPTIM, shard, sizeof(float), (void **)&dp->v), st, out_free_dp);
+        if (dev->ops->dtype != DT_DTYPE_F32)
+            DT_CHECK_GOTO(alloc_state(dp, DT_MEM_MASTER, shard, sizeof(float), (void **)&dp->master), st,
+                          out_free_dp);
+    }
     if (dp->world && !dp->sharded_grads && opts->reduce_dtype != dev->ops->dtype) {
         if (!dev->ops->cast) {
             st = dt_error(DT_STATUS_UNSUPPORTED, "device %s cannot cast gradients to %s for their reduction",
@@ -587,9 +602,13 @@ void dt_dp_free(dt_dp_t *dp) {
     o->free(dp->dev, dp->grads);
     o->free(dp->dev, dp->pshard);
     o->free(dp->dev, dp->gshard);
-    o->free(dp->dev, dp->m);
-    o->free(dp->dev, dp->v);
-    o->free(dp->dev, dp->master);
+    if (dp->offload) {
+        dp_offload_free(dp);
+    } else {
+        o->free(dp->dev, dp->m);
+        o->free(dp->dev, dp->v);
+        o->free(dp->dev, dp->master);
+    }
     o->free(dp->dev, dp->small);
     o->free(dp->dev, dp->wire);
     for (int i = 0; i < DP_GSLOTS; i++) o->free(dp->dev, dp->gslots[i].buf);
@@ -635,13 +654,25 @@ dt_status_t dt_dp_micro_end(dt_dp_t *dp) {
     return DT_STATUS_OK;
 }
 
+/* zero1 with offload: the rank's reduced slice of bucket b to the host. */
+static dt_status_t slice_down(dt_dp_t *dp, int b) {
+    const dt_dp_bucket *bk = &dp->plan.buckets[b];
+    return dp_offload_grad_down(dp, bk->shard_offset,
+                                at(dp->grads, bk->padded_offset + (size_t)dp->shard_rank * bk->slice, dp->es),
+                                bk->slice);
+}
+
 dt_status_t dt_dp_reduce_finish(dt_dp_t *dp) {
     DT_CHECK(dt_dp_check(dp));
     if (dp->sharded_grads) {
         while (dp->gfifo_len > 0) DT_CHECK(gfifo_pop(dp));
         return dp_params_release_all(dp);
     }
-    if (!dp->world) return DT_STATUS_OK;
+    if (!dp->world) {
+        for (int b = 0; b < dp->plan.n_buckets && dp->offload; b++) /* zero1, one rank: each slice down */
+            DT_CHECK(slice_down(dp, b));
+        return DT_STATUS_OK;
+    }
     for (int b = 0; b < dp->plan.n_buckets; b++)
         if (!dp->bs[b].launched) DT_CHECK(full_bucket_launch(dp, b));
     dt_status_t st = DT_STATUS_OK;
@@ -656,6 +687,11 @@ dt_status_t dt_dp_reduce_finish(dt_dp_t *dp) {
             if (dp->opts.strategy != DT_STRATEGY_DDP) off += (size_t)dp->shard_rank * bk->slice, n = bk->slice;
             dp->dev->ops->cast(dp->dev, at(dp->grads, off, dp->es), dp->dev->ops->dtype, at(dp->wire, off, dp->wes),
                                dp->opts.reduce_dtype, n);
+        }
+        /* offload: this bucket's slice goes down while the next ones are waited for */
+        if (s2 == DT_STATUS_OK && dp->offload) {
+            dt_status_t s3 = slice_down(dp, b);
+            if (st == DT_STATUS_OK) st = s3;
         }
     }
     return st;

@@ -152,6 +152,19 @@ typedef struct dt_dp_opts {
      * rest of the model), over which the gradient norm also sums; `all` is then set
      * too. NULL: no pipeline. */
     dt_comm_t *pp;
+    /* zero_optimization.offload_optimizer (ZeRO-Offload; zero1/zero2/fsdp/hsdp, not
+     * ddp): the fp32 master weights and Adam m, v of this rank's shard live in host
+     * memory (dev->ops->host_alloc when offload_pinned, else plain memory), beside a
+     * host copy of the gradient shard in the compute dtype. Each bucket's reduced
+     * gradient slice goes down (copy_async) as soon as its last micro-step's
+     * reduction completes, while backward goes on; the step waits for the copies,
+     * runs AdamW on the host (dt_host_adamw, host_threads threads, <= 0: OpenMP's
+     * default) run by run, writing the new parameters in the compute dtype over the
+     * host gradients, and sends each run back up as soon as it is updated. Device
+     * model state: the parameters and gradients of the strategy only. */
+    int offload;
+    int offload_pinned;
+    int host_threads;
 } dt_dp_opts;
 
 /* Allocates the model state for the strategy, initialises the parameters from
@@ -215,11 +228,16 @@ typedef struct dt_dp_range {
     /* With fp32 masters (bf16 compute): the range's parameters in the compute
      * dtype, refreshed from param after a load; NULL when param is the parameters. */
     void *cparam;
+    /* 1: param, m and v are host memory (optimizer offload), read and written in
+     * place; 0: device memory. */
+    int host;
 } dt_dp_range;
 
 /* 1 when the parameters are kept in the compute dtype beside fp32 master weights
  * (bf16 compute); dt_dp_range.param then points at the masters. */
 int dt_dp_has_master(const dt_dp_t *dp);
+/* 1 when the optimizer state is offloaded to host memory (dt_dp_opts.offload). */
+int dt_dp_offloaded(const dt_dp_t *dp);
 
 /* Ranges this rank writes in a checkpoint: disjoint across ranks, their union
  * is the whole model. DDP splits the buffer evenly over ranks; ZeRO/FSDP
@@ -247,6 +265,10 @@ void dt_dp_get_stats(const dt_dp_t *dp, dt_dp_stats *out);
  * master, optim as in common/mem.h), for reports and tests. */
 typedef struct dt_dp_mem {
     size_t params, grads, master, optim, work; /* work: bucket/unit buffers (COMM) */
+    /* Optimizer offload: the host's share (category OFFLOAD), master and optim above
+     * then 0 (nothing of it on the device): fp32 master 4Ψp/N, Adam 8Ψp/N, the
+     * gradient shard in the compute dtype 2Ψp/N (bf16) or 4Ψp/N (fp32). */
+    size_t host_master, host_optim, host_grads;
 } dt_dp_mem;
 void dt_dp_expected_mem(const dt_dp_t *dp, dt_dp_mem *out);
 

@@ -29,6 +29,7 @@ typedef struct dp_bstate {
     int pslot;            /* fsdp gathered parameters, -1 none */
     pstate_t pstate;
     dt_comm_req_t preq;
+    int final;            /* zero2/fsdp: the reduction in flight is the step's last micro-step's */
 } dp_bstate;
 
 struct dt_dp {
@@ -56,7 +57,13 @@ struct dt_dp {
     void *small;           /* device buffer for the host values all_gather_f64 exchanges (GPU jobs) */
     size_t small_bytes;
     float *master;         /* fp32 master weights, laid out as m and v; NULL when the
-                              compute dtype is fp32 (the parameters are the masters) */
+                              compute dtype is fp32 (the parameters are the masters)
+                              and the optimizer is not offloaded */
+    /* optimizer offload (dt_dp_opts.offload): master, m and v are host memory, and hbuf
+     * (host, shard layout, compute dtype) receives the gradient shard and then holds
+     * the updated parameters on their way back up */
+    int offload;
+    void *hbuf;
     size_t work_elems;     /* largest padded bucket */
     /* tensor parallelism: this rank's gradient ranges of the tensors every TP rank
      * holds whole (the norm counts them once), found once (dp_state.c) */
@@ -94,6 +101,16 @@ dt_status_t dp_all_gather_f64(dt_dp_t *dp, dt_comm_t *comm, const double *vals, 
 dt_status_t dp_param_ready(dt_dp_t *dp, int b);
 dt_status_t dp_param_release(dt_dp_t *dp, int b);
 dt_status_t dp_params_release_all(dt_dp_t *dp);
+
+/* dp_offload.c */
+/* Host state of an offloaded optimizer (master, m, v, hbuf); released by dp_offload_free. */
+dt_status_t dp_offload_alloc(dt_dp_t *dp);
+void dp_offload_free(dt_dp_t *dp);
+/* Starts the copy of count reduced gradient elements at src (device) into hbuf at
+ * shard offset `shard_offset`. */
+dt_status_t dp_offload_grad_down(dt_dp_t *dp, size_t shard_offset, const void *src, size_t count);
+/* The AdamW step on the host and the updated parameters back on the device. */
+dt_status_t dp_offload_step(dt_dp_t *dp, const dt_adamw_args_t *args);
 
 /* dp_state.c */
 /* ZeRO-1/2: every rank's updated slices back into every rank's full buffer. */

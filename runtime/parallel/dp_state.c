@@ -138,6 +138,10 @@ dt_status_t dp_gather_full_params(dt_dp_t *dp) {
 dt_status_t dt_dp_optimizer_step(dt_dp_t *dp, const dt_adamw_args_t *args) {
     DT_CHECK(dt_dp_check(dp));
     DT_CHECK(dp_params_release_all(dp));
+    if (dp->offload) { /* on the host (dp_offload.c), then the same gather */
+        DT_CHECK(dp_offload_step(dp, args));
+        return dp_gather_full_params(dp);
+    }
     for (int i = 0; i < dp->plan.n_runs; i++) {
         const dt_dp_run *r = &dp->plan.runs[i];
         dp->dev->ops->adamw(dp->dev, param_ptr(dp, r), dp->master ? dp->master + r->shard_offset : NULL,
@@ -180,7 +184,7 @@ int dp_held_ranges(const dt_dp_t *dp, dt_dp_range *out, int max, int all) {
         if (cnt > 0 && max > 0) {
             void *cp = at(dp->params, off, dp->es);
             out[0] = (dt_dp_range){off, cnt, dp->master ? dp->master + off : (float *)cp, dp->m + off, dp->v + off,
-                                   dp->master ? cp : NULL};
+                                   dp->master ? cp : NULL, 0};
         }
         return cnt > 0;
     }
@@ -194,7 +198,8 @@ int dp_held_ranges(const dt_dp_t *dp, dt_dp_range *out, int max, int all) {
             void *cp = dp->sharded_params ? at(dp->pshard, bk->shard_offset, dp->es)
                                           : at(dp->params, bk->padded_offset + a, dp->es);
             out[n] = (dt_dp_range){bk->offset + a, e - a, dp->master ? dp->master + bk->shard_offset : (float *)cp,
-                                   dp->m + bk->shard_offset, dp->v + bk->shard_offset, dp->master ? cp : NULL};
+                                   dp->m + bk->shard_offset, dp->v + bk->shard_offset, dp->master ? cp : NULL,
+                                   dp->offload};
         }
         n++;
     }
@@ -204,6 +209,8 @@ int dp_held_ranges(const dt_dp_t *dp, dt_dp_range *out, int max, int all) {
 int dt_dp_owned_ranges(const dt_dp_t *dp, dt_dp_range *out, int max) { return dp_held_ranges(dp, out, max, 0); }
 
 int dt_dp_has_master(const dt_dp_t *dp) { return dp->master != NULL; }
+
+int dt_dp_offloaded(const dt_dp_t *dp) { return dp->offload; }
 
 /* The compute-dtype parameters of a range from its fp32 masters (after a load),
  * through the host in chunks: rare (resume), so simple beats fast. */
@@ -216,7 +223,8 @@ static dt_status_t refresh_from_master(dt_dp_t *dp, const dt_dp_range *r) {
     dt_status_t st = DT_STATUS_OK;
     for (size_t i = 0; i < r->count && st == DT_STATUS_OK; i += chunk) {
         size_t k = r->count - i < chunk ? r->count - i : chunk;
-        st = o->copy(dp->dev, h, r->param + i, k * sizeof(float), DT_COPY_DEVICE_TO_HOST);
+        if (r->host) memcpy(h, r->param + i, k * sizeof(float)); /* offloaded masters */
+        else st = o->copy(dp->dev, h, r->param + i, k * sizeof(float), DT_COPY_DEVICE_TO_HOST);
         if (st == DT_STATUS_OK) st = o->upload_f32(dp->dev, at(r->cparam, i, dp->es), h, k);
         if (st == DT_STATUS_OK) st = o->synchronize(dp->dev);
     }
@@ -246,5 +254,11 @@ void dt_dp_expected_mem(const dt_dp_t *dp, dt_dp_mem *m) {
     m->grads = (dp->sharded_grads ? shard : full) * es;
     m->optim = 2 * shard * sizeof(float);
     m->master = dp->master ? shard * sizeof(float) : 0;
+    if (dp->offload) { /* none of it on the device */
+        m->host_master = m->master;
+        m->host_optim = m->optim;
+        m->host_grads = shard * es;
+        m->master = m->optim = 0;
+    }
     m->work = ((size_t)dp->n_gslots + (size_t)dp->n_pslots) * dp->work_elems * es;
 }

@@ -53,9 +53,10 @@ static dt_train_ckpt_owned *owned_ranges(const dt_train_ckpt *t, int *n) {
     return o;
 }
 
-/* Device buffers are host fp32 on the CPU backend: read and written in place. */
-static int host_fp32(const dt_device_t *dev) {
-    return dev->kind == DT_DEVICE_CPU && dev->ops->dtype == DT_DTYPE_F32;
+/* Device buffers are host fp32 on the CPU backend, and so is an offloaded optimizer's
+ * state: read and written in place. */
+static int host_state(const dt_train_ckpt *t) {
+    return t->state_host || (t->dev->kind == DT_DEVICE_CPU && t->dev->ops->dtype == DT_DTYPE_F32);
 }
 
 /* Params of a range: fp32 masters, or device tensors of the compute dtype. */
@@ -167,7 +168,7 @@ dt_status_t dt_train_ckpt_save(const dt_train_ckpt *t, int64_t step, const char 
             r->buffer = names[b];
             r->offset = own[i].offset;
             r->count = own[i].count;
-            if (host_fp32(t->dev)) {
+            if (host_state(t)) {
                 r->data = src[b];
                 continue;
             }
@@ -259,7 +260,7 @@ dt_status_t dt_train_ckpt_read_range(const dt_train_ckpt *t, dt_ckpt_t *c, uint6
     const dt_ops_t *ops = t->dev->ops;
     void *dst[3] = {params, m, v};
     static const char *names[3] = {"params", "m", "v"};
-    if (host_fp32(t->dev)) {
+    if (host_state(t)) {
         for (int b = 0; b < 3; b++)
             if (dst[b]) DT_CHECK(read_local(t, c, names[b], offset, count, dst[b]));
         return DT_STATUS_OK;

@@ -47,6 +47,7 @@ typedef struct dt_train_ckpt {
      * set this (and params) so resume reads the whole parameter buffer. */
     int load_full_params;
     int params_fp32; /* the params pointers are fp32 masters, not the compute dtype */
+    int state_host;  /* params (fp32 masters), m and v are host memory (optimizer offload) */
     /* A strategy that loads its own way (dt_dp_load_ranges: collective, then
      * all-gathers): called with the open, checked checkpoint instead of reading
      * the ranges above; it reads with dt_train_ckpt_read_range. Called with c NULL

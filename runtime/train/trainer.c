@@ -189,7 +189,9 @@ static dt_status_t ckpt_dp_fresh(void *ctx, const dt_dp_range *r) {
         size_t c = r->count - k < chunk ? r->count - k : chunk;
         st = init_fill(x->t, r->offset + k, c, h);
         if (st != DT_STATUS_OK) break;
-        if (r->cparam) /* fp32 masters; dt_dp_load_ranges refreshes the compute copy */
+        if (r->host) /* offloaded fp32 masters (host memory) */
+            memcpy(r->param + k, h, c * sizeof(float));
+        else if (r->cparam) /* fp32 masters; dt_dp_load_ranges refreshes the compute copy */
             st = o->copy(x->t->dev, r->param + k, h, c * sizeof(float), DT_COPY_HOST_TO_DEVICE);
         else
             st = o->upload_f32(x->t->dev, r->param + k, h, c);
@@ -197,6 +199,11 @@ static dt_status_t ckpt_dp_fresh(void *ctx, const dt_dp_range *r) {
     }
     dt_mem_free(h);
     DT_CHECK(st);
+    if (r->host) {
+        memset(r->m, 0, r->count * sizeof(float));
+        memset(r->v, 0, r->count * sizeof(float));
+        return DT_STATUS_OK;
+    }
     DT_CHECK(o->set(x->t->dev, r->m, 0, r->count * sizeof(float)));
     return o->set(x->t->dev, r->v, 0, r->count * sizeof(float));
 }
@@ -220,7 +227,8 @@ static dt_train_ckpt ckpt_view(dt_trainer_t *t, dt_train_ckpt_owned **owned, ckp
     dt_train_ckpt c = {.cfg = t->cfg, .layout = &t->layout, .dev = t->dev, .rank = t->env->rank,
                        .world_size = t->env->world_size, .owned = *owned, .n_owned = n, .data = t->data,
                        .rng = &t->rng, .load = ckpt_load, .load_ctx = lc,
-                       .params_fp32 = dt_dp_has_master(t->dp), .run_id = t->run_id};
+                       .params_fp32 = dt_dp_has_master(t->dp), .state_host = dt_dp_offloaded(t->dp),
+                       .run_id = t->run_id};
     if (n == 0) c.n_owned = -1; /* owns nothing (an HSDP replica): writes an empty shard */
     if (t->env->world_size > 1) {
         c.barrier = ckpt_barrier, c.barrier_ctx = t;
@@ -360,6 +368,17 @@ static dt_status_t setup(dt_trainer_t *t) {
                       .bucket_elems = (size_t)cfg->zero.reduce_bucket_size,
                       .local_world_size = t->env->local_world_size, .seed = (uint64_t)cfg->seed,
                       .reduce_dtype = reduce};
+    if (cfg->zero.offload_optimizer.device == DT_CONFIG_OFFLOAD_CPU) {
+        if (t->dev->kind == DT_DEVICE_CPU) { /* the state is in host memory already */
+            if (t->env->rank == 0)
+                DT_LOG_WARN("zero_optimization.offload_optimizer.device cpu: no effect on the CPU device (the "
+                            "optimizer state is in host memory already)");
+        } else {
+            dpo.offload = 1;
+            dpo.offload_pinned = cfg->zero.offload_optimizer.pin_memory;
+            dpo.host_threads = (int)cfg->threads;
+        }
+    }
     dt_comm_t *dp_comm = t->comm;
     if (t->layout.global) { /* the strategy runs over the DP group, on each rank's TP piece of its stage */
         dp_comm = t->dp_comm;
@@ -506,7 +525,9 @@ out_free:
 /* Memory figures of one rank, in the order summary.json lists them. */
 enum {
     MEM_PEAK, MEM_PARAMS, MEM_GRADS, MEM_MASTER, MEM_OPTIM, MEM_ACT, MEM_COMM, MEM_EXPECT, MEM_WORK,
-    MEM_STAGE, MEM_BUBBLE, MEM_PP_COMPUTE, MEM_ARENAS, MEM_N /* the pipeline's figures ride along */
+    MEM_STAGE, MEM_BUBBLE, MEM_PP_COMPUTE, MEM_ARENAS, /* the pipeline's figures ride along */
+    MEM_HOST, MEM_HOST_MASTER, MEM_HOST_OPTIM, MEM_HOST_GRADS, /* optimizer offload: host memory */
+    MEM_N
 };
 
 static void my_memory(dt_trainer_t *t, double *v) {
@@ -526,6 +547,10 @@ static void my_memory(dt_trainer_t *t, double *v) {
     v[MEM_BUBBLE] = t->pp_span_ms > 0 ? 1 - t->pp_compute_ms / t->pp_span_ms : 0;
     v[MEM_PP_COMPUTE] = t->pp_compute_ms / steps;
     v[MEM_ARENAS] = t->pp_arenas;
+    v[MEM_HOST] = (double)dt_mem_peak(DT_MEM_OFFLOAD);
+    v[MEM_HOST_MASTER] = (double)e.host_master;
+    v[MEM_HOST_OPTIM] = (double)e.host_optim;
+    v[MEM_HOST_GRADS] = (double)e.host_grads;
 }
 
 /* mem: MEM_N figures per rank (every rank's, gathered). */
@@ -561,6 +586,7 @@ static dt_status_t write_summary(dt_trainer_t *t, double final_loss, double fina
                             dt_model_recompute_count(&t->layout, dt_model_max_chunk_blocks(&t->layout)));
     cJSON_AddStringToObject(o, "device", dt_device_kind_name(t->dev->kind));
     cJSON_AddStringToObject(o, "strategy", dt_config_strategy_name(t->cfg->strategy));
+    cJSON_AddStringToObject(o, "offload_optimizer", dt_dp_offloaded(t->dp) ? "cpu" : "none");
     cJSON_AddNumberToObject(o, "n_params", (double)t->layout.n_params);
     const dt_dp_plan *plan = dt_dp_get_plan(t->dp);
     cJSON_AddNumberToObject(o, "n_shards", plan->n_shards);
@@ -591,6 +617,14 @@ static dt_status_t write_summary(dt_trainer_t *t, double final_loss, double fina
         cJSON_AddNumberToObject(r, "comm_buffer_bytes", v[MEM_COMM]);
         cJSON_AddNumberToObject(r, "dp_buffer_bytes", v[MEM_WORK]);
         cJSON_AddNumberToObject(r, "activation_bytes", v[MEM_ACT]);
+        if (dt_dp_offloaded(t->dp)) { /* model_state_bytes above: the device's; this: the host's */
+            cJSON *h = cJSON_AddObjectToObject(r, "host_state_bytes");
+            cJSON_AddNumberToObject(h, "master", v[MEM_HOST_MASTER]);
+            cJSON_AddNumberToObject(h, "optim", v[MEM_HOST_OPTIM]);
+            cJSON_AddNumberToObject(h, "grads", v[MEM_HOST_GRADS]);
+            cJSON_AddNumberToObject(h, "total", v[MEM_HOST]);
+            cJSON_AddNumberToObject(h, "expected", v[MEM_HOST_MASTER] + v[MEM_HOST_OPTIM] + v[MEM_HOST_GRADS]);
+        }
         if (t->pp) { /* its stage, what it computed per step and how long it waited (the bubble) */
             cJSON *p = cJSON_AddObjectToObject(r, "pipeline");
             cJSON_AddNumberToObject(p, "stage", v[MEM_STAGE]);

@@ -47,7 +47,8 @@
  *                GPU; 0 + cudaErrorNoDevice when DTRUN_CUEMU_GPUS=0 or CUDA_VISIBLE_DEVICES
  *                hides it), cudaSetDevice,
  *                cudaGetDevice, cudaGetDeviceProperties, cudaDeviceGetAttribute,
- *                cudaMemGetInfo, cudaMalloc, cudaFree, cudaMallocHost, cudaFreeHost,
+ *                cudaMemGetInfo, cudaMalloc, cudaFree, cudaMallocHost, cudaHostAlloc,
+ *                cudaFreeHost,
  *                cudaMemcpy(Async), cudaMemset(Async), cudaStreamCreate(WithFlags),
  *                cudaStreamDestroy, cudaStreamSynchronize, cudaStreamWaitEvent,
  *                cudaDeviceSynchronize, cudaEventCreate(WithFlags), cudaEventRecord,
@@ -219,6 +220,10 @@ typedef struct CUevent_st *cudaEvent_t;
 #define cudaStreamNonBlocking 0x01
 #define cudaStreamLegacy ((cudaStream_t)0x1)
 #define cudaStreamPerThread ((cudaStream_t)0x2)
+#define cudaHostAllocDefault 0x00
+#define cudaHostAllocPortable 0x01
+#define cudaHostAllocMapped 0x02
+#define cudaHostAllocWriteCombined 0x04
 #define cudaEventDefault 0x00
 #define cudaEventBlockingSync 0x01
 #define cudaEventDisableTiming 0x02
@@ -264,6 +269,7 @@ cudaError_t cudaMemGetInfo(size_t *free, size_t *total);
 cudaError_t cudaMalloc(void **devPtr, size_t size);
 cudaError_t cudaFree(void *devPtr);
 cudaError_t cudaMallocHost(void **ptr, size_t size);
+cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags);
 cudaError_t cudaFreeHost(void *ptr);
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind);
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,

@@ -452,6 +452,17 @@ cudaError_t cudaMallocHost(void **ptr, size_t size) {
     return fail(do_alloc(ptr, size, false));
 }
 
+/* Pinned host memory as cudaMallocHost's; the flags (portable, mapped, write-combined)
+ * change nothing here: every pinned buffer is visible to the one emulated device. */
+cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags) {
+    device_access access;
+    cudaError_t e;
+    if (!check_device(&e)) return fail(e);
+    if (flags & ~(unsigned)(cudaHostAllocPortable | cudaHostAllocMapped | cudaHostAllocWriteCombined))
+        return fail(cudaErrorInvalidValue);
+    return fail(do_alloc(pHost, size, false));
+}
+
 cudaError_t cudaFreeHost(void *ptr) {
     device_access access;
     cudaError_t e;
