@@ -56,6 +56,14 @@
 #define DT_CONFIG_PP_SCHEDULE_MAP(X) X(GPIPE, "gpipe") X(1F1B, "1f1b") X(INTERLEAVED, "interleaved")
 #define DT_CONFIG_PP_PARTITION_MAP(X) X(UNIFORM, "uniform") X(PARAMETERS, "parameters") X(FLOPS, "flops")
 
+/* lora.base_dtype: auto = the compute dtype (cpu fp32, cuda bf16). */
+#define DT_CONFIG_LORA_BASE_MAP(X) X(AUTO, "auto") X(FP32, "fp32") X(BF16, "bf16") X(INT8, "int8")
+enum {
+#define X(n, s) DT_CONFIG_LORA_BASE_##n,
+    DT_CONFIG_LORA_BASE_MAP(X)
+#undef X
+};
+
 #define DT_STRATEGY_MAP(X)                                                   \
     X(DDP, "ddp") X(ZERO1, "zero1") X(ZERO2, "zero2") X(FSDP, "fsdp") X(HSDP, "hsdp")
 
@@ -219,6 +227,16 @@ typedef struct dt_config {
         int64_t virtual_stages; /* chunks per rank (interleaved) */
         int partition;          /* DT_CONFIG_PP_PARTITION_MAP order (model.h's dt_pp_partition_t) */
     } pp;
+    /* lora.*: LoRA fine-tuning of model.pretrained (runtime/model/lora.h): r > 0 turns
+     * it on; the base is frozen in base_dtype, only the adapters are trained. */
+    struct {
+        int64_t r;            /* 0 = off */
+        double alpha;         /* the adapters' output is scaled by alpha / r */
+        double dropout;       /* 0 only */
+        char *target_modules; /* comma-separated module names (NULL: PEFT's default) */
+        int base_dtype;       /* DT_CONFIG_LORA_BASE_MAP order */
+        char *init;           /* a PEFT adapter (directory or .safetensors) to start from; NULL: PEFT's init */
+    } lora;
     int64_t threads; /* CPU threads per rank; 0 = auto */
     int64_t sample_tokens; /* characters rank 0 generates at the end (text data); 0 = none */
 
