@@ -28,6 +28,7 @@ static dt_status_t config_error(dt_status_t st) {
 }
 
 dt_status_t dt_trainer_check_data(const dt_config_t *cfg) {
+    DT_CHECK(dt_trainer_check_lora(cfg));
     if (cfg->model.ops->data != DT_MODEL_DATA_TOKENS) return DT_STATUS_OK;
     dt_data_source src[DT_DATA_MAX_SOURCES];
     int n = dt_trainer_sources_(cfg, src);
@@ -102,7 +103,6 @@ dt_status_t dt_trainer_check_data(const dt_config_t *cfg) {
 }
 
 dt_status_t dt_trainer_check_pretrained(const dt_config_t *cfg) {
-    if (cfg->lora.r > 0 && !cfg->model_pretrained) return dt_trainer_check_lora(cfg, NULL);
     if (!cfg->model_pretrained) return DT_STATUS_OK;
     dt_model_spec spec;
     dt_model_layout l;
@@ -111,7 +111,6 @@ dt_status_t dt_trainer_check_pretrained(const dt_config_t *cfg) {
     DT_CHECK(dt_model_layout_init(&spec, &l));
     dt_status_t st = dt_hf_weights_open(cfg->model_pretrained, &l, &w);
     dt_hf_weights_close(w);
-    if (st == DT_STATUS_OK) st = dt_trainer_check_lora(cfg, &l);
     dt_model_layout_free(&l);
     return st;
 }

@@ -39,7 +39,7 @@ dt_status_t dt_train_lora_spec_(const dt_config_t *cfg, dt_dtype_t compute, dt_l
     return DT_STATUS_OK;
 }
 
-dt_status_t dt_trainer_check_lora(const dt_config_t *cfg, const dt_model_layout *base) {
+dt_status_t dt_trainer_check_lora(const dt_config_t *cfg) {
     if (cfg->lora.r == 0) return DT_STATUS_OK;
     if (!cfg->model_pretrained)
         return dt_error(DT_STATUS_CONFIG, "lora.r: LoRA fine-tunes a pretrained model: set model.pretrained (a Hugging "
@@ -57,9 +57,16 @@ dt_status_t dt_trainer_check_lora(const dt_config_t *cfg, const dt_model_layout 
     /* the compute dtype the worker will use: bf16 only on cuda with bf16.enabled */
     dt_dtype_t compute = cfg->bf16.enabled && cfg->device != DT_CONFIG_DEVICE_CPU ? DT_DTYPE_BF16 : DT_DTYPE_F32;
     DT_CHECK(dt_train_lora_spec_(cfg, compute, &ls));
+    dt_model_spec spec;
+    dt_model_layout base, adapters;
     dt_lora_t lora;
-    dt_model_layout adapters;
-    DT_CHECK(dt_lora_init(base, &ls, compute, &lora, &adapters));
+    DT_CHECK(dt_trainer_spec_(cfg, &spec));
+    DT_CHECK(dt_model_layout_init(&spec, &base));
+    dt_status_t st0 = dt_lora_init(&base, &ls, compute, &lora, &adapters);
+    if (st0 != DT_STATUS_OK) {
+        dt_model_layout_free(&base);
+        return st0;
+    }
     dt_status_t st = DT_STATUS_OK;
     if (cfg->lora.init) { /* every adapter tensor is in the file, in its shape */
         char path[4096];
@@ -80,6 +87,7 @@ dt_status_t dt_trainer_check_lora(const dt_config_t *cfg, const dt_model_layout 
     }
     dt_lora_free(&lora);
     dt_model_layout_free(&adapters);
+    dt_model_layout_free(&base);
     return st;
 }
 
