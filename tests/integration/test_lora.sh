@@ -8,6 +8,7 @@
 #     and losses within 1e-5), and the adapters are all dp holds (model-state bytes)
 #   - an int8 base: trains, its loss within 2e-2 of the fp32 base's, summary.json's
 #     lora_base bytes = int8 linears + 4 bytes of scale per row + fp32 others
+#   - `dtrun plan --lora-r 4 --base-dtype int8` prints the int8 run's model-state bytes
 #   - bad lora config: exit 2 naming the key, before any worker starts
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
@@ -108,6 +109,13 @@ PY
 else
   fail "int8 base run" "$(tail -3 "$DT_TMP/int8.err")"
 fi
+
+# `dtrun plan --lora-r 4 --base-dtype int8` prints the model-state bytes the int8 run allocated
+planned=$("$DTRUN" plan "$DT_TMP/int8/train.json" --lora-r 4 --base-dtype int8 2>&1 | awk '/model-state bytes/ {print $3}')
+measured=$(python3 -c "import json,sys; s=json.load(open(sys.argv[1])); s=s.get('memory', s); print(int(s['ranks'][0]['model_state_bytes']['expected']))" \
+  "$DT_TMP/int8/log/summary.json" 2>/dev/null)
+if [ -n "$planned" ] && [ "$planned" = "$measured" ]; then pass "plan --lora-r 4 --base-dtype int8: $planned model-state bytes, as the run"
+else fail "plan --lora-r --base-dtype int8" "plan '$planned', run '$measured'"; fi
 
 # bad configs: exit 2 naming the key
 cp "$DT_TMP/peft/train.json" "$DT_TMP/good.json"
