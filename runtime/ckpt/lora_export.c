@@ -91,7 +91,7 @@ static dt_status_t write_adapter(const dt_model_layout *a, const float *params, 
     for (int i = 0; i < a->n_tensors; i++) {
         const dt_tensor_info *t = &a->tensors[i];
         char name[128];
-        snprintf(name, sizeof name, "base_model.model.%s", t->name);
+        snprintf(name, sizeof name, "%s%s", dt_lora_peft_prefix(a), t->name);
         cJSON *e = cJSON_AddObjectToObject(h, name);
         cJSON_AddStringToObject(e, "dtype", "F32");
         cJSON *shape = cJSON_AddArrayToObject(e, "shape");

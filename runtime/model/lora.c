@@ -18,6 +18,10 @@ static const char *default_targets(const char *model) {
     return "q_proj,v_proj";
 }
 
+const char *dt_lora_peft_prefix(const dt_model_layout *l) {
+    return !strcmp(l->spec.ops->name, "gpt") ? "base_model.model.transformer." : "base_model.model.";
+}
+
 dt_status_t dt_lora_parse_targets(dt_lora_spec *spec, const char *list) {
     spec->n_targets = 0;
     if (!list || !list[0]) return DT_STATUS_OK;

@@ -96,6 +96,11 @@ dt_status_t dt_lora_load(dt_lora_t *lora, dt_device_t *dev, dt_lora_read_fn read
  * stream (seed, tensor index); B zero. */
 void dt_lora_init_range(const dt_lora_t *lora, uint64_t seed, size_t offset, size_t count, float *dst);
 
+/* The prefix of PEFT's state-dict names before a tensor's name here: PEFT wraps the
+ * Hugging Face model ("base_model.model."), whose GPT-2 weights sit under
+ * "transformer." (which dtrun's names drop). */
+const char *dt_lora_peft_prefix(const dt_model_layout *l);
+
 /* Host quantization of one (rows, cols) fp32 matrix: q (rows * cols) and scale
  * (rows). A zero row gets scale 1 and zeros. */
 void dt_lora_quantize_rows(const float *w, size_t rows, size_t cols, int8_t *q, float *scale);

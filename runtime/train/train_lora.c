@@ -76,7 +76,7 @@ dt_status_t dt_trainer_check_lora(const dt_config_t *cfg) {
         if (st != DT_STATUS_OK) st = dt_error(DT_STATUS_CONFIG, "lora.init: %s", dt_error_detail());
         for (int i = 0; st == DT_STATUS_OK && i < adapters.n_tensors; i++) {
             char name[128];
-            snprintf(name, sizeof name, "base_model.model.%s", adapters.tensors[i].name);
+            snprintf(name, sizeof name, "%s%s", dt_lora_peft_prefix(&adapters), adapters.tensors[i].name);
             const dt_st_tensor *x = dt_st_find(f, name);
             if (!x || x->numel != adapters.tensors[i].numel)
                 st = dt_error(DT_STATUS_CONFIG, "lora.init: %s has %s %s (expected %lld x %lld)", path,
@@ -100,7 +100,7 @@ static dt_status_t fill_from_file(dt_trainer_t *t, size_t offset, size_t count, 
         size_t hi = ti->offset + ti->numel < offset + count ? ti->offset + ti->numel : offset + count;
         if (lo >= hi) continue;
         char name[128];
-        snprintf(name, sizeof name, "base_model.model.%s", ti->name);
+        snprintf(name, sizeof name, "%s%s", dt_lora_peft_prefix(a), ti->name);
         const dt_st_tensor *x = dt_st_find(t->lora_init, name);
         if (!x || x->numel != ti->numel)
             return dt_error(DT_STATUS_CONFIG, "lora.init: no %s of %zu elements", name, ti->numel);

@@ -28,7 +28,9 @@ usage:
                                    one step from adapter_init (lora_compare.py's checks),
                                    exports --format peft; PEFT loads that adapter onto
                                    the base: its loss and logits on the batch equal
-                                   dtrun's after-step loss (the second step's) within 1e-5
+                                   dtrun's after-step loss (the second step's) within 1e-5;
+                                   GPT-2 (Conv1D) with an fp32 and an int8 base the same
+                                   way (PEFT on a base quantized as dtrun does)
 Needs torch, transformers, peft, safetensors; runs offline.
 """
 import argparse
@@ -132,6 +134,52 @@ def check(dtrun, work):
     return ok
 
 
+def check_gpt2(dtrun, work, base_dtype):
+    """GPT-2 (tests/fixtures/hf/gpt2; c_attn, c_proj, c_fc, Conv1D): 3 dtrun steps
+    from PEFT's init; PEFT loads the step-2 adapter onto the base (for int8, the base
+    quantized per output row as dtrun does) and its loss equals dtrun's step-3 loss."""
+    fix = os.path.join(ROOT, "tests", "fixtures", "hf", "gpt2")
+    os.makedirs(work, exist_ok=True)
+    exp = hf_compare.read_safetensors(os.path.join(fix, "expected.safetensors"))
+    tokens = [int(v) for v in exp["batch_tokens"]]
+    shard = os.path.join(work, "b.bin")
+    hf_compare.write_shard(shard, tokens)
+    nb, nt = 2, (len(tokens) - 1) // 2
+    cfg = {"model": {"pretrained": fix, "seq_len": nt},
+           "lora": {"r": 4, "alpha": 8, "target_modules": ["c_attn", "c_proj", "c_fc"], "base_dtype": base_dtype},
+           "data": {"train": shard, "val": shard}, "train_micro_batch_size_per_gpu": nb,
+           "gradient_accumulation_steps": 1, "train_steps": 3,
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-2, "weight_decay": 0.0}}, "scheduler": {"type": "none"},
+           "gradient_clipping": 0.0, "steps_per_print": 1, "eval": {"every_steps": 0}, "threads": 1, "device": "cpu",
+           "checkpoint": {"dir": os.path.join(work, "ckpt"), "every_steps": 2, "resume": "never"},
+           "log": {"dir": os.path.join(work, "log")}}
+    with open(os.path.join(work, "c.json"), "w") as f:
+        json.dump(cfg, f)
+    hf_compare.run([dtrun, "--nproc_per_node", "1", os.path.join(work, "c.json")])
+    rows = [json.loads(line) for line in open(os.path.join(work, "log", "metrics.jsonl"))]
+    out = os.path.join(work, "peft")
+    hf_compare.run([dtrun, "export", os.path.join(work, "ckpt", "step_00000002"), "-o", out, "--format", "peft"])
+    base = AutoModelForCausalLM.from_pretrained(fix, attn_implementation="eager").float()
+    if base_dtype == "int8":
+        with torch.no_grad():
+            for n, p in base.named_parameters():
+                if p.ndim == 2 and ".h." in n:  # Conv1D (in, out): dtrun's rows are its columns
+                    w = p.data.t()
+                    sc = w.abs().amax(1, keepdim=True) / 127
+                    sc[sc == 0] = 1
+                    p.data.copy_((torch.round(w / sc).clamp(-127, 127) * sc).t())
+    model = PeftModel.from_pretrained(base, out).eval()
+    x = torch.tensor(tokens)
+    inp = torch.stack([x[b * nt:b * nt + nt] for b in range(nb)])
+    tgt = torch.stack([x[b * nt + 1:b * nt + nt + 1] for b in range(nb)])
+    with torch.no_grad():
+        lg = model(input_ids=inp).logits
+    loss = torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), tgt.reshape(-1)).item()
+    return hf_compare.report(abs(loss - rows[2]["loss"]) <= 1e-5,
+                             f"gpt2 {base_dtype} base: PEFT on dtrun's exported adapter gives dtrun's loss within 1e-5",
+                             f"{loss:.8f} vs {rows[2]['loss']:.8f}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(ROOT, "tests", "fixtures", "lora"))
@@ -139,7 +187,10 @@ def main():
     a = ap.parse_args()
     if a.check:
         with tempfile.TemporaryDirectory() as work:
-            return 0 if check(os.path.abspath(a.check), work) else 1
+            ok = check(os.path.abspath(a.check), work)
+            for bd in ("fp32", "int8"):
+                ok = check_gpt2(os.path.abspath(a.check), os.path.join(work, "gpt2_" + bd), bd) and ok
+            return 0 if ok else 1
     write(a.out)
     return 0
 
