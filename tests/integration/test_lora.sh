@@ -8,6 +8,8 @@
 #     and losses within 1e-5), and the adapters are all dp holds (model-state bytes)
 #   - an int8 base: trains, its loss within 2e-2 of the fp32 base's, summary.json's
 #     lora_base bytes = int8 linears + 4 bytes of scale per row + fp32 others
+#   - on the emulated CUDA device (dtrun-emu, when built): bf16 and int8 bases train
+#     within bf16 rounding of the CPU
 #   - `dtrun plan --lora-r 4 --base-dtype int8` prints the int8 run's model-state bytes
 #   - bad lora config: exit 2 naming the key, before any worker starts
 source "$(dirname "$0")/lib.sh"
@@ -116,6 +118,26 @@ measured=$(python3 -c "import json,sys; s=json.load(open(sys.argv[1])); s=s.get(
   "$DT_TMP/int8/log/summary.json" 2>/dev/null)
 if [ -n "$planned" ] && [ "$planned" = "$measured" ]; then pass "plan --lora-r 4 --base-dtype int8: $planned model-state bytes, as the run"
 else fail "plan --lora-r --base-dtype int8" "plan '$planned', run '$measured'"; fi
+
+# the emulated CUDA device (bf16 compute; the LoRA gemm and int8 matmuls of
+# kernels/cuda/cuda_lora.cu): 3 steps within bf16 rounding of the CPU's
+EMU=${DTRUN_EMU:-$PWD/dtrun-emu}
+if [ ! -x "$EMU" ]; then
+  skip "lora on the emulated CUDA device" "no $EMU"
+else
+  for bd in bf16 int8; do
+    cpu_bd=$([ $bd = int8 ] && echo int8 || echo fp32)
+    if lc=$(run cpu3_$bd 1 3 "{\"lora\": {\"base_dtype\": \"$cpu_bd\"}}") &&
+       lg=$(python3 "$DT_TMP/run.py" "$EMU" "$DT_TMP/emu_$bd" 1 3 \
+            "{\"device\": \"cuda\", \"bf16\": {\"enabled\": true}, \"lora\": {\"base_dtype\": \"$bd\"}}" \
+            2>"$DT_TMP/emu_$bd.err") &&
+       python3 -c "import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(a - b) > 2e-3)" "$lc" "$lg"; then
+      pass "lora on the emulated GPU, $bd base: step-3 loss within 2e-3 of the CPU's ($lg vs $lc)"
+    else
+      fail "lora on the emulated GPU, $bd base" "cpu '$lc' gpu '$lg': $(tail -2 "$DT_TMP/emu_$bd.err")"
+    fi
+  done
+fi
 
 # bad configs: exit 2 naming the key
 cp "$DT_TMP/peft/train.json" "$DT_TMP/good.json"
