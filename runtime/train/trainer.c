@@ -484,7 +484,8 @@ static dt_status_t evaluate(dt_trainer_t *t, double *val_loss) {
 }
 
 static int wants_sample(const dt_trainer_t *t) {
-    return t->cfg->sample_tokens > 0 && t->layout.spec.ops->logits_slot >= 0 && t->data &&
+    /* not a LoRA run: its parameters are the adapters (sample from the merged export) */
+    return t->cfg->sample_tokens > 0 && !t->lora.adapter && t->layout.spec.ops->logits_slot >= 0 && t->data &&
            dt_data_kind(t->data) == DT_DATA_TEXT;
 }
 

@@ -10,6 +10,7 @@
 #     lora_base bytes = int8 linears + 4 bytes of scale per row + fp32 others
 #   - on the emulated CUDA device (dtrun-emu, when built): bf16 and int8 bases train
 #     within bf16 rounding of the CPU
+#   - resume of a LoRA checkpoint equals the uninterrupted run
 #   - `dtrun plan --lora-r 4 --base-dtype int8` prints the int8 run's model-state bytes
 #   - bad lora config: exit 2 naming the key, before any worker starts
 source "$(dirname "$0")/lib.sh"
@@ -138,6 +139,29 @@ else
     fi
   done
 fi
+
+# resume: a LoRA checkpoint (the adapters and their moments) resumed by path gives the
+# uninterrupted run's step-3 loss, bit for bit (the base is read from model.pretrained again)
+if why=$(python3 - "$DTRUN" "$DT_TMP/resume" 2>&1 <<'PY'
+import json, os, subprocess, sys
+sys.path.insert(0, "scripts/compat")
+import lora_compare
+dtrun, w = sys.argv[1:3]
+os.makedirs(w, exist_ok=True)
+cfg = lora_compare.config("tests/fixtures/lora", w, 3)
+cfg["checkpoint"]["every_steps"] = 1
+json.dump(cfg, open(w + "/a.json", "w"))
+subprocess.run([dtrun, "--nproc_per_node", "1", w + "/a.json"], check=True, capture_output=True)
+cfg["checkpoint"].update(resume=w + "/ckpt/step_00000002", dir=w + "/ckpt2")
+cfg["log"]["dir"] = w + "/log2"
+json.dump(cfg, open(w + "/b.json", "w"))
+subprocess.run([dtrun, "--nproc_per_node", "1", w + "/b.json"], check=True, capture_output=True)
+a = [json.loads(l) for l in open(w + "/log/metrics.jsonl")][-1]
+b = [json.loads(l) for l in open(w + "/log2/metrics.jsonl")][-1]
+assert a["step"] == b["step"] == 3 and a["loss"] == b["loss"], f"{a['loss']} vs {b['loss']}"
+PY
+); then pass "lora: resumed from step 2 by path, step 3's loss equals the uninterrupted run's"
+else fail "lora resume" "$(echo "$why" | tail -2)"; fi
 
 # bad configs: exit 2 naming the key
 cp "$DT_TMP/peft/train.json" "$DT_TMP/good.json"
