@@ -17,7 +17,8 @@
  * data-parallel strategy, the optimizer and checkpoints handle them as they handle
  * a model: only they get gradients and optimizer state. The base layout is what
  * the net computes over (shapes, arena); its weights live in dt_lora's buffers,
- * never in the trained flat buffer, replicated on every rank.
+ * never in the trained flat buffer, replicated on every rank (FSDP and HSDP shard
+ * the adapters only; the base is not sharded).
  */
 #ifndef DT_RUNTIME_MODEL_LORA_H
 #define DT_RUNTIME_MODEL_LORA_H

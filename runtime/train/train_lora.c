@@ -49,10 +49,6 @@ dt_status_t dt_trainer_check_lora(const dt_config_t *cfg) {
     if (cfg->tp.size > 1 || cfg->pp.stages > 1)
         return dt_error(DT_STATUS_CONFIG, "lora.r: LoRA runs with data parallelism only (tensor_parallel.size and "
                         "pipeline.stages must be 1)");
-    if (cfg->strategy == DT_STRATEGY_FSDP || cfg->strategy == DT_STRATEGY_HSDP)
-        return dt_error(DT_STATUS_CONFIG, "lora.r: strategy %s is not supported with LoRA yet (use ddp, zero1 or "
-                        "zero2: the adapters are small, the frozen base is replicated)",
-                        dt_config_strategy_name(cfg->strategy));
     dt_lora_spec ls;
     /* the compute dtype the worker will use: bf16 only on cuda with bf16.enabled */
     dt_dtype_t compute = cfg->bf16.enabled && cfg->device != DT_CONFIG_DEVICE_CPU ? DT_DTYPE_BF16 : DT_DTYPE_F32;

@@ -25,8 +25,8 @@ dt_status_t dt_trainer_check_pretrained(const dt_config_t *cfg);
  * the loader's own checks (dt_data_check_files): the launcher's check before workers
  * start. Errors name the key (data.train[1]). */
 dt_status_t dt_trainer_check_data(const dt_config_t *cfg);
-/* With lora.r > 0: model.pretrained set, lora.dropout 0, data parallelism only (no
- * fsdp/hsdp, TP or PP), lora.base_dtype against the compute dtype, every
+/* With lora.r > 0: model.pretrained set, lora.dropout 0, data parallelism only (any
+ * strategy; no TP or PP), lora.base_dtype against the compute dtype, every
  * lora.target_modules a linear module of the model, lora.init holding every adapter
  * tensor. DT_STATUS_CONFIG naming the key. (train_lora.c; dt_trainer_check_data
  * runs it first) */

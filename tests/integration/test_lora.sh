@@ -4,7 +4,7 @@
 #   - forward and one AdamW step equal PEFT's within 1e-5, the PEFT export's names
 #     and adapter_config.json (scripts/compat/lora_compare.py)
 #   - `export --format hf --merge` equals the base + alpha/r B A of the PEFT export
-#   - ddp and zero2 on 2 ranks train as 1 rank with the same global batch (adapters
+#   - ddp, zero2 and fsdp on 2 ranks train as 1 rank with the same global batch (adapters
 #     and losses within 1e-5), and the adapters are all dp holds (model-state bytes)
 #   - an int8 base: trains, its loss within 2e-2 of the fp32 base's, summary.json's
 #     lora_base bytes = int8 linears + 4 bytes of scale per row + fp32 others
@@ -74,7 +74,7 @@ assert e <= 1e-5, f"adapters differ by {e:.2e}"
 PY
 }
 if l1=$(run dp1 1 3 '{"big_data": true, "gradient_accumulation_steps": 2}'); then
-  for s in ddp zero2; do
+  for s in ddp zero2 fsdp; do
     if l2=$(run dp2_$s 2 3 "{\"big_data\": true, \"gradient_accumulation_steps\": 1, \"strategy\": \"$s\"}") &&
        why=$(same dp1 dp2_$s 2>&1) &&
        python3 -c "import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(a - b) > 1e-5)" "$l1" "$l2"; then
@@ -165,15 +165,16 @@ else fail "lora resume" "$(echo "$why" | tail -2)"; fi
 
 # bad configs: exit 2 naming the key
 cp "$DT_TMP/peft/train.json" "$DT_TMP/good.json"
-bad() { # name, expected text, overrides...
+bad() { # name, expected text, overrides... (NP: ranks, 1 by default)
   local n=$1 want=$2; shift 2
-  "$DTRUN" --nproc_per_node 1 "$DT_TMP/good.json" "$@" >"$DT_TMP/bad.out" 2>&1; local rc=$?
+  "$DTRUN" --nproc_per_node "${NP:-1}" "$DT_TMP/good.json" "$@" >"$DT_TMP/bad.out" 2>&1; local rc=$?
   if [ $rc -eq 2 ] && grep -q -- "$want" "$DT_TMP/bad.out"; then pass "bad config: $n: exit 2 naming it"
   else fail "bad config: $n" "rc $rc: $(tail -2 "$DT_TMP/bad.out")"; fi
 }
 bad "no model.pretrained" "lora.r: LoRA fine-tunes a pretrained model" model.pretrained=null model.type=llama
 bad "dropout" "lora.dropout: only 0" lora.dropout=0.1
 bad "unknown target" "lora.target_modules: qq_proj is not a linear module" lora.target_modules=q_proj,qq_proj
-bad "fsdp" "lora.r: strategy fsdp" strategy=fsdp
+NP=2 bad "tensor parallelism" "lora.r: LoRA runs with data parallelism only" tensor_parallel.size=2 \
+  train_micro_batch_size_per_gpu=2 gradient_accumulation_steps=1 train_batch_size=2
 bad "bf16 base on cpu" "lora.base_dtype: bf16" lora.base_dtype=bf16
 finish
