@@ -13,8 +13,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "runtime/model/lora.h"
-#include "runtime/model/model.h"
+#include "runtime/model/lora.h"  /* defines: dt_lora_init, dt_lora_base_state_bytes */
+#include "runtime/model/model.h" /* defines: dt_model_layout_init */
 
 #include "cli/cmd_plan.h"
 

@@ -18,10 +18,10 @@
 
 #include "common/fs.h"       /* defines: dt_fs_mkdir_p */
 #include "common/fs_safe.h"  /* defines: dt_fs_create_temp_beside */
-#include "common/mem.h"
-#include "runtime/ckpt/hf_export.h"
-#include "runtime/ckpt/hf_weights.h"
-#include "runtime/ckpt/safetensors.h"
+#include "common/mem.h" /* defines: dt_mem_alloc, dt_xcalloc */
+#include "runtime/ckpt/hf_export.h"  /* defines: dt_hf_export */
+#include "runtime/ckpt/hf_weights.h" /* defines: dt_hf_weights_open, dt_hf_weights_fill */
+#include "runtime/ckpt/safetensors.h" /* defines: dt_safetensors_write_tensors */
 
 static const cJSON *meta_lora(const dt_ckpt_t *c) {
     const cJSON *cfg = cJSON_GetObjectItemCaseSensitive((const cJSON *)dt_ckpt_meta(c), "config");

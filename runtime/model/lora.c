@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "common/mem.h" /* defines: dt_xcalloc, dt_mem_alloc */
-#include "common/rng.h"
+#include "common/rng.h" /* defines: dt_rng_seed, dt_rng_uniform */
 #include "runtime/model/lora.h"
 
 /* PEFT's default targets per model (peft's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING). */

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "common/log.h"
+#include "common/log.h" /* defines: DT_LOG_INFO */
 #include "runtime/ckpt/safetensors.h" /* defines: dt_st_open, dt_st_find, dt_st_read_f32 */
 #include "runtime/train/trainer_impl.h"
 
