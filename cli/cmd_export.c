@@ -1,9 +1,10 @@
 /*
- * cmd_export.c - dtrun export CHECKPOINT -o OUT [--format safetensors|hf]
- * [--dtype bf16|fp32] [--max-shard-size BYTES]: a checkpoint's parameters,
+ * cmd_export.c - dtrun export CHECKPOINT -o OUT [--format safetensors|hf|peft]
+ * [--merge] [--dtype bf16|fp32] [--max-shard-size BYTES]: a checkpoint's parameters,
  * consolidated from every shard, as one safetensors file with Hugging Face names and
  * layout (runtime/ckpt/safetensors.h), or as a Hugging Face directory that
- * transformers loads (runtime/ckpt/hf_export.h).
+ * transformers loads (runtime/ckpt/hf_export.h); a LoRA checkpoint's adapters as a
+ * PEFT adapter, or merged into its base (runtime/ckpt/lora_export.h).
  */
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -17,10 +18,11 @@
 #include "common/mem.h"
 #include "runtime/ckpt/checkpoint.h"
 #include "runtime/ckpt/hf_export.h"
+#include "runtime/ckpt/lora_export.h"
 #include "runtime/ckpt/safetensors.h"
 
 static const char export_usage[] =
-    "usage: dtrun export CHECKPOINT -o OUT [--format safetensors|hf] [--dtype bf16|fp32]\n"
+    "usage: dtrun export CHECKPOINT -o OUT [--format safetensors|hf|peft] [--merge] [--dtype bf16|fp32]\n"
     "                   [--max-shard-size BYTES]\n"
     "  CHECKPOINT: a step directory or a checkpoint.dir (its latest).\n"
     "  --format safetensors (default): OUT is one .safetensors file (fp32 unless --dtype).\n"
@@ -29,7 +31,11 @@ static const char export_usage[] =
     "    bytes (default 5GB; suffixes KB MB GB, KiB MiB GiB) with model.safetensors.index.json;\n"
     "    --dtype defaults to the training dtype.\n"
     "  GPT models get Hugging Face GPT-2 names and layout (Conv1D weights (in, out), vocab\n"
-    "  unpadded, lm_head tied to wte and not stored); llama models LlamaForCausalLM's.\n";
+    "  unpadded, lm_head tied to wte and not stored); llama models LlamaForCausalLM's.\n"
+    "  A LoRA checkpoint (lora.r > 0): --format peft writes OUT/adapter_config.json and\n"
+    "    OUT/adapter_model.safetensors (fp32) that peft's PeftModel.from_pretrained loads onto\n"
+    "    the base; --format hf --merge writes the base (model.pretrained, an int8 base as\n"
+    "    quantized) + alpha/r B A as a Hugging Face directory; --format safetensors the adapters.\n";
 
 /* "5GB", "500MB", "1e6", "64KiB" -> bytes; 0 when not a size. */
 static uint64_t parse_size(const char *s) {
@@ -44,9 +50,49 @@ static uint64_t parse_size(const char *s) {
     return 0;
 }
 
+/* A LoRA checkpoint's export (runtime/ckpt/lora_export.h); -1 when path is not one
+ * (the plain export goes on), else the exit code. */
+static int export_lora(const char *path, const char *out, int hf, int peft, int merge, const char *dtype,
+                       uint64_t max_shard, double t0) {
+    dt_ckpt_t *ck;
+    if (dt_ckpt_open(path, &ck) != DT_STATUS_OK) return -1; /* the plain path reports it */
+    if (!dt_ckpt_is_lora(ck)) {
+        dt_ckpt_close(ck);
+        if (peft || merge) {
+            fprintf(stderr, "dtrun export: %s: %s needs a LoRA checkpoint (lora.r > 0)\n", path,
+                    peft ? "--format peft" : "--merge");
+            return DT_EXIT_USAGE;
+        }
+        return -1;
+    }
+    if (hf && !merge) {
+        dt_ckpt_close(ck);
+        fprintf(stderr, "dtrun export: %s is a LoRA checkpoint (adapters only): use --format peft, or --format hf "
+                        "--merge for the merged model\n", path);
+        return DT_EXIT_USAGE;
+    }
+    dt_hf_export_opts o = {.bf16 = dtype && !strcmp(dtype, "bf16"), .max_shard_bytes = max_shard};
+    int n_tensors = 0, files = 0;
+    uint64_t bytes = 0;
+    dt_lora_export_format_t f = peft ? DT_LORA_EXPORT_PEFT : hf ? DT_LORA_EXPORT_HF_MERGE : DT_LORA_EXPORT_ADAPTERS;
+    dt_status_t st = dt_lora_export(ck, out, f, &o, &n_tensors, &files, &bytes);
+    int rc = DT_EXIT_OK;
+    if (st != DT_STATUS_OK) {
+        fprintf(stderr, "dtrun export: %s\n", dt_error_detail());
+        rc = st == DT_STATUS_UNSUPPORTED || st == DT_STATUS_INVALID ? DT_EXIT_USAGE : DT_EXIT_FAILED;
+    } else {
+        printf("dtrun export: wrote %s (%s): %d tensors, %.1f MB, from %s (step %lld) in %.2f s\n", out,
+               peft ? "PEFT adapter" : hf ? "Hugging Face, LoRA merged" : "LoRA adapters", n_tensors, (double)bytes / 1e6, dt_ckpt_path(ck),
+               (long long)dt_ckpt_step(ck), dt_now_s() - t0);
+    }
+    dt_ckpt_close(ck);
+    return rc;
+}
+
 int dt_cmd_export(int argc, char **argv) {
     const char *path = NULL, *out = NULL, *format = "safetensors", *dtype = NULL;
     uint64_t max_shard = 0;
+    int merge = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(export_usage, stdout);
@@ -54,6 +100,7 @@ int dt_cmd_export(int argc, char **argv) {
         } else if ((!strcmp(argv[i], "-o") || !strcmp(argv[i], "--output")) && i + 1 < argc) out = argv[++i];
         else if (!strcmp(argv[i], "--format") && i + 1 < argc) format = argv[++i];
         else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) dtype = argv[++i];
+        else if (!strcmp(argv[i], "--merge")) merge = 1;
         else if ((!strcmp(argv[i], "--max-shard-size") || !strcmp(argv[i], "--max_shard_size")) && i + 1 < argc) {
             if (!(max_shard = parse_size(argv[++i]))) {
                 fprintf(stderr, "dtrun export: --max-shard-size: expected a size in bytes (5GB, 500MB, 1000000), found %s\n",
@@ -73,9 +120,13 @@ int dt_cmd_export(int argc, char **argv) {
         fprintf(stderr, "dtrun export: %s\n%s", !path ? "no CHECKPOINT given" : "no -o FILE (or DIR) given", export_usage);
         return DT_EXIT_USAGE;
     }
-    int hf = !strcmp(format, "hf");
-    if (!hf && strcmp(format, "safetensors")) {
-        fprintf(stderr, "dtrun export: --format: expected safetensors or hf, found %s\n", format);
+    int hf = !strcmp(format, "hf"), peft = !strcmp(format, "peft");
+    if (!hf && !peft && strcmp(format, "safetensors")) {
+        fprintf(stderr, "dtrun export: --format: expected safetensors, hf or peft, found %s\n", format);
+        return DT_EXIT_USAGE;
+    }
+    if (merge && !hf) {
+        fprintf(stderr, "dtrun export: --merge applies to --format hf (a LoRA checkpoint merged into its base)\n");
         return DT_EXIT_USAGE;
     }
     if (dtype && strcmp(dtype, "bf16") && strcmp(dtype, "fp32")) {
@@ -89,11 +140,13 @@ int dt_cmd_export(int argc, char **argv) {
     /* Before any work: OUT is replaced by a rename, so it must be nothing yet or
      * what the format writes (a file, or a real directory for hf), never a link,
      * a device or a FIFO. */
-    if (dt_fs_check_target(out, hf, "-o") != DT_STATUS_OK) {
+    if (dt_fs_check_target(out, hf || peft, "-o") != DT_STATUS_OK) {
         fprintf(stderr, "dtrun export: %s\n", dt_error_detail());
         return DT_EXIT_USAGE;
     }
     double t0 = dt_now_s();
+    int lora_rc = export_lora(path, out, hf, peft, merge, dtype, max_shard, t0);
+    if (lora_rc >= 0) return lora_rc;
     dt_ckpt_t *ck;
     dt_model_layout l;
     float *params;

@@ -110,7 +110,7 @@ static const char *const value_flags[] = {
     "--nodes", "--gpus-per-node", "--link", "--link-gbps", "--intra-link",
     "--intra-link-gbps", "--tokens", "--hours-1gpu", "--price", "--strategy",
     "--precision", "--comm-dtype", "--measure-steps", "--tp", "--pp", "--schedule", "--virtual-stages",
-    "--partition", "--kv-heads", "--ffn", NULL};
+    "--partition", "--kv-heads", "--ffn", "--lora-r", "--base-dtype", "--lora-targets", NULL};
 
 /* --tp 1,2,4,8 or --tp auto */
 static int parse_list_tp(const char *s, plan_opts *o) {
@@ -222,6 +222,11 @@ static int parse_args(int argc, char **argv, plan_opts *o) {
         }
         int bad = 0;
         double d;
+        int lora_rc = cmd_plan_parse_lora_flag(flag, val, o);
+        if (lora_rc != 1) {
+            if (lora_rc) return lora_rc;
+            continue;
+        }
         int pp_rc = cmd_plan_parse_pp_flag(flag, val, o);
         if (pp_rc != 1) {
             if (pp_rc) return pp_rc;
@@ -744,8 +749,9 @@ int dt_cmd_plan(int argc, char **argv) {
     }
     if (o.json) cmd_plan_print_json(&o, &c, rows, n_rows, &ch);
     else cmd_plan_print_text(&o, &c, rows, n_rows, &ch);
+    rc = o.json ? DT_EXIT_OK : cmd_plan_print_lora(&o, &c);
     fflush(stdout);
-    rc = DT_EXIT_OK;
+    if (rc) goto out_free_rows;
     if (o.measure) {
         /* the config's strategy at the first GPU count */
         int want = o.highlight_strategy >= 0 ? o.highlight_strategy : DT_PLAN_DDP;

@@ -38,6 +38,8 @@ typedef struct plan_opts {
     int strategies[DT_PLAN_STRATEGY_COUNT_], n_strategies;
     int json, measure, measure_steps;
     int highlight_strategy; /* the config's strategy, -1 none */
+    int lora_r;                              /* --lora-r: 0 = the config's lora.r */
+    const char *base_dtype, *lora_targets;   /* --base-dtype, --lora-targets */
     int tps[MAX_TP_SIZES], n_tps; /* --tp sizes (none given: 1) */
     int tp_auto;                  /* --tp auto: every size dividing the node and the model */
     int sp;                       /* --sp: sequence parallelism */
@@ -80,6 +82,11 @@ int cmd_plan_parse_pp_flag(const char *flag, const char *val, plan_opts *o);
 int cmd_plan_setup_pp(plan_opts *o, plan_ctx *c);
 int cmd_plan_pp_model(const plan_opts *o, const plan_ctx *c, const dt_plan_model *base, const plan_pp_layout *pl,
                       dt_plan_model *out, char *msg, size_t len);
+/* cmd_plan_lora.c: --lora-r, --base-dtype, --lora-targets (1: not one of them, else 0
+ * or an exit code); the LoRA model-state section when --lora-r or the config's
+ * lora.r is set (0, or an exit code). */
+int cmd_plan_parse_lora_flag(const char *flag, const char *val, plan_opts *o);
+int cmd_plan_print_lora(const plan_opts *o, const plan_ctx *c);
 int cmd_plan_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* cmd_plan_help.c: the --help text (printf format: the GPU names, the link names) */
 extern const char cmd_plan_help_text[];

@@ -34,6 +34,7 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "common/mem.h"    /* defines: dt_mem_category_t */
 #include "common/status.h" /* defines: dt_status_t */
@@ -398,6 +399,29 @@ struct dt_ops {
      * unless equal with to == from. For gradient reductions in a dtype other than the
      * compute dtype (communication_data_type). */
     void (*cast)(dt_device_t *dev, void *dst, dt_dtype_t to, const void *src, dt_dtype_t from, size_t n);
+
+    /* ---- LoRA (runtime/model/lora.h; optional: NULL where a device lacks them) ----
+     * C (M, N) = alpha * op(A) @ op(B) + beta * C, row-major, each matrix with its
+     * own row stride (ld*, elements): op(X) = X, or X^T when its trans flag is 1 (A
+     * then (K, M) in memory, B (N, K)). Compute dtype. The adapters' small products,
+     * which read and write column blocks of a fused output. */
+    void (*gemm)(dt_device_t *dev, int trans_a, int trans_b, int M, int N, int K, float alpha, const void *A,
+                 int lda, const void *B, int ldb, float beta, void *C, int ldc);
+    /* matmul_forward with an int8 weight quantized per output row (absmax): weight
+     * row o is wq[o, :] * scale[o], dequantized on the fly (never whole in memory). */
+    void (*matmul_forward_q8)(dt_device_t *dev, void *out, // (N, OC)
+                              const void *inp,             // (N, C)
+                              const int8_t *wq,            // (OC, C)
+                              const float *scale,          // (OC)
+                              const void *bias,            // (OC) or NULL
+                              int N, int C, int OC);
+    /* dinp += dout @ dequant(wq): the input gradient of matmul_forward_q8 (the
+     * weight is frozen: no weight gradient). */
+    void (*matmul_backward_q8)(dt_device_t *dev, void *dinp, // (N, C) +=
+                               const void *dout,             // (N, OC)
+                               const int8_t *wq,             // (OC, C)
+                               const float *scale,           // (OC)
+                               int N, int C, int OC);
 };
 
 /* AdamW on the host for a device whose optimizer state lives in host memory

@@ -100,6 +100,13 @@ void dt_cpu_layernorm_forward(dt_device_t *dev, void *out, float *mean, float *r
 void dt_cpu_layernorm_backward(dt_device_t *dev, void *dinp, void *dweight, void *dbias,
                                const void *dout, const void *inp, const void *weight,
                                const float *mean, const float *rstd, int N, int C);
+/* cpu_lora.c */
+void dt_cpu_gemm(dt_device_t *dev, int trans_a, int trans_b, int M, int N, int K, float alpha, const void *A,
+                 int lda, const void *B, int ldb, float beta, void *C, int ldc);
+void dt_cpu_matmul_forward_q8(dt_device_t *dev, void *out, const void *inp, const int8_t *wq, const float *scale,
+                              const void *bias, int N, int C, int OC);
+void dt_cpu_matmul_backward_q8(dt_device_t *dev, void *dinp, const void *dout, const int8_t *wq,
+                               const float *scale, int N, int C, int OC);
 void dt_cpu_matmul_forward(dt_device_t *dev, void *out, const void *inp, const void *weight,
                            const void *bias, int N, int C, int OC);
 void dt_cpu_matmul_backward(dt_device_t *dev, void *dinp, void *dweight, void *dbias,

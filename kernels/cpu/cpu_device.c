@@ -230,6 +230,9 @@ static const dt_ops_t cpu_ops = {
     .grad_sq_norm_ranges = dt_cpu_grad_sq_norm_ranges,
     .scale = dt_cpu_scale,
     .cast = cpu_cast,
+    .gemm = dt_cpu_gemm,
+    .matmul_forward_q8 = dt_cpu_matmul_forward_q8,
+    .matmul_backward_q8 = dt_cpu_matmul_backward_q8,
 };
 
 const dt_ops_t *dt_cpu_ops(void) { return &cpu_ops; }

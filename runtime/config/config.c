@@ -363,6 +363,23 @@ static void set_value_as(parse_ctx_t *ctx, int row, const char *name, const cJSO
             set_sources(ctx, k, v);
             return;
         }
+        if ((k->flags & KF_LIST) && cJSON_IsArray(v)) { /* a list of names, kept as "a,b" */
+            size_t len = 1;
+            const cJSON *e;
+            cJSON_ArrayForEach(e, v) {
+                if (!cJSON_IsString(e) || !e->valuestring[0] || strchr(e->valuestring, ',')) goto out_type_error;
+                len += strlen(e->valuestring) + 1;
+            }
+            if (len == 1) goto out_type_error;
+            char *joined = dt_xcalloc(len, 1);
+            cJSON_ArrayForEach(e, v) {
+                if (joined[0]) strcat(joined, ",");
+                strcat(joined, e->valuestring);
+            }
+            free(*s);
+            *s = joined;
+            break;
+        }
         if (k->flags & KF_SOURCES) dt_config_free_sources_(cfg); /* a string replaces a list */
         if (cJSON_IsNull(v)) { /* defaults only */
             free(*s);

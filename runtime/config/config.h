@@ -60,6 +60,14 @@
 /* activation_checkpointing.policy names, in the order of dt_model_recompute_t. */
 #define DT_CONFIG_RECOMPUTE_MAP(X) X(NONE, "none") X(SELECTIVE, "selective") X(FULL, "full")
 
+/* lora.base_dtype: auto = the compute dtype (cpu fp32, cuda bf16). */
+#define DT_CONFIG_LORA_BASE_MAP(X) X(AUTO, "auto") X(FP32, "fp32") X(BF16, "bf16") X(INT8, "int8")
+enum {
+#define X(n, s) DT_CONFIG_LORA_BASE_##n,
+    DT_CONFIG_LORA_BASE_MAP(X)
+#undef X
+};
+
 #define DT_STRATEGY_MAP(X)                                                   \
     X(DDP, "ddp") X(ZERO1, "zero1") X(ZERO2, "zero2") X(FSDP, "fsdp") X(HSDP, "hsdp")
 
@@ -254,6 +262,16 @@ typedef struct dt_config {
         bool partition_activations, cpu_checkpointing, contiguous_memory_optimization;
         bool synchronize_checkpoint_boundary, profile;
     } recompute;
+    /* lora.*: LoRA fine-tuning of model.pretrained (runtime/model/lora.h): r > 0 turns
+     * it on; the base is frozen in base_dtype, only the adapters are trained. */
+    struct {
+        int64_t r;            /* 0 = off */
+        double alpha;         /* the adapters' output is scaled by alpha / r */
+        double dropout;       /* 0 only */
+        char *target_modules; /* comma-separated module names (NULL: PEFT's default) */
+        int base_dtype;       /* DT_CONFIG_LORA_BASE_MAP order */
+        char *init;           /* a PEFT adapter (directory or .safetensors) to start from; NULL: PEFT's init */
+    } lora;
     int64_t threads; /* CPU threads per rank; 0 = auto */
     int64_t sample_tokens; /* characters rank 0 generates at the end (text data); 0 = none */
 

@@ -24,6 +24,8 @@ enum key_flags {
                              field is an int (0/1), not a bool (the model's keys) */
     KF_SOURCES = 1 << 6,  /* KT_STRING that may also be a list of {"path", "weight"}
                              (data.train: cfg->data.sources) */
+    KF_LIST = 1 << 7,     /* KT_STRING that may also be a list of strings, kept joined
+                             by commas (lora.target_modules) */
 };
 
 typedef struct config_key {

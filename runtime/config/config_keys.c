@@ -31,6 +31,7 @@ static const char *const backend_names[] = {DT_COMM_BACKEND_MAP(NAME_) NULL};
 static const char *const pp_schedule_names[] = {DT_CONFIG_PP_SCHEDULE_MAP(NAME_) NULL};
 static const char *const pp_partition_names[] = {DT_CONFIG_PP_PARTITION_MAP(NAME_) NULL};
 static const char *const recompute_names[] = {DT_CONFIG_RECOMPUTE_MAP(NAME_) NULL};
+static const char *const lora_base_names[] = {DT_CONFIG_LORA_BASE_MAP(NAME_) NULL};
 #undef NAME_
 
 const char *dt_config_strategy_name(dt_strategy_t s) {
@@ -199,6 +200,23 @@ static const config_key_t tail_keys[] = {
      "DeepSpeed's; accepted, no effect (a warning)"},
     {"activation_checkpointing.profile", KT_BOOL, OFF(recompute.profile), 0, 0, KF_DS, NULL, "false",
      "DeepSpeed's; accepted, no effect (a warning)"},
+    {"lora.r", KT_INT, OFF(lora.r), 0, 65536, 0, NULL, "0",
+     "LoRA rank (0 = off: full fine-tuning); needs model.pretrained: its weights are the frozen base, "
+     "only the adapters A (r, in) and B (out, r) are trained (PEFT's math: y = W x + alpha/r B A x)"},
+    {"lora.alpha", KT_FLOAT, OFF(lora.alpha), 0, 1e9, KF_MIN_EXCL, NULL, "8",
+     "LoRA scaling: the adapters' output is multiplied by alpha / r (PEFT's lora_alpha)"},
+    {"lora.dropout", KT_FLOAT, OFF(lora.dropout), 0, 1, KF_MAX_EXCL, NULL, "0",
+     "dropout on the adapters' input (PEFT's lora_dropout): only 0 is implemented"},
+    {"lora.target_modules", KT_STRING, OFF(lora.target_modules), 0, 0, KF_LIST, NULL, "null",
+     "the modules that get adapters, PEFT's names: a list or \"a,b\" (llama: q_proj k_proj v_proj o_proj "
+     "gate_proj up_proj down_proj; gpt: c_attn c_proj c_fc); null = PEFT's default (llama q_proj,v_proj; "
+     "gpt c_attn)"},
+    {"lora.base_dtype", KT_ENUM, OFF(lora.base_dtype), 0, 0, 0, lora_base_names, "\"auto\"",
+     "how the frozen base's linear weights are stored: int8 (per-output-row absmax, dequantized in the "
+     "matmul), or the compute dtype (fp32 on cpu, bf16 on cuda); auto = the compute dtype"},
+    {"lora.init", KT_STRING, OFF(lora.init), 0, 0, KF_PATH, NULL, "null",
+     "a PEFT adapter to start from (its directory, or its adapter_model.safetensors); null = PEFT's "
+     "initialisation (A Kaiming-uniform, B zero) from seed"},
     {"checkpoint.dir", KT_STRING, OFF(checkpoint.dir), 0, 0, KF_PATH, NULL, "\"runs/ckpt\"",
      "checkpoint folder"},
     {"checkpoint.every_steps", KT_INT, OFF(checkpoint.every_steps), 0, BIG, 0, NULL, "0",
@@ -425,7 +443,10 @@ void dt_config_expected_(const config_key_t *k, char *out, size_t size) {
     switch (k->type) {
     case KT_BOOL: snprintf(out, size, "true or false"); return;
     case KT_STRING:
-        snprintf(out, size, "%s", (k->flags & KF_PATH) ? "a non-empty path string" : "a string");
+        snprintf(out, size, "%s",
+                 (k->flags & KF_PATH) ? "a non-empty path string"
+                 : (k->flags & KF_LIST) ? "a list of names or a string \"a,b\""
+                                        : "a string");
         return;
     case KT_ENUM: {
         size_t n = (size_t)snprintf(out, size, "one of");
@@ -467,6 +488,14 @@ static cJSON *value_json(const dt_config_t *cfg, int row) {
     case KT_FLOAT2: return cJSON_CreateDoubleArray((const double *)f, 2);
     case KT_STRING: {
         const char *s = *(char *const *)f;
+        if ((k->flags & KF_LIST) && s) { /* back as the list it was given as */
+            cJSON *list = cJSON_CreateArray();
+            char *copy = dt_xstrdup(s), *save = NULL;
+            for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+                cJSON_AddItemToArray(list, cJSON_CreateString(tok));
+            free(copy);
+            return list;
+        }
         if ((k->flags & KF_SOURCES) && cfg->data.n_sources > 0) {
             cJSON *list = cJSON_CreateArray();
             for (int i = 0; i < cfg->data.n_sources; i++) {

@@ -312,12 +312,15 @@ static void gpt_dims(const dt_model_layout *l, dt_model_dims *out) {
 #define PB(k) P(t0 + (k))           /* tensor k of the block at hand (first tensor t0) */
 #define GB(k) G(t0 + (k))
 
-/* gpt's TP matmuls over its slots (net_impl.h: dt_net_tp_row_forward,
- * dt_net_tp_column_backward). */
-#define ROW_FORWARD(out, inp, w, bias, IC) \
-    dt_net_tp_row_forward(net, out, A(G_PART), inp, w, bias, d.BT, IC, d.C)
+/* gpt's TP matmuls over its slots (net_impl.h: dt_net_tp_column_backward, the head). */
 #define COLUMN_BACKWARD(dw, db, dout, x, w, OC) \
     dt_net_tp_column_backward(net, A(G_DTMP), A(G_DRED), dw, db, dout, x, w, d.BT, d.C, OC)
+/* The same for the linear layers LoRA may target, by tensor index (net_impl.h:
+ * dt_net_linear_*: the base plus adapters in a LoRA net). */
+#define LINEAR_ROW_FORWARD(out, inp, k, IC) \
+    dt_net_linear_row_forward(net, out, A(G_PART), inp, t0 + (k), PB((k) + 1), d.BT, IC, d.C)
+#define LINEAR_COLUMN_BACKWARD(k, dout, x, OC) \
+    dt_net_linear_column_backward(net, A(G_DTMP), A(G_DRED), t0 + (k), GB((k) + 1), dout, x, d.BT, d.C, OC)
 
 /* The head's weight and gradient: wte (unit 0) when the layout holds it, else the
  * tied copy the caller keeps in net->head_w / head_dw (a last pipeline stage). */
@@ -338,22 +341,22 @@ static void gpt_block_forward(dt_net_t *net, gdims d, int t0, int j, void *resid
                          PB(T_LN1B), R, C);
     if (gemm) {
         void *x = dt_net_tp_gather_in(net, BS(j, L_LN1), A(G_GATH), rc);
-        o->matmul_forward(dv, BS(j, L_QKV), x, PB(T_QKVW), PB(T_QKVB), BT, C, 3 * d.Cl);
+        dt_net_linear_forward(net, BS(j, L_QKV), x, t0 + T_QKVW, PB(T_QKVB), BT, C, 3 * d.Cl);
     }
     o->attention_forward(dv, BS(j, L_ATTY), BS(j, L_ATT_SAVED), BS(j, L_QKV), d.B, d.T, d.Cl, d.NHl, d.NHl);
     if (gemm) {
-        ROW_FORWARD(BS(j, L_ATTPROJ), BS(j, L_ATTY), PB(T_ATTPROJW), PB(T_ATTPROJB), d.Cl);
+        LINEAR_ROW_FORWARD(BS(j, L_ATTPROJ), BS(j, L_ATTY), T_ATTPROJW, d.Cl);
         o->residual_forward(dv, BS(j, L_RES2), residual, BS(j, L_ATTPROJ), rc);
     }
     o->layernorm_forward(dv, BS(j, L_LN2), BSF(j, L_LN2_MEAN), BSF(j, L_LN2_RSTD), BS(j, L_RES2), PB(T_LN2W),
                          PB(T_LN2B), R, C);
     if (gemm) {
         void *x = dt_net_tp_gather_in(net, BS(j, L_LN2), A(G_GATH), rc);
-        o->matmul_forward(dv, BS(j, L_FCH), x, PB(T_FCW), PB(T_FCB), BT, C, d.Fl);
+        dt_net_linear_forward(net, BS(j, L_FCH), x, t0 + T_FCW, PB(T_FCB), BT, C, d.Fl);
     }
     o->gelu_forward(dv, BS(j, L_FCH_GELU), BS(j, L_FCH), (size_t)BT * d.Fl);
     if (redo != DT_MODEL_RECOMPUTE_NONE) return; /* the backward reads neither fcproj nor res3 */
-    ROW_FORWARD(BS(j, L_FCPROJ), BS(j, L_FCH_GELU), PB(T_FCPROJW), PB(T_FCPROJB), d.Fl);
+    LINEAR_ROW_FORWARD(BS(j, L_FCPROJ), BS(j, L_FCH_GELU), T_FCPROJW, d.Fl);
     o->residual_forward(dv, BS(j, L_RES3), BS(j, L_RES2), BS(j, L_FCPROJ), rc);
 }
 
@@ -453,24 +456,24 @@ static void gpt_backward(dt_net_t *net, float dscale) {
         /* dres holds d(res3) = d(fcproj) = the part of d(res2) from the skip. */
         void *dout = dt_net_tp_gather_in(net, A(G_DRES), A(G_PART), rc);
         dt_net_zero(net, G_DFCH_GELU, (size_t)BT * d.Fl);
-        o->matmul_backward(dv, A(G_DFCH_GELU), GB(T_FCPROJW), GB(T_FCPROJB), dout, BS(j, L_FCH_GELU),
-                           PB(T_FCPROJW), BT, d.Fl, C);
+        dt_net_linear_backward(net, A(G_DFCH_GELU), GB(T_FCPROJB), dout, BS(j, L_FCH_GELU), t0 + T_FCPROJW, BT,
+                               d.Fl, C);
         dt_net_zero(net, G_DFCH, (size_t)BT * d.Fl);
         o->gelu_backward(dv, A(G_DFCH), BS(j, L_FCH), A(G_DFCH_GELU), (size_t)BT * d.Fl);
         void *x = dt_net_tp_gather_in(net, BS(j, L_LN2), A(G_GATH), rc);
-        void *dln = COLUMN_BACKWARD(GB(T_FCW), GB(T_FCB), A(G_DFCH), x, PB(T_FCW), d.Fl);
+        void *dln = LINEAR_COLUMN_BACKWARD(T_FCW, A(G_DFCH), x, d.Fl);
         o->layernorm_backward(dv, A(G_DRES), LNG(T_LN2W), LNG(T_LN2B), dln, BS(j, L_RES2), PB(T_LN2W),
                               BSF(j, L_LN2_MEAN), BSF(j, L_LN2_RSTD), R, C);
         /* dres now holds d(res2) = d(attproj) = the skip part of d(residual). */
         dout = dt_net_tp_gather_in(net, A(G_DRES), A(G_PART), rc);
         dt_net_zero(net, G_DTMP, (size_t)BT * d.Cl);
-        o->matmul_backward(dv, A(G_DTMP), GB(T_ATTPROJW), GB(T_ATTPROJB), dout, BS(j, L_ATTY),
-                           PB(T_ATTPROJW), BT, d.Cl, C);
+        dt_net_linear_backward(net, A(G_DTMP), GB(T_ATTPROJB), dout, BS(j, L_ATTY), t0 + T_ATTPROJW, BT, d.Cl,
+                               C);
         dt_net_zero(net, G_DQKV, (size_t)BT * 3 * d.Cl);
         o->attention_backward(dv, A(G_DQKV), A(G_ATT_SCRATCH), A(G_DTMP), BS(j, L_QKV),
                               BS(j, L_ATT_SAVED), B, T, d.Cl, d.NHl, d.NHl);
         x = dt_net_tp_gather_in(net, BS(j, L_LN1), A(G_GATH), rc);
-        dln = COLUMN_BACKWARD(GB(T_QKVW), GB(T_QKVB), A(G_DQKV), x, PB(T_QKVW), 3 * d.Cl);
+        dln = LINEAR_COLUMN_BACKWARD(T_QKVW, A(G_DQKV), x, 3 * d.Cl);
         o->layernorm_backward(dv, A(G_DRES), LNG(T_LN1W), LNG(T_LN1B), dln, residual, PB(T_LN1W),
                               BSF(j, L_LN1_MEAN), BSF(j, L_LN1_RSTD), R, C);
         void *const ln_grads[] = {GB(T_LN1W), GB(T_LN1B), GB(T_LN2W), GB(T_LN2B)}; /* lng_index order */
@@ -480,7 +483,7 @@ static void gpt_backward(dt_net_t *net, float dscale) {
     if (!ch->first) return; /* G_DRES: the gradient of the chunk's input */
     if (!(ch->last && lay->tied_head)) dt_net_hook(net, 0, DT_NET_BWD_PRE);
     void *dout = dt_net_tp_gather_in(net, A(G_DRES), A(G_PART), rc);
-    o->encoder_backward(dv, G(0), G(1), dout, net->d_tokens, B, T, C);
+    if (G(0)) o->encoder_backward(dv, G(0), G(1), dout, net->d_tokens, B, T, C); /* NULL: frozen (LoRA) */
     dt_net_hook(net, 0, DT_NET_BWD_POST);
 }
 
@@ -538,16 +541,16 @@ static void gpt_decode(dt_net_t *net, int pos) {
         dt_net_hook(net, 1 + l, DT_NET_FWD_PRE);
         void *cache = A(DSLOT_CACHE(l));
         o->layernorm_forward(d, A(D_LN), AF(D_MEAN), AF(D_RSTD), A(D_X), PL(l, T_LN1W), PL(l, T_LN1B), 1, C);
-        o->matmul_forward(d, A(D_QKV), A(D_LN), PL(l, T_QKVW), PL(l, T_QKVB), 1, C, 3 * C);
+        dt_net_linear_forward(net, A(D_QKV), A(D_LN), LAYER_T(l, T_QKVW), PL(l, T_QKVB), 1, C, 3 * C);
         o->copy(d, (char *)cache + (size_t)pos * 2 * C * es, (char *)A(D_QKV) + (size_t)C * es, 2 * (size_t)C * es,
                 DT_COPY_DEVICE_TO_DEVICE);
         o->attention_decode(d, A(D_ATTY), A(D_QKV), 3 * C, cache, Tmax, pos, 1, C, NH, NH);
-        o->matmul_forward(d, A(D_PROJ), A(D_ATTY), PL(l, T_ATTPROJW), PL(l, T_ATTPROJB), 1, C, C);
+        dt_net_linear_forward(net, A(D_PROJ), A(D_ATTY), LAYER_T(l, T_ATTPROJW), PL(l, T_ATTPROJB), 1, C, C);
         o->residual_forward(d, A(D_RES2), A(D_X), A(D_PROJ), (size_t)C);
         o->layernorm_forward(d, A(D_LN), AF(D_MEAN), AF(D_RSTD), A(D_RES2), PL(l, T_LN2W), PL(l, T_LN2B), 1, C);
-        o->matmul_forward(d, A(D_FCH), A(D_LN), PL(l, T_FCW), PL(l, T_FCB), 1, C, 4 * C);
+        dt_net_linear_forward(net, A(D_FCH), A(D_LN), LAYER_T(l, T_FCW), PL(l, T_FCB), 1, C, 4 * C);
         o->gelu_forward(d, A(D_FCH_GELU), A(D_FCH), (size_t)4 * C);
-        o->matmul_forward(d, A(D_PROJ), A(D_FCH_GELU), PL(l, T_FCPROJW), PL(l, T_FCPROJB), 1, 4 * C, C);
+        dt_net_linear_forward(net, A(D_PROJ), A(D_FCH_GELU), LAYER_T(l, T_FCPROJW), PL(l, T_FCPROJB), 1, 4 * C, C);
         o->residual_forward(d, A(D_X), A(D_RES2), A(D_PROJ), (size_t)C);
         dt_net_hook(net, 1 + l, DT_NET_FWD_POST);
     }

@@ -452,6 +452,7 @@ static void llama_dims(const dt_model_layout *l, dt_model_dims *out) {
 #define BSF(j, s) ((float *)BS(j, s))
 #define PL(l, k) P(layer_t(lay, z, l, k))
 #define GL(l, k) G(layer_t(lay, z, l, k))
+#define TL(l, k) layer_t(lay, z, l, k) /* the tensor index, for the linear layers (net_impl.h) */
 /* The fused q|k|v bias, or NULL without attention_bias. */
 #define QKV_BIAS(l) (z->attention_bias ? PL(l, T_QB) : NULL)
 #define DQKV_BIAS(l) (z->attention_bias ? GL(l, T_QB) : NULL)
@@ -466,7 +467,12 @@ static int head_unit(const dt_model_layout *l) { return l->tied_head ? 0 : l->n_
 
 /* llama's TP matmuls over its slots (net_impl.h: dt_net_tp_row_forward,
  * dt_net_tp_column_backward); its row-parallel matmuls have no bias. */
-#define ROW_FORWARD(out, inp, w, IC) dt_net_tp_row_forward(net, out, A(G_PART), inp, w, NULL, d.BT, IC, d.C)
+/* The linear layers LoRA may target go by tensor index (net_impl.h: dt_net_linear_*:
+ * the base plus adapters in a LoRA net). */
+#define LINEAR_ROW_FORWARD(out, inp, t, IC) \
+    dt_net_linear_row_forward(net, out, A(G_PART), inp, t, NULL, d.BT, IC, d.C)
+#define LINEAR_COLUMN_BACKWARD(t, db, dout, x, OC) \
+    dt_net_linear_column_backward(net, A(G_DTMP), A(G_DRED), t, db, dout, x, d.BT, d.C, OC)
 #define COLUMN_BACKWARD(dw, db, dout, x, w, OC) \
     dt_net_tp_column_backward(net, A(G_DTMP), A(G_DRED), dw, db, dout, x, w, d.BT, d.C, OC)
 
@@ -486,22 +492,22 @@ static void llama_block_forward(dt_net_t *net, const dims *dd, int l, int j, voi
     o->rmsnorm_forward(dv, BS(j, L_LN1), BSF(j, L_LN1_RSTD), residual, PL(l, T_LN1), R, C, d.eps);
     if (gemm) {
         void *x = dt_net_tp_gather_in(net, BS(j, L_LN1), A(G_GATH), rc);
-        o->matmul_forward(dv, BS(j, L_QKV), x, PL(l, T_Q), QKV_BIAS(l), BT, C, d.QKVC);
+        dt_net_linear_forward(net, BS(j, L_QKV), x, TL(l, T_Q), QKV_BIAS(l), BT, C, d.QKVC);
         o->rope_forward(dv, BS(j, L_QKV), B, T, d.QKVC, d.NH + d.NKV, d.HD, 0, &d.rope);
     }
     o->attention_forward(dv, BS(j, L_ATTY), BS(j, L_ATT_SAVED), BS(j, L_QKV), B, T, d.QC, d.NH, d.NKV);
     if (gemm) {
-        ROW_FORWARD(BS(j, L_ATTPROJ), BS(j, L_ATTY), PL(l, T_O), d.QC);
+        LINEAR_ROW_FORWARD(BS(j, L_ATTPROJ), BS(j, L_ATTY), TL(l, T_O), d.QC);
         o->residual_forward(dv, BS(j, L_RES2), residual, BS(j, L_ATTPROJ), rc);
     }
     o->rmsnorm_forward(dv, BS(j, L_LN2), BSF(j, L_LN2_RSTD), BS(j, L_RES2), PL(l, T_LN2), R, C, d.eps);
     if (gemm) {
         void *x = dt_net_tp_gather_in(net, BS(j, L_LN2), A(G_GATH), rc);
-        o->matmul_forward(dv, BS(j, L_FCH), x, PL(l, T_GATE), NULL, BT, C, 2 * d.IC);
+        dt_net_linear_forward(net, BS(j, L_FCH), x, TL(l, T_GATE), NULL, BT, C, 2 * d.IC);
     }
     o->swiglu_forward(dv, BS(j, L_SWI), BS(j, L_FCH), BT, d.IC);
     if (redo != DT_MODEL_RECOMPUTE_NONE) return; /* the backward reads neither fcproj nor res3 */
-    ROW_FORWARD(BS(j, L_FCPROJ), BS(j, L_SWI), PL(l, T_DOWN), d.IC);
+    LINEAR_ROW_FORWARD(BS(j, L_FCPROJ), BS(j, L_SWI), TL(l, T_DOWN), d.IC);
     o->residual_forward(dv, BS(j, L_RES3), BS(j, L_RES2), BS(j, L_FCPROJ), rc);
 }
 
@@ -592,25 +598,24 @@ static void llama_backward(dt_net_t *net, float dscale) {
          * parallelism: this rank's rows, gathered for the row-parallel backward. */
         void *dout = dt_net_tp_gather_in(net, A(G_DRES), A(G_PART), rc);
         dt_net_zero(net, G_DSWI, (size_t)BT * d.IC);
-        o->matmul_backward(dv, A(G_DSWI), GL(l, T_DOWN), NULL, dout, BS(j, L_SWI), PL(l, T_DOWN), BT, d.IC,
-                           C);
+        dt_net_linear_backward(net, A(G_DSWI), NULL, dout, BS(j, L_SWI), TL(l, T_DOWN), BT, d.IC, C);
         dt_net_zero(net, G_DFCH, (size_t)BT * 2 * d.IC);
         o->swiglu_backward(dv, A(G_DFCH), BS(j, L_FCH), A(G_DSWI), BT, d.IC);
         void *x = dt_net_tp_gather_in(net, BS(j, L_LN2), A(G_GATH), rc);
-        void *dln = COLUMN_BACKWARD(GL(l, T_GATE), NULL, A(G_DFCH), x, PL(l, T_GATE), 2 * d.IC);
+        void *dln = LINEAR_COLUMN_BACKWARD(TL(l, T_GATE), NULL, A(G_DFCH), x, 2 * d.IC);
         o->rmsnorm_backward(dv, A(G_DRES), dt_net_tp_norm_grad(net, A(G_LNGRAD), 1, (size_t)C, GL(l, T_LN2)), dln, BS(j, L_RES2),
                             PL(l, T_LN2), BSF(j, L_LN2_RSTD), R, C);
         /* dres now holds d(res2) = d(attproj) = the skip part of d(residual). */
         dout = dt_net_tp_gather_in(net, A(G_DRES), A(G_PART), rc);
         dt_net_zero(net, G_DTMP, (size_t)BT * d.QC);
-        o->matmul_backward(dv, A(G_DTMP), GL(l, T_O), NULL, dout, BS(j, L_ATTY), PL(l, T_O), BT, d.QC, C);
+        dt_net_linear_backward(net, A(G_DTMP), NULL, dout, BS(j, L_ATTY), TL(l, T_O), BT, d.QC, C);
         dt_net_zero(net, G_DQKV, (size_t)BT * d.QKVC);
         o->attention_backward(dv, A(G_DQKV), A(G_ATT_SCRATCH), A(G_DTMP), BS(j, L_QKV),
                               BS(j, L_ATT_SAVED), B, T, d.QC, d.NH, d.NKV);
         /* d(rotated q, k) -> d(q, k) as the matmul produced them */
         o->rope_backward(dv, A(G_DQKV), B, T, d.QKVC, d.NH + d.NKV, d.HD, 0, &d.rope);
         x = dt_net_tp_gather_in(net, BS(j, L_LN1), A(G_GATH), rc);
-        dln = COLUMN_BACKWARD(GL(l, T_Q), DQKV_BIAS(l), A(G_DQKV), x, PL(l, T_Q), d.QKVC);
+        dln = LINEAR_COLUMN_BACKWARD(TL(l, T_Q), DQKV_BIAS(l), A(G_DQKV), x, d.QKVC);
         o->rmsnorm_backward(dv, A(G_DRES), dt_net_tp_norm_grad(net, A(G_LNGRAD), 0, (size_t)C, GL(l, T_LN1)), dln, residual, PL(l, T_LN1),
                             BSF(j, L_LN1_RSTD), R, C);
         void *const ln_grads[] = {GL(l, T_LN1), GL(l, T_LN2)};
@@ -620,7 +625,7 @@ static void llama_backward(dt_net_t *net, float dscale) {
     if (!ch->first) return; /* G_DRES: the gradient of the chunk's input */
     if (!(ch->last && lay->tied_head)) dt_net_hook(net, 0, DT_NET_BWD_PRE);
     void *dout = dt_net_tp_gather_in(net, A(G_DRES), A(G_PART), rc);
-    o->encoder_backward(dv, G(0), NULL, dout, net->d_tokens, B, T, C);
+    if (G(0)) o->encoder_backward(dv, G(0), NULL, dout, net->d_tokens, B, T, C); /* NULL: frozen (LoRA) */
     dt_net_hook(net, 0, DT_NET_BWD_POST);
 }
 
@@ -686,17 +691,17 @@ static void llama_decode(dt_net_t *net, int pos) {
         dt_net_hook(net, 1 + l, DT_NET_FWD_PRE);
         void *cache = A(DSLOT_CACHE(l));
         o->rmsnorm_forward(dv, A(D_LN), AF(D_RSTD), A(D_X), PL(l, T_LN1), 1, C, d.eps);
-        o->matmul_forward(dv, A(D_QKV), A(D_LN), PL(l, T_Q), QKV_BIAS(l), 1, C, d.QKVC);
+        dt_net_linear_forward(net, A(D_QKV), A(D_LN), TL(l, T_Q), QKV_BIAS(l), 1, C, d.QKVC);
         o->rope_forward(dv, A(D_QKV), 1, 1, d.QKVC, d.NH + d.NKV, d.HD, pos, &d.rope);
         o->copy(dv, (char *)cache + (size_t)pos * kv * es, (char *)A(D_QKV) + (size_t)d.QC * es, kv * es,
                 DT_COPY_DEVICE_TO_DEVICE);
         o->attention_decode(dv, A(D_ATTY), A(D_QKV), d.QKVC, cache, d.T, pos, 1, d.QC, d.NH, d.NKV);
-        o->matmul_forward(dv, A(D_PROJ), A(D_ATTY), PL(l, T_O), NULL, 1, d.QC, C);
+        dt_net_linear_forward(net, A(D_PROJ), A(D_ATTY), TL(l, T_O), NULL, 1, d.QC, C);
         o->residual_forward(dv, A(D_RES2), A(D_X), A(D_PROJ), (size_t)C);
         o->rmsnorm_forward(dv, A(D_LN), AF(D_RSTD), A(D_RES2), PL(l, T_LN2), 1, C, d.eps);
-        o->matmul_forward(dv, A(D_FCH), A(D_LN), PL(l, T_GATE), NULL, 1, C, 2 * d.IC);
+        dt_net_linear_forward(net, A(D_FCH), A(D_LN), TL(l, T_GATE), NULL, 1, C, 2 * d.IC);
         o->swiglu_forward(dv, A(D_SWI), A(D_FCH), 1, d.IC);
-        o->matmul_forward(dv, A(D_PROJ), A(D_SWI), PL(l, T_DOWN), NULL, 1, d.IC, C);
+        dt_net_linear_forward(net, A(D_PROJ), A(D_SWI), TL(l, T_DOWN), NULL, 1, d.IC, C);
         o->residual_forward(dv, A(D_X), A(D_RES2), A(D_PROJ), (size_t)C);
         dt_net_hook(net, 1 + l, DT_NET_FWD_POST);
     }

@@ -109,6 +109,7 @@ void dt_net_free(dt_net_t *net) {
     for (int i = 0; net->dev && i < net->n_arenas; i++)
         if (net->arenas[i]) net->dev->ops->free(net->dev, net->arenas[i]);
     if (net->dev && !net->arenas && net->arena) net->dev->ops->free(net->dev, net->arena);
+    if (net->dev && net->lora_scratch) net->dev->ops->free(net->dev, net->lora_scratch);
     free(net->arenas);
     free(net->arena_state);
     free(net->off);

@@ -119,6 +119,10 @@ typedef struct dt_net {
     int n_arenas, cur_arena;
     int decode;          /* a decode net (dt_net_decode_init): B = T = 1 plus a KV cache */
     uint64_t rows_run;   /* positions computed so far: B*T per forward, 1 per decode */
+    /* LoRA (runtime/model/lora.h; dt_net_lora_attach): the frozen base's weights are
+     * the lora's buffers, unit_params/unit_grads point at the adapters' units */
+    struct dt_lora *lora;
+    void *lora_scratch; /* (2, rows, r) compute dtype: A x and its gradient */
 } dt_net_t;
 
 /* Sizes the arena for micro-batch B (and T = layout seq_len) and allocates it. */
@@ -126,6 +130,12 @@ dt_status_t dt_net_init(dt_net_t *net, dt_device_t *dev, const dt_model_layout *
 void dt_net_free(dt_net_t *net);
 /* Points every unit at its range of the flat params and grads buffers. */
 void dt_net_bind(dt_net_t *net, void *params, void *grads);
+/* Runs the net as a LoRA model: the layout the net was made with is lora's base,
+ * its linear layers add the adapters (net_impl.h: dt_net_linear_*), the strategy
+ * binds the units of lora->adapters. Allocates the adapters' scratch (2 x rows x r,
+ * activations). UNSUPPORTED when the device lacks the LoRA ops (kernels.h gemm,
+ * and the int8 matmuls for an int8 base). */
+dt_status_t dt_net_lora_attach(dt_net_t *net, struct dt_lora *lora);
 /* Activation arena bytes for a layout, micro-batch and device (for plans). */
 size_t dt_net_arena_bytes(const dt_device_t *dev, const dt_model_layout *layout, int B);
 

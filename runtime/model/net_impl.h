@@ -6,6 +6,7 @@
 #ifndef DT_RUNTIME_NET_IMPL_H
 #define DT_RUNTIME_NET_IMPL_H
 
+#include "runtime/model/lora.h" /* defines: dt_lora_param, dt_lora_grad */
 #include "runtime/model/net.h"
 
 /* Arena slot `slot` (a byte address in device memory). */
@@ -18,9 +19,26 @@ static inline void *dt_net_tensor_in(const dt_net_t *net, void *const *bases, in
     size_t rel = ti->offset - net->layout->units[ti->unit].offset;
     return (char *)bases[ti->unit] + rel * net->elsize;
 }
-/* Parameters / gradients of tensor t (index in the layout), through the unit's base. */
-static inline void *dt_net_param(const dt_net_t *net, int t) { return dt_net_tensor_in(net, net->unit_params, t); }
-static inline void *dt_net_grad(const dt_net_t *net, int t) { return dt_net_tensor_in(net, net->unit_grads, t); }
+/* Parameters / gradients of tensor t (index in the layout), through the unit's base;
+ * a LoRA net's are the frozen base's (lora.h: no gradient for 2-D tensors). */
+static inline void *dt_net_param(const dt_net_t *net, int t) {
+    return net->lora ? dt_lora_param(net->lora, t) : dt_net_tensor_in(net, net->unit_params, t);
+}
+static inline void *dt_net_grad(const dt_net_t *net, int t) {
+    return net->lora ? dt_lora_grad(net->lora, t) : dt_net_tensor_in(net, net->unit_grads, t);
+}
+
+/* ---- linear layers (net.c): the base weight of tensor t (the first of its fused
+ * group: the group's tensors are consecutive, their rows OC in all) plus, in a LoRA
+ * net, the adapters of each tensor of the group on its rows. A model calls these for
+ * the layers LoRA may target (lora.h). ---- */
+
+/* out (N, OC) = x (N, C) @ W^T + bias (+ scale * B (A x) per adapter). */
+void dt_net_linear_forward(dt_net_t *net, void *out, const void *x, int t, const void *bias, int N, int C, int OC);
+/* dinp (N, C) += dout @ W (+ the adapters' part); the weight and bias gradients
+ * (+=; a LoRA net: the adapters' instead, the base is frozen). dinp may be NULL. */
+void dt_net_linear_backward(dt_net_t *net, void *dinp, void *db, const void *dout, const void *x, int t, int N,
+                            int C, int OC);
 
 /* Tells the data-parallel strategy that unit is about to be used / is done. */
 static inline void dt_net_hook(dt_net_t *net, int unit, dt_net_phase_t phase) {
@@ -76,6 +94,13 @@ void dt_net_tp_row_forward(dt_net_t *net, void *out, void *part, const void *inp
  * reduction runs while the weight gradient is computed (Megatron's overlap). (net.c) */
 void *dt_net_tp_column_backward(dt_net_t *net, void *dtmp, void *dred, void *dw, void *db, const void *dout,
                                 const void *x, const void *w, int BT, int C, int OC);
+/* The same two by tensor index (a model's target layers): through the LoRA linear
+ * helpers in a LoRA net (never tensor-parallel), else dt_net_tp_row_forward /
+ * dt_net_tp_column_backward with tensor t's weight and gradient. (net.c) */
+void dt_net_linear_row_forward(dt_net_t *net, void *out, void *part, const void *inp, int t, const void *bias,
+                               int BT, int IC, int C);
+void *dt_net_linear_column_backward(dt_net_t *net, void *dtmp, void *dred, int t, void *db, const void *dout,
+                                    const void *x, int BT, int C, int OC);
 
 /* The softmax cross-entropy of the logits (BT rows of vocab_padded columns, or of
  * this rank's Vp/T under tensor parallelism: the vocabulary-parallel form, whose

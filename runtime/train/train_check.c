@@ -28,6 +28,7 @@ static dt_status_t config_error(dt_status_t st) {
 }
 
 dt_status_t dt_trainer_check_data(const dt_config_t *cfg) {
+    DT_CHECK(dt_trainer_check_lora(cfg));
     if (cfg->model.ops->data != DT_MODEL_DATA_TOKENS) return DT_STATUS_OK;
     dt_data_source src[DT_DATA_MAX_SOURCES];
     int n = dt_trainer_sources_(cfg, src);
@@ -166,7 +167,21 @@ dt_status_t dt_trainer_check_paths(const dt_config_t *cfg) {
     dt_status_t st = dt_ckpt_open(mode, &c);
     if (st == DT_STATUS_OK) st = dt_trainer_spec_(cfg, &spec);
     if (st == DT_STATUS_OK && (st = dt_model_layout_init(&spec, &l)) == DT_STATUS_OK) {
-        st = dt_ckpt_check_layout(c, &l);
+        if (cfg->lora.r > 0) { /* a LoRA run's checkpoint holds the adapters */
+            dt_lora_spec ls;
+            dt_lora_t lora;
+            dt_model_layout adapters;
+            dt_dtype_t compute = cfg->bf16.enabled && cfg->device != DT_CONFIG_DEVICE_CPU ? DT_DTYPE_BF16 : DT_DTYPE_F32;
+            st = dt_train_lora_spec_(cfg, compute, &ls);
+            if (st == DT_STATUS_OK) st = dt_lora_init(&l, &ls, compute, &lora, &adapters);
+            if (st == DT_STATUS_OK) {
+                st = dt_ckpt_check_layout(c, &adapters);
+                dt_lora_free(&lora);
+                dt_model_layout_free(&adapters);
+            }
+        } else {
+            st = dt_ckpt_check_layout(c, &l);
+        }
         dt_model_layout_free(&l);
     }
     dt_ckpt_close(c);

@@ -171,6 +171,7 @@ static dt_status_t hf_read(void *ctx, size_t goffset, size_t n, float *dst) {
  * piece's): model.pretrained's weights, else the seed's. */
 static dt_status_t init_fill(void *ctx, size_t offset, size_t count, float *dst) {
     dt_trainer_t *t = ctx;
+    if (t->lora.adapter) return dt_train_lora_fill_(t, offset, count, dst); /* the adapters */
     if (t->hf) return dt_model_tp_fill(&t->layout, offset, count, dst, hf_read, t); /* a TP piece: its parts */
     dt_model_init_range(&t->layout, (uint64_t)t->cfg->seed, offset, count, dst);
     return DT_STATUS_OK;
@@ -332,7 +333,13 @@ static dt_status_t setup(dt_trainer_t *t) {
         if (!cfg->data.n_sources) o.sources = NULL, o.train = cfg->data.train; /* errors say data.train */
         DT_CHECK(dt_data_open(&o, &t->data));
     }
-    DT_CHECK(dt_net_init(&t->net, t->dev, &t->layout, t->B));
+    if (cfg->lora.r > 0) { /* the net computes the base model; dp holds the adapters */
+        DT_CHECK(dt_train_lora_setup_(t));
+        DT_CHECK(dt_net_init(&t->net, t->dev, &t->base_layout, t->B));
+        DT_CHECK(dt_net_lora_attach(&t->net, &t->lora));
+    } else {
+        DT_CHECK(dt_net_init(&t->net, t->dev, &t->layout, t->B));
+    }
     if (t->env->world_size > 1) {
         dt_comm_config_t cc;
         DT_CHECK(dt_comm_config_from_env(&cc));
@@ -384,7 +391,9 @@ static dt_status_t setup(dt_trainer_t *t) {
         dp_comm = t->dp_comm;
         dpo.all = t->comm, dpo.tp = t->tp_comm, dpo.pp = t->pp_comm;
     }
-    if (cfg->model_pretrained) { /* initial weights from the files, each rank reading what it holds */
+    if (t->lora.adapter) { /* the adapters' initial values; the base was read */
+        dpo.fill = init_fill, dpo.fill_ctx = t, dpo.init_id = dt_hf_weights_id(t->hf);
+    } else if (cfg->model_pretrained) { /* initial weights from the files, each rank reading what it holds */
         DT_CHECK(dt_hf_weights_open(cfg->model_pretrained, t->layout.global ? t->layout.global : &t->layout,
                                     &t->hf));
         dpo.fill = init_fill, dpo.fill_ctx = t, dpo.init_id = dt_hf_weights_id(t->hf);
@@ -430,6 +439,7 @@ static void teardown(dt_trainer_t *t) {
     dt_dp_free(t->dp);
     dt_hf_weights_close(t->hf);
     if (t->dev) dt_net_free(&t->net);
+    dt_train_lora_free_(t);
     dt_tp_free(t->tp);
     dt_comm_free(t->tp_comm);
     dt_comm_free(t->pp_comm);
@@ -495,7 +505,8 @@ static dt_status_t evaluate(dt_trainer_t *t, double *val_loss) {
 }
 
 static int wants_sample(const dt_trainer_t *t) {
-    return t->cfg->sample_tokens > 0 && t->layout.spec.ops->logits_slot >= 0 && t->data &&
+    /* not a LoRA run: its parameters are the adapters (sample from the merged export) */
+    return t->cfg->sample_tokens > 0 && !t->lora.adapter && t->layout.spec.ops->logits_slot >= 0 && t->data &&
            dt_data_kind(t->data) == DT_DATA_TEXT;
 }
 
@@ -527,6 +538,7 @@ enum {
     MEM_PEAK, MEM_PARAMS, MEM_GRADS, MEM_MASTER, MEM_OPTIM, MEM_ACT, MEM_COMM, MEM_EXPECT, MEM_WORK,
     MEM_STAGE, MEM_BUBBLE, MEM_PP_COMPUTE, MEM_ARENAS, /* the pipeline's figures ride along */
     MEM_HOST, MEM_HOST_MASTER, MEM_HOST_OPTIM, MEM_HOST_GRADS, /* optimizer offload: host memory */
+    MEM_LORA_BASE, /* LoRA: the frozen base's bytes */
     MEM_N
 };
 
@@ -540,7 +552,8 @@ static void my_memory(dt_trainer_t *t, double *v) {
     v[MEM_OPTIM] = (double)dt_mem_peak(DT_MEM_OPTIM);
     v[MEM_ACT] = (double)dt_mem_peak(DT_MEM_ACTIVATIONS);
     v[MEM_COMM] = (double)dt_mem_peak(DT_MEM_COMM);
-    v[MEM_EXPECT] = (double)(e.params + e.grads + e.master + e.optim);
+    v[MEM_LORA_BASE] = t->lora.adapter ? (double)dt_lora_base_state_bytes(&t->lora) : 0;
+    v[MEM_EXPECT] = (double)(e.params + e.grads + e.master + e.optim) + v[MEM_LORA_BASE];
     v[MEM_WORK] = (double)e.work;
     v[MEM_STAGE] = t->place.pp_rank;
     double steps = t->pp_steps > 0 ? (double)t->pp_steps : 1;
@@ -613,6 +626,8 @@ static dt_status_t write_summary(dt_trainer_t *t, double final_loss, double fina
         cJSON_AddNumberToObject(ms, "optim", v[MEM_OPTIM]);
         cJSON_AddNumberToObject(ms, "total", v[MEM_PARAMS] + v[MEM_GRADS] + v[MEM_MASTER] + v[MEM_OPTIM]);
         cJSON_AddNumberToObject(ms, "expected", v[MEM_EXPECT]);
+        if (t->lora.adapter) /* in params: the frozen base (lora.h: dt_lora_base_state_bytes) */
+            cJSON_AddNumberToObject(ms, "lora_base", v[MEM_LORA_BASE]);
         /* comm: the communicator's buffers plus dp's bucket/unit buffers (dp_buffer_bytes) */
         cJSON_AddNumberToObject(r, "comm_buffer_bytes", v[MEM_COMM]);
         cJSON_AddNumberToObject(r, "dp_buffer_bytes", v[MEM_WORK]);

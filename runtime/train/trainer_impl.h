@@ -11,8 +11,10 @@
 #include "common/torchenv.h"           /* defines: dt_torchenv_t */
 #include "kernels/kernels.h"
 #include "runtime/ckpt/hf_weights.h"   /* defines: dt_hf_weights_t */
+#include "runtime/ckpt/safetensors.h"  /* defines: dt_st_file_t */
 #include "runtime/comm/comm.h"         /* defines: dt_comm_t */
 #include "runtime/config/config.h"     /* defines: dt_config_t */
+#include "runtime/model/lora.h"        /* defines: dt_lora_t, dt_lora_spec */
 #include "runtime/model/model.h"       /* defines: dt_model_spec */
 #include "runtime/model/net.h"         /* defines: dt_net_t */
 #include "runtime/parallel/dp.h"       /* defines: dt_dp_t */
@@ -28,6 +30,12 @@ typedef struct dt_trainer {
     dt_device_t *dev;
     dt_model_layout layout;
     dt_hf_weights_t *hf; /* model.pretrained's weights (NULL: from the seed) */
+    /* LoRA (lora.r > 0; train_lora.c): layout is then the adapters' (what dp,
+     * the optimizer and checkpoints hold), base_layout the model the net computes,
+     * frozen in lora's buffers; lora_init the adapter file of lora.init (or NULL). */
+    dt_model_layout base_layout;
+    dt_lora_t lora;
+    dt_st_file_t *lora_init;
     dt_net_t net;
     dt_data_t *data; /* token models; NULL for feature models (synthetic data) */
     dt_comm_t *comm; /* NULL on one rank */
@@ -65,6 +73,18 @@ int dt_trainer_sources_(const dt_config_t *cfg, dt_data_source *out);
 
 /* The configured model's spec; a token model's vocabulary 0 comes from the data. */
 dt_status_t dt_trainer_spec_(const dt_config_t *cfg, dt_model_spec *spec);
+
+/* ---- train_lora.c ---- */
+
+/* The config's lora section for a compute dtype (DT_STATUS_CONFIG naming the key). */
+dt_status_t dt_train_lora_spec_(const dt_config_t *cfg, dt_dtype_t compute, dt_lora_spec *out);
+/* With lora.r > 0, after dt_train_layout_ and the device: t->layout becomes the
+ * adapters', t->base_layout the model, its weights read from model.pretrained
+ * (t->hf) into t->lora's frozen buffers. */
+dt_status_t dt_train_lora_setup_(dt_trainer_t *t);
+/* The adapters' initial elements [offset, offset + count): lora.init's, else PEFT's init. */
+dt_status_t dt_train_lora_fill_(dt_trainer_t *t, size_t offset, size_t count, float *dst);
+void dt_train_lora_free_(dt_trainer_t *t);
 
 /* ---- train_parallel.c ---- */
 

@@ -1,0 +1,93 @@
+/*
+ * cmd_plan_lora.c - `dtrun plan`'s LoRA section (--lora-r R, --base-dtype
+ * int8|fp32|bf16, --lora-targets a,b; or the config's lora section): the adapters'
+ * trainable parameters and the model-state bytes per GPU the trainer allocates
+ * (runtime/model/lora.h: the frozen base in its dtype, int8 linears with a 4-byte
+ * scale per row; 16 bytes per adapter parameter: parameter, gradient and Adam's two
+ * moments in fp32, or bf16 parameter and gradient plus the fp32 master), against
+ * full fine-tuning's 16 bytes per parameter. The adapters are replicated under ddp
+ * and sharded by ZeRO like any parameters; the numbers here are ddp's (one full copy).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "runtime/model/lora.h"  /* defines: dt_lora_init, dt_lora_base_state_bytes */
+#include "runtime/model/model.h" /* defines: dt_model_layout_init */
+
+#include "cli/cmd_plan.h"
+
+int cmd_plan_parse_lora_flag(const char *flag, const char *val, plan_opts *o) {
+    if (!strcmp(flag, "--lora-r")) {
+        char *end = NULL;
+        long r = strtol(val, &end, 10);
+        if (!end || *end || r < 1 || r > 65536)
+            return cmd_plan_usage_error("--lora-r: expected a rank from 1 to 65536, found \"%s\"", val);
+        o->lora_r = (int)r;
+        return 0;
+    }
+    if (!strcmp(flag, "--base-dtype")) {
+        if (strcasecmp(val, "int8") && strcasecmp(val, "fp32") && strcasecmp(val, "bf16") && strcasecmp(val, "auto"))
+            return cmd_plan_usage_error("--base-dtype: expected int8, fp32, bf16 or auto, found \"%s\"", val);
+        o->base_dtype = val;
+        return 0;
+    }
+    if (!strcmp(flag, "--lora-targets")) {
+        o->lora_targets = val;
+        return 0;
+    }
+    return 1;
+}
+
+int cmd_plan_print_lora(const plan_opts *o, const plan_ctx *c) {
+    int cfg_lora = c->have_cfg && c->cfg.lora.r > 0;
+    if (!o->lora_r && !cfg_lora) {
+        if (o->base_dtype || o->lora_targets)
+            return cmd_plan_usage_error("--base-dtype/--lora-targets: give --lora-r (or a config with lora.r)");
+        return 0;
+    }
+    if (!c->have_spec) return cmd_plan_usage_error("--lora-r: needs a config (the model LoRA adapts)");
+    dt_dtype_t compute = c->in.precision == DT_PLAN_PRECISION_FP32 ? DT_DTYPE_F32 : DT_DTYPE_BF16;
+    dt_lora_spec ls;
+    memset(&ls, 0, sizeof ls);
+    ls.r = o->lora_r ? o->lora_r : (int)c->cfg.lora.r;
+    ls.alpha = cfg_lora ? c->cfg.lora.alpha : 8;
+    const char *targets = o->lora_targets ? o->lora_targets : c->have_cfg ? c->cfg.lora.target_modules : NULL;
+    const char *bd = o->base_dtype;
+    if (!bd && c->have_cfg)
+        bd = c->cfg.lora.base_dtype == DT_CONFIG_LORA_BASE_INT8   ? "int8"
+             : c->cfg.lora.base_dtype == DT_CONFIG_LORA_BASE_FP32 ? "fp32"
+             : c->cfg.lora.base_dtype == DT_CONFIG_LORA_BASE_BF16 ? "bf16"
+                                                                  : "auto";
+    if (!bd) bd = "auto";
+    if (!strcasecmp(bd, "int8")) ls.base = DT_LORA_BASE_INT8;
+    else if (strcasecmp(bd, "auto") && strcasecmp(bd, compute == DT_DTYPE_F32 ? "fp32" : "bf16"))
+        return cmd_plan_usage_error("--base-dtype: %s is not the compute dtype (%s): int8, auto or %s", bd,
+                                    dt_dtype_name(compute), compute == DT_DTYPE_F32 ? "fp32" : "bf16");
+    dt_model_layout base, adapters;
+    dt_lora_t lora;
+    int rc = 0;
+    if (dt_lora_parse_targets(&ls, targets) != DT_STATUS_OK || dt_model_layout_init(&c->spec, &base) != DT_STATUS_OK)
+        return cmd_plan_usage_error("%s", dt_error_detail());
+    if (dt_lora_init(&base, &ls, compute, &lora, &adapters) != DT_STATUS_OK) {
+        rc = cmd_plan_usage_error("%s", dt_error_detail());
+        goto out_free_base;
+    }
+    size_t base_b = dt_lora_base_state_bytes(&lora), ad = adapters.n_params;
+    double full = 16.0 * (double)base.n_params;
+    printf("\nLoRA r %d (alpha %g, scale %g), targets", ls.r, ls.alpha, lora.scale);
+    for (int i = 0; i < lora.spec.n_targets; i++) printf("%s%s", i ? "," : " ", lora.spec.targets[i]);
+    printf(", base %s:\n", ls.base == DT_LORA_BASE_INT8 ? "int8 linears (+ fp32 scale per row)" : dt_dtype_name(compute));
+    printf("  trainable parameters  %zu (%.3f%% of %zu)\n", ad, 100.0 * (double)ad / (double)base.n_params,
+           base.n_params);
+    printf("  frozen base           %zu bytes (%.1f MB)\n", base_b, (double)base_b / 1e6);
+    printf("  adapters' state       %zu bytes (16 per adapter parameter)\n", 16 * ad);
+    printf("  model-state bytes     %zu per GPU (ddp; full fine-tuning: %.0f, %.1fx more)\n", base_b + 16 * ad, full,
+           full / (double)(base_b + 16 * ad));
+    dt_lora_free(&lora);
+    dt_model_layout_free(&adapters);
+out_free_base:
+    dt_model_layout_free(&base);
+    return rc;
+}
