@@ -61,7 +61,7 @@ P=$(free_port)
 for i in 2 1 0; do
   tf=tok; [ $i = 2 ] && tf=tok2
   ( $T "$DTRUN" --nnodes 2 --nproc_per_node 1 --rdzv_endpoint 127.0.0.2:$P --local_addr 127.0.0.$((i + 2)) \
-      --rdzv_conf token_file=$tf,$FAST --monitor_interval 0.05 --exec sh -c 'sleep 1; echo ran' \
+      --rdzv_conf token_file=$tf,$FAST --monitor_interval 0.05 --exec sh -c 'sleep 3; echo ran' \
       >"w$i.out" 2>"w$i.err"; echo $? >"w$i.rc" ) &
   [ $i = 2 ] && sleep 1  # it reaches the store while the others are joining
 done
