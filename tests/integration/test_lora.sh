@@ -6,6 +6,8 @@
 #   - `export --format hf --merge` equals the base + alpha/r B A of the PEFT export
 #   - ddp, zero2 and fsdp on 2 ranks train as 1 rank with the same global batch (adapters
 #     and losses within 1e-5), and the adapters are all dp holds (model-state bytes)
+#   - activation recomputation (full on 1 rank and under fsdp, selective) gives the
+#     adapters of the run without it, bitwise
 #   - an int8 base: trains, its loss within 2e-2 of the fp32 base's, summary.json's
 #     lora_base bytes = int8 linears + 4 bytes of scale per row + fp32 others
 #   - on the emulated CUDA device (dtrun-emu, when built): bf16 and int8 bases train
@@ -86,6 +88,22 @@ if l1=$(run dp1 1 3 '{"big_data": true, "gradient_accumulation_steps": 2}'); the
 else
   fail "lora: 1-rank reference" "$(tail -3 "$DT_TMP/dp1.err")"
 fi
+
+# recomputation through the LoRA linear helpers (the merge of both into the block
+# functions): policy full, on 1 rank and under fsdp (its gather order with the
+# recompute's uses), gives the adapters of the run without it bit for bit
+for c in "dp1 1 2 full" "dp2_fsdp 2 1 full" "dp1 1 2 selective"; do
+  set -- $c
+  name=rc_$1_$4
+  ex="{\"big_data\": true, \"gradient_accumulation_steps\": $3, \"activation_checkpointing\": {\"policy\": \"$4\"}"
+  [ "$1" = dp2_fsdp ] && ex="$ex, \"strategy\": \"fsdp\""
+  if [ -f "$DT_TMP/$1/peft/adapter_model.safetensors" ] && run "$name" "$2" 3 "$ex}" >/dev/null &&
+     cmp -s "$DT_TMP/$1/peft/adapter_model.safetensors" "$DT_TMP/$name/peft/adapter_model.safetensors"; then
+    pass "lora with activation_checkpointing.policy $4 ($1): adapters equal the run without, bitwise"
+  else
+    fail "lora with activation_checkpointing.policy $4 ($1)" "$(tail -2 "$DT_TMP/$name.err" 2>/dev/null)"
+  fi
+done
 
 # int8 base: trains, close to the fp32 base, base bytes as the formula
 if l8=$(run int8 1 1 '{"lora": {"base_dtype": "int8"}}'); then
