@@ -4,7 +4,7 @@
  * gpipe and interleaved, TP 1 and 2), times the arenas the schedule holds; model
  * states from the stage layouts plus the tied head's copy; the sized models' stages;
  * the bubble against dt_pp_bubble_ideal; the P2P traffic by hand; errors naming the
- * flag.
+ * flag; a stage's recomputation policy chosen for the arenas it holds.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -127,6 +127,36 @@ Test(plan_pp, first_stage_holds_the_most_under_1f1b) {
     in.pp_schedule = DT_PP_GPIPE;
     cr_assert_eq(dt_plan_row_compute_pp(&in, DT_PLAN_ZERO1, 4, &r, st), DT_STATUS_OK);
     cr_assert_geq(st[0].arenas, 8);
+    dt_plan_model_free(&m);
+}
+
+/* Recomputation's policy is chosen per stage for the arenas it holds: where the
+ * schedule's arenas of selective's bytes exceed the memory and full's fit, the stage
+ * plans full (its bytes, the arena formula's times the arenas) and the job fits. */
+Test(plan_pp, recompute_policy_for_the_stage_arenas) {
+    dt_plan_model m;
+    pp_model(&gpt4, 1, 0, 2, 1, 0, &m);
+    dt_plan_input in;
+    cpu_input(&in, 8, DT_PP_1F1B);
+    in.micro_batch = 4;
+    in.model = m;
+    dt_plan_row r, st[2];
+    cr_assert_eq(dt_plan_row_compute_pp(&in, DT_PLAN_DDP, 2, &r, st), DT_STATUS_OK, "%s", dt_error_detail());
+    dt_plan_model view;
+    dt_plan_stage_view(&m, 0, &view);
+    double sel = dt_plan_activation_bytes(&view, 4, 4, 3, DT_MODEL_RECOMPUTE_SELECTIVE);
+    double full = dt_plan_activation_bytes(&view, 4, 4, 3, DT_MODEL_RECOMPUTE_FULL);
+    int arenas = st[0].arenas;
+    cr_assert_geq(arenas, 2);
+    double states = st[0].params + st[0].grads + st[0].optim + st[0].comm_buf;
+    cr_assert_lt(states + sel, states + arenas * full, "one arena of selective must fit where full's arenas do");
+    cr_assert_gt(arenas * sel, arenas * full);
+    /* usable memory: full's arenas and half the gap to selective's */
+    in.mem_bytes *= (states + arenas * (full + sel) / 2) / st[0].usable;
+    cr_assert_eq(dt_plan_row_compute_pp(&in, DT_PLAN_DDP, 2, &r, st), DT_STATUS_OK, "%s", dt_error_detail());
+    cr_assert_eq(st[0].ckpt_policy, DT_MODEL_RECOMPUTE_FULL);
+    assert_near(st[0].acts_ckpt, arenas * full, 1e-6);
+    cr_assert_eq(r.fit, DT_PLAN_FIT_CKPT, "fit %d: full recomputation fits every stage", r.fit);
     dt_plan_model_free(&m);
 }
 

@@ -329,6 +329,13 @@ double dt_plan_activation_bytes(const dt_plan_model *m, int micro_batch, int com
     return (L - nck) * layer + nck * keep + (nck > 0 ? layer - keep : 0) + once;
 }
 
+double dt_plan_input_activation_bytes(const dt_plan_input *in, const dt_plan_model *m, int recompute) {
+    int attn = in->gpu_attention ? (in->gpu_attention_fused ? DT_PLAN_ATTENTION_FUSED : DT_PLAN_ATTENTION_CUBLAS)
+                                 : (in->cpu_threads > 0 ? in->cpu_threads : 1);
+    return dt_plan_activation_bytes(m, in->micro_batch, in->precision == DT_PLAN_PRECISION_BF16 ? 2 : 4, attn,
+                                    recompute);
+}
+
 double dt_plan_recompute_factor(const dt_plan_model *m, int recompute) {
     if (recompute == DT_MODEL_RECOMPUTE_NONE || m->feature_rows || m->flops_per_token <= 0) return 1.0;
     double L = m->n_layer, every = m->recompute_every > 0 ? m->recompute_every : 1, share = ceil(L / every) / L;
@@ -477,14 +484,10 @@ dt_status_t dt_plan_row_stage(const dt_plan_input *in, const dt_plan_model *m, d
     out->params = ms.params;
     out->grads = ms.grads;
     out->optim = ms.optim;
-    int attn = in->gpu_attention ? (in->gpu_attention_fused ? DT_PLAN_ATTENTION_FUSED : DT_PLAN_ATTENTION_CUBLAS)
-                                 : (in->cpu_threads > 0 ? in->cpu_threads : 1);
-    out->acts = dt_plan_activation_bytes(m, in->micro_batch, cb, attn, 0);
+    out->acts = dt_plan_input_activation_bytes(in, m, DT_MODEL_RECOMPUTE_NONE);
     /* recomputation: the cheaper policy that fits (selective), else full */
     out->ckpt_policy = DT_MODEL_RECOMPUTE_SELECTIVE;
-    out->acts_ckpt = m->feature_rows ? out->acts
-                                     : dt_plan_activation_bytes(m, in->micro_batch, cb, attn,
-                                                                DT_MODEL_RECOMPUTE_SELECTIVE);
+    out->acts_ckpt = m->feature_rows ? out->acts : dt_plan_input_activation_bytes(in, m, DT_MODEL_RECOMPUTE_SELECTIVE);
     if (dp > 1) {
         if (s == DT_PLAN_FSDP || s == DT_PLAN_HYBRID)
             out->comm_buf = m->largest_unit * (2.0 * cb + in->comm_bytes);
@@ -500,7 +503,7 @@ dt_status_t dt_plan_row_stage(const dt_plan_input *in, const dt_plan_model *m, d
     if (in->mem_shared) out->usable /= local;
     if (!m->feature_rows && out->total_ckpt > out->usable) {
         out->ckpt_policy = DT_MODEL_RECOMPUTE_FULL;
-        out->acts_ckpt = dt_plan_activation_bytes(m, in->micro_batch, cb, attn, DT_MODEL_RECOMPUTE_FULL);
+        out->acts_ckpt = dt_plan_input_activation_bytes(in, m, DT_MODEL_RECOMPUTE_FULL);
         out->total_ckpt = states + out->acts_ckpt + out->comm_buf;
     }
     out->fit = out->total <= out->usable        ? DT_PLAN_FIT_YES

@@ -334,15 +334,17 @@ dt_plan_mem dt_plan_model_states(const dt_plan_model *m, dt_plan_precision_t p,
 #define DT_PLAN_ATTENTION_CUBLAS 0
 #define DT_PLAN_ATTENTION_FUSED (-1)
 
+/* Compute time x this with recomputation policy `recompute` (full: 1 + n/(3L); selective:
+ * 1 + n·4·A·T / flops_per_token; none: 1). */
+double dt_plan_recompute_factor(const dt_plan_model *m, int recompute);
 /* Activation bytes per GPU for one micro-batch of B sequences. attention:
  * DT_PLAN_ATTENTION_CUBLAS or _FUSED for the CUDA backend's attention (fused falls
  * back to cuBLAS's sizes above head size 128, as the backend does), else the CPU
  * threads whose scratch rows the CPU attention uses. */
-/* Compute time x this with recomputation policy `recompute` (full: 1 + n/(3L); selective:
- * 1 + n·4·A·T / flops_per_token; none: 1). */
-double dt_plan_recompute_factor(const dt_plan_model *m, int recompute);
 double dt_plan_activation_bytes(const dt_plan_model *m, int micro_batch, int compute_bytes,
                                 int attention, int recompute);
+/* The same for in's device, precision and micro-batch (one arena). */
+double dt_plan_input_activation_bytes(const dt_plan_input *in, const dt_plan_model *m, int recompute);
 
 /* Ring collective times (seconds) of a buffer of `bytes` over n ranks, one
  * collective, including its latency; 0 when n <= 1. */

@@ -263,6 +263,13 @@ dt_status_t dt_plan_row_compute_pp(const dt_plan_input *in, dt_plan_strategy_t s
         double states = r->params + r->grads + r->optim;
         r->total = states + r->acts + r->comm_buf;
         r->total_ckpt = states + r->acts_ckpt + r->comm_buf;
+        /* the stage row chose its policy for one arena: with the schedule's arenas
+         * selective may not fit where full does */
+        if (!view.feature_rows && r->ckpt_policy == DT_MODEL_RECOMPUTE_SELECTIVE && r->total_ckpt > r->usable) {
+            r->ckpt_policy = DT_MODEL_RECOMPUTE_FULL;
+            r->acts_ckpt = r->arenas * dt_plan_input_activation_bytes(in, &view, DT_MODEL_RECOMPUTE_FULL);
+            r->total_ckpt = states + r->acts_ckpt + r->comm_buf;
+        }
         all_yes &= r->total <= r->usable;
         all_ckpt &= r->total_ckpt <= r->usable;
     }
@@ -272,7 +279,7 @@ dt_status_t dt_plan_row_compute_pp(const dt_plan_input *in, dt_plan_strategy_t s
     /* time: each stage's per-micro-batch compute and TP collectives at the job's
      * recompute; its DP collectives as its own row prices them */
     double rate = in->peak_flops * in->mfu;
-    double tokens_mb = (double)in->micro_batch * m->seq_len, rec = ckpt ? 4.0 / 3.0 : 1.0;
+    double tokens_mb = (double)in->micro_batch * m->seq_len;
     double t_max = 0, c_max = 0, tp_max = 0, chunk_max = 0, dp_exposed = 0, dp_comm = 0, dp_coll = 0;
     int worst = 0, slowest = 0;
     for (int k = 0; k < P; k++) {
@@ -281,6 +288,10 @@ dt_status_t dt_plan_row_compute_pp(const dt_plan_input *in, dt_plan_strategy_t s
         dt_plan_row t;
         st = dt_plan_row_stage(in, &view, strat, n_gpus, P, ckpt, &t);
         if (st != DT_STATUS_OK) goto out_free_rows;
+        /* its policy's cost over all its blocks (view.n_layer: one chunk's, the arena's) */
+        dt_plan_model all = view;
+        all.n_layer = m->stages[k].blocks;
+        double rec = ckpt ? dt_plan_recompute_factor(&all, rows[k].ckpt_policy) : 1.0;
         double c = m->stages[k].flops_per_token * tokens_mb / tp / rate * rec;
         double tpc = t.tp_comm_s / M;
         double chunk = m->stages[k].chunk_flops_max * tokens_mb / tp / rate * rec + tpc / m->stages[k].n_chunks;
