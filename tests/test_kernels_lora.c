@@ -65,12 +65,26 @@ Test(lora_ops, gemm_strided_all_transposes) {
     dt_device_free(d);
 }
 
+/* A NaN or infinite weight cannot be quantized ((int8_t)NaN is undefined): the first such
+ * row is reported, its values zero. */
+Test(lora_ops, quantize_rows_reports_non_finite) {
+    size_t rows = 4, cols = 5;
+    float *w = frand(rows * cols), s[4];
+    w[2 * cols + 1] = NAN;
+    w[3 * cols] = INFINITY;
+    int8_t q[20];
+    cr_assert_eq(dt_lora_quantize_rows(w, rows, cols, q, s), 2);
+    for (size_t c = 0; c < cols; c++) cr_assert_eq(q[2 * cols + c], 0);
+    cr_assert_eq(s[2], 1.0f);
+    free(w);
+}
+
 Test(lora_ops, quantize_rows_absmax) {
     size_t rows = 9, cols = 33;
     float *w = frand(rows * cols), s[9];
     for (size_t c = 0; c < cols; c++) w[3 * cols + c] = 0; /* a zero row */
     int8_t *q = malloc(rows * cols);
-    dt_lora_quantize_rows(w, rows, cols, q, s);
+    cr_assert_eq(dt_lora_quantize_rows(w, rows, cols, q, s), -1, "every weight is finite");
     for (size_t r = 0; r < rows; r++) {
         float m = 0;
         for (size_t c = 0; c < cols; c++) m = fmaxf(m, fabsf(w[r * cols + c]));

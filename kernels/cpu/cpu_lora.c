@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "common/mem.h" /* defines: dt_xmalloc */
 #include "kernels/cpu/cpu.h"
 
 #define PAR_MIN_FLOPS (1 << 18)
@@ -57,7 +58,8 @@ void dt_cpu_matmul_forward_q8(dt_device_t *dev, void *out_, const void *inp_, co
     {
         size_t o0, o1;
         dt_cpu_split((size_t)OC, omp_get_num_threads(), omp_get_thread_num(), &o0, &o1);
-        float *w = o1 > o0 ? malloc(sizeof(float) * Q8_TILE * (size_t)C) : NULL;
+        /* a tile of dequantized rows (dt_xmalloc: out of memory aborts, never skips the tile) */
+        float *w = o1 > o0 ? dt_xmalloc(sizeof(float) * Q8_TILE * (size_t)C) : NULL;
         for (size_t t0 = o0; w && t0 < o1; t0 += Q8_TILE) {
             size_t t1 = t0 + Q8_TILE < o1 ? t0 + Q8_TILE : o1;
             dequant_rows(w, wq, scale, t0, t1, C);
@@ -83,7 +85,7 @@ void dt_cpu_matmul_backward_q8(dt_device_t *dev, void *dinp_, const void *dout_,
     {
         size_t r0, r1;
         dt_cpu_split((size_t)N, omp_get_num_threads(), omp_get_thread_num(), &r0, &r1);
-        float *w = r1 > r0 ? malloc(sizeof(float) * Q8_TILE * (size_t)C) : NULL;
+        float *w = r1 > r0 ? dt_xmalloc(sizeof(float) * Q8_TILE * (size_t)C) : NULL;
         for (size_t t0 = 0; w && t0 < (size_t)OC; t0 += Q8_TILE) {
             size_t t1 = t0 + Q8_TILE < (size_t)OC ? t0 + Q8_TILE : (size_t)OC;
             dequant_rows(w, wq, scale, t0, t1, C);

@@ -177,11 +177,22 @@ size_t dt_lora_base_state_bytes(const dt_lora_t *lora) {
     return lora->base_bytes + lora->q8_bytes + lora->n_scales * sizeof(float);
 }
 
-void dt_lora_quantize_rows(const float *w, size_t rows, size_t cols, int8_t *q, float *scale) {
+long dt_lora_quantize_rows(const float *w, size_t rows, size_t cols, int8_t *q, float *scale) {
+    long bad = -1;
     for (size_t r = 0; r < rows; r++) {
         const float *x = w + r * cols;
         float m = 0;
-        for (size_t c = 0; c < cols; c++) m = fmaxf(m, fabsf(x[c]));
+        int finite = 1;
+        for (size_t c = 0; c < cols; c++) {
+            finite &= isfinite(x[c]) != 0;
+            m = fmaxf(m, fabsf(x[c]));
+        }
+        if (!finite) { /* (int8_t)NaN is undefined: the caller reports the row */
+            if (bad < 0) bad = (long)r;
+            scale[r] = 1.0f;
+            memset(q + r * cols, 0, cols);
+            continue;
+        }
         float s = m > 0 ? m / 127.0f : 1.0f;
         scale[r] = s;
         for (size_t c = 0; c < cols; c++) {
@@ -189,6 +200,7 @@ void dt_lora_quantize_rows(const float *w, size_t rows, size_t cols, int8_t *q, 
             q[r * cols + c] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
         }
     }
+    return bad;
 }
 
 /* Allocates n bytes (at least 1) of model state on the device. */
@@ -221,7 +233,13 @@ dt_status_t dt_lora_load(dt_lora_t *lora, dt_device_t *dev, dt_lora_read_fn read
         if (st != DT_STATUS_OK) break;
         if (lora->linear[t] && lora->spec.base == DT_LORA_BASE_INT8) {
             size_t rows = (size_t)ti->shape[0];
-            dt_lora_quantize_rows(h, rows, ti->numel / rows, hq, hs);
+            long bad = dt_lora_quantize_rows(h, rows, ti->numel / rows, hq, hs);
+            if (bad >= 0) {
+                st = dt_error(DT_STATUS_CONFIG, "lora.base_dtype int8: model.pretrained's %s has a NaN or infinite "
+                              "weight in row %ld: it cannot be quantized (fix the weights, or use base_dtype fp32/bf16)",
+                              ti->name, bad);
+                break;
+            }
             st = o->copy(dev, lora->d_q8 + lora->boff[t], hq, ti->numel, DT_COPY_HOST_TO_DEVICE);
             if (st == DT_STATUS_OK)
                 st = o->copy(dev, lora->d_scales + lora->soff[t], hs, rows * sizeof(float), DT_COPY_HOST_TO_DEVICE);

@@ -103,8 +103,9 @@ void dt_lora_init_range(const dt_lora_t *lora, uint64_t seed, size_t offset, siz
 const char *dt_lora_peft_prefix(const dt_model_layout *l);
 
 /* Host quantization of one (rows, cols) fp32 matrix: q (rows * cols) and scale
- * (rows). A zero row gets scale 1 and zeros. */
-void dt_lora_quantize_rows(const float *w, size_t rows, size_t cols, int8_t *q, float *scale);
+ * (rows). A zero row gets scale 1 and zeros. Returns -1, or the first row holding a
+ * NaN or infinite weight (it cannot be quantized: that row is left zero, scale 1). */
+long dt_lora_quantize_rows(const float *w, size_t rows, size_t cols, int8_t *q, float *scale);
 
 /* The device pointer of base tensor t (its weights; for an int8 linear the int8
  * values), and the gradient a model's backward may write for it: NULL for 2-D
