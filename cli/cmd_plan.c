@@ -747,6 +747,11 @@ int dt_cmd_plan(int argc, char **argv) {
         rc = cheapest_stages(&o, &c, &rows[ch.cheapest]);
         if (rc) goto out_free_rows;
     }
+    if (o.json && (o.lora_r || o.base_dtype || o.lora_targets)) { /* not silently dropped */
+        rc = usage_error("--lora-r/--base-dtype/--lora-targets: the LoRA section is not in --json's output yet; "
+                         "run without --json");
+        goto out_free_rows;
+    }
     if (o.json) cmd_plan_print_json(&o, &c, rows, n_rows, &ch);
     else cmd_plan_print_text(&o, &c, rows, n_rows, &ch);
     rc = o.json ? DT_EXIT_OK : cmd_plan_print_lora(&o, &c);

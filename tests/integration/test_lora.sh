@@ -137,6 +137,10 @@ measured=$(python3 -c "import json,sys; s=json.load(open(sys.argv[1])); s=s.get(
   "$DT_TMP/int8/log/summary.json" 2>/dev/null)
 if [ -n "$planned" ] && [ "$planned" = "$measured" ]; then pass "plan --lora-r 4 --base-dtype int8: $planned model-state bytes, as the run"
 else fail "plan --lora-r --base-dtype int8" "plan '$planned', run '$measured'"; fi
+"$DTRUN" plan --json "$DT_TMP/int8/train.json" --lora-r 4 >"$DT_TMP/pj.out" 2>"$DT_TMP/pj.err"; rc=$?
+[ $rc = 2 ] && grep -q -- "--lora-r/--base-dtype/--lora-targets: the LoRA section is not in --json" "$DT_TMP/pj.err" &&
+  pass "plan --json --lora-r: exit 2 (the LoRA figures are not silently dropped)" ||
+  fail "plan --json --lora-r" "rc=$rc $(cat "$DT_TMP/pj.err")"
 
 # the emulated CUDA device (bf16 compute; the LoRA gemm and int8 matmuls of
 # kernels/cuda/cuda_lora.cu): 3 steps within bf16 rounding of the CPU's
