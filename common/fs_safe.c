@@ -85,3 +85,31 @@ dt_status_t dt_fs_create_temp_beside(const char *path, char *tmp, size_t len, in
     }
     return DT_STATUS_OK;
 }
+
+/* Writes all n bytes of buf to fd (retrying short writes and EINTR): 0, or -1 with errno. */
+static int write_all(int fd, const void *buf, size_t n) {
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+dt_status_t dt_fs_write_atomic(const char *path, const void *a, size_t na, const void *b, size_t nb) {
+    char tmp[4352];
+    int fd;
+    DT_CHECK(dt_fs_create_temp_beside(path, tmp, sizeof tmp, &fd));
+    int bad = write_all(fd, a, na) != 0 || (b && nb && write_all(fd, b, nb) != 0) || fsync(fd) != 0;
+    int err = errno;
+    if (close(fd) != 0 && !bad) bad = 1, err = errno;
+    if (!bad && rename(tmp, path) != 0) bad = 1, err = errno;
+    if (bad) {
+        unlink(tmp);
+        return dt_error(DT_STATUS_IO, "cannot write %s: %s", path, strerror(err));
+    }
+    return DT_STATUS_OK;
+}

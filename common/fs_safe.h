@@ -33,4 +33,10 @@ dt_status_t dt_fs_check_target(const char *path, int want_dir, const char *what)
  * mode 0666 less the umask, as open(2) would make it. tmp (len bytes) gets its name. */
 dt_status_t dt_fs_create_temp_beside(const char *path, char *tmp, size_t len, int *fd);
 
+/* Writes a (na bytes) then b (nb bytes; NULL or 0: nothing) to path atomically: into
+ * a fresh temporary beside it (dt_fs_create_temp_beside), fsync'd, renamed over
+ * path. On failure nothing is left behind and path is untouched; DT_STATUS_IO names
+ * the file. */
+dt_status_t dt_fs_write_atomic(const char *path, const void *a, size_t na, const void *b, size_t nb);
+
 #endif /* DT_COMMON_FS_SAFE_H */

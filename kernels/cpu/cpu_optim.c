@@ -11,6 +11,7 @@
 #include <omp.h>
 
 #include "kernels/cpu/cpu.h"
+#include "kernels/sr_hash.h" /* defines: dt_sr_bits, dt_sr_round_bits */
 
 #define NORM_BLOCKS 256
 #define PAR_MIN_ELEMS (1 << 15)
@@ -97,24 +98,13 @@ static inline uint16_t f32_to_bf16_rne(float f) {
     return (uint16_t)(nan ? ((b >> 16) | 0x40u) : r);
 }
 
-/* The CUDA adamw's stochastic rounding (kernels/cuda/cuda_optim.cu), bit for bit:
- * murmur3's finaliser as a counter-based hash of (key, i); 16 random bits added
- * below bf16's last mantissa bit, then truncation; infinities and NaN to nearest. */
-static inline uint32_t fmix32(uint32_t h) {
-    h ^= h >> 16;
-    h *= 0x85ebca6bu;
-    h ^= h >> 13;
-    h *= 0xc2b2ae35u;
-    h ^= h >> 16;
-    return h;
-}
-
+/* The CUDA adamw's stochastic rounding, bit for bit (kernels/sr_hash.h); infinities
+ * and NaN to nearest. */
 static inline uint16_t f32_to_bf16_sr(float f, uint32_t key, size_t i) {
     uint32_t b;
     memcpy(&b, &f, sizeof b);
     if ((b & 0x7f800000u) == 0x7f800000u) return f32_to_bf16_rne(f);
-    uint32_t r = fmix32(fmix32((uint32_t)i ^ key) ^ (uint32_t)((uint64_t)i >> 32));
-    return (uint16_t)(((b + (r & 0xffffu)) & 0xffff0000u) >> 16);
+    return (uint16_t)(dt_sr_round_bits(b, dt_sr_bits(key, i)) >> 16);
 }
 
 /* One thread's part [i0, i1) with bf16 gradients and parameters. */

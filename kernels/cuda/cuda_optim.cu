@@ -6,6 +6,7 @@
  * which fills the table's matmul, elementwise and optimizer slots.
  */
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/sr_hash.h" /* defines: dt_sr_bits, dt_sr_round_bits */
 
 #include "kernels/cuda/cuda_vec.cuh"
 
@@ -19,22 +20,6 @@
 
 /* ---- stochastic rounding --------------------------------------------------------- */
 
-/* murmur3's 32-bit finaliser: a bijection whose output bits each depend on all input bits. */
-static __device__ __forceinline__ uint32_t fmix32(uint32_t h) {
-    h ^= h >> 16;
-    h *= 0x85ebca6bu;
-    h ^= h >> 13;
-    h *= 0xc2b2ae35u;
-    h ^= h >> 16;
-    return h;
-}
-
-/* 32 random bits for element i: a counter-based hash, so any thread can compute any
- * element's bits and the same (seed, step, i) always gives the same bits. */
-static __device__ __forceinline__ uint32_t sr_bits(uint32_t key, size_t i) {
-    return fmix32(fmix32((uint32_t)i ^ key) ^ (uint32_t)((uint64_t)i >> 32));
-}
-
 /* x rounded to bf16 up or down, up with probability (x - down) / (up - down): add 16
  * random bits below bf16's last mantissa bit and truncate (on the magnitude, so
  * negative numbers round symmetrically). Infinities and NaN round to nearest. */
@@ -42,7 +27,7 @@ static __device__ __forceinline__ dt_bf16 bf16_round_stochastic(float x, uint32_
     uint32_t b;
     memcpy(&b, &x, sizeof b);
     if ((b & 0x7f800000u) == 0x7f800000u) return __float2bfloat16(x);
-    b = (b + (r & 0xffffu)) & 0xffff0000u;
+    b = dt_sr_round_bits(b, r);
     float y;
     memcpy(&y, &b, sizeof y);
     return __float2bfloat16(y); /* exact: y has a bf16's bits */
@@ -51,7 +36,7 @@ static __device__ __forceinline__ dt_bf16 bf16_round_stochastic(float x, uint32_
 template <typename T> static __device__ __forceinline__ T store_param(float w, uint32_t key, size_t i, int sr);
 template <> __device__ __forceinline__ float store_param<float>(float w, uint32_t, size_t, int) { return w; }
 template <> __device__ __forceinline__ dt_bf16 store_param<dt_bf16>(float w, uint32_t key, size_t i, int sr) {
-    return sr ? bf16_round_stochastic(w, sr_bits(key, i)) : __float2bfloat16(w);
+    return sr ? bf16_round_stochastic(w, dt_sr_bits(key, i)) : __float2bfloat16(w);
 }
 
 /* ---- AdamW --------------------------------------------------------------------- */

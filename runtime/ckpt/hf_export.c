@@ -16,27 +16,14 @@
 #include "runtime/ckpt/safetensors.h"
 #include "runtime/model/hf_config.h" /* defines: dt_hf_config_json */
 
-/* Writes text to dir/name through a fresh temporary name (never an existing file
- * or a planted link); only a regular file or nothing is replaced. */
+/* Writes text and a newline to dir/name atomically, through a fresh temporary name
+ * (never an existing file or a planted link); only a regular file or nothing is
+ * replaced. */
 static dt_status_t write_text(const char *dir, const char *name, const char *text) {
-    char path[4200], tmp[4300];
+    char path[4200];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    int fd;
     DT_CHECK(dt_fs_check_target(path, 0, "Hugging Face output"));
-    DT_CHECK(dt_fs_create_temp_beside(path, tmp, sizeof tmp, &fd));
-    FILE *f = fdopen(fd, "w");
-    if (!f) {
-        close(fd);
-        unlink(tmp);
-        return dt_error(DT_STATUS_IO, "cannot create %s: %s", tmp, strerror(errno));
-    }
-    int ok = fputs(text, f) >= 0 && fputc('\n', f) != EOF;
-    ok = fclose(f) == 0 && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        unlink(tmp);
-        return dt_error(DT_STATUS_IO, "cannot write %s: %s", path, strerror(errno));
-    }
-    return DT_STATUS_OK;
+    return dt_fs_write_atomic(path, text, strlen(text), "\n", 1);
 }
 
 /* Bytes tensor i takes in the file. */

@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "common/fs.h"       /* defines: dt_fs_mkdir_p */
-#include "common/fs_safe.h"  /* defines: dt_fs_create_temp_beside */
+#include "common/fs_safe.h"  /* defines: dt_fs_write_atomic */
 #include "common/mem.h" /* defines: dt_mem_alloc, dt_xcalloc */
 #include "runtime/ckpt/hf_export.h"  /* defines: dt_hf_export */
 #include "runtime/ckpt/hf_weights.h" /* defines: dt_hf_weights_open, dt_hf_weights_fill */
@@ -60,26 +60,12 @@ static dt_status_t saved_spec(const dt_ckpt_t *c, dt_lora_spec *ls, const char *
     return DT_STATUS_OK;
 }
 
-/* Writes text to dir/name through a temporary file beside it. */
+/* Writes a then b to dir/name atomically (a regular file or nothing is replaced). */
 static dt_status_t write_file(const char *dir, const char *name, const void *a, size_t na, const void *b, size_t nb) {
-    char path[4200], tmp[4300];
+    char path[4200];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    int fd;
     DT_CHECK(dt_fs_check_target(path, 0, "adapter output"));
-    DT_CHECK(dt_fs_create_temp_beside(path, tmp, sizeof tmp, &fd));
-    FILE *f = fdopen(fd, "wb");
-    if (!f) {
-        close(fd);
-        unlink(tmp);
-        return dt_error(DT_STATUS_IO, "cannot create %s: %s", tmp, strerror(errno));
-    }
-    int ok = fwrite(a, 1, na, f) == na && (!nb || fwrite(b, 1, nb, f) == nb);
-    ok = fclose(f) == 0 && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        unlink(tmp);
-        return dt_error(DT_STATUS_IO, "cannot write %s: %s", path, strerror(errno));
-    }
-    return DT_STATUS_OK;
+    return dt_fs_write_atomic(path, a, na, b, nb);
 }
 
 /* adapter_model.safetensors: the adapters in fp32 under PEFT's names. */

@@ -187,27 +187,16 @@ enum {
 #define BIT(s) (1u << (s))
 
 /* The layer slots a block keeps from its forward to its backward under each
- * recomputation policy (model.h); the others live in the scratch set, one block's
- * worth after the blocks' slots, rewritten by the next block and refilled by the
- * block's recompute in its backward. selective keeps the GEMM outputs the backward
- * reads (qkv, fch) and the residual stream (res2, res3); full the block's output. */
-static unsigned gpt_keep(dt_model_recompute_t policy) {
-    if (policy == DT_MODEL_RECOMPUTE_FULL) return BIT(L_RES3);
-    if (policy == DT_MODEL_RECOMPUTE_SELECTIVE) return BIT(L_QKV) | BIT(L_RES2) | BIT(L_FCH) | BIT(L_RES3);
-    return BIT(L_COUNT) - 1;
-}
+ * recomputation policy (model.h: dt_model_block_slots; the others live in the scratch
+ * set): selective keeps the GEMM outputs the backward reads (qkv, the MLP's first
+ * output) and the residual stream (res2, res3); full the block's output. */
+static const dt_model_block_slots gpt_blocks = {
+    .first = G_COUNT, .per_block = L_COUNT,
+    .keep = {[DT_MODEL_RECOMPUTE_NONE] = BIT(L_COUNT) - 1,
+             [DT_MODEL_RECOMPUTE_SELECTIVE] = BIT(L_QKV) | BIT(L_RES2) | BIT(L_FCH) | BIT(L_RES3),
+             [DT_MODEL_RECOMPUTE_FULL] = BIT(L_RES3)}};
 
-/* Arena slot of layer slot s of the block at position j of its chunk. */
-static int gpt_bslot(const dt_model_layout *lay, int j, int s) {
-    if (gpt_keep(dt_model_block_recompute(lay, j)) & BIT(s)) return LSLOT(j, s);
-    return LSLOT(dt_model_max_chunk_blocks(lay), s);
-}
-
-/* Block slots for the most blocks a chunk of the layout runs (all L for the whole
- * model), indexed by the block's position in its chunk, then the scratch set. */
-static int gpt_arena_slots(const dt_model_layout *l) {
-    return G_COUNT + (dt_model_max_chunk_blocks(l) + 1) * L_COUNT;
-}
+static int gpt_arena_slots(const dt_model_layout *l) { return dt_model_block_slot_count(l, &gpt_blocks); }
 
 /* A rank's widths: the whole model's at TP 1; under tensor parallelism the TP
  * regions (attention, MLP, logits) are 1/T as wide and, with sequence parallelism,
@@ -266,13 +255,7 @@ static void gpt_arena_sizes(const dt_device_t *dev, const dt_model_layout *lay, 
     s[L_QKV] = BT * 3 * Cl * es;
     s[L_ATT_SAVED] = dev->ops->attention_saved_bytes(dev, B, d.T, d.Cl, d.NHl, d.NHl);
     s[L_FCH] = s[L_FCH_GELU] = BT * Fl * es;
-    /* each block what it keeps; the scratch set what checkpointed blocks drop */
-    unsigned scratch = dt_model_recompute_count(lay, d.nb) ? ~gpt_keep((dt_model_recompute_t)lay->recompute) : 0;
-    for (int k = 0; k < L_COUNT; k++) {
-        for (int l = 0; l < d.nb; l++)
-            if (gpt_keep(dt_model_block_recompute(lay, l)) & BIT(k)) sizes[LSLOT(l, k)] = s[k];
-        if (scratch & BIT(k)) sizes[LSLOT(d.nb, k)] = s[k];
-    }
+    dt_model_block_sizes(lay, &gpt_blocks, s, sizes); /* each block what it keeps, and the scratch set */
 }
 
 /* The first tensor of block l (whole-model numbering) in the layout, which must hold
@@ -306,7 +289,7 @@ static void gpt_dims(const dt_model_layout *l, dt_model_dims *out) {
 #define G(t) dt_net_grad(net, (t))
 #define A(slot) dt_net_slot(net, (slot))
 #define AF(slot) ((float *)A(slot))
-#define BS(j, s) A(gpt_bslot(net->layout, (j), (s))) /* layer slot s of the chunk's block j */
+#define BS(j, s) A(dt_model_block_slot(net->layout, &gpt_blocks, (j), (s))) /* layer slot s of the chunk's block j */
 #define BSF(j, s) ((float *)BS(j, s))
 #define PL(l, k) P(LAYER_T(l, k)) /* the whole model's block l (decoding) */
 #define PB(k) P(t0 + (k))           /* tensor k of the block at hand (first tensor t0) */

@@ -351,28 +351,17 @@ enum {
 #define LSLOT(l, s) (G_COUNT + (l) * L_COUNT + (s))
 #define BIT(s) (1u << (s))
 
-/* The layer slots a layer keeps from its forward to its backward under each
- * recomputation policy (model.h); the others live in the scratch set, one layer's
- * worth after the layers' slots, rewritten by the next layer and refilled by the
- * layer's recompute in its backward. selective keeps the GEMM outputs the backward
- * reads (qkv, gate|up) and the residual stream (res2, res3); full the layer's output. */
-static unsigned llama_keep(dt_model_recompute_t policy) {
-    if (policy == DT_MODEL_RECOMPUTE_FULL) return BIT(L_RES3);
-    if (policy == DT_MODEL_RECOMPUTE_SELECTIVE) return BIT(L_QKV) | BIT(L_RES2) | BIT(L_FCH) | BIT(L_RES3);
-    return BIT(L_COUNT) - 1;
-}
+/* The layer slots a block keeps from its forward to its backward under each
+ * recomputation policy (model.h: dt_model_block_slots; the others live in the scratch
+ * set): selective keeps the GEMM outputs the backward reads (qkv, the MLP's first
+ * output) and the residual stream (res2, res3); full the block's output. */
+static const dt_model_block_slots llama_blocks = {
+    .first = G_COUNT, .per_block = L_COUNT,
+    .keep = {[DT_MODEL_RECOMPUTE_NONE] = BIT(L_COUNT) - 1,
+             [DT_MODEL_RECOMPUTE_SELECTIVE] = BIT(L_QKV) | BIT(L_RES2) | BIT(L_FCH) | BIT(L_RES3),
+             [DT_MODEL_RECOMPUTE_FULL] = BIT(L_RES3)}};
 
-/* Arena slot of layer slot s of the layer at position j of its chunk. */
-static int llama_bslot(const dt_model_layout *lay, int j, int s) {
-    if (llama_keep(dt_model_block_recompute(lay, j)) & BIT(s)) return LSLOT(j, s);
-    return LSLOT(dt_model_max_chunk_blocks(lay), s);
-}
-
-/* Block slots for the most blocks a chunk of the layout runs (all L for the whole
- * model), indexed by the block's position in its chunk, then the scratch set. */
-static int llama_arena_slots(const dt_model_layout *l) {
-    return G_COUNT + (dt_model_max_chunk_blocks(l) + 1) * L_COUNT;
-}
+static int llama_arena_slots(const dt_model_layout *l) { return dt_model_block_slot_count(l, &llama_blocks); }
 
 /* TP-region slots (qkv, attention, MLP, logits) are the local width by all B*T rows;
  * norm and residual slots R rows of C. */
@@ -409,14 +398,7 @@ static void llama_arena_sizes(const dt_device_t *dev, const dt_model_layout *lay
     s[L_ATT_SAVED] = dev->ops->attention_saved_bytes(dev, B, d.T, d.QC, d.NH, d.NKV);
     s[L_FCH] = BT * 2 * (size_t)d.IC * es;
     s[L_SWI] = BT * (size_t)d.IC * es;
-    /* each layer what it keeps; the scratch set what checkpointed layers drop */
-    int nb = dt_model_max_chunk_blocks(lay);
-    unsigned scratch = dt_model_recompute_count(lay, nb) ? ~llama_keep((dt_model_recompute_t)lay->recompute) : 0;
-    for (int k = 0; k < L_COUNT; k++) {
-        for (int l = 0; l < nb; l++)
-            if (llama_keep(dt_model_block_recompute(lay, l)) & BIT(k)) sizes[LSLOT(l, k)] = s[k];
-        if (scratch & BIT(k)) sizes[LSLOT(nb, k)] = s[k];
-    }
+    dt_model_block_sizes(lay, &llama_blocks, s, sizes); /* each block what it keeps, and the scratch set */
 }
 
 /* The table order forward and backward rely on. */
@@ -448,7 +430,7 @@ static void llama_dims(const dt_model_layout *l, dt_model_dims *out) {
 #define G(t) dt_net_grad(net, (t))
 #define A(slot) dt_net_slot(net, (slot))
 #define AF(slot) ((float *)A(slot))
-#define BS(j, s) A(llama_bslot(net->layout, (j), (s))) /* layer slot s of the chunk's layer j */
+#define BS(j, s) A(dt_model_block_slot(net->layout, &llama_blocks, (j), (s))) /* layer slot s of the chunk's layer j */
 #define BSF(j, s) ((float *)BS(j, s))
 #define PL(l, k) P(layer_t(lay, z, l, k))
 #define GL(l, k) G(layer_t(lay, z, l, k))

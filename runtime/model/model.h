@@ -418,6 +418,25 @@ dt_model_recompute_t dt_model_gblock_recompute(const dt_model_layout *l, int blo
 /* Checkpointed blocks among the first n of a chunk: ceil(n / every), 0 under none. */
 int dt_model_recompute_count(const dt_model_layout *l, int n);
 
+/* A model's per-block arena slots under recomputation (gpt.c, llama.c): `first` slots
+ * before the blocks', per_block (<= 32) per block, and keep[policy] the bit set of the
+ * slots a block keeps from its forward to its backward under that policy (every slot
+ * under NONE). After the slots of the most blocks a chunk of the layout runs comes one
+ * block's scratch set: the slots checkpointed blocks drop, rewritten by the next block
+ * and refilled by the block's recompute in its backward. */
+typedef struct dt_model_block_slots {
+    int first, per_block;
+    unsigned keep[3]; /* by dt_model_recompute_t */
+} dt_model_block_slots;
+/* Arena slot of block slot s of the block at position j of its chunk. */
+int dt_model_block_slot(const dt_model_layout *l, const dt_model_block_slots *b, int j, int s);
+/* The arena's slot count: first + (most blocks of a chunk + 1) x per_block. */
+int dt_model_block_slot_count(const dt_model_layout *l, const dt_model_block_slots *b);
+/* sizes[] of the block slots (and the scratch set) from one block's whole set of
+ * per_block sizes: each block what its policy keeps, the scratch set what
+ * checkpointed blocks drop. */
+void dt_model_block_sizes(const dt_model_layout *l, const dt_model_block_slots *b, const size_t *set, size_t *sizes);
+
 /* vocab_size rounded up to vocab_pad_multiple (the rows of the embedding and head). */
 int dt_model_vocab_padded(const dt_model_spec *spec);
 

@@ -45,3 +45,22 @@ int dt_model_recompute_count(const dt_model_layout *l, int n) {
     if (l->recompute == DT_MODEL_RECOMPUTE_NONE || n <= 0) return 0;
     return (n + every_of(l) - 1) / every_of(l);
 }
+
+int dt_model_block_slot(const dt_model_layout *l, const dt_model_block_slots *b, int j, int s) {
+    int block = b->keep[dt_model_block_recompute(l, j)] & (1u << s) ? j : dt_model_max_chunk_blocks(l);
+    return b->first + block * b->per_block + s;
+}
+
+int dt_model_block_slot_count(const dt_model_layout *l, const dt_model_block_slots *b) {
+    return b->first + (dt_model_max_chunk_blocks(l) + 1) * b->per_block;
+}
+
+void dt_model_block_sizes(const dt_model_layout *l, const dt_model_block_slots *b, const size_t *set, size_t *sizes) {
+    int nb = dt_model_max_chunk_blocks(l);
+    unsigned scratch = dt_model_recompute_count(l, nb) ? ~b->keep[l->recompute] : 0;
+    for (int k = 0; k < b->per_block; k++) {
+        for (int j = 0; j < nb; j++)
+            if (b->keep[dt_model_block_recompute(l, j)] & (1u << k)) sizes[b->first + j * b->per_block + k] = set[k];
+        if (scratch & (1u << k)) sizes[b->first + nb * b->per_block + k] = set[k];
+    }
+}

@@ -89,28 +89,9 @@ dt_status_t dt_metrics_log(dt_metrics_t *m, const dt_step_metrics *s) {
 
 dt_status_t dt_metrics_write_file(const char *log_dir, const char *name, const char *text) {
     DT_CHECK(dt_fs_mkdir_p(log_dir));
-    char tmp[4096], path[4096];
+    char path[4096];
     snprintf(path, sizeof path, "%s/%s", log_dir, name);
-    int fd; /* a fresh temporary (never a planted name or link), renamed over path */
-    DT_CHECK(dt_fs_create_temp_beside(path, tmp, sizeof tmp, &fd));
-    size_t len = strlen(text), done = 0;
-    while (done < len) {
-        ssize_t w = write(fd, text + done, len - done);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            int err = errno;
-            close(fd);
-            unlink(tmp);
-            return dt_error(DT_STATUS_IO, "cannot write %s: %s", path, strerror(err));
-        }
-        done += (size_t)w;
-    }
-    if (fsync(fd) != 0 || close(fd) != 0 || rename(tmp, path) != 0) {
-        int err = errno;
-        unlink(tmp);
-        return dt_error(DT_STATUS_IO, "cannot write %s: %s", path, strerror(err));
-    }
-    return DT_STATUS_OK;
+    return dt_fs_write_atomic(path, text, strlen(text), NULL, 0); /* never a planted name or link */
 }
 
 static void format_duration(double s, char *buf, size_t len) {
