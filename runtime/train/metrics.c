@@ -73,6 +73,11 @@ dt_status_t dt_metrics_log(dt_metrics_t *m, const dt_step_metrics *s) {
         cJSON_AddNumberToObject(o, "p2p_bytes", s->p2p_bytes);
     }
     cJSON_AddNumberToObject(o, "data_ms", s->data_ms);
+    if (s->have_ranks) {
+        cJSON_AddNumberToObject(o, "slowest_rank", s->slowest_rank);
+        cJSON_AddNumberToObject(o, "slowest_ms", s->slowest_ms);
+        cJSON_AddNumberToObject(o, "median_ms", s->median_ms);
+    }
     cJSON_AddNumberToObject(o, "grad_norm", s->grad_norm);
     if (!isnan(s->val_loss)) {
         cJSON_AddNumberToObject(o, "val_loss", s->val_loss);

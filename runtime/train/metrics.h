@@ -26,6 +26,9 @@ typedef struct dt_step_metrics {
      * ideal, the ms a stage waited (mean over ranks), the bytes sent point to point by
      * all ranks; written when pp_bubble_ideal > 0 */
     double pp_bubble, pp_bubble_ideal, pp_wait_ms, p2p_bytes;
+    /* the ranks' compute ms this step (stragglers.h), written when have_ranks */
+    int have_ranks, slowest_rank;
+    double slowest_ms, median_ms;
     double val_loss; /* NAN when not evaluated at this step */
     double eta_s;    /* seconds left, <0 unknown */
 } dt_step_metrics;

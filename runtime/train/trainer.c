@@ -400,6 +400,7 @@ static dt_status_t setup(dt_trainer_t *t) {
     }
     double t_load = dt_now_s(), rss0 = proc_status_kb("VmRSS");
     DT_CHECK(dt_dp_init(&t->dp, &dpo, t->dev, &t->layout, &t->net, dp_comm));
+    DT_CHECK(dt_stragglers_init(t->dp, t->env->rank, &t->stragglers));
     if (t->hf) { /* each rank: what it read, how fast, and its memory peak against its model state */
         double sec = dt_now_s() - t_load;
         uint64_t b = dt_hf_weights_bytes_read(t->hf);
@@ -436,6 +437,7 @@ static void teardown(dt_trainer_t *t) {
     free(t->mb_targets);
     free(t->mb_batches);
     free(t->pp_bounds);
+    dt_stragglers_free(t->stragglers);
     dt_dp_free(t->dp);
     dt_hf_weights_close(t->hf);
     if (t->dev) dt_net_free(&t->net);
@@ -613,6 +615,7 @@ static dt_status_t write_summary(dt_trainer_t *t, double final_loss, double fina
     cJSON_AddNumberToObject(ov, "reductions_after", (double)ds.reductions_after);
     cJSON_AddNumberToObject(ov, "gathers_prefetched", (double)ds.gathers_prefetched);
     cJSON_AddNumberToObject(ov, "gathers_on_demand", (double)ds.gathers_on_demand);
+    dt_stragglers_summary(t->stragglers, o);
     cJSON *ranks = cJSON_AddArrayToObject(o, "ranks");
     for (int k = 0; k < t->env->world_size; k++) {
         const double *v = mem + (size_t)k * MEM_N;
@@ -693,6 +696,7 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env) {
     for (int64_t step = t.start_step + 1; step <= steps && !stop; step++) {
         double t0 = dt_now_s(), data_s = 0, loss_sum = 0;
         DT_CHECK_GOTO(dt_dp_step_begin(t.dp), st, out_teardown);
+        dt_stragglers_test_delay(t.stragglers);
         if (t.pp) {
             DT_CHECK_GOTO(dt_train_pp_step_(&t, &loss_sum, &data_s), st, out_teardown);
         } else {
@@ -749,6 +753,10 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env) {
         int logged = print || step == steps || step == 1 || !isnan(val);
         double ppf[4] = {NAN, NAN, NAN, NAN}; /* the stages' bubble, its ideal, wait ms, p2p bytes */
         if (t.pp) DT_CHECK_GOTO(dt_train_pp_figures_(&t, ppf), st, out_teardown);
+        dt_straggler_row sr = {.slowest_rank = -1}; /* every rank's compute ms of a logged step */
+        if (logged)
+            DT_CHECK_GOTO(dt_stragglers_gather(t.stragglers, step, (t1 - t0 - data_s) * 1e3 - comm_ms, &sr), st,
+                          out_teardown);
         /* On a terminal the other steps redraw one live line ('\r', no newline). */
         if (rank0 && (logged || live)) {
             double step_s = t1 - t0;
@@ -756,7 +764,9 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env) {
                                  .grad_norm = norm, .tokens_per_s = tokens_per_step / step_s,
                                  .step_ms = step_s * 1e3, .comm_ms = comm_ms, .data_ms = data_s * 1e3,
                                  .val_loss = val, .tp_comm_ms = t.tp ? tp_ms : NAN, .pp_bubble = ppf[0],
-                                 .pp_bubble_ideal = ppf[1], .pp_wait_ms = ppf[2], .p2p_bytes = ppf[3]};
+                                 .pp_bubble_ideal = ppf[1], .pp_wait_ms = ppf[2], .p2p_bytes = ppf[3],
+                                 .have_ranks = logged, .slowest_rank = sr.slowest_rank,
+                                 .slowest_ms = sr.slowest_ms, .median_ms = sr.median_ms};
             m.compute_ms = m.step_ms - m.comm_ms - m.data_ms;
             m.mfu = t.peak_flops > 0 ? flops_per_token * m.tokens_per_s / env->world_size / t.peak_flops : 0;
             double elapsed = dt_now_s() - t_start;

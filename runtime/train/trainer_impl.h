@@ -22,6 +22,7 @@
 #include "runtime/parallel/tp.h"       /* defines: dt_tp_t, dt_tp_place */
 #include "runtime/train/data.h"        /* defines: dt_data_source */
 #include "runtime/train/metrics.h"     /* defines: dt_metrics_t */
+#include "runtime/train/stragglers.h"  /* defines: dt_stragglers_t */
 #include "runtime/train/train_ckpt.h"  /* defines: DT_TRAIN_RUN_ID_LEN */
 
 typedef struct dt_trainer {
@@ -59,6 +60,7 @@ typedef struct dt_trainer {
     float *features;           /* host (B, in_features), feature models */
     uint64_t mlp_cursor;       /* global samples consumed (synthetic feature data) */
     dt_metrics_t *metrics;
+    dt_stragglers_t *stragglers; /* the ranks' compute times at logged steps */
     double peak_flops;
     char log_dir[4096];
     dt_rng rng;         /* the trainer's stream (saved in checkpoints; nothing draws from it yet) */
