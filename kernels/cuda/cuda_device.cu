@@ -143,6 +143,11 @@ static dt_status_t bind(dt_device_t *dev) {
     return dt_cuda_status(cudaSetDevice(dev->ordinal), "cudaSetDevice");
 }
 
+static dt_status_t cuda_mem_info(dt_device_t *dev, size_t *free_bytes, size_t *total_bytes) {
+    DT_CHECK(bind(dev));
+    return dt_cuda_status(cudaMemGetInfo(free_bytes, total_bytes), "cudaMemGetInfo");
+}
+
 static dt_status_t cuda_alloc(dt_device_t *dev, dt_mem_category_t cat, size_t bytes, void **out) {
     dt_cuda_impl *c = dt_cuda(dev);
     *out = NULL;
@@ -570,6 +575,7 @@ static void fill_table(dt_ops_t *o, dt_dtype_t dtype) {
     o->upload_f32 = cuda_upload_f32;
     o->download_f32 = cuda_download_f32;
     o->peak_flops = cuda_peak_flops;
+    o->mem_info = cuda_mem_info;
     o->cast = cuda_cast;
     dt_cuda_fill_core_ops(o, dtype);
     if (dt_cuda_fill_layer_ops) dt_cuda_fill_layer_ops(o, dtype);

@@ -497,6 +497,11 @@ int dt_agent_run(const dt_launch_spec_t *sp, char **argv, int argc) {
             break;
         }
         /* OUTCOME_FAILED */
+        if (sp->mode == DT_LAUNCH_MODE_CONFIG && dt_agent_failure_is_usage(ag)) { /* no restart: exit 2 */
+            dt_agent_report_failures(ag);
+            code = DT_EXIT_USAGE;
+            break;
+        }
         if (ag->restart_count < sp->max_restarts && !ag->no_restart) {
             ag->restart_count++;
             DT_LOG_WARN("restarting the workers (restart %d of %d)", ag->restart_count,

@@ -164,6 +164,10 @@ char *dt_agent_lost_node_failures(const dt_rdzv_node_t *nd, const char *reason);
 /* The job is over and failed: prints torchrun's summary of every node's failures
  * (from the store when there is one, else this node's), or the stop reason. */
 void dt_agent_report_failures(agent_t *ag);
+/* 1 when the round's first observed failure (every node's when there is a store)
+ * is a worker that exited 2: the built-in trainer refused its config or input (the
+ * memory check, a bad file), which a restart would only repeat. */
+int dt_agent_failure_is_usage(agent_t *ag);
 void dt_agent_failures_free(failure_t *fs, int n);
 
 #endif /* DT_RUNTIME_LAUNCH_AGENT_IMPL_H */

@@ -321,6 +321,7 @@ static dt_status_t setup(dt_trainer_t *t) {
     t->B = (int)cfg->train_micro_batch_size_per_gpu;
     t->accum = (int)cfg->gradient_accumulation_steps;
     t->T = t->layout.seq_len;
+    DT_CHECK(dt_train_mem_check_(t, &spec)); /* before anything big is allocated */
     if (spec.ops->data == DT_MODEL_DATA_TOKENS) {
         dt_data_source src[DT_DATA_MAX_SOURCES];
         int n_src = dt_trainer_sources_(cfg, src);

@@ -76,6 +76,14 @@ int dt_trainer_sources_(const dt_config_t *cfg, dt_data_source *out);
 /* The configured model's spec; a token model's vocabulary 0 comes from the data. */
 dt_status_t dt_trainer_spec_(const dt_config_t *cfg, dt_model_spec *spec);
 
+/* ---- train_mem.c ---- */
+
+/* Before the model state and activations are allocated (the device is open, t->B,
+ * t->accum and the layout set): DT_STATUS_CONFIG naming the shortfall, the biggest
+ * consumer and the cheapest change that fits when `dtrun plan`'s bytes for this rank
+ * exceed what it can get. DTRUN_SKIP_MEMORY_CHECK=1 skips it. */
+dt_status_t dt_train_mem_check_(dt_trainer_t *t, const dt_model_spec *spec);
+
 /* ---- train_lora.c ---- */
 
 /* The config's lora section for a compute dtype (DT_STATUS_CONFIG naming the key). */

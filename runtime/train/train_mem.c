@@ -1,0 +1,48 @@
+/*
+ * train_mem.c - out of memory before it happens: before the trainer allocates its
+ * model state and activations, each rank compares the bytes `dtrun plan` says it will
+ * hold (runtime/tools/mem_check.h) with what it can get: its GPU's free memory
+ * (the device ops' mem_info: cudaMemGetInfo), or the host's available memory shared
+ * by the node's ranks. When they do not fit the rank stops with DT_STATUS_CONFIG
+ * (exit 2) naming the shortfall, the biggest consumer and the cheapest change that
+ * fits. DTRUN_SKIP_MEMORY_CHECK=1 skips the check.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "runtime/tools/mem_check.h" /* defines: dt_mem_check */
+#include "runtime/train/trainer_impl.h"
+
+dt_status_t dt_train_mem_check_(dt_trainer_t *t, const dt_model_spec *spec) {
+    const char *skip = getenv("DTRUN_SKIP_MEMORY_CHECK");
+    if (skip && !strcmp(skip, "1")) return DT_STATUS_OK;
+    dt_mem_check_in in = {.cfg = t->cfg, .spec = spec, .world_size = t->env->world_size,
+                          .local_world_size = t->env->local_world_size > 0 ? t->env->local_world_size : 1,
+                          .cpu_threads = t->dev->nthreads};
+    char what[160];
+    if (t->dev->kind == DT_DEVICE_CUDA && t->dev->ops->mem_info) {
+        size_t free_b = 0, total_b = 0;
+        DT_CHECK(t->dev->ops->mem_info(t->dev, &free_b, &total_b));
+        int ngpu = dt_device_count(DT_DEVICE_CUDA);
+        in.gpu = 1;
+        in.gpu_sharers = ngpu > 0 ? (in.local_world_size + ngpu - 1) / ngpu : 1;
+        dt_attention_kind_t ak;
+        if (dt_attention_kind_from_env(&ak) == DT_STATUS_OK) in.gpu_attention_fused = ak == DT_ATTENTION_FUSED;
+        in.avail_bytes = (double)free_b;
+        in.device_name = t->dev->name;
+        in.peak_flops = dt_peak_flops_gpu(t->dev->name);
+        snprintf(what, sizeof what, "free on GPU %d (%s, %.2f GB in all)", t->dev->ordinal, t->dev->name,
+                 (double)total_b / 1e9);
+        in.avail_what = what;
+    } else {
+        in.avail_bytes = dt_mem_check_host_available(&in.avail_what);
+        if (in.avail_bytes <= 0) return DT_STATUS_OK; /* unknown: nothing to compare with */
+        in.peak_flops = t->dev->ops->peak_flops ? t->dev->ops->peak_flops(t->dev) : 0;
+    }
+    dt_mem_check_out out;
+    DT_CHECK(dt_mem_check(&in, &out));
+    if (!out.checked || out.fits) return DT_STATUS_OK;
+    return dt_error(DT_STATUS_CONFIG, "rank %d: %s", t->env->rank, out.message);
+}
