@@ -223,38 +223,59 @@ out_free_model:
     return st;
 }
 
-/* The room under the cgroup v2 limits of this process's cgroup and its ancestors
- * (memory.max - memory.current, the smallest), or -1 when there is no limit. */
-static double cgroup_room(void) {
-    FILE *f = fopen("/proc/self/cgroup", "r");
-    if (!f) return -1;
-    char line[4096], path[4096] = "";
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, "0::", 3)) {
-            snprintf(path, sizeof path, "%s", line + 3);
-            path[strcspn(path, "\n")] = '\0';
-        }
-    fclose(f);
+/* The smallest room (limit - usage) under the memory limits of the cgroup at path
+ * (below root) and its ancestors, or -1 when none is set. A limit of 2^60 or more is
+ * cgroup v1's "none". */
+static double room_under(const char *root, char *path, const char *max_file, const char *cur_file) {
     double room = -1;
-    while (path[0]) {
-        char p[4200], buf[64];
+    for (;;) {
+        char p[4400], buf[64];
         double mx = -1, cur = -1;
-        snprintf(p, sizeof p, "/sys/fs/cgroup%s/memory.max", path);
+        snprintf(p, sizeof p, "%s%s/%s", root, path, max_file);
         FILE *m = fopen(p, "r");
         if (m) {
             if (fgets(buf, sizeof buf, m) && strncmp(buf, "max", 3)) mx = strtod(buf, NULL);
             fclose(m);
         }
-        snprintf(p, sizeof p, "/sys/fs/cgroup%s/memory.current", path);
+        snprintf(p, sizeof p, "%s%s/%s", root, path, cur_file);
         m = fopen(p, "r");
         if (m) {
             if (fgets(buf, sizeof buf, m)) cur = strtod(buf, NULL);
             fclose(m);
         }
-        if (mx >= 0 && cur >= 0 && (room < 0 || mx - cur < room)) room = mx > cur ? mx - cur : 0;
+        if (mx >= 0 && mx < 1.15e18 && cur >= 0 && (room < 0 || mx - cur < room)) room = mx > cur ? mx - cur : 0;
         char *slash = strrchr(path, '/');
-        if (!slash || slash == path) break; /* the root has no limit file */
-        *slash = '\0';
+        if (!slash || !path[0] || !path[1]) break; /* the root done */
+        if (slash == path) slash[1] = '\0'; /* "/a" -> "/" */
+        else *slash = '\0';
+    }
+    return room;
+}
+
+/* The room under this process's cgroup memory limits (v2 memory.max, or v1
+ * memory.limit_in_bytes), -1 when there is none; *v2 says which. */
+static double cgroup_room(int *v2) {
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    if (!f) return -1;
+    char line[4096], p2[4096] = "", p1[4096] = "";
+    int have2 = 0, have1 = 0;
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!c2) continue;
+        *c2 = '\0';
+        const char *ctl = c1 + 1, *path = c2 + 1;
+        if (!*ctl) snprintf(p2, sizeof p2, "%s", path), have2 = 1;
+        else if (!strcmp(ctl, "memory") || strstr(ctl, "memory,") || strstr(ctl, ",memory"))
+            snprintf(p1, sizeof p1, "%s", path), have1 = 1;
+    }
+    fclose(f);
+    double room = -1;
+    *v2 = 0;
+    if (have1) room = room_under("/sys/fs/cgroup/memory", p1, "memory.limit_in_bytes", "memory.usage_in_bytes");
+    if (have2) {
+        double r2 = room_under("/sys/fs/cgroup", p2, "memory.max", "memory.current");
+        if (r2 >= 0 && (room < 0 || r2 < room)) room = r2, *v2 = 1;
     }
     return room;
 }
@@ -273,10 +294,11 @@ double dt_mem_check_host_available(const char **what) {
             if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
         fclose(f);
     }
-    double avail = kb * 1024, room = cgroup_room();
+    int v2;
+    double avail = kb * 1024, room = cgroup_room(&v2);
     *what = "available on this host (MemAvailable)";
     if (room >= 0 && (avail <= 0 || room < avail)) {
-        *what = "available under this cgroup's memory.max";
+        *what = v2 ? "left under this cgroup's memory.max" : "left under this cgroup's memory.limit_in_bytes";
         avail = room;
     }
     return avail;

@@ -47,8 +47,9 @@ typedef struct dt_mem_check_out {
  * only when plan cannot price the config (its message). */
 dt_status_t dt_mem_check(const dt_mem_check_in *in, dt_mem_check_out *out);
 
-/* Bytes the host can give now: MemAvailable of /proc/meminfo, or the cgroup v2
- * limit's room (memory.max - memory.current) when lower; *what says which. 0 when
+/* Bytes the host can give now: MemAvailable of /proc/meminfo, or the room under
+ * this process's cgroup limits and its ancestors' (v2 memory.max - memory.current,
+ * v1 memory.limit_in_bytes - memory.usage_in_bytes) when lower; *what says which. 0 when
  * neither can be read. DTRUN_TEST_MEM_AVAILABLE=BYTES replaces it (tests). */
 double dt_mem_check_host_available(const char **what);
 

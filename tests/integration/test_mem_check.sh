@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# test_mem_check.sh - out of memory before it happens: before the first step every
+# rank compares `dtrun plan`'s bytes with what it can get and refuses with exit 2
+# naming the shortfall, the biggest consumer and the cheapest change that fits; the
+# change it suggests really fits (the config run with it passes the same limit);
+# DTRUN_SKIP_MEMORY_CHECK=1 skips it; a config that fits is not refused. On the CPU
+# with a lowered limit (DTRUN_TEST_MEM_AVAILABLE, and a real cgroup memory limit when
+# this machine lets us create one), on the emulated GPU with a small memory
+# (DTRUN_CUEMU_MEM_GB).
+source "$(dirname "$0")/lib.sh"
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT"
+make_text "$DT_TMP/text.txt" 0 2000
+# activations dominate (micro-batch 8): the cheapest change is a smaller micro-batch
+cat > "$DT_TMP/act.json" <<JSON
+{"model": {"type": "gpt", "n_layer": 2, "n_head": 2, "n_embd": 32, "seq_len": 32, "vocab_size": 256},
+ "data": {"train": "$DT_TMP/text.txt"}, "train_micro_batch_size_per_gpu": 8, "train_steps": 2,
+ "steps_per_print": 1, "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}}, "threads": 1, "seed": 5,
+ "checkpoint": {"every_steps": 0, "resume": "never"}}
+JSON
+# model state dominates (2 ranks, DDP): the cheapest change is a sharding strategy
+cat > "$DT_TMP/state.json" <<JSON
+{"model": {"type": "gpt", "n_layer": 4, "n_head": 2, "n_embd": 128, "seq_len": 32, "vocab_size": 256},
+ "data": {"train": "$DT_TMP/text.txt"}, "train_micro_batch_size_per_gpu": 1, "train_steps": 2,
+ "steps_per_print": 1, "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}}, "threads": 1, "seed": 5,
+ "checkpoint": {"every_steps": 0, "resume": "never"}}
+JSON
+
+# refused NAME OUT: exit 2 was checked by the caller; the message's parts
+refused() {
+  grep -q "not enough memory: the run needs .* short by " "$2" &&
+    grep -q "the biggest consumer is the $3" "$2" &&
+    grep -q "the cheapest change that fits: $4" "$2"
+}
+# the suggestion's KEY=VALUE overrides from an output
+suggestion() { sed -n 's/.*the cheapest change that fits: \(.*\): [0-9.]* [kMG]*B per .*/\1/p' "$1" | head -1; }
+
+# ---- CPU, one rank (the worker's own check) ----
+W="$DTRUN __worker"
+DTRUN_TEST_MEM_AVAILABLE=1500000 $W "$DT_TMP/act.json" log.dir="$DT_TMP/a0" >"$DT_TMP/a0.out" 2>&1; rc=$?
+if [ $rc -eq 2 ] && refused a0 "$DT_TMP/a0.out" activations "train_micro_batch_size_per_gpu="; then
+  pass "cpu: 1.5 MB: exit 2 naming the shortfall, the activations and a smaller micro-batch"
+else fail "cpu: refused" "rc=$rc $(tail -4 "$DT_TMP/a0.out")"; fi
+sug=$(suggestion "$DT_TMP/a0.out")
+# shellcheck disable=SC2086
+if [ -n "$sug" ] && DTRUN_TEST_MEM_AVAILABLE=1500000 $W "$DT_TMP/act.json" log.dir="$DT_TMP/a1" $sug \
+     >"$DT_TMP/a1.out" 2>&1 && grep -q "step 2/2" "$DT_TMP/a1.out"; then
+  pass "cpu: the suggestion ($sug) fits under the same limit and trains"
+else fail "cpu: the suggestion fits" "'$sug': $(tail -3 "$DT_TMP/a1.out")"; fi
+# the plan's bytes are the run's: the activations the message names are the arena's
+python3 - "$DT_TMP/a0.out" "$DT_TMP/a1" <<'PY' && pass "cpu: the bytes named are the arena's (summary.json)" || fail "cpu: bytes = arena"
+import json, re, sys
+s = json.load(open(sys.argv[2] + "/summary.json"))["ranks"][0]
+m = re.search(r"the cheapest change that fits: .*?: ([0-9.]+) ([kMG]?B) per", open(sys.argv[1]).read())
+need = float(m.group(1)) * {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9}[m.group(2)]
+have = s["model_state_bytes"]["total"] + s["activation_bytes"] + s["comm_buffer_bytes"]
+assert abs(need - have) <= 0.01 * have, (need, have)
+PY
+if DTRUN_SKIP_MEMORY_CHECK=1 DTRUN_TEST_MEM_AVAILABLE=1500000 $W "$DT_TMP/act.json" log.dir="$DT_TMP/a2" \
+     >"$DT_TMP/a2.out" 2>&1; then pass "cpu: DTRUN_SKIP_MEMORY_CHECK=1 skips the check"
+else fail "cpu: skip" "$(tail -3 "$DT_TMP/a2.out")"; fi
+if $W "$DT_TMP/act.json" log.dir="$DT_TMP/a3" >"$DT_TMP/a3.out" 2>&1; then pass "cpu: a config that fits runs"
+else fail "cpu: fits" "$(tail -3 "$DT_TMP/a3.out")"; fi
+
+# ---- CPU, two ranks through the launcher: the host's memory shared, exit 2 from dtrun ----
+DTRUN_TEST_MEM_AVAILABLE=42000000 timeout 120 "$DTRUN" --standalone --nproc_per_node 2 --max_restarts 2 \
+  "$DT_TMP/state.json" log.dir="$DT_TMP/s0" >"$DT_TMP/s0.out" 2>&1; rc=$?
+if [ $rc -eq 2 ] && refused s0 "$DT_TMP/s0.out" "optimizer state" "strategy=" && grep -q "shared by 2 ranks" "$DT_TMP/s0.out" &&
+   grep -q "Root Cause" "$DT_TMP/s0.out" && ! grep -q "restarting the workers" "$DT_TMP/s0.out"; then
+  pass "2 ranks sharing 42 MB: dtrun exits 2 (no restart), the summary names the optimizer state and a strategy"
+else fail "2 ranks refused" "rc=$rc $(tail -8 "$DT_TMP/s0.out")"; fi
+sug=$(suggestion "$DT_TMP/s0.out")
+# shellcheck disable=SC2086
+if [ -n "$sug" ] && DTRUN_TEST_MEM_AVAILABLE=42000000 timeout 120 "$DTRUN" --standalone --nproc_per_node 2 \
+     "$DT_TMP/state.json" log.dir="$DT_TMP/s1" $sug >"$DT_TMP/s1.out" 2>&1; then
+  pass "2 ranks: the suggestion ($sug) fits under the same limit and trains"
+else fail "2 ranks: the suggestion fits" "'$sug': $(tail -3 "$DT_TMP/s1.out")"; fi
+
+# ---- a real cgroup memory limit (v1 or v2), when this machine lets us make one ----
+cg=""
+if [ -w /sys/fs/cgroup/memory ] && mkdir "/sys/fs/cgroup/memory/dtrun-test-$$" 2>/dev/null; then
+  cg=/sys/fs/cgroup/memory/dtrun-test-$$
+  echo $((200 * 1024 * 1024)) > "$cg/memory.limit_in_bytes" 2>/dev/null || cg_bad=1
+elif [ -w /sys/fs/cgroup/cgroup.procs ] && grep -qw memory /sys/fs/cgroup/cgroup.subtree_control 2>/dev/null &&
+     mkdir "/sys/fs/cgroup/dtrun-test-$$" 2>/dev/null; then
+  cg=/sys/fs/cgroup/dtrun-test-$$
+  echo $((200 * 1024 * 1024)) > "$cg/memory.max" 2>/dev/null || cg_bad=1
+fi
+if [ -z "$cg" ] || [ -n "${cg_bad:-}" ]; then
+  skip "cgroup memory limit" "cannot create a memory cgroup here"
+else
+  # 200 MB for a model of 16 x 12.9M parameters' state: refused naming the cgroup's limit
+  sh -c "echo \$\$ > $cg/cgroup.procs && exec $DTRUN __worker $DT_TMP/state.json model.n_embd=512 model.n_layer=4 \
+    log.dir=$DT_TMP/c0" >"$DT_TMP/c0.out" 2>&1; rc=$?
+  if [ $rc -eq 2 ] && grep -q "left under this cgroup's memory" "$DT_TMP/c0.out" && grep -q "short by" "$DT_TMP/c0.out"; then
+    pass "cgroup limit of 200 MB: refused naming the cgroup's limit"
+  else fail "cgroup limit" "rc=$rc $(tail -4 "$DT_TMP/c0.out")"; fi
+  rmdir "$cg" 2>/dev/null
+fi
+
+# ---- the emulated GPU with a small memory ----
+EMU=${DTRUN_EMU:-$ROOT/dtrun-emu}
+if [ ! -x "$EMU" ]; then
+  skip "emulated GPU" "no $EMU"
+else
+  E() { DTRUN_CUEMU_MEM_GB=$1 timeout 120 "$EMU" __worker "${@:2}"; }
+  # 0.0387 GiB: the 32 MiB cuBLASLt workspace leaves about 8 MB free; micro-batch 64 needs 18 MB
+  E 0.0387 "$DT_TMP/act.json" device=cuda train_micro_batch_size_per_gpu=64 log.dir="$DT_TMP/g0" >"$DT_TMP/g0.out" 2>&1; rc=$?
+  if [ $rc -eq 2 ] && grep -q "free on GPU 0" "$DT_TMP/g0.out" && refused g0 "$DT_TMP/g0.out" "activations" "train_micro_batch_size_per_gpu="; then
+    pass "emulated GPU with 8 MB free: exit 2 naming its free memory, the activations and a change"
+  else fail "emulated GPU refused" "rc=$rc $(tail -4 "$DT_TMP/g0.out")"; fi
+  sug=$(suggestion "$DT_TMP/g0.out")
+  # shellcheck disable=SC2086
+  if [ -n "$sug" ] && E 0.0387 "$DT_TMP/act.json" device=cuda train_micro_batch_size_per_gpu=64 log.dir="$DT_TMP/g1" $sug >"$DT_TMP/g1.out" 2>&1; then
+    pass "emulated GPU: the suggestion ($sug) fits in the same memory and trains"
+  else fail "emulated GPU: suggestion" "'$sug': $(tail -3 "$DT_TMP/g1.out")"; fi
+  if E 1 "$DT_TMP/act.json" device=cuda train_micro_batch_size_per_gpu=64 log.dir="$DT_TMP/g2" >"$DT_TMP/g2.out" 2>&1; then
+    pass "emulated GPU of 1 GB: the config fits and runs"
+  else fail "emulated GPU fits" "$(tail -3 "$DT_TMP/g2.out")"; fi
+fi
+finish
