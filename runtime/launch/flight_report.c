@@ -74,6 +74,11 @@ static void put_ranks(out_t *o, const dt_flight_rank_t *ranks, const int *idx, i
     for (int i = 0; i < n; i++) put(o, "%s%d", i ? "," : "", ranks[idx[i]].rank);
 }
 
+/* The process ended (the agent saw it exit or a zombie): not one that never arrived. */
+static int gone(const dt_flight_rank_t *r) {
+    return !strncmp(r->proc, "exited", 6) || !strncmp(r->proc, "killed", 6);
+}
+
 static void add_culprit(int *c, int *nc, int max, int rank) {
     for (int i = 0; i < *nc; i++)
         if (c[i] == rank) return;
@@ -117,6 +122,7 @@ int dt_flight_analyse(const dt_flight_rank_t *ranks, int n, char *msg, size_t le
             for (int b = 0; b < n; b++) {
                 const dt_flight_last_t *l = last_in(&ranks[b], comm);
                 if (!l) continue;
+                if (l->seq < top && gone(&ranks[b])) continue; /* it ended: its own failure tells why */
                 if (l->seq < top) late[nl++] = b;
                 else if (l->state == DT_FLIGHT_DONE) continue; /* through it already, leaving */
                 else if (same_op(l, ref)) wait[nw++] = b;
