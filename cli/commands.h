@@ -14,6 +14,8 @@ int dt_cmd_launch(int argc, char **argv);
 int dt_cmd_worker(int argc, char **argv);
 /* hidden dev server: dtrun store --host H --port P */
 int dt_cmd_store(int argc, char **argv);
+/* dtrun debug dump RUN_DIR: a running job's flight recorders to files (cmd_debug.c) */
+int dt_cmd_debug(int argc, char **argv);
 /* dtrun bench store ... (bench comm goes through the launcher) */
 int dt_cmd_bench_store(int argc, char **argv);
 /* The agent's check of `bench comm` flags before it starts any rank (argv: the

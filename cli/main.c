@@ -23,6 +23,8 @@ static const char usage[] =
     "  dtrun tokenize --tokenizer tokenizer.json INPUT... -o PREFIX [--jobs J]\n"
     "                                                     text/jsonl -> llm.c token shards\n"
     "  dtrun report RUN_DIR                               plot of a run's metrics\n"
+    "  dtrun debug dump RUN_DIR                           a running job's flight recorders\n"
+    "                                                     -> RUN_DIR/flight/rank_NNNNN.json\n"
     "  dtrun --help | --version\n"
     "\n"
     "Launch flags (torchrun's names; '_' or '-'; also from PET_<FLAG> variables):\n"
@@ -70,5 +72,6 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "tokenize")) return dt_cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "report")) return dt_cmd_report(argc - 1, argv + 1);
     if (!strcmp(cmd, "config")) return dt_cmd_config(argc - 1, argv + 1);
+    if (!strcmp(cmd, "debug")) return dt_cmd_debug(argc - 1, argv + 1);
     return dt_cmd_launch(argc, argv);
 }

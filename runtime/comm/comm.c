@@ -20,6 +20,7 @@
 #include "common/mem.h"
 #include "common/torchenv.h" /* defines: dt_torchenv_read */
 #include "runtime/comm/comm_impl.h"
+#include "runtime/comm/flight.h"
 
 /* ---- configuration ------------------------------------------------------------ */
 
@@ -243,6 +244,7 @@ static void execute(dt_comm_t *comm, dt_comm_req_t *req) {
         comm->cur = req;
         comm->published = 0;
         comm->op_start_ns = dt_now_ns();
+        dt_comm_flight_state_(req, DT_FLIGHT_STARTED);
         st = run_op(comm, req);
         comm->cur = NULL;
         if (st != DT_STATUS_OK) {
@@ -251,6 +253,7 @@ static void execute(dt_comm_t *comm, dt_comm_req_t *req) {
         }
     }
     req->status_ = st;
+    dt_comm_flight_state_(req, st == DT_STATUS_OK ? DT_FLIGHT_DONE : DT_FLIGHT_FAILED);
     if (st != DT_STATUS_OK) snprintf(req->detail_, sizeof(req->detail_), "%s", dt_error_detail());
 }
 
@@ -352,6 +355,13 @@ static int trivial(dt_comm_t *comm, dt_comm_req_t *req) {
 dt_status_t dt_comm_issue_(dt_comm_t *comm, dt_comm_req_t *req, int blocking) {
     dt_status_t st = check_args(comm, req);
     if (st != DT_STATUS_OK) return st;
+    if (dt_comm_flight_skip_(comm, req)) { /* the test hook (flight.h): done, unnumbered */
+        req->comm_ = comm;
+        req->status_ = DT_STATUS_OK;
+        req->flight_ = 0;
+        atomic_store(&req->done_, 1);
+        return DT_STATUS_OK;
+    }
     req->comm_ = comm;
     req->next_ = NULL;
     req->status_ = DT_STATUS_OK;
@@ -359,6 +369,7 @@ dt_status_t dt_comm_issue_(dt_comm_t *comm, dt_comm_req_t *req, int blocking) {
     req->backend_ = NULL;
     atomic_store(&req->done_, 0);
     req->seq_ = ++comm->seq;
+    dt_comm_flight_issue_(comm, req);
 
     if (comm->ops->start && !comm->channel) {
         if (atomic_load(&comm->broken)) {
@@ -367,6 +378,7 @@ dt_status_t dt_comm_issue_(dt_comm_t *comm, dt_comm_req_t *req, int blocking) {
             return DT_STATUS_OK;
         }
         comm->cur = req;
+        dt_comm_flight_state_(req, DT_FLIGHT_STARTED);
         st = comm->ops->start(comm, req);
         comm->cur = NULL;
         if (st != DT_STATUS_OK) {
@@ -374,6 +386,7 @@ dt_status_t dt_comm_issue_(dt_comm_t *comm, dt_comm_req_t *req, int blocking) {
             snprintf(req->detail_, sizeof(req->detail_), "%s", dt_error_detail());
             snprintf(comm->broken_detail, sizeof(comm->broken_detail), "%s", dt_error_detail());
             atomic_store(&comm->broken, 1);
+            dt_comm_flight_state_(req, DT_FLIGHT_FAILED);
             atomic_store(&req->done_, 1);
         }
         return DT_STATUS_OK;
@@ -384,7 +397,8 @@ dt_status_t dt_comm_issue_(dt_comm_t *comm, dt_comm_req_t *req, int blocking) {
         /* Nothing pending: run on the caller's thread (no hand-off latency). */
         comm->running = 1;
         pthread_mutex_unlock(&comm->mu);
-        if (!trivial(comm, req)) execute(comm, req);
+        if (trivial(comm, req)) dt_comm_flight_state_(req, DT_FLIGHT_DONE);
+        else execute(comm, req);
         pthread_mutex_lock(&comm->mu);
         comm->running = 0;
         atomic_store_explicit(&req->done_, 1, memory_order_release);
@@ -393,6 +407,7 @@ dt_status_t dt_comm_issue_(dt_comm_t *comm, dt_comm_req_t *req, int blocking) {
         return DT_STATUS_OK;
     }
     if (!comm->head && !comm->running && trivial(comm, req)) {
+        dt_comm_flight_state_(req, DT_FLIGHT_DONE);
         atomic_store_explicit(&req->done_, 1, memory_order_release);
         pthread_mutex_unlock(&comm->mu);
         return DT_STATUS_OK;
@@ -411,6 +426,7 @@ dt_status_t dt_comm_issue_(dt_comm_t *comm, dt_comm_req_t *req, int blocking) {
  * failure breaks the communicator as it does for host backends (execute). */
 static void finished(dt_comm_t *comm, dt_comm_req_t *req, dt_status_t st) {
     req->status_ = st;
+    dt_comm_flight_state_(req, st == DT_STATUS_OK ? DT_FLIGHT_DONE : DT_FLIGHT_FAILED);
     if (st != DT_STATUS_OK) {
         snprintf(req->detail_, sizeof(req->detail_), "%s", dt_error_detail());
         if (!atomic_load(&comm->broken)) {

@@ -169,6 +169,7 @@ struct dt_comm_req {
     _Atomic int done_;
     dt_status_t status_;
     void *backend_; /* backend's per-request state (NCCL event) */
+    uint64_t flight_; /* its entry in the flight recorder (flight.h), 0: none */
     char detail_[768];
 };
 

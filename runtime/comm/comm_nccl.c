@@ -36,6 +36,14 @@
  * accumulate, round once" of the host backends (comm.h); results can differ
  * from them in the last bit.
  *
+ * Watchdog (comm_watchdog.h): every communicator has one; each op's completion
+ * event is tracked from its enqueue, and an op still pending after the timeout,
+ * or an asynchronous NCCL error (ncclCommGetAsyncError), aborts the NCCL
+ * communicator (ncclCommAbort releases the kernels stuck on the stream) even
+ * when nobody waits in dt_comm_wait; the op, and every later one, then fails
+ * with the watchdog's detail. be->mu orders the abort against the calls that
+ * use be->nc (enqueue, the asynchronous error check).
+ *
  * Compiled and linked in CI; runs only on a GPU machine (scripts/gpu_check.sh).
  */
 #include <cuda_runtime.h>
@@ -47,6 +55,7 @@
 #include "common/clock.h"
 #include "common/mem.h"
 #include "runtime/comm/comm_impl.h"
+#include "runtime/comm/comm_watchdog.h"
 
 typedef struct nccl_be {
     ncclComm_t nc;
@@ -56,6 +65,9 @@ typedef struct nccl_be {
     uint64_t *hdr;  /* device: point-to-point headers, mine [0..3] and the peer's [4..7] */
     uint64_t *hdr_host; /* pinned, the same 8 (pageable memory would make the copies block) */
     int device;
+    pthread_mutex_t mu;    /* be->nc against the watchdog's abort */
+    dt_comm_watchdog_t wd;
+    dt_comm_t *comm;
 } nccl_be_t;
 
 #define CUDA_TRY(call, what)                                                                        \
@@ -78,9 +90,69 @@ static dt_status_t nccl_error(ncclResult_t r, const char *what) {
                     last && *last ? ": " : "", last && *last ? last : "");
 }
 
+/* Aborts the NCCL communicator once (the watchdog, a timeout, an asynchronous error). */
+static void abort_nc(nccl_be_t *be) {
+    pthread_mutex_lock(&be->mu);
+    if (be->nc) ncclCommAbort(be->nc);
+    be->nc = NULL;
+    pthread_mutex_unlock(&be->mu);
+}
+
+/* The asynchronous error of the communicator, under be->mu (ncclSuccess once aborted). */
+static ncclResult_t async_error(nccl_be_t *be) {
+    ncclResult_t r = ncclSuccess;
+    pthread_mutex_lock(&be->mu);
+    if (be->nc) ncclCommGetAsyncError(be->nc, &r);
+    pthread_mutex_unlock(&be->mu);
+    return r;
+}
+
+/* ---- the watchdog's hooks (its thread) ---- */
+
+static int wd_poll(void *ctx, dt_comm_req_t *req, char *detail, size_t len) {
+    cudaError_t e = cudaEventQuery((cudaEvent_t)req->backend_);
+    if (e == cudaSuccess) return 1;
+    if (e == cudaErrorNotReady) return 0;
+    char what[200];
+    dt_comm_describe_(req, what, sizeof what);
+    snprintf(detail, len, "%s: %s", what, cudaGetErrorString(e));
+    return -1;
+}
+
+static int wd_async(void *ctx, char *detail, size_t len) {
+    ncclResult_t r = async_error(ctx);
+    if (r == ncclSuccess) return 0;
+    const char *last = ncclGetLastError(NULL);
+    snprintf(detail, len, "NCCL %s%s%s", ncclGetErrorString(r), last && *last ? ": " : "", last ? last : "");
+    return 1;
+}
+
+static void wd_abort(void *ctx, const char *detail) {
+    nccl_be_t *be = ctx;
+    abort_nc(be);
+    if (!atomic_load(&be->comm->broken)) {
+        snprintf(be->comm->broken_detail, sizeof be->comm->broken_detail, "watchdog: %s", detail);
+        atomic_store(&be->comm->broken, 1);
+    }
+}
+
+static void wd_thread_init(void *ctx) { cudaSetDevice(((nccl_be_t *)ctx)->device); }
+
+/* The watchdog fired: the op fails with its detail. */
+static dt_status_t watchdog_error(nccl_be_t *be, const dt_comm_req_t *req) {
+    const char *d = "";
+    dt_comm_watchdog_fired(&be->wd, &d);
+    char what[200];
+    dt_comm_describe_(req, what, sizeof what);
+    return dt_error(strstr(d, "did not complete") ? DT_STATUS_TIMEOUT : DT_STATUS_NCCL,
+                    "%s failed: the NCCL watchdog aborted the communicator: %s", what, d);
+}
+
 static void nccl_free(dt_comm_t *comm) {
     nccl_be_t *be = comm->be;
     if (!be) return;
+    dt_comm_watchdog_stop(&be->wd);
+    pthread_mutex_destroy(&be->mu);
     if (be->nc) ncclCommDestroy(be->nc);
     if (be->scratch) cudaFree(be->scratch);
     if (be->hdr) cudaFree(be->hdr);
@@ -94,6 +166,12 @@ static void nccl_free(dt_comm_t *comm) {
 static dt_status_t nccl_init(dt_comm_t *comm) {
     nccl_be_t *be = dt_xcalloc(1, sizeof(*be));
     comm->be = be;
+    pthread_mutexattr_t ma; /* recursive: a point-to-point header waits (and may abort) inside the enqueue */
+    pthread_mutexattr_init(&ma);
+    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&be->mu, &ma);
+    pthread_mutexattr_destroy(&ma);
+    be->comm = comm;
     be->device = comm->device >= 0 ? comm->device : comm->local_rank;
     CUDA_TRY(cudaSetDevice(be->device), "cudaSetDevice");
     ncclUniqueId id;
@@ -116,7 +194,8 @@ static dt_status_t nccl_init(dt_comm_t *comm) {
     CUDA_TRY(cudaEventCreateWithFlags(&be->ready, cudaEventDisableTiming), "cudaEventCreate");
     CUDA_TRY(cudaMalloc((void **)&be->scratch, sizeof(float)), "cudaMalloc");
     NCCL_TRY(ncclCommInitRank(&be->nc, comm->size, id, comm->rank), "ncclCommInitRank");
-    return DT_STATUS_OK;
+    dt_comm_watchdog_hooks_t hooks = {be, wd_poll, wd_async, wd_abort, wd_thread_init};
+    return dt_comm_watchdog_start(&be->wd, &hooks, comm->timeout_s, 0);
 }
 
 static ncclDataType_t nccl_type(dt_comm_dtype_t d) { return d == DT_COMM_BF16 ? ncclBfloat16 : ncclFloat32; }
@@ -133,8 +212,8 @@ static dt_status_t wait_stream(dt_comm_t *comm, nccl_be_t *be) {
         if (e == cudaSuccess) return DT_STATUS_OK;
         if (e != cudaErrorNotReady)
             return dt_error(DT_STATUS_CUDA, "nccl comm: waiting for the stream: %s", cudaGetErrorString(e));
-        ncclResult_t async_err = ncclSuccess;
-        ncclCommGetAsyncError(be->nc, &async_err);
+        if (dt_comm_watchdog_fired(&be->wd, NULL)) return watchdog_error(be, comm->cur);
+        ncclResult_t async_err = async_error(be);
         dt_status_t st = DT_STATUS_OK;
         if (async_err != ncclSuccess) {
             char what[200];
@@ -145,8 +224,7 @@ static dt_status_t wait_stream(dt_comm_t *comm, nccl_be_t *be) {
             st = dt_comm_tick(comm, &tick);
         }
         if (st != DT_STATUS_OK) {
-            ncclCommAbort(be->nc);
-            be->nc = NULL;
+            abort_nc(be);
             return st;
         }
         dt_sleep_ms(0);
@@ -180,8 +258,9 @@ static dt_status_t p2p_header(dt_comm_t *comm, nccl_be_t *be, const dt_comm_req_
     return DT_STATUS_OK;
 }
 
-static dt_status_t nccl_start(dt_comm_t *comm, dt_comm_req_t *req) {
+static dt_status_t nccl_enqueue(dt_comm_t *comm, dt_comm_req_t *req) {
     nccl_be_t *be = comm->be;
+    if (!be->nc) return watchdog_error(be, req);
     CUDA_TRY(cudaSetDevice(be->device), "cudaSetDevice");
     CUDA_TRY(cudaEventRecord(be->ready, cudaStreamLegacy), "cudaEventRecord");
     CUDA_TRY(cudaStreamWaitEvent(be->stream, be->ready, 0), "cudaStreamWaitEvent");
@@ -244,6 +323,16 @@ static dt_status_t nccl_start(dt_comm_t *comm, dt_comm_req_t *req) {
     return DT_STATUS_OK;
 }
 
+/* Enqueues under be->mu (the watchdog cannot abort midway), then watches the op. */
+static dt_status_t nccl_start(dt_comm_t *comm, dt_comm_req_t *req) {
+    nccl_be_t *be = comm->be;
+    pthread_mutex_lock(&be->mu);
+    dt_status_t st = nccl_enqueue(comm, req);
+    pthread_mutex_unlock(&be->mu);
+    if (st == DT_STATUS_OK) dt_comm_watchdog_track(&be->wd, req);
+    return st;
+}
+
 static dt_status_t nccl_finish(dt_comm_t *comm, dt_comm_req_t *req, int block, int *done) {
     nccl_be_t *be = comm->be;
     cudaEvent_t ev = req->backend_;
@@ -265,6 +354,10 @@ static dt_status_t nccl_finish(dt_comm_t *comm, dt_comm_req_t *req, int block, i
     comm->op_start_ns = dt_now_ns();
     dt_status_t st = DT_STATUS_OK;
     for (;;) {
+        if (dt_comm_watchdog_fired(&be->wd, NULL)) { /* its abort may have let the event complete */
+            st = watchdog_error(be, req);
+            break;
+        }
         cudaError_t e = cudaEventQuery(ev);
         if (e == cudaSuccess) {
             *done = 1;
@@ -274,28 +367,26 @@ static dt_status_t nccl_finish(dt_comm_t *comm, dt_comm_req_t *req, int block, i
             st = dt_error(DT_STATUS_CUDA, "nccl comm: waiting for the op: %s", cudaGetErrorString(e));
             break;
         }
-        ncclResult_t async_err = ncclSuccess;
-        ncclCommGetAsyncError(be->nc, &async_err);
+        ncclResult_t async_err = async_error(be);
         if (async_err != ncclSuccess) {
             char what[200];
             dt_comm_describe_(req, what, sizeof(what));
             st = nccl_error(async_err, what);
-            ncclCommAbort(be->nc); /* the communicator is unusable after an asynchronous error */
-            be->nc = NULL;
+            abort_nc(be); /* the communicator is unusable after an asynchronous error */
             break;
         }
         if (!block) break;
         dt_comm_tick_t tick = {255};
         st = dt_comm_tick(comm, &tick);
         if (st != DT_STATUS_OK) {
-            ncclCommAbort(be->nc);
-            be->nc = NULL;
+            abort_nc(be);
             break;
         }
         dt_sleep_ms(0);
     }
     comm->cur = NULL;
     if (*done || st != DT_STATUS_OK) {
+        dt_comm_watchdog_untrack(&be->wd, req); /* before the event goes: the watchdog polls it */
         cudaEventDestroy(ev);
         req->backend_ = NULL;
         if (st == DT_STATUS_OK) *done = 1;

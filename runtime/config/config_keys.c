@@ -237,7 +237,9 @@ static const config_key_t tail_keys[] = {
     {"comm.backend", KT_ENUM, OFF(comm.backend), 0, 0, 0, backend_names, "\"auto\"",
      "communicator (auto: nccl on GPUs, shm in a node, hier across nodes)"},
     {"comm.timeout_s", KT_FLOAT, OFF(comm.timeout_s), 0, 1e6, KF_MIN_EXCL, NULL, "300",
-     "a collective waiting longer is a hang"},
+     "a collective waiting longer is a hang: the op fails, the agent dumps every rank's flight "
+     "recorder to <log_dir>/<run id>/flight/ and names the rank that never arrived (NCCL: the "
+     "watchdog aborts the communicator)"},
     {"sample_tokens", KT_INT, OFF(sample_tokens), 0, 100000, 0, NULL, "0",
      "characters generated from the trained model at the end (text data only)"},
     {"threads", KT_INT, OFF(threads), 0, 4096, 0, NULL, "0",

@@ -56,6 +56,9 @@ static void begin_stop(agent_t *ag, int sig, outcome_t why) {
 }
 
 static void local_failure(agent_t *ag, worker_t *w) {
+    char why[160];
+    snprintf(why, sizeof why, "rank %d on %s failed", w->rank, ag->host);
+    dt_agent_flight_collect(ag, why);
     failure_t f = dt_agent_worker_failure(ag, w);
     if (ag->rz) {
         char *line = dt_agent_failure_json(&f);
@@ -162,6 +165,7 @@ static void on_signal(uv_signal_t *h, int signum) {
 /* Multi-node: heartbeats, stop requests from other agents, the exit barrier. */
 static void on_tick(uv_timer_t *t) {
     agent_t *ag = t->data;
+    if (ag->phase == PHASE_RUNNING) dt_agent_flight_poll(ag);
     if (!ag->rz || ag->phase == PHASE_OVER) return;
     dt_status_t st;
     if (ag->phase == PHASE_BARRIER) {
@@ -209,6 +213,7 @@ static void on_tick(uv_timer_t *t) {
         DT_LOG_ERROR("%s", reason);
     }
     if (ag->phase == PHASE_BARRIER) ag->phase = PHASE_RUNNING;
+    dt_agent_flight_collect(ag, ag->stop_note);
     begin_stop(ag, SIGTERM, OUTCOME_FAILED);
 }
 
@@ -254,7 +259,7 @@ static dt_status_t run_round(agent_t *ag) {
             break;
         }
     }
-    if (ag->rz) {
+    if (ag->rz || ag->server) { /* one node: the tick answers `dtrun debug dump` */
         uint64_t ms = (uint64_t)(ag->spec->monitor_interval_s * 1000);
         if (ms == 0) ms = 1;
         uv_timer_start(&ag->tick, on_tick, ms, ms);
@@ -529,6 +534,7 @@ out_close_loop:
     dt_rdzv_close(ag->rz);
     dt_store_server_stop(ag->server);
     dt_agent_orphans_end(ag);
+    dt_agent_flight_free(ag);
 out_free_agent:
     if (ag->run_dir && ag->run_dir_tmp && dt_fs_rm_rf(ag->run_dir) != DT_STATUS_OK)
         DT_LOG_WARN("%s", dt_error_detail());

@@ -72,6 +72,7 @@ typedef struct failure {
     long pid;
     int exitcode; /* torchrun's convention: -N for signal N */
     int lost;     /* the node stopped heartbeating */
+    int hung;     /* named by the flight recorder: never arrived in the op the others waited in */
     char error_file[PATH_MAX];
     char *message;
 } failure_t;
@@ -115,6 +116,7 @@ typedef struct agent {
     int no_restart;     /* the group cannot be restarted (spawn failure, a signalled node) */
     failure_t *fails;
     int nfails;
+    struct dt_agent_flight *flight; /* flight_agent.c's state, NULL until used */
     char readbuf[65536];
 } agent_t;
 
@@ -169,5 +171,24 @@ void dt_agent_report_failures(agent_t *ag);
  * memory check, a bad file), which a restart would only repeat. */
 int dt_agent_failure_is_usage(agent_t *ag);
 void dt_agent_failures_free(failure_t *fs, int n);
+
+/* ---- flight_agent.c (the workers' flight recorders) ---- */
+
+/* The first failure of the round (why): every local rank's ring to
+ * <run_dir>/flight/rank_NNNNN.json, its last ops posted for the other agents,
+ * the analysis logged. Once per round; call before signalling the workers. */
+void dt_agent_flight_collect(agent_t *ag, const char *why);
+/* The analysis of every rank posted this round (msg: one finding per line);
+ * returns the number of ranks named in culprits[] (the ranks that never
+ * arrived or desynced). */
+int dt_agent_flight_analyse(agent_t *ag, char *msg, size_t len, int *culprits, int max);
+/* host and pid of a rank posted this round; 0 when it was not posted. */
+int dt_agent_flight_rank_info(agent_t *ag, int rank, char *host, size_t hlen, long *pid);
+/* Every tick: answers `dtrun debug dump` requests (at most every 0.5 s). */
+void dt_agent_flight_poll(agent_t *ag);
+/* The summary's root cause: the rank the analysis names (its failure, the finding
+ * put first; else a record made for it and appended to *fs). -1: none named. */
+int dt_agent_flight_root(agent_t *ag, failure_t **fs, int *n);
+void dt_agent_flight_free(agent_t *ag);
 
 #endif /* DT_RUNTIME_LAUNCH_AGENT_IMPL_H */

@@ -198,6 +198,7 @@ static void format_failure(sbuf_t *b, int idx, const failure_t *f) {
     sb_add(b, "[%d]:\n  time      : %s\n  host      : %s\n  rank      : %d (local_rank: %d)\n",
            idx, t, f->host, f->rank, f->local_rank);
     if (f->lost) sb_add(b, "  exitcode  : <N/A> (node lost)\n");
+    else if (f->hung) sb_add(b, "  exitcode  : <N/A> (pid: %ld) (never arrived: stopped, stuck or desynced)\n", f->pid);
     else if (f->exitcode < 0)
         sb_add(b, "  exitcode  : %d (pid: %ld) (%s)\n", f->exitcode, f->pid, dt_agent_signame(-f->exitcode));
     else sb_add(b, "  exitcode  : %d (pid: %ld)\n", f->exitcode, f->pid);
@@ -214,11 +215,12 @@ static void format_failure(sbuf_t *b, int idx, const failure_t *f) {
 
 /* torchrun's ChildFailedError.format_msg layout: title, "Failures:" (the others),
  * "Root Cause (first observed failure):". */
-static void print_summary(const char *job, failure_t *fs, int n) {
+static void print_summary(const char *job, failure_t *fs, int n, int flight_root) {
     if (n == 0) return;
     int root = 0;
     for (int i = 1; i < n; i++)
         if (fs[i].time < fs[root].time) root = i;
+    if (flight_root >= 0) root = flight_root; /* the rank the others waited for */
     sbuf_t others = {0}, rootb = {0};
     int idx = 0;
     for (int i = 0; i < n; i++) {
@@ -246,8 +248,9 @@ static void print_summary(const char *job, failure_t *fs, int n) {
     memset(section, '-', width);
     section[width] = '\0';
     sbuf_t out = {0};
-    sb_add(&out, "\n%s\n%s\n%s\nFailures:\n%s%s\nRoot Cause (first observed failure):\n%s%s\n",
+    sb_add(&out, "\n%s\n%s\n%s\nFailures:\n%s%s\nRoot Cause (%s):\n%s%s\n",
            border, title, section, others.p ? others.p : "  <NO_OTHER_FAILURES>\n", section,
+           flight_root >= 0 ? "the rank the others waited for, from the flight recorder" : "first observed failure",
            rootb.p, border);
     ssize_t wr = write(STDERR_FILENO, out.p, out.len);
     (void)wr;
@@ -290,14 +293,15 @@ void dt_agent_report_failures(agent_t *ag) {
         if (dt_rdzv_get_failures(ag->rz, &jsonl) == DT_STATUS_OK && jsonl && *jsonl) {
             failure_t *remote = NULL;
             int nr = parse_failures(jsonl, &remote);
-            if (nr > 0) print_summary(ag->title, remote, nr);
+            int fr = nr > 0 ? dt_agent_flight_root(ag, &remote, &nr) : -1;
+            if (nr > 0) print_summary(ag->title, remote, nr, fr);
             printed = nr > 0;
             dt_agent_failures_free(remote, nr);
         }
         free(jsonl);
     }
     if (!printed && ag->nfails > 0) {
-        print_summary(ag->title, ag->fails, ag->nfails);
+        print_summary(ag->title, ag->fails, ag->nfails, dt_agent_flight_root(ag, &ag->fails, &ag->nfails));
         printed = 1;
     }
     if (!printed && ag->stop_note[0]) fprintf(stderr, "dtrun: the group was stopped: %s\n", ag->stop_note);

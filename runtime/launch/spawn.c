@@ -62,6 +62,8 @@ void dt_agent_signal_workers(agent_t *ag, int sig) {
             continue;
         }
         if (!to_group) kill(w->pid, sig);
+        /* a stopped worker (SIGSTOP) takes the signal only once continued */
+        if (sig != SIGKILL && sig != SIGCONT && kill(-w->pid, SIGCONT) != 0) kill(w->pid, SIGCONT);
         w->signaled_by_agent = 1;
     }
 }

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# test_flight.sh - hang and desync reports from the flight recorder, with real
+# workers (3 ranks on shared memory, comm.timeout_s 3):
+#   - rank 1 SIGSTOPped mid-run: the job fails within the timeout plus seconds
+#     (not the 30 s shutdown grace: the stop sends SIGCONT), the summary's root
+#     cause is rank 1 and names the op the others wait in, and every rank's
+#     flight dump exists and parses;
+#   - rank 1 skips a collective (DTRUN_TEST_SKIP_COLLECTIVE): the desync is named;
+#   - `dtrun debug dump RUN_DIR` on a running job writes the dumps and the job
+#     finishes.
+source "$(dirname "$0")/lib.sh"
+cd "$(dirname "$0")/../.."
+CFG=configs/mlp-tiny.json
+rank_pid() { # AGENT_PID RANK: the worker's pid
+  for p in $(pgrep -P "$1"); do
+    tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "RANK=$2" && { echo "$p"; return; }
+  done
+}
+dumps_parse() { # DIR N: N dumps that parse, each with entries
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+for r in range(int(sys.argv[2])):
+    d = json.load(open("%s/rank_%05d.json" % (sys.argv[1], r)))
+    assert d["rank"] == r and d["entries"] and all(e["op"] and e["seq"] > 0 for e in d["entries"]), r
+PY
+}
+
+# ---- a stopped rank --------------------------------------------------------
+"$DTRUN" --standalone --nproc_per_node 3 --log_dir "$DT_TMP/logs" --rdzv_id stop "$CFG" train_steps=10000000 \
+  steps_per_print=1000 comm.timeout_s=3 eval.every_steps=0 log.dir="$DT_TMP/m1" > "$DT_TMP/stop.out" 2>&1 & a=$!
+deadline=$((SECONDS + 30))
+while [ ! -s "$DT_TMP/m1/metrics.jsonl" ] && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
+sleep 0.5
+p1=$(rank_pid $a 1)
+kill -STOP "$p1"
+t0=$(date +%s.%N)
+wait $a; rc=$?
+took=$(python3 -c "import sys; print('%.1f' % ($(date +%s.%N) - $t0))")
+root=$(sed -n '/^Root Cause/,$p' "$DT_TMP/stop.out")
+if [ $rc -eq 1 ] && python3 -c "import sys; sys.exit(not $took < 15)" \
+   && grep -q "the rank the others waited for" <<<"$root" && grep -q "rank      : 1 (local_rank: 1)" <<<"$root" \
+   && grep -Eq "ranks 0,2 wait in [a-z_]+ #[0-9]+ .*rank 1 never entered it .*process stopped \(SIGSTOP\)" <<<"$root"; then
+  pass "a SIGSTOPped rank is the root cause, with the op ($took s from the stop to the exit)"
+else fail "stopped rank" "rc=$rc took=$took $(tail -12 "$DT_TMP/stop.out")"; fi
+check "every rank's flight dump exists and parses" dumps_parse "$DT_TMP/logs/stop/flight" 3
+
+# ---- a rank that skips a collective -------------------------------------------
+DTRUN_TEST_SKIP_COLLECTIVE=1:29 "$DTRUN" --standalone --nproc_per_node 3 --log_dir "$DT_TMP/logs" --rdzv_id skip \
+  "$CFG" train_steps=200 comm.timeout_s=3 eval.every_steps=0 log.dir="$DT_TMP/m2" > "$DT_TMP/skip.out" 2>&1; rc=$?
+root=$(sed -n '/^Root Cause/,$p' "$DT_TMP/skip.out")
+if [ $rc -eq 1 ] && grep -q "rank      : 1 " <<<"$root" \
+   && grep -Eq "desync at #29: rank 1 in [a-z_]+ #29 \(count [0-9]+, f32\); the others \(ranks 0,2\) in all_reduce #29" <<<"$root"; then
+  pass "a skipped collective is named as a desync of rank 1"
+else fail "desync" "rc=$rc $(tail -8 "$DT_TMP/skip.out")"; fi
+
+# ---- dtrun debug dump on a running job ------------------------------------------
+"$DTRUN" --standalone --nproc_per_node 2 --log_dir "$DT_TMP/logs" --rdzv_id live "$CFG" train_steps=100000 \
+  steps_per_print=20000 eval.every_steps=0 log.dir="$DT_TMP/m3" > "$DT_TMP/live.out" 2>&1 & a=$!
+deadline=$((SECONDS + 30))
+while [ ! -s "$DT_TMP/m3/metrics.jsonl" ] && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
+"$DTRUN" debug dump "$DT_TMP/logs/live" > "$DT_TMP/dump.out" 2>&1; drc=$?
+wait $a; rc=$?
+if [ $drc -eq 0 ] && grep -q "ranks 0-1 written to" "$DT_TMP/dump.out" && dumps_parse "$DT_TMP/logs/live/flight" 2 \
+   && [ $rc -eq 0 ] && grep -q "done: 100000 steps" "$DT_TMP/live.out"; then
+  pass "dtrun debug dump writes the dumps and the job goes on"
+else fail "debug dump" "drc=$drc rc=$rc $(cat "$DT_TMP/dump.out") $(tail -3 "$DT_TMP/live.out")"; fi
+"$DTRUN" debug dump "$DT_TMP/nonexistent" > "$DT_TMP/dump2.out" 2>&1; drc=$?
+if [ $drc -eq 2 ] && grep -q "no endpoint file" "$DT_TMP/dump2.out"; then pass "debug dump of no run: exit 2 naming it"
+else fail "debug dump of no run" "drc=$drc $(cat "$DT_TMP/dump2.out")"; fi
+finish

@@ -1,0 +1,199 @@
+/*
+ * test_flight.c - the flight recorder: the ring keeps the newest entries in
+ * order across wraparound, ignores updates of reused slots, drops torn entries
+ * (a writer inside one, also under a concurrent writer), refuses a bad header;
+ * the analyser names the rank that never entered the op the others wait in,
+ * a desynced rank, and nobody when no rank waits or the late rank ended.
+ */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/flight_ring.h"
+#include "runtime/launch/flight_report.h"
+
+static dt_flight_ring_t *new_ring(uint32_t slots, size_t *len) {
+    *len = dt_flight_ring_bytes(slots);
+    dt_flight_ring_t *r = calloc(1, *len);
+    dt_flight_ring_init(r, slots, 3, 1234);
+    return r;
+}
+
+Test(flight_ring, wraparound_keeps_the_newest_in_order) {
+    size_t len;
+    dt_flight_ring_t *r = new_ring(8, &len);
+    uint64_t ids[20];
+    for (int i = 0; i < 20; i++) ids[i] = dt_flight_ring_add(r, "0", "all_reduce", "f32", (uint64_t)i + 1, 10, -1);
+    dt_flight_ring_set_state(r, ids[19], DT_FLIGHT_STARTED);
+    dt_flight_ring_set_state(r, ids[19], DT_FLIGHT_DONE);
+    dt_flight_ring_set_state(r, ids[3], DT_FLIGHT_FAILED); /* slot reused by id 12: ignored */
+    dt_flight_entry_t out[8];
+    int n = 0, torn = 0;
+    cr_assert_eq(dt_flight_ring_snapshot(r, len, out, &n, &torn), DT_STATUS_OK);
+    cr_assert_eq(n, 8);
+    cr_assert_eq(torn, 0);
+    for (int i = 0; i < 8; i++) {
+        cr_assert_eq(out[i].id, (uint64_t)(13 + i));
+        cr_assert_eq(out[i].seq, (uint64_t)(13 + i));
+    }
+    cr_assert_eq(out[3].state, DT_FLIGHT_QUEUED, "id 16 (slot of id 4) keeps its state");
+    cr_assert_eq(out[7].state, DT_FLIGHT_DONE);
+    cr_assert(out[7].t_end_ns >= out[7].t_start_ns && out[7].t_start_ns >= out[7].t_enqueue_ns);
+    cr_assert_str_eq(out[0].op, "all_reduce");
+    free(r);
+}
+
+Test(flight_ring, torn_entry_is_dropped) {
+    size_t len;
+    dt_flight_ring_t *r = new_ring(4, &len);
+    for (int i = 0; i < 3; i++) dt_flight_ring_add(r, "0", "barrier", "f32", (uint64_t)i + 1, 0, -1);
+    atomic_fetch_add(&r->e[1].gen, 1); /* a writer stopped inside entry 2 */
+    dt_flight_entry_t out[4];
+    int n = 0, torn = 0;
+    cr_assert_eq(dt_flight_ring_snapshot(r, len, out, &n, &torn), DT_STATUS_OK);
+    cr_assert_eq(n, 2);
+    cr_assert_eq(torn, 1);
+    cr_assert_eq(out[0].seq, 1);
+    cr_assert_eq(out[1].seq, 3);
+    free(r);
+}
+
+Test(flight_ring, bad_header_is_refused) {
+    size_t len;
+    dt_flight_ring_t *r = new_ring(4, &len);
+    dt_flight_entry_t out[4];
+    int n, torn;
+    cr_assert_eq(dt_flight_ring_snapshot(r, len - 1, out, &n, &torn), DT_STATUS_FORMAT);
+    r->magic = 7;
+    cr_assert_eq(dt_flight_ring_snapshot(r, len, out, &n, &torn), DT_STATUS_FORMAT);
+    free(r);
+}
+
+/* A writer hammering a small ring while the reader snapshots: every entry read
+ * is whole (its fields agree with each other). */
+typedef struct hammer {
+    dt_flight_ring_t *r;
+    _Atomic int stop;
+} hammer_t;
+
+static void *writer(void *arg) {
+    hammer_t *h = arg;
+    for (uint64_t s = 1; !atomic_load(&h->stop); s++) {
+        char comm[16];
+        snprintf(comm, sizeof comm, "c%llu", (unsigned long long)(s % 1000));
+        uint64_t id = dt_flight_ring_add(h->r, comm, s & 1 ? "all_gather" : "all_reduce", "f32", s, s * 3, -1);
+        dt_flight_ring_set_state(h->r, id, DT_FLIGHT_DONE);
+    }
+    return NULL;
+}
+
+Test(flight_ring, concurrent_reads_are_whole) {
+    size_t len;
+    hammer_t h = {.r = new_ring(4, &len)};
+    pthread_t t;
+    pthread_create(&t, NULL, writer, &h);
+    dt_flight_entry_t out[4];
+    long seen = 0;
+    for (int k = 0; k < 200000; k++) {
+        int n = 0, torn = 0;
+        cr_assert_eq(dt_flight_ring_snapshot(h.r, len, out, &n, &torn), DT_STATUS_OK);
+        for (int i = 0; i < n; i++) {
+            char comm[16];
+            snprintf(comm, sizeof comm, "c%llu", (unsigned long long)(out[i].seq % 1000));
+            cr_assert_eq(out[i].count, out[i].seq * 3);
+            cr_assert_str_eq(out[i].comm, comm);
+            cr_assert_str_eq(out[i].op, out[i].seq & 1 ? "all_gather" : "all_reduce");
+            seen++;
+        }
+    }
+    atomic_store(&h.stop, 1);
+    pthread_join(t, NULL);
+    cr_assert_gt(seen, 0);
+    free(h.r);
+}
+
+/* rank r's last op in communicator "0" */
+static void set_rank(dt_flight_rank_t *r, int rank, const char *proc, uint64_t seq, const char *op, uint64_t count,
+                     int state) {
+    memset(r, 0, sizeof *r);
+    r->rank = rank;
+    snprintf(r->proc, sizeof r->proc, "%s", proc);
+    r->nlast = 1;
+    snprintf(r->last[0].comm, sizeof r->last[0].comm, "0");
+    snprintf(r->last[0].op, sizeof r->last[0].op, "%s", op);
+    snprintf(r->last[0].dtype, sizeof r->last[0].dtype, "f32");
+    r->last[0].seq = seq;
+    r->last[0].count = count;
+    r->last[0].state = state;
+}
+
+Test(flight_analyse, names_the_rank_that_never_entered) {
+    dt_flight_rank_t rs[3];
+    set_rank(&rs[0], 0, "exited 3", 57, "all_reduce", 100, DT_FLIGHT_FAILED);
+    set_rank(&rs[1], 1, "stopped (SIGSTOP)", 56, "all_reduce", 100, DT_FLIGHT_DONE);
+    set_rank(&rs[2], 2, "sleeping", 57, "all_reduce", 100, DT_FLIGHT_STARTED);
+    char msg[1024];
+    int c[4];
+    cr_assert_eq(dt_flight_analyse(rs, 3, msg, sizeof msg, c, 4), 1, "%s", msg);
+    cr_assert_eq(c[0], 1);
+    cr_assert(strstr(msg, "ranks 0,2 wait in all_reduce #57 (count 100, f32)"), "%s", msg);
+    cr_assert(strstr(msg, "rank 1 never entered it (last in all_reduce #56 (count 100, f32), completed; "
+                          "process stopped (SIGSTOP))"), "%s", msg);
+    /* the JSON line the agents post carries the same */
+    dt_flight_rank_t back[3];
+    for (int i = 0; i < 3; i++) {
+        char *line = dt_flight_rank_json(&rs[i]);
+        cr_assert_eq(dt_flight_rank_parse(line, &back[i]), 0);
+        free(line);
+    }
+    char msg2[1024];
+    cr_assert_eq(dt_flight_analyse(back, 3, msg2, sizeof msg2, c, 4), 1);
+    cr_assert_str_eq(msg, msg2);
+}
+
+Test(flight_analyse, names_a_desync) {
+    dt_flight_rank_t rs[3];
+    set_rank(&rs[0], 0, "sleeping", 29, "all_reduce", 1732, DT_FLIGHT_STARTED);
+    set_rank(&rs[1], 1, "sleeping", 29, "all_gather", 2, DT_FLIGHT_STARTED);
+    set_rank(&rs[2], 2, "sleeping", 29, "all_reduce", 1732, DT_FLIGHT_STARTED);
+    char msg[1024];
+    int c[4];
+    cr_assert_eq(dt_flight_analyse(rs, 3, msg, sizeof msg, c, 4), 1, "%s", msg);
+    cr_assert_eq(c[0], 1);
+    cr_assert(strstr(msg, "desync at #29: rank 1 in all_gather #29 (count 2, f32); the others (ranks 0,2) in "
+                          "all_reduce #29 (count 1732, f32)"), "%s", msg);
+}
+
+Test(flight_analyse, nobody_when_none_waits_or_the_late_rank_ended) {
+    dt_flight_rank_t rs[2];
+    char msg[256];
+    int c[4];
+    set_rank(&rs[0], 0, "sleeping", 9, "all_reduce", 4, DT_FLIGHT_DONE);
+    set_rank(&rs[1], 1, "sleeping", 9, "all_reduce", 4, DT_FLIGHT_DONE);
+    cr_assert_eq(dt_flight_analyse(rs, 2, msg, sizeof msg, c, 4), 0);
+    cr_assert_str_eq(msg, "");
+    set_rank(&rs[0], 0, "sleeping", 10, "all_reduce", 4, DT_FLIGHT_STARTED);
+    set_rank(&rs[1], 1, "exited 1", 9, "all_reduce", 4, DT_FLIGHT_DONE);
+    cr_assert_eq(dt_flight_analyse(rs, 2, msg, sizeof msg, c, 4), 0, "%s", msg);
+}
+
+Test(flight_analyse, newest_op_per_communicator) {
+    dt_flight_entry_t e[3];
+    memset(e, 0, sizeof e);
+    const char *comms[] = {"0", "0.s1.0", "0"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(e[i].comm, sizeof e[i].comm, "%s", comms[i]);
+        snprintf(e[i].op, sizeof e[i].op, "broadcast");
+        e[i].seq = (uint64_t)i + 1;
+        e[i].state = DT_FLIGHT_DONE;
+    }
+    dt_flight_rank_t r;
+    memset(&r, 0, sizeof r);
+    dt_flight_rank_from_entries(&r, e, 3);
+    cr_assert_eq(r.nlast, 2);
+    cr_assert_str_eq(r.last[0].comm, "0");
+    cr_assert_eq(r.last[0].seq, 3);
+    cr_assert_eq(r.last[1].seq, 2);
+}
