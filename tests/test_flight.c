@@ -7,6 +7,7 @@
  */
 #include <criterion/criterion.h>
 #include <pthread.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,6 +86,9 @@ static void *writer(void *arg) {
         snprintf(comm, sizeof comm, "c%llu", (unsigned long long)(s % 1000));
         uint64_t id = dt_flight_ring_add(h->r, comm, s & 1 ? "all_gather" : "all_reduce", "f32", s, s * 3, -1);
         dt_flight_ring_set_state(h->r, id, DT_FLIGHT_DONE);
+        /* a breath now and then, so that some snapshots fall between writes even
+         * when both threads share one loaded core (else every read may be torn) */
+        if ((s & 63) == 0) usleep(20);
     }
     return NULL;
 }
@@ -96,6 +100,12 @@ Test(flight_ring, concurrent_reads_are_whole) {
     pthread_create(&t, NULL, writer, &h);
     dt_flight_entry_t out[4];
     long seen = 0;
+    /* the writer thread may not have run yet on a loaded machine: start reading once
+     * it has written (at most 10 s) */
+    for (int k = 0, n = 0, torn = 0; k < 100000 && n == 0; k++) {
+        cr_assert_eq(dt_flight_ring_snapshot(h.r, len, out, &n, &torn), DT_STATUS_OK);
+        if (n == 0) usleep(100);
+    }
     for (int k = 0; k < 200000; k++) {
         int n = 0, torn = 0;
         cr_assert_eq(dt_flight_ring_snapshot(h.r, len, out, &n, &torn), DT_STATUS_OK);
@@ -179,6 +189,20 @@ Test(flight_analyse, nobody_when_none_waits_or_the_late_rank_ended) {
     cr_assert_eq(dt_flight_analyse(rs, 2, msg, sizeof msg, c, 4), 0, "%s", msg);
 }
 
+/* A rank that exited 0 while the others wait in an op it never entered left early
+ * (it skipped ops): it is named, with how it ended. */
+Test(flight_analyse, a_rank_that_exited_0_early_is_named) {
+    dt_flight_rank_t rs[2];
+    char msg[512];
+    int c[4];
+    set_rank(&rs[0], 0, "sleeping", 10, "all_gather", 2, DT_FLIGHT_STARTED);
+    set_rank(&rs[1], 1, "exited 0", 9, "all_gather", 2, DT_FLIGHT_DONE);
+    cr_assert_eq(dt_flight_analyse(rs, 2, msg, sizeof msg, c, 4), 1, "%s", msg);
+    cr_assert_eq(c[0], 1);
+    cr_assert(strstr(msg, "rank 1 never entered it (last in all_gather #9 (count 2, f32), completed; process exited 0)"),
+              "%s", msg);
+}
+
 Test(flight_analyse, newest_op_per_communicator) {
     dt_flight_entry_t e[3];
     memset(e, 0, sizeof e);
@@ -196,4 +220,21 @@ Test(flight_analyse, newest_op_per_communicator) {
     cr_assert_str_eq(r.last[0].comm, "0");
     cr_assert_eq(r.last[0].seq, 3);
     cr_assert_eq(r.last[1].seq, 2);
+}
+
+/* Every rank entered the op but one was stopped inside it (SIGSTOP): that one is
+ * named, the others wait for it. */
+Test(flight_analyse, a_rank_stopped_inside_the_op_is_named) {
+    dt_flight_rank_t rs[3];
+    char msg[512];
+    int c[4];
+    set_rank(&rs[0], 0, "sleeping", 12, "all_reduce", 7, DT_FLIGHT_STARTED);
+    set_rank(&rs[1], 1, "stopped (SIGSTOP)", 12, "all_reduce", 7, DT_FLIGHT_STARTED);
+    set_rank(&rs[2], 2, "running", 12, "all_reduce", 7, DT_FLIGHT_STARTED);
+    cr_assert_eq(dt_flight_analyse(rs, 3, msg, sizeof msg, c, 4), 1, "%s", msg);
+    cr_assert_eq(c[0], 1);
+    cr_assert(strstr(msg, "rank 1, which entered it but its process is stopped (SIGSTOP)"), "%s", msg);
+    /* nobody stopped: nothing to name */
+    set_rank(&rs[1], 1, "sleeping", 12, "all_reduce", 7, DT_FLIGHT_STARTED);
+    cr_assert_eq(dt_flight_analyse(rs, 3, msg, sizeof msg, c, 4), 0, "%s", msg);
 }

@@ -74,8 +74,12 @@ static void put_ranks(out_t *o, const dt_flight_rank_t *ranks, const int *idx, i
     for (int i = 0; i < n; i++) put(o, "%s%d", i ? "," : "", ranks[idx[i]].rank);
 }
 
-/* The process ended (the agent saw it exit or a zombie): not one that never arrived. */
+/* The process failed (a non-zero exit, a signal, a zombie): not one that never
+ * arrived, its own failure record tells why. A rank that exited 0 while the others
+ * wait in an op it never entered did leave early (it skipped ops: a desync), and is
+ * named. */
 static int gone(const dt_flight_rank_t *r) {
+    if (!strcmp(r->proc, "exited 0")) return 0;
     return !strncmp(r->proc, "exited", 6) || !strncmp(r->proc, "killed", 6);
 }
 
@@ -157,6 +161,22 @@ int dt_flight_analyse(const dt_flight_rank_t *ranks, int n, char *msg, size_t le
                 put(&o, "; the others (");
                 put_ranks(&o, ranks, wait, nw);
                 put(&o, ") in %s\n", what);
+            }
+            if (!nl && !nodd) {
+                /* Everyone entered the op, but a rank stopped inside it (SIGSTOP, a
+                 * tracer) cannot take its part: the others wait for that one. */
+                int ns = 0;
+                for (int i = 0; i < nw; i++)
+                    if (!strncmp(ranks[wait[i]].proc, "stopped", 7)) odd[ns++] = wait[i];
+                if (ns) {
+                    put(&o, "communicator %s: ranks wait in %s for ", comm, what);
+                    for (int i = 0; i < ns; i++) {
+                        put(&o, "%srank %d, which entered it but its process is %s", i ? "; " : "",
+                            ranks[odd[i]].rank, ranks[odd[i]].proc);
+                        add_culprit(culprits, &nc, max, ranks[odd[i]].rank);
+                    }
+                    put(&o, "\n");
+                }
             }
         }
     }
