@@ -754,10 +754,12 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env) {
         int logged = print || step == steps || step == 1 || !isnan(val);
         double ppf[4] = {NAN, NAN, NAN, NAN}; /* the stages' bubble, its ideal, wait ms, p2p bytes */
         if (t.pp) DT_CHECK_GOTO(dt_train_pp_figures_(&t, ppf), st, out_teardown);
+        /* Compute = the step less its communication and data wait; communication that
+         * overlapped compute (async buckets) is counted in comm_ms too, so the
+         * difference can go below 0 on tiny steps: it is clamped. */
+        double compute_ms = fmax(0.0, (t1 - t0 - data_s) * 1e3 - comm_ms);
         dt_straggler_row sr = {.slowest_rank = -1}; /* every rank's compute ms of a logged step */
-        if (logged)
-            DT_CHECK_GOTO(dt_stragglers_gather(t.stragglers, step, (t1 - t0 - data_s) * 1e3 - comm_ms, &sr), st,
-                          out_teardown);
+        if (logged) DT_CHECK_GOTO(dt_stragglers_gather(t.stragglers, step, compute_ms, &sr), st, out_teardown);
         /* On a terminal the other steps redraw one live line ('\r', no newline). */
         if (rank0 && (logged || live)) {
             double step_s = t1 - t0;
@@ -768,7 +770,7 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env) {
                                  .pp_bubble_ideal = ppf[1], .pp_wait_ms = ppf[2], .p2p_bytes = ppf[3],
                                  .have_ranks = logged, .slowest_rank = sr.slowest_rank,
                                  .slowest_ms = sr.slowest_ms, .median_ms = sr.median_ms};
-            m.compute_ms = m.step_ms - m.comm_ms - m.data_ms;
+            m.compute_ms = compute_ms;
             m.mfu = t.peak_flops > 0 ? flops_per_token * m.tokens_per_s / env->world_size / t.peak_flops : 0;
             double elapsed = dt_now_s() - t_start;
             m.eta_s = elapsed / (double)(step - t.start_step) * (double)(steps - step);
