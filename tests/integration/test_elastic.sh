@@ -96,6 +96,22 @@ PY
 then pass "world_size per row 3/2/3, summary resizes, losses after the resize = the 2-node reference (1e-5)"
 else fail "metrics, summary and losses after the resizes"; fi
 
+# ---- a worker resumed at a size where no integer accumulation keeps the run's batch: exit 1 ----
+out=$(env RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.2 MASTER_PORT=1 DTRUN_ELASTIC=2:3 \
+      "$DTRUN" __worker "$DT_TMP/e.json" train_micro_batch_size_per_gpu=8 2>&1); rc=$?
+if [ $rc -eq 1 ] && [[ $out == *"world size 2"*"train_batch_size (from the checkpoint's meta.json) 24 is not a multiple of train_micro_batch_size_per_gpu 8 x 2"* ]]; then
+  pass "resume at world size 2 with micro 8 and the run's batch 24: exit 1 naming the sizes"
+else fail "no integer accumulation" "rc=$rc $out"; fi
+
+# ---- before anything starts: a train_batch_size some node count in MIN..MAX cannot reach ----
+cfg "$DT_TMP/ck4" "$DT_TMP/log4" 10 > "$DT_TMP/g.json"
+out=$("$DTRUN" --nnodes 2:4 --nproc_per_node 1 --rdzv_endpoint 127.0.0.2:$(port) --local_addr 127.0.0.2 \
+      "$DT_TMP/g.json" train_batch_size=24 gradient_accumulation_steps=auto 2>&1); rc=$?
+if [ $rc -eq 2 ] && [[ $out == *"train_batch_size 24 with --nnodes 2:4"*"4 node(s) = world size 4 (4 x 4)"* ]] &&
+   [[ $out != *"3 node(s)"* ]] && [ ! -e "$DT_TMP/log4" ]; then
+  pass "train_batch_size 24 with --nnodes 2:4 (micro 4): exit 2 before start naming world size 4"
+else fail "elastic batch check before start" "rc=$rc $out"; fi
+
 # ---- 3: two of three nodes lost -> exit 3 naming them ----
 cfg "$DT_TMP/ck3" "$DT_TMP/log3" 100000 > "$DT_TMP/f.json"
 R=$(flags "$(port)" 5)
