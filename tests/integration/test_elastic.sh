@@ -98,7 +98,7 @@ else fail "metrics, summary and losses after the resizes"; fi
 
 # ---- a worker resumed at a size where no integer accumulation keeps the run's batch: exit 1 ----
 out=$(env RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.2 MASTER_PORT=1 DTRUN_ELASTIC=2:3 \
-      "$DTRUN" __worker "$DT_TMP/e.json" train_micro_batch_size_per_gpu=8 2>&1); rc=$?
+      timeout 20 "$DTRUN" __worker "$DT_TMP/e.json" train_micro_batch_size_per_gpu=8 2>&1); rc=$?
 if [ $rc -eq 1 ] && [[ $out == *"world size 2"*"train_batch_size (from the checkpoint's meta.json) 24 is not a multiple of train_micro_batch_size_per_gpu 8 x 2"* ]]; then
   pass "resume at world size 2 with micro 8 and the run's batch 24: exit 1 naming the sizes"
 else fail "no integer accumulation" "rc=$rc $out"; fi
