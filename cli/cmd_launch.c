@@ -19,6 +19,7 @@
 #include "common/mem.h"
 #include "runtime/launch/agent.h"
 #include "runtime/config/config.h"
+#include "runtime/train/train_elastic.h" /* defines: dt_train_elastic_check */
 #include "runtime/train/trainer.h" /* defines: dt_trainer_check_pretrained, dt_trainer_check_data, dt_trainer_check_paths */
 #include "runtime/train/train_ckpt.h" /* defines: dt_train_ckpt_check_start */
 #include "runtime/launch/launch_args.h"
@@ -54,6 +55,11 @@ static int check_config(const dt_launch_spec_t *spec) {
         st = dt_config_resolve(&cfg, spec->nnodes_max * spec->nproc_per_node);
     if (st == DT_STATUS_OK) /* elastic or not: a TP group must fit in each node */
         st = dt_config_check_nodes(&cfg, spec->nproc_per_node);
+    if (st == DT_STATUS_OK && /* elastic: train_batch_size must be reachable at every size */
+        dt_train_elastic_check(&cfg, spec->nnodes_min, spec->nnodes_max, spec->nproc_per_node) != DT_STATUS_OK) {
+        fprintf(stderr, "dtrun: error: %s\n", dt_error_detail());
+        st = DT_STATUS_CONFIG;
+    }
     if (st == DT_STATUS_OK && dt_trainer_check_pretrained(&cfg) != DT_STATUS_OK) {
         fprintf(stderr, "dtrun: error: model.pretrained: %s\n", dt_error_detail());
         st = DT_STATUS_CONFIG;

@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "common/torchenv.h"
 #include "runtime/config/config.h"
+#include "runtime/train/train_elastic.h"
 #include "runtime/train/trainer.h"
 
 int dt_cmd_worker(int argc, char **argv) {
@@ -28,8 +29,18 @@ int dt_cmd_worker(int argc, char **argv) {
     snprintf(prefix, sizeof prefix, "dtrun rank %d", env.rank);
     dt_log_set_prefix(prefix);
     dt_config_t cfg;
-    if (dt_config_load(argv[1], (const char *const *)argv + 2, argc - 2, &cfg) != DT_STATUS_OK ||
-        dt_config_resolve(&cfg, env.world_size) != DT_STATUS_OK) {
+    if (dt_config_load(argv[1], (const char *const *)argv + 2, argc - 2, &cfg) != DT_STATUS_OK) {
+        fprintf(stderr, "%s", dt_config_errors(&cfg));
+        dt_config_free(&cfg);
+        return DT_EXIT_USAGE;
+    }
+    /* --nnodes MIN:MAX: the global batch stays the run's at this world size */
+    if (dt_train_elastic_batch(&cfg, env.world_size) != DT_STATUS_OK) {
+        fprintf(stderr, "dtrun rank %d: error: %s\n", env.rank, dt_error_detail());
+        dt_config_free(&cfg);
+        return DT_EXIT_FAILED;
+    }
+    if (dt_config_resolve(&cfg, env.world_size) != DT_STATUS_OK) {
         fprintf(stderr, "%s", dt_config_errors(&cfg));
         dt_config_free(&cfg);
         return DT_EXIT_USAGE;
@@ -41,5 +52,5 @@ int dt_cmd_worker(int argc, char **argv) {
                 dt_error_detail());
         return (int)dt_status_exit_code(st);
     }
-    return DT_EXIT_OK;
+    return dt_train_elastic_resizing() ? DT_EXIT_RESIZE : DT_EXIT_OK;
 }

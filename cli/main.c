@@ -33,8 +33,12 @@ static const char usage[] =
     "  --rdzv_conf K=V,...  --standalone  --max_restarts K  --monitor_interval S\n"
     "  --log_dir DIR  --redirects SPEC  --tee SPEC  --local_ranks_filter LIST\n"
     "\n"
+    "  --nnodes MIN:MAX: elastic; lost nodes -> resume at the smaller size, a node that\n"
+    "  arrives is admitted at the next checkpoint; the trainer keeps train_batch_size\n"
+    "  (accumulation recomputed; README \"Elastic runs\")\n"
+    "\n"
     "Exit codes: 0 ok, 1 job failed, 2 bad usage or config, 3 rendezvous/network,\n"
-    "128+N ended by signal N.\n";
+    "128+N ended by signal N (a worker's 75: stopped for an elastic resize).\n";
 
 int main(int argc, char **argv) {
     if (argc < 2) {

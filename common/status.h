@@ -67,6 +67,8 @@ typedef enum dt_exit {
     DT_EXIT_FAILED = 1,  /* the job failed (a worker past --max_restarts, a hang) */
     DT_EXIT_USAGE = 2,   /* bad usage or config: nothing was started */
     DT_EXIT_NETWORK = 3, /* rendezvous or network failure (timeout, peer lost) */
+    DT_EXIT_RESIZE = 75, /* a worker of an elastic run saved at a checkpoint boundary so that
+                            the group re-rendezvous at a new size: not a failure */
 } dt_exit_t;
 
 /* The exit code a failure of st ends a process with: OK 0; USAGE, CONFIG,

@@ -306,6 +306,8 @@ dt_status_t dt_config_load_string(const char *json, const char *name,
 
 /* Applies one `KEY=VALUE` override on a loaded config (re-validates). */
 dt_status_t dt_config_set(dt_config_t *cfg, const char *key_eq_value);
+/* 1 when the config file or an override gave key (not its default, null or "auto"). */
+int dt_config_given(const dt_config_t *cfg, const char *key);
 
 /* Whether this config's workers compute on a GPU and so load the CUDA library:
  * device cuda, or auto on a node whose driver has a GPU (counted without CUDA,

@@ -61,7 +61,8 @@ static const char *const key_type_names[] = {"bool", "int", "float", "string", "
 static const config_key_t head_keys[] = {
     /* DeepSpeed's keys */
     {"train_batch_size", KT_INT, OFF(train_batch_size), 1, I32, KF_DS | KF_DERIVED, NULL,
-     "\"auto\"", "global batch in samples = micro * accumulation * world size"},
+     "\"auto\"", "global batch in samples = micro * accumulation * world size (--nnodes MIN:MAX keeps the run's "
+     "across resizes: accumulation is recomputed; README Elastic runs)"},
     {"train_micro_batch_size_per_gpu", KT_INT, OFF(train_micro_batch_size_per_gpu), 1, I32,
      KF_DS | KF_DERIVED, NULL, "\"auto\"", "samples per rank per forward/backward"},
     {"gradient_accumulation_steps", KT_INT, OFF(gradient_accumulation_steps), 1, MAX_ACCUM,

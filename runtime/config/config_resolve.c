@@ -189,6 +189,11 @@ dt_status_t dt_config_resolve(dt_config_t *cfg, int world_size) {
     return DT_STATUS_OK;
 }
 
+int dt_config_given(const dt_config_t *cfg, const char *key) {
+    int row = dt_config_key_find_(key);
+    return row >= 0 && cfg->origin[row] != 0;
+}
+
 int dt_config_uses_cuda(const dt_config_t *cfg) {
     return cfg->device == DT_CONFIG_DEVICE_CUDA || (cfg->device == DT_CONFIG_DEVICE_AUTO && dt_gpuinfo_count() > 0);
 }

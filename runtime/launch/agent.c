@@ -81,11 +81,14 @@ static void worker_exited(agent_t *ag, worker_t *w) {
     int status = w->wstatus;
     ag->running--;
     dt_agent_drain_pipes(w);
-    int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    int ok = (WIFEXITED(status) && WEXITSTATUS(status) == 0) || dt_agent_elastic_exit(ag, status);
     if (!ok && !w->signaled_by_agent) local_failure(ag, w);
     if (ag->running > 0) return;
     uv_timer_stop(&ag->grace);
     if (ag->phase == PHASE_STOPPING) {
+        ag->phase = PHASE_OVER;
+    } else if (ag->phase == PHASE_RUNNING && ag->resize_exit) {
+        ag->outcome = OUTCOME_RESIZE; /* no exit barrier: every node re-rendezvous */
         ag->phase = PHASE_OVER;
     } else if (ag->phase == PHASE_RUNNING) {
         ag->outcome = OUTCOME_SUCCESS;
@@ -186,7 +189,8 @@ static void on_tick(uv_timer_t *t) {
         begin_stop(ag, SIGTERM, OUTCOME_STORE_LOST);
         return;
     }
-    if (ev == DT_RDZV_EVENT_NONE || ag->phase == PHASE_STOPPING) return;
+    if (ev == DT_RDZV_EVENT_RESIZE && ag->phase == PHASE_RUNNING) dt_agent_elastic_request(ag);
+    if (ev == DT_RDZV_EVENT_NONE || ev == DT_RDZV_EVENT_RESIZE || ag->phase == PHASE_STOPPING) return;
     if (ev == DT_RDZV_EVENT_STOP) {
         char *reason = NULL;
         dt_rdzv_stop_reason(ag->rz, &reason);
@@ -237,6 +241,7 @@ static dt_status_t run_round(agent_t *ag) {
     ag->running = 0;
     ag->stop_note[0] = '\0';
     ag->no_restart = 0;
+    ag->resize_exit = 0;
     for (int i = 0; i < ag->nw; i++) {
         worker_t *w = &ag->w[i];
         memset(w, 0, sizeof *w);
@@ -388,6 +393,10 @@ static dt_status_t join_round(agent_t *ag) {
     ag->joined_once = 1;
     DT_CHECK(dt_rdzv_join(ag->rz, ag->restart_count, sp->node_rank, ag->is_host == 1,
                            sp->nproc_per_node, ag->host));
+    if (ag->rz->round > ag->restart_count) { /* admitted after waiting: the others resized */
+        ag->resizes += ag->rz->round - ag->restart_count;
+        ag->restart_count = ag->rz->round;
+    }
     ag->nnodes = ag->rz->nnodes;
     ag->node_rank = ag->rz->node_rank;
     ag->base_rank = ag->rz->base_rank;
@@ -501,15 +510,22 @@ int dt_agent_run(const dt_launch_spec_t *sp, char **argv, int argc) {
             code = DT_EXIT_NETWORK;
             break;
         }
+        if (ag->outcome == OUTCOME_RESIZE) { /* not a failure: --max_restarts is not used up */
+            ag->restart_count++;
+            ag->resizes++;
+            DT_LOG_INFO("elastic: the workers stopped at a checkpoint for a resize: re-rendezvous (round %d)",
+                        ag->restart_count);
+            continue;
+        }
         /* OUTCOME_FAILED */
         if (sp->mode == DT_LAUNCH_MODE_CONFIG && dt_agent_failure_is_usage(ag)) { /* no restart: exit 2 */
             dt_agent_report_failures(ag);
             code = DT_EXIT_USAGE;
             break;
         }
-        if (ag->restart_count < sp->max_restarts && !ag->no_restart) {
+        if (ag->restart_count - ag->resizes < sp->max_restarts && !ag->no_restart) {
             ag->restart_count++;
-            DT_LOG_WARN("restarting the workers (restart %d of %d)", ag->restart_count,
+            DT_LOG_WARN("restarting the workers (restart %d of %d)", ag->restart_count - ag->resizes,
                         sp->max_restarts);
             dt_agent_failures_free(ag->fails, ag->nfails);
             ag->fails = NULL;

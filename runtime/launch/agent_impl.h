@@ -43,6 +43,7 @@ typedef enum outcome {
     OUTCOME_FAILED,     /* a worker here or elsewhere failed, or a node was lost */
     OUTCOME_SIGNAL,     /* the agent got a signal */
     OUTCOME_STORE_LOST, /* the store (node 0) stopped answering */
+    OUTCOME_RESIZE,     /* elastic: the workers stopped at a checkpoint for a resize */
 } outcome_t;
 
 struct agent;
@@ -100,7 +101,9 @@ typedef struct agent {
     char master_addr[256];
     int master_port;
 
-    int restart_count;
+    int restart_count; /* the rendezvous round (restarts + resizes) */
+    int resizes;       /* rounds that were resizes, not failures (--max_restarts counts the rest) */
+    int resize_exit;   /* a worker of this round exited DT_EXIT_RESIZE */
     int joined_once; /* the first join looks for a round in progress */
     int nnodes, node_rank, base_rank, world_size;
 
@@ -149,6 +152,19 @@ void dt_agent_orphans_reaped(agent_t *ag, worker_t *w);
 void dt_agent_orphans_sweep(agent_t *ag);
 /* An orderly end: the guardian leaves without killing anything and is reaped. */
 void dt_agent_orphans_end(agent_t *ag);
+
+/* ---- elastic.c ---- */
+
+/* 1 for --nnodes MIN:MAX with MIN < MAX. */
+int dt_agent_elastic(const agent_t *ag);
+/* The flag file the workers of this round poll (DTRUN_RESIZE_FILE). */
+void dt_agent_elastic_flag_path(const agent_t *ag, char *buf, size_t len);
+/* A node waits to be admitted: creates the flag file (the workers stop at their next
+ * checkpoint boundary). */
+void dt_agent_elastic_request(agent_t *ag);
+/* A worker exited with wstatus: 1 when it stopped for a resize (then the round ends
+ * as OUTCOME_RESIZE, and the store says so to the other agents). */
+int dt_agent_elastic_exit(agent_t *ag, int wstatus);
 
 /* ---- failure.c ---- */
 

@@ -107,6 +107,7 @@ void dt_rdzv_close(dt_rdzv_t *rz) {
     if (!rz) return;
     dt_store_close(rz->store);
     free(rz->nodes);
+    free(rz->prev_nodes);
     free(rz->hb_seen);
     free(rz->hb_changed);
     free(rz->run_id);
@@ -181,23 +182,118 @@ dt_status_t dt_rdzv_latest_round(dt_rdzv_t *rz, int *round) {
     return st;
 }
 
+/* The previous round's nodes whose host has no record in this round, as
+ * "; lost and not back: node 1 (127.0.0.3), node 2 (127.0.0.4)" ("" when none or
+ * no previous round). */
+static void missing_nodes(dt_rdzv_t *rz, char *out, size_t len) {
+    out[0] = '\0';
+    if (!rz->prev_nodes || rz->prev_nnodes < 1) return;
+    char here[64][200];
+    int nh = 0;
+    for (int i = 0; i < rz->nnodes_max && i < 64; i++) {
+        char k[KEY_MAX];
+        key(rz, k, "node/%d", i);
+        const char *keys[] = {k};
+        int ready = 0;
+        if (dt_store_check(rz->store, keys, 1, &ready) != DT_STATUS_OK || !ready) continue;
+        void *v = NULL;
+        size_t vn = 0;
+        if (dt_store_get(rz->store, k, &v, &vn) != DT_STATUS_OK) continue;
+        char rec[200];
+        snprintf(rec, sizeof rec, "%.*s", (int)vn, (const char *)v);
+        free(v);
+        const char *sp = strchr(rec, ' ');
+        snprintf(here[nh++], sizeof here[0], "%s", sp ? sp + 1 : rec);
+    }
+    size_t o = 0;
+    for (int i = 0; i < rz->prev_nnodes; i++) {
+        int back = 0;
+        for (int j = 0; j < nh; j++) back |= !strcmp(here[j], rz->prev_nodes[i].host);
+        if (back || o + 160 > len) continue;
+        char shown[200];
+        o += (size_t)snprintf(out + o, len - o, "%s node %d (%s)", o ? "," : "; lost and not back:", i,
+                              dt_fs_printable(rz->prev_nodes[i].host, shown, sizeof shown));
+    }
+    if (o && o + 80 < len)
+        snprintf(out + o, len - o, " (--nnodes %d:%d needs %d)", rz->nnodes_min, rz->nnodes_max, rz->nnodes_min);
+}
+
+/* Elastic: round *round is closed and running without this agent. It counts itself
+ * in the round's "waiting" and polls until the agents start a newer round (then
+ * *round is that one, joined as usual) or the run ends. */
+static dt_status_t wait_admission(dt_rdzv_t *rz, int *round, const char *host) {
+    for (;;) {
+        rz->round = *round;
+        char kc[KEY_MAX], k[KEY_MAX];
+        key(rz, kc, "complete");
+        const char *keys[] = {kc};
+        int ready = 0;
+        DT_CHECK(dt_store_check(rz->store, keys, 1, &ready));
+        if (!ready) return DT_STATUS_OK;
+        void *v = NULL;
+        size_t vn = 0;
+        DT_CHECK(dt_store_get(rz->store, kc, &v, &vn));
+        long long n = 0;
+        dt_status_t st = store_int(kc, v, vn, 1, rz->nnodes_max, &n);
+        free(v);
+        DT_CHECK(st);
+        if (n >= rz->nnodes_max)
+            return dt_error(DT_STATUS_RENDEZVOUS, "the run at %s already has %lld node(s), the most --nnodes %d:%d "
+                            "allows: %s cannot join it", rz->endpoint, n, rz->nnodes_min, rz->nnodes_max, host);
+        int64_t w = 0;
+        key(rz, k, "waiting");
+        DT_CHECK(dt_store_add(rz->store, k, 1, &w));
+        DT_LOG_INFO("rendezvous round %d is running with %lld node(s) (--nnodes %d:%d): %s waits to be admitted "
+                    "at the run's next checkpoint", *round, n, rz->nnodes_min, rz->nnodes_max, host);
+        char ka[KEY_MAX];
+        key(rz, ka, "alldone");
+        for (;;) {
+            int r = 0;
+            DT_CHECK(dt_rdzv_latest_round(rz, &r));
+            if (r > *round) {
+                *round = r;
+                break;
+            }
+            const char *akeys[] = {ka};
+            int done = 0;
+            DT_CHECK(dt_store_check(rz->store, akeys, 1, &done));
+            if (done)
+                return dt_error(DT_STATUS_RENDEZVOUS, "the run at %s finished (round %d) before %s was admitted",
+                                rz->endpoint, *round, host);
+            dt_sleep_ms(50);
+        }
+    }
+}
+
 dt_status_t dt_rdzv_join(dt_rdzv_t *rz, int round, int want, int is_host, int nproc,
                          const char *host) {
     char k[KEY_MAX], clash[256], mine[1024];
     dt_status_t st;
     rz->round = round;
-    free(rz->nodes);
+    if (rz->nodes) { /* kept to name the nodes that do not come back */
+        free(rz->prev_nodes);
+        rz->prev_nodes = rz->nodes;
+        rz->prev_nnodes = rz->nnodes;
+    }
     free(rz->hb_seen);
     free(rz->hb_changed);
     rz->nodes = NULL;
     rz->hb_seen = NULL;
     rz->hb_changed = NULL;
+    rz->resize_seen = 0;
     dt_store_set_timeout(rz->store, rz->join_timeout_s);
+    if (rz->nnodes_min < rz->nnodes_max && want < 0 && !is_host) {
+        st = wait_admission(rz, &round, host);
+        if (st == DT_STATUS_RENDEZVOUS) return st; /* the detail says why */
+        if (st != DT_STATUS_OK) goto out_store;
+        rz->round = round;
+    }
     {
         char lk[KEY_MAX], val[16];
         latest_round_key(rz, lk);
         int vn = snprintf(val, sizeof val, "%d", round);
         DT_CHECK_GOTO(dt_store_set(rz->store, lk, val, (size_t)vn), st, out_store);
+        /* (an agent admitted after waiting sets the round the others started) */
     }
 
     int bad = 0;
@@ -285,10 +381,12 @@ dt_status_t dt_rdzv_join(dt_rdzv_t *rz, int round, int want, int is_host, int np
         key(rz, k, "joined");
         dt_store_add(rz->store, k, 0, &n);
         rz->nnodes = (int)n; /* those the host waits for before it stops the store */
+        char gone[600];
+        missing_nodes(rz, gone, sizeof gone);
         return dt_error(DT_STATUS_RENDEZVOUS,
                         "rendezvous round %d at %s timed out after %.0f s (join_timeout): "
-                        "%lld of %d node(s) joined", round, rz->endpoint, rz->join_timeout_s,
-                        (long long)n, rz->nnodes_min);
+                        "%lld of %d node(s) joined%s", round, rz->endpoint, rz->join_timeout_s,
+                        (long long)n, rz->nnodes_min, gone);
     }
     if (st != DT_STATUS_OK) goto out_store;
 
@@ -374,6 +472,35 @@ out_store:
     return lost_store(rz, st, "joining the rendezvous");
 }
 
+/* Elastic, at a heartbeat: a node that stops heartbeating after a resize began has
+ * left for the next round (not lost); a waiting node is reported once. */
+static dt_status_t elastic_tick(dt_rdzv_t *rz, dt_rdzv_event_t *ev) {
+    char k[KEY_MAX];
+    const char *keys[] = {k};
+    int ready = 0;
+    if (*ev == DT_RDZV_EVENT_NODE_LOST) {
+        key(rz, k, "resizing");
+        DT_CHECK(dt_store_check(rz->store, keys, 1, &ready));
+        if (ready) *ev = DT_RDZV_EVENT_NONE;
+        return DT_STATUS_OK;
+    }
+    if (*ev != DT_RDZV_EVENT_NONE || rz->resize_seen || rz->nnodes >= rz->nnodes_max) return DT_STATUS_OK;
+    key(rz, k, "waiting");
+    DT_CHECK(dt_store_check(rz->store, keys, 1, &ready));
+    if (ready) {
+        rz->resize_seen = 1;
+        *ev = DT_RDZV_EVENT_RESIZE;
+    }
+    return DT_STATUS_OK;
+}
+
+dt_status_t dt_rdzv_mark_resizing(dt_rdzv_t *rz) {
+    char k[KEY_MAX];
+    key(rz, k, "resizing");
+    dt_status_t st = dt_store_set(rz->store, k, "1", 1);
+    return st == DT_STATUS_OK ? st : lost_store(rz, st, "marking the resize");
+}
+
 dt_status_t dt_rdzv_tick(dt_rdzv_t *rz, dt_rdzv_event_t *ev, int *lost_node) {
     char k[KEY_MAX];
     dt_status_t st;
@@ -422,6 +549,8 @@ dt_status_t dt_rdzv_tick(dt_rdzv_t *rz, dt_rdzv_event_t *ev, int *lost_node) {
             }
         }
     }
+    if (st == DT_STATUS_OK && rz->nnodes_min < rz->nnodes_max)
+        st = elastic_tick(rz, ev);
     for (int i = 0; i < n; i++) free(vals[i]);
     free(vals);
     free(lens);

@@ -16,6 +16,15 @@
  * monotonic clock, so no clock sync is needed) marks that node lost: it is declared
  * lost within 4 intervals plus one store round trip. The first agent to see a failure
  * COMPARE_SETs "stop"; the others see it at their next tick (monitor interval).
+ *
+ * Elastic runs (--nnodes MIN:MAX, assigned ranks): an agent that finds its round
+ * already closed ("complete" set) does not fail: it ADDs 1 to the round's "waiting"
+ * and polls latest_round; the running agents see "waiting" at a heartbeat (while
+ * the round has fewer than MAX nodes), their workers stop at the next checkpoint
+ * boundary with DT_EXIT_RESIZE, the first agent to see that SETs "resizing" (from
+ * then on a node that stops heartbeating has left for the next round, it is not
+ * lost) and all join round r+1, the waiting agent with them. A re-rendezvous that
+ * times out below MIN names the previous round's nodes that did not come back.
  */
 #ifndef DT_RUNTIME_RDZV_H
 #define DT_RUNTIME_RDZV_H
@@ -51,6 +60,11 @@ typedef struct dt_rdzv {
     double last_hb;       /* monotonic time of the last heartbeat sent */
     long long *hb_seen;   /* last counter read per node */
     double *hb_changed;   /* monotonic time it last changed */
+
+    /* elastic (MIN < MAX) */
+    int resize_seen;            /* this round's "waiting" count was seen (reported once) */
+    dt_rdzv_node_t *prev_nodes; /* the previous round's nodes, to name those that did not return */
+    int prev_nnodes;
 } dt_rdzv_t;
 
 /* What dt_rdzv_tick found. */
@@ -58,6 +72,7 @@ typedef enum dt_rdzv_event {
     DT_RDZV_EVENT_NONE = 0,
     DT_RDZV_EVENT_STOP,      /* another agent asked the group to stop (failure) */
     DT_RDZV_EVENT_NODE_LOST, /* a node stopped heartbeating */
+    DT_RDZV_EVENT_RESIZE,    /* elastic: a node waits to be admitted (reported once a round) */
 } dt_rdzv_event_t;
 
 /* Connects to the store with retries until join_timeout_s (DT_STATUS_RENDEZVOUS,
@@ -99,6 +114,10 @@ dt_status_t dt_rdzv_stop_reason(dt_rdzv_t *rz, char **reason);
 dt_status_t dt_rdzv_post_failures(dt_rdzv_t *rz, const char *jsonl);
 /* All failure records of the round (malloc'ed "" when none). */
 dt_status_t dt_rdzv_get_failures(dt_rdzv_t *rz, char **jsonl);
+
+/* Elastic: this node's workers stopped for a resize; the others' heartbeats may
+ * stop from now on without the node being lost. */
+dt_status_t dt_rdzv_mark_resizing(dt_rdzv_t *rz);
 
 /* Exit barrier: marks this node's workers done. dt_rdzv_barrier_check sets *all to
  * 1 once every node of the round is done. */

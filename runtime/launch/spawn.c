@@ -76,6 +76,7 @@ static const char *const managed_vars[] = {
     "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
     "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE", "DTRUN_RUN_DIR",
     "DTRUN_LOG_DIR", "DTRUN_NNODES", "DTRUN_HOST", "DTRUN_AGENT_PID", "DTRUN_PROGRESS_TTY",
+    "DTRUN_ELASTIC", "DTRUN_RESIZE_FILE",
     DT_STORE_TOKEN_ENV, NULL};
 
 static int is_managed(const char *kv) {
@@ -122,6 +123,12 @@ static char **build_env(agent_t *ag, const worker_t *w) {
     ADD("DTRUN_RUN_DIR=%s", ag->run_dir);
     if (sp->log_dir) ADD("DTRUN_LOG_DIR=%s", sp->log_dir);
     ADD("DTRUN_NNODES=%d", ag->nnodes);
+    if (dt_agent_elastic(ag)) { /* the trainer keeps the global batch and obeys resizes (elastic.c) */
+        char flag[PATH_MAX];
+        dt_agent_elastic_flag_path(ag, flag, sizeof flag);
+        ADD("DTRUN_ELASTIC=%d:%d", sp->nnodes_min, sp->nnodes_max);
+        ADD("DTRUN_RESIZE_FILE=%s", flag);
+    }
     ADD("DTRUN_HOST=%s", ag->host);
     ADD("DTRUN_AGENT_PID=%d", (int)getpid());
     /* Built-in workers prove they hold the token with it (the path, not the secret). */

@@ -58,6 +58,7 @@ void dt_metrics_close(dt_metrics_t *m) {
 dt_status_t dt_metrics_log(dt_metrics_t *m, const dt_step_metrics *s) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "step", (double)s->step);
+    if (s->world_size > 0) cJSON_AddNumberToObject(o, "world_size", s->world_size);
     cJSON_AddNumberToObject(o, "loss", s->loss);
     cJSON_AddNumberToObject(o, "lr", s->lr);
     cJSON_AddNumberToObject(o, "tokens_per_s", s->tokens_per_s);

@@ -31,6 +31,7 @@ typedef struct dt_step_metrics {
     double slowest_ms, median_ms;
     double val_loss; /* NAN when not evaluated at this step */
     double eta_s;    /* seconds left, <0 unknown */
+    int world_size;  /* ranks in this step (elastic runs change it); 0: not written */
 } dt_step_metrics;
 
 typedef struct dt_metrics dt_metrics_t;

@@ -36,6 +36,7 @@
 #include "runtime/parallel/tp.h"
 #include "runtime/train/sched.h"
 #include "runtime/train/train_ckpt.h"
+#include "runtime/train/train_elastic.h"
 #include "runtime/train/trainer_impl.h"
 
 /* Token models read the data; feature models draw the model's synthetic samples,
@@ -254,6 +255,7 @@ static dt_status_t resume_checkpoint(dt_trainer_t *t) {
     free(owned);
     DT_CHECK(st);
     t->saved_step = t->start_step;
+    dt_train_elastic_note_resume(t); /* a resume at another world size is a resize */
     if (t->start_step > 0 && t->env->rank == 0) DT_CHECK(dt_train_ckpt_trim_metrics(t->log_dir, t->start_step));
     dt_train_ckpt_catch_preemption();
     return DT_STATUS_OK;
@@ -298,6 +300,11 @@ static dt_status_t after_step(dt_trainer_t *t, int64_t step, int *stop) {
         } else {
             t->saved_step = step;
         }
+    }
+    if (!sig) { /* elastic: a node waits to join, every rank stops after this boundary's save */
+        int resize = 0;
+        DT_CHECK(dt_train_elastic_poll(t, step, &resize));
+        if (resize) *stop = 1;
     }
     if (sig && t->env->rank == 0) {
         if (!on)
@@ -580,6 +587,7 @@ static dt_status_t write_summary(dt_trainer_t *t, double final_loss, double fina
     cJSON_AddNumberToObject(o, "wall_s", wall_s);
     cJSON_AddNumberToObject(o, "tokens_per_s", tokens / wall_s);
     cJSON_AddNumberToObject(o, "world_size", t->env->world_size);
+    dt_train_elastic_summary(t, o); /* "resizes": [] unless an elastic run changed size */
     cJSON *lay = cJSON_AddObjectToObject(o, "parallel");
     cJSON_AddNumberToObject(lay, "tensor_parallel", t->place.tp_size);
     cJSON_AddBoolToObject(lay, "sequence_parallel", t->layout.sequence_parallel);
@@ -769,7 +777,8 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env) {
                                  .val_loss = val, .tp_comm_ms = t.tp ? tp_ms : NAN, .pp_bubble = ppf[0],
                                  .pp_bubble_ideal = ppf[1], .pp_wait_ms = ppf[2], .p2p_bytes = ppf[3],
                                  .have_ranks = logged, .slowest_rank = sr.slowest_rank,
-                                 .slowest_ms = sr.slowest_ms, .median_ms = sr.median_ms};
+                                 .slowest_ms = sr.slowest_ms, .median_ms = sr.median_ms,
+                                 .world_size = env->world_size};
             m.compute_ms = compute_ms;
             m.mfu = t.peak_flops > 0 ? flops_per_token * m.tokens_per_s / env->world_size / t.peak_flops : 0;
             double elapsed = dt_now_s() - t_start;

@@ -1,0 +1,218 @@
+/*
+ * train_elastic.c - the trainer's side of an elastic run (rules in
+ * train_elastic.h): the global batch kept across world sizes, the resize
+ * request agreed at a checkpoint boundary, and the resize records.
+ */
+#include "runtime/train/train_elastic.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/mem.h"
+#include "runtime/ckpt/checkpoint.h" /* defines: dt_ckpt_candidates, dt_ckpt_open, dt_ckpt_meta */
+#include "runtime/train/trainer_impl.h"
+
+static int resizing;
+
+int dt_train_elastic_on(void) {
+    const char *e = getenv("DTRUN_ELASTIC");
+    return e && *e;
+}
+
+int dt_train_elastic_resizing(void) { return resizing; }
+
+/* The checkpoint a resume would start from (checkpoint.resume auto: the best
+ * candidate of checkpoint.dir; a path: that one), opened; NULL when none. */
+static dt_ckpt_t *resume_source(const dt_config_t *cfg) {
+    const char *mode = cfg->checkpoint.resume ? cfg->checkpoint.resume : "auto";
+    if (!strcmp(mode, "never")) return NULL;
+    dt_ckpt_t *c = NULL;
+    if (strcmp(mode, "auto") != 0) {
+        if (dt_ckpt_open(mode, &c) != DT_STATUS_OK) c = NULL;
+    } else if (cfg->checkpoint.dir && *cfg->checkpoint.dir) {
+        char **paths = NULL;
+        int n = 0;
+        if (dt_ckpt_candidates(cfg->checkpoint.dir, &paths, &n) == DT_STATUS_OK)
+            for (int i = 0; i < n && !c; i++)
+                if (dt_ckpt_open(paths[i], &c) != DT_STATUS_OK) c = NULL;
+        dt_ckpt_free_list(paths, n);
+    }
+    dt_error_clear(); /* a missing or broken checkpoint is the resume's to report */
+    return c;
+}
+
+/* config.<key> of a checkpoint's meta.json as a positive integer (0 when absent). */
+static int64_t meta_config_int(const dt_ckpt_t *c, const char *key) {
+    const cJSON *cf = cJSON_GetObjectItemCaseSensitive((const cJSON *)dt_ckpt_meta(c), "config");
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cf, key);
+    return cJSON_IsNumber(v) && v->valuedouble >= 1 && v->valuedouble < 9e15 ? (int64_t)v->valuedouble : 0;
+}
+
+static dt_status_t set_int(dt_config_t *cfg, const char *key, int64_t v) {
+    char kv[128];
+    snprintf(kv, sizeof kv, "%s=%lld", key, (long long)v);
+    return dt_config_set(cfg, kv);
+}
+
+static int64_t dp_of(const dt_config_t *cfg, int world_size) {
+    int64_t tp = cfg->tp.size > 0 ? cfg->tp.size : 1, pp = cfg->pp.stages > 0 ? cfg->pp.stages : 1;
+    return world_size % (tp * pp) ? 0 : world_size / (tp * pp);
+}
+
+dt_status_t dt_train_elastic_batch(dt_config_t *cfg, int world_size) {
+    if (!dt_train_elastic_on()) return DT_STATUS_OK;
+    int64_t dp = dp_of(cfg, world_size);
+    if (dp < 1) return DT_STATUS_OK; /* dt_config_resolve names the bad split */
+    int tb_given = dt_config_given(cfg, "train_batch_size"), mb_given = dt_config_given(cfg, "train_micro_batch_size_per_gpu");
+    int64_t tb = tb_given ? cfg->train_batch_size : 0, mb = mb_given ? cfg->train_micro_batch_size_per_gpu : 0;
+    const char *tb_from = "the config's train_batch_size";
+    dt_ckpt_t *c = (!tb_given || !mb_given) ? resume_source(cfg) : NULL;
+    if (!tb_given && c && meta_config_int(c, "train_batch_size")) {
+        tb = meta_config_int(c, "train_batch_size");
+        tb_from = "the run's train_batch_size (from the checkpoint's meta.json)";
+    }
+    if (!mb_given && c && meta_config_int(c, "train_micro_batch_size_per_gpu"))
+        mb = meta_config_int(c, "train_micro_batch_size_per_gpu");
+    if (c) dt_ckpt_close(c);
+    /* A fresh run, or no micro-batch to keep: this round's identity sets the batch. */
+    if (tb <= 0 || mb <= 0) return DT_STATUS_OK;
+    if (tb % (mb * dp)) goto no_accum;
+    int64_t ga = tb / (mb * dp);
+    DT_CHECK(set_int(cfg, "train_batch_size", tb));
+    DT_CHECK(set_int(cfg, "train_micro_batch_size_per_gpu", mb));
+    DT_CHECK(set_int(cfg, "gradient_accumulation_steps", ga));
+    return DT_STATUS_OK;
+no_accum:
+    return dt_error(DT_STATUS_UNSUPPORTED,
+                    "elastic resize to world size %d (%lld data-parallel ranks): no integer "
+                    "gradient_accumulation_steps keeps the global batch: %s %lld is not a multiple of "
+                    "train_micro_batch_size_per_gpu %lld x %lld data-parallel ranks = %lld (choose a "
+                    "train_batch_size that every world size in --nnodes MIN:MAX divides)",
+                    world_size, (long long)dp, tb_from, (long long)tb, (long long)mb, (long long)dp,
+                    (long long)(mb * dp));
+}
+
+dt_status_t dt_train_elastic_check(const dt_config_t *cfg, int nnodes_min, int nnodes_max, int nproc_per_node) {
+    int64_t tb = dt_config_given(cfg, "train_batch_size") ? cfg->train_batch_size : 0;
+    int64_t mb = dt_config_given(cfg, "train_micro_batch_size_per_gpu") ? cfg->train_micro_batch_size_per_gpu : 0;
+    if (nnodes_min == nnodes_max || tb <= 0) return DT_STATUS_OK;
+    char bad[512] = "";
+    size_t o = 0;
+    for (int n = nnodes_min; n <= nnodes_max; n++) {
+        int64_t dp = dp_of(cfg, n * nproc_per_node);
+        if (dp < 1) continue; /* the split's own error comes at resolve */
+        int64_t m = mb > 0 ? mb : 0;
+        int ok = m > 0 ? tb % (m * dp) == 0 : tb % dp == 0;
+        if (!ok && o < sizeof bad - 64)
+            o += (size_t)snprintf(bad + o, sizeof bad - o, "%s%d node(s) = world size %d (%lld x %lld)", o ? ", " : "",
+                                  n, n * nproc_per_node, (long long)(m > 0 ? m : 1), (long long)dp);
+    }
+    if (!o) return DT_STATUS_OK;
+    return dt_error(DT_STATUS_CONFIG,
+                    "train_batch_size %lld with --nnodes %d:%d: an elastic run keeps the global batch at every size, "
+                    "but no integer gradient_accumulation_steps gives it at %s (micro-batch x data-parallel ranks "
+                    "must divide train_batch_size)",
+                    (long long)tb, nnodes_min, nnodes_max, bad);
+}
+
+dt_status_t dt_train_elastic_poll(dt_trainer_t *t, int64_t step, int *resize) {
+    *resize = 0;
+    int64_t every = t->cfg->checkpoint.every_steps;
+    if (!dt_train_elastic_on() || every <= 0 || step % every != 0 || step >= t->cfg->train_steps ||
+        t->saved_step != step)
+        return DT_STATUS_OK;
+    const char *flag = getenv("DTRUN_RESIZE_FILE");
+    double mine = flag && *flag && access(flag, F_OK) == 0;
+    int n = dt_dp_world_size(t->dp);
+    if (n > 1) { /* the same decision on every rank: any rank's flag */
+        double *all = dt_xcalloc((size_t)n, sizeof *all);
+        dt_status_t st = dt_dp_all_gather_f64(t->dp, &mine, 1, all);
+        for (int r = 0; r < n; r++)
+            if (all[r] > 0) mine = 1;
+        free(all);
+        DT_CHECK(st);
+    }
+    *resize = resizing = mine > 0;
+    if (*resize && t->env->rank == 0) {
+        printf("dtrun: elastic resize: a node waits to join; stopped after step %lld (checkpoint saved), "
+               "the group re-rendezvous\n", (long long)step);
+        fflush(stdout);
+    }
+    return DT_STATUS_OK;
+}
+
+/* The last step metrics.jsonl records (0 when none). */
+static int64_t last_logged_step(const char *log_dir) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", log_dir);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char *line = NULL;
+    size_t cap = 0;
+    int64_t last = 0;
+    while (getline(&line, &cap, f) > 0) {
+        const char *s = strstr(line, "\"step\":");
+        if (s) {
+            long long v = atoll(s + 7);
+            if (v > last) last = v;
+        }
+    }
+    free(line);
+    fclose(f);
+    return last;
+}
+
+void dt_train_elastic_note_resume(dt_trainer_t *t) {
+    if (t->env->rank != 0) return;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/resizes.jsonl", t->log_dir);
+    if (t->start_step == 0) {
+        if (unlink(path) != 0 && errno != ENOENT) DT_LOG_WARN("cannot remove %s: %s", path, strerror(errno));
+        return;
+    }
+    if (!dt_train_elastic_on()) return;
+    dt_ckpt_t *c = resume_source(t->cfg);
+    int old_ws = c ? dt_ckpt_world_size(c) : 0;
+    int64_t ck_step = c ? dt_ckpt_step(c) : -1;
+    int64_t old_accum = c ? meta_config_int(c, "gradient_accumulation_steps") : 0;
+    if (c) dt_ckpt_close(c);
+    if (!old_ws || ck_step != t->start_step || old_ws == t->env->world_size) return;
+    int64_t last = last_logged_step(t->log_dir), lost = last > t->start_step ? last - t->start_step : 0;
+    printf("dtrun: elastic resize: world size %d -> %d, gradient accumulation %lld -> %d (global batch %lld kept), "
+           "resumed from the checkpoint of step %lld, %lld step(s) lost\n",
+           old_ws, t->env->world_size, (long long)old_accum, t->accum, (long long)t->cfg->train_batch_size,
+           (long long)t->start_step, (long long)lost);
+    fflush(stdout);
+    FILE *f = fopen(path, "a");
+    if (!f) {
+        DT_LOG_WARN("cannot record the resize in %s: %s", path, strerror(errno));
+        return;
+    }
+    fprintf(f,
+            "{\"from_world_size\": %d, \"to_world_size\": %d, \"from_accumulation\": %lld, \"to_accumulation\": %d, "
+            "\"train_batch_size\": %lld, \"resumed_step\": %lld, \"steps_lost\": %lld, \"restart_count\": %d}\n",
+            old_ws, t->env->world_size, (long long)old_accum, t->accum, (long long)t->cfg->train_batch_size,
+            (long long)t->start_step, (long long)lost, t->env->restart_count);
+    if (fclose(f) != 0) DT_LOG_WARN("cannot record the resize in %s: %s", path, strerror(errno));
+}
+
+void dt_train_elastic_summary(const dt_trainer_t *t, cJSON *summary) {
+    cJSON *list = cJSON_AddArrayToObject(summary, "resizes");
+    char path[4200];
+    snprintf(path, sizeof path, "%s/resizes.jsonl", t->log_dir);
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    char *line = NULL;
+    size_t cap = 0;
+    while (getline(&line, &cap, f) > 0) {
+        cJSON *o = cJSON_Parse(line);
+        if (o) cJSON_AddItemToArray(list, o);
+    }
+    free(line);
+    fclose(f);
+}
