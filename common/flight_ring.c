@@ -96,7 +96,8 @@ dt_status_t dt_flight_ring_snapshot(const dt_flight_ring_t *ring, size_t len, dt
         return dt_error(DT_STATUS_FORMAT, "flight ring: %u slots do not fit in %zu bytes", ns, len);
     uint64_t last = atomic_load_explicit(&((dt_flight_ring_t *)ring)->next, memory_order_acquire);
     uint64_t first = last > ns ? last - ns + 1 : 1;
-    for (uint64_t id = first; id <= last; id++) {
+    /* counted, not `id <= last`: a corrupted next of 2^64 - 1 would wrap id to 0 and never end */
+    for (uint64_t k = 0, id = first; last && k <= last - first; k++, id++) {
         const dt_flight_entry_t *e = &ring->e[(id - 1) % ns];
         _Atomic uint64_t *gp = (_Atomic uint64_t *)&e->gen;
         uint64_t g1 = atomic_load_explicit(gp, memory_order_acquire);
