@@ -36,7 +36,16 @@ int dt_cmd_debug(int argc, char **argv) {
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--rdzv_endpoint") && i + 1 < argc) endpoint = argv[++i];
         else if (!strcmp(argv[i], "--rdzv_id") && i + 1 < argc) run_id = argv[++i];
-        else if (!strcmp(argv[i], "--timeout") && i + 1 < argc) timeout = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--timeout") && i + 1 < argc) {
+            /* strict: "abc" was 0 (then 10 s), "inf" or "nan" waited forever or not at all */
+            const char *v = argv[++i];
+            char *end;
+            timeout = strtod(v, &end);
+            if (end == v || *end || !(timeout > 0 && timeout <= 3600)) {
+                fprintf(stderr, "dtrun debug dump: --timeout '%s': expected seconds in (0, 3600]\n", v);
+                return DT_EXIT_USAGE;
+            }
+        }
         else if (argv[i][0] != '-' && !run_dir) run_dir = argv[i];
         else {
             fprintf(stderr, "dtrun debug dump: unexpected argument '%s'\n%s", argv[i], debug_usage);
@@ -69,7 +78,6 @@ int dt_cmd_debug(int argc, char **argv) {
         fputs(debug_usage, stderr);
         return DT_EXIT_USAGE;
     }
-    if (timeout <= 0) timeout = 10;
     dt_store_token_t token;
     int have_token = 0;
     if (strcmp(tokfile, "-") != 0) {

@@ -78,4 +78,10 @@ else fail "debug dump" "drc=$drc rc=$rc $(cat "$DT_TMP/dump.out") $(tail -3 "$DT
 "$DTRUN" debug dump "$DT_TMP/nonexistent" > "$DT_TMP/dump2.out" 2>&1; drc=$?
 if [ $drc -eq 2 ] && grep -q "no endpoint file" "$DT_TMP/dump2.out"; then pass "debug dump of no run: exit 2 naming it"
 else fail "debug dump of no run" "drc=$drc $(cat "$DT_TMP/dump2.out")"; fi
+for bad in inf nan abc 0; do # a timeout that is no number of seconds: exit 2 naming the flag (inf waited forever)
+  timeout 20 "$DTRUN" debug dump --rdzv_endpoint 127.0.0.1:1 --rdzv_id x --timeout $bad > "$DT_TMP/dump3.out" 2>&1
+  drc=$?
+  if [ $drc -eq 2 ] && grep -q -- "--timeout '$bad'" "$DT_TMP/dump3.out"; then pass "debug dump --timeout $bad: exit 2 naming it"
+  else fail "debug dump --timeout $bad" "drc=$drc $(cat "$DT_TMP/dump3.out")"; fi
+done
 finish
