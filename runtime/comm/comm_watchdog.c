@@ -15,9 +15,12 @@
 #include "runtime/comm/comm_watchdog.h"
 #include "runtime/comm/flight.h"
 
+/* Only the watchdog's thread fires (look, under wd->mu): the detail is written
+ * before `fired` is published, so a thread that sees fired reads it whole. */
 static void fire(dt_comm_watchdog_t *wd, dt_comm_req_t *req, const char *detail) {
-    if (atomic_exchange(&wd->fired, 1)) return;
+    if (atomic_load(&wd->fired)) return;
     snprintf(wd->detail, sizeof wd->detail, "%s", detail);
+    atomic_store(&wd->fired, 1);
     if (req) dt_comm_flight_state_(req, DT_FLIGHT_FAILED);
     DT_LOG_ERROR("comm watchdog: %s; aborting the communicator", wd->detail);
     wd->hooks.abort(wd->hooks.ctx, wd->detail);
