@@ -223,10 +223,30 @@ out_free_model:
     return st;
 }
 
+/* The value of key in the memory.stat at dir (0 when absent). */
+static double stat_value(const char *dir, const char *key) {
+    char p[4500], line[256];
+    snprintf(p, sizeof p, "%s/memory.stat", dir);
+    FILE *f = fopen(p, "r");
+    if (!f) return 0;
+    double v = 0;
+    size_t kl = strlen(key);
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, key, kl) && line[kl] == ' ') {
+            v = strtod(line + kl + 1, NULL);
+            break;
+        }
+    fclose(f);
+    return v > 0 ? v : 0;
+}
+
 /* The smallest room (limit - usage) under the memory limits of the cgroup at path
  * (below root) and its ancestors, or -1 when none is set. A limit of 2^60 or more is
- * cgroup v1's "none". */
-static double room_under(const char *root, char *path, const char *max_file, const char *cur_file) {
+ * cgroup v1's "none". The usage leaves out the inactive file cache (memory.stat's
+ * inactive_key), which the kernel reclaims before it fails an allocation: a cgroup
+ * full of an earlier job's page cache is not short of memory (as MemAvailable). */
+static double room_under(const char *root, char *path, const char *max_file, const char *cur_file,
+                         const char *inactive_key) {
     double room = -1;
     for (;;) {
         char p[4400], buf[64];
@@ -243,7 +263,12 @@ static double room_under(const char *root, char *path, const char *max_file, con
             if (fgets(buf, sizeof buf, m)) cur = strtod(buf, NULL);
             fclose(m);
         }
-        if (mx >= 0 && mx < 1.15e18 && cur >= 0 && (room < 0 || mx - cur < room)) room = mx > cur ? mx - cur : 0;
+        if (mx >= 0 && mx < 1.15e18 && cur >= 0) {
+            snprintf(p, sizeof p, "%s%s", root, path);
+            cur -= stat_value(p, inactive_key);
+            if (cur < 0) cur = 0;
+            if (room < 0 || mx - cur < room) room = mx > cur ? mx - cur : 0;
+        }
         char *slash = strrchr(path, '/');
         if (!slash || !path[0] || !path[1]) break; /* the root done */
         if (slash == path) slash[1] = '\0'; /* "/a" -> "/" */
@@ -272,9 +297,10 @@ static double cgroup_room(int *v2) {
     fclose(f);
     double room = -1;
     *v2 = 0;
-    if (have1) room = room_under("/sys/fs/cgroup/memory", p1, "memory.limit_in_bytes", "memory.usage_in_bytes");
+    if (have1) room = room_under("/sys/fs/cgroup/memory", p1, "memory.limit_in_bytes", "memory.usage_in_bytes",
+                           "total_inactive_file");
     if (have2) {
-        double r2 = room_under("/sys/fs/cgroup", p2, "memory.max", "memory.current");
+        double r2 = room_under("/sys/fs/cgroup", p2, "memory.max", "memory.current", "inactive_file");
         if (r2 >= 0 && (room < 0 || r2 < room)) room = r2, *v2 = 1;
     }
     return room;
