@@ -24,6 +24,7 @@
 #include "common/fs.h"
 #include "common/log.h"
 #include "common/mem.h"
+#include "common/meminfo.h"
 #include "runtime/launch/agent_impl.h"
 
 /* ---- the round's state machine ------------------------------------------- */
@@ -251,6 +252,9 @@ static dt_status_t run_round(agent_t *ag) {
         w->file_fd[0] = w->file_fd[1] = -1;
     }
     signals_start(ag);
+    /* one sample of the host's memory for all of this round's workers (spawn.c) */
+    ag->node_mem = ag->spec->mode == DT_LAUNCH_MODE_CONFIG ? dt_meminfo_host_available(&ag->node_mem_what) : 0;
+    if (ag->node_mem <= 0) ag->node_mem_what = NULL;
     dt_status_t st = DT_STATUS_OK;
     for (int i = 0; i < ag->nw; i++) {
         st = dt_agent_spawn_worker(ag, &ag->w[i]);

@@ -106,6 +106,8 @@ typedef struct agent {
     int resize_exit;   /* a worker of this round exited DT_EXIT_RESIZE */
     int joined_once; /* the first join looks for a round in progress */
     int nnodes, node_rank, base_rank, world_size;
+    double node_mem;            /* the host memory sampled before this round's workers */
+    const char *node_mem_what;  /* its source (static), NULL: not passed on */
 
     worker_t *w;
     int nw, running;

@@ -18,6 +18,7 @@
 
 #include "common/fs.h"
 #include "common/mem.h"
+#include "common/meminfo.h"
 #include "runtime/launch/agent_impl.h"
 
 extern char **environ;
@@ -76,7 +77,7 @@ static const char *const managed_vars[] = {
     "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
     "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE", "DTRUN_RUN_DIR",
     "DTRUN_LOG_DIR", "DTRUN_NNODES", "DTRUN_HOST", "DTRUN_AGENT_PID", "DTRUN_PROGRESS_TTY",
-    "DTRUN_ELASTIC", "DTRUN_RESIZE_FILE",
+    "DTRUN_ELASTIC", "DTRUN_RESIZE_FILE", DT_MEMINFO_NODE_ENV,
     DT_STORE_TOKEN_ENV, NULL};
 
 static int is_managed(const char *kv) {
@@ -129,6 +130,9 @@ static char **build_env(agent_t *ag, const worker_t *w) {
         ADD("DTRUN_ELASTIC=%d:%d", sp->nnodes_min, sp->nnodes_max);
         ADD("DTRUN_RESIZE_FILE=%s", flag);
     }
+    /* The memory check's host figure, sampled once for the round (common/meminfo.h). */
+    if (sp->mode == DT_LAUNCH_MODE_CONFIG && ag->node_mem_what)
+        ADD("%s=%.0f %s", DT_MEMINFO_NODE_ENV, ag->node_mem, ag->node_mem_what);
     ADD("DTRUN_HOST=%s", ag->host);
     ADD("DTRUN_AGENT_PID=%d", (int)getpid());
     /* Built-in workers prove they hold the token with it (the path, not the secret). */

@@ -7,7 +7,7 @@
  * more accumulation, optimizer offload), each tried with plan's own functions.
  *
  * What a rank can get: a GPU's free memory (cudaMemGetInfo, through the device
- * ops), or the host's (dt_mem_check_host_available) shared by the node's ranks;
+ * ops), or the host's (common/meminfo.h) shared by the node's ranks;
  * 10% of it is the reserve plan keeps (CUDA context, allocator, the process's own
  * memory).
  */
@@ -46,11 +46,5 @@ typedef struct dt_mem_check_out {
 /* Fills out; DT_STATUS_OK also when the run does not fit (out->fits 0). An error
  * only when plan cannot price the config (its message). */
 dt_status_t dt_mem_check(const dt_mem_check_in *in, dt_mem_check_out *out);
-
-/* Bytes the host can give now: MemAvailable of /proc/meminfo, or the room under
- * this process's cgroup limits and its ancestors' (v2 memory.max - memory.current,
- * v1 memory.limit_in_bytes - memory.usage_in_bytes) when lower; *what says which. 0 when
- * neither can be read. DTRUN_TEST_MEM_AVAILABLE=BYTES replaces it (tests). */
-double dt_mem_check_host_available(const char **what);
 
 #endif /* DT_RUNTIME_MEM_CHECK_H */

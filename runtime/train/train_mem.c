@@ -12,8 +12,26 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "common/meminfo.h"
 #include "runtime/tools/mem_check.h" /* defines: dt_mem_check */
 #include "runtime/train/trainer_impl.h"
+
+/* The host's memory for this node's ranks: the agent's sample taken before it
+ * started them (DTRUN_NODE_MEM_AVAILABLE "<bytes> <what>"), so that a rank checking
+ * after another already filled its arena does not count that arena as taken; read
+ * here when there is none (a worker started by hand). */
+static double host_available(const char **what) {
+    static char src[200];
+    const char *e = getenv(DT_MEMINFO_NODE_ENV);
+    char *end = NULL;
+    double v = e ? strtod(e, &end) : 0;
+    if (e && end != e && v >= 0 && *end == ' ') {
+        snprintf(src, sizeof src, "%s", end + 1);
+        *what = src;
+        return v;
+    }
+    return dt_meminfo_host_available(what);
+}
 
 dt_status_t dt_train_mem_check_(dt_trainer_t *t, const dt_model_spec *spec) {
     const char *skip = getenv("DTRUN_SKIP_MEMORY_CHECK");
@@ -37,7 +55,7 @@ dt_status_t dt_train_mem_check_(dt_trainer_t *t, const dt_model_spec *spec) {
                  (double)total_b / 1e9);
         in.avail_what = what;
     } else {
-        in.avail_bytes = dt_mem_check_host_available(&in.avail_what);
+        in.avail_bytes = host_available(&in.avail_what);
         if (in.avail_bytes <= 0) return DT_STATUS_OK; /* unknown: nothing to compare with */
         in.peak_flops = t->dev->ops->peak_flops ? t->dev->ops->peak_flops(t->dev) : 0;
     }
