@@ -123,21 +123,28 @@ dt_status_t dt_train_elastic_check(const dt_config_t *cfg, int nnodes_min, int n
 dt_status_t dt_train_elastic_poll(dt_trainer_t *t, int64_t step, int *resize) {
     *resize = 0;
     int64_t every = t->cfg->checkpoint.every_steps;
-    if (!dt_train_elastic_on() || every <= 0 || step % every != 0 || step >= t->cfg->train_steps ||
-        t->saved_step != step)
+    /* Every rank enters the gather at every boundary (whether its own save worked
+     * or not: a failed periodic save is only logged), so the collectives stay in
+     * step; the group resizes when a node waits and every rank saved this step. */
+    if (!dt_train_elastic_on() || every <= 0 || step % every != 0 || step >= t->cfg->train_steps)
         return DT_STATUS_OK;
     const char *flag = getenv("DTRUN_RESIZE_FILE");
-    double mine = flag && *flag && access(flag, F_OK) == 0;
-    int n = dt_dp_world_size(t->dp);
-    if (n > 1) { /* the same decision on every rank: any rank's flag */
-        double *all = dt_xcalloc((size_t)n, sizeof *all);
-        dt_status_t st = dt_dp_all_gather_f64(t->dp, &mine, 1, all);
-        for (int r = 0; r < n; r++)
-            if (all[r] > 0) mine = 1;
+    double mine[2] = {flag && *flag && access(flag, F_OK) == 0, t->saved_step == step};
+    int n = dt_dp_world_size(t->dp), want = mine[0] > 0, saved = mine[1] > 0;
+    if (n > 1) { /* the same decision on every rank: any rank's flag, every rank's save */
+        double *all = dt_xcalloc((size_t)n * 2, sizeof *all);
+        dt_status_t st = dt_dp_all_gather_f64(t->dp, mine, 2, all);
+        for (int r = 0; r < n; r++) {
+            if (all[2 * r] > 0) want = 1;
+            if (!(all[2 * r + 1] > 0)) saved = 0;
+        }
         free(all);
         DT_CHECK(st);
     }
-    *resize = resizing = mine > 0;
+    if (want && !saved && t->env->rank == 0)
+        DT_LOG_WARN("elastic: a node waits to join, but the checkpoint of step %lld is not complete on every rank: "
+                    "the resize waits for the next one", (long long)step);
+    *resize = resizing = want && saved;
     if (*resize && t->env->rank == 0) {
         printf("dtrun: elastic resize: a node waits to join; stopped after step %lld (checkpoint saved), "
                "the group re-rendezvous\n", (long long)step);

@@ -47,9 +47,10 @@ dt_status_t dt_train_elastic_batch(dt_config_t *cfg, int world_size);
  * divide it by micro x DP size; DT_STATUS_CONFIG naming the sizes that do not. */
 dt_status_t dt_train_elastic_check(const dt_config_t *cfg, int nnodes_min, int nnodes_max, int nproc_per_node);
 
-/* After a checkpoint boundary's save (collective over the data-parallel ranks; a
- * no-op outside an elastic run and off the boundaries): *resize = 1 when any rank's
- * agent asked for a resize. */
+/* After a checkpoint boundary's save (collective over every rank, entered by all at
+ * each boundary; a no-op outside an elastic run and off the boundaries): *resize = 1
+ * when any rank's agent asked for a resize and every rank's save of this step
+ * succeeded (else the resize waits for the next boundary). */
 dt_status_t dt_train_elastic_poll(struct dt_trainer *t, int64_t step, int *resize);
 /* 1 after dt_train_elastic_poll said resize: the worker exits DT_EXIT_RESIZE. */
 int dt_train_elastic_resizing(void);
