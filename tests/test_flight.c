@@ -252,3 +252,19 @@ Test(flight_analyse, a_rank_stopped_inside_the_op_is_named) {
     set_rank(&rs[1], 1, "sleeping", 12, "all_reduce", 7, DT_FLIGHT_STARTED);
     cr_assert_eq(dt_flight_analyse(rs, 3, msg, sizeof msg, c, 4), 0, "%s", msg);
 }
+
+/* A record from the store with numbers out of range (another agent's, or anyone's
+ * without a token) is clamped, not cast (UB). */
+Test(flight_analyse, a_garbage_record_is_clamped) {
+    dt_flight_rank_t r;
+    cr_assert_eq(dt_flight_rank_parse("{\"rank\": 1e300, \"pid\": -5, \"last\": [{\"comm\": \"0\", \"seq\": 1e300, "
+                                      "\"count\": -1, \"state\": 1e9}]}",
+                                      &r),
+                 0);
+    cr_assert_eq(r.rank, 1 << 30);
+    cr_assert_eq(r.pid, 0);
+    cr_assert_eq(r.nlast, 1);
+    cr_assert(r.last[0].seq <= (uint64_t)9e15);
+    cr_assert_eq(r.last[0].count, 0);
+    cr_assert_eq(r.last[0].state, 16);
+}

@@ -220,17 +220,20 @@ static void get_str(const cJSON *o, const char *k, char *dst, size_t cap) {
     if (cJSON_IsString(v)) snprintf(dst, cap, "%s", v->valuestring);
 }
 
-static double get_num(const cJSON *o, const char *k) {
+/* A number of the record clamped to [lo, hi] (0 when absent or not a number): the
+ * store is written by other agents, and a value out of range must not reach a cast. */
+static double get_num(const cJSON *o, const char *k, double lo, double hi) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return cJSON_IsNumber(v) ? v->valuedouble : 0;
+    double x = cJSON_IsNumber(v) && v->valuedouble == v->valuedouble ? v->valuedouble : 0;
+    return x < lo ? lo : x > hi ? hi : x;
 }
 
 int dt_flight_rank_parse(const char *line, dt_flight_rank_t *r) {
     memset(r, 0, sizeof *r);
     cJSON *o = cJSON_Parse(line);
     if (!o) return -1;
-    r->rank = (int)get_num(o, "rank");
-    r->pid = (long)get_num(o, "pid");
+    r->rank = (int)get_num(o, "rank", -1, 1 << 30);
+    r->pid = (long)get_num(o, "pid", 0, 1 << 30);
     get_str(o, "host", r->host, sizeof r->host);
     get_str(o, "process", r->proc, sizeof r->proc);
     const cJSON *arr = cJSON_GetObjectItemCaseSensitive(o, "last"), *e;
@@ -240,9 +243,9 @@ int dt_flight_rank_parse(const char *line, dt_flight_rank_t *r) {
         get_str(e, "comm", l->comm, sizeof l->comm);
         get_str(e, "op", l->op, sizeof l->op);
         get_str(e, "dtype", l->dtype, sizeof l->dtype);
-        l->seq = (uint64_t)get_num(e, "seq");
-        l->count = (uint64_t)get_num(e, "count");
-        l->state = (int)get_num(e, "state");
+        l->seq = (uint64_t)get_num(e, "seq", 0, 9e15);
+        l->count = (uint64_t)get_num(e, "count", 0, 9e15);
+        l->state = (int)get_num(e, "state", 0, 16);
     }
     cJSON_Delete(o);
     return 0;
