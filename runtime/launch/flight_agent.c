@@ -278,6 +278,7 @@ void dt_agent_flight_poll(agent_t *ag) {
     snprintf(k, sizeof k, "/dtrun/%s/debug/dump", ag->spec->rdzv_id);
     int64_t v = 0;
     if (dt_store_add(st, k, 0, &v) != DT_STATUS_OK || v <= fl->dbg_seen) return;
+    int64_t first = fl->dbg_seen + 1;
     fl->dbg_seen = v;
     char why[64];
     snprintf(why, sizeof why, "dtrun debug dump #%" PRId64, v);
@@ -286,9 +287,13 @@ void dt_agent_flight_poll(agent_t *ag) {
     char ack[PATH_MAX + 200];
     snprintf(ack, sizeof ack, "%s: ranks %d-%d written to %s/flight/\n", ag->host, ag->base_rank,
              ag->base_rank + ag->nw - 1, ag->run_dir);
-    snprintf(k, sizeof k, "/dtrun/%s/debug/ack/%" PRId64, ag->spec->rdzv_id, v);
-    if (dt_store_append(st, k, ack, strlen(ack)) != DT_STATUS_OK)
-        DT_LOG_WARN("flight recorder: cannot acknowledge the dump: %s", dt_error_detail());
+    /* one dump answers every request that came since the last poll (each client
+     * waits for the acknowledgements of its own number) */
+    for (int64_t q = first; q <= v; q++) {
+        snprintf(k, sizeof k, "/dtrun/%s/debug/ack/%" PRId64, ag->spec->rdzv_id, q);
+        if (dt_store_append(st, k, ack, strlen(ack)) != DT_STATUS_OK)
+            DT_LOG_WARN("flight recorder: cannot acknowledge the dump: %s", dt_error_detail());
+    }
     DT_LOG_INFO("flight recorder: %s", why);
 }
 
