@@ -248,6 +248,7 @@ Test(flight_analyse, a_rank_stopped_inside_the_op_is_named) {
     cr_assert_eq(dt_flight_analyse(rs, 3, msg, sizeof msg, c, 4), 1, "%s", msg);
     cr_assert_eq(c[0], 1);
     cr_assert(strstr(msg, "rank 1, which entered it but its process is stopped (SIGSTOP)"), "%s", msg);
+    cr_assert(strstr(msg, "communicator 0: ranks 0,2 wait in all_reduce #12 "), "%s", msg); /* who waits */
     /* nobody stopped: nothing to name */
     set_rank(&rs[1], 1, "sleeping", 12, "all_reduce", 7, DT_FLIGHT_STARTED);
     cr_assert_eq(dt_flight_analyse(rs, 3, msg, sizeof msg, c, 4), 0, "%s", msg);
@@ -267,4 +268,49 @@ Test(flight_analyse, a_garbage_record_is_clamped) {
     cr_assert(r.last[0].seq <= (uint64_t)9e15);
     cr_assert_eq(r.last[0].count, 0);
     cr_assert_eq(r.last[0].state, 16);
+}
+
+/* rank r's last op in one more communicator */
+static void add_last(dt_flight_rank_t *r, const char *comm, uint64_t seq, int state) {
+    dt_flight_last_t *l = &r->last[r->nlast++];
+    memset(l, 0, sizeof *l);
+    snprintf(l->comm, sizeof l->comm, "%s", comm);
+    snprintf(l->op, sizeof l->op, "all_gather");
+    snprintf(l->dtype, sizeof l->dtype, "f32");
+    l->seq = seq;
+    l->count = 4;
+    l->state = state;
+}
+
+/* A hierarchical op on 2 nodes x 2 ranks with rank 3 stopped: rank 2 waits for it
+ * in its node's stage ("0.node1"), so it never enters the cross-node stage rank 0
+ * waits in ("0.lr0"). Both are findings, but rank 2 waits for rank 3: the only
+ * cause named is rank 3. */
+Test(flight_analyse, a_rank_waiting_for_a_named_rank_is_not_a_cause) {
+    dt_flight_rank_t rs[4];
+    char msg[1024];
+    int c[4];
+    set_rank(&rs[0], 0, "sleeping", 9, "all_gather", 2, DT_FLIGHT_STARTED);
+    add_last(&rs[0], "0.lr0", 20, DT_FLIGHT_STARTED);
+    set_rank(&rs[1], 1, "sleeping", 9, "all_gather", 2, DT_FLIGHT_STARTED);
+    add_last(&rs[1], "0.lr1", 20, DT_FLIGHT_STARTED);
+    set_rank(&rs[2], 2, "sleeping", 9, "all_gather", 2, DT_FLIGHT_STARTED);
+    add_last(&rs[2], "0.lr0", 19, DT_FLIGHT_DONE);
+    add_last(&rs[2], "0.node1", 31, DT_FLIGHT_STARTED);
+    set_rank(&rs[3], 3, "stopped (SIGSTOP)", 8, "all_gather", 2, DT_FLIGHT_DONE);
+    add_last(&rs[3], "0.lr1", 19, DT_FLIGHT_DONE);
+    add_last(&rs[3], "0.node1", 30, DT_FLIGHT_DONE);
+    cr_assert_eq(dt_flight_analyse(rs, 4, msg, sizeof msg, c, 4), 1, "%s", msg);
+    cr_assert_eq(c[0], 3, "%s", msg);
+    /* the finding about rank 2 is still printed */
+    cr_assert(strstr(msg, "communicator 0.lr0: rank 0 waits in all_gather #20 (count 4, f32); rank 2 never entered it"),
+              "%s", msg);
+    /* a cycle (each named rank waits for another): both stay named */
+    set_rank(&rs[3], 3, "sleeping", 9, "all_gather", 2, DT_FLIGHT_STARTED);
+    add_last(&rs[3], "0.lr1", 19, DT_FLIGHT_DONE);
+    add_last(&rs[3], "0.node1", 30, DT_FLIGHT_DONE);
+    add_last(&rs[3], "0.x", 5, DT_FLIGHT_STARTED);
+    add_last(&rs[2], "0.x", 4, DT_FLIGHT_DONE);
+    int nc = dt_flight_analyse(rs, 4, msg, sizeof msg, c, 4);
+    cr_assert_eq(nc, 2, "%s", msg);
 }

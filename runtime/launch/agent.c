@@ -184,6 +184,11 @@ static void on_tick(uv_timer_t *t) {
     int lost = -1;
     st = dt_rdzv_tick(ag->rz, &ev, &lost);
     if (st != DT_STATUS_OK) {
+        /* stopping after the loss already: said once (the first error, which says why:
+         * later ones only find the connection unusable), not every tick of the stop */
+        if (ag->phase == PHASE_STOPPING &&
+            (ag->outcome == OUTCOME_STORE_LOST || !strcmp(ag->stop_note, dt_error_detail())))
+            return;
         snprintf(ag->stop_note, sizeof ag->stop_note, "%s", dt_error_detail());
         DT_LOG_ERROR("%s", ag->stop_note);
         if (ag->phase == PHASE_BARRIER) ag->phase = PHASE_RUNNING;

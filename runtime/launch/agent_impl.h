@@ -208,5 +208,10 @@ void dt_agent_flight_poll(agent_t *ag);
  * put first; else a record made for it and appended to *fs). -1: none named. */
 int dt_agent_flight_root(agent_t *ag, failure_t **fs, int *n);
 void dt_agent_flight_free(agent_t *ag);
+/* Multi-node, when this node collected this round: waits up to max_s for the
+ * records of expect ranks (every node's) in the store, so the summary analyses
+ * the whole group and not only the ranks of the node that failed first. Returns
+ * the ranks posted. */
+int dt_agent_flight_wait(agent_t *ag, int expect, double max_s);
 
 #endif /* DT_RUNTIME_LAUNCH_AGENT_IMPL_H */

@@ -289,6 +289,17 @@ void dt_agent_report_failures(agent_t *ag) {
     /* Every node's failures when there is a store, else this node's. */
     int printed = 0;
     if (ag->rz) {
+        /* every node's flight records before the analysis: the ranks of lost nodes post none */
+        char *pre = NULL;
+        int lost = 0;
+        if (dt_rdzv_get_failures(ag->rz, &pre) == DT_STATUS_OK && pre && *pre) {
+            failure_t *pf = NULL;
+            int np = parse_failures(pre, &pf);
+            for (int i = 0; i < np; i++) lost += pf[i].lost;
+            dt_agent_failures_free(pf, np);
+        }
+        free(pre);
+        dt_agent_flight_wait(ag, ag->world_size - lost, 3.0);
         char *jsonl = NULL;
         if (dt_rdzv_get_failures(ag->rz, &jsonl) == DT_STATUS_OK && jsonl && *jsonl) {
             failure_t *remote = NULL;

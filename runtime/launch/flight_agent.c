@@ -335,10 +335,31 @@ int dt_agent_flight_root(agent_t *ag, failure_t **fs, int *n) {
     snprintf(f.host, sizeof f.host, "?");
     dt_agent_flight_rank_info(ag, rank, f.host, sizeof f.host, &f.pid);
     if (ag->nw > 0 && rank >= ag->base_rank && rank < ag->base_rank + ag->nw) f.local_rank = rank - ag->base_rank;
+    for (int i = 0; ag->rz && i < ag->rz->nnodes; i++) { /* a rank of another node: its node's base rank */
+        const dt_rdzv_node_t *nd = &ag->rz->nodes[i];
+        if (rank >= nd->base_rank && rank < nd->base_rank + nd->nproc) f.local_rank = rank - nd->base_rank;
+    }
     snprintf(f.error_file, sizeof f.error_file, "<N/A>");
     f.message = dt_xmalloc(mlen);
     snprintf(f.message, mlen, "flight recorder: %s", msg);
     *fs = dt_xrealloc(*fs, (size_t)(*n + 1) * sizeof **fs);
     (*fs)[*n] = f;
     return (*n)++;
+}
+
+int dt_agent_flight_wait(agent_t *ag, int expect, double max_s) {
+    dt_flight_rank_t *rs = NULL;
+    int nr = all_ranks(ag, &rs);
+    free(rs);
+    if (!ag->rz || !ag->flight || ag->flight->round != ag->restart_count + 1) return nr;
+    /* the other agents post when they see the stop request (their next tick):
+     * poll, bounded, so a node that cannot post does not hold the summary */
+    double end = dt_now_s() + max_s;
+    while (nr < expect && dt_now_s() < end) {
+        usleep(50 * 1000);
+        nr = all_ranks(ag, &rs);
+        free(rs);
+    }
+    if (nr < expect) DT_LOG_WARN("flight recorder: %d of %d ranks posted their last ops within %.0f s", nr, expect, max_s);
+    return nr;
 }

@@ -95,6 +95,10 @@ int dt_flight_analyse(const dt_flight_rank_t *ranks, int n, char *msg, size_t le
     int nc = 0;
     int *wait = dt_xcalloc((size_t)n + 1, sizeof(int)), *late = dt_xcalloc((size_t)n + 1, sizeof(int));
     int *odd = dt_xcalloc((size_t)n + 1, sizeof(int));
+    /* victim[b]: ranks[b] waits, in a communicator where a finding was made, for the
+     * rank named there (a hierarchical op: node 1's rank 2 waits inside its node for
+     * a stopped rank 3, so it never enters the cross-node stage rank 0 waits in) */
+    int *victim = dt_xcalloc((size_t)n + 1, sizeof(int));
     /* every communicator, once, in the order the ranks name them */
     for (int a = 0; a < n; a++) {
         for (int k = 0; k < ranks[a].nlast; k++) {
@@ -134,6 +138,8 @@ int dt_flight_analyse(const dt_flight_rank_t *ranks, int n, char *msg, size_t le
             }
             char what[160];
             describe(ref, what, sizeof what);
+            if (nl || nodd)
+                for (int i = 0; i < nw; i++) victim[wait[i]] = 1;
             if (nl) {
                 put(&o, "communicator %s: ", comm);
                 put_ranks(&o, ranks, wait, nw);
@@ -165,11 +171,18 @@ int dt_flight_analyse(const dt_flight_rank_t *ranks, int n, char *msg, size_t le
             if (!nl && !nodd) {
                 /* Everyone entered the op, but a rank stopped inside it (SIGSTOP, a
                  * tracer) cannot take its part: the others wait for that one. */
-                int ns = 0;
-                for (int i = 0; i < nw; i++)
+                int ns = 0, nrun = 0;
+                for (int i = 0; i < nw; i++) {
                     if (!strncmp(ranks[wait[i]].proc, "stopped", 7)) odd[ns++] = wait[i];
+                    else late[nrun++] = wait[i]; /* free here: nl == 0 */
+                }
                 if (ns) {
-                    put(&o, "communicator %s: ranks wait in %s for ", comm, what);
+                    for (int i = 0; i < nrun; i++) victim[late[i]] = 1;
+                    /* who waits (every node's ranks when the agents posted theirs) */
+                    put(&o, "communicator %s: ", comm);
+                    if (nrun) put_ranks(&o, ranks, late, nrun);
+                    else put(&o, "ranks");
+                    put(&o, " wait%s in %s for ", nrun == 1 ? "s" : "", what);
                     for (int i = 0; i < ns; i++) {
                         put(&o, "%srank %d, which entered it but its process is %s", i ? "; " : "",
                             ranks[odd[i]].rank, ranks[odd[i]].proc);
@@ -180,6 +193,24 @@ int dt_flight_analyse(const dt_flight_rank_t *ranks, int n, char *msg, size_t le
             }
         }
     }
+    /* a rank named in one communicator that waits in another for a named rank is
+     * not a cause: drop it, unless every named rank waits (a cycle) */
+    int keep = 0;
+    for (int i = 0; i < nc; i++) {
+        int v = 0;
+        for (int b = 0; b < n; b++) v |= ranks[b].rank == culprits[i] && victim[b];
+        if (!v) keep++;
+    }
+    if (keep > 0 && keep < nc) {
+        int m = 0;
+        for (int i = 0; i < nc; i++) {
+            int v = 0;
+            for (int b = 0; b < n; b++) v |= ranks[b].rank == culprits[i] && victim[b];
+            if (!v) culprits[m++] = culprits[i];
+        }
+        nc = m;
+    }
+    free(victim);
     free(wait);
     free(late);
     free(odd);

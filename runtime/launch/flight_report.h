@@ -47,7 +47,10 @@ void dt_flight_rank_from_entries(dt_flight_rank_t *r, const dt_flight_entry_t *e
  * ranks ("desync"). A rank whose process failed (proc "exited N" with N != 0,
  * "killed ...") is not named as never entered: its own failure says why; one that
  * exited 0 while the others wait is (it left early), and so is one stopped inside
- * the op everyone entered (proc "stopped ..."). Writes one line per finding
+ * the op everyone entered (proc "stopped ..."). A rank named in one communicator
+ * that itself waits in another for a named rank (hierarchical ops: it is stuck in
+ * its node's stage) is not among culprits[] unless every named rank waits.
+ * Writes one line per finding
  * into msg; culprits[] gets the
  * ranks named (each once, at most max). Returns their number (0: nothing found). */
 int dt_flight_analyse(const dt_flight_rank_t *ranks, int n, char *msg, size_t len, int *culprits, int max);

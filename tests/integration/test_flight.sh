@@ -39,7 +39,7 @@ took=$(python3 -c "import sys; print('%.1f' % ($(date +%s.%N) - $t0))")
 root=$(sed -n '/^Root Cause/,$p' "$DT_TMP/stop.out")
 if [ $rc -eq 1 ] && python3 -c "import sys; sys.exit(not $took < 15)" \
    && grep -q "the rank the others waited for" <<<"$root" && grep -q "rank      : 1 (local_rank: 1)" <<<"$root" \
-   && grep -Eq "(ranks 0,2 wait in [a-z_]+ #[0-9]+ .*rank 1 never entered it .*process stopped|ranks wait in [a-z_]+ #[0-9]+ .* for rank 1, which entered it but its process is stopped) \(SIGSTOP\)" <<<"$root"; then
+   && grep -Eq "(ranks 0,2 wait in [a-z_]+ #[0-9]+ .*rank 1 never entered it .*process stopped|ranks 0,2 wait in [a-z_]+ #[0-9]+ .* for rank 1, which entered it but its process is stopped) \(SIGSTOP\)" <<<"$root"; then
   pass "a SIGSTOPped rank is the root cause, with the op ($took s from the stop to the exit)"
 else fail "stopped rank" "rc=$rc took=$took $(tail -12 "$DT_TMP/stop.out")"; fi
 check "every rank's flight dump exists and parses" dumps_parse "$DT_TMP/logs/stop/flight" 3
