@@ -279,6 +279,7 @@ static dt_status_t preempt_signal(dt_trainer_t *t, int *sig) {
  * an error. */
 static dt_status_t after_step(dt_trainer_t *t, int64_t step, int *stop) {
     dt_train_ckpt_fault_point(t->env->rank, step);
+    DT_CHECK(dt_train_async_settle(t->async, t->dp, 0)); /* commits a finished async save */
     int sig;
     DT_CHECK(preempt_signal(t, &sig));
     *stop = sig != 0;
@@ -290,7 +291,10 @@ static dt_status_t after_step(dt_trainer_t *t, int64_t step, int *stop) {
         dt_train_ckpt_owned *owned;
         ckpt_load_ctx lc;
         dt_train_ckpt c = ckpt_view(t, &owned, &lc);
-        dt_status_t st = dt_train_ckpt_save(&c, step, why);
+        int async = t->cfg->checkpoint.async && !sig && !last; /* final and preemption: synchronous */
+        dt_status_t st = async ? dt_train_async_save(&t->async, &c, t->dp, step, why)
+                               : dt_train_async_settle(t->async, t->dp, 1);
+        if (!async && st == DT_STATUS_OK) st = dt_train_ckpt_save(&c, step, why);
         free(owned);
         if (st != DT_STATUS_OK) {
             if (last || sig) return st;
@@ -431,6 +435,7 @@ static dt_status_t setup(dt_trainer_t *t) {
 }
 
 static void teardown(dt_trainer_t *t) {
+    dt_train_async_free(t->async); /* waits for a background write (not committed) */
     dt_pp_free(t->pp);
     free(t->mb_tokens);
     free(t->mb_targets);
