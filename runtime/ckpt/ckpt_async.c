@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/mem.h"
 
@@ -30,8 +31,21 @@ dt_status_t dt_ckpt_async_new(dt_ckpt_async_t **out) {
     return DT_STATUS_OK;
 }
 
+/* Test hook: DTRUN_CKPT_ASYNC_DELAY_MS=MS[:RANK] holds the background write of
+ * that rank (every rank without one) for MS ms before it starts, so tests can
+ * act while a write is in progress. */
+static void test_delay(int rank) {
+    const char *env = getenv("DTRUN_CKPT_ASYNC_DELAY_MS");
+    if (!env || !*env) return;
+    char *end;
+    long ms = strtol(env, &end, 10);
+    if (*end == ':' && atoi(end + 1) != rank) return;
+    if (ms > 0) usleep((useconds_t)ms * 1000);
+}
+
 static void *writer_main(void *arg) {
     dt_ckpt_async_t *w = arg;
+    test_delay(w->args.rank);
     w->st = dt_ckpt_write_shard(&w->args, &w->stats);
     if (w->st != DT_STATUS_OK) snprintf(w->detail, sizeof w->detail, "%s", dt_error_detail());
     atomic_store(&w->running, 0);

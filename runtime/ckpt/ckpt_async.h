@@ -17,6 +17,10 @@
  *     if (!dt_ckpt_async_busy(w)) st = dt_ckpt_async_wait(w, &stats);
  *     if (st == OK && rank == 0) dt_ckpt_commit(dt_ckpt_async_args(w), &stats);
  *     dt_ckpt_async_free(w);                // waits for a write in progress
+ *
+ * Test hook: DTRUN_CKPT_ASYNC_DELAY_MS=MS[:RANK] holds a background write (of that
+ * rank only, with RANK) for MS ms before it starts; DTRUN_CKPT_KILL_AT=shard_range
+ * (checkpoint.h) then kills the process in the middle of the background write.
  */
 #ifndef DT_RUNTIME_CKPT_ASYNC_H
 #define DT_RUNTIME_CKPT_ASYNC_H

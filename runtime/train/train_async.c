@@ -5,6 +5,7 @@
  */
 #include "runtime/train/train_async.h"
 
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,6 +153,16 @@ void dt_train_async_figures(const dt_train_async *a, int *saves, double *blocked
     *saves = a ? a->saves : 0;
     *blocked_ms = *saves ? a->blocked_sum_s * 1e3 / *saves : 0;
     *write_ms = *saves ? a->write_sum_s * 1e3 / *saves : 0;
+}
+
+void dt_train_async_summary(const dt_train_async *a, cJSON *summary) {
+    int saves;
+    double blocked_ms, write_ms;
+    dt_train_async_figures(a, &saves, &blocked_ms, &write_ms);
+    if (!saves) return;
+    cJSON_AddNumberToObject(summary, "ckpt_async_saves", saves);
+    cJSON_AddNumberToObject(summary, "ckpt_blocked_ms", blocked_ms);
+    cJSON_AddNumberToObject(summary, "ckpt_write_ms", write_ms);
 }
 
 void dt_train_async_free(dt_train_async *a) {

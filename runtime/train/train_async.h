@@ -39,6 +39,10 @@ dt_status_t dt_train_async_settle(dt_train_async *a, dt_dp_t *dp, int block);
 /* Saves so far, and the mean ms each blocked training (wait for the previous, the
  * staging copy, the commit on rank 0) and took in the background (0 when none). */
 void dt_train_async_figures(const dt_train_async *a, int *saves, double *blocked_ms, double *write_ms);
+/* Adds ckpt_async_saves, ckpt_blocked_ms and ckpt_write_ms (the means above) to
+ * summary (a cJSON object) when a (may be NULL) committed any save. */
+struct cJSON;
+void dt_train_async_summary(const dt_train_async *a, struct cJSON *summary);
 /* Waits for a write in progress (it is not committed) and frees the staging. */
 void dt_train_async_free(dt_train_async *a);
 

@@ -605,6 +605,7 @@ static dt_status_t write_summary(dt_trainer_t *t, double final_loss, double fina
     cJSON_AddStringToObject(o, "device", dt_device_kind_name(t->dev->kind));
     cJSON_AddStringToObject(o, "strategy", dt_config_strategy_name(t->cfg->strategy));
     cJSON_AddStringToObject(o, "offload_optimizer", dt_dp_offloaded(t->dp) ? "cpu" : "none");
+    dt_train_async_summary(t->async, o); /* checkpoint.async's figures, when it saved */
     cJSON_AddNumberToObject(o, "n_params", (double)t->layout.n_params);
     const dt_dp_plan *plan = dt_dp_get_plan(t->dp);
     cJSON_AddNumberToObject(o, "n_shards", plan->n_shards);
