@@ -18,6 +18,7 @@
 #include "common/rng.h" /* defines: dt_random_bytes */
 #include "common/clock.h"
 #include "common/fs_safe.h"
+#include "common/torchenv.h" /* defines: DT_STOP_GROUP_FAILURE */
 #include "common/log.h"
 #include "common/mem.h"
 #include "runtime/train/metrics.h"
@@ -539,15 +540,28 @@ dt_status_t dt_train_ckpt_resume(const dt_train_ckpt *t, int64_t *step) {
 
 static volatile sig_atomic_t preempt_signo;
 
-static void on_preempt(int sig) {
+/* A SIGTERM the agent queued with DT_STOP_GROUP_FAILURE: another rank failed and
+ * the group is being stopped; a save would wait at a barrier the dead rank never
+ * reaches, so exit now (only async-signal-safe calls here). Any other signal:
+ * recorded, the step finishes and the preemption save follows. */
+static void on_preempt(int sig, siginfo_t *si, void *uc) {
+    (void)uc;
+    if (sig == SIGTERM && si && si->si_code == SI_QUEUE && si->si_value.sival_int == DT_STOP_GROUP_FAILURE &&
+        si->si_pid == getppid()) {
+        static const char msg[] = "dtrun worker: the agent stops the group after a failure: exiting without a "
+                                  "preemption save\n";
+        ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+        (void)w;
+        _exit(128 + SIGTERM);
+    }
     if (!preempt_signo) preempt_signo = sig;
 }
 
 void dt_train_ckpt_catch_preemption(void) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_preempt;
-    sa.sa_flags = SA_RESTART;
+    sa.sa_sigaction = on_preempt;
+    sa.sa_flags = SA_RESTART | SA_SIGINFO;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGUSR1, &sa, NULL);

@@ -121,7 +121,9 @@ dt_status_t dt_train_ckpt_read_range(const dt_train_ckpt *t, dt_ckpt_t *c, uint6
                                      void *params, float *m, float *v);
 
 /* Preemption: handlers for SIGTERM, SIGUSR1 and SIGUSR2 that only record the
- * signal; dt_train_ckpt_preempted() returns it (0 when none arrived). */
+ * signal; dt_train_ckpt_preempted() returns it (0 when none arrived). A SIGTERM
+ * the agent queued with DT_STOP_GROUP_FAILURE (common/torchenv.h: another rank
+ * failed) instead ends the process at once, exit 143, without a save. */
 void dt_train_ckpt_catch_preemption(void);
 int dt_train_ckpt_preempted(void);
 
