@@ -1,6 +1,7 @@
 /*
  * ckpt_async.c - the background shard writer of checkpoint.async (see
- * ckpt_async.h): one thread per save, joined by the wait.
+ * ckpt_async.h): one thread per save (its write, then on rank 0 its commit),
+ * joined by the wait.
  */
 #include "runtime/ckpt/ckpt_async.h"
 
@@ -16,7 +17,8 @@
 struct dt_ckpt_async {
     pthread_t thread;
     int started;        /* a thread to join */
-    atomic_int running; /* the thread has not finished its write */
+    atomic_int running; /* the thread has not finished its write or commit */
+    int commit;         /* the thread runs dt_ckpt_commit (else the shard write) */
     /* The save's arguments, owned: strings and the range table are copies. */
     dt_ckpt_save_args args;
     char *dir, *strategy, *extra, *run_id;
@@ -45,8 +47,12 @@ static void test_delay(int rank) {
 
 static void *writer_main(void *arg) {
     dt_ckpt_async_t *w = arg;
-    test_delay(w->args.rank);
-    w->st = dt_ckpt_write_shard(&w->args, &w->stats);
+    if (w->commit) {
+        w->st = dt_ckpt_commit(&w->args, &w->stats);
+    } else {
+        test_delay(w->args.rank);
+        w->st = dt_ckpt_write_shard(&w->args, &w->stats);
+    }
     if (w->st != DT_STATUS_OK) snprintf(w->detail, sizeof w->detail, "%s", dt_error_detail());
     atomic_store(&w->running, 0);
     return NULL;
@@ -60,6 +66,21 @@ static void free_args(dt_ckpt_async_t *w) {
     free(w->ranges);
     w->dir = w->strategy = w->extra = w->run_id = NULL;
     w->ranges = NULL;
+}
+
+/* Runs the write (commit 0) or the commit (1) of w->args in a new thread. */
+static dt_status_t start_thread(dt_ckpt_async_t *w, int commit) {
+    w->commit = commit;
+    w->st = DT_STATUS_OK;
+    w->detail[0] = 0;
+    atomic_store(&w->running, 1);
+    int rc = pthread_create(&w->thread, NULL, writer_main, w);
+    if (rc != 0) {
+        atomic_store(&w->running, 0);
+        return dt_error(DT_STATUS_IO, "checkpoint.async: cannot start the writer thread: %s", strerror(rc));
+    }
+    w->started = 1;
+    return DT_STATUS_OK;
 }
 
 static char *dup_or_null(const char *s) { return s ? dt_xstrdup(s) : NULL; }
@@ -78,16 +99,13 @@ dt_status_t dt_ckpt_async_start(dt_ckpt_async_t *w, const dt_ckpt_save_args *a) 
     w->args.barrier = NULL; /* the caller meets the other ranks on its own thread */
     w->args.barrier_ctx = NULL;
     memset(&w->stats, 0, sizeof w->stats);
-    w->st = DT_STATUS_OK;
-    w->detail[0] = 0;
-    atomic_store(&w->running, 1);
-    int rc = pthread_create(&w->thread, NULL, writer_main, w);
-    if (rc != 0) {
-        atomic_store(&w->running, 0);
-        return dt_error(DT_STATUS_IO, "checkpoint.async: cannot start the writer thread: %s", strerror(rc));
-    }
-    w->started = 1;
-    return DT_STATUS_OK;
+    return start_thread(w, 0);
+}
+
+dt_status_t dt_ckpt_async_commit_start(dt_ckpt_async_t *w) {
+    if (w->started) return dt_error(DT_STATUS_INVALID, "checkpoint.async: the write was not waited for");
+    if (!w->dir) return dt_error(DT_STATUS_INVALID, "checkpoint.async: no save to commit");
+    return start_thread(w, 1);
 }
 
 int dt_ckpt_async_busy(dt_ckpt_async_t *w) { return w->started && atomic_load(&w->running); }

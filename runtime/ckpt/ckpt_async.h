@@ -6,17 +6,21 @@
  * write is over, then dt_ckpt_async_start() copies the save's arguments (strings,
  * the range table, the extra JSON; not the range data) and a thread runs
  * dt_ckpt_write_shard(): the same file, the same bytes, checksums and fsync as a
- * synchronous save. The commit (barrier, then rank 0's dt_ckpt_commit with the
- * arguments kept here) stays the caller's, on its own thread, once every rank's
- * write is over: a crash during the background write leaves step_N.tmp behind and
- * `latest` at the previous complete checkpoint.
+ * synchronous save. Deciding when to commit stays the caller's (it learns on its
+ * own thread that every rank's write is over); rank 0 then runs the commit
+ * (dt_ckpt_commit with the arguments kept here: meta.json, renames, `latest`,
+ * pruning, each fsynced) in the background too, or itself. A crash during the
+ * background write leaves step_N.tmp behind and `latest` at the previous complete
+ * checkpoint.
  *
  *     dt_ckpt_async_t *w;  dt_ckpt_async_new(&w);
  *     dt_ckpt_async_start(w, &args);        // returns at once
  *     ... training goes on ...
  *     if (!dt_ckpt_async_busy(w)) st = dt_ckpt_async_wait(w, &stats);
- *     if (st == OK && rank == 0) dt_ckpt_commit(dt_ckpt_async_args(w), &stats);
- *     dt_ckpt_async_free(w);                // waits for a write in progress
+ *     ... every rank's write is over (the caller's collective) ...
+ *     if (st == OK && rank == 0) dt_ckpt_async_commit_start(w);  // at once
+ *     ... training goes on; later dt_ckpt_async_wait(w, &stats) ...
+ *     dt_ckpt_async_free(w);                // waits for a write or commit in progress
  *
  * Test hook: DTRUN_CKPT_ASYNC_DELAY_MS=MS[:RANK] holds a background write (of that
  * rank only, with RANK) for MS ms before it starts; DTRUN_CKPT_KILL_AT=shard_range
@@ -38,11 +42,15 @@ void dt_ckpt_async_free(dt_ckpt_async_t *w);
  * DT_STATUS_INVALID when a write started before has not been waited for. The
  * ranges' data must stay valid and unchanged until dt_ckpt_async_wait returns. */
 dt_status_t dt_ckpt_async_start(dt_ckpt_async_t *w, const dt_ckpt_save_args *a);
-/* 1 while the background write runs, 0 once it is over (or none was started). */
+/* Starts the commit of the last started save (written and waited for) in a
+ * background thread; dt_ckpt_async_wait returns its status, stats->path the step
+ * directory. Only once every rank's shard is durable. */
+dt_status_t dt_ckpt_async_commit_start(dt_ckpt_async_t *w);
+/* 1 while the background write (or commit) runs, 0 once it is over (or none was started). */
 int dt_ckpt_async_busy(dt_ckpt_async_t *w);
 /* 1 between a start and its wait. */
 int dt_ckpt_async_pending(const dt_ckpt_async_t *w);
-/* Waits for the write to be over and returns its status (the detail on this
+/* Waits for the write (or commit) to be over and returns its status (the detail on this
  * thread); stats (may be NULL) gets its bytes, write time and step path. */
 dt_status_t dt_ckpt_async_wait(dt_ckpt_async_t *w, dt_ckpt_save_stats *stats);
 /* The arguments of the last started save (for dt_ckpt_commit); valid until the

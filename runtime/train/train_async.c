@@ -23,6 +23,7 @@ struct dt_train_async {
     dt_train_ckpt_shard shard; /* ranges into the arena, the extra meta, the arguments */
     int pending;   /* a save started at `step` on every rank, not settled yet */
     int failed;    /* this rank could not stage or start it */
+    int committing; /* rank 0: every shard is durable, the commit runs in the background */
     int rank;
     int64_t step;
     char why[32];
@@ -38,6 +39,7 @@ static void drop_shard(dt_train_async *a) {
     dt_train_ckpt_shard_free(&a->shard);
     a->pending = 0;
     a->failed = 0;
+    a->committing = 0;
 }
 
 /* Every rank's {still writing, failed} as the maxima over dp's ranks. */
@@ -54,9 +56,45 @@ static dt_status_t agree(dt_dp_t *dp, double mine[2], double out[2]) {
     return st;
 }
 
+/* Rank 0, the background commit over: logs the save and adds it to the figures. */
+static void committed(dt_train_async *a, const dt_ckpt_save_stats *cs) {
+    const dt_ckpt_save_stats *ws = &a->wstats;
+    double write_s = ws->write_s, all_mb = 3.0 * 4.0 * (double)a->n_params / 1e6;
+    DT_LOG_INFO("checkpoint: step %lld (%s, async) saved to %s: %.1f MB in all, %.1f MB from this rank "
+                "written in the background in %.3f s (%.2f GB/s), committed %.3f s after the step; training "
+                "blocked %.1f ms (staging %.1f ms)",
+                (long long)a->step, a->why, cs->path, all_mb, (double)ws->shard_bytes / 1e6, write_s,
+                write_s > 0 ? (double)ws->shard_bytes / write_s / 1e9 : 0.0, dt_now_s() - a->start_s,
+                a->blocked_s * 1e3, a->stage_s * 1e3);
+}
+
+/* The save is over on this rank (committed when ok): the figures, then drop it. */
+static void finish(dt_train_async *a, int ok) {
+    if (ok) {
+        a->saves++;
+        a->blocked_sum_s += a->blocked_s;
+        a->write_sum_s += a->wstats.write_s;
+    }
+    drop_shard(a);
+}
+
 dt_status_t dt_train_async_settle(dt_train_async *a, dt_dp_t *dp, int block) {
     if (!a || !a->pending) return DT_STATUS_OK;
     double t0 = dt_now_s();
+    if (a->committing) { /* rank 0 alone: the other ranks are done with this save */
+        if (!block && dt_ckpt_async_busy(a->writer)) return DT_STATUS_OK;
+        dt_ckpt_save_stats cs;
+        dt_status_t st = dt_ckpt_async_wait(a->writer, &cs);
+        a->committing = 0;
+        a->blocked_s += dt_now_s() - t0;
+        if (st != DT_STATUS_OK)
+            DT_LOG_ERROR("checkpoint of step %lld (%s, async) failed: %s; training continues", (long long)a->step,
+                         a->why, dt_error_detail());
+        else
+            committed(a, &cs);
+        finish(a, st == DT_STATUS_OK);
+        return DT_STATUS_OK;
+    }
     char detail[1024] = "";
     if (block || !dt_ckpt_async_busy(a->writer)) {
         if (!a->failed && dt_ckpt_async_pending(a->writer) &&
@@ -68,7 +106,6 @@ dt_status_t dt_train_async_settle(dt_train_async *a, dt_dp_t *dp, int block) {
     double mine[2] = {dt_ckpt_async_pending(a->writer) ? 1.0 : 0.0, a->failed ? 1.0 : 0.0}, all[2];
     DT_CHECK(agree(dp, mine, all));
     if (all[0] > 0) return DT_STATUS_OK; /* a rank still writes: ask again after the next step */
-    const dt_ckpt_save_stats stats = a->wstats;
     if (detail[0]) DT_LOG_ERROR("checkpoint of step %lld (%s, async) failed on rank %d: %s; training continues",
                                 (long long)a->step, a->why, a->rank, detail);
     if (all[1] > 0) {
@@ -79,31 +116,21 @@ dt_status_t dt_train_async_settle(dt_train_async *a, dt_dp_t *dp, int block) {
         drop_shard(a);
         return DT_STATUS_OK;
     }
-    if (a->rank == 0) {
-        const dt_ckpt_save_args *args = dt_ckpt_async_args(a->writer);
-        dt_ckpt_save_stats cs = stats;
-        if (dt_ckpt_commit(args, &cs) != DT_STATUS_OK) {
-            DT_LOG_ERROR("checkpoint of step %lld (%s, async) failed: %s; training continues", (long long)a->step,
-                         a->why, dt_error_detail());
-            drop_shard(a);
-            return DT_STATUS_OK;
-        }
-        a->blocked_s += dt_now_s() - t0;
-        double write_s = stats.write_s, all_mb = 3.0 * 4.0 * (double)a->n_params / 1e6;
-        DT_LOG_INFO("checkpoint: step %lld (%s, async) saved to %s: %.1f MB in all, %.1f MB from this rank "
-                    "written in the background in %.3f s (%.2f GB/s); training blocked %.1f ms (staging %.1f ms), "
-                    "committed %.3f s after the step",
-                    (long long)a->step, a->why, cs.path, all_mb, (double)stats.shard_bytes / 1e6, write_s,
-                    write_s > 0 ? (double)stats.shard_bytes / write_s / 1e9 : 0.0, a->blocked_s * 1e3,
-                    a->stage_s * 1e3, dt_now_s() - a->start_s);
-    } else {
-        a->blocked_s += dt_now_s() - t0;
+    a->blocked_s += dt_now_s() - t0;
+    if (a->rank != 0) {
+        finish(a, 1);
+        return DT_STATUS_OK;
     }
-    a->saves++;
-    a->blocked_sum_s += a->blocked_s;
-    a->write_sum_s += stats.write_s;
-    drop_shard(a);
-    return DT_STATUS_OK;
+    /* Every rank's shard is durable: rank 0 commits (meta.json, renames, `latest`,
+     * pruning) in the background; the next settle or save collects it. */
+    if (dt_ckpt_async_commit_start(a->writer) != DT_STATUS_OK) {
+        DT_LOG_ERROR("checkpoint of step %lld (%s, async) failed: %s; training continues", (long long)a->step,
+                     a->why, dt_error_detail());
+        drop_shard(a);
+        return DT_STATUS_OK;
+    }
+    a->committing = 1;
+    return block ? dt_train_async_settle(a, dp, 1) : DT_STATUS_OK;
 }
 
 dt_status_t dt_train_async_save(dt_train_async **ap, const dt_train_ckpt *t, dt_dp_t *dp, int64_t step,
@@ -118,6 +145,7 @@ dt_status_t dt_train_async_save(dt_train_async **ap, const dt_train_ckpt *t, dt_
     }
     dt_train_async *a = *ap;
     DT_CHECK(dt_train_async_settle(a, dp, 1)); /* the next save waits for the previous one */
+    t0 = dt_now_s(); /* that wait is counted to the previous save */
     a->n_params = (int64_t)(t->layout->global ? t->layout->global->n_params : t->layout->n_params);
     a->pending = 1;
     a->failed = 0;

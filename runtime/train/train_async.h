@@ -7,11 +7,13 @@
  * meta (data position, RNG, scheduler, config) as of this step into the staging
  * arena, and starts the background writer (runtime/ckpt/ckpt_async.h). After every
  * step dt_train_async_settle asks all ranks (one small all-gather, only while a save
- * is pending) whether their writes are over; once they all are, rank 0 commits
- * (meta.json, rename, `latest`) on the training thread, exactly as a synchronous
- * save commits after its barrier: `latest` never names a step whose shards are not
- * all durable. The final save and preemption saves stay synchronous and settle the
- * pending one first (dt_train_async_settle with block 1).
+ * is pending) whether their writes are over; once they all are, rank 0 starts the
+ * commit (meta.json, rename, `latest`, pruning: dt_ckpt_commit) in the background
+ * thread, as a synchronous save commits after its barrier: `latest` never names a
+ * step whose shards are not all durable. Rank 0 collects the commit at a later
+ * settle (the next save waits for it). The final save and preemption saves stay
+ * synchronous and settle the pending one first (dt_train_async_settle with block
+ * 1: this rank's write, the agreement, rank 0's commit).
  */
 #ifndef DT_RUNTIME_TRAIN_ASYNC_H
 #define DT_RUNTIME_TRAIN_ASYNC_H
@@ -31,13 +33,14 @@ typedef struct dt_train_async dt_train_async;
 dt_status_t dt_train_async_save(dt_train_async **a, const dt_train_ckpt *t, dt_dp_t *dp, int64_t step,
                                 const char *why);
 /* After every step and before a synchronous save (block 1: wait for this rank's
- * write first): commits the pending save once every rank's write is over; a
+ * write first, and on rank 0 for the commit): commits the pending save once every
+ * rank's write is over (rank 0, in the background; logged once done); a
  * failed write anywhere drops it with an error in the log (the previous checkpoint
  * stays `latest`). Collective over dp's ranks while a save is pending (the same
  * steps on every rank); nothing when a is NULL or nothing is pending. */
 dt_status_t dt_train_async_settle(dt_train_async *a, dt_dp_t *dp, int block);
-/* Saves so far, and the mean ms each blocked training (wait for the previous, the
- * staging copy, the commit on rank 0) and took in the background (0 when none). */
+/* Saves so far, and the mean ms each blocked training (the staging copy, the
+ * checks after each step, waits for its write or commit by the next save) and took in the background (0 when none). */
 void dt_train_async_figures(const dt_train_async *a, int *saves, double *blocked_ms, double *write_ms);
 /* Adds ckpt_async_saves, ckpt_blocked_ms and ckpt_write_ms (the means above) to
  * summary (a cJSON object) when a (may be NULL) committed any save. */

@@ -2,8 +2,9 @@
 # test_ckpt_async.sh - checkpoint.async: periodic saves written by a background
 # thread give the same files and bytes as synchronous ones (1 rank, 2 ranks fsdp);
 # training goes on while a write is held; a process killed in the middle of the
-# background write leaves `latest` at the previous complete checkpoint and the
-# resumed run has the uninterrupted run's losses; rank 0 commits only once the
+# background write (or in rank 0's background commit, before `latest`) leaves
+# `latest` at the previous complete checkpoint and the resumed run has the
+# uninterrupted run's losses; rank 0 commits only once the
 # slowest rank's shard is durable; a preemption while a write is pending waits for
 # it, commits it and saves synchronously.
 source "$(dirname "$0")/lib.sh"
@@ -91,6 +92,20 @@ $W "$DT_TMP/g2.json" checkpoint.async=true >"$DT_TMP/o2b" 2>&1
 if grep -q "resumed from .*step_00000010" "$DT_TMP/o2b" && cmp -s <(losses "$DT_TMP/run0") <(losses "$DT_TMP/run2"); then
   pass "resumed from step 10: the uninterrupted run's losses"
 else fail "resume after the killed write" "$(grep -i 'resum\|error' "$DT_TMP/o2b" | head -3)"; fi
+
+# Killed in rank 0's background commit of step 20, before `latest` moves: latest
+# stays at step 10 (the renamed step_00000020 is complete but not named); the next
+# run resumes from step 10 with the uninterrupted run's losses.
+sed "s#$DT_TMP/ck0#$DT_TMP/ck4#; s#$DT_TMP/run0#$DT_TMP/run4#" "$DT_TMP/gpt.json" > "$DT_TMP/g4.json"
+DTRUN_CKPT_KILL_AT=before_latest:20 $W "$DT_TMP/g4.json" checkpoint.async=true >"$DT_TMP/o4" 2>&1
+rc=$?
+if [ $rc -eq 137 ] && [ "$(cat "$DT_TMP/ck4/latest")" = step_00000010 ] && ! grep -q "step 20 (every_steps, async) saved" "$DT_TMP/o4"; then
+  pass "killed in the background commit of step 20 before latest: latest still step 10"
+else fail "kill during the background commit" "rc=$rc latest=$(cat "$DT_TMP/ck4/latest" 2>/dev/null) $(ls "$DT_TMP/ck4")"; fi
+$W "$DT_TMP/g4.json" checkpoint.async=true >"$DT_TMP/o4b" 2>&1
+if grep -q "resumed from .*step_00000010" "$DT_TMP/o4b" && cmp -s <(losses "$DT_TMP/run0") <(losses "$DT_TMP/run4"); then
+  pass "resumed from step 10 after the killed commit: the uninterrupted run's losses"
+else fail "resume after the killed commit" "$(grep -i 'resum\|error' "$DT_TMP/o4b" | head -3)"; fi
 
 # Preempted (SIGTERM to the agent after step 22; the ranks stop at the same step,
 # 22 or 23) while the write of step 20 is held: the preemption save waits for it,
