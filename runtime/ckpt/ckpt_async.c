@@ -85,26 +85,32 @@ static dt_status_t start_thread(dt_ckpt_async_t *w, int commit) {
 
 static char *dup_or_null(const char *s) { return s ? dt_xstrdup(s) : NULL; }
 
-dt_status_t dt_ckpt_async_start(dt_ckpt_async_t *w, const dt_ckpt_save_args *a) {
-    if (w->started) return dt_error(DT_STATUS_INVALID, "checkpoint.async: the previous save was not waited for");
+/* Keeps a copy of a's strings and range table (not the range data) in w. */
+static void copy_args(dt_ckpt_async_t *w, const dt_ckpt_save_args *a) {
+    const dt_ckpt_save_args in = *a; /* a may be another writer's kept arguments */
     free_args(w);
-    w->args = *a;
-    w->args.dir = w->dir = dup_or_null(a->dir);
-    w->args.strategy = w->strategy = dup_or_null(a->strategy);
-    w->args.extra_json = w->extra = dup_or_null(a->extra_json);
-    w->args.run_id = w->run_id = dup_or_null(a->run_id);
-    w->ranges = dt_xcalloc((size_t)a->n_ranges + 1, sizeof *w->ranges);
-    if (a->n_ranges > 0) memcpy(w->ranges, a->ranges, (size_t)a->n_ranges * sizeof *w->ranges);
+    w->args = in;
+    w->args.dir = w->dir = dup_or_null(in.dir);
+    w->args.strategy = w->strategy = dup_or_null(in.strategy);
+    w->args.extra_json = w->extra = dup_or_null(in.extra_json);
+    w->args.run_id = w->run_id = dup_or_null(in.run_id);
+    w->ranges = dt_xcalloc((size_t)in.n_ranges + 1, sizeof *w->ranges);
+    if (in.n_ranges > 0) memcpy(w->ranges, in.ranges, (size_t)in.n_ranges * sizeof *w->ranges);
     w->args.ranges = w->ranges;
     w->args.barrier = NULL; /* the caller meets the other ranks on its own thread */
     w->args.barrier_ctx = NULL;
     memset(&w->stats, 0, sizeof w->stats);
+}
+
+dt_status_t dt_ckpt_async_start(dt_ckpt_async_t *w, const dt_ckpt_save_args *a) {
+    if (w->started) return dt_error(DT_STATUS_INVALID, "checkpoint.async: the previous save was not waited for");
+    copy_args(w, a);
     return start_thread(w, 0);
 }
 
-dt_status_t dt_ckpt_async_commit_start(dt_ckpt_async_t *w) {
-    if (w->started) return dt_error(DT_STATUS_INVALID, "checkpoint.async: the write was not waited for");
-    if (!w->dir) return dt_error(DT_STATUS_INVALID, "checkpoint.async: no save to commit");
+dt_status_t dt_ckpt_async_commit_start(dt_ckpt_async_t *w, const dt_ckpt_save_args *a) {
+    if (w->started) return dt_error(DT_STATUS_INVALID, "checkpoint.async: the previous commit was not waited for");
+    copy_args(w, a);
     return start_thread(w, 1);
 }
 

@@ -8,18 +8,19 @@
  * dt_ckpt_write_shard(): the same file, the same bytes, checksums and fsync as a
  * synchronous save. Deciding when to commit stays the caller's (it learns on its
  * own thread that every rank's write is over); rank 0 then runs the commit
- * (dt_ckpt_commit with the arguments kept here: meta.json, renames, `latest`,
- * pruning, each fsynced) in the background too, or itself. A crash during the
+ * (dt_ckpt_commit: meta.json, renames, `latest`, pruning, each fsynced) in the
+ * background too, on a second writer given the first one's arguments, so the next
+ * save's write can start while it runs. A crash during the
  * background write leaves step_N.tmp behind and `latest` at the previous complete
  * checkpoint.
  *
- *     dt_ckpt_async_t *w;  dt_ckpt_async_new(&w);
+ *     dt_ckpt_async_t *w, *c;  dt_ckpt_async_new(&w);  dt_ckpt_async_new(&c);
  *     dt_ckpt_async_start(w, &args);        // returns at once
  *     ... training goes on ...
  *     if (!dt_ckpt_async_busy(w)) st = dt_ckpt_async_wait(w, &stats);
  *     ... every rank's write is over (the caller's collective) ...
- *     if (st == OK && rank == 0) dt_ckpt_async_commit_start(w);  // at once
- *     ... training goes on; later dt_ckpt_async_wait(w, &stats) ...
+ *     if (st == OK && rank == 0) dt_ckpt_async_commit_start(c, dt_ckpt_async_args(w));
+ *     ... training goes on (w may start the next write); later dt_ckpt_async_wait(c, &cstats) ...
  *     dt_ckpt_async_free(w);                // waits for a write or commit in progress
  *
  * Test hook: DTRUN_CKPT_ASYNC_DELAY_MS=MS[:RANK] holds a background write (of that
@@ -42,10 +43,11 @@ void dt_ckpt_async_free(dt_ckpt_async_t *w);
  * DT_STATUS_INVALID when a write started before has not been waited for. The
  * ranges' data must stay valid and unchanged until dt_ckpt_async_wait returns. */
 dt_status_t dt_ckpt_async_start(dt_ckpt_async_t *w, const dt_ckpt_save_args *a);
-/* Starts the commit of the last started save (written and waited for) in a
- * background thread; dt_ckpt_async_wait returns its status, stats->path the step
- * directory. Only once every rank's shard is durable. */
-dt_status_t dt_ckpt_async_commit_start(dt_ckpt_async_t *w);
+/* Starts the commit of save a (its arguments are copied) in a background thread
+ * of w; dt_ckpt_async_wait(w) returns its status, stats->path the step directory.
+ * Only once every rank's shard of a is durable, and after the previous commit was
+ * waited for (`latest` moves in step order). */
+dt_status_t dt_ckpt_async_commit_start(dt_ckpt_async_t *w, const dt_ckpt_save_args *a);
 /* 1 while the background write (or commit) runs, 0 once it is over (or none was started). */
 int dt_ckpt_async_busy(dt_ckpt_async_t *w);
 /* 1 between a start and its wait. */

@@ -251,6 +251,8 @@ static dt_status_t resume_checkpoint(dt_trainer_t *t) {
     if (t->env->restart_count == 0) DT_CHECK(dt_train_ckpt_check_start(t->cfg));
     dt_train_ckpt c = ckpt_view(t, &owned, &lc);
     dt_status_t st = dt_train_ckpt_resume(&c, &t->start_step);
+    if (st == DT_STATUS_OK && t->cfg->checkpoint.async && dt_train_ckpt_enabled(t->cfg))
+        dt_train_async_prepare(&t->async, &c); /* the staging arena, before the first step */
     free(owned);
     DT_CHECK(st);
     t->saved_step = t->start_step;

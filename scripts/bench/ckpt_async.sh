@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # ckpt_async.sh - checkpoint.async against synchronous saves for the GPT-2 124M
 # state (12 layers, 768 wide, vocab 50257: fp32 params + Adam m + v, ~1.5 GB):
-# the same short run twice on one rank, 3 periodic saves each (steps 2, 4, 6; the
-# final save at step 7 is synchronous in both), and prints the mean time a
+# the same short run twice on one rank, 3 periodic saves each (steps 3, 6, 9; the
+# final save at step 10 is synchronous in both), and prints the mean time a
 # synchronous save takes against the mean time training was blocked per async save
 # (summary.json's ckpt_blocked_ms; ckpt_write_ms is the background write). The
 # model's seq_len is 64 instead of 1024 to keep the CPU steps short: 0.7M fewer
@@ -24,16 +24,16 @@ PY
 cat > "$D/g.json" <<JSON
 {"model": {"type": "gpt", "n_layer": 12, "n_head": 12, "n_embd": 768, "seq_len": 64, "vocab_size": 50257},
  "data": {"train": "$D/text.txt", "val_fraction": 0.05},
- "train_micro_batch_size_per_gpu": 1, "train_steps": 7, "steps_per_print": 1,
+ "train_micro_batch_size_per_gpu": 1, "train_steps": 10, "steps_per_print": 1,
  "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "weight_decay": 0.1}},
- "seed": 5, "checkpoint": {"dir": "$D/ck", "every_steps": 2, "keep_last": 1, "resume": "never"},
+ "seed": 5, "checkpoint": {"dir": "$D/ck", "every_steps": 3, "keep_last": 1, "resume": "never"},
  "log": {"dir": "$D/run"}}
 JSON
 echo "disk: $(df -h "$D" | tail -1 | awk '{print $1}'), dtrun: $DTRUN"
 "$DTRUN" __worker "$D/g.json" >"$D/sync.log" 2>&1 || { tail -5 "$D/sync.log"; exit 1; }
 sync_ms=$(python3 - "$D/sync.log" <<'PY'
 import re, sys
-t = [float(m.group(1)) for m in re.finditer(r"checkpoint: step [246] \(every_steps\) saved to \S+ in ([0-9.]+) s", open(sys.argv[1]).read())]
+t = [float(m.group(1)) for m in re.finditer(r"checkpoint: step [369] \(every_steps\) saved to \S+ in ([0-9.]+) s", open(sys.argv[1]).read())]
 assert len(t) == 3, t
 print("%.1f" % (sum(t) / len(t) * 1e3))
 PY
