@@ -34,4 +34,13 @@ dt_status_t dt_torchenv_read(dt_torchenv_t *env);
  * RANK that is not set: what a process needs to reach its peers' store. */
 dt_status_t dt_torchenv_require_store(const dt_torchenv_t *env);
 
+/* The agent's stop after a failure in the group (a worker died, a node was lost,
+ * the store stopped answering), as opposed to a preemption: SIGTERM sent to each
+ * worker with sigqueue() carrying this value, then to its process group as ever.
+ * The built-in trainer reads it from siginfo (SI_QUEUE, sent by its parent) and
+ * exits at once without the preemption save, which would only fail at the barrier
+ * of a broken group; a plain SIGTERM (scheduler, user, the agent's own signal)
+ * still saves. A program under --exec just gets SIGTERM. */
+#define DT_STOP_GROUP_FAILURE 0x64744746 /* "dtGF" */
+
 #endif /* DT_COMMON_TORCHENV_H */

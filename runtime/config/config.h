@@ -222,6 +222,7 @@ typedef struct dt_config {
         int64_t keep_last;   /* 0 = keep all */
         char *resume;        /* "auto" | "never" | a checkpoint path */
         bool overwrite;      /* resume never onto a dir holding checkpoints: allowed */
+        bool async;          /* periodic saves written by a background thread */
     } checkpoint;
     struct {
         int64_t every_steps; /* 0 = no evaluation */

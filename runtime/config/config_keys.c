@@ -229,6 +229,9 @@ static const config_key_t tail_keys[] = {
     {"checkpoint.overwrite", KT_BOOL, OFF(checkpoint.overwrite), 0, 0, 0, NULL, "false",
      "with resume never, save into a dir that already holds checkpoints (else exit 2); keep_last "
      "deletes only this run's"},
+    {"checkpoint.async", KT_BOOL, OFF(checkpoint.async), 0, 0, 0, NULL, "false",
+     "periodic saves copy the shard to host memory (pinned on CUDA) and a background thread writes, "
+     "checksums and fsyncs it while training goes on; the final and preemption saves stay synchronous"},
     {"eval.every_steps", KT_INT, OFF(eval.every_steps), 0, BIG, 0, NULL, "100",
      "validation every N steps (0 = never)"},
     {"eval.batches", KT_INT, OFF(eval.batches), 1, I32, 0, NULL, "10",

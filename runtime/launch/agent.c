@@ -37,6 +37,7 @@ static void stop_group(agent_t *ag, int sig, outcome_t why) {
         ag->phase = PHASE_OVER;
         return;
     }
+    if (sig == SIGTERM && why != OUTCOME_SIGNAL) dt_agent_signal_group_failure(ag); /* no preemption save */
     dt_agent_signal_workers(ag, sig);
 }
 

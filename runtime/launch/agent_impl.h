@@ -136,6 +136,10 @@ void dt_agent_drain_pipes(worker_t *w);
 /* Signals each worker's process group, also once its leader exited (what it left
  * behind is in the group), and each running worker itself if it left its group. */
 void dt_agent_signal_workers(agent_t *ag, int sig);
+/* Before the SIGTERM of a stop after a failure (not a signal to the agent): each
+ * live worker gets SIGTERM by sigqueue with DT_STOP_GROUP_FAILURE (torchenv.h), so
+ * the built-in trainer stops without a preemption save. */
+void dt_agent_signal_group_failure(agent_t *ag);
 
 /* ---- orphans.c ---- */
 

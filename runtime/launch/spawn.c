@@ -19,6 +19,7 @@
 #include "common/fs.h"
 #include "common/mem.h"
 #include "common/meminfo.h"
+#include "common/torchenv.h" /* defines: DT_STOP_GROUP_FAILURE */
 #include "runtime/launch/agent_impl.h"
 
 extern char **environ;
@@ -66,6 +67,14 @@ void dt_agent_signal_workers(agent_t *ag, int sig) {
         /* a stopped worker (SIGSTOP) takes the signal only once continued */
         if (sig != SIGKILL && sig != SIGCONT && kill(-w->pid, SIGCONT) != 0) kill(w->pid, SIGCONT);
         w->signaled_by_agent = 1;
+    }
+}
+
+void dt_agent_signal_group_failure(agent_t *ag) {
+    union sigval v = {.sival_int = DT_STOP_GROUP_FAILURE};
+    for (int i = 0; i < ag->nw; i++) {
+        worker_t *w = &ag->w[i];
+        if (w->pid > 0 && !w->exited && !w->group_gone) sigqueue(w->pid, SIGTERM, v);
     }
 }
 

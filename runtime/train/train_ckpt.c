@@ -18,6 +18,7 @@
 #include "common/rng.h" /* defines: dt_random_bytes */
 #include "common/clock.h"
 #include "common/fs_safe.h"
+#include "common/torchenv.h" /* defines: DT_STOP_GROUP_FAILURE */
 #include "common/log.h"
 #include "common/mem.h"
 #include "runtime/train/metrics.h"
@@ -150,13 +151,32 @@ static void add_piece(void *ctx, size_t local, size_t global, size_t n, int repl
     p->r[p->n++] = (dt_ckpt_range){.buffer = p->buffer, .offset = global, .count = n, .data = d};
 }
 
-dt_status_t dt_train_ckpt_save(const dt_train_ckpt *t, int64_t step, const char *why) {
+uint64_t dt_train_ckpt_stage_elems(const dt_train_ckpt *t) {
+    int n = 0;
+    dt_train_ckpt_owned *own = owned_ranges(t, &n);
+    uint64_t total = 0;
+    for (int i = 0; i < n; i++) total += 3 * own[i].count;
+    free(own);
+    return total;
+}
+
+void dt_train_ckpt_shard_free(dt_train_ckpt_shard *s) {
+    for (int i = 0; i < s->n_staged; i++) dt_mem_free(s->staged[i]);
+    free(s->staged);
+    free(s->ranges);
+    free(s->extra);
+    memset(s, 0, sizeof *s);
+}
+
+dt_status_t dt_train_ckpt_stage(const dt_train_ckpt *t, int64_t step, const char *why, float *arena,
+                                 dt_train_ckpt_shard *out) {
     const dt_ops_t *ops = t->dev->ops;
+    memset(out, 0, sizeof *out);
     int n = 0;
     dt_train_ckpt_owned *own = owned_ranges(t, &n);
     dt_ckpt_range *ranges = dt_xcalloc((size_t)(3 * n + 1), sizeof *ranges);
-    float **staged = dt_xcalloc((size_t)(3 * n + 1), sizeof *staged);
-    char *extra = NULL;
+    out->staged = dt_xcalloc((size_t)(3 * n + 1), sizeof *out->staged);
+    out->n_staged = 3 * n;
     dt_status_t st = DT_STATUS_OK;
     double t0 = dt_now_s();
     DT_CHECK_GOTO(ops->synchronize(t->dev), st, out_free);
@@ -168,22 +188,27 @@ dt_status_t dt_train_ckpt_save(const dt_train_ckpt *t, int64_t step, const char 
             r->buffer = names[b];
             r->offset = own[i].offset;
             r->count = own[i].count;
-            if (host_state(t)) {
+            size_t bytes = own[i].count * sizeof(float);
+            if (host_state(t) && !arena) { /* written from where it lives */
                 r->data = src[b];
                 continue;
             }
-            float *h = staged[3 * i + b] = dt_mem_alloc(DT_MEM_OTHER, own[i].count * sizeof(float));
+            float *h = arena;
+            if (arena) arena += own[i].count;
+            else h = out->staged[3 * i + b] = dt_mem_alloc(DT_MEM_OTHER, bytes);
             if (!h) {
                 st = DT_STATUS_NOMEM;
                 goto out_free;
             }
-            if (b == 0 && !params_are_f32(t)) DT_CHECK_GOTO(ops->download_f32(t->dev, h, src[b], own[i].count), st, out_free);
-            else DT_CHECK_GOTO(ops->copy(t->dev, h, src[b], own[i].count * sizeof(float), DT_COPY_DEVICE_TO_HOST), st,
-                               out_free);
+            if (host_state(t)) memcpy(h, src[b], bytes); /* a snapshot the next step cannot change */
+            else if (b == 0 && !params_are_f32(t))
+                DT_CHECK_GOTO(ops->download_f32(t->dev, h, src[b], own[i].count), st, out_free);
+            else DT_CHECK_GOTO(ops->copy(t->dev, h, src[b], bytes, DT_COPY_DEVICE_TO_HOST), st, out_free);
             r->data = h;
         }
     }
-    double stage_s = dt_now_s() - t0;
+    if (!host_state(t) || arena) DT_CHECK_GOTO(ops->synchronize(t->dev), st, out_free);
+    out->stage_s = dt_now_s() - t0;
     int n_ranges = 3 * n;
     if (t->layout->global) { /* a TP piece: its ranges as pieces of the global tensors */
         piece_list pl = {.skip_replicated = t->layout->tp_rank != 0};
@@ -197,35 +222,47 @@ dt_status_t dt_train_ckpt_save(const dt_train_ckpt *t, int64_t step, const char 
         ranges = pl.r;
         n_ranges = pl.n;
     }
-    if (t->rank == 0) extra = extra_json(t, step, why);
-    dt_ckpt_save_args a = {.dir = t->cfg->checkpoint.dir, .step = step, .rank = t->rank,
-                           .world_size = t->world_size, .strategy = dt_config_strategy_name(t->cfg->strategy),
-                           .layout = global_layout(t), .ranges = ranges, .n_ranges = n_ranges, .extra_json = extra,
-                           .keep_last = t->cfg->checkpoint.keep_last, .run_id = t->run_id, .barrier = t->barrier,
-                           .barrier_ctx = t->barrier_ctx};
+    if (t->rank == 0) out->extra = extra_json(t, step, why);
+    out->ranges = ranges;
+    out->n_ranges = n_ranges;
+    ranges = NULL;
+    out->args = (dt_ckpt_save_args){.dir = t->cfg->checkpoint.dir, .step = step, .rank = t->rank,
+                                    .world_size = t->world_size, .strategy = dt_config_strategy_name(t->cfg->strategy),
+                                    .layout = global_layout(t), .ranges = out->ranges, .n_ranges = n_ranges,
+                                    .extra_json = out->extra, .keep_last = t->cfg->checkpoint.keep_last,
+                                    .run_id = t->run_id, .barrier = t->barrier, .barrier_ctx = t->barrier_ctx};
+out_free:
+    free(ranges);
+    free(own);
+    if (st != DT_STATUS_OK) dt_train_ckpt_shard_free(out);
+    return st;
+}
+
+void dt_train_ckpt_log_saved(const dt_train_ckpt *t, int64_t step, const char *why, const dt_ckpt_save_stats *stats,
+                             double total_s, double stage_s) {
+    if (t->rank != 0) return;
+    double all = 3.0 * 4.0 * (double)global_layout(t)->n_params;
+    DT_LOG_INFO("checkpoint: step %lld (%s) saved to %s in %.3f s: %.1f MB in all, %.1f MB from this rank in "
+                "%.3f s (%.2f GB/s), staging %.3f s",
+                (long long)step, why, stats->path, total_s, all / 1e6, (double)stats->shard_bytes / 1e6,
+                stats->write_s, stats->write_s > 0 ? (double)stats->shard_bytes / stats->write_s / 1e9 : 0.0,
+                stage_s);
+}
+
+dt_status_t dt_train_ckpt_save(const dt_train_ckpt *t, int64_t step, const char *why) {
+    double t0 = dt_now_s();
+    dt_train_ckpt_shard s;
+    DT_CHECK(dt_train_ckpt_stage(t, step, why, NULL, &s));
     dt_ckpt_save_stats stats;
-    st = dt_ckpt_save(&a, &stats);
+    dt_status_t st = dt_ckpt_save(&s.args, &stats);
     if (st != DT_STATUS_OK) {
         char detail[1024]; /* dt_error writes the buffer dt_error_detail reads */
         snprintf(detail, sizeof detail, "%s", dt_error_detail());
         st = dt_error(st, "checkpoint of step %lld (%s) failed: %s", (long long)step, why, detail);
-        goto out_free;
+    } else {
+        dt_train_ckpt_log_saved(t, step, why, &stats, dt_now_s() - t0, s.stage_s);
     }
-    double total = dt_now_s() - t0;
-    if (t->rank == 0) {
-        double all = 3.0 * 4.0 * (double)global_layout(t)->n_params;
-        DT_LOG_INFO("checkpoint: step %lld (%s) saved to %s in %.3f s: %.1f MB in all, %.1f MB from this rank in "
-                    "%.3f s (%.2f GB/s), staging %.3f s",
-                    (long long)step, why, stats.path, total, all / 1e6, (double)stats.shard_bytes / 1e6,
-                    stats.write_s, stats.write_s > 0 ? (double)stats.shard_bytes / stats.write_s / 1e9 : 0.0,
-                    stage_s);
-    }
-out_free:
-    for (int i = 0; i < 3 * n; i++) dt_mem_free(staged[i]);
-    free(staged);
-    free(ranges);
-    free(own);
-    free(extra);
+    dt_train_ckpt_shard_free(&s);
     return st;
 }
 
@@ -503,15 +540,28 @@ dt_status_t dt_train_ckpt_resume(const dt_train_ckpt *t, int64_t *step) {
 
 static volatile sig_atomic_t preempt_signo;
 
-static void on_preempt(int sig) {
+/* A SIGTERM the agent queued with DT_STOP_GROUP_FAILURE: another rank failed and
+ * the group is being stopped; a save would wait at a barrier the dead rank never
+ * reaches, so exit now (only async-signal-safe calls here). Any other signal:
+ * recorded, the step finishes and the preemption save follows. */
+static void on_preempt(int sig, siginfo_t *si, void *uc) {
+    (void)uc;
+    if (sig == SIGTERM && si && si->si_code == SI_QUEUE && si->si_value.sival_int == DT_STOP_GROUP_FAILURE &&
+        si->si_pid == getppid()) {
+        static const char msg[] = "dtrun worker: the agent stops the group after a failure: exiting without a "
+                                  "preemption save\n";
+        ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+        (void)w;
+        _exit(128 + SIGTERM);
+    }
     if (!preempt_signo) preempt_signo = sig;
 }
 
 void dt_train_ckpt_catch_preemption(void) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_preempt;
-    sa.sa_flags = SA_RESTART;
+    sa.sa_sigaction = on_preempt;
+    sa.sa_flags = SA_RESTART | SA_SIGINFO;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGUSR1, &sa, NULL);

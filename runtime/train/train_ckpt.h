@@ -85,6 +85,30 @@ int dt_train_ckpt_enabled(const dt_config_t *cfg);
 /* Saves step `step` (why: "every_steps", "final", "SIGTERM", ...): logs the time
  * and GB/s. */
 dt_status_t dt_train_ckpt_save(const dt_train_ckpt *t, int64_t step, const char *why);
+/* A shard ready to save (checkpoint.async and dt_train_ckpt_save): the host
+ * ranges, rank 0's extra meta (data position, RNG, scheduler, config) and the save
+ * arguments over them, as of the step it was staged at. */
+typedef struct dt_train_ckpt_shard {
+    dt_ckpt_save_args args;
+    dt_ckpt_range *ranges;
+    int n_ranges;
+    float **staged; /* per-range copies (no arena) */
+    int n_staged;
+    char *extra;
+    double stage_s; /* the copy to host */
+} dt_train_ckpt_shard;
+/* Floats this rank's shard stages (params, m and v of its ranges). */
+uint64_t dt_train_ckpt_stage_elems(const dt_train_ckpt *t);
+/* Copies this rank's state to host for a save of `step`: into arena
+ * (dt_train_ckpt_stage_elems floats, e.g. pinned host memory) when given, so the
+ * ranges stay valid while training goes on; without one, host state is written from
+ * where it lives and device state is copied to fresh buffers. */
+dt_status_t dt_train_ckpt_stage(const dt_train_ckpt *t, int64_t step, const char *why, float *arena,
+                                dt_train_ckpt_shard *out);
+void dt_train_ckpt_shard_free(dt_train_ckpt_shard *s);
+/* Rank 0's log line of a completed save. */
+void dt_train_ckpt_log_saved(const dt_train_ckpt *t, int64_t step, const char *why, const dt_ckpt_save_stats *stats,
+                             double total_s, double stage_s);
 /* Resume per checkpoint.resume: "never" -> *step = 0; "auto" -> the newest
  * loadable checkpoint of checkpoint.dir (bad ones skipped with a warning), or 0
  * when there is none; a path -> that checkpoint or an error naming the problem.
@@ -97,7 +121,9 @@ dt_status_t dt_train_ckpt_read_range(const dt_train_ckpt *t, dt_ckpt_t *c, uint6
                                      void *params, float *m, float *v);
 
 /* Preemption: handlers for SIGTERM, SIGUSR1 and SIGUSR2 that only record the
- * signal; dt_train_ckpt_preempted() returns it (0 when none arrived). */
+ * signal; dt_train_ckpt_preempted() returns it (0 when none arrived). A SIGTERM
+ * the agent queued with DT_STOP_GROUP_FAILURE (common/torchenv.h: another rank
+ * failed) instead ends the process at once, exit 143, without a save. */
 void dt_train_ckpt_catch_preemption(void);
 int dt_train_ckpt_preempted(void);
 

@@ -252,6 +252,8 @@ static dt_status_t resume_checkpoint(dt_trainer_t *t) {
     if (t->env->restart_count == 0) DT_CHECK(dt_train_ckpt_check_start(t->cfg));
     dt_train_ckpt c = ckpt_view(t, &owned, &lc);
     dt_status_t st = dt_train_ckpt_resume(&c, &t->start_step);
+    if (st == DT_STATUS_OK && t->cfg->checkpoint.async && dt_train_ckpt_enabled(t->cfg))
+        dt_train_async_prepare(&t->async, &c); /* the staging arena, before the first step */
     free(owned);
     DT_CHECK(st);
     t->saved_step = t->start_step;
@@ -281,6 +283,7 @@ static dt_status_t preempt_signal(dt_trainer_t *t, int *sig) {
  * an error. */
 static dt_status_t after_step(dt_trainer_t *t, int64_t step, int *stop) {
     dt_train_ckpt_fault_point(t->env->rank, step);
+    DT_CHECK(dt_train_async_settle(t->async, t->dp, 0)); /* commits a finished async save */
     int sig;
     DT_CHECK(preempt_signal(t, &sig));
     *stop = sig != 0;
@@ -292,7 +295,10 @@ static dt_status_t after_step(dt_trainer_t *t, int64_t step, int *stop) {
         dt_train_ckpt_owned *owned;
         ckpt_load_ctx lc;
         dt_train_ckpt c = ckpt_view(t, &owned, &lc);
-        dt_status_t st = dt_train_ckpt_save(&c, step, why);
+        int async = t->cfg->checkpoint.async && !sig && !last; /* final and preemption: synchronous */
+        dt_status_t st = async ? dt_train_async_save(&t->async, &c, t->dp, step, why)
+                               : dt_train_async_settle(t->async, t->dp, 1);
+        if (!async && st == DT_STATUS_OK) st = dt_train_ckpt_save(&c, step, why);
         free(owned);
         if (st != DT_STATUS_OK) {
             if (last || sig) return st;
@@ -440,6 +446,7 @@ static dt_status_t setup(dt_trainer_t *t) {
 }
 
 static void teardown(dt_trainer_t *t) {
+    dt_train_async_free(t->async); /* waits for a background write (not committed) */
     dt_pp_free(t->pp);
     free(t->mb_tokens);
     free(t->mb_targets);
@@ -611,6 +618,7 @@ static dt_status_t write_summary(dt_trainer_t *t, double final_loss, double fina
     cJSON_AddStringToObject(o, "device", dt_device_kind_name(t->dev->kind));
     cJSON_AddStringToObject(o, "strategy", dt_config_strategy_name(t->cfg->strategy));
     cJSON_AddStringToObject(o, "offload_optimizer", dt_dp_offloaded(t->dp) ? "cpu" : "none");
+    dt_train_async_summary(t->async, o); /* checkpoint.async's figures, when it saved */
     cJSON_AddNumberToObject(o, "n_params", (double)t->layout.n_params);
     const dt_dp_plan *plan = dt_dp_get_plan(t->dp);
     cJSON_AddNumberToObject(o, "n_shards", plan->n_shards);

@@ -23,6 +23,7 @@
 #include "runtime/train/data.h"        /* defines: dt_data_source */
 #include "runtime/train/metrics.h"     /* defines: dt_metrics_t */
 #include "runtime/train/stragglers.h"  /* defines: dt_stragglers_t */
+#include "runtime/train/train_async.h" /* defines: dt_train_async */
 #include "runtime/train/train_ckpt.h"  /* defines: DT_TRAIN_RUN_ID_LEN */
 
 typedef struct dt_trainer {
@@ -67,6 +68,7 @@ typedef struct dt_trainer {
     int64_t start_step; /* the step a resumed run continues after (0: a fresh run) */
     int64_t saved_step; /* the step of the last checkpoint written or loaded */
     char run_id[DT_TRAIN_RUN_ID_LEN]; /* this run's, in its checkpoints (keep_last prunes only these) */
+    dt_train_async *async; /* checkpoint.async's pending save and staging (NULL until the first) */
 } dt_trainer_t;
 
 /* data.train's sources into out (DT_DATA_MAX_SOURCES): the config's list, or its

@@ -5,7 +5,8 @@ Runs `dtrun --nproc_per_node N --max_restarts 1 CONFIG` with DTRUN_FAULT_KILL_ST
 (the worker logs a line and SIGKILLs itself after step K), timestamps every output
 line as it arrives, and reports: death -> agent notices, -> restarted worker resumes
 from the checkpoint (its "resumed from" line, with load time), -> first step line
-after the restart. usage: ckpt_restart.py CONFIG KILL_STEP [NPROC] [KEY=VALUE ...]
+after the restart; and how the survivors of the first group stopped (the agent's
+group-failure stop, a collective's error, a preemption save attempt). usage: ckpt_restart.py CONFIG KILL_STEP [NPROC] [KEY=VALUE ...]
 """
 import os
 import re
@@ -21,8 +22,16 @@ env = dict(os.environ, DTRUN_FAULT_KILL_STEP=k)
 p = subprocess.Popen([dtrun, "--nproc_per_node", nproc, "--max_restarts", "1", cfg, "steps_per_print=1"] + extra,
                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True, bufsize=1)
 t = {}
+stops = set()
 for line in p.stdout:
     now = time.monotonic()
+    if "death" in t and "resumed" not in t:
+        if "without a preemption save" in line:
+            stops.add("group-failure stop")
+        elif "training failed" in line:
+            stops.add("collective error")
+        elif "(SIGTERM)" in line or "preempted by signal" in line:
+            stops.add("preemption save attempt")
     if "fault injection" in line and "death" not in t:
         t["death"] = now
     elif "death" in t and "failed; stopping" in line and "noticed" not in t:
@@ -38,4 +47,5 @@ if not {"death", "resumed", "first_step"} <= set(t):
     sys.exit(f"missing events: {t} (exit {p.returncode})")
 print(f"ranks {nproc}, killed after step {k}: agent noticed after {t.get('noticed', float('nan')) - t['death']:.3f} s, "
       f"checkpoint loaded after {t['resumed'] - t['death']:.3f} s (load {t['load_s']:.3f} s), "
-      f"first step printed {t['first_step'] - t['death']:.3f} s after the death; exit {p.returncode}")
+      f"first step printed {t['first_step'] - t['death']:.3f} s after the death; exit {p.returncode}; "
+      f"survivors: {', '.join(sorted(stops)) or 'none seen'}")
