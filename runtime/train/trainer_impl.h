@@ -122,4 +122,14 @@ dt_status_t dt_train_mean_loss_(dt_trainer_t *t, double *x);
  * this DP rank's model-parallel group, put in its place (collective over all ranks). */
 dt_status_t dt_train_gather_params_(dt_trainer_t *t, float **out);
 
+/* ---- train_summary.c ---- */
+
+/* The memory figures one rank reports (its peak, model state by kind, buffers,
+ * activations, pipeline and offload figures): every rank's are gathered for the summary. */
+enum { DT_TRAIN_MEM_N = 18 };
+void dt_train_my_memory_(dt_trainer_t *t, double *v);
+/* Rank 0: <log_dir>/summary.json; mem holds DT_TRAIN_MEM_N figures per rank. */
+dt_status_t dt_train_write_summary_(dt_trainer_t *t, double final_loss, double final_val, double tokens,
+                                    double wall_s, int64_t steps, const double *mem);
+
 #endif /* DT_RUNTIME_TRAINER_IMPL_H */
