@@ -175,7 +175,8 @@ struct dt_ops {
      * looks the device up by dev->name in the GPU table of runtime/tools/plan.c. */
     double (*peak_flops)(dt_device_t *dev);
     /* (optional) The device memory free now and in total, bytes (CUDA:
-     * cudaMemGetInfo). NULL on the CPU: the trainer reads the host's memory. */
+     * cudaMemGetInfo; CPU: what the host can still give, common/meminfo.h, and its
+     * physical memory). */
     dt_status_t (*mem_info)(dt_device_t *dev, size_t *free_bytes, size_t *total_bytes);
 
     /* ---- embedding: out[b,t,:] = wte[inp[b,t],:] + wpe[t,:] ----------------

@@ -109,6 +109,12 @@ Test(device, cpu_table_is_complete_and_reports_threads) {
     cr_assert_gt(nslots, 30);
     for (size_t i = 0; i < nslots; i++)
         cr_assert_not_null(slot[i], "slot %zu is NULL", i);
+    /* mem_info: what the host can still give, within its physical memory */
+    size_t fb = 0, tb = 0;
+    cr_assert_eq(dev->ops->mem_info(dev, &fb, &tb), DT_STATUS_OK);
+    cr_assert_gt(tb, 0);
+    cr_assert_gt(fb, 0);
+    cr_assert_leq(fb, tb);
     dt_device_free(dev);
     /* nthreads <= 0 takes OpenMP's default (OMP_NUM_THREADS). */
     dev = open_cpu(0);

@@ -9,9 +9,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/meminfo.h"
 
 dt_status_t dt_cpu_device_init(dt_device_t *dev, int nthreads) {
     DT_CHECK(dt_cpu_blas_load());
@@ -118,6 +120,19 @@ static double cpu_theoretical_flops(const dt_device_t *dev) {
     return (double)dev->nthreads * mhz * 1e6 * 2 * 2 * lanes;
 }
 
+/* The host's memory: what the process can still get (MemAvailable, or the room
+ * under its cgroup's limits) and the physical total. The trainer's memory check
+ * uses the agent's one sample per round instead (train_mem.c). */
+static dt_status_t cpu_mem_info(dt_device_t *dev, size_t *free_bytes, size_t *total_bytes) {
+    (void)dev;
+    const char *what;
+    double avail = dt_meminfo_host_available(&what);
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    *free_bytes = avail > 0 ? (size_t)avail : 0;
+    *total_bytes = pages > 0 && page > 0 ? (size_t)pages * (size_t)page : 0;
+    return DT_STATUS_OK;
+}
+
 /* The peak MFU is reported against: the theoretical one (cpu_theoretical_flops),
  * else the best of a few timed matmuls (512^3, near sgemm's plateau) for at most
  * 0.1 s with the device's threads. A timed peak alone was taken on a loaded
@@ -194,6 +209,7 @@ static const dt_ops_t cpu_ops = {
     .upload_f32 = cpu_upload_f32,
     .download_f32 = cpu_download_f32,
     .peak_flops = cpu_peak_flops,
+    .mem_info = cpu_mem_info,
     .encoder_forward = dt_cpu_encoder_forward,
     .encoder_backward = dt_cpu_encoder_backward,
     .layernorm_forward = dt_cpu_layernorm_forward,
