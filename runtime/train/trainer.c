@@ -310,6 +310,9 @@ static dt_status_t after_step(dt_trainer_t *t, int64_t step, int *stop) {
     if (!sig) { /* elastic: a node waits to join, every rank stops after this boundary's save */
         int resize = 0;
         DT_CHECK(dt_train_elastic_poll(t, step, &resize));
+        /* an async save of this boundary is committed before the workers exit (every
+         * rank got the same answer: the settle is collective) */
+        if (resize) DT_CHECK(dt_train_async_settle(t->async, t->dp, 1));
         if (resize) *stop = 1;
     }
     if (sig && t->env->rank == 0) {

@@ -121,6 +121,19 @@ if [ $rc -eq 143 ] && [ -n "$ps" ] && [ "$ps" -gt 20 ] && [ -f "$DT_TMP/mk3/step
   pass "SIGTERM while step 20's write is pending: it is committed first, then step $ps saved synchronously"
 else fail "preemption with a pending async save" "rc=$rc ps=$ps latest=$(cat "$DT_TMP/mk3/latest" 2>/dev/null) $(grep -i 'checkpoint:\|error' "$DT_TMP/m3" | cut -c1-160 | head -4)"; fi
 
+# An elastic resize at a checkpoint boundary (a node waits to join: the worker's
+# resize flag) while that boundary's async write is held: the save is committed
+# before the worker exits 75, so the group resumes from it at the new size.
+touch "$DT_TMP/resize_flag"
+sed "s#$DT_TMP/ck0#$DT_TMP/ck5#; s#$DT_TMP/run0#$DT_TMP/run5#" "$DT_TMP/gpt.json" > "$DT_TMP/g5.json"
+DTRUN_ELASTIC=1:2 DTRUN_RESIZE_FILE="$DT_TMP/resize_flag" DTRUN_CKPT_ASYNC_DELAY_MS=1000 timeout 60 $W "$DT_TMP/g5.json" \
+  checkpoint.async=true train_batch_size=8 >"$DT_TMP/o5" 2>&1
+rc=$?
+if [ $rc -eq 75 ] && [ "$(cat "$DT_TMP/ck5/latest" 2>/dev/null)" = step_00000010 ] && [ -f "$DT_TMP/ck5/step_00000010/meta.json" ] &&
+   grep -q "step 10 (every_steps, async) saved" "$DT_TMP/o5"; then
+  pass "elastic resize at step 10 with its async write pending: committed (latest step 10) before exit 75"
+else fail "elastic resize with a pending async save" "rc=$rc latest=$(cat "$DT_TMP/ck5/latest" 2>/dev/null) $(ls "$DT_TMP/ck5" | tr '\n' ' ')"; fi
+
 expect_rc2() {
   "$@" >"$DT_TMP/err" 2>&1; local rc=$?
   if [ $rc -eq 2 ] && grep -q "checkpoint.async" "$DT_TMP/err"; then pass "checkpoint.async=maybe: exit 2 naming the key"
