@@ -37,7 +37,9 @@ static void stop_group(agent_t *ag, int sig, outcome_t why) {
         ag->phase = PHASE_OVER;
         return;
     }
-    if (sig == SIGTERM && why != OUTCOME_SIGNAL) dt_agent_signal_group_failure(ag); /* no preemption save */
+    /* no preemption save, unless another node's agent was signalled (a preemption
+     * there: every rank must reach the save) */
+    if (sig == SIGTERM && why != OUTCOME_SIGNAL && !ag->peer_signal) dt_agent_signal_group_failure(ag);
     dt_agent_signal_workers(ag, sig);
 }
 
@@ -205,6 +207,7 @@ static void on_tick(uv_timer_t *t) {
         if (!strncmp(r, SIGNAL_STOP_TAG, strlen(SIGNAL_STOP_TAG))) {
             r += strlen(SIGNAL_STOP_TAG);
             ag->no_restart = 1;
+            ag->peer_signal = 1;
         }
         snprintf(ag->stop_note, sizeof ag->stop_note, "%s", r);
         free(reason);
@@ -248,6 +251,7 @@ static dt_status_t run_round(agent_t *ag) {
     ag->running = 0;
     ag->stop_note[0] = '\0';
     ag->no_restart = 0;
+    ag->peer_signal = 0;
     ag->resize_exit = 0;
     for (int i = 0; i < ag->nw; i++) {
         worker_t *w = &ag->w[i];

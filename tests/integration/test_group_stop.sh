@@ -52,4 +52,25 @@ if [ $rc -eq 143 ] && grep -q "checkpoint: step 2[23] (SIGTERM) saved to" "$DT_T
    ! grep -q "without a preemption save" "$DT_TMP/o2"; then
   pass "SIGTERM to the agent: still a preemption save, exit 143"
 else fail "SIGTERM preemption" "rc=$rc $(grep -i 'SIGTERM\|preempt' "$DT_TMP/o2" | head -3)"; fi
+# Two nodes (one agent each on 127.0.0.2/.3), SIGTERM to node 0's agent only (a
+# scheduler's preemption reaching one node): node 1's agent learns it from the
+# store and stops its worker with a plain SIGTERM, not the group-failure one, so
+# every rank reaches the preemption save. Rank 1 sleeps 1.5 s per step so that
+# its agent's stop lands while it is still in the step.
+port=$(free_port)
+for i in 0 1; do
+  term=0; [ $i = 0 ] && term=5 # node 0's worker sends SIGTERM to its agent after step 5
+  env DTRUN_FAULT_TERM_PARENT_STEP=$term DTRUN_TEST_SLOW_RANK=1:1500 timeout -k 2 60 "$DTRUN" \
+    --nnodes 2 --rdzv_endpoint 127.0.0.2:$port --local_addr 127.0.0.$((i + 2)) \
+    --rdzv_conf join_timeout=20,heartbeat_interval=0.2 --monitor_interval 0.05 "$DT_TMP/g.json" comm.backend=tcp \
+    train_micro_batch_size_per_gpu=8 checkpoint.dir="$DT_TMP/ck3" log.dir="$DT_TMP/run3" >"$DT_TMP/n$i" 2>&1 &
+  np[$i]=$!
+done
+wait ${np[0]}; rc0=$?
+wait ${np[1]}; rc1=$?
+ps=$(sed -n 's/.*checkpoint: step \([0-9]*\) (SIGTERM) saved to.*/\1/p' "$DT_TMP/n0")
+if [ $rc0 -eq 143 ] && [ -n "$ps" ] && [ "$(cat "$DT_TMP/ck3/latest" 2>/dev/null)" = "$(printf step_%08d "$ps")" ] &&
+   ! grep -q "without a preemption save" "$DT_TMP/n1"; then
+  pass "SIGTERM to node 0's agent only: node 1's worker stopped plainly, step $ps saved on both nodes"
+else fail "preemption signal on one node of two" "rc=$rc0/$rc1 ps=$ps latest=$(cat "$DT_TMP/ck3/latest" 2>/dev/null) $(grep -h 'preemption save\|failed' "$DT_TMP/n0" "$DT_TMP/n1" | head -3)"; fi
 finish
