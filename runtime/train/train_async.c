@@ -156,7 +156,7 @@ dt_status_t dt_train_async_settle(dt_train_async *a, dt_dp_t *dp, int block) {
     a->sync_wait_s = 0;
     DT_CHECK(settle(a, dp, block, block, block));
     if (block && a->sync_wait_s > 1e-3)
-        DT_LOG_INFO("checkpoint: waited %.1f ms for the pending async save before this synchronous one",
+        DT_LOG_INFO("checkpoint: waited %.1f ms for the pending async save (before a synchronous save or a stop)",
                     a->sync_wait_s * 1e3);
     return DT_STATUS_OK;
 }

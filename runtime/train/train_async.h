@@ -37,7 +37,7 @@ void dt_train_async_prepare(dt_train_async **a, const dt_train_ckpt *t);
  * at the next settle. Collective over dp's ranks (the settle of the previous save). */
 dt_status_t dt_train_async_save(dt_train_async **a, const dt_train_ckpt *t, dt_dp_t *dp, int64_t step,
                                 const char *why);
-/* After every step and before a synchronous save (block 1: wait for this rank's
+/* After every step, and before a synchronous save or an elastic stop (block 1: wait for this rank's
  * write first, and on rank 0 for the commit): commits the pending save once every
  * rank's write is over (rank 0, in the background; logged once done); a
  * failed write anywhere drops it with an error in the log (the previous checkpoint
