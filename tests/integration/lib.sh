@@ -13,6 +13,8 @@ skip() { echo "SKIP: $1: $2"; }
 # check NAME COMMAND...: passes when the command exits 0
 check() { local n=$1; shift; if "$@"; then pass "$n"; else fail "$n"; fi; }
 # A free TCP port on loopback (the kernel picks it).
+# losses RUN_LOG_DIR: "step loss" per metrics.jsonl row (loss exact: repr)
+losses() { python3 -c 'import json,sys; [print(json.loads(l)["step"], repr(json.loads(l)["loss"])) for l in open(sys.argv[1])]' "$1/metrics.jsonl"; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 finish() { exit $(( DT_FAILS > 0 )); }
 # make_text FILE SEED LINES: a small corpus of random sentences from 14 words,

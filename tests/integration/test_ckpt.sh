@@ -25,7 +25,6 @@ expect2() { # name pattern command...
   if [ $rc -eq 2 ] && grep -q -- "$pat" "$DT_TMP/err"; then pass "$name"; else fail "$name" "rc=$rc: $(head -3 "$DT_TMP/err")"; fi
 }
 # Losses (step, loss) of a run's metrics, one per line.
-losses() { python3 -c 'import json,sys; [print(json.loads(l)["step"], repr(json.loads(l)["loss"])) for l in open(sys.argv[1])]' "$1/metrics.jsonl"; }
 same_losses() { # name run_dir
   if cmp -s <(losses "$DT_TMP/run0") <(losses "$2"); then pass "$1"; else fail "$1" "$(diff <(losses "$DT_TMP/run0") <(losses "$2") | head -4)"; fi
 }
@@ -63,13 +62,12 @@ else fail "kill and resume" "rc=$rc $(grep -i checkpoint "$DT_TMP/o1b" | head -3
 sed "s#$DT_TMP/ck0#$DT_TMP/mk0#; s#$DT_TMP/run0#$DT_TMP/mrun0#; s#\"train_micro_batch_size_per_gpu\": 8#\"train_batch_size\": 24, \"train_micro_batch_size_per_gpu\": 4#; s#\"train_steps\": 60#\"train_steps\": 30#" \
   "$DT_TMP/gpt.json" > "$DT_TMP/m.json"
 "$DTRUN" --nproc_per_node 2 "$DT_TMP/m.json" strategy=fsdp >"$DT_TMP/om0" 2>&1 || fail "2-rank fsdp run" "$(tail -3 "$DT_TMP/om0")"
-mlosses() { python3 -c 'import json,sys; [print(json.loads(l)["step"], repr(json.loads(l)["loss"])) for l in open(sys.argv[1])]' "$1/metrics.jsonl"; }
 k=$(python3 -c "import random; print(random.randint(11, 29))")
 DTRUN_FAULT_KILL_STEP=$k DTRUN_FAULT_KILL_RANK=1 "$DTRUN" --nproc_per_node 2 --max_restarts 2 "$DT_TMP/m.json" strategy=fsdp \
   checkpoint.dir="$DT_TMP/mk1" log.dir="$DT_TMP/mrun1" >"$DT_TMP/om1" 2>&1
 rc=$?
 if [ $rc -eq 0 ] && grep -q "SIGKILL to rank 1" "$DT_TMP/om1" && grep -q "resumed from" "$DT_TMP/om1" &&
-   cmp -s <(mlosses "$DT_TMP/mrun0") <(mlosses "$DT_TMP/mrun1"); then
+   cmp -s <(losses "$DT_TMP/mrun0") <(losses "$DT_TMP/mrun1"); then
   pass "2 ranks fsdp: rank 1 SIGKILLed at step $k, group restarted and resumed: same losses"
 else fail "2-rank kill and resume (step $k)" "rc=$rc $(grep -i "resumed\|error" "$DT_TMP/om1" | head -3)"; fi
 for ws in "3 zero1" "1 ddp" "2 zero2"; do
@@ -98,7 +96,7 @@ rc=$?
 "$DTRUN" --nproc_per_node 2 "$DT_TMP/m.json" strategy=zero1 checkpoint.dir="$DT_TMP/mk4" log.dir="$DT_TMP/mrun4" \
   >/dev/null 2>&1
 if [ $rc -eq 143 ] && grep -q "(SIGTERM) saved" "$DT_TMP/om3" && grep -q "resumed from" "$DT_TMP/om4" &&
-   cmp -s <(mlosses "$DT_TMP/mrun3") <(mlosses "$DT_TMP/mrun4"); then
+   cmp -s <(losses "$DT_TMP/mrun3") <(losses "$DT_TMP/mrun4"); then
   pass "2 ranks zero1: SIGTERM preemption saved, relaunch resumed: same losses"
 else fail "2-rank preemption" "rc=$rc $(grep -i "preempt\|resumed\|error" "$DT_TMP/om3" "$DT_TMP/om4" | head -4)"; fi
 

@@ -21,7 +21,6 @@ cat > "$DT_TMP/gpt.json" <<JSON
  "checkpoint": {"dir": "$DT_TMP/ck0", "every_steps": 10, "keep_last": 0, "resume": "auto"},
  "log": {"dir": "$DT_TMP/run0"}}
 JSON
-losses() { python3 -c 'import json,sys; [print(json.loads(l)["step"], repr(json.loads(l)["loss"])) for l in open(sys.argv[1])]' "$1/metrics.jsonl"; }
 # same_tree NAME SYNC_DIR ASYNC_DIR: the same step folders, shards byte for byte,
 # meta.json equal but for the save time and the run id.
 same_tree() {

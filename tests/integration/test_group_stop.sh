@@ -16,7 +16,6 @@ cat > "$DT_TMP/g.json" <<JSON
  "checkpoint": {"dir": "$DT_TMP/ck0", "every_steps": 10, "keep_last": 0, "resume": "auto"},
  "log": {"dir": "$DT_TMP/run0"}}
 JSON
-losses() { python3 -c 'import json,sys; [print(json.loads(l)["step"], repr(json.loads(l)["loss"])) for l in open(sys.argv[1])]' "$1/metrics.jsonl"; }
 "$DTRUN" --nproc_per_node 2 "$DT_TMP/g.json" >"$DT_TMP/o0" 2>&1 || fail "uninterrupted run" "$(tail -3 "$DT_TMP/o0")"
 
 # Rank 1 SIGKILLed after step 25. Rank 0 may see rank 1's exit in a collective

@@ -69,7 +69,6 @@ job() {
     SLURM_SUBMIT_DIR="$PWD" SLURM_SUBMIT_HOST=localhost SLURMD_NODENAME=127.0.0.2 \
     DTRUN="$DTRUN" DTRUN_NPROC=1 DTRUN_PORT=$(free_port) "$@"
 }
-losses() { python3 -c 'import json,sys; [print(json.loads(l)["step"], repr(json.loads(l)["loss"])) for l in open(sys.argv[1])]' "$1/metrics.jsonl"; }
 
 # The job trains: two agents (one per fake node) through srun, 300 steps.
 job 4101 bash "$SB" "$DT_TMP/g.json" > "$DT_TMP/j0" 2>&1
