@@ -92,7 +92,8 @@ Test(comm_nccl, watchdog_aborts_an_op_stalled_past_the_timeout) {
     st = dt_comm_all_reduce(c, d_in, d_out, N, DT_COMM_F32, DT_COMM_SUM);
     cr_assert_neq(st, DT_STATUS_OK, "an op after the abort succeeded");
     cr_assert(strstr(dt_error_detail(), "watchdog"), "after the abort: %s", dt_error_detail());
-    cr_assert_eq(cudaDeviceSynchronize(), cudaSuccess); /* the stall ends; the device is still usable */
+    cudaError_t e = cudaDeviceSynchronize(); /* the stall ends; the device is still usable */
+    cr_assert_eq(e, cudaSuccess, "after the stall and the abort: %s", cudaGetErrorString(e));
     cudaFree(d_in);
     cudaFree(d_out);
     dt_comm_free(c);
