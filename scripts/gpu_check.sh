@@ -13,13 +13,21 @@
 # binary (CUDA ops vs the CPU ops, the fused attention, the Llama ops and decoding,
 # the plan's arena) and the emulator's own tests, with DTRUN_CUDA_SYNC_OPS=1 so a
 # GPU fault names its op; NCCL at world size 1 (test_comm_nccl, `bench comm
-# --device cuda` over NCCL); a small GPT trained on the GPU against the CPU from
-# the same init (step 1 tight, later steps loose: Adam amplifies rounding in
-# near-zero gradients), in fp32 and bf16, and with two ranks sharing the GPU over
-# shm; GPT-2 124M bf16 tokens/s and MFU with the cuBLAS and the fused attention;
-# its peak GPU memory against `dtrun plan` (10%); PyTorch's torch.compile on the
-# same model and batch and the ratio; `bench comm --device cuda` with two ranks
-# over shm; compute-sanitizer racecheck on the fused attention test.
+# --device cuda` over NCCL); the NCCL watchdog: an op held past comm.timeout_s
+# (1 s) while nobody waits is aborted by the watchdog's thread (ncclCommAbort) and
+# fails naming it (test_comm_nccl's watchdog test); a small GPT trained on the GPU
+# against the CPU from the same init (step 1 tight, later steps loose: Adam
+# amplifies rounding in near-zero gradients), in fp32 and bf16, with two ranks
+# sharing the GPU over shm, and as 2 pipeline stages; the memory check on the
+# GPU: a micro-batch over the GPU's whole memory (sized by `dtrun plan`) exits 2
+# naming "free on GPU" and a change, and that change trains a step in the same
+# memory; checkpoint.async on the GPU (pinned staging): the same checkpoint bytes
+# as synchronous saves, and the time a save blocked training (summary.json's
+# ckpt_blocked_ms); GPT-2 124M bf16 tokens/s and MFU with the cuBLAS and the
+# fused attention; its peak GPU memory against `dtrun plan` (10%); PyTorch's
+# torch.compile on the same model and batch and the ratio; `bench comm --device
+# cuda` with two ranks over shm; compute-sanitizer racecheck on the fused
+# attention test.
 #
 # Libraries: LD_LIBRARY_PATH is set on our commands only, never on python3 (the
 # image's PyTorch keeps its own). Order: the packed lib/, the system's, then, only
@@ -31,7 +39,8 @@
 #
 # GPU_CHECK_EMU=1: the same script here against the CPU emulator of CUDA: packs
 # the emulator build (GPU_CHECK_EMU=1 scripts/gpu_pack.sh), unpacks and preflights
-# it as above, runs small sizes; NCCL, PyTorch and compute-sanitizer rows SKIP.
+# it as above, runs small sizes (the memory check on a 0.04 GiB emulated GPU,
+# DTRUN_CUEMU_MEM_GB); NCCL, PyTorch and compute-sanitizer rows SKIP.
 # Knobs: OUT (default /tmp/gpu_check_out), GPU_CHECK_DEADLINE, GPT2_BATCH (16),
 # GPU_CHECK_KEEP=1 (keep the unpacked folder).
 set -u
@@ -184,13 +193,15 @@ nccl() {
 }
 
 # --- the test binaries ----------------------------------------------------------------
-# criterion NAME BINARY CAP [nccl]: one row from a Criterion binary's synthesis line
+# criterion NAME BINARY CAP [nccl|-] [FILTER]: one row from a Criterion binary's
+# synthesis line; FILTER (a Criterion --filter glob, SUITE/TEST*) runs only those tests
 criterion() {
-  local name=$1 bin=$BIN/$2 log=$L/$2.log rc
+  local name=$1 bin=$BIN/$2 log=$L/$2.log rc flt=()
   due "$name" "$3" || return
   NOTE=""
-  if [ "${4:-}" = nccl ]; then nccl "$log" env DTRUN_CUDA_SYNC_OPS=1 "$bin" --jobs "$NPROC"; rc=$?
-  else ours env DTRUN_CUDA_SYNC_OPS=1 "$bin" --jobs "$NPROC" >"$log" 2>&1; rc=$?; fi
+  if [ -n "${5:-}" ]; then flt=(--filter "$5"); log=$L/$2.$(printf %s "${5%%\**}" | tr -c 'a-zA-Z0-9_' _).log; fi
+  if [ "${4:-}" = nccl ]; then nccl "$log" env DTRUN_CUDA_SYNC_OPS=1 "$bin" --jobs "$NPROC" "${flt[@]}"; rc=$?
+  else ours env DTRUN_CUDA_SYNC_OPS=1 "$bin" --jobs "$NPROC" "${flt[@]}" >"$log" 2>&1; rc=$?; fi
   local syn; syn=$(grep -a Synthesis "$log" | sed 's/.*Synthesis: //')
   local res=FAIL
   [ $rc -eq 0 ] && res=PASS
@@ -239,12 +250,21 @@ bench() {
     row "$name" PASS "$NOTE$1 B: $5 us, algbw $6, busbw $7 GB/s; d2d copy ${copy:-?}"
   else row "$name" FAIL "$NOTE""exit $rc: $(tail -2 "$log" | clip 140)"; fi
 }
+WDNAME="NCCL watchdog aborts a stalled op (timeout 1 s)"
 if [ "$EMU" = 1 ]; then
   row "NCCL communicator, world size 1" SKIP "the emulator has no NCCL"
+  row "$WDNAME" SKIP "the emulator has no NCCL"
   row "bench comm --device cuda, NCCL, 1 rank" SKIP "the emulator has no NCCL"
 else
-  if [ -x "$BIN/test_comm_nccl" ]; then criterion "NCCL communicator, world size 1" test_comm_nccl 120 nccl
-  else row "NCCL communicator, world size 1" FAIL "test_comm_nccl is not in $ARCHIVE"; fi
+  if [ -x "$BIN/test_comm_nccl" ]; then
+    criterion "NCCL communicator, world size 1" test_comm_nccl 120 nccl 'comm_nccl/every_op*'
+    # an op held behind a host function on the compute stream, nobody waiting: the
+    # watchdog's thread aborts the communicator (ncclCommAbort) and the op fails
+    criterion "$WDNAME" test_comm_nccl 60 nccl 'comm_nccl/watchdog*'
+  else
+    row "NCCL communicator, world size 1" FAIL "test_comm_nccl is not in $ARCHIVE"
+    row "$WDNAME" FAIL "test_comm_nccl is not in $ARCHIVE"
+  fi
   bench "bench comm --device cuda, NCCL, 1 rank" 1 nccl --backend nccl --max 256M
 fi
 
@@ -316,6 +336,131 @@ if due "pipeline: 2 stages sharing the GPU (1f1b) vs 2 CPU ranks" 200; then
   train gpu_pp2 2 device=cuda bf16.enabled=false comm.backend=shm pipeline.stages=2 gradient_accumulation_steps=2
   compare "pipeline: 2 stages sharing the GPU (1f1b) vs 2 CPU ranks" gpu_pp2 cpu2 1e-4 1e-2
 fi
+
+# --- out of memory before it happens, on the GPU ------------------------------------
+# A GPT whose micro-batch needs more than the GPU's whole memory (by `dtrun plan`:
+# the smallest power of two over 1.25x memory.total; on the emulator a 0.04 GiB
+# GPU, DTRUN_CUEMU_MEM_GB): the worker refuses it before the first step, exit 2
+# naming the GPU's free memory and the cheapest change that fits; that change then
+# trains a step in the same memory.
+memcheck() {
+  local name="memory check on the GPU: refused, suggestion fits"
+  due "$name" 120 || return
+  local menv=() shape total
+  if [ "$EMU" = 1 ]; then
+    menv=(DTRUN_CUEMU_MEM_GB=0.04)
+    total=$(python3 -c 'print(int(0.04 * 2**30))')
+    shape='"n_layer": 2, "n_head": 2, "n_embd": 32, "seq_len": 16'
+  else
+    total=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0 2>/dev/null | head -1)
+    total=$(( ${total:-0} * 1024 * 1024 ))
+    # 40 MB of activations per sequence, 82 flop per byte of them: the suggestion's
+    # step (the same global batch) is a few seconds; no tensor over 2^31 elements
+    shape='"n_layer": 8, "n_head": 8, "n_embd": 128, "seq_len": 256'
+  fi
+  if [ "$total" -le 0 ]; then row "$name" FAIL "no memory.total from nvidia-smi"; return; fi
+  cat >"$D/oom.json" <<JSON
+{"model": {"type": "gpt", $shape, "vocab_size": 256}, "device": "cuda",
+ "data": {"train": "$D/text.txt", "val_fraction": 0.01},
+ "train_micro_batch_size_per_gpu": 1, "train_steps": 1, "steps_per_print": 1,
+ "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}, "seed": 3, "threads": $th,
+ "eval": {"every_steps": 0}, "checkpoint": {"every_steps": 0, "resume": "never"}}
+JSON
+  local p1 p2 mb
+  p1=$(ours "$DT" plan "$D/oom.json" train_micro_batch_size_per_gpu=1 --gpus 1 --gpu h200 --json 2>"$L/oom_plan.err")
+  p2=$(ours "$DT" plan "$D/oom.json" train_micro_batch_size_per_gpu=2 --gpus 1 --gpu h200 --json 2>>"$L/oom_plan.err")
+  mb=$(python3 -c 'import json, sys
+t1, t2 = (json.loads(s)["rows"][0]["memory_bytes"]["total"] for s in sys.argv[1:3])
+need, mb = 1.25 * int(sys.argv[3]), 1
+while t1 + (mb - 1) * (t2 - t1) <= need: mb *= 2
+print(mb, f"{(t1 + (mb - 1) * (t2 - t1)) / 1e9:.2f}")' "$p1" "$p2" "$total" 2>>"$L/oom_plan.err")
+  if [ -z "$mb" ]; then row "$name" FAIL "sizing from dtrun plan: $(tail -2 "$L/oom_plan.err" | clip 140)"; return; fi
+  set -- $mb
+  mb=$1
+  local plan_gb=$2 rc sug
+  ours env "${menv[@]}" "$DT" --standalone --nproc_per_node 1 "$D/oom.json" train_micro_batch_size_per_gpu="$mb" \
+    log.dir="$L/oom0" >"$L/oom0.log" 2>&1
+  rc=$?
+  sug=$(sed -n 's/.*the cheapest change that fits: \(.*\): [0-9.]* [kMG]*B per .*/\1/p' "$L/oom0.log" | head -1)
+  local free; free=$(grep -o '([0-9.]* [kMG]*B free on GPU [0-9]* ([^)]*)' "$L/oom0.log" | head -1)
+  local need; need=$(grep -o 'the run needs [0-9.]* [kMG]*B per GPU but [0-9.]* [kMG]*B is usable' "$L/oom0.log" |
+    head -1 | sed 's/the run //; s/ per GPU but/,/')
+  if [ $rc -ne 2 ] || [ -z "$free" ] || [ -z "$sug" ] || ! grep -q 'not enough memory: the run needs' "$L/oom0.log"; then
+    row "$name" FAIL "micro-batch $mb (plan $plan_gb GB): exit $rc, not 2 naming 'free on GPU' and a change: $( (grep -a -m1 'not enough memory\|training failed' "$L/oom0.log" || tail -2 "$L/oom0.log") | clip 160)"
+    return
+  fi
+  # shellcheck disable=SC2086
+  ours env "${menv[@]}" "$DT" --standalone --nproc_per_node 1 "$D/oom.json" train_micro_batch_size_per_gpu="$mb" \
+    $sug log.dir="$L/oom1" >"$L/oom1.log" 2>&1
+  rc=$?
+  local peak; peak=$(python3 -c 'import json, sys
+print("%.3f" % (json.load(open(sys.argv[1]))["ranks"][0]["peak_bytes"] / 1e9))' "$L/oom1/summary.json" 2>/dev/null)
+  if [ $rc -eq 0 ] && grep -q 'step 1/1' "$L/oom1.log"; then
+    row "$name" PASS "micro-batch $mb: exit 2, $need (${free#(}); '$sug' trained 1 step, peak ${peak:-?} GB"
+  else row "$name" FAIL "refused right, but '$sug' failed: exit $rc: $(tail -2 "$L/oom1.log" | clip 140)"; fi
+}
+memcheck
+
+# --- checkpoint.async on the GPU: pinned staging, the same bytes ----------------------
+# The small GPT (bf16) saved every steps/4 synchronously and with checkpoint.async
+# (the shard copied from the GPU into pinned host memory, written by a thread): the
+# same step folders and shard bytes (meta.json equal but for the save time, the run
+# id and the folders), and summary.json's ckpt_blocked_ms against the synchronous save.
+ckpt_async() {
+  local name="checkpoint.async on the GPU = sync bytes"
+  due "$name" 150 || return
+  local every=$((steps / 4)) k=(device=cuda bf16.enabled=true checkpoint.keep_last=0)
+  train ck_sync 1 "${k[@]}" checkpoint.every_steps=$every checkpoint.dir="$D/ck_sync"
+  local rc0=$?
+  train ck_async 1 "${k[@]}" checkpoint.every_steps=$every checkpoint.dir="$D/ck_async" checkpoint.async=true
+  local rc1=$?
+  if [ $rc0 -ne 0 ] || [ $rc1 -ne 0 ]; then
+    row "$name" FAIL "exit $rc0 (sync), $rc1 (async): $(tail -2 "$L/ck_async.log" "$L/ck_sync.log" | grep -v '^==\|^$' | clip 140)"
+    return
+  fi
+  local r; r=$(python3 - "$D/ck_sync" "$D/ck_async" "$L/ck_sync.log" "$L/ck_async/summary.json" \
+    "$L/ck_sync/metrics.jsonl" "$L/ck_async/metrics.jsonl" <<'PY'
+import json, os, re, sys
+a, b, synclog, summ, ma, mb = sys.argv[1:7]
+la = [json.loads(l)["loss"] for l in open(ma)]
+lb = [json.loads(l)["loss"] for l in open(mb)]
+diff = "" if la == lb else f" (the losses differ from step {next(i for i, (x, y) in enumerate(zip(la, lb)) if x != y) + 1}: not deterministic run to run?)"
+sa, sb = sorted(os.listdir(a)), sorted(os.listdir(b))
+if sa != sb:
+    print(f"FAIL folders differ: {sa} vs {sb}{diff}"); sys.exit(0)
+if open(f"{a}/latest").read() != open(f"{b}/latest").read():
+    print(f"FAIL latest differs{diff}"); sys.exit(0)
+n = 0
+for d in sa:
+    if not d.startswith("step_"): continue
+    fa, fb = sorted(os.listdir(f"{a}/{d}")), sorted(os.listdir(f"{b}/{d}"))
+    if fa != fb:
+        print(f"FAIL {d}: files {fa} vs {fb}"); sys.exit(0)
+    for f in fa:
+        if f == "meta.json":
+            m = [json.load(open(f"{x}/{d}/{f}")) for x in (a, b)]
+            for x in m:
+                x.pop("saved_at", None); x.pop("run_id", None); x["config"].pop("log", None)
+                for k in ("dir", "async"): x["config"]["checkpoint"].pop(k, None)
+            if m[0] != m[1]:
+                print(f"FAIL {d}/meta.json differs beyond the save time, run id and folders"); sys.exit(0)
+        elif open(f"{a}/{d}/{f}", "rb").read() != open(f"{b}/{d}/{f}", "rb").read():
+            print(f"FAIL {d}/{f}: different bytes{diff}"); sys.exit(0)
+        else:
+            n += 1
+s = json.load(open(summ))
+if "ckpt_blocked_ms" not in s:
+    print("FAIL summary.json has no ckpt_blocked_ms"); sys.exit(0)
+sync = [float(x) * 1e3 for x in re.findall(r"\(every_steps\) saved to .* in ([0-9.]+) s", open(synclog).read())]
+sync_ms = f"{sum(sync) / len(sync):.1f}" if sync else "?"
+print(f"PASS {len([d for d in sa if d.startswith('step_')])} checkpoints, {n} shard files the same bytes; "
+      f"{s['ckpt_async_saves']} async saves blocked {s['ckpt_blocked_ms']:.1f} ms each "
+      f"(write {s['ckpt_write_ms']:.1f} ms in the background) vs a sync save {sync_ms} ms")
+PY
+)
+  row "$name" "${r%% *}" "${r#* }"
+}
+ckpt_async
 
 # --- GPT-2 124M (tiny on the emulator): throughput, memory, PyTorch ----------------
 B=${GPT2_BATCH:-16}
