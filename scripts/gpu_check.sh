@@ -18,16 +18,16 @@
 # fails naming it (test_comm_nccl's watchdog test); a small GPT trained on the GPU
 # against the CPU from the same init (step 1 tight, later steps loose: Adam
 # amplifies rounding in near-zero gradients), in fp32 and bf16, with two ranks
-# sharing the GPU over shm, and as 2 pipeline stages; the memory check on the
-# GPU: a micro-batch over the GPU's whole memory (sized by `dtrun plan`) exits 2
-# naming "free on GPU" and a change, and that change trains a step in the same
-# memory; checkpoint.async on the GPU (pinned staging): the same checkpoint bytes
-# as synchronous saves, and the time a save blocked training (summary.json's
-# ckpt_blocked_ms); GPT-2 124M bf16 tokens/s and MFU with the cuBLAS and the
-# fused attention; its peak GPU memory against `dtrun plan` (10%); PyTorch's
-# torch.compile on the same model and batch and the ratio; `bench comm --device
-# cuda` with two ranks over shm; compute-sanitizer racecheck on the fused
-# attention test.
+# sharing the GPU over shm, and as 2 pipeline stages; GPT-2 124M bf16 tokens/s and
+# MFU with the cuBLAS and the fused attention; its peak GPU memory against `dtrun
+# plan` (10%); PyTorch's torch.compile on the same model and batch and the ratio;
+# the memory check on the GPU: a micro-batch over the GPU's whole memory (sized by
+# `dtrun plan`) exits 2 naming "free on GPU" and a change, and that change trains a
+# step in the same memory; checkpoint.async on the GPU (pinned staging): the same
+# checkpoint bytes as synchronous saves, and the time a save blocked training
+# (summary.json's ckpt_blocked_ms); `bench comm --device cuda` with two ranks over
+# shm; compute-sanitizer racecheck on the fused attention test. (The rows added
+# last come after the throughput rows, so a deadline cuts them first.)
 #
 # Libraries: LD_LIBRARY_PATH is set on our commands only, never on python3 (the
 # image's PyTorch keeps its own). Order: the packed lib/, the system's, then, only
@@ -337,6 +337,98 @@ if due "pipeline: 2 stages sharing the GPU (1f1b) vs 2 CPU ranks" 200; then
   compare "pipeline: 2 stages sharing the GPU (1f1b) vs 2 CPU ranks" gpu_pp2 cpu2 1e-4 1e-2
 fi
 
+# --- GPT-2 124M (tiny on the emulator): throughput, memory, PyTorch ----------------
+B=${GPT2_BATCH:-16}
+python3 - "$D" "$L" "$B" "$EMU" <<'PY'
+import json, sys
+d, logs, b, emu = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
+c = json.load(open("configs/gpt2-124m.json"))
+if emu:  # the emulator runs kernels on the CPU: a model of the same kind, tiny
+    c["model"].update(n_layer=2, n_head=2, n_embd=32, seq_len=32)
+    b = 2
+c["data"] = {"train": d + "/text.txt", "val_fraction": 0.01}
+c.update(train_steps=30, steps_per_print=1, train_micro_batch_size_per_gpu=b, gradient_accumulation_steps=1,
+         train_batch_size=b, device="cuda")
+c["bf16"] = {"enabled": True}
+c["scheduler"]["params"]["warmup_num_steps"] = 10
+c["eval"] = {"every_steps": 0}
+c["checkpoint"] = {"every_steps": 0, "resume": "never"}
+json.dump(c, open(d + "/gpt2.json", "w"), indent=1)
+PY
+[ "$EMU" = 1 ] && G2STEPS=8 G2WARM=3 G2NAME="tiny GPT (emulator)" || G2STEPS=30 G2WARM=10 G2NAME="GPT-2 124M bf16 B=$B"
+# gpt2 NAME ATTENTION: trains gpt2.json with DTRUN_CUDA_ATTENTION=ATTENTION; one row
+# (tokens/s and MFU after the warm-up steps); sets $ours (tokens/s) and, for the
+# first run, the memory row: peak GPU memory against `dtrun plan` (10%)
+gpt2() {
+  local name=$1 att=$2 label="$G2NAME, $2 attention"
+  due "$label" 240 || return
+  ours env DTRUN_CUDA_ATTENTION="$att" "$DT" --standalone --nproc_per_node 1 "$D/gpt2.json" \
+    train_steps="$G2STEPS" log.dir="$L/$name" >"$L/$name.log" 2>&1
+  local rc=$?
+  local r; r=$(python3 - "$L/$name/metrics.jsonl" "$G2WARM" "$rc" <<'PY'
+import json, sys
+try:
+    rows = [json.loads(l) for l in open(sys.argv[1])]
+    timed = [r for r in rows if r["step"] > int(sys.argv[2])]
+    tok = sum(r["tokens_per_s"] for r in timed) / len(timed)
+    mfu = sum(r.get("mfu", 0) for r in timed) / len(timed)
+    print(f"PASS {tok:.0f} {tok:.0f} tok/s, MFU {100 * mfu:.1f}% (steps {timed[0]['step']}..{timed[-1]['step']})")
+except Exception as e:
+    print(f"FAIL 0 exit {sys.argv[3]}: {e}")
+PY
+)
+  set -- $r
+  ours=$2
+  if [ "$1" = PASS ]; then row "$label" PASS "${*:3}"
+  else row "$label" FAIL "exit $rc: $(tail -2 "$L/$name.log" | clip 140)"; fi
+}
+memory() {
+  local name="peak GPU memory vs dtrun plan (10%)"
+  due "$name" 60 || return
+  ours "$DT" plan "$D/gpt2.json" --gpus 1 --gpu h200 --strategy zero1 --json >"$L/plan.json" 2>"$L/plan.err"
+  local r; r=$(python3 - "$L/gpt2_cublas/summary.json" "$L/plan.json" "$EMU" <<'PY'
+import json, sys
+try:
+    s = json.load(open(sys.argv[1]))["ranks"][0]
+    p = json.load(open(sys.argv[2]))["rows"][0]["memory_bytes"]["total"]
+except Exception as e:
+    print(f"FAIL {e}")
+    sys.exit(0)
+peak, acc = s["peak_bytes"], s["model_state_bytes"]["total"] + s["activation_bytes"]
+if sys.argv[3] == "1":  # tiny model: the fixed 32 MiB cuBLAS workspace is most of the peak
+    d = (acc - p) / p
+    print(f"{'PASS' if abs(d) <= 0.1 else 'FAIL'} emulator, tiny model: model states + activations "
+          f"{acc} B vs plan {p} B ({100 * d:+.1f}%); peak {peak} B: + {peak - acc} B of workspace, "
+          f"scratch, staging and data, the most at this size")
+else:
+    d = (peak - p) / p
+    print(f"{'PASS' if abs(d) <= 0.1 else 'FAIL'} peak {peak / 2**30:.2f} GiB vs plan {p / 2**30:.2f} GiB "
+          f"({100 * d:+.1f}%); model states + activations {acc / 2**30:.2f} GiB, "
+          f"the rest (workspace, scratch, staging, data) {(peak - acc) / 2**30:.2f} GiB")
+PY
+)
+  row "$name" "${r%% *}" "${r#* }"
+}
+gpt2 gpt2_cublas cublas
+cublas_tok=${ours:-}
+memory
+gpt2 gpt2_fused fused
+if [ "$EMU" = 1 ]; then
+  row "PyTorch torch.compile, same model, ratio" SKIP "the emulator run has no GPU for PyTorch"
+elif due "PyTorch torch.compile, same model, ratio" 240; then
+  # the image's python3, its own libraries: no LD_LIBRARY_PATH
+  timeout -k 5 "$TO" python3 scripts/bench/gpu_torch_gpt2.py --batch "$B" --steps 30 --warmup 10 >"$L/torch.log" 2>&1
+  t=$(python3 -c 'import json,sys
+l = [x for x in open(sys.argv[1]) if x.startswith("{")]
+d = json.loads(l[-1])
+print(f"{d[\"tokens_per_s\"]:.0f} {100 * (d[\"mfu\"] or 0):.1f} {d[\"peak_mem_gb\"]:.1f}")' "$L/torch.log" 2>/dev/null)
+  if [ -n "$t" ]; then
+    set -- $t
+    ratio=$(python3 -c "print(f'{${cublas_tok:-0} / $1:.2f}')" 2>/dev/null)
+    row "PyTorch torch.compile, same model, ratio" PASS "$1 tok/s, MFU $2%, peak $3 GB; dtrun (cuBLAS attention)/torch ${ratio}x"
+  else row "PyTorch torch.compile, same model, ratio" FAIL "$(tail -2 "$L/torch.log" | clip)"; fi
+fi
+
 # --- out of memory before it happens, on the GPU ------------------------------------
 # A GPT whose micro-batch needs more than the GPU's whole memory (by `dtrun plan`:
 # the smallest power of two over 1.25x memory.total; on the emulator a 0.04 GiB
@@ -461,98 +553,6 @@ PY
   row "$name" "${r%% *}" "${r#* }"
 }
 ckpt_async
-
-# --- GPT-2 124M (tiny on the emulator): throughput, memory, PyTorch ----------------
-B=${GPT2_BATCH:-16}
-python3 - "$D" "$L" "$B" "$EMU" <<'PY'
-import json, sys
-d, logs, b, emu = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
-c = json.load(open("configs/gpt2-124m.json"))
-if emu:  # the emulator runs kernels on the CPU: a model of the same kind, tiny
-    c["model"].update(n_layer=2, n_head=2, n_embd=32, seq_len=32)
-    b = 2
-c["data"] = {"train": d + "/text.txt", "val_fraction": 0.01}
-c.update(train_steps=30, steps_per_print=1, train_micro_batch_size_per_gpu=b, gradient_accumulation_steps=1,
-         train_batch_size=b, device="cuda")
-c["bf16"] = {"enabled": True}
-c["scheduler"]["params"]["warmup_num_steps"] = 10
-c["eval"] = {"every_steps": 0}
-c["checkpoint"] = {"every_steps": 0, "resume": "never"}
-json.dump(c, open(d + "/gpt2.json", "w"), indent=1)
-PY
-[ "$EMU" = 1 ] && G2STEPS=8 G2WARM=3 G2NAME="tiny GPT (emulator)" || G2STEPS=30 G2WARM=10 G2NAME="GPT-2 124M bf16 B=$B"
-# gpt2 NAME ATTENTION: trains gpt2.json with DTRUN_CUDA_ATTENTION=ATTENTION; one row
-# (tokens/s and MFU after the warm-up steps); sets $ours (tokens/s) and, for the
-# first run, the memory row: peak GPU memory against `dtrun plan` (10%)
-gpt2() {
-  local name=$1 att=$2 label="$G2NAME, $2 attention"
-  due "$label" 240 || return
-  ours env DTRUN_CUDA_ATTENTION="$att" "$DT" --standalone --nproc_per_node 1 "$D/gpt2.json" \
-    train_steps="$G2STEPS" log.dir="$L/$name" >"$L/$name.log" 2>&1
-  local rc=$?
-  local r; r=$(python3 - "$L/$name/metrics.jsonl" "$G2WARM" "$rc" <<'PY'
-import json, sys
-try:
-    rows = [json.loads(l) for l in open(sys.argv[1])]
-    timed = [r for r in rows if r["step"] > int(sys.argv[2])]
-    tok = sum(r["tokens_per_s"] for r in timed) / len(timed)
-    mfu = sum(r.get("mfu", 0) for r in timed) / len(timed)
-    print(f"PASS {tok:.0f} {tok:.0f} tok/s, MFU {100 * mfu:.1f}% (steps {timed[0]['step']}..{timed[-1]['step']})")
-except Exception as e:
-    print(f"FAIL 0 exit {sys.argv[3]}: {e}")
-PY
-)
-  set -- $r
-  ours=$2
-  if [ "$1" = PASS ]; then row "$label" PASS "${*:3}"
-  else row "$label" FAIL "exit $rc: $(tail -2 "$L/$name.log" | clip 140)"; fi
-}
-memory() {
-  local name="peak GPU memory vs dtrun plan (10%)"
-  due "$name" 60 || return
-  ours "$DT" plan "$D/gpt2.json" --gpus 1 --gpu h200 --strategy zero1 --json >"$L/plan.json" 2>"$L/plan.err"
-  local r; r=$(python3 - "$L/gpt2_cublas/summary.json" "$L/plan.json" "$EMU" <<'PY'
-import json, sys
-try:
-    s = json.load(open(sys.argv[1]))["ranks"][0]
-    p = json.load(open(sys.argv[2]))["rows"][0]["memory_bytes"]["total"]
-except Exception as e:
-    print(f"FAIL {e}")
-    sys.exit(0)
-peak, acc = s["peak_bytes"], s["model_state_bytes"]["total"] + s["activation_bytes"]
-if sys.argv[3] == "1":  # tiny model: the fixed 32 MiB cuBLAS workspace is most of the peak
-    d = (acc - p) / p
-    print(f"{'PASS' if abs(d) <= 0.1 else 'FAIL'} emulator, tiny model: model states + activations "
-          f"{acc} B vs plan {p} B ({100 * d:+.1f}%); peak {peak} B: + {peak - acc} B of workspace, "
-          f"scratch, staging and data, the most at this size")
-else:
-    d = (peak - p) / p
-    print(f"{'PASS' if abs(d) <= 0.1 else 'FAIL'} peak {peak / 2**30:.2f} GiB vs plan {p / 2**30:.2f} GiB "
-          f"({100 * d:+.1f}%); model states + activations {acc / 2**30:.2f} GiB, "
-          f"the rest (workspace, scratch, staging, data) {(peak - acc) / 2**30:.2f} GiB")
-PY
-)
-  row "$name" "${r%% *}" "${r#* }"
-}
-gpt2 gpt2_cublas cublas
-cublas_tok=${ours:-}
-memory
-gpt2 gpt2_fused fused
-if [ "$EMU" = 1 ]; then
-  row "PyTorch torch.compile, same model, ratio" SKIP "the emulator run has no GPU for PyTorch"
-elif due "PyTorch torch.compile, same model, ratio" 240; then
-  # the image's python3, its own libraries: no LD_LIBRARY_PATH
-  timeout -k 5 "$TO" python3 scripts/bench/gpu_torch_gpt2.py --batch "$B" --steps 30 --warmup 10 >"$L/torch.log" 2>&1
-  t=$(python3 -c 'import json,sys
-l = [x for x in open(sys.argv[1]) if x.startswith("{")]
-d = json.loads(l[-1])
-print(f"{d[\"tokens_per_s\"]:.0f} {100 * (d[\"mfu\"] or 0):.1f} {d[\"peak_mem_gb\"]:.1f}")' "$L/torch.log" 2>/dev/null)
-  if [ -n "$t" ]; then
-    set -- $t
-    ratio=$(python3 -c "print(f'{${cublas_tok:-0} / $1:.2f}')" 2>/dev/null)
-    row "PyTorch torch.compile, same model, ratio" PASS "$1 tok/s, MFU $2%, peak $3 GB; dtrun (cuBLAS attention)/torch ${ratio}x"
-  else row "PyTorch torch.compile, same model, ratio" FAIL "$(tail -2 "$L/torch.log" | clip)"; fi
-fi
 
 # --- bench comm over shm, racecheck -----------------------------------------------
 [ "$EMU" = 1 ] && max=4M || max=64M
