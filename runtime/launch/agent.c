@@ -29,7 +29,12 @@
 
 /* ---- the round's state machine ------------------------------------------- */
 
-static void stop_group(agent_t *ag, int sig, outcome_t why) {
+/* How the workers are stopped: a preemption (a signal to this agent or to another
+ * node's) lets them save; a failure (a worker here or elsewhere, a lost node or
+ * store) stops them without the save, which would wait for the failed rank. */
+typedef enum stop_kind { STOP_SAVE = 0, STOP_NO_SAVE } stop_kind_t;
+
+static void stop_group(agent_t *ag, int sig, outcome_t why, stop_kind_t kind) {
     if (ag->phase == PHASE_STOPPING || ag->phase == PHASE_OVER) return;
     ag->outcome = why;
     ag->phase = PHASE_STOPPING;
@@ -37,9 +42,7 @@ static void stop_group(agent_t *ag, int sig, outcome_t why) {
         ag->phase = PHASE_OVER;
         return;
     }
-    /* no preemption save, unless another node's agent was signalled (a preemption
-     * there: every rank must reach the save) */
-    if (sig == SIGTERM && why != OUTCOME_SIGNAL && !ag->peer_signal) dt_agent_signal_group_failure(ag);
+    if (kind == STOP_NO_SAVE && sig == SIGTERM) dt_agent_signal_group_failure(ag);
     dt_agent_signal_workers(ag, sig);
 }
 
@@ -52,9 +55,9 @@ static void on_grace(uv_timer_t *t) {
     }
 }
 
-static void begin_stop(agent_t *ag, int sig, outcome_t why) {
+static void begin_stop(agent_t *ag, int sig, outcome_t why, stop_kind_t kind) {
     if (ag->phase == PHASE_STOPPING || ag->phase == PHASE_OVER) return;
-    stop_group(ag, sig, why);
+    stop_group(ag, sig, why, kind);
     if (ag->phase == PHASE_STOPPING)
         uv_timer_start(&ag->grace, on_grace, (uint64_t)(ag->spec->shutdown_timeout_s * 1000), 0);
 }
@@ -76,7 +79,7 @@ static void local_failure(agent_t *ag, worker_t *w) {
     dt_agent_add_failure(ag, &f);
     if (ag->phase == PHASE_RUNNING || ag->phase == PHASE_BARRIER) {
         DT_LOG_INFO("rank %d (pid %d) failed; stopping the group", w->rank, (int)w->pid);
-        begin_stop(ag, SIGTERM, OUTCOME_FAILED);
+        begin_stop(ag, SIGTERM, OUTCOME_FAILED, STOP_NO_SAVE);
     }
 }
 
@@ -166,7 +169,7 @@ static void on_signal(uv_signal_t *h, int signum) {
         dt_rdzv_request_stop(ag->rz, reason, NULL);
     }
     ag->phase = PHASE_RUNNING; /* from the barrier too */
-    begin_stop(ag, signum, OUTCOME_SIGNAL);
+    begin_stop(ag, signum, OUTCOME_SIGNAL, STOP_SAVE);
 }
 
 /* Multi-node: heartbeats, stop requests from other agents, the exit barrier. */
@@ -195,19 +198,22 @@ static void on_tick(uv_timer_t *t) {
         snprintf(ag->stop_note, sizeof ag->stop_note, "%s", dt_error_detail());
         DT_LOG_ERROR("%s", ag->stop_note);
         if (ag->phase == PHASE_BARRIER) ag->phase = PHASE_RUNNING;
-        begin_stop(ag, SIGTERM, OUTCOME_STORE_LOST);
+        begin_stop(ag, SIGTERM, OUTCOME_STORE_LOST, STOP_NO_SAVE);
         return;
     }
     if (ev == DT_RDZV_EVENT_RESIZE && ag->phase == PHASE_RUNNING) dt_agent_elastic_request(ag);
     if (ev == DT_RDZV_EVENT_NONE || ev == DT_RDZV_EVENT_RESIZE || ag->phase == PHASE_STOPPING) return;
+    stop_kind_t kind = STOP_NO_SAVE;
     if (ev == DT_RDZV_EVENT_STOP) {
         char *reason = NULL;
         dt_rdzv_stop_reason(ag->rz, &reason);
         const char *r = reason ? reason : "stop requested";
         if (!strncmp(r, SIGNAL_STOP_TAG, strlen(SIGNAL_STOP_TAG))) {
+            /* another node's agent was signalled: a preemption there, every rank
+             * must reach its save */
             r += strlen(SIGNAL_STOP_TAG);
             ag->no_restart = 1;
-            ag->peer_signal = 1;
+            kind = STOP_SAVE;
         }
         snprintf(ag->stop_note, sizeof ag->stop_note, "%s", r);
         free(reason);
@@ -228,7 +234,7 @@ static void on_tick(uv_timer_t *t) {
     }
     if (ag->phase == PHASE_BARRIER) ag->phase = PHASE_RUNNING;
     dt_agent_flight_collect(ag, ag->stop_note);
-    begin_stop(ag, SIGTERM, OUTCOME_FAILED);
+    begin_stop(ag, SIGTERM, OUTCOME_FAILED, kind);
 }
 
 static void signals_start(agent_t *ag) {
@@ -251,7 +257,6 @@ static dt_status_t run_round(agent_t *ag) {
     ag->running = 0;
     ag->stop_note[0] = '\0';
     ag->no_restart = 0;
-    ag->peer_signal = 0;
     ag->resize_exit = 0;
     for (int i = 0; i < ag->nw; i++) {
         worker_t *w = &ag->w[i];
@@ -274,7 +279,7 @@ static dt_status_t run_round(agent_t *ag) {
             DT_LOG_ERROR("%s", ag->stop_note);
             if (ag->rz) dt_rdzv_request_stop(ag->rz, ag->stop_note, NULL);
             ag->no_restart = 1;
-            begin_stop(ag, SIGKILL, OUTCOME_FAILED);
+            begin_stop(ag, SIGKILL, OUTCOME_FAILED, STOP_NO_SAVE);
             break;
         }
     }

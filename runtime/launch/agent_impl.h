@@ -119,7 +119,6 @@ typedef struct agent {
     int signo, sigint_count;
     char stop_note[512];
     int no_restart;     /* the group cannot be restarted (spawn failure, a signalled node) */
-    int peer_signal;    /* the stop is another node's preemption signal: a plain SIGTERM (the workers save) */
     failure_t *fails;
     int nfails;
     struct dt_agent_flight *flight; /* flight_agent.c's state, NULL until used */

@@ -572,7 +572,8 @@ int dt_train_ckpt_preempted(void) { return preempt_signo; }
 
 /* ---- metrics after a resume ----------------------------------------------- */
 
-dt_status_t dt_train_ckpt_trim_metrics(const char *log_dir, int64_t step) {
+dt_status_t dt_train_ckpt_trim_metrics(const char *log_dir, int64_t step, int64_t *last) {
+    *last = 0;
     char path[4096];
     snprintf(path, sizeof path, "%s/metrics.jsonl", log_dir);
     int fd;
@@ -592,6 +593,7 @@ dt_status_t dt_train_ckpt_trim_metrics(const char *log_dir, int64_t step) {
         cJSON *o = cJSON_Parse(line);
         const cJSON *s = cJSON_GetObjectItemCaseSensitive(o, "step");
         int ok = cJSON_IsNumber(s) && s->valuedouble <= (double)step;
+        if (cJSON_IsNumber(s) && s->valuedouble > (double)*last && s->valuedouble < 9e15) *last = (int64_t)s->valuedouble;
         cJSON_Delete(o);
         if (!ok) continue;
         if (len + (size_t)n + 1 > cap) keep = dt_xrealloc(keep, cap = 2 * (len + (size_t)n + 1));

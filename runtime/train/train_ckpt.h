@@ -128,8 +128,9 @@ void dt_train_ckpt_catch_preemption(void);
 int dt_train_ckpt_preempted(void);
 
 /* Keeps only the lines of <log_dir>/metrics.jsonl with "step" <= step (a resumed
- * run redoes the steps after its checkpoint). */
-dt_status_t dt_train_ckpt_trim_metrics(const char *log_dir, int64_t step);
+ * run redoes the steps after its checkpoint); *last gets the newest step the file
+ * held (0 when none). */
+dt_status_t dt_train_ckpt_trim_metrics(const char *log_dir, int64_t step, int64_t *last);
 
 /* Fault injection for tests: DTRUN_FAULT_KILL_STEP=N (and optionally
  * DTRUN_FAULT_KILL_RANK=R, default 0) SIGKILLs that rank after step N in the first

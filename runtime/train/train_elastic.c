@@ -153,28 +153,12 @@ dt_status_t dt_train_elastic_poll(dt_trainer_t *t, int64_t step, int *resize) {
     return DT_STATUS_OK;
 }
 
-/* The last step metrics.jsonl records (0 when none). */
-static int64_t last_logged_step(const char *log_dir) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/metrics.jsonl", log_dir);
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    char *line = NULL;
-    size_t cap = 0;
-    int64_t last = 0;
-    while (getline(&line, &cap, f) > 0) {
-        const char *s = strstr(line, "\"step\":");
-        if (s) {
-            long long v = atoll(s + 7);
-            if (v > last) last = v;
-        }
-    }
-    free(line);
-    fclose(f);
-    return last;
+void dt_train_elastic_note_checkpoint(dt_trainer_t *t, const dt_ckpt_t *c) {
+    t->resumed_world_size = dt_ckpt_world_size(c);
+    t->resumed_accumulation = meta_config_int(c, "gradient_accumulation_steps");
 }
 
-void dt_train_elastic_note_resume(dt_trainer_t *t) {
+void dt_train_elastic_note_resume(dt_trainer_t *t, int64_t last_logged) {
     if (t->env->rank != 0) return;
     char path[4200];
     snprintf(path, sizeof path, "%s/resizes.jsonl", t->log_dir);
@@ -183,13 +167,10 @@ void dt_train_elastic_note_resume(dt_trainer_t *t) {
         return;
     }
     if (!dt_train_elastic_on()) return;
-    dt_ckpt_t *c = resume_source(t->cfg);
-    int old_ws = c ? dt_ckpt_world_size(c) : 0;
-    int64_t ck_step = c ? dt_ckpt_step(c) : -1;
-    int64_t old_accum = c ? meta_config_int(c, "gradient_accumulation_steps") : 0;
-    if (c) dt_ckpt_close(c);
-    if (!old_ws || ck_step != t->start_step || old_ws == t->env->world_size) return;
-    int64_t last = last_logged_step(t->log_dir), lost = last > t->start_step ? last - t->start_step : 0;
+    int old_ws = t->resumed_world_size;
+    int64_t old_accum = t->resumed_accumulation;
+    if (!old_ws || old_ws == t->env->world_size) return;
+    int64_t last = last_logged, lost = last > t->start_step ? last - t->start_step : 0;
     printf("dtrun: elastic resize: world size %d -> %d, gradient accumulation %lld -> %d (global batch %lld kept), "
            "resumed from the checkpoint of step %lld, %lld step(s) lost\n",
            old_ws, t->env->world_size, (long long)old_accum, t->accum, (long long)t->cfg->train_batch_size,

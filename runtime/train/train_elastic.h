@@ -32,6 +32,7 @@
 
 struct dt_trainer;
 struct cJSON;
+struct dt_ckpt;
 
 /* 1 when the agent started this worker for an elastic run (DTRUN_ELASTIC set). */
 int dt_train_elastic_on(void);
@@ -55,10 +56,14 @@ dt_status_t dt_train_elastic_poll(struct dt_trainer *t, int64_t step, int *resiz
 /* 1 after dt_train_elastic_poll said resize: the worker exits DT_EXIT_RESIZE. */
 int dt_train_elastic_resizing(void);
 
-/* After a resume to start_step (rank 0, before metrics.jsonl is trimmed): a resize
- * when the checkpoint's world size differs; logged and appended to resizes.jsonl.
- * A fresh run (start_step 0) removes an old resizes.jsonl. */
-void dt_train_elastic_note_resume(struct dt_trainer *t);
+/* While the checkpoint resumed from is loaded (every rank): its world size and
+ * accumulation at save, for dt_train_elastic_note_resume. */
+void dt_train_elastic_note_checkpoint(struct dt_trainer *t, const struct dt_ckpt *c);
+/* After a resume to start_step (rank 0; last_logged: the newest step metrics.jsonl
+ * held before it was trimmed): a resize when the checkpoint's world size differs;
+ * logged and appended to resizes.jsonl. A fresh run (start_step 0) removes an old
+ * resizes.jsonl. */
+void dt_train_elastic_note_resume(struct dt_trainer *t, int64_t last_logged);
 /* summary.json's "resizes": the records of resizes.jsonl (an empty list when none). */
 void dt_train_elastic_summary(const struct dt_trainer *t, struct cJSON *summary);
 

@@ -213,6 +213,7 @@ static dt_status_t ckpt_dp_fresh(void *ctx, const dt_dp_range *r) {
 static dt_status_t ckpt_load(void *ctx, dt_ckpt_t *c) {
     ckpt_load_ctx *x = ctx;
     x->c = c;
+    if (c) dt_train_elastic_note_checkpoint(x->t, c); /* what an elastic resize reports */
     return dt_dp_load_ranges(x->t->dp, c ? ckpt_dp_read : ckpt_dp_fresh, x);
 }
 
@@ -257,8 +258,10 @@ static dt_status_t resume_checkpoint(dt_trainer_t *t) {
     free(owned);
     DT_CHECK(st);
     t->saved_step = t->start_step;
-    dt_train_elastic_note_resume(t); /* a resume at another world size is a resize */
-    if (t->start_step > 0 && t->env->rank == 0) DT_CHECK(dt_train_ckpt_trim_metrics(t->log_dir, t->start_step));
+    int64_t last_logged = 0; /* the newest step metrics.jsonl held: the steps an elastic resize lost */
+    if (t->start_step > 0 && t->env->rank == 0)
+        DT_CHECK(dt_train_ckpt_trim_metrics(t->log_dir, t->start_step, &last_logged));
+    dt_train_elastic_note_resume(t, last_logged); /* a resume at another world size is a resize */
     dt_train_ckpt_catch_preemption();
     return DT_STATUS_OK;
 }

@@ -67,6 +67,8 @@ typedef struct dt_trainer {
     dt_rng rng;         /* the trainer's stream (saved in checkpoints; nothing draws from it yet) */
     int64_t start_step; /* the step a resumed run continues after (0: a fresh run) */
     int64_t saved_step; /* the step of the last checkpoint written or loaded */
+    int resumed_world_size;       /* the checkpoint resumed from: its world size at save (0: none) */
+    int64_t resumed_accumulation; /* and its gradient_accumulation_steps (0: unknown) */
     char run_id[DT_TRAIN_RUN_ID_LEN]; /* this run's, in its checkpoints (keep_last prunes only these) */
     dt_train_async *async; /* checkpoint.async's pending save and staging (NULL until the first) */
 } dt_trainer_t;

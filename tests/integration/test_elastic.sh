@@ -36,6 +36,7 @@ M="$DT_TMP/log/metrics.jsonl"
 deadline=$((SECONDS + 40))
 while [ "$(rows "$M")" -lt 50 ] && [ $SECONDS -lt $deadline ]; do sleep 0.05; done
 t_kill=$(date +%s.%N)
+logged_at_kill=$(rows "$M")  # steps 1..this were logged before the loss: lost unless checkpointed
 kill -9 $a2; wait $a2 2>/dev/null
 # the first row at world size 2 is the first step after the resize
 while ! grep -q '"world_size":2' "$M" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.02; done
@@ -68,9 +69,9 @@ if [ -n "$S" ] && [ -d "$DT_TMP/ck/$(printf step_%08d "$S")" ]; then
   wait $b0; rr0=$?
   [ $rr0 -eq 0 ] && [ $rr1 -eq 0 ] || fail "reference 2-node run" "$(tail -3 "$DT_TMP/r0.out")"
 else fail "summary.json resizes[0].resumed_step" "$(cat "$DT_TMP/log/summary.json" 2>/dev/null | head -c 300)"; fi
-if python3 - "$DT_TMP" "$STEPS" <<'PY'
+if python3 - "$DT_TMP" "$STEPS" "$logged_at_kill" <<'PY'
 import json, sys
-d, steps = sys.argv[1], int(sys.argv[2])
+d, steps, logged_at_kill = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 rows = [json.loads(l) for l in open(d + "/log/metrics.jsonl")]
 ws = [r["world_size"] for r in rows]
 assert [r["step"] for r in rows] == list(range(1, steps + 1)), "steps not 1..%d once each" % steps
@@ -83,6 +84,10 @@ assert all(r["train_batch_size"] == 24 for r in rz), rz
 assert [(r["from_accumulation"], r["to_accumulation"]) for r in rz] == [(2, 3), (3, 2)], rz
 S, E = rz[0]["resumed_step"], rz[1]["resumed_step"]
 assert S % 20 == 0 and E % 20 == 0 and E > S, (S, E)
+# steps lost: at least those logged after the checkpoint before the kill; none at the
+# scale-up (the workers stop right after the boundary's save)
+assert rz[0]["steps_lost"] >= logged_at_kill - S, (rz[0], logged_at_kill)
+assert rz[1]["steps_lost"] == 0, rz[1]
 # the 2-node rows are exactly the steps S+1..E; the 3-node rows after E
 assert all(r["world_size"] == 2 for r in rows if S < r["step"] <= E), "rows between the resizes not at 2"
 assert all(r["world_size"] == 3 for r in rows if r["step"] > E or r["step"] <= S)
