@@ -8,8 +8,9 @@
  * Layout as the op table says: qkv (B, T, C + 2*NKV*HS) with q (NH heads), k and v
  * (NKV heads each) side by side; out (B, T, C). Query head h reads key/value head
  * h / (NH/NKV) (grouped-query attention; NKV == NH is multi-head). Tiles of 32
- * query rows by 32 keys, 128 threads (4 warps) per block, fp32 math on float or
- * bf16 storage, scale 1/sqrt(HS):
+ * query rows by 32 keys (64 query rows in the bf16 tensor-core forward for HS <= 64),
+ * 128 threads (4 warps) per block, fp32 math on float or bf16 storage, scale
+ * 1/sqrt(HS):
  *
  *   forward, block (query tile, h, b): Q tile in shared memory; for each key tile
  *     up to the diagonal: S = scale Q K^T (32 x 32, one warp per row, one lane per
@@ -36,12 +37,20 @@
  * accumulation; P and dS rounded to bf16 for their products, as FlashAttention
  * does); otherwise (fp32, or odd head sizes) scalar fp32 FMAs from shared memory.
  * Whether it beats the cuBLAS path on a GPU is what tests/helpers/bench_cuda_layers
- * and scripts/gpu_check.sh measure (not yet run: no GPU so far). Known headroom:
- * 32 x 32 tiles with 4 warps are small for an H100/H200 (FlashAttention-2 uses 64-128
- * query rows per block), tiles are loaded element by element (not 16-byte vectors
- * or cp.async), and the two backward passes recompute P twice.
+ * and scripts/gpu_check.sh measure (not yet run: no GPU so far). The tensor-core
+ * kernels read every fragment with shared-memory instructions (cuda_wmma.cuh: one
+ * LDSM per fragment, where <mma.h>'s generic loads gave 8 LD.E), the forward takes 64
+ * query rows per block for HS <= 64, and the backward is built per accumulator count
+ * so that it fits 128 registers (4 blocks an SM); scripts/bench/sass_fused.sh prints
+ * the counts, tests/integration/test_fused_attention_ptx.sh holds them. Known
+ * headroom: S, P and O go through shared memory between the two products of a tile
+ * (a WMMA fragment's element-to-row mapping is unspecified; mma.sync's documented
+ * one would keep them in registers, as FlashAttention-2 does), tiles are loaded
+ * with 16-byte vectors but not cp.async, and the two backward passes recompute P
+ * twice.
  */
 #include "kernels/cuda/cuda_layers.cuh"
+#include "kernels/cuda/cuda_wmma.cuh"
 
 #define FA_TILE 32                          /* query rows and keys per tile */
 #define FA_THREADS 128                      /* 4 warps */
@@ -160,34 +169,43 @@ __global__ void __launch_bounds__(FA_THREADS)
 }
 
 /* ---- forward on tensor cores (bf16, HS a multiple of 16) -------------------------
- * The same tiles, with both products of a tile on WMMA 16x16x16 bf16 fragments
- * (fp32 accumulation): S = Q K^T (2 x 2 output fragments, one per warp, HS/16
- * steps) and O += P V (2 x HS/16 output fragments, the warps taking turns, two
- * 16-key steps). P is rounded to bf16 for the product (as FlashAttention does);
- * the row sums l add the same rounded values, so each row's weights sum to 1. O
- * lives in shared memory (fp32): the online softmax rescales its rows there
- * between the two products, since a fragment's element-to-row mapping is
- * unspecified. Leading dimensions: bf16 tiles HS + 8, P 40, S 36 and O HS + 4
- * floats (multiples of 16 bytes; every fragment pointer 32-byte aligned). */
+ * Blocks of QR query rows (64 for HS <= 64, else 32) over key tiles of 32, with both
+ * products of a tile on WMMA 16x16x16 bf16 fragments (fp32 accumulation): S = Q K^T
+ * (QR/16 x 2 output fragments, two or one per warp, HS/16 steps) and O += P V
+ * (QR/16 x HS/16 output fragments, the warps taking turns, two 16-key steps). P is
+ * rounded to bf16 for the product (as FlashAttention does); the row sums l add the
+ * same rounded values, so each row's weights sum to 1. O lives in shared memory
+ * (fp32): the online softmax rescales its rows there between the two products,
+ * since a fragment's element-to-row mapping is unspecified. Leading dimensions:
+ * bf16 tiles HS + 8, P 40, S 36 and O HS + 4 floats (multiples of 16 bytes; every
+ * fragment pointer 32-byte aligned). Every fragment load and store goes through
+ * cuda_wmma.cuh (shared-memory instructions: LDSM, not generic loads).
+ *
+ * 64 query rows per block read each key/value tile once for 64 queries instead of
+ * 32: half the K/V traffic from L2 (GPT-2 124M, B=16, T=1024, HS=64: 415 MB per
+ * layer instead of 830 MB, against 27 GFLOP of tile products) and half the barriers
+ * per product. Shared memory is then 50 KB at HS 64 (4 blocks, 16 warps an SM); at
+ * HS 128 it would be 83 KB (2 blocks), so wider heads keep 32 rows (49 KB, 4). */
 
 #define FA_WM 16
 #define FA_S_LD (FA_TILE + 4)  /* floats */
 #define FA_P_LD (FA_TILE + 8)  /* bf16 */
+#define FA_QROWS(HS) ((HS) <= 64 ? 64 : 32) /* query rows per block of the WMMA forward */
 
 static size_t fa_forward_wmma_smem(int HS) {
-    size_t hsp = HS + 8, hso = HS + 4;
-    return 3 * FA_TILE * hsp * sizeof(dt_bf16) + FA_TILE * FA_S_LD * sizeof(float) +
-           FA_TILE * FA_P_LD * sizeof(dt_bf16) + FA_TILE * hso * sizeof(float) + 2 * FA_TILE * sizeof(float);
+    size_t hsp = HS + 8, hso = HS + 4, qr = FA_QROWS(HS);
+    return qr * hsp * sizeof(dt_bf16) + 2 * FA_TILE * hsp * sizeof(dt_bf16) + qr * FA_S_LD * sizeof(float) +
+           qr * FA_P_LD * sizeof(dt_bf16) + qr * hso * sizeof(float) + 2 * qr * sizeof(float);
 }
 
-/* Rows r0 .. r0+31 of a (T, HS) bf16 matrix with row stride rs into a (32, ld) bf16
- * tile; rows past T are zero. vec: 16-byte loads and stores (8 elements; the host
- * checked that src is 16-byte aligned; HS, rs and ld are multiples of 8 here). */
-static __device__ __forceinline__ void fa_load_bf16(dt_bf16 *dst, const dt_bf16 *src, int rs, int r0, int T,
-                                                    int HS, int ld, int vec) {
+/* Rows r0 .. r0+rows-1 of a (T, HS) bf16 matrix with row stride rs into a (rows, ld)
+ * bf16 tile; rows past T are zero. vec: 16-byte loads and stores (8 elements; the
+ * host checked that src is 16-byte aligned; HS, rs and ld are multiples of 8 here). */
+static __device__ __forceinline__ void fa_load_bf16_rows(dt_bf16 *dst, const dt_bf16 *src, int rs, int r0,
+                                                         int rows, int T, int HS, int ld, int vec) {
     if (vec) {
         int nv = HS / 8;
-        for (int i = threadIdx.x; i < FA_TILE * nv; i += blockDim.x) {
+        for (int i = threadIdx.x; i < rows * nv; i += blockDim.x) {
             int r = i / nv, d = (i % nv) * 8;
             int4 x = make_int4(0, 0, 0, 0);
             if (r0 + r < T) x = *reinterpret_cast<const int4 *>(src + (size_t)(r0 + r) * rs + d);
@@ -195,58 +213,73 @@ static __device__ __forceinline__ void fa_load_bf16(dt_bf16 *dst, const dt_bf16 
         }
         return;
     }
-    for (int i = threadIdx.x; i < FA_TILE * HS; i += blockDim.x) {
+    for (int i = threadIdx.x; i < rows * HS; i += blockDim.x) {
         int r = i / HS, d = i % HS;
         dst[r * ld + d] = r0 + r < T ? src[(size_t)(r0 + r) * rs + d] : __float2bfloat16(0.0f);
     }
 }
 
+/* The same for a 32-row tile. */
+static __device__ __forceinline__ void fa_load_bf16(dt_bf16 *dst, const dt_bf16 *src, int rs, int r0, int T,
+                                                    int HS, int ld, int vec) {
+    fa_load_bf16_rows(dst, src, rs, r0, FA_TILE, T, HS, ld, vec);
+}
+
+template <int QR>
 __global__ void __launch_bounds__(FA_THREADS)
     fa_forward_wmma_kernel(dt_bf16 *out, float *lse, dt_bf16 *out_copy, const dt_bf16 *qkv, int T, int C, int NH,
                            int NKV, float scale, int vec) {
     using namespace nvcuda;
+    constexpr int RPW = QR / FA_WARPS;        /* softmax rows per warp */
+    constexpr int SFW = (QR / FA_WM) * 2 / FA_WARPS; /* S fragments per warp */
     DT_DYN_SMEM(unsigned char, smb);
     int HS = C / NH, hsp = HS + 8, hso = HS + 4, C3 = C + 2 * NKV * HS;
-    int qt = gridDim.x - 1 - blockIdx.x;
+    int qt = gridDim.x - 1 - blockIdx.x; /* the longest rows first */
     int h = blockIdx.y, b = blockIdx.z;
     int lane = threadIdx.x % DT_WARP, warp = threadIdx.x / DT_WARP;
-    dt_bf16 *sq = (dt_bf16 *)smb, *sk = sq + FA_TILE * hsp, *sv = sk + FA_TILE * hsp;
+    dt_bf16 *sq = (dt_bf16 *)smb, *sk = sq + QR * hsp, *sv = sk + FA_TILE * hsp;
     float *ss = (float *)(sv + FA_TILE * hsp);
-    dt_bf16 *sp = (dt_bf16 *)(ss + FA_TILE * FA_S_LD);
-    float *so = (float *)(sp + FA_TILE * FA_P_LD), *salpha = so + FA_TILE * hso, *sl = salpha + FA_TILE;
+    dt_bf16 *sp = (dt_bf16 *)(ss + QR * FA_S_LD);
+    float *so = (float *)(sp + QR * FA_P_LD), *salpha = so + QR * hso, *sl = salpha + QR;
     const dt_bf16 *q = qkv + (size_t)b * T * C3 + h * HS;
     const dt_bf16 *k = qkv + (size_t)b * T * C3 + C + h / (NH / NKV) * HS, *v = k + NKV * HS;
-    int q0 = qt * FA_TILE;
-    fa_load_bf16(sq, q, C3, q0, T, HS, hsp, vec);
-    for (int i = threadIdx.x; i < FA_TILE * hso; i += blockDim.x) so[i] = 0.0f;
+    int q0 = qt * QR;
+    fa_load_bf16_rows(sq, q, C3, q0, QR, T, HS, hsp, vec);
+    for (int i = threadIdx.x; i < QR * hso; i += blockDim.x) so[i] = 0.0f;
 
-    float m[FA_ROWS_PER_WARP], l[FA_ROWS_PER_WARP];
-    for (int i = 0; i < FA_ROWS_PER_WARP; i++) {
+    float m[RPW], l[RPW]; /* rows warp + FA_WARPS i */
+#pragma unroll
+    for (int i = 0; i < RPW; i++) {
         m[i] = -INFINITY;
         l[i] = 0.0f;
     }
-    int sr = FA_WM * (warp >> 1), sc = FA_WM * (warp & 1); /* this warp's S fragment */
-    int n_o = 2 * (HS / FA_WM);                             /* O fragments */
-    for (int kt = 0; kt <= qt; kt++) {
+    int n_o = (QR / FA_WM) * (HS / FA_WM); /* O fragments */
+    /* Key tiles up to the block's last query row in range: key 0 comes first, so every
+     * row has a finite max before a tile that is all right of its diagonal. */
+    int nkt = (min(q0 + QR, T) - 1) / FA_TILE + 1;
+    for (int kt = 0; kt < nkt; kt++) {
         int k0 = kt * FA_TILE;
-        __syncthreads();
+        __syncthreads(); /* the previous tile's readers are done */
         fa_load_bf16(sk, k, C3, k0, T, HS, hsp, vec);
         fa_load_bf16(sv, v, C3, k0, T, HS, hsp, vec);
         __syncthreads();
-        {
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+#pragma unroll
+        for (int u = 0; u < SFW; u++) {
+            int f = warp + FA_WARPS * u, sr = FA_WM * (f >> 1), sc = FA_WM * (f & 1);
+            dt_wfrag_acc acc;
             wmma::fill_fragment(acc, 0.0f);
             for (int d = 0; d < HS; d += FA_WM) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, dt_bf16, wmma::row_major> fa;
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, dt_bf16, wmma::col_major> fb; /* K^T */
-                wmma::load_matrix_sync(fa, sq + sr * hsp + d, hsp);
-                wmma::load_matrix_sync(fb, sk + sc * hsp + d, hsp);
+                dt_wfrag_a_row fa;
+                dt_wfrag_b_col fb; /* K^T */
+                dt_wmma_lds(fa, sq + sr * hsp + d, hsp);
+                dt_wmma_lds(fb, sk + sc * hsp + d, hsp);
                 wmma::mma_sync(acc, fa, fb, acc);
             }
-            wmma::store_matrix_sync(ss + sr * FA_S_LD + sc, acc, FA_S_LD, wmma::mem_row_major);
+            dt_wmma_sts_acc(ss + sr * FA_S_LD + sc, acc, FA_S_LD);
         }
         __syncthreads();
-        for (int i = 0; i < FA_ROWS_PER_WARP; i++) {
+#pragma unroll
+        for (int i = 0; i < RPW; i++) {
             int r = warp + FA_WARPS * i, t = q0 + r, j = k0 + lane;
             float s = j <= t && j < T ? scale * ss[r * FA_S_LD + lane] : -INFINITY;
             float mn = fmaxf(m[i], dt_warp_max(s));
@@ -258,28 +291,37 @@ __global__ void __launch_bounds__(FA_THREADS)
             if (lane == 0) salpha[r] = a;
         }
         __syncthreads();
-        for (int i = threadIdx.x; i < FA_TILE * HS; i += blockDim.x) {
+        for (int i = threadIdx.x; i < QR * HS; i += blockDim.x) {
             int r = i / HS, d = i % HS;
             so[r * hso + d] *= salpha[r];
         }
         __syncthreads();
         for (int f = warp; f < n_o; f += FA_WARPS) {
-            int orow = FA_WM * (f & 1), ocol = FA_WM * (f >> 1);
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-            wmma::load_matrix_sync(acc, so + orow * hso + ocol, hso, wmma::mem_row_major);
+            int orow = FA_WM * (f % (QR / FA_WM)), ocol = FA_WM * (f / (QR / FA_WM));
+            dt_wfrag_acc acc;
+            dt_wmma_lds_acc(acc, so + orow * hso + ocol, hso);
             for (int j = 0; j < FA_TILE; j += FA_WM) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, dt_bf16, wmma::row_major> fa;
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, dt_bf16, wmma::row_major> fb;
-                wmma::load_matrix_sync(fa, sp + orow * FA_P_LD + j, FA_P_LD);
-                wmma::load_matrix_sync(fb, sv + j * hsp + ocol, hsp);
+                dt_wfrag_a_row fa;
+                dt_wfrag_b_row fb;
+                dt_wmma_lds(fa, sp + orow * FA_P_LD + j, FA_P_LD);
+                dt_wmma_lds(fb, sv + j * hsp + ocol, hsp);
                 wmma::mma_sync(acc, fa, fb, acc);
             }
-            wmma::store_matrix_sync(so + orow * hso + ocol, acc, hso, wmma::mem_row_major);
+            dt_wmma_sts_acc(so + orow * hso + ocol, acc, hso);
         }
     }
-    store_row_sums(sl, lse + ((size_t)b * NH + h) * T, m, l, q0, T, warp, lane);
+    /* Row sums into shared memory (to normalise), and each row's log-sum-exp. */
+    float *lse_bh = lse + ((size_t)b * NH + h) * T;
+#pragma unroll
+    for (int i = 0; i < RPW; i++) {
+        int r = warp + FA_WARPS * i;
+        if (lane == 0) {
+            sl[r] = l[i];
+            if (q0 + r < T) lse_bh[q0 + r] = m[i] + logf(l[i]);
+        }
+    }
     __syncthreads();
-    for (int i = threadIdx.x; i < FA_TILE * HS; i += blockDim.x) {
+    for (int i = threadIdx.x; i < QR * HS; i += blockDim.x) {
         int r = i / HS, d = i % HS, t = q0 + r;
         if (t >= T) continue;
         size_t o = ((size_t)b * T + t) * C + h * HS + d;
@@ -471,10 +513,16 @@ __global__ void __launch_bounds__(FA_THREADS)
  * rounded to bf16 for the products that follow: dV += P^T dO and dK += dS^T Q
  * (key-tile kernel), dQ += dS K (query-tile kernel). Those accumulators never need
  * rescaling, so they stay in fragments for the whole loop (2 x HS/16 fragments
- * per matrix, at most 4 per warp); at the end they go through shared memory (the
+ * per matrix, NF = 1 to 4 per warp); at the end they go through shared memory (the
  * tile area, free by then) and are added to dqkv once, in a fixed order. */
 
-#define FA_FRAGS_PER_WARP (2 * (DT_ATTENTION_FUSED_MAX_HS / FA_WM) / FA_WARPS) /* 4 */
+/* Fragments per warp of a (32, HS) accumulator, 1 to 4 (HS <= DT_ATTENTION_FUSED_MAX_HS):
+ * the kernels are built for each count (NF template parameter) so that a head size
+ * of 64 holds 2 per matrix in registers, not the 4 that HS 128 needs; with at most
+ * 128 registers a thread, 4 blocks (16 warps) fit on an SM where 232 registers
+ * allowed 2. */
+#define FA_NF(HS) ((2 * ((HS) / FA_WM) + FA_WARPS - 1) / FA_WARPS)
+#define FA_WMMA_MIN_BLOCKS 4
 
 struct fa_wbwd_smem {
     dt_bf16 *q, *dout, *k, *v; /* (32, HS + 8) */
@@ -522,21 +570,21 @@ static __device__ __forceinline__ void fa_wtile_p_ds(fa_wbwd_smem s, int q0, int
     using namespace nvcuda;
     int hsp = HS + 8, lane = threadIdx.x % DT_WARP, warp = threadIdx.x / DT_WARP;
     int sr = FA_WM * (warp >> 1), sc = FA_WM * (warp & 1);
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> fs, fdp;
+    dt_wfrag_acc fs, fdp;
     wmma::fill_fragment(fs, 0.0f);
     wmma::fill_fragment(fdp, 0.0f);
     for (int d = 0; d < HS; d += FA_WM) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, dt_bf16, wmma::row_major> fa;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, dt_bf16, wmma::col_major> fb;
-        wmma::load_matrix_sync(fa, s.q + sr * hsp + d, hsp);
-        wmma::load_matrix_sync(fb, s.k + sc * hsp + d, hsp);
+        dt_wfrag_a_row fa;
+        dt_wfrag_b_col fb;
+        dt_wmma_lds(fa, s.q + sr * hsp + d, hsp);
+        dt_wmma_lds(fb, s.k + sc * hsp + d, hsp);
         wmma::mma_sync(fs, fa, fb, fs);
-        wmma::load_matrix_sync(fa, s.dout + sr * hsp + d, hsp);
-        wmma::load_matrix_sync(fb, s.v + sc * hsp + d, hsp);
+        dt_wmma_lds(fa, s.dout + sr * hsp + d, hsp);
+        dt_wmma_lds(fb, s.v + sc * hsp + d, hsp);
         wmma::mma_sync(fdp, fa, fb, fdp);
     }
-    wmma::store_matrix_sync(s.s + sr * FA_S_LD + sc, fs, FA_S_LD, wmma::mem_row_major);
-    wmma::store_matrix_sync(s.dp + sr * FA_S_LD + sc, fdp, FA_S_LD, wmma::mem_row_major);
+    dt_wmma_sts_acc(s.s + sr * FA_S_LD + sc, fs, FA_S_LD);
+    dt_wmma_sts_acc(s.dp + sr * FA_S_LD + sc, fdp, FA_S_LD);
     __syncthreads();
     for (int i = 0; i < FA_ROWS_PER_WARP; i++) {
         int r = warp + FA_WARPS * i, t = q0 + r, j = k0 + lane;
@@ -563,7 +611,8 @@ static __device__ __forceinline__ void fa_add_rows(dt_bf16 *dst, const float *ac
     }
 }
 
-__global__ void __launch_bounds__(FA_THREADS)
+template <int NF>
+__global__ void __launch_bounds__(FA_THREADS, FA_WMMA_MIN_BLOCKS)
     fa_dkdv_wmma_kernel(dt_bf16 *dqkv, const dt_bf16 *dout, const dt_bf16 *qkv, const float *lse, const float *D,
                         int T, int C, int NH, int NKV, float scale, int vec) {
     using namespace nvcuda;
@@ -576,9 +625,9 @@ __global__ void __launch_bounds__(FA_THREADS)
     int k0 = kt * FA_TILE, nqt = (T + FA_TILE - 1) / FA_TILE, n_o = 2 * (HS / FA_WM);
     fa_load_bf16(s.k, k, C3, k0, T, HS, hsp, vec);
     fa_load_bf16(s.v, v, C3, k0, T, HS, hsp, vec);
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> fdk[FA_FRAGS_PER_WARP], fdv[FA_FRAGS_PER_WARP];
+    dt_wfrag_acc fdk[NF], fdv[NF];
 #pragma unroll
-    for (int u = 0; u < FA_FRAGS_PER_WARP; u++) {
+    for (int u = 0; u < NF; u++) {
         wmma::fill_fragment(fdk[u], 0.0f);
         wmma::fill_fragment(fdv[u], 0.0f);
     }
@@ -593,18 +642,18 @@ __global__ void __launch_bounds__(FA_THREADS)
         __syncthreads();
         fa_wtile_p_ds(s, q0, k0, T, HS, scale);
 #pragma unroll
-        for (int u = 0; u < FA_FRAGS_PER_WARP; u++) {
+        for (int u = 0; u < NF; u++) {
             int f = warp + FA_WARPS * u;
             if (f >= n_o) continue;
             int kr = FA_WM * (f & 1), dc = FA_WM * (f >> 1); /* rows: keys; columns: head dims */
             for (int j = 0; j < FA_TILE; j += FA_WM) {       /* j: queries */
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, dt_bf16, wmma::col_major> fa; /* P^T, dS^T */
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, dt_bf16, wmma::row_major> fb; /* dO, Q */
-                wmma::load_matrix_sync(fa, s.p + j * FA_P_LD + kr, FA_P_LD);
-                wmma::load_matrix_sync(fb, s.dout + j * hsp + dc, hsp);
+                dt_wfrag_a_col fa; /* P^T, dS^T */
+                dt_wfrag_b_row fb; /* dO, Q */
+                dt_wmma_lds(fa, s.p + j * FA_P_LD + kr, FA_P_LD);
+                dt_wmma_lds(fb, s.dout + j * hsp + dc, hsp);
                 wmma::mma_sync(fdv[u], fa, fb, fdv[u]);
-                wmma::load_matrix_sync(fa, s.ds + j * FA_P_LD + kr, FA_P_LD);
-                wmma::load_matrix_sync(fb, s.q + j * hsp + dc, hsp);
+                dt_wmma_lds(fa, s.ds + j * FA_P_LD + kr, FA_P_LD);
+                dt_wmma_lds(fb, s.q + j * hsp + dc, hsp);
                 wmma::mma_sync(fdk[u], fa, fb, fdk[u]);
             }
         }
@@ -612,19 +661,20 @@ __global__ void __launch_bounds__(FA_THREADS)
     __syncthreads(); /* the tile area becomes the two (32, HS + 4) fp32 results */
     float *rk = (float *)smb, *rv = rk + FA_TILE * hso;
 #pragma unroll
-    for (int u = 0; u < FA_FRAGS_PER_WARP; u++) {
+    for (int u = 0; u < NF; u++) {
         int f = warp + FA_WARPS * u;
         if (f >= n_o) continue;
         int kr = FA_WM * (f & 1), dc = FA_WM * (f >> 1);
-        wmma::store_matrix_sync(rk + kr * hso + dc, fdk[u], hso, wmma::mem_row_major);
-        wmma::store_matrix_sync(rv + kr * hso + dc, fdv[u], hso, wmma::mem_row_major);
+        dt_wmma_sts_acc(rk + kr * hso + dc, fdk[u], hso);
+        dt_wmma_sts_acc(rv + kr * hso + dc, fdv[u], hso);
     }
     __syncthreads();
     fa_add_rows(dqkv + kbase, rk, hso, C3, k0, T, HS, scale);
     fa_add_rows(dqkv + kbase + NKV * HS, rv, hso, C3, k0, T, HS, 1.0f);
 }
 
-__global__ void __launch_bounds__(FA_THREADS)
+template <int NF>
+__global__ void __launch_bounds__(FA_THREADS, FA_WMMA_MIN_BLOCKS)
     fa_dq_wmma_kernel(dt_bf16 *dqkv, const dt_bf16 *dout, const dt_bf16 *qkv, const float *lse, const float *D,
                       int T, int C, int NH, int NKV, float scale, int vec) {
     using namespace nvcuda;
@@ -639,9 +689,9 @@ __global__ void __launch_bounds__(FA_THREADS)
     const float *lse_bh = lse + ((size_t)b * NH + h) * T, *D_bh = D + ((size_t)b * NH + h) * T;
     int q0 = qt * FA_TILE, n_o = 2 * (HS / FA_WM);
     fa_wload_queries(s, q, dO, lse_bh, D_bh, q0, T, C, C3, HS, vec);
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> fdq[FA_FRAGS_PER_WARP];
+    dt_wfrag_acc fdq[NF];
 #pragma unroll
-    for (int u = 0; u < FA_FRAGS_PER_WARP; u++) wmma::fill_fragment(fdq[u], 0.0f);
+    for (int u = 0; u < NF; u++) wmma::fill_fragment(fdq[u], 0.0f);
     for (int kt = 0; kt <= qt; kt++) {
         int k0 = kt * FA_TILE;
         __syncthreads();
@@ -650,15 +700,15 @@ __global__ void __launch_bounds__(FA_THREADS)
         __syncthreads();
         fa_wtile_p_ds(s, q0, k0, T, HS, scale);
 #pragma unroll
-        for (int u = 0; u < FA_FRAGS_PER_WARP; u++) {
+        for (int u = 0; u < NF; u++) {
             int f = warp + FA_WARPS * u;
             if (f >= n_o) continue;
             int qr = FA_WM * (f & 1), dc = FA_WM * (f >> 1);
             for (int j = 0; j < FA_TILE; j += FA_WM) { /* j: keys */
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, dt_bf16, wmma::row_major> fa; /* dS */
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, dt_bf16, wmma::row_major> fb; /* K */
-                wmma::load_matrix_sync(fa, s.ds + qr * FA_P_LD + j, FA_P_LD);
-                wmma::load_matrix_sync(fb, s.k + j * hsp + dc, hsp);
+                dt_wfrag_a_row fa; /* dS */
+                dt_wfrag_b_row fb; /* K */
+                dt_wmma_lds(fa, s.ds + qr * FA_P_LD + j, FA_P_LD);
+                dt_wmma_lds(fb, s.k + j * hsp + dc, hsp);
                 wmma::mma_sync(fdq[u], fa, fb, fdq[u]);
             }
         }
@@ -666,10 +716,10 @@ __global__ void __launch_bounds__(FA_THREADS)
     __syncthreads();
     float *rq = (float *)smb;
 #pragma unroll
-    for (int u = 0; u < FA_FRAGS_PER_WARP; u++) {
+    for (int u = 0; u < NF; u++) {
         int f = warp + FA_WARPS * u;
         if (f >= n_o) continue;
-        wmma::store_matrix_sync(rq + FA_WM * (f & 1) * hso + FA_WM * (f >> 1), fdq[u], hso, wmma::mem_row_major);
+        dt_wmma_sts_acc(rq + FA_WM * (f & 1) * hso + FA_WM * (f >> 1), fdq[u], hso);
     }
     __syncthreads();
     fa_add_rows(dqkv + base, rq, hso, C3, q0, T, HS, scale);
@@ -708,10 +758,19 @@ static void fa_forward(dt_device_t *dev, void *out, void *saved, const void *qkv
     if constexpr (sizeof(S) == 2) {
         if (HS % FA_WM == 0) { /* tensor cores */
             size_t smem = fa_forward_wmma_smem(HS);
-            if (!fa_smem_ok(dev, fa_forward_wmma_kernel, smem, __func__)) return;
-            DT_LAUNCH(fa_forward_wmma_kernel, grid, FA_THREADS, smem, dt_cuda_stream(dev))
-            ((dt_bf16 *)out, lse, (dt_bf16 *)out_copy, (const dt_bf16 *)qkv, T, C, NH, NKV,
-             1.0f / sqrtf((float)HS), dt_cuda_aligned16(qkv));
+            int qr = FA_QROWS(HS);
+            dim3 wgrid((T + qr - 1) / qr, NH, B);
+            float scale = 1.0f / sqrtf((float)HS);
+            int vec = dt_cuda_aligned16(qkv);
+            if (qr == 64) {
+                if (!fa_smem_ok(dev, fa_forward_wmma_kernel<64>, smem, __func__)) return;
+                DT_LAUNCH(fa_forward_wmma_kernel<64>, wgrid, FA_THREADS, smem, dt_cuda_stream(dev))
+                ((dt_bf16 *)out, lse, (dt_bf16 *)out_copy, (const dt_bf16 *)qkv, T, C, NH, NKV, scale, vec);
+            } else {
+                if (!fa_smem_ok(dev, fa_forward_wmma_kernel<32>, smem, __func__)) return;
+                DT_LAUNCH(fa_forward_wmma_kernel<32>, wgrid, FA_THREADS, smem, dt_cuda_stream(dev))
+                ((dt_bf16 *)out, lse, (dt_bf16 *)out_copy, (const dt_bf16 *)qkv, T, C, NH, NKV, scale, vec);
+            }
             DT_CUDA_LAUNCHED(dev);
             return;
         }
@@ -720,6 +779,25 @@ static void fa_forward(dt_device_t *dev, void *out, void *saved, const void *qkv
     if (!fa_smem_ok(dev, fa_forward_kernel<S>, smem, __func__)) return;
     DT_LAUNCH(fa_forward_kernel<S>, grid, FA_THREADS, smem, dt_cuda_stream(dev))
     ((S *)out, lse, out_copy, (const S *)qkv, T, C, NH, NKV, 1.0f / sqrtf((float)HS));
+    DT_CUDA_LAUNCHED(dev);
+}
+
+/* The bf16 tensor-core backward with NF = FA_NF(HS) accumulator fragments per warp. */
+template <int NF>
+static void fa_backward_wmma(dt_device_t *dev, void *dqkv, const void *dout, const void *qkv, const float *lse,
+                             const float *D, int B, int T, int C, int NH, int NKV) {
+    int HS = C / NH, vec = dt_cuda_aligned16(qkv) && dt_cuda_aligned16(dout);
+    float scale = 1.0f / sqrtf((float)HS);
+    dim3 grid((T + FA_TILE - 1) / FA_TILE, NH, B), grid_kv((T + FA_TILE - 1) / FA_TILE, NKV, B);
+    size_t smem = fa_backward_wmma_smem(HS);
+    if (!fa_smem_ok(dev, fa_dkdv_wmma_kernel<NF>, smem, __func__) ||
+        !fa_smem_ok(dev, fa_dq_wmma_kernel<NF>, smem, __func__))
+        return;
+    DT_LAUNCH(fa_dkdv_wmma_kernel<NF>, grid_kv, FA_THREADS, smem, dt_cuda_stream(dev))
+    ((dt_bf16 *)dqkv, (const dt_bf16 *)dout, (const dt_bf16 *)qkv, lse, D, T, C, NH, NKV, scale, vec);
+    DT_CUDA_LAUNCHED(dev);
+    DT_LAUNCH(fa_dq_wmma_kernel<NF>, grid, FA_THREADS, smem, dt_cuda_stream(dev))
+    ((dt_bf16 *)dqkv, (const dt_bf16 *)dout, (const dt_bf16 *)qkv, lse, D, T, C, NH, NKV, scale, vec);
     DT_CUDA_LAUNCHED(dev);
 }
 
@@ -738,18 +816,12 @@ static void fa_backward(dt_device_t *dev, void *dqkv, void *scratch, const void 
     dim3 grid((T + FA_TILE - 1) / FA_TILE, NH, B), grid_kv((T + FA_TILE - 1) / FA_TILE, NKV, B);
     if constexpr (sizeof(S) == 2) {
         if (HS % FA_WM == 0) { /* tensor cores */
-            int vec = dt_cuda_aligned16(qkv) && dt_cuda_aligned16(dout);
-            size_t smem = fa_backward_wmma_smem(HS);
-            if (!fa_smem_ok(dev, fa_dkdv_wmma_kernel, smem, __func__) ||
-                !fa_smem_ok(dev, fa_dq_wmma_kernel, smem, __func__))
-                return;
-            DT_LAUNCH(fa_dkdv_wmma_kernel, grid_kv, FA_THREADS, smem, dt_cuda_stream(dev))
-            ((dt_bf16 *)dqkv, (const dt_bf16 *)dout, (const dt_bf16 *)qkv, lse, D, T, C, NH, NKV, scale, vec);
-            DT_CUDA_LAUNCHED(dev);
-            DT_LAUNCH(fa_dq_wmma_kernel, grid, FA_THREADS, smem, dt_cuda_stream(dev))
-            ((dt_bf16 *)dqkv, (const dt_bf16 *)dout, (const dt_bf16 *)qkv, lse, D, T, C, NH, NKV, scale, vec);
-            DT_CUDA_LAUNCHED(dev);
-            return;
+            switch (FA_NF(HS)) {
+            case 1: fa_backward_wmma<1>(dev, dqkv, dout, qkv, lse, D, B, T, C, NH, NKV); return;
+            case 2: fa_backward_wmma<2>(dev, dqkv, dout, qkv, lse, D, B, T, C, NH, NKV); return;
+            case 3: fa_backward_wmma<3>(dev, dqkv, dout, qkv, lse, D, B, T, C, NH, NKV); return;
+            default: fa_backward_wmma<4>(dev, dqkv, dout, qkv, lse, D, B, T, C, NH, NKV); return;
+            }
         }
     }
     size_t smem = fa_backward_smem(HS);

@@ -7,7 +7,10 @@
  * skipped where no CUDA device is visible. Each test sets DTRUN_CUDA_ATTENTION
  * before it opens the device (Criterion runs every test in its own process).
  * Shapes: T = 5, 33, 37, 64, 100 (one to four 32-row tiles, most not a multiple of
- * 32); HS = 4, 12, 20, 32, 48, 64 and 128 (the largest the fused kernel takes);
+ * 32); HS = 4, 12, 16, 20, 32, 48, 64, 80, 112 and 128 (the largest the fused
+ * kernel takes): in bf16 the tensor-core backward is built for 1 to 4 accumulator
+ * fragments per warp (HS 16 and 32: 1; 48 and 64: 2; 80: 3; 112 and 128: 4, with
+ * warps left without a fragment at 16, 80 and 112), each count is run here;
  * HS = 136 checks the fallback to the cuBLAS path. As in test_kernels_cuda_layers:
  * inputs are uploaded in the device dtype and downloaded again so both ops see the
  * same values; outputs, saved and scratch are poisoned (NaN) first; dqkv is
@@ -132,10 +135,12 @@ static void run_fused(dt_dtype_t dtype, int B, int T, int C, int NH, uint64_t se
 }
 
 /* (B, T, C, NH): the shapes of test_kernels_cuda_layers, then T not a multiple of
- * the 32-row tile with HS = 64, odd head sizes, HS = 128. */
+ * the 32-row tile with HS = 64, odd head sizes, HS = 128, then HS = 16, 80 and 112
+ * (fragment counts per warp 1 with two warps idle, 3, and 4 with one short). */
 static const int shapes[][4] = {
     {2, 5, 12, 3},  {2, 64, 128, 4}, {1, 33, 40, 2},  {2, 37, 128, 2},
     {1, 100, 64, 1}, {1, 37, 12, 1}, {2, 45, 96, 2}, {1, 40, 256, 2},
+    {1, 50, 32, 2}, {1, 37, 160, 2}, {1, 70, 224, 2},
 };
 
 Test(cuda_attention_fused, matches_cpu_f32) {
