@@ -148,6 +148,15 @@ $(BUILD)/%.cu.o: %.cu $(FLAGS_STAMP) | $(DEPS_STAMP)
 	@$(if $(Q),echo "  NVCC  $<")
 	$(Q)$(NVCC) $(NVFLAGS) -c $< -o $@
 
+# The fused attention's PTX is kept (build/kernels/cuda/keep/*.compute_90.ptx, no
+# extra compile): tests/integration/test_fused_attention_ptx.sh checks from it that
+# every WMMA load and store names shared memory (LDSM, not generic LD.E) and, through
+# ptxas -v, that the tensor-core kernels fit 4 blocks per SM without spilling.
+$(BUILD)/kernels/cuda/cuda_attention_fused.cu.o: NVFLAGS += -keep -keep-dir $(BUILD)/kernels/cuda/keep
+$(BUILD)/kernels/cuda/cuda_attention_fused.cu.o: | $(BUILD)/kernels/cuda/keep
+$(BUILD)/kernels/cuda/keep:
+	@mkdir -p $@
+
 dtrun: $(MAIN_OBJ) $(LIB_OBJ)
 	@$(if $(Q),echo "  LD    $@")
 	$(Q)$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
