@@ -217,8 +217,10 @@ w1=$(pgrep -f "__worker.*$DT_TMP/gpt.json" | while read -r p; do tr '\0' '\n' </
 for _ in $(seq 300); do grep -q 'training failed' "$DT_TMP/hang.out" && break; sleep 0.1; done
 [ -n "$w1" ] && kill -CONT "$w1" 2>/dev/null
 wait $lpid; rc=$?
-# (stage 0 waits either for stage 1's messages, or, its passes done, in the step's last collective)
-if [ $rc -eq 1 ] && grep -Eq 'rank 0: training failed: timed out: (pipeline stage 0: .*(recv|send) #[0-9]+ (from|to) rank 1 \(count [0-9]+, f32\)|[a-z_]+ #[0-9]+ .* 1 no report)' "$DT_TMP/hang.out"; then
+# (stage 0 waits either for stage 1's messages, or, its passes done, in a collective: the
+# step's last one, or the broadcast that refreshes the last stage's copy of the tied
+# embedding, "pipeline stage 0: refreshing ...: broadcast #53 ...; 1 no report")
+if [ $rc -eq 1 ] && grep -Eq 'rank 0: training failed: timed out: (pipeline stage 0: .*(recv|send) #[0-9]+ (from|to) rank 1 \(count [0-9]+, f32\)|(pipeline stage 0: .*)?[a-z_]+ #[0-9]+ .* 1 no report)' "$DT_TMP/hang.out"; then
   pass "a stopped stage: exit 1, the neighbour's error names the op, the peer and the sequence number"
 else fail "a stopped stage" "rc=$rc $(grep -m2 -E 'error|timed|did not' "$DT_TMP/hang.out")"; fi
 
