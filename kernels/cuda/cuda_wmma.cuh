@@ -29,14 +29,19 @@ typedef nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> dt_
 
 #ifdef DT_CUEMU
 
-template <typename F> static inline void dt_wmma_lds(F &f, const dt_bf16 *p, unsigned ldm) {
-    nvcuda::wmma::load_matrix_sync(f, p, ldm);
+/* The caller's file and line go on, so the emulator's messages name the kernel's call. */
+template <typename F>
+static inline void dt_wmma_lds(F &f, const dt_bf16 *p, unsigned ldm, const char *file = __builtin_FILE(),
+                               int line = __builtin_LINE()) {
+    nvcuda::wmma::load_matrix_sync(f, p, ldm, file, line);
 }
-static inline void dt_wmma_lds_acc(dt_wfrag_acc &f, const float *p, unsigned ldm) {
-    nvcuda::wmma::load_matrix_sync(f, p, ldm, nvcuda::wmma::mem_row_major);
+static inline void dt_wmma_lds_acc(dt_wfrag_acc &f, const float *p, unsigned ldm,
+                                   const char *file = __builtin_FILE(), int line = __builtin_LINE()) {
+    nvcuda::wmma::load_matrix_sync(f, p, ldm, nvcuda::wmma::mem_row_major, file, line);
 }
-static inline void dt_wmma_sts_acc(float *p, const dt_wfrag_acc &f, unsigned ldm) {
-    nvcuda::wmma::store_matrix_sync(p, f, ldm, nvcuda::wmma::mem_row_major);
+static inline void dt_wmma_sts_acc(float *p, const dt_wfrag_acc &f, unsigned ldm,
+                                   const char *file = __builtin_FILE(), int line = __builtin_LINE()) {
+    nvcuda::wmma::store_matrix_sync(p, f, ldm, nvcuda::wmma::mem_row_major, file, line);
 }
 
 #else
