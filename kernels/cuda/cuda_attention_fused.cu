@@ -85,11 +85,14 @@ static size_t fa_forward_smem(int HS) {
     return sizeof(float) * (3 * (size_t)FA_TILE * hp + (size_t)FA_TILE * FA_PS + 2 * FA_TILE);
 }
 
-/* End of a forward tile: each warp's row sums l into shared memory (to normalise the
- * output) and the rows' log-sum-exp m + log l (what the backward keeps). */
+/* End of a forward tile: each warp's RPW row sums l (rows warp + FA_WARPS i) into
+ * shared memory (to normalise the output) and the rows' log-sum-exp m + log l (what
+ * the backward keeps). */
+template <int RPW>
 static __device__ __forceinline__ void store_row_sums(float *sl, float *lse_bh, const float *m, const float *l,
                                                       int q0, int T, int warp, int lane) {
-    for (int i = 0; i < FA_ROWS_PER_WARP; i++) {
+#pragma unroll
+    for (int i = 0; i < RPW; i++) {
         int r = warp + FA_WARPS * i;
         if (lane == 0) {
             sl[r] = l[i];
@@ -152,7 +155,7 @@ __global__ void __launch_bounds__(FA_THREADS)
             acc[i] = x;
         }
     }
-    store_row_sums(sl, lse + ((size_t)b * NH + h) * T, m, l, q0, T, warp, lane);
+    store_row_sums<FA_ROWS_PER_WARP>(sl, lse + ((size_t)b * NH + h) * T, m, l, q0, T, warp, lane);
     __syncthreads();
     int t = q0 + lane;
     if (t >= T) return;
@@ -310,16 +313,7 @@ __global__ void __launch_bounds__(FA_THREADS)
             dt_wmma_sts_acc(so + orow * hso + ocol, acc, hso);
         }
     }
-    /* Row sums into shared memory (to normalise), and each row's log-sum-exp. */
-    float *lse_bh = lse + ((size_t)b * NH + h) * T;
-#pragma unroll
-    for (int i = 0; i < RPW; i++) {
-        int r = warp + FA_WARPS * i;
-        if (lane == 0) {
-            sl[r] = l[i];
-            if (q0 + r < T) lse_bh[q0 + r] = m[i] + logf(l[i]);
-        }
-    }
+    store_row_sums<RPW>(sl, lse + ((size_t)b * NH + h) * T, m, l, q0, T, warp, lane);
     __syncthreads();
     for (int i = threadIdx.x; i < QR * HS; i += blockDim.x) {
         int r = i / HS, d = i % HS, t = q0 + r;
@@ -748,6 +742,20 @@ template <typename K> static int fa_smem_ok(dt_device_t *dev, K kernel, size_t b
     return 1;
 }
 
+/* The bf16 tensor-core forward with QR = FA_QROWS(HS) query rows per block. */
+template <int QR>
+static void fa_forward_wmma(dt_device_t *dev, void *out, float *lse, void *out_copy, const void *qkv, int B, int T,
+                            int C, int NH, int NKV) {
+    int HS = C / NH;
+    size_t smem = fa_forward_wmma_smem(HS);
+    if (!fa_smem_ok(dev, fa_forward_wmma_kernel<QR>, smem, __func__)) return;
+    dim3 grid((T + QR - 1) / QR, NH, B);
+    DT_LAUNCH(fa_forward_wmma_kernel<QR>, grid, FA_THREADS, smem, dt_cuda_stream(dev))
+    ((dt_bf16 *)out, lse, (dt_bf16 *)out_copy, (const dt_bf16 *)qkv, T, C, NH, NKV, 1.0f / sqrtf((float)HS),
+     dt_cuda_aligned16(qkv));
+    DT_CUDA_LAUNCHED(dev);
+}
+
 template <typename S>
 static void fa_forward(dt_device_t *dev, void *out, void *saved, const void *qkv, int B, int T, int C,
                        int NH, int NKV) {
@@ -757,21 +765,10 @@ static void fa_forward(dt_device_t *dev, void *out, void *saved, const void *qkv
     dim3 grid((T + FA_TILE - 1) / FA_TILE, NH, B);
     if constexpr (sizeof(S) == 2) {
         if (HS % FA_WM == 0) { /* tensor cores */
-            size_t smem = fa_forward_wmma_smem(HS);
-            int qr = FA_QROWS(HS);
-            dim3 wgrid((T + qr - 1) / qr, NH, B);
-            float scale = 1.0f / sqrtf((float)HS);
-            int vec = dt_cuda_aligned16(qkv);
-            if (qr == 64) {
-                if (!fa_smem_ok(dev, fa_forward_wmma_kernel<64>, smem, __func__)) return;
-                DT_LAUNCH(fa_forward_wmma_kernel<64>, wgrid, FA_THREADS, smem, dt_cuda_stream(dev))
-                ((dt_bf16 *)out, lse, (dt_bf16 *)out_copy, (const dt_bf16 *)qkv, T, C, NH, NKV, scale, vec);
-            } else {
-                if (!fa_smem_ok(dev, fa_forward_wmma_kernel<32>, smem, __func__)) return;
-                DT_LAUNCH(fa_forward_wmma_kernel<32>, wgrid, FA_THREADS, smem, dt_cuda_stream(dev))
-                ((dt_bf16 *)out, lse, (dt_bf16 *)out_copy, (const dt_bf16 *)qkv, T, C, NH, NKV, scale, vec);
-            }
-            DT_CUDA_LAUNCHED(dev);
+            if (FA_QROWS(HS) == 64)
+                fa_forward_wmma<64>(dev, out, lse, out_copy, qkv, B, T, C, NH, NKV);
+            else
+                fa_forward_wmma<32>(dev, out, lse, out_copy, qkv, B, T, C, NH, NKV);
             return;
         }
     }

@@ -15,15 +15,23 @@
 #ifdef DT_USE_CUDA
 #include <cuda_runtime.h>
 
-Test(comm_nccl, every_op_world_1_on_device) {
+/* An NCCL communicator of world size 1 on GPU 0 through a store on a free loopback
+ * port (skips the test without a CUDA device); timeout_s 0: the default. */
+static dt_comm_t *open_world_1(const char *run_id, double timeout_s, dt_store_server_t **srv) {
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) cr_skip_test("no CUDA device");
-    dt_store_server_t *srv = NULL;
-    cr_assert_eq(dt_store_server_start("127.0.0.1", 0, &srv), DT_STATUS_OK);
-    dt_comm_config_t cfg = {.store_host = "127.0.0.1", .store_port = dt_store_server_port(srv), .run_id = "gpu",
-                            .world_size = 1, .local_world_size = 1, .backend = DT_COMM_BACKEND_NCCL, .device = 0};
+    cr_assert_eq(dt_store_server_start("127.0.0.1", 0, srv), DT_STATUS_OK);
+    dt_comm_config_t cfg = {.store_host = "127.0.0.1", .store_port = dt_store_server_port(*srv), .run_id = run_id,
+                            .world_size = 1, .local_world_size = 1, .backend = DT_COMM_BACKEND_NCCL, .device = 0,
+                            .timeout_s = timeout_s};
     dt_comm_t *c = NULL;
     cr_assert_eq(dt_comm_init(&cfg, &c), DT_STATUS_OK, "%s", dt_error_detail());
+    return c;
+}
+
+Test(comm_nccl, every_op_world_1_on_device) {
+    dt_store_server_t *srv = NULL;
+    dt_comm_t *c = open_world_1("gpu", 0.0, &srv);
     enum { N = 1000003 };
     float *h = malloc(N * sizeof(float)), *back = malloc(2 * N * sizeof(float));
     for (int i = 0; i < N; i++) h[i] = (float)(i % 97) * 0.25f;
@@ -61,15 +69,8 @@ static void CUDART_CB stall_stream(void *secs) { sleep(*(unsigned *)secs); }
  * the watchdog's thread aborts the NCCL communicator (ncclCommAbort); the op then
  * fails naming the watchdog and the timeout, and later ops fail at once. */
 Test(comm_nccl, watchdog_aborts_an_op_stalled_past_the_timeout) {
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) cr_skip_test("no CUDA device");
     dt_store_server_t *srv = NULL;
-    cr_assert_eq(dt_store_server_start("127.0.0.1", 0, &srv), DT_STATUS_OK);
-    dt_comm_config_t cfg = {.store_host = "127.0.0.1", .store_port = dt_store_server_port(srv), .run_id = "gpuwd",
-                            .world_size = 1, .local_world_size = 1, .backend = DT_COMM_BACKEND_NCCL, .device = 0,
-                            .timeout_s = 1.0};
-    dt_comm_t *c = NULL;
-    cr_assert_eq(dt_comm_init(&cfg, &c), DT_STATUS_OK, "%s", dt_error_detail());
+    dt_comm_t *c = open_world_1("gpuwd", 1.0, &srv);
     enum { N = 4096 };
     float *d_in, *d_out;
     cr_assert_eq(cudaMalloc((void **)&d_in, N * sizeof(float)), cudaSuccess);

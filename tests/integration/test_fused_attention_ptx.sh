@@ -53,7 +53,7 @@ rc=$?
 [ $rc -eq 0 ] || fail "ptxas compiles the kept PTX" "rc $rc: $(printf '%s\n' "$res" | tail -3)"
 regs=$(printf '%s\n' "$res" | awk '
   /Compiling entry function/ { match($0, /'\''[^'\'']+'\''/); f = substr($0, RSTART + 1, RLENGTH - 2) }
-  /spill stores/ { split($0, a, /bytes spill stores, |bytes spill loads/); sp[f] = $0 }
+  /spill stores/ { sp[f] = $0 }
   /Used [0-9]+ registers/ { match($0, /Used [0-9]+ registers/); r = substr($0, RSTART + 5, RLENGTH - 15) + 0;
                             if (f ~ /wmma/) print f, r, (sp[f] ~ / 0 bytes spill stores, 0 bytes spill loads/ ? 0 : 1) }')
 nr=$(printf '%s\n' "$regs" | grep -c . || true)
