@@ -187,6 +187,9 @@ out_unmap:
     return rc;
 }
 
+/* What to do about existing shards (dt_tokenize_check says they exist). */
+#define FORCE_HINT ": give --force to replace them"
+
 int dt_cmd_tokenize(int argc, char **argv) {
     const char *tok_path = NULL, *out = NULL, *doc_arg = NULL, *field = "text", *decode = NULL;
     dt_tokenize_format format = DT_TOKENIZE_AUTO;
@@ -270,8 +273,9 @@ int dt_cmd_tokenize(int argc, char **argv) {
     }
     o.jobs = (int)jobs;
     if (!resolve_doc_token(tok, doc_arg, &o.doc_token)) goto out_free_tok;
-    if (dt_tokenize_check(&o) != DT_STATUS_OK) {
-        fprintf(stderr, "dtrun tokenize: %s\n", dt_error_detail());
+    int existing = 0;
+    if (dt_tokenize_check(&o, &existing) != DT_STATUS_OK) {
+        fprintf(stderr, "dtrun tokenize: %s%s\n", dt_error_detail(), existing ? FORCE_HINT : "");
         goto out_free_tok;
     }
     const char *tty = getenv("DTRUN_PROGRESS_TTY");
@@ -287,7 +291,8 @@ int dt_cmd_tokenize(int argc, char **argv) {
         goto out_free_tok;
     }
     if (st != DT_STATUS_OK) {
-        fprintf(stderr, "dtrun tokenize: %s (no shard written)\n", dt_error_detail());
+        fprintf(stderr, "dtrun tokenize: %s%s (no shard written)\n", dt_error_detail(),
+                sum.existing ? FORCE_HINT : "");
         rc = st == DT_STATUS_IO || st == DT_STATUS_SYS || st == DT_STATUS_NOMEM || st == DT_STATUS_LIMIT
                  ? DT_EXIT_FAILED
                  : DT_EXIT_USAGE;
