@@ -259,6 +259,7 @@ int dt_cmd_tokenize(int argc, char **argv) {
         .inputs = inputs,
         .n_inputs = n_inputs,
         .field = field,
+        .field_hint = "; --field NAME picks another",
         .format = format,
         .out_prefix = out,
         .shard_tokens = shard_tokens,
@@ -291,8 +292,13 @@ int dt_cmd_tokenize(int argc, char **argv) {
         goto out_free_tok;
     }
     if (st != DT_STATUS_OK) {
-        fprintf(stderr, "dtrun tokenize: %s%s (no shard written)\n", dt_error_detail(),
-                sum.existing ? FORCE_HINT : "");
+        if (sum.no_train)
+            fprintf(stderr, "dtrun tokenize: the input gave %llu tokens, not more than --val-tokens %llu: no tokens left "
+                            "for training (no shard written)\n", (unsigned long long)sum.tokens,
+                    (unsigned long long)val_tokens);
+        else
+            fprintf(stderr, "dtrun tokenize: %s%s (no shard written)\n", dt_error_detail(),
+                    sum.existing ? FORCE_HINT : "");
         rc = st == DT_STATUS_IO || st == DT_STATUS_SYS || st == DT_STATUS_NOMEM || st == DT_STATUS_LIMIT
                  ? DT_EXIT_FAILED
                  : DT_EXIT_USAGE;

@@ -338,10 +338,10 @@ static void encode_jsonl_line(run *r, dt_tok_enc_t *e, piece *p, const char *pat
     const cJSON *f = cJSON_IsObject(j) ? cJSON_GetObjectItemCaseSensitive(j, r->o->field) : NULL;
     if (!cJSON_IsString(f)) {
         piece_fail(p, DT_STATUS_FORMAT,
-                   "%s:%llu: %s \"%s\" (each line must be a JSON object with that string; --field NAME picks another)",
+                   "%s:%llu: %s \"%s\" (each line must be a JSON object with that string%s)",
                    path, (unsigned long long)lineno,
                    !cJSON_IsObject(j) ? "not an object, so no field" : f ? "a non-string field" : "no field",
-                   r->o->field);
+                   r->o->field, r->o->field_hint ? r->o->field_hint : "");
         cJSON_Delete(j);
         return;
     }
@@ -593,6 +593,7 @@ dt_status_t dt_tokenize_run(const dt_tokenize_opts *o, dt_tokenize_progress *sum
     fill_progress(&r, &w, sum, t0);
     double tc = dt_now_s();
     if (st == DT_STATUS_OK) st = dt_shard_out_commit(&w, o->force);
+    sum->no_train = w.no_train;
     sum->serial_s = write_s + (dt_now_s() - tc) + r.produce_s;
     sum->pieces = r.written;
     dt_shard_out_abort(&w); /* after a commit this only frees */

@@ -41,6 +41,7 @@ typedef struct dt_tokenize_progress {
     char first_invalid[512];          /* "FILE:offset N" or "FILE:line N" of the first */
     int stale_removed;                /* temporaries of killed runs of this prefix, removed */
     int existing;                     /* the run was refused: shards of the prefix exist */
+    int no_train;                     /* refused: tokens (all of them) <= val_tokens */
 } dt_tokenize_progress;
 
 /* How inputs are read: by name (*.jsonl are jsonl, the rest and stdin text), or all
@@ -52,6 +53,7 @@ typedef struct dt_tokenize_opts {
     const char *const *inputs; /* paths; "-" is stdin (streamed); *.jsonl are jsonl unless format */
     int n_inputs;
     const char *field;         /* jsonl field (default "text") */
+    const char *field_hint;    /* how to pick another field, said when a line lacks it; may be NULL */
     dt_tokenize_format format;
     const char *out_prefix;
     uint64_t shard_tokens;     /* > 0, at most INT32_MAX */
