@@ -226,7 +226,7 @@ fuzz: | $(DEPS_STAMP)
 fuzz-server: | $(DEPS_STAMP)
 	@mkdir -p build-fuzz/corpus-server
 	$(Q)clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -I. \
-	    tests/fuzz/fuzz_store_server.c rendezvous/store_server.c rendezvous/store_auth.c rendezvous/store_client.c common/sha256.c common/rng.c common/fs.c common/fs_safe.c \
+	    tests/fuzz/fuzz_store_server.c rendezvous/store_server*.c rendezvous/store_auth.c rendezvous/store_client.c common/sha256.c common/rng.c common/fs.c common/fs_safe.c \
 	    rendezvous/proto.c common/status.c common/mem.c common/log.c common/clock.c \
 	    -luv -lpthread -o build-fuzz/fuzz_store_server
 	$(Q)build-fuzz/fuzz_store_server -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \

@@ -439,7 +439,7 @@ static int load_model(plan_opts *o, plan_ctx *c, int *is_cpu_default) {
 
 /* CPU threads of each of n ranks on this host: the config's `threads`, else what
  * the trainer gets by default: all cores for one rank, one each for several
- * (OMP_NUM_THREADS=1 with more than one worker, CONTRACT.md). */
+ * (OMP_NUM_THREADS=1 with more than one worker, docs/interface.md). */
 static int cpu_threads(const plan_ctx *c, int n) {
     if (c->cfg_threads > 0) return c->cfg_threads;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);

@@ -2,8 +2,8 @@
  * cmd_sample.c - dtrun sample SOURCE [--prompt TEXT | --prompt-ids 3,17,42]
  * [--tokens N] [--temperature T] [--top_k K] [--seed S] [--ids] [--device
  * auto|cpu|cuda] [--seq-len N]: tokens from a checkpoint's or a Hugging Face
- * directory's parameters (runtime/model/sample.h:
- * with a KV cache when the model and device have one). With a tokenizer
+ * directory's parameters (read by runtime/ckpt: checkpoint.h, hf_load.h; sampled by
+ * runtime/model/sample.h, with a KV cache when the model and device have one). With a tokenizer
  * (--tokenizer PATH, or SOURCE/tokenizer.json of a Hugging Face directory;
  * runtime/tokenize/tok.h) the prompt and the output are text, the prompt encoded as
  * `dtrun tokenize` encodes a document, the document token first. Without one,
@@ -21,8 +21,7 @@
 #include "common/mem.h"
 #include "kernels/kernels.h"
 #include "runtime/ckpt/checkpoint.h"
-#include "runtime/ckpt/hf_weights.h" /* defines: dt_hf_weights_open */
-#include "runtime/model/hf_config.h" /* defines: dt_hf_config_read */
+#include "runtime/ckpt/hf_load.h" /* defines: dt_hf_load_params, dt_hf_is_dir */
 #include "runtime/model/net.h"
 #include "runtime/model/sample.h"
 #include "runtime/tokenize/tok.h"
@@ -74,53 +73,6 @@ static int parse_ids(const char *s, int32_t **ids, int *n) {
         s = end;
     }
     return 1;
-}
-
-/* The context of a Hugging Face directory without --seq-len: GPT-2's n_positions;
- * a llama's max_position_embeddings up to this (a 128k context would size a
- * 128k-row cache), and never past a sliding window (dtrun's attention is not
- * windowed, so within the window it is exact). */
-#define HF_DEFAULT_CONTEXT 2048
-
-/* A Hugging Face directory (config.json + safetensors) as a layout and its fp32
- * parameters (dt_mem_free). seq_len 0: the default context above. */
-static dt_status_t load_hf(const char *dir, int seq_len, dt_model_layout *l, float **host) {
-    dt_hf_config h;
-    DT_CHECK(dt_hf_config_read(dir, &h));
-    int bound = h.max_seq_len > 0 ? h.max_seq_len : 0;
-    if (h.sliding_window > 0 && (bound == 0 || h.sliding_window < bound)) bound = h.sliding_window;
-    if (seq_len > 0) {
-        if (bound > 0 && seq_len > bound)
-            return dt_error(DT_STATUS_CONFIG, "--seq-len %d: %s allows at most %d positions%s", seq_len, h.path, bound,
-                            h.sliding_window == bound ? " (its sliding_window)" : "");
-        h.spec.seq_len = seq_len;
-    } else if (h.seq_len_default > 0) {
-        h.spec.seq_len = h.seq_len_default;
-    } else {
-        h.spec.seq_len = bound > 0 && bound < HF_DEFAULT_CONTEXT ? bound : HF_DEFAULT_CONTEXT;
-    }
-    if (bound > 0 && h.spec.seq_len > bound) h.spec.seq_len = bound;
-    DT_CHECK(dt_model_layout_init(&h.spec, l));
-    dt_hf_weights_t *w = NULL;
-    dt_status_t st = dt_hf_weights_open(dir, l, &w);
-    if (st == DT_STATUS_OK) {
-        *host = dt_mem_alloc(DT_MEM_PARAMS, l->n_params * sizeof(float));
-        if (!*host) st = dt_error(DT_STATUS_NOMEM, "%s: no memory for %zu parameters", dir, l->n_params);
-        else st = dt_hf_weights_fill(w, 0, l->n_params, *host);
-    }
-    dt_hf_weights_close(w);
-    if (st != DT_STATUS_OK) {
-        dt_mem_free(*host);
-        *host = NULL;
-        dt_model_layout_free(l);
-    }
-    return st;
-}
-
-static int is_hf_dir(const char *path) {
-    char p[4096];
-    snprintf(p, sizeof p, "%s/config.json", path);
-    return access(p, F_OK) == 0;
 }
 
 int dt_cmd_sample(int argc, char **argv) {
@@ -175,10 +127,12 @@ int dt_cmd_sample(int argc, char **argv) {
     dt_ckpt_t *ck = NULL;
     dt_model_layout l;
     float *host = NULL;
-    int hf = is_hf_dir(path);
+    int hf = dt_hf_is_dir(path), seq_len_max = 0;
     if (!hf && seq_len > 0) return bad("%s", "--seq-len is for Hugging Face directories (a checkpoint has its own)");
-    if ((hf ? load_hf(path, seq_len, &l, &host) : dt_ckpt_load_params(path, &ck, &l, &host)) != DT_STATUS_OK) {
-        fprintf(stderr, "dtrun sample: %s\n", dt_error_detail());
+    if ((hf ? dt_hf_load_params(path, seq_len, &l, &host, &seq_len_max)
+            : dt_ckpt_load_params(path, &ck, &l, &host)) != DT_STATUS_OK) {
+        if (seq_len_max > 0) fprintf(stderr, "dtrun sample: --seq-len %d: %s\n", seq_len, dt_error_detail());
+        else fprintf(stderr, "dtrun sample: %s\n", dt_error_detail());
         return DT_EXIT_USAGE;
     }
     const char *source = hf ? path : dt_ckpt_path(ck);

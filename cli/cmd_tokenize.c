@@ -187,6 +187,9 @@ out_unmap:
     return rc;
 }
 
+/* What to do about existing shards (dt_tokenize_check says they exist). */
+#define FORCE_HINT ": give --force to replace them"
+
 int dt_cmd_tokenize(int argc, char **argv) {
     const char *tok_path = NULL, *out = NULL, *doc_arg = NULL, *field = "text", *decode = NULL;
     dt_tokenize_format format = DT_TOKENIZE_AUTO;
@@ -256,6 +259,7 @@ int dt_cmd_tokenize(int argc, char **argv) {
         .inputs = inputs,
         .n_inputs = n_inputs,
         .field = field,
+        .field_hint = "; --field NAME picks another",
         .format = format,
         .out_prefix = out,
         .shard_tokens = shard_tokens,
@@ -270,8 +274,9 @@ int dt_cmd_tokenize(int argc, char **argv) {
     }
     o.jobs = (int)jobs;
     if (!resolve_doc_token(tok, doc_arg, &o.doc_token)) goto out_free_tok;
-    if (dt_tokenize_check(&o) != DT_STATUS_OK) {
-        fprintf(stderr, "dtrun tokenize: %s\n", dt_error_detail());
+    int existing = 0;
+    if (dt_tokenize_check(&o, &existing) != DT_STATUS_OK) {
+        fprintf(stderr, "dtrun tokenize: %s%s\n", dt_error_detail(), existing ? FORCE_HINT : "");
         goto out_free_tok;
     }
     const char *tty = getenv("DTRUN_PROGRESS_TTY");
@@ -299,7 +304,13 @@ int dt_cmd_tokenize(int argc, char **argv) {
         goto out_free_tok;
     }
     if (st != DT_STATUS_OK) {
-        fprintf(stderr, "dtrun tokenize: %s (no shard written)\n", dt_error_detail());
+        if (sum.no_train)
+            fprintf(stderr, "dtrun tokenize: the input gave %llu tokens, not more than --val-tokens %llu: no tokens left "
+                            "for training (no shard written)\n", (unsigned long long)sum.tokens,
+                    (unsigned long long)val_tokens);
+        else
+            fprintf(stderr, "dtrun tokenize: %s%s (no shard written)\n", dt_error_detail(),
+                    sum.existing ? FORCE_HINT : "");
         rc = st == DT_STATUS_IO || st == DT_STATUS_SYS || st == DT_STATUS_NOMEM || st == DT_STATUS_LIMIT
                  ? DT_EXIT_FAILED
                  : DT_EXIT_USAGE;

@@ -1,6 +1,6 @@
 /*
  * commands.h - the subcommands of the dtrun binary. Each lives in its own file
- * under cli/ (cmd_<name>.c) and returns the process exit code (CONTRACT.md:
+ * under cli/ (cmd_<name>.c) and returns the process exit code (docs/interface.md:
  * 0 ok, 1 job failed, 2 usage/config, 3 rendezvous/network, 128+N signal).
  */
 #ifndef DT_CLI_COMMANDS_H

@@ -60,7 +60,7 @@ void dt_error_clear(void);
 /* Translates an errno value: EAGAIN/ETIMEDOUT -> TIMEOUT, ENOMEM -> NOMEM, ... */
 dt_status_t dt_status_from_errno(int err);
 
-/* Process exit codes (CONTRACT.md "Exit codes"); 128+N for an end by signal N
+/* Process exit codes (docs/interface.md "Exit codes"); 128+N for an end by signal N
  * is computed where the signal is known. */
 typedef enum dt_exit {
     DT_EXIT_OK = 0,      /* success */

@@ -1,5 +1,5 @@
 /*
- * torchenv.h - the torchrun environment a worker is started with (CONTRACT.md
+ * torchenv.h - the torchrun environment a worker is started with (docs/interface.md
  * "Environment of each worker"), read in one place: RANK, LOCAL_RANK,
  * WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT,
  * TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_RUN_ID.

@@ -2,7 +2,7 @@
 # demo.sh - what `make run` does: prepares the demo corpus (Debian's fortunes,
 # installed by install-deps.sh) and trains the character-level GPT of
 # configs/demo.json on 2 CPU ranks with DDP, ending with generated text.
-# A GPU machine would train on its GPUs once the CUDA backend exists (issue 6).
+# It runs on the CPU on any machine (configs/demo.json sets device cpu).
 # Extra arguments are config overrides, e.g. `scripts/demo.sh train_steps=200`.
 set -euo pipefail
 cd "$(dirname "$0")/.."

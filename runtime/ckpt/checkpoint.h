@@ -1,5 +1,5 @@
 /*
- * checkpoint.h - sharded, atomic, reshardable checkpoints (CONTRACT.md layout).
+ * checkpoint.h - sharded, atomic, reshardable checkpoints (docs/interface.md).
  *
  * A checkpoint of step N is the directory <dir>/step_NNNNNNNN/ holding one
  * shard_RRRRR.bin per saving rank and meta.json. A shard holds the byte ranges of

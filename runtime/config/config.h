@@ -5,7 +5,7 @@
  * Key names follow DeepSpeed wherever DeepSpeed has one (train_batch_size,
  * optimizer.params.lr, scheduler.params.warmup_num_steps, zero_optimization.stage,
  * ...), dtrun's own keys cover the model, data, strategy, checkpoint, eval, log and
- * comm (CONTRACT.md). `dtrun config --keys` lists every key with its type, default
+ * comm (docs/interface.md). `dtrun config --keys` lists every key with its type, default
  * and help.
  *
  * Life cycle:
@@ -138,7 +138,7 @@ typedef struct dt_config_source {
  * Batch sizes are 0 until dt_config_resolve() derives them for a world size. */
 typedef struct dt_config {
     /* DeepSpeed: batch identity train_batch_size = micro * accumulation * DP size,
-     * DP size = world size / tp.size (CONTRACT.md "Parallel layout") */
+     * DP size = world size / tp.size (docs/interface.md "Parallel layout") */
     int64_t train_batch_size;
     int64_t train_micro_batch_size_per_gpu;
     int64_t gradient_accumulation_steps;

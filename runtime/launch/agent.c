@@ -478,7 +478,7 @@ int dt_agent_run(const dt_launch_spec_t *sp, char **argv, int argc) {
     ag->w = dt_xcalloc((size_t)ag->nw, sizeof *ag->w);
 
     /* spawn.c sets OMP_NUM_THREADS=1 for every worker when it is unset and several
-     * share the node (CONTRACT.md). Say so for a program of the user's; dtrun's own
+     * share the node (docs/interface.md). Say so for a program of the user's; dtrun's own
      * workers size their threads from the config and need no notice. */
     if (sp->mode == DT_LAUNCH_MODE_EXEC && !getenv("OMP_NUM_THREADS") && ag->nw > 1)
         DT_LOG_WARN("OMP_NUM_THREADS is not set: the %d workers on this node each get "

@@ -22,7 +22,7 @@
 #include "runtime/launch/launch_args.h"
 
 /* Runs the launch described by spec; the workers run argv[0] (a path, or a name
- * looked up in PATH) with argv. Returns the process exit code (CONTRACT.md:
+ * looked up in PATH) with argv. Returns the process exit code (docs/interface.md:
  * 0, 1 job failed, 2 usage, 3 rendezvous/network, 128+N ended by signal N). */
 int dt_agent_run(const dt_launch_spec_t *spec, char **argv, int argc);
 

@@ -265,10 +265,12 @@ static dt_status_t wait_admission(dt_rdzv_t *rz, int *round, const char *host) {
     }
 }
 
-dt_status_t dt_rdzv_join(dt_rdzv_t *rz, int round, int want, int is_host, int nproc,
-                         const char *host) {
-    char k[KEY_MAX], clash[256], mine[1024];
-    dt_status_t st;
+/* dt_rdzv_join's steps, in protocol order. Each returns its failure already
+ * worded: a store failure as the lost store, a refusal or a bad record as itself. */
+
+/* Forgets the previous round's results (its nodes are kept to name the nodes that
+ * do not come back) and waits on the store for at most join_timeout. */
+static void join_begin(dt_rdzv_t *rz, int round) {
     rz->round = round;
     if (rz->nodes) { /* kept to name the nodes that do not come back */
         free(rz->prev_nodes);
@@ -282,21 +284,39 @@ dt_status_t dt_rdzv_join(dt_rdzv_t *rz, int round, int want, int is_host, int np
     rz->hb_changed = NULL;
     rz->resize_seen = 0;
     dt_store_set_timeout(rz->store, rz->join_timeout_s);
+}
+
+/* Elastic, an agent that is neither the host nor given a node rank: waits to be
+ * admitted when *round runs without it (then *round is the round it joins). Every
+ * agent records its round as the run's latest. */
+static dt_status_t join_enter_round(dt_rdzv_t *rz, int *round, int want, int is_host,
+                                    const char *host) {
+    dt_status_t st;
     if (rz->nnodes_min < rz->nnodes_max && want < 0 && !is_host) {
-        st = wait_admission(rz, &round, host);
+        st = wait_admission(rz, round, host);
         if (st == DT_STATUS_RENDEZVOUS) return st; /* the detail says why */
         if (st != DT_STATUS_OK) goto out_store;
-        rz->round = round;
+        rz->round = *round;
     }
     {
         char lk[KEY_MAX], val[16];
         latest_round_key(rz, lk);
-        int vn = snprintf(val, sizeof val, "%d", round);
+        int vn = snprintf(val, sizeof val, "%d", *round);
         DT_CHECK_GOTO(dt_store_set(rz->store, lk, val, (size_t)vn), st, out_store);
         /* (an agent admitted after waiting sets the round the others started) */
     }
+    return DT_STATUS_OK;
+out_store:
+    return lost_store(rz, st, "joining the rendezvous");
+}
 
-    int bad = 0;
+/* The agents agree on the node count and on how ranks are given, and a given node
+ * rank is claimed by one agent only. An agent that disagrees posts why to the
+ * round's error key (every agent reports it once the round closes) and sets *bad. */
+static dt_status_t join_agree(dt_rdzv_t *rz, int want, const char *host, int *bad) {
+    char k[KEY_MAX], clash[256], mine[1024];
+    dt_status_t st;
+    *bad = 0;
     char cfg[64];
     snprintf(cfg, sizeof cfg, "%d:%d %s", rz->nnodes_min, rz->nnodes_max,
              want >= 0 ? "fixed-ranks" : "assigned-ranks");
@@ -306,18 +326,18 @@ dt_status_t dt_rdzv_join(dt_rdzv_t *rz, int round, int want, int is_host, int np
         snprintf(mine, sizeof mine, "agent on %s has --nnodes %s but the first agent has %s "
                  "(--node_rank must be given to all agents or to none)", host, cfg, clash);
         DT_CHECK_GOTO(post_error(rz, mine), st, out_store);
-        bad = 1;
+        *bad = 1;
     }
-    if (want >= 0 && rz->nnodes_min != rz->nnodes_max && !bad) {
+    if (want >= 0 && rz->nnodes_min != rz->nnodes_max && !*bad) {
         snprintf(mine, sizeof mine, "--node_rank %d on %s needs a fixed --nnodes, not %d:%d",
                  want, host, rz->nnodes_min, rz->nnodes_max);
         DT_CHECK_GOTO(post_error(rz, mine), st, out_store);
-        bad = 1;
+        *bad = 1;
     } else if (want >= rz->nnodes_max) {
         snprintf(mine, sizeof mine, "--node_rank %d on %s is out of range for --nnodes %d",
                  want, host, rz->nnodes_max);
         DT_CHECK_GOTO(post_error(rz, mine), st, out_store);
-        bad = 1;
+        *bad = 1;
     } else if (want >= 0) {
         char token[200];
         snprintf(token, sizeof token, "%s (pid %d)", host, (int)getpid());
@@ -327,15 +347,22 @@ dt_status_t dt_rdzv_join(dt_rdzv_t *rz, int round, int want, int is_host, int np
             snprintf(mine, sizeof mine, "--node_rank %d is given to both %s and %s", want, clash,
                      token);
             DT_CHECK_GOTO(post_error(rz, mine), st, out_store);
-            bad = 1;
+            *bad = 1;
         }
     }
+    return DT_STATUS_OK;
+out_store:
+    return lost_store(rz, st, "joining the rendezvous");
+}
 
-    /* Assigned ranks: the store's host is node 0, the others take 1, 2, ... in
-     * arrival order. */
-    int slot = want;
+/* This agent's node slot: its given rank, or (assigned ranks) the store's host is
+ * node 0 and the others take 1, 2, ... in arrival order. */
+static dt_status_t join_take_slot(dt_rdzv_t *rz, int want, int is_host, int *slot) {
+    char k[KEY_MAX];
+    dt_status_t st;
+    *slot = want;
     if (want < 0 && is_host) {
-        slot = 0;
+        *slot = 0;
     } else if (want < 0) {
         int64_t arrival = 0;
         key(rz, k, "arrivals");
@@ -347,8 +374,19 @@ dt_status_t dt_rdzv_join(dt_rdzv_t *rz, int round, int want, int is_host, int np
             return store_int(k, a, (size_t)an, 1, MAX_NPROC * (long long)rz->nnodes_max,
                              &ignored);
         }
-        slot = (int)arrival;
+        *slot = (int)arrival;
     }
+    return DT_STATUS_OK;
+out_store:
+    return lost_store(rz, st, "joining the rendezvous");
+}
+
+/* Counts this agent in, writes its node record and a first heartbeat (unless it
+ * disagreed or has no slot), and closes the round when it is the MAX-th agent, or
+ * after the last call when it is the MIN-th. */
+static dt_status_t join_arrive(dt_rdzv_t *rz, int slot, int bad, int nproc, const char *host) {
+    char k[KEY_MAX];
+    dt_status_t st;
     int64_t count = 0;
     key(rz, k, "joined");
     DT_CHECK_GOTO(dt_store_add(rz->store, k, 1, &count), st, out_store);
@@ -373,20 +411,30 @@ dt_status_t dt_rdzv_join(dt_rdzv_t *rz, int round, int want, int is_host, int np
     } else if (count == rz->nnodes_min) {
         DT_CHECK_GOTO(close_after_last_call(rz), st, out_store);
     }
+    return DT_STATUS_OK;
+out_store:
+    return lost_store(rz, st, "joining the rendezvous");
+}
 
+/* Waits (join_timeout) for the round to close; *n is its node count. A round
+ * that an agent refused, or that closed before this agent's slot, fails here. */
+static dt_status_t join_wait_closed(dt_rdzv_t *rz, int round, int slot, int *n) {
+    char k[KEY_MAX], kc[KEY_MAX];
+    dt_status_t st;
+    key(rz, kc, "complete");
     const char *wkeys[] = {kc};
     st = dt_store_wait(rz->store, wkeys, 1, rz->join_timeout_s);
     if (st == DT_STATUS_TIMEOUT) {
-        int64_t n = 0;
+        int64_t joined = 0;
         key(rz, k, "joined");
-        dt_store_add(rz->store, k, 0, &n);
-        rz->nnodes = (int)n; /* those the host waits for before it stops the store */
+        dt_store_add(rz->store, k, 0, &joined);
+        rz->nnodes = (int)joined; /* those the host waits for before it stops the store */
         char gone[600];
         missing_nodes(rz, gone, sizeof gone);
         return dt_error(DT_STATUS_RENDEZVOUS,
                         "rendezvous round %d at %s timed out after %.0f s (join_timeout): "
                         "%lld of %d node(s) joined%s", round, rz->endpoint, rz->join_timeout_s,
-                        (long long)n, rz->nnodes_min, gone);
+                        (long long)joined, rz->nnodes_min, gone);
     }
     if (st != DT_STATUS_OK) goto out_store;
 
@@ -397,8 +445,8 @@ dt_status_t dt_rdzv_join(dt_rdzv_t *rz, int round, int want, int is_host, int np
     st = store_int(kc, val, vlen, 1, rz->nnodes_max, &complete);
     free(val);
     if (st != DT_STATUS_OK) return st;
-    int n = (int)complete;
-    rz->nnodes = n;
+    *n = (int)complete;
+    rz->nnodes = *n;
 
     int ready = 0;
     key(rz, k, "error");
@@ -413,12 +461,20 @@ dt_status_t dt_rdzv_join(dt_rdzv_t *rz, int round, int want, int is_host, int np
         free(val);
         return DT_STATUS_USAGE;
     }
-    if (n < 1 || slot >= n)
+    if (*n < 1 || slot >= *n)
         return dt_error(DT_STATUS_RENDEZVOUS,
                         "rendezvous round %d closed with %d node(s) before this agent (arrival "
-                        "%d) joined; start it again for the next run", round, n, slot + 1);
+                        "%d) joined; start it again for the next run", round, *n, slot + 1);
+    return DT_STATUS_OK;
+out_store:
+    return lost_store(rz, st, "joining the rendezvous");
+}
 
-    /* Everyone's record: one MULTI_GET. */
+/* Reads the n node records (one MULTI_GET): every node's process count, host and
+ * first global rank, this agent's rank and the world size; heartbeats are watched
+ * from now. */
+static dt_status_t join_read_nodes(dt_rdzv_t *rz, int n, int slot) {
+    dt_status_t st;
     char(*names)[KEY_MAX] = dt_xmalloc((size_t)n * KEY_MAX);
     const char **keys = dt_xmalloc((size_t)n * sizeof *keys);
     void **vals = dt_xcalloc((size_t)n, sizeof *vals);
@@ -465,11 +521,24 @@ dt_status_t dt_rdzv_join(dt_rdzv_t *rz, int round, int want, int is_host, int np
     free(names);
     if (st == DT_STATUS_RENDEZVOUS) return st; /* a bad record: the detail names it */
     if (st != DT_STATUS_OK) goto out_store;
-    /* Liveness calls must not block for long: a few heartbeats at most. */
-    dt_store_set_timeout(rz->store, 5 + 4 * rz->heartbeat_s);
     return DT_STATUS_OK;
 out_store:
     return lost_store(rz, st, "joining the rendezvous");
+}
+
+dt_status_t dt_rdzv_join(dt_rdzv_t *rz, int round, int want, int is_host, int nproc,
+                         const char *host) {
+    int bad = 0, slot = 0, n = 0;
+    join_begin(rz, round);
+    DT_CHECK(join_enter_round(rz, &round, want, is_host, host));
+    DT_CHECK(join_agree(rz, want, host, &bad));
+    DT_CHECK(join_take_slot(rz, want, is_host, &slot));
+    DT_CHECK(join_arrive(rz, slot, bad, nproc, host));
+    DT_CHECK(join_wait_closed(rz, round, slot, &n));
+    DT_CHECK(join_read_nodes(rz, n, slot));
+    /* Liveness calls must not block for long: a few heartbeats at most. */
+    dt_store_set_timeout(rz->store, 5 + 4 * rz->heartbeat_s);
+    return DT_STATUS_OK;
 }
 
 /* Elastic, at a heartbeat: a node that stops heartbeating after a resize began has

@@ -3,7 +3,7 @@
  * (runtime/model/net.h: dt_net_tp_ops) with the TP group's communicator, and the rank
  * layout of a run cut in TP groups.
  *
- * Rank layout (CONTRACT.md): world = TP x PP x DP with TP innermost, so the T ranks of a
+ * Rank layout (docs/interface.md): world = TP x PP x DP with TP innermost, so the T ranks of a
  * TP group are consecutive (rank r is TP rank r % T) and live on one node; then the
  * pipeline stages (stage (r / T) % P); the DP group of rank r is the ranks with the same
  * TP rank and stage. The model calls the

@@ -246,10 +246,12 @@ static void sync_dir(const char *prefix) {
 dt_status_t dt_shard_out_commit(dt_shard_out *w, int force) {
     dt_status_t st = close_shard(w);
     if (st != DT_STATUS_OK) return st;
-    if (w->total <= w->val_tokens)
+    if (w->total <= w->val_tokens) {
+        w->no_train = 1;
         return dt_error(DT_STATUS_INVALID,
-                        "the input gave %llu tokens, not more than --val-tokens %llu: no tokens left for training",
-                        (unsigned long long)w->total, (unsigned long long)w->val_tokens);
+                        "the input gave %llu tokens, not more than the %llu validation tokens: no tokens left for "
+                        "training", (unsigned long long)w->total, (unsigned long long)w->val_tokens);
+    }
     char **old = NULL;
     int n_old = 0;
     if (force) DT_CHECK(dt_shard_out_existing(w->prefix, &old, &n_old));

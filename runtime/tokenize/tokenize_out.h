@@ -24,6 +24,7 @@ typedef struct dt_shard_out {
     uint64_t total, val_written;
     unsigned char *buf;  /* tokens not yet written to fd */
     size_t buf_len, buf_cap;
+    int no_train;        /* commit refused: no token past the val_tokens */
 } dt_shard_out;
 
 /* Starts a run; nothing is created until the first token. */
@@ -33,7 +34,7 @@ void dt_shard_out_init(dt_shard_out *w, const char *prefix, int token_bytes, uin
 dt_status_t dt_shard_out_write(dt_shard_out *w, const uint32_t *ids, size_t n);
 /* Closes the last shard and renames every temporary to its final name (after
  * fsync), then with force removes the prefix's other shards (from an older run).
- * A run without a single train token is DT_STATUS_INVALID (and aborted). */
+ * A run without a single train token is DT_STATUS_INVALID (and aborted; no_train). */
 dt_status_t dt_shard_out_commit(dt_shard_out *w, int force);
 /* Closes and removes every temporary; frees. Safe after commit (then only frees). */
 void dt_shard_out_abort(dt_shard_out *w);

@@ -338,10 +338,10 @@ static void encode_jsonl_line(run *r, dt_tok_enc_t *e, piece *p, const char *pat
     const cJSON *f = cJSON_IsObject(j) ? cJSON_GetObjectItemCaseSensitive(j, r->o->field) : NULL;
     if (!cJSON_IsString(f)) {
         piece_fail(p, DT_STATUS_FORMAT,
-                   "%s:%llu: %s \"%s\" (each line must be a JSON object with that string; --field NAME picks another)",
+                   "%s:%llu: %s \"%s\" (each line must be a JSON object with that string%s)",
                    path, (unsigned long long)lineno,
                    !cJSON_IsObject(j) ? "not an object, so no field" : f ? "a non-string field" : "no field",
-                   r->o->field);
+                   r->o->field, r->o->field_hint ? r->o->field_hint : "");
         cJSON_Delete(j);
         return;
     }
@@ -435,7 +435,8 @@ static void *worker_main(void *arg) {
 
 static int cancelled(const dt_tokenize_opts *o) { return o->cancel && *o->cancel; }
 
-dt_status_t dt_tokenize_check(const dt_tokenize_opts *o) {
+dt_status_t dt_tokenize_check(const dt_tokenize_opts *o, int *existing) {
+    *existing = 0;
     if (o->n_inputs <= 0) return dt_error(DT_STATUS_USAGE, "no INPUT given (text files, .jsonl files or - for stdin)");
     int stdin_seen = 0;
     for (int i = 0; i < o->n_inputs; i++) {
@@ -450,8 +451,8 @@ dt_status_t dt_tokenize_check(const dt_tokenize_opts *o) {
         if (access(p, R_OK) != 0) return dt_error(DT_STATUS_NOT_FOUND, "input %s: not readable: %s", p, strerror(errno));
     }
     if (o->shard_tokens == 0 || o->shard_tokens > INT32_MAX)
-        return dt_error(DT_STATUS_USAGE, "--shard-tokens must be in [1, %d]", INT32_MAX);
-    if (o->val_tokens > INT32_MAX) return dt_error(DT_STATUS_USAGE, "--val-tokens must be at most %d", INT32_MAX);
+        return dt_error(DT_STATUS_USAGE, "shard_tokens must be in [1, %d]", INT32_MAX);
+    if (o->val_tokens > INT32_MAX) return dt_error(DT_STATUS_USAGE, "val_tokens must be at most %d", INT32_MAX);
     if (dt_tok_token_str(o->tok, o->doc_token) == NULL)
         return dt_error(DT_STATUS_USAGE, "document token id %u is not in the tokenizer's vocabulary (%u ids)",
                         o->doc_token, dt_tok_vocab_size(o->tok));
@@ -466,9 +467,11 @@ dt_status_t dt_tokenize_check(const dt_tokenize_opts *o) {
     int n_old = 0;
     DT_CHECK(dt_shard_out_existing(o->out_prefix, &old, &n_old));
     dt_status_t st = DT_STATUS_OK;
-    if (n_old > 0 && !o->force)
-        st = dt_error(DT_STATUS_USAGE, "%d shard(s) of prefix %s exist already (%s%s): give --force to replace them",
-                      n_old, o->out_prefix, old[0], n_old > 1 ? ", ..." : "");
+    if (n_old > 0 && !o->force) {
+        st = dt_error(DT_STATUS_USAGE, "%d shard(s) of prefix %s exist already (%s%s)", n_old, o->out_prefix,
+                      old[0], n_old > 1 ? ", ..." : "");
+        *existing = n_old;
+    }
     for (int i = 0; i < n_old; i++) free(old[i]);
     free(old);
     return st;
@@ -485,8 +488,8 @@ static void fill_progress(const run *r, const dt_shard_out *w, dt_tokenize_progr
 }
 
 dt_status_t dt_tokenize_run(const dt_tokenize_opts *o, dt_tokenize_progress *sum) {
-    DT_CHECK(dt_tokenize_check(o));
     memset(sum, 0, sizeof *sum);
+    DT_CHECK(dt_tokenize_check(o, &sum->existing));
     sum->stale_removed = dt_shard_out_clean_stale(o->out_prefix);
     double t0 = dt_now_s();
     run r = {.o = o};
@@ -591,6 +594,7 @@ dt_status_t dt_tokenize_run(const dt_tokenize_opts *o, dt_tokenize_progress *sum
     fill_progress(&r, &w, sum, t0);
     double tc = dt_now_s();
     if (st == DT_STATUS_OK) st = dt_shard_out_commit(&w, o->force);
+    sum->no_train = w.no_train;
     sum->serial_s = write_s + (dt_now_s() - tc) + r.produce_s;
     sum->pieces = r.written;
     dt_shard_out_abort(&w); /* after a commit this only frees */

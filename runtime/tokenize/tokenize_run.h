@@ -40,6 +40,8 @@ typedef struct dt_tokenize_progress {
     uint64_t invalid_utf8;            /* bytes of invalid UTF-8 in the input */
     char first_invalid[512];          /* "FILE:offset N" or "FILE:line N" of the first */
     int stale_removed;                /* temporaries of killed runs of this prefix, removed */
+    int existing;                     /* the run was refused: shards of the prefix exist */
+    int no_train;                     /* refused: tokens (all of them) <= val_tokens */
 } dt_tokenize_progress;
 
 /* How inputs are read: by name (*.jsonl are jsonl, the rest and stdin text), or all
@@ -51,6 +53,7 @@ typedef struct dt_tokenize_opts {
     const char *const *inputs; /* paths; "-" is stdin (streamed); *.jsonl are jsonl unless format */
     int n_inputs;
     const char *field;         /* jsonl field (default "text") */
+    const char *field_hint;    /* how to pick another field, said when a line lacks it; may be NULL */
     dt_tokenize_format format;
     const char *out_prefix;
     uint64_t shard_tokens;     /* > 0, at most INT32_MAX */
@@ -72,10 +75,12 @@ typedef struct dt_tokenize_opts {
 
 /* Checks what can be checked before any work: every input exists and is readable
  * (a regular file or "-", given once), the output folder exists and is writable,
- * and no shard of the prefix exists unless o->force. Errors name the path. */
-dt_status_t dt_tokenize_check(const dt_tokenize_opts *o);
+ * and no shard of the prefix exists unless o->force. Errors name the path; when
+ * shards exist, *existing is their count (else 0: the caller says how to force). */
+dt_status_t dt_tokenize_check(const dt_tokenize_opts *o, int *existing);
 
-/* Runs the pipeline (dt_tokenize_check first). On success *sum holds the totals;
+/* Runs the pipeline (dt_tokenize_check first: sum->existing as its *existing).
+ * On success *sum holds the totals;
  * on failure nothing is left under the prefix by this run. A jsonl line that is
  * not JSON or lacks the field is DT_STATUS_FORMAT naming file:line; input
  * without a single token of text is DT_STATUS_INVALID. */

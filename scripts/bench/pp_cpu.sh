@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pp_cpu.sh [DTRUN] - pipeline schedules on this machine's CPU (issue 18's benchmark): a
+# pp_cpu.sh [DTRUN] - pipeline schedules on this machine's CPU: a
 # GPT of 8 layers (n_embd 256, 8 heads, seq 128, micro-batch 2) on 4 pipeline stages of
 # 2 layers each, GPipe, 1F1B and interleaved (2 chunks of 1 layer per rank) at m = 4, 8
 # and 16 micro-batches per step, 1 thread per rank; prints the median step time (steps

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# recompute_cpu.sh - activation recomputation on the CPU (issue 19): a GPT of hidden
+# recompute_cpu.sh - activation recomputation on the CPU: a GPT of hidden
 # 768, 12 layers, seq 512, micro-batch 8 (text data, vocabulary 256), 3 steps on 2
 # threads, with activation_checkpointing.policy none, selective and full: rank 0's
 # peak memory, activation bytes (the arena) and mean step time of steps 2-3, and the

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# tp_cpu.sh [DTRUN] - tensor parallelism against data parallelism on this machine's CPU
-# (issue 17's benchmark): a GPT whose layers are big enough that compute dominates
+# tp_cpu.sh [DTRUN] - tensor parallelism against data parallelism on this machine's CPU:
+# a GPT whose layers are big enough that compute dominates
 # (n_embd 1024, 4 layers, 16 heads, seq 256), the same global batch of 4 sequences on
 #   1 rank  (micro-batch 4, 2 threads)
 #   DP=2    (ddp, micro-batch 2 per rank, 1 thread each)

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """launch_check_env.py NNODES NPROC OMP_EXPECTED < output of `dtrun ... --exec env`
-from every agent: checks every variable of every rank (torchrun's set, CONTRACT.md).
+from every agent: checks every variable of every rank (torchrun's set, docs/interface.md).
 Lines look like "[rank3]:KEY=VALUE" or "[host rank3]:KEY=VALUE". Exit 0 when all good."""
 import re, sys
 

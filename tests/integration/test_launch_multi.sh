@@ -6,8 +6,6 @@
 # endpoint, duplicate and out-of-range node ranks, restarts and the exit barrier.
 . "$(dirname "$0")/lib.sh"
 HERE=$(cd "$(dirname "$0")" && pwd)
-# Multi-node runs need the store (branch store); until it is merged, say so.
-[ -f "$HERE/../../rendezvous/store_server.c" ] || { skip "$(basename "$0" .sh)" "the store (rendezvous/store_server.c) is not built in this tree yet"; finish; }
 T="timeout -k 2 40"
 cd "$DT_TMP"
 FAST="--rdzv_conf join_timeout=20,heartbeat_interval=0.2 --monitor_interval 0.05"

@@ -6,8 +6,6 @@
 # Needs root and `ip netns`; skipped with a message otherwise.
 . "$(dirname "$0")/lib.sh"
 HERE=$(cd "$(dirname "$0")" && pwd)
-# Multi-node runs need the store (branch store); until it is merged, say so.
-[ -f "$HERE/../../rendezvous/store_server.c" ] || { skip "$(basename "$0" .sh)" "the store (rendezvous/store_server.c) is not built in this tree yet"; finish; }
 T="timeout -k 2 40"
 A=dtl$$a; B=dtl$$b
 cleanup() { ip netns del $A 2>/dev/null; ip netns del $B 2>/dev/null; rm -rf "/etc/netns/$A" "/etc/netns/$B" "$DT_TMP"; }

@@ -260,7 +260,7 @@ if [ $rc -eq 1 ] && grep -q "disk on fire" "$DT_TMP/err" && grep -q "exit code 1
 else fail "--measure: a failing run" "rc=$rc $(cat "$DT_TMP/err")"; fi
 
 # --measure: real runs of a small demo model on a text file made here. One rank
-# runs the worker directly; more go through the launcher (skipped until it exists).
+# runs the worker directly; more go through the launcher.
 head -c 200000 /dev/urandom | base64 > "$DT_TMP/text.txt"
 SMALL="configs/demo.json data.train=$DT_TMP/text.txt model.n_layer=2 train_micro_batch_size_per_gpu=4"
 "$DTRUN" plan $SMALL --gpus 1 --strategy ddp --measure --measure-steps 3 \

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_pp.sh - pipeline parallelism and 3D layouts (issue 18) through the real launcher,
+# test_pp.sh - pipeline parallelism and 3D layouts through the real launcher,
 # proven by equality: gpt at PP=2 and PP=4 with GPipe and 1F1B, and interleaved (PP=2 x 2
 # chunks), train exactly as 1 rank with the same micro-batches (losses within 1e-5
 # relative over 20 steps, final parameters within 1e-5 relative L2; gpt's head is tied to

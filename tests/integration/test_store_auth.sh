@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_store_auth.sh - a rendezvous strangers cannot join (issue 20): agents with the
+# test_store_auth.sh - a rendezvous strangers cannot join: agents with the
 # same token work (--exec and the built-in trainer, one node and two); a client
 # without the token gets nothing but a close, logged with its address; --exec
 # workers (no token) are let in from a joined node's address only; a node with

@@ -29,7 +29,7 @@ fi
 
 sbin=$DT_TMP/fuzz_store_server
 if ! clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -I. \
-     tests/fuzz/fuzz_store_server.c rendezvous/store_server.c rendezvous/store_auth.c rendezvous/store_client.c common/sha256.c common/rng.c common/fs.c common/fs_safe.c \
+     tests/fuzz/fuzz_store_server.c rendezvous/store_server*.c rendezvous/store_auth.c rendezvous/store_client.c common/sha256.c common/rng.c common/fs.c common/fs_safe.c \
      rendezvous/proto.c common/status.c common/mem.c common/log.c common/clock.c \
      -luv -lpthread -o "$sbin" 2>"$DT_TMP/cc2.err"; then
   fail "server fuzz smoke builds" "$(head -5 "$DT_TMP/cc2.err")"; finish

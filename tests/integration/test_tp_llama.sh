@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_tp_llama.sh - llama under tensor parallelism (Megatron, issue 17), through the
+# test_tp_llama.sh - llama under tensor parallelism (Megatron), through the
 # real launcher: a tiny llama (hidden 64, 2 layers, 4 query heads and 2 key/value
 # heads, intermediate 128, bytes of text) trained 20 steps at tensor_parallel.size 2
 # (each rank 2 query heads and their one key/value head, half the MLP and half the
