@@ -6,7 +6,8 @@
  * range errors and `KEY=VALUE` overrides here, and the JSON dump of the resolved
  * config and `dtrun config --keys` there. Cross-key rules (strategy vs ZeRO stage,
  * the model's own config_check) follow the table in finish(); the batch identity
- * is dt_config_resolve() (config_resolve.c).
+ * is dt_config_resolve() (config_resolve.c). Every error and warning goes to the
+ * collector (config_errors.c).
  *
  * Defaults that differ from DeepSpeed's, and why:
  *   reduce_bucket_size, allgather_bucket_size: 6553600 elements (25 MiB of fp32,
@@ -28,6 +29,7 @@
  * allgather_partitions true.
  */
 #include "runtime/config/config_impl.h"
+#include "runtime/config/config_errors.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -43,70 +45,22 @@
 #include "common/log.h" /* defines: DT_LOG_WARN */
 #include "common/mem.h" /* defines: dt_xmalloc, dt_xrealloc, dt_xstrdup */
 
-/* ---- growing strings ---------------------------------------------------- */
-
-typedef struct strbuf {
-    char *s;
-    size_t len, cap;
-} strbuf_t;
-
-static void sb_vappend(char **s, size_t *len, size_t *cap, const char *fmt, va_list ap) {
-    va_list ap2;
-    va_copy(ap2, ap);
-    int n = vsnprintf(NULL, 0, fmt, ap2);
-    va_end(ap2);
-    if (n < 0) return;
-    if (*len + (size_t)n + 1 > *cap) {
-        size_t nc = *cap ? *cap : 256;
-        while (nc < *len + (size_t)n + 1) nc *= 2;
-        *s = dt_xrealloc(*s, nc);
-        *cap = nc;
-    }
-    vsnprintf(*s + *len, *cap - *len, fmt, ap);
-    *len += (size_t)n;
-}
-
-__attribute__((format(printf, 2, 3))) static void sb_append(strbuf_t *b, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    sb_vappend(&b->s, &b->len, &b->cap, fmt, ap);
-    va_end(ap);
-}
-
-/* "src: " + message + "\n" on the error list. */
+/* The collector's appends (config_errors.h), printf-style. */
 __attribute__((format(printf, 3, 4))) static void add_error(dt_config_t *cfg, const char *src,
                                                             const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    char *line = NULL;
-    size_t len = 0, cap = 0;
-    sb_vappend(&line, &len, &cap, fmt, ap);
+    dt_config_add_verror_(cfg, src, fmt, ap);
     va_end(ap);
-    strbuf_t b = {cfg->errors, cfg->errors_len, cfg->errors_cap};
-    sb_append(&b, "%s: %s\n", src, line ? line : "");
-    cfg->errors = b.s;
-    cfg->errors_len = b.len;
-    cfg->errors_cap = b.cap;
-    cfg->n_errors++;
-    free(line);
 }
-
-void dt_config_add_error_(dt_config_t *cfg, const char *src, const char *msg) { add_error(cfg, src, "%s", msg); }
 
 __attribute__((format(printf, 2, 3))) static void add_warning(dt_config_t *cfg, const char *fmt,
                                                               ...) {
     va_list ap;
     va_start(ap, fmt);
-    sb_vappend(&cfg->warnings, &cfg->warnings_len, &cfg->warnings_cap, fmt, ap);
+    dt_config_add_vwarning_(cfg, fmt, ap);
     va_end(ap);
-    strbuf_t b = {cfg->warnings, cfg->warnings_len, cfg->warnings_cap};
-    sb_append(&b, "\n");
-    cfg->warnings = b.s;
-    cfg->warnings_len = b.len;
-    cfg->warnings_cap = b.cap;
 }
-
-void dt_config_add_warning_(dt_config_t *cfg, const char *msg) { add_warning(cfg, "%s", msg); }
 
 /* ---- values ------------------------------------------------------------- */
 
@@ -115,8 +69,8 @@ typedef struct parse_ctx {
     const char *src;    /* for messages: the file, or "override k=v" */
     int origin;         /* 0 default, 1 file, 2 override */
     unsigned char touched[DT_CONFIG_MAX_KEYS];
-    strbuf_t ignored;   /* ", "-joined ignored keys */
-    strbuf_t autos;     /* ", "-joined keys given as "auto" */
+    dt_config_text ignored;   /* ", "-joined ignored keys */
+    dt_config_text autos;     /* ", "-joined keys given as "auto" */
 } parse_ctx_t;
 
 /* A short JSON rendering of v for "found ..." (truncated). */
@@ -159,7 +113,8 @@ static void type_error(parse_ctx_t *ctx, const config_key_t *k, const char *name
               extra ? extra : "");
 }
 
-void dt_config_free_sources_(dt_config_t *cfg) {
+/* Frees data.train's list of sources. */
+static void free_sources(dt_config_t *cfg) {
     for (int i = 0; i < cfg->data.n_sources; i++) free(cfg->data.sources[i].path);
     free(cfg->data.sources);
     cfg->data.sources = NULL;
@@ -213,7 +168,7 @@ static void set_sources(parse_ctx_t *ctx, const config_key_t *k, const cJSON *v)
             add_error(cfg, ctx->src, "%s[%d].path: expected a path or glob, found nothing", k->path, i);
         }
     }
-    dt_config_free_sources_(cfg);
+    free_sources(cfg);
     cfg->data.sources = list;
     cfg->data.n_sources = n; /* kept even with errors in it: they stop the run */
     char **s = (char **)field(cfg, k);
@@ -305,7 +260,7 @@ static void set_value_as(parse_ctx_t *ctx, int row, const char *name, const cJSO
         (cJSON_IsNull(v) || (is_auto && k->type != KT_STRING && !auto_is_name))) {
         /* null or "auto": not given, the default (or derived value) applies */
         if (is_auto)
-            sb_append(&ctx->autos, "%s%s", ctx->autos.len ? ", " : "", k->path);
+            dt_config_text_append_(&ctx->autos, "%s%s", ctx->autos.len ? ", " : "", k->path);
         const cJSON *d = cJSON_Parse(k->def);
         parse_ctx_t sub = {.cfg = cfg, .src = "default", .origin = 0};
         set_value(&sub, row, d);
@@ -380,7 +335,7 @@ static void set_value_as(parse_ctx_t *ctx, int row, const char *name, const cJSO
             *s = joined;
             break;
         }
-        if (k->flags & KF_SOURCES) dt_config_free_sources_(cfg); /* a string replaces a list */
+        if (k->flags & KF_SOURCES) free_sources(cfg); /* a string replaces a list */
         if (cJSON_IsNull(v)) { /* defaults only */
             free(*s);
             *s = NULL;
@@ -444,7 +399,7 @@ static void apply_path(parse_ctx_t *ctx, const char *path, const cJSON *v) {
         return;
     }
     if (dt_config_is_ignored_(path)) {
-        sb_append(&ctx->ignored, "%s%s", ctx->ignored.len ? ", " : "", path);
+        dt_config_text_append_(&ctx->ignored, "%s%s", ctx->ignored.len ? ", " : "", path);
         return;
     }
     char best[256];
@@ -472,20 +427,16 @@ void dt_config_init(dt_config_t *cfg) {
     }
     derive(cfg);
     sync_model(cfg);
-    cfg->errors = dt_xstrdup("");
-    cfg->errors_cap = 1;
-    cfg->warnings = dt_xstrdup("");
-    cfg->warnings_cap = 1;
+    dt_config_errors_init_(cfg);
 }
 
 void dt_config_free(dt_config_t *cfg) {
     if (!cfg) return;
     for (int i = 0; i < N_KEYS; i++)
         if (KEYS[i].type == KT_STRING) free(*(char **)field(cfg, &KEYS[i]));
-    dt_config_free_sources_(cfg);
+    free_sources(cfg);
     free(cfg->source);
-    free(cfg->errors);
-    free(cfg->warnings);
+    dt_config_errors_free_(cfg);
     memset(cfg, 0, sizeof *cfg);
 }
 
@@ -677,8 +628,8 @@ static void flush_notes(parse_ctx_t *ctx) {
                     ctx->src, ctx->autos.s);
     free(ctx->ignored.s);
     free(ctx->autos.s);
-    ctx->ignored = (strbuf_t){0};
-    ctx->autos = (strbuf_t){0};
+    ctx->ignored = (dt_config_text){0};
+    ctx->autos = (dt_config_text){0};
 }
 
 /* Applies one "KEY=VALUE"; errors are recorded on cfg. */
@@ -754,11 +705,6 @@ static void json_error(dt_config_t *cfg, const char *name, const char *json, con
     add_error(cfg, name, "line %d, column %d: expected valid JSON, found \"%s\"", line, col, near);
 }
 
-void dt_config_error_detail_(const dt_config_t *cfg) {
-    dt_error(DT_STATUS_CONFIG, "%d config error%s:\n%s", cfg->n_errors,
-             cfg->n_errors == 1 ? "" : "s", cfg->errors);
-}
-
 static dt_status_t load_text(const char *json, const char *name, const char *const *overrides,
                              int n_overrides, dt_config_t *cfg) {
     parse_ctx_t ctx = {.cfg = cfg, .src = name, .origin = 1};
@@ -792,8 +738,7 @@ static dt_status_t load_text(const char *json, const char *name, const char *con
         apply_override(cfg, overrides[i]);
     }
     finish(cfg, name);
-    cfg->load_errors_len = cfg->errors_len;
-    cfg->load_n_errors = cfg->n_errors;
+    dt_config_errors_keep_(cfg);
     if (cfg->warnings_len) {
         /* the warnings once, line by line */
         char *copy = dt_xstrdup(cfg->warnings);
@@ -802,11 +747,7 @@ static dt_status_t load_text(const char *json, const char *name, const char *con
             DT_LOG_WARN("%s", l);
         free(copy);
     }
-    if (cfg->n_errors) {
-        dt_config_error_detail_(cfg);
-        return DT_STATUS_CONFIG;
-    }
-    return DT_STATUS_OK;
+    return dt_config_errors_status_(cfg);
 }
 
 dt_status_t dt_config_load_string(const char *json, const char *name,
@@ -829,19 +770,15 @@ dt_status_t dt_config_load(const char *path, const char *const *overrides, int n
     if (!text) {
         add_error(cfg, cfg->source, "expected a readable JSON file, found an error: %s",
                   err == EFBIG ? "a file over 64 MiB" : strerror(err));
-        cfg->load_errors_len = cfg->errors_len;
-        cfg->load_n_errors = cfg->n_errors;
-        dt_config_error_detail_(cfg);
-        return DT_STATUS_CONFIG;
+        dt_config_errors_keep_(cfg);
+        return dt_config_errors_status_(cfg);
     }
     if (strlen(text) != len) {
         add_error(cfg, cfg->source, "expected a JSON text file, found a NUL byte at offset %zu",
                   strlen(text));
         free(text);
-        cfg->load_errors_len = cfg->errors_len;
-        cfg->load_n_errors = cfg->n_errors;
-        dt_config_error_detail_(cfg);
-        return DT_STATUS_CONFIG;
+        dt_config_errors_keep_(cfg);
+        return dt_config_errors_status_(cfg);
     }
     dt_status_t st = load_text(text, cfg->source, overrides, n_overrides, cfg);
     free(text);
@@ -849,16 +786,9 @@ dt_status_t dt_config_load(const char *path, const char *const *overrides, int n
 }
 
 dt_status_t dt_config_set(dt_config_t *cfg, const char *key_eq_value) {
-    cfg->errors_len = cfg->load_errors_len;
-    cfg->n_errors = cfg->load_n_errors;
-    if (cfg->errors) cfg->errors[cfg->errors_len] = '\0';
+    dt_config_errors_rewind_(cfg);
     apply_override(cfg, key_eq_value ? key_eq_value : "");
     finish(cfg, cfg->source ? cfg->source : "config");
-    cfg->load_errors_len = cfg->errors_len;
-    cfg->load_n_errors = cfg->n_errors;
-    if (cfg->n_errors) {
-        dt_config_error_detail_(cfg);
-        return DT_STATUS_CONFIG;
-    }
-    return DT_STATUS_OK;
+    dt_config_errors_keep_(cfg);
+    return dt_config_errors_status_(cfg);
 }

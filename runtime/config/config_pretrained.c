@@ -9,6 +9,7 @@
  * dt_trainer_check_pretrained), as config does not read safetensors.
  */
 #include "runtime/config/config_impl.h"
+#include "runtime/config/config_errors.h"
 
 #include <stdarg.h>
 #include <stdio.h>

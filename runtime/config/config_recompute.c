@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "runtime/config/config_errors.h"
 #include "runtime/config/config_impl.h"
 
 /* The row of path was set by the file or an override. */

@@ -7,6 +7,7 @@
  * and whether a config runs on CUDA.
  */
 #include "runtime/config/config_impl.h"
+#include "runtime/config/config_errors.h"
 
 #include <stdbool.h>
 #include <stdio.h>
