@@ -67,7 +67,7 @@ __attribute__((format(printf, 2, 3))) static void add_warning(dt_config_t *cfg, 
 typedef struct parse_ctx {
     dt_config_t *cfg;
     const char *src;    /* for messages: the file, or "override k=v" */
-    int origin;         /* 0 default, 1 file, 2 override */
+    dt_config_origin_t origin; /* where the values come from */
     unsigned char touched[DT_CONFIG_MAX_KEYS];
     dt_config_text ignored;   /* ", "-joined ignored keys */
     dt_config_text autos;     /* ", "-joined keys given as "auto" */
@@ -174,7 +174,7 @@ static void set_sources(parse_ctx_t *ctx, const config_key_t *k, const cJSON *v)
     char **s = (char **)field(cfg, k);
     free(*s);
     *s = NULL;
-    cfg->origin[k - KEYS] = (unsigned char)ctx->origin;
+    cfg->origin[k - KEYS] = ctx->origin;
 }
 
 static void set_value_as(parse_ctx_t *ctx, int row, const char *name, const cJSON *v);
@@ -202,7 +202,7 @@ static void set_value_again(parse_ctx_t *ctx, int row, const char *name, const c
     const config_key_t *k = &KEYS[row];
     dt_config_t *cfg = ctx->cfg;
     bool is_auto = cJSON_IsString(v) && !strcmp(v->valuestring, "auto");
-    if (cJSON_IsNull(v) || is_auto || cfg->origin[row] == 0) {
+    if (cJSON_IsNull(v) || is_auto || cfg->origin[row] == DT_CONFIG_ORIGIN_DEFAULT) {
         /* this one does not give a value, or the first did not: the given one stands */
         ctx->touched[row] = 0;
         if (!cJSON_IsNull(v) && !is_auto) set_value_as(ctx, row, name, v);
@@ -243,7 +243,7 @@ static void set_value_as(parse_ctx_t *ctx, int row, const char *name, const cJSO
     void *f = field(cfg, k);
     unsigned char mark = strcmp(name, k->path) ? 2 : 1;
 
-    if (ctx->origin != 0 && ctx->touched[row]) {
+    if (ctx->origin != DT_CONFIG_ORIGIN_DEFAULT && ctx->touched[row]) {
         if (ctx->touched[row] & mark)
             add_error(cfg, ctx->src, "%s: expected the key once, found it given twice", name);
         else
@@ -256,16 +256,16 @@ static void set_value_as(parse_ctx_t *ctx, int row, const char *name, const cJSO
     bool auto_is_name = false; /* device and comm.backend have a real "auto" */
     for (int i = 0; k->type == KT_ENUM && k->names[i]; i++)
         if (!strcmp(k->names[i], "auto")) auto_is_name = true;
-    if (ctx->origin != 0 &&
+    if (ctx->origin != DT_CONFIG_ORIGIN_DEFAULT &&
         (cJSON_IsNull(v) || (is_auto && k->type != KT_STRING && !auto_is_name))) {
         /* null or "auto": not given, the default (or derived value) applies */
         if (is_auto)
             dt_config_text_append_(&ctx->autos, "%s%s", ctx->autos.len ? ", " : "", k->path);
         const cJSON *d = cJSON_Parse(k->def);
-        parse_ctx_t sub = {.cfg = cfg, .src = "default", .origin = 0};
+        parse_ctx_t sub = {.cfg = cfg, .src = "default", .origin = DT_CONFIG_ORIGIN_DEFAULT};
         set_value(&sub, row, d);
         cJSON_Delete((cJSON *)d);
-        cfg->origin[row] = 0;
+        cfg->origin[row] = DT_CONFIG_ORIGIN_DEFAULT;
         return;
     }
     if (is_auto && (k->flags & KF_PATH)) {
@@ -357,7 +357,7 @@ static void set_value_as(parse_ctx_t *ctx, int row, const char *name, const cJSO
         break;
     }
     }
-    cfg->origin[row] = (unsigned char)ctx->origin;
+    cfg->origin[row] = ctx->origin;
     return;
 out_type_error:
     type_error(ctx, k, name, v, NULL);
@@ -419,7 +419,7 @@ static void sync_model(dt_config_t *cfg) { cfg->model.ops = dt_model_at(cfg->mod
 void dt_config_init(dt_config_t *cfg) {
     dt_config_keys_init_();
     memset(cfg, 0, sizeof *cfg);
-    parse_ctx_t ctx = {.cfg = cfg, .src = "default", .origin = 0};
+    parse_ctx_t ctx = {.cfg = cfg, .src = "default", .origin = DT_CONFIG_ORIGIN_DEFAULT};
     for (int i = 0; i < N_KEYS; i++) {
         cJSON *d = cJSON_Parse(KEYS[i].def);
         set_value(&ctx, i, d); /* a bad default is a bug: test_config checks none fail */
@@ -479,20 +479,20 @@ static void sync_strategy_override(parse_ctx_t *ctx) {
                       dt_config_strategy_name(cfg->strategy), (long long)cfg->zero.stage,
                       dt_config_strategy_name(cfg->strategy),
                       dt_config_strategy_stage(cfg->strategy));
-    } else if (ctx->touched[rs] && cfg->origin[rs] == 2) {
+    } else if (ctx->touched[rs] && cfg->origin[rs] == DT_CONFIG_ORIGIN_OVERRIDE) {
         cfg->zero.stage = dt_config_strategy_stage(cfg->strategy);
-        cfg->origin[rz] = 2;
-    } else if (ctx->touched[rz] && cfg->origin[rz] == 2) {
+        cfg->origin[rz] = DT_CONFIG_ORIGIN_OVERRIDE;
+    } else if (ctx->touched[rz] && cfg->origin[rz] == DT_CONFIG_ORIGIN_OVERRIDE) {
         cfg->strategy = strategy_for_stage(cfg->zero.stage, cfg->strategy);
-        cfg->origin[rs] = 2;
+        cfg->origin[rs] = DT_CONFIG_ORIGIN_OVERRIDE;
     }
 }
 
 /* Values that default to other keys' values. */
 static void derive(dt_config_t *cfg) {
-    if (!cfg->origin[dt_config_key_find_("scheduler.params.warmup_max_lr")])
+    if (cfg->origin[dt_config_key_find_("scheduler.params.warmup_max_lr")] == DT_CONFIG_ORIGIN_DEFAULT)
         cfg->scheduler.warmup_max_lr = cfg->optimizer.lr;
-    if (!cfg->origin[dt_config_key_find_("scheduler.params.total_num_steps")])
+    if (cfg->origin[dt_config_key_find_("scheduler.params.total_num_steps")] == DT_CONFIG_ORIGIN_DEFAULT)
         cfg->scheduler.total_num_steps = cfg->train_steps;
 }
 
@@ -536,7 +536,7 @@ static void check_pp(dt_config_t *cfg, const char *src) {
 /* Rules across keys, once the file and the overrides are in. */
 static void finish(dt_config_t *cfg, const char *src) {
     int rs = dt_config_key_find_("strategy"), rz = dt_config_key_find_("zero_optimization.stage");
-    if (cfg->origin[rs] == 1 && cfg->origin[rz] == 1) {
+    if (cfg->origin[rs] == DT_CONFIG_ORIGIN_FILE && cfg->origin[rz] == DT_CONFIG_ORIGIN_FILE) {
         if (dt_config_strategy_stage(cfg->strategy) != cfg->zero.stage)
             add_error(cfg, src,
                       "strategy \"%s\" and zero_optimization.stage %lld: expected the same "
@@ -545,9 +545,9 @@ static void finish(dt_config_t *cfg, const char *src) {
                       dt_config_strategy_name(cfg->strategy), (long long)cfg->zero.stage,
                       dt_config_strategy_name(cfg->strategy),
                       dt_config_strategy_stage(cfg->strategy));
-    } else if (cfg->origin[rs] == 1) {
+    } else if (cfg->origin[rs] == DT_CONFIG_ORIGIN_FILE) {
         cfg->zero.stage = dt_config_strategy_stage(cfg->strategy);
-    } else if (cfg->origin[rz] == 1) {
+    } else if (cfg->origin[rz] == DT_CONFIG_ORIGIN_FILE) {
         cfg->strategy = strategy_for_stage(cfg->zero.stage, cfg->strategy);
     }
 
@@ -637,7 +637,7 @@ static void apply_override(dt_config_t *cfg, const char *kv) {
     size_t n = strlen("override ") + strlen(kv) + 1;
     char *src = dt_xmalloc(n);
     snprintf(src, n, "override %s", kv);
-    parse_ctx_t ctx = {.cfg = cfg, .src = src, .origin = 2};
+    parse_ctx_t ctx = {.cfg = cfg, .src = src, .origin = DT_CONFIG_ORIGIN_OVERRIDE};
     const char *eq = strchr(kv, '=');
     if (!eq || eq == kv) {
         add_error(cfg, src, "expected KEY=VALUE (e.g. optimizer.params.lr=3e-4), found no %s",
@@ -707,7 +707,7 @@ static void json_error(dt_config_t *cfg, const char *name, const char *json, con
 
 static dt_status_t load_text(const char *json, const char *name, const char *const *overrides,
                              int n_overrides, dt_config_t *cfg) {
-    parse_ctx_t ctx = {.cfg = cfg, .src = name, .origin = 1};
+    parse_ctx_t ctx = {.cfg = cfg, .src = name, .origin = DT_CONFIG_ORIGIN_FILE};
     if (json) {
         const char *end = NULL;
         cJSON *root = cJSON_ParseWithOpts(json, &end, 1);
@@ -721,7 +721,7 @@ static dt_status_t load_text(const char *json, const char *name, const char *con
             walk(&ctx, root, "");
             bool has_model = false;
             for (int i = 0; i < N_KEYS; i++)
-                if (!strncmp(KEYS[i].path, "model.", 6) && cfg->origin[i]) has_model = true;
+                if (!strncmp(KEYS[i].path, "model.", 6) && cfg->origin[i] != DT_CONFIG_ORIGIN_DEFAULT) has_model = true;
             bool model_override = false;
             for (int i = 0; i < n_overrides; i++)
                 if (overrides[i] && !strncmp(overrides[i], "model.", 6)) model_override = true;

@@ -134,6 +134,14 @@ typedef struct dt_config_source {
 
 #define DT_CONFIG_MAX_SOURCES 16
 
+/* Where a key's value came from (dt_config_t.origin, per key row). A value given as
+ * null or "auto" is the default's. */
+typedef enum dt_config_origin {
+    DT_CONFIG_ORIGIN_DEFAULT = 0, /* the key table's default, or derived (zeroed: every key) */
+    DT_CONFIG_ORIGIN_FILE,        /* the config file (or the text given to load_string) */
+    DT_CONFIG_ORIGIN_OVERRIDE,    /* a KEY=VALUE override (dt_config_load's, dt_config_set, an elastic resize) */
+} dt_config_origin_t;
+
 /* The resolved config. Strings are heap copies owned by the struct (NULL = unset).
  * Batch sizes are 0 until dt_config_resolve() derives them for a world size. */
 typedef struct dt_config {
@@ -286,7 +294,7 @@ typedef struct dt_config {
     size_t errors_len, errors_cap, warnings_len, warnings_cap;
     size_t load_errors_len; /* errors text up to the end of loading */
     int load_n_errors;
-    unsigned char origin[DT_CONFIG_MAX_KEYS]; /* per key row: 0 default, 1 file, 2 override */
+    dt_config_origin_t origin[DT_CONFIG_MAX_KEYS]; /* per key row: where its value came from */
 } dt_config_t;
 
 /* Fills cfg with the defaults of every key (no file). Free with dt_config_free(). */

@@ -88,9 +88,9 @@ dt_status_t dt_config_resolve(dt_config_t *cfg, int world_size) {
                  tp > 1 ? "tensor_parallel.size" : "pipeline.stages", (long long)(tp * pp), cfg->dp_size);
     else
         snprintf(dp_how, sizeof dp_how, "world size %d", world_size);
-    bool g_tb = cfg->origin[dt_config_key_find_("train_batch_size")] != 0;
-    bool g_mb = cfg->origin[dt_config_key_find_("train_micro_batch_size_per_gpu")] != 0;
-    bool g_ga = cfg->origin[dt_config_key_find_("gradient_accumulation_steps")] != 0;
+    bool g_tb = dt_config_given(cfg, "train_batch_size");
+    bool g_mb = dt_config_given(cfg, "train_micro_batch_size_per_gpu");
+    bool g_ga = dt_config_given(cfg, "gradient_accumulation_steps");
     int64_t tb = g_tb ? cfg->train_batch_size : 0;
     int64_t mb = g_mb ? cfg->train_micro_batch_size_per_gpu : 0;
     int64_t ga = g_ga ? cfg->gradient_accumulation_steps : 0;
@@ -192,7 +192,7 @@ dt_status_t dt_config_resolve(dt_config_t *cfg, int world_size) {
 
 int dt_config_given(const dt_config_t *cfg, const char *key) {
     int row = dt_config_key_find_(key);
-    return row >= 0 && cfg->origin[row] != 0;
+    return row >= 0 && cfg->origin[row] != DT_CONFIG_ORIGIN_DEFAULT;
 }
 
 int dt_config_uses_cuda(const dt_config_t *cfg) {
