@@ -792,3 +792,27 @@ dt_status_t dt_config_set(dt_config_t *cfg, const char *key_eq_value) {
     dt_config_errors_keep_(cfg);
     return dt_config_errors_status_(cfg);
 }
+
+/* Sets integer key row as a KEY=VALUE override would (the same checks against the
+ * row, the same messages, named "override KEY=VALUE"), without the text. */
+static void set_override_int(dt_config_t *cfg, const char *key, int64_t value) {
+    char src[160];
+    snprintf(src, sizeof src, "override %s=%lld", key, (long long)value);
+    parse_ctx_t ctx = {.cfg = cfg, .src = src, .origin = DT_CONFIG_ORIGIN_OVERRIDE};
+    cJSON *v = cJSON_CreateNumber((double)value);
+    set_value(&ctx, dt_config_key_find_(key), v);
+    cJSON_Delete(v);
+}
+
+dt_status_t dt_config_set_batch(dt_config_t *cfg, int64_t train_batch_size, int64_t micro_batch, int64_t accumulation) {
+    static const char *const keys[] = {"train_batch_size", "train_micro_batch_size_per_gpu",
+                                       "gradient_accumulation_steps"};
+    const int64_t values[] = {train_batch_size, micro_batch, accumulation};
+    dt_config_errors_rewind_(cfg);
+    for (int i = 0; i < 3; i++) {
+        set_override_int(cfg, keys[i], values[i]);
+        if (cfg->n_errors) break;
+    }
+    dt_config_errors_keep_(cfg);
+    return dt_config_errors_status_(cfg);
+}

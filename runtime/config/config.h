@@ -315,6 +315,14 @@ dt_status_t dt_config_load_string(const char *json, const char *name,
 
 /* Applies one `KEY=VALUE` override on a loaded config (re-validates). */
 dt_status_t dt_config_set(dt_config_t *cfg, const char *key_eq_value);
+/* Sets the three batch keys (train_batch_size, train_micro_batch_size_per_gpu,
+ * gradient_accumulation_steps, in that order) as given on the command line: each
+ * checked against its row and named in errors as the override "KEY=VALUE" would be;
+ * the first bad one stops the others. No rule across keys reads them before
+ * dt_config_resolve, so, unlike dt_config_set, nothing else is checked again. The
+ * elastic resize keeps a run's global batch with it (runtime/train/train_elastic.h).
+ * DT_STATUS_CONFIG with the errors, as dt_config_set. */
+dt_status_t dt_config_set_batch(dt_config_t *cfg, int64_t train_batch_size, int64_t micro_batch, int64_t accumulation);
 /* 1 when the config file or an override gave key (not its default, null or "auto"). */
 int dt_config_given(const dt_config_t *cfg, const char *key);
 
