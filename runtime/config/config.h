@@ -38,6 +38,7 @@
 #include <stdio.h>
 
 #include "common/status.h" /* defines: dt_status_t */
+#include "kernels/kernels.h"       /* defines: dt_dtype_t */
 #include "runtime/comm/comm.h"    /* defines: dt_comm_backend_t */
 #include "runtime/model/model.h"  /* defines: dt_model_spec, dt_model_ops */
 
@@ -330,6 +331,13 @@ int dt_config_given(const dt_config_t *cfg, const char *key);
  * device cuda, or auto on a node whose driver has a GPU (counted without CUDA,
  * common/gpuinfo.h). The agent's check and the worker's device choice both ask. */
 int dt_config_uses_cuda(const dt_config_t *cfg);
+
+/* The compute dtype (parameters, activations and gradients), the one rule: bf16 when
+ * bf16.enabled and the ranks compute on a GPU, else fp32 (the CPU device computes in
+ * fp32 whatever bf16.enabled says). on_gpu is what the caller knows of the device:
+ * the worker whether it opened a GPU, the checks before it whether device is not cpu,
+ * the memory check whether it prices a GPU. */
+dt_dtype_t dt_config_compute_dtype(const dt_config_t *cfg, int on_gpu);
 
 /* Derives the batch sizes for world_size (DeepSpeed's rules: any two give the
  * third; train_batch_size alone gives accumulation 1; the micro-batch alone gives

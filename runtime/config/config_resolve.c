@@ -4,7 +4,7 @@
  * tensor_parallel.size), any two given and the third derived, checked against the
  * world size the launcher knows; the checks against the node shape (a
  * tensor-parallel group within one node) and the model's vocabulary once known;
- * and whether a config runs on CUDA.
+ * whether a config runs on CUDA, and in which dtype it computes.
  */
 #include "runtime/config/config_impl.h"
 #include "runtime/config/config_errors.h"
@@ -197,6 +197,10 @@ int dt_config_given(const dt_config_t *cfg, const char *key) {
 
 int dt_config_uses_cuda(const dt_config_t *cfg) {
     return cfg->device == DT_CONFIG_DEVICE_CUDA || (cfg->device == DT_CONFIG_DEVICE_AUTO && dt_gpuinfo_count() > 0);
+}
+
+dt_dtype_t dt_config_compute_dtype(const dt_config_t *cfg, int on_gpu) {
+    return on_gpu && cfg->bf16.enabled ? DT_DTYPE_BF16 : DT_DTYPE_F32;
 }
 
 dt_status_t dt_config_check_nodes(dt_config_t *cfg, int nproc_per_node) {
