@@ -667,44 +667,6 @@ static void apply_override(dt_config_t *cfg, const char *kv) {
     free(src);
 }
 
-/* Where cJSON stopped, as line and column, with the text there. */
-static void json_error(dt_config_t *cfg, const char *name, const char *json, const char *end) {
-    const char *blank = " \t\r\n";
-    size_t len = strlen(json);
-    if (strspn(json, blank) == len) {
-        add_error(cfg, name, "expected a JSON object, found an empty file");
-        return;
-    }
-    const char *stop = end && end >= json && end <= json + len ? end : json + len;
-    bool at_end = stop[strspn(stop, blank)] == '\0';
-    /* cJSON may stop on blanks after the offending token: step back to it */
-    while (stop > json && (*stop == '\0' || strchr(blank, *stop))) stop--;
-    int line = 1, col = 1;
-    for (const char *p = json; p < stop; p++) {
-        if (*p == '\n') {
-            line++;
-            col = 1;
-        } else {
-            col++;
-        }
-    }
-    char near[32];
-    size_t k = 0;
-    if (at_end) { /* the text ran out: show what came last */
-        const char *from = stop;
-        while (from > json && from[-1] != '\n' && stop - from < 23) from--;
-        for (const char *p = from; p <= stop && k < sizeof near - 1; p++) near[k++] = *p;
-        near[k] = '\0';
-        add_error(cfg, name,
-                  "line %d, column %d: expected valid JSON, found the end of the file after \"%s\"",
-                  line, col, near);
-        return;
-    }
-    for (const char *p = stop; *p && *p != '\n' && k < 24; p++) near[k++] = *p;
-    near[k] = '\0';
-    add_error(cfg, name, "line %d, column %d: expected valid JSON, found \"%s\"", line, col, near);
-}
-
 static dt_status_t load_text(const char *json, const char *name, const char *const *overrides,
                              int n_overrides, dt_config_t *cfg) {
     parse_ctx_t ctx = {.cfg = cfg, .src = name, .origin = DT_CONFIG_ORIGIN_FILE};
@@ -712,7 +674,7 @@ static dt_status_t load_text(const char *json, const char *name, const char *con
         const char *end = NULL;
         cJSON *root = cJSON_ParseWithOpts(json, &end, 1);
         if (!root) {
-            json_error(cfg, name, json, end);
+            dt_config_json_error_(cfg, name, json, end);
         } else if (!cJSON_IsObject(root)) {
             char found[80];
             render(root, found, sizeof found);

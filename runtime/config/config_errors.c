@@ -1,13 +1,15 @@
 /*
  * config_errors.c - the config's error collector (config_errors.h): errors and
- * warnings appended to the config as growing text, one line each, and the detail
- * and status a failed load, override or resolve hands back.
+ * warnings appended to the config as growing text, one line each, the error of a
+ * file that is not JSON (line, column and the text there), and the detail and
+ * status a failed load, override or resolve hands back.
  */
 #include "runtime/config/config_errors.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/mem.h" /* defines: dt_xrealloc, dt_xstrdup */
 
@@ -89,6 +91,43 @@ __attribute__((format(printf, 2, 3))) static void add_warningf(dt_config_t *cfg,
 }
 
 void dt_config_add_warning_(dt_config_t *cfg, const char *msg) { add_warningf(cfg, "%s", msg); }
+
+void dt_config_json_error_(dt_config_t *cfg, const char *name, const char *json, const char *end) {
+    const char *blank = " \t\r\n";
+    size_t len = strlen(json);
+    if (strspn(json, blank) == len) {
+        add_errorf(cfg, name, "expected a JSON object, found an empty file");
+        return;
+    }
+    const char *stop = end && end >= json && end <= json + len ? end : json + len;
+    bool at_end = stop[strspn(stop, blank)] == '\0';
+    /* cJSON may stop on blanks after the offending token: step back to it */
+    while (stop > json && (*stop == '\0' || strchr(blank, *stop))) stop--;
+    int line = 1, col = 1;
+    for (const char *p = json; p < stop; p++) {
+        if (*p == '\n') {
+            line++;
+            col = 1;
+        } else {
+            col++;
+        }
+    }
+    char near[32];
+    size_t k = 0;
+    if (at_end) { /* the text ran out: show what came last */
+        const char *from = stop;
+        while (from > json && from[-1] != '\n' && stop - from < 23) from--;
+        for (const char *p = from; p <= stop && k < sizeof near - 1; p++) near[k++] = *p;
+        near[k] = '\0';
+        add_errorf(cfg, name,
+                   "line %d, column %d: expected valid JSON, found the end of the file after \"%s\"",
+                   line, col, near);
+        return;
+    }
+    for (const char *p = stop; *p && *p != '\n' && k < 24; p++) near[k++] = *p;
+    near[k] = '\0';
+    add_errorf(cfg, name, "line %d, column %d: expected valid JSON, found \"%s\"", line, col, near);
+}
 
 void dt_config_errors_rewind_(dt_config_t *cfg) {
     cfg->errors_len = cfg->load_errors_len;

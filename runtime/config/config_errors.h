@@ -40,6 +40,11 @@ void dt_config_add_warning_(dt_config_t *cfg, const char *msg);
 /* The same, formatted (vprintf-style). */
 void dt_config_add_vwarning_(dt_config_t *cfg, const char *fmt, va_list ap);
 
+/* Appends the error of a text that is not valid JSON, named name: the line and
+ * column where cJSON stopped (end, from cJSON_ParseWithOpts; NULL: the end) and the
+ * text there, or that the file is empty or ended early. */
+void dt_config_json_error_(dt_config_t *cfg, const char *name, const char *json, const char *end);
+
 /* Forgets the errors found after the load (those of an earlier dt_config_set or
  * dt_config_resolve). */
 void dt_config_errors_rewind_(dt_config_t *cfg);
