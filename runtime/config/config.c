@@ -66,11 +66,11 @@ __attribute__((format(printf, 2, 3))) static void add_warning(dt_config_t *cfg, 
 
 typedef struct parse_ctx {
     dt_config_t *cfg;
-    const char *src;    /* for messages: the file, or "override k=v" */
+    const char *src;           /* for messages: the file, or "override k=v" */
     dt_config_origin_t origin; /* where the values come from */
     unsigned char touched[DT_CONFIG_MAX_KEYS];
-    dt_config_text ignored;   /* ", "-joined ignored keys */
-    dt_config_text autos;     /* ", "-joined keys given as "auto" */
+    dt_config_text ignored;    /* ", "-joined ignored keys */
+    dt_config_text autos;      /* ", "-joined keys given as "auto" */
 } parse_ctx_t;
 
 /* A short JSON rendering of v for "found ..." (truncated). */
