@@ -681,3 +681,49 @@ Test(config, data_train_mixture_errors_name_the_item) {
     ASSERT_ERR(&cfg, "data.prefetch");
     dt_config_free(&cfg);
 }
+
+/* dt_config_set_batch (the elastic resize's setter) leaves a config as the three
+ * KEY=VALUE overrides it replaced did: the same status, errors, error detail, given
+ * keys and dump, before and after a resolve; the first bad key stops the others. */
+Test(config, set_batch_is_the_three_overrides) {
+    static const char *const json =
+        "{\"model\":{\"type\":\"gpt\",\"n_layer\":2,\"n_head\":2,\"n_embd\":32,\"seq_len\":32,"
+        "\"vocab_size\":256},\"data\":{\"train\":\"t.txt\"},\"train_micro_batch_size_per_gpu\":4,"
+        "\"gradient_accumulation_steps\":2}";
+    static const int64_t cases[][3] = {
+        {16, 4, 2}, {24, 4, 3}, {16, 4, 70000}, {3000000000LL, 1, 1}, {16, 3000000000LL, 2}, {16, 0, 2}, {8, 8, 1},
+    };
+    static const char *const keys[] = {"train_batch_size", "train_micro_batch_size_per_gpu",
+                                       "gradient_accumulation_steps"};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        dt_config_t a, b;
+        cr_assert_eq(load(json, &a, 0, NULL), DT_STATUS_OK, "%s", dt_config_errors(&a));
+        cr_assert_eq(load(json, &b, 0, NULL), DT_STATUS_OK, "%s", dt_config_errors(&b));
+        dt_status_t sa = DT_STATUS_OK;
+        for (int k = 0; k < 3 && sa == DT_STATUS_OK; k++) {
+            char kv[128];
+            snprintf(kv, sizeof kv, "%s=%lld", keys[k], (long long)cases[c][k]);
+            sa = dt_config_set(&a, kv);
+        }
+        char detail_a[4096];
+        snprintf(detail_a, sizeof detail_a, "%s", dt_error_detail());
+        dt_status_t sb = dt_config_set_batch(&b, cases[c][0], cases[c][1], cases[c][2]);
+        cr_assert_eq(sb, sa, "case %zu", c);
+        cr_assert_str_eq(dt_config_errors(&b), dt_config_errors(&a), "case %zu", c);
+        if (sa != DT_STATUS_OK) cr_assert_str_eq(dt_error_detail(), detail_a, "case %zu", c);
+        for (int k = 0; k < 3; k++)
+            cr_assert_eq(dt_config_given(&b, keys[k]), dt_config_given(&a, keys[k]), "case %zu: %s", c, keys[k]);
+        for (int resolved = 0; resolved < 2; resolved++) {
+            if (resolved) { /* world size 2: the identity over the values set */
+                cr_assert_eq(dt_config_resolve(&b, 2), dt_config_resolve(&a, 2), "case %zu", c);
+                cr_assert_str_eq(dt_config_errors(&b), dt_config_errors(&a), "case %zu", c);
+            }
+            char *da = dt_config_dump_json(&a), *db = dt_config_dump_json(&b);
+            cr_assert_str_eq(db, da, "case %zu", c);
+            free(da);
+            free(db);
+        }
+        dt_config_free(&a);
+        dt_config_free(&b);
+    }
+}

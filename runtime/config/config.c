@@ -6,7 +6,8 @@
  * range errors and `KEY=VALUE` overrides here, and the JSON dump of the resolved
  * config and `dtrun config --keys` there. Cross-key rules (strategy vs ZeRO stage,
  * the model's own config_check) follow the table in finish(); the batch identity
- * is dt_config_resolve() (config_resolve.c).
+ * is dt_config_resolve() (config_resolve.c). Every error and warning goes to the
+ * collector (config_errors.c).
  *
  * Defaults that differ from DeepSpeed's, and why:
  *   reduce_bucket_size, allgather_bucket_size: 6553600 elements (25 MiB of fp32,
@@ -28,6 +29,7 @@
  * allgather_partitions true.
  */
 #include "runtime/config/config_impl.h"
+#include "runtime/config/config_errors.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -43,80 +45,32 @@
 #include "common/log.h" /* defines: DT_LOG_WARN */
 #include "common/mem.h" /* defines: dt_xmalloc, dt_xrealloc, dt_xstrdup */
 
-/* ---- growing strings ---------------------------------------------------- */
-
-typedef struct strbuf {
-    char *s;
-    size_t len, cap;
-} strbuf_t;
-
-static void sb_vappend(char **s, size_t *len, size_t *cap, const char *fmt, va_list ap) {
-    va_list ap2;
-    va_copy(ap2, ap);
-    int n = vsnprintf(NULL, 0, fmt, ap2);
-    va_end(ap2);
-    if (n < 0) return;
-    if (*len + (size_t)n + 1 > *cap) {
-        size_t nc = *cap ? *cap : 256;
-        while (nc < *len + (size_t)n + 1) nc *= 2;
-        *s = dt_xrealloc(*s, nc);
-        *cap = nc;
-    }
-    vsnprintf(*s + *len, *cap - *len, fmt, ap);
-    *len += (size_t)n;
-}
-
-__attribute__((format(printf, 2, 3))) static void sb_append(strbuf_t *b, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    sb_vappend(&b->s, &b->len, &b->cap, fmt, ap);
-    va_end(ap);
-}
-
-/* "src: " + message + "\n" on the error list. */
+/* The collector's appends (config_errors.h), printf-style. */
 __attribute__((format(printf, 3, 4))) static void add_error(dt_config_t *cfg, const char *src,
                                                             const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    char *line = NULL;
-    size_t len = 0, cap = 0;
-    sb_vappend(&line, &len, &cap, fmt, ap);
+    dt_config_add_verror_(cfg, src, fmt, ap);
     va_end(ap);
-    strbuf_t b = {cfg->errors, cfg->errors_len, cfg->errors_cap};
-    sb_append(&b, "%s: %s\n", src, line ? line : "");
-    cfg->errors = b.s;
-    cfg->errors_len = b.len;
-    cfg->errors_cap = b.cap;
-    cfg->n_errors++;
-    free(line);
 }
-
-void dt_config_add_error_(dt_config_t *cfg, const char *src, const char *msg) { add_error(cfg, src, "%s", msg); }
 
 __attribute__((format(printf, 2, 3))) static void add_warning(dt_config_t *cfg, const char *fmt,
                                                               ...) {
     va_list ap;
     va_start(ap, fmt);
-    sb_vappend(&cfg->warnings, &cfg->warnings_len, &cfg->warnings_cap, fmt, ap);
+    dt_config_add_vwarning_(cfg, fmt, ap);
     va_end(ap);
-    strbuf_t b = {cfg->warnings, cfg->warnings_len, cfg->warnings_cap};
-    sb_append(&b, "\n");
-    cfg->warnings = b.s;
-    cfg->warnings_len = b.len;
-    cfg->warnings_cap = b.cap;
 }
-
-void dt_config_add_warning_(dt_config_t *cfg, const char *msg) { add_warning(cfg, "%s", msg); }
 
 /* ---- values ------------------------------------------------------------- */
 
 typedef struct parse_ctx {
     dt_config_t *cfg;
-    const char *src;    /* for messages: the file, or "override k=v" */
-    int origin;         /* 0 default, 1 file, 2 override */
+    const char *src;           /* for messages: the file, or "override k=v" */
+    dt_config_origin_t origin; /* where the values come from */
     unsigned char touched[DT_CONFIG_MAX_KEYS];
-    strbuf_t ignored;   /* ", "-joined ignored keys */
-    strbuf_t autos;     /* ", "-joined keys given as "auto" */
+    dt_config_text ignored;    /* ", "-joined ignored keys */
+    dt_config_text autos;      /* ", "-joined keys given as "auto" */
 } parse_ctx_t;
 
 /* A short JSON rendering of v for "found ..." (truncated). */
@@ -159,7 +113,8 @@ static void type_error(parse_ctx_t *ctx, const config_key_t *k, const char *name
               extra ? extra : "");
 }
 
-void dt_config_free_sources_(dt_config_t *cfg) {
+/* Frees data.train's list of sources. */
+static void free_sources(dt_config_t *cfg) {
     for (int i = 0; i < cfg->data.n_sources; i++) free(cfg->data.sources[i].path);
     free(cfg->data.sources);
     cfg->data.sources = NULL;
@@ -213,13 +168,13 @@ static void set_sources(parse_ctx_t *ctx, const config_key_t *k, const cJSON *v)
             add_error(cfg, ctx->src, "%s[%d].path: expected a path or glob, found nothing", k->path, i);
         }
     }
-    dt_config_free_sources_(cfg);
+    free_sources(cfg);
     cfg->data.sources = list;
     cfg->data.n_sources = n; /* kept even with errors in it: they stop the run */
     char **s = (char **)field(cfg, k);
     free(*s);
     *s = NULL;
-    cfg->origin[k - KEYS] = (unsigned char)ctx->origin;
+    cfg->origin[k - KEYS] = ctx->origin;
 }
 
 static void set_value_as(parse_ctx_t *ctx, int row, const char *name, const cJSON *v);
@@ -247,7 +202,7 @@ static void set_value_again(parse_ctx_t *ctx, int row, const char *name, const c
     const config_key_t *k = &KEYS[row];
     dt_config_t *cfg = ctx->cfg;
     bool is_auto = cJSON_IsString(v) && !strcmp(v->valuestring, "auto");
-    if (cJSON_IsNull(v) || is_auto || cfg->origin[row] == 0) {
+    if (cJSON_IsNull(v) || is_auto || cfg->origin[row] == DT_CONFIG_ORIGIN_DEFAULT) {
         /* this one does not give a value, or the first did not: the given one stands */
         ctx->touched[row] = 0;
         if (!cJSON_IsNull(v) && !is_auto) set_value_as(ctx, row, name, v);
@@ -288,7 +243,7 @@ static void set_value_as(parse_ctx_t *ctx, int row, const char *name, const cJSO
     void *f = field(cfg, k);
     unsigned char mark = strcmp(name, k->path) ? 2 : 1;
 
-    if (ctx->origin != 0 && ctx->touched[row]) {
+    if (ctx->origin != DT_CONFIG_ORIGIN_DEFAULT && ctx->touched[row]) {
         if (ctx->touched[row] & mark)
             add_error(cfg, ctx->src, "%s: expected the key once, found it given twice", name);
         else
@@ -301,16 +256,16 @@ static void set_value_as(parse_ctx_t *ctx, int row, const char *name, const cJSO
     bool auto_is_name = false; /* device and comm.backend have a real "auto" */
     for (int i = 0; k->type == KT_ENUM && k->names[i]; i++)
         if (!strcmp(k->names[i], "auto")) auto_is_name = true;
-    if (ctx->origin != 0 &&
+    if (ctx->origin != DT_CONFIG_ORIGIN_DEFAULT &&
         (cJSON_IsNull(v) || (is_auto && k->type != KT_STRING && !auto_is_name))) {
         /* null or "auto": not given, the default (or derived value) applies */
         if (is_auto)
-            sb_append(&ctx->autos, "%s%s", ctx->autos.len ? ", " : "", k->path);
+            dt_config_text_append_(&ctx->autos, "%s%s", ctx->autos.len ? ", " : "", k->path);
         const cJSON *d = cJSON_Parse(k->def);
-        parse_ctx_t sub = {.cfg = cfg, .src = "default", .origin = 0};
+        parse_ctx_t sub = {.cfg = cfg, .src = "default", .origin = DT_CONFIG_ORIGIN_DEFAULT};
         set_value(&sub, row, d);
         cJSON_Delete((cJSON *)d);
-        cfg->origin[row] = 0;
+        cfg->origin[row] = DT_CONFIG_ORIGIN_DEFAULT;
         return;
     }
     if (is_auto && (k->flags & KF_PATH)) {
@@ -380,7 +335,7 @@ static void set_value_as(parse_ctx_t *ctx, int row, const char *name, const cJSO
             *s = joined;
             break;
         }
-        if (k->flags & KF_SOURCES) dt_config_free_sources_(cfg); /* a string replaces a list */
+        if (k->flags & KF_SOURCES) free_sources(cfg); /* a string replaces a list */
         if (cJSON_IsNull(v)) { /* defaults only */
             free(*s);
             *s = NULL;
@@ -402,7 +357,7 @@ static void set_value_as(parse_ctx_t *ctx, int row, const char *name, const cJSO
         break;
     }
     }
-    cfg->origin[row] = (unsigned char)ctx->origin;
+    cfg->origin[row] = ctx->origin;
     return;
 out_type_error:
     type_error(ctx, k, name, v, NULL);
@@ -444,7 +399,7 @@ static void apply_path(parse_ctx_t *ctx, const char *path, const cJSON *v) {
         return;
     }
     if (dt_config_is_ignored_(path)) {
-        sb_append(&ctx->ignored, "%s%s", ctx->ignored.len ? ", " : "", path);
+        dt_config_text_append_(&ctx->ignored, "%s%s", ctx->ignored.len ? ", " : "", path);
         return;
     }
     char best[256];
@@ -464,7 +419,7 @@ static void sync_model(dt_config_t *cfg) { cfg->model.ops = dt_model_at(cfg->mod
 void dt_config_init(dt_config_t *cfg) {
     dt_config_keys_init_();
     memset(cfg, 0, sizeof *cfg);
-    parse_ctx_t ctx = {.cfg = cfg, .src = "default", .origin = 0};
+    parse_ctx_t ctx = {.cfg = cfg, .src = "default", .origin = DT_CONFIG_ORIGIN_DEFAULT};
     for (int i = 0; i < N_KEYS; i++) {
         cJSON *d = cJSON_Parse(KEYS[i].def);
         set_value(&ctx, i, d); /* a bad default is a bug: test_config checks none fail */
@@ -472,20 +427,16 @@ void dt_config_init(dt_config_t *cfg) {
     }
     derive(cfg);
     sync_model(cfg);
-    cfg->errors = dt_xstrdup("");
-    cfg->errors_cap = 1;
-    cfg->warnings = dt_xstrdup("");
-    cfg->warnings_cap = 1;
+    dt_config_errors_init_(cfg);
 }
 
 void dt_config_free(dt_config_t *cfg) {
     if (!cfg) return;
     for (int i = 0; i < N_KEYS; i++)
         if (KEYS[i].type == KT_STRING) free(*(char **)field(cfg, &KEYS[i]));
-    dt_config_free_sources_(cfg);
+    free_sources(cfg);
     free(cfg->source);
-    free(cfg->errors);
-    free(cfg->warnings);
+    dt_config_errors_free_(cfg);
     memset(cfg, 0, sizeof *cfg);
 }
 
@@ -528,20 +479,20 @@ static void sync_strategy_override(parse_ctx_t *ctx) {
                       dt_config_strategy_name(cfg->strategy), (long long)cfg->zero.stage,
                       dt_config_strategy_name(cfg->strategy),
                       dt_config_strategy_stage(cfg->strategy));
-    } else if (ctx->touched[rs] && cfg->origin[rs] == 2) {
+    } else if (ctx->touched[rs] && cfg->origin[rs] == DT_CONFIG_ORIGIN_OVERRIDE) {
         cfg->zero.stage = dt_config_strategy_stage(cfg->strategy);
-        cfg->origin[rz] = 2;
-    } else if (ctx->touched[rz] && cfg->origin[rz] == 2) {
+        cfg->origin[rz] = DT_CONFIG_ORIGIN_OVERRIDE;
+    } else if (ctx->touched[rz] && cfg->origin[rz] == DT_CONFIG_ORIGIN_OVERRIDE) {
         cfg->strategy = strategy_for_stage(cfg->zero.stage, cfg->strategy);
-        cfg->origin[rs] = 2;
+        cfg->origin[rs] = DT_CONFIG_ORIGIN_OVERRIDE;
     }
 }
 
 /* Values that default to other keys' values. */
 static void derive(dt_config_t *cfg) {
-    if (!cfg->origin[dt_config_key_find_("scheduler.params.warmup_max_lr")])
+    if (cfg->origin[dt_config_key_find_("scheduler.params.warmup_max_lr")] == DT_CONFIG_ORIGIN_DEFAULT)
         cfg->scheduler.warmup_max_lr = cfg->optimizer.lr;
-    if (!cfg->origin[dt_config_key_find_("scheduler.params.total_num_steps")])
+    if (cfg->origin[dt_config_key_find_("scheduler.params.total_num_steps")] == DT_CONFIG_ORIGIN_DEFAULT)
         cfg->scheduler.total_num_steps = cfg->train_steps;
 }
 
@@ -585,7 +536,7 @@ static void check_pp(dt_config_t *cfg, const char *src) {
 /* Rules across keys, once the file and the overrides are in. */
 static void finish(dt_config_t *cfg, const char *src) {
     int rs = dt_config_key_find_("strategy"), rz = dt_config_key_find_("zero_optimization.stage");
-    if (cfg->origin[rs] == 1 && cfg->origin[rz] == 1) {
+    if (cfg->origin[rs] == DT_CONFIG_ORIGIN_FILE && cfg->origin[rz] == DT_CONFIG_ORIGIN_FILE) {
         if (dt_config_strategy_stage(cfg->strategy) != cfg->zero.stage)
             add_error(cfg, src,
                       "strategy \"%s\" and zero_optimization.stage %lld: expected the same "
@@ -594,9 +545,9 @@ static void finish(dt_config_t *cfg, const char *src) {
                       dt_config_strategy_name(cfg->strategy), (long long)cfg->zero.stage,
                       dt_config_strategy_name(cfg->strategy),
                       dt_config_strategy_stage(cfg->strategy));
-    } else if (cfg->origin[rs] == 1) {
+    } else if (cfg->origin[rs] == DT_CONFIG_ORIGIN_FILE) {
         cfg->zero.stage = dt_config_strategy_stage(cfg->strategy);
-    } else if (cfg->origin[rz] == 1) {
+    } else if (cfg->origin[rz] == DT_CONFIG_ORIGIN_FILE) {
         cfg->strategy = strategy_for_stage(cfg->zero.stage, cfg->strategy);
     }
 
@@ -677,8 +628,8 @@ static void flush_notes(parse_ctx_t *ctx) {
                     ctx->src, ctx->autos.s);
     free(ctx->ignored.s);
     free(ctx->autos.s);
-    ctx->ignored = (strbuf_t){0};
-    ctx->autos = (strbuf_t){0};
+    ctx->ignored = (dt_config_text){0};
+    ctx->autos = (dt_config_text){0};
 }
 
 /* Applies one "KEY=VALUE"; errors are recorded on cfg. */
@@ -686,7 +637,7 @@ static void apply_override(dt_config_t *cfg, const char *kv) {
     size_t n = strlen("override ") + strlen(kv) + 1;
     char *src = dt_xmalloc(n);
     snprintf(src, n, "override %s", kv);
-    parse_ctx_t ctx = {.cfg = cfg, .src = src, .origin = 2};
+    parse_ctx_t ctx = {.cfg = cfg, .src = src, .origin = DT_CONFIG_ORIGIN_OVERRIDE};
     const char *eq = strchr(kv, '=');
     if (!eq || eq == kv) {
         add_error(cfg, src, "expected KEY=VALUE (e.g. optimizer.params.lr=3e-4), found no %s",
@@ -716,57 +667,14 @@ static void apply_override(dt_config_t *cfg, const char *kv) {
     free(src);
 }
 
-/* Where cJSON stopped, as line and column, with the text there. */
-static void json_error(dt_config_t *cfg, const char *name, const char *json, const char *end) {
-    const char *blank = " \t\r\n";
-    size_t len = strlen(json);
-    if (strspn(json, blank) == len) {
-        add_error(cfg, name, "expected a JSON object, found an empty file");
-        return;
-    }
-    const char *stop = end && end >= json && end <= json + len ? end : json + len;
-    bool at_end = stop[strspn(stop, blank)] == '\0';
-    /* cJSON may stop on blanks after the offending token: step back to it */
-    while (stop > json && (*stop == '\0' || strchr(blank, *stop))) stop--;
-    int line = 1, col = 1;
-    for (const char *p = json; p < stop; p++) {
-        if (*p == '\n') {
-            line++;
-            col = 1;
-        } else {
-            col++;
-        }
-    }
-    char near[32];
-    size_t k = 0;
-    if (at_end) { /* the text ran out: show what came last */
-        const char *from = stop;
-        while (from > json && from[-1] != '\n' && stop - from < 23) from--;
-        for (const char *p = from; p <= stop && k < sizeof near - 1; p++) near[k++] = *p;
-        near[k] = '\0';
-        add_error(cfg, name,
-                  "line %d, column %d: expected valid JSON, found the end of the file after \"%s\"",
-                  line, col, near);
-        return;
-    }
-    for (const char *p = stop; *p && *p != '\n' && k < 24; p++) near[k++] = *p;
-    near[k] = '\0';
-    add_error(cfg, name, "line %d, column %d: expected valid JSON, found \"%s\"", line, col, near);
-}
-
-void dt_config_error_detail_(const dt_config_t *cfg) {
-    dt_error(DT_STATUS_CONFIG, "%d config error%s:\n%s", cfg->n_errors,
-             cfg->n_errors == 1 ? "" : "s", cfg->errors);
-}
-
 static dt_status_t load_text(const char *json, const char *name, const char *const *overrides,
                              int n_overrides, dt_config_t *cfg) {
-    parse_ctx_t ctx = {.cfg = cfg, .src = name, .origin = 1};
+    parse_ctx_t ctx = {.cfg = cfg, .src = name, .origin = DT_CONFIG_ORIGIN_FILE};
     if (json) {
         const char *end = NULL;
         cJSON *root = cJSON_ParseWithOpts(json, &end, 1);
         if (!root) {
-            json_error(cfg, name, json, end);
+            dt_config_json_error_(cfg, name, json, end);
         } else if (!cJSON_IsObject(root)) {
             char found[80];
             render(root, found, sizeof found);
@@ -775,7 +683,7 @@ static dt_status_t load_text(const char *json, const char *name, const char *con
             walk(&ctx, root, "");
             bool has_model = false;
             for (int i = 0; i < N_KEYS; i++)
-                if (!strncmp(KEYS[i].path, "model.", 6) && cfg->origin[i]) has_model = true;
+                if (!strncmp(KEYS[i].path, "model.", 6) && cfg->origin[i] != DT_CONFIG_ORIGIN_DEFAULT) has_model = true;
             bool model_override = false;
             for (int i = 0; i < n_overrides; i++)
                 if (overrides[i] && !strncmp(overrides[i], "model.", 6)) model_override = true;
@@ -792,8 +700,7 @@ static dt_status_t load_text(const char *json, const char *name, const char *con
         apply_override(cfg, overrides[i]);
     }
     finish(cfg, name);
-    cfg->load_errors_len = cfg->errors_len;
-    cfg->load_n_errors = cfg->n_errors;
+    dt_config_errors_keep_(cfg);
     if (cfg->warnings_len) {
         /* the warnings once, line by line */
         char *copy = dt_xstrdup(cfg->warnings);
@@ -802,11 +709,7 @@ static dt_status_t load_text(const char *json, const char *name, const char *con
             DT_LOG_WARN("%s", l);
         free(copy);
     }
-    if (cfg->n_errors) {
-        dt_config_error_detail_(cfg);
-        return DT_STATUS_CONFIG;
-    }
-    return DT_STATUS_OK;
+    return dt_config_errors_status_(cfg);
 }
 
 dt_status_t dt_config_load_string(const char *json, const char *name,
@@ -829,19 +732,15 @@ dt_status_t dt_config_load(const char *path, const char *const *overrides, int n
     if (!text) {
         add_error(cfg, cfg->source, "expected a readable JSON file, found an error: %s",
                   err == EFBIG ? "a file over 64 MiB" : strerror(err));
-        cfg->load_errors_len = cfg->errors_len;
-        cfg->load_n_errors = cfg->n_errors;
-        dt_config_error_detail_(cfg);
-        return DT_STATUS_CONFIG;
+        dt_config_errors_keep_(cfg);
+        return dt_config_errors_status_(cfg);
     }
     if (strlen(text) != len) {
         add_error(cfg, cfg->source, "expected a JSON text file, found a NUL byte at offset %zu",
                   strlen(text));
         free(text);
-        cfg->load_errors_len = cfg->errors_len;
-        cfg->load_n_errors = cfg->n_errors;
-        dt_config_error_detail_(cfg);
-        return DT_STATUS_CONFIG;
+        dt_config_errors_keep_(cfg);
+        return dt_config_errors_status_(cfg);
     }
     dt_status_t st = load_text(text, cfg->source, overrides, n_overrides, cfg);
     free(text);
@@ -849,16 +748,33 @@ dt_status_t dt_config_load(const char *path, const char *const *overrides, int n
 }
 
 dt_status_t dt_config_set(dt_config_t *cfg, const char *key_eq_value) {
-    cfg->errors_len = cfg->load_errors_len;
-    cfg->n_errors = cfg->load_n_errors;
-    if (cfg->errors) cfg->errors[cfg->errors_len] = '\0';
+    dt_config_errors_rewind_(cfg);
     apply_override(cfg, key_eq_value ? key_eq_value : "");
     finish(cfg, cfg->source ? cfg->source : "config");
-    cfg->load_errors_len = cfg->errors_len;
-    cfg->load_n_errors = cfg->n_errors;
-    if (cfg->n_errors) {
-        dt_config_error_detail_(cfg);
-        return DT_STATUS_CONFIG;
+    dt_config_errors_keep_(cfg);
+    return dt_config_errors_status_(cfg);
+}
+
+/* Sets integer key row as a KEY=VALUE override would (the same checks against the
+ * row, the same messages, named "override KEY=VALUE"), without the text. */
+static void set_override_int(dt_config_t *cfg, const char *key, int64_t value) {
+    char src[160];
+    snprintf(src, sizeof src, "override %s=%lld", key, (long long)value);
+    parse_ctx_t ctx = {.cfg = cfg, .src = src, .origin = DT_CONFIG_ORIGIN_OVERRIDE};
+    cJSON *v = cJSON_CreateNumber((double)value);
+    set_value(&ctx, dt_config_key_find_(key), v);
+    cJSON_Delete(v);
+}
+
+dt_status_t dt_config_set_batch(dt_config_t *cfg, int64_t train_batch_size, int64_t micro_batch, int64_t accumulation) {
+    static const char *const keys[] = {"train_batch_size", "train_micro_batch_size_per_gpu",
+                                       "gradient_accumulation_steps"};
+    const int64_t values[] = {train_batch_size, micro_batch, accumulation};
+    dt_config_errors_rewind_(cfg);
+    for (int i = 0; i < 3; i++) {
+        set_override_int(cfg, keys[i], values[i]);
+        if (cfg->n_errors) break;
     }
-    return DT_STATUS_OK;
+    dt_config_errors_keep_(cfg);
+    return dt_config_errors_status_(cfg);
 }

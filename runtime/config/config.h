@@ -38,6 +38,7 @@
 #include <stdio.h>
 
 #include "common/status.h" /* defines: dt_status_t */
+#include "kernels/kernels.h"       /* defines: dt_dtype_t */
 #include "runtime/comm/comm.h"    /* defines: dt_comm_backend_t */
 #include "runtime/model/model.h"  /* defines: dt_model_spec, dt_model_ops */
 
@@ -133,6 +134,14 @@ typedef struct dt_config_source {
 } dt_config_source;
 
 #define DT_CONFIG_MAX_SOURCES 16
+
+/* Where a key's value came from (dt_config_t.origin, per key row). A value given as
+ * null or "auto" is the default's. */
+typedef enum dt_config_origin {
+    DT_CONFIG_ORIGIN_DEFAULT = 0, /* the key table's default, or derived (zeroed: every key) */
+    DT_CONFIG_ORIGIN_FILE,        /* the config file (or the text given to load_string) */
+    DT_CONFIG_ORIGIN_OVERRIDE,    /* a KEY=VALUE override (dt_config_load's, dt_config_set, an elastic resize) */
+} dt_config_origin_t;
 
 /* The resolved config. Strings are heap copies owned by the struct (NULL = unset).
  * Batch sizes are 0 until dt_config_resolve() derives them for a world size. */
@@ -286,7 +295,7 @@ typedef struct dt_config {
     size_t errors_len, errors_cap, warnings_len, warnings_cap;
     size_t load_errors_len; /* errors text up to the end of loading */
     int load_n_errors;
-    unsigned char origin[DT_CONFIG_MAX_KEYS]; /* per key row: 0 default, 1 file, 2 override */
+    dt_config_origin_t origin[DT_CONFIG_MAX_KEYS]; /* per key row: where its value came from */
 } dt_config_t;
 
 /* Fills cfg with the defaults of every key (no file). Free with dt_config_free(). */
@@ -307,6 +316,14 @@ dt_status_t dt_config_load_string(const char *json, const char *name,
 
 /* Applies one `KEY=VALUE` override on a loaded config (re-validates). */
 dt_status_t dt_config_set(dt_config_t *cfg, const char *key_eq_value);
+/* Sets the three batch keys (train_batch_size, train_micro_batch_size_per_gpu,
+ * gradient_accumulation_steps, in that order) as given on the command line: each
+ * checked against its row and named in errors as the override "KEY=VALUE" would be;
+ * the first bad one stops the others. No rule across keys reads them before
+ * dt_config_resolve, so, unlike dt_config_set, nothing else is checked again. The
+ * elastic resize keeps a run's global batch with it (runtime/train/train_elastic.h).
+ * DT_STATUS_CONFIG with the errors, as dt_config_set. */
+dt_status_t dt_config_set_batch(dt_config_t *cfg, int64_t train_batch_size, int64_t micro_batch, int64_t accumulation);
 /* 1 when the config file or an override gave key (not its default, null or "auto"). */
 int dt_config_given(const dt_config_t *cfg, const char *key);
 
@@ -314,6 +331,13 @@ int dt_config_given(const dt_config_t *cfg, const char *key);
  * device cuda, or auto on a node whose driver has a GPU (counted without CUDA,
  * common/gpuinfo.h). The agent's check and the worker's device choice both ask. */
 int dt_config_uses_cuda(const dt_config_t *cfg);
+
+/* The compute dtype (parameters, activations and gradients), the one rule: bf16 when
+ * bf16.enabled and the ranks compute on a GPU, else fp32 (the CPU device computes in
+ * fp32 whatever bf16.enabled says). on_gpu is what the caller knows of the device:
+ * the worker whether it opened a GPU, the checks before it whether device is not cpu,
+ * the memory check whether it prices a GPU. */
+dt_dtype_t dt_config_compute_dtype(const dt_config_t *cfg, int on_gpu);
 
 /* Derives the batch sizes for world_size (DeepSpeed's rules: any two give the
  * third; train_batch_size alone gives accumulation 1; the micro-batch alone gives

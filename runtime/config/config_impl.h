@@ -2,7 +2,8 @@
  * config_impl.h - the config key table, private to runtime/config: config_keys.c
  * holds the rows (and assembles them with the models' rows once), looks paths up,
  * suggests the key a typo meant, dumps the resolved config and lists the keys;
- * config.c parses values against the rows and applies the rules across keys.
+ * config.c parses values against the rows and applies the rules across keys. The
+ * errors and warnings all of them find go to the collector (config_errors.h).
  */
 #ifndef DT_RUNTIME_CONFIG_CONFIG_IMPL_H
 #define DT_RUNTIME_CONFIG_CONFIG_IMPL_H
@@ -67,18 +68,9 @@ bool dt_config_suggest_(const char *path, char *out, size_t out_size);
 /* What row k accepts, for messages: "an integer >= 1", "one of ...". */
 void dt_config_expected_(const config_key_t *k, char *out, size_t size);
 
-/* Frees data.train's list of sources (config.c). */
-void dt_config_free_sources_(dt_config_t *cfg);
-
-/* Appends "src: msg" to cfg's errors (config.c). */
-void dt_config_add_error_(dt_config_t *cfg, const char *src, const char *msg);
-/* Sets the thread's error detail to "N config errors:" and the list (config.c). */
-void dt_config_error_detail_(const dt_config_t *cfg);
 /* model.pretrained: the model from DIR/config.json (config_pretrained.c); run by
  * finish() before the model's own checks. */
 void dt_config_apply_pretrained_(dt_config_t *cfg, const char *src);
-/* Appends msg to cfg's warnings (config.c). */
-void dt_config_add_warning_(dt_config_t *cfg, const char *msg);
 /* activation_checkpointing.*: the policy a DeepSpeed section implies, every from
  * number_checkpoints, warnings for the keys without effect, a model without blocks
  * (config_recompute.c); run by finish() once the model is known. */

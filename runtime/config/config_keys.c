@@ -481,13 +481,13 @@ static cJSON *value_json(const dt_config_t *cfg, int row) {
     case KT_BOOL: return cJSON_CreateBool((k->flags & KF_INT32) ? *(const int *)f != 0 : *(const bool *)f);
     case KT_INT: {
         int64_t x = (k->flags & KF_INT32) ? *(const int *)f : *(const int64_t *)f;
-        if ((k->flags & KF_DERIVED) && x == 0 && cfg->origin[row] == 0)
+        if ((k->flags & KF_DERIVED) && x == 0 && cfg->origin[row] == DT_CONFIG_ORIGIN_DEFAULT)
             return cJSON_CreateString("auto");
         return cJSON_CreateNumber((double)x);
     }
     case KT_FLOAT: {
         double x = *(const double *)f;
-        if ((k->flags & KF_DERIVED) && x == 0 && cfg->origin[row] == 0)
+        if ((k->flags & KF_DERIVED) && x == 0 && cfg->origin[row] == DT_CONFIG_ORIGIN_DEFAULT)
             return cJSON_CreateString("auto");
         return cJSON_CreateNumber(x);
     }

@@ -9,6 +9,7 @@
  * dt_trainer_check_pretrained), as config does not read safetensors.
  */
 #include "runtime/config/config_impl.h"
+#include "runtime/config/config_errors.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -47,7 +48,7 @@ void dt_config_apply_pretrained_(dt_config_t *cfg, const char *src) {
     int idx = -1;
     for (int i = 0; i < dt_model_count(); i++)
         if (dt_model_at(i) == h.spec.ops) idx = i;
-    if (cfg->origin[rt] && cfg->model_type != idx) {
+    if (cfg->origin[rt] != DT_CONFIG_ORIGIN_DEFAULT && cfg->model_type != idx) {
         err(cfg, src, "model.type: the config says %s, %s says %s (model_type %s)",
                   dt_model_at(cfg->model_type)->name, h.path, h.spec.ops->name, h.model_type);
         return;
@@ -59,7 +60,7 @@ void dt_config_apply_pretrained_(dt_config_t *cfg, const char *src) {
         int row = dt_config_key_find_(mk->path);
         if (!h.from_file[k] || row < 0) continue;
         double theirs = dt_model_key_get(&h.spec, mk);
-        if (cfg->origin[row] && dt_model_key_get(&cfg->model, mk) != theirs) {
+        if (cfg->origin[row] != DT_CONFIG_ORIGIN_DEFAULT && dt_model_key_get(&cfg->model, mk) != theirs) {
             char a[64], b[64];
             model_key_text(&cfg->model, mk, a, sizeof a);
             model_key_text(&h.spec, mk, b, sizeof b);
@@ -69,7 +70,7 @@ void dt_config_apply_pretrained_(dt_config_t *cfg, const char *src) {
         dt_model_key_set(&cfg->model, mk, theirs);
     }
     int rs = dt_config_key_find_("model.seq_len");
-    if (rs >= 0 && !cfg->origin[rs]) { /* gpt: n_positions; llama: the default, within the positions */
+    if (rs >= 0 && cfg->origin[rs] == DT_CONFIG_ORIGIN_DEFAULT) { /* gpt: n_positions; llama: the default, within the positions */
         if (h.seq_len_default > 0) cfg->model.seq_len = h.seq_len_default;
         else if (h.max_seq_len > 0 && cfg->model.seq_len > h.max_seq_len) cfg->model.seq_len = h.max_seq_len;
     }

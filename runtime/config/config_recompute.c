@@ -9,12 +9,13 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "runtime/config/config_errors.h"
 #include "runtime/config/config_impl.h"
 
 /* The row of path was set by the file or an override. */
 static int given(const dt_config_t *cfg, const char *path) {
     int r = dt_config_key_find_(path);
-    return r >= 0 && cfg->origin[r] != 0;
+    return r >= 0 && cfg->origin[r] != DT_CONFIG_ORIGIN_DEFAULT;
 }
 
 /* The model's blocks (the layers a policy checkpoints), 0 for a model without. */

@@ -4,9 +4,10 @@
  * tensor_parallel.size), any two given and the third derived, checked against the
  * world size the launcher knows; the checks against the node shape (a
  * tensor-parallel group within one node) and the model's vocabulary once known;
- * and whether a config runs on CUDA.
+ * whether a config runs on CUDA, and in which dtype it computes.
  */
 #include "runtime/config/config_impl.h"
+#include "runtime/config/config_errors.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -87,9 +88,9 @@ dt_status_t dt_config_resolve(dt_config_t *cfg, int world_size) {
                  tp > 1 ? "tensor_parallel.size" : "pipeline.stages", (long long)(tp * pp), cfg->dp_size);
     else
         snprintf(dp_how, sizeof dp_how, "world size %d", world_size);
-    bool g_tb = cfg->origin[dt_config_key_find_("train_batch_size")] != 0;
-    bool g_mb = cfg->origin[dt_config_key_find_("train_micro_batch_size_per_gpu")] != 0;
-    bool g_ga = cfg->origin[dt_config_key_find_("gradient_accumulation_steps")] != 0;
+    bool g_tb = dt_config_given(cfg, "train_batch_size");
+    bool g_mb = dt_config_given(cfg, "train_micro_batch_size_per_gpu");
+    bool g_ga = dt_config_given(cfg, "gradient_accumulation_steps");
     int64_t tb = g_tb ? cfg->train_batch_size : 0;
     int64_t mb = g_mb ? cfg->train_micro_batch_size_per_gpu : 0;
     int64_t ga = g_ga ? cfg->gradient_accumulation_steps : 0;
@@ -191,11 +192,15 @@ dt_status_t dt_config_resolve(dt_config_t *cfg, int world_size) {
 
 int dt_config_given(const dt_config_t *cfg, const char *key) {
     int row = dt_config_key_find_(key);
-    return row >= 0 && cfg->origin[row] != 0;
+    return row >= 0 && cfg->origin[row] != DT_CONFIG_ORIGIN_DEFAULT;
 }
 
 int dt_config_uses_cuda(const dt_config_t *cfg) {
     return cfg->device == DT_CONFIG_DEVICE_CUDA || (cfg->device == DT_CONFIG_DEVICE_AUTO && dt_gpuinfo_count() > 0);
+}
+
+dt_dtype_t dt_config_compute_dtype(const dt_config_t *cfg, int on_gpu) {
+    return on_gpu && cfg->bf16.enabled ? DT_DTYPE_BF16 : DT_DTYPE_F32;
 }
 
 dt_status_t dt_config_check_nodes(dt_config_t *cfg, int nproc_per_node) {

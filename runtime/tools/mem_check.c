@@ -135,7 +135,7 @@ dt_status_t dt_mem_check(const dt_mem_check_in *in, dt_mem_check_out *out) {
     memset(out, 0, sizeof *out);
     const dt_config_t *cfg = in->cfg;
     if (cfg->lora.r > 0) return DT_STATUS_OK; /* LoRA's arithmetic is cmd_plan_lora.c's */
-    int bf16 = in->gpu && cfg->bf16.enabled;
+    int bf16 = dt_config_compute_dtype(cfg, in->gpu) == DT_DTYPE_BF16;
     dt_plan_input base;
     DT_CHECK(plan_input(in, bf16, &base));
     int n = in->world_size, sharers = in->gpu ? in->gpu_sharers : in->local_world_size;

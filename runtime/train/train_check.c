@@ -171,7 +171,7 @@ dt_status_t dt_trainer_check_paths(const dt_config_t *cfg) {
             dt_lora_spec ls;
             dt_lora_t lora;
             dt_model_layout adapters;
-            dt_dtype_t compute = cfg->bf16.enabled && cfg->device != DT_CONFIG_DEVICE_CPU ? DT_DTYPE_BF16 : DT_DTYPE_F32;
+            dt_dtype_t compute = dt_config_compute_dtype(cfg, cfg->device != DT_CONFIG_DEVICE_CPU);
             st = dt_train_lora_spec_(cfg, compute, &ls);
             if (st == DT_STATUS_OK) st = dt_lora_init(&l, &ls, compute, &lora, &adapters);
             if (st == DT_STATUS_OK) {

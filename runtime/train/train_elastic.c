@@ -53,12 +53,6 @@ static int64_t meta_config_int(const dt_ckpt_t *c, const char *key) {
     return cJSON_IsNumber(v) && v->valuedouble >= 1 && v->valuedouble < 9e15 ? (int64_t)v->valuedouble : 0;
 }
 
-static dt_status_t set_int(dt_config_t *cfg, const char *key, int64_t v) {
-    char kv[128];
-    snprintf(kv, sizeof kv, "%s=%lld", key, (long long)v);
-    return dt_config_set(cfg, kv);
-}
-
 static int64_t dp_of(const dt_config_t *cfg, int world_size) {
     int64_t tp = cfg->tp.size > 0 ? cfg->tp.size : 1, pp = cfg->pp.stages > 0 ? cfg->pp.stages : 1;
     return world_size % (tp * pp) ? 0 : world_size / (tp * pp);
@@ -83,10 +77,7 @@ dt_status_t dt_train_elastic_batch(dt_config_t *cfg, int world_size) {
     if (tb <= 0 || mb <= 0) return DT_STATUS_OK;
     if (tb % (mb * dp)) goto no_accum;
     int64_t ga = tb / (mb * dp);
-    DT_CHECK(set_int(cfg, "train_batch_size", tb));
-    DT_CHECK(set_int(cfg, "train_micro_batch_size_per_gpu", mb));
-    DT_CHECK(set_int(cfg, "gradient_accumulation_steps", ga));
-    return DT_STATUS_OK;
+    return dt_config_set_batch(cfg, tb, mb, ga);
 no_accum:
     return dt_error(DT_STATUS_UNSUPPORTED,
                     "elastic resize to world size %d (%lld data-parallel ranks): no integer "

@@ -39,7 +39,7 @@ int dt_train_elastic_on(void);
 
 /* Before dt_config_resolve, in an elastic run: fixes train_batch_size, the
  * micro-batch and the accumulation for world_size as the rules above say (through
- * dt_config_set). DT_STATUS_FAILED naming the sizes when no integer accumulation
+ * dt_config_set_batch). DT_STATUS_FAILED naming the sizes when no integer accumulation
  * gives the global batch; nothing changes outside an elastic run. */
 dt_status_t dt_train_elastic_batch(dt_config_t *cfg, int world_size);
 

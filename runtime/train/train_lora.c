@@ -51,7 +51,7 @@ dt_status_t dt_trainer_check_lora(const dt_config_t *cfg) {
                         "pipeline.stages must be 1)");
     dt_lora_spec ls;
     /* the compute dtype the worker will use: bf16 only on cuda with bf16.enabled */
-    dt_dtype_t compute = cfg->bf16.enabled && cfg->device != DT_CONFIG_DEVICE_CPU ? DT_DTYPE_BF16 : DT_DTYPE_F32;
+    dt_dtype_t compute = dt_config_compute_dtype(cfg, cfg->device != DT_CONFIG_DEVICE_CPU);
     DT_CHECK(dt_train_lora_spec_(cfg, compute, &ls));
     dt_model_spec spec;
     dt_model_layout base, adapters;

@@ -121,7 +121,7 @@ static dt_status_t open_device(const dt_config_t *cfg, const dt_torchenv_t *env,
     }
     if (ngpu > 0) {
         o.kind = DT_DEVICE_CUDA;
-        o.dtype = cfg->bf16.enabled ? DT_DTYPE_BF16 : DT_DTYPE_F32;
+        o.dtype = dt_config_compute_dtype(cfg, 1);
         o.ordinal = env->local_rank % ngpu;
         if (env->local_world_size > ngpu && env->local_rank == 0)
             DT_LOG_WARN("%d ranks on this node share %d GPU(s) (rank r uses GPU r %% %d)", env->local_world_size,
