@@ -423,17 +423,6 @@ static void gpt_norm_backward(dt_net_t *net, const void *dnorm, const void *x) {
     dt_net_tp_norm_grads_add(net, A(G_LNGRAD), (size_t)C, lnf_grads, 2);
 }
 
-/* What net.c's chunk driver runs (net_impl.h): the head is wte (tied), the logits
- * G_LOGITS, cut over the vocabulary rows under tensor parallelism. */
-static const dt_net_stack gpt_stack = {
-    .blocks = &gpt_blocks, .block_out = L_RES3,
-    .in = G_ENCODED, .norm = G_LNF, .dres = G_DRES, .dtmp = G_DTMP, .dred = G_DRED, .gath = G_GATH,
-    .part = G_PART, .xstats = G_XSTATS,
-    .embed_forward = gpt_embed_forward, .embed_backward = gpt_embed_backward,
-    .block_forward = gpt_block_forward, .block_backward = gpt_block_backward,
-    .norm_forward = gpt_norm_forward, .norm_backward = gpt_norm_backward,
-};
-
 /* ---- KV-cache decoding (model.h: decode) ---------------------------------- */
 
 /* The decode arena: one position's activations (B = T = 1) and per layer a cache
@@ -457,44 +446,54 @@ static void gpt_decode_sizes(const dt_device_t *dev, const dt_model_layout *lay,
     for (int l = 0; l < lay->spec.n_layer; l++) sizes[DSLOT_CACHE(l)] = (size_t)lay->seq_len * 2 * C * es;
 }
 
-/* The forward for one position pos of one sequence: the position embedding is wpe
- * row pos (a pointer offset), and attention reads the cached keys and values of
- * positions 0..pos after this position's are stored at row pos. */
-static void gpt_decode(dt_net_t *net, int pos) {
+/* The forward for one position pos of one sequence (net.c's driver runs it: the
+ * head is wte): the position embedding is wpe row pos (a pointer offset), and
+ * attention reads the cached keys and values of positions 0..pos after this
+ * position's are stored at row pos. */
+static void gpt_decode_embed(dt_net_t *net, int pos) {
+    int C = net->layout->spec.n_embd;
+    net->dev->ops->encoder_forward(net->dev, A(D_X), net->d_tokens, P(0), (char *)P(1) + (size_t)pos * C * net->elsize,
+                                   1, 1, C);
+}
+
+static void gpt_decode_block(dt_net_t *net, int l, int pos) {
     const dt_ops_t *o = net->dev->ops;
     dt_device_t *d = net->dev;
     const dt_model_spec *s = &net->layout->spec;
-    int C = s->n_embd, NH = s->n_head, L = s->n_layer, Tmax = net->layout->seq_len;
-    int Vp = net->layout->vocab_padded;
+    int C = s->n_embd, NH = s->n_head, Tmax = net->layout->seq_len;
     size_t es = net->elsize;
-    dt_net_hook(net, 0, DT_NET_FWD_PRE);
-    o->encoder_forward(d, A(D_X), net->d_tokens, P(0), (char *)P(1) + (size_t)pos * C * es, 1, 1, C);
-    dt_net_hook(net, 0, DT_NET_FWD_POST);
-    for (int l = 0; l < L; l++) {
-        dt_net_hook(net, 1 + l, DT_NET_FWD_PRE);
-        void *cache = A(DSLOT_CACHE(l));
-        o->layernorm_forward(d, A(D_LN), AF(D_MEAN), AF(D_RSTD), A(D_X), PL(l, T_LN1W), PL(l, T_LN1B), 1, C);
-        dt_net_linear_forward(net, A(D_QKV), A(D_LN), LAYER_T(l, T_QKVW), PL(l, T_QKVB), 1, C, 3 * C);
-        o->copy(d, (char *)cache + (size_t)pos * 2 * C * es, (char *)A(D_QKV) + (size_t)C * es, 2 * (size_t)C * es,
-                DT_COPY_DEVICE_TO_DEVICE);
-        o->attention_decode(d, A(D_ATTY), A(D_QKV), 3 * C, cache, Tmax, pos, 1, C, NH, NH);
-        dt_net_linear_forward(net, A(D_PROJ), A(D_ATTY), LAYER_T(l, T_ATTPROJW), PL(l, T_ATTPROJB), 1, C, C);
-        o->residual_forward(d, A(D_RES2), A(D_X), A(D_PROJ), (size_t)C);
-        o->layernorm_forward(d, A(D_LN), AF(D_MEAN), AF(D_RSTD), A(D_RES2), PL(l, T_LN2W), PL(l, T_LN2B), 1, C);
-        dt_net_linear_forward(net, A(D_FCH), A(D_LN), LAYER_T(l, T_FCW), PL(l, T_FCB), 1, C, 4 * C);
-        o->gelu_forward(d, A(D_FCH_GELU), A(D_FCH), (size_t)4 * C);
-        dt_net_linear_forward(net, A(D_PROJ), A(D_FCH_GELU), LAYER_T(l, T_FCPROJW), PL(l, T_FCPROJB), 1, 4 * C, C);
-        o->residual_forward(d, A(D_X), A(D_RES2), A(D_PROJ), (size_t)C);
-        dt_net_hook(net, 1 + l, DT_NET_FWD_POST);
-    }
-    int lnf = LAYER_T(L, 0);
-    dt_net_hook(net, L + 1, DT_NET_FWD_PRE);
-    o->layernorm_forward(d, A(D_LN), AF(D_MEAN), AF(D_RSTD), A(D_X), P(lnf), P(lnf + 1), 1, C);
-    dt_net_hook(net, L + 1, DT_NET_FWD_POST);
-    dt_net_hook(net, 0, DT_NET_FWD_PRE);
-    o->matmul_forward(d, A(D_LOGITS), A(D_LN), P(0), NULL, 1, C, Vp);
-    dt_net_hook(net, 0, DT_NET_FWD_POST);
+    void *cache = A(DSLOT_CACHE(l));
+    o->layernorm_forward(d, A(D_LN), AF(D_MEAN), AF(D_RSTD), A(D_X), PL(l, T_LN1W), PL(l, T_LN1B), 1, C);
+    dt_net_linear_forward(net, A(D_QKV), A(D_LN), LAYER_T(l, T_QKVW), PL(l, T_QKVB), 1, C, 3 * C);
+    o->copy(d, (char *)cache + (size_t)pos * 2 * C * es, (char *)A(D_QKV) + (size_t)C * es, 2 * (size_t)C * es,
+            DT_COPY_DEVICE_TO_DEVICE);
+    o->attention_decode(d, A(D_ATTY), A(D_QKV), 3 * C, cache, Tmax, pos, 1, C, NH, NH);
+    dt_net_linear_forward(net, A(D_PROJ), A(D_ATTY), LAYER_T(l, T_ATTPROJW), PL(l, T_ATTPROJB), 1, C, C);
+    o->residual_forward(d, A(D_RES2), A(D_X), A(D_PROJ), (size_t)C);
+    o->layernorm_forward(d, A(D_LN), AF(D_MEAN), AF(D_RSTD), A(D_RES2), PL(l, T_LN2W), PL(l, T_LN2B), 1, C);
+    dt_net_linear_forward(net, A(D_FCH), A(D_LN), LAYER_T(l, T_FCW), PL(l, T_FCB), 1, C, 4 * C);
+    o->gelu_forward(d, A(D_FCH_GELU), A(D_FCH), (size_t)4 * C);
+    dt_net_linear_forward(net, A(D_PROJ), A(D_FCH_GELU), LAYER_T(l, T_FCPROJW), PL(l, T_FCPROJB), 1, 4 * C, C);
+    o->residual_forward(d, A(D_X), A(D_RES2), A(D_PROJ), (size_t)C);
 }
+
+static void gpt_decode_norm(dt_net_t *net) {
+    int C = net->layout->spec.n_embd, lnf = LAYER_T(net->layout->spec.n_layer, 0);
+    net->dev->ops->layernorm_forward(net->dev, A(D_LN), AF(D_MEAN), AF(D_RSTD), A(D_X), P(lnf), P(lnf + 1), 1, C);
+}
+
+/* What net.c's chunk driver runs (net_impl.h): the head is wte (tied), the logits
+ * G_LOGITS, cut over the vocabulary rows under tensor parallelism. */
+static const dt_net_stack gpt_stack = {
+    .blocks = &gpt_blocks, .block_out = L_RES3,
+    .in = G_ENCODED, .norm = G_LNF, .dres = G_DRES, .dtmp = G_DTMP, .dred = G_DRED, .gath = G_GATH,
+    .part = G_PART, .xstats = G_XSTATS,
+    .embed_forward = gpt_embed_forward, .embed_backward = gpt_embed_backward,
+    .block_forward = gpt_block_forward, .block_backward = gpt_block_backward,
+    .norm_forward = gpt_norm_forward, .norm_backward = gpt_norm_backward,
+    .decode_embed = gpt_decode_embed, .decode_block = gpt_decode_block, .decode_norm = gpt_decode_norm,
+    .decode_norm_slot = D_LN,
+};
 
 const dt_model_ops dt_model_gpt = {
     .name = "gpt",
@@ -523,7 +522,7 @@ const dt_model_ops dt_model_gpt = {
     .stage_buf = dt_net_stack_stage_buf,
     .decode_slots = gpt_decode_slots,
     .decode_sizes = gpt_decode_sizes,
-    .decode = gpt_decode,
+    .decode = dt_net_stack_decode,
     .decode_logits_slot = D_LOGITS,
     .export_shape = gpt_export_shape,
     .synthetic_batch = NULL,

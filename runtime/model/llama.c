@@ -439,12 +439,6 @@ static void llama_dims(const dt_model_layout *l, dt_model_dims *out) {
 #define QKV_BIAS(l) (z->attention_bias ? PL(l, T_QB) : NULL)
 #define DQKV_BIAS(l) (z->attention_bias ? GL(l, T_QB) : NULL)
 
-/* The head's weight in a whole model (decoding): embed_tokens when tied, else
- * lm_head (the table's last), and the unit whose hooks surround it. Training's head
- * is net.c's (net_impl.h: dt_net_stack). */
-static int head_tensor(const dt_model_layout *l) { return l->tied_head ? 0 : l->n_tensors - 1; }
-static int head_unit(const dt_model_layout *l) { return l->tied_head ? 0 : l->n_units - 1; }
-
 /* llama's TP matmuls over its slots (net_impl.h: dt_net_linear_row_forward,
  * dt_net_linear_column_backward); its row-parallel matmuls have no bias. The linear
  * layers LoRA may target go by tensor index (the base plus adapters in a LoRA net). */
@@ -568,18 +562,6 @@ static void llama_norm_backward(dt_net_t *net, const void *dnorm, const void *x)
     dt_net_tp_norm_grads_add(net, A(G_LNGRAD), (size_t)C, norm_grads, 1);
 }
 
-/* What net.c's chunk driver runs (net_impl.h): the head is lm_head, the final unit's
- * last tensor, or embed_tokens when tied; the logits G_LOGITS, cut over the
- * vocabulary rows under tensor parallelism. */
-static const dt_net_stack llama_stack = {
-    .blocks = &llama_blocks, .block_out = L_RES3,
-    .in = G_ENCODED, .norm = G_NORM, .dres = G_DRES, .dtmp = G_DTMP, .dred = G_DRED, .gath = G_GATH,
-    .part = G_PART, .xstats = G_XSTATS,
-    .embed_forward = llama_embed_forward, .embed_backward = llama_embed_backward,
-    .block_forward = llama_block_forward, .block_backward = llama_block_backward,
-    .norm_forward = llama_norm_forward, .norm_backward = llama_norm_backward,
-};
-
 /* ---- KV-cache decoding (model.h: decode) ------------------------------------ */
 
 /* The decode arena: one position's activations (B = T = 1) and per layer a cache
@@ -610,10 +592,16 @@ static void llama_decode_sizes(const dt_device_t *dev, const dt_model_layout *la
     for (int l = 0; l < d.L; l++) sizes[DSLOT_CACHE(l)] = (size_t)d.T * 2 * (size_t)d.NKV * d.HD * es;
 }
 
-/* The forward for one position pos of one sequence: RoPE rotates q and k at
- * position pos, the rotated k and v go to cache row pos, and attention reads rows
- * 0..pos. */
-static void llama_decode(dt_net_t *net, int pos) {
+/* The forward for one position pos of one sequence (net.c's driver runs it, and
+ * the head): RoPE rotates q and k at position pos, the rotated k and v go to cache
+ * row pos, and attention reads rows 0..pos. */
+static void llama_decode_embed(dt_net_t *net, int pos) {
+    (void)pos; /* positions enter through RoPE */
+    dims d = dims_of(net->layout, 1);
+    net->dev->ops->encoder_forward(net->dev, A(D_X), net->d_tokens, P(0), NULL, 1, 1, d.C);
+}
+
+static void llama_decode_block(dt_net_t *net, int l, int pos) {
     const dt_ops_t *o = net->dev->ops;
     dt_device_t *dv = net->dev;
     const dt_model_layout *lay = net->layout;
@@ -621,37 +609,40 @@ static void llama_decode(dt_net_t *net, int pos) {
     dims d = dims_of(lay, 1);
     int C = d.C;
     size_t es = net->elsize, kv = 2 * (size_t)d.NKV * d.HD;
-    dt_net_hook(net, 0, DT_NET_FWD_PRE);
-    o->encoder_forward(dv, A(D_X), net->d_tokens, P(0), NULL, 1, 1, C);
-    dt_net_hook(net, 0, DT_NET_FWD_POST);
-    for (int l = 0; l < d.L; l++) {
-        dt_net_hook(net, 1 + l, DT_NET_FWD_PRE);
-        void *cache = A(DSLOT_CACHE(l));
-        o->rmsnorm_forward(dv, A(D_LN), AF(D_RSTD), A(D_X), PL(l, T_LN1), 1, C, d.eps);
-        dt_net_linear_forward(net, A(D_QKV), A(D_LN), TL(l, T_Q), QKV_BIAS(l), 1, C, d.QKVC);
-        o->rope_forward(dv, A(D_QKV), 1, 1, d.QKVC, d.NH + d.NKV, d.HD, pos, &d.rope);
-        o->copy(dv, (char *)cache + (size_t)pos * kv * es, (char *)A(D_QKV) + (size_t)d.QC * es, kv * es,
-                DT_COPY_DEVICE_TO_DEVICE);
-        o->attention_decode(dv, A(D_ATTY), A(D_QKV), d.QKVC, cache, d.T, pos, 1, d.QC, d.NH, d.NKV);
-        dt_net_linear_forward(net, A(D_PROJ), A(D_ATTY), TL(l, T_O), NULL, 1, d.QC, C);
-        o->residual_forward(dv, A(D_RES2), A(D_X), A(D_PROJ), (size_t)C);
-        o->rmsnorm_forward(dv, A(D_LN), AF(D_RSTD), A(D_RES2), PL(l, T_LN2), 1, C, d.eps);
-        dt_net_linear_forward(net, A(D_FCH), A(D_LN), TL(l, T_GATE), NULL, 1, C, 2 * d.IC);
-        o->swiglu_forward(dv, A(D_SWI), A(D_FCH), 1, d.IC);
-        dt_net_linear_forward(net, A(D_PROJ), A(D_SWI), TL(l, T_DOWN), NULL, 1, d.IC, C);
-        o->residual_forward(dv, A(D_X), A(D_RES2), A(D_PROJ), (size_t)C);
-        dt_net_hook(net, 1 + l, DT_NET_FWD_POST);
-    }
-    int last = d.L + 1, norm = lay->units[last].tensor0; /* a whole model: unit numbers are global */
-    dt_net_hook(net, last, DT_NET_FWD_PRE);
-    o->rmsnorm_forward(dv, A(D_LN), AF(D_RSTD), A(D_X), P(norm), 1, C, d.eps);
-    if (lay->tied_head) {
-        dt_net_hook(net, last, DT_NET_FWD_POST);
-        dt_net_hook(net, 0, DT_NET_FWD_PRE);
-    }
-    o->matmul_forward(dv, A(D_LOGITS), A(D_LN), P(head_tensor(lay)), NULL, 1, C, d.Vp);
-    dt_net_hook(net, head_unit(lay), DT_NET_FWD_POST);
+    void *cache = A(DSLOT_CACHE(l));
+    o->rmsnorm_forward(dv, A(D_LN), AF(D_RSTD), A(D_X), PL(l, T_LN1), 1, C, d.eps);
+    dt_net_linear_forward(net, A(D_QKV), A(D_LN), TL(l, T_Q), QKV_BIAS(l), 1, C, d.QKVC);
+    o->rope_forward(dv, A(D_QKV), 1, 1, d.QKVC, d.NH + d.NKV, d.HD, pos, &d.rope);
+    o->copy(dv, (char *)cache + (size_t)pos * kv * es, (char *)A(D_QKV) + (size_t)d.QC * es, kv * es,
+            DT_COPY_DEVICE_TO_DEVICE);
+    o->attention_decode(dv, A(D_ATTY), A(D_QKV), d.QKVC, cache, d.T, pos, 1, d.QC, d.NH, d.NKV);
+    dt_net_linear_forward(net, A(D_PROJ), A(D_ATTY), TL(l, T_O), NULL, 1, d.QC, C);
+    o->residual_forward(dv, A(D_RES2), A(D_X), A(D_PROJ), (size_t)C);
+    o->rmsnorm_forward(dv, A(D_LN), AF(D_RSTD), A(D_RES2), PL(l, T_LN2), 1, C, d.eps);
+    dt_net_linear_forward(net, A(D_FCH), A(D_LN), TL(l, T_GATE), NULL, 1, C, 2 * d.IC);
+    o->swiglu_forward(dv, A(D_SWI), A(D_FCH), 1, d.IC);
+    dt_net_linear_forward(net, A(D_PROJ), A(D_SWI), TL(l, T_DOWN), NULL, 1, d.IC, C);
+    o->residual_forward(dv, A(D_X), A(D_RES2), A(D_PROJ), (size_t)C);
 }
+
+static void llama_decode_norm(dt_net_t *net) {
+    dims d = dims_of(net->layout, 1);
+    net->dev->ops->rmsnorm_forward(net->dev, A(D_LN), AF(D_RSTD), A(D_X), P(norm_t(net->layout)), 1, d.C, d.eps);
+}
+
+/* What net.c's chunk driver runs (net_impl.h): the head is lm_head, the final unit's
+ * last tensor, or embed_tokens when tied; the logits G_LOGITS, cut over the
+ * vocabulary rows under tensor parallelism. */
+static const dt_net_stack llama_stack = {
+    .blocks = &llama_blocks, .block_out = L_RES3,
+    .in = G_ENCODED, .norm = G_NORM, .dres = G_DRES, .dtmp = G_DTMP, .dred = G_DRED, .gath = G_GATH,
+    .part = G_PART, .xstats = G_XSTATS,
+    .embed_forward = llama_embed_forward, .embed_backward = llama_embed_backward,
+    .block_forward = llama_block_forward, .block_backward = llama_block_backward,
+    .norm_forward = llama_norm_forward, .norm_backward = llama_norm_backward,
+    .decode_embed = llama_decode_embed, .decode_block = llama_decode_block, .decode_norm = llama_decode_norm,
+    .decode_norm_slot = D_LN,
+};
 
 /* ---- export ------------------------------------------------------------------ */
 
@@ -693,7 +684,7 @@ const dt_model_ops dt_model_llama = {
     .stage_buf = dt_net_stack_stage_buf,
     .decode_slots = llama_decode_slots,
     .decode_sizes = llama_decode_sizes,
-    .decode = llama_decode,
+    .decode = dt_net_stack_decode,
     .decode_logits_slot = D_LOGITS,
     .export_shape = llama_export_shape,
     .synthetic_batch = NULL,

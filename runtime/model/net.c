@@ -323,6 +323,13 @@ static void *head_weight(dt_net_t *net, int grad) {
     return grad ? dt_net_grad(net, t) : dt_net_param(net, t);
 }
 
+/* Forward, from the final norm to the head: the final unit's hooks close first
+ * unless the head is its own tensor, and the head's unit opens. */
+static void head_enter(dt_net_t *net, int uf, int hu) {
+    if (hu != uf) dt_net_hook(net, uf, DT_NET_FWD_POST);
+    if (hu >= 0 && hu != uf) dt_net_hook(net, hu, DT_NET_FWD_PRE);
+}
+
 void dt_net_stack_forward(dt_net_t *net, int with_loss) {
     const dt_model_layout *lay = net->layout;
     const dt_net_stack *s = lay->spec.ops->stack;
@@ -345,8 +352,7 @@ void dt_net_stack_forward(dt_net_t *net, int with_loss) {
     int uf = dt_model_local_unit(lay, g.L + 1), hu = head_unit(lay, uf);
     dt_net_hook(net, uf, DT_NET_FWD_PRE);
     s->norm_forward(net, residual);
-    if (hu != uf) dt_net_hook(net, uf, DT_NET_FWD_POST);
-    if (hu >= 0 && hu != uf) dt_net_hook(net, hu, DT_NET_FWD_PRE);
+    head_enter(net, uf, hu);
     /* sequence parallelism: gath keeps the gathered norm until the head's backward */
     void *x = dt_net_tp_gather_in(net, SLOT(s->norm), SLOT(s->gath), g.rc);
     void *logits = SLOT(lay->spec.ops->logits_slot);
@@ -410,6 +416,31 @@ void *dt_net_stack_stage_buf(dt_net_t *net, int which) {
     case DT_NET_STAGE_DIN: return SLOT(s->dres);
     default: return NULL;
     }
+}
+
+/* One position of a decode net (a whole model: local units are global): the
+ * forward's hooks and head around the model's decode math, the head's rows of all
+ * vocab_padded columns into ops->decode_logits_slot. */
+void dt_net_stack_decode(dt_net_t *net, int pos) {
+    const dt_model_layout *lay = net->layout;
+    const dt_net_stack *s = lay->spec.ops->stack;
+    dt_model_dims d;
+    lay->spec.ops->dims(lay, &d);
+    dt_net_hook(net, 0, DT_NET_FWD_PRE);
+    s->decode_embed(net, pos);
+    dt_net_hook(net, 0, DT_NET_FWD_POST);
+    for (int l = 0; l < d.n_layer; l++) {
+        dt_net_hook(net, 1 + l, DT_NET_FWD_PRE);
+        s->decode_block(net, l, pos);
+        dt_net_hook(net, 1 + l, DT_NET_FWD_POST);
+    }
+    int uf = d.n_layer + 1, hu = head_unit(lay, uf);
+    dt_net_hook(net, uf, DT_NET_FWD_PRE);
+    s->decode_norm(net);
+    head_enter(net, uf, hu);
+    net->dev->ops->matmul_forward(net->dev, SLOT(lay->spec.ops->decode_logits_slot), SLOT(s->decode_norm_slot),
+                                  head_weight(net, 0), NULL, 1, d.hidden, lay->vocab_padded);
+    if (hu >= 0) dt_net_hook(net, hu, DT_NET_FWD_POST);
 }
 
 #undef SLOT

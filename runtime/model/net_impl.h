@@ -44,7 +44,8 @@ void dt_net_linear_backward(dt_net_t *net, void *dinp, void *db, const void *dou
  * A model whose units are [embedding = unit 0][block l = unit 1 + l][final = unit
  * L + 1: the final norm, and the head when untied] (model.h: ops->pipeline) fills a
  * dt_net_stack with its own math and points ops->stack at it, and ops->forward,
- * backward and stage_buf at dt_net_stack_forward, _backward and _stage_buf. The
+ * backward and stage_buf (and decode) at dt_net_stack_forward, _backward,
+ * _stage_buf (and _decode). The
  * driver runs the layout's chunk net->chunk: the hooks around each unit's use
  * (forward in unit order, backward in reverse, a recomputed block's forward again
  * just before its backward), the embedding in a first chunk only, the final norm, LM
@@ -76,12 +77,21 @@ typedef struct dt_net_stack {
      * (zeroed by the driver) += from dnorm, the gradient of norm */
     void (*norm_forward)(dt_net_t *net, const void *x);
     void (*norm_backward)(dt_net_t *net, const void *dnorm, const void *x);
+    /* (optional) KV-cache decoding (model.h: decode, of a whole model; the decode
+     * arena's slots): the token at position pos into the model's residual row; block
+     * l on it, its keys and values cached at row pos; its final norm into
+     * decode_norm_slot. The driver runs the head into ops->decode_logits_slot. */
+    void (*decode_embed)(dt_net_t *net, int pos);
+    void (*decode_block)(dt_net_t *net, int l, int pos);
+    void (*decode_norm)(dt_net_t *net);
+    int decode_norm_slot;
 } dt_net_stack;
 
-/* ops->forward, backward and stage_buf of a model with ops->stack. */
+/* ops->forward, backward, stage_buf (and decode) of a model with ops->stack. */
 void dt_net_stack_forward(dt_net_t *net, int with_loss);
 void dt_net_stack_backward(dt_net_t *net, float dscale);
 void *dt_net_stack_stage_buf(dt_net_t *net, int which);
+void dt_net_stack_decode(dt_net_t *net, int pos);
 
 /* Tells the data-parallel strategy that unit is about to be used / is done. */
 static inline void dt_net_hook(dt_net_t *net, int unit, dt_net_phase_t phase) {
