@@ -1,13 +1,15 @@
 /*
  * gpt.c - GPT-2 (llm.c's train_gpt2 structure over the device op table): its
- * config keys, tensor table, initialisation, FLOPs, activation arena, forward and
- * backward, and its Hugging Face export shapes. Fills dt_model_gpt (model.h).
+ * config keys, tensor table, initialisation, FLOPs, activation arena, the math of
+ * its embedding, blocks and final norm (forward, backward, KV-cache decode), and its
+ * Hugging Face export shapes. Fills dt_model_gpt (model.h).
  *
  * Units: 0 = embeddings (wte (Vp, C), wpe (T, C)), 1..L = the blocks, L+1 = the
  * final LayerNorm; the LM head is tied to wte, so unit 0 is used again at the head
  * (on a last pipeline stage without the embedding, net->head_w: a copy of wte).
- * Forward and backward run the layout's chunk net->chunk (net.h), reaching a block's
- * tensors through its unit's first tensor, so a stage layout runs as the whole model.
+ * net.c's chunk driver (net_impl.h: dt_net_stack) runs that math over the layout's
+ * chunk net->chunk with the hooks, the head and the loss; a block's tensors are
+ * reached through its unit's first tensor, so a stage layout runs as the whole model.
  */
 #include <math.h>
 #include <stddef.h>
@@ -397,13 +399,16 @@ static void gpt_embed_forward(dt_net_t *net) {
     }
 }
 
+/* dwte, dwpe += from dout; a LoRA net's embedding is frozen (no gradient). */
 static void gpt_embed_backward(dt_net_t *net, const void *dout) {
     gdims d = gdims_of(net->layout, net->B);
-    if (G(0)) net->dev->ops->encoder_backward(net->dev, G(0), G(1), dout, net->d_tokens, d.B, d.T, d.C); /* NULL: frozen (LoRA) */
+    if (G(0)) net->dev->ops->encoder_backward(net->dev, G(0), G(1), dout, net->d_tokens, d.B, d.T, d.C);
 }
 
 /* ln_f (the final unit's tensors) into G_LNF. */
-static int lnf_t0(const dt_model_layout *lay) { return lay->units[dt_model_local_unit(lay, lay->spec.n_layer + 1)].tensor0; }
+static int lnf_t0(const dt_model_layout *lay) {
+    return lay->units[dt_model_local_unit(lay, lay->spec.n_layer + 1)].tensor0;
+}
 
 static void gpt_norm_forward(dt_net_t *net, const void *x) {
     gdims d = gdims_of(net->layout, net->B);

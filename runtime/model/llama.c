@@ -2,8 +2,9 @@
  * llama.c - the Llama family (Llama 2/3, Mistral, Qwen2: model.type "llama") over the
  * device op table, in the order of the paper: its config keys (Hugging Face's
  * config.json names), tensor table (Hugging Face's LlamaForCausalLM state-dict names),
- * initialisation, FLOPs, activation arena, forward, backward and export shapes. Fills
- * dt_model_llama (model.h).
+ * initialisation, FLOPs, activation arena, the math of its embedding, layers and final
+ * norm (forward, backward, KV-cache decode) and export shapes. Fills dt_model_llama
+ * (model.h).
  *
  * A decoder layer: x += o_proj(attention(rope(qkv(rmsnorm(x))))), then
  * x += down_proj(silu(gate(h)) * up(h)) with h = rmsnorm(x); grouped-query attention
@@ -13,9 +14,10 @@
  *
  * Units: 0 = embed_tokens, 1..L = the decoder layers, L+1 = the final norm (and
  * lm_head when untied; tied, the head is unit 0's embedding used again, as gpt, or on
- * a last pipeline stage without it net->head_w). Forward and backward run the
- * layout's chunk net->chunk (net.h), reaching a layer's tensors through its unit's
- * first tensor, so a stage layout runs as the whole model.
+ * a last pipeline stage without it net->head_w). net.c's chunk driver (net_impl.h:
+ * dt_net_stack) runs that math over the layout's chunk net->chunk with the hooks,
+ * the head and the loss; a layer's tensors are reached through its unit's first
+ * tensor, so a stage layout runs as the whole model.
  */
 #include <math.h>
 #include <stddef.h>
@@ -536,9 +538,10 @@ static void llama_embed_forward(dt_net_t *net) {
     dt_net_tp_reduce_out(net, part, A(G_ENCODED), (size_t)d.BT * d.C);
 }
 
+/* d(embed_tokens) += from dout; a LoRA net's embedding is frozen (no gradient). */
 static void llama_embed_backward(dt_net_t *net, const void *dout) {
     dims d = dims_of(net->layout, net->B);
-    if (G(0)) net->dev->ops->encoder_backward(net->dev, G(0), NULL, dout, net->d_tokens, d.B, d.T, d.C); /* NULL: frozen (LoRA) */
+    if (G(0)) net->dev->ops->encoder_backward(net->dev, G(0), NULL, dout, net->d_tokens, d.B, d.T, d.C);
 }
 
 /* model.norm: the final unit's first tensor, into G_NORM. */

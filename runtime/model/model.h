@@ -30,7 +30,10 @@
  *   flops_per_token, describe      training FLOPs per token (per sample); a line
  *                                  for people (`dtrun plan`)
  *   arena_slots/arena_sizes,       the activation arena and the compute over
- *   forward, backward, logits_slot kernels.h (net.h; runtime/model/net_impl.h)
+ *   forward, backward, logits_slot kernels.h (net.h; runtime/model/net_impl.h); a
+ *                                  decoder stack fills stack (its embedding, block
+ *                                  and final norm math) and takes net.c's chunk
+ *                                  driver as forward, backward and stage_buf
  *   export_shape                   the shape export writes, and whether the
  *                                  tensor is stored transposed
  *   synthetic_batch                (feature data) the samples the trainer uses
