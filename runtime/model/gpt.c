@@ -1,13 +1,15 @@
 /*
  * gpt.c - GPT-2 (llm.c's train_gpt2 structure over the device op table): its
- * config keys, tensor table, initialisation, FLOPs, activation arena, forward and
- * backward, and its Hugging Face export shapes. Fills dt_model_gpt (model.h).
+ * config keys, tensor table, initialisation, FLOPs, activation arena, the math of
+ * its embedding, blocks and final norm (forward, backward, KV-cache decode), and its
+ * Hugging Face export shapes. Fills dt_model_gpt (model.h).
  *
  * Units: 0 = embeddings (wte (Vp, C), wpe (T, C)), 1..L = the blocks, L+1 = the
  * final LayerNorm; the LM head is tied to wte, so unit 0 is used again at the head
  * (on a last pipeline stage without the embedding, net->head_w: a copy of wte).
- * Forward and backward run the layout's chunk net->chunk (net.h), reaching a block's
- * tensors through its unit's first tensor, so a stage layout runs as the whole model.
+ * net.c's chunk driver (net_impl.h: dt_net_stack) runs that math over the layout's
+ * chunk net->chunk with the hooks, the head and the loss; a block's tensors are
+ * reached through its unit's first tensor, so a stage layout runs as the whole model.
  */
 #include <math.h>
 #include <stddef.h>
@@ -295,29 +297,26 @@ static void gpt_dims(const dt_model_layout *l, dt_model_dims *out) {
 #define PB(k) P(t0 + (k))           /* tensor k of the block at hand (first tensor t0) */
 #define GB(k) G(t0 + (k))
 
-/* gpt's TP matmuls over its slots (net_impl.h: dt_net_tp_column_backward, the head). */
-#define COLUMN_BACKWARD(dw, db, dout, x, w, OC) \
-    dt_net_tp_column_backward(net, A(G_DTMP), A(G_DRED), dw, db, dout, x, w, d.BT, d.C, OC)
-/* The same for the linear layers LoRA may target, by tensor index (net_impl.h:
- * dt_net_linear_*: the base plus adapters in a LoRA net). */
+/* gpt's TP matmuls over its slots, by tensor index, for the linear layers LoRA may
+ * target (net_impl.h: dt_net_linear_*: the base plus adapters in a LoRA net). */
 #define LINEAR_ROW_FORWARD(out, inp, k, IC) \
     dt_net_linear_row_forward(net, out, A(G_PART), inp, t0 + (k), PB((k) + 1), d.BT, IC, d.C)
 #define LINEAR_COLUMN_BACKWARD(k, dout, x, OC) \
     dt_net_linear_column_backward(net, A(G_DTMP), A(G_DRED), t0 + (k), GB((k) + 1), dout, x, d.BT, d.C, OC)
 
-/* The head's weight and gradient: wte (unit 0) when the layout holds it, else the
- * tied copy the caller keeps in net->head_w / head_dw (a last pipeline stage). */
-#define HEAD_W (net->layout->tied_head ? P(0) : net->head_w)
-#define HEAD_DW (net->layout->tied_head ? G(0) : net->head_dw)
-
-/* Block j of the chunk (first tensor t0) from its input residual: its whole forward
+/* Block l (position j of the chunk) from its input residual: its whole forward
  * (redo NONE), or what its backward first recomputes under policy redo (model.h):
  * full, every op up to the MLP activation, the GEMMs and their TP collectives
  * included; selective, the norms, the attention and the activation only (the GEMM
- * outputs it reads were kept). The ops run in the forward's order either way. */
-static void gpt_block_forward(dt_net_t *net, gdims d, int t0, int j, void *residual, dt_model_recompute_t redo) {
+ * outputs it reads were kept). The ops run in the forward's order either way.
+ * Under tensor parallelism (Megatron): c_attn and c_fc are column-parallel (this
+ * rank's heads and MLP columns), the two c_proj row-parallel; the residual stream is
+ * whole on every rank, or cut along the rows with sequence parallelism. */
+static void gpt_block_forward(dt_net_t *net, int l, int j, void *residual, dt_model_recompute_t redo) {
     const dt_ops_t *o = net->dev->ops;
     dt_device_t *dv = net->dev;
+    gdims d = gdims_of(net->layout, net->B);
+    int t0 = block_t0(net->layout, l);
     int gemm = redo != DT_MODEL_RECOMPUTE_SELECTIVE, C = d.C, R = d.R, BT = d.BT;
     size_t rc = (size_t)R * C;
     o->layernorm_forward(dv, BS(j, L_LN1), BSF(j, L_LN1_MEAN), BSF(j, L_LN1_RSTD), residual, PB(T_LN1W),
@@ -343,145 +342,90 @@ static void gpt_block_forward(dt_net_t *net, gdims d, int t0, int j, void *resid
     o->residual_forward(dv, BS(j, L_RES3), BS(j, L_RES2), BS(j, L_FCPROJ), rc);
 }
 
-/* Forward of chunk net->chunk up to the logits; the losses too when with_loss
- * (targets uploaded). A chunk that is not first starts from G_ENCODED (the stage's
- * IN buffer); one that is not last ends at its last block's output (OUT).
- * Under tensor parallelism (Megatron): the embedding and the LM head are cut over
- * the vocabulary rows, c_attn and c_fc are column-parallel (this rank's heads and
- * MLP columns), the two c_proj row-parallel; the residual stream is whole on every
- * rank, or cut along the rows with sequence parallelism. */
-static void gpt_forward(dt_net_t *net, int with_loss) {
-    const dt_ops_t *o = net->dev->ops;
-    dt_device_t *dv = net->dev;
-    const dt_model_layout *lay = net->layout;
-    const dt_model_chunk *ch = &lay->chunks[net->chunk];
-    gdims d = gdims_of(lay, net->B);
-    int B = d.B, T = d.T, C = d.C, L = d.L, BT = d.BT, R = d.R;
-    size_t rc = (size_t)R * C;
-    if (ch->first) {
-        dt_net_hook(net, 0, DT_NET_FWD_PRE);
-        if (d.tp == 1) {
-            o->encoder_forward(dv, A(G_ENCODED), net->d_tokens, P(0), P(1), B, T, C);
-        } else { /* each rank its vocabulary rows (the others' tokens are -1: 0), wpe once */
-            void *part = d.sp ? A(G_PART) : A(G_ENCODED);
-            o->encoder_forward(dv, part, net->d_tokens, P(0), lay->tp_rank == 0 ? P(1) : NULL, B, T, C);
-            dt_net_tp_reduce_out(net, part, A(G_ENCODED), (size_t)BT * C);
-        }
-        dt_net_hook(net, 0, DT_NET_FWD_POST);
-    }
-    void *residual = A(G_ENCODED);
-    for (int l = ch->l0; l < ch->l1; l++) {
-        int j = l - ch->l0, u = dt_model_local_unit(lay, 1 + l), t0 = lay->units[u].tensor0;
-        dt_net_hook(net, u, DT_NET_FWD_PRE);
-        gpt_block_forward(net, d, t0, j, residual, DT_MODEL_RECOMPUTE_NONE);
-        residual = BS(j, L_RES3);
-        dt_net_hook(net, u, DT_NET_FWD_POST);
-    }
-    if (!ch->last) return;
-    int uf = dt_model_local_unit(lay, L + 1), lnf = lay->units[uf].tensor0;
-    dt_net_hook(net, uf, DT_NET_FWD_PRE);
-    o->layernorm_forward(dv, A(G_LNF), AF(G_LNF_MEAN), AF(G_LNF_RSTD), residual, P(lnf), P(lnf + 1), R, C);
-    dt_net_hook(net, uf, DT_NET_FWD_POST);
-    if (lay->tied_head) dt_net_hook(net, 0, DT_NET_FWD_PRE);
-    /* sequence parallelism: G_GATH keeps the gathered norm until the head's backward */
-    void *x = dt_net_tp_gather_in(net, A(G_LNF), A(G_GATH), rc);
-    o->matmul_forward(dv, A(G_LOGITS), x, HEAD_W, NULL, BT, C, d.Vl);
-    if (lay->tied_head) dt_net_hook(net, 0, DT_NET_FWD_POST);
-    if (with_loss) dt_net_xent_forward(net, AF(G_LOSSES), A(G_LOGITS), AF(G_XSTATS), BT);
-}
-
 /* A layer's norm gradients: into the gradients, or (sequence parallelism: partial,
  * from this rank's rows) into G_LNGRAD, summed over the group at the layer's end. */
 static int lng_index(int k) { return k == T_LN1W ? 0 : k == T_LN1B ? 1 : k == T_LN2W ? 2 : 3; }
 #define LNG(k) dt_net_tp_norm_grad(net, A(G_LNGRAD), lng_index(k), (size_t)C, GB(k))
 
-/* Backward of chunk net->chunk: from the loss in a last chunk, else from the
- * gradient of its output in G_DRES (DOUT); in a chunk that is not first G_DRES ends
- * holding the gradient of its input (DIN). */
-static void gpt_backward(dt_net_t *net, float dscale) {
+/* Block l's backward: G_DRES holds the gradient of its output and ends holding that
+ * of its input residual. */
+static void gpt_block_backward(dt_net_t *net, int l, int j, void *residual) {
+    const dt_ops_t *o = net->dev->ops;
+    dt_device_t *dv = net->dev;
+    gdims d = gdims_of(net->layout, net->B);
+    int t0 = block_t0(net->layout, l);
+    int B = d.B, T = d.T, C = d.C, BT = d.BT, R = d.R;
+    size_t rc = (size_t)R * C;
+    if (d.sp) dt_net_zero(net, G_LNGRAD, 4 * (size_t)C);
+    /* dres holds d(res3) = d(fcproj) = the part of d(res2) from the skip. */
+    void *dout = dt_net_tp_gather_in(net, A(G_DRES), A(G_PART), rc);
+    dt_net_zero(net, G_DFCH_GELU, (size_t)BT * d.Fl);
+    dt_net_linear_backward(net, A(G_DFCH_GELU), GB(T_FCPROJB), dout, BS(j, L_FCH_GELU), t0 + T_FCPROJW, BT, d.Fl,
+                           C);
+    dt_net_zero(net, G_DFCH, (size_t)BT * d.Fl);
+    o->gelu_backward(dv, A(G_DFCH), BS(j, L_FCH), A(G_DFCH_GELU), (size_t)BT * d.Fl);
+    void *x = dt_net_tp_gather_in(net, BS(j, L_LN2), A(G_GATH), rc);
+    void *dln = LINEAR_COLUMN_BACKWARD(T_FCW, A(G_DFCH), x, d.Fl);
+    o->layernorm_backward(dv, A(G_DRES), LNG(T_LN2W), LNG(T_LN2B), dln, BS(j, L_RES2), PB(T_LN2W),
+                          BSF(j, L_LN2_MEAN), BSF(j, L_LN2_RSTD), R, C);
+    /* dres now holds d(res2) = d(attproj) = the skip part of d(residual). */
+    dout = dt_net_tp_gather_in(net, A(G_DRES), A(G_PART), rc);
+    dt_net_zero(net, G_DTMP, (size_t)BT * d.Cl);
+    dt_net_linear_backward(net, A(G_DTMP), GB(T_ATTPROJB), dout, BS(j, L_ATTY), t0 + T_ATTPROJW, BT, d.Cl, C);
+    dt_net_zero(net, G_DQKV, (size_t)BT * 3 * d.Cl);
+    o->attention_backward(dv, A(G_DQKV), A(G_ATT_SCRATCH), A(G_DTMP), BS(j, L_QKV), BS(j, L_ATT_SAVED), B, T, d.Cl,
+                          d.NHl, d.NHl);
+    x = dt_net_tp_gather_in(net, BS(j, L_LN1), A(G_GATH), rc);
+    dln = LINEAR_COLUMN_BACKWARD(T_QKVW, A(G_DQKV), x, 3 * d.Cl);
+    o->layernorm_backward(dv, A(G_DRES), LNG(T_LN1W), LNG(T_LN1B), dln, residual, PB(T_LN1W), BSF(j, L_LN1_MEAN),
+                          BSF(j, L_LN1_RSTD), R, C);
+    void *const ln_grads[] = {GB(T_LN1W), GB(T_LN1B), GB(T_LN2W), GB(T_LN2B)}; /* lng_index order */
+    dt_net_tp_norm_grads_add(net, A(G_LNGRAD), (size_t)C, ln_grads, 4);
+}
+
+/* wte + wpe into G_ENCODED. Under tensor parallelism wte is cut over the vocabulary
+ * rows: each rank its rows (the others' tokens are -1: 0), wpe once, summed. */
+static void gpt_embed_forward(dt_net_t *net) {
     const dt_ops_t *o = net->dev->ops;
     dt_device_t *dv = net->dev;
     const dt_model_layout *lay = net->layout;
-    const dt_model_chunk *ch = &lay->chunks[net->chunk];
     gdims d = gdims_of(lay, net->B);
-    int B = d.B, T = d.T, C = d.C, L = d.L, BT = d.BT, R = d.R;
-    size_t rc = (size_t)R * C;
-    int nbc = ch->l1 - ch->l0;
-    if (ch->last) {
-        if (lay->tied_head) dt_net_hook(net, 0, DT_NET_BWD_PRE);
-        /* The logits buffer becomes dlogits. */
-        dt_net_xent_backward(net, A(G_LOGITS), AF(G_XSTATS), dscale, BT);
-        /* the head: x was gathered in the forward (G_GATH kept it) */
-        void *dlnf = COLUMN_BACKWARD(HEAD_DW, NULL, A(G_LOGITS), d.sp ? A(G_GATH) : A(G_LNF), HEAD_W, d.Vl);
-        int uf = dt_model_local_unit(lay, L + 1), lnf = lay->units[uf].tensor0;
-        void *last = nbc > 0 ? BS(nbc - 1, L_RES3) : A(G_ENCODED);
-        dt_net_hook(net, uf, DT_NET_BWD_PRE);
-        dt_net_zero(net, G_DRES, rc);
-        if (d.sp) dt_net_zero(net, G_LNGRAD, 2 * (size_t)C);
-        o->layernorm_backward(dv, A(G_DRES), dt_net_tp_norm_grad(net, A(G_LNGRAD), 0, (size_t)C, G(lnf)),
-                              dt_net_tp_norm_grad(net, A(G_LNGRAD), 1, (size_t)C, G(lnf + 1)),
-                              dlnf, last, P(lnf), AF(G_LNF_MEAN), AF(G_LNF_RSTD), R, C);
-        void *const lnf_grads[] = {G(lnf), G(lnf + 1)};
-        dt_net_tp_norm_grads_add(net, A(G_LNGRAD), (size_t)C, lnf_grads, 2);
-        dt_net_hook(net, uf, DT_NET_BWD_POST);
+    if (d.tp == 1) {
+        o->encoder_forward(dv, A(G_ENCODED), net->d_tokens, P(0), P(1), d.B, d.T, d.C);
+    } else {
+        void *part = d.sp ? A(G_PART) : A(G_ENCODED);
+        o->encoder_forward(dv, part, net->d_tokens, P(0), lay->tp_rank == 0 ? P(1) : NULL, d.B, d.T, d.C);
+        dt_net_tp_reduce_out(net, part, A(G_ENCODED), (size_t)d.BT * d.C);
     }
-    for (int l = ch->l1 - 1; l >= ch->l0; l--) {
-        int j = l - ch->l0, u = dt_model_local_unit(lay, 1 + l), t0 = lay->units[u].tensor0;
-        void *residual = j > 0 ? BS(j - 1, L_RES3) : A(G_ENCODED);
-        dt_model_recompute_t redo = dt_model_block_recompute(lay, j);
-        if (redo != DT_MODEL_RECOMPUTE_NONE) { /* its dropped activations, as the forward made them */
-            dt_net_hook(net, u, DT_NET_FWD_PRE);
-            gpt_block_forward(net, d, t0, j, residual, redo);
-            dt_net_hook(net, u, DT_NET_FWD_POST);
-        }
-        dt_net_hook(net, u, DT_NET_BWD_PRE);
-        if (d.sp) dt_net_zero(net, G_LNGRAD, 4 * (size_t)C);
-        /* dres holds d(res3) = d(fcproj) = the part of d(res2) from the skip. */
-        void *dout = dt_net_tp_gather_in(net, A(G_DRES), A(G_PART), rc);
-        dt_net_zero(net, G_DFCH_GELU, (size_t)BT * d.Fl);
-        dt_net_linear_backward(net, A(G_DFCH_GELU), GB(T_FCPROJB), dout, BS(j, L_FCH_GELU), t0 + T_FCPROJW, BT,
-                               d.Fl, C);
-        dt_net_zero(net, G_DFCH, (size_t)BT * d.Fl);
-        o->gelu_backward(dv, A(G_DFCH), BS(j, L_FCH), A(G_DFCH_GELU), (size_t)BT * d.Fl);
-        void *x = dt_net_tp_gather_in(net, BS(j, L_LN2), A(G_GATH), rc);
-        void *dln = LINEAR_COLUMN_BACKWARD(T_FCW, A(G_DFCH), x, d.Fl);
-        o->layernorm_backward(dv, A(G_DRES), LNG(T_LN2W), LNG(T_LN2B), dln, BS(j, L_RES2), PB(T_LN2W),
-                              BSF(j, L_LN2_MEAN), BSF(j, L_LN2_RSTD), R, C);
-        /* dres now holds d(res2) = d(attproj) = the skip part of d(residual). */
-        dout = dt_net_tp_gather_in(net, A(G_DRES), A(G_PART), rc);
-        dt_net_zero(net, G_DTMP, (size_t)BT * d.Cl);
-        dt_net_linear_backward(net, A(G_DTMP), GB(T_ATTPROJB), dout, BS(j, L_ATTY), t0 + T_ATTPROJW, BT, d.Cl,
-                               C);
-        dt_net_zero(net, G_DQKV, (size_t)BT * 3 * d.Cl);
-        o->attention_backward(dv, A(G_DQKV), A(G_ATT_SCRATCH), A(G_DTMP), BS(j, L_QKV),
-                              BS(j, L_ATT_SAVED), B, T, d.Cl, d.NHl, d.NHl);
-        x = dt_net_tp_gather_in(net, BS(j, L_LN1), A(G_GATH), rc);
-        dln = LINEAR_COLUMN_BACKWARD(T_QKVW, A(G_DQKV), x, 3 * d.Cl);
-        o->layernorm_backward(dv, A(G_DRES), LNG(T_LN1W), LNG(T_LN1B), dln, residual, PB(T_LN1W),
-                              BSF(j, L_LN1_MEAN), BSF(j, L_LN1_RSTD), R, C);
-        void *const ln_grads[] = {GB(T_LN1W), GB(T_LN1B), GB(T_LN2W), GB(T_LN2B)}; /* lng_index order */
-        dt_net_tp_norm_grads_add(net, A(G_LNGRAD), (size_t)C, ln_grads, 4);
-        dt_net_hook(net, u, DT_NET_BWD_POST);
-    }
-    if (!ch->first) return; /* G_DRES: the gradient of the chunk's input */
-    if (!(ch->last && lay->tied_head)) dt_net_hook(net, 0, DT_NET_BWD_PRE);
-    void *dout = dt_net_tp_gather_in(net, A(G_DRES), A(G_PART), rc);
-    if (G(0)) o->encoder_backward(dv, G(0), G(1), dout, net->d_tokens, B, T, C); /* NULL: frozen (LoRA) */
-    dt_net_hook(net, 0, DT_NET_BWD_POST);
 }
 
-/* The stage buffers (net.h) of the current arena and chunk: the chunk's input is
- * G_ENCODED (where the embedding would write), its output the last block's res3, and
- * the backward turns G_DRES from the output's gradient into the input's. */
-static void *gpt_stage_buf(dt_net_t *net, int which) {
-    const dt_model_chunk *ch = &net->layout->chunks[net->chunk];
-    switch (which) {
-    case DT_NET_STAGE_IN: return A(G_ENCODED);
-    case DT_NET_STAGE_OUT: return ch->l1 > ch->l0 ? BS(ch->l1 - ch->l0 - 1, L_RES3) : A(G_ENCODED);
-    case DT_NET_STAGE_DOUT:
-    case DT_NET_STAGE_DIN: return A(G_DRES);
-    default: return NULL;
-    }
+/* dwte, dwpe += from dout; a LoRA net's embedding is frozen (no gradient). */
+static void gpt_embed_backward(dt_net_t *net, const void *dout) {
+    gdims d = gdims_of(net->layout, net->B);
+    if (G(0)) net->dev->ops->encoder_backward(net->dev, G(0), G(1), dout, net->d_tokens, d.B, d.T, d.C);
+}
+
+/* ln_f (the final unit's tensors) into G_LNF. */
+static int lnf_t0(const dt_model_layout *lay) {
+    return lay->units[dt_model_local_unit(lay, lay->spec.n_layer + 1)].tensor0;
+}
+
+static void gpt_norm_forward(dt_net_t *net, const void *x) {
+    gdims d = gdims_of(net->layout, net->B);
+    int lnf = lnf_t0(net->layout);
+    net->dev->ops->layernorm_forward(net->dev, A(G_LNF), AF(G_LNF_MEAN), AF(G_LNF_RSTD), x, P(lnf), P(lnf + 1), d.R,
+                                     d.C);
+}
+
+static void gpt_norm_backward(dt_net_t *net, const void *dnorm, const void *x) {
+    gdims d = gdims_of(net->layout, net->B);
+    int lnf = lnf_t0(net->layout), C = d.C;
+    if (d.sp) dt_net_zero(net, G_LNGRAD, 2 * (size_t)C);
+    net->dev->ops->layernorm_backward(net->dev, A(G_DRES), dt_net_tp_norm_grad(net, A(G_LNGRAD), 0, (size_t)C, G(lnf)),
+                                      dt_net_tp_norm_grad(net, A(G_LNGRAD), 1, (size_t)C, G(lnf + 1)), dnorm, x,
+                                      P(lnf), AF(G_LNF_MEAN), AF(G_LNF_RSTD), d.R, C);
+    void *const lnf_grads[] = {G(lnf), G(lnf + 1)};
+    dt_net_tp_norm_grads_add(net, A(G_LNGRAD), (size_t)C, lnf_grads, 2);
 }
 
 /* ---- KV-cache decoding (model.h: decode) ---------------------------------- */
@@ -507,44 +451,54 @@ static void gpt_decode_sizes(const dt_device_t *dev, const dt_model_layout *lay,
     for (int l = 0; l < lay->spec.n_layer; l++) sizes[DSLOT_CACHE(l)] = (size_t)lay->seq_len * 2 * C * es;
 }
 
-/* gpt_forward for one position pos of one sequence: the position embedding is wpe
- * row pos (a pointer offset), and attention reads the cached keys and values of
- * positions 0..pos after this position's are stored at row pos. */
-static void gpt_decode(dt_net_t *net, int pos) {
+/* The forward for one position pos of one sequence (net.c's driver runs it: the
+ * head is wte): the position embedding is wpe row pos (a pointer offset), and
+ * attention reads the cached keys and values of positions 0..pos after this
+ * position's are stored at row pos. */
+static void gpt_decode_embed(dt_net_t *net, int pos) {
+    int C = net->layout->spec.n_embd;
+    net->dev->ops->encoder_forward(net->dev, A(D_X), net->d_tokens, P(0), (char *)P(1) + (size_t)pos * C * net->elsize,
+                                   1, 1, C);
+}
+
+static void gpt_decode_block(dt_net_t *net, int l, int pos) {
     const dt_ops_t *o = net->dev->ops;
     dt_device_t *d = net->dev;
     const dt_model_spec *s = &net->layout->spec;
-    int C = s->n_embd, NH = s->n_head, L = s->n_layer, Tmax = net->layout->seq_len;
-    int Vp = net->layout->vocab_padded;
+    int C = s->n_embd, NH = s->n_head, Tmax = net->layout->seq_len;
     size_t es = net->elsize;
-    dt_net_hook(net, 0, DT_NET_FWD_PRE);
-    o->encoder_forward(d, A(D_X), net->d_tokens, P(0), (char *)P(1) + (size_t)pos * C * es, 1, 1, C);
-    dt_net_hook(net, 0, DT_NET_FWD_POST);
-    for (int l = 0; l < L; l++) {
-        dt_net_hook(net, 1 + l, DT_NET_FWD_PRE);
-        void *cache = A(DSLOT_CACHE(l));
-        o->layernorm_forward(d, A(D_LN), AF(D_MEAN), AF(D_RSTD), A(D_X), PL(l, T_LN1W), PL(l, T_LN1B), 1, C);
-        dt_net_linear_forward(net, A(D_QKV), A(D_LN), LAYER_T(l, T_QKVW), PL(l, T_QKVB), 1, C, 3 * C);
-        o->copy(d, (char *)cache + (size_t)pos * 2 * C * es, (char *)A(D_QKV) + (size_t)C * es, 2 * (size_t)C * es,
-                DT_COPY_DEVICE_TO_DEVICE);
-        o->attention_decode(d, A(D_ATTY), A(D_QKV), 3 * C, cache, Tmax, pos, 1, C, NH, NH);
-        dt_net_linear_forward(net, A(D_PROJ), A(D_ATTY), LAYER_T(l, T_ATTPROJW), PL(l, T_ATTPROJB), 1, C, C);
-        o->residual_forward(d, A(D_RES2), A(D_X), A(D_PROJ), (size_t)C);
-        o->layernorm_forward(d, A(D_LN), AF(D_MEAN), AF(D_RSTD), A(D_RES2), PL(l, T_LN2W), PL(l, T_LN2B), 1, C);
-        dt_net_linear_forward(net, A(D_FCH), A(D_LN), LAYER_T(l, T_FCW), PL(l, T_FCB), 1, C, 4 * C);
-        o->gelu_forward(d, A(D_FCH_GELU), A(D_FCH), (size_t)4 * C);
-        dt_net_linear_forward(net, A(D_PROJ), A(D_FCH_GELU), LAYER_T(l, T_FCPROJW), PL(l, T_FCPROJB), 1, 4 * C, C);
-        o->residual_forward(d, A(D_X), A(D_RES2), A(D_PROJ), (size_t)C);
-        dt_net_hook(net, 1 + l, DT_NET_FWD_POST);
-    }
-    int lnf = LAYER_T(L, 0);
-    dt_net_hook(net, L + 1, DT_NET_FWD_PRE);
-    o->layernorm_forward(d, A(D_LN), AF(D_MEAN), AF(D_RSTD), A(D_X), P(lnf), P(lnf + 1), 1, C);
-    dt_net_hook(net, L + 1, DT_NET_FWD_POST);
-    dt_net_hook(net, 0, DT_NET_FWD_PRE);
-    o->matmul_forward(d, A(D_LOGITS), A(D_LN), P(0), NULL, 1, C, Vp);
-    dt_net_hook(net, 0, DT_NET_FWD_POST);
+    void *cache = A(DSLOT_CACHE(l));
+    o->layernorm_forward(d, A(D_LN), AF(D_MEAN), AF(D_RSTD), A(D_X), PL(l, T_LN1W), PL(l, T_LN1B), 1, C);
+    dt_net_linear_forward(net, A(D_QKV), A(D_LN), LAYER_T(l, T_QKVW), PL(l, T_QKVB), 1, C, 3 * C);
+    o->copy(d, (char *)cache + (size_t)pos * 2 * C * es, (char *)A(D_QKV) + (size_t)C * es, 2 * (size_t)C * es,
+            DT_COPY_DEVICE_TO_DEVICE);
+    o->attention_decode(d, A(D_ATTY), A(D_QKV), 3 * C, cache, Tmax, pos, 1, C, NH, NH);
+    dt_net_linear_forward(net, A(D_PROJ), A(D_ATTY), LAYER_T(l, T_ATTPROJW), PL(l, T_ATTPROJB), 1, C, C);
+    o->residual_forward(d, A(D_RES2), A(D_X), A(D_PROJ), (size_t)C);
+    o->layernorm_forward(d, A(D_LN), AF(D_MEAN), AF(D_RSTD), A(D_RES2), PL(l, T_LN2W), PL(l, T_LN2B), 1, C);
+    dt_net_linear_forward(net, A(D_FCH), A(D_LN), LAYER_T(l, T_FCW), PL(l, T_FCB), 1, C, 4 * C);
+    o->gelu_forward(d, A(D_FCH_GELU), A(D_FCH), (size_t)4 * C);
+    dt_net_linear_forward(net, A(D_PROJ), A(D_FCH_GELU), LAYER_T(l, T_FCPROJW), PL(l, T_FCPROJB), 1, 4 * C, C);
+    o->residual_forward(d, A(D_X), A(D_RES2), A(D_PROJ), (size_t)C);
 }
+
+static void gpt_decode_norm(dt_net_t *net) {
+    int C = net->layout->spec.n_embd, lnf = LAYER_T(net->layout->spec.n_layer, 0);
+    net->dev->ops->layernorm_forward(net->dev, A(D_LN), AF(D_MEAN), AF(D_RSTD), A(D_X), P(lnf), P(lnf + 1), 1, C);
+}
+
+/* What net.c's chunk driver runs (net_impl.h): the head is wte (tied), the logits
+ * G_LOGITS, cut over the vocabulary rows under tensor parallelism. */
+static const dt_net_stack gpt_stack = {
+    .blocks = &gpt_blocks, .block_out = L_RES3,
+    .in = G_ENCODED, .norm = G_LNF, .dres = G_DRES, .dtmp = G_DTMP, .dred = G_DRED, .gath = G_GATH,
+    .part = G_PART, .xstats = G_XSTATS,
+    .embed_forward = gpt_embed_forward, .embed_backward = gpt_embed_backward,
+    .block_forward = gpt_block_forward, .block_backward = gpt_block_backward,
+    .norm_forward = gpt_norm_forward, .norm_backward = gpt_norm_backward,
+    .decode_embed = gpt_decode_embed, .decode_block = gpt_decode_block, .decode_norm = gpt_decode_norm,
+    .decode_norm_slot = D_LN,
+};
 
 const dt_model_ops dt_model_gpt = {
     .name = "gpt",
@@ -565,14 +519,15 @@ const dt_model_ops dt_model_gpt = {
     .arena_sizes = gpt_arena_sizes,
     .net_check = gpt_net_check,
     .dims = gpt_dims,
-    .forward = gpt_forward,
-    .backward = gpt_backward,
+    .forward = dt_net_stack_forward,
+    .backward = dt_net_stack_backward,
+    .stack = &gpt_stack,
     .logits_slot = G_LOGITS,
     .pipeline = 1,
-    .stage_buf = gpt_stage_buf,
+    .stage_buf = dt_net_stack_stage_buf,
     .decode_slots = gpt_decode_slots,
     .decode_sizes = gpt_decode_sizes,
-    .decode = gpt_decode,
+    .decode = dt_net_stack_decode,
     .decode_logits_slot = D_LOGITS,
     .export_shape = gpt_export_shape,
     .synthetic_batch = NULL,

@@ -2,8 +2,9 @@
  * llama.c - the Llama family (Llama 2/3, Mistral, Qwen2: model.type "llama") over the
  * device op table, in the order of the paper: its config keys (Hugging Face's
  * config.json names), tensor table (Hugging Face's LlamaForCausalLM state-dict names),
- * initialisation, FLOPs, activation arena, forward, backward and export shapes. Fills
- * dt_model_llama (model.h).
+ * initialisation, FLOPs, activation arena, the math of its embedding, layers and final
+ * norm (forward, backward, KV-cache decode) and export shapes. Fills dt_model_llama
+ * (model.h).
  *
  * A decoder layer: x += o_proj(attention(rope(qkv(rmsnorm(x))))), then
  * x += down_proj(silu(gate(h)) * up(h)) with h = rmsnorm(x); grouped-query attention
@@ -13,9 +14,10 @@
  *
  * Units: 0 = embed_tokens, 1..L = the decoder layers, L+1 = the final norm (and
  * lm_head when untied; tied, the head is unit 0's embedding used again, as gpt, or on
- * a last pipeline stage without it net->head_w). Forward and backward run the
- * layout's chunk net->chunk (net.h), reaching a layer's tensors through its unit's
- * first tensor, so a stage layout runs as the whole model.
+ * a last pipeline stage without it net->head_w). net.c's chunk driver (net_impl.h:
+ * dt_net_stack) runs that math over the layout's chunk net->chunk with the hooks,
+ * the head and the loss; a layer's tensors are reached through its unit's first
+ * tensor, so a stage layout runs as the whole model.
  */
 #include <math.h>
 #include <stddef.h>
@@ -439,36 +441,30 @@ static void llama_dims(const dt_model_layout *l, dt_model_dims *out) {
 #define QKV_BIAS(l) (z->attention_bias ? PL(l, T_QB) : NULL)
 #define DQKV_BIAS(l) (z->attention_bias ? GL(l, T_QB) : NULL)
 
-/* The head's weight: embed_tokens when tied, else lm_head (the table's last), and
- * the unit whose hooks surround it (a last pipeline stage with a tied head uses the
- * caller's copy, net->head_w, and keeps the final unit's hooks around it). */
-static int head_tensor(const dt_model_layout *l) { return l->tied_head ? 0 : l->n_tensors - 1; }
-static int head_unit(const dt_model_layout *l) { return l->tied_head ? 0 : l->n_units - 1; }
-#define HEAD_W (lay->has_tied_copy ? net->head_w : P(head_tensor(lay)))
-#define HEAD_DW (lay->has_tied_copy ? net->head_dw : G(head_tensor(lay)))
-
-/* llama's TP matmuls over its slots (net_impl.h: dt_net_tp_row_forward,
- * dt_net_tp_column_backward); its row-parallel matmuls have no bias. */
-/* The linear layers LoRA may target go by tensor index (net_impl.h: dt_net_linear_*:
- * the base plus adapters in a LoRA net). */
+/* llama's TP matmuls over its slots (net_impl.h: dt_net_linear_row_forward,
+ * dt_net_linear_column_backward); its row-parallel matmuls have no bias. The linear
+ * layers LoRA may target go by tensor index (the base plus adapters in a LoRA net). */
 #define LINEAR_ROW_FORWARD(out, inp, t, IC) \
     dt_net_linear_row_forward(net, out, A(G_PART), inp, t, NULL, d.BT, IC, d.C)
 #define LINEAR_COLUMN_BACKWARD(t, db, dout, x, OC) \
     dt_net_linear_column_backward(net, A(G_DTMP), A(G_DRED), t, db, dout, x, d.BT, d.C, OC)
-#define COLUMN_BACKWARD(dw, db, dout, x, w, OC) \
-    dt_net_tp_column_backward(net, A(G_DTMP), A(G_DRED), dw, db, dout, x, w, d.BT, d.C, OC)
 
 /* Layer l (position j of the chunk) from its input residual: its whole forward
  * (redo NONE), or what its backward first recomputes under policy redo (model.h):
  * full, every op up to swiglu, the GEMMs, RoPE and their TP collectives included;
  * selective, the norms, the attention and swiglu only (the GEMM outputs it reads,
- * qkv already rotated, were kept). The ops run in the forward's order either way. */
-static void llama_block_forward(dt_net_t *net, const dims *dd, int l, int j, void *residual, dt_model_recompute_t redo) {
+ * qkv already rotated, were kept). The ops run in the forward's order either way.
+ * Under tensor parallelism (Megatron): the fused q|k|v (this rank's query heads and
+ * their key/value heads, contiguous in the local layout as in the fused weight) and
+ * gate|up (this rank's [gate | up] columns) are column-parallel, o_proj and down_proj
+ * row-parallel; the residual stream is whole on every rank, or cut along the rows
+ * with sequence parallelism. */
+static void llama_block_forward(dt_net_t *net, int l, int j, void *residual, dt_model_recompute_t redo) {
     const dt_ops_t *o = net->dev->ops;
     dt_device_t *dv = net->dev;
     const dt_model_layout *lay = net->layout;
     const llama_sizes *z = DT_MODEL_PRIV(&lay->spec, const llama_sizes);
-    dims d = *dd;
+    dims d = dims_of(lay, net->B);
     int gemm = redo != DT_MODEL_RECOMPUTE_SELECTIVE, B = d.B, T = d.T, BT = d.BT, R = d.R, C = d.C;
     size_t rc = (size_t)R * C;
     o->rmsnorm_forward(dv, BS(j, L_LN1), BSF(j, L_LN1_RSTD), residual, PL(l, T_LN1), R, C, d.eps);
@@ -493,136 +489,80 @@ static void llama_block_forward(dt_net_t *net, const dims *dd, int l, int j, voi
     o->residual_forward(dv, BS(j, L_RES3), BS(j, L_RES2), BS(j, L_FCPROJ), rc);
 }
 
-/* Forward up to the logits; the losses too when with_loss (targets uploaded).
- * Under tensor parallelism (Megatron): embed_tokens and the head are cut over the
- * vocabulary rows, the fused q|k|v (this rank's query heads and their key/value
- * heads, contiguous in the local layout as in the fused weight) and gate|up (this
- * rank's [gate | up] columns) are column-parallel, o_proj and down_proj row-parallel;
- * the residual stream is whole on every rank, or cut along the rows with sequence
- * parallelism. */
-static void llama_forward(dt_net_t *net, int with_loss) {
-    const dt_ops_t *o = net->dev->ops;
-    dt_device_t *dv = net->dev;
-    const dt_model_layout *lay = net->layout;
-    const dt_model_chunk *ch = &lay->chunks[net->chunk];
-    dims d = dims_of(lay, net->B);
-    int B = d.B, T = d.T, BT = d.BT, R = d.R, C = d.C;
-    size_t rc = (size_t)R * C;
-    if (ch->first) { /* each rank its vocabulary rows (the others' tokens are -1: rows of 0), summed */
-        dt_net_hook(net, 0, DT_NET_FWD_PRE);
-        void *part = d.sp ? A(G_PART) : A(G_ENCODED);
-        o->encoder_forward(dv, part, net->d_tokens, P(0), NULL, B, T, C);
-        dt_net_tp_reduce_out(net, part, A(G_ENCODED), (size_t)BT * C);
-        dt_net_hook(net, 0, DT_NET_FWD_POST);
-    }
-    void *residual = A(G_ENCODED);
-    for (int l = ch->l0; l < ch->l1; l++) {
-        int j = l - ch->l0, u = dt_model_local_unit(lay, 1 + l);
-        dt_net_hook(net, u, DT_NET_FWD_PRE);
-        llama_block_forward(net, &d, l, j, residual, DT_MODEL_RECOMPUTE_NONE);
-        residual = BS(j, L_RES3);
-        dt_net_hook(net, u, DT_NET_FWD_POST);
-    }
-    if (!ch->last) return;
-    int last = dt_model_local_unit(lay, d.L + 1), norm = lay->units[last].tensor0;
-    dt_net_hook(net, last, DT_NET_FWD_PRE);
-    o->rmsnorm_forward(dv, A(G_NORM), AF(G_NORM_RSTD), residual, P(norm), R, C, d.eps);
-    if (lay->tied_head) { /* the head is unit 0 again */
-        dt_net_hook(net, last, DT_NET_FWD_POST);
-        dt_net_hook(net, 0, DT_NET_FWD_PRE);
-    }
-    /* sequence parallelism: G_GATH keeps the gathered norm until the head's backward */
-    void *x = dt_net_tp_gather_in(net, A(G_NORM), A(G_GATH), rc);
-    o->matmul_forward(dv, A(G_LOGITS), x, HEAD_W, NULL, BT, C, d.Vl);
-    dt_net_hook(net, head_unit(lay), DT_NET_FWD_POST);
-    if (with_loss) dt_net_xent_forward(net, AF(G_LOSSES), A(G_LOGITS), AF(G_XSTATS), BT);
-}
-
-static void llama_backward(dt_net_t *net, float dscale) {
+/* Layer l's backward: G_DRES holds the gradient of its output and ends holding that
+ * of its input residual. */
+static void llama_block_backward(dt_net_t *net, int l, int j, void *residual) {
     const dt_ops_t *o = net->dev->ops;
     dt_device_t *dv = net->dev;
     const dt_model_layout *lay = net->layout;
     const llama_sizes *z = DT_MODEL_PRIV(&lay->spec, const llama_sizes);
-    const dt_model_chunk *ch = &lay->chunks[net->chunk];
     dims d = dims_of(lay, net->B);
     int B = d.B, T = d.T, BT = d.BT, R = d.R, C = d.C;
     size_t rc = (size_t)R * C;
-    int nbc = ch->l1 - ch->l0;
-    if (ch->last) {
-        int last = dt_model_local_unit(lay, d.L + 1), norm = lay->units[last].tensor0;
-        dt_net_hook(net, head_unit(lay), DT_NET_BWD_PRE);
-        /* The logits buffer becomes dlogits. */
-        dt_net_xent_backward(net, A(G_LOGITS), AF(G_XSTATS), dscale, BT);
-        /* the head: x was gathered in the forward (G_GATH kept it) */
-        void *dnorm = COLUMN_BACKWARD(HEAD_DW, NULL, A(G_LOGITS), d.sp ? A(G_GATH) : A(G_NORM), HEAD_W, d.Vl);
-        if (lay->tied_head) dt_net_hook(net, last, DT_NET_BWD_PRE);
-        void *top = nbc > 0 ? BS(nbc - 1, L_RES3) : A(G_ENCODED);
-        dt_net_zero(net, G_DRES, rc);
-        if (d.sp) dt_net_zero(net, G_LNGRAD, (size_t)C);
-        o->rmsnorm_backward(dv, A(G_DRES), dt_net_tp_norm_grad(net, A(G_LNGRAD), 0, (size_t)C, G(norm)), dnorm, top,
-                            P(norm), AF(G_NORM_RSTD), R, C);
-        void *const norm_grads[] = {G(norm)};
-        dt_net_tp_norm_grads_add(net, A(G_LNGRAD), (size_t)C, norm_grads, 1);
-        dt_net_hook(net, last, DT_NET_BWD_POST);
-    }
-    for (int l = ch->l1 - 1; l >= ch->l0; l--) {
-        int j = l - ch->l0, u = dt_model_local_unit(lay, 1 + l);
-        void *residual = j > 0 ? BS(j - 1, L_RES3) : A(G_ENCODED);
-        dt_model_recompute_t redo = dt_model_block_recompute(lay, j);
-        if (redo != DT_MODEL_RECOMPUTE_NONE) { /* its dropped activations, as the forward made them */
-            dt_net_hook(net, u, DT_NET_FWD_PRE);
-            llama_block_forward(net, &d, l, j, residual, redo);
-            dt_net_hook(net, u, DT_NET_FWD_POST);
-        }
-        dt_net_hook(net, u, DT_NET_BWD_PRE);
-        if (d.sp) dt_net_zero(net, G_LNGRAD, 2 * (size_t)C);
-        /* dres holds d(res3) = d(fcproj) = the skip part of d(res2); sequence
-         * parallelism: this rank's rows, gathered for the row-parallel backward. */
-        void *dout = dt_net_tp_gather_in(net, A(G_DRES), A(G_PART), rc);
-        dt_net_zero(net, G_DSWI, (size_t)BT * d.IC);
-        dt_net_linear_backward(net, A(G_DSWI), NULL, dout, BS(j, L_SWI), TL(l, T_DOWN), BT, d.IC, C);
-        dt_net_zero(net, G_DFCH, (size_t)BT * 2 * d.IC);
-        o->swiglu_backward(dv, A(G_DFCH), BS(j, L_FCH), A(G_DSWI), BT, d.IC);
-        void *x = dt_net_tp_gather_in(net, BS(j, L_LN2), A(G_GATH), rc);
-        void *dln = LINEAR_COLUMN_BACKWARD(TL(l, T_GATE), NULL, A(G_DFCH), x, 2 * d.IC);
-        o->rmsnorm_backward(dv, A(G_DRES), dt_net_tp_norm_grad(net, A(G_LNGRAD), 1, (size_t)C, GL(l, T_LN2)), dln, BS(j, L_RES2),
-                            PL(l, T_LN2), BSF(j, L_LN2_RSTD), R, C);
-        /* dres now holds d(res2) = d(attproj) = the skip part of d(residual). */
-        dout = dt_net_tp_gather_in(net, A(G_DRES), A(G_PART), rc);
-        dt_net_zero(net, G_DTMP, (size_t)BT * d.QC);
-        dt_net_linear_backward(net, A(G_DTMP), NULL, dout, BS(j, L_ATTY), TL(l, T_O), BT, d.QC, C);
-        dt_net_zero(net, G_DQKV, (size_t)BT * d.QKVC);
-        o->attention_backward(dv, A(G_DQKV), A(G_ATT_SCRATCH), A(G_DTMP), BS(j, L_QKV),
-                              BS(j, L_ATT_SAVED), B, T, d.QC, d.NH, d.NKV);
-        /* d(rotated q, k) -> d(q, k) as the matmul produced them */
-        o->rope_backward(dv, A(G_DQKV), B, T, d.QKVC, d.NH + d.NKV, d.HD, 0, &d.rope);
-        x = dt_net_tp_gather_in(net, BS(j, L_LN1), A(G_GATH), rc);
-        dln = LINEAR_COLUMN_BACKWARD(TL(l, T_Q), DQKV_BIAS(l), A(G_DQKV), x, d.QKVC);
-        o->rmsnorm_backward(dv, A(G_DRES), dt_net_tp_norm_grad(net, A(G_LNGRAD), 0, (size_t)C, GL(l, T_LN1)), dln, residual, PL(l, T_LN1),
-                            BSF(j, L_LN1_RSTD), R, C);
-        void *const ln_grads[] = {GL(l, T_LN1), GL(l, T_LN2)};
-        dt_net_tp_norm_grads_add(net, A(G_LNGRAD), (size_t)C, ln_grads, 2);
-        dt_net_hook(net, u, DT_NET_BWD_POST);
-    }
-    if (!ch->first) return; /* G_DRES: the gradient of the chunk's input */
-    if (!(ch->last && lay->tied_head)) dt_net_hook(net, 0, DT_NET_BWD_PRE);
+    if (d.sp) dt_net_zero(net, G_LNGRAD, 2 * (size_t)C);
+    /* dres holds d(res3) = d(fcproj) = the skip part of d(res2); sequence
+     * parallelism: this rank's rows, gathered for the row-parallel backward. */
     void *dout = dt_net_tp_gather_in(net, A(G_DRES), A(G_PART), rc);
-    if (G(0)) o->encoder_backward(dv, G(0), NULL, dout, net->d_tokens, B, T, C); /* NULL: frozen (LoRA) */
-    dt_net_hook(net, 0, DT_NET_BWD_POST);
+    dt_net_zero(net, G_DSWI, (size_t)BT * d.IC);
+    dt_net_linear_backward(net, A(G_DSWI), NULL, dout, BS(j, L_SWI), TL(l, T_DOWN), BT, d.IC, C);
+    dt_net_zero(net, G_DFCH, (size_t)BT * 2 * d.IC);
+    o->swiglu_backward(dv, A(G_DFCH), BS(j, L_FCH), A(G_DSWI), BT, d.IC);
+    void *x = dt_net_tp_gather_in(net, BS(j, L_LN2), A(G_GATH), rc);
+    void *dln = LINEAR_COLUMN_BACKWARD(TL(l, T_GATE), NULL, A(G_DFCH), x, 2 * d.IC);
+    o->rmsnorm_backward(dv, A(G_DRES), dt_net_tp_norm_grad(net, A(G_LNGRAD), 1, (size_t)C, GL(l, T_LN2)), dln,
+                        BS(j, L_RES2), PL(l, T_LN2), BSF(j, L_LN2_RSTD), R, C);
+    /* dres now holds d(res2) = d(attproj) = the skip part of d(residual). */
+    dout = dt_net_tp_gather_in(net, A(G_DRES), A(G_PART), rc);
+    dt_net_zero(net, G_DTMP, (size_t)BT * d.QC);
+    dt_net_linear_backward(net, A(G_DTMP), NULL, dout, BS(j, L_ATTY), TL(l, T_O), BT, d.QC, C);
+    dt_net_zero(net, G_DQKV, (size_t)BT * d.QKVC);
+    o->attention_backward(dv, A(G_DQKV), A(G_ATT_SCRATCH), A(G_DTMP), BS(j, L_QKV), BS(j, L_ATT_SAVED), B, T, d.QC,
+                          d.NH, d.NKV);
+    /* d(rotated q, k) -> d(q, k) as the matmul produced them */
+    o->rope_backward(dv, A(G_DQKV), B, T, d.QKVC, d.NH + d.NKV, d.HD, 0, &d.rope);
+    x = dt_net_tp_gather_in(net, BS(j, L_LN1), A(G_GATH), rc);
+    dln = LINEAR_COLUMN_BACKWARD(TL(l, T_Q), DQKV_BIAS(l), A(G_DQKV), x, d.QKVC);
+    o->rmsnorm_backward(dv, A(G_DRES), dt_net_tp_norm_grad(net, A(G_LNGRAD), 0, (size_t)C, GL(l, T_LN1)), dln,
+                        residual, PL(l, T_LN1), BSF(j, L_LN1_RSTD), R, C);
+    void *const ln_grads[] = {GL(l, T_LN1), GL(l, T_LN2)};
+    dt_net_tp_norm_grads_add(net, A(G_LNGRAD), (size_t)C, ln_grads, 2);
 }
 
-/* The stage buffers (net.h) of the current arena and chunk: the chunk's input is
- * G_ENCODED (where the embedding would write), its output the last block's res3, and
- * the backward turns G_DRES from the output's gradient into the input's. */
-static void *llama_stage_buf(dt_net_t *net, int which) {
-    const dt_model_chunk *ch = &net->layout->chunks[net->chunk];
-    switch (which) {
-    case DT_NET_STAGE_IN: return A(G_ENCODED);
-    case DT_NET_STAGE_OUT: return ch->l1 > ch->l0 ? BS(ch->l1 - ch->l0 - 1, L_RES3) : A(G_ENCODED);
-    case DT_NET_STAGE_DOUT:
-    case DT_NET_STAGE_DIN: return A(G_DRES);
-    default: return NULL;
-    }
+/* embed_tokens into G_ENCODED (no position table: positions enter through RoPE).
+ * Under tensor parallelism cut over the vocabulary rows: each rank its rows (the
+ * others' tokens are -1: rows of 0), summed. */
+static void llama_embed_forward(dt_net_t *net) {
+    dims d = dims_of(net->layout, net->B);
+    void *part = d.sp ? A(G_PART) : A(G_ENCODED);
+    net->dev->ops->encoder_forward(net->dev, part, net->d_tokens, P(0), NULL, d.B, d.T, d.C);
+    dt_net_tp_reduce_out(net, part, A(G_ENCODED), (size_t)d.BT * d.C);
+}
+
+/* d(embed_tokens) += from dout; a LoRA net's embedding is frozen (no gradient). */
+static void llama_embed_backward(dt_net_t *net, const void *dout) {
+    dims d = dims_of(net->layout, net->B);
+    if (G(0)) net->dev->ops->encoder_backward(net->dev, G(0), NULL, dout, net->d_tokens, d.B, d.T, d.C);
+}
+
+/* model.norm: the final unit's first tensor, into G_NORM. */
+static int norm_t(const dt_model_layout *lay) {
+    const llama_sizes *z = DT_MODEL_PRIV(&lay->spec, const llama_sizes);
+    return lay->units[dt_model_local_unit(lay, z->num_hidden_layers + 1)].tensor0;
+}
+
+static void llama_norm_forward(dt_net_t *net, const void *x) {
+    dims d = dims_of(net->layout, net->B);
+    net->dev->ops->rmsnorm_forward(net->dev, A(G_NORM), AF(G_NORM_RSTD), x, P(norm_t(net->layout)), d.R, d.C, d.eps);
+}
+
+static void llama_norm_backward(dt_net_t *net, const void *dnorm, const void *x) {
+    dims d = dims_of(net->layout, net->B);
+    int norm = norm_t(net->layout), C = d.C;
+    if (d.sp) dt_net_zero(net, G_LNGRAD, (size_t)C);
+    net->dev->ops->rmsnorm_backward(net->dev, A(G_DRES), dt_net_tp_norm_grad(net, A(G_LNGRAD), 0, (size_t)C, G(norm)),
+                                    dnorm, x, P(norm), AF(G_NORM_RSTD), d.R, C);
+    void *const norm_grads[] = {G(norm)};
+    dt_net_tp_norm_grads_add(net, A(G_LNGRAD), (size_t)C, norm_grads, 1);
 }
 
 /* ---- KV-cache decoding (model.h: decode) ------------------------------------ */
@@ -655,10 +595,16 @@ static void llama_decode_sizes(const dt_device_t *dev, const dt_model_layout *la
     for (int l = 0; l < d.L; l++) sizes[DSLOT_CACHE(l)] = (size_t)d.T * 2 * (size_t)d.NKV * d.HD * es;
 }
 
-/* llama_forward for one position pos of one sequence: RoPE rotates q and k at
- * position pos, the rotated k and v go to cache row pos, and attention reads rows
- * 0..pos. */
-static void llama_decode(dt_net_t *net, int pos) {
+/* The forward for one position pos of one sequence (net.c's driver runs it, and
+ * the head): RoPE rotates q and k at position pos, the rotated k and v go to cache
+ * row pos, and attention reads rows 0..pos. */
+static void llama_decode_embed(dt_net_t *net, int pos) {
+    (void)pos; /* positions enter through RoPE */
+    dims d = dims_of(net->layout, 1);
+    net->dev->ops->encoder_forward(net->dev, A(D_X), net->d_tokens, P(0), NULL, 1, 1, d.C);
+}
+
+static void llama_decode_block(dt_net_t *net, int l, int pos) {
     const dt_ops_t *o = net->dev->ops;
     dt_device_t *dv = net->dev;
     const dt_model_layout *lay = net->layout;
@@ -666,37 +612,40 @@ static void llama_decode(dt_net_t *net, int pos) {
     dims d = dims_of(lay, 1);
     int C = d.C;
     size_t es = net->elsize, kv = 2 * (size_t)d.NKV * d.HD;
-    dt_net_hook(net, 0, DT_NET_FWD_PRE);
-    o->encoder_forward(dv, A(D_X), net->d_tokens, P(0), NULL, 1, 1, C);
-    dt_net_hook(net, 0, DT_NET_FWD_POST);
-    for (int l = 0; l < d.L; l++) {
-        dt_net_hook(net, 1 + l, DT_NET_FWD_PRE);
-        void *cache = A(DSLOT_CACHE(l));
-        o->rmsnorm_forward(dv, A(D_LN), AF(D_RSTD), A(D_X), PL(l, T_LN1), 1, C, d.eps);
-        dt_net_linear_forward(net, A(D_QKV), A(D_LN), TL(l, T_Q), QKV_BIAS(l), 1, C, d.QKVC);
-        o->rope_forward(dv, A(D_QKV), 1, 1, d.QKVC, d.NH + d.NKV, d.HD, pos, &d.rope);
-        o->copy(dv, (char *)cache + (size_t)pos * kv * es, (char *)A(D_QKV) + (size_t)d.QC * es, kv * es,
-                DT_COPY_DEVICE_TO_DEVICE);
-        o->attention_decode(dv, A(D_ATTY), A(D_QKV), d.QKVC, cache, d.T, pos, 1, d.QC, d.NH, d.NKV);
-        dt_net_linear_forward(net, A(D_PROJ), A(D_ATTY), TL(l, T_O), NULL, 1, d.QC, C);
-        o->residual_forward(dv, A(D_RES2), A(D_X), A(D_PROJ), (size_t)C);
-        o->rmsnorm_forward(dv, A(D_LN), AF(D_RSTD), A(D_RES2), PL(l, T_LN2), 1, C, d.eps);
-        dt_net_linear_forward(net, A(D_FCH), A(D_LN), TL(l, T_GATE), NULL, 1, C, 2 * d.IC);
-        o->swiglu_forward(dv, A(D_SWI), A(D_FCH), 1, d.IC);
-        dt_net_linear_forward(net, A(D_PROJ), A(D_SWI), TL(l, T_DOWN), NULL, 1, d.IC, C);
-        o->residual_forward(dv, A(D_X), A(D_RES2), A(D_PROJ), (size_t)C);
-        dt_net_hook(net, 1 + l, DT_NET_FWD_POST);
-    }
-    int last = d.L + 1, norm = lay->units[last].tensor0; /* a whole model: unit numbers are global */
-    dt_net_hook(net, last, DT_NET_FWD_PRE);
-    o->rmsnorm_forward(dv, A(D_LN), AF(D_RSTD), A(D_X), P(norm), 1, C, d.eps);
-    if (lay->tied_head) {
-        dt_net_hook(net, last, DT_NET_FWD_POST);
-        dt_net_hook(net, 0, DT_NET_FWD_PRE);
-    }
-    o->matmul_forward(dv, A(D_LOGITS), A(D_LN), P(head_tensor(lay)), NULL, 1, C, d.Vp);
-    dt_net_hook(net, head_unit(lay), DT_NET_FWD_POST);
+    void *cache = A(DSLOT_CACHE(l));
+    o->rmsnorm_forward(dv, A(D_LN), AF(D_RSTD), A(D_X), PL(l, T_LN1), 1, C, d.eps);
+    dt_net_linear_forward(net, A(D_QKV), A(D_LN), TL(l, T_Q), QKV_BIAS(l), 1, C, d.QKVC);
+    o->rope_forward(dv, A(D_QKV), 1, 1, d.QKVC, d.NH + d.NKV, d.HD, pos, &d.rope);
+    o->copy(dv, (char *)cache + (size_t)pos * kv * es, (char *)A(D_QKV) + (size_t)d.QC * es, kv * es,
+            DT_COPY_DEVICE_TO_DEVICE);
+    o->attention_decode(dv, A(D_ATTY), A(D_QKV), d.QKVC, cache, d.T, pos, 1, d.QC, d.NH, d.NKV);
+    dt_net_linear_forward(net, A(D_PROJ), A(D_ATTY), TL(l, T_O), NULL, 1, d.QC, C);
+    o->residual_forward(dv, A(D_RES2), A(D_X), A(D_PROJ), (size_t)C);
+    o->rmsnorm_forward(dv, A(D_LN), AF(D_RSTD), A(D_RES2), PL(l, T_LN2), 1, C, d.eps);
+    dt_net_linear_forward(net, A(D_FCH), A(D_LN), TL(l, T_GATE), NULL, 1, C, 2 * d.IC);
+    o->swiglu_forward(dv, A(D_SWI), A(D_FCH), 1, d.IC);
+    dt_net_linear_forward(net, A(D_PROJ), A(D_SWI), TL(l, T_DOWN), NULL, 1, d.IC, C);
+    o->residual_forward(dv, A(D_X), A(D_RES2), A(D_PROJ), (size_t)C);
 }
+
+static void llama_decode_norm(dt_net_t *net) {
+    dims d = dims_of(net->layout, 1);
+    net->dev->ops->rmsnorm_forward(net->dev, A(D_LN), AF(D_RSTD), A(D_X), P(norm_t(net->layout)), 1, d.C, d.eps);
+}
+
+/* What net.c's chunk driver runs (net_impl.h): the head is lm_head, the final unit's
+ * last tensor, or embed_tokens when tied; the logits G_LOGITS, cut over the
+ * vocabulary rows under tensor parallelism. */
+static const dt_net_stack llama_stack = {
+    .blocks = &llama_blocks, .block_out = L_RES3,
+    .in = G_ENCODED, .norm = G_NORM, .dres = G_DRES, .dtmp = G_DTMP, .dred = G_DRED, .gath = G_GATH,
+    .part = G_PART, .xstats = G_XSTATS,
+    .embed_forward = llama_embed_forward, .embed_backward = llama_embed_backward,
+    .block_forward = llama_block_forward, .block_backward = llama_block_backward,
+    .norm_forward = llama_norm_forward, .norm_backward = llama_norm_backward,
+    .decode_embed = llama_decode_embed, .decode_block = llama_decode_block, .decode_norm = llama_decode_norm,
+    .decode_norm_slot = D_LN,
+};
 
 /* ---- export ------------------------------------------------------------------ */
 
@@ -730,14 +679,15 @@ const dt_model_ops dt_model_llama = {
     .arena_sizes = llama_arena_sizes,
     .net_check = llama_net_check,
     .dims = llama_dims,
-    .forward = llama_forward,
-    .backward = llama_backward,
+    .forward = dt_net_stack_forward,
+    .backward = dt_net_stack_backward,
+    .stack = &llama_stack,
     .logits_slot = G_LOGITS,
     .pipeline = 1,
-    .stage_buf = llama_stage_buf,
+    .stage_buf = dt_net_stack_stage_buf,
     .decode_slots = llama_decode_slots,
     .decode_sizes = llama_decode_sizes,
-    .decode = llama_decode,
+    .decode = dt_net_stack_decode,
     .decode_logits_slot = D_LOGITS,
     .export_shape = llama_export_shape,
     .synthetic_batch = NULL,

@@ -30,7 +30,10 @@
  *   flops_per_token, describe      training FLOPs per token (per sample); a line
  *                                  for people (`dtrun plan`)
  *   arena_slots/arena_sizes,       the activation arena and the compute over
- *   forward, backward, logits_slot kernels.h (net.h; runtime/model/net_impl.h)
+ *   forward, backward, logits_slot kernels.h (net.h; runtime/model/net_impl.h); a
+ *                                  decoder stack fills stack (its embedding, block
+ *                                  and final norm math) and takes net.c's chunk
+ *                                  driver as forward, backward and stage_buf
  *   export_shape                   the shape export writes, and whether the
  *                                  tensor is stored transposed
  *   synthetic_batch                (feature data) the samples the trainer uses
@@ -280,6 +283,10 @@ struct dt_model_ops {
      * when with_loss. */
     void (*forward)(struct dt_net *net, int with_loss);
     void (*backward)(struct dt_net *net, float dscale);
+    /* (optional; pipeline models) the model's embedding, block and final norm math
+     * that net.c's chunk driver runs (net_impl.h: dt_net_stack); forward, backward
+     * and stage_buf are then the driver's */
+    const struct dt_net_stack *stack;
     int logits_slot; /* arena slot of the (B*T, vocab_padded) logits; -1: none */
     /* (pipeline models) the device buffer of the current arena and chunk behind
      * net.h's dt_net_stage_buf (which: dt_net_stage_io) */

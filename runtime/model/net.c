@@ -1,7 +1,10 @@
 /*
  * net.c - the machinery every model's forward/backward shares (net.h): the
- * activation arena, unit binding, batch upload, loss and logits. The per-model
- * compute is the model's (gpt.c, llama.c, mlp.c).
+ * activation arena, unit binding, batch upload, loss and logits, and the chunk
+ * driver of decoder stacks (net_impl.h: dt_net_stack): the hooks around units, the
+ * first and last pipeline chunk, the tied head and the loss, around the model's own
+ * embedding, block and final norm math (gpt.c, llama.c). mlp.c has its own
+ * forward/backward.
  */
 #include "runtime/model/net.h"
 
@@ -280,6 +283,167 @@ dt_status_t dt_net_use(dt_net_t *net, int i) {
     point_batch(net);
     return DT_STATUS_OK;
 }
+
+/* ---- the chunk driver (net_impl.h: dt_net_stack) ---- */
+
+/* A chunk's rows and widths: the residual stream C wide, R rows (B*T, or this TP
+ * rank's B*T/T under sequence parallelism); the head Vl = Vp/T vocabulary rows. */
+typedef struct stack_geom {
+    int L, C, BT, R, Vl, sp;
+    size_t rc;
+} stack_geom;
+
+static stack_geom stack_geom_of(const dt_net_t *net) {
+    const dt_model_layout *l = net->layout;
+    dt_model_dims d;
+    l->spec.ops->dims(l, &d);
+    int tp = l->tp_size > 1 ? l->tp_size : 1;
+    stack_geom g = {.L = d.n_layer, .C = d.hidden, .BT = net->n_rows, .sp = l->sequence_parallel};
+    g.R = g.sp ? g.BT / tp : g.BT;
+    g.Vl = l->vocab_padded / tp;
+    g.rc = (size_t)g.R * g.C;
+    return g;
+}
+
+#define SLOT(s) dt_net_slot(net, (s))
+
+/* The output of the chunk's block j. */
+static void *block_out(dt_net_t *net, const dt_net_stack *s, int j) {
+    return SLOT(dt_model_block_slot(net->layout, s->blocks, j, s->block_out));
+}
+
+/* The unit whose hooks surround the head: unit 0 when the head is its embedding, none
+ * (-1) for the caller's tied copy (net->head_w), else the final unit uf (lm_head). */
+static int head_unit(const dt_model_layout *l, int uf) { return l->tied_head ? 0 : l->has_tied_copy ? -1 : uf; }
+
+static void *head_weight(dt_net_t *net, int grad) {
+    const dt_model_layout *l = net->layout;
+    if (l->has_tied_copy) return grad ? net->head_dw : net->head_w;
+    int t = l->tied_head ? 0 : l->n_tensors - 1;
+    return grad ? dt_net_grad(net, t) : dt_net_param(net, t);
+}
+
+/* Forward, from the final norm to the head: the final unit's hooks close first
+ * unless the head is its own tensor, and the head's unit opens. */
+static void head_enter(dt_net_t *net, int uf, int hu) {
+    if (hu != uf) dt_net_hook(net, uf, DT_NET_FWD_POST);
+    if (hu >= 0 && hu != uf) dt_net_hook(net, hu, DT_NET_FWD_PRE);
+}
+
+void dt_net_stack_forward(dt_net_t *net, int with_loss) {
+    const dt_model_layout *lay = net->layout;
+    const dt_net_stack *s = lay->spec.ops->stack;
+    const dt_model_chunk *ch = &lay->chunks[net->chunk];
+    stack_geom g = stack_geom_of(net);
+    if (ch->first) {
+        dt_net_hook(net, 0, DT_NET_FWD_PRE);
+        s->embed_forward(net);
+        dt_net_hook(net, 0, DT_NET_FWD_POST);
+    }
+    void *residual = SLOT(s->in);
+    for (int l = ch->l0; l < ch->l1; l++) {
+        int j = l - ch->l0, u = dt_model_local_unit(lay, 1 + l);
+        dt_net_hook(net, u, DT_NET_FWD_PRE);
+        s->block_forward(net, l, j, residual, DT_MODEL_RECOMPUTE_NONE);
+        residual = block_out(net, s, j);
+        dt_net_hook(net, u, DT_NET_FWD_POST);
+    }
+    if (!ch->last) return;
+    int uf = dt_model_local_unit(lay, g.L + 1), hu = head_unit(lay, uf);
+    dt_net_hook(net, uf, DT_NET_FWD_PRE);
+    s->norm_forward(net, residual);
+    head_enter(net, uf, hu);
+    /* sequence parallelism: gath keeps the gathered norm until the head's backward */
+    void *x = dt_net_tp_gather_in(net, SLOT(s->norm), SLOT(s->gath), g.rc);
+    void *logits = SLOT(lay->spec.ops->logits_slot);
+    net->dev->ops->matmul_forward(net->dev, logits, x, head_weight(net, 0), NULL, g.BT, g.C, g.Vl);
+    if (hu >= 0) dt_net_hook(net, hu, DT_NET_FWD_POST);
+    if (with_loss) dt_net_xent_forward(net, SLOT(DT_NET_SLOT_LOSSES), logits, SLOT(s->xstats), g.BT);
+}
+
+/* From the loss in a last chunk, else from the gradient of the chunk's output in dres
+ * (DOUT); in a chunk that is not first dres ends holding the gradient of its input
+ * (DIN). A tied head's unit 0 is the first BWD_PRE and the last BWD_POST. */
+void dt_net_stack_backward(dt_net_t *net, float dscale) {
+    const dt_model_layout *lay = net->layout;
+    const dt_net_stack *s = lay->spec.ops->stack;
+    const dt_model_chunk *ch = &lay->chunks[net->chunk];
+    stack_geom g = stack_geom_of(net);
+    int nbc = ch->l1 - ch->l0;
+    if (ch->last) {
+        int uf = dt_model_local_unit(lay, g.L + 1), hu = head_unit(lay, uf);
+        if (hu >= 0) dt_net_hook(net, hu, DT_NET_BWD_PRE);
+        void *logits = SLOT(lay->spec.ops->logits_slot);
+        dt_net_xent_backward(net, logits, SLOT(s->xstats), dscale, g.BT); /* the logits become dlogits */
+        /* the head: x was gathered in the forward (gath kept it) */
+        void *dnorm = dt_net_tp_column_backward(net, SLOT(s->dtmp), SLOT(s->dred), head_weight(net, 1), NULL, logits,
+                                                g.sp ? SLOT(s->gath) : SLOT(s->norm), head_weight(net, 0), g.BT, g.C,
+                                                g.Vl);
+        void *top = nbc > 0 ? block_out(net, s, nbc - 1) : SLOT(s->in);
+        if (hu != uf) dt_net_hook(net, uf, DT_NET_BWD_PRE);
+        dt_net_zero(net, s->dres, g.rc);
+        s->norm_backward(net, dnorm, top);
+        dt_net_hook(net, uf, DT_NET_BWD_POST);
+    }
+    for (int l = ch->l1 - 1; l >= ch->l0; l--) {
+        int j = l - ch->l0, u = dt_model_local_unit(lay, 1 + l);
+        void *residual = j > 0 ? block_out(net, s, j - 1) : SLOT(s->in);
+        dt_model_recompute_t redo = dt_model_block_recompute(lay, j);
+        if (redo != DT_MODEL_RECOMPUTE_NONE) { /* its dropped activations, as the forward made them */
+            dt_net_hook(net, u, DT_NET_FWD_PRE);
+            s->block_forward(net, l, j, residual, redo);
+            dt_net_hook(net, u, DT_NET_FWD_POST);
+        }
+        dt_net_hook(net, u, DT_NET_BWD_PRE);
+        s->block_backward(net, l, j, residual);
+        dt_net_hook(net, u, DT_NET_BWD_POST);
+    }
+    if (!ch->first) return; /* dres: the gradient of the chunk's input */
+    if (!(ch->last && lay->tied_head)) dt_net_hook(net, 0, DT_NET_BWD_PRE);
+    s->embed_backward(net, dt_net_tp_gather_in(net, SLOT(s->dres), SLOT(s->part), g.rc));
+    dt_net_hook(net, 0, DT_NET_BWD_POST);
+}
+
+/* The chunk's input is in (where the embedding would write), its output the last
+ * block's, and the backward turns dres from the output's gradient into the input's. */
+void *dt_net_stack_stage_buf(dt_net_t *net, int which) {
+    const dt_net_stack *s = net->layout->spec.ops->stack;
+    const dt_model_chunk *ch = &net->layout->chunks[net->chunk];
+    switch (which) {
+    case DT_NET_STAGE_IN: return SLOT(s->in);
+    case DT_NET_STAGE_OUT: return ch->l1 > ch->l0 ? block_out(net, s, ch->l1 - ch->l0 - 1) : SLOT(s->in);
+    case DT_NET_STAGE_DOUT:
+    case DT_NET_STAGE_DIN: return SLOT(s->dres);
+    default: return NULL;
+    }
+}
+
+/* One position of a decode net (a whole model: local units are global): the
+ * forward's hooks and head around the model's decode math, the head's rows of all
+ * vocab_padded columns into ops->decode_logits_slot. */
+void dt_net_stack_decode(dt_net_t *net, int pos) {
+    const dt_model_layout *lay = net->layout;
+    const dt_net_stack *s = lay->spec.ops->stack;
+    dt_model_dims d;
+    lay->spec.ops->dims(lay, &d);
+    dt_net_hook(net, 0, DT_NET_FWD_PRE);
+    s->decode_embed(net, pos);
+    dt_net_hook(net, 0, DT_NET_FWD_POST);
+    for (int l = 0; l < d.n_layer; l++) {
+        dt_net_hook(net, 1 + l, DT_NET_FWD_PRE);
+        s->decode_block(net, l, pos);
+        dt_net_hook(net, 1 + l, DT_NET_FWD_POST);
+    }
+    int uf = d.n_layer + 1, hu = head_unit(lay, uf);
+    dt_net_hook(net, uf, DT_NET_FWD_PRE);
+    s->decode_norm(net);
+    head_enter(net, uf, hu);
+    net->dev->ops->matmul_forward(net->dev, SLOT(lay->spec.ops->decode_logits_slot), SLOT(s->decode_norm_slot),
+                                  head_weight(net, 0), NULL, 1, d.hidden, lay->vocab_padded);
+    if (hu >= 0) dt_net_hook(net, hu, DT_NET_FWD_POST);
+}
+
+#undef SLOT
 
 /* ---- tensor-parallel matmuls (net_impl.h) ---- */
 

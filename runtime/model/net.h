@@ -4,9 +4,16 @@
  *
  * net.c is the machinery every model shares: the arena (slot sizes from the
  * model's arena_sizes, each rounded up to 64 bytes), binding units to flat
- * buffers, uploading the batch, the loss and the logits. The compute itself is the
- * model's (spec.ops->forward/backward, e.g. runtime/model/gpt.c), written against
- * runtime/model/net_impl.h.
+ * buffers, uploading the batch, the loss and the logits, and the chunk driver of
+ * decoder stacks. The compute itself is the model's, written against
+ * runtime/model/net_impl.h: a decoder stack (gpt.c, llama.c) supplies only its math
+ * through a small table (net_impl.h: dt_net_stack: embedding, block and final norm,
+ * each forward and backward, and their decode forms), and net.c's driver runs the
+ * choreography around it: the hooks below, recomputed blocks, the first and last
+ * pipeline chunk, the tied or untied LM head and the loss. A new model family is
+ * its file (its config keys, tensor table, arena and that table) plus one line in
+ * runtime/model/registry.c, and copies none of the choreography; a model of another
+ * shape (mlp.c) fills spec.ops->forward/backward itself.
  *
  * Parameters and gradients are reached per unit through unit_params[u] and
  * unit_grads[u] (base pointers of unit u's range), which dt_net_bind points into
@@ -17,7 +24,8 @@
  * tie_word_embeddings), unit 0 is also used at the head: the
  * forward ends with FWD_PRE(0) ... FWD_POST(0) around the logits, the backward
  * starts with BWD_PRE(0) and unit 0's gradient is complete only at BWD_POST(0),
- * the very last call.
+ * the very last call. An untied head is used inside the final unit's hooks; the tied
+ * copy of a last pipeline stage (net->head_w) inside none.
  *
  * Pipeline stages (model.h: dt_model_layout_init_stage): a net of a stage layout runs
  * one chunk per forward/backward (net->chunk): its blocks, the embedding only in a

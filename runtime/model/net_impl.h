@@ -40,6 +40,59 @@ void dt_net_linear_forward(dt_net_t *net, void *out, const void *x, int t, const
 void dt_net_linear_backward(dt_net_t *net, void *dinp, void *db, const void *dout, const void *x, int t, int N,
                             int C, int OC);
 
+/* ---- the chunk driver of a decoder stack (net.c) ----
+ * A model whose units are [embedding = unit 0][block l = unit 1 + l][final = unit
+ * L + 1: the final norm, and the head when untied] (model.h: ops->pipeline) fills a
+ * dt_net_stack with its own math and points ops->stack at it, and ops->forward,
+ * backward and stage_buf (and decode) at dt_net_stack_forward, _backward,
+ * _stage_buf (and _decode). The
+ * driver runs the layout's chunk net->chunk: the hooks around each unit's use
+ * (forward in unit order, backward in reverse, a recomputed block's forward again
+ * just before its backward), the embedding in a first chunk only, the final norm, LM
+ * head (its weight: tensor 0 when tied, net->head_w on a last stage holding a tied
+ * copy, else the layout's last tensor, lm_head) and the loss in a last chunk only.
+ * The residual stream is hidden (ops->dims) wide, of R = B*T rows or B*T/T under
+ * sequence parallelism; the head and loss run on the model's slots below. */
+typedef struct dt_net_stack {
+    const dt_model_block_slots *blocks; /* the per-block slots (model.h) */
+    int block_out; /* the block slot of a block's output, the next block's input */
+    /* arena slots: in, the embedding's output and a chunk's input (IN); norm, the final
+     * norm's output (R x C); dres, the residual stream's gradient (R x C: DOUT, then
+     * DIN); dtmp (B*T x C) and dred (R x C), the head's input gradient, as
+     * dt_net_tp_column_backward's; gath, part and xstats, the sequence-parallel
+     * gather, partial sums and vocabulary-parallel loss stats (net_impl.h). The
+     * logits are ops->logits_slot, the losses DT_NET_SLOT_LOSSES. */
+    int in, norm, dres, dtmp, dred, gath, part, xstats;
+    /* tokens (the tokens slot) -> in */
+    void (*embed_forward)(dt_net_t *net);
+    /* the embedding's gradients += from dout, d(in) gathered to all B*T rows */
+    void (*embed_backward)(dt_net_t *net, const void *dout);
+    /* block l of the whole model, at position j of the chunk, from its input
+     * residual: its whole forward (redo NONE), or what its backward first recomputes
+     * under policy redo (model.h: dt_model_block_recompute), in the forward's order */
+    void (*block_forward)(dt_net_t *net, int l, int j, void *residual, dt_model_recompute_t redo);
+    /* block l's gradients += and dres: the gradient of its output -> of its input */
+    void (*block_backward)(dt_net_t *net, int l, int j, void *residual);
+    /* x (the last block's output) -> norm; the backward: its gradients += and dres
+     * (zeroed by the driver) += from dnorm, the gradient of norm */
+    void (*norm_forward)(dt_net_t *net, const void *x);
+    void (*norm_backward)(dt_net_t *net, const void *dnorm, const void *x);
+    /* (optional) KV-cache decoding (model.h: decode, of a whole model; the decode
+     * arena's slots): the token at position pos into the model's residual row; block
+     * l on it, its keys and values cached at row pos; its final norm into
+     * decode_norm_slot. The driver runs the head into ops->decode_logits_slot. */
+    void (*decode_embed)(dt_net_t *net, int pos);
+    void (*decode_block)(dt_net_t *net, int l, int pos);
+    void (*decode_norm)(dt_net_t *net);
+    int decode_norm_slot;
+} dt_net_stack;
+
+/* ops->forward, backward, stage_buf (and decode) of a model with ops->stack. */
+void dt_net_stack_forward(dt_net_t *net, int with_loss);
+void dt_net_stack_backward(dt_net_t *net, float dscale);
+void *dt_net_stack_stage_buf(dt_net_t *net, int which);
+void dt_net_stack_decode(dt_net_t *net, int pos);
+
 /* Tells the data-parallel strategy that unit is about to be used / is done. */
 static inline void dt_net_hook(dt_net_t *net, int unit, dt_net_phase_t phase) {
     if (net->hook) net->hook(net->hook_ctx, unit, phase);

@@ -1,6 +1,8 @@
 /*
  * registry.c - the one place that knows which models exist (model.h). Adding a
- * model: its own file filling a dt_model_ops, and one line X(name) in DT_MODELS below.
+ * model: its own file filling a dt_model_ops (a decoder stack: its math in a
+ * dt_net_stack, net_impl.h, which net.c's chunk driver runs), and one line X(name) in
+ * DT_MODELS below.
  * The order is the order `dtrun config --keys` lists model keys and model.type's
  * names in.
  */
