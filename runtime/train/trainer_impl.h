@@ -15,9 +15,13 @@
  *   train_ckpt.c, train_parallel.c, train_lora.c, train_mem.c, train_check.c
  *                                               the parts (train_check.c: the launcher's
  *                                               checks, calling train_lora.c's)
- *   train_spec.c, data*.c, metrics.c, sched.c, stragglers.c
- *                                               the bottom: the config read as workers
- *                                               do, data, metrics, schedules, stragglers
+ *   train_spec.c                                the config read as the workers do
+ *   data.c -> data_mix.c -> data_ahead.c, data_read.c; metrics.c, sched.c, stragglers.c
+ *                                               the bottom: the data loader (its read-ahead
+ *                                               gets its producer as a function), metrics,
+ *                                               LR schedules, stragglers
+ * Data types cross the same way: a part's header never includes trainer_impl.h, and
+ * trainer.h (the folder's public face) is included by the files that define it.
  */
 #ifndef DT_RUNTIME_TRAINER_IMPL_H
 #define DT_RUNTIME_TRAINER_IMPL_H
