@@ -92,7 +92,8 @@ dt_status_t dt_train_pp_start_(dt_train_pp *pp, dt_device_t *dev, dt_net_t *net,
 dt_status_t dt_train_pp_step_(dt_train_pp *pp, dt_data_t *data, int n_rows, double *loss_sum, double *data_s) {
     size_t rows = pp->rows;
     double d0 = dt_now_s();
-    for (int a = 0; a < pp->micro_batches; a++) { /* every stage reads the same micro-batches: the data position stays one */
+    /* every stage reads the same micro-batches: the data position stays one */
+    for (int a = 0; a < pp->micro_batches; a++) {
         int32_t *tok = pp->mb_tokens + (size_t)a * rows, *tgt = pp->mb_targets + (size_t)a * rows;
         DT_CHECK(dt_data_next(data, tok, tgt));
         pp->mb_batches[a] = (dt_batch){.tokens = tok, .targets = tgt};
@@ -157,7 +158,8 @@ static void place_piece(void *ctx, size_t local, size_t global, size_t n, int re
 /* The layout of model-parallel rank (tp_rank, pp_rank). */
 static dt_status_t piece_layout(const dt_train_pp *pp, const dt_model_layout *l, int tp_rank, int pp_rank,
                                 dt_model_layout *out) {
-    if (pp->place.pp_size <= 1) return dt_model_layout_init_tp(&l->spec, pp->place.tp_size, tp_rank, l->sequence_parallel, out);
+    if (pp->place.pp_size <= 1)
+        return dt_model_layout_init_tp(&l->spec, pp->place.tp_size, tp_rank, l->sequence_parallel, out);
     return dt_model_layout_init_stage(&l->spec, pp->place.tp_size, tp_rank, l->sequence_parallel, pp->place.pp_size,
                                       pp_rank, pp->virtual_stages, pp->bounds, out);
 }

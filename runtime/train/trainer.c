@@ -150,7 +150,8 @@ static dt_status_t hf_read(void *ctx, size_t goffset, size_t n, float *dst) {
  * piece's): model.pretrained's weights, else the seed's. */
 static dt_status_t init_fill(void *ctx, size_t offset, size_t count, float *dst) {
     dt_trainer_t *t = ctx;
-    if (dt_train_lora_on_(&t->lora)) return dt_train_lora_fill_(&t->lora, &t->layout, offset, count, dst); /* the adapters */
+    if (dt_train_lora_on_(&t->lora)) /* the adapters */
+        return dt_train_lora_fill_(&t->lora, &t->layout, offset, count, dst);
     if (t->hf) return dt_model_tp_fill(&t->layout, offset, count, dst, hf_read, t); /* a TP piece: its parts */
     dt_model_init_range(&t->layout, (uint64_t)t->cfg->seed, offset, count, dst);
     return DT_STATUS_OK;
@@ -507,8 +508,8 @@ static dt_status_t evaluate(dt_trainer_t *t, double *val_loss) {
 
 static int wants_sample(const dt_trainer_t *t) {
     /* not a LoRA run: its parameters are the adapters (sample from the merged export) */
-    return t->cfg->sample_tokens > 0 && !dt_train_lora_on_(&t->lora) && t->layout.spec.ops->logits_slot >= 0 && t->data &&
-           dt_data_kind(t->data) == DT_DATA_TEXT;
+    return t->cfg->sample_tokens > 0 && !dt_train_lora_on_(&t->lora) && t->layout.spec.ops->logits_slot >= 0 &&
+           t->data && dt_data_kind(t->data) == DT_DATA_TEXT;
 }
 
 /* Prints n generated characters (text data only), sampling with temperature
