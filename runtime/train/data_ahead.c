@@ -18,8 +18,9 @@
 #include "common/mem.h"
 #include "runtime/train/data_impl.h"
 
-dt_status_t dt_data_ahead_init_(dt_data_t *d) {
+dt_status_t dt_data_ahead_init_(dt_data_t *d, dt_data_produce_fn produce) {
     data_ahead *a = &d->ahead;
+    a->produce = produce;
     a->depth = d->o.prefetch;
     if (a->depth == 0) return DT_STATUS_OK;
     size_t n = (size_t)d->o.micro_batch * (size_t)d->o.seq_len;
@@ -38,7 +39,7 @@ static void *ahead_main(void *arg) {
     data_ahead *a = &d->ahead;
     sigset_t all;
     sigfillset(&all);
-    sigdelset(&all, SIGBUS); /* a data file cut short: data.c turns it into an error naming the file */
+    sigdelset(&all, SIGBUS); /* a data file cut short: data_read.c turns it into an error naming the file */
     pthread_sigmask(SIG_BLOCK, &all, NULL);
     pthread_mutex_lock(&a->mu);
     for (;;) {
@@ -46,7 +47,7 @@ static void *ahead_main(void *arg) {
         if (a->stop) break;
         ahead_slot *s = &a->slots[a->head % (uint64_t)a->depth];
         pthread_mutex_unlock(&a->mu);
-        s->st = dt_data_produce_(d, &a->next, s->inputs, s->targets); /* slot head is the producer's alone */
+        s->st = a->produce(d, &a->next, s->inputs, s->targets); /* slot head is the producer's alone */
         if (s->st != DT_STATUS_OK) snprintf(s->err, sizeof s->err, "%s", dt_error_detail());
         s->after = a->next;
         pthread_mutex_lock(&a->mu);
@@ -67,7 +68,7 @@ dt_status_t dt_data_ahead_take_(dt_data_t *d, int32_t *inputs, int32_t *targets)
         if (pthread_create(&a->thread, NULL, ahead_main, d) != 0) {
             DT_LOG_WARN("data.prefetch: cannot start the read-ahead thread; reading synchronously");
             d->o.prefetch = 0;
-            return dt_data_produce_(d, &d->pos, inputs, targets);
+            return a->produce(d, &d->pos, inputs, targets);
         }
         a->running = 1;
     }

@@ -2,7 +2,8 @@
  * data_impl.h - the data loader's structures, private to runtime/train/data*.c:
  * data.c maps and validates files and serves validation, data_mix.c orders the
  * training samples of the sources (the mixture and the per-source permutations),
- * data_ahead.c reads micro-batches ahead on a thread.
+ * data_ahead.c reads micro-batches ahead on a thread, data_read.c copies a sample
+ * out of the maps. Calls run data.c -> data_mix.c -> data_ahead.c, data_read.c.
  */
 #ifndef DT_RUNTIME_TRAIN_DATA_IMPL_H
 #define DT_RUNTIME_TRAIN_DATA_IMPL_H
@@ -56,8 +57,13 @@ typedef struct ahead_slot {
     char err[512];
 } ahead_slot;
 
+/* The producer of micro-batches the read-ahead runs (data_mix.c's dt_data_produce_,
+ * handed over at init so that data_ahead.c calls nothing above it). */
+typedef dt_status_t (*dt_data_produce_fn)(dt_data_t *d, dt_data_pos *pos, int32_t *inputs, int32_t *targets);
+
 /* The read-ahead ring (data_ahead.c). */
 typedef struct data_ahead {
+    dt_data_produce_fn produce;
     pthread_t thread;
     int running;
     pthread_mutex_t mu;
@@ -81,7 +87,7 @@ struct dt_data {
     data_ahead ahead;
 };
 
-/* Copies sample `id` of set s: T+1 tokens -> inputs[0..T), targets[0..T) (data.c);
+/* Copies sample `id` of set s: T+1 tokens -> inputs[0..T), targets[0..T) (data_read.c);
  * a lazy set's ids are checked here (DT_STATUS_FORMAT naming file, index, id). */
 dt_status_t dt_data_set_sample_(const data_set *s, uint64_t id, int T, int32_t *inp, int32_t *tgt);
 /* Starts reading sample `id`'s pages of a lazy set (no wait), so that the reads of
@@ -94,8 +100,8 @@ dt_status_t dt_data_produce_(dt_data_t *d, dt_data_pos *pos, int32_t *inputs, in
 /* Canonical form of a position (epochs carried, source 0 mirrored in epoch/cursor). */
 void dt_data_pos_norm_(const dt_data_t *d, dt_data_pos *pos);
 
-/* data_ahead.c */
-dt_status_t dt_data_ahead_init_(dt_data_t *d);
+/* data_ahead.c: the ring of d->o.prefetch micro-batches that produce fills. */
+dt_status_t dt_data_ahead_init_(dt_data_t *d, dt_data_produce_fn produce);
 dt_status_t dt_data_ahead_take_(dt_data_t *d, int32_t *inputs, int32_t *targets);
 void dt_data_ahead_stop_(dt_data_t *d);
 void dt_data_ahead_free_(dt_data_t *d);

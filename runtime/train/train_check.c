@@ -16,8 +16,9 @@
 #include "common/fs.h" /* defines: dt_fs_printable, dt_fs_kind_name */
 #include "runtime/ckpt/checkpoint.h"
 #include "runtime/ckpt/hf_weights.h"
+#include "runtime/train/train_lora.h" /* defines: dt_train_lora_check_, dt_train_lora_spec_ */
+#include "runtime/train/train_spec.h" /* defines: dt_trainer_sources_, dt_trainer_spec_ */
 #include "runtime/train/trainer.h"
-#include "runtime/train/trainer_impl.h"
 
 /* A check's failure as a config error (exit 2), keeping the detail. */
 static dt_status_t config_error(dt_status_t st) {
@@ -28,7 +29,7 @@ static dt_status_t config_error(dt_status_t st) {
 }
 
 dt_status_t dt_trainer_check_data(const dt_config_t *cfg) {
-    DT_CHECK(dt_trainer_check_lora(cfg));
+    DT_CHECK(dt_train_lora_check_(cfg));
     if (cfg->model.ops->data != DT_MODEL_DATA_TOKENS) return DT_STATUS_OK;
     dt_data_source src[DT_DATA_MAX_SOURCES];
     int n = dt_trainer_sources_(cfg, src);

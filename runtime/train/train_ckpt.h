@@ -74,6 +74,25 @@ typedef struct dt_train_ckpt {
 
 #define DT_TRAIN_RUN_ID_LEN 40
 
+/* ---- the run's resume state ---------------------------------------------------------
+ * An object the trainer holds (owns no memory): where the run continues from, what it
+ * last saved, the checkpoint it resumed from (an elastic resize reports it) and this
+ * run's id. */
+typedef struct dt_train_resume {
+    int64_t start_step; /* the step a resumed run continues after (0: a fresh run) */
+    int64_t saved_step; /* the step of the last checkpoint written or loaded */
+    int resumed_world_size;       /* the checkpoint resumed from: its world size at save (0: none) */
+    int64_t resumed_accumulation; /* and its gradient_accumulation_steps (0: unknown) */
+    char run_id[DT_TRAIN_RUN_ID_LEN]; /* this run's, in its checkpoints (keep_last prunes only these) */
+} dt_train_resume;
+
+/* A fresh run's: nothing resumed, nothing saved, no run id yet (dt_train_ckpt_resume
+ * gives one). */
+void dt_train_resume_init_(dt_train_resume *r);
+/* While the checkpoint resumed from is loaded (every rank): its world size and
+ * accumulation at save. */
+void dt_train_resume_note_checkpoint_(dt_train_resume *r, const dt_ckpt_t *c);
+
 /* Before anything starts (the agent, and a worker's first attempt): with
  * checkpoint.resume "never" and saving on, a checkpoint.dir that already holds
  * checkpoints is DT_STATUS_CONFIG naming the folder and the choices (resume: auto,

@@ -15,7 +15,8 @@
 #include "common/log.h"
 #include "common/mem.h"
 #include "runtime/ckpt/checkpoint.h" /* defines: dt_ckpt_candidates, dt_ckpt_open, dt_ckpt_meta */
-#include "runtime/train/trainer_impl.h"
+#include "runtime/parallel/dp.h"     /* defines: dt_dp_all_gather_f64 */
+#include "runtime/train/train_ckpt.h" /* defines: dt_train_resume */
 
 static int resizing;
 
@@ -111,20 +112,21 @@ dt_status_t dt_train_elastic_check(const dt_config_t *cfg, int nnodes_min, int n
                     (long long)tb, nnodes_min, nnodes_max, bad);
 }
 
-dt_status_t dt_train_elastic_poll(dt_trainer_t *t, int64_t step, int *resize) {
+dt_status_t dt_train_elastic_poll(const dt_config_t *cfg, int rank, dt_dp_t *dp, const dt_train_resume *r,
+                                  int64_t step, int *resize) {
     *resize = 0;
-    int64_t every = t->cfg->checkpoint.every_steps;
+    int64_t every = cfg->checkpoint.every_steps;
     /* Every rank enters the gather at every boundary (whether its own save worked
      * or not: a failed periodic save is only logged), so the collectives stay in
      * step; the group resizes when a node waits and every rank saved this step. */
-    if (!dt_train_elastic_on() || every <= 0 || step % every != 0 || step >= t->cfg->train_steps)
+    if (!dt_train_elastic_on() || every <= 0 || step % every != 0 || step >= cfg->train_steps)
         return DT_STATUS_OK;
     const char *flag = getenv("DTRUN_RESIZE_FILE");
-    double mine[2] = {flag && *flag && access(flag, F_OK) == 0, t->saved_step == step};
-    int n = dt_dp_world_size(t->dp), want = mine[0] > 0, saved = mine[1] > 0;
+    double mine[2] = {flag && *flag && access(flag, F_OK) == 0, r->saved_step == step};
+    int n = dt_dp_world_size(dp), want = mine[0] > 0, saved = mine[1] > 0;
     if (n > 1) { /* the same decision on every rank: any rank's flag, every rank's save */
         double *all = dt_xcalloc((size_t)n * 2, sizeof *all);
-        dt_status_t st = dt_dp_all_gather_f64(t->dp, mine, 2, all);
+        dt_status_t st = dt_dp_all_gather_f64(dp, mine, 2, all);
         for (int r = 0; r < n; r++) {
             if (all[2 * r] > 0) want = 1;
             if (!(all[2 * r + 1] > 0)) saved = 0;
@@ -132,11 +134,11 @@ dt_status_t dt_train_elastic_poll(dt_trainer_t *t, int64_t step, int *resize) {
         free(all);
         DT_CHECK(st);
     }
-    if (want && !saved && t->env->rank == 0)
+    if (want && !saved && rank == 0)
         DT_LOG_WARN("elastic: a node waits to join, but the checkpoint of step %lld is not complete on every rank: "
                     "the resize waits for the next one", (long long)step);
     *resize = resizing = want && saved;
-    if (*resize && t->env->rank == 0) {
+    if (*resize && rank == 0) {
         printf("dtrun: elastic resize: a node waits to join; stopped after step %lld (checkpoint saved), "
                "the group re-rendezvous\n", (long long)step);
         fflush(stdout);
@@ -144,28 +146,24 @@ dt_status_t dt_train_elastic_poll(dt_trainer_t *t, int64_t step, int *resize) {
     return DT_STATUS_OK;
 }
 
-void dt_train_elastic_note_checkpoint(dt_trainer_t *t, const dt_ckpt_t *c) {
-    t->resumed_world_size = dt_ckpt_world_size(c);
-    t->resumed_accumulation = meta_config_int(c, "gradient_accumulation_steps");
-}
-
-void dt_train_elastic_note_resume(dt_trainer_t *t, int64_t last_logged) {
-    if (t->env->rank != 0) return;
+void dt_train_elastic_note_resume(const dt_train_resume *r, const dt_config_t *cfg, int rank, int world_size,
+                                  int restart_count, int accum, const char *log_dir, int64_t last_logged) {
+    if (rank != 0) return;
     char path[4200];
-    snprintf(path, sizeof path, "%s/resizes.jsonl", t->log_dir);
-    if (t->start_step == 0) {
+    snprintf(path, sizeof path, "%s/resizes.jsonl", log_dir);
+    if (r->start_step == 0) {
         if (unlink(path) != 0 && errno != ENOENT) DT_LOG_WARN("cannot remove %s: %s", path, strerror(errno));
         return;
     }
     if (!dt_train_elastic_on()) return;
-    int old_ws = t->resumed_world_size;
-    int64_t old_accum = t->resumed_accumulation;
-    if (!old_ws || old_ws == t->env->world_size) return;
-    int64_t last = last_logged, lost = last > t->start_step ? last - t->start_step : 0;
+    int old_ws = r->resumed_world_size;
+    int64_t old_accum = r->resumed_accumulation;
+    if (!old_ws || old_ws == world_size) return;
+    int64_t last = last_logged, lost = last > r->start_step ? last - r->start_step : 0;
     printf("dtrun: elastic resize: world size %d -> %d, gradient accumulation %lld -> %d (global batch %lld kept), "
            "resumed from the checkpoint of step %lld, %lld step(s) lost\n",
-           old_ws, t->env->world_size, (long long)old_accum, t->accum, (long long)t->cfg->train_batch_size,
-           (long long)t->start_step, (long long)lost);
+           old_ws, world_size, (long long)old_accum, accum, (long long)cfg->train_batch_size,
+           (long long)r->start_step, (long long)lost);
     fflush(stdout);
     FILE *f = fopen(path, "a");
     if (!f) {
@@ -175,15 +173,15 @@ void dt_train_elastic_note_resume(dt_trainer_t *t, int64_t last_logged) {
     fprintf(f,
             "{\"from_world_size\": %d, \"to_world_size\": %d, \"from_accumulation\": %lld, \"to_accumulation\": %d, "
             "\"train_batch_size\": %lld, \"resumed_step\": %lld, \"steps_lost\": %lld, \"restart_count\": %d}\n",
-            old_ws, t->env->world_size, (long long)old_accum, t->accum, (long long)t->cfg->train_batch_size,
-            (long long)t->start_step, (long long)lost, t->env->restart_count);
+            old_ws, world_size, (long long)old_accum, accum, (long long)cfg->train_batch_size,
+            (long long)r->start_step, (long long)lost, restart_count);
     if (fclose(f) != 0) DT_LOG_WARN("cannot record the resize in %s: %s", path, strerror(errno));
 }
 
-void dt_train_elastic_summary(const dt_trainer_t *t, cJSON *summary) {
+void dt_train_elastic_summary(const char *log_dir, cJSON *summary) {
     cJSON *list = cJSON_AddArrayToObject(summary, "resizes");
     char path[4200];
-    snprintf(path, sizeof path, "%s/resizes.jsonl", t->log_dir);
+    snprintf(path, sizeof path, "%s/resizes.jsonl", log_dir);
     FILE *f = fopen(path, "r");
     if (!f) return;
     char *line = NULL;

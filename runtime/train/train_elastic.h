@@ -30,9 +30,9 @@
 #include "common/status.h"
 #include "runtime/config/config.h" /* defines: dt_config_t */
 
-struct dt_trainer;
 struct cJSON;
-struct dt_ckpt;
+struct dt_dp;
+struct dt_train_resume;
 
 /* 1 when the agent started this worker for an elastic run (DTRUN_ELASTIC set). */
 int dt_train_elastic_on(void);
@@ -52,19 +52,19 @@ dt_status_t dt_train_elastic_check(const dt_config_t *cfg, int nnodes_min, int n
  * each boundary; a no-op outside an elastic run and off the boundaries): *resize = 1
  * when any rank's agent asked for a resize and every rank's save of this step
  * succeeded (else the resize waits for the next boundary). */
-dt_status_t dt_train_elastic_poll(struct dt_trainer *t, int64_t step, int *resize);
+dt_status_t dt_train_elastic_poll(const dt_config_t *cfg, int rank, struct dt_dp *dp, const struct dt_train_resume *r,
+                                  int64_t step, int *resize);
 /* 1 after dt_train_elastic_poll said resize: the worker exits DT_EXIT_RESIZE. */
 int dt_train_elastic_resizing(void);
 
-/* While the checkpoint resumed from is loaded (every rank): its world size and
- * accumulation at save, for dt_train_elastic_note_resume. */
-void dt_train_elastic_note_checkpoint(struct dt_trainer *t, const struct dt_ckpt *c);
-/* After a resume to start_step (rank 0; last_logged: the newest step metrics.jsonl
- * held before it was trimmed): a resize when the checkpoint's world size differs;
- * logged and appended to resizes.jsonl. A fresh run (start_step 0) removes an old
- * resizes.jsonl. */
-void dt_train_elastic_note_resume(struct dt_trainer *t, int64_t last_logged);
-/* summary.json's "resizes": the records of resizes.jsonl (an empty list when none). */
-void dt_train_elastic_summary(const struct dt_trainer *t, struct cJSON *summary);
+/* After a resume to r->start_step (rank 0 of world_size, restart_count its attempt;
+ * last_logged: the newest step metrics.jsonl held before it was trimmed): a resize when
+ * the checkpoint's world size (r->resumed_world_size, train_ckpt.h) differs, with
+ * accumulation accum now; logged and appended to <log_dir>/resizes.jsonl. A fresh run
+ * (start_step 0) removes an old resizes.jsonl. */
+void dt_train_elastic_note_resume(const struct dt_train_resume *r, const dt_config_t *cfg, int rank, int world_size,
+                                  int restart_count, int accum, const char *log_dir, int64_t last_logged);
+/* summary.json's "resizes": the records of <log_dir>/resizes.jsonl (an empty list when none). */
+void dt_train_elastic_summary(const char *log_dir, struct cJSON *summary);
 
 #endif /* DT_RUNTIME_TRAIN_ELASTIC_H */

@@ -1,17 +1,20 @@
 /*
- * train_lora.c - the trainer's LoRA (runtime/model/lora.h): the config's lora
- * section as a spec, its checks before workers start, and the set-up that makes the
- * trained layout the adapters' (the base frozen in its own buffers, read from
+ * train_lora.c - the trainer's LoRA (train_lora.h; runtime/model/lora.h): the config's
+ * lora section as a spec, its checks before workers start, and the set-up that makes
+ * the trained layout the adapters' (the base frozen in its own buffers, read from
  * model.pretrained), with the adapters' initial values from PEFT's initialisation
- * or from a PEFT adapter (lora.init).
+ * or from a PEFT adapter (lora.init); its bytes in summary.json.
  */
+#include "runtime/train/train_lora.h"
+
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "common/log.h" /* defines: DT_LOG_INFO */
 #include "runtime/ckpt/safetensors.h" /* defines: dt_st_open, dt_st_find, dt_st_read_f32 */
-#include "runtime/train/trainer_impl.h"
+#include "runtime/train/train_spec.h"
 
 /* The PEFT adapter file lora.init names: the path, or DIR/adapter_model.safetensors. */
 static void adapter_file(const char *path, char *out, size_t len) {
@@ -39,7 +42,7 @@ dt_status_t dt_train_lora_spec_(const dt_config_t *cfg, dt_dtype_t compute, dt_l
     return DT_STATUS_OK;
 }
 
-dt_status_t dt_trainer_check_lora(const dt_config_t *cfg) {
+dt_status_t dt_train_lora_check_(const dt_config_t *cfg) {
     if (cfg->lora.r == 0) return DT_STATUS_OK;
     if (!cfg->model_pretrained)
         return dt_error(DT_STATUS_CONFIG, "lora.r: LoRA fine-tunes a pretrained model: set model.pretrained (a Hugging "
@@ -88,8 +91,8 @@ dt_status_t dt_trainer_check_lora(const dt_config_t *cfg) {
 }
 
 /* Elements [offset, offset + count) of the adapters from lora.init's file. */
-static dt_status_t fill_from_file(dt_trainer_t *t, size_t offset, size_t count, float *dst) {
-    const dt_model_layout *a = &t->layout;
+static dt_status_t fill_from_file(const dt_train_lora *l, const dt_model_layout *a, size_t offset, size_t count,
+                                  float *dst) {
     for (int i = 0; i < a->n_tensors; i++) {
         const dt_tensor_info *ti = &a->tensors[i];
         size_t lo = ti->offset > offset ? ti->offset : offset;
@@ -97,53 +100,66 @@ static dt_status_t fill_from_file(dt_trainer_t *t, size_t offset, size_t count, 
         if (lo >= hi) continue;
         char name[128];
         snprintf(name, sizeof name, "%s%s", dt_lora_peft_prefix(a), ti->name);
-        const dt_st_tensor *x = dt_st_find(t->lora_init, name);
+        const dt_st_tensor *x = dt_st_find(l->init, name);
         if (!x || x->numel != ti->numel)
             return dt_error(DT_STATUS_CONFIG, "lora.init: no %s of %zu elements", name, ti->numel);
-        DT_CHECK(dt_st_read_f32(t->lora_init, x, lo - ti->offset, hi - lo, dst + (lo - offset)));
+        DT_CHECK(dt_st_read_f32(l->init, x, lo - ti->offset, hi - lo, dst + (lo - offset)));
     }
     return DT_STATUS_OK;
 }
 
-dt_status_t dt_train_lora_fill_(dt_trainer_t *t, size_t offset, size_t count, float *dst) {
-    if (t->lora_init) return fill_from_file(t, offset, count, dst);
-    dt_lora_init_range(&t->lora, (uint64_t)t->cfg->seed, offset, count, dst);
+dt_status_t dt_train_lora_fill_(const dt_train_lora *l, const dt_model_layout *adapters, size_t offset, size_t count,
+                                float *dst) {
+    if (l->init) return fill_from_file(l, adapters, offset, count, dst);
+    dt_lora_init_range(&l->lora, l->seed, offset, count, dst);
     return DT_STATUS_OK;
 }
 
 static dt_status_t read_base(void *ctx, size_t goffset, size_t n, float *dst) {
-    return dt_hf_weights_fill(((dt_trainer_t *)ctx)->hf, goffset, n, dst);
+    return dt_hf_weights_fill(ctx, goffset, n, dst);
 }
 
-dt_status_t dt_train_lora_setup_(dt_trainer_t *t) {
-    const dt_config_t *cfg = t->cfg;
+dt_status_t dt_train_lora_setup_(dt_train_lora *l, const dt_config_t *cfg, dt_device_t *dev, int rank,
+                                 dt_model_layout *layout, dt_hf_weights_t **hf) {
     dt_lora_spec ls;
-    DT_CHECK(dt_train_lora_spec_(cfg, t->dev->ops->dtype, &ls));
-    t->base_layout = t->layout; /* the model becomes the frozen base; the trained layout the adapters */
-    memset(&t->layout, 0, sizeof t->layout);
-    DT_CHECK(dt_lora_init(&t->base_layout, &ls, t->dev->ops->dtype, &t->lora, &t->layout));
-    DT_CHECK(dt_hf_weights_open(cfg->model_pretrained, &t->base_layout, &t->hf));
-    DT_CHECK(dt_lora_load(&t->lora, t->dev, read_base, t));
+    DT_CHECK(dt_train_lora_spec_(cfg, dev->ops->dtype, &ls));
+    l->seed = (uint64_t)cfg->seed;
+    l->base_layout = *layout; /* the model becomes the frozen base; the trained layout the adapters */
+    memset(layout, 0, sizeof *layout);
+    DT_CHECK(dt_lora_init(&l->base_layout, &ls, dev->ops->dtype, &l->lora, layout));
+    DT_CHECK(dt_hf_weights_open(cfg->model_pretrained, &l->base_layout, hf));
+    DT_CHECK(dt_lora_load(&l->lora, dev, read_base, *hf));
     if (cfg->lora.init) {
         char path[4096];
         adapter_file(cfg->lora.init, path, sizeof path);
-        dt_status_t st = dt_st_open(path, &t->lora_init);
+        dt_status_t st = dt_st_open(path, &l->init);
         if (st != DT_STATUS_OK) return dt_error(DT_STATUS_CONFIG, "lora.init: %s", dt_error_detail());
     }
-    if (t->env->rank == 0)
+    if (rank == 0)
         DT_LOG_INFO("lora: r %d, alpha %g, %d adapter tensors, %zu trainable parameters; frozen base %zu parameters "
                     "in %.1f MB (%s)",
-                    ls.r, ls.alpha, t->layout.n_tensors, t->layout.n_params, t->base_layout.n_params,
-                    (double)dt_lora_base_state_bytes(&t->lora) / 1e6,
-                    ls.base == DT_LORA_BASE_INT8 ? "int8 linears" : dt_dtype_name(t->dev->ops->dtype));
+                    ls.r, ls.alpha, layout->n_tensors, layout->n_params, l->base_layout.n_params,
+                    (double)dt_lora_base_state_bytes(&l->lora) / 1e6,
+                    ls.base == DT_LORA_BASE_INT8 ? "int8 linears" : dt_dtype_name(dev->ops->dtype));
     return DT_STATUS_OK;
 }
 
-void dt_train_lora_free_(dt_trainer_t *t) {
-    if (t->lora_init) dt_st_close(t->lora_init);
-    t->lora_init = NULL;
-    if (t->lora.adapter) {
-        dt_lora_free(&t->lora);
-        dt_model_layout_free(&t->base_layout);
+int dt_train_lora_on_(const dt_train_lora *l) { return l->lora.adapter != NULL; }
+
+void dt_train_lora_free_(dt_train_lora *l) {
+    if (l->init) dt_st_close(l->init);
+    l->init = NULL;
+    if (l->lora.adapter) {
+        dt_lora_free(&l->lora);
+        dt_model_layout_free(&l->base_layout);
     }
+}
+
+double dt_train_lora_base_bytes_(const dt_train_lora *l) {
+    return l->lora.adapter ? (double)dt_lora_base_state_bytes(&l->lora) : 0;
+}
+
+void dt_train_lora_write_rank_summary_(const dt_train_lora *l, double base_bytes, cJSON *ms) {
+    if (l->lora.adapter) /* in params: the frozen base (lora.h: dt_lora_base_state_bytes) */
+        cJSON_AddNumberToObject(ms, "lora_base", base_bytes);
 }

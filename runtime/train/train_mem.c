@@ -7,6 +7,8 @@
  * (exit 2) naming the shortfall, the biggest consumer and the cheapest change that
  * fits. DTRUN_SKIP_MEMORY_CHECK=1 skips the check.
  */
+#include "runtime/train/train_mem.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +16,7 @@
 #include "common/log.h"
 #include "common/meminfo.h"
 #include "runtime/tools/mem_check.h" /* defines: dt_mem_check */
-#include "runtime/train/trainer_impl.h"
+#include "runtime/train/metrics.h"     /* defines: dt_peak_flops_gpu */
 
 /* The host's memory for this node's ranks: the agent's sample taken before it
  * started them (DTRUN_NODE_MEM_AVAILABLE "<bytes> <what>"), so that a rank checking
@@ -33,34 +35,35 @@ static double host_available(const char **what) {
     return dt_meminfo_host_available(what);
 }
 
-dt_status_t dt_train_mem_check_(dt_trainer_t *t, const dt_model_spec *spec) {
+dt_status_t dt_train_mem_check_(const dt_config_t *cfg, const dt_torchenv_t *env, dt_device_t *dev,
+                                const dt_model_spec *spec) {
     const char *skip = getenv("DTRUN_SKIP_MEMORY_CHECK");
     if (skip && !strcmp(skip, "1")) return DT_STATUS_OK;
-    dt_mem_check_in in = {.cfg = t->cfg, .spec = spec, .world_size = t->env->world_size,
-                          .local_world_size = t->env->local_world_size > 0 ? t->env->local_world_size : 1,
-                          .cpu_threads = t->dev->nthreads};
+    dt_mem_check_in in = {.cfg = cfg, .spec = spec, .world_size = env->world_size,
+                          .local_world_size = env->local_world_size > 0 ? env->local_world_size : 1,
+                          .cpu_threads = dev->nthreads};
     char what[160];
-    if (t->dev->kind == DT_DEVICE_CUDA && t->dev->ops->mem_info) {
+    if (dev->kind == DT_DEVICE_CUDA && dev->ops->mem_info) {
         size_t free_b = 0, total_b = 0;
-        DT_CHECK(t->dev->ops->mem_info(t->dev, &free_b, &total_b));
+        DT_CHECK(dev->ops->mem_info(dev, &free_b, &total_b));
         int ngpu = dt_device_count(DT_DEVICE_CUDA);
         in.gpu = 1;
         in.gpu_sharers = ngpu > 0 ? (in.local_world_size + ngpu - 1) / ngpu : 1;
         dt_attention_kind_t ak;
         if (dt_attention_kind_from_env(&ak) == DT_STATUS_OK) in.gpu_attention_fused = ak == DT_ATTENTION_FUSED;
         in.avail_bytes = (double)free_b;
-        in.device_name = t->dev->name;
-        in.peak_flops = dt_peak_flops_gpu(t->dev->name);
-        snprintf(what, sizeof what, "free on GPU %d (%s, %.2f GB in all)", t->dev->ordinal, t->dev->name,
+        in.device_name = dev->name;
+        in.peak_flops = dt_peak_flops_gpu(dev->name);
+        snprintf(what, sizeof what, "free on GPU %d (%s, %.2f GB in all)", dev->ordinal, dev->name,
                  (double)total_b / 1e9);
         in.avail_what = what;
     } else {
         in.avail_bytes = host_available(&in.avail_what);
         if (in.avail_bytes <= 0) return DT_STATUS_OK; /* unknown: nothing to compare with */
-        in.peak_flops = t->dev->ops->peak_flops ? t->dev->ops->peak_flops(t->dev) : 0;
+        in.peak_flops = dev->ops->peak_flops ? dev->ops->peak_flops(dev) : 0;
     }
     dt_mem_check_out out;
     DT_CHECK(dt_mem_check(&in, &out));
     if (!out.checked || out.fits) return DT_STATUS_OK;
-    return dt_error(DT_STATUS_CONFIG, "rank %d: %s", t->env->rank, out.message);
+    return dt_error(DT_STATUS_CONFIG, "rank %d: %s", env->rank, out.message);
 }

@@ -1,10 +1,11 @@
 /*
  * train_summary.c - rank 0's summary.json at the end of a run: the run's figures
  * (losses, tokens, wall time), the parallel layout, recomputation, the strategy and
- * its overlap, the stragglers, resizes and asynchronous saves, and every rank's
- * memory figures (model state by kind, buffers, activations, host state under
- * offload, its pipeline stage), which each rank measures (dt_train_my_memory_) and
- * the trainer gathers.
+ * its overlap, and every rank's memory figures (model state by kind, buffers,
+ * activations, host state under offload), which each rank measures
+ * (dt_train_my_memory_) and the trainer gathers. The parts write their own keys in
+ * their places: the pipeline's (train_parallel.c), LoRA's (train_lora.c), the
+ * resizes (train_elastic.c), asynchronous saves (train_async.c), the stragglers.
  */
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -16,12 +17,15 @@
 #include "runtime/parallel/dp.h"
 #include "runtime/train/metrics.h"
 #include "runtime/train/train_elastic.h"
+#include "runtime/train/train_lora.h"
+#include "runtime/train/train_parallel.h"
 #include "runtime/train/trainer_impl.h"
 
 /* Memory figures of one rank, in the order summary.json lists them. */
 enum {
     MEM_PEAK, MEM_PARAMS, MEM_GRADS, MEM_MASTER, MEM_OPTIM, MEM_ACT, MEM_COMM, MEM_EXPECT, MEM_WORK,
-    MEM_STAGE, MEM_BUBBLE, MEM_PP_COMPUTE, MEM_ARENAS, /* the pipeline's figures ride along */
+    MEM_PP, /* the pipeline's DT_TRAIN_PP_FIGS figures ride along (dt_train_pp_my_figures_) */
+    MEM_PP_END = MEM_PP + DT_TRAIN_PP_FIGS - 1,
     MEM_HOST, MEM_HOST_MASTER, MEM_HOST_OPTIM, MEM_HOST_GRADS, /* optimizer offload: host memory */
     MEM_LORA_BASE, /* LoRA: the frozen base's bytes */
     MEM_N
@@ -39,14 +43,10 @@ void dt_train_my_memory_(dt_trainer_t *t, double *v) {
     v[MEM_OPTIM] = (double)dt_mem_peak(DT_MEM_OPTIM);
     v[MEM_ACT] = (double)dt_mem_peak(DT_MEM_ACTIVATIONS);
     v[MEM_COMM] = (double)dt_mem_peak(DT_MEM_COMM);
-    v[MEM_LORA_BASE] = t->lora.adapter ? (double)dt_lora_base_state_bytes(&t->lora) : 0;
+    v[MEM_LORA_BASE] = dt_train_lora_base_bytes_(&t->lora);
     v[MEM_EXPECT] = (double)(e.params + e.grads + e.master + e.optim) + v[MEM_LORA_BASE];
     v[MEM_WORK] = (double)e.work;
-    v[MEM_STAGE] = t->place.pp_rank;
-    double steps = t->pp_steps > 0 ? (double)t->pp_steps : 1;
-    v[MEM_BUBBLE] = t->pp_span_ms > 0 ? 1 - t->pp_compute_ms / t->pp_span_ms : 0;
-    v[MEM_PP_COMPUTE] = t->pp_compute_ms / steps;
-    v[MEM_ARENAS] = t->pp_arenas;
+    dt_train_pp_my_figures_(&t->pp, v + MEM_PP);
     v[MEM_HOST] = (double)dt_mem_peak(DT_MEM_OFFLOAD);
     v[MEM_HOST_MASTER] = (double)e.host_master;
     v[MEM_HOST_OPTIM] = (double)e.host_optim;
@@ -63,21 +63,12 @@ dt_status_t dt_train_write_summary_(dt_trainer_t *t, double final_loss, double f
     cJSON_AddNumberToObject(o, "wall_s", wall_s);
     cJSON_AddNumberToObject(o, "tokens_per_s", tokens / wall_s);
     cJSON_AddNumberToObject(o, "world_size", t->env->world_size);
-    dt_train_elastic_summary(t, o); /* "resizes": [] unless an elastic run changed size */
+    dt_train_elastic_summary(t->log_dir, o); /* "resizes": [] unless an elastic run changed size */
     cJSON *lay = cJSON_AddObjectToObject(o, "parallel");
     cJSON_AddNumberToObject(lay, "tensor_parallel", t->place.tp_size);
     cJSON_AddBoolToObject(lay, "sequence_parallel", t->layout.sequence_parallel);
     cJSON_AddNumberToObject(lay, "pipeline_parallel", t->place.pp_size);
-    if (t->pp) {
-        cJSON_AddStringToObject(lay, "schedule", dt_pp_schedule_name(dt_train_pp_schedule_(t->cfg)));
-        cJSON_AddNumberToObject(lay, "virtual_stages", (double)t->cfg->pp.virtual_stages);
-        cJSON_AddNumberToObject(lay, "micro_batches", t->accum);
-        cJSON_AddNumberToObject(lay, "bubble_ideal", dt_pp_bubble_ideal(dt_train_pp_schedule_(t->cfg), t->place.pp_size,
-                                                                        (int)t->cfg->pp.virtual_stages, t->accum));
-        cJSON *b = cJSON_AddArrayToObject(lay, "bounds"); /* chunk k: blocks [bounds[k], bounds[k+1]) */
-        for (int k = 0; k <= t->place.pp_size * (int)t->cfg->pp.virtual_stages; k++)
-            cJSON_AddItemToArray(b, cJSON_CreateNumber(t->pp_bounds[k]));
-    }
+    dt_train_pp_write_summary_(&t->pp, lay); /* schedule, micro-batches, bubble, bounds */
     cJSON_AddNumberToObject(lay, "data_parallel", t->place.dp_size);
     cJSON *ac = cJSON_AddObjectToObject(o, "activation_checkpointing"); /* this rank's layout */
     cJSON_AddStringToObject(ac, "policy", dt_model_recompute_name((dt_model_recompute_t)t->layout.recompute));
@@ -115,8 +106,7 @@ dt_status_t dt_train_write_summary_(dt_trainer_t *t, double final_loss, double f
         cJSON_AddNumberToObject(ms, "optim", v[MEM_OPTIM]);
         cJSON_AddNumberToObject(ms, "total", v[MEM_PARAMS] + v[MEM_GRADS] + v[MEM_MASTER] + v[MEM_OPTIM]);
         cJSON_AddNumberToObject(ms, "expected", v[MEM_EXPECT]);
-        if (t->lora.adapter) /* in params: the frozen base (lora.h: dt_lora_base_state_bytes) */
-            cJSON_AddNumberToObject(ms, "lora_base", v[MEM_LORA_BASE]);
+        dt_train_lora_write_rank_summary_(&t->lora, v[MEM_LORA_BASE], ms);
         /* comm: the communicator's buffers plus dp's bucket/unit buffers (dp_buffer_bytes) */
         cJSON_AddNumberToObject(r, "comm_buffer_bytes", v[MEM_COMM]);
         cJSON_AddNumberToObject(r, "dp_buffer_bytes", v[MEM_WORK]);
@@ -129,13 +119,7 @@ dt_status_t dt_train_write_summary_(dt_trainer_t *t, double final_loss, double f
             cJSON_AddNumberToObject(h, "total", v[MEM_HOST]);
             cJSON_AddNumberToObject(h, "expected", v[MEM_HOST_MASTER] + v[MEM_HOST_OPTIM] + v[MEM_HOST_GRADS]);
         }
-        if (t->pp) { /* its stage, what it computed per step and how long it waited (the bubble) */
-            cJSON *p = cJSON_AddObjectToObject(r, "pipeline");
-            cJSON_AddNumberToObject(p, "stage", v[MEM_STAGE]);
-            cJSON_AddNumberToObject(p, "compute_ms_per_step", v[MEM_PP_COMPUTE]);
-            cJSON_AddNumberToObject(p, "bubble", v[MEM_BUBBLE]);
-            cJSON_AddNumberToObject(p, "activation_arenas", v[MEM_ARENAS]);
-        }
+        dt_train_pp_write_rank_summary_(&t->pp, v + MEM_PP, r);
         cJSON_AddItemToArray(ranks, r);
     }
     char *text = cJSON_Print(o);

@@ -37,6 +37,10 @@
 #include "runtime/train/sched.h"
 #include "runtime/train/train_ckpt.h"
 #include "runtime/train/train_elastic.h"
+#include "runtime/train/train_lora.h"
+#include "runtime/train/train_mem.h"
+#include "runtime/train/train_parallel.h"
+#include "runtime/train/train_spec.h"
 #include "runtime/train/trainer_impl.h"
 
 /* Token models read the data; feature models draw the model's synthetic samples,
@@ -53,32 +57,6 @@ static dt_status_t next_batch(dt_trainer_t *t, dt_batch *batch) {
         batch->features = t->features;
     }
     batch->targets = t->targets;
-    return DT_STATUS_OK;
-}
-
-/* data.train's sources: the config's list, or its one path with weight 1. */
-int dt_trainer_sources_(const dt_config_t *cfg, dt_data_source *out) {
-    if (cfg->data.n_sources == 0) {
-        out[0] = (dt_data_source){.path = cfg->data.train, .weight = 1.0};
-        return 1;
-    }
-    for (int i = 0; i < cfg->data.n_sources && i < DT_DATA_MAX_SOURCES; i++)
-        out[i] = (dt_data_source){.path = cfg->data.sources[i].path, .weight = cfg->data.sources[i].weight};
-    return cfg->data.n_sources;
-}
-
-/* The configured model's spec; a token model's vocabulary 0 comes from the data
- * (uint32 shards have no default: dt_data_open asks for model.vocab_size). */
-dt_status_t dt_trainer_spec_(const dt_config_t *cfg, dt_model_spec *spec) {
-    dt_model_spec_copy(&cfg->model, spec);
-    if (spec->ops->data == DT_MODEL_DATA_TOKENS && spec->vocab_size == 0) {
-        dt_data_source src[DT_DATA_MAX_SOURCES] = {{0}};
-        dt_trainer_sources_(cfg, src);
-        dt_data_kind_t kind;
-        int width;
-        DT_CHECK(dt_data_detect_width(src[0].path, &kind, &width));
-        if (width != 4) spec->vocab_size = dt_data_default_vocab(kind);
-    }
     return DT_STATUS_OK;
 }
 
@@ -172,7 +150,8 @@ static dt_status_t hf_read(void *ctx, size_t goffset, size_t n, float *dst) {
  * piece's): model.pretrained's weights, else the seed's. */
 static dt_status_t init_fill(void *ctx, size_t offset, size_t count, float *dst) {
     dt_trainer_t *t = ctx;
-    if (t->lora.adapter) return dt_train_lora_fill_(t, offset, count, dst); /* the adapters */
+    if (dt_train_lora_on_(&t->lora)) /* the adapters */
+        return dt_train_lora_fill_(&t->lora, &t->layout, offset, count, dst);
     if (t->hf) return dt_model_tp_fill(&t->layout, offset, count, dst, hf_read, t); /* a TP piece: its parts */
     dt_model_init_range(&t->layout, (uint64_t)t->cfg->seed, offset, count, dst);
     return DT_STATUS_OK;
@@ -213,7 +192,7 @@ static dt_status_t ckpt_dp_fresh(void *ctx, const dt_dp_range *r) {
 static dt_status_t ckpt_load(void *ctx, dt_ckpt_t *c) {
     ckpt_load_ctx *x = ctx;
     x->c = c;
-    if (c) dt_train_elastic_note_checkpoint(x->t, c); /* what an elastic resize reports */
+    if (c) dt_train_resume_note_checkpoint_(&x->t->resume, c); /* what an elastic resize reports */
     return dt_dp_load_ranges(x->t->dp, c ? ckpt_dp_read : ckpt_dp_fresh, x);
 }
 
@@ -231,7 +210,7 @@ static dt_train_ckpt ckpt_view(dt_trainer_t *t, dt_train_ckpt_owned **owned, ckp
                        .world_size = t->env->world_size, .owned = *owned, .n_owned = n, .data = t->data,
                        .rng = &t->rng, .load = ckpt_load, .load_ctx = lc,
                        .params_fp32 = dt_dp_has_master(t->dp), .state_host = dt_dp_offloaded(t->dp),
-                       .run_id = t->run_id};
+                       .run_id = t->resume.run_id};
     if (n == 0) c.n_owned = -1; /* owns nothing (an HSDP replica): writes an empty shard */
     if (t->env->world_size > 1) {
         c.barrier = ckpt_barrier, c.barrier_ctx = t;
@@ -252,16 +231,19 @@ static dt_status_t resume_checkpoint(dt_trainer_t *t) {
      * restart finds this run's own). */
     if (t->env->restart_count == 0) DT_CHECK(dt_train_ckpt_check_start(t->cfg));
     dt_train_ckpt c = ckpt_view(t, &owned, &lc);
-    dt_status_t st = dt_train_ckpt_resume(&c, &t->start_step);
+    dt_train_resume *r = &t->resume;
+    dt_status_t st = dt_train_ckpt_resume(&c, &r->start_step);
     if (st == DT_STATUS_OK && t->cfg->checkpoint.async && dt_train_ckpt_enabled(t->cfg))
         dt_train_async_prepare(&t->async, &c); /* the staging arena, before the first step */
     free(owned);
     DT_CHECK(st);
-    t->saved_step = t->start_step;
+    r->saved_step = r->start_step;
     int64_t last_logged = 0; /* the newest step metrics.jsonl held: the steps an elastic resize lost */
-    if (t->start_step > 0 && t->env->rank == 0)
-        DT_CHECK(dt_train_ckpt_trim_metrics(t->log_dir, t->start_step, &last_logged));
-    dt_train_elastic_note_resume(t, last_logged); /* a resume at another world size is a resize */
+    if (r->start_step > 0 && t->env->rank == 0)
+        DT_CHECK(dt_train_ckpt_trim_metrics(t->log_dir, r->start_step, &last_logged));
+    /* a resume at another world size is a resize */
+    dt_train_elastic_note_resume(r, t->cfg, t->env->rank, t->env->world_size, t->env->restart_count, t->accum,
+                                 t->log_dir, last_logged);
     dt_train_ckpt_catch_preemption();
     return DT_STATUS_OK;
 }
@@ -294,7 +276,7 @@ static dt_status_t after_step(dt_trainer_t *t, int64_t step, int *stop) {
     int last = step == t->cfg->train_steps, on = dt_train_ckpt_enabled(t->cfg);
     const char *why = sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : sig ? "SIGUSR2" : last ? "final"
                                                                                                  : "every_steps";
-    if (on && (sig || step % every == 0 || last) && t->saved_step != step) {
+    if (on && (sig || step % every == 0 || last) && t->resume.saved_step != step) {
         dt_train_ckpt_owned *owned;
         ckpt_load_ctx lc;
         dt_train_ckpt c = ckpt_view(t, &owned, &lc);
@@ -307,12 +289,12 @@ static dt_status_t after_step(dt_trainer_t *t, int64_t step, int *stop) {
             if (last || sig) return st;
             DT_LOG_ERROR("%s; training continues", dt_error_detail());
         } else {
-            t->saved_step = step;
+            t->resume.saved_step = step;
         }
     }
     if (!sig) { /* elastic: a node waits to join, every rank stops after this boundary's save */
         int resize = 0;
-        DT_CHECK(dt_train_elastic_poll(t, step, &resize));
+        DT_CHECK(dt_train_elastic_poll(t->cfg, t->env->rank, t->dp, &t->resume, step, &resize));
         /* an async save of this boundary is committed before the workers exit (every
          * rank got the same answer: the settle is collective) */
         if (resize) DT_CHECK(dt_train_async_settle(t->async, t->dp, 1));
@@ -334,13 +316,14 @@ static dt_status_t setup(dt_trainer_t *t) {
     DT_CHECK(open_device(cfg, t->env, &t->dev));
     DT_CHECK(dt_trainer_spec_(cfg, &spec));
     t->place = dt_tp_place_of(t->env->rank, t->env->world_size, (int)cfg->tp.size, (int)cfg->pp.stages);
-    DT_CHECK(dt_train_layout_(t, &spec));
+    dt_train_pp_init_(&t->pp, cfg, t->place);
+    DT_CHECK(dt_train_layout_(&t->pp, &spec, t->env->rank == 0, &t->layout));
     /* before the net and the strategy: the arena and FSDP's use sequence follow it */
     dt_model_layout_set_recompute(&t->layout, (dt_model_recompute_t)cfg->recompute.policy, (int)cfg->recompute.every);
     t->B = (int)cfg->train_micro_batch_size_per_gpu;
     t->accum = (int)cfg->gradient_accumulation_steps;
     t->T = t->layout.seq_len;
-    DT_CHECK(dt_train_mem_check_(t, &spec)); /* before anything big is allocated */
+    DT_CHECK(dt_train_mem_check_(cfg, t->env, t->dev, &spec)); /* before anything big is allocated */
     if (spec.ops->data == DT_MODEL_DATA_TOKENS) {
         dt_data_source src[DT_DATA_MAX_SOURCES];
         int n_src = dt_trainer_sources_(cfg, src);
@@ -354,9 +337,9 @@ static dt_status_t setup(dt_trainer_t *t) {
         DT_CHECK(dt_data_open(&o, &t->data));
     }
     if (cfg->lora.r > 0) { /* the net computes the base model; dp holds the adapters */
-        DT_CHECK(dt_train_lora_setup_(t));
-        DT_CHECK(dt_net_init(&t->net, t->dev, &t->base_layout, t->B));
-        DT_CHECK(dt_net_lora_attach(&t->net, &t->lora));
+        DT_CHECK(dt_train_lora_setup_(&t->lora, cfg, t->dev, t->env->rank, &t->layout, &t->hf));
+        DT_CHECK(dt_net_init(&t->net, t->dev, &t->lora.base_layout, t->B));
+        DT_CHECK(dt_net_lora_attach(&t->net, &t->lora.lora));
     } else {
         DT_CHECK(dt_net_init(&t->net, t->dev, &t->layout, t->B));
     }
@@ -411,7 +394,7 @@ static dt_status_t setup(dt_trainer_t *t) {
         dp_comm = t->dp_comm;
         dpo.all = t->comm, dpo.tp = t->tp_comm, dpo.pp = t->pp_comm;
     }
-    if (t->lora.adapter) { /* the adapters' initial values; the base was read */
+    if (dt_train_lora_on_(&t->lora)) { /* the adapters' initial values; the base was read */
         dpo.fill = init_fill, dpo.fill_ctx = t, dpo.init_id = dt_hf_weights_id(t->hf);
     } else if (cfg->model_pretrained) { /* initial weights from the files, each rank reading what it holds */
         DT_CHECK(dt_hf_weights_open(cfg->model_pretrained, t->layout.global ? t->layout.global : &t->layout,
@@ -444,25 +427,21 @@ static dt_status_t setup(dt_trainer_t *t) {
         t->peak_flops = dt_peak_flops_gpu(t->dev->name);
     snprintf(t->log_dir, sizeof t->log_dir, "%s", cfg->log.dir ? cfg->log.dir : "runs/latest");
     dt_rng_seed(&t->rng, (uint64_t)cfg->seed, 0x747261696eull);
-    DT_CHECK(dt_train_pp_init_(t));
+    DT_CHECK(dt_train_pp_start_(&t->pp, t->dev, &t->net, t->dp, t->pp_comm, t->tp, t->B, t->T));
     DT_CHECK(resume_checkpoint(t));
-    DT_CHECK(dt_pp_sync_tied(t->pp)); /* the last stage's copy of a tied embedding */
-    if (t->env->rank == 0) DT_CHECK(dt_metrics_open(t->log_dir, t->start_step == 0, &t->metrics));
+    DT_CHECK(dt_pp_sync_tied(t->pp.engine)); /* the last stage's copy of a tied embedding */
+    if (t->env->rank == 0) DT_CHECK(dt_metrics_open(t->log_dir, t->resume.start_step == 0, &t->metrics));
     return DT_STATUS_OK;
 }
 
 static void teardown(dt_trainer_t *t) {
     dt_train_async_free(t->async); /* waits for a background write (not committed) */
-    dt_pp_free(t->pp);
-    free(t->mb_tokens);
-    free(t->mb_targets);
-    free(t->mb_batches);
-    free(t->pp_bounds);
+    dt_train_pp_free_(&t->pp);
     dt_stragglers_free(t->stragglers);
     dt_dp_free(t->dp);
     dt_hf_weights_close(t->hf);
     if (t->dev) dt_net_free(&t->net);
-    dt_train_lora_free_(t);
+    dt_train_lora_free_(&t->lora);
     dt_tp_free(t->tp);
     dt_comm_free(t->tp_comm);
     dt_comm_free(t->pp_comm);
@@ -481,7 +460,7 @@ static void teardown(dt_trainer_t *t) {
  * every 30 s: names the sources and what helps. The first step (the read-ahead
  * starts empty) is not judged. */
 static void warn_data_wait(dt_trainer_t *t, int64_t step, double data_s, double step_s, double *last_warn) {
-    if (!t->data || t->env->rank != 0 || step == t->start_step + 1 || data_s <= 0.1 * step_s) return;
+    if (!t->data || t->env->rank != 0 || step == t->resume.start_step + 1 || data_s <= 0.1 * step_s) return;
     double now = dt_now_s();
     if (*last_warn > 0 && now - *last_warn < 30) return;
     *last_warn = now;
@@ -518,7 +497,7 @@ static dt_status_t evaluate(dt_trainer_t *t, double *val_loss) {
     DT_CHECK(dt_data_val_batch(t->data, (uint64_t)i, t->tokens, t->targets));
         dt_batch b = {.tokens = t->tokens, .targets = t->targets};
         double l;
-        if (t->pp) DT_CHECK(dt_pp_forward_only(t->pp, &b, &l)); /* NAN but on the last stage */
+        if (dt_train_pp_on_(&t->pp)) DT_CHECK(dt_pp_forward_only(t->pp.engine, &b, &l)); /* NAN but on the last stage */
         else DT_CHECK(dt_net_forward(&t->net, &b, &l));
         sum += l;
     }
@@ -529,8 +508,8 @@ static dt_status_t evaluate(dt_trainer_t *t, double *val_loss) {
 
 static int wants_sample(const dt_trainer_t *t) {
     /* not a LoRA run: its parameters are the adapters (sample from the merged export) */
-    return t->cfg->sample_tokens > 0 && !t->lora.adapter && t->layout.spec.ops->logits_slot >= 0 && t->data &&
-           dt_data_kind(t->data) == DT_DATA_TEXT;
+    return t->cfg->sample_tokens > 0 && !dt_train_lora_on_(&t->lora) && t->layout.spec.ops->logits_slot >= 0 &&
+           t->data && dt_data_kind(t->data) == DT_DATA_TEXT;
 }
 
 /* Prints n generated characters (text data only), sampling with temperature
@@ -558,6 +537,7 @@ out_free:
 
 dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env) {
     dt_trainer_t t = {.cfg = cfg, .env = env};
+    dt_train_resume_init_(&t.resume);
     dt_status_t st = DT_STATUS_OK;
     double *mem_all = NULL;
     float *full = NULL;
@@ -590,12 +570,12 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env) {
     dt_batch batch = {0};
     int stop = 0;
     double last_data_warn = 0;
-    for (int64_t step = t.start_step + 1; step <= steps && !stop; step++) {
+    for (int64_t step = t.resume.start_step + 1; step <= steps && !stop; step++) {
         double t0 = dt_now_s(), data_s = 0, loss_sum = 0;
         DT_CHECK_GOTO(dt_dp_step_begin(t.dp), st, out_teardown);
         dt_stragglers_test_delay(t.stragglers);
-        if (t.pp) {
-            DT_CHECK_GOTO(dt_train_pp_step_(&t, &loss_sum, &data_s), st, out_teardown);
+        if (dt_train_pp_on_(&t.pp)) {
+            DT_CHECK_GOTO(dt_train_pp_step_(&t.pp, t.data, t.net.n_rows, &loss_sum, &data_s), st, out_teardown);
         } else {
             for (int a = 0; a < t.accum; a++) {
                 double d0 = dt_now_s();
@@ -614,7 +594,8 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env) {
         double loss = loss_sum / t.accum, norm = 0;
         DT_CHECK_GOTO(dt_dp_reduce_finish(t.dp), st, out_teardown);
         DT_CHECK_GOTO(dt_dp_grad_norm(t.dp, &norm), st, out_teardown);
-        DT_CHECK_GOTO(t.pp ? dt_train_mean_loss_(&t, &loss) : mean_over_ranks(&t, &loss), st, out_teardown);
+        DT_CHECK_GOTO(dt_train_pp_on_(&t.pp) ? dt_train_mean_loss_(&t.pp, t.dp, &loss) : mean_over_ranks(&t, &loss), st,
+                      out_teardown);
         if (!isfinite(loss) || !isfinite(norm)) {
             st = dt_error(DT_STATUS_INVALID, "step %lld: the loss (%g) or gradient norm (%g) is not finite",
                           (long long)step, loss, norm);
@@ -632,14 +613,15 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env) {
         if (cfg->gradient_clipping > 0 && norm > cfg->gradient_clipping)
             args.grad_scale = (float)(cfg->gradient_clipping / norm);
         DT_CHECK_GOTO(dt_dp_optimizer_step(t.dp, &args), st, out_teardown);
-        DT_CHECK_GOTO(dt_pp_sync_tied(t.pp), st, out_teardown);
+        DT_CHECK_GOTO(dt_pp_sync_tied(t.pp.engine), st, out_teardown);
         DT_CHECK_GOTO(o->synchronize(t.dev), st, out_teardown);
         double t1 = dt_now_s(), tp_ms = dt_tp_take_comm_ms(t.tp), comm_ms = dt_dp_take_comm_ms(t.dp) + tp_ms;
         warn_data_wait(&t, step, data_s, t1 - t0, &last_data_warn);
         double val = NAN;
         if (cfg->eval.every_steps > 0 && (step % cfg->eval.every_steps == 0 || step == steps)) {
             DT_CHECK_GOTO(evaluate(&t, &val), st, out_teardown);
-            DT_CHECK_GOTO(t.pp ? dt_train_mean_loss_(&t, &val) : mean_over_ranks(&t, &val), st, out_teardown);
+            DT_CHECK_GOTO(dt_train_pp_on_(&t.pp) ? dt_train_mean_loss_(&t.pp, t.dp, &val) : mean_over_ranks(&t, &val), st,
+                          out_teardown);
             dt_dp_take_comm_ms(t.dp); /* evaluation's gathers are not the step's */
             dt_tp_take_comm_ms(t.tp);
             DT_CHECK_GOTO(dt_tp_check(t.tp), st, out_teardown);
@@ -649,7 +631,7 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env) {
         int print = cfg->steps_per_print > 0 ? (step % cfg->steps_per_print == 0) : 0;
         int logged = print || step == steps || step == 1 || !isnan(val);
         double ppf[4] = {NAN, NAN, NAN, NAN}; /* the stages' bubble, its ideal, wait ms, p2p bytes */
-        if (t.pp) DT_CHECK_GOTO(dt_train_pp_figures_(&t, ppf), st, out_teardown);
+        if (dt_train_pp_on_(&t.pp)) DT_CHECK_GOTO(dt_train_pp_figures_(&t.pp, t.dp, ppf), st, out_teardown);
         /* Compute = the step less its communication and data wait; communication that
          * overlapped compute (async buckets) is counted in comm_ms too, so the
          * difference can go below 0 on tiny steps: it is clamped. */
@@ -670,7 +652,7 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env) {
             m.compute_ms = compute_ms;
             m.mfu = t.peak_flops > 0 ? flops_per_token * m.tokens_per_s / env->world_size / t.peak_flops : 0;
             double elapsed = dt_now_s() - t_start;
-            m.eta_s = elapsed / (double)(step - t.start_step) * (double)(steps - step);
+            m.eta_s = elapsed / (double)(step - t.resume.start_step) * (double)(steps - step);
             if (logged) DT_CHECK_GOTO(dt_metrics_log(t.metrics, &m), st, out_teardown);
             char line[512];
             dt_metrics_format(&m, line, sizeof line);
@@ -690,7 +672,7 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env) {
     mem_all = dt_xcalloc((size_t)env->world_size * DT_TRAIN_MEM_N, sizeof(double));
     DT_CHECK_GOTO(dt_dp_all_gather_f64(t.dp, mine, DT_TRAIN_MEM_N, mem_all), st, out_teardown);
     if (dump_path || wants_sample(&t)) {
-        DT_CHECK_GOTO(dt_train_gather_params_(&t, &full), st, out_teardown);
+        DT_CHECK_GOTO(dt_train_gather_params_(&t.pp, &t.layout, t.dev, t.dp, t.comm, &full), st, out_teardown);
         if (t.layout.global) n = t.layout.global->n_params;
     }
     if (rank0 && dump_path) {
@@ -705,8 +687,8 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env) {
             goto out_teardown;
         }
     }
-    if (rank0 && t.start_step >= steps) {
-        printf("dtrun: the checkpoint is at step %lld of %lld: nothing left to train\n", (long long)t.start_step,
+    if (rank0 && t.resume.start_step >= steps) {
+        printf("dtrun: the checkpoint is at step %lld of %lld: nothing left to train\n", (long long)t.resume.start_step,
                (long long)steps);
         fflush(stdout);
     } else if (rank0) {
@@ -730,3 +712,6 @@ out_teardown:
     }
     return st;
 }
+
+/* The loop stays readable in one sitting: its parts live in train_*.c (trainer_impl.h). */
+_Static_assert(__LINE__ < 800, "trainer.c stays under 800 lines: move a part out (trainer_impl.h)");

@@ -23,14 +23,9 @@ dt_status_t dt_trainer_check_pretrained(const dt_config_t *cfg);
  * uint32 shards come with model.vocab_size, and under tensor parallelism the
  * vocabulary taken from the data divides among the TP ranks, and every file passes
  * the loader's own checks (dt_data_check_files): the launcher's check before workers
- * start. Errors name the key (data.train[1]). */
+ * start. Errors name the key (data.train[1]). LoRA's checks come first
+ * (train_lora.h: dt_train_lora_check_). */
 dt_status_t dt_trainer_check_data(const dt_config_t *cfg);
-/* With lora.r > 0: model.pretrained set, lora.dropout 0, data parallelism only (any
- * strategy; no TP or PP), lora.base_dtype against the compute dtype, every
- * lora.target_modules a linear module of the model, lora.init holding every adapter
- * tensor. DT_STATUS_CONFIG naming the key. (train_lora.c; dt_trainer_check_data
- * runs it first) */
-dt_status_t dt_trainer_check_lora(const dt_config_t *cfg);
 
 /* log.dir can be created and written (its nearest existing ancestor is a writable
  * directory), and a checkpoint.resume PATH is a checkpoint the reader opens whose

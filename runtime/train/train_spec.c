@@ -1,0 +1,29 @@
+/*
+ * train_spec.c - the config read as the workers will read it (train_spec.h): data.train's
+ * sources and the model spec, its vocabulary taken from the data when the config has none.
+ */
+#include "runtime/train/train_spec.h"
+
+int dt_trainer_sources_(const dt_config_t *cfg, dt_data_source *out) {
+    if (cfg->data.n_sources == 0) {
+        out[0] = (dt_data_source){.path = cfg->data.train, .weight = 1.0};
+        return 1;
+    }
+    for (int i = 0; i < cfg->data.n_sources && i < DT_DATA_MAX_SOURCES; i++)
+        out[i] = (dt_data_source){.path = cfg->data.sources[i].path, .weight = cfg->data.sources[i].weight};
+    return cfg->data.n_sources;
+}
+
+/* uint32 shards have no default vocabulary: dt_data_open asks for model.vocab_size. */
+dt_status_t dt_trainer_spec_(const dt_config_t *cfg, dt_model_spec *spec) {
+    dt_model_spec_copy(&cfg->model, spec);
+    if (spec->ops->data == DT_MODEL_DATA_TOKENS && spec->vocab_size == 0) {
+        dt_data_source src[DT_DATA_MAX_SOURCES] = {{0}};
+        dt_trainer_sources_(cfg, src);
+        dt_data_kind_t kind;
+        int width;
+        DT_CHECK(dt_data_detect_width(src[0].path, &kind, &width));
+        if (width != 4) spec->vocab_size = dt_data_default_vocab(kind);
+    }
+    return DT_STATUS_OK;
+}
