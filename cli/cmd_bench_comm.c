@@ -42,12 +42,13 @@
  * when the ranks stage through host memory).
  */
 #define _GNU_SOURCE
-#include <errno.h>
+#include <float.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h" /* defines: dt_arg_int, dt_arg_double, dt_arg_bytes */
 #include "cli/commands.h"
 #include "common/gpuinfo.h" /* defines: dt_gpuinfo_count */
 #include "common/log.h"
@@ -70,21 +71,6 @@ static const char bench_usage[] =
     "  --device: default cuda when a GPU is visible, else cpu; with cuda each rank uses GPU\n"
     "  LOCAL_RANK % GPUs; --backend nccl needs a GPU per rank (ranks sharing a GPU stage\n"
     "  device buffers through host memory over shm/tcp/hier)\n";
-
-static int parse_size(const char *s, size_t *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || v < 0) return -1;
-    double m = 1;
-    if (*end == 'K' || *end == 'k') m = 1024.0, end++;
-    else if (*end == 'M' || *end == 'm') m = 1024.0 * 1024.0, end++;
-    else if (*end == 'G' || *end == 'g') m = 1024.0 * 1024.0 * 1024.0, end++;
-    if (*end == 'B' || *end == 'b') end++;
-    if (*end) return -1;
-    *out = (size_t)(v * m);
-    return 0;
-}
 
 static int parse_args(int argc, char **argv, bench_opts_t *o) {
     *o = (bench_opts_t){DT_COMM_OP_ALL_REDUCE, 8, 256u << 20, 2, 20, 5, DT_COMM_F32, DT_COMM_BACKEND_AUTO, 0, 0, 0,
@@ -110,18 +96,15 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
             else if (!strcmp(v, "p2p")) o->op = DT_COMM_OP_SEND; /* ping-pong between ranks 0 and 1 */
             else bad = 1;
         } else if (!strcmp(a, "--min")) {
-            bad = parse_size(v, &o->min);
+            bad = dt_arg_bytes(v, 0, SIZE_MAX, &o->min);
         } else if (!strcmp(a, "--max")) {
-            bad = parse_size(v, &o->max);
+            bad = dt_arg_bytes(v, 0, SIZE_MAX, &o->max);
         } else if (!strcmp(a, "--factor")) {
-            o->factor = atof(v);
-            bad = !(o->factor > 1.0);
+            bad = dt_arg_double(v, 1.0, DBL_MAX, &o->factor) || !(o->factor > 1.0);
         } else if (!strcmp(a, "--iters")) {
-            o->iters = atoi(v);
-            bad = o->iters < 1;
+            bad = dt_arg_int(v, 1, INT_MAX, &o->iters);
         } else if (!strcmp(a, "--warmup")) {
-            o->warmup = atoi(v);
-            bad = o->warmup < 0 || (o->warmup == 0 && strcmp(v, "0"));
+            bad = dt_arg_int(v, 0, INT_MAX, &o->warmup);
         } else if (!strcmp(a, "--dtype")) {
             if (!strcmp(v, "f32") || !strcmp(v, "float")) o->dtype = DT_COMM_F32;
             else if (!strcmp(v, "bf16")) o->dtype = DT_COMM_BF16;
@@ -134,16 +117,13 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
             o->backend = dt_comm_backend_parse(v);
             bad = o->backend < 0;
         } else if (!strcmp(a, "--nproc")) {
-            o->nproc = atoi(v);
-            bad = o->nproc < 1 || o->nproc > 64;
+            bad = dt_arg_int(v, 1, 64, &o->nproc);
         } else if (!strcmp(a, "--local-world-size")) {
-            o->lws = atoi(v);
-            bad = o->lws < 1;
+            bad = dt_arg_int(v, 1, INT_MAX, &o->lws);
         } else if (!strcmp(a, "--chunk")) {
-            bad = parse_size(v, &o->chunk);
+            bad = dt_arg_bytes(v, 0, SIZE_MAX, &o->chunk);
         } else if (!strcmp(a, "--conns")) {
-            o->conns = atoi(v);
-            bad = o->conns < 1 || o->conns > 8;
+            bad = dt_arg_int(v, 1, 8, &o->conns);
         } else {
             fprintf(stderr, "dtrun bench comm: unknown flag %s\n%s", a, bench_usage);
             return -1;

@@ -1,7 +1,8 @@
 /*
  * cmd_plan.c - dtrun plan [CONFIG.json [KEY=VALUE ...]] [PLAN FLAGS]: per-GPU
  * memory, step time, scaling efficiency, time and cost of each strategy at each
- * GPU count, and a recommendation (the arithmetic is runtime/tools/plan.c). --measure
+ * GPU count, and a recommendation (the sweep is runtime/tools/plan_sweep.c, one row's
+ * arithmetic plan.c; this file parses the flags and sets up the input). --measure
  * runs the config for a few steps and prints the measurement beside the estimate.
  *
  * --json keys (stable; bytes, seconds, FLOP/s; null where unknown):
@@ -21,7 +22,7 @@
  *   model also has tp_sizes [..] and sequence_parallel
  */
 #include <cjson/cJSON.h>
-#include <errno.h>
+#include <float.h>
 #include <ftw.h>
 #include <math.h>
 #include <stdarg.h>
@@ -42,7 +43,11 @@
 #include "runtime/model/model.h"
 #include "runtime/parallel/pp_sched.h" /* defines: dt_pp_schedule_check */
 #include "runtime/tools/plan.h"
+#include "cli/args.h" /* defines: dt_arg_int, dt_arg_double, dt_arg_count */
 #include "cli/cmd_plan.h"
+
+/* Integers of the plan's flags stay within this (far from int overflow). */
+#define PLAN_INT_MAX 1000000000L
 
 
 
@@ -56,43 +61,6 @@ int cmd_plan_usage_error(const char *fmt, ...) {
     va_end(ap);
     return DT_EXIT_USAGE;
 }
-
-/* "7e9", "7B", "124M", "1.5T": decimal suffixes k/K, M, B/G, T. */
-static int parse_count(const char *s, double *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || errno || !isfinite(v)) return -1;
-    switch (*end) {
-    case 'k': case 'K': v *= 1e3; end++; break;
-    case 'M': v *= 1e6; end++; break;
-    case 'B': case 'G': v *= 1e9; end++; break;
-    case 'T': v *= 1e12; end++; break;
-    default: break;
-    }
-    if (*end) return -1;
-    *out = v;
-    return 0;
-}
-
-static int parse_double(const char *s, double *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || *end || errno || !isfinite(v)) return -1;
-    *out = v;
-    return 0;
-}
-
-static int parse_int(const char *s, int *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end || errno || v < -1000000000L || v > 1000000000L) return -1;
-    *out = (int)v;
-    return 0;
-}
-
 
 /* Flags that take a value; a flag in both spellings ('_' or '-') is accepted. */
 static const char *const value_flags[] = {
@@ -114,7 +82,7 @@ static int parse_list_tp(const char *s, plan_opts *o) {
     char *save = NULL;
     for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         int v;
-        if (parse_int(t, &v) || v < 1 || v > 4096)
+        if (dt_arg_int(t, 1, 4096, &v))
             return usage_error("--tp: expected TP sizes >= 1 like 1,2,4,8 (or auto), found \"%s\"", s);
         if (o->ax.n_tps == MAX_TP_SIZES) return usage_error("--tp: at most %d sizes", MAX_TP_SIZES);
         o->ax.tps[o->ax.n_tps++] = v;
@@ -131,7 +99,7 @@ static int parse_list_counts(const char *s, plan_opts *o) {
     char *save = NULL;
     for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         int v;
-        if (parse_int(t, &v) || v < 1 || v > PLAN_MAX_GPUS)
+        if (dt_arg_int(t, 1, PLAN_MAX_GPUS, &v))
             return usage_error("--gpus: expected a list of GPU counts >= 1 like 1,2,4,8, found "
                                "\"%s\"",
                                s);
@@ -224,24 +192,24 @@ static int parse_args(int argc, char **argv, plan_opts *o) {
             continue;
         }
         if (!strcmp(flag, "--params")) {
-            if (parse_count(val, &o->params) || o->params < 1)
+            if (dt_arg_count(val, 1, DBL_MAX, &o->params))
                 return usage_error("--params: expected a parameter count like 7e9 or 124M, "
                                    "found \"%s\"",
                                    val);
-        } else if (!strcmp(flag, "--layers")) bad = parse_int(val, &o->layers) || o->layers < 1;
-        else if (!strcmp(flag, "--hidden")) bad = parse_int(val, &o->hidden) || o->hidden < 1;
-        else if (!strcmp(flag, "--heads")) bad = parse_int(val, &o->heads) || o->heads < 1;
-        else if (!strcmp(flag, "--kv-heads")) bad = parse_int(val, &o->kv_heads) || o->kv_heads < 1;
-        else if (!strcmp(flag, "--ffn")) bad = parse_int(val, &o->ffn) || o->ffn < 1;
-        else if (!strcmp(flag, "--seq")) bad = parse_int(val, &o->seq) || o->seq < 1;
-        else if (!strcmp(flag, "--vocab")) bad = parse_int(val, &o->vocab) || o->vocab < 1;
+        } else if (!strcmp(flag, "--layers")) bad = dt_arg_int(val, 1, PLAN_INT_MAX, &o->layers);
+        else if (!strcmp(flag, "--hidden")) bad = dt_arg_int(val, 1, PLAN_INT_MAX, &o->hidden);
+        else if (!strcmp(flag, "--heads")) bad = dt_arg_int(val, 1, PLAN_INT_MAX, &o->heads);
+        else if (!strcmp(flag, "--kv-heads")) bad = dt_arg_int(val, 1, PLAN_INT_MAX, &o->kv_heads);
+        else if (!strcmp(flag, "--ffn")) bad = dt_arg_int(val, 1, PLAN_INT_MAX, &o->ffn);
+        else if (!strcmp(flag, "--seq")) bad = dt_arg_int(val, 1, PLAN_INT_MAX, &o->seq);
+        else if (!strcmp(flag, "--vocab")) bad = dt_arg_int(val, 1, PLAN_INT_MAX, &o->vocab);
         else if (!strcmp(flag, "--micro-batch"))
-            bad = parse_int(val, &o->micro_batch) || o->micro_batch < 1;
-        else if (!strcmp(flag, "--accum")) bad = parse_int(val, &o->accum) || o->accum < 1;
+            bad = dt_arg_int(val, 1, PLAN_INT_MAX, &o->micro_batch);
+        else if (!strcmp(flag, "--accum")) bad = dt_arg_int(val, 1, PLAN_INT_MAX, &o->accum);
         else if (!strcmp(flag, "--measure-steps"))
-            bad = parse_int(val, &o->measure_steps) || o->measure_steps < 1;
+            bad = dt_arg_int(val, 1, PLAN_INT_MAX, &o->measure_steps);
         else if (!strcmp(flag, "--gpus-per-node"))
-            bad = parse_int(val, &o->gpus_per_node) || o->gpus_per_node < 1 || o->gpus_per_node > PLAN_MAX_GPUS;
+            bad = dt_arg_int(val, 1, PLAN_MAX_GPUS, &o->gpus_per_node);
         else if (!strcmp(flag, "--gpus")) {
             int rc = parse_list_counts(val, o);
             if (rc) return rc;
@@ -266,12 +234,12 @@ static int parse_args(int argc, char **argv, plan_opts *o) {
         else if (!strcmp(flag, "--precision")) o->precision = val;
         else if (!strcmp(flag, "--comm-dtype")) o->comm_dtype = val;
         else if (!strcmp(flag, "--tokens")) {
-            if (parse_count(val, &o->tokens) || o->tokens <= 0)
+            if (dt_arg_count(val, -DBL_MAX, DBL_MAX, &o->tokens) || o->tokens <= 0)
                 return usage_error("--tokens: expected a token count > 0 like 1e10 or 10B, "
                                    "found \"%s\"",
                                    val);
         } else {
-            if (parse_double(val, &d))
+            if (dt_arg_double(val, -DBL_MAX, DBL_MAX, &d))
                 return usage_error("%s: expected a number, found \"%s\"", flag, val);
             if (!strcmp(flag, "--gpu-mem")) bad = !((o->gpu_mem = d) > 0);
             else if (!strcmp(flag, "--gpu-tflops")) bad = !((o->gpu_tflops = d) > 0);

@@ -16,15 +16,13 @@
 #include "runtime/model/lora.h"        /* defines: dt_lora_spec, dt_lora_parse_targets */
 #include "runtime/tools/plan_sweep.h" /* defines: dt_plan_lora_compute */
 
+#include "cli/args.h" /* defines: dt_arg_int */
 #include "cli/cmd_plan.h"
 
 int cmd_plan_parse_lora_flag(const char *flag, const char *val, plan_opts *o) {
     if (!strcmp(flag, "--lora-r")) {
-        char *end = NULL;
-        long r = strtol(val, &end, 10);
-        if (!end || *end || r < 1 || r > 65536)
+        if (dt_arg_int(val, 1, 65536, &o->lora_r))
             return cmd_plan_usage_error("--lora-r: expected a rank from 1 to 65536, found \"%s\"", val);
-        o->lora_r = (int)r;
         return 0;
     }
     if (!strcmp(flag, "--base-dtype")) {

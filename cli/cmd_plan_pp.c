@@ -3,7 +3,6 @@
  * --schedule, --virtual-stages, --partition, into the sweep's axes (the layouts a
  * plan searches are runtime/tools/plan_sweep.c's).
  */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,16 +12,8 @@
 #include "runtime/parallel/pp_sched.h" /* defines: dt_pp_schedule_parse, dt_pp_schedule_check */
 #include "runtime/tools/plan.h"
 
+#include "cli/args.h" /* defines: dt_arg_int */
 #include "cli/cmd_plan.h"
-
-static int parse_int_range(const char *s, int lo, int hi, int *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end || errno || v < lo || v > hi) return -1;
-    *out = (int)v;
-    return 0;
-}
 
 int cmd_plan_parse_pp_flag(const char *flag, const char *val, plan_opts *o) {
     if (!strcmp(flag, "--pp")) {
@@ -35,7 +26,7 @@ int cmd_plan_parse_pp_flag(const char *flag, const char *val, plan_opts *o) {
         char *save = NULL;
         for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
             int v;
-            if (parse_int_range(t, 1, DT_PLAN_MAX_CHUNKS, &v))
+            if (dt_arg_int(t, 1, DT_PLAN_MAX_CHUNKS, &v))
                 return cmd_plan_usage_error("--pp: expected pipeline stages from 1 to %d like 1,2,4 (or auto), "
                                             "found \"%s\"",
                                             DT_PLAN_MAX_CHUNKS, val);
@@ -54,7 +45,7 @@ int cmd_plan_parse_pp_flag(const char *flag, const char *val, plan_opts *o) {
         return 0;
     }
     if (!strcmp(flag, "--virtual-stages")) {
-        if (parse_int_range(val, 1, DT_PLAN_MAX_CHUNKS, &o->ax.virtual_stages))
+        if (dt_arg_int(val, 1, DT_PLAN_MAX_CHUNKS, &o->ax.virtual_stages))
             return cmd_plan_usage_error("--virtual-stages: expected chunks per rank from 1 to %d, found \"%s\"",
                                         DT_PLAN_MAX_CHUNKS, val);
         return 0;
