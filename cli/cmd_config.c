@@ -9,11 +9,11 @@
  * every error on stderr (exit 2). Warnings (ignored DeepSpeed keys, "auto")
  * go to stderr either way.
  */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h" /* defines: dt_arg_int */
 #include "cli/commands.h"
 #include "common/mem.h" /* defines: dt_xcalloc */
 #include "runtime/config/config.h" /* defines: dt_config_load, dt_config_resolve, dt_config_dump_json */
@@ -24,15 +24,6 @@ static const char config_usage[] =
     "       dtrun config --keys\n"
     "Checks a config as the launcher does and prints it resolved, as JSON.\n"
     "Exit 0 when valid, 2 with every error otherwise.\n";
-
-static int parse_world_size(const char *s, int *out) {
-    char *end = NULL;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || !end || *end || end == s || v < 1 || v > 1000000) return -1;
-    *out = (int)v;
-    return 0;
-}
 
 int dt_cmd_config(int argc, char **argv) {
     const char *path = NULL;
@@ -55,7 +46,7 @@ int dt_cmd_config(int argc, char **argv) {
             /* printing is what this command does; accepted as the launcher's flag */
         } else if (!strncmp(a, "--world-size", 12) || !strncmp(a, "--world_size", 12)) {
             const char *v = a[12] == '=' ? a + 13 : (a[12] == '\0' && i + 1 < argc ? argv[++i] : NULL);
-            if (!v || parse_world_size(v, &world_size) != 0) {
+            if (!v || dt_arg_int(v, 1, 1000000, &world_size) != 0) {
                 fprintf(stderr, "dtrun config: --world-size: expected an integer >= 1, found %s\n",
                         v ? v : "nothing");
                 goto out_free_overrides;

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h" /* defines: dt_arg_int, dt_arg_double */
 #include "cli/commands.h"
 #include "common/clock.h"
 #include "common/fs.h"
@@ -39,9 +40,7 @@ int dt_cmd_debug(int argc, char **argv) {
         else if (!strcmp(argv[i], "--timeout") && i + 1 < argc) {
             /* strict: "abc" was 0 (then 10 s), "inf" or "nan" waited forever or not at all */
             const char *v = argv[++i];
-            char *end;
-            timeout = strtod(v, &end);
-            if (end == v || *end || !(timeout > 0 && timeout <= 3600)) {
+            if (dt_arg_double(v, 0, 3600, &timeout) || !(timeout > 0)) {
                 fprintf(stderr, "dtrun debug dump: --timeout '%s': expected seconds in (0, 3600]\n", v);
                 return DT_EXIT_USAGE;
             }
@@ -68,7 +67,7 @@ int dt_cmd_debug(int argc, char **argv) {
         free(txt);
     } else if (endpoint && run_id) {
         const char *c = strrchr(endpoint, ':');
-        if (!c || (port = atoi(c + 1)) <= 0 || port > 65535) {
+        if (!c || dt_arg_int(c + 1, 1, 65535, &port)) {
             fprintf(stderr, "dtrun debug dump: --rdzv_endpoint '%s': expected HOST:PORT\n", endpoint);
             return DT_EXIT_USAGE;
         }

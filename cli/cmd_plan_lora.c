@@ -13,18 +13,16 @@
 #include <string.h>
 #include <strings.h>
 
-#include "runtime/model/lora.h"  /* defines: dt_lora_init, dt_lora_base_state_bytes */
-#include "runtime/model/model.h" /* defines: dt_model_layout_init */
+#include "runtime/model/lora.h"        /* defines: dt_lora_spec, dt_lora_parse_targets */
+#include "runtime/tools/plan_sweep.h" /* defines: dt_plan_lora_compute */
 
+#include "cli/args.h" /* defines: dt_arg_int */
 #include "cli/cmd_plan.h"
 
 int cmd_plan_parse_lora_flag(const char *flag, const char *val, plan_opts *o) {
     if (!strcmp(flag, "--lora-r")) {
-        char *end = NULL;
-        long r = strtol(val, &end, 10);
-        if (!end || *end || r < 1 || r > 65536)
+        if (dt_arg_int(val, 1, 65536, &o->lora_r))
             return cmd_plan_usage_error("--lora-r: expected a rank from 1 to 65536, found \"%s\"", val);
-        o->lora_r = (int)r;
         return 0;
     }
     if (!strcmp(flag, "--base-dtype")) {
@@ -48,7 +46,7 @@ int cmd_plan_print_lora(const plan_opts *o, const plan_ctx *c) {
         return 0;
     }
     if (!c->have_spec) return cmd_plan_usage_error("--lora-r: needs a config (the model LoRA adapts)");
-    dt_dtype_t compute = c->in.precision == DT_PLAN_PRECISION_FP32 ? DT_DTYPE_F32 : DT_DTYPE_BF16;
+    dt_dtype_t compute = c->sw.in.precision == DT_PLAN_PRECISION_FP32 ? DT_DTYPE_F32 : DT_DTYPE_BF16;
     dt_lora_spec ls;
     memset(&ls, 0, sizeof ls);
     ls.r = o->lora_r ? o->lora_r : (int)c->cfg.lora.r;
@@ -60,34 +58,19 @@ int cmd_plan_print_lora(const plan_opts *o, const plan_ctx *c) {
              : c->cfg.lora.base_dtype == DT_CONFIG_LORA_BASE_FP32 ? "fp32"
              : c->cfg.lora.base_dtype == DT_CONFIG_LORA_BASE_BF16 ? "bf16"
                                                                   : "auto";
-    if (!bd) bd = "auto";
-    if (!strcasecmp(bd, "int8")) ls.base = DT_LORA_BASE_INT8;
-    else if (strcasecmp(bd, "auto") && strcasecmp(bd, compute == DT_DTYPE_F32 ? "fp32" : "bf16"))
-        return cmd_plan_usage_error("--base-dtype: %s is not the compute dtype (%s): int8, auto or %s", bd,
-                                    dt_dtype_name(compute), compute == DT_DTYPE_F32 ? "fp32" : "bf16");
-    dt_model_layout base, adapters;
-    dt_lora_t lora;
-    int rc = 0;
-    if (dt_lora_parse_targets(&ls, targets) != DT_STATUS_OK || dt_model_layout_init(&c->spec, &base) != DT_STATUS_OK)
+    dt_plan_lora pl;
+    if (dt_plan_lora_base(bd, compute, &ls.base) != DT_STATUS_OK || dt_lora_parse_targets(&ls, targets) != DT_STATUS_OK ||
+        dt_plan_lora_compute(&c->spec, &ls, compute, &pl) != DT_STATUS_OK)
         return cmd_plan_usage_error("%s", dt_error_detail());
-    if (dt_lora_init(&base, &ls, compute, &lora, &adapters) != DT_STATUS_OK) {
-        rc = cmd_plan_usage_error("%s", dt_error_detail());
-        goto out_free_base;
-    }
-    size_t base_b = dt_lora_base_state_bytes(&lora), ad = adapters.n_params;
-    double full = 16.0 * (double)base.n_params;
-    printf("\nLoRA r %d (alpha %g, scale %g), targets", ls.r, ls.alpha, lora.scale);
-    for (int i = 0; i < lora.spec.n_targets; i++) printf("%s%s", i ? "," : " ", lora.spec.targets[i]);
+    printf("\nLoRA r %d (alpha %g, scale %g), targets", ls.r, ls.alpha, pl.scale);
+    for (int i = 0; i < pl.spec.n_targets; i++) printf("%s%s", i ? "," : " ", pl.spec.targets[i]);
     printf(", base %s:\n", ls.base == DT_LORA_BASE_INT8 ? "int8 linears (+ fp32 scale per row)" : dt_dtype_name(compute));
-    printf("  trainable parameters  %zu (%.3f%% of %zu)\n", ad, 100.0 * (double)ad / (double)base.n_params,
-           base.n_params);
-    printf("  frozen base           %zu bytes (%.1f MB)\n", base_b, (double)base_b / 1e6);
-    printf("  adapters' state       %zu bytes (16 per adapter parameter)\n", 16 * ad);
-    printf("  model-state bytes     %zu per GPU (ddp; full fine-tuning: %.0f, %.1fx more)\n", base_b + 16 * ad, full,
-           full / (double)(base_b + 16 * ad));
-    dt_lora_free(&lora);
-    dt_model_layout_free(&adapters);
-out_free_base:
-    dt_model_layout_free(&base);
-    return rc;
+    printf("  trainable parameters  %.0f (%.3f%% of %.0f)\n", pl.adapter_params,
+           100.0 * pl.adapter_params / pl.base_params, pl.base_params);
+    printf("  frozen base           %.0f bytes (%.1f MB)\n", pl.base_bytes, pl.base_bytes / 1e6);
+    printf("  adapters' state       %.0f bytes (16 per adapter parameter)\n", 16 * pl.adapter_params);
+    printf("  model-state bytes     %.0f per GPU (ddp; full fine-tuning: %.0f, %.1fx more)\n", pl.state_bytes,
+           pl.full_bytes, pl.full_bytes / pl.state_bytes);
+    dt_plan_lora_free(&pl);
+    return 0;
 }

@@ -37,7 +37,7 @@ static const char *fit_name(dt_plan_fit_t f) {
 
 void cmd_plan_print_text(const plan_opts *o, const plan_ctx *c, const dt_plan_row *rows,
                        int n_rows, const dt_plan_choice *ch) {
-    const dt_plan_input *in = &c->in;
+    const dt_plan_input *in = &c->sw.in;
     printf("model:  %s\n", c->model_label);
     printf("        %.0f parameters, %.4g training FLOPs per token, micro-batch %d per GPU "
            "(accumulation per GPU count in the tables), %s\n",
@@ -55,14 +55,14 @@ void cmd_plan_print_text(const plan_opts *o, const plan_ctx *c, const dt_plan_ro
     if (in->gpus_per_node > 0) printf(" %d GPUs per node\n", in->gpus_per_node);
     else printf(" all ranks on one host\n");
     printf("work:   %s%s\n", c->work_label, in->price > 0 ? "" : "; no --price: cost not shown");
-    if (o->n_tps > 1 || o->tps[0] > 1) {
+    if (o->ax.n_tps > 1 || o->ax.tps[0] > 1) {
         char sizes[128] = "";
         size_t off = 0;
-        for (int k = 0; k < o->n_tps && off < sizeof sizes; k++)
-            off += (size_t)snprintf(sizes + off, sizeof sizes - off, "%s%d", k ? "," : "", o->tps[k]);
+        for (int k = 0; k < o->ax.n_tps && off < sizeof sizes; k++)
+            off += (size_t)snprintf(sizes + off, sizeof sizes - off, "%s%d", k ? "," : "", o->ax.tps[k]);
         printf("tp:     sizes %s%s, sequence parallelism %s; a TP group is consecutive GPUs of one node, its "
                "collectives on the %s link (tp-comm, all exposed); data parallelism over GPUs/TP\n",
-               sizes, o->tp_auto ? " (auto)" : "", o->sp ? "on" : "off", in->intra.name);
+               sizes, o->ax.tp_auto ? " (auto)" : "", o->ax.sp ? "on" : "off", in->intra.name);
     }
     int have_pp = 0;
     for (int i = 0; i < n_rows; i++) have_pp |= rows[i].pp > 1;
@@ -120,19 +120,19 @@ void cmd_plan_print_text(const plan_opts *o, const plan_ctx *c, const dt_plan_ro
     printf("\nRecommendation\n  cheapest: %s\n  fastest:  %s\n", ch->cheapest_reason,
            ch->fastest_reason);
     if (ch->tp_reason[0]) printf("  TP:       %s\n", ch->tp_reason);
-    if (c->n_stages) {
+    if (c->sw.n_stages) {
         const dt_plan_row *b = &rows[ch->cheapest];
         printf("\nStages of the cheapest plan (%s, %d micro-batches per step, partition %s; ideal bubble %.1f%%, "
                "planned %.1f ms of %.1f ms per step; p2p %.1f MB sent per stage per step on the %s link)\n",
                dt_pp_schedule_name((dt_pp_schedule_t)b->schedule), b->accum,
-               dt_pp_partition_name((dt_pp_partition_t)(o->partition >= 0 ? o->partition : 0)),
+               dt_pp_partition_name((dt_pp_partition_t)(o->ax.partition >= 0 ? o->ax.partition : 0)),
                100 * b->bubble_ideal, 1e3 * b->bubble_s, 1e3 * b->step_s, b->p2p_bytes / 1e6,
                b->p2p_inter ? in->inter.name : in->intra.name);
         printf("%5s  %-16s %12s %14s %6s %10s %10s %10s %10s\n", "stage", "layers", "params", "FLOPs/token",
                "arenas", "states GB", "acts GB", "total GB", "busy ms");
-        for (int s = 0; s < c->n_stages; s++) {
-            const dt_plan_stage *st = &c->stages[s];
-            const dt_plan_row *sr = &c->stage_rows[s];
+        for (int s = 0; s < c->sw.n_stages; s++) {
+            const dt_plan_stage *st = &c->sw.stages[s];
+            const dt_plan_row *sr = &c->sw.stage_rows[s];
             char layers[64] = "";
             size_t off = 0;
             for (int j = 0; j < st->n_chunks && off < sizeof layers; j++)
@@ -146,7 +146,7 @@ void cmd_plan_print_text(const plan_opts *o, const plan_ctx *c, const dt_plan_ro
                    s == b->worst_stage ? "  <- most memory" : "", s == b->slowest_stage ? "  <- slowest" : "");
         }
         printf("  (e: holds the embedding, h: the final norm, head and loss%s; params of TP rank 0)\n",
-               c->stages[c->n_stages - 1].tied_copy > 0 ? " and a copy of the tied embedding (param + grad)" : "");
+               c->sw.stages[c->sw.n_stages - 1].tied_copy > 0 ? " and a copy of the tied embedding (param + grad)" : "");
     }
 }
 
@@ -223,7 +223,7 @@ static cJSON *choice_json(const dt_plan_row *rows, int idx, const char *reason) 
 
 void cmd_plan_print_json(const plan_opts *o, const plan_ctx *c, const dt_plan_row *rows,
                        int n_rows, const dt_plan_choice *ch) {
-    const dt_plan_input *in = &c->in;
+    const dt_plan_input *in = &c->sw.in;
     cJSON *root = cJSON_CreateObject();
     cJSON *m = cJSON_AddObjectToObject(root, "model");
     cJSON_AddStringToObject(m, "source", o->config ? o->config : "flags");
@@ -239,8 +239,8 @@ void cmd_plan_print_json(const plan_opts *o, const plan_ctx *c, const dt_plan_ro
     if (o->highlight_strategy >= 0)
         cJSON_AddStringToObject(m, "strategy", dt_plan_strategy_name(o->highlight_strategy));
     cJSON *tps = cJSON_AddArrayToObject(m, "tp_sizes");
-    for (int k = 0; k < o->n_tps; k++) cJSON_AddItemToArray(tps, cJSON_CreateNumber(o->tps[k]));
-    cJSON_AddBoolToObject(m, "sequence_parallel", o->sp);
+    for (int k = 0; k < o->ax.n_tps; k++) cJSON_AddItemToArray(tps, cJSON_CreateNumber(o->ax.tps[k]));
+    cJSON_AddBoolToObject(m, "sequence_parallel", o->ax.sp);
     cJSON *g = cJSON_AddObjectToObject(root, "gpu");
     cJSON_AddStringToObject(g, "name", c->gpu_label);
     cJSON_AddNumberToObject(g, "mem_bytes", in->mem_bytes);
@@ -271,9 +271,9 @@ void cmd_plan_print_json(const plan_opts *o, const plan_ctx *c, const dt_plan_ro
     cJSON_AddItemToObject(r, "cheapest", choice_json(rows, ch->cheapest, ch->cheapest_reason));
     cJSON_AddItemToObject(r, "fastest", choice_json(rows, ch->fastest, ch->fastest_reason));
     cJSON *stages = cJSON_AddArrayToObject(r, "stages"); /* the cheapest plan's, when a pipeline */
-    for (int s = 0; s < c->n_stages; s++) {
-        const dt_plan_stage *st = &c->stages[s];
-        const dt_plan_row *sr = &c->stage_rows[s];
+    for (int s = 0; s < c->sw.n_stages; s++) {
+        const dt_plan_stage *st = &c->sw.stages[s];
+        const dt_plan_row *sr = &c->sw.stage_rows[s];
         cJSON *x = cJSON_CreateObject();
         cJSON *ch_ = cJSON_AddArrayToObject(x, "layers");
         for (int q = 0; q < st->n_chunks; q++) {

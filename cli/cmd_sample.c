@@ -11,12 +11,12 @@
  * vocabularies read and print token ids, said so on stderr. --ids prints ids (comma-separated) for any model; --logits (for checks)
  * prints the logits of every prompt position first, one line each.
  */
-#include <errno.h>
 #include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h" /* defines: dt_arg_double */
 #include "cli/commands.h"
 #include "common/mem.h"
 #include "kernels/kernels.h"
@@ -48,15 +48,6 @@ static int bad(const char *fmt, const char *a) {
     fprintf(stderr, fmt, a);
     fprintf(stderr, "\n%s", sample_usage);
     return DT_EXIT_USAGE;
-}
-
-static int parse_num(const char *s, double lo, double hi, double *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi)) return 0; /* NaN compares false */
-    *out = v;
-    return 1;
 }
 
 /* "15496 11 995" or "15496,11,995" -> ids. */
@@ -94,23 +85,23 @@ int dt_cmd_sample(int argc, char **argv) {
         else if (!strcmp(a, "--no-cache") || !strcmp(a, "--no_cache")) o.no_cache = 1;
         else if (!strcmp(a, "--device") && has) device = argv[++i];
         else if (!strcmp(a, "--threads") && has) {
-            if (!parse_num(argv[++i], 1, 4096, &v) || v != (int)v) return bad("--threads wants a count > 0, got '%s'", argv[i]);
+            if (dt_arg_double(argv[++i], 1, 4096, &v) || v != (int)v) return bad("--threads wants a count > 0, got '%s'", argv[i]);
             threads = (int)v;
         } else if ((!strcmp(a, "--seq-len") || !strcmp(a, "--seq_len")) && has) {
-            if (!parse_num(argv[++i], 1, 1 << 24, &v) || v != (int)v) return bad("--seq-len wants a count > 0, got '%s'", argv[i]);
+            if (dt_arg_double(argv[++i], 1, 1 << 24, &v) || v != (int)v) return bad("--seq-len wants a count > 0, got '%s'", argv[i]);
             seq_len = (int)v;
         }
         else if (!strcmp(a, "--tokens") && has) {
-            if (!parse_num(argv[++i], 0, 1e7, &v) || v != (int)v) return bad("--tokens wants a count, got '%s'", argv[i]);
+            if (dt_arg_double(argv[++i], 0, 1e7, &v) || v != (int)v) return bad("--tokens wants a count, got '%s'", argv[i]);
             o.tokens = (int)v;
         } else if (!strcmp(a, "--temperature") && has) {
-            if (!parse_num(argv[++i], 0, 100, &v)) return bad("--temperature wants a number in [0, 100], got '%s'", argv[i]);
+            if (dt_arg_double(argv[++i], 0, 100, &v)) return bad("--temperature wants a number in [0, 100], got '%s'", argv[i]);
             o.temperature = v;
         } else if ((!strcmp(a, "--top_k") || !strcmp(a, "--top-k")) && has) {
-            if (!parse_num(argv[++i], 0, 1e7, &v) || v != (int)v) return bad("--top_k wants a count, got '%s'", argv[i]);
+            if (dt_arg_double(argv[++i], 0, 1e7, &v) || v != (int)v) return bad("--top_k wants a count, got '%s'", argv[i]);
             o.top_k = (int)v;
         } else if (!strcmp(a, "--seed") && has) {
-            if (!parse_num(argv[++i], 0, 9e15, &v) || v != (double)(uint64_t)v) return bad("--seed wants an integer >= 0, got '%s'", argv[i]);
+            if (dt_arg_double(argv[++i], 0, 9e15, &v) || v != (double)(uint64_t)v) return bad("--seed wants an integer >= 0, got '%s'", argv[i]);
             o.seed = (uint64_t)v;
         } else if (a[0] == '-') return bad("unknown flag or missing value: %s", a);
         else if (!path) path = a;

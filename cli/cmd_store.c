@@ -10,12 +10,12 @@
  *       barrier and SET/GET round-trip table, against our server started
  *       in-process on 127.0.0.1, or against any TCPStore server with --connect.
  */
-#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h" /* defines: dt_arg_int, dt_arg_int_list, dt_arg_double */
 #include "cli/commands.h"
 #include "common/log.h"
 #include "rendezvous/store.h"
@@ -30,15 +30,6 @@ static const char *opt_value(int argc, char **argv, int *i, const char *name) {
     if (argv[*i][n] != '\0') return NULL;
     if (*i + 1 >= argc) return "";
     return argv[++*i];
-}
-
-static int parse_port(const char *s, int *port) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || errno || v < 0 || v > 65535) return -1;
-    *port = (int)v;
-    return 0;
 }
 
 int dt_cmd_store(int argc, char **argv) {
@@ -58,7 +49,7 @@ int dt_cmd_store(int argc, char **argv) {
             }
             have_token = 1;
         } else if ((v = opt_value(argc, argv, &i, "--port"))) {
-            if (parse_port(v, &port) < 0) {
+            if (dt_arg_int(v, 0, 65535, &port) < 0) {
                 fprintf(stderr, "dtrun store: --port wants 0..65535, got '%s'\n", v);
                 return DT_EXIT_USAGE;
             }
@@ -95,22 +86,6 @@ usage:
     return DT_EXIT_USAGE;
 }
 
-static int parse_conns(const char *s, int *out, int max) {
-    int n = 0;
-    const char *p = s;
-    while (*p) {
-        char *end;
-        errno = 0;
-        long v = strtol(p, &end, 10);
-        if (end == p || errno || v < 1 || v > 16384 || n == max) return -1;
-        out[n++] = (int)v;
-        if (*end == ',') end++;
-        else if (*end) return -1;
-        p = end;
-    }
-    return n ? n : -1;
-}
-
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -124,7 +99,7 @@ int dt_cmd_bench_store(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *v;
         if ((v = opt_value(argc, argv, &i, "--conns"))) {
-            nconns = parse_conns(v, conns, 16);
+            nconns = dt_arg_int_list(v, 1, 16384, conns, 16);
             if (nconns < 0) {
                 fprintf(stderr, "dtrun bench store: --conns wants N[,N...] in 1..16384, got "
                                 "'%s'\n", v);
@@ -133,7 +108,7 @@ int dt_cmd_bench_store(int argc, char **argv) {
         } else if ((v = opt_value(argc, argv, &i, "--connect"))) {
             const char *colon = strrchr(v, ':');
             if (!colon || colon == v || (size_t)(colon - v) >= sizeof host ||
-                parse_port(colon + 1, &port) < 0 || port == 0) {
+                dt_arg_int(colon + 1, 0, 65535, &port) < 0 || port == 0) {
                 fprintf(stderr, "dtrun bench store: --connect wants HOST:PORT, got '%s'\n", v);
                 return DT_EXIT_USAGE;
             }
@@ -147,20 +122,17 @@ int dt_cmd_bench_store(int argc, char **argv) {
             }
             external = 1;
         } else if ((v = opt_value(argc, argv, &i, "--reps"))) {
-            reps = atoi(v);
-            if (reps < 1 || reps > 100) {
+            if (dt_arg_int(v, 1, 100, &reps)) {
                 fprintf(stderr, "dtrun bench store: --reps wants 1..100\n");
                 return DT_EXIT_USAGE;
             }
         } else if ((v = opt_value(argc, argv, &i, "--timeout"))) {
-            timeout_s = atof(v);
-            if (!(timeout_s > 0 && timeout_s <= 3600)) {
+            if (dt_arg_double(v, 0, 3600, &timeout_s) || !(timeout_s > 0)) {
                 fprintf(stderr, "dtrun bench store: --timeout wants (0, 3600] seconds\n");
                 return DT_EXIT_USAGE;
             }
         } else if ((v = opt_value(argc, argv, &i, "--seconds"))) {
-            seconds = atof(v);
-            if (!(seconds > 0 && seconds <= 60)) {
+            if (dt_arg_double(v, 0, 60, &seconds) || !(seconds > 0)) {
                 fprintf(stderr, "dtrun bench store: --seconds wants (0, 60]\n");
                 return DT_EXIT_USAGE;
             }

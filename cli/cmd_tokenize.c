@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cli/args.h" /* defines: dt_arg_u64 */
 #include "cli/commands.h"
 #include "common/mem.h"
 #include "runtime/tokenize/shard.h"        /* defines: dt_shard_parse */
@@ -48,24 +49,6 @@ static int bad(const char *fmt, const char *a) {
     fprintf(stderr, fmt, a);
     fprintf(stderr, "\n(dtrun tokenize --help for usage)\n");
     return DT_EXIT_USAGE;
-}
-
-/* A count with an optional K/M/G (decimal) suffix, in [lo, hi]. */
-static int parse_count(const char *s, uint64_t lo, uint64_t hi, uint64_t *out) {
-    if (!*s || *s == '-' || *s == '+') return 0;
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s) return 0;
-    uint64_t mul = 1;
-    if (*end == 'K' || *end == 'k') mul = 1000, end++;
-    else if (*end == 'M' || *end == 'm') mul = 1000000, end++;
-    else if (*end == 'G' || *end == 'g') mul = 1000000000, end++;
-    if (*end || (mul > 1 && v > UINT64_MAX / mul)) return 0;
-    v *= mul;
-    if (v < lo || v > hi) return 0;
-    *out = v;
-    return 1;
 }
 
 static volatile sig_atomic_t g_signal;
@@ -110,7 +93,7 @@ static void draw_progress(void *ctx, const dt_tokenize_progress *p) {
 static int resolve_doc_token(const dt_tok_t *tok, const char *arg, uint32_t *out) {
     if (arg) {
         uint64_t id;
-        if (parse_count(arg, 0, UINT32_MAX, &id) && strspn(arg, "0123456789") == strlen(arg)) {
+        if (!dt_arg_u64(arg, 0, UINT32_MAX, &id) && strspn(arg, "0123456789") == strlen(arg)) {
             if (!dt_tok_token_str(tok, (uint32_t)id)) {
                 fprintf(stderr, "dtrun tokenize: --doc-token %s: no token has that id (the vocabulary has %u ids)\n",
                         arg, dt_tok_vocab_size(tok));
@@ -224,17 +207,17 @@ int dt_cmd_tokenize(int argc, char **argv) {
         else if (!strcmp(a, "--force")) force = 1;
         else if (!strcmp(a, "--stats")) stats = 1; /* for benchmarks: the serial part's time */
         else if ((!strcmp(a, "--shard-tokens") || !strcmp(a, "--shard_tokens")) && has) {
-            if (!parse_count(argv[++i], 1, INT32_MAX, &shard_tokens))
+            if (dt_arg_u64(argv[++i], 1, INT32_MAX, &shard_tokens))
                 BAD("--shard-tokens wants a count in [1, 2147483647] (K, M, G allowed), got '%s'", argv[i]);
         } else if ((!strcmp(a, "--val-tokens") || !strcmp(a, "--val_tokens")) && has) {
-            if (!parse_count(argv[++i], 0, INT32_MAX, &val_tokens))
+            if (dt_arg_u64(argv[++i], 0, INT32_MAX, &val_tokens))
                 BAD("--val-tokens wants a count in [0, 2147483647] (K, M, G allowed), got '%s'", argv[i]);
         } else if (!strcmp(a, "--jobs") && has) {
-            if (!parse_count(argv[++i], 1, 1024, &jobs)) BAD("--jobs wants a count in [1, 1024], got '%s'", argv[i]);
+            if (dt_arg_u64(argv[++i], 1, 1024, &jobs)) BAD("--jobs wants a count in [1, 1024], got '%s'", argv[i]);
         } else if (!strcmp(a, "--count") && has) {
-            if (!parse_count(argv[++i], 1, UINT64_MAX, &count)) BAD("--count wants a count > 0, got '%s'", argv[i]);
+            if (dt_arg_u64(argv[++i], 1, UINT64_MAX, &count)) BAD("--count wants a count > 0, got '%s'", argv[i]);
         } else if (!strcmp(a, "--piece-bytes") && has) { /* for tests: the size pieces are cut at */
-            if (!parse_count(argv[++i], 1, 1ull << 30, &piece)) BAD("--piece-bytes wants a count > 0, got '%s'", argv[i]);
+            if (dt_arg_u64(argv[++i], 1, 1ull << 30, &piece)) BAD("--piece-bytes wants a count > 0, got '%s'", argv[i]);
         } else if (a[0] == '-' && a[1]) BAD("unknown flag or missing value: %s", a);
         else inputs[n_inputs++] = a;
     }
@@ -288,7 +271,7 @@ int dt_cmd_tokenize(int argc, char **argv) {
     const char *every = getenv("DTRUN_PROGRESS_MS");
     uint64_t every_ms;
     if (every && *every) {
-        if (!parse_count(every, 0, 60000, &every_ms)) {
+        if (dt_arg_u64(every, 0, 60000, &every_ms)) {
             fprintf(stderr, "dtrun tokenize: DTRUN_PROGRESS_MS=%s: expected milliseconds from 0 to 60000\n", every);
             goto out_free_tok;
         }

@@ -19,6 +19,7 @@
 #include "common/gpuinfo.h"            /* defines: dt_gpu_spec_find */
 #include "runtime/parallel/pp_sched.h" /* defines: dt_pp_schedule_check */
 #include "runtime/tools/plan.h"
+#include "runtime/tools/plan_sweep.h" /* defines: dt_plan_sweep_model, dt_plan_lora_row */
 
 typedef struct cand {
     int strategy; /* dt_plan_strategy_t */
@@ -38,25 +39,17 @@ static void fmt_bytes(double b, char *buf, size_t len) {
 }
 
 /* plan's input for the config: the model at its TP size (rank 0's piece) cut into
- * its pipeline, its batch, precision and buckets, this node's ranks. */
+ * its pipeline (the sweep's dt_plan_sweep_model, as `dtrun plan CONFIG` cuts it),
+ * its batch, precision and buckets, this node's ranks. */
 static dt_status_t plan_input(const dt_mem_check_in *in, int bf16, dt_plan_input *pi) {
     const dt_config_t *cfg = in->cfg;
     dt_plan_input_defaults(pi);
     int tp = cfg->tp.size > 1 ? (int)cfg->tp.size : 1, pp = cfg->pp.stages > 1 ? (int)cfg->pp.stages : 1;
-    dt_model_layout l;
-    DT_CHECK(dt_model_layout_init_tp(in->spec, tp, 0, cfg->tp.sequence_parallel, &l));
-    dt_status_t st = dt_plan_model_from_layout(&l, &pi->model);
-    dt_model_layout_free(&l);
-    DT_CHECK(st);
+    dt_plan_sweep_axes ax = {.sp = cfg->tp.sequence_parallel, .partition = cfg->pp.partition};
+    dt_plan_sweep sw = {.ax = &ax, .spec = in->spec};
+    dt_plan_pp_layout pl = {pp, (int)cfg->pp.virtual_stages, cfg->pp.schedule};
+    DT_CHECK(dt_plan_sweep_model(&sw, tp, &pl, &pi->model));
     pi->model.recompute_every = (int)cfg->recompute.every;
-    if (pp > 1) {
-        st = dt_plan_model_set_pp_layout(&pi->model, in->spec, tp, cfg->tp.sequence_parallel, pp,
-                                         (int)cfg->pp.virtual_stages, cfg->pp.partition);
-        if (st != DT_STATUS_OK) {
-            dt_plan_model_free(&pi->model);
-            return st;
-        }
-    }
     pi->pp_schedule = cfg->pp.schedule;
     pi->micro_batch = (int)cfg->train_micro_batch_size_per_gpu;
     pi->accum = (int)cfg->gradient_accumulation_steps;
@@ -78,13 +71,14 @@ static dt_status_t plan_input(const dt_mem_check_in *in, int bf16, dt_plan_input
 
 /* c's memory and step time. The memory budget selects which policy plan's
  * total_ckpt is for (selective when it fits the budget, else full): the candidate's. */
-static dt_status_t price(const dt_plan_input *base, int n, cand *c) {
+static dt_status_t price(const dt_plan_input *base, const dt_plan_lora *lora, int n, cand *c) {
     dt_plan_input pi = *base;
     pi.micro_batch = c->micro;
     pi.accum = c->accum;
     pi.mem_bytes = c->policy == DT_MODEL_RECOMPUTE_FULL ? 0 : 1e30;
     pi.mem_shared = 0;
     DT_CHECK(dt_plan_row_compute(&pi, (dt_plan_strategy_t)c->strategy, n, &c->row));
+    if (lora) DT_CHECK(dt_plan_lora_row(&pi, lora, &c->row)); /* the adapters trained, the base frozen */
     dt_plan_row *r = &c->row;
     if (c->policy == DT_MODEL_RECOMPUTE_NONE) r->acts_ckpt = r->acts;
     c->need = c->policy == DT_MODEL_RECOMPUTE_NONE ? r->total : r->total_ckpt;
@@ -131,20 +125,40 @@ static const char *biggest(const dt_plan_row *r, double *bytes) {
     return names[k];
 }
 
+/* The config's LoRA (the trainer's rules, train_lora.c: the base int8 or the compute
+ * dtype) priced by plan's LoRA arithmetic. */
+static dt_status_t lora_of(const dt_config_t *cfg, const dt_model_spec *spec, dt_dtype_t compute, dt_plan_lora *out) {
+    dt_lora_spec ls;
+    memset(&ls, 0, sizeof ls);
+    ls.r = (int)cfg->lora.r;
+    ls.alpha = cfg->lora.alpha;
+    ls.base = cfg->lora.base_dtype == DT_CONFIG_LORA_BASE_INT8 ? DT_LORA_BASE_INT8 : DT_LORA_BASE_COMPUTE;
+    DT_CHECK(dt_lora_parse_targets(&ls, cfg->lora.target_modules));
+    return dt_plan_lora_compute(spec, &ls, compute, out);
+}
+
 dt_status_t dt_mem_check(const dt_mem_check_in *in, dt_mem_check_out *out) {
     memset(out, 0, sizeof *out);
     const dt_config_t *cfg = in->cfg;
-    if (cfg->lora.r > 0) return DT_STATUS_OK; /* LoRA's arithmetic is cmd_plan_lora.c's */
     int bf16 = dt_config_compute_dtype(cfg, in->gpu) == DT_DTYPE_BF16;
     dt_plan_input base;
     DT_CHECK(plan_input(in, bf16, &base));
+    dt_plan_lora lora_plan, *lora = NULL;
+    if (cfg->lora.r > 0) { /* a LoRA run: the trained buffer is the adapters' */
+        dt_status_t lst = lora_of(cfg, in->spec, bf16 ? DT_DTYPE_BF16 : DT_DTYPE_F32, &lora_plan);
+        if (lst != DT_STATUS_OK) {
+            dt_plan_model_free(&base.model);
+            return lst;
+        }
+        lora = &lora_plan;
+    }
     int n = in->world_size, sharers = in->gpu ? in->gpu_sharers : in->local_world_size;
     out->usable = in->avail_bytes * (1.0 - base.reserve) / (sharers > 0 ? sharers : 1);
     int strat = dt_plan_strategy_parse(dt_config_strategy_name(cfg->strategy));
     cand mine = {.strategy = strat < 0 ? DT_PLAN_DDP : strat, .policy = cfg->recompute.policy,
                  .micro = base.micro_batch, .accum = base.accum,
                  .offload = in->gpu && cfg->zero.offload_optimizer.device == DT_CONFIG_OFFLOAD_CPU};
-    dt_status_t st = price(&base, n, &mine);
+    dt_status_t st = price(&base, lora, n, &mine);
     if (st != DT_STATUS_OK) goto out_free_model;
     out->checked = 1;
     out->need = mine.need;
@@ -170,7 +184,7 @@ dt_status_t dt_mem_check(const dt_mem_check_in *in, dt_mem_check_out *out) {
                                                                    (int)cfg->pp.virtual_stages, c.accum, why,
                                                                    sizeof why))
                         continue;
-                    if (price(&base, n, &c) != DT_STATUS_OK) continue;
+                    if (price(&base, lora, n, &c) != DT_STATUS_OK) continue;
                     if (c.need > out->usable) continue;
                     int better = !found || c.step_s < best.step_s * 0.99 ||
                                  (c.step_s <= best.step_s * 1.01 && changes(&c, &mine) < changes(&best, &mine));
@@ -219,6 +233,7 @@ dt_status_t dt_mem_check(const dt_mem_check_in *in, dt_mem_check_out *out) {
                  in->gpu ? " or optimizer offload" : "", unit);
     }
 out_free_model:
+    if (lora) dt_plan_lora_free(lora);
     dt_plan_model_free(&base.model);
     return st;
 }

@@ -5,6 +5,8 @@
  * message naming the shortfall, the biggest consumer and the cheapest change plan
  * says would fit (strategy, activation recomputation, a smaller micro-batch with
  * more accumulation, optimizer offload), each tried with plan's own functions.
+ * A LoRA run (lora.r > 0) is priced as plan_lora.c prices it: the strategy holds
+ * the adapters, the frozen base is replicated, the arena is the base model's.
  *
  * What a rank can get: a GPU's free memory (cudaMemGetInfo, through the device
  * ops), or the host's (common/meminfo.h) shared by the node's ranks;
@@ -35,7 +37,7 @@ typedef struct dt_mem_check_in {
 } dt_mem_check_in;
 
 typedef struct dt_mem_check_out {
-    int checked;       /* 0: not checked (LoRA: plan's LoRA arithmetic is separate) */
+    int checked;       /* 1: priced (a LoRA run too: the adapters trained, the base frozen) */
     int fits;
     double need;       /* bytes per rank under the config (plan's total) */
     double usable;     /* bytes per rank: avail less the reserve, / ranks when shared */

@@ -65,6 +65,15 @@ else fail "--backend nccl with --device cpu is a usage error" "rc $rc: $out"; fi
 out=$("$DTRUN" __bench_comm_rank --nproc 2 --device gpu 2>&1); rc=$?
 if [ $rc -eq 2 ] && printf '%s' "$out" | grep -q 'bad value for --device: "gpu"'; then pass "bad --device is a usage error"
 else fail "bad --device is a usage error" "rc $rc: $out"; fi
+# non-finite, out-of-range and trailing-garbage numbers (cli/args.c) are usage errors
+# naming the flag, before any rank starts (--max inf crashed the ranks, --factor inf
+# ran one size, --iters 5x ran 5 iterations)
+for bad in "--max inf" "--min nan" "--factor inf" "--chunk nan" "--max 1e30" "--iters 5x" "--conns 9"; do
+  out=$("$DTRUN" __bench_comm_rank --nproc 2 $bad 2>&1); rc=$?
+  if [ $rc -eq 2 ] && printf '%s' "$out" | grep -q "bad value for ${bad% *}: \"${bad#* }\"" &&
+     ! printf '%s' "$out" | grep -q '\[rank0\]'; then pass "bench comm $bad is a usage error"
+  else fail "bench comm $bad is a usage error" "rc $rc: $out"; fi
+done
 
 # --local-world-size: four ranks on this machine grouped as two nodes of two, so
 # the hierarchical backend runs its intra- and inter-node stages.

@@ -3,7 +3,9 @@
 # rank compares `dtrun plan`'s bytes with what it can get and refuses with exit 2
 # naming the shortfall, the biggest consumer and the cheapest change that fits; the
 # change it suggests really fits (the config run with it passes the same limit);
-# DTRUN_SKIP_MEMORY_CHECK=1 skips it; a config that fits is not refused. On the CPU
+# DTRUN_SKIP_MEMORY_CHECK=1 skips it; a config that fits is not refused; a LoRA run
+# (the tiny Llama of tests/fixtures/lora) is priced too: the frozen base, the adapters'
+# state and the base's arena, refused when too big, trained when it fits. On the CPU
 # with a lowered limit (DTRUN_TEST_MEM_AVAILABLE, and a real cgroup memory limit when
 # this machine lets us create one), on the emulated GPU with a small memory
 # (DTRUN_CUEMU_MEM_GB).
@@ -75,6 +77,45 @@ if [ -n "$sug" ] && DTRUN_TEST_MEM_AVAILABLE=42000000 timeout 120 "$DTRUN" --sta
      "$DT_TMP/state.json" log.dir="$DT_TMP/s1" $sug >"$DT_TMP/s1.out" 2>&1; then
   pass "2 ranks: the suggestion ($sug) fits under the same limit and trains"
 else fail "2 ranks: the suggestion fits" "'$sug': $(tail -3 "$DT_TMP/s1.out")"; fi
+
+# ---- LoRA: the adapters trained, the frozen base replicated, the base's arena ----
+python3 - "$DT_TMP/lora.bin" <<'PY'
+import random, struct, sys
+rng = random.Random(5)
+with open(sys.argv[1], "wb") as f:  # an llm.c token shard: 256 int32 of header, uint16 ids
+    f.write(struct.pack("<256i", 20240520, 1, 2000, *([0] * 253)))
+    f.write(struct.pack("<2000H", *(rng.randrange(97) for _ in range(2000))))
+PY
+cat > "$DT_TMP/lora.json" <<JSON
+{"model": {"pretrained": "$ROOT/tests/fixtures/lora/base", "seq_len": 16},
+ "lora": {"r": 4, "alpha": 8, "dropout": 0.0, "base_dtype": "fp32", "target_modules": ["q_proj", "v_proj", "down_proj"]},
+ "data": {"train": "$DT_TMP/lora.bin"}, "train_micro_batch_size_per_gpu": 8, "train_steps": 2,
+ "steps_per_print": 1, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}, "threads": 1, "seed": 5,
+ "device": "cpu", "checkpoint": {"every_steps": 0, "resume": "never"}}
+JSON
+DTRUN_TEST_MEM_AVAILABLE=800000 $W "$DT_TMP/lora.json" log.dir="$DT_TMP/l0" >"$DT_TMP/l0.out" 2>&1; rc=$?
+if [ $rc -eq 2 ] && refused l0 "$DT_TMP/l0.out" activations "train_micro_batch_size_per_gpu="; then
+  pass "lora: 800 kB: exit 2 naming the shortfall, the activations and a smaller micro-batch"
+else fail "lora: refused" "rc=$rc $(tail -4 "$DT_TMP/l0.out")"; fi
+sug=$(suggestion "$DT_TMP/l0.out")
+# shellcheck disable=SC2086
+if [ -n "$sug" ] && DTRUN_TEST_MEM_AVAILABLE=800000 $W "$DT_TMP/lora.json" log.dir="$DT_TMP/l1" $sug \
+     >"$DT_TMP/l1.out" 2>&1 && grep -q "step 2/2" "$DT_TMP/l1.out"; then
+  pass "lora: the suggestion ($sug) fits under the same limit and trains"
+else fail "lora: the suggestion fits" "'$sug': $(tail -3 "$DT_TMP/l1.out")"; fi
+# the bytes are the run's: the frozen base + the adapters' state + the arena (summary.json)
+python3 - "$DT_TMP/l0.out" "$DT_TMP/l1" <<'PY' && pass "lora: the bytes named are the run's (summary.json, lora_base in them)" || fail "lora: bytes = the run's"
+import json, re, sys
+s = json.load(open(sys.argv[2] + "/summary.json"))["ranks"][0]
+m = re.search(r"the cheapest change that fits: .*?: ([0-9.]+) ([kMG]?B) per", open(sys.argv[1]).read())
+need = float(m.group(1)) * {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9}[m.group(2)]
+have = s["model_state_bytes"]["total"] + s["activation_bytes"] + s["comm_buffer_bytes"]
+assert s["model_state_bytes"]["lora_base"] > 0
+assert abs(need - have) <= 0.01 * have, (need, have)
+PY
+if DTRUN_TEST_MEM_AVAILABLE=3000000 $W "$DT_TMP/lora.json" log.dir="$DT_TMP/l2" >"$DT_TMP/l2.out" 2>&1 &&
+   grep -q "step 2/2" "$DT_TMP/l2.out"; then pass "lora: a run that fits in 3 MB trains"
+else fail "lora: fits" "$(tail -3 "$DT_TMP/l2.out")"; fi
 
 # ---- a real cgroup memory limit (v1 or v2), when this machine lets us make one ----
 cg=""

@@ -82,6 +82,12 @@ bad_flag "--mfu 1.5 exits 2" "--mfu" $SEVEN_B --mfu 1.5
 bad_flag "unknown --gpu lists the known ones" "h100, " $SEVEN_B --gpu tpu-v9
 bad_flag "unknown --link lists the known ones" "ib400" $SEVEN_B --link smoke-signals
 bad_flag "config and --params contradict" "--params" x.json --params 7e9
+# non-finite and out-of-range numbers (cli/args.c): exit 2 naming the flag (a suffix
+# that overflowed to inf was taken as a count before)
+bad_flag "--tokens 1e305T (inf) exits 2" "--tokens" $SEVEN_B --tokens 1e305T
+bad_flag "--gpu-mem inf exits 2" "--gpu-mem" $SEVEN_B --gpu-mem inf
+bad_flag "--price nan exits 2" "--price" $SEVEN_B --price nan
+bad_flag "--layers 2000000000 exits 2" "--layers" $SEVEN_B --layers 2000000000
 
 # pipeline and 3D parallelism (--pp, --schedule, --virtual-stages)
 L70="--params 70B --layers 80 --hidden 8192 --heads 64 --kv-heads 8 --ffn 28672 --vocab 128256 --seq 4096 --micro-batch 1 --accum 32 --gpu h100 --tp auto --pp auto --sp"
