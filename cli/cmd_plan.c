@@ -40,7 +40,7 @@
 #include "runtime/config/config.h"
 #include "runtime/train/metrics.h"
 #include "runtime/model/model.h"
-#include "runtime/parallel/pp_sched.h" /* defines: dt_pp_schedule_check */
+#include "runtime/layout/pp_sched.h" /* defines: dt_pp_schedule_check */
 #include "runtime/tools/plan.h"
 #include "cli/cmd_plan.h"
 

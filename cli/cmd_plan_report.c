@@ -24,7 +24,7 @@
 #include "runtime/config/config.h"
 #include "runtime/train/metrics.h"
 #include "runtime/model/model.h"
-#include "runtime/parallel/pp_sched.h" /* defines: dt_pp_schedule_name */
+#include "runtime/layout/pp_sched.h" /* defines: dt_pp_schedule_name */
 #include "runtime/tools/plan.h"
 
 #include "cli/cmd_plan.h"

@@ -12,7 +12,7 @@
 
 #include "common/log.h"
 #include "runtime/config/config.h"
-#include "runtime/parallel/pp_sched.h"
+#include "runtime/layout/pp_sched.h"
 
 static void quiet(void) { dt_log_set_level(DT_LOG_OFF); }
 TestSuite(config_pp, .init = quiet);

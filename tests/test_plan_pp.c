@@ -13,7 +13,7 @@
 #include "kernels/kernels.h"
 #include "runtime/model/model.h"
 #include "runtime/model/net.h"
-#include "runtime/parallel/pp_sched.h"
+#include "runtime/layout/pp_sched.h"
 #include "runtime/tools/plan.h"
 
 #define assert_near(a, b, tol) \

@@ -54,7 +54,7 @@
 /* Strategy and its ZeRO stage: ddp 0, zero1 1, zero2 2, fsdp 3, hsdp 3
  * (hsdp: fsdp within a node, replicated across nodes). */
 /* pipeline.schedule and pipeline.partition names, in the order of dt_pp_schedule_t
- * (runtime/parallel/pp_sched.h) and dt_pp_partition_t (runtime/model/model.h). */
+ * (runtime/layout/pp_sched.h) and dt_pp_partition_t (runtime/model/model.h). */
 #define DT_CONFIG_PP_SCHEDULE_MAP(X) X(GPIPE, "gpipe") X(1F1B, "1f1b") X(INTERLEAVED, "interleaved")
 #define DT_CONFIG_PP_PARTITION_MAP(X) X(UNIFORM, "uniform") X(PARAMETERS, "parameters") X(FLOPS, "flops")
 /* activation_checkpointing.policy names, in the order of dt_model_recompute_t. */
@@ -247,7 +247,7 @@ typedef struct dt_config {
      * per step = gradient_accumulation_steps; world = tp.size x stages x DP size. */
     struct {
         int64_t stages;         /* >= 1; 1 = off */
-        int schedule;           /* DT_CONFIG_PP_SCHEDULE_MAP order (runtime/parallel/pp_sched.h's) */
+        int schedule;           /* DT_CONFIG_PP_SCHEDULE_MAP order (runtime/layout/pp_sched.h's) */
         int64_t virtual_stages; /* chunks per rank (interleaved) */
         int partition;          /* DT_CONFIG_PP_PARTITION_MAP order (model.h's dt_pp_partition_t) */
     } pp;

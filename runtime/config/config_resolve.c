@@ -14,7 +14,7 @@
 #include "common/gpuinfo.h" /* defines: dt_gpuinfo_count */
 
 /* The pipeline schedule against the micro-batches per step: the rules of
- * dt_pp_schedule_check (runtime/parallel/pp_sched.c, which this layer may not
+ * dt_pp_schedule_check (runtime/layout/pp_sched.c, which this layer may not
  * call; tests/test_config_pp.c holds the two together). */
 static void check_pp_schedule(dt_config_t *cfg, const char *src) {
     int64_t P = cfg->pp.stages, V = cfg->pp.virtual_stages, m = cfg->gradient_accumulation_steps;

@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "common/gpuinfo.h"            /* defines: dt_gpu_spec_find */
-#include "runtime/parallel/pp_sched.h" /* defines: dt_pp_schedule_check */
+#include "runtime/layout/pp_sched.h" /* defines: dt_pp_schedule_check */
 #include "runtime/tools/plan.h"
 
 typedef struct cand {

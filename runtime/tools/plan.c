@@ -13,7 +13,7 @@
 
 #include "common/mem.h"
 #include "kernels/kernels.h" /* defines: dt_attention_uses_fused */
-#include "runtime/parallel/pp_sched.h" /* defines: dt_pp_schedule_name */
+#include "runtime/layout/pp_sched.h" /* defines: dt_pp_schedule_name */
 
 static const char *const strategy_names[] = {
 #define X(n, s) s,

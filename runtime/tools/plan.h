@@ -277,7 +277,7 @@ typedef struct dt_plan_input {
     double bucket_elems;   /* reduce_bucket_size (elements) */
     double hours_1gpu;     /* H; 0 = unknown */
     double price;          /* per GPU-hour; 0 = not given */
-    /* pipeline schedule (runtime/parallel/pp_sched.h dt_pp_schedule_t), used when
+    /* pipeline schedule (runtime/layout/pp_sched.h dt_pp_schedule_t), used when
      * the model has pp_size > 1; micro-batches per step m = accum */
     int pp_schedule;
 } dt_plan_input;

@@ -2,7 +2,7 @@
  * plan_pp.c - `dtrun plan`'s pipeline arithmetic (formulas in plan.h): a sized
  * model cut into stages, the view of one stage that plan.c prices as a row, and the
  * pipeline row: memory of the worst stage (its arenas from the schedule,
- * runtime/parallel/pp_sched.h, as the engine holds them), the slowest stage's time
+ * runtime/layout/pp_sched.h, as the engine holds them), the slowest stage's time
  * with the schedule's bubble, point-to-point traffic and each stage's DP collectives.
  */
 #include "runtime/tools/plan.h"
@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "common/mem.h"                  /* defines: dt_xcalloc */
-#include "runtime/parallel/pp_sched.h"   /* defines: dt_pp_arenas, dt_pp_bubble_ideal */
+#include "runtime/layout/pp_sched.h"   /* defines: dt_pp_arenas, dt_pp_bubble_ideal */
 
 /* ---- cutting the blocks into chunks --------------------------------------------- */
 
