@@ -159,12 +159,12 @@ static int parse_list_strategies(const char *s, plan_opts *o) {
     o->n_strategies = 0;
     char *save = NULL;
     for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        int v = dt_plan_strategy_parse(t);
+        int v = dt_strategy_parse(t);
         if (v < 0)
             return usage_error("--strategy: unknown strategy \"%s\" (known: ddp, zero1, zero2, "
                                "fsdp, hybrid)",
                                t);
-        if (o->n_strategies < DT_PLAN_STRATEGY_COUNT_) o->strategies[o->n_strategies++] = v;
+        if (o->n_strategies < DT_STRATEGY_COUNT) o->strategies[o->n_strategies++] = v;
     }
     if (!o->n_strategies) return usage_error("--strategy: expected a list like ddp,fsdp");
     return 0;
@@ -400,7 +400,7 @@ static int load_config(plan_opts *o, plan_ctx *c, int *is_cpu_default) {
     c->in.bucket_elems = (double)cfg->zero.reduce_bucket_size;
     c->cfg_threads = (int)cfg->threads;
     c->cfg_tp = cfg->tp.size > 1 ? (int)cfg->tp.size : 1;
-    o->highlight_strategy = dt_plan_strategy_parse(dt_config_strategy_name(cfg->strategy));
+    o->highlight_strategy = (int)cfg->strategy;
     *is_cpu_default = cfg->device == DT_CONFIG_DEVICE_CPU;
     return 0;
 }
@@ -644,9 +644,11 @@ static int plan_rows(const plan_opts *o, plan_ctx *c, int strategy, int k, const
     const dt_plan_model *mm = &c->tp_models[k];
     char msg[512];
     int rc = 0;
-    /* the trainer refuses hsdp with a model-parallel layout (its shard group is a node's
-     * ranks, where TP groups and stages live): no row for it */
-    if (strategy == DT_PLAN_HYBRID && (o->tps[k] > 1 || pl->pp > 1)) return 0;
+    /* a strategy the trainer does not run with a model-parallel dim (the strategy table:
+     * hsdp, whose shard group is a node's ranks, where TP groups and stages live): no row */
+    if ((o->tps[k] > 1 && !dt_strategy_composes(strategy, DT_LAYOUT_TP)) ||
+        (pl->pp > 1 && !dt_strategy_composes(strategy, DT_LAYOUT_PP)))
+        return 0;
     if (pl->pp > 1) {
         if (cmd_plan_pp_model(o, c, mm, pl, &pm, msg, sizeof msg))
             return o->pp_auto ? 0 : usage_error("%s", msg);
@@ -720,7 +722,7 @@ int dt_cmd_plan(int argc, char **argv) {
     rc = cmd_plan_setup_pp(&o, &c);
     if (rc) goto out_free_model;
     if (!o.n_strategies)
-        for (int s = 0; s < DT_PLAN_STRATEGY_COUNT_; s++) o.strategies[o.n_strategies++] = s;
+        for (int s = 0; s < DT_STRATEGY_COUNT; s++) o.strategies[o.n_strategies++] = s;
 
     /* a row per (strategy, TP size, pipeline layout, GPU count) where TP x PP divides
      * the count (and, under --pp auto, the schedule can run) */
@@ -759,7 +761,7 @@ int dt_cmd_plan(int argc, char **argv) {
     if (rc) goto out_free_rows;
     if (o.measure) {
         /* the config's strategy at the first GPU count */
-        int want = o.highlight_strategy >= 0 ? o.highlight_strategy : DT_PLAN_DDP;
+        int want = o.highlight_strategy >= 0 ? o.highlight_strategy : DT_STRATEGY_DDP;
         int tp = c.have_cfg ? c.cfg_tp : 1, k = 0;
         while (k < o.n_tps && o.tps[k] != tp) k++;
         if (k == o.n_tps) {

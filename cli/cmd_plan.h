@@ -35,7 +35,7 @@ typedef struct plan_opts {
     const char *gpu, *link, *intra_link, *precision, *comm_dtype;
     double gpu_mem, gpu_tflops, link_gbps, intra_gbps, mfu, reserve, tokens, hours, price;
     int nodes_m, nodes_g, gpus_per_node;
-    int strategies[DT_PLAN_STRATEGY_COUNT_], n_strategies;
+    int strategies[DT_STRATEGY_COUNT], n_strategies;
     int json, measure, measure_steps;
     int highlight_strategy; /* the config's strategy, -1 none */
     int lora_r;                              /* --lora-r: 0 = the config's lora.r */

@@ -229,7 +229,7 @@ void dt_plan_stage_view(const dt_plan_model *m, int k, dt_plan_model *v) {
 /* The node of pipeline rank s (TP rank 0, DP rank 0), or 0 on one node. */
 static int node_of(int s, int tp, int g, int nodes) { return nodes > 1 && g > 0 ? s * tp / g : 0; }
 
-dt_status_t dt_plan_row_compute_pp(const dt_plan_input *in, dt_plan_strategy_t strat, int n_gpus,
+dt_status_t dt_plan_row_compute_pp(const dt_plan_input *in, dt_strategy_t strat, int n_gpus,
                                    dt_plan_row *out, dt_plan_row *stage_rows) {
     const dt_plan_model *m = &in->model;
     int P = m->pp_size, V = m->pp_virtual, M = in->accum;

@@ -47,16 +47,8 @@ dt_status_t dt_train_layout_(dt_trainer_t *t, const dt_model_spec *spec) {
                                       V, t->pp_bounds, &t->layout);
 }
 
-/* The config's schedule names are pp_sched.h's, in its order (config.h). */
-_Static_assert(DT_CONFIG_PP_GPIPE == (int)DT_PP_GPIPE && DT_CONFIG_PP_1F1B == (int)DT_PP_1F1B &&
-                   DT_CONFIG_PP_INTERLEAVED == (int)DT_PP_INTERLEAVED,
-               "pipeline.schedule's names follow dt_pp_schedule_t");
-_Static_assert(DT_CONFIG_PP_PARTITION_UNIFORM == (int)DT_PP_PARTITION_UNIFORM &&
-                   DT_CONFIG_PP_PARTITION_PARAMETERS == (int)DT_PP_PARTITION_PARAMETERS &&
-                   DT_CONFIG_PP_PARTITION_FLOPS == (int)DT_PP_PARTITION_FLOPS,
-               "pipeline.partition's names follow dt_pp_partition_t");
-
-dt_pp_schedule_t dt_train_pp_schedule_(const dt_config_t *cfg) { return (dt_pp_schedule_t)cfg->pp.schedule; }
+/* The config holds the schedule as pp_sched.h's enum (config.h). */
+dt_pp_schedule_t dt_train_pp_schedule_(const dt_config_t *cfg) { return cfg->pp.schedule; }
 
 dt_status_t dt_train_pp_init_(dt_trainer_t *t) {
     if (t->place.pp_size <= 1) return DT_STATUS_OK;
