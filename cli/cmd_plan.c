@@ -40,6 +40,7 @@
 #include "runtime/config/config.h"
 #include "runtime/train/metrics.h"
 #include "runtime/model/model.h"
+#include "runtime/layout/layout.h"   /* defines: dt_layout_of */
 #include "runtime/layout/pp_sched.h" /* defines: dt_pp_schedule_check */
 #include "runtime/tools/plan.h"
 #include "cli/cmd_plan.h"
@@ -655,7 +656,9 @@ static int plan_rows(const plan_opts *o, plan_ctx *c, int strategy, int k, const
         mm = &pm;
     }
     for (int i = 0; i < o->n_counts; i++) {
-        if (o->counts[i] % (o->tps[k] * pl->pp)) continue;
+        dt_layout_dims dims = dt_layout_dims_tp_pp(o->tps[k], pl->pp);
+        dt_layout lay;
+        if (dt_layout_of(&dims, o->counts[i], 0, &lay) != DT_STATUS_OK) continue; /* TP x PP does not divide it */
         rc = row_input(o, c, o->counts[i], o->tps[k], pl->pp);
         if (rc) break;
         if (pl->pp > 1 && o->pp_auto &&
