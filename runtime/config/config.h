@@ -113,7 +113,7 @@ typedef struct dt_config_source {
  * Batch sizes are 0 until dt_config_resolve() derives them for a world size. */
 typedef struct dt_config {
     /* DeepSpeed: batch identity train_batch_size = micro * accumulation * DP size,
-     * DP size = world size / tp.size (CONTRACT.md "Parallel layout") */
+     * DP size: the layout's (runtime/layout/layout.h) for the world size */
     int64_t train_batch_size;
     int64_t train_micro_batch_size_per_gpu;
     int64_t gradient_accumulation_steps;
@@ -293,8 +293,8 @@ int dt_config_uses_cuda(const dt_config_t *cfg);
 /* Derives the batch sizes for world_size (DeepSpeed's rules: any two give the
  * third; train_batch_size alone gives accumulation 1; the micro-batch alone gives
  * accumulation 1; accumulation alone or nothing: micro-batch 1) and checks the
- * identity over the data-parallel size (world_size / tensor_parallel.size, which
- * must divide: an error otherwise). Sets cfg->world_size and cfg->dp_size. May be
+ * identity over the data-parallel size (the layout's, runtime/layout/layout.h:
+ * tensor_parallel.size x pipeline.stages must divide world_size, an error otherwise). Sets cfg->world_size and cfg->dp_size. May be
  * called again with another world size (elastic restarts): only the values given
  * in the file or overrides count, never earlier derivations. */
 dt_status_t dt_config_resolve(dt_config_t *cfg, int world_size);
