@@ -277,6 +277,18 @@ int dt_cmd_tokenize(int argc, char **argv) {
     const char *tty = getenv("DTRUN_PROGRESS_TTY");
     int live = tty ? !strcmp(tty, "1") : isatty(STDERR_FILENO);
     if (live) o.progress = draw_progress;
+    /* DTRUN_PROGRESS_MS: the redraw interval (default 100 ms); 0 redraws at every
+     * pass of the writer, which tests use so that the line does not depend on the
+     * machine's speed. */
+    const char *every = getenv("DTRUN_PROGRESS_MS");
+    uint64_t every_ms;
+    if (every && *every) {
+        if (!parse_count(every, 0, 60000, &every_ms)) {
+            fprintf(stderr, "dtrun tokenize: DTRUN_PROGRESS_MS=%s: expected milliseconds from 0 to 60000\n", every);
+            goto out_free_tok;
+        }
+        o.progress_ms = every_ms == 0 ? -1 : (int)every_ms;
+    }
     catch_signals();
     dt_tokenize_progress sum;
     dt_status_t st = dt_tokenize_run(&o, &sum);

@@ -70,7 +70,10 @@ for s in tests/integration/test_*.sh; do
   rm -f "$log"
 done
 
+# The summary names every retried test, the ones that then passed too: a retry
+# hides nothing.
 [ ${#flaky_names[@]} -ne 0 ] && echo "FLAKY (failed once, passed on retry; see above): ${flaky_names[*]}"
 [ ${#failed_names[@]} -ne 0 ] && echo "failing: ${failed_names[*]}"
+for n in "${flaky_names[@]}" "${failed_names[@]}"; do echo "retried: $n"; done
 echo "tests: $passed passed, $failed failed, $skipped skipped"
 [ $failed -eq 0 ]

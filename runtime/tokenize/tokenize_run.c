@@ -523,7 +523,8 @@ dt_status_t dt_tokenize_run(const dt_tokenize_opts *o, dt_tokenize_progress *sum
             st = dt_error(DT_STATUS_SYS, "cannot start tokenizer thread %d of %d", started + 1, o->jobs);
             break;
         }
-    double write_s = 0, last_progress = 0, every = (o->progress_ms > 0 ? o->progress_ms : 100) / 1000.0;
+    double write_s = 0, last_progress = -1e9;
+    double every = o->progress_ms < 0 ? 0 : (o->progress_ms > 0 ? o->progress_ms : 100) / 1000.0;
     pthread_mutex_lock(&r.mu);
     if (st != DT_STATUS_OK) r.stop = 1;
     while (st == DT_STATUS_OK) {

@@ -62,7 +62,9 @@ typedef struct dt_tokenize_opts {
     /* Set (by a signal handler) to stop: the run removes its temporaries and
      * returns DT_STATUS_CANCELED. May be NULL. */
     volatile sig_atomic_t *cancel;
-    /* Called from the writing thread about every progress_ms (0: 100 ms). May be NULL. */
+    /* Called from the writing thread about every progress_ms (0: 100 ms; < 0: at
+     * every pass of its loop, the first pass included, so that even a run shorter
+     * than any interval draws the line). May be NULL. */
     void (*progress)(void *ctx, const dt_tokenize_progress *p);
     void *progress_ctx;
     int progress_ms;

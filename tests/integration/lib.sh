@@ -17,6 +17,18 @@ check() { local n=$1; shift; if "$@"; then pass "$n"; else fail "$n"; fi; }
 losses() { python3 -c 'import json,sys; [print(json.loads(l)["step"], repr(json.loads(l)["loss"])) for l in open(sys.argv[1])]' "$1/metrics.jsonl"; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 finish() { exit $(( DT_FAILS > 0 )); }
+# gone SECONDS PID...: until none of the PIDs is a live process (a zombie counts as
+# gone); fails after SECONDS. For "nothing survives" checks: a fixed sleep before
+# looking fails on a slow or loaded machine, where the kernel reaps later.
+gone() {
+  local t=$1 p st; shift
+  for _ in $(seq $(( t * 20 ))); do
+    local any=0
+    for p in "$@"; do st=$(awk '{print $3}' /proc/$p/stat 2>/dev/null) && [ -n "$st" ] && [ "$st" != Z ] && any=1; done
+    [ $any = 0 ] && return 0; sleep 0.05
+  done
+  return 1
+}
 # make_text FILE SEED LINES: a small corpus of random sentences from 14 words,
 # enough structure for a tiny GPT to learn (the same bytes for the same seed).
 make_text() {

@@ -92,18 +92,21 @@ done
 rm -f "$DT_TMP/o"
 DTRUN_SHUTDOWN_TIMEOUT=0.5 bg --exec sh -c 'trap "" TERM; echo ready; while :; do sleep 0.05; done' >"$DT_TMP/o" 2>/dev/null
 wait_ready "$DT_TMP/o" 1; s=$(date +%s%N); kill -TERM $pid; wait $pid; rc=$?; bg_end; ms=$(( ($(date +%s%N) - s) / 1000000 ))
-[ $rc -eq 143 ] && [ $ms -lt 3000 ] && pass "SIGKILL after DTRUN_SHUTDOWN_TIMEOUT (${ms} ms)" || fail "grace" "rc=$rc ms=$ms"
+# The bounds tell "after the 0.5 s grace" and "at once" from the 20 s timeout, with
+# room for a loaded one-core machine (they were 3 s).
+[ $rc -eq 143 ] && [ $ms -lt 10000 ] && pass "SIGKILL after DTRUN_SHUTDOWN_TIMEOUT (${ms} ms)" || fail "grace" "rc=$rc ms=$ms"
 # a second Ctrl-C kills at once
 rm -f "$DT_TMP/o"
 DTRUN_SHUTDOWN_TIMEOUT=20 bg --exec sh -c 'trap "" INT; echo ready; while :; do sleep 0.05; done' >"$DT_TMP/o" 2>/dev/null
 wait_ready "$DT_TMP/o" 1; s=$(date +%s%N); kill -INT $pid; sleep 0.2; kill -INT $pid; wait $pid; rc=$?; bg_end; ms=$(( ($(date +%s%N) - s) / 1000000 ))
-[ $rc -eq 130 ] && [ $ms -lt 3000 ] && pass "second SIGINT kills at once (${ms} ms)" || fail "second SIGINT" "rc=$rc ms=$ms"
+[ $rc -eq 130 ] && [ $ms -lt 10000 ] && pass "second SIGINT kills at once (${ms} ms)" || fail "second SIGINT" "rc=$rc ms=$ms"
 
 # ---- SIGKILL to the agent leaves no worker alive ----
 rm -f "$DT_TMP/pids"
 bg --nproc_per_node 3 --exec sh -c 'echo $$ >> '"$DT_TMP/pids"'; exec sleep 20' >/dev/null 2>&1
 for _ in $(seq 200); do [ "$( { wc -l <"$DT_TMP/pids"; } 2>/dev/null || echo 0)" -ge 3 ] && break; sleep 0.02; done
-kill -9 $pid; wait $pid 2>/dev/null; bg_end; sleep 0.3
+kill -9 $pid; wait $pid 2>/dev/null; bg_end
+gone 10 $(cat "$DT_TMP/pids")  # each worker dies of its parent-death signal, as soon as the kernel gets to it
 alive=0; for p in $(cat "$DT_TMP/pids"); do is_alive $p && alive=$((alive + 1)); done
 [ "$(wc -l <"$DT_TMP/pids")" = 3 ] && [ $alive = 0 ] && pass "agent SIGKILLed: no worker survives" || fail "orphans" "alive=$alive"
 

@@ -149,7 +149,10 @@ PY
 # emu NAME NPROC ARGS...: a run of the emulator build (parameters dumped as run does)
 emu() {
   local name=$1 np=$2; shift 2
-  DTRUN_DUMP_PARAMS="$DT_TMP/$name.bin" $T "$EMU" --standalone --nproc_per_node "$np" "$DT_TMP/llama.json" \
+  # A hang guard of 300 s, as test_cuda_emu.sh's: the emulator runs the GPU's
+  # threads on the CPU, and 2 emulated fsdp ranks of 20 steps took over 60 s on a
+  # loaded machine (the guard killed a healthy run at step 13).
+  DTRUN_DUMP_PARAMS="$DT_TMP/$name.bin" timeout -k 2 300 "$EMU" --standalone --nproc_per_node "$np" "$DT_TMP/llama.json" \
     device=cuda "$@" log.dir="$DT_TMP/$name" >"$DT_TMP/$name.out" 2>&1
 }
 if [ ! -x "$EMU" ]; then

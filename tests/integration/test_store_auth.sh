@@ -47,10 +47,13 @@ else fail "trainer with a token" "rc=$(cat t0.rc t1.rc | tr '\n' ' ') $(tail -n 
 # byte, a log line with its address; nothing it sent was stored
 P=$(free_port)
 $T "$DTRUN" --nproc_per_node 1 --master_addr 127.0.0.1 --master_port $P --rdzv_conf token_file=tok \
-   --exec sh -c 'sleep 4; echo done' >s.out 2>s.err &
+   --exec sh -c 'while [ ! -e go ]; do sleep 0.05; done; echo done' >s.out 2>s.err &
 apid=$!
-for _ in $(seq 50); do [ -n "$(listen_addr $P)" ] && break; sleep 0.1; done
+# The job runs until the stranger has tried (the file go), not for a fixed time
+# that a slow machine could use up before the client connects.
+for _ in $(seq 100); do [ -n "$(listen_addr $P)" ] && break; sleep 0.1; done
 got=$($CLIENT 127.0.0.1 $P 127.0.0.9 2>&1)
+touch go
 wait $apid; arc=$?
 if [ "$got" = "closed after 0 bytes" ] && [ $arc = 0 ] && grep -q 'closing connection from 127.0.0.9:[0-9]*: not authenticated' s.err; then
   pass "a client without the token gets only a close, logged with its address"

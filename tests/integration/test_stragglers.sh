@@ -46,13 +46,13 @@ assert all(r["slowest_rank"] == slow for r in rows), [r["slowest_rank"] for r in
 assert all(r["slowest_ms"] >= 180 and r["median_ms"] < 120 for r in rows), [(r["slowest_ms"], r["median_ms"]) for r in rows]
 assert warned == [str(slow)], warned  # once, after 5 logged steps in a row
 assert s["stragglers"] == [slow], s
-assert ranks[slow]["times_slowest"] == 9 and ranks[slow]["p50_compute_ms"] >= 180, ranks[slow]
-assert all(r["max_compute_ms"] < 120 for r in ranks if r["rank"] != slow), ranks
+assert ranks[slow]["times_slowest"] == 9 and ranks[slow]["p50_compute_ms"] >= 380, ranks[slow]
+assert all(r["max_compute_ms"] < 250 for r in ranks if r["rank"] != slow), ranks
 PY
 }
 
-if DTRUN_TEST_SLOW_RANK=2:200 run slow 3 && check_run slow 2; then
-  pass "rank 2 slowed by 200 ms: slowest_rank in metrics, the warning and summary name it"
+if DTRUN_TEST_SLOW_RANK=2:400 run slow 3 && check_run slow 2; then
+  pass "rank 2 slowed by 400 ms: slowest_rank in metrics, the warning and summary name it"
 else fail "slowed rank named" "$(tail -5 "$DT_TMP/slow.out")"; fi
 
 if run quiet 3 && check_run quiet -1; then
@@ -60,7 +60,7 @@ if run quiet 3 && check_run quiet -1; then
 else fail "quiet run" "$(tail -5 "$DT_TMP/quiet.out")"; fi
 
 # tensor parallel 2 x data parallel 2: rank 3 (TP rank 1 of DP rank 1) is gathered too
-if DTRUN_TEST_SLOW_RANK=3:200 run tp 4 tensor_parallel.size=2 train_batch_size=4 && check_run tp 3; then
+if DTRUN_TEST_SLOW_RANK=3:400 run tp 4 tensor_parallel.size=2 train_batch_size=4 && check_run tp 3; then
   pass "TP 2 x DP 2: the world's rank 3 named"
 else fail "TP layout" "$(tail -5 "$DT_TMP/tp.out")"; fi
 

@@ -172,13 +172,24 @@ TK --tokenizer $FX/cli_gpt2.json $DOCS/a.txt -o "$P" --force >/dev/null 2>&1
 
 # ---- signals: no partial shard, no temporary --------------------------------
 for i in $(seq 1 400); do cat $DOCS/big.txt; done > "$DT_TMP/large.txt"   # ~9 MB
+# held_run DIR: starts dtrun tokenize on large.txt through stdin from a FIFO whose
+# writer stays open, so the run cannot finish however fast the machine is: it
+# writes shards (temporaries) and then waits for more input. Sets $pid (dtrun's)
+# and $feeder; held_end closes the writer's end.
+held_run() {
+  mkfifo "$1/in"
+  "$DTRUN" tokenize --tokenizer $FX/cli_gpt2.json - -o "$1/s" --jobs 1 --shard-tokens 20000 <"$1/in" >"$1/log" 2>&1 &
+  pid=$!
+  exec 7>"$1/in"
+  cat "$DT_TMP/large.txt" >&7 2>/dev/null & feeder=$!
+}
+held_end() { kill $feeder 2>/dev/null; wait $feeder 2>/dev/null; exec 7>&-; }
 for sig in INT TERM; do
   S=$DT_TMP/sig$sig; mkdir -p "$S"
-  # "$DTRUN" itself, not the TK function: $! must be dtrun's pid, not a subshell's.
-  "$DTRUN" tokenize --tokenizer $FX/cli_gpt2.json "$DT_TMP/large.txt" -o "$S/s" --jobs 1 --shard-tokens 20000 >"$S/log" 2>&1 &
-  pid=$!
-  for t in $(seq 1 200); do compgen -G "$S/s_train_*.tmp.*" >/dev/null && break; sleep 0.02; done
+  held_run "$S"
+  for t in $(seq 1 500); do compgen -G "$S/s_train_*.tmp.*" >/dev/null && break; sleep 0.02; done
   kill -$sig $pid; wait $pid; rc=$?
+  held_end; rm -f "$S/in"
   want=$((128 + $(kill -l $sig)))
   if [ $rc = 0 ]; then skip "SIG$sig mid-run" "the run finished before the signal"
   elif [ $rc = $want ] && no_files "$S/s" && grep -q "no shard written" "$S/log"; then
@@ -188,10 +199,10 @@ done
 # SIGKILL cannot be caught: its temporaries stay, and the next run of the prefix
 # removes them (their pid is gone) and says so; a live run's are left alone.
 S=$DT_TMP/sigKILL; mkdir -p "$S"
-"$DTRUN" tokenize --tokenizer $FX/cli_gpt2.json "$DT_TMP/large.txt" -o "$S/s" --jobs 1 --shard-tokens 20000 >/dev/null 2>&1 &
-pid=$!
-for t in $(seq 1 200); do compgen -G "$S/s_train_*.tmp.*" >/dev/null && break; sleep 0.02; done
+held_run "$S"
+for t in $(seq 1 500); do compgen -G "$S/s_train_*.tmp.*" >/dev/null && break; sleep 0.02; done
 kill -KILL $pid; wait $pid 2>/dev/null
+held_end; rm -f "$S/in" "$S/log"
 n_stale=$(ls "$S" | grep -c "\.tmp\.$pid$")
 sleep 60 & live=$!
 touch "$S/s_train_000000.bin.tmp.$live"
@@ -210,9 +221,16 @@ for t in $(seq 1 100); do [ -s "$DT_TMP/stdin.rc" ] && break; sleep 0.1; done
 wait $waiter 2>/dev/null
 
 # ---- progress: a live line on a terminal, one summary line otherwise --------
-DTRUN_PROGRESS_TTY=1 TK --tokenizer $FX/cli_gpt2.json "$DT_TMP/large.txt" -o "$DT_TMP/pr" --jobs 1 >"$DT_TMP/pr.out" 2>"$DT_TMP/pr.err"
-if grep -q $'\r''tokenize: .*B / .*B (.*%) .* tokens/s  ETA' "$DT_TMP/pr.err" && [ "$(wc -l < "$DT_TMP/pr.out")" = 1 ]; then
+# DTRUN_PROGRESS_MS=0 redraws at every pass of the writer (after each piece), so
+# the line is there however fast the machine encodes large.txt (at the default
+# 100 ms a fast machine finished before the first redraw); the ETA is a number
+# once a piece is written.
+DTRUN_PROGRESS_TTY=1 DTRUN_PROGRESS_MS=0 TK --tokenizer $FX/cli_gpt2.json "$DT_TMP/large.txt" -o "$DT_TMP/pr" --jobs 1 >"$DT_TMP/pr.out" 2>"$DT_TMP/pr.err"
+if grep -q $'\r''tokenize: .*B / .*B (.*%) .* tokens/s  ETA [0-9][0-9]* s' "$DT_TMP/pr.err" && [ "$(wc -l < "$DT_TMP/pr.out")" = 1 ]; then
   pass "live progress line (bytes, tokens/s, ETA) on a terminal"; else fail "live progress line" "$(head -c 300 "$DT_TMP/pr.err")"; fi
+DTRUN_PROGRESS_MS=soon TK --tokenizer $FX/cli_gpt2.json $DOCS/a.txt -o "$DT_TMP/bp" >/dev/null 2>"$DT_TMP/badms.err"; rc=$?
+[ $rc = 2 ] && grep -q "DTRUN_PROGRESS_MS=soon: expected milliseconds" "$DT_TMP/badms.err" && no_files "$DT_TMP/bp" \
+  && pass "a bad DTRUN_PROGRESS_MS: exit 2 naming it, nothing written" || fail "bad DTRUN_PROGRESS_MS" "rc=$rc $(cat "$DT_TMP/badms.err")"
 TK --tokenizer $FX/cli_gpt2.json $DOCS/a.txt -o "$DT_TMP/np" >"$DT_TMP/np.out" 2>"$DT_TMP/np.err"
 [ ! -s "$DT_TMP/np.err" ] && [ "$(wc -l < "$DT_TMP/np.out")" = 1 ] && ! grep -q $'\r' "$DT_TMP/np.out" \
   && pass "no terminal: one summary line, no carriage return" || fail "summary only off a terminal"
