@@ -41,7 +41,7 @@
 #include "runtime/config/config.h"
 #include "runtime/train/metrics.h"
 #include "runtime/model/model.h"
-#include "runtime/parallel/pp_sched.h" /* defines: dt_pp_schedule_check */
+#include "runtime/layout/pp_sched.h" /* defines: dt_pp_schedule_check */
 #include "runtime/tools/plan.h"
 #include "cli/args.h" /* defines: dt_arg_int, dt_arg_double, dt_arg_count */
 #include "cli/cmd_plan.h"
@@ -118,12 +118,12 @@ static int parse_list_strategies(const char *s, plan_opts *o) {
     o->ax.n_strategies = 0;
     char *save = NULL;
     for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        int v = dt_plan_strategy_parse(t);
+        int v = dt_strategy_parse(t);
         if (v < 0)
             return usage_error("--strategy: unknown strategy \"%s\" (known: ddp, zero1, zero2, "
                                "fsdp, hybrid)",
                                t);
-        if (o->ax.n_strategies < DT_PLAN_STRATEGY_COUNT_) o->ax.strategies[o->ax.n_strategies++] = v;
+        if (o->ax.n_strategies < DT_STRATEGY_COUNT) o->ax.strategies[o->ax.n_strategies++] = v;
     }
     if (!o->ax.n_strategies) return usage_error("--strategy: expected a list like ddp,fsdp");
     return 0;
@@ -350,7 +350,7 @@ static int load_config(plan_opts *o, plan_ctx *c, int *is_cpu_default) {
     c->sw.in.bucket_elems = (double)cfg->zero.reduce_bucket_size;
     c->sw.cfg_threads = (int)cfg->threads;
     c->cfg_tp = cfg->tp.size > 1 ? (int)cfg->tp.size : 1;
-    o->highlight_strategy = dt_plan_strategy_parse(dt_config_strategy_name(cfg->strategy));
+    o->highlight_strategy = (int)cfg->strategy;
     *is_cpu_default = cfg->device == DT_CONFIG_DEVICE_CPU;
     return 0;
 }
@@ -531,7 +531,7 @@ int dt_cmd_plan(int argc, char **argv) {
         goto out_free;
     }
     if (!o.ax.n_strategies)
-        for (int s = 0; s < DT_PLAN_STRATEGY_COUNT_; s++) o.ax.strategies[o.ax.n_strategies++] = s;
+        for (int s = 0; s < DT_STRATEGY_COUNT; s++) o.ax.strategies[o.ax.n_strategies++] = s;
     dt_plan_choice ch;
     st = dt_plan_sweep_all(&c.sw, &rows, &n_rows, &ch);
     if (st != DT_STATUS_OK) {
@@ -550,7 +550,7 @@ int dt_cmd_plan(int argc, char **argv) {
     if (rc) goto out_free;
     if (o.measure) {
         /* the config's strategy at the first GPU count, at its TP size */
-        int want = o.highlight_strategy >= 0 ? o.highlight_strategy : DT_PLAN_DDP;
+        int want = o.highlight_strategy >= 0 ? o.highlight_strategy : DT_STRATEGY_DDP;
         int tp = c.have_cfg ? c.cfg_tp : 1, k = 0;
         while (k < o.ax.n_tps && o.ax.tps[k] != tp) k++;
         if (k == o.ax.n_tps) {

@@ -9,7 +9,7 @@
 #include <strings.h>
 
 #include "runtime/model/model.h"
-#include "runtime/parallel/pp_sched.h" /* defines: dt_pp_schedule_parse, dt_pp_schedule_check */
+#include "runtime/layout/pp_sched.h" /* defines: dt_pp_schedule_parse, dt_pp_schedule_check */
 #include "runtime/tools/plan.h"
 
 #include "cli/args.h" /* defines: dt_arg_int */

@@ -24,7 +24,7 @@
 #include "runtime/config/config.h"
 #include "runtime/train/metrics.h"
 #include "runtime/model/model.h"
-#include "runtime/parallel/pp_sched.h" /* defines: dt_pp_schedule_name */
+#include "runtime/layout/pp_sched.h" /* defines: dt_pp_schedule_name */
 #include "runtime/tools/plan.h"
 
 #include "cli/cmd_plan.h"
@@ -84,7 +84,7 @@ void cmd_plan_print_text(const plan_opts *o, const plan_ctx *c, const dt_plan_ro
         const dt_plan_row *r = &rows[i];
         if ((int)r->strategy != cur) {
             cur = (int)r->strategy;
-            printf("\n%s%s\n", dt_plan_strategy_name(r->strategy),
+            printf("\n%s%s\n", dt_strategy_label(r->strategy),
                    cur == o->highlight_strategy ? "  <- the config's strategy" : "");
             if (have_pp) printf("%3s %3s %-11s %3s ", "PP", "V", "schedule", "stg");
             printf("%5s %3s %5s %5s | %8s %8s %8s %8s %8s %7s | %8s %8s %4s | %9s %9s %8s %9s %9s | %6s | "
@@ -152,7 +152,7 @@ void cmd_plan_print_text(const plan_opts *o, const plan_ctx *c, const dt_plan_ro
 
 static cJSON *row_json(const dt_plan_row *r) {
     cJSON *j = cJSON_CreateObject();
-    cJSON_AddStringToObject(j, "strategy", dt_plan_strategy_name(r->strategy));
+    cJSON_AddStringToObject(j, "strategy", dt_strategy_label(r->strategy));
     cJSON_AddNumberToObject(j, "gpus", r->n_gpus);
     cJSON_AddNumberToObject(j, "nodes", r->n_nodes);
     cJSON_AddNumberToObject(j, "shard", r->shard);
@@ -205,7 +205,7 @@ static cJSON *row_json(const dt_plan_row *r) {
 static cJSON *choice_json(const dt_plan_row *rows, int idx, const char *reason) {
     cJSON *j = cJSON_CreateObject();
     if (idx >= 0) {
-        cJSON_AddStringToObject(j, "strategy", dt_plan_strategy_name(rows[idx].strategy));
+        cJSON_AddStringToObject(j, "strategy", dt_strategy_label(rows[idx].strategy));
         cJSON_AddNumberToObject(j, "gpus", rows[idx].n_gpus);
         cJSON_AddNumberToObject(j, "tp", rows[idx].tp);
         cJSON_AddNumberToObject(j, "pp", rows[idx].pp);
@@ -237,7 +237,7 @@ void cmd_plan_print_json(const plan_opts *o, const plan_ctx *c, const dt_plan_ro
     cJSON_AddStringToObject(m, "precision",
                             in->precision == DT_PLAN_PRECISION_BF16 ? "bf16" : "fp32");
     if (o->highlight_strategy >= 0)
-        cJSON_AddStringToObject(m, "strategy", dt_plan_strategy_name(o->highlight_strategy));
+        cJSON_AddStringToObject(m, "strategy", dt_strategy_label(o->highlight_strategy));
     cJSON *tps = cJSON_AddArrayToObject(m, "tp_sizes");
     for (int k = 0; k < o->ax.n_tps; k++) cJSON_AddItemToArray(tps, cJSON_CreateNumber(o->ax.tps[k]));
     cJSON_AddBoolToObject(m, "sequence_parallel", o->ax.sp);
@@ -437,7 +437,7 @@ int cmd_plan_measure(const plan_opts *o, const dt_plan_row *est) {
     double step_ms = n_ms ? sum_ms / n_ms : first_ms;
     double est_total = est->fit == DT_PLAN_FIT_CKPT ? est->total_ckpt : est->total;
     printf("\nMeasured (%s on %d rank%s, %d steps) against the plan:\n",
-           dt_plan_strategy_name(est->strategy), est->n_gpus, est->n_gpus > 1 ? "s" : "",
+           dt_strategy_label(est->strategy), est->n_gpus, est->n_gpus > 1 ? "s" : "",
            o->measure_steps);
     printf("  %-26s %14s %14s %8s\n", "", "measured", "estimated", "error");
     printf("  %-26s %14.0f %14.0f %7.1f%%\n", "model-state bytes per rank", states,

@@ -177,7 +177,7 @@ Test(config, deepspeed_keys_dtrun_ignores_are_listed_once) {
     /* activation_checkpointing is implemented (config_recompute.c): an empty section
      * is not ignored and turns nothing on */
     cr_assert_null(strstr(line, "activation_checkpointing"), "%s", line);
-    cr_assert_eq(cfg.recompute.policy, DT_CONFIG_RECOMPUTE_NONE);
+    cr_assert_eq(cfg.recompute.policy, DT_MODEL_RECOMPUTE_NONE);
     cr_assert_eq(cfg.zero.stage, 2);
     cr_assert_eq(cfg.strategy, DT_STRATEGY_ZERO2);
     /* offload_optimizer is implemented: device and pin_memory are keys, its other knobs ignored */
@@ -197,14 +197,14 @@ Test(config, activation_checkpointing_section) {
                       "\"activation_checkpointing\":{\"policy\":\"selective\",\"every\":2}}",
                       &cfg, 0, NULL),
                  DT_STATUS_OK, "%s", dt_config_errors(&cfg));
-    cr_assert_eq(cfg.recompute.policy, DT_CONFIG_RECOMPUTE_SELECTIVE);
+    cr_assert_eq(cfg.recompute.policy, DT_MODEL_RECOMPUTE_SELECTIVE);
     cr_assert_eq(cfg.recompute.every, 2);
     dt_config_free(&cfg);
     cr_assert_eq(load("{\"model\":{\"type\":\"gpt\",\"n_layer\":6},\"data\":{\"train\":\"x\"},"
                       "\"activation_checkpointing\":{\"number_checkpoints\":4,\"cpu_checkpointing\":true}}",
                       &cfg, 0, NULL),
                  DT_STATUS_OK, "%s", dt_config_errors(&cfg));
-    cr_assert_eq(cfg.recompute.policy, DT_CONFIG_RECOMPUTE_FULL);
+    cr_assert_eq(cfg.recompute.policy, DT_MODEL_RECOMPUTE_FULL);
     cr_assert_eq(cfg.recompute.every, 2, "ceil(6 / 4)");
     cr_assert(strstr(dt_config_warnings(&cfg), "activation_checkpointing.cpu_checkpointing is accepted and has no effect"),
               "%s", dt_config_warnings(&cfg));

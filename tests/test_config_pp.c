@@ -2,7 +2,7 @@
  * test_config_pp.c - the pipeline config section: its keys and defaults, the batch
  * identity over DP = world / (tensor_parallel.size x pipeline.stages), and the checks
  * before workers start: the layout dividing the world, the schedule against the
- * micro-batches (the config's rules equal dt_pp_schedule_check's over a grid), the
+ * micro-batches (dt_pp_schedule_check's rules, which the config calls), the
  * strategy and the model. Each error names the key.
  */
 #include <criterion/criterion.h>
@@ -12,7 +12,7 @@
 
 #include "common/log.h"
 #include "runtime/config/config.h"
-#include "runtime/parallel/pp_sched.h"
+#include "runtime/layout/pp_sched.h"
 
 static void quiet(void) { dt_log_set_level(DT_LOG_OFF); }
 TestSuite(config_pp, .init = quiet);
@@ -35,7 +35,7 @@ Test(config_pp, keys_defaults_and_identity) {
     cr_assert_eq(cfg.pp.stages, 1);
     cr_assert_eq(cfg.pp.virtual_stages, 1);
     cr_assert_eq(dt_pp_schedule_parse("1f1b"), cfg.pp.schedule);
-    cr_assert_eq(cfg.pp.partition, DT_CONFIG_PP_PARTITION_UNIFORM);
+    cr_assert_eq(cfg.pp.partition, DT_PP_PARTITION_UNIFORM);
     dt_config_free(&cfg);
     cr_assert_eq(load(gpt,
                       "\"pipeline\":{\"stages\":2,\"schedule\":\"gpipe\",\"partition\":\"flops\"},"
@@ -44,7 +44,7 @@ Test(config_pp, keys_defaults_and_identity) {
                       &cfg),
                  DT_STATUS_OK, "%s", dt_config_errors(&cfg));
     cr_assert_eq(cfg.pp.schedule, DT_PP_GPIPE);
-    cr_assert_eq(cfg.pp.partition, DT_CONFIG_PP_PARTITION_FLOPS);
+    cr_assert_eq(cfg.pp.partition, DT_PP_PARTITION_FLOPS);
     cr_assert_eq(dt_config_resolve(&cfg, 8), DT_STATUS_OK, "%s", dt_config_errors(&cfg));
     cr_assert_eq(cfg.dp_size, 2);
     cr_assert_eq(cfg.train_batch_size, 2 * 3 * 2);
@@ -58,31 +58,6 @@ Test(config_pp, keys_defaults_and_identity) {
     cr_assert_eq(dt_config_resolve(&cfg, 8), DT_STATUS_OK, "%s", dt_config_errors(&cfg));
     cr_assert_eq(cfg.gradient_accumulation_steps, 4);
     dt_config_free(&cfg);
-}
-
-/* The config's schedule rules are dt_pp_schedule_check's. */
-Test(config_pp, schedule_rules_equal_the_scheduler) {
-    static const char *names[] = {"gpipe", "1f1b", "interleaved"};
-    for (int k = 0; k < 3; k++)
-        for (int P = 2; P <= 4; P++)
-            for (int V = 1; V <= 3; V++)
-                for (int m = 1; m <= 9; m++) {
-                    char extra[256], msg[256];
-                    snprintf(extra, sizeof extra,
-                             "\"pipeline\":{\"stages\":%d,\"schedule\":\"%s\",\"virtual_stages\":%d},"
-                             "\"gradient_accumulation_steps\":%d",
-                             P, names[k], V, m);
-                    dt_config_t cfg;
-                    cr_assert_eq(load("{\"type\":\"gpt\",\"n_layer\":12,\"n_head\":4,\"n_embd\":64}", extra, &cfg),
-                                 DT_STATUS_OK, "%s", dt_config_errors(&cfg));
-                    int cfg_bad = dt_config_resolve(&cfg, P) != DT_STATUS_OK;
-                    int sched_bad = dt_pp_schedule_check((dt_pp_schedule_t)dt_pp_schedule_parse(names[k]), P, V, m,
-                                                         msg, sizeof msg);
-                    cr_assert_eq(cfg_bad, sched_bad, "%s P %d V %d m %d: config %s, scheduler %s", names[k], P, V, m,
-                                 cfg_bad ? dt_config_errors(&cfg) : "ok", sched_bad ? msg : "ok");
-                    if (cfg_bad) cr_assert(strstr(dt_config_errors(&cfg), msg), "%s vs %s", dt_config_errors(&cfg), msg);
-                    dt_config_free(&cfg);
-                }
 }
 
 Test(config_pp, errors_name_the_key) {

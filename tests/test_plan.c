@@ -22,7 +22,7 @@ static dt_plan_model sized(double psi) {
     return m;
 }
 
-static double states(const dt_plan_model *m, dt_plan_precision_t p, dt_plan_strategy_t s, int n,
+static double states(const dt_plan_model *m, dt_plan_precision_t p, dt_strategy_t s, int n,
                      int g) {
     dt_plan_mem r = dt_plan_model_states(m, p, s, n, g);
     return r.params + r.grads + r.optim;
@@ -37,43 +37,43 @@ Test(plan, sixteen_bytes_per_parameter) {
     const double want[] = {16 * GB, 112 * GB, 208 * GB, 544 * GB, 1120 * GB};
     for (int i = 0; i < 5; i++) {
         dt_plan_model m = sized(psi[i]);
-        double ddp = states(&m, DT_PLAN_PRECISION_BF16, DT_PLAN_DDP, 1, 8);
+        double ddp = states(&m, DT_PLAN_PRECISION_BF16, DT_STRATEGY_DDP, 1, 8);
         assert_near(ddp, want[i], 1);
-        dt_plan_mem r = dt_plan_model_states(&m, DT_PLAN_PRECISION_BF16, DT_PLAN_DDP, 8, 8);
+        dt_plan_mem r = dt_plan_model_states(&m, DT_PLAN_PRECISION_BF16, DT_STRATEGY_DDP, 8, 8);
         assert_near(r.params, 2 * psi[i], 1); /* bf16 */
         assert_near(r.grads, 2 * psi[i], 1);
         assert_near(r.optim, 12 * psi[i], 1); /* fp32 master + m + v */
         /* fp32 on CPU is 16 bytes too, split 4 + 4 + 8 */
-        r = dt_plan_model_states(&m, DT_PLAN_PRECISION_FP32, DT_PLAN_DDP, 1, 8);
+        r = dt_plan_model_states(&m, DT_PLAN_PRECISION_FP32, DT_STRATEGY_DDP, 1, 8);
         assert_near(r.params, 4 * psi[i], 1);
         assert_near(r.optim, 8 * psi[i], 1);
         dt_plan_model_free(&m);
     }
     dt_plan_model m = sized(7e9);
-    assert_near(states(&m, DT_PLAN_PRECISION_BF16, DT_PLAN_FSDP, 4, 8), 28 * GB, 1);
+    assert_near(states(&m, DT_PLAN_PRECISION_BF16, DT_STRATEGY_FSDP, 4, 8), 28 * GB, 1);
     dt_plan_model_free(&m);
 }
 
 Test(plan, zero_paper_figures_for_7_5b_on_64_gpus) {
     dt_plan_model m = sized(7.5e9);
     dt_plan_precision_t p = DT_PLAN_PRECISION_BF16;
-    assert_near(states(&m, p, DT_PLAN_DDP, 64, 8) / GB, 120.0, 0.05);
-    assert_near(states(&m, p, DT_PLAN_ZERO1, 64, 8) / GB, 31.4, 0.05);
-    assert_near(states(&m, p, DT_PLAN_ZERO2, 64, 8) / GB, 16.6, 0.05);
-    assert_near(states(&m, p, DT_PLAN_FSDP, 64, 8) / GB, 1.9, 0.05);
+    assert_near(states(&m, p, DT_STRATEGY_DDP, 64, 8) / GB, 120.0, 0.05);
+    assert_near(states(&m, p, DT_STRATEGY_ZERO1, 64, 8) / GB, 31.4, 0.05);
+    assert_near(states(&m, p, DT_STRATEGY_ZERO2, 64, 8) / GB, 16.6, 0.05);
+    assert_near(states(&m, p, DT_STRATEGY_FSDP, 64, 8) / GB, 1.9, 0.05);
     /* hybrid: shards within the node of 8, replicated across the 8 nodes: 16Ψ/8 */
-    assert_near(states(&m, p, DT_PLAN_HYBRID, 64, 8) / GB, 15.0, 1e-9);
+    assert_near(states(&m, p, DT_STRATEGY_HSDP, 64, 8) / GB, 15.0, 1e-9);
     /* ... and at or below one node it is FSDP */
-    assert_near(states(&m, p, DT_PLAN_HYBRID, 4, 8), states(&m, p, DT_PLAN_FSDP, 4, 8), 0);
+    assert_near(states(&m, p, DT_STRATEGY_HSDP, 4, 8), states(&m, p, DT_STRATEGY_FSDP, 4, 8), 0);
     dt_plan_model_free(&m);
 }
 
 Test(plan, fp32_splits_on_cpu) {
     dt_plan_model m = sized(1e9);
     dt_plan_precision_t p = DT_PLAN_PRECISION_FP32;
-    assert_near(states(&m, p, DT_PLAN_ZERO1, 4, 0), 8e9 + 8e9 / 4, 1);
-    assert_near(states(&m, p, DT_PLAN_ZERO2, 4, 0), 4e9 + 12e9 / 4, 1);
-    assert_near(states(&m, p, DT_PLAN_FSDP, 4, 0), 16e9 / 4, 1);
+    assert_near(states(&m, p, DT_STRATEGY_ZERO1, 4, 0), 8e9 + 8e9 / 4, 1);
+    assert_near(states(&m, p, DT_STRATEGY_ZERO2, 4, 0), 4e9 + 12e9 / 4, 1);
+    assert_near(states(&m, p, DT_STRATEGY_FSDP, 4, 0), 16e9 / 4, 1);
     dt_plan_model_free(&m);
 }
 
@@ -88,11 +88,11 @@ Test(plan, gpt2_124m_exact_count_from_the_layout) {
     cr_assert_eq((long long)m.n_params_unpadded, 124439808LL);
     cr_assert_eq(m.n_units, 14);
     cr_assert_eq((long long)m.largest_unit, 50304LL * 768 + 1024LL * 768); /* wte + wpe */
-    assert_near(states(&m, DT_PLAN_PRECISION_BF16, DT_PLAN_DDP, 1, 8), 16.0 * 124475904, 0);
+    assert_near(states(&m, DT_PLAN_PRECISION_BF16, DT_STRATEGY_DDP, 1, 8), 16.0 * 124475904, 0);
     /* FSDP pads each of the 14 units to a multiple of the rank count */
     double shard = 0;
     for (int u = 0; u < l.n_units; u++) shard += ceil((double)l.units[u].numel / 5);
-    assert_near(states(&m, DT_PLAN_PRECISION_BF16, DT_PLAN_FSDP, 5, 8), 16 * shard, 0);
+    assert_near(states(&m, DT_PLAN_PRECISION_BF16, DT_STRATEGY_FSDP, 5, 8), 16 * shard, 0);
     cr_assert_gt(16 * shard, 16.0 * 124475904 / 5); /* 768 is not a multiple of 5 */
     dt_plan_model_free(&m);
     dt_model_layout_free(&l);
@@ -245,7 +245,7 @@ Test(plan, ddp_step_time_and_efficiency) {
     in.hours_1gpu = 1000;
     in.price = 3;
     dt_plan_row r;
-    cr_assert_eq(dt_plan_row_compute(&in, DT_PLAN_DDP, 8, &r), DT_STATUS_OK);
+    cr_assert_eq(dt_plan_row_compute(&in, DT_STRATEGY_DDP, 8, &r), DT_STATUS_OK);
     double tokens = 2048; /* micro-batch 1 x seq 2048 */
     double fpt = 6 * 7e9 + 12.0 * 32 * 4096 * 2048;
     assert_near(r.compute_s, fpt * tokens / (989e12 * 0.4), 1e-12);
@@ -267,9 +267,9 @@ Test(plan, fsdp_moves_one_and_a_half_times_ddp) {
     dt_plan_input in = input_7b();
     in.intra.alpha_us = 0;
     dt_plan_row d, f, z1;
-    cr_assert_eq(dt_plan_row_compute(&in, DT_PLAN_DDP, 8, &d), DT_STATUS_OK);
-    cr_assert_eq(dt_plan_row_compute(&in, DT_PLAN_FSDP, 8, &f), DT_STATUS_OK);
-    cr_assert_eq(dt_plan_row_compute(&in, DT_PLAN_ZERO1, 8, &z1), DT_STATUS_OK);
+    cr_assert_eq(dt_plan_row_compute(&in, DT_STRATEGY_DDP, 8, &d), DT_STATUS_OK);
+    cr_assert_eq(dt_plan_row_compute(&in, DT_STRATEGY_FSDP, 8, &f), DT_STATUS_OK);
+    cr_assert_eq(dt_plan_row_compute(&in, DT_STRATEGY_ZERO1, 8, &z1), DT_STATUS_OK);
     assert_near(f.comm_s, 1.5 * d.comm_s, 1e-12);
     assert_near(z1.comm_s, d.comm_s, 1e-12);
     cr_assert_eq(f.fit, DT_PLAN_FIT_YES);
@@ -282,8 +282,8 @@ Test(plan, hybrid_uses_the_inter_node_link_for_the_shard) {
     dt_plan_input in = input_7b();
     in.intra.alpha_us = in.inter.alpha_us = 0;
     dt_plan_row h, f;
-    cr_assert_eq(dt_plan_row_compute(&in, DT_PLAN_HYBRID, 16, &h), DT_STATUS_OK);
-    cr_assert_eq(dt_plan_row_compute(&in, DT_PLAN_FSDP, 16, &f), DT_STATUS_OK);
+    cr_assert_eq(dt_plan_row_compute(&in, DT_STRATEGY_HSDP, 16, &h), DT_STATUS_OK);
+    cr_assert_eq(dt_plan_row_compute(&in, DT_STRATEGY_FSDP, 16, &f), DT_STATUS_OK);
     cr_assert_eq(h.n_nodes, 2);
     cr_assert_eq(h.shard, 8);
     double S = 7e9 * 2;
@@ -293,7 +293,7 @@ Test(plan, hybrid_uses_the_inter_node_link_for_the_shard) {
     assert_near(f.comm_s, 15.0 / 16 * S / 50e9 * 3, 1e-9); /* flat ring at the NIC's rate */
     cr_assert_lt(h.comm_s, f.comm_s);
     /* 12 GPUs on nodes of 8 is not a layout */
-    cr_assert_eq(dt_plan_row_compute(&in, DT_PLAN_HYBRID, 12, &h), DT_STATUS_USAGE);
+    cr_assert_eq(dt_plan_row_compute(&in, DT_STRATEGY_HSDP, 12, &h), DT_STATUS_USAGE);
     cr_assert(strstr(dt_error_detail(), "--gpus"));
     dt_plan_model_free(&in.model);
 }
@@ -305,7 +305,7 @@ Test(plan, recommendation_picks_what_fits) {
     dt_plan_row rows[10];
     int counts[] = {1, 8};
     int n = 0;
-    for (int s = 0; s < DT_PLAN_STRATEGY_COUNT_; s++)
+    for (int s = 0; s < DT_STRATEGY_COUNT; s++)
         for (int i = 0; i < 2; i++)
             cr_assert_eq(dt_plan_row_compute(&in, s, counts[i], &rows[n++]), DT_STATUS_OK);
     dt_plan_choice ch;
@@ -313,7 +313,7 @@ Test(plan, recommendation_picks_what_fits) {
     cr_assert_geq(ch.cheapest, 0);
     cr_assert_neq(rows[ch.cheapest].fit, DT_PLAN_FIT_NO);
     cr_assert_eq(rows[ch.cheapest].n_gpus, 8); /* nothing fits on one GPU */
-    cr_assert_neq(rows[ch.cheapest].strategy, DT_PLAN_DDP);
+    cr_assert_neq(rows[ch.cheapest].strategy, DT_STRATEGY_DDP);
     for (int i = 0; i < n; i++)
         if (rows[i].fit != DT_PLAN_FIT_NO) {
             cr_assert_leq(rows[ch.cheapest].cost, rows[i].cost * 1.001);
@@ -348,8 +348,8 @@ Test(plan, hardware_tables) {
     char names[512];
     dt_gpu_spec_names(names, sizeof names);
     cr_assert(strstr(names, "rtx5090") && strstr(names, "a100-40"), "%s", names);
-    cr_assert_eq(dt_plan_strategy_parse("zero3"), DT_PLAN_FSDP);
-    cr_assert_eq(dt_plan_strategy_parse("nope"), -1);
+    cr_assert_eq(dt_strategy_parse("zero3"), DT_STRATEGY_FSDP);
+    cr_assert_eq(dt_strategy_parse("nope"), -1);
 }
 
 Test(plan, bad_sizes_name_the_flag) {
@@ -377,7 +377,7 @@ Test(plan, gpt2_124m_from_the_preset_config) {
     cr_assert_eq((long long)m.n_params, 124475904LL);
     cr_assert_eq((long long)m.n_params_unpadded, 124439808LL);
     /* 16 bytes per parameter of the padded buffer: 1.99 GB under DDP */
-    assert_near(states(&m, DT_PLAN_PRECISION_BF16, DT_PLAN_DDP, 8, 8), 1991614464.0, 0);
+    assert_near(states(&m, DT_PLAN_PRECISION_BF16, DT_STRATEGY_DDP, 8, 8), 1991614464.0, 0);
     dt_plan_model_free(&m);
     dt_model_layout_free(&l);
     dt_config_free(&cfg);

@@ -13,7 +13,7 @@
 #include "kernels/kernels.h"
 #include "runtime/model/model.h"
 #include "runtime/model/net.h"
-#include "runtime/parallel/pp_sched.h"
+#include "runtime/layout/pp_sched.h"
 #include "runtime/tools/plan.h"
 
 #define assert_near(a, b, tol) \
@@ -80,7 +80,7 @@ Test(plan_pp, activations_per_stage_match_the_arena) {
                     in.micro_batch = B;
                     in.model = m;
                     dt_plan_row row, stages[4];
-                    cr_assert_eq(dt_plan_row_compute_pp(&in, DT_PLAN_DDP, tp * P, &row, stages), DT_STATUS_OK, "%s",
+                    cr_assert_eq(dt_plan_row_compute_pp(&in, DT_STRATEGY_DDP, tp * P, &row, stages), DT_STATUS_OK, "%s",
                                  dt_error_detail());
                     double worst = 0;
                     for (int k = 0; k < P; k++) {
@@ -120,12 +120,12 @@ Test(plan_pp, first_stage_holds_the_most_under_1f1b) {
     cpu_input(&in, 8, DT_PP_1F1B);
     in.model = m;
     dt_plan_row r, st[4];
-    cr_assert_eq(dt_plan_row_compute_pp(&in, DT_PLAN_ZERO1, 4, &r, st), DT_STATUS_OK, "%s", dt_error_detail());
+    cr_assert_eq(dt_plan_row_compute_pp(&in, DT_STRATEGY_ZERO1, 4, &r, st), DT_STATUS_OK, "%s", dt_error_detail());
     cr_assert_eq(st[0].arenas, dt_pp_arenas(DT_PP_1F1B, 4, 1, 8, 0));
     cr_assert_leq(st[0].arenas, 5); /* P, plus one received ahead */
     cr_assert_gt(st[0].arenas, st[3].arenas);
     in.pp_schedule = DT_PP_GPIPE;
-    cr_assert_eq(dt_plan_row_compute_pp(&in, DT_PLAN_ZERO1, 4, &r, st), DT_STATUS_OK);
+    cr_assert_eq(dt_plan_row_compute_pp(&in, DT_STRATEGY_ZERO1, 4, &r, st), DT_STATUS_OK);
     cr_assert_geq(st[0].arenas, 8);
     dt_plan_model_free(&m);
 }
@@ -141,7 +141,7 @@ Test(plan_pp, recompute_policy_for_the_stage_arenas) {
     in.micro_batch = 4;
     in.model = m;
     dt_plan_row r, st[2];
-    cr_assert_eq(dt_plan_row_compute_pp(&in, DT_PLAN_DDP, 2, &r, st), DT_STATUS_OK, "%s", dt_error_detail());
+    cr_assert_eq(dt_plan_row_compute_pp(&in, DT_STRATEGY_DDP, 2, &r, st), DT_STATUS_OK, "%s", dt_error_detail());
     dt_plan_model view;
     dt_plan_stage_view(&m, 0, &view);
     double sel = dt_plan_activation_bytes(&view, 4, 4, 3, DT_MODEL_RECOMPUTE_SELECTIVE);
@@ -153,7 +153,7 @@ Test(plan_pp, recompute_policy_for_the_stage_arenas) {
     cr_assert_gt(arenas * sel, arenas * full);
     /* usable memory: full's arenas and half the gap to selective's */
     in.mem_bytes *= (states + arenas * (full + sel) / 2) / st[0].usable;
-    cr_assert_eq(dt_plan_row_compute_pp(&in, DT_PLAN_DDP, 2, &r, st), DT_STATUS_OK, "%s", dt_error_detail());
+    cr_assert_eq(dt_plan_row_compute_pp(&in, DT_STRATEGY_DDP, 2, &r, st), DT_STATUS_OK, "%s", dt_error_detail());
     cr_assert_eq(st[0].ckpt_policy, DT_MODEL_RECOMPUTE_FULL);
     assert_near(st[0].acts_ckpt, arenas * full, 1e-6);
     cr_assert_eq(r.fit, DT_PLAN_FIT_CKPT, "fit %d: full recomputation fits every stage", r.fit);
@@ -175,10 +175,10 @@ Test(plan_pp, tied_copy_on_the_last_stage) {
     in.mem_bytes = 80e9;
     in.peak_flops = 1e15;
     dt_plan_row r, st[2];
-    cr_assert_eq(dt_plan_row_compute_pp(&in, DT_PLAN_FSDP, 8, &r, st), DT_STATUS_OK, "%s", dt_error_detail());
+    cr_assert_eq(dt_plan_row_compute_pp(&in, DT_STRATEGY_FSDP, 8, &r, st), DT_STATUS_OK, "%s", dt_error_detail());
     dt_plan_model v;
     dt_plan_stage_view(&m, 1, &v);
-    dt_plan_mem ms = dt_plan_model_states(&v, DT_PLAN_PRECISION_BF16, DT_PLAN_FSDP, 2, 2);
+    dt_plan_mem ms = dt_plan_model_states(&v, DT_PLAN_PRECISION_BF16, DT_STRATEGY_FSDP, 2, 2);
     cr_assert_eq(st[1].params, ms.params + 2.0 * 128 * 64);
     cr_assert_eq(st[1].grads, ms.grads + 2.0 * 128 * 64);
     cr_assert_eq(st[1].optim, ms.optim);
@@ -213,7 +213,7 @@ Test(plan_pp, sized_bubble_and_p2p_by_hand) {
             in.mem_bytes = 80e9;
             in.peak_flops = 1e15;
             dt_plan_row r;
-            cr_assert_eq(dt_plan_row_compute(&in, DT_PLAN_DDP, P, &r), DT_STATUS_OK, "%s", dt_error_detail());
+            cr_assert_eq(dt_plan_row_compute(&in, DT_STRATEGY_DDP, P, &r), DT_STATUS_OK, "%s", dt_error_detail());
             double t_mb = m.flops_per_token / P * 2 * T / (1e15 * 0.4); /* one stage, one micro-batch */
             assert_near(r.compute_s, M * t_mb, 1e-9 * M * t_mb);
             double ideal = dt_pp_bubble_ideal(sched, P, V, M);
@@ -246,7 +246,7 @@ Test(plan_pp, p2p_link_crosses_nodes_when_the_pipeline_does) {
     in.mem_bytes = 80.0 * (1 << 30);
     in.peak_flops = 989e12;
     dt_plan_row r;
-    cr_assert_eq(dt_plan_row_compute(&in, DT_PLAN_ZERO1, 16, &r), DT_STATUS_OK, "%s", dt_error_detail());
+    cr_assert_eq(dt_plan_row_compute(&in, DT_STRATEGY_ZERO1, 16, &r), DT_STATUS_OK, "%s", dt_error_detail());
     cr_assert_eq(r.p2p_inter, 1);
     double S = 4096.0 * 8192 * 2 / 8; /* B·T·C bf16 / TP (sequence parallelism) */
     assert_near(r.p2p_exposed_s, S / 50e9 + 30e-6, 1e-12);
@@ -256,7 +256,7 @@ Test(plan_pp, p2p_link_crosses_nodes_when_the_pipeline_does) {
     cr_assert_eq(dt_plan_model_set_tp(&m, 4, 1), DT_STATUS_OK);
     cr_assert_eq(dt_plan_model_set_pp(&m, 2, 1, 0), DT_STATUS_OK);
     in.model = m;
-    cr_assert_eq(dt_plan_row_compute(&in, DT_PLAN_ZERO1, 16, &r), DT_STATUS_OK);
+    cr_assert_eq(dt_plan_row_compute(&in, DT_STRATEGY_ZERO1, 16, &r), DT_STATUS_OK);
     cr_assert_eq(r.p2p_inter, 0);
     cr_assert_eq(r.dp, 2);
     dt_plan_model_free(&m);
@@ -314,10 +314,10 @@ Test(plan_pp, errors_name_the_flag) {
     in.mem_bytes = 80e9;
     in.peak_flops = 1e15;
     dt_plan_row r;
-    cr_assert_eq(dt_plan_row_compute(&in, DT_PLAN_DDP, 8, &r), DT_STATUS_USAGE);
+    cr_assert_eq(dt_plan_row_compute(&in, DT_STRATEGY_DDP, 8, &r), DT_STATUS_USAGE);
     cr_assert(strstr(dt_error_detail(), "--accum 2") && strstr(dt_error_detail(), "1f1b"), "%s", dt_error_detail());
     in.accum = 4;
-    cr_assert_eq(dt_plan_row_compute(&in, DT_PLAN_DDP, 6, &r), DT_STATUS_USAGE);
+    cr_assert_eq(dt_plan_row_compute(&in, DT_STRATEGY_DDP, 6, &r), DT_STATUS_USAGE);
     cr_assert(strstr(dt_error_detail(), "--pp 4"), "%s", dt_error_detail());
     dt_plan_model_free(&m);
 

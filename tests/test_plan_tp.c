@@ -62,15 +62,15 @@ Test(plan_tp, model_states_are_the_tp_layouts_count) {
     double np = (double)l.n_params;
     /* 8 GPUs at TP 2: DP 4; bf16 16 bytes per parameter of the piece, by strategy */
     dt_plan_row r;
-    cr_assert_eq(dt_plan_row_compute(&in, DT_PLAN_DDP, 8, &r), DT_STATUS_OK);
+    cr_assert_eq(dt_plan_row_compute(&in, DT_STRATEGY_DDP, 8, &r), DT_STATUS_OK);
     cr_assert_eq(r.tp, 2);
     cr_assert_eq(r.dp, 4);
     cr_assert_eq(states(&r), 16 * np);
-    cr_assert_eq(dt_plan_row_compute(&in, DT_PLAN_ZERO1, 8, &r), DT_STATUS_OK);
+    cr_assert_eq(dt_plan_row_compute(&in, DT_STRATEGY_ZERO1, 8, &r), DT_STATUS_OK);
     cr_assert_eq(states(&r), 4 * np + 12 * ceil(np / 4));
-    cr_assert_eq(dt_plan_row_compute(&in, DT_PLAN_ZERO2, 8, &r), DT_STATUS_OK);
+    cr_assert_eq(dt_plan_row_compute(&in, DT_STRATEGY_ZERO2, 8, &r), DT_STATUS_OK);
     cr_assert_eq(states(&r), 2 * np + 14 * ceil(np / 4));
-    cr_assert_eq(dt_plan_row_compute(&in, DT_PLAN_FSDP, 8, &r), DT_STATUS_OK);
+    cr_assert_eq(dt_plan_row_compute(&in, DT_STRATEGY_FSDP, 8, &r), DT_STATUS_OK);
     double shard = 0; /* each local unit padded to the DP size */
     for (int u = 0; u < l.n_units; u++) shard += ceil((double)l.units[u].numel / 4);
     cr_assert_eq(states(&r), 16 * shard);
@@ -83,7 +83,7 @@ Test(plan_tp, model_states_are_the_tp_layouts_count) {
     tp_model(&ls, 2, 1, &l, &m);
     cr_assert_eq(m.sequence_parallel, 1);
     in.model = m;
-    cr_assert_eq(dt_plan_row_compute(&in, DT_PLAN_ZERO2, 4, &r), DT_STATUS_OK);
+    cr_assert_eq(dt_plan_row_compute(&in, DT_STRATEGY_ZERO2, 4, &r), DT_STATUS_OK);
     np = (double)l.n_params;
     cr_assert_eq(states(&r), 2 * np + 14 * ceil(np / 2));
     cr_assert_lt(np, (double)l.global->n_params);
@@ -169,7 +169,7 @@ Test(plan_tp, collectives_by_hand) {
     /* one step of 3 micro-batches on 8 GPUs (DP 2): all of it exposed, compute / 4 */
     in.accum = 3;
     dt_plan_row r;
-    cr_assert_eq(dt_plan_row_compute(&in, DT_PLAN_DDP, 8, &r), DT_STATUS_OK);
+    cr_assert_eq(dt_plan_row_compute(&in, DT_STRATEGY_DDP, 8, &r), DT_STATUS_OK);
     assert_near(r.tp_comm_s, 3 * (65 * ar + loss + 65 * ar), 1e-12);
     double fpt = 6 * 7e9 + 12.0 * 32 * 4096 * 2048;
     cr_assert_eq(r.fit, DT_PLAN_FIT_YES);
@@ -209,17 +209,17 @@ Test(plan_tp, collectives_by_hand) {
 Test(plan_tp, bad_sizes_name_tp) {
     dt_plan_input in = input_7b_tp(4, 0);
     dt_plan_row r;
-    cr_assert_eq(dt_plan_row_compute(&in, DT_PLAN_DDP, 2, &r), DT_STATUS_USAGE);
+    cr_assert_eq(dt_plan_row_compute(&in, DT_STRATEGY_DDP, 2, &r), DT_STATUS_USAGE);
     cr_assert(strstr(dt_error_detail(), "--tp 4"), "%s", dt_error_detail());
     in.gpus_per_node = 6; /* a TP group may not span nodes */
-    cr_assert_eq(dt_plan_row_compute(&in, DT_PLAN_DDP, 12, &r), DT_STATUS_USAGE);
+    cr_assert_eq(dt_plan_row_compute(&in, DT_STRATEGY_DDP, 12, &r), DT_STATUS_USAGE);
     cr_assert(strstr(dt_error_detail(), "--tp 4") && strstr(dt_error_detail(), "per node"), "%s",
               dt_error_detail());
     dt_plan_model_free(&in.model);
 }
 
 /* rows of strategy s at TP 1 and 2 on n GPUs */
-static void two_rows(dt_plan_strategy_t s, int n, double mem, dt_plan_row rows[2]) {
+static void two_rows(dt_strategy_t s, int n, double mem, dt_plan_row rows[2]) {
     for (int k = 0; k < 2; k++) {
         dt_plan_input in = input_7b_tp(k + 1, 0);
         in.mem_bytes = mem;
@@ -233,7 +233,7 @@ Test(plan_tp, recommendation_says_why_the_tp_size) {
     dt_plan_row rows[2];
     dt_plan_choice ch;
     /* DDP on 2 GPUs: 112 GB of states at TP 1, about 59 at TP 2 (80 GiB GPUs) */
-    two_rows(DT_PLAN_DDP, 2, 80.0 * 1073741824.0, rows);
+    two_rows(DT_STRATEGY_DDP, 2, 80.0 * 1073741824.0, rows);
     cr_assert_eq(rows[0].fit, DT_PLAN_FIT_NO);
     cr_assert_neq(rows[1].fit, DT_PLAN_FIT_NO);
     dt_plan_recommend(&in, rows, 2, &ch);
@@ -241,7 +241,7 @@ Test(plan_tp, recommendation_says_why_the_tp_size) {
     cr_assert(strstr(ch.tp_reason, "fits only with TP>=2"), "%s", ch.tp_reason);
     cr_assert(strstr(ch.cheapest_reason, "at TP 2 x DP 1"), "%s", ch.cheapest_reason);
     /* FSDP on 4 GPUs fits at both: TP 1 wins, its communication overlaps compute */
-    two_rows(DT_PLAN_FSDP, 4, 80.0 * 1073741824.0, rows);
+    two_rows(DT_STRATEGY_FSDP, 4, 80.0 * 1073741824.0, rows);
     cr_assert_eq(rows[0].fit, DT_PLAN_FIT_YES);
     cr_assert_eq(rows[1].fit, DT_PLAN_FIT_YES);
     dt_plan_recommend(&in, rows, 2, &ch);

@@ -1,5 +1,5 @@
 /*
- * test_pp_sched.c - pipeline schedules (runtime/parallel/pp_sched.h): every action
+ * test_pp_sched.c - pipeline schedules (runtime/layout/pp_sched.h): every action
  * exactly once, each backward after its forward; the order a rank sends on each link is
  * the order the rank on the other end receives in, per schedule (so messages match);
  * 1F1B and interleaved keep their warm-up bounds; the arenas held at once by hand
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/parallel/pp_sched.h"
+#include "runtime/layout/pp_sched.h"
 
 #define MAXA 4096
 

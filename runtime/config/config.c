@@ -445,20 +445,11 @@ const char *dt_config_warnings(const dt_config_t *cfg) {
     return cfg->warnings ? cfg->warnings : "";
 }
 
-int dt_config_strategy_stage(dt_strategy_t s) {
-    switch (s) {
-    case DT_STRATEGY_DDP: return 0;
-    case DT_STRATEGY_ZERO1: return 1;
-    case DT_STRATEGY_ZERO2: return 2;
-    default: return 3;
-    }
-}
-
+/* The strategy of a ZeRO stage: the current one when it is that stage (hsdp stays
+ * hsdp at stage 3), else the table's first of the stage. */
 static dt_strategy_t strategy_for_stage(int64_t stage, dt_strategy_t current) {
-    if (dt_config_strategy_stage(current) == stage) return current;
-    static const dt_strategy_t by_stage[] = {DT_STRATEGY_DDP, DT_STRATEGY_ZERO1,
-                                             DT_STRATEGY_ZERO2, DT_STRATEGY_FSDP};
-    return by_stage[stage < 0 ? 0 : stage > 3 ? 3 : stage];
+    if (dt_strategy_stage(current) == stage) return current;
+    return dt_strategy_of_stage(stage);
 }
 
 int64_t dt_config_padded_vocab(int64_t vocab, int64_t multiple) {
@@ -472,15 +463,15 @@ static void sync_strategy_override(parse_ctx_t *ctx) {
     dt_config_t *cfg = ctx->cfg;
     int rs = dt_config_key_find_("strategy"), rz = dt_config_key_find_("zero_optimization.stage");
     if (ctx->touched[rs] && ctx->touched[rz]) {
-        if (dt_config_strategy_stage(cfg->strategy) != cfg->zero.stage)
+        if (dt_strategy_stage(cfg->strategy) != cfg->zero.stage)
             add_error(cfg, ctx->src,
                       "strategy \"%s\" and zero_optimization.stage %lld: expected the same "
                       "thing (%s is stage %d)",
                       dt_config_strategy_name(cfg->strategy), (long long)cfg->zero.stage,
                       dt_config_strategy_name(cfg->strategy),
-                      dt_config_strategy_stage(cfg->strategy));
+                      dt_strategy_stage(cfg->strategy));
     } else if (ctx->touched[rs] && cfg->origin[rs] == DT_CONFIG_ORIGIN_OVERRIDE) {
-        cfg->zero.stage = dt_config_strategy_stage(cfg->strategy);
+        cfg->zero.stage = dt_strategy_stage(cfg->strategy);
         cfg->origin[rz] = DT_CONFIG_ORIGIN_OVERRIDE;
     } else if (ctx->touched[rz] && cfg->origin[rz] == DT_CONFIG_ORIGIN_OVERRIDE) {
         cfg->strategy = strategy_for_stage(cfg->zero.stage, cfg->strategy);
@@ -502,7 +493,7 @@ static void derive(dt_config_t *cfg) {
  * dt_config_check_nodes. */
 static void check_tp(dt_config_t *cfg, const char *src) {
     if (cfg->tp.size <= 1) return;
-    if (cfg->strategy == DT_STRATEGY_HSDP)
+    if (!dt_strategy_composes(cfg->strategy, DT_LAYOUT_TP))
         add_error(cfg, src,
                   "tensor_parallel.size %lld with strategy \"hsdp\": expected tensor_parallel.size 1 "
                   "(hsdp shards within a node, where a tensor-parallel group lives; use fsdp, "
@@ -523,7 +514,7 @@ static void check_pp(dt_config_t *cfg, const char *src) {
                       (long long)cfg->pp.virtual_stages);
         return;
     }
-    if (cfg->strategy == DT_STRATEGY_HSDP)
+    if (!dt_strategy_composes(cfg->strategy, DT_LAYOUT_PP))
         add_error(cfg, src,
                   "pipeline.stages %lld with strategy \"hsdp\": expected pipeline.stages 1 (hsdp's shard group is "
                   "a node's ranks, which pipeline stages cut across; use fsdp, zero1, zero2 or ddp with it)",
@@ -537,16 +528,16 @@ static void check_pp(dt_config_t *cfg, const char *src) {
 static void finish(dt_config_t *cfg, const char *src) {
     int rs = dt_config_key_find_("strategy"), rz = dt_config_key_find_("zero_optimization.stage");
     if (cfg->origin[rs] == DT_CONFIG_ORIGIN_FILE && cfg->origin[rz] == DT_CONFIG_ORIGIN_FILE) {
-        if (dt_config_strategy_stage(cfg->strategy) != cfg->zero.stage)
+        if (dt_strategy_stage(cfg->strategy) != cfg->zero.stage)
             add_error(cfg, src,
                       "strategy \"%s\" and zero_optimization.stage %lld: expected the same "
                       "thing (%s is stage %d); give one, or override either on the command "
                       "line",
                       dt_config_strategy_name(cfg->strategy), (long long)cfg->zero.stage,
                       dt_config_strategy_name(cfg->strategy),
-                      dt_config_strategy_stage(cfg->strategy));
+                      dt_strategy_stage(cfg->strategy));
     } else if (cfg->origin[rs] == DT_CONFIG_ORIGIN_FILE) {
-        cfg->zero.stage = dt_config_strategy_stage(cfg->strategy);
+        cfg->zero.stage = dt_strategy_stage(cfg->strategy);
     } else if (cfg->origin[rz] == DT_CONFIG_ORIGIN_FILE) {
         cfg->strategy = strategy_for_stage(cfg->zero.stage, cfg->strategy);
     }

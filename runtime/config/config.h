@@ -40,7 +40,9 @@
 #include "common/status.h" /* defines: dt_status_t */
 #include "kernels/kernels.h"       /* defines: dt_dtype_t */
 #include "runtime/comm/comm.h"    /* defines: dt_comm_backend_t */
-#include "runtime/model/model.h"  /* defines: dt_model_spec, dt_model_ops */
+#include "runtime/layout/pp_sched.h" /* defines: dt_pp_schedule_t */
+#include "runtime/layout/strategy.h" /* defines: dt_strategy_t, the strategy table */
+#include "runtime/model/model.h"  /* defines: dt_model_spec, dt_model_ops, dt_model_recompute_t, dt_pp_partition_t */
 
 /* X(enum suffix, name in JSON). The order is the numeric value. */
 #define DT_OPTIM_TYPE_MAP(X) X(ADAMW, "AdamW") X(ADAM, "Adam")
@@ -52,14 +54,10 @@
 #define DT_DEVICE_MAP(X) X(AUTO, "auto") X(CPU, "cpu") X(CUDA, "cuda")
 /* zero_optimization.offload_optimizer.device: DeepSpeed's names; nvme is not offered */
 #define DT_OFFLOAD_DEVICE_MAP(X) X(NONE, "none") X(CPU, "cpu")
-/* Strategy and its ZeRO stage: ddp 0, zero1 1, zero2 2, fsdp 3, hsdp 3
- * (hsdp: fsdp within a node, replicated across nodes). */
-/* pipeline.schedule and pipeline.partition names, in the order of dt_pp_schedule_t
- * (runtime/parallel/pp_sched.h) and dt_pp_partition_t (runtime/model/model.h). */
-#define DT_CONFIG_PP_SCHEDULE_MAP(X) X(GPIPE, "gpipe") X(1F1B, "1f1b") X(INTERLEAVED, "interleaved")
-#define DT_CONFIG_PP_PARTITION_MAP(X) X(UNIFORM, "uniform") X(PARAMETERS, "parameters") X(FLOPS, "flops")
-/* activation_checkpointing.policy names, in the order of dt_model_recompute_t. */
-#define DT_CONFIG_RECOMPUTE_MAP(X) X(NONE, "none") X(SELECTIVE, "selective") X(FULL, "full")
+/* The strategy and its ZeRO stage, pipeline.schedule, pipeline.partition and
+ * activation_checkpointing.policy are their owners' enums and names:
+ * runtime/layout/strategy.h (the strategy table), runtime/layout/pp_sched.h and
+ * runtime/model/model.h. */
 
 /* lora.base_dtype: auto = the compute dtype (cpu fp32, cuda bf16). */
 #define DT_CONFIG_LORA_BASE_MAP(X) X(AUTO, "auto") X(FP32, "fp32") X(BF16, "bf16") X(INT8, "int8")
@@ -68,9 +66,6 @@ enum {
     DT_CONFIG_LORA_BASE_MAP(X)
 #undef X
 };
-
-#define DT_STRATEGY_MAP(X)                                                   \
-    X(DDP, "ddp") X(ZERO1, "zero1") X(ZERO2, "zero2") X(FSDP, "fsdp") X(HSDP, "hsdp")
 
 typedef enum dt_optim_type {
 #define X(n, s) DT_OPTIM_##n,
@@ -103,26 +98,6 @@ typedef enum dt_config_offload {
     DT_OFFLOAD_DEVICE_MAP(X)
 #undef X
 } dt_config_offload_t;
-typedef enum dt_strategy {
-#define X(n, s) DT_STRATEGY_##n,
-    DT_STRATEGY_MAP(X)
-#undef X
-} dt_strategy_t;
-enum {
-#define X(n, s) DT_CONFIG_PP_##n,
-    DT_CONFIG_PP_SCHEDULE_MAP(X)
-#undef X
-};
-enum {
-#define X(n, s) DT_CONFIG_PP_PARTITION_##n,
-    DT_CONFIG_PP_PARTITION_MAP(X)
-#undef X
-};
-enum {
-#define X(n, s) DT_CONFIG_RECOMPUTE_##n,
-    DT_CONFIG_RECOMPUTE_MAP(X)
-#undef X
-};
 
 /* Upper bound on the rows of the key table (checked at compile time in config.c). */
 #define DT_CONFIG_MAX_KEYS 128
@@ -147,7 +122,7 @@ typedef enum dt_config_origin {
  * Batch sizes are 0 until dt_config_resolve() derives them for a world size. */
 typedef struct dt_config {
     /* DeepSpeed: batch identity train_batch_size = micro * accumulation * DP size,
-     * DP size = world size / tp.size (docs/interface.md "Parallel layout") */
+     * DP size: the layout's (runtime/layout/layout.h) for the world size */
     int64_t train_batch_size;
     int64_t train_micro_batch_size_per_gpu;
     int64_t gradient_accumulation_steps;
@@ -256,9 +231,9 @@ typedef struct dt_config {
      * per step = gradient_accumulation_steps; world = tp.size x stages x DP size. */
     struct {
         int64_t stages;         /* >= 1; 1 = off */
-        int schedule;           /* DT_CONFIG_PP_SCHEDULE_MAP order (runtime/parallel/pp_sched.h's) */
+        dt_pp_schedule_t schedule;
         int64_t virtual_stages; /* chunks per rank (interleaved) */
-        int partition;          /* DT_CONFIG_PP_PARTITION_MAP order (model.h's dt_pp_partition_t) */
+        dt_pp_partition_t partition;
     } pp;
     /* activation_checkpointing.*: activation recomputation (runtime/model/model.h:
      * dt_model_recompute_t). policy and every have an effect; of DeepSpeed's keys
@@ -266,7 +241,7 @@ typedef struct dt_config {
      * others are accepted with a warning; any DeepSpeed key without a policy means
      * full (DeepSpeed checkpoints each block's input). */
     struct {
-        int policy;    /* DT_CONFIG_RECOMPUTE_MAP order (model.h's dt_model_recompute_t) */
+        dt_model_recompute_t policy;
         int64_t every; /* checkpoint block j of a chunk when j % every == 0 */
         int64_t number_checkpoints;
         bool partition_activations, cpu_checkpointing, contiguous_memory_optimization;
@@ -288,7 +263,7 @@ typedef struct dt_config {
     /* bookkeeping, not keys */
     char *source;       /* the file name (or the name given to load_string) */
     int world_size;     /* of the last dt_config_resolve(); 0 before */
-    int dp_size;        /* world_size / (tp.size x pipeline.stages), of the last dt_config_resolve(); 0 before */
+    int dp_size;        /* the layout's DP size (runtime/layout/layout.h), of the last dt_config_resolve(); 0 before */
     int n_errors;
     char *errors;       /* all errors, one per line ("" when none) */
     char *warnings;     /* ignored keys, "auto" values, notes ("" when none) */
@@ -342,8 +317,8 @@ dt_dtype_t dt_config_compute_dtype(const dt_config_t *cfg, int on_gpu);
 /* Derives the batch sizes for world_size (DeepSpeed's rules: any two give the
  * third; train_batch_size alone gives accumulation 1; the micro-batch alone gives
  * accumulation 1; accumulation alone or nothing: micro-batch 1) and checks the
- * identity over the data-parallel size (world_size / tensor_parallel.size, which
- * must divide: an error otherwise). Sets cfg->world_size and cfg->dp_size. May be
+ * identity over the data-parallel size (the layout's, runtime/layout/layout.h:
+ * tensor_parallel.size x pipeline.stages must divide world_size, an error otherwise). Sets cfg->world_size and cfg->dp_size. May be
  * called again with another world size (elastic restarts): only the values given
  * in the file or overrides count, never earlier derivations. */
 dt_status_t dt_config_resolve(dt_config_t *cfg, int world_size);
@@ -373,11 +348,10 @@ void dt_config_print_keys(FILE *out);
 
 void dt_config_free(dt_config_t *cfg);
 
-/* Names of enum values as written in JSON ("fsdp", "WarmupCosineLR", ...). */
+/* Names of enum values as written in JSON ("fsdp", "WarmupCosineLR", ...); a
+ * strategy's is the strategy table's (dt_strategy_name). */
 const char *dt_config_strategy_name(dt_strategy_t s);
 const char *dt_config_sched_name(dt_sched_type_t s);
-/* The ZeRO stage a strategy stands for (ddp 0, zero1 1, zero2 2, fsdp 3, hsdp 3). */
-int dt_config_strategy_stage(dt_strategy_t s);
 
 /* vocab rounded up to a multiple of `multiple` (1 or less: unchanged). */
 int64_t dt_config_padded_vocab(int64_t vocab, int64_t multiple);

@@ -25,26 +25,26 @@ static const char *const sched_names[] = {DT_SCHED_TYPE_MAP(NAME_) NULL};
 static const char *const warmup_names[] = {DT_WARMUP_TYPE_MAP(NAME_) NULL};
 static const char *const dtype_names[] = {DT_DTYPE_MAP(NAME_) NULL};
 static const char *const device_names[] = {DT_DEVICE_MAP(NAME_) NULL};
-static const char *const strategy_names[] = {DT_STRATEGY_MAP(NAME_) NULL};
 static const char *const offload_names[] = {DT_OFFLOAD_DEVICE_MAP(NAME_) NULL};
 static const char *const backend_names[] = {DT_COMM_BACKEND_MAP(NAME_) NULL};
-static const char *const pp_schedule_names[] = {DT_CONFIG_PP_SCHEDULE_MAP(NAME_) NULL};
-static const char *const pp_partition_names[] = {DT_CONFIG_PP_PARTITION_MAP(NAME_) NULL};
-static const char *const recompute_names[] = {DT_CONFIG_RECOMPUTE_MAP(NAME_) NULL};
+/* the owners' names: runtime/layout/pp_sched.h, runtime/model/model.h (the strategy's:
+ * the strategy table's dt_strategy_names) */
+static const char *const pp_schedule_names[] = {DT_PP_SCHEDULE_MAP(NAME_) NULL};
+static const char *const pp_partition_names[] = {DT_PP_PARTITION_MAP(NAME_) NULL};
+static const char *const recompute_names[] = {DT_MODEL_RECOMPUTE_MAP(NAME_) NULL};
 static const char *const lora_base_names[] = {DT_CONFIG_LORA_BASE_MAP(NAME_) NULL};
 #undef NAME_
 
-const char *dt_config_strategy_name(dt_strategy_t s) {
-    return (unsigned)s < sizeof strategy_names / sizeof *strategy_names - 1 ? strategy_names[s]
-                                                                             : "?";
-}
+const char *dt_config_strategy_name(dt_strategy_t s) { return dt_strategy_name(s); }
 
 const char *dt_config_sched_name(dt_sched_type_t s) {
     return (unsigned)s < sizeof sched_names / sizeof *sched_names - 1 ? sched_names[s] : "?";
 }
 
 /* Enum fields are written through an int pointer. */
-_Static_assert(sizeof(dt_strategy_t) == sizeof(int), "enum fields must be int-sized");
+_Static_assert(sizeof(dt_strategy_t) == sizeof(int) && sizeof(dt_pp_schedule_t) == sizeof(int) &&
+                   sizeof(dt_pp_partition_t) == sizeof(int) && sizeof(dt_model_recompute_t) == sizeof(int),
+               "enum fields must be int-sized");
 
 /* ---- the table ---------------------------------------------------------- */
 
@@ -159,7 +159,7 @@ static const config_key_t tail_keys[] = {
     {"seed", KT_INT, OFF(seed), 0, BIG, 0, NULL, "1337", "seed of init and data order"},
     {"device", KT_ENUM, OFF(device), 0, 0, 0, device_names, "\"auto\"",
      "auto = cuda when a GPU is there, else cpu"},
-    {"strategy", KT_ENUM, OFF(strategy), 0, 0, 0, strategy_names, "\"ddp\"",
+    {"strategy", KT_ENUM, OFF(strategy), 0, 0, 0, dt_strategy_names, "\"ddp\"",
      "data parallelism; the same thing as zero_optimization.stage"},
     {"tensor_parallel.size", KT_INT, OFF(tp.size), 1, I32, 0, NULL, "1",
      "tensor-parallel ranks per model piece (1 = off): consecutive local ranks of one node, so it "

@@ -41,7 +41,7 @@ void dt_config_recompute_finish_(dt_config_t *cfg, const char *src) {
         snprintf(path, sizeof path, "activation_checkpointing.%s", ds_keys[i]);
         any_ds |= given(cfg, path);
     }
-    if (any_ds && !given(cfg, "activation_checkpointing.policy")) cfg->recompute.policy = DT_CONFIG_RECOMPUTE_FULL;
+    if (any_ds && !given(cfg, "activation_checkpointing.policy")) cfg->recompute.policy = DT_MODEL_RECOMPUTE_FULL;
     const struct {
         bool on;
         const char *key, *why;
@@ -59,13 +59,13 @@ void dt_config_recompute_finish_(dt_config_t *cfg, const char *src) {
                      src, idle[i].key, idle[i].why);
             dt_config_add_warning_(cfg, msg);
         }
-    if (cfg->recompute.policy == DT_CONFIG_RECOMPUTE_NONE) return;
+    if (cfg->recompute.policy == DT_MODEL_RECOMPUTE_NONE) return;
     int layers = model_layers(cfg);
     if (layers == 0 && cfg->model.ops && !cfg->model.ops->pipeline) {
         snprintf(msg, sizeof msg,
                  "activation_checkpointing.policy: expected \"none\" for model.type \"%s\" (it has no blocks to "
                  "recompute; gpt and llama have), found \"%s\"",
-                 cfg->model.ops->name, dt_model_recompute_name((dt_model_recompute_t)cfg->recompute.policy));
+                 cfg->model.ops->name, dt_model_recompute_name(cfg->recompute.policy));
         dt_config_add_error_(cfg, src, msg);
         return;
     }

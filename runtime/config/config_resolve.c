@@ -1,8 +1,9 @@
 /*
  * config_resolve.c - the batch identity (config.h): train_batch_size =
- * micro batch x gradient accumulation x data-parallel size (world size /
- * tensor_parallel.size), any two given and the third derived, checked against the
- * world size the launcher knows; the checks against the node shape (a
+ * micro batch x gradient accumulation x data-parallel size (the layout's,
+ * runtime/layout/layout.h), any two given and the third derived, checked against the
+ * world size the launcher knows; the pipeline schedule's rules
+ * (runtime/layout/pp_sched.h) against the micro-batches; the checks against the node shape (a
  * tensor-parallel group within one node) and the model's vocabulary once known;
  * whether a config runs on CUDA, and in which dtype it computes.
  */
@@ -12,32 +13,17 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "common/gpuinfo.h" /* defines: dt_gpuinfo_count */
+#include "common/gpuinfo.h"         /* defines: dt_gpuinfo_count */
+#include "runtime/layout/layout.h"   /* defines: dt_layout_of */
+#include "runtime/layout/pp_sched.h" /* defines: dt_pp_schedule_check */
 
-/* The pipeline schedule against the micro-batches per step: the rules of
- * dt_pp_schedule_check (runtime/parallel/pp_sched.c, which this layer may not
- * call; tests/test_config_pp.c holds the two together). */
+/* The pipeline schedule against the micro-batches per step (the keys' bounds keep
+ * the three int-sized). */
 static void check_pp_schedule(dt_config_t *cfg, const char *src) {
-    int64_t P = cfg->pp.stages, V = cfg->pp.virtual_stages, m = cfg->gradient_accumulation_steps;
-    char msg[600] = "";
-    if (cfg->pp.schedule == DT_CONFIG_PP_INTERLEAVED) {
-        if (P > 1 && V < 2)
-            snprintf(msg, sizeof msg, "pipeline.virtual_stages: the interleaved schedule needs 2 or more chunks per "
-                                      "rank, found %lld", (long long)V);
-        else if (P > 1 && m % P != 0)
-            snprintf(msg, sizeof msg, "gradient_accumulation_steps: the interleaved schedule needs the micro-batches "
-                                      "per step (%lld) to be a multiple of pipeline.stages (%lld)",
-                     (long long)m, (long long)P);
-    } else if (V != 1) {
-        snprintf(msg, sizeof msg, "pipeline.virtual_stages %lld: only the interleaved schedule runs several chunks "
-                                  "per rank (pipeline.schedule is \"%s\")",
-                 (long long)V, cfg->pp.schedule == DT_CONFIG_PP_GPIPE ? "gpipe" : "1f1b");
-    } else if (cfg->pp.schedule == DT_CONFIG_PP_1F1B && P > 1 && m < P) {
-        snprintf(msg, sizeof msg, "gradient_accumulation_steps: 1f1b needs at least as many micro-batches per step as "
-                                  "pipeline.stages (%lld), found %lld (raise it, or use pipeline.schedule \"gpipe\")",
-                 (long long)P, (long long)m);
-    }
-    if (*msg) dt_config_add_error_(cfg, src, msg);
+    char msg[600];
+    if (dt_pp_schedule_check(cfg->pp.schedule, (int)cfg->pp.stages, (int)cfg->pp.virtual_stages,
+                             (int)cfg->gradient_accumulation_steps, msg, sizeof msg))
+        dt_config_add_error_(cfg, src, msg);
 }
 
 dt_status_t dt_config_resolve(dt_config_t *cfg, int world_size) {
@@ -47,45 +33,30 @@ dt_status_t dt_config_resolve(dt_config_t *cfg, int world_size) {
     if (cfg->errors) cfg->errors[cfg->errors_len] = '\0';
     const char *src = cfg->source ? cfg->source : "config";
 
-    if (world_size < 1) {
-        char msg[600];
-        snprintf(msg, sizeof msg, "world size: expected an integer >= 1, found %d", world_size);
-        dt_config_add_error_(cfg, src, msg);
-        dt_config_error_detail_(cfg);
-        return DT_STATUS_CONFIG;
-    }
-    cfg->world_size = world_size;
     /* world = tensor_parallel.size x pipeline.stages x data-parallel ranks; the batch is
      * over DP ranks */
-    int64_t tp = cfg->tp.size > 0 ? cfg->tp.size : 1, pp = cfg->pp.stages > 0 ? cfg->pp.stages : 1;
-    if (world_size % (tp * pp) != 0) {
-        char msg[600];
-        if (pp > 1)
-            snprintf(msg, sizeof msg,
-                     "tensor_parallel.size %lld x pipeline.stages %lld = %lld: expected a divisor of the world "
-                     "size %d (world = tensor_parallel.size x pipeline.stages x data-parallel ranks)",
-                     (long long)tp, (long long)pp, (long long)(tp * pp), world_size);
-        else
-            snprintf(msg, sizeof msg,
-                     "tensor_parallel.size %lld: expected a divisor of the world size %d (world = "
-                     "tensor_parallel.size x data-parallel ranks), found %d %% %lld = %lld",
-                     (long long)tp, world_size, world_size, (long long)tp, (long long)(world_size % tp));
-        dt_config_add_error_(cfg, src, msg);
+    dt_layout_dims dims = dt_layout_dims_tp_pp(cfg->tp.size, cfg->pp.stages);
+    dt_layout lay;
+    dt_status_t lst = dt_layout_of(&dims, world_size, 0, &lay);
+    if (world_size >= 1) cfg->world_size = world_size; /* a world the sizes do not divide is still this one */
+    if (lst != DT_STATUS_OK) {
+        dt_config_add_error_(cfg, src, dt_error_detail());
         dt_config_error_detail_(cfg);
         return DT_STATUS_CONFIG;
     }
-    cfg->dp_size = (int)(world_size / (tp * pp));
+    int64_t tp = dt_layout_tp_size(&lay), pp = dt_layout_pp_size(&lay), replica = dt_layout_replica_size(&lay);
+    cfg->dp_size = dt_layout_dp_size(&lay);
     /* how the size in the identity came, for its messages: "world size 4", or
      * "world size 4 / tensor_parallel.size 2 = 2 data-parallel ranks" */
     char dp_how[200];
-    const char *dp_name = tp * pp > 1 ? "data-parallel size" : "world size";
+    const char *dp_name = replica > 1 ? "data-parallel size" : "world size";
     if (tp > 1 && pp > 1)
         snprintf(dp_how, sizeof dp_how,
                  "world size %d / (tensor_parallel.size %lld x pipeline.stages %lld) = %d data-parallel ranks",
                  world_size, (long long)tp, (long long)pp, cfg->dp_size);
-    else if (tp * pp > 1)
+    else if (replica > 1)
         snprintf(dp_how, sizeof dp_how, "world size %d / %s %lld = %d data-parallel ranks", world_size,
-                 tp > 1 ? "tensor_parallel.size" : "pipeline.stages", (long long)(tp * pp), cfg->dp_size);
+                 tp > 1 ? "tensor_parallel.size" : "pipeline.stages", (long long)replica, cfg->dp_size);
     else
         snprintf(dp_how, sizeof dp_how, "world size %d", world_size);
     bool g_tb = dt_config_given(cfg, "train_batch_size");
@@ -178,7 +149,8 @@ dt_status_t dt_config_resolve(dt_config_t *cfg, int world_size) {
         dt_config_add_error_(cfg, src, msg);
     }
     /* ZeRO-Offload moves the optimizer's shard: DDP has none (DeepSpeed refuses stage 0 too) */
-    if (cfg->zero.offload_optimizer.device == DT_CONFIG_OFFLOAD_CPU && cfg->strategy == DT_STRATEGY_DDP)
+    if (cfg->zero.offload_optimizer.device == DT_CONFIG_OFFLOAD_CPU &&
+        !dt_strategy_shards(cfg->strategy, DT_STRATEGY_SHARDS_OPTIM))
         dt_config_add_error_(cfg, src,
                              "zero_optimization.offload_optimizer.device cpu: expected a sharded optimizer "
                              "(strategy zero1, zero2, fsdp or hsdp; zero_optimization.stage 1-3), found strategy "

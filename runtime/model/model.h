@@ -177,6 +177,9 @@ typedef struct dt_model_layout {
  * backward and just before its BWD_PRE (net.h), so FSDP gathers its unit first. The
  * recompute runs the forward's ops in the forward's order, so gradients equal those
  * without recomputation bitwise on a deterministic device. */
+/* X(enum suffix, name) in numeric order: the names of dt_model_recompute_name and of
+ * the config's activation_checkpointing.policy. */
+#define DT_MODEL_RECOMPUTE_MAP(X) X(NONE, "none") X(SELECTIVE, "selective") X(FULL, "full")
 typedef enum dt_model_recompute {
     DT_MODEL_RECOMPUTE_NONE = 0,
     DT_MODEL_RECOMPUTE_SELECTIVE = 1,
@@ -364,6 +367,9 @@ dt_status_t dt_model_tp_fill(const dt_model_layout *l, size_t offset, size_t cou
 
 /* ---- pipeline stages (stage.c) ---- */
 
+/* X(enum suffix, name) in numeric order: the names of dt_pp_partition_name and of the
+ * config's pipeline.partition. */
+#define DT_PP_PARTITION_MAP(X) X(UNIFORM, "uniform") X(PARAMETERS, "parameters") X(FLOPS, "flops")
 typedef enum dt_pp_partition {
     DT_PP_PARTITION_UNIFORM = 0,    /* as even block counts as possible */
     DT_PP_PARTITION_PARAMETERS = 1, /* balance the parameters held */

@@ -7,7 +7,9 @@
 
 #include "runtime/model/model.h"
 
-static const char *const recompute_names[] = {"none", "selective", "full"};
+#define NAME_(n, s) s,
+static const char *const recompute_names[] = {DT_MODEL_RECOMPUTE_MAP(NAME_)};
+#undef NAME_
 
 const char *dt_model_recompute_name(dt_model_recompute_t policy) {
     return policy >= DT_MODEL_RECOMPUTE_NONE && policy <= DT_MODEL_RECOMPUTE_FULL ? recompute_names[policy] : "?";

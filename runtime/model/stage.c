@@ -16,7 +16,9 @@
 #include "common/mem.h" /* defines: dt_xcalloc */
 #include "runtime/model/model.h"
 
-static const char *const partition_names[] = {"uniform", "parameters", "flops"};
+#define NAME_(n, s) s,
+static const char *const partition_names[] = {DT_PP_PARTITION_MAP(NAME_)};
+#undef NAME_
 
 const char *dt_pp_partition_name(dt_pp_partition_t kind) {
     return (unsigned)kind < 3 ? partition_names[kind] : "?";

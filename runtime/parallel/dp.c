@@ -209,7 +209,7 @@ static dt_status_t full_bucket_launch(dt_dp_t *dp, int b) {
         g = w, es = dp->wes;
         t = dp->opts.reduce_dtype == DT_DTYPE_BF16 ? DT_COMM_BF16 : DT_COMM_F32;
     }
-    if (dp->opts.strategy == DT_STRATEGY_DDP)
+    if (!dp->sharded_optim) /* ddp */
         DT_CHECK(dt_comm_all_reduce_async(dp->world, g, g, bk->count, t, DT_COMM_AVG, &s->req));
     else
         DT_CHECK(dt_comm_reduce_scatter_async(dp->shard, g, at(g, (size_t)dp->shard_rank * bk->slice, es), n, t,
@@ -461,15 +461,17 @@ dt_status_t dt_dp_init(dt_dp_t **out, const dt_dp_opts *opts, dt_device_t *dev, 
     dp->world_size = comm ? dt_comm_size(comm) : 1;
     dp->es = dt_dtype_size(dev->ops->dtype);
     dt_strategy_t s = opts->strategy;
-    dp->sharded_optim = s != DT_STRATEGY_DDP;
-    dp->sharded_grads = s == DT_STRATEGY_ZERO2 || s == DT_STRATEGY_FSDP || s == DT_STRATEGY_HSDP;
-    dp->sharded_params = s == DT_STRATEGY_FSDP || s == DT_STRATEGY_HSDP;
+    /* what is sharded, and over which group: the strategy table's */
+    dp->sharded_optim = dt_strategy_shards(s, DT_STRATEGY_SHARDS_OPTIM);
+    dp->sharded_grads = dt_strategy_shards(s, DT_STRATEGY_SHARDS_GRADS);
+    dp->sharded_params = dt_strategy_shards(s, DT_STRATEGY_SHARDS_PARAMS);
+    int by_node = dt_strategy_get(s) && dt_strategy_get(s)->over == DT_STRATEGY_OVER_NODE;
     for (int i = 0; i < DP_GSLOTS; i++) dp->gslots[i].owner = -1;
     for (int i = 0; i < DP_PSLOTS; i++) dp->pslots[i].owner = -1;
     dt_status_t st = DT_STATUS_OK;
     if (opts->offload && !dp->sharded_optim) {
         st = dt_error(DT_STATUS_CONFIG, "zero_optimization.offload_optimizer needs a sharded optimizer (strategy "
-                      "zero1, zero2, fsdp or hsdp; ZeRO stage 1-3), not %s", dt_config_strategy_name(s));
+                      "zero1, zero2, fsdp or hsdp; ZeRO stage 1-3), not %s", dt_strategy_name(s));
         goto out_free_dp;
     }
     dp->offload = opts->offload;
@@ -479,7 +481,7 @@ dt_status_t dt_dp_init(dt_dp_t **out, const dt_dp_opts *opts, dt_device_t *dev, 
     dp->n_replicas = 1;
     if (dp->world && dp->sharded_optim) {
         dp->shard = dp->world;
-        if (s == DT_STRATEGY_HSDP) {
+        if (by_node) { /* hsdp: shard within a node, replicate across nodes */
             int lws = opts->local_world_size > 0 ? opts->local_world_size : dp->world_size;
             if (dp->world_size % lws != 0) {
                 st = dt_error(DT_STATUS_CONFIG, "strategy hsdp: world size %d is not a multiple of the %d ranks "
@@ -571,7 +573,7 @@ dt_status_t dt_dp_init(dt_dp_t **out, const dt_dp_opts *opts, dt_device_t *dev, 
     net->hook = dp_hook;
     net->hook_ctx = dp;
     DT_LOG_DEBUG("dp: %s, %d bucket(s), %d shard(s), shard %zu elements, padded %zu of %zu",
-                 dt_config_strategy_name(s), dp->plan.n_buckets, dp->n_shards, dp->plan.shard_total,
+                 dt_strategy_name(s), dp->plan.n_buckets, dp->n_shards, dp->plan.shard_total,
                  dp->plan.padded_total, layout->n_params);
     *out = dp;
     return DT_STATUS_OK;
@@ -684,7 +686,7 @@ dt_status_t dt_dp_reduce_finish(dt_dp_t *dp) {
         if (s2 == DT_STATUS_OK && dp->wire) { /* the reduced gradients back in the compute dtype */
             const dt_dp_bucket *bk = &dp->plan.buckets[b];
             size_t off = bk->padded_offset, n = bk->count;
-            if (dp->opts.strategy != DT_STRATEGY_DDP) off += (size_t)dp->shard_rank * bk->slice, n = bk->slice;
+            if (dp->sharded_optim) off += (size_t)dp->shard_rank * bk->slice, n = bk->slice;
             dp->dev->ops->cast(dp->dev, at(dp->grads, off, dp->es), dp->dev->ops->dtype, at(dp->wire, off, dp->wes),
                                dp->opts.reduce_dtype, n);
         }

@@ -40,7 +40,7 @@
 #include "runtime/comm/comm.h"        /* defines: dt_comm_t */
 #include "runtime/model/net.h"        /* defines: dt_net_t, dt_batch */
 #include "runtime/parallel/dp.h"      /* defines: dt_dp_t */
-#include "runtime/parallel/pp_sched.h" /* defines: dt_pp_schedule_t */
+#include "runtime/layout/pp_sched.h" /* defines: dt_pp_schedule_t */
 #include "runtime/parallel/tp.h"      /* defines: dt_tp_t */
 
 typedef struct dt_pp dt_pp_t;

@@ -1,6 +1,7 @@
 /*
- * tp.c - tensor parallelism's collectives over the TP group's communicator, for the
- * net's seam (tp.h).
+ * tp.c - the layout's groups as communicators (runtime/layout/layout.h cuts the
+ * world; here each rank splits it along TP, PP and DP) and tensor parallelism's
+ * collectives over the TP group's communicator, for the net's seam (tp.h).
  */
 #include "runtime/parallel/tp.h"
 
@@ -10,6 +11,7 @@
 
 #include "common/clock.h" /* defines: dt_now_s */
 #include "common/mem.h"   /* defines: dt_xcalloc */
+#include "runtime/layout/layout.h" /* defines: dt_layout_of, dt_layout_group_index */
 
 struct dt_tp {
     dt_comm_t *comm;
@@ -24,11 +26,12 @@ struct dt_tp {
 };
 
 dt_tp_place dt_tp_place_of(int rank, int world_size, int tp_size, int pp_size) {
-    if (tp_size < 1) tp_size = 1;
-    if (pp_size < 1) pp_size = 1;
-    return (dt_tp_place){.tp_size = tp_size, .tp_rank = rank % tp_size, .pp_size = pp_size,
-                         .pp_rank = (rank / tp_size) % pp_size, .dp_size = world_size / (tp_size * pp_size),
-                         .dp_rank = rank / (tp_size * pp_size)};
+    dt_layout_dims dims = dt_layout_dims_tp_pp(tp_size, pp_size);
+    dt_layout l;
+    (void)dt_layout_of(&dims, world_size, rank, &l); /* the config checked that the sizes divide the world */
+    return (dt_tp_place){.tp_size = dt_layout_tp_size(&l), .tp_rank = dt_layout_tp_rank(&l),
+                         .pp_size = dt_layout_pp_size(&l), .pp_rank = dt_layout_pp_rank(&l),
+                         .dp_size = dt_layout_dp_size(&l), .dp_rank = dt_layout_dp_rank(&l)};
 }
 
 /* A group of one rank is none. */
@@ -44,14 +47,19 @@ dt_status_t dt_tp_split(dt_comm_t *world, int tp_size, int pp_size, dt_comm_t **
     *tp_comm = *dp_comm = NULL;
     if (pp_comm) *pp_comm = NULL;
     int rank = dt_comm_rank(world), size = dt_comm_size(world);
-    if (tp_size < 1 || pp_size < 1 || size % (tp_size * pp_size) != 0)
+    dt_layout_dims dims = dt_layout_dims_tp_pp(tp_size, pp_size);
+    dt_layout l;
+    if (tp_size < 1 || pp_size < 1 || dt_layout_of(&dims, size, rank, &l) != DT_STATUS_OK)
         return dt_error(DT_STATUS_CONFIG, "tensor_parallel.size %d x pipeline.stages %d does not divide the world size %d",
                         tp_size, pp_size, size);
-    dt_tp_place p = dt_tp_place_of(rank, size, tp_size, pp_size);
+    /* each group: the ranks of the same other coordinates (its index the colour), by
+     * their coordinate along it */
     dt_comm_t *pp = NULL;
-    dt_status_t st = dt_comm_split(world, p.dp_rank * pp_size + p.pp_rank, p.tp_rank, tp_comm);
-    if (st == DT_STATUS_OK) st = dt_comm_split(world, p.dp_rank * tp_size + p.tp_rank, p.pp_rank, &pp);
-    if (st == DT_STATUS_OK) st = dt_comm_split(world, p.pp_rank * tp_size + p.tp_rank, p.dp_rank, dp_comm);
+    dt_status_t st = dt_comm_split(world, dt_layout_group_index(&l, DT_LAYOUT_TP), dt_layout_tp_rank(&l), tp_comm);
+    if (st == DT_STATUS_OK)
+        st = dt_comm_split(world, dt_layout_group_index(&l, DT_LAYOUT_PP), dt_layout_pp_rank(&l), &pp);
+    if (st == DT_STATUS_OK)
+        st = dt_comm_split(world, dt_layout_group_index(&l, DT_LAYOUT_DP), dt_layout_dp_rank(&l), dp_comm);
     if (st != DT_STATUS_OK) {
         dt_comm_free(*tp_comm);
         dt_comm_free(pp);

@@ -3,10 +3,10 @@
  * (runtime/model/net.h: dt_net_tp_ops) with the TP group's communicator, and the rank
  * layout of a run cut in TP groups.
  *
- * Rank layout (docs/interface.md): world = TP x PP x DP with TP innermost, so the T ranks of a
- * TP group are consecutive (rank r is TP rank r % T) and live on one node; then the
- * pipeline stages (stage (r / T) % P); the DP group of rank r is the ranks with the same
- * TP rank and stage. The model calls the
+ * Rank layout: runtime/layout/layout.h's (world = TP x PP x DP with TP innermost, so
+ * the T ranks of a TP group are consecutive and live on one node; then the pipeline
+ * stages; the DP group of rank r is the ranks with the same TP rank and stage). The
+ * model calls the
  * collectives inside its layers (blocking for it: its next op reads the result); a
  * failure is recorded here, the buffers keep valid memory, and dt_tp_check returns it
  * after the micro-step. The time the caller was blocked is kept apart from the
@@ -24,8 +24,9 @@
 
 typedef struct dt_tp dt_tp_t;
 
-/* Where a rank sits in world = TP x PP x DP (TP innermost, then PP, then DP: rank =
- * (dp_rank * pp_size + pp_rank) * tp_size + tp_rank). */
+/* Where a rank sits in world = TP x PP x DP (the layout's coordinates,
+ * runtime/layout/layout.h: rank = (dp_rank * pp_size + pp_rank) * tp_size + tp_rank);
+ * sizes that do not divide the world give DP 0. */
 typedef struct dt_tp_place {
     int tp_size, tp_rank, pp_size, pp_rank, dp_size, dp_rank;
 } dt_tp_place;

@@ -17,12 +17,13 @@
 #include <string.h>
 
 #include "common/gpuinfo.h"            /* defines: dt_gpu_spec_find */
-#include "runtime/parallel/pp_sched.h" /* defines: dt_pp_schedule_check */
+#include "runtime/layout/pp_sched.h" /* defines: dt_pp_schedule_check */
+#include "runtime/layout/strategy.h" /* defines: dt_strategy_composes, the strategy table */
 #include "runtime/tools/plan.h"
 #include "runtime/tools/plan_sweep.h" /* defines: dt_plan_sweep_model, dt_plan_lora_row */
 
 typedef struct cand {
-    int strategy; /* dt_plan_strategy_t */
+    dt_strategy_t strategy;
     int policy;   /* dt_model_recompute_t */
     int micro, accum;
     int offload;
@@ -77,7 +78,7 @@ static dt_status_t price(const dt_plan_input *base, const dt_plan_lora *lora, in
     pi.accum = c->accum;
     pi.mem_bytes = c->policy == DT_MODEL_RECOMPUTE_FULL ? 0 : 1e30;
     pi.mem_shared = 0;
-    DT_CHECK(dt_plan_row_compute(&pi, (dt_plan_strategy_t)c->strategy, n, &c->row));
+    DT_CHECK(dt_plan_row_compute(&pi, c->strategy, n, &c->row));
     if (lora) DT_CHECK(dt_plan_lora_row(&pi, lora, &c->row)); /* the adapters trained, the base frozen */
     dt_plan_row *r = &c->row;
     if (c->policy == DT_MODEL_RECOMPUTE_NONE) r->acts_ckpt = r->acts;
@@ -103,7 +104,7 @@ static void overrides(const cand *c, const cand *cfg, char *buf, size_t len) {
     do {                                                                         \
         if (n < len) n += (size_t)snprintf(buf + n, len - n, __VA_ARGS__);       \
     } while (0)
-    if (c->strategy != cfg->strategy) ADD("%sstrategy=%s", n ? " " : "", dt_plan_strategy_name(c->strategy));
+    if (c->strategy != cfg->strategy) ADD("%sstrategy=%s", n ? " " : "", dt_strategy_name(c->strategy));
     if (c->policy != cfg->policy)
         ADD("%sactivation_checkpointing.policy=%s", n ? " " : "",
             dt_model_recompute_name((dt_model_recompute_t)c->policy));
@@ -154,8 +155,7 @@ dt_status_t dt_mem_check(const dt_mem_check_in *in, dt_mem_check_out *out) {
     }
     int n = in->world_size, sharers = in->gpu ? in->gpu_sharers : in->local_world_size;
     out->usable = in->avail_bytes * (1.0 - base.reserve) / (sharers > 0 ? sharers : 1);
-    int strat = dt_plan_strategy_parse(dt_config_strategy_name(cfg->strategy));
-    cand mine = {.strategy = strat < 0 ? DT_PLAN_DDP : strat, .policy = cfg->recompute.policy,
+    cand mine = {.strategy = cfg->strategy, .policy = cfg->recompute.policy,
                  .micro = base.micro_batch, .accum = base.accum,
                  .offload = in->gpu && cfg->zero.offload_optimizer.device == DT_CONFIG_OFFLOAD_CPU};
     dt_status_t st = price(&base, lora, n, &mine);
@@ -168,11 +168,16 @@ dt_status_t dt_mem_check(const dt_mem_check_in *in, dt_mem_check_out *out) {
     /* the candidates: every strategy the layout allows x policy x micro-batch dividing
      * the config's (the global batch kept), then each with offload on a GPU */
     cand best = {0};
-    int found = 0, model_parallel = cfg->tp.size > 1 || cfg->pp.stages > 1;
+    int found = 0;
     for (int pass = 0; pass < 2 && !found; pass++) {
         if (pass == 1 && (!in->gpu || mine.offload)) break;
-        for (int s = 0; s < DT_PLAN_STRATEGY_COUNT_; s++) {
-            if (s == DT_PLAN_HYBRID && (model_parallel || mine.strategy != DT_PLAN_HYBRID)) continue;
+        for (dt_strategy_t s = 0; s < DT_STRATEGY_COUNT; s++) {
+            /* a strategy the layout's dims allow (the strategy table); one sharding
+             * over a node's ranks is the config's choice of shape, never a suggestion */
+            if ((cfg->tp.size > 1 && !dt_strategy_composes(s, DT_LAYOUT_TP)) ||
+                (cfg->pp.stages > 1 && !dt_strategy_composes(s, DT_LAYOUT_PP)))
+                continue;
+            if (dt_strategy_get(s)->over == DT_STRATEGY_OVER_NODE && mine.strategy != s) continue;
             for (int p = DT_MODEL_RECOMPUTE_NONE; p <= DT_MODEL_RECOMPUTE_FULL; p++) {
                 if (base.model.feature_rows && p != mine.policy) continue; /* no checkpointing */
                 for (int b = mine.micro; b >= 1; b--) {

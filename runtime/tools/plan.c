@@ -13,25 +13,8 @@
 
 #include "common/mem.h"
 #include "kernels/kernels.h" /* defines: dt_attention_uses_fused */
-#include "runtime/parallel/pp_sched.h" /* defines: dt_pp_schedule_name */
-
-static const char *const strategy_names[] = {
-#define X(n, s) s,
-    DT_PLAN_STRATEGY_MAP(X)
-#undef X
-};
-
-const char *dt_plan_strategy_name(dt_plan_strategy_t s) {
-    return (unsigned)s < DT_PLAN_STRATEGY_COUNT_ ? strategy_names[s] : "unknown";
-}
-
-int dt_plan_strategy_parse(const char *name) {
-    for (int i = 0; i < DT_PLAN_STRATEGY_COUNT_; i++)
-        if (!strcasecmp(name, strategy_names[i])) return i;
-    if (!strcasecmp(name, "zero3")) return DT_PLAN_FSDP;
-    if (!strcasecmp(name, "hsdp")) return DT_PLAN_HYBRID;
-    return -1;
-}
+#include "runtime/layout/layout.h"   /* defines: dt_layout_of */
+#include "runtime/layout/pp_sched.h" /* defines: dt_pp_schedule_name */
 
 /* ---- links -----------------------------------------------------------------
  * Bandwidth per GPU per direction, in GB/s (1e9). NVLink: NVIDIA's aggregate
@@ -230,31 +213,25 @@ static double fsdp_shard(const dt_plan_model *m, int n) {
 }
 
 dt_plan_mem dt_plan_model_states(const dt_plan_model *m, dt_plan_precision_t p,
-                                 dt_plan_strategy_t s, int n, int g) {
+                                 dt_strategy_t s, int n, int g) {
     double kp = p == DT_PLAN_PRECISION_BF16 ? 2 : 4;
     double kg = kp;
     double ko = p == DT_PLAN_PRECISION_BF16 ? 12 : 8;
     double psi = m->n_params;
     dt_plan_mem r = {kp * psi, kg * psi, ko * psi};
     if (n < 1) n = 1;
-    switch (s) {
-    case DT_PLAN_DDP: break;
-    case DT_PLAN_ZERO1: r.optim = ko * shard(psi, n); break;
-    case DT_PLAN_ZERO2:
-        r.grads = kg * shard(psi, n);
-        r.optim = ko * shard(psi, n);
-        break;
-    case DT_PLAN_FSDP:
-    case DT_PLAN_HYBRID: {
-        int k = s == DT_PLAN_HYBRID && g > 0 && g < n ? g : n;
+    const dt_strategy_info *si = dt_strategy_get(s);
+    if (!si) return r;
+    if (si->shards & DT_STRATEGY_SHARDS_PARAMS) { /* every state by units, over the DP group or a node's part */
+        int k = si->over == DT_STRATEGY_OVER_NODE && g > 0 && g < n ? g : n;
         double e = fsdp_shard(m, k);
         r.params = kp * e;
         r.grads = kg * e;
         r.optim = ko * e;
-        break;
+        return r;
     }
-    default: break;
-    }
+    if (si->shards & DT_STRATEGY_SHARDS_GRADS) r.grads = kg * shard(psi, n);
+    if (si->shards & DT_STRATEGY_SHARDS_OPTIM) r.optim = ko * shard(psi, n);
     return r;
 }
 
@@ -430,13 +407,13 @@ static double coll_split(coll_fn f, double total, double count, int n, const dt_
     return f(total, n, bw, 0) + count * (n > 1 ? a : 0);
 }
 
-dt_status_t dt_plan_row_compute(const dt_plan_input *in, dt_plan_strategy_t s, int n_gpus,
+dt_status_t dt_plan_row_compute(const dt_plan_input *in, dt_strategy_t s, int n_gpus,
                                 dt_plan_row *out) {
     if (in->model.pp_size > 1) return dt_plan_row_compute_pp(in, s, n_gpus, out, NULL);
     return dt_plan_row_stage(in, &in->model, s, n_gpus, 1, -1, out);
 }
 
-dt_status_t dt_plan_row_stage(const dt_plan_input *in, const dt_plan_model *m, dt_plan_strategy_t s, int n_gpus,
+dt_status_t dt_plan_row_stage(const dt_plan_input *in, const dt_plan_model *m, dt_strategy_t s, int n_gpus,
                               int pp, int recompute_given, dt_plan_row *out) {
     memset(out, 0, sizeof *out);
     if (pp < 1) pp = 1;
@@ -447,12 +424,15 @@ dt_status_t dt_plan_row_stage(const dt_plan_input *in, const dt_plan_model *m, d
                         "--tp %d: does not divide the %d GPUs per node (a TP group is consecutive GPUs of one "
                         "node)",
                         tp, in->gpus_per_node);
-    if (pp == 1 && n_gpus % tp)
-        return dt_error(DT_STATUS_USAGE, "--tp %d: does not divide --gpus %d (world = TP x DP)", tp, n_gpus);
-    if (n_gpus % (tp * pp))
+    dt_layout_dims dims = dt_layout_dims_tp_pp(tp, pp);
+    dt_layout lay;
+    if (dt_layout_of(&dims, n_gpus, 0, &lay) != DT_STATUS_OK) {
+        if (pp == 1)
+            return dt_error(DT_STATUS_USAGE, "--tp %d: does not divide --gpus %d (world = TP x DP)", tp, n_gpus);
         return dt_error(DT_STATUS_USAGE, "--pp %d: TP %d x PP %d does not divide --gpus %d (world = TP x PP x DP)",
                         pp, tp, pp, n_gpus);
-    int dp = n_gpus / (tp * pp);
+    }
+    int dp = dt_layout_dp_size(&lay), replica = dt_layout_replica_size(&lay);
     int g = in->gpus_per_node > 0 ? in->gpus_per_node : n_gpus;
     int nodes = 1;
     if (n_gpus > g) {
@@ -464,7 +444,10 @@ dt_status_t dt_plan_row_stage(const dt_plan_input *in, const dt_plan_model *m, d
         nodes = n_gpus / g;
     }
     int local = nodes > 1 ? g : n_gpus;                     /* ranks on one node */
-    int dp_local = local > tp * pp ? local / (tp * pp) : 1; /* ranks of a DP group on one node */
+    int dp_local = local > replica ? local / replica : 1; /* ranks of a DP group on one node */
+    const dt_strategy_info *si = dt_strategy_get(s);
+    unsigned sharded = si ? si->shards : 0;
+    dt_strategy_group_t over = si ? si->over : DT_STRATEGY_OVER_NONE;
     out->strategy = s;
     out->n_gpus = n_gpus;
     out->n_nodes = nodes;
@@ -476,7 +459,7 @@ dt_status_t dt_plan_row_stage(const dt_plan_input *in, const dt_plan_model *m, d
     out->partition = m->pp_partition;
     out->micro_batch = in->micro_batch;
     out->accum = in->accum;
-    out->shard = s == DT_PLAN_DDP ? 1 : (s == DT_PLAN_HYBRID ? dp_local : dp);
+    out->shard = over == DT_STRATEGY_OVER_NONE ? 1 : (over == DT_STRATEGY_OVER_NODE ? dp_local : dp);
 
     /* memory: the TP piece's states, divided by the strategy over the DP group */
     int cb = in->precision == DT_PLAN_PRECISION_BF16 ? 2 : 4; /* compute dtype */
@@ -489,9 +472,9 @@ dt_status_t dt_plan_row_stage(const dt_plan_input *in, const dt_plan_model *m, d
     out->ckpt_policy = DT_MODEL_RECOMPUTE_SELECTIVE;
     out->acts_ckpt = m->feature_rows ? out->acts : dt_plan_input_activation_bytes(in, m, DT_MODEL_RECOMPUTE_SELECTIVE);
     if (dp > 1) {
-        if (s == DT_PLAN_FSDP || s == DT_PLAN_HYBRID)
+        if (sharded & DT_STRATEGY_SHARDS_PARAMS)
             out->comm_buf = m->largest_unit * (2.0 * cb + in->comm_bytes);
-        else if ((s == DT_PLAN_DDP || s == DT_PLAN_ZERO1) && in->comm_bytes != cb)
+        else if (!(sharded & DT_STRATEGY_SHARDS_GRADS) && in->comm_bytes != cb)
             out->comm_buf = (double)m->n_params * in->comm_bytes; /* the gradients cast for the wire (dp.c) */
         else
             out->comm_buf = 2.0 * fmin(in->bucket_elems, m->n_params) * in->comm_bytes;
@@ -530,47 +513,44 @@ dt_status_t dt_plan_row_stage(const dt_plan_input *in, const dt_plan_model *m, d
     double bucket_b = bucket * in->comm_bytes;
     double comm = 0, exposed = 0;
     double ncoll = 0;
-    if (dp > 1) switch (s) {
-    case DT_PLAN_DDP: {
-        double ar = coll_split(dt_plan_all_reduce_s, grad_b, n_buckets, dp, ring);
-        double tail = coll_split(dt_plan_all_reduce_s, bucket_b, 1, dp, ring);
-        comm = ar;
-        exposed = fmax(ar - bwd_mb, tail);
-        ncoll = n_buckets;
-        break;
-    }
-    case DT_PLAN_ZERO1:
-    case DT_PLAN_ZERO2: {
-        double times = s == DT_PLAN_ZERO2 ? in->accum : 1;
-        double rs = coll_split(dt_plan_reduce_scatter_s, grad_b, n_buckets, dp, ring);
-        double tail = coll_split(dt_plan_reduce_scatter_s, bucket_b, 1, dp, ring);
-        double ag = coll_split(dt_plan_all_gather_s, param_b, n_buckets, dp, ring);
-        comm = times * rs + ag;
-        exposed = times * fmax(rs - bwd_mb, tail) + ag;
-        ncoll = times * n_buckets + n_buckets;
-        break;
-    }
-    case DT_PLAN_FSDP:
-    case DT_PLAN_HYBRID: {
-        int k = s == DT_PLAN_HYBRID ? dp_local : dp;
-        const dt_plan_link *ln = s == DT_PLAN_HYBRID ? &in->intra : ring;
-        double nu = m->n_units > 0 ? m->n_units : 1;
-        double ag = coll_split(dt_plan_all_gather_s, param_b, nu, k, ln);
-        double rs = coll_split(dt_plan_reduce_scatter_s, grad_b, nu, k, ln);
-        double always = coll_split(dt_plan_all_gather_s, m->largest_unit * cb, 1, k, ln) +
-                        coll_split(dt_plan_reduce_scatter_s, m->largest_unit * in->comm_bytes,
-                                   1, k, ln);
-        double per_mb = 2 * ag + rs;
-        double inter = 0;
-        if (s == DT_PLAN_HYBRID && nodes > 1)
-            inter = coll_split(dt_plan_all_reduce_s, grad_b / k, nu, nodes, &in->inter);
-        comm = in->accum * per_mb + inter;
-        exposed = (in->accum - 1) * fmax(per_mb - (fwd_mb + bwd_mb), always) +
-                  fmax(per_mb + inter - (fwd_mb + bwd_mb), always);
-        ncoll = (double)in->accum * 3 * nu + (inter > 0 ? nu : 0);
-        break;
-    }
-    default: break;
+    /* by what the strategy shards (the strategy table): nothing (DDP all-reduces the
+     * gradients), the optimizer states (ZeRO-1/2: reduce-scatter, once a step or every
+     * micro-batch when the gradients are sharded too, then all-gather the parameters),
+     * or the parameters too (FSDP/HSDP: per unit, over the DP group or a node's part) */
+    if (dp > 1 && si) {
+        if (!(sharded & DT_STRATEGY_SHARDS_OPTIM)) {
+            double ar = coll_split(dt_plan_all_reduce_s, grad_b, n_buckets, dp, ring);
+            double tail = coll_split(dt_plan_all_reduce_s, bucket_b, 1, dp, ring);
+            comm = ar;
+            exposed = fmax(ar - bwd_mb, tail);
+            ncoll = n_buckets;
+        } else if (!(sharded & DT_STRATEGY_SHARDS_PARAMS)) {
+            double times = sharded & DT_STRATEGY_SHARDS_GRADS ? in->accum : 1;
+            double rs = coll_split(dt_plan_reduce_scatter_s, grad_b, n_buckets, dp, ring);
+            double tail = coll_split(dt_plan_reduce_scatter_s, bucket_b, 1, dp, ring);
+            double ag = coll_split(dt_plan_all_gather_s, param_b, n_buckets, dp, ring);
+            comm = times * rs + ag;
+            exposed = times * fmax(rs - bwd_mb, tail) + ag;
+            ncoll = times * n_buckets + n_buckets;
+        } else {
+            int by_node = over == DT_STRATEGY_OVER_NODE;
+            int k = by_node ? dp_local : dp;
+            const dt_plan_link *ln = by_node ? &in->intra : ring;
+            double nu = m->n_units > 0 ? m->n_units : 1;
+            double ag = coll_split(dt_plan_all_gather_s, param_b, nu, k, ln);
+            double rs = coll_split(dt_plan_reduce_scatter_s, grad_b, nu, k, ln);
+            double always = coll_split(dt_plan_all_gather_s, m->largest_unit * cb, 1, k, ln) +
+                            coll_split(dt_plan_reduce_scatter_s, m->largest_unit * in->comm_bytes,
+                                       1, k, ln);
+            double per_mb = 2 * ag + rs;
+            double inter = 0;
+            if (by_node && nodes > 1)
+                inter = coll_split(dt_plan_all_reduce_s, grad_b / k, nu, nodes, &in->inter);
+            comm = in->accum * per_mb + inter;
+            exposed = (in->accum - 1) * fmax(per_mb - (fwd_mb + bwd_mb), always) +
+                      fmax(per_mb + inter - (fwd_mb + bwd_mb), always);
+            ncoll = (double)in->accum * 3 * nu + (inter > 0 ? nu : 0);
+        }
     }
     if (exposed > comm) exposed = comm;
     /* TP: every micro-batch's collectives (the forward's twice when recomputed) and
@@ -601,7 +581,7 @@ static const char *gb(double bytes, char *buf, size_t len) {
 /* "fsdp on 8 GPUs", "fsdp on 8 GPUs at TP 2 x DP 4", or with a pipeline "zero1 on 16
  * GPUs at TP 8 x PP 2 x DP 1 (1f1b)" */
 static const char *plan_name(const dt_plan_row *r, char *buf, size_t len) {
-    int n = snprintf(buf, len, "%s on %d GPU%s", dt_plan_strategy_name(r->strategy), r->n_gpus,
+    int n = snprintf(buf, len, "%s on %d GPU%s", dt_strategy_label(r->strategy), r->n_gpus,
                      r->n_gpus > 1 ? "s" : "");
     if (r->pp > 1 && n > 0 && (size_t)n < len) {
         char v[32] = "";

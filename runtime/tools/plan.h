@@ -153,22 +153,13 @@
 #include <stddef.h>
 
 #include "common/status.h" /* defines: dt_status_t */
+#include "runtime/layout/strategy.h" /* defines: dt_strategy_t, the strategy table */
 #include "runtime/model/model.h" /* defines: dt_model_layout */
 
-#define DT_PLAN_STRATEGY_MAP(X)                                              \
-    X(DDP, "ddp") X(ZERO1, "zero1") X(ZERO2, "zero2") X(FSDP, "fsdp") X(HYBRID, "hybrid")
-
-typedef enum dt_plan_strategy {
-#define X(n, s) DT_PLAN_##n,
-    DT_PLAN_STRATEGY_MAP(X)
-#undef X
-    DT_PLAN_STRATEGY_COUNT_
-} dt_plan_strategy_t;
-
-/* "ddp", "zero1", ...; dt_plan_strategy_parse returns -1 when unknown
- * ("zero3" is accepted for fsdp, "hsdp" for hybrid). */
-const char *dt_plan_strategy_name(dt_plan_strategy_t s);
-int dt_plan_strategy_parse(const char *name);
+/* Strategies are the config's (dt_strategy_t), their facts the strategy table's
+ * (runtime/layout/strategy.h): what each shards over which group. The tables print
+ * dt_strategy_label ("hybrid" for hsdp); --strategy takes dt_strategy_parse's names
+ * ("zero3" for fsdp, "hsdp" for hybrid). */
 
 /* ---- hardware tables ------------------------------------------------------ */
 
@@ -277,7 +268,7 @@ typedef struct dt_plan_input {
     double bucket_elems;   /* reduce_bucket_size (elements) */
     double hours_1gpu;     /* H; 0 = unknown */
     double price;          /* per GPU-hour; 0 = not given */
-    /* pipeline schedule (runtime/parallel/pp_sched.h dt_pp_schedule_t), used when
+    /* pipeline schedule (runtime/layout/pp_sched.h dt_pp_schedule_t), used when
      * the model has pp_size > 1; micro-batches per step m = accum */
     int pp_schedule;
 } dt_plan_input;
@@ -297,7 +288,7 @@ typedef struct dt_plan_mem {
 } dt_plan_mem;
 
 typedef struct dt_plan_row {
-    dt_plan_strategy_t strategy;
+    dt_strategy_t strategy;
     int n_gpus, n_nodes, shard; /* shard: ranks the states are divided by */
     int tp, dp;                 /* TP size (the model's) and DP size n_gpus / tp */
     int micro_batch, accum;     /* of the input it was computed from */
@@ -328,7 +319,7 @@ typedef struct dt_plan_row {
 
 /* Model-state bytes per GPU for a strategy at n ranks (g GPUs per node). */
 dt_plan_mem dt_plan_model_states(const dt_plan_model *m, dt_plan_precision_t p,
-                                 dt_plan_strategy_t s, int n, int g);
+                                 dt_strategy_t s, int n, int g);
 /* The `attention` argument of dt_plan_activation_bytes for the CUDA backend's two
  * kinds (kernels.h dt_attention_kind_t); a positive value is the CPU's threads. */
 #define DT_PLAN_ATTENTION_CUBLAS 0
@@ -369,7 +360,7 @@ void dt_plan_cost(double hours_1gpu, int n, double price, double efficiency, dou
 /* One row, at the model's TP size. DT_STATUS_USAGE (naming --gpus) when n_gpus
  * spans nodes and is not a multiple of gpus_per_node, (naming --tp) when the TP
  * size does not divide n_gpus or the GPUs per node. */
-dt_status_t dt_plan_row_compute(const dt_plan_input *in, dt_plan_strategy_t s, int n_gpus,
+dt_status_t dt_plan_row_compute(const dt_plan_input *in, dt_strategy_t s, int n_gpus,
                                 dt_plan_row *out);
 
 /* ---- pipeline parallelism (plan_pp.c) -------------------------------------- */
@@ -415,7 +406,7 @@ dt_status_t dt_plan_model_set_pp_layout(dt_plan_model *m, const dt_model_spec *s
  * collectives and its compute at view->flops_per_token. recompute: -1 when the
  * stage's own fit decides, else 0 or 1. dt_plan_row_compute with pp_size 1 is this
  * with pp 1 and recompute -1. */
-dt_status_t dt_plan_row_stage(const dt_plan_input *in, const dt_plan_model *view, dt_plan_strategy_t s,
+dt_status_t dt_plan_row_stage(const dt_plan_input *in, const dt_plan_model *view, dt_strategy_t s,
                               int n_gpus, int pp, int recompute, dt_plan_row *out);
 
 /* The view of stage k of a pipeline model (for dt_plan_row_stage); no allocation. */
@@ -424,7 +415,7 @@ void dt_plan_stage_view(const dt_plan_model *m, int k, dt_plan_model *view);
 /* A pipeline row (the pipeline formulas above) and, when stage_rows is not NULL,
  * each stage's (pp_size entries: memory with its arenas and tied copy, compute_s
  * its busy time). Called by dt_plan_row_compute for models with pp_size > 1. */
-dt_status_t dt_plan_row_compute_pp(const dt_plan_input *in, dt_plan_strategy_t s, int n_gpus, dt_plan_row *out,
+dt_status_t dt_plan_row_compute_pp(const dt_plan_input *in, dt_strategy_t s, int n_gpus, dt_plan_row *out,
                                    dt_plan_row *stage_rows);
 
 typedef struct dt_plan_choice {

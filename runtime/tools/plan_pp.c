@@ -2,7 +2,7 @@
  * plan_pp.c - `dtrun plan`'s pipeline arithmetic (formulas in plan.h): a sized
  * model cut into stages, the view of one stage that plan.c prices as a row, and the
  * pipeline row: memory of the worst stage (its arenas from the schedule,
- * runtime/parallel/pp_sched.h, as the engine holds them), the slowest stage's time
+ * runtime/layout/pp_sched.h, as the engine holds them), the slowest stage's time
  * with the schedule's bubble, point-to-point traffic and each stage's DP collectives.
  */
 #include "runtime/tools/plan.h"
@@ -13,7 +13,8 @@
 #include <string.h>
 
 #include "common/mem.h"                  /* defines: dt_xcalloc */
-#include "runtime/parallel/pp_sched.h"   /* defines: dt_pp_arenas, dt_pp_bubble_ideal */
+#include "runtime/layout/layout.h"     /* defines: dt_layout_of */
+#include "runtime/layout/pp_sched.h"   /* defines: dt_pp_arenas, dt_pp_bubble_ideal */
 
 /* ---- cutting the blocks into chunks --------------------------------------------- */
 
@@ -226,10 +227,13 @@ void dt_plan_stage_view(const dt_plan_model *m, int k, dt_plan_model *v) {
 
 /* ---- the pipeline row -------------------------------------------------------------- */
 
-/* The node of pipeline rank s (TP rank 0, DP rank 0), or 0 on one node. */
-static int node_of(int s, int tp, int g, int nodes) { return nodes > 1 && g > 0 ? s * tp / g : 0; }
+/* The node of pipeline rank s (TP rank 0, DP rank 0: the layout's rank s x the PP
+ * stride), or 0 on one node. */
+static int node_of(int s, const dt_layout *l, int g, int nodes) {
+    return nodes > 1 && g > 0 ? s * l->stride[DT_LAYOUT_PP] / g : 0;
+}
 
-dt_status_t dt_plan_row_compute_pp(const dt_plan_input *in, dt_plan_strategy_t strat, int n_gpus,
+dt_status_t dt_plan_row_compute_pp(const dt_plan_input *in, dt_strategy_t strat, int n_gpus,
                                    dt_plan_row *out, dt_plan_row *stage_rows) {
     const dt_plan_model *m = &in->model;
     int P = m->pp_size, V = m->pp_virtual, M = in->accum;
@@ -332,10 +336,13 @@ dt_status_t dt_plan_row_compute_pp(const dt_plan_input *in, dt_plan_strategy_t s
      * forward and its gradient back, B·T·C (/ TP with sequence parallelism) each */
     double S = tokens_mb * m->n_embd * cb / (m->sequence_parallel ? tp : 1);
     int g = in->gpus_per_node, nodes = rows[0].n_nodes;
+    dt_layout_dims dims = dt_layout_dims_tp_pp(tp, P);
+    dt_layout lay;
+    (void)dt_layout_of(&dims, n_gpus, 0, &lay); /* the stages' rows checked that it divides */
     double exposed_p2p = 0, most_bytes = 0, most_s = 0;
     for (int k = 0; k + 1 < P * V; k++) { /* one message per boundary per step exposed */
         int a = k % P, b = (k + 1) % P;
-        const dt_plan_link *ln = node_of(a, tp, g, nodes) != node_of(b, tp, g, nodes) ? &in->inter : &in->intra;
+        const dt_plan_link *ln = node_of(a, &lay, g, nodes) != node_of(b, &lay, g, nodes) ? &in->inter : &in->intra;
         if (ln == &in->inter) out->p2p_inter = 1;
         exposed_p2p += S / (ln->gbps * 1e9) + ln->alpha_us * 1e-6;
     }
@@ -344,12 +351,12 @@ dt_status_t dt_plan_row_compute_pp(const dt_plan_input *in, dt_plan_strategy_t s
         for (int j = 0; j < V; j++) {
             int k = j * P + s;
             if (k + 1 < P * V) {
-                const dt_plan_link *ln = node_of(s, tp, g, nodes) != node_of((s + 1) % P, tp, g, nodes)
+                const dt_plan_link *ln = node_of(s, &lay, g, nodes) != node_of((s + 1) % P, &lay, g, nodes)
                                              ? &in->inter : &in->intra;
                 sends += M, sends_s += M * (S / (ln->gbps * 1e9) + ln->alpha_us * 1e-6);
             }
             if (k > 0) {
-                const dt_plan_link *ln = node_of(s, tp, g, nodes) != node_of((s + P - 1) % P, tp, g, nodes)
+                const dt_plan_link *ln = node_of(s, &lay, g, nodes) != node_of((s + P - 1) % P, &lay, g, nodes)
                                              ? &in->inter : &in->intra;
                 sends += M, sends_s += M * (S / (ln->gbps * 1e9) + ln->alpha_us * 1e-6);
             }

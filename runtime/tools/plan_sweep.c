@@ -14,7 +14,9 @@
 
 #include "common/mem.h"                /* defines: dt_xcalloc */
 #include "kernels/kernels.h"           /* defines: dt_device_init */
-#include "runtime/parallel/pp_sched.h" /* defines: dt_pp_schedule_check, dt_pp_schedule_name */
+#include "runtime/layout/layout.h"   /* defines: dt_layout_of */
+#include "runtime/layout/pp_sched.h" /* defines: dt_pp_schedule_check, dt_pp_schedule_name */
+#include "runtime/layout/strategy.h" /* defines: dt_strategy_composes */
 
 double dt_plan_cpu_peak_flops(int threads) {
     dt_device_t *dev;
@@ -192,15 +194,19 @@ dt_status_t dt_plan_sweep_rows(dt_plan_sweep *sw, int strategy, int k, const dt_
     const dt_plan_model *mm = &sw->tp_models[k];
     char msg[512];
     dt_status_t st = DT_STATUS_OK;
-    /* the trainer refuses hsdp with a model-parallel layout (its shard group is a node's
-     * ranks, where TP groups and stages live): no row for it */
-    if (strategy == DT_PLAN_HYBRID && (o->tps[k] > 1 || pl->pp > 1)) return DT_STATUS_OK;
+    /* a strategy the trainer does not run with a model-parallel dim (the strategy table:
+     * hsdp, whose shard group is a node's ranks, where TP groups and stages live): no row */
+    if ((o->tps[k] > 1 && !dt_strategy_composes(strategy, DT_LAYOUT_TP)) ||
+        (pl->pp > 1 && !dt_strategy_composes(strategy, DT_LAYOUT_PP)))
+        return DT_STATUS_OK;
     if (pl->pp > 1) {
         if (pp_model(sw, mm, pl, &pm) != DT_STATUS_OK) return o->pp_auto ? DT_STATUS_OK : DT_STATUS_USAGE;
         mm = &pm;
     }
     for (int i = 0; i < o->n_counts; i++) {
-        if (o->counts[i] % (o->tps[k] * pl->pp)) continue;
+        dt_layout_dims dims = dt_layout_dims_tp_pp(o->tps[k], pl->pp);
+        dt_layout lay;
+        if (dt_layout_of(&dims, o->counts[i], 0, &lay) != DT_STATUS_OK) continue; /* TP x PP does not divide it */
         st = dt_plan_sweep_row_input(sw, o->counts[i], o->tps[k], pl->pp);
         if (st != DT_STATUS_OK) break;
         if (pl->pp > 1 && o->pp_auto &&

@@ -38,7 +38,7 @@ typedef struct dt_plan_pp_layout {
  * TP sizes and the layouts. */
 typedef struct dt_plan_sweep_axes {
     int counts[DT_PLAN_SWEEP_MAX_COUNTS], n_counts;
-    int strategies[DT_PLAN_STRATEGY_COUNT_], n_strategies;
+    int strategies[DT_STRATEGY_COUNT], n_strategies;
     int tps[DT_PLAN_SWEEP_MAX_TP], n_tps; /* none given: the config's, else 1 */
     int tp_auto; /* every size dividing the node and the model */
     int sp;      /* sequence parallelism */

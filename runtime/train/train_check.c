@@ -94,7 +94,7 @@ dt_status_t dt_trainer_check_data(const dt_config_t *cfg) {
         int n = (int)(cfg->pp.stages * cfg->pp.virtual_stages);
         int *bounds = calloc((size_t)n + 1, sizeof *bounds);
         dt_status_t st = bounds ? dt_model_pp_partition(&whole, (int)cfg->pp.stages, (int)cfg->pp.virtual_stages,
-                                                        (dt_pp_partition_t)cfg->pp.partition, bounds)
+                                                        cfg->pp.partition, bounds)
                                 : DT_STATUS_NOMEM;
         free(bounds);
         dt_model_layout_free(&whole);

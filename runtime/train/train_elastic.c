@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "common/mem.h"
 #include "runtime/ckpt/checkpoint.h" /* defines: dt_ckpt_candidates, dt_ckpt_open, dt_ckpt_meta */
+#include "runtime/layout/layout.h"   /* defines: dt_layout_of */
 #include "runtime/parallel/dp.h"     /* defines: dt_dp_all_gather_f64 */
 #include "runtime/train/train_ckpt.h" /* defines: dt_train_resume */
 
@@ -54,9 +55,11 @@ static int64_t meta_config_int(const dt_ckpt_t *c, const char *key) {
     return cJSON_IsNumber(v) && v->valuedouble >= 1 && v->valuedouble < 9e15 ? (int64_t)v->valuedouble : 0;
 }
 
+/* The layout's DP size for world_size; 0 when the sizes do not divide it. */
 static int64_t dp_of(const dt_config_t *cfg, int world_size) {
-    int64_t tp = cfg->tp.size > 0 ? cfg->tp.size : 1, pp = cfg->pp.stages > 0 ? cfg->pp.stages : 1;
-    return world_size % (tp * pp) ? 0 : world_size / (tp * pp);
+    dt_layout_dims dims = dt_layout_dims_tp_pp(cfg->tp.size, cfg->pp.stages);
+    dt_layout l;
+    return dt_layout_of(&dims, world_size, 0, &l) == DT_STATUS_OK ? dt_layout_dp_size(&l) : 0;
 }
 
 dt_status_t dt_train_elastic_batch(dt_config_t *cfg, int world_size) {

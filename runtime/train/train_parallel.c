@@ -16,19 +16,10 @@
 #include "common/clock.h"
 #include "common/mem.h"
 
-/* The config's schedule names are pp_sched.h's, in its order (config.h). */
-_Static_assert(DT_CONFIG_PP_GPIPE == (int)DT_PP_GPIPE && DT_CONFIG_PP_1F1B == (int)DT_PP_1F1B &&
-                   DT_CONFIG_PP_INTERLEAVED == (int)DT_PP_INTERLEAVED,
-               "pipeline.schedule's names follow dt_pp_schedule_t");
-_Static_assert(DT_CONFIG_PP_PARTITION_UNIFORM == (int)DT_PP_PARTITION_UNIFORM &&
-                   DT_CONFIG_PP_PARTITION_PARAMETERS == (int)DT_PP_PARTITION_PARAMETERS &&
-                   DT_CONFIG_PP_PARTITION_FLOPS == (int)DT_PP_PARTITION_FLOPS,
-               "pipeline.partition's names follow dt_pp_partition_t");
-
 void dt_train_pp_init_(dt_train_pp *pp, const dt_config_t *cfg, dt_tp_place place) {
     *pp = (dt_train_pp){.cfg = cfg, .place = place, .virtual_stages = (int)cfg->pp.virtual_stages,
                         .micro_batches = (int)cfg->gradient_accumulation_steps,
-                        .schedule = (dt_pp_schedule_t)cfg->pp.schedule};
+                        .schedule = cfg->pp.schedule};
 }
 
 void dt_train_pp_free_(dt_train_pp *pp) {
@@ -51,13 +42,13 @@ dt_status_t dt_train_layout_(dt_train_pp *pp, const dt_model_spec *spec, int pri
     dt_model_layout whole;
     DT_CHECK(dt_model_layout_init(spec, &whole));
     pp->bounds = dt_xcalloc((size_t)n + 1, sizeof(int));
-    dt_status_t st = dt_model_pp_partition(&whole, p.pp_size, V, (dt_pp_partition_t)cfg->pp.partition, pp->bounds);
+    dt_status_t st = dt_model_pp_partition(&whole, p.pp_size, V, cfg->pp.partition, pp->bounds);
     if (st == DT_STATUS_OK && print) { /* the partition, as Megatron and DeepSpeed print it */
         char chunks[48] = "";
         if (V > 1) snprintf(chunks, sizeof chunks, " x %d chunks each", V);
         printf("dtrun: pipeline of %d stages%s, %s schedule, %s partition:\n", p.pp_size, chunks,
                dt_pp_schedule_name(pp->schedule),
-               dt_pp_partition_name((dt_pp_partition_t)cfg->pp.partition));
+               dt_pp_partition_name(cfg->pp.partition));
         for (int k = 0; k < n; k++) {
             double prm, fl;
             char chunk[32] = "";

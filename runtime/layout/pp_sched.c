@@ -1,7 +1,7 @@
 /*
  * pp_sched.c - pipeline schedules as action lists (pp_sched.h).
  */
-#include "runtime/parallel/pp_sched.h"
+#include "runtime/layout/pp_sched.h"
 
 #include <stdio.h>
 #include <stdlib.h>
