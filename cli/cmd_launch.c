@@ -94,24 +94,6 @@ static int check_config(const dt_launch_spec_t *spec) {
     return st == DT_STATUS_OK ? DT_EXIT_OK : DT_EXIT_USAGE;
 }
 
-int dt_cli_run_self(const struct dt_launch_spec *spec, const char *subcommand, const char *first,
-                    char *const *args, int nargs) {
-    char self[PATH_MAX];
-    if (dt_fs_self_exe(self, sizeof self) != DT_STATUS_OK) {
-        fprintf(stderr, "dtrun: error: %s\n", dt_error_detail());
-        return DT_EXIT_FAILED;
-    }
-    char **argv = dt_xcalloc((size_t)nargs + 4, sizeof *argv);
-    int argc = 0;
-    argv[argc++] = self;
-    argv[argc++] = (char *)subcommand;
-    if (first) argv[argc++] = (char *)first;
-    for (int i = 0; i < nargs; i++) argv[argc++] = args[i];
-    int code = dt_agent_run(spec, argv, argc);
-    free(argv);
-    return code;
-}
-
 int dt_cmd_launch(int argc, char **argv) {
     dt_launch_spec_t spec;
     dt_log_set_prefix("dtrun agent");

@@ -52,15 +52,6 @@
 
 
 #define usage_error cmd_plan_usage_error
-int cmd_plan_usage_error(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("dtrun plan: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputs("\n(dtrun plan --help for the flags)\n", stderr);
-    va_end(ap);
-    return DT_EXIT_USAGE;
-}
 
 /* Flags that take a value; a flag in both spellings ('_' or '-') is accepted. */
 static const char *const value_flags[] = {

@@ -45,4 +45,20 @@ copy; sed -i '/layers:begin/,/layers:end/d' "$DT_TMP/t/ARCHITECTURE.md"
 out=$("$chk" "$DT_TMP/t" 2>&1); rc=$?
 if [ $rc -eq 2 ] && grep -q 'no layer table' <<<"$out"; then pass "no rule table is an error, not a pass"
 else fail "no rule table is an error, not a pass" "rc=$rc: $out"; fi
+# ---- no call cycle between the files of cli/, runtime/train/, runtime/config/ and
+# runtime/layout/ (scripts/check_cycles.py on the built objects), and the check sees one
+build=${DTRUN_TEST_BUILD:-$root/build}
+out=$(python3 "$root/scripts/check_cycles.py" "$build" cli runtime/train runtime/config runtime/layout 2>&1); rc=$?
+if [ $rc -eq 0 ]; then pass "no call cycle among the files of cli/, train/, config/, layout/"
+else fail "no call cycle among the files of cli/, train/, config/, layout/" "$out"; fi
+mkdir -p "$DT_TMP/cyc/f"
+printf 'int b(int);\nint a(int x) { return x ? b(x - 1) : 0; }\n' >"$DT_TMP/cyc/a.c"
+printf 'int a(int);\nint b(int x) { return a(x); }\nint c(void) { return 1; }\n' >"$DT_TMP/cyc/b.c"
+printf 'int c(void);\nint d(void) { return c(); }\n' >"$DT_TMP/cyc/d.c"
+for f in a b d; do cc -c -o "$DT_TMP/cyc/f/$f.o" "$DT_TMP/cyc/$f.c"; done
+out=$(python3 "$root/scripts/check_cycles.py" "$DT_TMP/cyc" f 2>&1); rc=$?
+if [ $rc -eq 1 ] && grep -q '^call cycle in f/: a, b: a -> b (b); b -> a (a)$' <<<"$out" && ! grep -q 'd' <<<"${out#call cycle in f/}"; then
+  pass "the cycle check names a two-file cycle and its symbols, not a one-way call"
+else fail "the cycle check catches a cycle" "rc=$rc: $out"; fi
+
 finish
