@@ -113,6 +113,9 @@ uint64_t dt_ckpt_n_params(const dt_ckpt_t *c);
 const char *dt_ckpt_run_id(const dt_ckpt_t *c);
 /* meta.json as parsed (a cJSON *; the caller reads its extra members). */
 const void *dt_ckpt_meta(const dt_ckpt_t *c);
+/* meta.json's config.<key> (the config the run was saved with) as a positive
+ * integer; 0 when absent or not a positive whole number below 9e15. */
+int64_t dt_ckpt_meta_config_int(const dt_ckpt_t *c, const char *key);
 /* An integer of meta.json: v (a member or list item, NULL when absent) must be a
  * finite whole JSON number in [min, max] (max at most DT_CKPT_META_INT_MAX, 2^53,
  * where doubles stop being exact); else an error "MPATH: 'FIELD' is VALUE,

@@ -31,6 +31,10 @@ const char *dt_ckpt_strategy(const dt_ckpt_t *c) { return c->strategy; }
 const char *dt_ckpt_path(const dt_ckpt_t *c) { return c->path; }
 uint64_t dt_ckpt_n_params(const dt_ckpt_t *c) { return c->n_params; }
 const void *dt_ckpt_meta(const dt_ckpt_t *c) { return c->meta; }
+int64_t dt_ckpt_meta_config_int(const dt_ckpt_t *c, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c->meta, "config"), key);
+    return cJSON_IsNumber(v) && v->valuedouble >= 1 && v->valuedouble < 9e15 ? (int64_t)v->valuedouble : 0;
+}
 const char *dt_ckpt_run_id(const dt_ckpt_t *c) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(c->meta, "run_id");
     return cJSON_IsString(v) ? v->valuestring : "";

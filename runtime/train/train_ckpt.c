@@ -470,11 +470,8 @@ static void new_run_id(char *out) {
 void dt_train_resume_init_(dt_train_resume *r) { *r = (dt_train_resume){0}; }
 
 void dt_train_resume_note_checkpoint_(dt_train_resume *r, const dt_ckpt_t *c) {
-    const cJSON *cf = cJSON_GetObjectItemCaseSensitive((const cJSON *)dt_ckpt_meta(c), "config");
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cf, "gradient_accumulation_steps");
     r->resumed_world_size = dt_ckpt_world_size(c);
-    r->resumed_accumulation =
-        cJSON_IsNumber(v) && v->valuedouble >= 1 && v->valuedouble < 9e15 ? (int64_t)v->valuedouble : 0;
+    r->resumed_accumulation = dt_ckpt_meta_config_int(c, "gradient_accumulation_steps");
 }
 
 dt_status_t dt_train_ckpt_check_start(const dt_config_t *cfg) {

@@ -48,13 +48,6 @@ static dt_ckpt_t *resume_source(const dt_config_t *cfg) {
     return c;
 }
 
-/* config.<key> of a checkpoint's meta.json as a positive integer (0 when absent). */
-static int64_t meta_config_int(const dt_ckpt_t *c, const char *key) {
-    const cJSON *cf = cJSON_GetObjectItemCaseSensitive((const cJSON *)dt_ckpt_meta(c), "config");
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cf, key);
-    return cJSON_IsNumber(v) && v->valuedouble >= 1 && v->valuedouble < 9e15 ? (int64_t)v->valuedouble : 0;
-}
-
 /* The layout's DP size for world_size; 0 when the sizes do not divide it. */
 static int64_t dp_of(const dt_config_t *cfg, int world_size) {
     dt_layout_dims dims = dt_layout_dims_tp_pp(cfg->tp.size, cfg->pp.stages);
@@ -70,12 +63,12 @@ dt_status_t dt_train_elastic_batch(dt_config_t *cfg, int world_size) {
     int64_t tb = tb_given ? cfg->train_batch_size : 0, mb = mb_given ? cfg->train_micro_batch_size_per_gpu : 0;
     const char *tb_from = "the config's train_batch_size";
     dt_ckpt_t *c = (!tb_given || !mb_given) ? resume_source(cfg) : NULL;
-    if (!tb_given && c && meta_config_int(c, "train_batch_size")) {
-        tb = meta_config_int(c, "train_batch_size");
+    if (!tb_given && c && dt_ckpt_meta_config_int(c, "train_batch_size")) {
+        tb = dt_ckpt_meta_config_int(c, "train_batch_size");
         tb_from = "the run's train_batch_size (from the checkpoint's meta.json)";
     }
-    if (!mb_given && c && meta_config_int(c, "train_micro_batch_size_per_gpu"))
-        mb = meta_config_int(c, "train_micro_batch_size_per_gpu");
+    if (!mb_given && c && dt_ckpt_meta_config_int(c, "train_micro_batch_size_per_gpu"))
+        mb = dt_ckpt_meta_config_int(c, "train_micro_batch_size_per_gpu");
     if (c) dt_ckpt_close(c);
     /* A fresh run, or no micro-batch to keep: this round's identity sets the batch. */
     if (tb <= 0 || mb <= 0) return DT_STATUS_OK;
