@@ -5,9 +5,10 @@
  * (comm_shm.c), a TCP ring across nodes (comm_tcp.c), hierarchical for several
  * nodes with several ranks each (comm_hier.c: shared memory inside the node, TCP
  * between nodes), and NCCL for CUDA buffers (comm_nccl.c, CUDA builds only).
- * comm.c is the one file that knows which backends exist; it also owns what is
- * common: creation through the store, sequence numbers, requests and the
- * communication thread, hang detection and sub-communicators.
+ * comm_life.c is the one file that knows which backends exist; it and comm.c
+ * own what is common: creation through the store and sub-communicators
+ * (comm_life.c), sequence numbers, requests and the communication thread, hang
+ * detection (comm.c).
  *
  * Element types: fp32 and bf16 (uint16_t storage). bf16 is accumulated in fp32
  * and rounded once to nearest-even at the end, so the result of a bf16 sum is

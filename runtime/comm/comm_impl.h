@@ -1,7 +1,8 @@
 /*
  * comm_impl.h - what the communicator's backends share with comm.c: the
  * communicator struct, the backend table, hang-detection ticks, store helpers
- * and the reduction loops. Private to runtime/comm*.c.
+ * and the reduction loops; and what comm_life.c (creation) shares with comm.c
+ * (the op engine). Private to runtime/comm*.c.
  */
 #ifndef DT_RUNTIME_COMM_IMPL_H
 #define DT_RUNTIME_COMM_IMPL_H
@@ -130,6 +131,10 @@ dt_status_t dt_comm_create_group_(const dt_comm_t *like, const char *id, const i
  * communicator's thread (ops issued meanwhile queue behind it). */
 dt_status_t dt_comm_create_channel_(const dt_comm_t *like, const char *id, const int members[2], int my_index,
                                     dt_comm_backend_t kind, dt_comm_t **out);
+/* The communication thread of comm (arg), started by creation (comm_life.c):
+ * a channel's sets up its backend first, then each runs queued requests until
+ * stop is set and nothing is pending. */
+void *dt_comm_thread_(void *arg);
 /* Queues or runs req (filled: op, buffers, count, dtype, root) on comm, as
  * every *_async call does; blocking = 1 may run it on the caller's thread. */
 dt_status_t dt_comm_issue_(dt_comm_t *comm, dt_comm_req_t *req, int blocking);
