@@ -9,7 +9,7 @@ NFC data from unicodedata: full canonical decompositions (Hangul is algorithmic 
 C), canonical combining classes, and primary composition pairs (exclusions derived
 by checking that NFC of the pair gives the composite back).
 
-Run: /opt/torchvenv/bin/python scripts/gen_unicode_tables.py
+Run (a Python with torch/tokenizers installed): python3 scripts/gen_unicode_tables.py
 """
 import os
 import sys

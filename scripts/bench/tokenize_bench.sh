@@ -3,11 +3,11 @@
 # Face tokenizers' encode_batch at 1 and 2 threads (scripts/bench/tokenize_cli_vs_hf.py),
 # on the demo corpus and on a ~100 MB text made by repeating it with its fortunes
 # shuffled (runs/data/fortunes_100mb.txt, seeded: the same bytes every time).
-# Needs /opt/torchvenv (tokenizers); out of `make test`.
+# Needs a python3 with tokenizers (PY=...); out of `make test`.
 #   scripts/bench/tokenize_bench.sh [TOKENIZER.json]   (default: one trained on the corpus)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-PY=${PY:-/opt/torchvenv/bin/python}
+PY=${PY:-python3}
 [ -x ./dtrun ] || make -j2 dtrun >/dev/null
 scripts/prepare_demo_data.sh
 big=runs/data/fortunes_100mb.txt

@@ -3,7 +3,7 @@ Hugging Face tokenizers (Rust, encode_batch) on the same tokenizer.json and text
 the same thread counts. (tokenize_vs_hf.py measures the tokenizer library alone at
 one thread.)
 
-  /opt/torchvenv/bin/python scripts/bench/tokenize_cli_vs_hf.py TEXT [--tokenizer tokenizer.json]
+  python3 scripts/bench/tokenize_cli_vs_hf.py TEXT [--tokenizer tokenizer.json]
       [--jobs 1,2] [--repeat 3] [--dtrun ./dtrun]
 
 Without --tokenizer, a byte-level BPE (GPT-2's split, vocab 8192) is trained on TEXT

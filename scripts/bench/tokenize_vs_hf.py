@@ -9,7 +9,7 @@ tokenizers with encode_batch under RAYON_NUM_THREADS=1, dtrun through
 build/tests/helpers/tok_encode --bench (documents parsed before the clock starts).
 Prints both rates and their ratio; the token totals must agree.
 
-Run: /opt/torchvenv/bin/python scripts/bench/tokenize_vs_hf.py [--kind gpt2] [--vocab 8000]
+Run (a Python with torch/tokenizers installed): python3 scripts/bench/tokenize_vs_hf.py [--kind gpt2] [--vocab 8000]
 """
 import os
 

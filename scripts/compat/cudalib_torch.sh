@@ -5,13 +5,13 @@
 # `dtrun __cuda_probe` (what the agent runs before starting GPU workers) must fail
 # naming libcudart without PyTorch, and load libdtrun_cuda.so with VIRTUAL_ENV set
 # to a venv holding torch (its nvidia/*/lib folders: cudart, cuBLAS(Lt), NCCL).
-#   python3 -m venv /opt/torchvenv && /opt/torchvenv/bin/pip install torch
-#   scripts/compat/cudalib_torch.sh /opt/torchvenv
+#   python3 -m venv /tmp/torchvenv && /tmp/torchvenv/bin/pip install torch
+#   scripts/compat/cudalib_torch.sh /tmp/torchvenv
 # Needs root (unshare -m) and a CUDA build (libdtrun_cuda.so beside dtrun). Not part
 # of `make test`: it needs torch.
 set -u
 cd "$(dirname "$0")/../.."
-VENV=${1:-/opt/torchvenv}
+VENV=${1:?usage: cudalib_torch.sh VENV (a venv holding torch)}
 DTRUN=${DTRUN:-$PWD/dtrun}
 [ -f "$(dirname "$DTRUN")/libdtrun_cuda.so" ] || { echo "no libdtrun_cuda.so beside $DTRUN (make, with nvcc)"; exit 2; }
 ls -d "$VENV"/lib/python3*/site-packages/nvidia/*/lib >/dev/null 2>&1 || { echo "no torch CUDA wheels in $VENV"; exit 2; }

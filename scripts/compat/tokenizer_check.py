@@ -14,7 +14,7 @@ words, applied with the mistral normalizer and no pre-tokenizer). For EVERY
 document, the ids of build/tests/helpers/tok_encode must equal `Tokenizer.encode(text, add_special_tokens=False).ids`, and its decode must
 equal tokenizers' decode.
 
-Run with /opt/torchvenv/bin/python (not part of `make test`):
+Run with a python3 that has tokenizers installed (not part of `make test`):
   scripts/compat/tokenizer_check.py                   # check; exit 1 on any mismatch
   scripts/compat/tokenizer_check.py --write-fixtures  # also write tests/fixtures/tok/
 """
