@@ -366,7 +366,7 @@ static int load_model(plan_opts *o, plan_ctx *c, int *is_cpu_default) {
                                                        &c->sw.in.model)
                             : dt_plan_model_from_sizes(o->params, o->layers, o->hidden, heads, o->seq, vocab,
                                                        &c->sw.in.model);
-    if (st != DT_STATUS_OK) return usage_error("%s", dt_error_detail());
+    if (st != DT_STATUS_OK) return usage_error("%s", cmd_plan_detail());
     c->sw.in.micro_batch = o->micro_batch ? o->micro_batch : 1;
     char shape[96] = "";
     if (shaped)
@@ -490,8 +490,8 @@ static void default_counts(plan_opts *o, int is_cpu) {
 /* ---- the command ------------------------------------------------------------------ */
 
 int cmd_plan_sweep_error(const plan_ctx *c, dt_status_t st) {
-    if (st == DT_STATUS_CONFIG && c->have_cfg) return usage_error("%s\n%s", dt_error_detail(), dt_config_errors(&c->cfg));
-    return usage_error("%s", dt_error_detail());
+    if (st == DT_STATUS_CONFIG && c->have_cfg) return usage_error("%s\n%s", cmd_plan_detail(), dt_config_errors(&c->cfg));
+    return usage_error("%s", cmd_plan_detail());
 }
 
 int dt_cmd_plan(int argc, char **argv) {
@@ -529,6 +529,9 @@ int dt_cmd_plan(int argc, char **argv) {
         rc = cmd_plan_sweep_error(&c, st);
         goto out_free;
     }
+    cmd_plan_expand(ch.cheapest_reason, sizeof ch.cheapest_reason);
+    cmd_plan_expand(ch.fastest_reason, sizeof ch.fastest_reason);
+    cmd_plan_expand(ch.tp_reason, sizeof ch.tp_reason);
     if (o.json && (o.lora_r || o.base_dtype || o.lora_targets)) { /* not silently dropped */
         rc = usage_error("--lora-r/--base-dtype/--lora-targets: the LoRA section is not in --json's output yet; "
                          "run without --json");

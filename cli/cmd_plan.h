@@ -64,6 +64,11 @@ int cmd_plan_parse_pp_flag(const char *flag, const char *val, plan_opts *o);
 int cmd_plan_parse_lora_flag(const char *flag, const char *val, plan_opts *o);
 int cmd_plan_print_lora(const plan_opts *o, const plan_ctx *c);
 int cmd_plan_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* cmd_plan_usage.c: plan's messages ("{tp}", runtime/tools/plan.h) in `dtrun plan`'s
+ * flags ("--tp"): this thread's dt_error_detail (a static buffer), and msg in place
+ * (len its buffer's size, the result cut there). */
+const char *cmd_plan_detail(void);
+void cmd_plan_expand(char *msg, size_t len);
 /* The exit code of a failed sweep call: its message as a usage error (a config's
  * batch that does not fit: with the config's errors). */
 int cmd_plan_sweep_error(const plan_ctx *c, dt_status_t st);

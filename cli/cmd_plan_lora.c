@@ -61,7 +61,7 @@ int cmd_plan_print_lora(const plan_opts *o, const plan_ctx *c) {
     dt_plan_lora pl;
     if (dt_plan_lora_base(bd, compute, &ls.base) != DT_STATUS_OK || dt_lora_parse_targets(&ls, targets) != DT_STATUS_OK ||
         dt_plan_lora_compute(&c->spec, &ls, compute, &pl) != DT_STATUS_OK)
-        return cmd_plan_usage_error("%s", dt_error_detail());
+        return cmd_plan_usage_error("%s", cmd_plan_detail());
     printf("\nLoRA r %d (alpha %g, scale %g), targets", ls.r, ls.alpha, pl.scale);
     for (int i = 0; i < pl.spec.n_targets; i++) printf("%s%s", i ? "," : " ", pl.spec.targets[i]);
     printf(", base %s:\n", ls.base == DT_LORA_BASE_INT8 ? "int8 linears (+ fp32 scale per row)" : dt_dtype_name(compute));

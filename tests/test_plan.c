@@ -14,6 +14,7 @@
 #include "runtime/model/net.h"
 #include "runtime/model/model.h"
 #include "runtime/tools/plan.h"
+#include "cli/cmd_plan.h" /* defines: cmd_plan_detail, plan's messages in `dtrun plan`'s flags */
 
 /* A model of psi parameters (the layer sizes do not enter model states). */
 static dt_plan_model sized(double psi) {
@@ -294,7 +295,7 @@ Test(plan, hybrid_uses_the_inter_node_link_for_the_shard) {
     cr_assert_lt(h.comm_s, f.comm_s);
     /* 12 GPUs on nodes of 8 is not a layout */
     cr_assert_eq(dt_plan_row_compute(&in, DT_STRATEGY_HSDP, 12, &h), DT_STATUS_USAGE);
-    cr_assert(strstr(dt_error_detail(), "--gpus"));
+    cr_assert(strstr(cmd_plan_detail(), "--gpus"));
     dt_plan_model_free(&in.model);
 }
 
@@ -355,11 +356,11 @@ Test(plan, hardware_tables) {
 Test(plan, bad_sizes_name_the_flag) {
     dt_plan_model m;
     cr_assert_eq(dt_plan_model_from_sizes(7e9, 32, 4096, 33, 2048, 50304, &m), DT_STATUS_USAGE);
-    cr_assert(strstr(dt_error_detail(), "--heads"));
+    cr_assert(strstr(cmd_plan_detail(), "--heads"));
     cr_assert_eq(dt_plan_model_from_sizes(0, 32, 4096, 32, 2048, 50304, &m), DT_STATUS_USAGE);
-    cr_assert(strstr(dt_error_detail(), "--params"));
+    cr_assert(strstr(cmd_plan_detail(), "--params"));
     cr_assert_eq(dt_plan_model_from_sizes(7e9, 32, 4096, 32, 0, 50304, &m), DT_STATUS_USAGE);
-    cr_assert(strstr(dt_error_detail(), "--seq"));
+    cr_assert(strstr(cmd_plan_detail(), "--seq"));
 }
 
 Test(plan, gpt2_124m_from_the_preset_config) {

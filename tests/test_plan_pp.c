@@ -15,6 +15,7 @@
 #include "runtime/model/net.h"
 #include "runtime/layout/pp_sched.h"
 #include "runtime/tools/plan.h"
+#include "cli/cmd_plan.h" /* defines: cmd_plan_detail, plan's messages in `dtrun plan`'s flags */
 
 #define assert_near(a, b, tol) \
     cr_assert(fabs((a) - (b)) <= (tol), "%s = %.9g, expected %.9g (±%g)", #a, (double)(a), (double)(b), (double)(tol))
@@ -296,7 +297,7 @@ Test(plan_pp, errors_name_the_flag) {
     dt_plan_model m;
     cr_assert_eq(dt_plan_model_from_sizes(1e9, 24, 2048, 16, 2048, 50304, &m), DT_STATUS_OK);
     cr_assert_eq(dt_plan_model_set_pp(&m, 25, 1, 0), DT_STATUS_USAGE);
-    cr_assert(strstr(dt_error_detail(), "--pp 25") && strstr(dt_error_detail(), "24 layers"), "%s",
+    cr_assert(strstr(cmd_plan_detail(), "--pp 25") && strstr(cmd_plan_detail(), "24 layers"), "%s",
               dt_error_detail());
     /* a P that does not divide the layers cuts as the trainer does (uniform: the extra
      * blocks to the last stages; pipeline.stages 5 of 24 layers trains) */
@@ -304,7 +305,7 @@ Test(plan_pp, errors_name_the_flag) {
     int want[] = {4, 5, 5, 5, 5};
     for (int k = 0; k < 5; k++) cr_assert_eq(m.stages[k].blocks, want[k], "stage %d", k);
     cr_assert_eq(dt_plan_model_set_pp(&m, 8, 4, 0), DT_STATUS_USAGE);
-    cr_assert(strstr(dt_error_detail(), "--virtual-stages 4"), "%s", dt_error_detail());
+    cr_assert(strstr(cmd_plan_detail(), "--virtual-stages 4"), "%s", cmd_plan_detail());
     cr_assert_eq(dt_plan_model_set_pp(&m, 4, 1, 0), DT_STATUS_OK);
     dt_plan_input in;
     dt_plan_input_defaults(&in);
@@ -315,10 +316,10 @@ Test(plan_pp, errors_name_the_flag) {
     in.peak_flops = 1e15;
     dt_plan_row r;
     cr_assert_eq(dt_plan_row_compute(&in, DT_STRATEGY_DDP, 8, &r), DT_STATUS_USAGE);
-    cr_assert(strstr(dt_error_detail(), "--accum 2") && strstr(dt_error_detail(), "1f1b"), "%s", dt_error_detail());
+    cr_assert(strstr(cmd_plan_detail(), "--accum 2") && strstr(cmd_plan_detail(), "1f1b"), "%s", cmd_plan_detail());
     in.accum = 4;
     cr_assert_eq(dt_plan_row_compute(&in, DT_STRATEGY_DDP, 6, &r), DT_STATUS_USAGE);
-    cr_assert(strstr(dt_error_detail(), "--pp 4"), "%s", dt_error_detail());
+    cr_assert(strstr(cmd_plan_detail(), "--pp 4"), "%s", cmd_plan_detail());
     dt_plan_model_free(&m);
 
     dt_model_spec mlp = {.ops = &dt_model_mlp, .in_dim = 5, .hidden_dim = 7, .n_hidden_layers = 2, .n_classes = 3};
@@ -327,7 +328,7 @@ Test(plan_pp, errors_name_the_flag) {
     cr_assert_eq(dt_plan_model_from_layout(&l, &m), DT_STATUS_OK);
     dt_model_layout_free(&l);
     cr_assert_eq(dt_plan_model_set_pp_layout(&m, &mlp, 1, 0, 2, 1, 0), DT_STATUS_USAGE);
-    cr_assert(strstr(dt_error_detail(), "--pp 2") && strstr(dt_error_detail(), "no pipeline stages"), "%s",
+    cr_assert(strstr(cmd_plan_detail(), "--pp 2") && strstr(cmd_plan_detail(), "no pipeline stages"), "%s",
               dt_error_detail());
     dt_plan_model_free(&m);
 }

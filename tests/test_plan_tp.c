@@ -11,6 +11,7 @@
 
 #include "runtime/model/model.h"
 #include "runtime/tools/plan.h"
+#include "cli/cmd_plan.h" /* defines: cmd_plan_detail, plan's messages in `dtrun plan`'s flags */
 
 #define assert_near(a, b, tol) \
     cr_assert(fabs((a) - (b)) <= (tol), "%s = %.9g, expected %.9g (±%g)", #a, (double)(a), (double)(b), (double)(tol))
@@ -101,7 +102,7 @@ Test(plan_tp, sized_models_cut_the_matrices_and_vocabulary) {
     assert_near(m.n_replicated, 32 * 6 * C + rest - 50304 * C, 1e-3);
     cr_assert_eq(m.n_params_global, 7e9);
     cr_assert_eq(dt_plan_model_set_tp(&m, 3, 0), DT_STATUS_USAGE);
-    cr_assert(strstr(dt_error_detail(), "--tp 3"), "%s", dt_error_detail());
+    cr_assert(strstr(cmd_plan_detail(), "--tp 3"), "%s", cmd_plan_detail());
     dt_plan_model_free(&m);
 }
 
@@ -210,10 +211,10 @@ Test(plan_tp, bad_sizes_name_tp) {
     dt_plan_input in = input_7b_tp(4, 0);
     dt_plan_row r;
     cr_assert_eq(dt_plan_row_compute(&in, DT_STRATEGY_DDP, 2, &r), DT_STATUS_USAGE);
-    cr_assert(strstr(dt_error_detail(), "--tp 4"), "%s", dt_error_detail());
+    cr_assert(strstr(cmd_plan_detail(), "--tp 4"), "%s", cmd_plan_detail());
     in.gpus_per_node = 6; /* a TP group may not span nodes */
     cr_assert_eq(dt_plan_row_compute(&in, DT_STRATEGY_DDP, 12, &r), DT_STATUS_USAGE);
-    cr_assert(strstr(dt_error_detail(), "--tp 4") && strstr(dt_error_detail(), "per node"), "%s",
+    cr_assert(strstr(cmd_plan_detail(), "--tp 4") && strstr(cmd_plan_detail(), "per node"), "%s",
               dt_error_detail());
     dt_plan_model_free(&in.model);
 }

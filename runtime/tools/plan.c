@@ -113,18 +113,18 @@ dt_status_t dt_plan_model_from_sizes(double params, int layers, int hidden, int 
     memset(out, 0, sizeof *out);
     out->type = "gpt";
     if (!(params >= 1) || params > 1e15)
-        return dt_error(DT_STATUS_USAGE, "--params: expected a count between 1 and 1e15, found %g",
+        return dt_error(DT_STATUS_USAGE, "{params}: expected a count between 1 and 1e15, found %g",
                         params);
     if (layers <= 0 || layers > 100000)
-        return dt_error(DT_STATUS_USAGE, "--layers: expected an integer from 1 to 100000");
+        return dt_error(DT_STATUS_USAGE, "{layers}: expected an integer from 1 to 100000");
     if (hidden <= 0 || hidden > 10000000)
-        return dt_error(DT_STATUS_USAGE, "--hidden: expected an integer from 1 to 10000000");
+        return dt_error(DT_STATUS_USAGE, "{hidden}: expected an integer from 1 to 10000000");
     if (seq <= 0 || seq > 100000000)
-        return dt_error(DT_STATUS_USAGE, "--seq: expected an integer from 1 to 100000000");
+        return dt_error(DT_STATUS_USAGE, "{seq}: expected an integer from 1 to 100000000");
     if (heads <= 0 || hidden % heads)
-        return dt_error(DT_STATUS_USAGE, "--heads: expected a divisor of --hidden %d, found %d",
+        return dt_error(DT_STATUS_USAGE, "{heads}: expected a divisor of {hidden} %d, found %d",
                         hidden, heads);
-    if (vocab <= 0) return dt_error(DT_STATUS_USAGE, "--vocab: expected an integer > 0");
+    if (vocab <= 0) return dt_error(DT_STATUS_USAGE, "{vocab}: expected an integer > 0");
     out->n_params = out->n_params_unpadded = out->n_params_global = params;
     out->tp_size = 1;
     out->n_layer = layers;
@@ -150,9 +150,9 @@ dt_status_t dt_plan_model_from_shape(double params, int layers, int hidden, int 
                                      int seq, int vocab, dt_plan_model *out) {
     DT_CHECK(dt_plan_model_from_sizes(params, layers, hidden, heads, seq, vocab, out));
     if (kv_heads <= 0 || heads % kv_heads)
-        return dt_error(DT_STATUS_USAGE, "--kv-heads: expected a divisor of --heads %d, found %d", heads, kv_heads);
+        return dt_error(DT_STATUS_USAGE, "{kv_heads}: expected a divisor of {heads} %d, found %d", heads, kv_heads);
     if (ffn <= 0 || ffn > 100000000)
-        return dt_error(DT_STATUS_USAGE, "--ffn: expected an integer from 1 to 100000000, found %d", ffn);
+        return dt_error(DT_STATUS_USAGE, "{ffn}: expected an integer from 1 to 100000000, found %d", ffn);
     double C = hidden, hd = (double)hidden / heads, I = ffn;
     out->type = "llama";
     out->n_kv_head = kv_heads;
@@ -176,15 +176,15 @@ void dt_plan_model_free(dt_plan_model *m) {
 }
 
 dt_status_t dt_plan_model_set_tp(dt_plan_model *m, int tp, int sp) {
-    if (tp < 1) return dt_error(DT_STATUS_USAGE, "--tp: expected sizes >= 1, found %d", tp);
+    if (tp < 1) return dt_error(DT_STATUS_USAGE, "{tp}: expected sizes >= 1, found %d", tp);
     if (m->n_head % tp)
-        return dt_error(DT_STATUS_USAGE, "--tp %d: does not divide the %d heads (each rank holds whole heads)",
+        return dt_error(DT_STATUS_USAGE, "{tp} %d: does not divide the %d heads (each rank holds whole heads)",
                         tp, m->n_head);
     if (m->vocab_padded % tp)
-        return dt_error(DT_STATUS_USAGE, "--tp %d: does not divide --vocab %d (the vocabulary's rows are cut)", tp,
+        return dt_error(DT_STATUS_USAGE, "{tp} %d: does not divide {vocab} %d (the vocabulary's rows are cut)", tp,
                         m->vocab_padded);
     if (m->n_kv_head % tp)
-        return dt_error(DT_STATUS_USAGE, "--tp %d: does not divide the %d key/value heads", tp, m->n_kv_head);
+        return dt_error(DT_STATUS_USAGE, "{tp} %d: does not divide the %d key/value heads", tp, m->n_kv_head);
     double C = m->n_embd, L = m->n_layer, psi = m->n_params_global;
     double block = m->size_block, block_cut = m->size_block_cut;
     double rest = psi - L * block;
@@ -417,19 +417,19 @@ dt_status_t dt_plan_row_stage(const dt_plan_input *in, const dt_plan_model *m, d
                               int pp, int recompute_given, dt_plan_row *out) {
     memset(out, 0, sizeof *out);
     if (pp < 1) pp = 1;
-    if (n_gpus < 1) return dt_error(DT_STATUS_USAGE, "--gpus: expected counts >= 1, found %d", n_gpus);
+    if (n_gpus < 1) return dt_error(DT_STATUS_USAGE, "{gpus}: expected counts >= 1, found %d", n_gpus);
     int tp = m->tp_size > 1 ? m->tp_size : 1;
     if (tp > 1 && in->gpus_per_node > 0 && in->gpus_per_node % tp)
         return dt_error(DT_STATUS_USAGE,
-                        "--tp %d: does not divide the %d GPUs per node (a TP group is consecutive GPUs of one "
+                        "{tp} %d: does not divide the %d GPUs per node (a TP group is consecutive GPUs of one "
                         "node)",
                         tp, in->gpus_per_node);
     dt_layout_dims dims = dt_layout_dims_tp_pp(tp, pp);
     dt_layout lay;
     if (dt_layout_of(&dims, n_gpus, 0, &lay) != DT_STATUS_OK) {
         if (pp == 1)
-            return dt_error(DT_STATUS_USAGE, "--tp %d: does not divide --gpus %d (world = TP x DP)", tp, n_gpus);
-        return dt_error(DT_STATUS_USAGE, "--pp %d: TP %d x PP %d does not divide --gpus %d (world = TP x PP x DP)",
+            return dt_error(DT_STATUS_USAGE, "{tp} %d: does not divide {gpus} %d (world = TP x DP)", tp, n_gpus);
+        return dt_error(DT_STATUS_USAGE, "{pp} %d: TP %d x PP %d does not divide {gpus} %d (world = TP x PP x DP)",
                         pp, tp, pp, n_gpus);
     }
     int dp = dt_layout_dp_size(&lay), replica = dt_layout_replica_size(&lay);
@@ -438,8 +438,8 @@ dt_status_t dt_plan_row_stage(const dt_plan_input *in, const dt_plan_model *m, d
     if (n_gpus > g) {
         if (n_gpus % g)
             return dt_error(DT_STATUS_USAGE,
-                            "--gpus: %d GPUs span nodes of %d GPUs but are not a multiple of %d "
-                            "(set --gpus-per-node or --nodes MxG)",
+                            "{gpus}: %d GPUs span nodes of %d GPUs but are not a multiple of %d "
+                            "(set {gpus_per_node} or {nodes} MxG)",
                             n_gpus, g, g);
         nodes = n_gpus / g;
     }
@@ -636,7 +636,7 @@ static void tp_reason(const dt_plan_input *in, const dt_plan_row *rows, int n_ro
                      min_tp, gb(need, a, sizeof a), gb(c->usable, b, sizeof b), c->tp, in->intra.name,
                      1e3 * c->tp_comm_s);
         else
-            snprintf(buf, len, "TP %d: the smallest TP size that fits of those given (--tp without 1)", min_tp);
+            snprintf(buf, len, "TP %d: the smallest TP size that fits of those given ({tp} without 1)", min_tp);
     } else if (c->tp > 1) {
         const dt_plan_row *o = &rows[t1];
         char why[128];
@@ -692,7 +692,7 @@ void dt_plan_recommend(const dt_plan_input *in, const dt_plan_row *rows, int n_r
         for (int i = 0; i < n_rows; i++) best = fmin(best, rows[i].total_ckpt);
         snprintf(out->cheapest_reason, sizeof out->cheapest_reason,
                  "nothing fits: the smallest plan needs %s per GPU with activation "
-                 "checkpointing, %s usable; try more GPUs, FSDP, tensor parallelism (--tp), a smaller "
+                 "checkpointing, %s usable; try more GPUs, FSDP, tensor parallelism ({tp}), a smaller "
                  "micro-batch or a larger GPU",
                  gb(best, a, sizeof a), n_rows ? gb(rows[0].usable, b, sizeof b) : "0 GB");
         snprintf(out->fastest_reason, sizeof out->fastest_reason, "%s", out->cheapest_reason);

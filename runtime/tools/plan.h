@@ -161,6 +161,35 @@
  * dt_strategy_label ("hybrid" for hsdp); --strategy takes dt_strategy_parse's names
  * ("zero3" for fsdp, "hsdp" for hybrid). */
 
+/* ---- the inputs messages name ------------------------------------------- */
+
+/* A message of plan's functions (dt_error details, dt_plan_choice's reasons) names
+ * the input it is about as "{name}", a name of this table, never a command's flag:
+ * the caller expands each with its own words (dt_plan_msg_expand) -- `dtrun plan`
+ * with its flags ("{tp}" -> "--tp", "{virtual_stages}" -> "--virtual-stages"),
+ * the memory check before the first step with the config's keys. A placeholder is
+ * as long as its flag ("{tp}" and "--tp" are both 4 bytes), so a message cut to a
+ * buffer's size is cut at the same place once `dtrun plan` expands it.
+ *   params hidden layers heads kv_heads seq vocab ffn  the model's sizes
+ *   tp pp virtual_stages schedule accum                 the layout and the schedule
+ *   gpus gpus_per_node nodes                            the GPU counts and the node shape
+ *   base_dtype                                          LoRA's frozen base */
+#define DT_PLAN_INPUT_MAP(X)                                                                       \
+    X(params) X(hidden) X(layers) X(heads) X(kv_heads) X(seq) X(vocab) X(ffn) X(tp) X(pp)          \
+    X(virtual_stages) X(schedule) X(accum) X(gpus) X(gpus_per_node) X(nodes) X(base_dtype)
+
+typedef enum {
+#define DT_PLAN_INPUT_ENUM_(name) DT_PLAN_INPUT_##name,
+    DT_PLAN_INPUT_MAP(DT_PLAN_INPUT_ENUM_)
+#undef DT_PLAN_INPUT_ENUM_
+    DT_PLAN_INPUT_COUNT
+} dt_plan_input_name_t;
+
+/* msg with every "{name}" of the table replaced by words[DT_PLAN_INPUT_<name>]
+ * (one left as it is where that word is NULL; other braces are copied), into out
+ * (len > 0 bytes, always terminated, cut as snprintf cuts). Returns out. */
+char *dt_plan_msg_expand(const char *msg, const char *const words[DT_PLAN_INPUT_COUNT], char *out, size_t len);
+
 /* ---- hardware tables ------------------------------------------------------ */
 
 /* GPU models: the one table is in common/gpuinfo.h (dt_gpu_spec_*). */

@@ -22,7 +22,7 @@ dt_status_t dt_plan_lora_base(const char *bd, dt_dtype_t compute, dt_lora_base_t
     *out = DT_LORA_BASE_COMPUTE;
     if (!strcasecmp(bd, "int8")) *out = DT_LORA_BASE_INT8;
     else if (strcasecmp(bd, "auto") && strcasecmp(bd, compute == DT_DTYPE_F32 ? "fp32" : "bf16"))
-        return dt_error(DT_STATUS_USAGE, "--base-dtype: %s is not the compute dtype (%s): int8, auto or %s", bd,
+        return dt_error(DT_STATUS_USAGE, "{base_dtype}: %s is not the compute dtype (%s): int8, auto or %s", bd,
                         dt_dtype_name(compute), compute == DT_DTYPE_F32 ? "fp32" : "bf16");
     return DT_STATUS_OK;
 }

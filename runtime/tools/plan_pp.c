@@ -59,16 +59,16 @@ static void partition_sized(int L, int n, double b, double e_first, double e_las
 /* The checks --pp and --virtual-stages share; 0 or DT_STATUS_USAGE. */
 static dt_status_t check_pp(const dt_plan_model *m, int pipeline, int pp, int V) {
     int L = m->n_layer;
-    if (pp < 1) return dt_error(DT_STATUS_USAGE, "--pp: expected stages >= 1, found %d", pp);
-    if (V < 1) return dt_error(DT_STATUS_USAGE, "--virtual-stages: expected >= 1, found %d", V);
+    if (pp < 1) return dt_error(DT_STATUS_USAGE, "{pp}: expected stages >= 1, found %d", pp);
+    if (V < 1) return dt_error(DT_STATUS_USAGE, "{virtual_stages}: expected >= 1, found %d", V);
     if (!pipeline)
-        return dt_error(DT_STATUS_USAGE, "--pp %d: the %s model has no pipeline stages (only gpt and llama do)", pp,
+        return dt_error(DT_STATUS_USAGE, "{pp} %d: the %s model has no pipeline stages (only gpt and llama do)", pp,
                         m->type);
     if (V > 1 && pp < 2)
-        return dt_error(DT_STATUS_USAGE, "--virtual-stages %d: needs --pp 2 or more", V);
+        return dt_error(DT_STATUS_USAGE, "{virtual_stages} %d: needs {pp} 2 or more", V);
     if (pp * V > L || pp * V > DT_PLAN_MAX_CHUNKS)
         return dt_error(DT_STATUS_USAGE,
-                        "--virtual-stages %d: --pp %d x %d chunks exceed the %d layers (or %d chunks in all)", V,
+                        "{virtual_stages} %d: {pp} %d x %d chunks exceed the %d layers (or %d chunks in all)", V,
                         pp, V, L, DT_PLAN_MAX_CHUNKS);
     return DT_STATUS_OK;
 }
@@ -162,7 +162,7 @@ dt_status_t dt_plan_model_set_pp_layout(dt_plan_model *m, const dt_model_spec *s
     int *bounds = dt_xcalloc((size_t)n + 1, sizeof *bounds);
     st = dt_model_pp_partition(&g, pp, V, (dt_pp_partition_t)partition, bounds);
     if (st != DT_STATUS_OK) {
-        st = dt_error(DT_STATUS_USAGE, "--pp %d --virtual-stages %d: %s", pp, V, dt_error_detail());
+        st = dt_error(DT_STATUS_USAGE, "{pp} %d {virtual_stages} %d: %s", pp, V, dt_error_detail());
         goto out_free_bounds;
     }
     m->stages = dt_xcalloc((size_t)pp, sizeof *m->stages);
@@ -170,7 +170,7 @@ dt_status_t dt_plan_model_set_pp_layout(dt_plan_model *m, const dt_model_spec *s
         dt_model_layout l;
         st = dt_model_layout_init_stage(spec, tp, 0, sp, pp, s, V, bounds, &l);
         if (st != DT_STATUS_OK) {
-            st = dt_error(DT_STATUS_USAGE, "--pp %d: stage %d: %s", pp, s, dt_error_detail());
+            st = dt_error(DT_STATUS_USAGE, "{pp} %d: stage %d: %s", pp, s, dt_error_detail());
             goto out_free_bounds;
         }
         dt_plan_stage *ps = &m->stages[s];
@@ -240,10 +240,10 @@ dt_status_t dt_plan_row_compute_pp(const dt_plan_input *in, dt_strategy_t strat,
     int tp = m->tp_size > 1 ? m->tp_size : 1;
     dt_pp_schedule_t kind = (dt_pp_schedule_t)in->pp_schedule;
     memset(out, 0, sizeof *out);
-    if (!m->stages) return dt_error(DT_STATUS_USAGE, "--pp %d: the model was not cut into stages", P);
+    if (!m->stages) return dt_error(DT_STATUS_USAGE, "{pp} %d: the model was not cut into stages", P);
     char msg[256];
     if (dt_pp_schedule_check(kind, P, V, M, msg, sizeof msg))
-        return dt_error(DT_STATUS_USAGE, "--pp %d --schedule %s --virtual-stages %d --accum %d: %s", P,
+        return dt_error(DT_STATUS_USAGE, "{pp} %d {schedule} %s {virtual_stages} %d {accum} %d: %s", P,
                         dt_pp_schedule_name(kind), V, M, msg);
     int cb = in->precision == DT_PLAN_PRECISION_BF16 ? 2 : 4;
     dt_plan_row *rows = dt_xcalloc((size_t)P, sizeof *rows);

@@ -96,16 +96,16 @@ dt_status_t dt_plan_sweep_setup_tp(dt_plan_sweep *sw) {
     for (int k = 0; k < ax->n_tps; k++) {
         int t = ax->tps[k];
         for (int j = 0; j < k; j++)
-            if (ax->tps[j] == t) return dt_error(DT_STATUS_USAGE, "--tp: %d is listed twice", t);
+            if (ax->tps[j] == t) return dt_error(DT_STATUS_USAGE, "{tp}: %d is listed twice", t);
         if (t > 1 && g > 0 && g % t)
             return dt_error(DT_STATUS_USAGE,
-                            "--tp %d: does not divide the %d GPUs per node (a TP group is consecutive GPUs "
-                            "of one node; set --gpus-per-node or --nodes MxG)",
+                            "{tp} %d: does not divide the %d GPUs per node (a TP group is consecutive GPUs "
+                            "of one node; set {gpus_per_node} or {nodes} MxG)",
                             t, g);
         if (tp_model(sw, t, &sw->tp_models[k]) != DT_STATUS_OK) {
             char why[1024];
             snprintf(why, sizeof why, "%s", dt_error_detail()); /* dt_error overwrites it */
-            return dt_error(DT_STATUS_USAGE, "--tp %d: %s", t, why);
+            return dt_error(DT_STATUS_USAGE, "{tp} %d: %s", t, why);
         }
         sw->n_tp_models = k + 1;
     }
@@ -156,7 +156,7 @@ dt_status_t dt_plan_sweep_setup_pp(dt_plan_sweep *sw) {
             /* a sized model's micro-batches are known now; a config's per GPU count */
             char msg[512];
             if (!sw->cfg && dt_pp_schedule_check(scheds[q], P, V, sw->in.accum, msg, sizeof msg))
-                return dt_error(DT_STATUS_USAGE, "--pp %d --schedule %s --virtual-stages %d --accum %d: %s", P,
+                return dt_error(DT_STATUS_USAGE, "{pp} %d {schedule} %s {virtual_stages} %d {accum} %d: %s", P,
                                 dt_pp_schedule_name(scheds[q]), V, sw->in.accum, msg);
             add_layout(o, P, V, scheds[q]);
         }
@@ -179,7 +179,7 @@ dt_status_t dt_plan_sweep_row_input(dt_plan_sweep *sw, int n, int tp, int pp) {
         cfg->pp.stages = 1;
         int w = n / pp;
         if (dt_config_resolve(cfg, w) != DT_STATUS_OK)
-            return dt_error(DT_STATUS_CONFIG, "--gpus %d: the config's batch sizes do not fit %d GPUs (%lld "
+            return dt_error(DT_STATUS_CONFIG, "{gpus} %d: the config's batch sizes do not fit %d GPUs (%lld "
                             "data-parallel):", w, w, (long long)(w / (cfg->tp.size > 0 ? cfg->tp.size : 1)));
         sw->in.accum = (int)cfg->gradient_accumulation_steps;
         sw->in.micro_batch = (int)cfg->train_micro_batch_size_per_gpu;
@@ -269,7 +269,7 @@ dt_status_t dt_plan_sweep_all(dt_plan_sweep *sw, dt_plan_row **rows_out, int *n_
             }
     *n_out = n_rows = r;
     if (!n_rows)
-        return dt_error(DT_STATUS_USAGE, "--tp/--pp: no GPU count of --gpus is a multiple of a TP x PP size given "
+        return dt_error(DT_STATUS_USAGE, "{tp}/{pp}: no GPU count of {gpus} is a multiple of a TP x PP size given "
                         "(world = TP x PP x DP)");
     /* the header shows the first row's batch */
     DT_CHECK(dt_plan_sweep_row_input(sw, rows[0].n_gpus, rows[0].tp, rows[0].pp));

@@ -5,7 +5,9 @@
  * (the device ops' mem_info: cudaMemGetInfo), or the host's available memory shared
  * by the node's ranks. When they do not fit the rank stops with DT_STATUS_CONFIG
  * (exit 2) naming the shortfall, the biggest consumer and the cheapest change that
- * fits. DTRUN_SKIP_MEMORY_CHECK=1 skips the check.
+ * fits. DTRUN_SKIP_MEMORY_CHECK=1 skips the check. A failure of plan's arithmetic
+ * inside the check names the config's keys (plan's "{tp}" placeholders expanded to
+ * tensor_parallel.size, ...), not `dtrun plan`'s flags.
  */
 #include "runtime/train/train_mem.h"
 
@@ -16,7 +18,33 @@
 #include "common/log.h"
 #include "common/meminfo.h"
 #include "runtime/tools/mem_check.h" /* defines: dt_mem_check */
+#include "runtime/tools/plan.h"      /* defines: DT_PLAN_INPUT_MAP, dt_plan_msg_expand */
 #include "runtime/train/metrics.h"     /* defines: dt_peak_flops_gpu */
+
+/* The config's words for the inputs plan's messages name (runtime/tools/plan.h): its
+ * keys, or the launch's environment (WORLD_SIZE, LOCAL_WORLD_SIZE). The config and the
+ * model check these layouts first (dt_model_tp_check, the launcher's layout rules),
+ * so this is for a failure they let through: a worker started by hand (`dtrun
+ * __worker`) whose LOCAL_WORLD_SIZE cannot hold its TP group. */
+static const char *const config_words[DT_PLAN_INPUT_COUNT] = {
+    [DT_PLAN_INPUT_params] = "the parameter count",
+    [DT_PLAN_INPUT_hidden] = "the model's width",
+    [DT_PLAN_INPUT_layers] = "the model's layers",
+    [DT_PLAN_INPUT_heads] = "the model's heads",
+    [DT_PLAN_INPUT_kv_heads] = "the model's key/value heads",
+    [DT_PLAN_INPUT_seq] = "model.seq_len",
+    [DT_PLAN_INPUT_vocab] = "the padded vocabulary",
+    [DT_PLAN_INPUT_ffn] = "the model's MLP width",
+    [DT_PLAN_INPUT_tp] = "tensor_parallel.size",
+    [DT_PLAN_INPUT_pp] = "pipeline.stages",
+    [DT_PLAN_INPUT_virtual_stages] = "pipeline.virtual_stages",
+    [DT_PLAN_INPUT_schedule] = "pipeline.schedule",
+    [DT_PLAN_INPUT_accum] = "gradient_accumulation_steps",
+    [DT_PLAN_INPUT_gpus] = "WORLD_SIZE",
+    [DT_PLAN_INPUT_gpus_per_node] = "LOCAL_WORLD_SIZE",
+    [DT_PLAN_INPUT_nodes] = "the node count",
+    [DT_PLAN_INPUT_base_dtype] = "lora.base_dtype",
+};
 
 /* The host's memory for this node's ranks: the agent's sample taken before it
  * started them (DTRUN_NODE_MEM_AVAILABLE "<bytes> <what>"), so that a rank checking
@@ -63,7 +91,11 @@ dt_status_t dt_train_mem_check_(const dt_config_t *cfg, const dt_torchenv_t *env
         in.peak_flops = dev->ops->peak_flops ? dev->ops->peak_flops(dev) : 0;
     }
     dt_mem_check_out out;
-    DT_CHECK(dt_mem_check(&in, &out));
+    dt_status_t st = dt_mem_check(&in, &out);
+    if (st != DT_STATUS_OK) {
+        char msg[1024];
+        return dt_error(st, "%s", dt_plan_msg_expand(dt_error_detail(), config_words, msg, sizeof msg));
+    }
     if (!out.checked || out.fits) return DT_STATUS_OK;
     return dt_error(DT_STATUS_CONFIG, "rank %d: %s", env->rank, out.message);
 }

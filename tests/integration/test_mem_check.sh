@@ -64,6 +64,15 @@ else fail "cpu: skip" "$(tail -3 "$DT_TMP/a2.out")"; fi
 if $W "$DT_TMP/act.json" log.dir="$DT_TMP/a3" >"$DT_TMP/a3.out" 2>&1; then pass "cpu: a config that fits runs"
 else fail "cpu: fits" "$(tail -3 "$DT_TMP/a3.out")"; fi
 
+# a worker started by hand whose node (LOCAL_WORLD_SIZE 1) cannot hold its TP group: plan's
+# arithmetic fails inside the check, and its message names the config's key, not plan's --tp
+WORLD_SIZE=2 LOCAL_WORLD_SIZE=1 RANK=0 LOCAL_RANK=0 DTRUN_TEST_MEM_AVAILABLE=1500000 timeout 60 \
+  $W "$DT_TMP/state.json" log.dir="$DT_TMP/tp0" tensor_parallel.size=2 >"$DT_TMP/tp0.out" 2>&1; rc=$?
+if [ $rc -eq 2 ] && grep -q "tensor_parallel.size 2: does not divide the 1 GPUs per node" "$DT_TMP/tp0.out" &&
+   ! grep -q -- "--tp" "$DT_TMP/tp0.out"; then
+  pass "cpu: TP 2 over a node of 1 rank: exit 2 naming tensor_parallel.size (not --tp)"
+else fail "cpu: TP 2 over a node of 1 rank" "rc=$rc $(tail -2 "$DT_TMP/tp0.out")"; fi
+
 # ---- CPU, two ranks through the launcher: the host's memory shared, exit 2 from dtrun ----
 DTRUN_TEST_MEM_AVAILABLE=42000000 timeout 120 "$DTRUN" --standalone --nproc_per_node 2 --max_restarts 2 \
   "$DT_TMP/state.json" log.dir="$DT_TMP/s0" >"$DT_TMP/s0.out" 2>&1; rc=$?
