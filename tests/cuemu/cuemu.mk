@@ -69,7 +69,7 @@ $(EMU_BUILD)/%.o: %.c $(EMU_FLAGS_STAMP) | $(DEPS_STAMP)
 	@$(if $(Q),echo "  CC    $< (emu)")
 	$(Q)$(CC) $(EMU_CFLAGS) -c $< -o $@
 
-$(EMU_BUILD)/%.cu.o: %.cu tests/cuemu/cuemu.h $(EMU_FLAGS_STAMP) | $(DEPS_STAMP)
+$(EMU_BUILD)/%.cu.o: %.cu tests/cuemu/cuemu.h tests/cuemu/cuemu_blas.h $(EMU_FLAGS_STAMP) | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CUEMU $<")
 	$(Q)$(CXX_EMU) $(EMU_CUFLAGS) -c $< -o $@
