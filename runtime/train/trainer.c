@@ -365,8 +365,7 @@ static dt_status_t setup(dt_trainer_t *t) {
             DT_CHECK(dt_tp_init(&t->tp, t->tp_comm, t->dev, &t->net));
     }
     dt_dtype_t reduce = cfg->communication_data_type == DT_CONFIG_DTYPE_BF16 ? DT_DTYPE_BF16 : DT_DTYPE_F32;
-    int sharded_grads = cfg->strategy == DT_STRATEGY_ZERO2 || cfg->strategy == DT_STRATEGY_FSDP ||
-                        cfg->strategy == DT_STRATEGY_HSDP;
+    int sharded_grads = dt_strategy_shards(cfg->strategy, DT_STRATEGY_SHARDS_GRADS);
     if (reduce != t->dev->ops->dtype && sharded_grads && t->env->world_size > 1) {
         if (t->env->rank == 0)
             DT_LOG_WARN("communication_data_type %s: strategy %s reduces gradients in the compute dtype (%s)",
