@@ -115,9 +115,14 @@ flags_file = $(shell mkdir -p $(dir $(1)))$(file >$(1).new,$(filter-out -DDT_GIT
              cmp -s $(1).new $(1) && rm -f $(1).new || mv -f $(1).new $(1))
 $(call flags_file,$(BUILD)/.flags,$(CC) $(CFLAGS) $(LDFLAGS) $(CUDA_CFLAGS) $(NVFLAGS) $(CUDA_DEPS))
 FLAGS_STAMP := $(BUILD)/.flags
+# The revision alone: only cli/main.c prints it (dtrun --version), so only main.o is
+# rebuilt when HEAD moves (it printed the revision of the last full build before).
+$(call flags_file,$(BUILD)/.git_rev,$(GIT_REV))
 
 .PHONY: all deps test run bench fuzz fuzz-server clean features gpu-tests gpu-tests-build test-gpu-script
 all: features dtrun$(if $(filter 1,$(SAN)),-san) $(CUDA_LIB_TARGET)
+
+$(BUILD)/cli/main.o: $(BUILD)/.git_rev  # after all: the first rule is the default goal
 
 features:
 	@echo $(FEATURES)
