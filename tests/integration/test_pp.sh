@@ -176,9 +176,11 @@ PY
 # The bubble: balanced stages of 30 ms forward, 60 ms backward. The delay must dwarf
 # the real compute and messages: at 10 ms, 4 ranks on one core shared with a busy
 # process measured 0.20-0.23 against the formula's 0.158 at m=16 (30 ms: 0.175-0.181).
+# Under the sanitizers (DTRUN_TEST_TIME_SCALE, 4) the compute is slower, the delay too.
+delay=$((30 * ${DTRUN_TEST_TIME_SCALE:-1}))
 for s in gpipe 1f1b; do
   for m in 4 16; do
-    DTRUN_PP_TEST_DELAY_MS=30 $T "$DTRUN" --standalone --nproc_per_node 4 "$DT_TMP/gpt.json" pipeline.stages=4 \
+    DTRUN_PP_TEST_DELAY_MS=$delay $T "$DTRUN" --standalone --nproc_per_node 4 "$DT_TMP/gpt.json" pipeline.stages=4 \
       pipeline.schedule=$s gradient_accumulation_steps=$m train_steps=4 eval.every_steps=0 \
       log.dir="$DT_TMP/b_${s}_$m" >"$DT_TMP/b.out" 2>&1 || fail "bubble run $s m=$m" "$(tail -3 "$DT_TMP/b.out")"
     python3 - "$DT_TMP/b_${s}_$m/metrics.jsonl" "$s" "$m" <<'PY' && pass "measured bubble of $s at P=4, m=$m within 4 points of the formula" || fail "bubble $s m=$m"
