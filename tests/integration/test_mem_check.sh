@@ -39,25 +39,34 @@ suggestion() { sed -n 's/.*the cheapest change that fits: \(.*\): [0-9.]* [kMG]*
 
 # ---- CPU, one rank (the worker's own check) ----
 W="$DTRUN __worker"
-DTRUN_TEST_MEM_AVAILABLE=1500000 $W "$DT_TMP/act.json" log.dir="$DT_TMP/a0" >"$DT_TMP/a0.out" 2>&1; rc=$?
-if [ $rc -eq 2 ] && refused a0 "$DT_TMP/a0.out" activations "train_micro_batch_size_per_gpu="; then
-  pass "cpu: 1.5 MB: exit 2 naming the shortfall, the activations and a smaller micro-batch"
-else fail "cpu: refused" "rc=$rc $(tail -4 "$DT_TMP/a0.out")"; fi
-sug=$(suggestion "$DT_TMP/a0.out")
-# shellcheck disable=SC2086
-if [ -n "$sug" ] && DTRUN_TEST_MEM_AVAILABLE=1500000 $W "$DT_TMP/act.json" log.dir="$DT_TMP/a1" $sug \
-     >"$DT_TMP/a1.out" 2>&1 && grep -q "step 2/2" "$DT_TMP/a1.out"; then
-  pass "cpu: the suggestion ($sug) fits under the same limit and trains"
-else fail "cpu: the suggestion fits" "'$sug': $(tail -3 "$DT_TMP/a1.out")"; fi
-# the plan's bytes are the run's: the activations the message names are the arena's
-python3 - "$DT_TMP/a0.out" "$DT_TMP/a1" <<'PY' && pass "cpu: the bytes named are the arena's (summary.json)" || fail "cpu: bytes = arena"
+# refused_then_fits TAG CONFIG MEM WHAT LABEL [lora]: with DTRUN_TEST_MEM_AVAILABLE=MEM
+# the worker exits 2 naming the shortfall, the activations and a smaller micro-batch;
+# the change it suggests trains under the same limit; the bytes it names are the run's
+# (summary.json: model states, with lora_base for a LoRA run, + arena + comm buffers).
+refused_then_fits() {
+  local tag=$1 cfg=$2 mem=$3 what=$4 label=$5 lora=${6:-}
+  DTRUN_TEST_MEM_AVAILABLE=$mem $W "$cfg" log.dir="$DT_TMP/${tag}0" >"$DT_TMP/${tag}0.out" 2>&1; rc=$?
+  if [ $rc -eq 2 ] && refused "${tag}0" "$DT_TMP/${tag}0.out" activations "train_micro_batch_size_per_gpu="; then
+    pass "$label: $what: exit 2 naming the shortfall, the activations and a smaller micro-batch"
+  else fail "$label: refused" "rc=$rc $(tail -4 "$DT_TMP/${tag}0.out")"; fi
+  sug=$(suggestion "$DT_TMP/${tag}0.out")
+  # shellcheck disable=SC2086
+  if [ -n "$sug" ] && DTRUN_TEST_MEM_AVAILABLE=$mem $W "$cfg" log.dir="$DT_TMP/${tag}1" $sug \
+       >"$DT_TMP/${tag}1.out" 2>&1 && grep -q "step 2/2" "$DT_TMP/${tag}1.out"; then
+    pass "$label: the suggestion ($sug) fits under the same limit and trains"
+  else fail "$label: the suggestion fits" "'$sug': $(tail -3 "$DT_TMP/${tag}1.out")"; fi
+  python3 - "$DT_TMP/${tag}0.out" "$DT_TMP/${tag}1" "$lora" <<'PY' && pass "$label: the bytes named are the run's (summary.json${lora:+, lora_base in them})" || fail "$label: bytes = the run's"
 import json, re, sys
 s = json.load(open(sys.argv[2] + "/summary.json"))["ranks"][0]
 m = re.search(r"the cheapest change that fits: .*?: ([0-9.]+) ([kMG]?B) per", open(sys.argv[1]).read())
 need = float(m.group(1)) * {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9}[m.group(2)]
 have = s["model_state_bytes"]["total"] + s["activation_bytes"] + s["comm_buffer_bytes"]
+if sys.argv[3]:
+    assert s["model_state_bytes"]["lora_base"] > 0
 assert abs(need - have) <= 0.01 * have, (need, have)
 PY
+}
+refused_then_fits a "$DT_TMP/act.json" 1500000 "1.5 MB" cpu
 if DTRUN_SKIP_MEMORY_CHECK=1 DTRUN_TEST_MEM_AVAILABLE=1500000 $W "$DT_TMP/act.json" log.dir="$DT_TMP/a2" \
      >"$DT_TMP/a2.out" 2>&1; then pass "cpu: DTRUN_SKIP_MEMORY_CHECK=1 skips the check"
 else fail "cpu: skip" "$(tail -3 "$DT_TMP/a2.out")"; fi
@@ -102,26 +111,7 @@ cat > "$DT_TMP/lora.json" <<JSON
  "steps_per_print": 1, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}, "threads": 1, "seed": 5,
  "device": "cpu", "checkpoint": {"every_steps": 0, "resume": "never"}}
 JSON
-DTRUN_TEST_MEM_AVAILABLE=800000 $W "$DT_TMP/lora.json" log.dir="$DT_TMP/l0" >"$DT_TMP/l0.out" 2>&1; rc=$?
-if [ $rc -eq 2 ] && refused l0 "$DT_TMP/l0.out" activations "train_micro_batch_size_per_gpu="; then
-  pass "lora: 800 kB: exit 2 naming the shortfall, the activations and a smaller micro-batch"
-else fail "lora: refused" "rc=$rc $(tail -4 "$DT_TMP/l0.out")"; fi
-sug=$(suggestion "$DT_TMP/l0.out")
-# shellcheck disable=SC2086
-if [ -n "$sug" ] && DTRUN_TEST_MEM_AVAILABLE=800000 $W "$DT_TMP/lora.json" log.dir="$DT_TMP/l1" $sug \
-     >"$DT_TMP/l1.out" 2>&1 && grep -q "step 2/2" "$DT_TMP/l1.out"; then
-  pass "lora: the suggestion ($sug) fits under the same limit and trains"
-else fail "lora: the suggestion fits" "'$sug': $(tail -3 "$DT_TMP/l1.out")"; fi
-# the bytes are the run's: the frozen base + the adapters' state + the arena (summary.json)
-python3 - "$DT_TMP/l0.out" "$DT_TMP/l1" <<'PY' && pass "lora: the bytes named are the run's (summary.json, lora_base in them)" || fail "lora: bytes = the run's"
-import json, re, sys
-s = json.load(open(sys.argv[2] + "/summary.json"))["ranks"][0]
-m = re.search(r"the cheapest change that fits: .*?: ([0-9.]+) ([kMG]?B) per", open(sys.argv[1]).read())
-need = float(m.group(1)) * {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9}[m.group(2)]
-have = s["model_state_bytes"]["total"] + s["activation_bytes"] + s["comm_buffer_bytes"]
-assert s["model_state_bytes"]["lora_base"] > 0
-assert abs(need - have) <= 0.01 * have, (need, have)
-PY
+refused_then_fits l "$DT_TMP/lora.json" 800000 "800 kB" lora lora
 if DTRUN_TEST_MEM_AVAILABLE=3000000 $W "$DT_TMP/lora.json" log.dir="$DT_TMP/l2" >"$DT_TMP/l2.out" 2>&1 &&
    grep -q "step 2/2" "$DT_TMP/l2.out"; then pass "lora: a run that fits in 3 MB trains"
 else fail "lora: fits" "$(tail -3 "$DT_TMP/l2.out")"; fi
