@@ -68,8 +68,8 @@ Test(config, defaults_are_valid_and_documented) {
     cr_assert_gt(keys_listed, 50);
     /* the dump holds every key plus its 16 sections (optimizer, optimizer.params, ...,
      * model.rope_scaling, tensor_parallel, pipeline, activation_checkpointing,
-     * zero_optimization.offload_optimizer, lora) */
-    cr_assert_eq(colons, keys_listed + 18, "dump %d entries, keys %d", colons, keys_listed);
+     * zero_optimization.offload_optimizer, lora, tensorboard) */
+    cr_assert_eq(colons, keys_listed + 19, "dump %d entries, keys %d", colons, keys_listed);
     free(dump);
     free(buf);
     dt_config_free(&cfg);
@@ -156,7 +156,8 @@ Test(config, unknown_keys_get_did_you_mean) {
 Test(config, deepspeed_keys_dtrun_ignores_are_listed_once) {
     const char *json = "{\"fp16\":{\"enabled\":true,\"loss_scale\":0},"
                        "\"wall_clock_breakdown\":false,\"activation_checkpointing\":{},"
-                       "\"flops_profiler\":{\"enabled\":false},\"tensorboard\":{},"
+                       "\"flops_profiler\":{\"enabled\":false},\"wandb\":{},"
+                       "\"tensorboard\":{\"enabled\":true,\"output_path\":\"tb\",\"job_name\":\"j\"},"
                        "\"zero_allow_untested_optimizer\":true,\"prescale_gradients\":false,"
                        "\"zero_optimization\":{\"stage\":2,\"offload_optimizer\":{\"device\":"
                        "\"cpu\",\"buffer_count\":4},\"sub_group_size\":1e9},"
@@ -167,7 +168,7 @@ Test(config, deepspeed_keys_dtrun_ignores_are_listed_once) {
     const char *line = strstr(w, "ignoring DeepSpeed keys that dtrun does not implement: ");
     cr_assert(line, "%s", w);
     cr_assert_null(strstr(line + 1, "ignoring DeepSpeed keys"), "listed once");
-    const char *names[] = {"fp16", "wall_clock_breakdown", "flops_profiler", "tensorboard", "zero_allow_untested_optimizer",
+    const char *names[] = {"fp16", "wall_clock_breakdown", "flops_profiler", "wandb", "zero_allow_untested_optimizer",
                            "prescale_gradients", "zero_optimization.offload_optimizer.buffer_count",
                            "zero_optimization.sub_group_size", "optimizer.params.torch_adam"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
@@ -178,6 +179,11 @@ Test(config, deepspeed_keys_dtrun_ignores_are_listed_once) {
      * is not ignored and turns nothing on */
     cr_assert_null(strstr(line, "activation_checkpointing"), "%s", line);
     cr_assert_eq(cfg.recompute.policy, DT_MODEL_RECOMPUTE_NONE);
+    /* tensorboard is implemented (runtime/train/train_tb.c): its keys are read, not ignored */
+    cr_assert_null(strstr(line, "tensorboard"), "%s", line);
+    cr_assert(cfg.tensorboard.enabled);
+    cr_assert_str_eq(cfg.tensorboard.output_path, "tb");
+    cr_assert_str_eq(cfg.tensorboard.job_name, "j");
     cr_assert_eq(cfg.zero.stage, 2);
     cr_assert_eq(cfg.strategy, DT_STRATEGY_ZERO2);
     /* offload_optimizer is implemented: device and pin_memory are keys, its other knobs ignored */

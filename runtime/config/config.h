@@ -215,6 +215,13 @@ typedef struct dt_config {
     struct {
         char *dir;
     } log;
+    /* tensorboard.*: DeepSpeed's keys. Event files in <output_path or log.dir>/<job_name>/
+     * (runtime/train/train_tb.c). */
+    struct {
+        bool enabled;
+        char *output_path; /* "" = log.dir */
+        char *job_name;    /* one path component */
+    } tensorboard;
     struct {
         dt_comm_backend_t backend;
         double timeout_s;

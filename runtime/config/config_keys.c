@@ -238,6 +238,13 @@ static const config_key_t tail_keys[] = {
      "micro-batches per evaluation"},
     {"log.dir", KT_STRING, OFF(log.dir), 0, 0, KF_PATH, NULL, "\"runs/log\"",
      "metrics.jsonl, summary.json and the resolved config"},
+    {"tensorboard.enabled", KT_BOOL, OFF(tensorboard.enabled), 0, 0, KF_DS, NULL, "false",
+     "rank 0 writes TensorBoard event files (the metrics.jsonl figures as scalars, the resolved "
+     "config as text), flushed at every logged step; a resumed run continues the same curves"},
+    {"tensorboard.output_path", KT_STRING, OFF(tensorboard.output_path), 0, 0, KF_DS, NULL, "\"\"",
+     "folder of the event files' job folder (\"\": log.dir)"},
+    {"tensorboard.job_name", KT_STRING, OFF(tensorboard.job_name), 0, 0, KF_DS, NULL, "\"tensorboard\"",
+     "the event files go in <output_path>/<job_name>/ (one folder name)"},
     {"comm.backend", KT_ENUM, OFF(comm.backend), 0, 0, 0, backend_names, "\"auto\"",
      "communicator (auto: nccl on GPUs, shm in a node, hier across nodes)"},
     {"comm.timeout_s", KT_FLOAT, OFF(comm.timeout_s), 0, 1e6, KF_MIN_EXCL, NULL, "300",
@@ -303,7 +310,7 @@ void dt_config_keys_init_(void) { pthread_once(&keys_once, build_keys); }
 static const char *const ignored_keys[] = {
     "fp16", "amp", "torch_autocast", "wall_clock_breakdown", "memory_breakdown", "dump_state",
     "disable_python_gc", "log_level", "flops_profiler",
-    "tensorboard", "wandb", "csv_monitor", "comet", "comms_logger", "monitor_config",
+    "wandb", "csv_monitor", "comet", "comms_logger", "monitor_config",
     "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "prescale_gradients",
     "gradient_predivide_factor", "gradient_allreduce_op", "sparse_gradients",
     "sparse_attention", "disable_allgather", "elasticity", "pipeline", "aio", "autotuning",

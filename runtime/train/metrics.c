@@ -17,10 +17,12 @@
 #include "common/fs_safe.h"
 #include "common/mem.h"
 #include "common/gpuinfo.h" /* defines: dt_gpuinfo_peak_flops */
+#include "runtime/tools/tfevents.h"
 
 struct dt_metrics {
     char *dir;
     FILE *jsonl;
+    dt_tfevents_writer_t *tb; /* NULL: no TensorBoard */
 };
 
 dt_status_t dt_metrics_open(const char *log_dir, int fresh, dt_metrics_t **out) {
@@ -50,8 +52,67 @@ dt_status_t dt_metrics_open(const char *log_dir, int fresh, dt_metrics_t **out) 
 void dt_metrics_close(dt_metrics_t *m) {
     if (!m) return;
     if (m->jsonl) fclose(m->jsonl);
+    dt_tfevents_close(m->tb);
     free(m->dir);
     free(m);
+}
+
+/* TensorBoard's group (the part of a tag before '/') of each metrics.jsonl key. */
+static const struct {
+    const char *key, *group;
+} tb_groups[] = {
+    {"loss", "train"},          {"lr", "train"},           {"grad_norm", "train"},
+    {"world_size", "train"},    {"val_loss", "val"},       {"val_ppl", "val"},
+    {"tokens_per_s", "speed"},  {"mfu", "speed"},          {"step_ms", "time"},
+    {"compute_ms", "time"},     {"comm_ms", "time"},       {"data_ms", "time"},
+    {"tp_comm_ms", "time"},     {"pp_bubble", "pipeline"}, {"pp_bubble_ideal", "pipeline"},
+    {"pp_wait_ms", "pipeline"}, {"p2p_bytes", "pipeline"}, {"slowest_rank", "stragglers"},
+    {"slowest_ms", "stragglers"}, {"median_ms", "stragglers"}, {"mem_peak_mb", "memory"},
+};
+
+static const char *tb_group(const char *key) {
+    for (size_t i = 0; i < sizeof tb_groups / sizeof *tb_groups; i++)
+        if (!strcmp(tb_groups[i].key, key)) return tb_groups[i].group;
+    return "other";
+}
+
+dt_status_t dt_metrics_tensorboard(dt_metrics_t *m, const char *dir, int64_t start_step, const char *config_text) {
+    DT_CHECK(dt_tfevents_open(dir, start_step + 1, &m->tb));
+    if (!config_text) return DT_STATUS_OK;
+    /* Markdown (the text plugin's): an indented code block keeps the JSON as it is */
+    size_t n = strlen(config_text), lines = 1;
+    for (size_t i = 0; i < n; i++) lines += config_text[i] == '\n';
+    char *md = dt_xmalloc(n + 4 * lines + 1), *o = md;
+    for (const char *p = config_text; *p;) {
+        memcpy(o, "    ", 4), o += 4;
+        while (*p && *p != '\n') *o++ = *p++;
+        if (*p) *o++ = *p++;
+    }
+    *o = 0;
+    dt_tfevents_begin(m->tb, start_step + 1);
+    dt_tfevents_text(m->tb, "config", md);
+    free(md);
+    return dt_tfevents_end(m->tb);
+}
+
+/* The line's figures as the step's TensorBoard scalars: the same numbers, by construction. */
+static dt_status_t tb_log(dt_metrics_t *m, int64_t step, const cJSON *o) {
+    dt_tfevents_begin(m->tb, step);
+    char tag[128];
+    for (const cJSON *c = o->child; c; c = c->next) {
+        if (!strcmp(c->string, "step")) continue;
+        if (cJSON_IsNumber(c)) {
+            snprintf(tag, sizeof tag, "%s/%s", tb_group(c->string), c->string);
+            dt_tfevents_scalar(m->tb, tag, c->valuedouble);
+        } else if (cJSON_IsArray(c)) { /* per-rank figures: one tag per rank */
+            int r = 0;
+            for (const cJSON *e = c->child; e; e = e->next, r++) {
+                snprintf(tag, sizeof tag, "%s/rank_%d", c->string, r);
+                if (cJSON_IsNumber(e)) dt_tfevents_scalar(m->tb, tag, e->valuedouble);
+            }
+        }
+    }
+    return dt_tfevents_end(m->tb);
 }
 
 /* cJSON prints NaN as null, which is what a reader of the file wants. */
@@ -78,19 +139,24 @@ dt_status_t dt_metrics_log(dt_metrics_t *m, const dt_step_metrics *s) {
         cJSON_AddNumberToObject(o, "slowest_rank", s->slowest_rank);
         cJSON_AddNumberToObject(o, "slowest_ms", s->slowest_ms);
         cJSON_AddNumberToObject(o, "median_ms", s->median_ms);
+        if (s->rank_compute_ms && s->n_ranks > 1 && s->n_ranks <= DT_METRICS_MAX_RANK_COLUMNS)
+            cJSON_AddItemToObject(o, "rank_compute_ms", cJSON_CreateDoubleArray(s->rank_compute_ms, s->n_ranks));
     }
     cJSON_AddNumberToObject(o, "grad_norm", s->grad_norm);
+    if (s->mem_peak_mb > 0) cJSON_AddNumberToObject(o, "mem_peak_mb", s->mem_peak_mb);
     if (!isnan(s->val_loss)) {
         cJSON_AddNumberToObject(o, "val_loss", s->val_loss);
         cJSON_AddNumberToObject(o, "val_ppl", exp(s->val_loss));
     }
     char *text = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    if (!text) return dt_error(DT_STATUS_NOMEM, "metrics: cannot format a line");
-    int bad = fprintf(m->jsonl, "%s\n", text) < 0 || fflush(m->jsonl) != 0;
+    dt_status_t st = DT_STATUS_OK;
+    if (!text) st = dt_error(DT_STATUS_NOMEM, "metrics: cannot format a line");
+    else if (fprintf(m->jsonl, "%s\n", text) < 0 || fflush(m->jsonl) != 0)
+        st = dt_error(DT_STATUS_IO, "%s/metrics.jsonl: %s", m->dir, strerror(errno));
+    if (st == DT_STATUS_OK && m->tb) st = tb_log(m, s->step, o);
     free(text);
-    if (bad) return dt_error(DT_STATUS_IO, "%s/metrics.jsonl: %s", m->dir, strerror(errno));
-    return DT_STATUS_OK;
+    cJSON_Delete(o);
+    return st;
 }
 
 dt_status_t dt_metrics_write_file(const char *log_dir, const char *name, const char *text) {

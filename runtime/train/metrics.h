@@ -29,10 +29,17 @@ typedef struct dt_step_metrics {
     /* the ranks' compute ms this step (stragglers.h), written when have_ranks */
     int have_ranks, slowest_rank;
     double slowest_ms, median_ms;
+    /* every rank's compute ms this step (have_ranks; written for worlds of up to
+     * DT_METRICS_MAX_RANK_COLUMNS ranks) */
+    const double *rank_compute_ms;
+    int n_ranks;
+    double mem_peak_mb; /* rank 0's accounted peak so far (common/mem.h); 0: not written */
     double val_loss; /* NAN when not evaluated at this step */
     double eta_s;    /* seconds left, <0 unknown */
     int world_size;  /* ranks in this step (elastic runs change it); 0: not written */
 } dt_step_metrics;
+
+#define DT_METRICS_MAX_RANK_COLUMNS 64
 
 typedef struct dt_metrics dt_metrics_t;
 
@@ -40,7 +47,16 @@ typedef struct dt_metrics dt_metrics_t;
  * (truncating when `fresh`, i.e. not resuming). */
 dt_status_t dt_metrics_open(const char *log_dir, int fresh, dt_metrics_t **out);
 void dt_metrics_close(dt_metrics_t *m);
-/* Appends one JSON object line and flushes it. */
+/* Also writes every line's figures as TensorBoard scalars into a new event file in
+ * dir (runtime/tools/tfevents.h), tagged <group>/<metrics.jsonl key> (train/loss,
+ * time/step_ms, ...; a list such as every rank's compute ms as
+ * rank_compute_ms/rank_<r>), and
+ * config_text (may be NULL) as the text "config". start_step: the step the run
+ * resumes from (0: fresh): TensorBoard drops what older files hold from step
+ * start_step + 1 on, so a resumed or restarted run continues its curves and a fresh
+ * run in the same folder replaces them. */
+dt_status_t dt_metrics_tensorboard(dt_metrics_t *m, const char *dir, int64_t start_step, const char *config_text);
+/* Appends one JSON object line and flushes it (and the TensorBoard event). */
 dt_status_t dt_metrics_log(dt_metrics_t *m, const dt_step_metrics *s);
 /* Writes <log_dir>/<name> atomically (temporary file, fsync, rename). */
 dt_status_t dt_metrics_write_file(const char *log_dir, const char *name, const char *text);

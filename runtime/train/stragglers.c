@@ -103,7 +103,8 @@ dt_status_t dt_stragglers_gather(dt_stragglers_t *s, int64_t step, double comput
     for (int r = 1; r < w; r++)
         if (all[r] > all[slow]) slow = r;
     s->slowest[slow]++;
-    *out = (dt_straggler_row){.slowest_rank = slow, .slowest_ms = all[slow], .median_ms = median};
+    *out = (dt_straggler_row){
+        .slowest_rank = slow, .slowest_ms = all[slow], .median_ms = median, .rank_ms = all, .n_ranks = w};
     for (int r = 0; r < w; r++) {
         int over = all[r] > DT_STRAGGLER_RATIO * median && all[r] - median >= DT_STRAGGLER_MIN_MS;
         s->streak[r] = over ? s->streak[r] + 1 : 0;

@@ -30,6 +30,8 @@ typedef struct dt_stragglers dt_stragglers_t;
 typedef struct dt_straggler_row {
     int slowest_rank;
     double slowest_ms, median_ms;
+    const double *rank_ms; /* every rank's compute ms (valid until the next gather) */
+    int n_ranks;
 } dt_straggler_row;
 
 /* dp gathers over every rank of the world (dt_dp_all_gather_f64, also with TP and

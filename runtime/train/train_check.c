@@ -159,6 +159,14 @@ static dt_status_t check_writable_dir(const char *key, const char *dir) {
 
 dt_status_t dt_trainer_check_paths(const dt_config_t *cfg) {
     DT_CHECK(check_writable_dir("log.dir", cfg->log.dir ? cfg->log.dir : "runs/latest"));
+    if (cfg->tensorboard.enabled) {
+        char tb[4096];
+        DT_CHECK(dt_trainer_tb_dir_(cfg, tb, sizeof tb));
+        DT_CHECK(check_writable_dir(cfg->tensorboard.output_path && *cfg->tensorboard.output_path
+                                        ? "tensorboard.output_path"
+                                        : "tensorboard (in log.dir)",
+                                    tb));
+    }
     const char *mode = cfg->checkpoint.resume;
     if (!mode || !strcmp(mode, "auto") || !strcmp(mode, "never")) return DT_STATUS_OK;
     /* a checkpoint named by path: the one the workers' reader will open, for this model */

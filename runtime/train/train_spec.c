@@ -3,6 +3,8 @@
  * sources and the model spec, its vocabulary taken from the data when the config has none.
  */
 #include "runtime/train/train_spec.h"
+#include <stdio.h>
+#include <string.h>
 
 int dt_trainer_sources_(const dt_config_t *cfg, dt_data_source *out) {
     if (cfg->data.n_sources == 0) {
@@ -25,5 +27,17 @@ dt_status_t dt_trainer_spec_(const dt_config_t *cfg, dt_model_spec *spec) {
         DT_CHECK(dt_data_detect_width(src[0].path, &kind, &width));
         if (width != 4) spec->vocab_size = dt_data_default_vocab(kind);
     }
+    return DT_STATUS_OK;
+}
+
+dt_status_t dt_trainer_tb_dir_(const dt_config_t *cfg, char *out, size_t len) {
+    const char *job = cfg->tensorboard.job_name ? cfg->tensorboard.job_name : "tensorboard";
+    if (!*job || !strcmp(job, ".") || !strcmp(job, "..") || strchr(job, '/'))
+        return dt_error(DT_STATUS_CONFIG, "tensorboard.job_name: \"%s\" is not one folder name", job);
+    const char *base = cfg->tensorboard.output_path && *cfg->tensorboard.output_path ? cfg->tensorboard.output_path
+                       : cfg->log.dir                                                 ? cfg->log.dir
+                                                                                      : "runs/latest";
+    if ((size_t)snprintf(out, len, "%s/%s", base, job) >= len)
+        return dt_error(DT_STATUS_CONFIG, "tensorboard.output_path: the folder name is too long");
     return DT_STATUS_OK;
 }

@@ -19,4 +19,9 @@ int dt_trainer_sources_(const dt_config_t *cfg, dt_data_source *out);
 /* The configured model's spec; a token model's vocabulary 0 comes from the data. */
 dt_status_t dt_trainer_spec_(const dt_config_t *cfg, dt_model_spec *spec);
 
+/* TensorBoard's folder: <tensorboard.output_path or log.dir>/<tensorboard.job_name>.
+ * CONFIG naming the key when job_name is not one folder name (empty, ".", "..",
+ * a '/') or the path does not fit len. */
+dt_status_t dt_trainer_tb_dir_(const dt_config_t *cfg, char *out, size_t len);
+
 #endif /* DT_RUNTIME_TRAIN_SPEC_H */

@@ -430,6 +430,13 @@ static dt_status_t setup(dt_trainer_t *t) {
     DT_CHECK(resume_checkpoint(t));
     DT_CHECK(dt_pp_sync_tied(t->pp.engine)); /* the last stage's copy of a tied embedding */
     if (t->env->rank == 0) DT_CHECK(dt_metrics_open(t->log_dir, t->resume.start_step == 0, &t->metrics));
+    if (t->env->rank == 0 && cfg->tensorboard.enabled) {
+        char tb[4096], *dump = dt_config_dump_json(cfg);
+        dt_status_t st = dt_trainer_tb_dir_(cfg, tb, sizeof tb);
+        if (st == DT_STATUS_OK) st = dt_metrics_tensorboard(t->metrics, tb, t->resume.start_step, dump);
+        free(dump);
+        DT_CHECK(st);
+    }
     return DT_STATUS_OK;
 }
 
@@ -647,7 +654,8 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env) {
                                  .pp_bubble_ideal = ppf[1], .pp_wait_ms = ppf[2], .p2p_bytes = ppf[3],
                                  .have_ranks = logged, .slowest_rank = sr.slowest_rank,
                                  .slowest_ms = sr.slowest_ms, .median_ms = sr.median_ms,
-                                 .world_size = env->world_size};
+                                 .rank_compute_ms = sr.rank_ms, .n_ranks = sr.n_ranks,
+                                 .mem_peak_mb = (double)dt_mem_peak_total() / 1e6, .world_size = env->world_size};
             m.compute_ms = compute_ms;
             m.mfu = t.peak_flops > 0 ? flops_per_token * m.tokens_per_s / env->world_size / t.peak_flops : 0;
             double elapsed = dt_now_s() - t_start;
