@@ -97,6 +97,7 @@ Test(tfevents, writer_round_trip_with_a_restart) {
         dt_tfevents_scalar(w, "train/loss", 3.0 + s);
         dt_tfevents_scalar(w, "time/step_ms", 0.25 * s);
         dt_tfevents_scalar(w, "val/loss", NAN); /* skipped, as metrics.jsonl's null */
+        dt_tfevents_scalar(w, "train/big", s % 2 ? 1e300 : -1e300); /* past float: infinity, no UB */
         cr_assert_eq(dt_tfevents_end(w), DT_STATUS_OK);
     }
     dt_tfevents_close(w);
@@ -115,6 +116,8 @@ Test(tfevents, writer_round_trip_with_a_restart) {
     cr_assert_eq(count_tag(&run, "time/step_ms"), 4, "steps 1..4 stay, 5..8 were purged by the restart");
     cr_assert_eq(count_tag(&run, "val/loss"), 0);
     int found;
+    cr_assert(isinf(value_at(&run, "train/big", 1, &found)) && value_at(&run, "train/big", 1, &found) > 0);
+    cr_assert(isinf(value_at(&run, "train/big", 2, &found)) && value_at(&run, "train/big", 2, &found) < 0);
     for (int s = 1; s <= 12; s++)
         cr_assert_float_eq(value_at(&run, "train/loss", s, &found), s < 5 ? 3.0 + s : -1.0 * s, 1e-6, "step %d", s);
     cr_assert_str_eq(text_of(&run, "config"), "{\"a\": \"b\"}\n`code`");

@@ -19,6 +19,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -193,7 +194,8 @@ void dt_tfevents_scalar(dt_tfevents_writer_t *w, const char *tag, double value) 
     pbuf *t = &w->tmp;
     t->n = 0;
     pb_bytes(t, 1, tag, strlen(tag));
-    pb_float(t, 2, (float)value);
+    /* beyond float's range (a diverging run): infinity, as TensorBoard would draw it */
+    pb_float(t, 2, fabs(value) > FLT_MAX ? copysignf(INFINITY, (float)(value > 0 ? 1 : -1)) : (float)value);
     pb_bytes(&w->values, 1, t->p, t->n);
 }
 
