@@ -214,6 +214,8 @@ typedef struct dt_config {
     } eval;
     struct {
         char *dir;
+        bool trace;          /* the job timeline: <dir>/trace.json (common/trace.h) */
+        int64_t trace_steps; /* the timeline keeps the last N steps */
     } log;
     struct {
         dt_comm_backend_t backend;
