@@ -146,7 +146,8 @@ dt_status_t dt_timeline_svg(const dt_timeline *tl, int64_t step, const char *pat
                       "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" fill=\"#444\">%g</text>\n",
                   x, TOP - 12, x, y, x, TOP - 16, t);
     }
-    sb_printf(&b, "<text x=\"%d\" y=\"%d\" fill=\"#444\">ms</text>\n", PLOT_X0 + PLOT_W + 2, TOP - 16);
+    sb_printf(&b, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\" fill=\"#444\">time (ms)</text>\n", LABEL_W,
+              TOP - 16);
     /* the rows */
     for (int k = 0; k < n_rows; k++) {
         const row *w = &rows[k];
