@@ -38,6 +38,8 @@ int dt_cmd_plan(int argc, char **argv);
 int dt_cmd_sample(int argc, char **argv);
 int dt_cmd_export(int argc, char **argv);
 int dt_cmd_report(int argc, char **argv);
+/* dtrun trace LOG_DIR [-o FILE]: the ranks' timeline files merged (cmd_trace.c) */
+int dt_cmd_trace(int argc, char **argv);
 /* dtrun tokenize --tokenizer PATH INPUT... -o PREFIX | --decode SHARD (cmd_tokenize.c) */
 int dt_cmd_tokenize(int argc, char **argv);
 /* hidden: dtrun config CONFIG.json [KEY=VALUE ...] [--world-size N] | --keys */

@@ -22,7 +22,9 @@ static const char usage[] =
     "  dtrun export CHECKPOINT -o FILE.safetensors        consolidated weights\n"
     "  dtrun tokenize --tokenizer tokenizer.json INPUT... -o PREFIX [--jobs J]\n"
     "                                                     text/jsonl -> llm.c token shards\n"
-    "  dtrun report RUN_DIR                               plot of a run's metrics\n"
+    "  dtrun report RUN_DIR [--step N]                    plot of a run's metrics (+ the\n"
+    "                                                     timeline of step N with log.trace)\n"
+    "  dtrun trace LOG_DIR [-o FILE.json]                 merge the ranks' timelines (log.trace)\n"
     "  dtrun debug dump RUN_DIR                           a running job's flight recorders\n"
     "                                                     -> RUN_DIR/flight/rank_NNNNN.json\n"
     "  dtrun --help | --version\n"
@@ -75,6 +77,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "export")) return dt_cmd_export(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return dt_cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "report")) return dt_cmd_report(argc - 1, argv + 1);
+    if (!strcmp(cmd, "trace")) return dt_cmd_trace(argc - 1, argv + 1);
     if (!strcmp(cmd, "config")) return dt_cmd_config(argc - 1, argv + 1);
     if (!strcmp(cmd, "debug")) return dt_cmd_debug(argc - 1, argv + 1);
     return dt_cmd_launch(argc, argv);

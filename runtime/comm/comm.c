@@ -256,7 +256,7 @@ dt_status_t dt_comm_issue_(dt_comm_t *comm, dt_comm_req_t *req, int blocking) {
     if (dt_comm_flight_skip_(comm, req)) { /* the test hook (flight.h): done, unnumbered */
         req->comm_ = comm;
         req->status_ = DT_STATUS_OK;
-        req->flight_ = 0;
+        req->flight_ = req->trace_issue_ns_ = 0;
         atomic_store(&req->done_, 1);
         return DT_STATUS_OK;
     }

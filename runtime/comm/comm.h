@@ -171,6 +171,7 @@ struct dt_comm_req {
     dt_status_t status_;
     void *backend_; /* backend's per-request state (NCCL event) */
     uint64_t flight_; /* its entry in the flight recorder (flight.h), 0: none */
+    uint64_t trace_issue_ns_, trace_start_ns_; /* the timeline's (common/trace.h), when log.trace is on */
     char detail_[768];
 };
 

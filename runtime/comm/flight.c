@@ -1,7 +1,8 @@
 /*
  * flight.c - the communicator's flight recorder (flight.h): the process's ring,
  * in a file the agent can map or in anonymous memory, and the hooks comm.c
- * calls when an op is issued, starts and ends.
+ * calls when an op is issued, starts and ends. The same hooks give the job
+ * timeline (common/trace.h) each op's span when log.trace is on.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -15,7 +16,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/log.h"
+#include "common/trace.h"
 #include "runtime/comm/comm_impl.h"
 #include "runtime/comm/flight.h"
 
@@ -78,19 +81,49 @@ dt_flight_ring_t *dt_comm_flight_ring(void) {
     return g_ring;
 }
 
+static int peer_of(const dt_comm_t *comm, const dt_comm_req_t *req) {
+    if ((req->op_ == DT_COMM_OP_SEND || req->op_ == DT_COMM_OP_RECV) && comm->size == 2)
+        return comm->members[1 - comm->rank];
+    return -1;
+}
+
 void dt_comm_flight_issue_(dt_comm_t *comm, dt_comm_req_t *req) {
     dt_flight_ring_t *ring = dt_comm_flight_ring();
     req->flight_ = 0;
+    req->trace_issue_ns_ = req->trace_start_ns_ = dt_trace_on() ? dt_now_ns() : 0;
     if (!ring) return;
-    int peer = -1;
-    if ((req->op_ == DT_COMM_OP_SEND || req->op_ == DT_COMM_OP_RECV) && comm->size == 2)
-        peer = comm->members[1 - comm->rank];
+    int peer = peer_of(comm, req);
     req->flight_ = dt_flight_ring_add(ring, comm->id, dt_comm_op_name(req->op_), dt_comm_dtype_name(req->dtype_),
                                       req->seq_, req->count_, peer);
 }
 
+/* The op's span on the timeline: from its start (its issue when it never
+ * started: a trivial op) to now. */
+static void trace_op(const dt_comm_req_t *req, dt_flight_state_t state) {
+    const dt_comm_t *comm = req->comm_;
+    dt_trace_rec s = {.t1_ns = dt_now_ns(), .queued_ns = req->trace_issue_ns_, .seq = req->seq_,
+                       .count = req->count_, .peer = comm ? peer_of(comm, req) : -1, .cat = DT_TRACE_OP,
+                       .p2p = comm && comm->channel, .elem_bytes = (uint8_t)dt_comm_dtype_size(req->dtype_),
+                       .failed = state == DT_FLIGHT_FAILED};
+    s.t0_ns = req->trace_start_ns_ ? req->trace_start_ns_ : req->trace_issue_ns_;
+    if (s.t1_ns < s.t0_ns) s.t1_ns = s.t0_ns;
+    snprintf(s.name, sizeof s.name, "%s", dt_comm_op_name(req->op_));
+    snprintf(s.dtype, sizeof s.dtype, "%s", dt_comm_dtype_name(req->dtype_));
+    const char *id = comm ? comm->id : "?";
+    size_t n = strnlen(id, sizeof s.comm - 1); /* ids are short ("0.s1.2"); a longer one is cut */
+    memcpy(s.comm, id, n);
+    s.comm[n] = 0;
+    dt_trace_op(&s);
+}
+
 void dt_comm_flight_state_(dt_comm_req_t *req, dt_flight_state_t state) {
     if (g_ring && req->flight_) dt_flight_ring_set_state(g_ring, req->flight_, state);
+    if (!dt_trace_on() || !req->trace_issue_ns_) return;
+    if (state == DT_FLIGHT_STARTED) req->trace_start_ns_ = dt_now_ns();
+    else if (state == DT_FLIGHT_DONE || state == DT_FLIGHT_FAILED) {
+        trace_op(req, state);
+        req->trace_issue_ns_ = 0; /* once: a watchdog's failure and the wait's both end it */
+    }
 }
 
 int dt_comm_flight_skip_(dt_comm_t *comm, const dt_comm_req_t *req) {

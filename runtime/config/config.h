@@ -214,6 +214,8 @@ typedef struct dt_config {
     } eval;
     struct {
         char *dir;
+        bool trace;          /* the job timeline: <dir>/trace.json (common/trace.h) */
+        int64_t trace_steps; /* the timeline keeps the last N steps */
     } log;
     /* tensorboard.*: DeepSpeed's keys. Event files in <output_path or log.dir>/<job_name>/
      * (runtime/train/train_tb.c). */

@@ -238,6 +238,12 @@ static const config_key_t tail_keys[] = {
      "micro-batches per evaluation"},
     {"log.dir", KT_STRING, OFF(log.dir), 0, 0, KF_PATH, NULL, "\"runs/log\"",
      "metrics.jsonl, summary.json and the resolved config"},
+    {"log.trace", KT_BOOL, OFF(log.trace), 0, 0, 0, NULL, "false",
+     "every rank records its steps' phases, data waits, collectives and point-to-point ops, pipeline waits "
+     "and checkpoint writes (clocks aligned to rank 0's): <log.dir>/trace/rank_<r>.json, merged into "
+     "<log.dir>/trace.json (Chrome/Perfetto trace events); dtrun report --step N draws one step"},
+    {"log.trace_steps", KT_INT, OFF(log.trace_steps), 2, 100000, 0, NULL, "20",
+     "log.trace keeps the last N steps (a ring: bounded memory)"},
     {"tensorboard.enabled", KT_BOOL, OFF(tensorboard.enabled), 0, 0, KF_DS, NULL, "false",
      "rank 0 writes TensorBoard event files (the metrics.jsonl figures as scalars, the resolved "
      "config as text), flushed at every logged step; a resumed run continues the same curves"},

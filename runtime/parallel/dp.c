@@ -14,6 +14,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/mem.h"
+#include "common/trace.h" /* defines: dt_trace_span */
 
 /* ---- errors, waits ------------------------------------------------------------ */
 
@@ -28,10 +29,18 @@ dt_status_t dt_dp_check(dt_dp_t *dp) {
     return dt_error(dp->err, "%s", dp->err_detail);
 }
 
+/* The trainer's thread was blocked in communication since t0: comm_ms, and the
+ * timeline's "comm" span (what metrics.jsonl's comm_ms sums). */
+static void comm_took(dt_dp_t *dp, const char *what, double t0) {
+    double t1 = dt_now_s();
+    dp->comm_s += t1 - t0;
+    dt_trace_span(DT_TRACE_COMM, what, t0, t1);
+}
+
 dt_status_t dp_wait_req(dt_dp_t *dp, dt_comm_req_t *req) {
     double t0 = dt_now_s();
     dt_status_t st = dt_comm_wait(req);
-    dp->comm_s += dt_now_s() - t0;
+    comm_took(dp, "dp wait", t0);
     return st;
 }
 
@@ -87,7 +96,7 @@ dt_status_t dp_all_gather_f64(dt_dp_t *dp, dt_comm_t *comm, const double *vals, 
          * backend staging device memory): the few values go through a device buffer. */
         st = device_all_gather(dp, comm, send, recv, (size_t)n * 2, size);
     }
-    dp->comm_s += dt_now_s() - t0;
+    comm_took(dp, "gather figures", t0);
     if (st == DT_STATUS_OK)
         for (int i = 0; i < n * size; i++) out[i] = (double)recv[2 * i] + (double)recv[2 * i + 1];
     free(send);
@@ -137,7 +146,7 @@ static dt_status_t gfifo_pop(dt_dp_t *dp) {
     if (st == DT_STATUS_OK && dp->replica) {
         double t0 = dt_now_s();
         st = dt_comm_all_reduce(dp->replica, mine, mine, bk->slice, comm_dtype(dp), DT_COMM_AVG);
-        dp->comm_s += dt_now_s() - t0;
+        comm_took(dp, "replica all_reduce", t0);
     }
     if (st == DT_STATUS_OK) { /* the shard's gradient += this micro-step's reduced slice, on the device */
         void *g = at(dp->gshard, bk->shard_offset, dp->es);

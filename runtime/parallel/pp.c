@@ -13,6 +13,7 @@
 
 #include "common/clock.h" /* defines: dt_now_s */
 #include "common/mem.h"   /* defines: dt_xcalloc */
+#include "common/trace.h" /* defines: dt_trace_span */
 
 struct dt_pp {
     dt_pp_opts o;
@@ -69,12 +70,28 @@ static dt_status_t take_err(dt_pp_t *pp) {
     return dt_error(pp->err, "%s", pp->err_detail);
 }
 
+/* This stage waited on a neighbour since t0: the step's wait (its bubble), and the
+ * timeline's "bubble" span named what. */
+static void waited(dt_pp_t *pp, const char *what, double t0) {
+    double t1 = dt_now_s();
+    pp->wait_s += t1 - t0;
+    dt_trace_span(DT_TRACE_BUBBLE, what, t0, t1);
+}
+
 /* Waits for req, counting the time as waiting on a neighbour. */
-static dt_status_t timed_wait(dt_pp_t *pp, dt_comm_req_t *req) {
+static dt_status_t timed_wait(dt_pp_t *pp, dt_comm_req_t *req, const char *what) {
     double t0 = dt_now_s();
     dt_status_t st = dt_comm_wait(req);
-    pp->wait_s += dt_now_s() - t0;
+    waited(pp, what, t0);
     return st;
+}
+
+/* The timeline's span of micro-batch mb's pass of chunk c since t0. */
+static void trace_pass(int fwd, int mb, int c, double t0) {
+    if (!dt_trace_on()) return;
+    char name[24];
+    snprintf(name, sizeof name, "%s mb%d c%d", fwd ? "forward" : "backward", mb, c);
+    dt_trace_span(DT_TRACE_COMPUTE, name, t0, dt_now_s());
 }
 
 static int first_chunk(const dt_pp_t *pp, int chunk) { return chunk == 0 && pp->s == 0; }
@@ -88,7 +105,7 @@ static void pp_hook(void *ctx, int unit, dt_net_phase_t phase) {
         pp->tie_add_pending = 0;
         double t0 = dt_now_s();
         dt_status_t st = dt_comm_broadcast(pp->emb, pp->tie_buf, pp->tie_count, pp->dtype, 1);
-        pp->wait_s += dt_now_s() - t0;
+        waited(pp, "tied grad", t0);
         if (st != DT_STATUS_OK) {
             fail(pp, st, "receiving the tied head's gradient from stage %d", pp->P - 1);
         } else {
@@ -208,7 +225,7 @@ void dt_pp_free(dt_pp_t *pp) {
 static dt_status_t finish_send(dt_pp_t *pp, int a) {
     if (!pp->send_live[a]) return DT_STATUS_OK;
     pp->send_live[a] = 0;
-    dt_status_t st = timed_wait(pp, &pp->send_req[a]);
+    dt_status_t st = timed_wait(pp, &pp->send_req[a], "send wait");
     if (st != DT_STATUS_OK) {
         fail(pp, st, "a send to a neighbouring stage");
         return take_err(pp);
@@ -270,7 +287,7 @@ static dt_status_t wait_recv(dt_pp_t *pp, int i) {
     const dt_pp_action *a = &pp->acts[i];
     if (!pp->recv_live[i % 2]) return DT_STATUS_OK;
     pp->recv_live[i % 2] = 0;
-    dt_status_t st = timed_wait(pp, &pp->recv_req[i % 2]);
+    dt_status_t st = timed_wait(pp, &pp->recv_req[i % 2], a->fwd ? "recv act" : "recv grad");
     if (st != DT_STATUS_OK) {
         fail(pp, st, "receiving micro-batch %d's %s (chunk %d) from stage %d", a->mb,
              a->fwd ? "activation" : "gradient", a->chunk, a->fwd ? (pp->s + pp->P - 1) % pp->P : (pp->s + 1) % pp->P);
@@ -313,21 +330,24 @@ static dt_status_t run_action(dt_pp_t *pp, int i, const dt_batch *batches, float
         pp->taken[i] = 0;
         DT_CHECK(wait_recv(pp, i));
         dt_net_use(net, *slot);
-        double l;
+        double l, t0 = dt_now_s();
         DT_CHECK(dt_net_forward(net, &batches[a->mb], &l));
         if (last_chunk(pp, a->chunk)) *loss_sum += l;
         DT_CHECK(pp->dev->ops->synchronize(pp->dev)); /* the output is complete before it travels */
         test_delay(pp, 1); /* (a test's compute time: before the output leaves) */
+        trace_pass(1, a->mb, a->chunk, t0);
         DT_CHECK(send_out(pp, a, *slot));
     } else {
         DT_CHECK(wait_recv(pp, i));
         dt_net_use(net, *slot);
+        double t0 = dt_now_s();
         dt_dp_micro_begin(pp->dp, a->mb == pp->m - 1);
         pp->tie_add_pending = pp->emb && first_chunk(pp, a->chunk) && a->mb == pp->m - 1;
         DT_CHECK(dt_net_backward(net, dscale));
         DT_CHECK(take_err(pp));
         DT_CHECK(dt_dp_micro_end(pp->dp));
         test_delay(pp, 2);
+        trace_pass(0, a->mb, a->chunk, t0);
         DT_CHECK(send_out(pp, a, *slot));
         release(pp, *slot);
         if (pp->emb && last_chunk(pp, a->chunk) && a->mb == pp->m - 1) { /* the tie's gradient, summed */
@@ -360,7 +380,7 @@ dt_status_t dt_pp_step(dt_pp_t *pp, const dt_batch *batches, float dscale, doubl
     for (int a = 0; a < pp->n_arenas && st == DT_STATUS_OK; a++) st = finish_send(pp, a);
     if (pp->tie_live && st == DT_STATUS_OK) {
         pp->tie_live = 0;
-        dt_status_t s2 = timed_wait(pp, &pp->tie_req);
+        dt_status_t s2 = timed_wait(pp, &pp->tie_req, "tied grad send");
         if (st == DT_STATUS_OK && s2 != DT_STATUS_OK) {
             fail(pp, s2, "sending the tied head's gradient to stage 0");
             st = take_err(pp);
@@ -383,7 +403,7 @@ dt_status_t dt_pp_sync_tied(dt_pp_t *pp) {
     } else {
         st = dt_comm_broadcast(pp->emb, pp->net->head_w, pp->tie_count, pp->dtype, 0);
     }
-    pp->wait_s += dt_now_s() - t0;
+    waited(pp, "tied sync", t0);
     if (st != DT_STATUS_OK) {
         fail(pp, st, "refreshing the last stage's copy of the tied embedding");
         return take_err(pp);

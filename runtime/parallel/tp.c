@@ -11,6 +11,7 @@
 
 #include "common/clock.h" /* defines: dt_now_s */
 #include "common/mem.h"   /* defines: dt_xcalloc */
+#include "common/trace.h" /* defines: dt_trace_span */
 #include "runtime/layout/layout.h" /* defines: dt_layout_of, dt_layout_group_index */
 
 struct dt_tp {
@@ -75,8 +76,12 @@ dt_status_t dt_tp_split(dt_comm_t *world, int tp_size, int pp_size, dt_comm_t **
     return DT_STATUS_OK;
 }
 
+/* The trainer's thread was blocked in a TP collective since t0: comm_ms and the
+ * timeline's "comm" span. */
 static void note(dt_tp_t *tp, dt_status_t st, const char *what, double t0) {
-    tp->blocked_s += dt_now_s() - t0;
+    double t1 = dt_now_s();
+    tp->blocked_s += t1 - t0;
+    dt_trace_span(DT_TRACE_COMM, what, t0, t1);
     if (st == DT_STATUS_OK || tp->st != DT_STATUS_OK) return;
     tp->st = st;
     snprintf(tp->detail, sizeof tp->detail, "tensor-parallel %s: %s", what, dt_error_detail());

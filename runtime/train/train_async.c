@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/trace.h" /* defines: dt_trace_span */
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/mem.h"
@@ -111,10 +112,14 @@ static dt_status_t settle(dt_train_async *a, dt_dp_t *dp, int wait_write, int wa
     save_rec *r = &a->cur;
     char detail[1024] = "";
     if (wait_write || !dt_ckpt_async_busy(a->writer)) {
-        if (!a->failed && dt_ckpt_async_pending(a->writer) &&
-            dt_ckpt_async_wait(a->writer, &r->wstats) != DT_STATUS_OK) {
-            snprintf(detail, sizeof detail, "%s", dt_error_detail());
-            a->failed = 1;
+        if (!a->failed && dt_ckpt_async_pending(a->writer)) {
+            if (dt_ckpt_async_wait(a->writer, &r->wstats) != DT_STATUS_OK) {
+                snprintf(detail, sizeof detail, "%s", dt_error_detail());
+                a->failed = 1;
+            } else { /* the background write on the timeline: it began when the staging ended */
+                double w0 = r->start_s + r->stage_s;
+                dt_trace_span(DT_TRACE_CKPT, "async write", w0, w0 + r->wstats.write_s);
+            }
         }
     }
     double mine[2] = {dt_ckpt_async_pending(a->writer) ? 1.0 : 0.0, a->failed ? 1.0 : 0.0}, all[2];

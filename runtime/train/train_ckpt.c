@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/trace.h" /* defines: dt_trace_span */
 #include "common/rng.h" /* defines: dt_random_bytes */
 #include "common/clock.h"
 #include "common/fs_safe.h"
@@ -209,6 +210,7 @@ dt_status_t dt_train_ckpt_stage(const dt_train_ckpt *t, int64_t step, const char
     }
     if (!host_state(t) || arena) DT_CHECK_GOTO(ops->synchronize(t->dev), st, out_free);
     out->stage_s = dt_now_s() - t0;
+    dt_trace_span(DT_TRACE_CKPT, "stage", t0, t0 + out->stage_s);
     int n_ranges = 3 * n;
     if (t->layout->global) { /* a TP piece: its ranges as pieces of the global tensors */
         piece_list pl = {.skip_replicated = t->layout->tp_rank != 0};
@@ -254,7 +256,10 @@ dt_status_t dt_train_ckpt_save(const dt_train_ckpt *t, int64_t step, const char 
     dt_train_ckpt_shard s;
     DT_CHECK(dt_train_ckpt_stage(t, step, why, NULL, &s));
     dt_ckpt_save_stats stats;
+    double w0 = dt_trace_now();
     dt_status_t st = dt_ckpt_save(&s.args, &stats);
+    dt_trace_end(DT_TRACE_CKPT, "write", w0);
+    dt_trace_end(DT_TRACE_CKPT, "save", t0);
     if (st != DT_STATUS_OK) {
         char detail[1024]; /* dt_error writes the buffer dt_error_detail reads */
         snprintf(detail, sizeof detail, "%s", dt_error_detail());

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/trace.h" /* defines: dt_trace_span */
 #include "common/clock.h"
 #include "common/mem.h"
 
@@ -89,7 +90,9 @@ dt_status_t dt_train_pp_step_(dt_train_pp *pp, dt_data_t *data, int n_rows, doub
         DT_CHECK(dt_data_next(data, tok, tgt));
         pp->mb_batches[a] = (dt_batch){.tokens = tok, .targets = tgt};
     }
-    *data_s += dt_now_s() - d0;
+    double d1 = dt_now_s();
+    *data_s += d1 - d0;
+    dt_trace_span(DT_TRACE_DATA, "data", d0, d1);
     return dt_pp_step(pp->engine, pp->mb_batches, 1.0f / ((float)n_rows * (float)pp->micro_batches), loss_sum);
 }
 

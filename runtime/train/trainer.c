@@ -24,6 +24,7 @@
 #include "common/log.h"
 #include "common/mem.h"
 #include "common/rng.h"
+#include "common/trace.h"
 #include "kernels/kernels.h"
 #include "runtime/ckpt/hf_weights.h"
 #include "runtime/comm/comm.h"
@@ -41,6 +42,7 @@
 #include "runtime/train/train_mem.h"
 #include "runtime/train/train_parallel.h"
 #include "runtime/train/train_spec.h"
+#include "runtime/train/train_trace.h"
 #include "runtime/train/trainer_impl.h"
 
 /* Token models read the data; feature models draw the model's synthetic samples,
@@ -437,10 +439,11 @@ static dt_status_t setup(dt_trainer_t *t) {
         free(dump);
         DT_CHECK(st);
     }
-    return DT_STATUS_OK;
+    return dt_train_trace_start(cfg, t->comm, t->dev, t->resume.start_step + 1); /* log.trace: the timeline */
 }
 
 static void teardown(dt_trainer_t *t) {
+    dt_train_trace_stop();
     dt_train_async_free(t->async); /* waits for a background write (not committed) */
     dt_train_pp_free_(&t->pp);
     dt_stragglers_free(t->stragglers);
@@ -577,7 +580,10 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env) {
     int stop = 0;
     double last_data_warn = 0;
     for (int64_t step = t.resume.start_step + 1; step <= steps && !stop; step++) {
+        if (dt_trace_on()) dt_trace_step_begin(step);
         double t0 = dt_now_s(), data_s = 0, loss_sum = 0;
+        dt_dp_take_comm_ms(t.dp); /* communication between steps is not the step's */
+        dt_tp_take_comm_ms(t.tp);
         DT_CHECK_GOTO(dt_dp_step_begin(t.dp), st, out_teardown);
         dt_stragglers_test_delay(t.stragglers);
         if (dt_train_pp_on_(&t.pp)) {
@@ -586,18 +592,22 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env) {
             for (int a = 0; a < t.accum; a++) {
                 double d0 = dt_now_s();
                 DT_CHECK_GOTO(next_batch(&t, &batch), st, out_teardown);
-                data_s += dt_now_s() - d0;
-                double l;
+                double d1 = dt_now_s(), l;
+                data_s += d1 - d0;
+                dt_trace_span(DT_TRACE_DATA, "data", d0, d1);
                 dt_dp_micro_begin(t.dp, a == t.accum - 1);
                 DT_CHECK_GOTO(dt_net_forward(&t.net, &batch, &l), st, out_teardown);
+                double f1 = dt_trace_now();
+                dt_trace_span(DT_TRACE_COMPUTE, "forward", d1, f1);
                 loss_sum += l;
                 DT_CHECK_GOTO(dt_net_backward(&t.net, 1.0f / ((float)t.net.n_rows * (float)t.accum)), st,
                               out_teardown);
+                dt_trace_end(DT_TRACE_COMPUTE, "backward", f1);
                 DT_CHECK_GOTO(dt_dp_micro_end(t.dp), st, out_teardown);
                 DT_CHECK_GOTO(dt_tp_check(t.tp), st, out_teardown);
             }
         }
-        double loss = loss_sum / t.accum, norm = 0;
+        double loss = loss_sum / t.accum, norm = 0, r0 = dt_trace_now();
         DT_CHECK_GOTO(dt_dp_reduce_finish(t.dp), st, out_teardown);
         DT_CHECK_GOTO(dt_dp_grad_norm(t.dp, &norm), st, out_teardown);
         DT_CHECK_GOTO(dt_train_pp_on_(&t.pp) ? dt_train_mean_loss_(&t.pp, t.dp, &loss) : mean_over_ranks(&t, &loss), st,
@@ -618,10 +628,14 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env) {
                                 .sr_seed = cfg->bf16.stochastic_rounding ? (unsigned)(cfg->seed * 2654435761u) | 1u : 0};
         if (cfg->gradient_clipping > 0 && norm > cfg->gradient_clipping)
             args.grad_scale = (float)(cfg->gradient_clipping / norm);
+        double o0 = dt_trace_now();
+        dt_trace_span(DT_TRACE_COMPUTE, "reduce", r0, o0); /* the gradients' reduction, norm and loss */
         DT_CHECK_GOTO(dt_dp_optimizer_step(t.dp, &args), st, out_teardown);
         DT_CHECK_GOTO(dt_pp_sync_tied(t.pp.engine), st, out_teardown);
         DT_CHECK_GOTO(o->synchronize(t.dev), st, out_teardown);
         double t1 = dt_now_s(), tp_ms = dt_tp_take_comm_ms(t.tp), comm_ms = dt_dp_take_comm_ms(t.dp) + tp_ms;
+        dt_trace_span(DT_TRACE_COMPUTE, "optimizer", o0, t1);
+        dt_trace_span(DT_TRACE_STEP, "step", t0, t1);
         warn_data_wait(&t, step, data_s, t1 - t0, &last_data_warn);
         double val = NAN;
         if (cfg->eval.every_steps > 0 && (step % cfg->eval.every_steps == 0 || step == steps)) {
@@ -668,6 +682,7 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env) {
         }
         DT_CHECK_GOTO(after_step(&t, step, &stop), st, out_teardown);
     }
+    DT_CHECK_GOTO(dt_train_trace_finish(cfg, t.log_dir, t.comm, env->rank, env->world_size), st, out_teardown);
     if (stop) goto out_teardown; /* preempted: saved; every rank stops here */
     double wall = dt_now_s() - t_start;
     /* Collective tail: every rank's memory figures, and the full parameters

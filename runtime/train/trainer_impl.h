@@ -12,7 +12,7 @@
  *   train_summary.c                             summary.json, from the parts' writers
  *   train_elastic.c                             resizes (reads the resume state)
  *   train_async.c                               checkpoint.async's saves
- *   train_ckpt.c, train_parallel.c, train_lora.c, train_mem.c, train_check.c
+ *   train_ckpt.c, train_parallel.c, train_lora.c, train_mem.c, train_check.c, train_trace.c
  *                                               the parts (train_check.c: the launcher's
  *                                               checks, calling train_lora.c's)
  *   train_spec.c                                the config read as the workers do
