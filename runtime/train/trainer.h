@@ -33,4 +33,12 @@ dt_status_t dt_trainer_check_data(const dt_config_t *cfg);
  * Errors are DT_STATUS_CONFIG naming the key. */
 dt_status_t dt_trainer_check_paths(const dt_config_t *cfg);
 
+/* What must be equal on every node of a multi-node run, for the launcher's preflight
+ * (train_preflight.c): *out (malloc'ed) gets one "key\tvalue\n" line per key: the
+ * resolved config flattened to dotted keys without the keys that may differ per node
+ * (log.dir, checkpoint.dir, tensorboard.output_path, threads, data.prefetch, the data
+ * and pretrained paths), each data file's name, size and header digest, model.pretrained's
+ * index digest and, with checkpoint.resume auto, the checkpoint `latest` names. */
+dt_status_t dt_trainer_preflight_desc(const dt_config_t *cfg, char **out);
+
 #endif /* DT_RUNTIME_TRAINER_H */
