@@ -97,6 +97,14 @@ static int check_config(dt_launch_spec_t *spec) {
             fprintf(stderr, "dtrun: error: %s\n", dt_error_detail());
             st = DT_STATUS_CONFIG;
         }
+        spec->preflight_cpu = !dt_config_uses_cuda(&cfg);
+        /* a CPU run's ranks share the host's memory: what they need, when the world is fixed */
+        if (st == DT_STATUS_OK && spec->preflight_cpu && spec->nnodes_min == spec->nnodes_max &&
+            dt_trainer_preflight_mem(&cfg, spec->nnodes_max * spec->nproc_per_node, spec->nproc_per_node,
+                                     &spec->preflight_mem_need) != DT_STATUS_OK) {
+            DT_LOG_WARN("preflight: this node's memory need is unknown: %s", dt_error_detail());
+            spec->preflight_mem_need = 0;
+        }
     }
     dt_config_free(&cfg);
     return st == DT_STATUS_OK ? DT_EXIT_OK : DT_EXIT_USAGE;

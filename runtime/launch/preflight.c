@@ -451,7 +451,8 @@ typedef struct verdict {
 static void fmt_bytes(double b, char *out, size_t len) {
     if (b <= 0) snprintf(out, len, "?");
     else if (b >= 1024.0 * 1024 * 1024) snprintf(out, len, "%.1f GiB", b / (1024.0 * 1024 * 1024));
-    else snprintf(out, len, "%.0f MiB", b / (1024.0 * 1024));
+    else if (b >= 1024.0 * 1024) snprintf(out, len, "%.0f MiB", b / (1024.0 * 1024));
+    else snprintf(out, len, "%.0f KiB", b / 1024.0);
 }
 
 static void print_table(record_t *recs, verdict_t *v, int n, double secs) {
@@ -480,6 +481,7 @@ static void print_table(record_t *recs, verdict_t *v, int n, double secs) {
         if (cfg_diff) snprintf(cfgd + strlen(cfgd), sizeof cfgd - strlen(cfgd), " !=");
         snprintf(data, sizeof data, "%s%s", dd, data_diff ? " DIFFERS" : strcmp(dd, "-") ? " ok" : "");
         if (v[i].unreachable) snprintf(reach, sizeof reach, "%.38s", v[i].reach_note);
+        else if (n == 1) snprintf(reach, sizeof reach, "- (one node)");
         else snprintf(reach, sizeof reach, "ok (%d peer(s))", n - 1);
         double off = -v[i].clock; /* this node's clock minus node 0's */
         if (off > -0.0005 && off < 0.0005) off = 0;

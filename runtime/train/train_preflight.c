@@ -4,7 +4,9 @@
  * the resolved config (dt_config_dump_json, flattened to dotted keys) minus the keys
  * that may differ per node, with each per-node path replaced by the identity of what
  * it names: every data file's name, size and header digest, model.pretrained's index
- * digest, the checkpoint a resume would start from.
+ * digest. checkpoint.dir is a path per node and nothing of what it holds is compared:
+ * the launcher reads it once at start, while a running (elastic) job moves its
+ * `latest` on, so a node that joins later would see another step.
  *
  * The output is text, one "key\tvalue\n" line per key, so that the agent (which may
  * not know configs, ARCHITECTURE.md) compares lines without parsing anything.
@@ -20,10 +22,10 @@
 
 #include <cjson/cJSON.h>
 
-#include "common/fs.h"      /* defines: dt_fs_read_file */
 #include "common/fs_safe.h" /* defines: dt_fs_open_regular */
 #include "common/mem.h"
 #include "common/sha256.h"
+#include "runtime/tools/mem_check.h" /* defines: dt_mem_check */
 #include "runtime/train/train_spec.h" /* defines: dt_trainer_sources_ */
 #include "runtime/train/trainer.h"
 
@@ -31,10 +33,11 @@
  * A trailing "[]" matches every element of a list (data.train[0].path, ...). */
 static const char *const per_node_keys[] = {
     "log.dir",                 /* each node's own log files */
-    "checkpoint.dir",          /* the shared storage's mount point; its `latest` is compared */
+    "checkpoint.dir",          /* the shared storage's mount point on this node */
     "tensorboard.output_path", /* rank 0's node writes it */
     "threads",                 /* each node's cores; the math does not depend on it */
     "data.prefetch",           /* read-ahead depth: speed only */
+    "comm.timeout_s",          /* each node's own hang watchdog decides when it gives up */
     "data.train",              /* paths; the files' names, sizes and headers are compared */
     "data.train[].path",
     "data.val",
@@ -230,22 +233,21 @@ dt_status_t dt_trainer_preflight_desc(const dt_config_t *cfg, char **out) {
     }
     if (n > 0 && cfg->data.val && *cfg->data.val) data_identity(&t, "data.val", cfg->data.val);
     if (cfg->model_pretrained) pretrained_identity(&t, cfg->model_pretrained);
-    const char *resume = cfg->checkpoint.resume;
-    if (cfg->checkpoint.dir && (!resume || !strcmp(resume, "auto"))) {
-        /* the step a resume would start from: the same on every node when every
-         * node's checkpoint.dir is the same storage */
-        char path[4096], *latest = NULL;
-        size_t ln = 0;
-        snprintf(path, sizeof path, "%s/latest", cfg->checkpoint.dir);
-        if (dt_fs_read_file(path, 4096, &latest, &ln) == DT_STATUS_OK) {
-            while (ln > 0 && (latest[ln - 1] == '\n' || latest[ln - 1] == ' ')) latest[--ln] = '\0';
-            put(&t, "checkpoint.dir (latest)", latest);
-            free(latest);
-        } else {
-            dt_error_clear();
-            put(&t, "checkpoint.dir (latest)", "(none)");
-        }
-    }
     *out = t.buf;
+    return DT_STATUS_OK;
+}
+
+dt_status_t dt_trainer_preflight_mem(const dt_config_t *cfg, int world_size, int local_world_size, double *need) {
+    *need = 0;
+    dt_model_spec spec;
+    DT_CHECK(dt_trainer_spec_(cfg, &spec));
+    /* plan's bytes per rank, priced against room that always fits: only need is used */
+    dt_mem_check_in in = {.cfg = cfg, .spec = &spec, .world_size = world_size,
+                          .local_world_size = local_world_size > 0 ? local_world_size : 1,
+                          .cpu_threads = cfg->threads > 0 ? (int)cfg->threads : 1, .avail_bytes = 1e18,
+                          .avail_what = "preflight"};
+    dt_mem_check_out out;
+    DT_CHECK(dt_mem_check(&in, &out));
+    if (out.checked) *need = out.need * in.local_world_size;
     return DT_STATUS_OK;
 }

@@ -24,14 +24,14 @@ cat >"$DT_TMP/cfg.json" <<JSON
  "checkpoint": {"every_steps": 0, "resume": "never"}}
 JSON
 
-# pair NPROC "NODE0 ARGS" "NODE1 ARGS" [ENV1]: node 0 on 127.0.0.2 (the store), node 1
+# pair NPROC "NODE0 ARGS" "NODE1 ARGS" [ENV1 [ENV0]]: node 0 on 127.0.0.2 (the store), node 1
 # on 127.0.0.3 with its own arguments (and environment); a$i.out/.err/.rc. Each node
 # logs to its own log.dir (a per-node key).
 pair() {
-  local np=$1 a0=$2 a1=$3 env1=${4:-}; local port; port=$(free_port)
+  local np=$1 a0=$2 a1=$3 env1=${4:-} env0=${5:-}; local port; port=$(free_port)
   ( env $env1 $T "$DTRUN" --nnodes 2 --nproc_per_node $np --rdzv_endpoint 127.0.0.2:$port --local_addr 127.0.0.3 \
       $FAST $a1 >"$DT_TMP/a1.out" 2>"$DT_TMP/a1.err"; echo $? >"$DT_TMP/a1.rc" ) & local p1=$!
-  $T "$DTRUN" --nnodes 2 --nproc_per_node $np --rdzv_endpoint 127.0.0.2:$port --local_addr 127.0.0.2 \
+  env $env0 $T "$DTRUN" --nnodes 2 --nproc_per_node $np --rdzv_endpoint 127.0.0.2:$port --local_addr 127.0.0.2 \
     $FAST $a0 >"$DT_TMP/a0.out" 2>"$DT_TMP/a0.err"; echo $? >"$DT_TMP/a0.rc"
   wait $p1
 }
@@ -98,6 +98,13 @@ else fail "dtrun check table" "rc=$(cat "$DT_TMP"/c?.rc | tr -d '\n') $(cat "$DT
 pair 1 "check $C log.dir=$DT_TMP/l0" "check $C log.dir=$DT_TMP/l1 optimizer.params.lr=0.01"
 if [ "$(rcs)" = 22 ] && grep -qE '^1 +127\.0\.0\.3 .* !=' "$DT_TMP/a0.out" && grep -q 'optimizer.params.lr is 0.01' "$DT_TMP/a1.err"; then
   pass "dtrun check with a difference: exit 2, the table marks it"; else fail "check difference" "rc=$(rcs) $(cat "$DT_TMP/a0.out")"; fi
+# warnings, not refusals: node 0's clock 7 s ahead (a test facility), node 1 short of memory
+pair 1 "check $C log.dir=$DT_TMP/l0" "check $C log.dir=$DT_TMP/l1" DTRUN_TEST_MEM_AVAILABLE=4096 DTRUN_TEST_CLOCK_SKEW=7
+if [ "$(rcs)" = 00 ] && grep -q 'WARN: preflight: node 1 (127.0.0.3) clock is -7.0 s off node 0.s' "$DT_TMP/a0.err" \
+   && grep -q 'WARN: preflight: node 1 (127.0.0.3) has 4 KiB of memory available, its ranks need' "$DT_TMP/a1.err" \
+   && grep -qE '^1 +127\.0\.0\.3 .* -7\.[0-9]+ s ! .* needs .* LOW' "$DT_TMP/a0.out"; then
+  pass "clock 7 s off and too little memory: warnings naming the node"
+else fail "clock and memory warnings" "rc=$(rcs) $(cat "$DT_TMP/a0.out") $(tail -n 3 "$DT_TMP/a0.err" "$DT_TMP/a1.err")"; fi
 "$DTRUN" check --help | grep -q '^usage: dtrun check' && pass "dtrun check --help: exit 0" || fail "dtrun check --help"
 "$DTRUN" check --no-preflight "$C" 2>"$DT_TMP/e"; [ $? = 2 ] && grep -q 'contradicts --no-preflight' "$DT_TMP/e" \
   && pass "check --no-preflight: exit 2" || fail "check --no-preflight" "$(cat "$DT_TMP/e")"
