@@ -138,7 +138,7 @@ static char *own_record(agent_t *ag, const char *addr) {
     const char *build = getenv("DTRUN_TEST_BUILD_ID"); /* a test facility: inert unless set */
     char tok[32];
     token_identity(sp, tok, sizeof tok);
-    size_t cap = 2048 + (sp->preflight_desc ? strlen(sp->preflight_desc) : 0);
+    size_t cap = 4096 + (sp->preflight_desc ? strlen(sp->preflight_desc) : 0);
     char *r = dt_xmalloc(cap);
     int n = snprintf(r, cap,
                      "@host\t%s\n@addr\t%s\n@slots\t%d\n@mem\t%.0f\n@need_mem\t%.0f\n@gpus\t%d\n@nproc\t%d\n"
@@ -150,9 +150,11 @@ static char *own_record(agent_t *ag, const char *addr) {
                      sp->nproc_per_node, sp->preflight_cpu, !strcmp(sp->nproc_source, "N"), DT_VERSION,
                      build && *build ? build : DT_GIT_REV, mode_name(sp), sp->check_only ? "yes" : "no",
                      sp->max_restarts, sp->heartbeat_s, sp->last_call_s, tok);
+    if (n < 0 || (size_t)n >= cap) n = (int)cap - 1; /* (host and addr are bounded: never) */
     /* the built-in trainer resolves the config for nnodes x nproc_per_node ranks */
-    if (sp->mode == DT_LAUNCH_MODE_CONFIG)
+    if (sp->mode == DT_LAUNCH_MODE_CONFIG && (size_t)n < cap)
         n += snprintf(r + n, cap - (size_t)n, "--nproc_per_node\t%d\n", sp->nproc_per_node);
+    if (n < 0 || (size_t)n >= cap) n = (int)cap - 1;
     if (sp->preflight_desc) snprintf(r + n, cap - (size_t)n, "%s", sp->preflight_desc);
     return r;
 }

@@ -98,12 +98,14 @@ else fail "dtrun check table" "rc=$(cat "$DT_TMP"/c?.rc | tr -d '\n') $(cat "$DT
 pair 1 "check $C log.dir=$DT_TMP/l0" "check $C log.dir=$DT_TMP/l1 optimizer.params.lr=0.01"
 if [ "$(rcs)" = 22 ] && grep -qE '^1 +127\.0\.0\.3 .* !=' "$DT_TMP/a0.out" && grep -q 'optimizer.params.lr is 0.01' "$DT_TMP/a1.err"; then
   pass "dtrun check with a difference: exit 2, the table marks it"; else fail "check difference" "rc=$(rcs) $(cat "$DT_TMP/a0.out")"; fi
-# warnings, not refusals: node 0's clock 7 s ahead (a test facility), node 1 short of memory
-pair 1 "check $C log.dir=$DT_TMP/l0" "check $C log.dir=$DT_TMP/l1" DTRUN_TEST_MEM_AVAILABLE=4096 DTRUN_TEST_CLOCK_SKEW=7
+# warnings, not refusals: node 0's clock 7 s ahead (a test facility), node 1 short of
+# memory and pinned to one CPU for 2 ranks
+pair 2 "check $C log.dir=$DT_TMP/l0" "check $C log.dir=$DT_TMP/l1" "DTRUN_TEST_MEM_AVAILABLE=4096 taskset -c 0" DTRUN_TEST_CLOCK_SKEW=7
 if [ "$(rcs)" = 00 ] && grep -q 'WARN: preflight: node 1 (127.0.0.3) clock is -7.0 s off node 0.s' "$DT_TMP/a0.err" \
    && grep -q 'WARN: preflight: node 1 (127.0.0.3) has 4 KiB of memory available, its ranks need' "$DT_TMP/a1.err" \
-   && grep -qE '^1 +127\.0\.0\.3 .* -7\.[0-9]+ s ! .* needs .* LOW' "$DT_TMP/a0.out"; then
-  pass "clock 7 s off and too little memory: warnings naming the node"
+   && grep -q 'WARN: preflight: node 1 (127.0.0.3) has 1 CPU slot(s) for --nproc_per_node 2 on a CPU run' "$DT_TMP/a0.err" \
+   && grep -qE '^1 +127\.0\.0\.3 .* -7\.[0-9]+ s ! +1/2 LOW .* needs .* LOW' "$DT_TMP/a0.out"; then
+  pass "clock 7 s off, too little memory, too few CPU slots: warnings naming the node"
 else fail "clock and memory warnings" "rc=$(rcs) $(cat "$DT_TMP/a0.out") $(tail -n 3 "$DT_TMP/a0.err" "$DT_TMP/a1.err")"; fi
 "$DTRUN" check --help | grep -q '^usage: dtrun check' && pass "dtrun check --help: exit 0" || fail "dtrun check --help"
 "$DTRUN" check --no-preflight "$C" 2>"$DT_TMP/e"; [ $? = 2 ] && grep -q 'contradicts --no-preflight' "$DT_TMP/e" \
