@@ -2,7 +2,9 @@
  * cmd_launch.c - `dtrun [LAUNCH FLAGS] CONFIG.json | --exec PROG ... | bench comm`:
  * parses the launch flags, checks what is to be run before anything starts (the
  * config, for its world size), and hands over to the agent (runtime/launch/agent.h), whose
- * workers are the program given to --exec or `dtrun __worker CONFIG ...`.
+ * workers are the program given to --exec or `dtrun __worker CONFIG ...`. For a
+ * multi-node run (and `dtrun check`) it also hands the agent what every node must
+ * agree on (dt_trainer_preflight_desc), which the agent's preflight compares.
  */
 #include <errno.h>
 #include <limits.h>
@@ -20,7 +22,7 @@
 #include "runtime/launch/agent.h"
 #include "runtime/config/config.h"
 #include "runtime/train/train_elastic.h" /* defines: dt_train_elastic_check */
-#include "runtime/train/trainer.h" /* defines: dt_trainer_check_pretrained, dt_trainer_check_data, dt_trainer_check_paths */
+#include "runtime/train/trainer.h" /* defines: dt_trainer_check_pretrained, dt_trainer_check_data, dt_trainer_check_paths, dt_trainer_preflight_desc */
 #include "runtime/train/train_ckpt.h" /* defines: dt_train_ckpt_check_start */
 #include "runtime/launch/launch_args.h"
 
@@ -47,7 +49,7 @@ static int cuda_probe(void) {
 
 /* The config is loaded and checked (for the world size when it is fixed) before
  * anything starts: its errors are exit 2, as the worker would find them. */
-static int check_config(const dt_launch_spec_t *spec) {
+static int check_config(dt_launch_spec_t *spec) {
     dt_config_t cfg;
     dt_status_t st = dt_config_load(spec->config_path, (const char *const *)spec->extra_argv,
                                     spec->extra_argc, &cfg);
@@ -89,10 +91,43 @@ static int check_config(const dt_launch_spec_t *spec) {
         char *dump = dt_config_dump_json(&cfg);
         if (dump) printf("%s\n", dump);
         free(dump);
+    } else if ((spec->nnodes_max > 1 || spec->check_only) && !spec->no_preflight) {
+        /* what every node must agree on, for the agent's preflight */
+        if (dt_trainer_preflight_desc(&cfg, &spec->preflight_desc) != DT_STATUS_OK) {
+            fprintf(stderr, "dtrun: error: %s\n", dt_error_detail());
+            st = DT_STATUS_CONFIG;
+        }
+        spec->preflight_cpu = !dt_config_uses_cuda(&cfg);
+        /* a CPU run's ranks share the host's memory: what they need, when the world is fixed */
+        if (st == DT_STATUS_OK && spec->preflight_cpu && spec->nnodes_min == spec->nnodes_max &&
+            dt_trainer_preflight_mem(&cfg, spec->nnodes_max * spec->nproc_per_node, spec->nproc_per_node,
+                                     &spec->preflight_mem_need) != DT_STATUS_OK) {
+            DT_LOG_WARN("preflight: this node's memory need is unknown: %s", dt_error_detail());
+            spec->preflight_mem_need = 0;
+        }
     }
     dt_config_free(&cfg);
     return st == DT_STATUS_OK ? DT_EXIT_OK : DT_EXIT_USAGE;
 }
+
+static const char check_usage[] =
+    "usage: dtrun check [LAUNCH FLAGS] [CONFIG.json [KEY=VALUE ...]]\n"
+    "       dtrun [LAUNCH FLAGS] check [CONFIG.json [KEY=VALUE ...]]\n"
+    "\n"
+    "Runs the preflight checks the launcher runs before it starts any worker, on every\n"
+    "node (start it on each node as you would start the job), and prints a table per\n"
+    "node: node, address, version, config digest, data, reachability, clock offset,\n"
+    "CPU slots, memory, GPUs. No worker is started.\n"
+    "\n"
+    "  across nodes: dtrun's version and build, the launch flags that must agree and\n"
+    "  the resolved config without the per-node keys (README \"Preflight\"), the data\n"
+    "  files' names, sizes and header digests, model.pretrained's index digest;\n"
+    "  each pair of nodes connects on the address its workers' collectives use\n"
+    "\n"
+    "Exit codes: 0 every check passed (warnings are printed), 2 the nodes differ or\n"
+    "the config is not valid, 3 a pair of nodes cannot connect (or the rendezvous\n"
+    "failed). The launcher runs the same checks before workers start; --no-preflight\n"
+    "skips them.\n";
 
 int dt_cmd_launch(int argc, char **argv) {
     dt_launch_spec_t spec;
@@ -101,6 +136,11 @@ int dt_cmd_launch(int argc, char **argv) {
         fprintf(stderr, "dtrun: error: %s\n(nothing was started; see dtrun --help)\n",
                 dt_error_detail());
         return DT_EXIT_USAGE;
+    }
+    if (spec.check_help) {
+        fputs(check_usage, stdout);
+        dt_launch_spec_free(&spec);
+        return DT_EXIT_OK;
     }
     for (int i = 0; i < spec.n_notes; i++) DT_LOG_INFO("SLURM: %s", spec.notes[i]);
     if (strcmp(spec.nproc_source, "N") != 0)
@@ -114,6 +154,8 @@ int dt_cmd_launch(int argc, char **argv) {
         code = check_config(&spec);
         if (code == DT_EXIT_OK && !spec.print_config)
             code = dt_cli_run_self(&spec, "__worker", spec.config_path, spec.extra_argv, spec.extra_argc);
+    } else if (spec.mode == DT_LAUNCH_MODE_CHECK) { /* check without a config: no program */
+        code = dt_agent_run(&spec, NULL, 0);
     } else {
         code = dt_agent_run(&spec, spec.prog_argv, spec.prog_argc);
     }

@@ -13,6 +13,7 @@ PKGS=(
   fortunes fortunes-min  # offline English text for the demo corpus
   clang libclang-rt-14-dev  # libFuzzer target and LeakSanitizer (make fuzz)
   iproute2            # network namespaces for multi-node tests
+  nftables            # a firewall rule between namespaces (test_preflight.sh: a blocked pair)
   procps psmisc       # pgrep/pkill in integration tests
 )
 

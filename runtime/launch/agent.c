@@ -396,7 +396,8 @@ static dt_status_t join_round(agent_t *ag) {
         ag->node_rank = 0;
         ag->base_rank = 0;
         ag->world_size = sp->nproc_per_node;
-        return DT_STATUS_OK;
+        /* one node: nothing to agree on; `dtrun check` still shows this node's row */
+        return sp->check_only ? dt_agent_preflight(ag) : DT_STATUS_OK;
     }
     signals_stop(ag);
     double t0 = dt_now_s();
@@ -424,6 +425,13 @@ static dt_status_t join_round(agent_t *ag) {
     DT_LOG_INFO("rendezvous round %d: node %d of %d, ranks %d-%d of %d (%.0f ms)",
                 ag->restart_count, ag->node_rank, ag->nnodes, ag->base_rank,
                 ag->base_rank + sp->nproc_per_node - 1, ag->world_size, (dt_now_s() - t0) * 1e3);
+    /* before any worker: the nodes agree and every pair connects (preflight.c) */
+    if (!sp->no_preflight) {
+        DT_CHECK(dt_agent_preflight(ag));
+        /* heartbeats are watched from the end of the preflight, which sent none */
+        double now = dt_now_s();
+        for (int i = 0; i < ag->rz->nnodes; i++) ag->rz->hb_changed[i] = now;
+    }
     return DT_STATUS_OK;
 }
 
@@ -435,14 +443,14 @@ int dt_agent_run(const dt_launch_spec_t *sp, char **argv, int argc) {
     dt_status_t st;
     ag->spec = sp;
     ag->argv = argv;
-    const char *slash = strrchr(argv[0], '/');
-    ag->title = slash ? slash + 1 : argv[0];
+    const char *slash = argv ? strrchr(argv[0], '/') : NULL;
+    ag->title = slash ? slash + 1 : argv ? argv[0] : "check";
     (void)argc;
     if (sp->local_addr) snprintf(ag->host, sizeof ag->host, "%s", sp->local_addr);
     else if (gethostname(ag->host, sizeof ag->host) != 0) snprintf(ag->host, sizeof ag->host, "localhost");
     ag->host[sizeof ag->host - 1] = '\0';
 
-    st = dt_agent_find_program(argv[0], &ag->prog_path);
+    st = argv ? dt_agent_find_program(argv[0], &ag->prog_path) : DT_STATUS_OK; /* none: check */
     if (st != DT_STATUS_OK) {
         fprintf(stderr, "dtrun: error: %s (nothing was started)\n", dt_error_detail());
         code = DT_EXIT_USAGE;
@@ -513,6 +521,10 @@ int dt_agent_run(const dt_launch_spec_t *sp, char **argv, int argc) {
         if (st != DT_STATUS_OK) {
             fprintf(stderr, "dtrun: error: %s\n", dt_error_detail());
             code = rendezvous_exit_code(st);
+            break;
+        }
+        if (sp->check_only) { /* `dtrun check`: the preflight passed, no worker */
+            code = DT_EXIT_OK;
             break;
         }
         run_round(ag);

@@ -7,6 +7,7 @@
  *              (torch elastic's multiprocessing/api.py, tail_log.py, redirects.py)
  *   failure.c  what a failed worker leaves: its error file, the failure record
  *              shared through the store, torchrun's summary (multiprocessing/errors/)
+ *   preflight.c before a round's workers: the nodes agree, every pair connects
  *   orphans.c  nothing left running: worker process groups killed when a round ends,
  *              the agent as child subreaper, the guardian that outlives a killed agent
  */
@@ -122,6 +123,7 @@ typedef struct agent {
     failure_t *fails;
     int nfails;
     struct dt_agent_flight *flight; /* flight_agent.c's state, NULL until used */
+    double preflight_s;             /* how long this round's preflight took */
     char readbuf[65536];
 } agent_t;
 
@@ -158,6 +160,17 @@ void dt_agent_orphans_reaped(agent_t *ag, worker_t *w);
 void dt_agent_orphans_sweep(agent_t *ag);
 /* An orderly end: the guardian leaves without killing anything and is reaped. */
 void dt_agent_orphans_end(agent_t *ag);
+
+/* ---- preflight.c ---- */
+
+/* After the round's rendezvous (ag->rz; NULL: one node, only this node's own checks),
+ * before any worker: every node's record (version, launch flags, spec->preflight_desc)
+ * compared with node 0's, every pair of nodes connected on the collectives' address.
+ * Differences are DT_STATUS_CONFIG (exit 2) and a pair that cannot connect
+ * DT_STATUS_RENDEZVOUS (exit 3), their lines printed on stderr, the same on every
+ * node; warnings (clock, slots, memory, GPUs) are logged. With spec->check_only the
+ * table per node goes to stdout. ag->preflight_s gets the time it took. */
+dt_status_t dt_agent_preflight(agent_t *ag);
 
 /* ---- elastic.c ---- */
 

@@ -46,6 +46,7 @@ typedef enum flag_id {
     F_LOCAL_ADDR,
     F_SHUTDOWN_TIMEOUT,
     F_PRINT_CONFIG,
+    F_NO_PREFLIGHT,
     F_COUNT_
 } flag_id_t;
 
@@ -74,6 +75,7 @@ static const flag_def_t flags[F_COUNT_] = {
     [F_LOCAL_ADDR] = {"local_addr", 0},
     [F_SHUTDOWN_TIMEOUT] = {"shutdown_timeout", 0},
     [F_PRINT_CONFIG] = {"print_config", 1},
+    [F_NO_PREFLIGHT] = {"no_preflight", 1},
 };
 
 typedef struct raw_args {
@@ -323,6 +325,16 @@ static dt_status_t collect_cli(int argc, char **argv, raw_args_t *raw, dt_launch
             spec->prog_argc = argc - i - 1;
             return DT_STATUS_OK;
         }
+        if (!strcmp(a, "check") && !spec->check_only && spec->mode != DT_LAUNCH_MODE_CHECK) {
+            /* `dtrun [flags] check [flags] [CONFIG.json]`: launch flags go on after it */
+            spec->check_only = 1;
+            if (i + 1 < argc && (!strcmp(argv[i + 1], "--help") || !strcmp(argv[i + 1], "-h"))) {
+                spec->check_help = 1;
+                spec->mode = DT_LAUNCH_MODE_CHECK;
+                return DT_STATUS_OK;
+            }
+            continue;
+        }
         if (strncmp(a, "--", 2) != 0) break;
         const char *name = a + 2;
         const char *eq = strchr(name, '=');
@@ -347,9 +359,15 @@ static dt_status_t collect_cli(int argc, char **argv, raw_args_t *raw, dt_launch
         }
         raw->from_cli[f] = 1;
     }
+    if (i >= argc && spec->check_only) { /* check without a config: the launch only */
+        spec->mode = DT_LAUNCH_MODE_CHECK;
+        return DT_STATUS_OK;
+    }
     if (i >= argc)
         return dt_error(DT_STATUS_USAGE,
                         "nothing to launch: give CONFIG.json, --exec PROGRAM or bench comm");
+    if (spec->check_only && !strcmp(argv[i], "bench"))
+        return dt_error(DT_STATUS_USAGE, "check takes a CONFIG.json (or nothing), not bench comm");
     if (!strcmp(argv[i], "bench")) {
         if (i + 1 >= argc || strcmp(argv[i + 1], "comm") != 0)
             return dt_error(DT_STATUS_USAGE, "after launch flags, 'bench' must be 'bench comm'");
@@ -440,6 +458,9 @@ static dt_status_t interpret(const raw_args_t *raw, char **envp, dt_launch_spec_
 
     spec->standalone = raw->val[F_STANDALONE] != NULL;
     spec->print_config = raw->val[F_PRINT_CONFIG] != NULL;
+    spec->no_preflight = raw->val[F_NO_PREFLIGHT] != NULL;
+    if (spec->check_only && spec->no_preflight)
+        return dt_error(DT_STATUS_USAGE, "check contradicts --no-preflight: check is the preflight");
     int have_master = raw->val[F_MASTER_ADDR] || raw->val[F_MASTER_PORT];
     if (spec->standalone) {
         const int conflicts[] = {F_RDZV_ENDPOINT, F_MASTER_ADDR, F_MASTER_PORT};
@@ -616,6 +637,8 @@ void dt_launch_spec_free(dt_launch_spec_t *spec) {
     free(spec->local_addr);
     free(spec->token_file);
     free(spec->bind_host);
+    free(spec->preflight_desc);
+    spec->preflight_desc = NULL;
     memset(&spec->token, 0, sizeof spec->token);
     spec->have_token = 0;
     spec->token_file = spec->bind_host = NULL;

@@ -24,6 +24,7 @@ typedef enum dt_launch_mode {
     DT_LAUNCH_MODE_CONFIG = 0, /* dtrun [flags] CONFIG.json [KEY=VALUE ...] */
     DT_LAUNCH_MODE_EXEC,       /* dtrun [flags] --exec PROGRAM [ARGS ...]   */
     DT_LAUNCH_MODE_BENCH_COMM, /* dtrun [flags] bench comm [BENCH FLAGS]    */
+    DT_LAUNCH_MODE_CHECK,      /* dtrun [flags] check [flags] (no config): preflight only */
 } dt_launch_mode_t;
 
 /* Bit set of streams for --redirects / --tee (torchrun's Std: 1 out, 2 err, 3 both). */
@@ -36,6 +37,15 @@ typedef struct dt_launch_spec {
     int node_rank;               /* -1: assigned at the rendezvous */
     int standalone;              /* single node, free port, generated run id */
     int print_config;            /* print the resolved config and start nothing */
+    int no_preflight;            /* --no-preflight: skip the checks across nodes */
+    int check_only;              /* `dtrun [flags] check [flags] [CONFIG.json]`: the
+                                    preflight checks and their table, no worker */
+    int check_help;              /* `check --help` */
+    char *preflight_desc;        /* what must agree across nodes, "key\tvalue\n" lines
+                                    (malloc'ed by the launcher from the resolved config;
+                                    NULL: nothing beyond the launch itself) */
+    double preflight_mem_need;   /* host bytes this node's ranks need (0: unknown) */
+    int preflight_cpu;           /* the workers compute on the CPU (slots are checked) */
     char *endpoint_host;         /* rendezvous / store host (NULL: 127.0.0.1) */
     int endpoint_port;           /* 0: pick a free port (standalone) */
     int endpoint_given;          /* an endpoint came from a flag, PET_ or SLURM */

@@ -33,4 +33,15 @@ dt_status_t dt_trainer_check_data(const dt_config_t *cfg);
  * Errors are DT_STATUS_CONFIG naming the key. */
 dt_status_t dt_trainer_check_paths(const dt_config_t *cfg);
 
+/* What must be equal on every node of a multi-node run, for the launcher's preflight
+ * (train_preflight.c): *out (malloc'ed) gets one "key\tvalue\n" line per key: the
+ * resolved config flattened to dotted keys without the keys that may differ per node
+ * (log.dir, checkpoint.dir, tensorboard.output_path, threads, data.prefetch,
+ * comm.timeout_s, the data and pretrained paths), each data file's name, size and
+ * header digest and model.pretrained's index digest. */
+dt_status_t dt_trainer_preflight_desc(const dt_config_t *cfg, char **out);
+/* The host bytes a node's local_world_size CPU ranks need (plan's arithmetic, as the
+ * workers' memory check prices them), for the preflight; cfg resolved for world_size. */
+dt_status_t dt_trainer_preflight_mem(const dt_config_t *cfg, int world_size, int local_world_size, double *need);
+
 #endif /* DT_RUNTIME_TRAINER_H */
