@@ -16,6 +16,7 @@
 #include "common/clock.h"
 #include "common/fs_safe.h"
 #include "common/mem.h"
+#include "common/strbuf.h"
 
 static const char *const cat_names[DT_TRACE_N_CATS] = {"step", "data", "compute", "comm", "bubble", "op", "ckpt"};
 
@@ -199,37 +200,7 @@ dt_status_t dt_trace_collect(dt_trace_rec **out, size_t *n, uint64_t *dropped) {
 
 /* ---- the rank file ---------------------------------------------------------------- */
 
-typedef struct sbuf {
-    char *p;
-    size_t len, cap;
-} sbuf;
 
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
-        va_end(ap);
-        if (k >= 0 && (size_t)k < b->cap - b->len) {
-            b->len += (size_t)k;
-            return;
-        }
-        b->cap = b->cap * 2 + (k > 0 ? (size_t)k : 0) + 256;
-        b->p = dt_xrealloc(b->p, b->cap);
-    }
-}
-
-/* s as a JSON string (quotes included; control characters escaped). */
-static void sb_str(sbuf *b, const char *s) {
-    sb_printf(b, "\"");
-    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
-        if (*c == '"' || *c == '\\') sb_printf(b, "\\%c", *c);
-        else if (*c < 0x20 || *c == 0x7f) sb_printf(b, "\\u%04x", *c);
-        else sb_printf(b, "%c", *c);
-    }
-    sb_printf(b, "\"");
-}
 
 dt_status_t dt_trace_write_rank(const char *path, const dt_trace_rank_info *info) {
     dt_trace_rec *s;
@@ -241,30 +212,30 @@ dt_status_t dt_trace_write_rank(const char *path, const dt_trace_rank_info *info
     for (size_t i = 0; i < n; i++)
         if (s[i].queued_ns < epoch) epoch = s[i].queued_ns;
     int64_t epoch_wall = (int64_t)epoch + g.wall_minus_mono;
-    sbuf b = {dt_xmalloc(4096), 0, 4096};
-    sb_printf(&b, "{\"format\": \"dtrun-trace-rank\", \"version\": 1, \"rank\": %d, \"world_size\": %d, \"host\": ",
+    dt_strbuf b = {dt_xmalloc(4096), 0, 4096};
+    dt_strbuf_printf(&b, "{\"format\": \"dtrun-trace-rank\", \"version\": 1, \"rank\": %d, \"world_size\": %d, \"host\": ",
               info->rank, info->world_size);
-    sb_str(&b, info->host ? info->host : "");
-    sb_printf(&b, ",\n \"trace_steps\": %d, \"epoch_ns\": \"%" PRId64 "\", \"clock_offset_ns\": %" PRId64
+    dt_strbuf_json_str(&b, info->host ? info->host : "");
+    dt_strbuf_printf(&b, ",\n \"trace_steps\": %d, \"epoch_ns\": \"%" PRId64 "\", \"clock_offset_ns\": %" PRId64
               ", \"clock_rtt_ns\": %" PRId64 ", \"dropped\": %" PRIu64 ",\n \"spans\": [",
               info->n_steps, epoch_wall, g.offset_ns, g.rtt_ns, dropped);
     for (size_t i = 0; i < n; i++) {
         const dt_trace_rec *x = &s[i];
-        sb_printf(&b, "%s\n  {\"t0\": %" PRIu64 ", \"t1\": %" PRIu64 ", \"step\": %" PRId64 ", \"cat\": \"%s\", \"name\": ",
+        dt_strbuf_printf(&b, "%s\n  {\"t0\": %" PRIu64 ", \"t1\": %" PRIu64 ", \"step\": %" PRId64 ", \"cat\": \"%s\", \"name\": ",
                   i ? "," : "", x->t0_ns - epoch, x->t1_ns - epoch, x->step, dt_trace_cat_name(x->cat));
-        sb_str(&b, x->name);
+        dt_strbuf_json_str(&b, x->name);
         if (x->cat == DT_TRACE_OP) {
-            sb_printf(&b, ", \"queued\": %" PRIu64 ", \"comm\": ", x->queued_ns - epoch);
-            sb_str(&b, x->comm);
-            sb_printf(&b, ", \"seq\": %" PRIu64 ", \"count\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"dtype\": ", x->seq,
+            dt_strbuf_printf(&b, ", \"queued\": %" PRIu64 ", \"comm\": ", x->queued_ns - epoch);
+            dt_strbuf_json_str(&b, x->comm);
+            dt_strbuf_printf(&b, ", \"seq\": %" PRIu64 ", \"count\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"dtype\": ", x->seq,
                       x->count, x->count * x->elem_bytes);
-            sb_str(&b, x->dtype);
-            sb_printf(&b, ", \"peer\": %d, \"p2p\": %s%s", x->peer, x->p2p ? "true" : "false",
+            dt_strbuf_json_str(&b, x->dtype);
+            dt_strbuf_printf(&b, ", \"peer\": %d, \"p2p\": %s%s", x->peer, x->p2p ? "true" : "false",
                       x->failed ? ", \"failed\": true" : "");
         }
-        sb_printf(&b, "}");
+        dt_strbuf_printf(&b, "}");
     }
-    sb_printf(&b, "\n]}\n");
+    dt_strbuf_printf(&b, "\n]}\n");
     free(s);
     dt_status_t st = dt_fs_write_atomic(path, b.p, b.len, NULL, 0);
     free(b.p);

@@ -16,6 +16,7 @@
 #include "common/fs_safe.h"
 #include "common/mem.h"
 #include "common/trace.h"
+#include "common/strbuf.h"
 
 #define TL_MAX_FILE ((size_t)1 << 31) /* a rank file or trace.json (bytes) */
 #define TL_MAX_RANKS 65536
@@ -217,52 +218,23 @@ out_free:
 
 /* ---- trace.json ---------------------------------------------------------------------- */
 
-typedef struct sbuf {
-    char *p;
-    size_t len, cap;
-} sbuf;
 
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
-        va_end(ap);
-        if (k >= 0 && (size_t)k < b->cap - b->len) {
-            b->len += (size_t)k;
-            return;
-        }
-        b->cap = b->cap * 2 + (k > 0 ? (size_t)k : 0) + 256;
-        b->p = dt_xrealloc(b->p, b->cap);
-    }
-}
-
-static void sb_str(sbuf *b, const char *s) {
-    sb_printf(b, "\"");
-    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
-        if (*c == '"' || *c == '\\') sb_printf(b, "\\%c", *c);
-        else if (*c < 0x20 || *c == 0x7f) sb_printf(b, "\\u%04x", *c);
-        else sb_printf(b, "%c", *c);
-    }
-    sb_printf(b, "\"");
-}
 
 dt_status_t dt_timeline_write_json(const dt_timeline *tl, const char *path) {
-    sbuf b = {dt_xmalloc(1 << 16), 0, 1 << 16};
-    sb_printf(&b, "{\"displayTimeUnit\": \"ms\",\n \"otherData\": {\"format\": \"dtrun-trace\", \"version\": 1, "
+    dt_strbuf b = {dt_xmalloc(1 << 16), 0, 1 << 16};
+    dt_strbuf_printf(&b, "{\"displayTimeUnit\": \"ms\",\n \"otherData\": {\"format\": \"dtrun-trace\", \"version\": 1, "
                   "\"epoch_ns\": \"%s\", \"world_size\": %d, \"dropped\": %" PRIu64 ", \"clock_offsets_ns\": [",
               tl->epoch_ns, tl->n_ranks, tl->dropped);
-    for (int r = 0; r < tl->n_ranks; r++) sb_printf(&b, "%s%" PRId64, r ? ", " : "", tl->offset_ns[r]);
-    sb_printf(&b, "]},\n \"traceEvents\": [");
+    for (int r = 0; r < tl->n_ranks; r++) dt_strbuf_printf(&b, "%s%" PRId64, r ? ", " : "", tl->offset_ns[r]);
+    dt_strbuf_printf(&b, "]},\n \"traceEvents\": [");
     const char *sep = "\n  ";
     for (int r = 0; r < tl->n_ranks; r++) {
         char pname[128];
         snprintf(pname, sizeof pname, "rank %d (%s)", r, tl->hosts[r]);
-        sb_printf(&b, "%s{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": 0, \"args\": {\"name\": ",
+        dt_strbuf_printf(&b, "%s{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": 0, \"args\": {\"name\": ",
                   sep, r);
-        sb_str(&b, pname);
-        sb_printf(&b, "}},\n  {\"name\": \"process_sort_index\", \"ph\": \"M\", \"pid\": %d, \"tid\": 0, \"args\": "
+        dt_strbuf_json_str(&b, pname);
+        dt_strbuf_printf(&b, "}},\n  {\"name\": \"process_sort_index\", \"ph\": \"M\", \"pid\": %d, \"tid\": 0, \"args\": "
                       "{\"sort_index\": %d}}", r, r);
         sep = ",\n  ";
         /* the tracks this rank has */
@@ -270,33 +242,33 @@ dt_status_t dt_timeline_write_json(const dt_timeline *tl, const char *path) {
             int has = 0;
             for (size_t i = 0; i < tl->n && !has; i++) has = tl->ev[i].pid == r && tl->ev[i].tid == t;
             if (!has) continue;
-            sb_printf(&b, "%s{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": %d, \"args\": {\"name\": ",
+            dt_strbuf_printf(&b, "%s{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": %d, \"args\": {\"name\": ",
                       sep, r, t);
-            sb_str(&b, tl->tracks[t - 1]);
-            sb_printf(&b, "}},\n  {\"name\": \"thread_sort_index\", \"ph\": \"M\", \"pid\": %d, \"tid\": %d, \"args\": "
+            dt_strbuf_json_str(&b, tl->tracks[t - 1]);
+            dt_strbuf_printf(&b, "}},\n  {\"name\": \"thread_sort_index\", \"ph\": \"M\", \"pid\": %d, \"tid\": %d, \"args\": "
                           "{\"sort_index\": %d}}", r, t, t);
         }
     }
     for (size_t i = 0; i < tl->n; i++) {
         const dt_tl_event *e = &tl->ev[i];
-        sb_printf(&b, "%s{\"name\": ", sep);
-        sb_str(&b, e->name);
-        sb_printf(&b, ", \"cat\": \"%s\", \"ph\": \"X\", \"ts\": %.3f, \"dur\": %.3f, \"pid\": %d, \"tid\": %d, "
+        dt_strbuf_printf(&b, "%s{\"name\": ", sep);
+        dt_strbuf_json_str(&b, e->name);
+        dt_strbuf_printf(&b, ", \"cat\": \"%s\", \"ph\": \"X\", \"ts\": %.3f, \"dur\": %.3f, \"pid\": %d, \"tid\": %d, "
                       "\"args\": {\"step\": %" PRId64,
                   dt_trace_cat_name(e->cat), e->ts, e->dur, e->pid, e->tid, e->step);
         if (e->cat == DT_TRACE_OP) {
-            sb_printf(&b, ", \"op\": ");
-            sb_str(&b, e->name);
-            sb_printf(&b, ", \"count\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"dtype\": ", e->count, e->bytes);
-            sb_str(&b, e->dtype);
-            sb_printf(&b, ", \"peer\": %d, \"comm\": ", e->peer);
-            sb_str(&b, e->comm);
-            sb_printf(&b, ", \"seq\": %" PRIu64 ", \"queued_us\": %.3f", e->seq, e->queued_us);
+            dt_strbuf_printf(&b, ", \"op\": ");
+            dt_strbuf_json_str(&b, e->name);
+            dt_strbuf_printf(&b, ", \"count\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"dtype\": ", e->count, e->bytes);
+            dt_strbuf_json_str(&b, e->dtype);
+            dt_strbuf_printf(&b, ", \"peer\": %d, \"comm\": ", e->peer);
+            dt_strbuf_json_str(&b, e->comm);
+            dt_strbuf_printf(&b, ", \"seq\": %" PRIu64 ", \"queued_us\": %.3f", e->seq, e->queued_us);
         }
-        sb_printf(&b, "}}");
+        dt_strbuf_printf(&b, "}}");
         sep = ",\n  ";
     }
-    sb_printf(&b, "\n]}\n");
+    dt_strbuf_printf(&b, "\n]}\n");
     dt_status_t st = dt_fs_write_atomic(path, b.p, b.len, NULL, 0);
     free(b.p);
     return st;

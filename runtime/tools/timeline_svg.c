@@ -15,6 +15,7 @@
 #include "common/fs_safe.h"
 #include "common/mem.h"
 #include "common/trace.h"
+#include "common/strbuf.h"
 #include "runtime/tools/timeline.h"
 
 #define SVG_W 1200
@@ -25,35 +26,15 @@
 #define PHASE_ROW_H 40
 #define TOP 86
 
-typedef struct sbuf {
-    char *p;
-    size_t len, cap;
-} sbuf;
-
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
-        va_end(ap);
-        if (k >= 0 && (size_t)k < b->cap - b->len) {
-            b->len += (size_t)k;
-            return;
-        }
-        b->cap = b->cap * 2 + (k > 0 ? (size_t)k : 0) + 256;
-        b->p = dt_xrealloc(b->p, b->cap);
-    }
-}
 
 /* s as SVG text (the XML specials escaped; other control characters dropped). */
-static void sb_text(sbuf *b, const char *s) {
+static void sb_text(dt_strbuf *b, const char *s) {
     for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
-        if (*c == '<') sb_printf(b, "&lt;");
-        else if (*c == '>') sb_printf(b, "&gt;");
-        else if (*c == '&') sb_printf(b, "&amp;");
-        else if (*c == '"') sb_printf(b, "&quot;");
-        else if (*c >= 0x20 && *c != 0x7f) sb_printf(b, "%c", *c);
+        if (*c == '<') dt_strbuf_printf(b, "&lt;");
+        else if (*c == '>') dt_strbuf_printf(b, "&gt;");
+        else if (*c == '&') dt_strbuf_printf(b, "&amp;");
+        else if (*c == '"') dt_strbuf_printf(b, "&quot;");
+        else if (*c >= 0x20 && *c != 0x7f) dt_strbuf_printf(b, "%c", *c);
     }
 }
 
@@ -125,16 +106,16 @@ dt_status_t dt_timeline_svg(const dt_timeline *tl, int64_t step, const char *pat
         }
     int height = y + 40;
     double span_ms = (hi - lo) / 1e3, xs = PLOT_W / (hi - lo);
-    sbuf b = {dt_xmalloc(1 << 16), 0, 1 << 16};
-    sb_printf(&b, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+    dt_strbuf b = {dt_xmalloc(1 << 16), 0, 1 << 16};
+    dt_strbuf_printf(&b, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
                   "font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
               SVG_W, height, SVG_W, height);
-    sb_printf(&b, "<text x=\"10\" y=\"20\" font-size=\"15\" font-weight=\"bold\">dtrun timeline: step %" PRId64
+    dt_strbuf_printf(&b, "<text x=\"10\" y=\"20\" font-size=\"15\" font-weight=\"bold\">dtrun timeline: step %" PRId64
                   " (%.2f ms across %d rank(s))</text>\n", step, span_ms, tl->n_ranks);
     /* the legend */
     int lx = 10;
     for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
-        sb_printf(&b, "<rect x=\"%d\" y=\"32\" width=\"12\" height=\"12\" fill=\"%s\" stroke=\"#555\" stroke-width=\"0.5\"/>"
+        dt_strbuf_printf(&b, "<rect x=\"%d\" y=\"32\" width=\"12\" height=\"12\" fill=\"%s\" stroke=\"#555\" stroke-width=\"0.5\"/>"
                       "<text x=\"%d\" y=\"42\">%s</text>\n", lx, kinds[k].fill, lx + 16, kinds[k].label);
         lx += 22 + 7 * (int)strlen(kinds[k].label);
     }
@@ -142,26 +123,26 @@ dt_status_t dt_timeline_svg(const dt_timeline *tl, int64_t step, const char *pat
     double tick = tick_of(span_ms);
     for (double t = 0; t <= span_ms + 1e-9; t += tick) {
         double x = PLOT_X0 + t * 1e3 * xs;
-        sb_printf(&b, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#ddd\"/>"
+        dt_strbuf_printf(&b, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#ddd\"/>"
                       "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" fill=\"#444\">%g</text>\n",
                   x, TOP - 12, x, y, x, TOP - 16, t);
     }
-    sb_printf(&b, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\" fill=\"#444\">time (ms)</text>\n", LABEL_W,
+    dt_strbuf_printf(&b, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\" fill=\"#444\">time (ms)</text>\n", LABEL_W,
               TOP - 16);
     /* the rows */
     for (int k = 0; k < n_rows; k++) {
         const row *w = &rows[k];
-        sb_printf(&b, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\"/>\n", PLOT_X0, w->y, PLOT_W, w->h,
+        dt_strbuf_printf(&b, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\"/>\n", PLOT_X0, w->y, PLOT_W, w->h,
                   k % 2 ? "#fafafa" : "#f3f3f3");
-        sb_printf(&b, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">rank %d", LABEL_W, w->y + w->h / 2 + 4, w->pid);
+        dt_strbuf_printf(&b, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">rank %d", LABEL_W, w->y + w->h / 2 + 4, w->pid);
         if (w->pid < tl->n_ranks && tl->hosts[w->pid][0]) {
-            sb_printf(&b, " (");
+            dt_strbuf_printf(&b, " (");
             sb_text(&b, tl->hosts[w->pid]);
-            sb_printf(&b, ")");
+            dt_strbuf_printf(&b, ")");
         }
-        sb_printf(&b, " \xc2\xb7 ");
+        dt_strbuf_printf(&b, " \xc2\xb7 ");
         sb_text(&b, tl->tracks[w->tid - 1]);
-        sb_printf(&b, "</text>\n");
+        dt_strbuf_printf(&b, "</text>\n");
         /* the spans, parents before children (the events are by start, enclosing first) */
         double end[8] = {0};
         int depth = 0;
@@ -177,27 +158,27 @@ dt_status_t dt_timeline_svg(const dt_timeline *tl, int64_t step, const char *pat
             if (hh < 4) hh = 4, yy = w->y + (w->h - 4) / 2.0;
             if (wd < 0.6) wd = 0.6;
             int kd = kind_of(e);
-            sb_printf(&b, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\"%s><title>", x, yy, wd,
+            dt_strbuf_printf(&b, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\"%s><title>", x, yy, wd,
                       hh, kinds[kd].fill, kd == 0 ? " stroke=\"#999\" stroke-width=\"0.5\"" : "");
             sb_text(&b, e->name);
-            sb_printf(&b, " (%s): %.3f ms at %.3f ms", dt_trace_cat_name(e->cat), e->dur / 1e3, (e->ts - lo) / 1e3);
+            dt_strbuf_printf(&b, " (%s): %.3f ms at %.3f ms", dt_trace_cat_name(e->cat), e->dur / 1e3, (e->ts - lo) / 1e3);
             if (e->cat == DT_TRACE_OP) {
-                sb_printf(&b, ", %" PRIu64 " x %s (%" PRIu64 " bytes), comm ", e->count, e->dtype, e->bytes);
+                dt_strbuf_printf(&b, ", %" PRIu64 " x %s (%" PRIu64 " bytes), comm ", e->count, e->dtype, e->bytes);
                 sb_text(&b, e->comm);
-                sb_printf(&b, " #%" PRIu64, e->seq);
-                if (e->peer >= 0) sb_printf(&b, ", peer %d", e->peer);
+                dt_strbuf_printf(&b, " #%" PRIu64, e->seq);
+                if (e->peer >= 0) dt_strbuf_printf(&b, ", peer %d", e->peer);
             }
-            sb_printf(&b, "</title></rect>\n");
+            dt_strbuf_printf(&b, "</title></rect>\n");
             if (wd > 7.0 * (double)strlen(e->name) + 6 && kd != 0 && hh >= 10)
             {
-                sb_printf(&b, "<text x=\"%.2f\" y=\"%.1f\" font-size=\"9\" fill=\"%s\">", x + 3, yy + hh / 2 + 3,
+                dt_strbuf_printf(&b, "<text x=\"%.2f\" y=\"%.1f\" font-size=\"9\" fill=\"%s\">", x + 3, yy + hh / 2 + 3,
                           kd == 3 ? "white" : "#222");
                 sb_text(&b, e->name);
-                sb_printf(&b, "</text>\n");
+                dt_strbuf_printf(&b, "</text>\n");
             }
         }
     }
-    sb_printf(&b, "<text x=\"10\" y=\"%d\" fill=\"#666\">clocks aligned to rank 0's (offsets measured at start); "
+    dt_strbuf_printf(&b, "<text x=\"10\" y=\"%d\" fill=\"#666\">clocks aligned to rank 0's (offsets measured at start); "
                   "hover a span for its figures; the whole job: trace.json in https://ui.perfetto.dev</text>\n</svg>\n",
               height - 14);
     free(rows);
