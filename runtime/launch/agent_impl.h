@@ -171,6 +171,10 @@ void dt_agent_orphans_end(agent_t *ag);
  * node; warnings (clock, slots, memory, GPUs) are logged. With spec->check_only the
  * table per node goes to stdout. ag->preflight_s gets the time it took. */
 dt_status_t dt_agent_preflight(agent_t *ag);
+/* --no-preflight on a multi-node launch: posts this node's record as "skip" without
+ * waiting, so that the nodes that run the preflight skip it too (with a warning
+ * naming this node) instead of waiting for a record that never comes. */
+dt_status_t dt_agent_preflight_skip(agent_t *ag);
 
 /* ---- elastic.c ---- */
 

@@ -572,6 +572,19 @@ static void node_warnings(const record_t *recs, int i, verdict_t *v) {
                  "times across nodes will not line up; is NTP running?)", -v->clock, PF_CLOCK_WARN_S);
 }
 
+dt_status_t dt_agent_preflight_skip(agent_t *ag) {
+    if (!ag->rz) return DT_STATUS_OK;
+    char k[KEY_MAX];
+    pf_key(ag, k, "desc", ag->rz->node_rank);
+    dt_status_t st = dt_store_set(ag->rz->store, k, "@skip\t1\n", 7);
+    if (st != DT_STATUS_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", dt_error_detail());
+        st = dt_error(DT_STATUS_RENDEZVOUS, "preflight: lost the rendezvous store at %s: %s", ag->rz->endpoint, why);
+    }
+    return st;
+}
+
 dt_status_t dt_agent_preflight(agent_t *ag) {
     const dt_launch_spec_t *sp = ag->spec;
     double t0 = dt_now_s();
@@ -611,6 +624,16 @@ dt_status_t dt_agent_preflight(agent_t *ag) {
             goto out_free;
         }
         DT_CHECK_GOTO(read_all(ag, "desc", n, recs), st, out_free);
+    }
+
+    /* a node launched with --no-preflight posted "skip": the job skips the checks */
+    for (int i = 0; i < n; i++) {
+        if (!record_get(&recs[i], "@skip")) continue;
+        char sh[300];
+        DT_LOG_WARN("preflight: node %d (%s) was launched with --no-preflight: no node checks the job "
+                    "(give the same flag to every node)",
+                    i, dt_fs_printable(ag->rz->nodes[i].host, sh, sizeof sh));
+        goto out_free;
     }
 
     /* 1. agreement: every node compares every node with node 0, and finds the same */

@@ -78,6 +78,15 @@ else fail "matching nodes train" "rc=$(rcs) $(tail -n 3 "$DT_TMP/a0.err" "$DT_TM
 pair 1 "--no-preflight $C log.dir=$DT_TMP/n0" "--no-preflight $C log.dir=$DT_TMP/n1 optimizer.params.lr=0.01"
 if [ "$(rcs)" = 00 ] && grep -q 'step 2/2' "$DT_TMP/a0.out" && ! grep -q preflight "$DT_TMP/a0.err" "$DT_TMP/a1.err"; then
   pass "--no-preflight skips the check"; else fail "--no-preflight" "rc=$(rcs) $(tail -n 3 "$DT_TMP/a0.err")"; fi
+# --no-preflight on one node only: the other learns it from the record and skips too
+# (it used to wait 15 s for a record that never came, then exit 3)
+t0=$(date +%s.%N)
+pair 1 "$C log.dir=$DT_TMP/o0" "--no-preflight $C log.dir=$DT_TMP/o1 optimizer.params.lr=0.01"
+dt=$(echo "$(date +%s.%N) - $t0" | bc)
+if [ "$(rcs)" = 00 ] && grep -q 'step 2/2' "$DT_TMP/a0.out" && [ "$(echo "$dt < 10" | bc)" = 1 ] \
+   && grep -qF 'preflight: node 1 (127.0.0.3) was launched with --no-preflight: no node checks the job' "$DT_TMP/a0.err"; then
+  pass "--no-preflight on one node: every node skips, named (${dt%.*} s)"
+else fail "--no-preflight on one node" "rc=$(rcs) ${dt}s $(tail -n 3 "$DT_TMP/a0.err")"; fi
 
 # dtrun check: 4 nodes on 127.0.0.2..5, the table on every node, exit 0, no worker
 port=$(free_port); pids=()
