@@ -91,19 +91,23 @@ static int check_config(dt_launch_spec_t *spec) {
         char *dump = dt_config_dump_json(&cfg);
         if (dump) printf("%s\n", dump);
         free(dump);
-    } else if ((spec->nnodes_max > 1 || spec->check_only) && !spec->no_preflight) {
+    } else if (!spec->no_preflight) {
         /* what every node must agree on, for the agent's preflight */
-        if (dt_trainer_preflight_desc(&cfg, &spec->preflight_desc) != DT_STATUS_OK) {
+        if ((spec->nnodes_max > 1 || spec->check_only) &&
+            dt_trainer_preflight_desc(&cfg, &spec->preflight_desc) != DT_STATUS_OK) {
             fprintf(stderr, "dtrun: error: %s\n", dt_error_detail());
             st = DT_STATUS_CONFIG;
         }
         spec->preflight_cpu = !dt_config_uses_cuda(&cfg);
-        /* a CPU run's ranks share the host's memory: what they need, when the world is fixed */
-        if (st == DT_STATUS_OK && spec->preflight_cpu && spec->nnodes_min == spec->nnodes_max &&
+        /* a CPU run's ranks share the host's memory, a GPU run's rank has its GPU: what
+         * they need, when the world is fixed */
+        double *need = spec->preflight_cpu ? &spec->preflight_mem_need : &spec->preflight_gpu_need;
+        int multi = spec->nnodes_max > 1 || spec->check_only; /* one CPU node: its workers check */
+        if (st == DT_STATUS_OK && (multi || !spec->preflight_cpu) && spec->nnodes_min == spec->nnodes_max &&
             dt_trainer_preflight_mem(&cfg, spec->nnodes_max * spec->nproc_per_node, spec->nproc_per_node,
-                                     &spec->preflight_mem_need) != DT_STATUS_OK) {
+                                     !spec->preflight_cpu, need) != DT_STATUS_OK) {
             DT_LOG_WARN("preflight: this node's memory need is unknown: %s", dt_error_detail());
-            spec->preflight_mem_need = 0;
+            *need = 0;
         }
     }
     dt_config_free(&cfg);
@@ -152,10 +156,15 @@ int dt_cmd_launch(int argc, char **argv) {
         if (code < 0) code = dt_cli_run_self(&spec, "__bench_comm_rank", NULL, spec.extra_argv, spec.extra_argc);
     } else if (spec.mode == DT_LAUNCH_MODE_CONFIG) {
         code = check_config(&spec);
-        if (code == DT_EXIT_OK && !spec.print_config)
+        if (code == DT_EXIT_OK && spec.check_only) { /* the ranks check the communicator, train nothing */
+            char *dev[] = {"--device", spec.preflight_cpu ? "cpu" : "cuda"};
+            code = dt_cli_run_self(&spec, "__comm_check_rank", NULL, dev, 2);
+        } else if (code == DT_EXIT_OK && !spec.print_config) {
             code = dt_cli_run_self(&spec, "__worker", spec.config_path, spec.extra_argv, spec.extra_argc);
-    } else if (spec.mode == DT_LAUNCH_MODE_CHECK) { /* check without a config: no program */
-        code = dt_agent_run(&spec, NULL, 0);
+        }
+    } else if (spec.mode == DT_LAUNCH_MODE_CHECK) { /* check without a config: the communicator only */
+        char *dev[] = {"--device", "auto"};
+        code = dt_cli_run_self(&spec, "__comm_check_rank", NULL, dev, 2);
     } else {
         code = dt_agent_run(&spec, spec.prog_argv, spec.prog_argc);
     }

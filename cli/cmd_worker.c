@@ -50,7 +50,7 @@ int dt_cmd_worker(int argc, char **argv) {
     if (st != DT_STATUS_OK) {
         fprintf(stderr, "dtrun rank %d: training failed: %s: %s\n", env.rank, dt_strerror(st),
                 dt_error_detail());
-        return (int)dt_status_exit_code(st);
+        return dt_trainer_preflight_failed() ? DT_EXIT_PREFLIGHT : (int)dt_status_exit_code(st);
     }
     return dt_train_elastic_resizing() ? DT_EXIT_RESIZE : DT_EXIT_OK;
 }

@@ -28,6 +28,8 @@ int dt_bench_comm_check(int argc, char **argv, int local_world_size);
 /* hidden: one rank of the collective benchmark (what the agent runs per rank), or
  * with --nproc N and no RANK set, a standalone launch of N such ranks */
 int dt_cmd_bench_comm_rank(int argc, char **argv);
+/* hidden: one rank of `dtrun check` (cmd_check_rank.c) */
+int dt_cmd_comm_check_rank(int argc, char **argv);
 /* Runs this binary's hidden per-rank command on every rank through the agent:
  * `dtrun SUBCOMMAND [FIRST] ARGS...` (first may be NULL). Returns the agent's exit
  * code. (cmd_launch.c; the trainer's __worker, bench comm's __bench_comm_rank.) */

@@ -37,6 +37,7 @@ static const char usage[] =
     "  --rdzv_conf K=V,...  --standalone  --max_restarts K  --monitor_interval S\n"
     "  --log_dir DIR  --redirects SPEC  --tee SPEC  --local_ranks_filter LIST\n"
     "  --no-preflight (skip the checks across nodes before workers start; README \"Preflight\")\n"
+    "  --preflight_min_busbw GBPS (the communicator's health check: a node or link under it is exit 3)\n"
     "\n"
     "  --nnodes MIN:MAX: elastic; lost nodes -> resume at the smaller size, a node that\n"
     "  arrives is admitted at the next checkpoint; the trainer keeps train_batch_size\n"
@@ -72,6 +73,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "__worker")) return dt_cmd_worker(argc - 1, argv + 1);
     if (!strcmp(cmd, "__bench_comm_rank")) return dt_cmd_bench_comm_rank(argc - 1, argv + 1);
+    if (!strcmp(cmd, "__comm_check_rank")) return dt_cmd_comm_check_rank(argc - 1, argv + 1);
     if (!strcmp(cmd, "store")) return dt_cmd_store(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench") && argc > 2 && !strcmp(argv[2], "store"))
         return dt_cmd_bench_store(argc - 2, argv + 2);

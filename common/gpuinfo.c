@@ -71,6 +71,115 @@ int dt_gpuinfo_count_visible(const char *visible) {
 
 int dt_gpuinfo_count(void) { return dt_gpuinfo_count_visible(getenv("CUDA_VISIBLE_DEVICES")); }
 
+/* ---- health ------------------------------------------------------------------ */
+
+#ifdef DT_CUEMU
+int dt_gpuinfo_health(dt_gpu_health *out, int max) {
+    int n = dt_gpuinfo_count();
+    if (n > max) n = max;
+    const char *name = getenv("DTRUN_CUEMU_GPU_NAME"), *mem = getenv("DTRUN_CUEMU_GPU_MEM_GIB");
+    const char *ecc = getenv("DTRUN_CUEMU_ECC");
+    for (int i = 0; i < n; i++) {
+        memset(&out[i], 0, sizeof out[i]);
+        snprintf(out[i].name, sizeof out[i].name, "%s", name && *name ? name : "cuemu");
+        out[i].mem_bytes = (mem ? atof(mem) : 80) * 1024.0 * 1024 * 1024;
+        out[i].ecc_uncorrected = 0;
+        if (ecc) { /* the i-th comma-separated count */
+            const char *p = ecc;
+            for (int k = 0; k < i && p; k++) p = strchr(p, ','), p = p ? p + 1 : NULL;
+            if (p && *p && *p != ',') out[i].ecc_uncorrected = atoll(p);
+        }
+    }
+    return n;
+}
+#else
+/* NVML's functions as its header declares them (nvmlDevice_t is a pointer, the
+ * return an enum where 0 is NVML_SUCCESS), looked up by name: no header needed. */
+typedef struct nvml_memory { unsigned long long total, free, used; } nvml_memory_t;
+typedef struct nvml_api {
+    int (*init)(void), (*shutdown)(void);
+    int (*count)(unsigned *);
+    int (*by_index)(unsigned, void **);
+    int (*by_uuid)(const char *, void **);
+    int (*name)(void *, char *, unsigned);
+    int (*memory)(void *, nvml_memory_t *);
+    int (*ecc)(void *, int, int, unsigned long long *);
+    int (*remapped)(void *, unsigned *, unsigned *, unsigned *, unsigned *);
+} nvml_api_t;
+
+#define NVML_MEMORY_ERROR_TYPE_UNCORRECTED 1
+#define NVML_VOLATILE_ECC 0
+
+static void health_of(const nvml_api_t *a, void *dev, dt_gpu_health *h) {
+    memset(h, 0, sizeof *h);
+    h->ecc_uncorrected = -1;
+    if (a->name(dev, h->name, sizeof h->name) != 0) snprintf(h->name, sizeof h->name, "?");
+    nvml_memory_t m;
+    if (a->memory && a->memory(dev, &m) == 0) h->mem_bytes = (double)m.total;
+    unsigned long long c = 0;
+    if (a->ecc && a->ecc(dev, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC, &c) == 0)
+        h->ecc_uncorrected = (long long)c;
+    unsigned corr = 0, unc = 0, pending = 0, failed = 0;
+    if (a->remapped && a->remapped(dev, &corr, &unc, &pending, &failed) == 0) {
+        h->remap_failed = failed != 0;
+        h->remap_pending = pending != 0;
+    }
+}
+
+int dt_gpuinfo_health(dt_gpu_health *out, int max) {
+    void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) return -1;
+    nvml_api_t a = {
+        .init = (int (*)(void))dlsym(lib, "nvmlInit_v2"),
+        .shutdown = (int (*)(void))dlsym(lib, "nvmlShutdown"),
+        .count = (int (*)(unsigned *))dlsym(lib, "nvmlDeviceGetCount_v2"),
+        .by_index = (int (*)(unsigned, void **))dlsym(lib, "nvmlDeviceGetHandleByIndex_v2"),
+        .by_uuid = (int (*)(const char *, void **))dlsym(lib, "nvmlDeviceGetHandleByUUID"),
+        .name = (int (*)(void *, char *, unsigned))dlsym(lib, "nvmlDeviceGetName"),
+        .memory = (int (*)(void *, nvml_memory_t *))dlsym(lib, "nvmlDeviceGetMemoryInfo"),
+        .ecc = (int (*)(void *, int, int, unsigned long long *))dlsym(lib, "nvmlDeviceGetTotalEccErrors"),
+        .remapped = (int (*)(void *, unsigned *, unsigned *, unsigned *, unsigned *))dlsym(lib, "nvmlDeviceGetRemappedRows"),
+    };
+    int n = -1;
+    if (!a.init || !a.shutdown || !a.count || !a.by_index || !a.by_uuid || !a.name || a.init() != 0) {
+        dlclose(lib);
+        return -1;
+    }
+    unsigned total = 0;
+    if (a.count(&total) == 0) {
+        n = 0;
+        const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+        if (!vis) {
+            for (unsigned i = 0; i < total && n < max; i++) {
+                void *dev = NULL;
+                if (a.by_index(i, &dev) == 0) health_of(&a, dev, &out[n++]);
+            }
+        } else { /* CUDA's rule: entries up to the first invalid one */
+            for (const char *p = vis; *p && n < max;) {
+                while (*p == ' ') p++;
+                if (*p == '-' || *p == ',' || !*p) break;
+                char ent[128];
+                size_t k = 0;
+                while (*p && *p != ',' && k + 1 < sizeof ent) ent[k++] = *p++;
+                ent[k] = '\0';
+                while (*p && *p != ',') p++;
+                if (*p == ',') p++;
+                void *dev = NULL;
+                char *end;
+                unsigned long idx = strtoul(ent, &end, 10);
+                int r = (end != ent && (*end == '\0' || *end == ' ')) ? a.by_index((unsigned)idx, &dev)
+                                                                      : a.by_uuid(ent, &dev);
+                if (r != 0) break; /* as CUDA stops at an entry it cannot find */
+                health_of(&a, dev, &out[n++]);
+            }
+        }
+    }
+    a.shutdown();
+    dlclose(lib);
+    return n;
+}
+#endif
+
 /* ---- models ------------------------------------------------------------------
  * Memory as sold (GiB of HBM/GDDR) and dense bf16 tensor-core peaks without
  * sparsity, from the vendors' data sheets (H100 SXM 989, H100 PCIe 756, H200 989,

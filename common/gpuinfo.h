@@ -18,6 +18,25 @@ int dt_gpuinfo_count(void);
 /* The same with `visible` as the value of CUDA_VISIBLE_DEVICES (NULL: unset). */
 int dt_gpuinfo_count_visible(const char *visible);
 
+/* The health of one GPU a process started now would use, as the driver reports it
+ * without CUDA (NVML), for the launcher's preflight. */
+typedef struct dt_gpu_health {
+    char name[96];           /* "NVIDIA H200" */
+    double mem_bytes;        /* total device memory */
+    long long ecc_uncorrected; /* volatile uncorrectable ECC errors since the driver
+                              * loaded; -1: not reported (ECC off, or not this GPU's) */
+    int remap_failed;        /* 1: a row remapping failed (the GPU needs service) */
+    int remap_pending;       /* 1: a row remapping waits for a GPU reset */
+} dt_gpu_health;
+
+/* The GPUs a process started now would use (CUDA_VISIBLE_DEVICES's entries as
+ * indices into the driver's PCI order, or GPU-UUIDs; unset: all), at most max of
+ * them into out. Returns how many, or -1 when the driver cannot be asked (no NVML:
+ * no NVIDIA driver). The CPU emulator's build reports DTRUN_CUEMU_GPUS GPUs named
+ * DTRUN_CUEMU_GPU_NAME ("cuemu"), with DTRUN_CUEMU_GPU_MEM_GIB (80) and the
+ * comma-separated uncorrectable counts of DTRUN_CUEMU_ECC (tests). */
+int dt_gpuinfo_health(dt_gpu_health *out, int max);
+
 /* One GPU model. */
 typedef struct dt_gpu_spec {
     const char *name;        /* --gpu name: "h100", "a100-80", "cpu" */

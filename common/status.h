@@ -69,6 +69,8 @@ typedef enum dt_exit {
     DT_EXIT_NETWORK = 3, /* rendezvous or network failure (timeout, peer lost) */
     DT_EXIT_RESIZE = 75, /* a worker of an elastic run saved at a checkpoint boundary so that
                             the group re-rendezvous at a new size: not a failure */
+    DT_EXIT_PREFLIGHT = 76, /* a worker's health check of the communicator failed before the first
+                               step: the launcher exits 3 without restarting the group */
 } dt_exit_t;
 
 /* The exit code a failure of st ends a process with: OK 0; USAGE, CONFIG,

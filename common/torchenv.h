@@ -13,6 +13,10 @@
 
 #include "common/status.h"
 
+/* The launcher asks the built-in trainer's ranks for the communicator's health
+ * check before the first step through it: "BYTES,ITERS,MIN_BUSBW_GBPS". */
+#define DT_PREFLIGHT_COMM_ENV "DTRUN_PREFLIGHT_COMM"
+
 typedef struct dt_torchenv {
     int rank;             /* RANK (default 0), in [0, world_size) */
     int world_size;       /* WORLD_SIZE (default 1) */

@@ -271,9 +271,9 @@ static size_t count_wrong(bench_t *b, size_t count, dt_status_t *st) {
     return wrong;
 }
 
-/* Opens the rank's device and allocates the buffers (cap bytes each). */
-static dt_status_t bench_alloc(bench_t *b, int local_rank, size_t cap) {
-    if (b->o->device == DT_DEVICE_CPU) {
+/* The buffers (cap bytes each) on b->dev, or in host memory when it is NULL. */
+static dt_status_t buffers_alloc(bench_t *b, size_t cap) {
+    if (!b->dev) {
         b->in = dt_mem_alloc(DT_MEM_COMM, cap);
         b->out = dt_mem_alloc(DT_MEM_COMM, cap);
         if (!b->in || !b->out) return dt_error(DT_STATUS_NOMEM, "out of host memory for two %zu-byte buffers", cap);
@@ -281,10 +281,6 @@ static dt_status_t bench_alloc(bench_t *b, int local_rank, size_t cap) {
         memset(b->out, 0, cap);
         return DT_STATUS_OK;
     }
-    int ngpu = dt_device_count(DT_DEVICE_CUDA);
-    dt_device_opts_t opts = {.kind = DT_DEVICE_CUDA, .nthreads = 1, .ordinal = ngpu > 0 ? local_rank % ngpu : 0,
-                             .dtype = DT_DTYPE_F32};
-    DT_CHECK(dt_device_open(&b->dev, &opts));
     const dt_ops_t *ops = b->dev->ops;
     DT_CHECK(ops->alloc(b->dev, DT_MEM_COMM, cap, &b->in));
     DT_CHECK(ops->alloc(b->dev, DT_MEM_COMM, cap, &b->out));
@@ -294,18 +290,33 @@ static dt_status_t bench_alloc(bench_t *b, int local_rank, size_t cap) {
     return ops->synchronize(b->dev);
 }
 
-static void bench_free(bench_t *b) {
+static void buffers_free(bench_t *b) {
     free(b->reqs);
     if (b->dev) {
         b->dev->ops->free(b->dev, b->in);
         b->dev->ops->free(b->dev, b->out);
         b->dev->ops->free(b->dev, b->dval);
         dt_mem_free(b->host);
-        dt_device_free(b->dev);
     } else {
         dt_mem_free(b->in);
         dt_mem_free(b->out);
     }
+}
+
+/* Opens the rank's device and allocates the buffers (cap bytes each). */
+static dt_status_t bench_alloc(bench_t *b, int local_rank, size_t cap) {
+    if (b->o->device != DT_DEVICE_CPU) {
+        int ngpu = dt_device_count(DT_DEVICE_CUDA);
+        dt_device_opts_t opts = {.kind = DT_DEVICE_CUDA, .nthreads = 1,
+                                 .ordinal = ngpu > 0 ? local_rank % ngpu : 0, .dtype = DT_DTYPE_F32};
+        DT_CHECK(dt_device_open(&b->dev, &opts));
+    }
+    return buffers_alloc(b, cap);
+}
+
+static void bench_free(bench_t *b) {
+    buffers_free(b);
+    if (b->dev) dt_device_free(b->dev);
 }
 
 dt_status_t dt_comm_bench_run(const dt_comm_bench_opts *o, dt_comm_config_t *cfg, int lws,
@@ -388,5 +399,199 @@ out_free_comm:
     dt_comm_free(b.c);
 out_free:
     bench_free(&b);
+    return st;
+}
+
+/* ---- the preflight's health check (dt_comm_health_run) ---------------------- */
+
+/* iters timed ops on b->c after one untimed, the slowest rank's seconds per op. */
+static dt_status_t timed(bench_t *b, size_t count, int iters, double *secs) {
+    DT_CHECK(run_iters(b, count, 1));
+    DT_CHECK(dt_comm_barrier(b->c));
+    double t0 = dt_now_s();
+    DT_CHECK(run_iters(b, count, iters));
+    float s = (float)((dt_now_s() - t0) / iters), slowest = 0;
+    DT_CHECK(reduce_value(b, s, DT_COMM_MAX, &slowest));
+    *secs = slowest;
+    return DT_STATUS_OK;
+}
+
+/* count floats from rank `from` to rank `to` of b->c, answered by one float, iters
+ * times after one untimed: the bandwidth of that direction (GB/s) on `from`, whose
+ * clock times it (the answer's latency is the error). Other ranks idle. */
+static dt_status_t one_way(bench_t *b, size_t count, int iters, int from, int to, double *gbps) {
+    int r = dt_comm_rank(b->c);
+    if (r != from && r != to) return DT_STATUS_OK;
+    double t0 = 0;
+    for (int it = 0; it <= iters; it++) {
+        if (it == 1) t0 = dt_now_s();
+        if (r == from) {
+            DT_CHECK(dt_comm_send(b->c, b->in, count, DT_COMM_F32, to));
+            DT_CHECK(dt_comm_recv(b->c, b->out, 1, DT_COMM_F32, to));
+        } else {
+            DT_CHECK(dt_comm_recv(b->c, b->out, count, DT_COMM_F32, from));
+            DT_CHECK(dt_comm_send(b->c, b->out, 1, DT_COMM_F32, from));
+        }
+    }
+    if (b->dev) DT_CHECK(b->dev->ops->synchronize(b->dev));
+    if (r == from) *gbps = (double)count * sizeof(float) / ((dt_now_s() - t0) / iters) / 1e9;
+    return DT_STATUS_OK;
+}
+
+static double median(const double *v, int n) {
+    double *s = dt_xmalloc((size_t)n * sizeof *s), m;
+    memcpy(s, v, (size_t)n * sizeof *s);
+    for (int i = 1; i < n; i++) /* insertion sort: a node count */
+        for (int j = i; j > 0 && s[j - 1] > s[j]; j--) m = s[j], s[j] = s[j - 1], s[j - 1] = m;
+    m = n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+    free(s);
+    return m;
+}
+
+#define HEALTH_OUT(...) (o += (size_t)snprintf(out + o, o < cap ? cap - o : 0, __VA_ARGS__), o = o < cap ? o : cap)
+
+/* Rank 0's verdict on the gathered figures: lines into res->report, res->bad. */
+static void health_verdict(const dt_comm_health_opts *ho, int n, int lws, int nn, const char *backend, double world,
+                           const double *intra, const double *to0, const double *from0, const double *wrong,
+                           dt_comm_health_result *res) {
+    size_t cap = 4096 + (size_t)nn * 400, o = 0;
+    char *out = dt_xmalloc(cap);
+    out[0] = '\0';
+    double floor = ho->min_busbw_gbps;
+    HEALTH_OUT("preflight: all-reduce of %.0f MiB over %d rank(s) (%s): busbw %.2f GB/s", ho->bytes / 1048576.0, n,
+               backend, world);
+    double total_wrong = 0;
+    for (int k = 0; k < nn; k++) total_wrong += wrong[k];
+    HEALTH_OUT("%s\n", total_wrong ? "" : ", results exact");
+    if (nn == 1 && wrong[0]) {
+        HEALTH_OUT("preflight: error: %.0f element(s) of the all-reduce's result are wrong (a failing GPU, memory "
+                   "or link)\n", wrong[0]);
+        res->bad++;
+    }
+    if (floor > 0 && world < floor) {
+        HEALTH_OUT("preflight: error: the job's all-reduce busbw %.2f GB/s is under the floor of %.2f GB/s "
+                   "(--preflight_min_busbw)\n", world, floor);
+        res->bad++;
+    }
+    double *link = dt_xcalloc((size_t)nn, sizeof *link); /* each node's slower direction to node 0 */
+    for (int k = 1; k < nn; k++) link[k] = to0[k] < from0[k] ? to0[k] : from0[k];
+    double mi = lws > 1 ? median(intra, nn) : 0, mp = nn > 1 ? median(link + 1, nn - 1) : 0;
+    for (int k = 0; k < nn && nn > 1; k++) { /* one node: its figure is the world's */
+        char node[64];
+        snprintf(node, sizeof node, "node %d (ranks %d-%d)", k, k * lws, k * lws + lws - 1);
+        if (k == 0 && lws == 1 && !wrong[0]) continue; /* nothing of its own to show */
+        HEALTH_OUT("preflight: %s:", node);
+        if (lws > 1) HEALTH_OUT(" within the node %.2f GB/s busbw", intra[k]);
+        if (k > 0) HEALTH_OUT("%s to node 0 %.2f GB/s, from node 0 %.2f GB/s", lws > 1 ? "," : "", to0[k], from0[k]);
+        HEALTH_OUT("\n");
+        if (wrong[k]) {
+            HEALTH_OUT("preflight: error: %s: %.0f element(s) of the all-reduce's result are wrong (a failing GPU, "
+                       "memory or link)\n", node, wrong[k]);
+            res->bad++;
+        }
+        if (lws > 1 && floor > 0 && intra[k] < floor) {
+            HEALTH_OUT("preflight: error: %s: the all-reduce within the node, %.2f GB/s, is under the floor of "
+                       "%.2f GB/s (--preflight_min_busbw)\n", node, intra[k], floor);
+            res->bad++;
+        } else if (lws > 1 && nn > 2 && intra[k] < mi / 2) {
+            HEALTH_OUT("preflight: warning: %s is slow within the node: %.2f GB/s, the nodes' median is %.2f GB/s\n",
+                       node, intra[k], mi);
+        }
+        if (k > 0 && floor > 0 && link[k] < floor) {
+            HEALTH_OUT("preflight: error: %s: %.2f GB/s %s node 0 is under the floor of %.2f GB/s "
+                       "(--preflight_min_busbw)%s\n", node, link[k], to0[k] < from0[k] ? "to" : "from", floor,
+                       nn == 2 ? " (node 0's link or node 1's: a pair cannot tell which)" : "");
+            res->bad++;
+        } else if (k > 0 && nn > 2 && link[k] < mp / 2) {
+            HEALTH_OUT("preflight: warning: %s has a slow link: %.2f GB/s %s node 0, the nodes' median is %.2f GB/s\n",
+                       node, link[k], to0[k] < from0[k] ? "to" : "from", mp);
+        }
+    }
+    free(link);
+    res->report = out;
+}
+
+dt_status_t dt_comm_health_run(dt_comm_t *world, dt_device_t *dev, int lws, const dt_comm_health_opts *ho,
+                               dt_comm_health_result *res) {
+    memset(res, 0, sizeof *res);
+    dt_comm_bench_opts bo = {.op = DT_COMM_OP_ALL_REDUCE, .dtype = DT_COMM_F32, .iters = ho->iters, .warmup = 1,
+                             .device = dev ? DT_DEVICE_CUDA : DT_DEVICE_CPU};
+    bench_t b = {.o = &bo, .c = world, .dev = dev};
+    int n = dt_comm_size(world), r = dt_comm_rank(world);
+    if (lws <= 0 || n % lws) lws = n; /* nodes of unequal sizes: the world is one "node" */
+    int nn = n / lws, node = r / lws, lr = r % lws;
+    size_t count = ho->bytes / sizeof(float);
+    if (count < (size_t)n) count = (size_t)n;
+    dt_comm_t *local = NULL, *lead = NULL;
+    enum { F = 4 }; /* per node: intra busbw, to node 0, from node 0, wrong elements */
+    double *fig = dt_xcalloc((size_t)nn * F, sizeof *fig);
+    float *vec = dt_xcalloc((size_t)nn * F, sizeof *vec), *sum = dt_xcalloc((size_t)nn * F, sizeof *sum);
+    size_t cap = count > (size_t)nn * F ? count : (size_t)nn * F; /* the figures travel through it too */
+    dt_status_t st = buffers_alloc(&b, (cap + 16) * sizeof(float));
+    double world_s = 0, intra_s = 0;
+    if (st == DT_STATUS_OK) st = timed(&b, count, ho->iters, &world_s);
+    dt_status_t cst = DT_STATUS_OK;
+    float wrong = st == DT_STATUS_OK ? (float)count_wrong(&b, count, &cst) : 0;
+    if (st == DT_STATUS_OK) st = cst;
+    /* within each node (every node at once), and each node's first rank to node 0's */
+    if (st == DT_STATUS_OK && nn > 1 && lws > 1) st = dt_comm_split(world, node, lr, &local);
+    if (st == DT_STATUS_OK && local) {
+        b.c = local;
+        st = timed(&b, count, ho->iters, &intra_s);
+        b.c = world;
+    }
+    if (st == DT_STATUS_OK && nn > 1) st = dt_comm_split(world, lr == 0 ? 0 : 1, node, &lead);
+    if (st == DT_STATUS_OK && lead && lr == 0) /* node 0's first rank writes "from", node k's "to" */
+        for (int k = 1; k < nn && st == DT_STATUS_OK; k++) {
+            b.c = lead;
+            double g = 0;
+            st = one_way(&b, count, ho->iters, k, 0, &g);
+            if (node == k) vec[k * F + 1] = (float)g;
+            if (st == DT_STATUS_OK) st = one_way(&b, count, ho->iters, 0, k, &g);
+            if (node == 0) vec[k * F + 2] = (float)g;
+        }
+    b.c = world;
+    /* every rank's figures into its node's slots, summed over the world (the ranks of a
+     * node agree on intra, only the first has the pair) */
+    if (st == DT_STATUS_OK) {
+        double bytes = (double)count * sizeof(float);
+        if (lws > 1) {
+            double t = nn > 1 ? intra_s : world_s;
+            vec[node * F + 0] = lr == 0 ? (float)(bytes / t * 2.0 * (lws - 1) / lws / 1e9) : 0;
+        }
+        vec[node * F + 3] = wrong;
+        size_t nv = (size_t)nn * F;
+        if (!dev) {
+            st = dt_comm_all_reduce(world, vec, sum, nv, DT_COMM_F32, DT_COMM_SUM);
+        } else { /* the communicator may take device memory only: through b.out */
+            const dt_ops_t *ops = dev->ops;
+            st = ops->copy(dev, b.in, vec, nv * sizeof(float), DT_COPY_HOST_TO_DEVICE);
+            if (st == DT_STATUS_OK) st = dt_comm_all_reduce(world, b.in, b.out, nv, DT_COMM_F32, DT_COMM_SUM);
+            if (st == DT_STATUS_OK) st = ops->copy(dev, sum, b.out, nv * sizeof(float), DT_COPY_DEVICE_TO_HOST);
+            if (st == DT_STATUS_OK) st = ops->synchronize(dev);
+        }
+    }
+    if (st == DT_STATUS_OK && r == 0) {
+        double *intra = fig, *to0 = fig + nn, *from0 = fig + 2 * nn, *wr = fig + 3 * nn;
+        for (int k = 0; k < nn; k++)
+            intra[k] = sum[k * F], to0[k] = sum[k * F + 1], from0[k] = sum[k * F + 2], wr[k] = sum[k * F + 3];
+        double busbw = (double)count * sizeof(float) / world_s * 2.0 * (n - 1) / n / 1e9;
+        res->busbw_gbps = busbw;
+        dt_comm_health_opts shown = *ho;
+        shown.bytes = count * sizeof(float);
+        health_verdict(&shown, n, lws, nn, dt_comm_backend_name(dt_comm_backend(world)), busbw, intra, to0, from0, wr,
+                       res);
+    }
+    if (st == DT_STATUS_OK) { /* every rank learns the verdict: all stop, or none */
+        float bad = (float)res->bad, any = 0;
+        st = reduce_value(&b, bad, DT_COMM_MAX, &any);
+        res->bad = (int)any;
+    }
+    if (lead) dt_comm_free(lead);
+    if (local) dt_comm_free(local);
+    buffers_free(&b);
+    free(fig);
+    free(vec);
+    free(sum);
     return st;
 }

@@ -21,6 +21,7 @@
 #include <stddef.h>
 
 #include "common/status.h"
+#include "kernels/kernels.h" /* defines: dt_device_t */
 #include "runtime/comm/comm.h"
 
 /* --device unset: cuda when a GPU is visible, else cpu */
@@ -90,5 +91,28 @@ dt_status_t dt_comm_bench_resolve_device(dt_comm_bench_opts *o, int ngpu, int lw
  * An error's detail is the message (from "rank R: " on for ALLOC, INIT and RUN). */
 dt_status_t dt_comm_bench_run(const dt_comm_bench_opts *o, dt_comm_config_t *cfg, int lws,
                               const dt_comm_bench_report *rep, dt_comm_bench_result *res);
+
+/* The preflight's health check of a job's communicator, run by every rank before
+ * the first step (and by `dtrun check`'s ranks): an all-reduce of bytes over the
+ * world (checked exactly), the same within each node (every node at once), and a
+ * ping-pong between each node's first rank and node 0's (one node at a time): nodes
+ * are lws consecutive ranks. Rank 0 gets res->report (malloc'ed lines: the busbw of
+ * each, per node, errors and warnings) and every rank res->bad: the figures under
+ * min_busbw_gbps (0: none; without a floor a node under half the nodes' median is
+ * a warning) and nodes whose results were wrong. dev: the buffers' GPU (NULL: host). */
+typedef struct dt_comm_health_opts {
+    size_t bytes;          /* of the all-reduce's buffer */
+    int iters;             /* timed ops of each measurement */
+    double min_busbw_gbps; /* the floor, GB/s (0: none) */
+} dt_comm_health_opts;
+
+typedef struct dt_comm_health_result {
+    double busbw_gbps; /* the world's all-reduce (rank 0) */
+    int bad;           /* errors found (every rank) */
+    char *report;      /* rank 0: the lines to print (free) */
+} dt_comm_health_result;
+
+dt_status_t dt_comm_health_run(dt_comm_t *world, dt_device_t *dev, int lws, const dt_comm_health_opts *ho,
+                               dt_comm_health_result *res);
 
 #endif /* DT_RUNTIME_COMM_BENCH_H */

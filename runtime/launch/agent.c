@@ -22,6 +22,7 @@
 
 #include "common/clock.h"
 #include "common/fs.h"
+#include "common/gpuinfo.h" /* defines: dt_gpuinfo_count */
 #include "common/log.h"
 #include "common/mem.h"
 #include "common/meminfo.h"
@@ -396,8 +397,10 @@ static dt_status_t join_round(agent_t *ag) {
         ag->node_rank = 0;
         ag->base_rank = 0;
         ag->world_size = sp->nproc_per_node;
-        /* one node: nothing to agree on; `dtrun check` still shows this node's row */
-        return sp->check_only ? dt_agent_preflight(ag) : DT_STATUS_OK;
+        /* one node: nothing to agree on; `dtrun check` still shows this node's row, and
+         * a GPU run's GPUs are checked (preflight_gpu.c) */
+        int gpu = !sp->no_preflight && dt_pf_gpu_run(sp) && dt_gpuinfo_count() > 0;
+        return sp->check_only || gpu ? dt_agent_preflight(ag) : DT_STATUS_OK;
     }
     signals_stop(ag);
     double t0 = dt_now_s();
@@ -526,7 +529,7 @@ int dt_agent_run(const dt_launch_spec_t *sp, char **argv, int argc) {
             code = rendezvous_exit_code(st);
             break;
         }
-        if (sp->check_only) { /* `dtrun check`: the preflight passed, no worker */
+        if (sp->check_only && ag->world_size < 2) { /* `dtrun check`: the preflight passed, no worker */
             code = DT_EXIT_OK;
             break;
         }
@@ -552,9 +555,10 @@ int dt_agent_run(const dt_launch_spec_t *sp, char **argv, int argc) {
             continue;
         }
         /* OUTCOME_FAILED */
-        if (sp->mode == DT_LAUNCH_MODE_CONFIG && dt_agent_failure_is_usage(ag)) { /* no restart: exit 2 */
+        int first = sp->mode == DT_LAUNCH_MODE_CONFIG || sp->check_only ? dt_agent_failure_first_exit(ag) : -1;
+        if (first == DT_EXIT_USAGE || first == DT_EXIT_PREFLIGHT) { /* no restart: exit 2, or 3 */
             dt_agent_report_failures(ag);
-            code = DT_EXIT_USAGE;
+            code = first == DT_EXIT_USAGE ? DT_EXIT_USAGE : DT_EXIT_NETWORK;
             break;
         }
         if (ag->restart_count - ag->resizes < sp->max_restarts && !ag->no_restart) {

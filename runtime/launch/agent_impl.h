@@ -124,6 +124,8 @@ typedef struct agent {
     int nfails;
     struct dt_agent_flight *flight; /* flight_agent.c's state, NULL until used */
     double preflight_s;             /* how long this round's preflight took */
+    int preflight_off;              /* this round's nodes skip the preflight (a node's --no-preflight):
+                                     * the workers skip the communicator's health check too */
     char readbuf[65536];
 } agent_t;
 
@@ -176,6 +178,23 @@ dt_status_t dt_agent_preflight(agent_t *ag);
  * naming this node) instead of waiting for a record that never comes. */
 dt_status_t dt_agent_preflight_skip(agent_t *ag);
 
+/* ---- preflight_gpu.c ---- */
+
+/* A record's value by key (NULL when absent): how preflight_gpu.c reads records. */
+typedef const char *(*dt_pf_get_fn)(const void *rec, const char *key);
+/* 1 when this launch's workers compute on GPUs: a config run's device; under --exec
+ * and bench comm, the visible GPUs are taken to be used. */
+int dt_pf_gpu_run(const dt_launch_spec_t *sp);
+/* Appends this node's GPU lines (the GPUs its ranks will use, as NVML reports them)
+ * to out; returns the bytes written (0: not a GPU run, or no driver to ask). */
+size_t dt_pf_gpu_record(const dt_launch_spec_t *sp, char *out, size_t cap);
+/* Judges one node's GPU lines (rec0: node 0's, for the model): err gets the GPUs a
+ * rank must not use (uncorrectable ECC errors, row remapping), warn what is odd (not
+ * alike, another model than node 0's, less memory than a rank needs), cell the table's
+ * text. Returns the number of bad GPUs. */
+int dt_pf_gpu_judge(dt_pf_get_fn get, const void *rec, const void *rec0, char *err, size_t errlen, char *warn,
+                    size_t warnlen, char *cell, size_t celllen);
+
 /* ---- elastic.c ---- */
 
 /* 1 for --nnodes MIN:MAX with MIN < MAX. */
@@ -205,10 +224,11 @@ char *dt_agent_lost_node_failures(const dt_rdzv_node_t *nd, const char *reason);
 /* The job is over and failed: prints torchrun's summary of every node's failures
  * (from the store when there is one, else this node's), or the stop reason. */
 void dt_agent_report_failures(agent_t *ag);
-/* 1 when the round's first observed failure (every node's when there is a store)
- * is a worker that exited 2: the built-in trainer refused its config or input (the
- * memory check, a bad file), which a restart would only repeat. */
-int dt_agent_failure_is_usage(agent_t *ag);
+/* The exit code of the round's first observed failure (every node's when there is a
+ * store), -1 when none: 2 (the built-in trainer refused its config or input: the
+ * memory check, a bad file) and DT_EXIT_PREFLIGHT (its communicator's health check
+ * failed) are what a restart would only repeat. */
+int dt_agent_failure_first_exit(agent_t *ag);
 void dt_agent_failures_free(failure_t *fs, int n);
 
 /* ---- flight_agent.c (the workers' flight recorders) ---- */

@@ -318,22 +318,22 @@ void dt_agent_report_failures(agent_t *ag) {
     if (!printed && ag->stop_note[0]) fprintf(stderr, "dtrun: the group was stopped: %s\n", ag->stop_note);
 }
 
-/* The first observed failure of fs[0..n) exited 2. */
-static int first_is_usage(const failure_t *fs, int n) {
+/* The exit code of the first observed failure of fs[0..n) (-1: none). */
+static int first_exit(const failure_t *fs, int n) {
     int first = -1;
     for (int i = 0; i < n; i++)
         if (!fs[i].lost && (first < 0 || fs[i].time < fs[first].time)) first = i;
-    return first >= 0 && fs[first].exitcode == DT_EXIT_USAGE;
+    return first >= 0 ? fs[first].exitcode : -1;
 }
 
-int dt_agent_failure_is_usage(agent_t *ag) {
-    int usage = first_is_usage(ag->fails, ag->nfails);
+int dt_agent_failure_first_exit(agent_t *ag) {
+    int usage = first_exit(ag->fails, ag->nfails);
     if (ag->rz) { /* every node's failures: another node's worker may have refused */
         char *jsonl = NULL;
         if (dt_rdzv_get_failures(ag->rz, &jsonl) == DT_STATUS_OK && jsonl && *jsonl) {
             failure_t *remote = NULL;
             int nr = parse_failures(jsonl, &remote);
-            if (nr > 0) usage = first_is_usage(remote, nr);
+            if (nr > 0) usage = first_exit(remote, nr);
             dt_agent_failures_free(remote, nr);
         }
         free(jsonl);

@@ -47,6 +47,7 @@ typedef enum flag_id {
     F_SHUTDOWN_TIMEOUT,
     F_PRINT_CONFIG,
     F_NO_PREFLIGHT,
+    F_PREFLIGHT_MIN_BUSBW,
     F_COUNT_
 } flag_id_t;
 
@@ -76,6 +77,7 @@ static const flag_def_t flags[F_COUNT_] = {
     [F_SHUTDOWN_TIMEOUT] = {"shutdown_timeout", 0},
     [F_PRINT_CONFIG] = {"print_config", 1},
     [F_NO_PREFLIGHT] = {"no_preflight", 1},
+    [F_PREFLIGHT_MIN_BUSBW] = {"preflight_min_busbw", 0},
 };
 
 typedef struct raw_args {
@@ -459,6 +461,14 @@ static dt_status_t interpret(const raw_args_t *raw, char **envp, dt_launch_spec_
     spec->standalone = raw->val[F_STANDALONE] != NULL;
     spec->print_config = raw->val[F_PRINT_CONFIG] != NULL;
     spec->no_preflight = raw->val[F_NO_PREFLIGHT] != NULL;
+    if ((v = raw->val[F_PREFLIGHT_MIN_BUSBW])) {
+        char *end;
+        errno = 0;
+        double g = strtod(v, &end);
+        if (!*v || *end || errno || !(g >= 0) || g > 1e5)
+            return dt_error(DT_STATUS_USAGE, "--preflight_min_busbw: expected GB/s in [0, 100000], got '%s'", v);
+        spec->preflight_min_busbw = g;
+    }
     if (spec->check_only && spec->no_preflight)
         return dt_error(DT_STATUS_USAGE, "check contradicts --no-preflight: check is the preflight");
     int have_master = raw->val[F_MASTER_ADDR] || raw->val[F_MASTER_PORT];

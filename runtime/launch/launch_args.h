@@ -45,6 +45,8 @@ typedef struct dt_launch_spec {
                                     (malloc'ed by the launcher from the resolved config;
                                     NULL: nothing beyond the launch itself) */
     double preflight_mem_need;   /* host bytes this node's ranks need (0: unknown) */
+    double preflight_min_busbw;  /* --preflight_min_busbw GB/s: the health check's floor (0: none) */
+    double preflight_gpu_need;   /* GPU bytes each rank needs on a GPU run (0: unknown) */
     int preflight_cpu;           /* the workers compute on the CPU (slots are checked) */
     char *endpoint_host;         /* rendezvous / store host (NULL: 127.0.0.1) */
     int endpoint_port;           /* 0: pick a free port (standalone) */

@@ -138,23 +138,25 @@ static char *own_record(agent_t *ag, const char *addr) {
     const char *build = getenv("DTRUN_TEST_BUILD_ID"); /* a test facility: inert unless set */
     char tok[32];
     token_identity(sp, tok, sizeof tok);
-    size_t cap = 4096 + (sp->preflight_desc ? strlen(sp->preflight_desc) : 0);
+    size_t cap = 4096 + 8192 + (sp->preflight_desc ? strlen(sp->preflight_desc) : 0);
     char *r = dt_xmalloc(cap);
     int n = snprintf(r, cap,
                      "@host\t%s\n@addr\t%s\n@slots\t%d\n@mem\t%.0f\n@need_mem\t%.0f\n@gpus\t%d\n@nproc\t%d\n"
                      "@cpu_run\t%d\n@nproc_given\t%d\n"
                      "dtrun.version\t%s\ndtrun.build\t%s\nlaunch.mode\t%s\nlaunch.check_only\t%s\n"
                      "--max_restarts\t%d\n--rdzv_conf heartbeat_interval\t%g\n"
-                     "--rdzv_conf last_call_timeout\t%g\n--rdzv_conf token_file (identity)\t%s\n",
+                     "--rdzv_conf last_call_timeout\t%g\n--rdzv_conf token_file (identity)\t%s\n"
+                     "--preflight_min_busbw\t%g\n",
                      ag->host, addr, cpu_slots(), mem, sp->preflight_mem_need, dt_gpuinfo_count(),
                      sp->nproc_per_node, sp->preflight_cpu, !strcmp(sp->nproc_source, "N"), DT_VERSION,
                      build && *build ? build : DT_GIT_REV, mode_name(sp), sp->check_only ? "yes" : "no",
-                     sp->max_restarts, sp->heartbeat_s, sp->last_call_s, tok);
+                     sp->max_restarts, sp->heartbeat_s, sp->last_call_s, tok, sp->preflight_min_busbw);
     if (n < 0 || (size_t)n >= cap) n = (int)cap - 1; /* (host and addr are bounded: never) */
     /* the built-in trainer resolves the config for nnodes x nproc_per_node ranks */
     if (sp->mode == DT_LAUNCH_MODE_CONFIG && (size_t)n < cap)
         n += snprintf(r + n, cap - (size_t)n, "--nproc_per_node\t%d\n", sp->nproc_per_node);
     if (n < 0 || (size_t)n >= cap) n = (int)cap - 1;
+    n += (int)dt_pf_gpu_record(sp, r + n, 8192 < cap - (size_t)n ? 8192 : cap - (size_t)n);
     if (sp->preflight_desc) snprintf(r + n, cap - (size_t)n, "%s", sp->preflight_desc);
     return r;
 }
@@ -447,7 +449,9 @@ typedef struct verdict {
     char reach_note[200];  /* the first of them, "no: node 2" */
     int have_clock;
     double clock;          /* offset of node 0's clock from this node's (s) */
-    char warn[4][200];     /* slots, memory, gpus, clock: "" when fine */
+    char warn[5][400];     /* slots, memory, gpus, clock, GPU health: "" when fine */
+    char gpu_err[600];     /* GPUs a rank must not use (exit 3) */
+    char gpu_cell[64];     /* the table's "gpus" text */
 } verdict_t;
 
 static void fmt_bytes(double b, char *out, size_t len) {
@@ -464,7 +468,7 @@ static void print_table(record_t *recs, verdict_t *v, int n, double secs) {
     for (int i = 0; i < n; i++) {
         record_t *r = &recs[i];
         const char *host = record_get(r, "@host");
-        char sh[64], ver[80], cfgd[16], data[40], reach[40], clock[32], slots[40], mem[64], gpus[40], dd[16];
+        char sh[64], ver[80], cfgd[16], data[40], reach[40], clock[32], slots[40], mem[64], gpus[80], dd[16];
         dt_fs_printable(host ? host : "?", sh, sizeof sh);
         const char *vv = record_get(r, "dtrun.version"), *vb = record_get(r, "dtrun.build");
         snprintf(ver, sizeof ver, "%s (%.12s)", vv ? vv : "?", vb ? vb : "?");
@@ -501,7 +505,8 @@ static void print_table(record_t *recs, verdict_t *v, int n, double secs) {
             snprintf(mem, sizeof mem, "%s ok", ma);
         }
         const char *g = record_get(r, "@gpus");
-        snprintf(gpus, sizeof gpus, "%s%s", g ? g : "?", v[i].warn[2][0] ? " !=" : "");
+        if (strcmp(v[i].gpu_cell, "-")) snprintf(gpus, sizeof gpus, "%s%s", v[i].gpu_cell, v[i].warn[4][0] ? " !" : "");
+        else snprintf(gpus, sizeof gpus, "%s%s", g ? g : "?", v[i].warn[2][0] ? " !=" : "");
         printf("%-4d  %-15s  %-26s  %-11s  %-20s  %-18s  %-10s  %-10s  %-24s  %s\n", i, sh, ver, cfgd, data, reach,
                clock, slots, mem, gpus);
     }
@@ -551,8 +556,12 @@ static dt_status_t read_all(agent_t *ag, const char *what, int n, record_t *recs
 }
 
 /* The warnings of node i (slots, memory, GPUs against node 0's, clock). */
+static const char *get_line(const void *rec, const char *key) { return record_get(rec, key); }
+
 static void node_warnings(const record_t *recs, int i, verdict_t *v) {
     const record_t *r = &recs[i];
+    dt_pf_gpu_judge(get_line, r, &recs[0], v->gpu_err, sizeof v->gpu_err, v->warn[4], sizeof v->warn[4],
+                    v->gpu_cell, sizeof v->gpu_cell);
     const char *s = record_get(r, "@slots"), *np = record_get(r, "@nproc"), *cpu = record_get(r, "@cpu_run"),
                *given = record_get(r, "@nproc_given");
     if (s && np && cpu && given && atoi(cpu) && atoi(given) && atoi(s) < atoi(np))
@@ -587,6 +596,7 @@ dt_status_t dt_agent_preflight_skip(agent_t *ag) {
 
 dt_status_t dt_agent_preflight(agent_t *ag) {
     const dt_launch_spec_t *sp = ag->spec;
+    ag->preflight_off = 0;
     double t0 = dt_now_s();
     int n = ag->rz ? ag->rz->nnodes : 1, me = ag->rz ? ag->rz->node_rank : 0;
     dt_status_t st = DT_STATUS_OK;
@@ -633,6 +643,7 @@ dt_status_t dt_agent_preflight(agent_t *ag) {
         DT_LOG_WARN("preflight: node %d (%s) was launched with --no-preflight: no node checks the job "
                     "(give the same flag to every node)",
                     i, dt_fs_printable(ag->rz->nodes[i].host, sh, sizeof sh));
+        ag->preflight_off = 1;
         goto out_free;
     }
 
@@ -730,13 +741,24 @@ dt_status_t dt_agent_preflight(agent_t *ag) {
 
     if (sp->check_only) print_table(recs, v, n, secs);
     for (int i = 0; i < n; i++)
-        for (int w = 0; w < 4; w++)
+        for (int w = 0; w < 5; w++)
             if (v[i].warn[w][0]) {
                 const char *h = record_get(&recs[i], "@host");
                 char sh[300];
                 DT_LOG_WARN("preflight: node %d (%s) %s", i, dt_fs_printable(h ? h : "?", sh, sizeof sh), v[i].warn[w]);
             }
-    int nodes_differ = 0, compared = 0;
+    int nodes_differ = 0, compared = 0, bad_gpus = 0;
+    char gpumsg[4096];
+    size_t go = 0;
+    for (int i = 0; i < n; i++) {
+        if (!v[i].gpu_err[0]) continue;
+        bad_gpus++;
+        const char *h = record_get(&recs[i], "@host");
+        char sh[300];
+        if (go + 200 < sizeof gpumsg)
+            go += (size_t)snprintf(gpumsg + go, sizeof gpumsg - go, "dtrun: error: node %d (%s): %s\n", i,
+                                   dt_fs_printable(h ? h : "?", sh, sizeof sh), v[i].gpu_err);
+    }
     for (int i = 1; i < n; i++) nodes_differ += v[i].diffs > 0;
     for (int k = 0; k < recs[0].n; k++) compared += recs[0].lines[k].key[0] != '@';
     if (diffs) {
@@ -744,11 +766,17 @@ dt_status_t dt_agent_preflight(agent_t *ag) {
         st = dt_error(DT_STATUS_CONFIG, "preflight: %d node(s) differ from node 0 in what must be equal on every "
                       "node (nothing was started; README \"Preflight\"; --no-preflight skips the check)",
                       nodes_differ);
-    } else if (unreachable) {
-        fputs(netmsg, stderr);
-        st = dt_error(DT_STATUS_RENDEZVOUS, "preflight: %d connection(s) between nodes failed, on the address and "
-                      "port each node's collectives would use (nothing was started; is a firewall in the way?)",
-                      unreachable);
+    } else if (unreachable || bad_gpus) {
+        if (unreachable) fputs(netmsg, stderr);
+        if (bad_gpus) fputs(gpumsg, stderr);
+        if (unreachable)
+            st = dt_error(DT_STATUS_RENDEZVOUS, "preflight: %d connection(s) between nodes failed, on the address "
+                          "and port each node's collectives would use (nothing was started; is a firewall in the "
+                          "way?)", unreachable);
+        else
+            st = dt_error(DT_STATUS_RENDEZVOUS, "preflight: %d node(s) have a GPU their ranks must not use "
+                          "(nothing was started; drain the node, or hide the GPU with CUDA_VISIBLE_DEVICES)",
+                          bad_gpus);
     } else if (ag->rz) {
         DT_LOG_INFO("preflight: %d node(s) agree on %d key(s), every pair connects, store at %s (%.0f ms)", n,
                     compared, ag->rz->endpoint, secs * 1e3);

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "common/fs.h"
+#include "common/gpuinfo.h" /* defines: dt_gpuinfo_count */
 #include "common/mem.h"
 #include "common/meminfo.h"
 #include "common/torchenv.h" /* defines: DT_STOP_GROUP_FAILURE */
@@ -142,6 +143,13 @@ static char **build_env(agent_t *ag, const worker_t *w) {
     /* The memory check's host figure, sampled once for the round (common/meminfo.h). */
     if (sp->mode == DT_LAUNCH_MODE_CONFIG && ag->node_mem_what)
         ADD("%s=%.0f %s", DT_MEMINFO_NODE_ENV, ag->node_mem, ag->node_mem_what);
+    int gpu = dt_pf_gpu_run(sp) && dt_gpuinfo_count() > 0;
+    /* The communicator's health check before the first step (train_preflight.c): on a
+     * multi-node or GPU run of the built-in trainer, unless --no-preflight; a value the
+     * user set is kept (a single-node CPU run may ask for it too). */
+    if ((sp->mode == DT_LAUNCH_MODE_CONFIG || sp->check_only) && !sp->no_preflight && !ag->preflight_off &&
+        ag->world_size > 1 && !getenv(DT_PREFLIGHT_COMM_ENV) && (ag->nnodes > 1 || gpu || sp->check_only))
+        ADD("%s=%d,%d,%g", DT_PREFLIGHT_COMM_ENV, gpu ? 32 << 20 : 1 << 20, gpu ? 5 : 3, sp->preflight_min_busbw);
     ADD("DTRUN_HOST=%s", ag->host);
     ADD("DTRUN_AGENT_PID=%d", (int)getpid());
     /* Built-in workers prove they hold the token with it (the path, not the secret). */

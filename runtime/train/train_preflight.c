@@ -22,9 +22,12 @@
 
 #include <cjson/cJSON.h>
 
+#include "common/clock.h"
 #include "common/fs_safe.h" /* defines: dt_fs_open_regular */
 #include "common/mem.h"
 #include "common/sha256.h"
+#include "common/torchenv.h" /* defines: DT_PREFLIGHT_COMM_ENV */
+#include "runtime/comm/comm_bench.h" /* defines: dt_comm_health_run */
 #include "runtime/tools/mem_check.h" /* defines: dt_mem_check */
 #include "runtime/train/train_spec.h" /* defines: dt_trainer_sources_ */
 #include "runtime/train/trainer.h"
@@ -237,17 +240,48 @@ dt_status_t dt_trainer_preflight_desc(const dt_config_t *cfg, char **out) {
     return DT_STATUS_OK;
 }
 
-dt_status_t dt_trainer_preflight_mem(const dt_config_t *cfg, int world_size, int local_world_size, double *need) {
+dt_status_t dt_trainer_preflight_mem(const dt_config_t *cfg, int world_size, int local_world_size, int gpu,
+                                     double *need) {
     *need = 0;
     dt_model_spec spec;
     DT_CHECK(dt_trainer_spec_(cfg, &spec));
     /* plan's bytes per rank, priced against room that always fits: only need is used */
     dt_mem_check_in in = {.cfg = cfg, .spec = &spec, .world_size = world_size,
-                          .local_world_size = local_world_size > 0 ? local_world_size : 1,
-                          .cpu_threads = cfg->threads > 0 ? (int)cfg->threads : 1, .avail_bytes = 1e18,
-                          .avail_what = "preflight"};
+                          .local_world_size = local_world_size > 0 ? local_world_size : 1, .gpu = gpu,
+                          .gpu_sharers = 1, .cpu_threads = cfg->threads > 0 ? (int)cfg->threads : 1,
+                          .avail_bytes = 1e18, .avail_what = "preflight"};
     dt_mem_check_out out;
     DT_CHECK(dt_mem_check(&in, &out));
-    if (out.checked) *need = out.need * in.local_world_size;
+    if (out.checked) *need = gpu ? out.need : out.need * in.local_world_size;
+    return DT_STATUS_OK;
+}
+
+static int preflight_failed;
+
+int dt_trainer_preflight_failed(void) { return preflight_failed; }
+
+dt_status_t dt_trainer_comm_health_(dt_comm_t *comm, dt_device_t *dev, int local_world_size, int rank) {
+    const char *e = getenv(DT_PREFLIGHT_COMM_ENV);
+    if (!e || !*e || !comm) return DT_STATUS_OK;
+    dt_comm_health_opts ho = {.bytes = 0, .iters = 0, .min_busbw_gbps = 0};
+    unsigned long long bytes = 0;
+    if (sscanf(e, "%llu,%d,%lf", &bytes, &ho.iters, &ho.min_busbw_gbps) != 3 || bytes == 0 || bytes > (1ull << 32) ||
+        ho.iters < 1 || ho.iters > 1000 || !(ho.min_busbw_gbps >= 0))
+        return dt_error(DT_STATUS_USAGE, "%s=%s: expected BYTES,ITERS,MIN_BUSBW (set by the launcher)",
+                        DT_PREFLIGHT_COMM_ENV, e);
+    ho.bytes = (size_t)bytes;
+    dt_comm_health_result res;
+    double t0 = dt_now_s();
+    DT_CHECK(dt_comm_health_run(comm, dev, local_world_size, &ho, &res));
+    if (rank == 0 && res.report) {
+        fputs(res.report, stderr);
+        fprintf(stderr, "preflight: the communicator's health check took %.0f ms\n", (dt_now_s() - t0) * 1e3);
+        fflush(stderr);
+    }
+    free(res.report);
+    if (res.bad) preflight_failed = 1;
+    if (res.bad)
+        return dt_error(DT_STATUS_RENDEZVOUS, "preflight: the communicator's health check found %d problem(s) "
+                        "(rank 0 printed them; no step was taken; --no-preflight skips the check)", res.bad);
     return DT_STATUS_OK;
 }

@@ -361,6 +361,8 @@ static dt_status_t setup(dt_trainer_t *t) {
                                 t->env->local_world_size, ngpu);
         }
         DT_CHECK(dt_comm_init(&cc, &t->comm));
+        DT_CHECK(dt_trainer_comm_health_(t->comm, t->dev->kind == DT_DEVICE_CUDA ? t->dev : NULL,
+                                         t->env->local_world_size, t->env->rank));
         if (t->place.tp_size > 1 || t->place.pp_size > 1)
             DT_CHECK(dt_tp_split(t->comm, t->place.tp_size, t->place.pp_size, &t->tp_comm, &t->pp_comm, &t->dp_comm));
         if (t->place.tp_size > 1) /* dt_config_resolve checked that sequence parallelism's rows divide */

@@ -40,8 +40,18 @@ dt_status_t dt_trainer_check_paths(const dt_config_t *cfg);
  * comm.timeout_s, the data and pretrained paths), each data file's name, size and
  * header digest and model.pretrained's index digest. */
 dt_status_t dt_trainer_preflight_desc(const dt_config_t *cfg, char **out);
-/* The host bytes a node's local_world_size CPU ranks need (plan's arithmetic, as the
- * workers' memory check prices them), for the preflight; cfg resolved for world_size. */
-dt_status_t dt_trainer_preflight_mem(const dt_config_t *cfg, int world_size, int local_world_size, double *need);
+/* The health check of the job's communicator (comm_bench.h: dt_comm_health_run)
+ * when the launcher asked for it (DT_PREFLIGHT_COMM_ENV, common/torchenv.h): rank 0 prints the
+ * figures; a problem on any rank is DT_STATUS_RENDEZVOUS (exit 3) on every rank. */
+struct dt_comm;
+struct dt_device;
+dt_status_t dt_trainer_comm_health_(struct dt_comm *comm, struct dt_device *dev, int local_world_size, int rank);
+/* 1 when this process's health check failed (the worker exits DT_EXIT_PREFLIGHT). */
+int dt_trainer_preflight_failed(void);
+/* The host bytes a node's local_world_size CPU ranks need (gpu 0), or the GPU bytes
+ * one rank needs (gpu 1): plan's arithmetic, as the workers' memory check prices them,
+ * for the preflight; cfg resolved for world_size. */
+dt_status_t dt_trainer_preflight_mem(const dt_config_t *cfg, int world_size, int local_world_size, int gpu,
+                                     double *need);
 
 #endif /* DT_RUNTIME_TRAINER_H */

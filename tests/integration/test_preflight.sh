@@ -120,6 +120,49 @@ else fail "clock and memory warnings" "rc=$(rcs) $(cat "$DT_TMP/a0.out") $(tail 
 "$DTRUN" check --no-preflight "$C" 2>"$DT_TMP/e"; [ $? = 2 ] && grep -q 'contradicts --no-preflight' "$DT_TMP/e" \
   && pass "check --no-preflight: exit 2" || fail "check --no-preflight" "$(cat "$DT_TMP/e")"
 
+# the communicator's health check before the first step (2 nodes x 2 ranks on
+# loopback): every figure printed by rank 0; under a --preflight_min_busbw floor it
+# is exit 3 on both nodes naming the node, with no step taken and no restart
+pair 2 "$C log.dir=$DT_TMP/h0" "$C log.dir=$DT_TMP/h1"
+if [ "$(rcs)" = 00 ] && grep -qE 'preflight: all-reduce of 1 MiB over 4 rank\(s\) \(hier\): busbw [0-9.]+ GB/s, results exact' "$DT_TMP/a0.err" \
+   && grep -qE 'preflight: node 1 \(ranks 2-3\): within the node [0-9.]+ GB/s busbw, to node 0 [0-9.]+ GB/s' "$DT_TMP/a0.err"; then
+  pass "health check: the all-reduce, within each node and to node 0, printed"
+else fail "health check printed" "rc=$(rcs) $(grep preflight "$DT_TMP/a0.err")"; fi
+pair 2 "--preflight_min_busbw 100000 --max_restarts 2 $C log.dir=$DT_TMP/h0" "--preflight_min_busbw 100000 --max_restarts 2 $C log.dir=$DT_TMP/h1"
+if [ "$(rcs)" = 33 ] && grep -qE 'preflight: error: node 1 \(ranks 2-3\): [0-9.]+ GB/s (to|from) node 0 is under the floor of 100000.00 GB/s' "$DT_TMP/a0.err" \
+   && ! grep -q 'step 1/' "$DT_TMP/a0.out" "$DT_TMP/a1.out" && ! grep -q 'restarting the workers' "$DT_TMP/a0.err"; then
+  pass "health check under --preflight_min_busbw: exit 3 on both, node named, no step, no restart"
+else fail "health check floor" "rc=$(rcs) $(grep preflight "$DT_TMP/a0.err")"; fi
+pair 1 "--preflight_min_busbw 1 --exec true" "--exec true"
+both "--preflight_min_busbw differs -> exit 2" 2 "dtrun: error: node 1 (127.0.0.3): --preflight_min_busbw is 0, node 0 has 1"
+"$DTRUN" --preflight_min_busbw nan --exec true 2>"$DT_TMP/e"; [ $? = 2 ] && grep -q 'preflight_min_busbw: expected GB/s' "$DT_TMP/e" \
+  && pass "--preflight_min_busbw nan: exit 2" || fail "--preflight_min_busbw nan" "$(cat "$DT_TMP/e")"
+
+# GPU health on the CUDA emulator's build (its GPUs' names, memory and ECC counts
+# come from DTRUN_CUEMU_*, where a real node's come from NVML)
+EMU=${DTRUN_EMU:-$(dirname "$DTRUN")/dtrun-emu}
+if [ -x "$EMU" ]; then
+  DTRUN_CUEMU_GPUS=2 DTRUN_CUEMU_ECC=0,3 $T "$EMU" --nproc_per_node 2 --exec touch "$DT_TMP/gpu_started" 2>"$DT_TMP/e"; rc=$?
+  [ $rc = 3 ] && grep -qF 'dtrun: error: node 0 (' "$DT_TMP/e" && grep -qF 'GPU 1 (cuemu) has 3 uncorrectable ECC error(s)' "$DT_TMP/e" \
+    && [ ! -e "$DT_TMP/gpu_started" ] && pass "GPU with uncorrectable ECC errors: exit 3 naming node and GPU, nothing started" \
+    || fail "GPU ECC" "rc=$rc $(cat "$DT_TMP/e")"
+  DTRUN_CUEMU_GPUS=2 DTRUN_CUEMU_ECC=0,3 $T "$EMU" --nproc_per_node 1 --exec touch "$DT_TMP/gpu_started" 2>"$DT_TMP/e"; rc=$?
+  [ $rc = 0 ] && [ -e "$DT_TMP/gpu_started" ] && pass "a bad GPU no rank uses (--nproc_per_node 1) does not stop the job" \
+    || fail "unused bad GPU" "rc=$rc $(cat "$DT_TMP/e")"
+  port=$(free_port)
+  ( DTRUN_CUEMU_GPUS=2 DTRUN_CUEMU_GPU_NAME="NVIDIA A100" $T "$EMU" check --nnodes 2 --nproc_per_node 2 --rdzv_endpoint 127.0.0.2:$port \
+      --local_addr 127.0.0.3 $FAST >"$DT_TMP/g1.out" 2>"$DT_TMP/g1.err"; echo $? >"$DT_TMP/a1.rc" ) & p1=$!
+  DTRUN_CUEMU_GPUS=2 DTRUN_CUEMU_GPU_NAME="NVIDIA H100" $T "$EMU" check --nnodes 2 --nproc_per_node 2 --rdzv_endpoint 127.0.0.2:$port \
+      --local_addr 127.0.0.2 $FAST >"$DT_TMP/g0.out" 2>"$DT_TMP/g0.err"; echo $? >"$DT_TMP/a0.rc"; wait $p1
+  if [ "$(rcs)" = 00 ] && grep -qE '^0 +127\.0\.0\.2 .* 2 x NVIDIA H100 80 GiB ok$' "$DT_TMP/g0.out" \
+     && grep -qE '^1 +127\.0\.0\.3 .* 2 x NVIDIA A100 80 GiB ok !$' "$DT_TMP/g0.out" \
+     && grep -qF "preflight: node 1 (127.0.0.3) its GPUs are NVIDIA A100, node 0's are NVIDIA H100" "$DT_TMP/g0.err"; then
+    pass "dtrun check: each node's GPUs in the table, another model than node 0's warned"
+  else fail "GPU table" "rc=$(rcs) $(cat "$DT_TMP/g0.out") $(tail -n 3 "$DT_TMP/g0.err")"; fi
+else
+  skip "GPU health" "no $EMU (the emulator build is not part of SAN runs)"
+fi
+
 # a blocked pair, in network namespaces with a firewall rule
 A=dtp$$a; B=dtp$$b
 nscleanup() { ip netns del $A 2>/dev/null; ip netns del $B 2>/dev/null; rm -rf "$DT_TMP"; }
@@ -143,4 +186,20 @@ line='dtrun: error: node 0 (10.200.0.1) cannot reach node 1 (10.200.0.2) at 10.2
 if [ $rca$rcb = 33 ] && [ $ms -lt 10000 ] && grep -qF "$line" "$DT_TMP/a.err" && grep -qF "$line" "$DT_TMP/b.err" \
    && [ ! -e "$DT_TMP/started" ]; then pass "blocked pair: exit 3 on both nodes naming the pair (${ms} ms)"
 else fail "blocked pair" "rc=$rca$rcb ms=$ms $(tail -n 2 "$DT_TMP/a.err" "$DT_TMP/b.err")"; fi
+
+# a slow link: the rule gone, node 1's side shaped to 200 Mbit/s (tc tbf); under a
+# floor of 0.05 GB/s the health check is exit 3 on both nodes naming node 1's link
+ip netns exec $B nft delete table inet dtpf
+if ! ip netns exec $B tc qdisc add dev vB root tbf rate 200mbit burst 64kb latency 400ms 2>/dev/null; then
+  skip "slow link" "tc could not shape the link"; finish
+fi
+ip netns exec $B $T "$DTRUN" --nnodes 2 --rdzv_endpoint 10.200.0.1:29401 --local_addr 10.200.0.2 $FAST \
+  --preflight_min_busbw 0.05 "$C" log.dir="$DT_TMP/s1" >"$DT_TMP/b.out" 2>"$DT_TMP/b.err" & pb=$!
+ip netns exec $A $T "$DTRUN" --nnodes 2 --rdzv_endpoint 10.200.0.1:29401 --local_addr 10.200.0.1 $FAST \
+  --preflight_min_busbw 0.05 "$C" log.dir="$DT_TMP/s0" >"$DT_TMP/a.out" 2>"$DT_TMP/a.err"; rca=$?
+wait $pb; rcb=$?
+if [ $rca$rcb = 33 ] && grep -qE 'preflight: error: node 1 \(ranks 1-1\): 0\.0[0-9]+ GB/s to node 0 is under the floor of 0\.05 GB/s' "$DT_TMP/a.err" \
+   && ! grep -q 'step 1/' "$DT_TMP/a.out" "$DT_TMP/b.out"; then
+  pass "slow link (200 Mbit/s) under --preflight_min_busbw 0.05: exit 3 on both, node 1 named, no step"
+else fail "slow link" "rc=$rca$rcb $(grep preflight "$DT_TMP/a.err")"; fi
 finish
