@@ -101,3 +101,41 @@ Test(cudalib, absent_library_is_one_message_naming_it_and_where_it_looked) {
     cr_assert_null(sym);
     cr_assert_eq(mapped(dt_cudalib_name()), 0, "nothing of the library stays mapped after a failed load");
 }
+
+/* ---- the preflight's judgement of a node's GPU lines (runtime/launch/preflight_gpu.c) ---- */
+#include "runtime/launch/agent_impl.h"
+
+typedef struct { const char *k[8], *v[8]; } kv_t;
+static const char *kv_get(const void *rec, const char *key) {
+    const kv_t *r = rec;
+    for (int i = 0; i < 8 && r->k[i]; i++)
+        if (!strcmp(r->k[i], key)) return r->v[i];
+    return NULL;
+}
+
+Test(gpuinfo, preflight_judges_ecc_remapping_likeness_and_memory) {
+    char err[600], warn[640], cell[64];
+    kv_t ok = {{"@gpu_run", "@gpu_need", "@gpu 0", "@gpu 1"},
+               {"1", "0", "NVIDIA H100|85899345920|0|0|0", "NVIDIA H100|85899345920|-1|0|0"}};
+    cr_assert_eq(dt_pf_gpu_judge(kv_get, &ok, &ok, err, sizeof err, warn, sizeof warn, cell, sizeof cell), 0,
+                 "ECC not reported (-1) is not an error: %s", err);
+    cr_assert_str_eq(warn, "");
+    cr_assert_str_eq(cell, "2 x NVIDIA H100 80 GiB ok");
+    kv_t ecc = {{"@gpu_run", "@gpu_need", "@gpu 0", "@gpu 1", "@gpu 2"},
+                {"1", "0", "NVIDIA H100|85899345920|0|0|1", "NVIDIA H100|85899345920|2|0|0",
+                 "NVIDIA H100|85899345920|0|1|0"}};
+    cr_assert_eq(dt_pf_gpu_judge(kv_get, &ecc, &ok, err, sizeof err, warn, sizeof warn, cell, sizeof cell), 3);
+    cr_assert(strstr(err, "GPU 0 (NVIDIA H100) has a row remapping pending (reset the GPU first)"), "%s", err);
+    cr_assert(strstr(err, "GPU 1 (NVIDIA H100) has 2 uncorrectable ECC error(s)"), "%s", err);
+    cr_assert(strstr(err, "GPU 2 (NVIDIA H100) has a failed row remapping"), "%s", err);
+    cr_assert(strstr(cell, " BAD"), "%s", cell);
+    kv_t odd = {{"@gpu_run", "@gpu_need", "@gpu 0", "@gpu 1"},
+                {"1", "90000000000", "NVIDIA A100|42949672960|0|0|0", "NVIDIA H100|85899345920|0|0|0"}};
+    cr_assert_eq(dt_pf_gpu_judge(kv_get, &odd, &ok, err, sizeof err, warn, sizeof warn, cell, sizeof cell), 0);
+    cr_assert(strstr(warn, "GPUs are not alike: GPU 0 is NVIDIA A100 (40 GiB), GPU 1 is NVIDIA H100 (80 GiB)"), "%s", warn);
+    cr_assert(strstr(warn, "GPU 0 (NVIDIA A100) has 40 GiB, each rank needs 84 GiB (dtrun plan)"), "%s", warn);
+    cr_assert(strstr(warn, "its GPUs are NVIDIA A100, node 0's are NVIDIA H100"), "%s", warn);
+    kv_t cpu = {{"@gpus"}, {"0"}};
+    cr_assert_eq(dt_pf_gpu_judge(kv_get, &cpu, &ok, err, sizeof err, warn, sizeof warn, cell, sizeof cell), 0);
+    cr_assert_str_eq(cell, "-");
+}

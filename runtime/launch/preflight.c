@@ -449,7 +449,7 @@ typedef struct verdict {
     char reach_note[200];  /* the first of them, "no: node 2" */
     int have_clock;
     double clock;          /* offset of node 0's clock from this node's (s) */
-    char warn[5][400];     /* slots, memory, gpus, clock, GPU health: "" when fine */
+    char warn[5][640];     /* slots, memory, gpus, clock, GPU health: "" when fine */
     char gpu_err[600];     /* GPUs a rank must not use (exit 3) */
     char gpu_cell[64];     /* the table's "gpus" text */
 } verdict_t;

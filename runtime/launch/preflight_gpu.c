@@ -80,7 +80,7 @@ int dt_pf_gpu_judge(dt_pf_get_fn get, const void *rec, const void *rec0, char *e
     snprintf(cell, celllen, "-");
     if (!get(rec, "@gpu_run")) return 0;
     gpu_t g0, g;
-    int used = 0, bad = 0;
+    int used = 0, bad = 0, unlike = 0;
     size_t eo = 0, wo = 0;
     if (!gpu_get(get, rec, 0, &g0)) return 0;
     double need = atof(get(rec, "@gpu_need") ? get(rec, "@gpu_need") : "0");
@@ -99,12 +99,12 @@ int dt_pf_gpu_judge(dt_pf_get_fn get, const void *rec, const void *rec0, char *e
             eo += (size_t)snprintf(err + eo, errlen - eo, "%sGPU %d (%s) %s", eo ? "; " : "", k, g.name, why);
             bad++;
         }
-        if (k > 0 && (strcmp(g.name, g0.name) || g.mem != g0.mem) && !wo) {
+        if (k > 0 && (strcmp(g.name, g0.name) || g.mem != g0.mem) && !unlike++ && wo + 300 < warnlen) {
             char a[24], b[24];
             gib(g0.mem, a, sizeof a);
             gib(g.mem, b, sizeof b);
-            wo += (size_t)snprintf(warn + wo, warnlen - wo, "GPUs are not alike: GPU 0 is %s (%s), GPU %d is %s (%s)",
-                                   g0.name, a, k, g.name, b);
+            wo += (size_t)snprintf(warn + wo, warnlen - wo, "%sGPUs are not alike: GPU 0 is %s (%s), GPU %d is %s (%s)",
+                                   wo ? "; " : "", g0.name, a, k, g.name, b);
         }
         if (need > 0 && g.mem > 0 && g.mem < need && wo + 200 < warnlen) {
             char a[24], b[24];
