@@ -557,6 +557,15 @@ ckpt_async
 # --- bench comm over shm, racecheck -----------------------------------------------
 [ "$EMU" = 1 ] && max=4M || max=64M
 bench "bench comm --device cuda, 2 ranks share GPU, shm" 2 --backend shm --max "$max"
+# --- dtrun check: the GPU's health through NVML, the communicator's health check -----
+name="dtrun check: NVML health, comm health check (2 ranks, 1 GPU)"
+if due "$name" 60; then
+  ours timeout "$TO" "$DT" check --nproc_per_node 2 >"$L/check.out" 2>"$L/check.err"; rc=$?
+  g=$(awk '$1 == "0" {sub(/.*(ok|LOW)  +/, ""); print}' "$L/check.out" | tail -1)
+  h=$(grep -o 'all-reduce of .*' "$L/check.err" | head -1)
+  if [ $rc -eq 0 ] && [ -n "$h" ]; then row "$name" PASS "gpus: ${g:-?}; $h"
+  else row "$name" FAIL "exit $rc: gpus ${g:-?}; $(tail -2 "$L/check.err" | clip 160)"; fi
+fi
 name="compute-sanitizer racecheck, fused attention"
 san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
 if [ "$EMU" = 1 ]; then row "$name" SKIP "the emulator has no compute-sanitizer"
