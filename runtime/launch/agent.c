@@ -24,6 +24,7 @@
 #include "common/fs.h"
 #include "common/gpuinfo.h" /* defines: dt_gpuinfo_count */
 #include "common/log.h"
+#include "common/rng.h" /* defines: dt_random_bytes */
 #include "common/mem.h"
 #include "common/meminfo.h"
 #include "runtime/launch/agent_impl.h"
@@ -390,6 +391,31 @@ static dt_status_t setup_store(agent_t *ag) {
     return DT_STATUS_OK;
 }
 
+/* This launch's id: random on one node; on several, the first agent's (compare-and-set
+ * under the run's key: every node gets the same). The trainer names its run by it, so
+ * that a restart of the same launch finds its own checkpoints (train_ckpt.c). */
+static dt_status_t launch_id(agent_t *ag) {
+    if (ag->launch_id[0]) return DT_STATUS_OK;
+    uint64_t x = 0;
+    if (dt_random_bytes(&x, sizeof x) != DT_STATUS_OK) x = (uint64_t)(dt_now_s() * 1e9) ^ ((uint64_t)getpid() << 40);
+    char mine[17];
+    snprintf(mine, sizeof mine, "%016llx", (unsigned long long)x);
+    if (!ag->rz) {
+        memcpy(ag->launch_id, mine, sizeof mine);
+        return DT_STATUS_OK;
+    }
+    char key[300];
+    snprintf(key, sizeof key, "/dtrun/%s/launch_id", ag->rz->run_id);
+    void *val = NULL;
+    size_t len = 0;
+    DT_CHECK(dt_store_compare_set(ag->rz->store, key, "", 0, mine, 16, &val, &len));
+    if (len == 16 && strspn(val, "0123456789abcdef") >= 16) memcpy(ag->launch_id, val, 16);
+    else memcpy(ag->launch_id, mine, 16); /* (a foreign value: this node's own) */
+    ag->launch_id[16] = '\0';
+    free(val);
+    return DT_STATUS_OK;
+}
+
 static dt_status_t join_round(agent_t *ag) {
     const dt_launch_spec_t *sp = ag->spec;
     if (!ag->rz) {
@@ -397,6 +423,7 @@ static dt_status_t join_round(agent_t *ag) {
         ag->node_rank = 0;
         ag->base_rank = 0;
         ag->world_size = sp->nproc_per_node;
+        DT_CHECK(launch_id(ag));
         /* one node: nothing to agree on; `dtrun check` still shows this node's row, and
          * a GPU run's GPUs are checked (preflight_gpu.c) */
         int gpu = !sp->no_preflight && dt_pf_gpu_run(sp) && dt_gpuinfo_count() > 0;
@@ -420,6 +447,7 @@ static dt_status_t join_round(agent_t *ag) {
         ag->resizes += ag->rz->round - ag->restart_count;
         ag->restart_count = ag->rz->round;
     }
+    DT_CHECK(launch_id(ag));
     ag->nnodes = ag->rz->nnodes;
     ag->node_rank = ag->rz->node_rank;
     ag->base_rank = ag->rz->base_rank;

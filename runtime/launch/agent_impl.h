@@ -90,6 +90,8 @@ typedef struct agent {
     int signals_on;
 
     char host[128];
+    char launch_id[17];             /* 16 hex digits, one per launch, the same on every node
+                                     * (agent.c: launch_id); workers get it as DTRUN_LAUNCH_ID */
     char *run_dir;
     int run_dir_tmp;
     char *prog_path;

@@ -87,7 +87,7 @@ static const char *const managed_vars[] = {
     "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
     "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE", "DTRUN_RUN_DIR",
     "DTRUN_LOG_DIR", "DTRUN_NNODES", "DTRUN_HOST", "DTRUN_AGENT_PID", "DTRUN_PROGRESS_TTY",
-    "DTRUN_ELASTIC", "DTRUN_RESIZE_FILE", DT_MEMINFO_NODE_ENV,
+    "DTRUN_ELASTIC", "DTRUN_RESIZE_FILE", "DTRUN_LAUNCH_ID", DT_MEMINFO_NODE_ENV,
     DT_STORE_TOKEN_ENV, NULL};
 
 static int is_managed(const char *kv) {
@@ -151,6 +151,7 @@ static char **build_env(agent_t *ag, const worker_t *w) {
         ag->world_size > 1 && !getenv(DT_PREFLIGHT_COMM_ENV) && (ag->nnodes > 1 || gpu || sp->check_only))
         ADD("%s=%d,%d,%g", DT_PREFLIGHT_COMM_ENV, gpu ? 32 << 20 : 1 << 20, gpu ? 5 : 3, sp->preflight_min_busbw);
     ADD("DTRUN_HOST=%s", ag->host);
+    if (ag->launch_id[0]) ADD("DTRUN_LAUNCH_ID=%s", ag->launch_id);
     ADD("DTRUN_AGENT_PID=%d", (int)getpid());
     /* Built-in workers prove they hold the token with it (the path, not the secret). */
     if (sp->have_token) ADD("%s=%s", DT_STORE_TOKEN_ENV, sp->token_file);

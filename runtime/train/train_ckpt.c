@@ -465,8 +465,15 @@ static dt_status_t reinit(const dt_train_ckpt *t) {
     return st;
 }
 
-/* 16 hex digits from the kernel's random source (time and pid without it). */
+/* The launch's id when the launcher gave one (DTRUN_LAUNCH_ID: the same on every rank
+ * and node, and across the restarts of one launch), else 16 hex digits from the
+ * kernel's random source (time and pid without it). */
 static void new_run_id(char *out) {
+    const char *l = getenv("DTRUN_LAUNCH_ID");
+    if (l && strlen(l) == 16 && strspn(l, "0123456789abcdef") == 16) {
+        snprintf(out, DT_TRAIN_RUN_ID_LEN, "%s", l);
+        return;
+    }
     uint64_t x = 0;
     if (dt_random_bytes(&x, sizeof x) != DT_STATUS_OK) x = (uint64_t)(dt_wall_s() * 1e6) ^ ((uint64_t)getpid() << 40);
     snprintf(out, DT_TRAIN_RUN_ID_LEN, "%016llx", (unsigned long long)x);
@@ -499,13 +506,34 @@ dt_status_t dt_train_ckpt_check_start(const dt_config_t *cfg) {
     return st;
 }
 
+/* The launcher restarted this launch's workers (--max_restarts, a resize). */
+static int restarted(void) {
+    const char *rc = getenv("TORCHELASTIC_RESTART_COUNT");
+    return rc && atoi(rc) > 0;
+}
+
+/* The checkpoint at path was saved by the run run_id. */
+static int same_run(const char *path, const char *run_id) {
+    dt_ckpt_t *c;
+    if (!run_id || dt_ckpt_open(path, &c) != DT_STATUS_OK) {
+        dt_error_clear();
+        return 0;
+    }
+    int same = !strcmp(dt_ckpt_run_id(c), run_id);
+    dt_ckpt_close(c);
+    return same;
+}
+
 dt_status_t dt_train_ckpt_resume(const dt_train_ckpt *t, int64_t *step) {
     *step = 0;
     const char *mode = t->cfg->checkpoint.resume ? t->cfg->checkpoint.resume : "auto";
     if (t->run_id && !*t->run_id) new_run_id(t->run_id); /* a checkpoint loaded below replaces it */
-    if (!strcmp(mode, "never")) return DT_STATUS_OK;
+    /* never concerns other runs' checkpoints at the first start: a restart of this
+     * launch continues from its own (the run id is the launch's, new_run_id) */
+    int own_only = !strcmp(mode, "never");
+    if (own_only && !restarted()) return DT_STATUS_OK;
     int touched = 0;
-    if (strcmp(mode, "auto") != 0) {
+    if (strcmp(mode, "auto") != 0 && !own_only) {
         dt_status_t st = load_one(t, mode, step, &touched);
         if (st != DT_STATUS_OK) { /* the config names a checkpoint that cannot be used */
             char detail[1024];
@@ -521,7 +549,10 @@ dt_status_t dt_train_ckpt_resume(const dt_train_ckpt *t, int64_t *step) {
     DT_CHECK(dt_ckpt_candidates(dir, &paths, &n));
     dt_status_t st = DT_STATUS_OK;
     int loaded = 0;
+    int own = 0;
     for (int i = 0; i < n && !loaded; i++) {
+        if (own_only && !same_run(paths[i], t->run_id)) continue; /* another run's */
+        own++;
         st = load_one(t, paths[i], step, &touched);
         if (t->agree) { /* every rank must take the same checkpoint */
             char detail[1024];
@@ -538,7 +569,7 @@ dt_status_t dt_train_ckpt_resume(const dt_train_ckpt *t, int64_t *step) {
     }
     if (!loaded) {
         *step = 0;
-        if (n > 0 && t->rank == 0)
+        if ((own_only ? own : n) > 0 && t->rank == 0)
             DT_LOG_WARN("checkpoint: no loadable checkpoint in %s: starting from step 0", dir);
         if (touched && t->load) st = t->load(t->load_ctx, NULL); /* the strategy's fresh state */
         else if (touched) st = reinit(t);
@@ -581,6 +612,24 @@ void dt_train_ckpt_catch_preemption(void) {
 }
 
 int dt_train_ckpt_preempted(void) { return preempt_signo; }
+
+void dt_train_ckpt_next_launch(const dt_config_t *cfg, int saved, char *out, size_t len) {
+    const char *mode = cfg->checkpoint.resume ? cfg->checkpoint.resume : "auto";
+    const char *cont = "checkpoint.resume=auto continues from it";
+    if (!saved)
+        snprintf(out, len, "nothing was saved (checkpoint.every_steps 0): the next launch starts at step 1");
+    else if (!strcmp(mode, "auto"))
+        snprintf(out, len, "checkpoint saved; the next launch resumes from it (checkpoint.resume auto)");
+    else if (!strcmp(mode, "never") && cfg->checkpoint.overwrite)
+        snprintf(out, len, "checkpoint saved; checkpoint.resume is \"never\", so the next launch of this config "
+                 "starts again at step 1 (%s)", cont);
+    else if (!strcmp(mode, "never"))
+        snprintf(out, len, "checkpoint saved; checkpoint.resume is \"never\", so the next launch of this config "
+                 "is refused: checkpoint.dir holds checkpoints (%s)", cont);
+    else
+        snprintf(out, len, "checkpoint saved; checkpoint.resume names %s, so the next launch of this config starts "
+                 "from that one again (%s)", mode, cont);
+}
 
 /* ---- metrics after a resume ----------------------------------------------- */
 

@@ -145,6 +145,11 @@ dt_status_t dt_train_ckpt_read_range(const dt_train_ckpt *t, dt_ckpt_t *c, uint6
  * failed) instead ends the process at once, exit 143, without a save. */
 void dt_train_ckpt_catch_preemption(void);
 int dt_train_ckpt_preempted(void);
+/* What the next launch of this config will do after a preemption (saved: a
+ * checkpoint was saved), for the message that promises it: resume (auto), start
+ * over or be refused (never), start from the named checkpoint again (PATH); with the
+ * override that continues from the one just saved. */
+void dt_train_ckpt_next_launch(const dt_config_t *cfg, int saved, char *out, size_t len);
 
 /* Keeps only the lines of <log_dir>/metrics.jsonl with "step" <= step (a resumed
  * run redoes the steps after its checkpoint); *last gets the newest step the file

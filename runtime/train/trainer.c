@@ -305,8 +305,9 @@ static dt_status_t after_step(dt_trainer_t *t, int64_t step, int *stop) {
     if (sig && t->env->rank == 0) {
         if (!on)
             DT_LOG_WARN("preempted by signal %d; checkpoints are off (checkpoint.every_steps 0): nothing saved", sig);
-        printf("dtrun: preempted by signal %d: stopped after step %lld%s; the next launch resumes from it\n", sig,
-               (long long)step, on ? ", checkpoint saved" : "");
+        char next[512];
+        dt_train_ckpt_next_launch(t->cfg, on, next, sizeof next);
+        printf("dtrun: preempted by signal %d: stopped after step %lld; %s\n", sig, (long long)step, next);
         fflush(stdout);
     }
     return DT_STATUS_OK;

@@ -137,6 +137,27 @@ else fail "SIGTERM preemption" "rc=$rc latest=$saved $(tail -3 "$DT_TMP/op")"; f
 if grep -q "resumed from .*$saved" "$DT_TMP/op2"; then same_losses "relaunch after preemption resumes: same losses" "$DT_TMP/runp"
 else fail "relaunch after preemption" "$(tail -3 "$DT_TMP/op2")"; fi
 
+# checkpoint.resume never (the demo presets' setting, with overwrite): a restart of
+# the same launch resumes from this launch's own checkpoint (it used to start over at
+# step 1), never from another run's in the same folder (ck0's step 60 copied in).
+cp -r "$DT_TMP/ck0" "$DT_TMP/ckn"
+sed "s#$DT_TMP/ck0#$DT_TMP/ckn#; s#$DT_TMP/run0#$DT_TMP/runn#; s#\"resume\": \"auto\"#\"resume\": \"never\", \"overwrite\": true#" \
+  "$DT_TMP/gpt.json" > "$DT_TMP/gn.json"
+DTRUN_FAULT_KILL_STEP=27 "$DTRUN" --nproc_per_node 1 --max_restarts 1 "$DT_TMP/gn.json" >"$DT_TMP/on" 2>&1; rc=$?
+if [ $rc -eq 0 ] && grep -q "restarting the workers (restart 1 of 1)" "$DT_TMP/on" \
+   && grep -q "resumed from .*step_00000020" "$DT_TMP/on" && ! grep -q "resumed from .*step_00000060" "$DT_TMP/on"; then
+  same_losses "resume never: a restart resumes from its own step 20, not another run's: same losses" "$DT_TMP/runn"
+else fail "resume never: restart" "rc=$rc $(grep -E 'resumed|restarting|step 1/' "$DT_TMP/on" | head -4)"; fi
+# ... and its preemption message says what the next launch does, with the override
+DTRUN_FAULT_TERM_PARENT_STEP=33 "$DTRUN" --nproc_per_node 1 "$DT_TMP/gn.json" log.dir="$DT_TMP/runq" >"$DT_TMP/oq" 2>&1; rc=$?
+if [ $rc -eq 143 ] && grep -qF 'checkpoint saved; checkpoint.resume is "never", so the next launch of this config starts again at step 1 (checkpoint.resume=auto continues from it)' "$DT_TMP/oq"; then
+  "$DTRUN" --nproc_per_node 1 "$DT_TMP/gn.json" log.dir="$DT_TMP/runq2" train_steps=36 >"$DT_TMP/oq1" 2>&1
+  "$DTRUN" --nproc_per_node 1 "$DT_TMP/gn.json" log.dir="$DT_TMP/runq3" train_steps=36 checkpoint.resume=auto >"$DT_TMP/oq2" 2>&1
+  if ! grep -q "resumed from" "$DT_TMP/oq1" && grep -q "step 1/36" "$DT_TMP/oq1" && grep -q "resumed from .*step_0000003[3-6]" "$DT_TMP/oq2"; then
+    pass "resume never: the preemption message tells the truth (next launch at step 1; resume=auto continues)"
+  else fail "resume never: next launches" "$(grep -E 'resumed|step 1/' "$DT_TMP/oq1" "$DT_TMP/oq2" | head -4)"; fi
+else fail "resume never: preemption message" "rc=$rc $(grep preempted "$DT_TMP/oq")"; fi
+
 # A corrupt latest: auto-resume warns and falls back to the previous one.
 cp -r "$DT_TMP/ck1" "$DT_TMP/ckc"
 python3 - "$DT_TMP/ckc/step_00000060/shard_00000.bin" <<'PY'
