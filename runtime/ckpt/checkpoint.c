@@ -344,7 +344,7 @@ static int same_run(int rootfd, const char *dir, const char *name, const char *r
     int fd;
     char *text = NULL;
     if (dt_ckpt_open_subdir_(rootfd, dir, name, 0, &fd) != DT_STATUS_OK) return 0;
-    dt_status_t st = dt_ckpt_read_text_at_(fd, dir, "meta.json", 64u << 20, &text);
+    dt_status_t st = dt_ckpt_read_text_at_(fd, dir, "meta.json", DT_CKPT_META_MAX, &text);
     close(fd);
     if (st != DT_STATUS_OK) return 0;
     cJSON *meta = cJSON_Parse(text);

@@ -236,7 +236,7 @@ dt_status_t dt_ckpt_open(const char *path, dt_ckpt_t **out) {
     }
     int dirfd;
     DT_CHECK_GOTO(dt_ckpt_open_root_(c->path, 0, &dirfd), st, out_fail);
-    st = dt_ckpt_read_text_at_(dirfd, c->path, "meta.json", SIZE_MAX - 1, &text);
+    st = dt_ckpt_read_text_at_(dirfd, c->path, "meta.json", DT_CKPT_META_MAX, &text);
     close(dirfd);
     if (st != DT_STATUS_OK) goto out_fail;
     c->meta = cJSON_Parse(text);
