@@ -73,6 +73,28 @@ want "report: metrics.jsonl a FIFO: no hang" 2 "metrics.jsonl: not a regular fil
 want "tokenize --decode a FIFO: exit 2, no hang" 2 "not a regular file (a FIFO)" \
   "$DTRUN" tokenize --tokenizer tests/fixtures/tok/gpt2 --decode "$T/cfg.fifo"
 
+# ---- a checkpoint that disagrees with its folder; NaN weights ----
+mkdir -p "$T/ck9" && cp -r "$CK" "$T/ck9/step_00000005"
+want "resume from a step_5 folder whose meta.json says 2: exit 2 naming both" 2 "step is 2 but its folder step_00000005 is step 5" \
+  "$DTRUN" "$T/c.json" "checkpoint.resume=$T/ck9/step_00000005" train_steps=4 checkpoint.every_steps=0
+want "export of that checkpoint: exit 2 naming both" 2 "step is 2 but its folder step_00000005 is step 5" \
+  "$DTRUN" export "$T/ck9/step_00000005" -o "$T/x.safetensors"
+cp -r "$T/hf" "$T/hfnan"
+python3 - "$T/hfnan/model.safetensors" <<'PY'
+import json, struct, sys
+p = sys.argv[1]
+b = bytearray(open(p, 'rb').read())
+n = struct.unpack('<Q', b[:8])[0]
+for e in json.loads(b[8:8 + n]).values():  # every weight NaN
+    if 'data_offsets' not in e: continue
+    s, t = e['data_offsets']; w = 4 if e['dtype'] == 'F32' else 2
+    nan = struct.pack('<f', float('nan')) if w == 4 else b'\xc0\x7f'
+    for o in range(8 + n + s, 8 + n + t, w): b[o:o + w] = nan
+open(p, 'wb').write(b)
+PY
+want "sample from NaN weights: an error naming the step, not token 0 for ever" 2 "generation step 1 (position 0): the logits are not finite" \
+  "$DTRUN" sample "$T/hfnan" --prompt-ids 1 --tokens 5 --ids
+
 # ---- export: never over its own source; a new hf export swapped in whole ----
 cp "$CK/meta.json" "$T/meta.saved"
 want "export -o its own meta.json: exit 2, the source kept" 2 "is inside the checkpoint" \
