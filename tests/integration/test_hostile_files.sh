@@ -130,6 +130,15 @@ if [ "$(id -u)" = 0 ] && mount -t tmpfs -o size=160k tmpfs "$T/full" 2>/dev/null
   else fail "export hf onto a small tmpfs" "$(head -3 "$T/out")"; fi
   umount "$T/full"
 else skip "export hf onto a full disk" "needs root to mount a small tmpfs"; fi
+# A save that runs out of space leaves no partial step_N.tmp behind (it would keep
+# the disk full for the next save).
+mkdir -p "$T/full2"
+if [ "$(id -u)" = 0 ] && mount -t tmpfs -o size=200k tmpfs "$T/full2" 2>/dev/null; then
+  timeout 60 "$DTRUN" "$T/c.json" "checkpoint.dir=$T/full2/ck" checkpoint.every_steps=1 "log.dir=$T/log3" >"$T/out" 2>&1
+  if grep -q "No space left" "$T/out" && [ -z "$(ls "$T/full2/ck")" ]; then pass "a save onto a full disk leaves no step_N.tmp"
+  else fail "a save onto a full disk leaves no step_N.tmp" "$(ls -R "$T/full2/ck"; grep -i error "$T/out" | head -2)"; fi
+  umount "$T/full2"
+else skip "a save onto a full disk" "needs root to mount a small tmpfs"; fi
 
 # ---- files written: never through a planted link ----
 echo original >"$T/victim"
