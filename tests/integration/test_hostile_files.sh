@@ -117,12 +117,13 @@ if timeout 30 "$DTRUN" export "$CK" --format hf --dtype bf16 -o "$T/hf" >"$T/out
    grep -qx "my notes" "$T/hf/README.md" && [ -z "$(ls -d "$T"/hf.* 2>/dev/null | grep -v saved)" ]; then
   pass "export hf over an export: replaced whole, the user's README.md kept, no staging left"
 else fail "export hf over an export: replaced whole, the user's README.md kept, no staging left" "$(head -3 "$T/out"; ls "$T")"; fi
-# A full disk: a tmpfs holding the old export with room for less than a second one.
+# A full disk: a tmpfs holding the old (fp32) export with no room for a second
+# (bf16) one beside it; in place, the bf16 config.json went beside fp32 weights.
 mkdir -p "$T/full"
-if [ "$(id -u)" = 0 ] && mount -t tmpfs -o size=160k tmpfs "$T/full" 2>/dev/null; then
-  if timeout 30 "$DTRUN" export "$CK" --format hf -o "$T/full/hf" >"$T/out" 2>&1; then
+if [ "$(id -u)" = 0 ] && mount -t tmpfs -o size=120k tmpfs "$T/full" 2>/dev/null; then
+  if timeout 30 "$DTRUN" export "$CK" --format hf --dtype fp32 -o "$T/full/hf" >"$T/out" 2>&1; then
     cp "$T/full/hf/config.json" "$T/full.config.saved"
-    timeout 30 "$DTRUN" export "$CK" --format hf --dtype fp32 -o "$T/full/hf" >"$T/out" 2>&1; rc=$?
+    timeout 30 "$DTRUN" export "$CK" --format hf --dtype bf16 -o "$T/full/hf" >"$T/out" 2>&1; rc=$?
     if [ $rc -ne 0 ] && grep -q "unchanged" "$T/out" && cmp -s "$T/full/hf/config.json" "$T/full.config.saved" &&
        [ "$(ls "$T/full")" = hf ] && timeout 30 "$DTRUN" sample "$T/full/hf" --prompt-ids 1 --tokens 2 >/dev/null 2>&1; then
       pass "export hf onto a full disk: an error, the old export whole, no staging left"
