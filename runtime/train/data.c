@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -268,7 +269,7 @@ static dt_status_t src_open(dt_data_t *d, int i, const dt_data_source *s, const 
     else snprintf(key, sizeof key, "data.train");
     if (!s->path || !s->path[0])
         return dt_error(DT_STATUS_CONFIG, "%s: expected a path or glob, found nothing", key);
-    if (!(s->weight > 0))
+    if (!(s->weight > 0) || !isfinite(s->weight))
         return dt_error(DT_STATUS_CONFIG, "%s.weight: expected a number > 0, found %g", key, s->weight);
     data_src *src = &d->src[i];
     src->path = dt_xstrdup(s->path);
@@ -308,14 +309,16 @@ dt_status_t dt_data_open(const dt_data_opts *opts, dt_data_t **out) {
     d->o = *opts;
     d->o.train = d->o.val = NULL; /* not kept: the caller owns the strings */
     d->o.sources = NULL;
-    double wsum = 0;
-    for (int i = 0; i < n; i++) wsum += srcs[i].weight > 0 ? srcs[i].weight : 0;
     for (int i = 0; i < n; i++) {
         d->n_src = i + 1;
         DT_CHECK_GOTO(src_open(d, i, &srcs[i], opts), st, out_free);
     }
-    double cum = 0;
-    for (int i = 0; i < n; i++) d->src[i].cum = (cum += srcs[i].weight / wsum);
+    /* Shares: each weight scaled by the largest first (in (0, 1]), so that a sum of
+     * weights near DBL_MAX cannot overflow to inf and make every share 0. */
+    double wmax = 0, wsum = 0, cum = 0;
+    for (int i = 0; i < n; i++) wmax = srcs[i].weight > wmax ? srcs[i].weight : wmax;
+    for (int i = 0; i < n; i++) wsum += srcs[i].weight / wmax;
+    for (int i = 0; i < n; i++) d->src[i].cum = (cum += srcs[i].weight / wmax / wsum);
     d->src[n - 1].cum = 2.0; /* every u in [0, 1) picks some source */
     if (opts->val && opts->val[0]) {
         DT_CHECK_GOTO(set_open(&d->val, "data.val", opts->val, opts), st, out_free);
