@@ -8,6 +8,7 @@
  */
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,6 +90,34 @@ static int export_lora(const char *path, const char *out, int hf, int peft, int 
     return rc;
 }
 
+/* The full name out will have: its own when it exists, else its folder's joined to
+ * its last part. 0 when its folder cannot be resolved (the write will say why). */
+static int resolve_out(const char *out, char *full, size_t len) {
+    char buf[PATH_MAX], dirpart[PATH_MAX];
+    if (realpath(out, buf)) return snprintf(full, len, "%s", buf) < (int)len;
+    snprintf(dirpart, sizeof dirpart, "%s", out);
+    for (size_t n = strlen(dirpart); n > 1 && dirpart[n - 1] == '/'; n--) dirpart[n - 1] = '\0';
+    char *slash = strrchr(dirpart, '/'), *base = slash ? slash + 1 : dirpart;
+    const char *parent = slash == dirpart ? "/" : slash ? dirpart : ".";
+    if (slash) *slash = '\0';
+    if (!realpath(parent, buf)) return 0;
+    return snprintf(full, len, "%s/%s", strcmp(buf, "/") ? buf : "", base) < (int)len;
+}
+
+/* -o must not be the checkpoint, be inside it, or hold it: the export would write
+ * over (or swap away) what it is reading. 0 with the error set otherwise. */
+static int output_clear_of_source(const char *src, const char *out) {
+    char s[PATH_MAX], o[PATH_MAX + 8];
+    if (!realpath(src, s) || !resolve_out(out, o, sizeof o)) return 1; /* the load or the write reports it */
+    size_t ns = strlen(s), no = strlen(o);
+    int inside = !strncmp(o, s, ns) && (o[ns] == '\0' || o[ns] == '/');
+    int holds = !strncmp(s, o, no) && s[no] == '/';
+    if (!inside && !holds) return 1;
+    dt_error(DT_STATUS_INVALID, "-o %s %s the checkpoint %s it exports: refusing to write over its source", out,
+             inside ? (o[ns] ? "is inside" : "is") : "holds", src);
+    return 0;
+}
+
 int dt_cmd_export(int argc, char **argv) {
     const char *path = NULL, *out = NULL, *format = "safetensors", *dtype = NULL;
     uint64_t max_shard = 0;
@@ -141,6 +170,10 @@ int dt_cmd_export(int argc, char **argv) {
      * what the format writes (a file, or a real directory for hf), never a link,
      * a device or a FIFO. */
     if (dt_fs_check_target(out, hf || peft, "-o") != DT_STATUS_OK) {
+        fprintf(stderr, "dtrun export: %s\n", dt_error_detail());
+        return DT_EXIT_USAGE;
+    }
+    if (!output_clear_of_source(path, out)) {
         fprintf(stderr, "dtrun export: %s\n", dt_error_detail());
         return DT_EXIT_USAGE;
     }

@@ -16,6 +16,7 @@
 
 #include "cli/args.h" /* defines: dt_arg_u64 */
 #include "cli/commands.h"
+#include "common/fs_safe.h" /* defines: dt_fs_open_regular */
 #include "common/mem.h"
 #include "runtime/tokenize/shard.h"        /* defines: dt_shard_parse */
 #include "runtime/tokenize/tok.h"          /* defines: dt_tok_load, dt_tok_decode */
@@ -123,15 +124,15 @@ static int resolve_doc_token(const dt_tok_t *tok, const char *arg, uint32_t *out
 
 /* --decode: the text of a shard's first count tokens (all when count is 0) on stdout. */
 static int decode_shard(const char *path, const dt_tok_t *tok, uint64_t count) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        fprintf(stderr, "dtrun tokenize: --decode %s: %s\n", path, strerror(errno));
+    int fd;
+    struct stat sb;
+    if (dt_fs_open_regular(path, O_RDONLY, 0, &fd, &sb) != DT_STATUS_OK) { /* not a FIFO, device, directory */
+        fprintf(stderr, "dtrun tokenize: --decode %s\n", dt_error_detail());
         return DT_EXIT_USAGE;
     }
-    struct stat sb;
     void *map = MAP_FAILED;
     size_t len = 0;
-    if (fstat(fd, &sb) == 0 && sb.st_size > 0) {
+    if (sb.st_size > 0) {
         len = (size_t)sb.st_size;
         map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
     }

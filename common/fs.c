@@ -5,6 +5,7 @@
 #include "common/fs.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
 #include <stdio.h>
@@ -13,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/fs_safe.h" /* defines: dt_fs_open_regular */
 #include "common/mem.h"
 
 /* A disk that is full or read-only is an I/O failure of what we were writing. */
@@ -74,31 +76,44 @@ dt_status_t dt_fs_rm_rf(const char *path) {
 dt_status_t dt_fs_read_file(const char *path, size_t max, char **out, size_t *len) {
     *out = NULL;
     if (len) *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return fs_error(errno, "cannot open", path);
+    int fd;
+    struct stat sb;
+    /* A directory, FIFO, device or socket is refused before a byte is read: a FIFO
+     * would block for ever, a directory's "size" is no file's. */
+    DT_CHECK(dt_fs_open_regular(path, O_RDONLY, 0, &fd, &sb));
+    char shown[512];
+    dt_fs_printable(path, shown, sizeof shown);
     dt_status_t st = DT_STATUS_OK;
-    size_t cap = 4096, n = 0;
+    if ((unsigned long long)sb.st_size > max) {
+        close(fd);
+        return dt_error(DT_STATUS_LIMIT, "%s is %llu bytes, more than the %zu this file may be", shown,
+                        (unsigned long long)sb.st_size, max);
+    }
+    /* The size is only a hint (a file may grow while read): the buffer still grows
+     * as needed, and max still bounds it. */
+    size_t cap = (size_t)sb.st_size + 2, n = 0;
     char *buf = dt_xmalloc(cap);
     for (;;) {
         if (cap - n < 2) buf = dt_xrealloc(buf, cap *= 2);
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
+        ssize_t got = read(fd, buf + n, cap - n - 1);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) {
+            st = dt_error(dt_status_from_errno(errno), "cannot read %s: %s", shown, strerror(errno));
+            goto out_close;
+        }
+        n += (size_t)got;
         if (n > max) {
-            st = dt_error(DT_STATUS_LIMIT, "%s is larger than %zu bytes", path, max);
+            st = dt_error(DT_STATUS_LIMIT, "%s is more than the %zu bytes this file may be", shown, max);
             goto out_close;
         }
         if (got == 0) break;
-    }
-    if (ferror(f)) {
-        st = dt_error(DT_STATUS_IO, "cannot read %s", path);
-        goto out_close;
     }
     buf[n] = '\0';
     *out = buf;
     if (len) *len = n;
     buf = NULL;
 out_close:
-    fclose(f);
+    close(fd);
     free(buf);
     return st;
 }

@@ -23,9 +23,14 @@ dt_status_t dt_fs_mkdir_p(const char *path);
  * to remove everything else. */
 dt_status_t dt_fs_rm_rf(const char *path);
 
-/* Reads at most max bytes of the file at path into a malloc'ed, NUL-terminated
- * buffer (*out; *len its length without the NUL when len is not NULL). A longer
- * file is DT_STATUS_LIMIT; a missing one DT_STATUS_NOT_FOUND. */
+/* The one reader of a whole file a user named (configs, HF config.json, tokenizer
+ * files, safetensors indexes, metrics, meta.json, ...): at most max bytes of the
+ * file at path into a malloc'ed, NUL-terminated buffer (*out; *len its length
+ * without the NUL when len is not NULL). Opened with dt_fs_open_regular, so a
+ * directory, FIFO, device or socket is DT_STATUS_INVALID naming the path and what
+ * it is (never a block or a huge allocation); a file larger than max is
+ * DT_STATUS_LIMIT naming the path and its size, before anything is read; a missing
+ * one DT_STATUS_NOT_FOUND. */
 dt_status_t dt_fs_read_file(const char *path, size_t max, char **out, size_t *len);
 
 /* The absolute path of the running binary (/proc/self/exe) into buf. */

@@ -23,6 +23,8 @@ dt_status_t dt_fs_open_regular(const char *path, int flags, int mode, int *fd, s
         int err = errno;
         if (err == ENXIO && stat(path, &sb) == 0) /* a FIFO opened for writing without a reader */
             return dt_error(DT_STATUS_INVALID, "%s: not a regular file (%s)", shown, dt_fs_kind_name(sb.st_mode));
+        if (err == ELOOP && (flags & O_NOFOLLOW) && lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode))
+            return dt_error(DT_STATUS_INVALID, "%s: a symbolic link: refusing to write through it", shown);
         return dt_error(dt_status_from_errno(err), "%s: %s", shown, strerror(err));
     }
     if (fstat(*fd, &sb) != 0) {

@@ -15,7 +15,7 @@
 #include "common/status.h"
 
 /* open(path, flags | O_NONBLOCK | O_CLOEXEC | O_NOCTTY, mode), refused unless it is
- * a regular file: never blocks on a FIFO (a FIFO opened for writing without a reader
+ * a regular file (with O_NOFOLLOW in flags, a symbolic link is refused saying so): never blocks on a FIFO (a FIFO opened for writing without a reader
  * fails, one opened for reading is refused after the open). O_NONBLOCK is cleared
  * again on success; *sb (may be NULL) gets the file's stat. Errors name the path
  * (control characters escaped): "PATH: not a regular file (a FIFO)" is

@@ -542,3 +542,22 @@ Test(data, sets_over_the_scan_limit_check_ids_as_they_are_read) {
     }
     unsetenv("DTRUN_DATA_SCAN_MB");
 }
+
+/* Issue 31: weights [1e308, 1e308] overflowed their sum to inf, every share became
+ * 0 and every sample came from the last source. Scaled by the largest first, they
+ * are an even mixture; a non-finite weight is refused naming the key. */
+Test(data, huge_mixture_weights_do_not_overflow) {
+    write_mix(300, 200);
+    dt_data_opts o;
+    dt_data_source src[2];
+    mix_opts(&o, src, 1e308, 1e308, 8, 0, 1);
+    dt_data_t *d;
+    cr_assert_eq(dt_data_open(&o, &d), DT_STATUS_OK, "%s", dt_error_detail());
+    int n_b = 0, N = 100000;
+    for (int k = 0; k < N; k++) n_b += dt_data_pick_source(d, (uint64_t)k);
+    cr_assert(fabs((double)n_b / N - 0.5) < 0.01, "share of b %g", (double)n_b / N);
+    dt_data_close(d);
+    mix_opts(&o, src, 1.0, INFINITY, 8, 0, 1);
+    cr_assert_eq(dt_data_open(&o, &d), DT_STATUS_CONFIG);
+    cr_assert_not_null(strstr(dt_error_detail(), "data.train[1].weight"), "%s", dt_error_detail());
+}

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "runtime/ckpt/hf_weights.h"
@@ -262,4 +263,119 @@ Test(st_read, hf_weights_fill_ranges_of_the_layout) {
     cr_assert_not_null(strstr(dt_error_detail(), "tensor h.2.ln_1.weight"), "%s", dt_error_detail());
     free(p), free(want), free(got);
     dt_model_layout_free(&l), dt_model_layout_free(&big), dt_model_layout_free(&other), dt_model_layout_free(&deeper);
+}
+
+static void write_text(const char *name, const char *text) {
+    FILE *f = fopen(path_of(name), "w");
+    cr_assert_not_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* Issue 31: a tensor in two shards was taken from the first file, whatever the
+ * index said. The index decides; a second copy or one it does not list is refused
+ * naming both files. */
+Test(st_read, a_tensor_in_two_shards_is_refused_naming_both) {
+    mkdir_tmp();
+    float a[2] = {1, 2}, z[2] = {0, 0}, b[1] = {7};
+    write_st("s1.safetensors", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", z, 8, 0);
+    write_st("s2.safetensors",
+             "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+             "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}",
+             a, 8, 0);
+    FILE *f = fopen(path_of("s2.safetensors"), "ab");
+    fwrite(b, 4, 1, f);
+    fclose(f);
+    write_text("model.safetensors.index.json", "{\"weight_map\":{\"a\":\"s2.safetensors\",\"b\":\"s2.safetensors\"}}");
+    dt_st_set_t *set;
+    /* only s2 is named: s1 is not part of the set, and a comes from s2 */
+    cr_assert_eq(dt_st_set_open(dir, &set), DT_STATUS_OK, "%s", dt_error_detail());
+    dt_st_file_t *file;
+    const dt_st_tensor *t = dt_st_set_find(set, "a", &file);
+    cr_assert_not_null(t);
+    float out[2];
+    cr_assert_eq(dt_st_read_f32(file, t, 0, 2, out), DT_STATUS_OK);
+    cr_assert(out[0] == 1 && out[1] == 2, "a from the shard the index names: %g %g", out[0], out[1]);
+    dt_st_set_close(set);
+    /* s1 named too (for b), and it holds a second a */
+    write_text("model.safetensors.index.json", "{\"weight_map\":{\"b\":\"s2.safetensors\",\"a\":\"s1.safetensors\"}}");
+    cr_assert_eq(dt_st_set_open(dir, &set), DT_STATUS_FORMAT);
+    const char *d = dt_error_detail();
+    cr_assert(strstr(d, "tensor a") && strstr(d, "s1.safetensors") && strstr(d, "s2.safetensors"), "%s", d);
+    /* a tensor a named shard holds that the index does not list */
+    write_text("model.safetensors.index.json", "{\"weight_map\":{\"a\":\"s2.safetensors\"}}");
+    cr_assert_eq(dt_st_set_open(dir, &set), DT_STATUS_FORMAT);
+    d = dt_error_detail();
+    cr_assert(strstr(d, "tensor b") && strstr(d, "s2.safetensors") && strstr(d, "index"), "%s", d);
+    /* model.safetensors beside an index: it is the one read, as transformers does */
+    write_text("model.safetensors.index.json", "{\"weight_map\":{\"a\":\"s1.safetensors\"}}");
+    write_st("model.safetensors", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", a, 8, 0);
+    cr_assert_eq(dt_st_set_open(dir, &set), DT_STATUS_OK, "%s", dt_error_detail());
+    t = dt_st_set_find(set, "a", &file);
+    cr_assert_str_eq(dt_st_path(file), path_of("model.safetensors"));
+    dt_st_set_close(set);
+}
+
+/* Issue 31: an index that is a directory made a calloc of 2^63 bytes (abort), one
+ * that is a FIFO blocked for ever; a shard that is a directory was mapped. */
+Test(st_read, an_index_or_shard_that_is_no_file_is_refused, .timeout = 10) {
+    mkdir_tmp();
+    cr_assert_eq(mkdir(path_of("model.safetensors.index.json"), 0755), 0);
+    dt_st_set_t *set;
+    cr_assert_eq(dt_st_set_open(dir, &set), DT_STATUS_INVALID);
+    cr_assert(strstr(dt_error_detail(), "model.safetensors.index.json") && strstr(dt_error_detail(), "directory"), "%s",
+              dt_error_detail());
+    rmdir(path_of("model.safetensors.index.json"));
+    cr_assert_eq(mkfifo(path_of("model.safetensors.index.json"), 0644), 0);
+    cr_assert_eq(dt_st_set_open(dir, &set), DT_STATUS_INVALID);
+    cr_assert(strstr(dt_error_detail(), "FIFO"), "%s", dt_error_detail());
+    unlink(path_of("model.safetensors.index.json"));
+    cr_assert_eq(mkdir(path_of("model.safetensors"), 0755), 0);
+    cr_assert_neq(dt_st_set_open(dir, &set), DT_STATUS_OK);
+    cr_assert(strstr(dt_error_detail(), "model.safetensors") && strstr(dt_error_detail(), "directory"), "%s",
+              dt_error_detail());
+}
+
+/* Issue 31: an index of 200,000 entries took minutes (each name searched linearly
+ * through its shard). Hashed, it opens in well under a second; the bound here is
+ * generous so that a loaded machine does not fail it. */
+Test(st_read, an_index_of_200k_tensors_opens_quickly, .timeout = 60) {
+    mkdir_tmp();
+    enum { N = 200000, PER = N / 2 };
+    size_t cap = (size_t)PER * 96 + 64;
+    char *hdr = malloc(cap), *ix = malloc((size_t)N * 64 + 64);
+    size_t ixn = (size_t)sprintf(ix, "{\"metadata\":{\"total_size\":%d},\"weight_map\":{", N * 4);
+    float *data = calloc(PER, sizeof(float));
+    for (int s = 0; s < 2; s++) {
+        size_t n = (size_t)sprintf(hdr, "{");
+        for (int i = 0; i < PER; i++) {
+            int k = s * PER + i;
+            n += (size_t)sprintf(hdr + n, "%s\"model.layers.%d.w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[%d,%d]}",
+                                 i ? "," : "", k, i * 4, i * 4 + 4);
+            ixn += (size_t)sprintf(ix + ixn, "%s\"model.layers.%d.w\":\"shard%d.safetensors\"", k ? "," : "", k, s);
+        }
+        sprintf(hdr + n, "}");
+        char name[64];
+        snprintf(name, sizeof name, "shard%d.safetensors", s);
+        write_st(name, hdr, data, (size_t)PER * 4, 0);
+    }
+    sprintf(ix + ixn, "}}");
+    write_text("model.safetensors.index.json", ix);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    dt_st_set_t *set;
+    cr_assert_eq(dt_st_set_open(dir, &set), DT_STATUS_OK, "%s", dt_error_detail());
+    for (int k = 0; k < N; k += 7) {
+        char name[64];
+        snprintf(name, sizeof name, "model.layers.%d.w", k);
+        cr_assert_not_null(dt_st_set_find(set, name, NULL), "%s", name);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    printf("st_read: a 200000-entry index over 2 shards opened and searched in %.3f s\n", s);
+    cr_assert_lt(s, 10.0, "took %.1f s", s);
+    dt_st_set_close(set);
+    free(hdr);
+    free(ix);
+    free(data);
 }

@@ -189,6 +189,7 @@ dt_status_t dt_ckpt_write_shard(const dt_ckpt_save_args *a, dt_ckpt_save_stats *
     if (fsync(fd) != 0) st = dt_ckpt_sys_error_(errno, "cannot fsync", path);
 out_close:
     if (close(fd) != 0 && st == DT_STATUS_OK) st = dt_ckpt_sys_error_(errno, "cannot close", path);
+    if (st != DT_STATUS_OK) unlinkat(tmpfd, file, 0); /* a partial shard would hold the space the next save needs */
 out_free_head:
     free(head);
     if (tmpfd >= 0) close(tmpfd);
@@ -344,7 +345,7 @@ static int same_run(int rootfd, const char *dir, const char *name, const char *r
     int fd;
     char *text = NULL;
     if (dt_ckpt_open_subdir_(rootfd, dir, name, 0, &fd) != DT_STATUS_OK) return 0;
-    dt_status_t st = dt_ckpt_read_text_at_(fd, dir, "meta.json", 64u << 20, &text);
+    dt_status_t st = dt_ckpt_read_text_at_(fd, dir, "meta.json", DT_CKPT_META_MAX, &text);
     close(fd);
     if (st != DT_STATUS_OK) return 0;
     cJSON *meta = cJSON_Parse(text);
@@ -510,6 +511,17 @@ out_free:
     return st;
 }
 
+/* After a failed save: its step_N.tmp folder (dtrun's files only) goes, so that a
+ * full disk does not stay full for the next save. */
+static void remove_failed_tmp(const dt_ckpt_save_args *a) {
+    char name[64], tmpname[64];
+    step_names(a, name, tmpname, sizeof name);
+    int rootfd;
+    if (dt_ckpt_open_root_(a->dir, 0, &rootfd) != DT_STATUS_OK) return;
+    dt_ckpt_remove_step_at_(rootfd, a->dir, tmpname);
+    close(rootfd);
+}
+
 dt_status_t dt_ckpt_save(const dt_ckpt_save_args *a, dt_ckpt_save_stats *stats) {
     dt_ckpt_save_stats local;
     if (!stats) stats = &local;
@@ -522,8 +534,18 @@ dt_status_t dt_ckpt_save(const dt_ckpt_save_args *a, dt_ckpt_save_stats *stats) 
         dt_status_t bs = a->barrier(a->barrier_ctx);
         if (st == DT_STATUS_OK && bs != DT_STATUS_OK) return bs;
     }
-    if (st != DT_STATUS_OK) return dt_error(st, "%s", detail);
-    if (a->rank == 0) DT_CHECK(dt_ckpt_commit(a, stats));
+    if (st != DT_STATUS_OK) { /* every rank is past its write (the barrier): rank 0 cleans up */
+        if (a->rank == 0 && (a->barrier || a->world_size == 1)) remove_failed_tmp(a);
+        return dt_error(st, "%s", detail);
+    }
+    if (a->rank == 0) {
+        st = dt_ckpt_commit(a, stats);
+        if (st != DT_STATUS_OK) {
+            snprintf(detail, sizeof detail, "%s", dt_error_detail());
+            remove_failed_tmp(a);
+            return dt_error(st, "%s", detail);
+        }
+    }
     stats->total_s = dt_now_s() - t0;
     return DT_STATUS_OK;
 }

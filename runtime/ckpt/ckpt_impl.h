@@ -106,7 +106,9 @@ dt_status_t dt_ckpt_write_text_at_(int dirfd, const char *dir, const char *name,
 /* dirfd/name for reading, only when it is a regular file (not a link, FIFO or
  * device: refused before reading, without blocking); *size its size. */
 dt_status_t dt_ckpt_open_file_at_(int dirfd, const char *dir, const char *name, int *fd, uint64_t *size);
-/* open_file_at, then at most max bytes into a malloc'd NUL-terminated *out. */
+/* open_file_at, then the file into a malloc'd NUL-terminated *out; a file larger
+ * than max is DT_STATUS_FORMAT naming it and its size, before anything is read. */
+#define DT_CKPT_META_MAX ((size_t)256 << 20) /* a meta.json's bound (a few MB at 1000 ranks) */
 dt_status_t dt_ckpt_read_text_at_(int dirfd, const char *dir, const char *name, size_t max, char **out);
 /* Removes step folder dirfd/name: only a real directory, only dtrun's files in it
  * (meta.json, shard_*.bin), then the folder when that empties it; a link or a

@@ -190,7 +190,12 @@ dt_status_t dt_ckpt_read_text_at_(int dirfd, const char *dir, const char *name, 
     DT_CHECK(dt_ckpt_open_file_at_(dirfd, dir, name, &fd, &size));
     char path[PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    size_t n = size < max ? (size_t)size : max;
+    if (size > max) { /* refused before a byte is read: a 6 GB meta.json is not one */
+        close(fd);
+        return dt_error(DT_STATUS_FORMAT, "%s is %llu bytes, more than the %zu a %s may be", path,
+                        (unsigned long long)size, max, name);
+    }
+    size_t n = (size_t)size;
     char *buf = dt_xmalloc(n + 1);
     dt_status_t st = dt_ckpt_pread_all_(fd, buf, n, 0, path);
     close(fd);

@@ -113,6 +113,18 @@ static dt_status_t parse_meta(dt_ckpt_t *c, const char *mpath) {
     DT_CHECK(meta_u64(m, "version", FORMAT_VERSION, FORMAT_VERSION_STRIDED, mpath, NULL, &u));
     DT_CHECK(meta_u64(m, "step", 0, META_MAX, mpath, NULL, &u));
     c->step = (int64_t)u;
+    { /* a step folder's name and its meta.json agree: a resume from a disagreeing one
+       * would start at the wrong step (train nothing, or repeat steps) */
+        char name[PATH_MAX];
+        snprintf(name, sizeof name, "%s", c->path);
+        for (size_t n = strlen(name); n > 1 && name[n - 1] == '/'; n--) name[n - 1] = '\0';
+        const char *base = strrchr(name, '/') ? strrchr(name, '/') + 1 : name;
+        int tmp = 0;
+        int64_t named = dt_ckpt_parse_step_name_(base, &tmp);
+        if (named >= 0 && !tmp && named != c->step)
+            return dt_error(DT_STATUS_FORMAT, "%s: step is %lld but its folder %s is step %lld: refusing a checkpoint "
+                            "that disagrees with itself", mpath, (long long)c->step, base, (long long)named);
+    }
     DT_CHECK(meta_u64(m, "world_size", 1, INT_MAX, mpath, NULL, &u)); /* an int from here on */
     c->world_size = (int)u;
     DT_CHECK(meta_u64(m, "n_params", 0, META_MAX, mpath, NULL, &c->n_params));
@@ -236,7 +248,7 @@ dt_status_t dt_ckpt_open(const char *path, dt_ckpt_t **out) {
     }
     int dirfd;
     DT_CHECK_GOTO(dt_ckpt_open_root_(c->path, 0, &dirfd), st, out_fail);
-    st = dt_ckpt_read_text_at_(dirfd, c->path, "meta.json", SIZE_MAX - 1, &text);
+    st = dt_ckpt_read_text_at_(dirfd, c->path, "meta.json", DT_CKPT_META_MAX, &text);
     close(dirfd);
     if (st != DT_STATUS_OK) goto out_fail;
     c->meta = cJSON_Parse(text);

@@ -22,8 +22,13 @@ typedef struct dt_hf_export_opts {
     uint64_t max_shard_bytes;  /* 0: transformers' 5 GB (5e9) */
 } dt_hf_export_opts;
 
-/* Writes dir (created if needed; files replaced). *n_files gets the number of
- * weight files, *bytes their tensor bytes (either may be NULL). */
+/* Writes dir: the whole export into a staging folder beside it (DIR.tmp.XXXXXX),
+ * then swapped in by a rename, so that an earlier export at dir stays loadable
+ * until the new one is complete; any other file of the old folder (a tokenizer, a
+ * README) is kept. On failure (a full disk, ...) dir is unchanged and the staging
+ * folder removed; a process killed mid-export leaves dir unchanged and the staging
+ * folder behind. *n_files gets the number of weight files, *bytes their tensor
+ * bytes (either may be NULL). */
 dt_status_t dt_hf_export(const dt_model_layout *l, const float *params, const char *dir, const dt_hf_export_opts *o,
                          int *n_files, uint64_t *bytes);
 

@@ -78,8 +78,11 @@ float dt_st_bf16_to_f32(uint16_t h);
 float dt_st_f16_to_f32(uint16_t h);
 
 /* A Hugging Face weight set: DIR/model.safetensors, or the shards that
- * DIR/model.safetensors.index.json's weight_map names (every name of the map must
- * be in the shard it names). */
+ * DIR/model.safetensors.index.json's weight_map names. With both, model.safetensors
+ * is read (as transformers does) and a warning says so. Every name of the map must
+ * be in the shard it names, and every tensor of a shard must be one the map names
+ * for that shard: a tensor in two shards, or one the map does not list, is
+ * DT_STATUS_FORMAT naming both files. Names are hashed: finding one is O(1). */
 typedef struct dt_st_set dt_st_set_t;
 dt_status_t dt_st_set_open(const char *dir, dt_st_set_t **out);
 void dt_st_set_close(dt_st_set_t *s);

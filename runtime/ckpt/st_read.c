@@ -2,6 +2,8 @@
  * st_read.c - the safetensors reader (safetensors.h): one mapped file with its
  * header checked at open, element ranges of a tensor converted to fp32, and Hugging
  * Face weight sets (one file, or shards listed by model.safetensors.index.json).
+ * Names are found through hash tables (a file's header, a set's weight map): an
+ * index of hundreds of thousands of tensors opens in well under a second.
  */
 #include "runtime/ckpt/safetensors.h"
 
@@ -15,10 +17,43 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common/mem.h" /* defines: dt_xcalloc, dt_xstrdup */
+#include "common/fs.h"      /* defines: dt_fs_read_file, dt_fs_printable */
+#include "common/fs_safe.h" /* defines: dt_fs_open_regular */
+#include "common/log.h"     /* defines: DT_LOG_WARN */
+#include "common/mem.h"     /* defines: dt_xcalloc, dt_xstrdup */
 
 /* A header this big is not a weights header (safetensors itself caps it at 100 MB). */
 #define ST_MAX_HEADER ((uint64_t)100 << 20)
+/* An index this big is not a weight map (a 200,000-tensor one is about 15 MB). */
+#define ST_MAX_INDEX ((size_t)256 << 20)
+
+/* Names to small integers: open addressing over a power-of-two table of
+ * (index + 1), 0 empty; the names are the caller's and outlive it. */
+typedef struct name_table {
+    uint32_t *slot;
+    size_t mask;
+} name_table;
+
+static uint64_t name_hash(const char *s) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+    return h ^ (h >> 29);
+}
+
+static void table_init(name_table *t, size_t n) {
+    size_t cap = 16;
+    while (cap < 2 * n) cap *= 2;
+    t->slot = dt_xcalloc(cap, sizeof *t->slot);
+    t->mask = cap - 1;
+}
+
+/* The slot holding name, or the empty one where it would go; name_of(i) gives the
+ * name of entry i. */
+static uint32_t *table_slot(const name_table *t, const char *name, const char *(*name_of)(const void *, uint32_t),
+                            const void *ctx) {
+    for (size_t i = name_hash(name) & t->mask;; i = (i + 1) & t->mask)
+        if (!t->slot[i] || !strcmp(name_of(ctx, t->slot[i] - 1), name)) return &t->slot[i];
+}
 
 struct dt_st_file {
     char *path;
@@ -29,7 +64,10 @@ struct dt_st_file {
     dt_st_tensor *t;
     int n;
     uint64_t hash;
+    name_table names; /* t's names */
 };
+
+static const char *file_name_of(const void *f, uint32_t i) { return ((const dt_st_file_t *)f)->t[i].name; }
 
 const char *dt_st_dtype_name(dt_st_dtype_t d) { return d == DT_ST_F32 ? "F32" : d == DT_ST_BF16 ? "BF16" : "F16"; }
 size_t dt_st_dtype_size(dt_st_dtype_t d) { return d == DT_ST_F32 ? 4 : 2; }
@@ -168,9 +206,17 @@ static dt_status_t parse_header(dt_st_file_t *f, cJSON **root_out) {
     return st;
 }
 
-/* The header's names point into the parsed JSON: copy them so it can go. */
-static void own_names(dt_st_file_t *f) {
+/* The header's names point into the parsed JSON: copy them so it can go, and hash
+ * them. A name twice in the header (JSON allows it) is refused. */
+static dt_status_t own_names(dt_st_file_t *f) {
     for (int i = 0; i < f->n; i++) f->t[i].name = dt_xstrdup(f->t[i].name);
+    table_init(&f->names, (size_t)f->n);
+    for (int i = 0; i < f->n; i++) {
+        uint32_t *sl = table_slot(&f->names, f->t[i].name, file_name_of, f);
+        if (*sl) return dt_error(DT_STATUS_FORMAT, "%s: tensor %s appears twice in the header", f->path, f->t[i].name);
+        *sl = (uint32_t)i + 1;
+    }
+    return DT_STATUS_OK;
 }
 
 dt_status_t dt_st_open(const char *path, dt_st_file_t **out) {
@@ -181,9 +227,10 @@ dt_status_t dt_st_open(const char *path, dt_st_file_t **out) {
     dt_status_t st = DT_STATUS_OK;
     cJSON *root = NULL;
     struct stat sb;
-    f->fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (f->fd < 0 || fstat(f->fd, &sb) != 0) {
-        st = dt_error(errno == ENOENT ? DT_STATUS_NOT_FOUND : DT_STATUS_IO, "cannot open %s: %s", path, strerror(errno));
+    /* a directory, FIFO or device is refused (not mapped, never blocked on) */
+    st = dt_fs_open_regular(path, O_RDONLY, 0, &f->fd, &sb);
+    if (st != DT_STATUS_OK) {
+        st = dt_error(st == DT_STATUS_NOT_FOUND ? st : DT_STATUS_IO, "cannot open %s", dt_error_detail());
         goto out_free;
     }
     f->size = (size_t)sb.st_size;
@@ -196,7 +243,7 @@ dt_status_t dt_st_open(const char *path, dt_st_file_t **out) {
         f->map = m;
     }
     st = parse_header(f, &root);
-    if (st == DT_STATUS_OK) own_names(f);
+    if (st == DT_STATUS_OK) st = own_names(f);
     else f->n = 0; /* names still point into root */
     cJSON_Delete(root);
     if (st != DT_STATUS_OK) goto out_free;
@@ -211,6 +258,7 @@ void dt_st_close(dt_st_file_t *f) {
     if (!f) return;
     for (int i = 0; i < f->n; i++) free((char *)f->t[i].name);
     free(f->t);
+    free(f->names.slot);
     if (f->map) munmap(f->map, f->size);
     if (f->fd >= 0) close(f->fd);
     free(f->path);
@@ -223,9 +271,9 @@ const dt_st_tensor *dt_st_at(const dt_st_file_t *f, int i) { return i >= 0 && i 
 uint64_t dt_st_header_hash(const dt_st_file_t *f) { return f->hash; }
 
 const dt_st_tensor *dt_st_find(const dt_st_file_t *f, const char *name) {
-    for (int i = 0; i < f->n; i++)
-        if (!strcmp(f->t[i].name, name)) return &f->t[i];
-    return NULL;
+    if (!f->names.slot) return NULL;
+    uint32_t i = *table_slot(&f->names, name, file_name_of, f);
+    return i ? &f->t[i - 1] : NULL;
 }
 
 dt_status_t dt_st_copy_f32(dt_st_file_t *f, const dt_st_tensor *t, size_t first, size_t count, float *dst) {
@@ -268,25 +316,45 @@ dt_status_t dt_st_read_f32(dt_st_file_t *f, const dt_st_tensor *t, size_t first,
 struct dt_st_set {
     dt_st_file_t **files;
     int n;
+    /* Every tensor of the set: its file and entry, found by name. */
+    struct set_entry {
+        const char *name; /* the file's copy */
+        int file;
+        const dt_st_tensor *t;
+    } *e;
+    size_t ne, cap;
+    name_table names;
 };
 
+static const char *set_name_of(const void *s, uint32_t i) { return ((const dt_st_set_t *)s)->e[i].name; }
+
 static void set_add(dt_st_set_t *s, dt_st_file_t *f) {
-    s->files = realloc(s->files, (size_t)(s->n + 1) * sizeof *s->files);
-    if (!s->files) abort();
+    s->files = dt_xrealloc(s->files, (size_t)(s->n + 1) * sizeof *s->files);
     s->files[s->n++] = f;
 }
 
-/* The shards of DIR/model.safetensors.index.json, each opened once. */
+/* The file of the set at path, opened and added when new. A weight map names a few
+ * shards over and over: the last one found is tried first. */
+static dt_status_t set_file(dt_st_set_t *s, const char *path, int *which) {
+    if (*which >= 0 && !strcmp(s->files[*which]->path, path)) return DT_STATUS_OK;
+    for (int i = 0; i < s->n; i++)
+        if (!strcmp(s->files[i]->path, path)) return *which = i, DT_STATUS_OK;
+    dt_st_file_t *f;
+    DT_CHECK(dt_st_open(path, &f));
+    set_add(s, f);
+    *which = s->n - 1;
+    return DT_STATUS_OK;
+}
+
+/* The shards of DIR/model.safetensors.index.json, each opened once. Each name of
+ * the weight map is taken from the shard the map names for it, as transformers
+ * does; a tensor that a shard holds but the map puts elsewhere (or nowhere) would
+ * make "which copy?" a guess, and is refused naming both files. */
 static dt_status_t open_index(const char *dir, const char *ipath, dt_st_set_t *s) {
-    FILE *fp = fopen(ipath, "rb");
-    if (!fp) return dt_error(DT_STATUS_IO, "cannot open %s: %s", ipath, strerror(errno));
-    fseek(fp, 0, SEEK_END);
-    long len = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    char *text = dt_xcalloc((size_t)(len > 0 ? len : 0) + 1, 1);
-    size_t got = fread(text, 1, (size_t)(len > 0 ? len : 0), fp);
-    fclose(fp);
-    cJSON *root = cJSON_ParseWithLength(text, got);
+    char *text;
+    size_t len;
+    DT_CHECK(dt_fs_read_file(ipath, ST_MAX_INDEX, &text, &len));
+    cJSON *root = cJSON_ParseWithLength(text, len);
     free(text);
     dt_status_t st = DT_STATUS_OK;
     const cJSON *map = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
@@ -294,28 +362,62 @@ static dt_status_t open_index(const char *dir, const char *ipath, dt_st_set_t *s
         st = dt_error(DT_STATUS_FORMAT, "%s: expected a JSON object with a \"weight_map\" object", ipath);
         goto out_free;
     }
+    size_t n = 0;
+    for (const cJSON *e = map->child; e; e = e->next) n++;
+    s->e = dt_xcalloc(n + 1, sizeof *s->e);
+    table_init(&s->names, n);
+    int which = -1;
     for (const cJSON *e = map->child; e && st == DT_STATUS_OK; e = e->next) {
-        if (!cJSON_IsString(e) || strchr(e->valuestring, '/')) {
+        if (!cJSON_IsString(e) || !*e->valuestring || strchr(e->valuestring, '/')) {
             st = dt_error(DT_STATUS_FORMAT, "%s: weight_map[\"%s\"]: expected a file name in %s", ipath, e->string, dir);
             break;
         }
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", dir, e->valuestring);
-        dt_st_file_t *f = NULL;
-        for (int i = 0; i < s->n && !f; i++)
-            if (!strcmp(s->files[i]->path, path)) f = s->files[i];
-        if (!f) {
-            st = dt_st_open(path, &f);
-            if (st != DT_STATUS_OK) break;
-            set_add(s, f);
-        }
-        if (!dt_st_find(f, e->string))
+        st = set_file(s, path, &which);
+        if (st != DT_STATUS_OK) break;
+        const dt_st_tensor *t = dt_st_find(s->files[which], e->string);
+        if (!t) {
             st = dt_error(DT_STATUS_FORMAT, "%s: tensor %s: the index names this file but it has no such tensor", path,
                           e->string);
+            break;
+        }
+        uint32_t *sl = table_slot(&s->names, t->name, set_name_of, s);
+        if (*sl) {
+            st = dt_error(DT_STATUS_FORMAT, "%s: weight_map names tensor %s twice", ipath, e->string);
+            break;
+        }
+        s->e[s->ne] = (struct set_entry){t->name, which, t};
+        *sl = (uint32_t)++s->ne;
     }
+    /* every tensor of every shard is where the map says */
+    for (int i = 0; i < s->n && st == DT_STATUS_OK; i++)
+        for (int k = 0; k < s->files[i]->n && st == DT_STATUS_OK; k++) {
+            const char *name = s->files[i]->t[k].name;
+            uint32_t at = *table_slot(&s->names, name, set_name_of, s);
+            if (!at)
+                st = dt_error(DT_STATUS_FORMAT, "%s: tensor %s is in %s but the index's weight_map does not list it",
+                              ipath, name, s->files[i]->path);
+            else if (s->e[at - 1].file != i)
+                st = dt_error(DT_STATUS_FORMAT,
+                              "tensor %s is in two shards, %s and %s (%s names %s): refusing to guess which copy", name,
+                              s->files[s->e[at - 1].file]->path, s->files[i]->path, ipath,
+                              s->files[s->e[at - 1].file]->path);
+        }
 out_free:
     cJSON_Delete(root);
     return st;
+}
+
+/* A lone file: its tensors are the set's. */
+static void index_file(dt_st_set_t *s) {
+    dt_st_file_t *f = s->files[0];
+    s->e = dt_xcalloc((size_t)f->n + 1, sizeof *s->e);
+    table_init(&s->names, (size_t)f->n);
+    for (int k = 0; k < f->n; k++) {
+        *table_slot(&s->names, f->t[k].name, set_name_of, s) = (uint32_t)(s->ne + 1);
+        s->e[s->ne++] = (struct set_entry){f->t[k].name, 0, &f->t[k]};
+    }
 }
 
 dt_status_t dt_st_set_open(const char *dir, dt_st_set_t **out) {
@@ -325,12 +427,18 @@ dt_status_t dt_st_set_open(const char *dir, dt_st_set_t **out) {
     snprintf(ipath, sizeof ipath, "%s/model.safetensors.index.json", dir);
     snprintf(spath, sizeof spath, "%s/model.safetensors", dir);
     dt_status_t st;
-    if (access(ipath, F_OK) == 0) {
-        st = open_index(dir, ipath, s);
-    } else if (access(spath, F_OK) == 0) {
+    struct stat sb;
+    int have_index = lstat(ipath, &sb) == 0, have_single = lstat(spath, &sb) == 0;
+    if (have_single) { /* transformers tries model.safetensors first too */
+        if (have_index)
+            DT_LOG_WARN("%s holds both model.safetensors and model.safetensors.index.json: reading model.safetensors "
+                        "(as transformers does)",
+                        dir);
         dt_st_file_t *f;
         st = dt_st_open(spath, &f);
-        if (st == DT_STATUS_OK) set_add(s, f);
+        if (st == DT_STATUS_OK) set_add(s, f), index_file(s);
+    } else if (have_index) {
+        st = open_index(dir, ipath, s);
     } else {
         st = dt_error(DT_STATUS_NOT_FOUND, "%s: no model.safetensors or model.safetensors.index.json", dir);
     }
@@ -346,18 +454,17 @@ void dt_st_set_close(dt_st_set_t *s) {
     if (!s) return;
     for (int i = 0; i < s->n; i++) dt_st_close(s->files[i]);
     free(s->files);
+    free(s->e);
+    free(s->names.slot);
     free(s);
 }
 
 const dt_st_tensor *dt_st_set_find(const dt_st_set_t *s, const char *name, dt_st_file_t **file) {
-    for (int i = 0; i < s->n; i++) {
-        const dt_st_tensor *t = dt_st_find(s->files[i], name);
-        if (t) {
-            if (file) *file = s->files[i];
-            return t;
-        }
-    }
-    return NULL;
+    if (!s->names.slot) return NULL;
+    uint32_t i = *table_slot(&s->names, name, set_name_of, s);
+    if (!i) return NULL;
+    if (file) *file = s->files[s->e[i - 1].file];
+    return s->e[i - 1].t;
 }
 
 int dt_st_set_files(const dt_st_set_t *s) { return s->n; }

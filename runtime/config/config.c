@@ -41,7 +41,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "common/fs.h"  /* defines: dt_fs_printable */
+#include "common/fs.h"  /* defines: dt_fs_printable, dt_fs_read_file */
 #include "common/log.h" /* defines: DT_LOG_WARN */
 #include "common/mem.h" /* defines: dt_xmalloc, dt_xrealloc, dt_xstrdup */
 
@@ -575,41 +575,6 @@ static void finish(dt_config_t *cfg, const char *src) {
     }
 }
 
-static char *read_file(const char *path, size_t *len, int *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        *err = errno;
-        return NULL;
-    }
-    size_t cap = 4096, n = 0;
-    char *buf = dt_xmalloc(cap);
-    for (;;) {
-        if (n + 1 >= cap) {
-            if (cap >= (64u << 20)) { /* a config is small; refuse to swallow a disk image */
-                free(buf);
-                fclose(f);
-                *err = EFBIG;
-                return NULL;
-            }
-            cap *= 2;
-            buf = dt_xrealloc(buf, cap);
-        }
-        size_t r = fread(buf + n, 1, cap - n - 1, f);
-        n += r;
-        if (r == 0) break;
-    }
-    if (ferror(f)) {
-        *err = errno ? errno : EIO;
-        free(buf);
-        fclose(f);
-        return NULL;
-    }
-    fclose(f);
-    buf[n] = '\0';
-    *len = n;
-    return buf;
-}
-
 static void flush_notes(parse_ctx_t *ctx) {
     if (ctx->ignored.len)
         add_warning(ctx->cfg, "%s: ignoring DeepSpeed keys that dtrun does not implement: %s",
@@ -718,11 +683,13 @@ dt_status_t dt_config_load(const char *path, const char *const *overrides, int n
     cfg->source = dt_xstrdup(path ? dt_fs_printable(path, shown, sizeof shown) : "(no file)");
     if (!path) return load_text(NULL, cfg->source, overrides, n_overrides, cfg);
     size_t len = 0;
-    int err = 0;
-    char *text = read_file(path, &len, &err);
-    if (!text) {
-        add_error(cfg, cfg->source, "expected a readable JSON file, found an error: %s",
-                  err == EFBIG ? "a file over 64 MiB" : strerror(err));
+    char *text = NULL;
+    /* a config is small; a disk image, a FIFO or a directory is refused unread */
+    if (dt_fs_read_file(path, (size_t)64 << 20, &text, &len) != DT_STATUS_OK) {
+        const char *why = dt_error_detail();
+        size_t n = strlen(cfg->source); /* the message already starts with the file's name */
+        if (!strncmp(why, cfg->source, n) && !strncmp(why + n, ": ", 2)) why += n + 2;
+        add_error(cfg, cfg->source, "expected a readable JSON file, found an error: %s", why);
         dt_config_errors_keep_(cfg);
         return dt_config_errors_status_(cfg);
     }

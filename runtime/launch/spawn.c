@@ -220,7 +220,7 @@ static dt_status_t open_log_file(agent_t *ag, worker_t *w, const char *dir, int 
         return DT_STATUS_OK;
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/%s.log", dir, s ? "stderr" : "stdout");
-    w->file_fd[s] = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND, 0644);
+    w->file_fd[s] = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND | O_NOFOLLOW, 0644);
     if (w->file_fd[s] < 0)
         return dt_error(dt_status_from_errno(errno), "cannot create log file %s: %s", path,
                         strerror(errno));

@@ -10,6 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/fs.h" /* defines: dt_fs_read_file */
+
+#define HF_CONFIG_MAX ((size_t)16 << 20) /* a config.json is a few KiB */
+
 const char *dt_hf_config_types(void) { return "llama, mistral, qwen2, gpt2"; }
 
 /* ---- the model's keys as numbers ------------------------------------------------------- */
@@ -148,26 +152,6 @@ static dt_status_t read_llama(dt_hf_config *h, const cJSON *root) {
 
 /* ---- the file ---------------------------------------------------------------------------- */
 
-static char *slurp(const char *path, dt_status_t *st) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        *st = dt_error(errno == ENOENT ? DT_STATUS_NOT_FOUND : DT_STATUS_IO, "%s: %s", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    for (size_t got; buf && (got = fread(buf + n, 1, cap - n - 1, f)) > 0;) {
-        n += got;
-        if (n + 1 == cap && cap < (16u << 20)) buf = realloc(buf, cap *= 2);
-        else if (n + 1 == cap) break;
-    }
-    fclose(f);
-    if (!buf) abort();
-    buf[n] = '\0';
-    *st = DT_STATUS_OK;
-    return buf;
-}
-
 /* transformers >= 5 writes rope_theta and rope_scaling as one object,
  * rope_parameters {rope_theta, rope_type, factor, ...}; published checkpoints keep
  * them at the top level. The top-level form is made from it when absent. */
@@ -189,9 +173,9 @@ static void rope_parameters_to_top_level(cJSON *root) {
 dt_status_t dt_hf_config_read(const char *dir, dt_hf_config *h) {
     memset(h, 0, sizeof *h);
     snprintf(h->path, sizeof h->path, "%s/config.json", dir);
-    dt_status_t st;
-    char *text = slurp(h->path, &st);
-    if (!text) return st;
+    char *text;
+    dt_status_t st = dt_fs_read_file(h->path, HF_CONFIG_MAX, &text, NULL);
+    if (st != DT_STATUS_OK) return st;
     cJSON *root = cJSON_Parse(text);
     free(text);
     if (!cJSON_IsObject(root)) {

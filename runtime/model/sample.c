@@ -120,6 +120,15 @@ static dt_status_t generate(dt_sample_net *s, dt_net_t *full, const dt_model_lay
         memmove(logits, logits + (size_t)(len - 1) * Vp, (size_t)Vp * sizeof *logits);
     }
     for (int i = 0; i < opts->tokens; i++) {
+        /* NaN weights give NaN logits, which pick() would turn into token 0 for ever */
+        for (int v = 0; v < V; v++)
+            if (!isfinite(logits[v])) {
+                st = dt_error(DT_STATUS_FORMAT,
+                              "generation step %d (position %d): the logits are not finite (%g for token %d): the "
+                              "model's weights hold NaN or inf",
+                              i + 1, len - 1, (double)logits[v], v);
+                goto out_free;
+            }
         int32_t tok = pick(logits, V, opts, &rng, scratch);
         out[i] = tok;
         if (i + 1 == opts->tokens) break; /* its logits would go unused */

@@ -53,7 +53,9 @@ uint64_t dt_sample_rows_run(const dt_sample_net *s);
  * Past seq_len the context slides as without a cache (the oldest token drops out,
  * so every position moves and the cache is stale): each further token is a full
  * forward of the last seq_len tokens, as before. The ids are those of the full
- * forward path (the same logits up to float rounding). */
+ * forward path (the same logits up to float rounding). Logits that are not finite
+ * (NaN or inf weights) are DT_STATUS_FORMAT naming the generation step, never a
+ * token picked from them. */
 dt_status_t dt_sample_run(dt_sample_net *s, const int32_t *prompt, int n_prompt, const dt_sample_opts *opts,
                           int32_t *out);
 /* The same with full forwards only, on a net of micro-batch 1 of a model with

@@ -61,7 +61,7 @@ static dt_status_t open_shard(dt_shard_out *w, int is_val) {
         sizeof final)
         return dt_error(DT_STATUS_INVALID, "output prefix too long: %s", w->prefix);
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", final, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644); /* never through a link */
     if (fd < 0) return dt_error(DT_STATUS_IO, "%s: cannot create: %s", tmp, strerror(errno));
     if (w->n == w->cap) {
         w->cap = w->cap ? 2 * w->cap : 8;

@@ -12,16 +12,21 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "common/fs_safe.h" /* defines: dt_fs_open_regular, dt_fs_write_atomic */
 #include "common/mem.h"
 
 /* Values beyond this (either sign) are left out: no loss, throughput or step is
  * that large, and the axes' arithmetic stays far from overflow. */
 #define REPORT_MAX_ABS 1e15
+/* A metrics line is a few hundred bytes: a longer one is not read whole. */
+#define REPORT_MAX_LINE (1 << 20)
 /* Steps of left-out points named in the SVG; the rest are counted. */
 #define REPORT_LEFT_OUT_SHOWN 8
 
@@ -160,16 +165,30 @@ static void draw_left_out(FILE *f, const left_out *lo) {
 }
 
 dt_status_t dt_report_svg(const char *metrics_path, const char *svg_path, int *n_points, int *n_left_out) {
-    FILE *in = fopen(metrics_path, "r");
-    if (!in) return dt_error(DT_STATUS_NOT_FOUND, "%s: %s", metrics_path, strerror(errno));
+    /* a directory, FIFO or device is refused, never read or blocked on */
+    int in_fd;
+    DT_CHECK(dt_fs_open_regular(metrics_path, O_RDONLY, 0, &in_fd, NULL));
+    FILE *in = fdopen(in_fd, "r");
+    if (!in) {
+        close(in_fd);
+        return dt_error(DT_STATUS_NOMEM, "%s: %s", metrics_path, strerror(errno));
+    }
+    char *svg = NULL;
+    size_t svg_len = 0;
     series loss = {0}, val = {0}, tps = {0};
     char *line = NULL;
     size_t cap = 0;
     int lineno = 0, n = 0, nonfinite;
     left_out lo = {0};
     dt_status_t st = DT_STATUS_OK;
-    while (getline(&line, &cap, in) > 0) {
+    ssize_t got;
+    while ((got = getline(&line, &cap, in)) > 0) {
         lineno++;
+        if ((size_t)got > REPORT_MAX_LINE) {
+            st = dt_error(DT_STATUS_FORMAT, "%s:%d: a line of %zd bytes is no metrics line (at most %d)", metrics_path,
+                          lineno, got, REPORT_MAX_LINE);
+            goto out_free;
+        }
         if (line[0] == '\n') continue;
         char *text = nonfinite_to_null(line, &nonfinite);
         cJSON *o = cJSON_Parse(text);
@@ -205,9 +224,11 @@ dt_status_t dt_report_svg(const char *metrics_path, const char *svg_path, int *n
         st = dt_error(DT_STATUS_FORMAT, "%s: no metrics lines", metrics_path);
         goto out_free;
     }
-    FILE *f = fopen(svg_path, "w");
+    /* Drawn in memory, then written beside svg_path and renamed over it: a link
+     * planted at svg_path is replaced, never written through. */
+    FILE *f = open_memstream(&svg, &svg_len);
     if (!f) {
-        st = dt_error(DT_STATUS_IO, "%s: %s", svg_path, strerror(errno));
+        st = dt_error(DT_STATUS_NOMEM, "%s: %s", svg_path, strerror(errno));
         goto out_free;
     }
     fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='900' height='640' "
@@ -226,11 +247,14 @@ dt_status_t dt_report_svg(const char *metrics_path, const char *svg_path, int *n
                1, "throughput (tokens/s)");
     draw_left_out(f, &lo);
     fprintf(f, "</svg>\n");
-    if (fclose(f) != 0) st = dt_error(DT_STATUS_IO, "%s: %s", svg_path, strerror(errno));
+    if (fclose(f) != 0) st = dt_error(DT_STATUS_NOMEM, "%s: %s", svg_path, strerror(errno));
+    if (st == DT_STATUS_OK) st = dt_fs_write_atomic(svg_path, svg, svg_len, NULL, 0);
+    if (st != DT_STATUS_OK) goto out_free;
     *n_points = n;
     if (n_left_out) *n_left_out = lo.n;
 out_free:
     free(line);
+    free(svg);
     fclose(in);
     free(loss.x), free(loss.y), free(val.x), free(val.y), free(tps.x), free(tps.y);
     return st;

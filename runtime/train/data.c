@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -224,10 +225,34 @@ out_free_glob:
     return st;
 }
 
-dt_status_t dt_data_check_files(const char *key, const char *pattern, int seq_len, int vocab_size) {
+/* Samples of n held out for validation: val_fraction of them, at least one when
+ * there is a fraction and more than one sample. */
+static uint64_t held_out(uint64_t n, double val_fraction) {
+    uint64_t held = (uint64_t)((double)n * val_fraction + 0.5);
+    if (val_fraction > 0 && held == 0 && n > 1) held = 1;
+    return held;
+}
+
+/* A source that leaves no training sample: the key, the files and the numbers. */
+static dt_status_t no_sample_error(const char *key, const char *pattern, const data_set *s, int seq_len, uint64_t held) {
+    char shown[512];
+    dt_fs_printable(pattern, shown, sizeof shown);
+    return dt_error(DT_STATUS_FORMAT,
+                    "%s: %s: %llu tokens in %d file(s) give no training sample of seq_len %d "
+                    "(each sample needs %d tokens%s)",
+                    key, shown, (unsigned long long)s->ntokens, s->nfiles, seq_len, seq_len + 1,
+                    held ? ", after holding out validation" : "");
+}
+
+dt_status_t dt_data_check_files(const char *key, const char *pattern, int seq_len, int vocab_size,
+                                double val_fraction) {
     dt_data_opts o = {.seq_len = seq_len, .vocab_size = vocab_size};
     data_set s = {0};
     dt_status_t st = set_open(&s, key, pattern, &o);
+    if (st == DT_STATUS_OK && val_fraction >= 0) {
+        uint64_t held = held_out(s.nsamples, val_fraction);
+        if (s.nsamples - held == 0) st = no_sample_error(key, pattern, &s, seq_len, held);
+    }
     set_free(&s);
     if (st != DT_STATUS_OK && strncmp(dt_error_detail(), key, strlen(key)) != 0) {
         char why[1024]; /* every message of this check names the key */
@@ -244,7 +269,7 @@ static dt_status_t src_open(dt_data_t *d, int i, const dt_data_source *s, const 
     else snprintf(key, sizeof key, "data.train");
     if (!s->path || !s->path[0])
         return dt_error(DT_STATUS_CONFIG, "%s: expected a path or glob, found nothing", key);
-    if (!(s->weight > 0))
+    if (!(s->weight > 0) || !isfinite(s->weight))
         return dt_error(DT_STATUS_CONFIG, "%s.weight: expected a number > 0, found %g", key, s->weight);
     data_src *src = &d->src[i];
     src->path = dt_xstrdup(s->path);
@@ -252,19 +277,10 @@ static dt_status_t src_open(dt_data_t *d, int i, const dt_data_source *s, const 
     if (i > 0 && src->set.kind != d->src[0].set.kind)
         return dt_error(DT_STATUS_FORMAT, "data.train: the sources must be the same kind: '%s' is %s but '%s' is %s",
                         d->src[0].path, kind_name(d->src[0].set.kind), src->path, kind_name(src->set.kind));
-    uint64_t n = src->set.nsamples, held = 0;
-    if (!(o->val && o->val[0])) {
-        held = (uint64_t)((double)n * o->val_fraction + 0.5);
-        if (o->val_fraction > 0 && held == 0 && n > 1) held = 1;
-    }
+    uint64_t n = src->set.nsamples, held = o->val && o->val[0] ? 0 : held_out(n, o->val_fraction);
     src->held = held;
     src->train_n = n - held;
-    if (src->train_n == 0)
-        return dt_error(DT_STATUS_FORMAT,
-                        "%s: %llu tokens in %d file(s) give no training sample of seq_len %d "
-                        "(each sample needs %d tokens%s)",
-                        key, (unsigned long long)src->set.ntokens, src->set.nfiles, o->seq_len,
-                        o->seq_len + 1, held ? ", after holding out validation" : "");
+    if (src->train_n == 0) return no_sample_error(key, s->path, &src->set, o->seq_len, held);
     if (src->train_n > UINT32_MAX)
         return dt_error(DT_STATUS_LIMIT, "%s: %llu samples exceed the 2^32 sample limit", key,
                         (unsigned long long)src->train_n);
@@ -293,14 +309,16 @@ dt_status_t dt_data_open(const dt_data_opts *opts, dt_data_t **out) {
     d->o = *opts;
     d->o.train = d->o.val = NULL; /* not kept: the caller owns the strings */
     d->o.sources = NULL;
-    double wsum = 0;
-    for (int i = 0; i < n; i++) wsum += srcs[i].weight > 0 ? srcs[i].weight : 0;
     for (int i = 0; i < n; i++) {
         d->n_src = i + 1;
         DT_CHECK_GOTO(src_open(d, i, &srcs[i], opts), st, out_free);
     }
-    double cum = 0;
-    for (int i = 0; i < n; i++) d->src[i].cum = (cum += srcs[i].weight / wsum);
+    /* Shares: each weight scaled by the largest first (in (0, 1]), so that a sum of
+     * weights near DBL_MAX cannot overflow to inf and make every share 0. */
+    double wmax = 0, wsum = 0, cum = 0;
+    for (int i = 0; i < n; i++) wmax = srcs[i].weight > wmax ? srcs[i].weight : wmax;
+    for (int i = 0; i < n; i++) wsum += srcs[i].weight / wmax;
+    for (int i = 0; i < n; i++) d->src[i].cum = (cum += srcs[i].weight / wmax / wsum);
     d->src[n - 1].cum = 2.0; /* every u in [0, 1) picks some source */
     if (opts->val && opts->val[0]) {
         DT_CHECK_GOTO(set_open(&d->val, "data.val", opts->val, opts), st, out_free);

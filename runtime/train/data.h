@@ -101,8 +101,12 @@ dt_status_t dt_data_detect_width(const char *pattern, dt_data_kind_t *kind, int 
 /* The loader's own checks of every file pattern matches, as dt_data_open makes
  * them (each a readable regular file, one kind, shard headers, text bytes and, for
  * sets it reads through at open, token ids below vocab_size), then the files are
- * let go: the launcher's check before any worker starts. key names the config key. */
-dt_status_t dt_data_check_files(const char *key, const char *pattern, int seq_len, int vocab_size);
+ * let go: the launcher's check before any worker starts. key names the config key.
+ * With val_fraction >= 0 (the share held out; 0 when data.val is given), files that
+ * leave no training sample of seq_len + 1 tokens are DT_STATUS_FORMAT naming the
+ * key and pattern; a negative val_fraction skips that check (data.val). */
+dt_status_t dt_data_check_files(const char *key, const char *pattern, int seq_len, int vocab_size,
+                                double val_fraction);
 /* The vocab a kind implies when the config leaves it at 0: 256 or 50257. */
 int dt_data_default_vocab(dt_data_kind_t kind);
 

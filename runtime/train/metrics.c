@@ -30,9 +30,10 @@ dt_status_t dt_metrics_open(const char *log_dir, int fresh, dt_metrics_t **out) 
     DT_CHECK(dt_fs_mkdir_p(log_dir));
     char path[4096];
     snprintf(path, sizeof path, "%s/metrics.jsonl", log_dir);
-    /* Not a FIFO (open would block for a reader) nor a device: refused at once. */
+    /* Not a FIFO (open would block for a reader), a device nor a planted link:
+     * refused at once. */
     int fd;
-    if (dt_fs_open_regular(path, O_WRONLY | O_CREAT | (fresh ? O_TRUNC : O_APPEND), 0644, &fd, NULL) != DT_STATUS_OK) {
+    if (dt_fs_open_regular(path, O_WRONLY | O_CREAT | O_NOFOLLOW | (fresh ? O_TRUNC : O_APPEND), 0644, &fd, NULL) != DT_STATUS_OK) {
         char detail[1024];
         snprintf(detail, sizeof detail, "%s", dt_error_detail());
         return dt_error(DT_STATUS_IO, "log.dir: %s", detail);

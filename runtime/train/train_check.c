@@ -71,10 +71,11 @@ dt_status_t dt_trainer_check_data(const dt_config_t *cfg) {
             char key[48];
             if (cfg->data.n_sources) snprintf(key, sizeof key, "data.train[%d]", i);
             else snprintf(key, sizeof key, "data.train");
-            DT_CHECK(config_error(dt_data_check_files(key, src[i].path, spec.seq_len, spec.vocab_size)));
+            double vf = cfg->data.val && *cfg->data.val ? 0 : cfg->data.val_fraction;
+            DT_CHECK(config_error(dt_data_check_files(key, src[i].path, spec.seq_len, spec.vocab_size, vf)));
         }
         if (cfg->data.val)
-            DT_CHECK(config_error(dt_data_check_files("data.val", cfg->data.val, spec.seq_len, spec.vocab_size)));
+            DT_CHECK(config_error(dt_data_check_files("data.val", cfg->data.val, spec.seq_len, spec.vocab_size, -1)));
     }
     if (cfg->tp.size > 1 && cfg->model.vocab_size == 0) {
         /* the vocabulary the workers will take from the data (dt_trainer_spec_) must divide
@@ -167,6 +168,10 @@ dt_status_t dt_trainer_check_paths(const dt_config_t *cfg) {
                                         : "tensorboard (in log.dir)",
                                     tb));
     }
+    /* the first save comes after training has run for every_steps: an unwritable
+     * folder found then costs the whole run */
+    if (cfg->checkpoint.every_steps > 0 && cfg->checkpoint.dir && *cfg->checkpoint.dir)
+        DT_CHECK(check_writable_dir("checkpoint.dir", cfg->checkpoint.dir));
     const char *mode = cfg->checkpoint.resume;
     if (!mode || !strcmp(mode, "auto") || !strcmp(mode, "never")) return DT_STATUS_OK;
     /* a checkpoint named by path: the one the workers' reader will open, for this model */

@@ -7,11 +7,13 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "common/fs_safe.h" /* defines: dt_fs_open_regular */
 #include "common/log.h"
 #include "common/mem.h"
 #include "runtime/ckpt/checkpoint.h" /* defines: dt_ckpt_candidates, dt_ckpt_open, dt_ckpt_meta */
@@ -161,9 +163,15 @@ void dt_train_elastic_note_resume(const dt_train_resume *r, const dt_config_t *c
            old_ws, world_size, (long long)old_accum, accum, (long long)cfg->train_batch_size,
            (long long)r->start_step, (long long)lost);
     fflush(stdout);
-    FILE *f = fopen(path, "a");
+    int fd; /* never through a planted link, nor blocked on a FIFO */
+    if (dt_fs_open_regular(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, 0644, &fd, NULL) != DT_STATUS_OK) {
+        DT_LOG_WARN("cannot record the resize: %s", dt_error_detail());
+        return;
+    }
+    FILE *f = fdopen(fd, "a");
     if (!f) {
         DT_LOG_WARN("cannot record the resize in %s: %s", path, strerror(errno));
+        close(fd);
         return;
     }
     fprintf(f,
@@ -178,8 +186,13 @@ void dt_train_elastic_summary(const char *log_dir, cJSON *summary) {
     cJSON *list = cJSON_AddArrayToObject(summary, "resizes");
     char path[4200];
     snprintf(path, sizeof path, "%s/resizes.jsonl", log_dir);
-    FILE *f = fopen(path, "r");
-    if (!f) return;
+    int fd;
+    if (dt_fs_open_regular(path, O_RDONLY, 0, &fd, NULL) != DT_STATUS_OK) return;
+    FILE *f = fdopen(fd, "r");
+    if (!f) {
+        close(fd);
+        return;
+    }
     char *line = NULL;
     size_t cap = 0;
     while (getline(&line, &cap, f) > 0) {

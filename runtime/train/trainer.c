@@ -536,7 +536,13 @@ static dt_status_t print_sample(dt_trainer_t *t, int n, const float *host_params
     char *text = dt_xcalloc((size_t)n + 1, 1);
     dt_sample_opts o = {.tokens = n, .temperature = 0.8, .top_k = 0, .seed = (uint64_t)t->cfg->seed};
     dt_status_t st;
-    DT_CHECK_GOTO(dt_sample_run(&sn, &prompt, 1, &o, ids), st, out_free);
+    st = dt_sample_run(&sn, &prompt, 1, &o, ids);
+    if (st == DT_STATUS_FORMAT) { /* non-finite weights: the run's own metrics tell; no sample to show */
+        DT_LOG_WARN("no sample: %s", dt_error_detail());
+        st = DT_STATUS_OK;
+        goto out_free;
+    }
+    DT_CHECK_GOTO(st, st, out_free);
     for (int i = 0; i < n; i++) text[i] = (char)dt_sample_char(ids[i], 1);
     printf("---- sample (%d characters) ----\n%s\n--------------------------------\n", n, text);
     fflush(stdout);
