@@ -47,6 +47,24 @@ static int cuda_probe(void) {
     return WIFEXITED(ws) ? WEXITSTATUS(ws) : DT_EXIT_FAILED;
 }
 
+/* --nnodes MIN:MAX without a train_batch_size: the smallest one every size keeps
+ * (dt_train_elastic_check), said and given to the workers as an override; without it
+ * the first round's size fixed the batch, and a smaller round could not keep it. */
+static void elastic_batch(dt_launch_spec_t *spec, int64_t pick) {
+    DT_LOG_INFO("elastic: --nnodes %d:%d and no train_batch_size: train_batch_size=%lld, the smallest global batch "
+                "that %d to %d nodes all keep (gradient accumulation makes up the difference; give "
+                "train_batch_size to choose another)",
+                spec->nnodes_min, spec->nnodes_max, (long long)pick, spec->nnodes_min, spec->nnodes_max);
+    char **argv = dt_xcalloc((size_t)spec->extra_argc + 2, sizeof *argv);
+    for (int i = 0; i < spec->extra_argc; i++) argv[i] = spec->extra_argv[i];
+    char kv[64];
+    snprintf(kv, sizeof kv, "train_batch_size=%lld", (long long)pick);
+    argv[spec->extra_argc] = dt_xstrdup(kv);
+    spec->extra_owned = argv; /* freed with the spec */
+    spec->extra_argv = argv;
+    spec->extra_argc++;
+}
+
 /* The config is loaded and checked (for the world size when it is fixed) before
  * anything starts: its errors are exit 2, as the worker would find them. */
 static int check_config(dt_launch_spec_t *spec) {
@@ -57,11 +75,14 @@ static int check_config(dt_launch_spec_t *spec) {
         st = dt_config_resolve(&cfg, spec->nnodes_max * spec->nproc_per_node);
     if (st == DT_STATUS_OK) /* elastic or not: a TP group must fit in each node */
         st = dt_config_check_nodes(&cfg, spec->nproc_per_node);
-    if (st == DT_STATUS_OK && /* elastic: train_batch_size must be reachable at every size */
-        dt_train_elastic_check(&cfg, spec->nnodes_min, spec->nnodes_max, spec->nproc_per_node) != DT_STATUS_OK) {
+    int64_t pick = 0; /* elastic: train_batch_size must be reachable at every size */
+    if (st == DT_STATUS_OK &&
+        dt_train_elastic_check(&cfg, spec->nnodes_min, spec->nnodes_max, spec->nproc_per_node, &pick) != DT_STATUS_OK) {
         fprintf(stderr, "dtrun: error: %s\n", dt_error_detail());
         st = DT_STATUS_CONFIG;
     }
+    if (st == DT_STATUS_OK && pick > 0) /* the workers get it as an override */
+        elastic_batch(spec, pick);
     if (st == DT_STATUS_OK && dt_trainer_check_pretrained(&cfg) != DT_STATUS_OK) {
         fprintf(stderr, "dtrun: error: model.pretrained: %s\n", dt_error_detail());
         st = DT_STATUS_CONFIG;

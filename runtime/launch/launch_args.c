@@ -649,6 +649,11 @@ void dt_launch_spec_free(dt_launch_spec_t *spec) {
     free(spec->bind_host);
     free(spec->preflight_desc);
     spec->preflight_desc = NULL;
+    if (spec->extra_owned) {
+        free(spec->extra_owned[spec->extra_argc - 1]);
+        free(spec->extra_owned);
+        spec->extra_owned = NULL;
+    }
     memset(&spec->token, 0, sizeof spec->token);
     spec->have_token = 0;
     spec->token_file = spec->bind_host = NULL;

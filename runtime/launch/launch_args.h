@@ -77,6 +77,8 @@ typedef struct dt_launch_spec {
     char *config_path;           /* CONFIG */
     char **extra_argv;           /* CONFIG: KEY=VALUE overrides; BENCH: bench flags */
     int extra_argc;
+    char **extra_owned;          /* extra_argv when the launcher added to it (its last entry
+                                  * malloc'ed too), freed with the spec */
 
     int n_notes;                 /* things taken from the environment, for the log */
     char notes[DT_LAUNCH_MAX_NOTES][400];

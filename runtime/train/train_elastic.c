@@ -87,10 +87,50 @@ no_accum:
                     (long long)(mb * dp));
 }
 
-dt_status_t dt_train_elastic_check(const dt_config_t *cfg, int nnodes_min, int nnodes_max, int nproc_per_node) {
+static int64_t gcd64(int64_t a, int64_t b) {
+    while (b) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+dt_status_t dt_train_elastic_check(const dt_config_t *cfg, int nnodes_min, int nnodes_max, int nproc_per_node,
+                                   int64_t *pick) {
+    *pick = 0;
+    if (nnodes_min == nnodes_max) return DT_STATUS_OK;
     int64_t tb = dt_config_given(cfg, "train_batch_size") ? cfg->train_batch_size : 0;
     int64_t mb = dt_config_given(cfg, "train_micro_batch_size_per_gpu") ? cfg->train_micro_batch_size_per_gpu : 0;
-    if (nnodes_min == nnodes_max || tb <= 0) return DT_STATUS_OK;
+    const char *tb_from = "train_batch_size";
+    if (tb <= 0) { /* a resumed run keeps its own batch */
+        dt_ckpt_t *c = resume_source(cfg);
+        if (c && dt_ckpt_meta_config_int(c, "train_batch_size") > 0) {
+            tb = dt_ckpt_meta_config_int(c, "train_batch_size");
+            tb_from = "the run's train_batch_size (from the checkpoint a resume starts from)";
+            if (mb <= 0) mb = dt_ckpt_meta_config_int(c, "train_micro_batch_size_per_gpu");
+        }
+        if (c) dt_ckpt_close(c);
+    }
+    if (tb <= 0) { /* a fresh run: the smallest batch every size keeps */
+        int64_t m = cfg->train_micro_batch_size_per_gpu > 0 ? cfg->train_micro_batch_size_per_gpu : 1;
+        int64_t ga = cfg->gradient_accumulation_steps > 0 ? cfg->gradient_accumulation_steps : 1;
+        int64_t lcm = 1, dp_min = 0;
+        for (int n = nnodes_min; n <= nnodes_max; n++) {
+            int64_t dp = dp_of(cfg, n * nproc_per_node);
+            if (dp < 1) continue; /* the split's own error comes at resolve */
+            if (!dp_min || dp < dp_min) dp_min = dp;
+            lcm = lcm / gcd64(lcm, dp) * dp;
+            if (lcm > (int64_t)1 << 30)
+                return dt_error(DT_STATUS_CONFIG, "--nnodes %d:%d: the data-parallel sizes of %d to %d nodes have no "
+                                "common batch under 2^30 samples: give train_batch_size", nnodes_min, nnodes_max,
+                                nnodes_min, nnodes_max);
+        }
+        if (!dp_min) return DT_STATUS_OK;
+        int64_t unit = m * lcm, want = m * ga * dp_min;
+        *pick = (want + unit - 1) / unit * unit;
+        return DT_STATUS_OK;
+    }
     char bad[512] = "";
     size_t o = 0;
     for (int n = nnodes_min; n <= nnodes_max; n++) {
@@ -104,10 +144,10 @@ dt_status_t dt_train_elastic_check(const dt_config_t *cfg, int nnodes_min, int n
     }
     if (!o) return DT_STATUS_OK;
     return dt_error(DT_STATUS_CONFIG,
-                    "train_batch_size %lld with --nnodes %d:%d: an elastic run keeps the global batch at every size, "
+                    "%s %lld with --nnodes %d:%d: an elastic run keeps the global batch at every size, "
                     "but no integer gradient_accumulation_steps gives it at %s (micro-batch x data-parallel ranks "
                     "must divide train_batch_size)",
-                    (long long)tb, nnodes_min, nnodes_max, bad);
+                    tb_from, (long long)tb, nnodes_min, nnodes_max, bad);
 }
 
 dt_status_t dt_train_elastic_poll(const dt_config_t *cfg, int rank, dt_dp_t *dp, const dt_train_resume *r,

@@ -44,9 +44,14 @@ int dt_train_elastic_on(void);
 dt_status_t dt_train_elastic_batch(dt_config_t *cfg, int world_size);
 
 /* The launcher's check before workers start (--nnodes MIN:MAX): when the config gives
- * train_batch_size, every world size nodes x nproc_per_node for nodes in MIN..MAX must
- * divide it by micro x DP size; DT_STATUS_CONFIG naming the sizes that do not. */
-dt_status_t dt_train_elastic_check(const dt_config_t *cfg, int nnodes_min, int nnodes_max, int nproc_per_node);
+ * train_batch_size (or the checkpoint a resume starts from holds the run's), every
+ * world size nodes x nproc_per_node for nodes in MIN..MAX must divide it by micro x
+ * DP size; DT_STATUS_CONFIG naming the sizes that do not. When neither gives it,
+ * *pick gets the smallest global batch every size keeps (a multiple of micro x the
+ * least common multiple of the DP sizes, at least micro x accumulation x the smallest
+ * DP size), which the launcher passes to the workers and says; else 0. */
+dt_status_t dt_train_elastic_check(const dt_config_t *cfg, int nnodes_min, int nnodes_max, int nproc_per_node,
+                                   int64_t *pick);
 
 /* After a checkpoint boundary's save (collective over every rank, entered by all at
  * each boundary; a no-op outside an elastic run and off the boundaries): *resize = 1

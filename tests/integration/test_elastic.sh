@@ -131,4 +131,23 @@ line=$(grep "lost and not back:" "$DT_TMP/f0.out")
 if [ $rc -eq 3 ] && [[ $line == *"(127.0.0.3)"* ]] && [[ $line == *"(127.0.0.4)"* ]] && [[ $line == *"1 of 2 node(s) joined"* ]]; then
   pass "2 of 3 nodes lost with --nnodes 2:3: exit 3 naming both"
 else fail "2 of 3 lost" "rc=$rc $(tail -3 "$DT_TMP/f0.out")"; fi
+
+# ---- 4: no train_batch_size, started on 2 of --nnodes 2:3: the launcher picks the
+# smallest batch every size keeps (4 x lcm(2, 3) = 24, not the 16 of 2 nodes that 3
+# could not keep) and says so; a resume whose checkpoint holds a batch some size
+# cannot keep is exit 2 naming it, before anything starts
+cfg "$DT_TMP/ckg" "$DT_TMP/logg" 3 > "$DT_TMP/g.json"
+R=$(flags "$(port)" 10)
+timeout 60 "$DTRUN" $R --local_addr 127.0.0.3 "$DT_TMP/g.json" log.dir="$DT_TMP/logg1" > "$DT_TMP/g1.out" 2>&1 & a1=$!
+timeout 60 "$DTRUN" $R --local_addr 127.0.0.2 "$DT_TMP/g.json" > "$DT_TMP/g0.out" 2>&1; rc=$?; wait $a1
+if [ $rc -eq 0 ] && grep -q 'elastic: --nnodes 2:3 and no train_batch_size: train_batch_size=24, the smallest global batch that 2 to 3 nodes all keep' "$DT_TMP/g0.out" \
+   && grep -q 'world 2, micro-batch 4 x accumulation 3' "$DT_TMP/g0.out"; then
+  pass "no train_batch_size with --nnodes 2:3: 24 picked and said, 2 nodes run accumulation 3"
+else fail "elastic batch picked" "rc=$rc $(grep -E 'elastic|micro-batch' "$DT_TMP/g0.out" | head -3)"; fi
+"$DTRUN" --nproc_per_node 1 "$DT_TMP/g.json" log.dir="$DT_TMP/logh" checkpoint.dir="$DT_TMP/ckh" gradient_accumulation_steps=4 \
+  checkpoint.every_steps=1 train_steps=1 >/dev/null 2>&1
+"$DTRUN" $(flags "$(port)" 10) --local_addr 127.0.0.2 "$DT_TMP/g.json" checkpoint.dir="$DT_TMP/ckh" > "$DT_TMP/h0.out" 2>&1; rc=$?
+if [ $rc -eq 2 ] && grep -q "the run's train_batch_size (from the checkpoint a resume starts from) 16 with --nnodes 2:3" "$DT_TMP/h0.out"; then
+  pass "resume of a 16-sample run with --nnodes 2:3: exit 2 naming the run's batch"
+else fail "elastic resume batch" "rc=$rc $(tail -2 "$DT_TMP/h0.out")"; fi
 finish
