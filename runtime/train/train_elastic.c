@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "common/fs_safe.h" /* defines: dt_fs_open_regular */
+#include "common/fs.h"      /* defines: dt_fs_read_file */
 #include "common/log.h"
 #include "common/mem.h"
 #include "runtime/ckpt/checkpoint.h" /* defines: dt_ckpt_candidates, dt_ckpt_open, dt_ckpt_meta */
@@ -184,6 +185,52 @@ dt_status_t dt_train_elastic_poll(const dt_config_t *cfg, int rank, dt_dp_t *dp,
     return DT_STATUS_OK;
 }
 
+/* ---- progress: the last step done, for the steps a resize lost ---------------- */
+
+static int progress_fd = -2; /* -2: not opened yet; -1: none */
+
+static void progress_path(char *out, size_t len) {
+    const char *d = getenv("DTRUN_RUN_DIR"); /* the agent's, kept across its rounds */
+    snprintf(out, len, "%s/progress", d && *d ? d : "");
+}
+
+void dt_train_elastic_progress(int local_rank, int64_t step) {
+    if (progress_fd == -2) {
+        progress_fd = -1;
+        const char *d = getenv("DTRUN_RUN_DIR");
+        char path[4200];
+        progress_path(path, sizeof path);
+        if (local_rank == 0 && dt_train_elastic_on() && d && *d &&
+            dt_fs_open_regular(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600, &progress_fd, NULL) !=
+                DT_STATUS_OK) {
+            DT_LOG_WARN("elastic: cannot record the steps done (the steps a resize loses are counted from the "
+                        "logged ones): %s", dt_error_detail());
+            progress_fd = -1;
+        }
+    }
+    if (progress_fd < 0) return;
+    char b[32];
+    int n = snprintf(b, sizeof b, "%020lld\n", (long long)step);
+    if (pwrite(progress_fd, b, (size_t)n, 0) != n) { /* a full disk: the logged steps count instead */
+        close(progress_fd);
+        progress_fd = -1;
+    }
+}
+
+/* The last step the previous round of this agent's workers finished (0: unknown). */
+static int64_t last_done(void) {
+    char path[4200], *text = NULL;
+    progress_path(path, sizeof path);
+    int64_t v = 0;
+    if (path[0] != '/' || dt_fs_read_file(path, 64, &text, NULL) != DT_STATUS_OK) {
+        dt_error_clear();
+        return 0;
+    }
+    v = strtoll(text, NULL, 10);
+    free(text);
+    return v > 0 ? v : 0;
+}
+
 void dt_train_elastic_note_resume(const dt_train_resume *r, const dt_config_t *cfg, int rank, int world_size,
                                   int restart_count, int accum, const char *log_dir, int64_t last_logged) {
     if (rank != 0) return;
@@ -197,7 +244,10 @@ void dt_train_elastic_note_resume(const dt_train_resume *r, const dt_config_t *c
     int old_ws = r->resumed_world_size;
     int64_t old_accum = r->resumed_accumulation;
     if (!old_ws || old_ws == world_size) return;
-    int64_t last = last_logged, lost = last > r->start_step ? last - r->start_step : 0;
+    /* the last step done before the resize: this node's record of it (every step, not
+     * only the logged ones), else the newest one metrics.jsonl held */
+    int64_t done = last_done(), last = done > last_logged ? done : last_logged;
+    int64_t lost = last > r->start_step ? last - r->start_step : 0;
     printf("dtrun: elastic resize: world size %d -> %d, gradient accumulation %lld -> %d (global batch %lld kept), "
            "resumed from the checkpoint of step %lld, %lld step(s) lost\n",
            old_ws, world_size, (long long)old_accum, accum, (long long)cfg->train_batch_size,

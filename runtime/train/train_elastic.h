@@ -43,6 +43,11 @@ int dt_train_elastic_on(void);
  * gives the global batch; nothing changes outside an elastic run. */
 dt_status_t dt_train_elastic_batch(dt_config_t *cfg, int world_size);
 
+/* After each step of an elastic run, local rank 0 records it in the agent's run folder
+ * (one pwrite), so that a resize counts the steps it lost from the last one done, not
+ * the last one logged. */
+void dt_train_elastic_progress(int local_rank, int64_t step);
+
 /* The launcher's check before workers start (--nnodes MIN:MAX): when the config gives
  * train_batch_size (or the checkpoint a resume starts from holds the run's), every
  * world size nodes x nproc_per_node for nodes in MIN..MAX must divide it by micro x

@@ -269,6 +269,7 @@ static dt_status_t preempt_signal(dt_trainer_t *t, int *sig) {
  * (the previous checkpoint is still there); a failed final or preemption save is
  * an error. */
 static dt_status_t after_step(dt_trainer_t *t, int64_t step, int *stop) {
+    dt_train_elastic_progress(t->env->local_rank, step);
     dt_train_ckpt_fault_point(t->env->rank, step);
     DT_CHECK(dt_train_async_settle(t->async, t->dp, 0)); /* commits a finished async save */
     int sig;

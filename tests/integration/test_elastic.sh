@@ -150,4 +150,20 @@ else fail "elastic batch picked" "rc=$rc $(grep -E 'elastic|micro-batch' "$DT_TM
 if [ $rc -eq 2 ] && grep -q "the run's train_batch_size (from the checkpoint a resume starts from) 16 with --nnodes 2:3" "$DT_TMP/h0.out"; then
   pass "resume of a 16-sample run with --nnodes 2:3: exit 2 naming the run's batch"
 else fail "elastic resume batch" "rc=$rc $(tail -2 "$DT_TMP/h0.out")"; fi
+
+# ---- 5: steps lost are counted from the last step done, not the last one logged: one
+# log line per 1000 steps, node 2 SIGKILLed after the step-20 checkpoint and more steps
+cfg "$DT_TMP/ckl" "$DT_TMP/logl" 400 | sed 's/"steps_per_print": 1,/"steps_per_print": 1000,/' > "$DT_TMP/l.json"
+R=$(flags "$(port)")
+timeout 60 "$DTRUN" $R --local_addr 127.0.0.2 "$DT_TMP/l.json" > "$DT_TMP/l0.out" 2>&1 & a0=$!
+timeout 60 "$DTRUN" $R --local_addr 127.0.0.3 "$DT_TMP/l.json" > "$DT_TMP/l1.out" 2>&1 & a1=$!
+"$DTRUN" $R --local_addr 127.0.0.4 "$DT_TMP/l.json" > "$DT_TMP/l2.out" 2>&1 & a2=$!
+deadline=$((SECONDS + 30))
+while [ ! -e "$DT_TMP/ckl/step_00000020" ] && [ $SECONDS -lt $deadline ]; do sleep 0.02; done
+sleep 0.3; kill -9 $a2; wait $a2 2>/dev/null
+wait $a0; rc0=$?; wait $a1
+lost=$(sed -n 's/.*resumed from the checkpoint of step \([0-9]*\), \([0-9]*\) step(s) lost.*/\1 \2/p' "$DT_TMP/l0.out" | head -1)
+if [ $rc0 -eq 0 ] && [ -n "$lost" ] && [ "${lost#* }" -gt 0 ] && [ "${lost#* }" -lt 400 ]; then
+  pass "steps lost counted from the last step done (resumed at ${lost% *}, ${lost#* } lost; none was logged)"
+else fail "steps lost" "rc=$rc0 lost='$lost' $(grep -E 'elastic resize' "$DT_TMP/l0.out")"; fi
 finish
