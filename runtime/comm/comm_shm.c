@@ -82,6 +82,14 @@ typedef struct shm_hdr {
     uint32_t magic;
     int32_t pid; /* so that waiting peers notice a rank that died */
     uint64_t slot_bytes;
+    /* The collective this rank is in (a seqlock: op_seq is 0 while the rest is
+     * rewritten), so that a peer waiting in another op under the same number finds
+     * the desync at once instead of at the timeout, or worse, reading a later round
+     * of another op as its own. */
+    _Alignas(64) _Atomic uint64_t op_seq;
+    _Atomic uint64_t op_count;
+    _Atomic uint32_t op_kind, op_dtype;
+    _Atomic uint32_t op_root, op_redop;
 } shm_hdr_t;
 
 typedef struct shm_be {
@@ -90,6 +98,7 @@ typedef struct shm_be {
     uint8_t **base;  /* n mappings */
     uint64_t round;
     float *acc;      /* fp32 accumulator for bf16, slot_bytes/2 floats */
+    const dt_comm_req_t *op; /* the collective in progress (NULL: send/recv, checked by their header) */
     int oversub;     /* more ranks than CPUs: yield while spinning */
     char name[NAME_MAX];
 } shm_be_t;
@@ -252,9 +261,53 @@ static inline int reached(_Atomic uint64_t *f, uint64_t v) {
     return x == v || (x >> 16) > (v >> 16);
 }
 
+/* This rank enters collective req: its description for the peers (op_seq last). */
+static void publish_op(shm_be_t *be, const dt_comm_req_t *req) {
+    shm_hdr_t *h = hdr(be, be->r);
+    be->op = req;
+    atomic_store(&h->op_seq, 0);
+    atomic_store(&h->op_count, req->count_);
+    atomic_store(&h->op_kind, (uint32_t)req->op_);
+    atomic_store(&h->op_dtype, (uint32_t)req->dtype_);
+    atomic_store(&h->op_root, (uint32_t)req->root_);
+    atomic_store(&h->op_redop, (uint32_t)req->redop_);
+    atomic_store(&h->op_seq, req->seq_ + 1); /* +1: 0 means "being rewritten" */
+}
+
+/* Rank k is in another collective under this op's number: a desync, named with both
+ * ops (DT_STATUS_MISMATCH). */
+static dt_status_t check_peer_op(shm_be_t *be, int k) {
+    const dt_comm_req_t *req = be->op;
+    if (!req) return DT_STATUS_OK;
+    shm_hdr_t *h = hdr(be, k);
+    uint64_t s1 = atomic_load(&h->op_seq);
+    if (s1 != req->seq_ + 1) return DT_STATUS_OK; /* behind, ahead or being rewritten */
+    dt_comm_req_t theirs = {0};
+    theirs.count_ = (size_t)atomic_load(&h->op_count);
+    theirs.op_ = (dt_comm_op_t)atomic_load(&h->op_kind);
+    theirs.dtype_ = (dt_comm_dtype_t)atomic_load(&h->op_dtype);
+    theirs.root_ = (int)atomic_load(&h->op_root);
+    theirs.redop_ = (dt_comm_redop_t)atomic_load(&h->op_redop);
+    theirs.seq_ = req->seq_;
+    if (atomic_load(&h->op_seq) != s1) return DT_STATUS_OK; /* it moved on meanwhile */
+    if (theirs.op_ == req->op_ && theirs.count_ == req->count_ && theirs.dtype_ == req->dtype_ &&
+        (req->op_ != DT_COMM_OP_BROADCAST || theirs.root_ == req->root_) &&
+        ((req->op_ != DT_COMM_OP_ALL_REDUCE && req->op_ != DT_COMM_OP_REDUCE_SCATTER) || theirs.redop_ == req->redop_))
+        return DT_STATUS_OK;
+    char mine[160], other[160];
+    dt_comm_describe_(req, mine, sizeof mine);
+    dt_comm_describe_(&theirs, other, sizeof other);
+    return dt_error(DT_STATUS_MISMATCH, "desync at #%llu: this rank (%d of the communicator) is in %s, rank %d in %s "
+                    "(the ranks called different collectives: one skipped or added an op)",
+                    (unsigned long long)req->seq_, be->r, mine, k, other);
+}
+
 static dt_status_t wait_flag(dt_comm_t *comm, shm_be_t *be, int k, int which, uint64_t v) {
     shm_hdr_t *h = hdr(be, k);
     _Atomic uint64_t *f = which ? &h->flag_b : &h->flag_a;
+    if (atomic_load_explicit(f, memory_order_acquire) == v) return DT_STATUS_OK;
+    /* anything but this round's own value: the peer must be in this op, or past it */
+    DT_CHECK(check_peer_op(be, k));
     if (reached(f, v)) return DT_STATUS_OK;
     dt_comm_tick_t tick = {0};
     unsigned naps = 0;
@@ -274,6 +327,7 @@ static dt_status_t wait_flag(dt_comm_t *comm, shm_be_t *be, int k, int which, ui
         }
         atomic_fetch_sub(&h->sleepers, 1);
         if (reached(f, v)) return DT_STATUS_OK;
+        DT_CHECK(check_peer_op(be, k));
         tick.n = 255; /* every pass here is at least a futex wait: check the clock */
         DT_CHECK(dt_comm_tick(comm, &tick));
         if (++naps % 50 == 0 && h->pid > 0 && kill(h->pid, 0) != 0 && errno == ESRCH) {
@@ -546,6 +600,8 @@ static dt_status_t send_recv(dt_comm_t *comm, shm_be_t *be, dt_comm_req_t *req) 
 static dt_status_t shm_run(dt_comm_t *comm, dt_comm_req_t *req) {
     shm_be_t *be = comm->be;
     uint64_t sig = signature(req);
+    if (req->op_ == DT_COMM_OP_SEND || req->op_ == DT_COMM_OP_RECV) be->op = NULL; /* their header checks */
+    else publish_op(be, req);
     switch (req->op_) {
     case DT_COMM_OP_ALL_REDUCE:
         if (req->count_ * dt_comm_dtype_size(req->dtype_) <= SHM_SMALL_MAX &&
