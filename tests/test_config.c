@@ -733,3 +733,29 @@ Test(config, set_batch_is_the_three_overrides) {
         dt_config_free(&b);
     }
 }
+
+Test(config, train_steps_override_ties_the_schedule_or_warns) {
+    dt_config_t cfg;
+    const char *tied = "{\"train_steps\": 1000, \"scheduler\": {\"type\": \"WarmupCosineLR\", "
+                       "\"params\": {\"warmup_num_steps\": 10, \"total_num_steps\": 1000}}}";
+    const char *ov[] = {"train_steps=100"};
+    cr_assert_eq(load(tied, &cfg, 1, ov), DT_STATUS_OK, "%s", dt_config_errors(&cfg));
+    cr_expect_eq(cfg.scheduler.total_num_steps, 100, "the schedule follows train_steps: %lld",
+                 (long long)cfg.scheduler.total_num_steps);
+    cr_expect(strstr(dt_config_warnings(&cfg), "scheduler.params.total_num_steps follows it"), "%s",
+              dt_config_warnings(&cfg));
+    dt_config_free(&cfg);
+    const char *apart = "{\"train_steps\": 1000, \"scheduler\": {\"type\": \"WarmupCosineLR\", "
+                        "\"params\": {\"warmup_num_steps\": 10, \"total_num_steps\": 2000}}}";
+    cr_assert_eq(load(apart, &cfg, 1, ov), DT_STATUS_OK, "%s", dt_config_errors(&cfg));
+    cr_expect_eq(cfg.scheduler.total_num_steps, 2000);
+    cr_expect(strstr(dt_config_warnings(&cfg), "train_steps=100 from the command line, but "
+                                               "scheduler.params.total_num_steps is 2000"),
+              "%s", dt_config_warnings(&cfg));
+    dt_config_free(&cfg);
+    const char *both[] = {"train_steps=100", "scheduler.params.total_num_steps=500"};
+    cr_assert_eq(load(apart, &cfg, 2, both), DT_STATUS_OK, "%s", dt_config_errors(&cfg));
+    cr_expect_eq(cfg.scheduler.total_num_steps, 500, "both given: as given");
+    cr_expect_null(strstr(dt_config_warnings(&cfg), "train_steps=100"), "%s", dt_config_warnings(&cfg));
+    dt_config_free(&cfg);
+}

@@ -651,9 +651,27 @@ static dt_status_t load_text(const char *json, const char *name, const char *con
         cJSON_Delete(root);
         flush_notes(&ctx);
     }
+    int rts = dt_config_key_find_("train_steps"), rtot = dt_config_key_find_("scheduler.params.total_num_steps");
+    int64_t file_steps = cfg->train_steps, file_total = cfg->scheduler.total_num_steps;
     for (int i = 0; i < n_overrides; i++) {
         if (!overrides[i]) continue;
         apply_override(cfg, overrides[i]);
+    }
+    /* train_steps=N on the command line over a file whose schedule spans its own
+     * train_steps: the schedule follows (it used to keep the file's length silently) */
+    if (cfg->origin[rts] == DT_CONFIG_ORIGIN_OVERRIDE && cfg->origin[rtot] == DT_CONFIG_ORIGIN_FILE &&
+        cfg->train_steps != file_steps && cfg->scheduler.type != DT_SCHED_NONE) {
+        if (file_total == file_steps) {
+            cfg->scheduler.total_num_steps = cfg->train_steps;
+            add_warning(cfg, "train_steps=%lld from the command line: scheduler.params.total_num_steps follows it "
+                        "(%lld; %s gives both as %lld)", (long long)cfg->train_steps, (long long)cfg->train_steps,
+                        name, (long long)file_steps);
+        } else {
+            add_warning(cfg, "train_steps=%lld from the command line, but scheduler.params.total_num_steps is %lld "
+                        "(from %s): the learning-rate schedule keeps that length (give "
+                        "scheduler.params.total_num_steps=%lld to tie them)", (long long)cfg->train_steps,
+                        (long long)file_total, name, (long long)cfg->train_steps);
+        }
     }
     finish(cfg, name);
     dt_config_errors_keep_(cfg);
