@@ -21,6 +21,10 @@ NVCC    ?= nvcc
 VERSION := 0.1.0
 GIT_REV := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 
+# Every core compiles unless -j was given (the CUDA library's nvcc jobs above all).
+ifeq ($(filter -j%,$(MAKEFLAGS)),)
+  MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 2)
+endif
 SAN ?= 0
 ifeq ($(SAN),1)
   BUILD := build-san
@@ -211,7 +215,9 @@ gpu-tests: $(DTRUN_BIN) $(CUDA_LIB_TARGET) $(GPU_TEST_BIN)
 test-gpu-script: features dtrun
 	$(Q)GPU_CHECK_EMU=1 OUT=$${OUT:-/tmp/gpu_check_emu} bash scripts/gpu_check.sh
 
-run: features dtrun $(CUDA_LIB_TARGET)
+# The demo trains on the CPU (configs/demo.json: device cpu): it does not wait for the
+# CUDA library (`make` builds it).
+run: features dtrun
 	$(Q)scripts/demo.sh
 
 bench: features dtrun $(CUDA_LIB_TARGET)
