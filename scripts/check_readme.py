@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""check_readme.py - runs every command block of README.md from a fresh clone and
+prints one row per command: PASS, REFUSED (a GPU-only command on a machine without
+a GPU, refused with exit 2 naming the GPU), or FAIL with the exit code and the last
+line it printed.
+
+    scripts/check_readme.py [--clone DIR] [--no-build] [--steps N] [--timeout S] [--only REGEX]
+
+It clones the checkout's HEAD into DIR (default: a new folder under $TMPDIR), runs
+`make` there (the binary users get) unless --no-build, puts the clone's root first on
+PATH (where `dtrun` is built; `make install` would put it on PATH too) and runs each
+command in the clone's root with bash, in README order, so that a command may use what
+an earlier one made. A block is a command block when its first line starts with a
+command (dtrun, ./dtrun, make, scripts/..., for, sbatch, an ENV=VALUE prefix); output
+blocks and JSON are skipped. Backslash continuations are joined; a block with a loop
+runs as one command.
+
+Adaptations, each said in the row: a command that trains (a launch of a config)
+gets `train_steps=N` (--steps, default 20) so that the check takes minutes, not hours;
+`make run` gets the same through scripts/demo.sh's arguments (DEMO_ARGS). Nothing else
+is changed. Exit status: 0 when every row passes or is a clear refusal.
+"""
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+CMD_START = re.compile(r"^(\./)?(dtrun|make|scripts/|for |sbatch|srun|python3|pip|git |cd |[A-Z_]+=\S+ )")
+
+
+def command_blocks(text):
+    for m in re.finditer(r"```[a-z]*\n(.*?)```", text, re.S):
+        body = m.group(1)
+        lines = [l for l in body.split("\n")]
+        first = next((l for l in lines if l.strip()), "")
+        if not CMD_START.match(first.strip()):
+            continue
+        yield text.count("\n", 0, m.start()) + 1, body
+
+
+def commands(body):
+    """The block's commands: continuations joined, comments dropped; a loop whole."""
+    if re.search(r"^\s*(for|while) ", body, re.M):
+        yield body.strip()
+        return
+    cur = ""
+    for line in body.split("\n"):
+        s = line.rstrip()
+        if not cur and (not s.strip() or s.strip().startswith("#")):
+            continue
+        if s.endswith("\\"):
+            cur += s[:-1] + " "
+            continue
+        cur += s
+        yield cur.strip()
+        cur = ""
+    if cur.strip():
+        yield cur.strip()
+
+
+def adapt(cmd, steps):
+    """(command, note): a launch of a config trains steps steps."""
+    code = re.sub(r"\s+#.*$", "", cmd)  # a trailing comment
+    if re.match(r"^make run\b", code):
+        return f"DEMO_ARGS='train_steps={steps}' {code}", f"train_steps={steps}"
+    words = code.split()
+    is_launch = words and words[0] in ("dtrun", "./dtrun") and any(w.endswith(".json") for w in words) \
+        and not any(w in ("plan", "config", "check", "sample", "export", "report", "tokenize", "bench", "trace")
+                    for w in words[1:3])
+    if is_launch and "train_steps=" not in code and "--exec" not in words:
+        return code + f" train_steps={steps}", f"train_steps={steps}"
+    return code, ""
+
+
+def gpu_refusal(out):
+    return re.search(r"no GPU|device cuda|needs a GPU|CUDA library|no CUDA", out) is not None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--clone")
+    ap.add_argument("--no-build", action="store_true")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--only")
+    a = ap.parse_args()
+    repo = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True,
+                          cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+    clone = a.clone or tempfile.mkdtemp(prefix="dtrun-readme-")
+    if not os.path.exists(os.path.join(clone, ".git")):
+        subprocess.run(["git", "clone", "-q", repo, clone], check=True)
+    env = dict(os.environ, PATH=clone + os.pathsep + os.environ.get("PATH", ""))
+    if not a.no_build:
+        t0 = time.time()
+        r = subprocess.run(["make"], cwd=clone, env=env, capture_output=True, text=True)
+        print(f"build: make in {clone}: exit {r.returncode}, {time.time() - t0:.0f} s", flush=True)
+        if r.returncode:
+            print(r.stdout[-2000:], r.stderr[-2000:])
+            return 1
+    text = open(os.path.join(clone, "README.md")).read()
+    rows, bad = [], 0
+    for line, body in command_blocks(text):
+        for cmd in commands(body):
+            run, note = adapt(cmd, a.steps)
+            if a.only and not re.search(a.only, cmd):
+                continue
+            t0 = time.time()
+            try:
+                r = subprocess.run(["bash", "-c", run], cwd=clone, env=env, capture_output=True, text=True,
+                                   timeout=a.timeout)
+                rc, out = r.returncode, (r.stdout + r.stderr)
+            except subprocess.TimeoutExpired as e:
+                rc, out = 124, ((e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else "")
+            took = time.time() - t0
+            last = next((l for l in reversed(out.strip().split("\n")) if l.strip()), "")[:150]
+            if rc == 0:
+                res = "PASS"
+            elif rc == 2 and gpu_refusal(out):
+                res = "REFUSED"
+            else:
+                res, bad = "FAIL", bad + 1
+            shown = cmd.split("\n")[0][:90]
+            row = f"{res:<8} {line:>5}  {took:6.1f}s  rc={rc:<3} {shown}" + (f"  [{note}]" if note else "")
+            if res != "PASS":
+                row += f"\n{'':>25}{last}"
+            print(row, flush=True)
+            rows.append(row)
+    print(f"\n{len(rows)} command(s): {sum(r.startswith('PASS') for r in rows)} pass, "
+          f"{sum(r.startswith('REFUSED') for r in rows)} refused (no GPU), {bad} fail; clone {clone}")
+    if not a.clone:
+        shutil.rmtree(clone, ignore_errors=True)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
