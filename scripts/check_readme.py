@@ -29,7 +29,7 @@ import sys
 import tempfile
 import time
 
-CMD_START = re.compile(r"^(\./)?(dtrun|make|scripts/|for |sbatch|srun|python3|pip|git |cd |[A-Z_]+=\S+ )")
+CMD_START = re.compile(r"^((\./)?dtrun(\s|$)|make(\s|$)|scripts/|for |sbatch |srun |python3 |pip |git |cd |[A-Z_]+=\S+ )")
 
 
 def command_blocks(text):
@@ -71,8 +71,12 @@ def adapt(cmd, steps):
     is_launch = words and words[0] in ("dtrun", "./dtrun") and any(w.endswith(".json") for w in words) \
         and not any(w in ("plan", "config", "check", "sample", "export", "report", "tokenize", "bench", "trace")
                     for w in words[1:3])
-    if is_launch and "train_steps=" not in code and "--exec" not in words:
-        return code + f" train_steps={steps}", f"train_steps={steps}"
+    if is_launch and "--exec" not in words:
+        m = re.search(r"\btrain_steps=(\d+)", code)
+        if not m:
+            return code + f" train_steps={steps}", f"train_steps={steps}"
+        if int(m.group(1)) > steps:
+            return code[:m.start()] + f"train_steps={steps}" + code[m.end():], f"train_steps={steps}"
     return code, ""
 
 
@@ -87,6 +91,7 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--only")
+    ap.add_argument("--long", action="store_true", help="also the benchmark scripts (scripts/bench/*)")
     a = ap.parse_args()
     repo = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True,
                           cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
@@ -108,13 +113,17 @@ def main():
             run, note = adapt(cmd, a.steps)
             if a.only and not re.search(a.only, cmd):
                 continue
+            if re.match(r"^scripts/bench/", cmd) and not a.long:
+                row = f"{'SKIP':<8} {line:>5}  {0:6.1f}s  {'':<6} {cmd[:90]}  [a benchmark: --long runs it]"
+                print(row, flush=True)
+                rows.append(row)
+                continue
             t0 = time.time()
             try:
-                r = subprocess.run(["bash", "-c", run], cwd=clone, env=env, capture_output=True, text=True,
-                                   timeout=a.timeout)
-                rc, out = r.returncode, (r.stdout + r.stderr)
+                r = subprocess.run(["bash", "-c", run], cwd=clone, env=env, capture_output=True, timeout=a.timeout)
+                rc, out = r.returncode, (r.stdout + r.stderr).decode(errors="replace")
             except subprocess.TimeoutExpired as e:
-                rc, out = 124, ((e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else "")
+                rc, out = 124, (e.stdout or b"").decode(errors="replace")
             took = time.time() - t0
             last = next((l for l in reversed(out.strip().split("\n")) if l.strip()), "")[:150]
             if rc == 0:
@@ -130,7 +139,8 @@ def main():
             print(row, flush=True)
             rows.append(row)
     print(f"\n{len(rows)} command(s): {sum(r.startswith('PASS') for r in rows)} pass, "
-          f"{sum(r.startswith('REFUSED') for r in rows)} refused (no GPU), {bad} fail; clone {clone}")
+          f"{sum(r.startswith('REFUSED') for r in rows)} refused (no GPU), "
+          f"{sum(r.startswith('SKIP') for r in rows)} skipped (benchmarks), {bad} fail; clone {clone}")
     if not a.clone:
         shutil.rmtree(clone, ignore_errors=True)
     return 1 if bad else 0
