@@ -55,17 +55,26 @@ static int physical_gpus(void) {
     return physical_count;
 }
 
+/* The next entry of a CUDA_VISIBLE_DEVICES value at *p (into ent, cut to len - 1),
+ * *p moved past it; 0 at the end. CUDA's rule: entries up to the first invalid one;
+ * "" or a leading -1 hides all. */
+static int next_visible(const char **p, char *ent, size_t len) {
+    const char *s = *p;
+    while (*s == ' ') s++;
+    if (*s == '-' || *s == ',' || !*s) return 0;
+    size_t k = 0;
+    for (; *s && *s != ','; s++)
+        if (k + 1 < len) ent[k++] = *s;
+    if (len) ent[k] = '\0';
+    *p = *s == ',' ? s + 1 : s;
+    return 1;
+}
+
 int dt_gpuinfo_count_visible(const char *visible) {
     if (!visible) return physical_gpus();
-    /* CUDA's rule: entries up to the first invalid one; "" or a leading -1 hides all. */
     int n = 0;
-    for (const char *p = visible; *p;) {
-        while (*p == ' ') p++;
-        if (*p == '-' || *p == ',' || !*p) break;
-        n++;
-        while (*p && *p != ',') p++;
-        if (*p == ',') p++;
-    }
+    char ent[128];
+    for (const char *p = visible; next_visible(&p, ent, sizeof ent);) n++;
     return n;
 }
 
@@ -154,16 +163,9 @@ int dt_gpuinfo_health(dt_gpu_health *out, int max) {
                 void *dev = NULL;
                 if (a.by_index(i, &dev) == 0) health_of(&a, dev, &out[n++]);
             }
-        } else { /* CUDA's rule: entries up to the first invalid one */
-            for (const char *p = vis; *p && n < max;) {
-                while (*p == ' ') p++;
-                if (*p == '-' || *p == ',' || !*p) break;
-                char ent[128];
-                size_t k = 0;
-                while (*p && *p != ',' && k + 1 < sizeof ent) ent[k++] = *p++;
-                ent[k] = '\0';
-                while (*p && *p != ',') p++;
-                if (*p == ',') p++;
+        } else {
+            char ent[128];
+            for (const char *p = vis; n < max && next_visible(&p, ent, sizeof ent);) {
                 void *dev = NULL;
                 char *end;
                 unsigned long idx = strtoul(ent, &end, 10);
