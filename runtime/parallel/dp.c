@@ -333,16 +333,40 @@ static dt_status_t on_post(dt_dp_t *dp, int b, int bwd) {
     return DT_STATUS_OK;
 }
 
+/* After an error the net still runs to the end of its micro-step (a hook cannot stop
+ * it; dt_dp_micro_end returns the error): a sharded unit whose gather or gradient
+ * buffer never came gets a scratch buffer, so the net never reads or writes through a
+ * stale or NULL pointer (a failed all_gather used to end in SIGSEGV in the backward). */
+static void bind_sink(dt_dp_t *dp, int b, int bwd) {
+    if (!dp->sharded_params && !(bwd && dp->sharded_grads)) return; /* ddp: its buffers stay bound */
+    if (!dp->sink) {
+        size_t most = 0;
+        for (int i = 0; i < dp->plan.n_buckets; i++) {
+            size_t n = dp->plan.buckets[i].slice * (size_t)dp->n_shards;
+            if (n > most) most = n;
+        }
+        if (dp->dev->ops->alloc(dp->dev, DT_MEM_COMM, most * dp->es, &dp->sink) != DT_STATUS_OK ||
+            dp->dev->ops->set(dp->dev, dp->sink, 0, most * dp->es) != DT_STATUS_OK) {
+            dt_error_clear(); /* the first error is the one reported */
+            return;
+        }
+    }
+    if (dp->sharded_params && dp->bs[b].pstate != PSTATE_READY) bind_bucket(dp, b, dp->sink, 0);
+    if (bwd && dp->sharded_grads && dp->bs[b].gslot < 0) bind_bucket(dp, b, dp->sink, 1);
+}
+
 static void dp_hook(void *ctx, int unit, dt_net_phase_t phase) {
     dt_dp_t *dp = ctx;
-    if (dp->err != DT_STATUS_OK) return;
     int b = dp->plan.unit_bucket[unit];
     int bwd = phase == DT_NET_BWD_PRE || phase == DT_NET_BWD_POST;
-    dp->in_backward = bwd;
-    dt_status_t st = phase == DT_NET_FWD_PRE || phase == DT_NET_BWD_PRE ? on_pre(dp, b, bwd)
-                                                                         : on_post(dp, b, bwd);
-    dp->in_backward = 0;
-    if (st != DT_STATUS_OK) set_err(dp, st);
+    int pre = phase == DT_NET_FWD_PRE || phase == DT_NET_BWD_PRE;
+    if (dp->err == DT_STATUS_OK) {
+        dp->in_backward = bwd;
+        dt_status_t st = pre ? on_pre(dp, b, bwd) : on_post(dp, b, bwd);
+        dp->in_backward = 0;
+        if (st != DT_STATUS_OK) set_err(dp, st);
+    }
+    if (dp->err != DT_STATUS_OK && pre) bind_sink(dp, b, bwd);
 }
 
 /* The order in which the net calls PRE hooks in one micro-step (net.h): forward
@@ -609,6 +633,7 @@ void dt_dp_free(dt_dp_t *dp) {
         dp->net->hook_ctx = NULL;
     }
     const dt_ops_t *o = dp->dev->ops;
+    if (dp->sink) o->free(dp->dev, dp->sink);
     o->free(dp->dev, dp->params);
     o->free(dp->dev, dp->grads);
     o->free(dp->dev, dp->pshard);

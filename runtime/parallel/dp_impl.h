@@ -74,6 +74,7 @@ struct dt_dp {
     dp_slot pslots[DP_PSLOTS];
     int n_gslots, n_pslots;
     dp_bstate *bs;
+    void *sink;            /* after an error: the memory the rest of the micro-step computes in */
     int *gfifo;            /* buckets with a reduce_scatter in flight, in issue order */
     int gfifo_head, gfifo_len;
     int last_micro;
