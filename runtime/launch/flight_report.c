@@ -26,6 +26,17 @@ void dt_flight_rank_from_entries(dt_flight_rank_t *r, const dt_flight_entry_t *e
             continue;
         }
         dt_flight_last_t *l = &r->last[k];
+        if (l->comm[0] && l->seq < e[i].seq) { /* the op it had becomes history */
+            if (l->nrecent == DT_FLIGHT_RECENT) {
+                memmove(&l->recent[0], &l->recent[1], (DT_FLIGHT_RECENT - 1) * sizeof l->recent[0]);
+                l->nrecent--;
+            }
+            dt_flight_op_t *h = &l->recent[l->nrecent++];
+            h->seq = l->seq;
+            h->count = l->count;
+            memcpy(h->op, l->op, sizeof h->op); /* same sizes, NUL-terminated */
+            memcpy(h->dtype, l->dtype, sizeof h->dtype);
+        }
         snprintf(l->comm, sizeof l->comm, "%s", e[i].comm);
         snprintf(l->op, sizeof l->op, "%s", e[i].op);
         snprintf(l->dtype, sizeof l->dtype, "%s", e[i].dtype);
@@ -45,11 +56,38 @@ static int same_op(const dt_flight_last_t *a, const dt_flight_last_t *b) {
     return a->seq == b->seq && !strcmp(a->op, b->op) && a->count == b->count && !strcmp(a->dtype, b->dtype);
 }
 
+/* The op l's rank did under number seq (its last or one of the recent), NULL when
+ * not kept. */
+static const dt_flight_op_t *op_at(const dt_flight_last_t *l, uint64_t seq, dt_flight_op_t *tmp) {
+    if (l->seq == seq) {
+        tmp->seq = l->seq;
+        tmp->count = l->count;
+        snprintf(tmp->op, sizeof tmp->op, "%s", l->op);
+        snprintf(tmp->dtype, sizeof tmp->dtype, "%s", l->dtype);
+        return tmp;
+    }
+    for (int i = 0; i < l->nrecent; i++)
+        if (l->recent[i].seq == seq) return &l->recent[i];
+    return NULL;
+}
+
+static int same_flight_op(const dt_flight_op_t *a, const dt_flight_op_t *b) {
+    return !strcmp(a->op, b->op) && a->count == b->count && !strcmp(a->dtype, b->dtype);
+}
+
+
 static void describe(const dt_flight_last_t *l, char *buf, size_t len) {
     if (!strcmp(l->op, "barrier"))
         snprintf(buf, len, "barrier #%" PRIu64, l->seq);
     else
         snprintf(buf, len, "%s #%" PRIu64 " (count %" PRIu64 ", %s)", l->op, l->seq, l->count, l->dtype);
+}
+
+static void describe_op(const dt_flight_op_t *o, char *buf, size_t len) {
+    dt_flight_last_t l = {.seq = o->seq, .count = o->count};
+    snprintf(l.op, sizeof l.op, "%s", o->op);
+    snprintf(l.dtype, sizeof l.dtype, "%s", o->dtype);
+    describe(&l, buf, len);
 }
 
 typedef struct out {
@@ -89,6 +127,57 @@ static void add_culprit(int *c, int *nc, int max, int rank) {
     if (*nc < max) c[(*nc)++] = rank;
 }
 
+/* The lowest number the ranks reached in comm, when some are past it: a rank that did
+ * another op under it than the most ranks there skipped or added an op (its later
+ * ops are numbered one off); it is named, the others are its victims. 1 when found. */
+static int history_desync(const dt_flight_rank_t *ranks, int n, const char *comm, uint64_t top, out_t *o,
+                          int *culprits, int *nc, int max, int *victim) {
+    uint64_t low = top;
+    for (int b = 0; b < n; b++) {
+        const dt_flight_last_t *l = last_in(&ranks[b], comm);
+        if (l && l->seq < low) low = l->seq;
+    }
+    if (low == top) return 0;
+    dt_flight_op_t *at = dt_xcalloc((size_t)n, sizeof *at);
+    int *has = dt_xcalloc((size_t)n, sizeof *has), *odd = dt_xcalloc((size_t)n, sizeof *odd);
+    int ref = -1, best = 0, nodd = 0;
+    for (int b = 0; b < n; b++) {
+        const dt_flight_last_t *l = last_in(&ranks[b], comm);
+        const dt_flight_op_t *x = l ? op_at(l, low, &at[b]) : NULL;
+        if (x) at[b] = *x, has[b] = 1;
+    }
+    for (int b = 0; b < n; b++) {
+        if (!has[b]) continue;
+        int votes = 0;
+        for (int c = 0; c < n; c++) votes += has[c] && same_flight_op(&at[b], &at[c]);
+        if (votes > best) best = votes, ref = b;
+    }
+    for (int b = 0; b < n && ref >= 0; b++)
+        if (has[b] && !same_flight_op(&at[b], &at[ref])) odd[nodd++] = b;
+    if (nodd) {
+        char what[160], lw[160];
+        describe_op(&at[ref], what, sizeof what);
+        put(o, "communicator %s: desync at #%" PRIu64 ": ", comm, low);
+        for (int i = 0; i < nodd; i++) {
+            const dt_flight_last_t *l = last_in(&ranks[odd[i]], comm);
+            describe_op(&at[odd[i]], lw, sizeof lw);
+            put(o, "%srank %d in %s", i ? ", " : "", ranks[odd[i]].rank, lw);
+            if (l->seq > low) put(o, " (then on to #%" PRIu64 ")", l->seq);
+            add_culprit(culprits, nc, max, ranks[odd[i]].rank);
+        }
+        int nv = 0; /* odd[] is free again: the victims' indices */
+        for (int b = 0; b < n; b++)
+            if (has[b] && same_flight_op(&at[b], &at[ref])) victim[b] = 1, odd[nv++] = b;
+        put(o, "; the others (");
+        put_ranks(o, ranks, odd, nv);
+        put(o, ") in %s\n", what);
+    }
+    free(at);
+    free(has);
+    free(odd);
+    return nodd > 0;
+}
+
 int dt_flight_analyse(const dt_flight_rank_t *ranks, int n, char *msg, size_t len, int *culprits, int max) {
     out_t o = {msg, len, 0};
     if (len) msg[0] = 0;
@@ -112,6 +201,7 @@ int dt_flight_analyse(const dt_flight_rank_t *ranks, int n, char *msg, size_t le
                 const dt_flight_last_t *l = last_in(&ranks[b], comm);
                 if (l && l->seq > top) top = l->seq;
             }
+            if (history_desync(ranks, n, comm, top, &o, culprits, &nc, max, victim)) continue;
             int nw = 0, nl = 0, nodd = 0;
             const dt_flight_last_t *ref = NULL;
             /* the op most waiting ranks at `top` are in is the reference */
@@ -233,6 +323,15 @@ char *dt_flight_rank_json(const dt_flight_rank_t *r) {
         cJSON_AddNumberToObject(e, "count", (double)l->count);
         cJSON_AddStringToObject(e, "dtype", l->dtype);
         cJSON_AddNumberToObject(e, "state", l->state);
+        cJSON *rec = cJSON_AddArrayToObject(e, "recent");
+        for (int i = 0; i < l->nrecent; i++) {
+            cJSON *h = cJSON_CreateObject();
+            cJSON_AddNumberToObject(h, "seq", (double)l->recent[i].seq);
+            cJSON_AddStringToObject(h, "op", l->recent[i].op);
+            cJSON_AddNumberToObject(h, "count", (double)l->recent[i].count);
+            cJSON_AddStringToObject(h, "dtype", l->recent[i].dtype);
+            cJSON_AddItemToArray(rec, h);
+        }
         cJSON_AddItemToArray(arr, e);
     }
     char *s = cJSON_PrintUnformatted(o);
@@ -277,6 +376,15 @@ int dt_flight_rank_parse(const char *line, dt_flight_rank_t *r) {
         l->seq = (uint64_t)get_num(e, "seq", 0, 9e15);
         l->count = (uint64_t)get_num(e, "count", 0, 9e15);
         l->state = (int)get_num(e, "state", 0, 16);
+        const cJSON *h;
+        cJSON_ArrayForEach(h, cJSON_GetObjectItemCaseSensitive(e, "recent")) {
+            if (l->nrecent == DT_FLIGHT_RECENT) break;
+            dt_flight_op_t *x = &l->recent[l->nrecent++];
+            x->seq = (uint64_t)get_num(h, "seq", 0, 9e15);
+            x->count = (uint64_t)get_num(h, "count", 0, 9e15);
+            get_str(h, "op", x->op, sizeof x->op);
+            get_str(h, "dtype", x->dtype, sizeof x->dtype);
+        }
     }
     cJSON_Delete(o);
     return 0;

@@ -18,13 +18,23 @@
 #include "common/flight_ring.h" /* defines: dt_flight_entry_t */
 
 #define DT_FLIGHT_MAX_COMMS 16
+#define DT_FLIGHT_RECENT 4 /* ops per communicator kept before the last one */
 
-/* A rank's last op in one communicator. */
+/* One op of a rank's history in a communicator. */
+typedef struct dt_flight_op {
+    uint64_t seq, count;
+    char op[16], dtype[8];
+} dt_flight_op_t;
+
+/* A rank's last op in one communicator, and the ones just before it (oldest first),
+ * so that a rank ahead of the others can be compared at their number. */
 typedef struct dt_flight_last {
     char comm[40];
     uint64_t seq, count;
     char op[16], dtype[8];
     int state; /* dt_flight_state_t */
+    int nrecent;
+    dt_flight_op_t recent[DT_FLIGHT_RECENT];
 } dt_flight_last_t;
 
 /* What one rank's ring shows (and what its agent saw of the process). */
@@ -42,7 +52,9 @@ typedef struct dt_flight_rank {
 void dt_flight_rank_from_entries(dt_flight_rank_t *r, const dt_flight_entry_t *e, int n);
 
 /* The analysis: for each communicator some rank waits in (its newest op not
- * completed), the ranks whose newest op there is older ("never entered") and
+ * completed), first the lowest number the ranks reached: when a rank ahead did
+ * another op under it than the most ranks there (it skipped one, or added one), that
+ * rank is named ("desync at #N"); else the ranks whose newest op there is older ("never entered") and
  * the ranks at the same number in another op (count, dtype) than the most
  * ranks ("desync"). A rank whose process failed (proc "exited N" with N != 0,
  * "killed ...") is not named as never entered: its own failure says why; one that

@@ -5,7 +5,7 @@
 #     (not the 30 s shutdown grace: the stop sends SIGCONT), the summary's root
 #     cause is rank 1 and names the op the others wait in, and every rank's
 #     flight dump exists and parses;
-#   - rank 1 skips a collective (DTRUN_TEST_SKIP_COLLECTIVE): the desync is named;
+#   - rank 1 skips a collective of each kind (DTRUN_TEST_SKIP_COLLECTIVE): the desync is named;
 #   - `dtrun debug dump RUN_DIR` on a running job writes the dumps and the job
 #     finishes.
 source "$(dirname "$0")/lib.sh"
@@ -47,24 +47,22 @@ else fail "stopped rank" "rc=$rc took=$took $(tail -12 "$DT_TMP/stop.out")"; fi
 check "every rank's flight dump exists and parses" dumps_parse "$DT_TMP/logs/stop/flight" 3
 
 # ---- a rank that skips a collective -------------------------------------------
-# Which op rank 1 skips decides the shape: the same number in another op (a desync), or
-# an early end (it exited 0 while the others wait in an op it never entered). Both name
-# rank 1 as the root cause; at least one of two neighbouring numbers is a desync.
-desyncs=0; named=0
-for S in 29 30; do
-  DTRUN_TEST_SKIP_COLLECTIVE=1:$S "$DTRUN" --standalone --nproc_per_node 3 --log_dir "$DT_TMP/logs" --rdzv_id skip$S \
-    "$CFG" train_steps=200 comm.timeout_s=3 eval.every_steps=0 log.dir="$DT_TMP/m2" > "$DT_TMP/skip$S.out" 2>&1; rc=$?
-  root=$(sed -n '/^Root Cause/,$p' "$DT_TMP/skip$S.out")
-  [ $rc -eq 1 ] && grep -q "rank      : 1 " <<<"$root" || continue
-  if grep -Eq "desync at #$S: rank 1 in [a-z_]+ #$S \(count [0-9]+, f32\); the others \(ranks 0,2\) in [a-z_]+ #$S" <<<"$root"; then
-    desyncs=$((desyncs + 1)); named=$((named + 1))
-  elif grep -Eq "ranks 0,2 wait in [a-z_]+ #[0-9]+ .*rank 1 never entered it .*process exited 0" <<<"$root"; then
-    named=$((named + 1))
-  fi
+# Rank 1 skips one op of each kind (ddp: all_gather #1, all_reduce #2, the checkpoint's
+# barrier #19; fsdp: reduce_scatter #8, and all_gather #2, where its prefetched ops ran
+# ahead): every case names rank 1 as the root cause with the desync, at once (the
+# shared-memory backend sees the other op under the same number), no rank crashes.
+for c in "ddp 1 all_gather" "ddp 2 all_reduce" "ddp 19 barrier" "fsdp 8 reduce_scatter" "fsdp 2 all_gather"; do
+  set -- $c
+  DTRUN_TEST_SKIP_COLLECTIVE=1:$2 "$DTRUN" --standalone --nproc_per_node 3 --log_dir "$DT_TMP/logs" --rdzv_id skip$1$2 \
+    "$CFG" strategy=$1 train_steps=20 checkpoint.every_steps=5 checkpoint.dir="$DT_TMP/ck$1$2" comm.timeout_s=20 \
+    eval.every_steps=0 log.dir="$DT_TMP/m2$1$2" > "$DT_TMP/skip.out" 2>&1; rc=$?
+  root=$(sed -n '/^Root Cause/,$p' "$DT_TMP/skip.out")
+  if [ $rc -eq 1 ] && grep -q "rank      : 1 " <<<"$root" && grep -q "skips $3 #$2 " "$DT_TMP/skip.out" \
+     && grep -Eq "desync at #$2: rank 1 in [a-z_]+ #$2( \(count [0-9]+, f32\))?( \(then on to #[0-9]+\))?; the others \(ranks 0,2\) in $3 #$2" <<<"$root" \
+     && ! grep -q SIGSEGV "$DT_TMP/skip.out"; then
+    pass "$1: rank 1 skips $3 #$2: named as the desync, no crash"
+  else fail "$1: skipped $3 #$2" "rc=$rc $(grep -E 'skips|SIGSEGV' "$DT_TMP/skip.out" | head -2) $(grep traceback <<<"$root")"; fi
 done
-if [ $named -eq 2 ] && [ $desyncs -ge 1 ]; then
-  pass "a skipped collective is named as a desync of rank 1"
-else fail "desync" "named=$named desyncs=$desyncs $(tail -8 "$DT_TMP/skip29.out") $(tail -8 "$DT_TMP/skip30.out")"; fi
 
 # ---- dtrun debug dump on a running job ------------------------------------------
 "$DTRUN" --standalone --nproc_per_node 2 --log_dir "$DT_TMP/logs" --rdzv_id live "$CFG" train_steps=100000 \
