@@ -8,7 +8,8 @@
 #                   the CPU emulator: GPU_CHECK_EMU=1, packing, preflight, every row
 #   make run        the demo
 #   make bench      benchmarks
-#   make fuzz       libFuzzer target for the store's frame parser (clang)
+#   make fuzz       libFuzzer targets for every parser of a user's file and the store's
+#                   frame parser (clang), FUZZ_SECONDS each; FUZZ_TARGETS= picks some
 #   make fuzz-server  libFuzzer target for the running store over several connections
 #   make clean
 #
@@ -223,15 +224,55 @@ run: features dtrun
 bench: features dtrun $(CUDA_LIB_TARGET)
 	$(Q)scripts/bench/run_all.sh
 
-# libFuzzer target for the store's frame parser; FUZZ_SECONDS=60 make fuzz
+# ---- fuzzing ----------------------------------------------------------------
+# One libFuzzer target per parser of a file a user hands dtrun (and the store's
+# frame parser), tests/fuzz/fuzz_NAME.c, each linked from the sources it needs
+# compiled once with clang's sanitizers into build-fuzz/obj. `make fuzz` runs every
+# target for FUZZ_SECONDS (default 60) from its seeds (tests/fuzz/seeds_NAME) and
+# prints per target the inputs run, the findings and the peak RSS (scripts/fuzz.sh);
+# FUZZ_TARGETS="tokenizer shard" runs some. A crash, a sanitizer report, an input
+# over 10 s or over 2 GiB is a finding (its input in build-fuzz/artifacts/NAME/).
 FUZZ_SECONDS ?= 60
-fuzz: | $(DEPS_STAMP)
-	@mkdir -p build-fuzz/corpus
-	$(Q)clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -I. \
-	    tests/fuzz/fuzz_store_frame.c rendezvous/proto.c common/status.c common/mem.c \
-	    common/log.c common/clock.c -o build-fuzz/fuzz_store_frame
-	$(Q)build-fuzz/fuzz_store_frame -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
-	    build-fuzz/corpus tests/fuzz/seeds
+FUZZ_TARGETS ?= store_frame tokenizer safetensors st_index hf_config adapter_config ckpt_meta report shard
+FUZZ_CFLAGS := -std=gnu11 -g -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined \
+               -fopenmp -pthread -I.
+FUZZ_LDFLAGS := -fsanitize=fuzzer,address,undefined -fopenmp -pthread
+FUZZ_LDLIBS := -luv -lcjson -lm -ldl
+FUZZ_BASE := common/status.c common/mem.c common/log.c common/clock.c common/fs.c common/fs_safe.c
+# What dt_model_lookup brings in: every model, and the CPU kernels their ops name.
+FUZZ_MODELS := $(addprefix runtime/model/,model.c registry.c gpt.c llama.c mlp.c net.c net_linear.c \
+               recompute.c stage.c lora.c lora_config.c) kernels/backend.c $(wildcard kernels/cpu/*.c) common/cudalib.c \
+               common/gpuinfo.c common/meminfo.c common/rng.c
+FUZZ_SRC_store_frame := rendezvous/proto.c
+FUZZ_SRC_tokenizer := $(addprefix runtime/tokenize/,tok.c tok_bpe.c tok_chunk.c tok_load.c tok_pretok.c \
+                      tok_unicode.c tok_unicode_tables.c)
+FUZZ_SRC_safetensors := runtime/ckpt/st_read.c
+FUZZ_SRC_st_index := runtime/ckpt/st_read.c
+FUZZ_SRC_hf_config := runtime/model/hf_config.c $(FUZZ_MODELS)
+FUZZ_SRC_adapter_config := runtime/model/lora_config.c
+FUZZ_SRC_ckpt_meta := $(addprefix runtime/ckpt/,ckpt_load.c ckpt_io.c ckpt_meta.c ckpt_read.c) $(FUZZ_MODELS)
+FUZZ_SRC_report := runtime/tools/report.c
+FUZZ_SRC_shard := runtime/tokenize/shard.c $(addprefix runtime/train/,data.c data_ahead.c data_mix.c data_read.c) \
+                  common/rng.c
+FUZZ_BINS := $(patsubst %,build-fuzz/fuzz_%,$(FUZZ_TARGETS))
+# The objects of target $(1) (a function: a % in a pattern rule's prerequisites is the stem).
+fuzz_objs = $(patsubst %.c,build-fuzz/obj/%.o,$(sort $(FUZZ_BASE) $(FUZZ_SRC_$(1))))
+
+fuzz: $(FUZZ_BINS)
+	$(Q)FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/fuzz.sh $(FUZZ_TARGETS)
+
+build-fuzz/obj/%.o: %.c | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CLANG $<")
+	$(Q)clang $(FUZZ_CFLAGS) -MMD -MP -c $< -o $@
+
+.PRECIOUS: build-fuzz/obj/%.o
+.SECONDEXPANSION:
+build-fuzz/fuzz_%: tests/fuzz/fuzz_%.c $$(call fuzz_objs,$$*)
+	@$(if $(Q),echo "  FUZZ  $@")
+	$(Q)clang $(FUZZ_CFLAGS) $(FUZZ_LDFLAGS) $< $(filter %.o,$^) -o $@ $(FUZZ_LDLIBS)
+
+-include $(wildcard build-fuzz/obj/*/*.d build-fuzz/obj/*/*/*.d)
 
 # The running server fed sequences of frames over several connections.
 fuzz-server: | $(DEPS_STAMP)

@@ -32,7 +32,12 @@ const char *dt_strerror(dt_status_t st) {
 }
 
 dt_status_t dt_verror(dt_status_t st, const char *fmt, va_list ap) {
-    vsnprintf(error_detail, sizeof error_detail, fmt, ap);
+    /* Formatted aside first: callers prefix the detail to itself ("lora.init: %s",
+     * dt_error_detail()), and vsnprintf reading the buffer it writes is undefined (it
+     * printed "lora.init: lora.init: zz/tests/..."). */
+    char buf[sizeof error_detail];
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    memcpy(error_detail, buf, sizeof buf);
     return st;
 }
 

@@ -38,6 +38,14 @@ Test(status, error_detail_is_per_thread_and_returns_code) {
     cr_assert_str_eq(dt_error_detail(), "");
 }
 
+/* The common "prefix the detail to itself" form: the argument is the buffer being
+ * written (it came out as "lora.init: lora.init: zz/tests/..."). */
+Test(status, error_detail_can_prefix_itself) {
+    dt_error(DT_STATUS_CONFIG, "/work/tests/fixtures/lora/adapter_config.json: r is %d", 8);
+    dt_error(DT_STATUS_CONFIG, "lora.init: %s", dt_error_detail());
+    cr_assert_str_eq(dt_error_detail(), "lora.init: /work/tests/fixtures/lora/adapter_config.json: r is 8");
+}
+
 Test(status, errno_translation) {
     cr_assert_eq(dt_status_from_errno(ETIMEDOUT), DT_STATUS_TIMEOUT);
     cr_assert_eq(dt_status_from_errno(ECONNREFUSED), DT_STATUS_REFUSED);

@@ -133,4 +133,11 @@ Test(hf_config, errors_name_file_and_key) {
     expect_error("{\"model_type\": \"gpt2\", \"activation_function\": \"relu\"}", DT_STATUS_CONFIG,
                  "activation_function");
     expect_error("{\"model_type\": \"gpt2\", \"n_embd\": 64, \"n_inner\": 100}", DT_STATUS_CONFIG, "n_inner");
+    /* numbers no int holds: refused before any cast (UBSan under make fuzz,
+     * tests/fuzz/seeds_hf_config/crash_*.json) */
+    expect_error("{\"model_type\": \"gpt2\", \"n_embd\": 64, \"n_inner\": 1e300}", DT_STATUS_CONFIG, "n_inner");
+    expect_error("{\"model_type\": \"mistral\", \"sliding_window\": 1e300}", DT_STATUS_CONFIG,
+                 "sliding_window: expected an integer from 1 to 2147483647, found 1e+300");
+    expect_error("{\"model_type\": \"qwen2\", \"use_sliding_window\": true, \"sliding_window\": 4096.5}",
+                 DT_STATUS_CONFIG, "sliding_window: expected an integer");
 }

@@ -141,6 +141,11 @@ Test(st_read, refuses_bad_files_naming_file_and_tensor) {
     expect_bad("notjson.safetensors", DT_STATUS_FORMAT, "not a JSON object", NULL);
     write_st("neg.safetensors", "{\"w\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[16,0]}}", d, 64, 0);
     expect_bad("neg.safetensors", DT_STATUS_FORMAT, "tensor w", "begin <= end");
+    /* 2^40 x 2^40 elements wrapped to 0, matching an empty span (make fuzz,
+     * tests/fuzz/seeds_safetensors/crash_shape_overflow.safetensors) */
+    write_st("wrap.safetensors",
+             "{\"w\":{\"dtype\":\"F32\",\"shape\":[1099511627776,1099511627776],\"data_offsets\":[0,0]}}", d, 0, 0);
+    expect_bad("wrap.safetensors", DT_STATUS_FORMAT, "tensor w", "more than 2^53 elements");
 }
 
 /* The writer's GPT file read back: names, HF shapes, values (Conv1D transposed). */

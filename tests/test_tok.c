@@ -292,6 +292,38 @@ Test(tok, accessors) {
     dt_tok_free(t);
 }
 
+/* Byte-level with byte fallback and a vocabulary without the <0xNN> tokens of a
+ * character (tests/fuzz/seeds_tokenizer/crash_byte_fallback_missing.json, found by
+ * `make fuzz`): the character is the unknown token, as in tokenizers, never an id
+ * of -1 (4294967295) past the vocabulary. */
+Test(tok, byte_fallback_without_byte_tokens_is_unk) {
+    static const char json[] =
+        "{\"model\": {\"type\": \"BPE\", \"byte_fallback\": true, \"unk_token\": \"<unk>\", "
+        "\"vocab\": {\"<unk>\": 0, \"a\": 1, \"<0xC3>\": 2}, \"merges\": []}, "
+        "\"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"use_regex\": false}}";
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/dt-tok-XXXXXX");
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(write(fd, json, strlen(json)), (ssize_t)strlen(json));
+    close(fd);
+    dt_tok_t *t = NULL;
+    cr_assert_eq(dt_tok_load(path, &t), DT_STATUS_OK, "%s", dt_error_detail());
+    unlink(path);
+    dt_tok_enc_t *e = dt_tok_enc_new(t);
+    dt_tok_ids got = {0};
+    /* "a", then "é" (bytes C3 A9: byte-level chars Ã and ©, whose UTF-8 needs <0xC2>,
+     * <0xA9>, <0xC3>, <0x83> of which only <0xC3> exists) */
+    encode_str(e, "a\xc3\xa9", 1, &got);
+    cr_assert_eq(got.n, 3, "got %zu ids", got.n); /* fuse_unk false: one <unk> per character */
+    cr_assert_eq(got.ids[0], 1);
+    cr_assert(got.ids[1] == 0 && got.ids[2] == 0, "expected <unk> (0) twice, got %u %u", got.ids[1], got.ids[2]);
+    for (size_t i = 0; i < got.n; i++) cr_assert_lt(got.ids[i], dt_tok_vocab_size(t));
+    free(got.ids);
+    dt_tok_enc_free(e);
+    dt_tok_free(t);
+}
+
 /* ---- errors ---- */
 
 static dt_status_t load_text(const char *json, char *path, size_t cap) {

@@ -26,6 +26,7 @@
 #define ST_MAX_HEADER ((uint64_t)100 << 20)
 /* An index this big is not a weight map (a 200,000-tensor one is about 15 MB). */
 #define ST_MAX_INDEX ((size_t)256 << 20)
+#define ST_MAX_ELEMS ((uint64_t)1 << 53) /* elements of one tensor: far past any model, and exact in a double */
 
 /* Names to small integers: open addressing over a power-of-two table of
  * (index + 1), 0 empty; the names are the caller's and outlive it. */
@@ -142,6 +143,10 @@ static dt_status_t parse_entry(const dt_st_file_t *f, const cJSON *e, dt_st_tens
         if (!json_u64(cJSON_GetArrayItem(sh, d), &v) || v > ((uint64_t)1 << 40))
             return dt_error(DT_STATUS_FORMAT, "%s: tensor %s: shape[%d] is not a size", p, name, d);
         t->shape[d] = (int64_t)v;
+        /* each dimension is at most 2^40, but their product wraps past 2^64 (to 0
+         * for [2^40, 2^40]): a shape of no bytes that claims 2^80 elements */
+        if (v && t->numel > ST_MAX_ELEMS / v)
+            return dt_error(DT_STATUS_FORMAT, "%s: tensor %s: shape holds more than 2^53 elements", p, name);
         t->numel *= (size_t)v;
     }
     uint64_t b, en;

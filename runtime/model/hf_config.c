@@ -5,6 +5,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,7 +105,8 @@ static dt_status_t read_gpt2(dt_hf_config *h, const cJSON *root) {
         return dt_error(DT_STATUS_CONFIG, "%s: activation_function: dtrun's GPT uses gelu_new (tanh), found %s",
                         h->path, act);
     const cJSON *inner = at_path(root, "n_inner");
-    if (inner && (!cJSON_IsNumber(inner) || (int)inner->valuedouble != 4 * h->spec.n_embd))
+    /* compared as doubles: casting 1e300 to int is undefined (make fuzz) */
+    if (inner && (!cJSON_IsNumber(inner) || inner->valuedouble != 4.0 * h->spec.n_embd))
         return dt_error(DT_STATUS_CONFIG, "%s: n_inner: dtrun's GPT has an MLP of 4 * n_embd = %d, found %g", h->path,
                         4 * h->spec.n_embd, cJSON_IsNumber(inner) ? inner->valuedouble : NAN);
     const cJSON *tie = at_path(root, "tie_word_embeddings");
@@ -144,8 +146,12 @@ static dt_status_t read_llama(dt_hf_config *h, const cJSON *root) {
     }
     const cJSON *use = at_path(root, "use_sliding_window"), *sw = at_path(root, "sliding_window");
     int applies = !strcmp(h->model_type, "qwen2") ? cJSON_IsTrue(use) : sw != NULL;
-    if (applies && cJSON_IsNumber(sw) && sw->valuedouble > 0) h->sliding_window = (int)sw->valuedouble;
-    else if (applies && cJSON_IsTrue(use))
+    if (applies && cJSON_IsNumber(sw) && sw->valuedouble > 0) {
+        if (sw->valuedouble > INT_MAX || floor(sw->valuedouble) != sw->valuedouble) /* before the cast (make fuzz) */
+            return dt_error(DT_STATUS_CONFIG, "%s: sliding_window: expected an integer from 1 to %d, found %g",
+                            h->path, INT_MAX, sw->valuedouble);
+        h->sliding_window = (int)sw->valuedouble;
+    } else if (applies && cJSON_IsTrue(use))
         return dt_error(DT_STATUS_CONFIG, "%s: use_sliding_window: dtrun's attention is not windowed", h->path);
     return DT_STATUS_OK;
 }

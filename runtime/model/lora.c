@@ -11,12 +11,7 @@
 #include "common/mem.h" /* defines: dt_xcalloc, dt_mem_alloc */
 #include "common/rng.h" /* defines: dt_rng_seed, dt_rng_uniform */
 #include "runtime/model/lora.h"
-
-/* PEFT's default targets per model (peft's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING). */
-static const char *default_targets(const char *model) {
-    if (!strcmp(model, "gpt")) return "c_attn";
-    return "q_proj,v_proj";
-}
+#include "runtime/model/lora_config.h" /* defines: dt_lora_default_targets */
 
 const char *dt_lora_peft_prefix(const dt_model_layout *l) {
     return !strcmp(l->spec.ops->name, "gpt") ? "base_model.model.transformer." : "base_model.model.";
@@ -73,7 +68,7 @@ dt_status_t dt_lora_init(const dt_model_layout *base, const dt_lora_spec *spec, 
         return dt_error(DT_STATUS_CONFIG, "lora: runs on the whole model (tensor_parallel.size and pipeline.stages 1)");
     if (spec->r < 1) return dt_error(DT_STATUS_CONFIG, "lora.r: expected an integer >= 1, found %d", spec->r);
     out->spec = *spec;
-    if (out->spec.n_targets == 0) DT_CHECK(dt_lora_parse_targets(&out->spec, default_targets(base->spec.ops->name)));
+    if (out->spec.n_targets == 0) DT_CHECK(dt_lora_parse_targets(&out->spec, dt_lora_default_targets(base->spec.ops->name)));
     out->scale = (float)(spec->alpha / spec->r);
     out->base = base;
     out->adapters = adapters;

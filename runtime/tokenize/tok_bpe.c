@@ -161,6 +161,13 @@ static void push_unk(dt_tok_enc_t *e, size_t *n, int *last_unk) {
     *last_unk = 1;
 }
 
+/* 1 when the vocabulary has the <0xNN> token of each of the n bytes at s. */
+static int byte_tokens_of(const dt_tok_t *t, const char *s, size_t n) {
+    for (size_t j = 0; j < n; j++)
+        if (t->byte_id[(unsigned char)s[j]] < 0) return 0;
+    return 1;
+}
+
 /* Initial symbols of a word: one per byte (byte-level) or per character. */
 static size_t init_syms(dt_tok_enc_t *e, const char *w, size_t n) {
     const dt_tok_t *t = e->t;
@@ -172,11 +179,11 @@ static size_t init_syms(dt_tok_enc_t *e, const char *w, size_t n) {
             unsigned char b = (unsigned char)w[i];
             if (t->bytelevel_id[b] >= 0) {
                 e->sym[k++] = (uint32_t)t->bytelevel_id[b], last_unk = 0;
-            } else if (t->byte_fallback) {
+            } else if (t->byte_fallback && byte_tokens_of(t, dt_tok_byte_chars[b], dt_tok_byte_char_len[b])) {
                 for (int j = 0; j < dt_tok_byte_char_len[b]; j++) /* the character's own bytes */
                     e->sym[k++] = (uint32_t)t->byte_id[(unsigned char)dt_tok_byte_chars[b][j]];
                 last_unk = 0;
-            } else {
+            } else { /* as tokenizers: <0xNN> tokens only when the vocabulary has them all */
                 push_unk(e, &k, &last_unk);
             }
         }
@@ -194,17 +201,10 @@ static size_t init_syms(dt_tok_enc_t *e, const char *w, size_t n) {
         int64_t id = cp < 0 ? -1 : dt_tok_strmap_get(&t->vocab, t->tokens, t->tok_len, w + i, l);
         if (id >= 0) {
             e->sym[k++] = (uint32_t)id, last_unk = 0;
-        } else if (t->byte_fallback && t->byte_id[(unsigned char)w[i]] >= 0) {
-            int ok = 1;
+        } else if (t->byte_fallback && byte_tokens_of(t, w + i, l)) {
             for (size_t j = 0; j < l; j++)
-                ok &= t->byte_id[(unsigned char)w[i + j]] >= 0;
-            if (ok) {
-                for (size_t j = 0; j < l; j++)
-                    e->sym[k++] = (uint32_t)t->byte_id[(unsigned char)w[i + j]];
-                last_unk = 0;
-            } else {
-                push_unk(e, &k, &last_unk);
-            }
+                e->sym[k++] = (uint32_t)t->byte_id[(unsigned char)w[i + j]];
+            last_unk = 0;
         } else {
             push_unk(e, &k, &last_unk);
         }

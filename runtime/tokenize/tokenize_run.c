@@ -313,6 +313,29 @@ static void piece_fail(piece *p, dt_status_t st, const char *fmt, ...) {
     va_end(ap);
 }
 
+/* 1 when the string `field` of the JSON line holds a \u0000 escape: cJSON decodes it
+ * to a NUL, which ends `parsed` (its value) early. Only lines with such an escape
+ * outside a \\ pair are parsed again, with each one made \u0001: a longer value
+ * then is one that held a NUL. */
+static int text_has_nul(const char *line, size_t len, const char *field, const char *parsed) {
+    char *copy = NULL;
+    for (size_t i = 0; i + 1 < len; i++) {
+        if (line[i] != '\\') continue;
+        if (line[i + 1] == 'u' && i + 6 <= len && !memcmp(line + i + 2, "0000", 4)) {
+            if (!copy) copy = memcpy(dt_xmalloc(len), line, len);
+            copy[i + 5] = '1';
+        }
+        i++; /* the escaped character */
+    }
+    if (!copy) return 0;
+    cJSON *j = cJSON_ParseWithLength(copy, len);
+    const cJSON *f = cJSON_IsObject(j) ? cJSON_GetObjectItemCaseSensitive(j, field) : NULL;
+    int nul = cJSON_IsString(f) && strlen(f->valuestring) != strlen(parsed);
+    cJSON_Delete(j);
+    free(copy);
+    return nul;
+}
+
 /* Encodes one jsonl line (a document) into p; blank lines are skipped. */
 static void encode_jsonl_line(run *r, dt_tok_enc_t *e, piece *p, const char *path, const char *line, size_t len,
                               uint64_t lineno) {
@@ -345,7 +368,14 @@ static void encode_jsonl_line(run *r, dt_tok_enc_t *e, piece *p, const char *pat
         cJSON_Delete(j);
         return;
     }
-    /* valuestring is NUL-terminated; a \u0000 inside it would end it early, as in most readers. */
+    /* valuestring is NUL-terminated: a \u0000 inside it would end the document
+     * there, silently. Refused, naming the line. */
+    if (text_has_nul(line, len, r->o->field, f->valuestring)) {
+        piece_fail(p, DT_STATUS_FORMAT, "%s:%llu: field \"%s\" holds a \\u0000 (a NUL character): refusing to cut "
+                   "the document there (remove or replace it)", path, (unsigned long long)lineno, r->o->field);
+        cJSON_Delete(j);
+        return;
+    }
     size_t n = strlen(f->valuestring);
     if (n == 0) {
         p->empty_docs++;

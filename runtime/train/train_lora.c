@@ -14,6 +14,7 @@
 
 #include "common/log.h" /* defines: DT_LOG_INFO */
 #include "runtime/ckpt/safetensors.h" /* defines: dt_st_open, dt_st_find, dt_st_read_f32 */
+#include "runtime/model/lora_config.h" /* defines: dt_lora_peft_config_read */
 #include "runtime/train/train_spec.h"
 
 /* The PEFT adapter file lora.init names: the path, or DIR/adapter_model.safetensors. */
@@ -83,6 +84,13 @@ dt_status_t dt_train_lora_check_(const dt_config_t *cfg) {
                               (long long)adapters.tensors[i].shape[1]);
         }
         dt_st_close(f);
+        char cpath[4096]; /* PEFT's adapter_config.json beside it, when there is one */
+        if (st == DT_STATUS_OK && dt_lora_peft_config_path(cfg->lora.init, cpath, sizeof cpath)) {
+            dt_lora_peft_config pc;
+            st = dt_lora_peft_config_read(cpath, &pc);
+            if (st == DT_STATUS_OK) st = dt_lora_peft_config_check(&pc, &lora.spec, spec.ops->name);
+            if (st != DT_STATUS_OK) st = dt_error(DT_STATUS_CONFIG, "lora.init: %s", dt_error_detail());
+        }
     }
     dt_lora_free(&lora);
     dt_model_layout_free(&adapters);

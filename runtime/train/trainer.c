@@ -13,6 +13,7 @@
 #include "runtime/train/trainer.h"
 
 #include <cjson/cJSON.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -21,6 +22,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/fs_safe.h" /* defines: dt_fs_open_regular */
 #include "common/log.h"
 #include "common/mem.h"
 #include "common/rng.h"
@@ -708,7 +710,15 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env) {
         if (t.layout.global) n = t.layout.global->n_params;
     }
     if (rank0 && dump_path) {
-        FILE *f = fopen(dump_path, "wb");
+        /* never through a symbolic link (or into a FIFO or device) planted at the path */
+        int fd = -1;
+        st = dt_fs_open_regular(dump_path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0666, &fd, NULL);
+        if (st != DT_STATUS_OK) {
+            st = dt_error(st, "DTRUN_DUMP_PARAMS: %s", dt_error_detail());
+            goto out_teardown;
+        }
+        FILE *f = fdopen(fd, "wb");
+        if (!f) close(fd);
         if (!f || fwrite(full, sizeof(float), n, f) != n) {
             st = dt_error(DT_STATUS_IO, "DTRUN_DUMP_PARAMS: cannot write %s", dump_path);
             if (f) fclose(f);

@@ -152,4 +152,15 @@ $T "$DTRUN" --standalone --nproc_per_node 2 --exec "$DT_TMP/seed.sh" >"$DT_TMP/s
 if [ $rc -ne 0 ] && grep -q "initial parameters differ between rank 0" "$DT_TMP/seed.out"; then
   pass "different seeds on two ranks: refused, naming the ranks"
 else fail "seed mismatch" "rc=$rc $(tail -3 "$DT_TMP/seed.out")"; fi
+
+# DTRUN_DUMP_PARAMS never follows a symbolic link planted at its path: the run
+# fails naming the path, and the link's target is untouched.
+echo precious > "$DT_TMP/victim"
+ln -s "$DT_TMP/victim" "$DT_TMP/dump_link"
+DTRUN_DUMP_PARAMS="$DT_TMP/dump_link" $T "$DTRUN" --standalone --nproc_per_node 1 $MLP train_steps=1 \
+  log.dir="$DT_TMP/dumplink" >"$DT_TMP/dumplink.out" 2>&1; rc=$?
+if [ $rc -ne 0 ] && grep -q "DTRUN_DUMP_PARAMS: .*dump_link.*symbolic link" "$DT_TMP/dumplink.out" &&
+   [ "$(cat "$DT_TMP/victim")" = precious ]; then
+  pass "DTRUN_DUMP_PARAMS at a symbolic link: refused naming it, its target untouched"
+else fail "DTRUN_DUMP_PARAMS symlink" "rc=$rc victim=$(head -c 20 "$DT_TMP/victim" | tr -cd '[:print:]') $(tail -3 "$DT_TMP/dumplink.out")"; fi
 finish

@@ -199,4 +199,21 @@ bad "unknown target" "lora.target_modules: qq_proj is not a linear module" lora.
 NP=2 bad "tensor parallelism" "lora.r: LoRA runs with data parallelism only" tensor_parallel.size=2 \
   train_micro_batch_size_per_gpu=2 gradient_accumulation_steps=1 train_batch_size=2
 bad "bf16 base on cpu" "lora.base_dtype: bf16" lora.base_dtype=bf16
+# lora.init's adapter_config.json (PEFT's, beside the weights) against the lora section:
+# another alpha or set of modules, or an option dtrun does not implement, named
+bad "adapter's lora_alpha" "adapter_init/adapter_config.json: lora_alpha is 8, the config's lora.alpha is 16" \
+  lora.alpha=16
+bad "adapter's target_modules" "adapter_config.json: target_modules is \[q_proj, up_proj" lora.target_modules=q_proj,v_proj
+mkdir -p "$DT_TMP/adapter"
+cp "$FIX/adapter_init/adapter_model.safetensors" "$DT_TMP/adapter/"
+for c in 'use_rslora:true:use_rslora is true' 'bias:"all":bias is "all"' 'fan_in_fan_out:true:fan_in_fan_out is true'; do
+  IFS=: read -r key val want <<<"$c"
+  python3 - "$FIX/adapter_init/adapter_config.json" "$DT_TMP/adapter/adapter_config.json" "$key" "$val" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c[sys.argv[3]] = json.loads(sys.argv[4])
+json.dump(c, open(sys.argv[2], "w"))
+PY
+  bad "adapter with $key $val" "adapter/adapter_config.json: $want" lora.init="$DT_TMP/adapter"
+done
 finish

@@ -137,6 +137,9 @@ expect2 "missing input named" "missing.txt" --tokenizer $FX/cli_gpt2.json $DOCS/
 expect2 "empty input is an error" "no text" --tokenizer $FX/cli_gpt2.json "$B/empty.txt" "$B/empty.jsonl" -o "$B/out"
 expect2 "jsonl line without the field: file:line" "nofield.jsonl:3: no field \"text\"" --tokenizer $FX/cli_gpt2.json $DOCS/a.txt "$B/nofield.jsonl" -o "$B/out"
 expect2 "jsonl line that is not JSON: file:line" "notjson.jsonl:2: not a JSON line" --tokenizer $FX/cli_gpt2.json "$B/notjson.jsonl" -o "$B/out"
+printf '{"text": "ok", "id": "a\\u0000"}\n{"text": "a\\\\u0000 is text"}\n{"text": "cut\\u0000 here"}\n' > "$B/nul.jsonl"
+expect2 "jsonl text holding \\u0000: file:line (not cut silently)" 'nul.jsonl:3: field "text" holds a \\u0000' \
+  --tokenizer $FX/cli_gpt2.json "$B/nul.jsonl" -o "$B/out"
 expect2 "--field picks the key" "c.jsonl:1: no field \"body\"" --tokenizer $FX/cli_gpt2.json $DOCS/c.jsonl --field body -o "$B/out"
 expect2 "unwritable output folder" "cannot write" --tokenizer $FX/cli_gpt2.json $DOCS/a.txt -o "$B/no/such/dir/out"
 [ "$(id -u)" = 0 ] || { mkdir -p "$B/ro"; chmod 555 "$B/ro"; expect2 "read-only output folder" "cannot write" --tokenizer $FX/cli_gpt2.json $DOCS/a.txt -o "$B/ro/out"; }
