@@ -18,6 +18,7 @@
 #include "common/trace.h" /* defines: dt_trace_span */
 #include "common/rng.h" /* defines: dt_random_bytes */
 #include "common/clock.h"
+#include "common/fs.h"      /* defines: dt_fs_mkdir_p, dt_fs_printable */
 #include "common/fs_safe.h"
 #include "common/torchenv.h" /* defines: DT_STOP_GROUP_FAILURE */
 #include "common/log.h"
@@ -484,6 +485,81 @@ void dt_train_resume_init_(dt_train_resume *r) { *r = (dt_train_resume){0}; }
 void dt_train_resume_note_checkpoint_(dt_train_resume *r, const dt_ckpt_t *c) {
     r->resumed_world_size = dt_ckpt_world_size(c);
     r->resumed_accumulation = dt_ckpt_meta_config_int(c, "gradient_accumulation_steps");
+}
+
+/* ---- one run per checkpoint folder ------------------------------------------- */
+
+#define LOCK_NAME ".dtrun.lock"
+
+static int lock_fd = -1; /* held by rank 0 for the process's life */
+
+/* The lock file of cfg's checkpoint.dir opened (created with the folder), in fd. */
+static dt_status_t lock_open(const dt_config_t *cfg, char *path, size_t len, int *fd) {
+    DT_CHECK(dt_fs_mkdir_p(cfg->checkpoint.dir));
+    snprintf(path, len, "%s/" LOCK_NAME, cfg->checkpoint.dir);
+    return dt_fs_open_regular(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644, fd, NULL);
+}
+
+/* "another run (pid P on HOST, started T)" from the holder's record, for messages. */
+static dt_status_t held(int fd, const char *path, pid_t pid) {
+    char rec[256] = "";
+    ssize_t n = pread(fd, rec, sizeof rec - 1, 0);
+    rec[n > 0 ? n : 0] = '\0';
+    char *nl = strchr(rec, '\n');
+    if (nl) *nl = '\0';
+    char shown[300];
+    dt_fs_printable(rec[0] ? rec : "no record", shown, sizeof shown);
+    return dt_error(DT_STATUS_CONFIG, "checkpoint.dir is in use by another run (%s; the lock %s is held%s%d): two "
+                    "runs saving into one folder would overwrite each other's checkpoints and latest; give this "
+                    "run its own checkpoint.dir, or wait for that one to end",
+                    shown, path, pid > 0 ? " by pid " : "", pid > 0 ? (int)pid : 0);
+}
+
+dt_status_t dt_train_ckpt_lock(const dt_config_t *cfg, int rank) {
+    if (rank != 0 || lock_fd >= 0 || !dt_train_ckpt_enabled(cfg) || !cfg->checkpoint.dir || !*cfg->checkpoint.dir)
+        return DT_STATUS_OK;
+    char path[4200];
+    int fd;
+    if (lock_open(cfg, path, sizeof path, &fd) != DT_STATUS_OK) { /* each save will say why it cannot write */
+        DT_LOG_WARN("checkpoint: cannot lock the folder against another run: %s", dt_error_detail());
+        dt_error_clear();
+        return DT_STATUS_OK;
+    }
+    /* fcntl locks: NFS carries them (flock's are local on some mounts), and the
+     * kernel drops them when the process ends, however it ends */
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+    if (fcntl(fd, F_SETLK, &fl) != 0) {
+        struct flock q = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+        pid_t pid = fcntl(fd, F_GETLK, &q) == 0 && q.l_type != F_UNLCK ? q.l_pid : 0;
+        dt_status_t st = held(fd, path, pid);
+        close(fd);
+        return st;
+    }
+    char host[128] = "?", rec[300];
+    gethostname(host, sizeof host - 1);
+    int n = snprintf(rec, sizeof rec, "pid %d on %s, started %.0f (unix time)\n", (int)getpid(), host, dt_wall_s());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, rec, (size_t)n, 0) != n) /* the lock holds; only the record is lost */
+        DT_LOG_WARN("checkpoint: cannot write who holds %s: %s", path, strerror(errno));
+    lock_fd = fd;
+    return DT_STATUS_OK;
+}
+
+dt_status_t dt_train_ckpt_lock_probe(const dt_config_t *cfg) {
+    if (!dt_train_ckpt_enabled(cfg) || !cfg->checkpoint.dir || !*cfg->checkpoint.dir) return DT_STATUS_OK;
+    char path[4200];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/" LOCK_NAME, cfg->checkpoint.dir);
+    if (lstat(path, &sb) != 0) return DT_STATUS_OK; /* no run ever locked it */
+    int fd;
+    if (dt_fs_open_regular(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC, 0, &fd, NULL) != DT_STATUS_OK) {
+        dt_error_clear(); /* the worker's lock will say */
+        return DT_STATUS_OK;
+    }
+    struct flock q = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+    dt_status_t st = DT_STATUS_OK;
+    if (fcntl(fd, F_GETLK, &q) == 0 && q.l_type != F_UNLCK) st = held(fd, path, q.l_pid);
+    close(fd);
+    return st;
 }
 
 dt_status_t dt_train_ckpt_check_start(const dt_config_t *cfg) {

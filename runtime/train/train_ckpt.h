@@ -98,6 +98,14 @@ void dt_train_resume_note_checkpoint_(dt_train_resume *r, const dt_ckpt_t *c);
  * checkpoints is DT_STATUS_CONFIG naming the folder and the choices (resume: auto,
  * another dir, checkpoint.overwrite: true), unless checkpoint.overwrite is true. */
 dt_status_t dt_train_ckpt_check_start(const dt_config_t *cfg);
+/* One run per checkpoint folder: rank 0 takes a POSIX lock on
+ * <checkpoint.dir>/.dtrun.lock (recording its pid, host and start) and holds it
+ * until its process ends; a folder another run holds is DT_STATUS_CONFIG naming that
+ * run. Restarts and resizes of one launch take it again (the old ranks are gone). */
+dt_status_t dt_train_ckpt_lock(const dt_config_t *cfg, int rank);
+/* The launcher's look before workers start: the folder's lock held by another run
+ * is DT_STATUS_CONFIG, as dt_train_ckpt_lock would find it. */
+dt_status_t dt_train_ckpt_lock_probe(const dt_config_t *cfg);
 
 /* Checkpoints are on: checkpoint.every_steps > 0 and a directory. */
 int dt_train_ckpt_enabled(const dt_config_t *cfg);

@@ -234,6 +234,7 @@ static dt_status_t resume_checkpoint(dt_trainer_t *t) {
     /* The first attempt refuses another run's checkpoints as the agent does (a
      * restart finds this run's own). */
     if (t->env->restart_count == 0) DT_CHECK(dt_train_ckpt_check_start(t->cfg));
+    DT_CHECK(dt_train_ckpt_lock(t->cfg, t->env->rank));
     dt_train_ckpt c = ckpt_view(t, &owned, &lc);
     dt_train_resume *r = &t->resume;
     dt_status_t st = dt_train_ckpt_resume(&c, &r->start_step);

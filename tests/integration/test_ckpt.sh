@@ -234,4 +234,20 @@ if python3 -c "import safetensors, torch" 2>/dev/null; then
     pass "safetensors package loads the export; GPT-2 forward in HF's layout gives dtrun's greedy text"
   else fail "safetensors check" "$(cat "$DT_TMP/s2e" | tail -3) | $(head -c 80 "$DT_TMP/s1") | $(head -c 80 "$DT_TMP/s2")"; fi
 else skip "safetensors python check" "pip install safetensors"; fi
+# One run per checkpoint folder, on any launcher: a second run into the folder of a
+# run in progress is exit 2 naming the first (pid and host), from the launcher
+# before any worker and from a bare worker (what `srun dtrun` per task would start);
+# once the first ends, the folder is free again.
+sed "s#$DT_TMP/ck0#$DT_TMP/ckl#; s#$DT_TMP/run0#$DT_TMP/runl#" "$DT_TMP/gpt.json" > "$DT_TMP/gl.json"
+"$DTRUN" --nproc_per_node 1 "$DT_TMP/gl.json" train_steps=100000 steps_per_print=100000 >"$DT_TMP/ol1" 2>&1 & p1=$!
+deadline=$((SECONDS + 20))
+while ! grep -q "^pid " "$DT_TMP/ckl/.dtrun.lock" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.05; done
+"$DTRUN" --nproc_per_node 1 "$DT_TMP/gl.json" log.dir="$DT_TMP/runl2" >"$DT_TMP/ol2" 2>&1; rc2=$?
+$W "$DT_TMP/gl.json" log.dir="$DT_TMP/runl3" >"$DT_TMP/ol3" 2>&1; rc3=$?
+kill -TERM $p1; wait $p1
+"$DTRUN" --nproc_per_node 1 "$DT_TMP/gl.json" log.dir="$DT_TMP/runl4" train_steps=2 checkpoint.resume=never checkpoint.overwrite=true >"$DT_TMP/ol4" 2>&1; rc4=$?
+if [ $rc2 -eq 2 ] && grep -q "checkpoint.dir is in use by another run (pid [0-9]* on $(hostname)" "$DT_TMP/ol2" \
+   && ! grep -q "step 1/" "$DT_TMP/ol2" && [ $rc3 -eq 2 ] && grep -q "in use by another run" "$DT_TMP/ol3" && [ $rc4 -eq 0 ]; then
+  pass "checkpoint.dir of a run in progress: exit 2 naming it (launcher and bare worker); free once it ends"
+else fail "checkpoint.dir lock" "rc=$rc2/$rc3/$rc4 $(tail -2 "$DT_TMP/ol2") $(tail -2 "$DT_TMP/ol3") $(tail -2 "$DT_TMP/ol4")"; fi
 finish
