@@ -347,6 +347,33 @@ Test(tok, errors_name_file_and_key) {
     cr_assert_not_null(strstr(dt_error_detail(), "/nonexistent/tokenizer.json"));
 }
 
+/* Hostile tokenizer.json (issue 31): a huge id (in the vocabulary or the added
+ * tokens) would size the id table by it (24 GB for 2^31 - 1); an empty Metaspace
+ * replacement or Replace pattern would loop forever. Each is an error naming the
+ * file, the key and, for ids, the token and the id. */
+Test(tok, hostile_ids_and_empty_patterns_are_errors) {
+    expect_error("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 2147483647}, \"merges\": []}}",
+                 DT_STATUS_FORMAT, "model.vocab: the id 2147483647 of \"b\" is too large: ids must be below 1026");
+    expect_error("{\"model\": {\"type\": \"BPE\", " VOCAB ", \"merges\": []}, \"added_tokens\": [{\"id\": 2147483647, "
+                 "\"content\": \"<s>\"}]}",
+                 DT_STATUS_FORMAT, "added_tokens[0].id: the id 2147483647 of \"<s>\" is too large");
+    expect_error("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1e300}, \"merges\": []}}",
+                 DT_STATUS_FORMAT, "model.vocab: expected a non-negative integer id for \"b\"");
+    expect_error("{\"model\": {\"type\": \"BPE\", " VOCAB ", \"merges\": []}, \"pre_tokenizer\": {\"type\": "
+                 "\"Metaspace\", \"replacement\": \"\"}}",
+                 DT_STATUS_FORMAT, "pre_tokenizer.replacement: empty");
+    expect_error("{\"model\": {\"type\": \"BPE\", " VOCAB ", \"merges\": []}, \"decoder\": {\"type\": \"Sequence\", "
+                 "\"decoders\": [{\"type\": \"Metaspace\", \"replacement\": \"\"}]}}",
+                 DT_STATUS_FORMAT, "decoder.decoders[0].replacement: empty");
+    expect_error("{\"model\": {\"type\": \"BPE\", " VOCAB ", \"merges\": []}, \"decoder\": {\"type\": \"Replace\", "
+                 "\"pattern\": {\"String\": \"\"}, \"content\": \" \"}}",
+                 DT_STATUS_FORMAT, "decoder.pattern: empty");
+    /* Gaps within the slack are fine (ids 0, 1 and 1000 of three entries). */
+    char path[64];
+    cr_assert_eq(load_text("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"c\": 1000}, "
+                           "\"merges\": []}}", path, sizeof path), DT_STATUS_OK, "%s", dt_error_detail());
+}
+
 /* A whole-text BPE (Mistral-style normalizer, no pre-tokenizer) whose merges join
  * "\n" and "T": cuts fall after "\n" only before letters no token joins to it
  * ("x" here, never "T"), and the pieces' ids are the whole text's. */

@@ -10,6 +10,10 @@
 
 #include "runtime/tokenize/tok.h"
 
+/* How far past the number of entries (vocab + added tokens) an id may lie: gaps
+ * are allowed, up to this many ids in all. */
+#define DT_TOK_ID_SLACK 1024u
+
 /* String -> id, open addressing over power-of-two slots. */
 typedef struct dt_tok_strmap {
     uint32_t *slot; /* id + 1, 0 = empty */
@@ -51,6 +55,7 @@ struct dt_tok {
     char *path;
     /* model */
     uint32_t nvocab;    /* one past the largest id */
+    uint64_t id_limit;  /* ids are below it: entries + DT_TOK_ID_SLACK (tok_load.c) */
     char **tokens;      /* id -> token string (NULL for gaps) */
     uint32_t *tok_len;
     dt_tok_strmap vocab; /* the model's vocabulary */
