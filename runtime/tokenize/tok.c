@@ -120,7 +120,7 @@ static void pretok_and_bpe(dt_tok_enc_t *e, const char *s, size_t n, int first, 
         return;
     }
     const unsigned char *u = (const unsigned char *)s;
-    for (size_t i = 0; i < n;) {
+    for (size_t i = 0; i < n && !dt_tok_enc_stop(e);) {
         size_t l = dt_tok_pretok_next(t->split, u, n, i);
         dt_tok_bpe_word(e, s + i, l, out);
         i += l;
@@ -146,6 +146,8 @@ static void metaspace(dt_tok_enc_t *e, const char *s, size_t n, int first, dt_to
         size_t start = 0;
         for (size_t i = rn; i + rn <= b.n;) {
             if (!memcmp(b.p + i, t->meta_repl, rn)) {
+                if (dt_tok_enc_stop(e))
+                    break;
                 dt_tok_bpe_word(e, b.p + start, i - start, out);
                 start = i;
                 i += rn;
@@ -258,16 +260,26 @@ dt_status_t dt_tok_encode(dt_tok_enc_t *e, const char *text, size_t len, int doc
         if (t->nadded == 0 || !find_added(t, s, len, i, &a, &b, &tok))
             a = b = len;
         encode_segment(e, text + i, a - i, first ? doc_start : 1, first && doc_start, out);
-        if (!tok)
+        if (!tok || dt_tok_enc_stop(e))
             break;
         dt_tok_ids_push(out, tok->id);
         i = b;
         first = 0;
     }
+    if (e->canceled)
+        return dt_error(DT_STATUS_CANCELED, "stopped by a signal");
     return DT_STATUS_OK;
 }
 
+void dt_tok_enc_set_cancel(dt_tok_enc_t *e, volatile sig_atomic_t *flag) {
+    e->cancel = flag;
+    e->canceled = 0;
+}
+
 /* ---- cut points ---- */
+
+/* How far past `from` a "\n" cut may lie before cuts between letters are sought. */
+#define CUT_NL_REACH (64u << 10)
 
 /* Does an added token end exactly at s[p]? */
 static int added_ends_at(const dt_tok_t *t, const char *s, size_t p) {

@@ -5,6 +5,7 @@
 #ifndef DT_RUNTIME_TOKENIZE_TOK_INTERNAL_H
 #define DT_RUNTIME_TOKENIZE_TOK_INTERNAL_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -104,6 +105,8 @@ struct dt_tok {
 struct dt_tok_enc {
     const dt_tok_t *t;
     dt_tok_stats stats;
+    volatile sig_atomic_t *cancel; /* dt_tok_enc_set_cancel; may be NULL */
+    int canceled;                  /* seen set: the encode being run gives up */
     /* scratch */
     char *buf, *buf2;
     size_t buf_cap, buf2_cap;
@@ -119,6 +122,14 @@ struct dt_tok_enc {
     char *c_keys;
     size_t c_keys_len, c_keys_cap, c_count, c_mask;
 };
+
+/* Polled by the long loops (every pre-token, chunk, and every 64K merges of one
+ * word): 1 once the encoder's cancel flag was seen set. */
+static inline int dt_tok_enc_stop(dt_tok_enc_t *e) {
+    if (e->cancel && *e->cancel)
+        e->canceled = 1;
+    return e->canceled;
+}
 
 uint64_t dt_tok_hash(const void *p, size_t n);
 void dt_tok_strmap_init(dt_tok_strmap *m, size_t n);

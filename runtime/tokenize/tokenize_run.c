@@ -400,6 +400,7 @@ static void encode_piece(run *r, dt_tok_enc_t *e, piece *p) {
 static void *worker_main(void *arg) {
     run *r = arg;
     dt_tok_enc_t *e = dt_tok_enc_new(r->o->tok);
+    dt_tok_enc_set_cancel(e, r->o->cancel);
     pthread_mutex_lock(&r->mu);
     for (;;) {
         if (r->stop || r->exhausted) break;
