@@ -353,7 +353,7 @@ Test(tok, errors_name_file_and_key) {
  * file, the key and, for ids, the token and the id. */
 Test(tok, hostile_ids_and_empty_patterns_are_errors) {
     expect_error("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 2147483647}, \"merges\": []}}",
-                 DT_STATUS_FORMAT, "model.vocab: the id 2147483647 of \"b\" is too large: ids must be below 1026");
+                 DT_STATUS_FORMAT, "model.vocab: the id 2147483647 of \"b\" is too large: ids must be below 131074");
     expect_error("{\"model\": {\"type\": \"BPE\", " VOCAB ", \"merges\": []}, \"added_tokens\": [{\"id\": 2147483647, "
                  "\"content\": \"<s>\"}]}",
                  DT_STATUS_FORMAT, "added_tokens[0].id: the id 2147483647 of \"<s>\" is too large");
