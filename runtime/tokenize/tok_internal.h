@@ -96,6 +96,11 @@ struct dt_tok {
     uint64_t *pair_keys; /* (a << 32 | b) + 1, 0 = empty */
     size_t pair_mask;
     uint8_t *known_bmp;
+    /* Cut points between letters (tok_cut.c): hashes of the token prefixes a
+     * token over the cut would show, the longest such prefix and token (bytes). */
+    uint64_t *cut_keys; /* NULL: no letter cuts for this tokenizer */
+    size_t cut_mask, cut_npre, cut_maxpre, cut_maxtok;
+    int cut_nfc;
     dt_tok_dec *decs;
     int ndecs;
     int64_t doc_token;
@@ -161,5 +166,12 @@ void dt_tok_bpe_word(dt_tok_enc_t *e, const char *w, size_t n, dt_tok_ids *out);
 void dt_tok_chunk_init(dt_tok_t *t);
 void dt_tok_chunk_free(dt_tok_t *t);
 void dt_tok_bpe_whole(dt_tok_enc_t *e, const char *w, size_t n, dt_tok_ids *out);
+
+/* tok_cut.c: builds the token-prefix set after load (none where letter cuts never
+ * apply), frees it, and finds the first cut between two letters in [from, to)
+ * (len when none; text[0] begins a piece or a document). */
+void dt_tok_cut_init(dt_tok_t *t);
+void dt_tok_cut_free(dt_tok_t *t);
+size_t dt_tok_letter_cut(const dt_tok_t *t, const char *text, size_t len, size_t from, size_t to);
 
 #endif /* DT_RUNTIME_TOKENIZE_TOK_INTERNAL_H */

@@ -574,6 +574,7 @@ dt_status_t dt_tok_load(const char *path, dt_tok_t **out) {
     pick_doc_token(t, root, dir);
     describe(t);
     dt_tok_chunk_init(t);
+    dt_tok_cut_init(t);
 out_free_json:
     cJSON_Delete(root);
 out_free_text:
@@ -604,6 +605,7 @@ void dt_tok_free(dt_tok_t *t) {
     free(t->added);
     free(t->added_idx);
     dt_tok_chunk_free(t);
+    dt_tok_cut_free(t);
     for (int i = 0; i < t->ndecs; i++)
         free(t->decs[i].a), free(t->decs[i].b);
     free(t->decs);
