@@ -391,6 +391,10 @@ Test(tok, errors_name_file_and_key) {
     dt_tok_t *t;
     cr_assert_eq(dt_tok_load("/nonexistent/tokenizer.json", &t), DT_STATUS_NOT_FOUND);
     cr_assert_not_null(strstr(dt_error_detail(), "/nonexistent/tokenizer.json"));
+    /* The reason survives the prefix (it came out "...: le or directory"). */
+    cr_assert_not_null(strstr(dt_error_detail(), "tokenizer /nonexistent/tokenizer.json: cannot open "
+                                                 "/nonexistent/tokenizer.json: No such file or directory"),
+                       "%s", dt_error_detail());
 }
 
 /* Hostile tokenizer.json (issue 31): a huge id (in the vocabulary or the added

@@ -42,7 +42,7 @@ dt_status_t dt_hf_export(const dt_model_layout *l, const float *params, const ch
         return dt_error(DT_STATUS_IO, "cannot create %s: %s", dir, strerror(errno));
     DT_CHECK(dt_fs_check_target(dir, 1, "Hugging Face output")); /* a real directory, not a link to one */
     char *cfg = dt_hf_config_json(l, o->bf16 ? "bfloat16" : "float32");
-    if (!cfg) return dt_error(DT_STATUS_UNSUPPORTED, "%s", dt_error_detail());
+    if (!cfg) return DT_STATUS_UNSUPPORTED; /* the detail is the config's */
     dt_status_t st = write_text(dir, "config.json", cfg);
     free(cfg);
     DT_CHECK(st);

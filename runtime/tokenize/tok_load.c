@@ -540,7 +540,7 @@ dt_status_t dt_tok_load(const char *path, dt_tok_t **out) {
     size_t len = 0;
     dt_status_t st = dt_fs_read_file(file, TOK_MAX_FILE, &text, &len);
     if (st != DT_STATUS_OK)
-        return dt_error(st, "tokenizer %s: %s", file, dt_error_detail());
+        return dt_error_prefix(st, "tokenizer %s", file);
     dt_tok_t *t = dt_xcalloc(1, sizeof *t);
     t->path = dt_xstrdup(file);
     t->unk_id = -1;
