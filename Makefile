@@ -29,7 +29,7 @@ endif
 SAN ?= 0
 ifeq ($(SAN),1)
   BUILD := build-san
-  SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+  SANFLAGS := -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=undefined,float-cast-overflow -fno-omit-frame-pointer
   OPT := -O1
 else
   BUILD := build

@@ -42,8 +42,6 @@
  * when the ranks stage through host memory).
  */
 #define _GNU_SOURCE
-#include <float.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +50,7 @@
 #include "cli/commands.h"
 #include "common/gpuinfo.h" /* defines: dt_gpuinfo_count */
 #include "common/log.h"
+#include "common/meminfo.h" /* defines: dt_meminfo_host_available */
 #include "common/mem.h"
 #include "common/torchenv.h"
 #include "kernels/kernels.h"
@@ -67,6 +66,7 @@ static const char bench_usage[] =
     "usage: dtrun [LAUNCH FLAGS] bench comm [--op all_reduce|reduce_scatter|all_gather|broadcast|p2p]\n"
     "         [--min 8] [--max 256M] [--factor 2] [--iters 20] [--warmup 5] [--dtype f32|bf16]\n"
     "         [--device cpu|cuda] [--backend auto|shm|tcp|hier|nccl] [--chunk BYTES] [--conns K]\n"
+    "  bounds: --min/--max 1..64G, --factor (1, 1024], --iters 1..1e6, --warmup 0..1e6, --chunk 0..1G\n"
     "       dtrun __bench_comm_rank --nproc N [--local-world-size L] [same flags]   (one node, no launch flags)\n"
     "  --device: default cuda when a GPU is visible, else cpu; with cuda each rank uses GPU\n"
     "  LOCAL_RANK % GPUs; --backend nccl needs a GPU per rank (ranks sharing a GPU stage\n"
@@ -88,6 +88,7 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
         }
         i++;
         int bad = 0;
+        const char *want = NULL; /* what a number flag takes, said when it is bad */
         if (!strcmp(a, "--op")) {
             if (!strcmp(v, "all_reduce")) o->op = DT_COMM_OP_ALL_REDUCE;
             else if (!strcmp(v, "reduce_scatter")) o->op = DT_COMM_OP_REDUCE_SCATTER;
@@ -96,15 +97,20 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
             else if (!strcmp(v, "p2p")) o->op = DT_COMM_OP_SEND; /* ping-pong between ranks 0 and 1 */
             else bad = 1;
         } else if (!strcmp(a, "--min")) {
-            bad = dt_arg_bytes(v, 0, SIZE_MAX, &o->min);
+            bad = dt_arg_bytes(v, 1, DT_COMM_BENCH_MAX_BYTES, &o->min);
+            want = "bytes in [1, 64G]";
         } else if (!strcmp(a, "--max")) {
-            bad = dt_arg_bytes(v, 0, SIZE_MAX, &o->max);
+            bad = dt_arg_bytes(v, 1, DT_COMM_BENCH_MAX_BYTES, &o->max);
+            want = "bytes in [1, 64G]";
         } else if (!strcmp(a, "--factor")) {
-            bad = dt_arg_double(v, 1.0, DBL_MAX, &o->factor) || !(o->factor > 1.0);
+            bad = dt_arg_double(v, 1.0, DT_COMM_BENCH_MAX_FACTOR, &o->factor) || !(o->factor > 1.0);
+            want = "a number in (1, 1024]";
         } else if (!strcmp(a, "--iters")) {
-            bad = dt_arg_int(v, 1, INT_MAX, &o->iters);
+            bad = dt_arg_int(v, 1, DT_COMM_BENCH_MAX_ITERS, &o->iters);
+            want = "a count in [1, 1000000]";
         } else if (!strcmp(a, "--warmup")) {
-            bad = dt_arg_int(v, 0, INT_MAX, &o->warmup);
+            bad = dt_arg_int(v, 0, DT_COMM_BENCH_MAX_ITERS, &o->warmup);
+            want = "a count in [0, 1000000]";
         } else if (!strcmp(a, "--dtype")) {
             if (!strcmp(v, "f32") || !strcmp(v, "float")) o->dtype = DT_COMM_F32;
             else if (!strcmp(v, "bf16")) o->dtype = DT_COMM_BF16;
@@ -118,18 +124,23 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
             bad = o->backend < 0;
         } else if (!strcmp(a, "--nproc")) {
             bad = dt_arg_int(v, 1, 64, &o->nproc);
+            want = "a count in [1, 64]";
         } else if (!strcmp(a, "--local-world-size")) {
-            bad = dt_arg_int(v, 1, INT_MAX, &o->lws);
+            bad = dt_arg_int(v, 1, 64, &o->lws);
+            want = "a count in [1, 64]";
         } else if (!strcmp(a, "--chunk")) {
-            bad = dt_arg_bytes(v, 0, SIZE_MAX, &o->chunk);
+            bad = dt_arg_bytes(v, 0, DT_COMM_BENCH_MAX_CHUNK, &o->chunk);
+            want = "bytes in [0, 1G] (0: the backend's default)";
         } else if (!strcmp(a, "--conns")) {
             bad = dt_arg_int(v, 1, 8, &o->conns);
+            want = "a count in [1, 8]";
         } else {
             fprintf(stderr, "dtrun bench comm: unknown flag %s\n%s", a, bench_usage);
             return -1;
         }
         if (bad) {
-            fprintf(stderr, "dtrun bench comm: bad value for %s: \"%s\"\n", a, v);
+            if (want) fprintf(stderr, "dtrun bench comm: bad value for %s: \"%s\" (expected %s)\n", a, v, want);
+            else fprintf(stderr, "dtrun bench comm: bad value for %s: \"%s\"\n", a, v);
             return -1;
         }
     }
@@ -144,6 +155,18 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
 static int resolve_device(bench_opts_t *o, int ngpu, int lws) {
     if (dt_comm_bench_resolve_device(o, ngpu, lws) == DT_STATUS_OK) return 0;
     fprintf(stderr, "dtrun bench comm: %s\n", dt_error_detail());
+    return -1;
+}
+
+/* On the cpu device every rank of the node allocates two buffers of --max bytes
+ * up front: refuse (exit 2, before any rank starts) what the host cannot hold. */
+static int check_host_memory(const bench_opts_t *o, int lws) {
+    if (o->device != DT_DEVICE_CPU) return 0;
+    const char *what = "";
+    double avail = dt_meminfo_host_available(&what), need = 2.0 * (double)o->max * lws;
+    if (avail <= 0 || need <= avail) return 0;
+    fprintf(stderr, "dtrun bench comm: --max %zu bytes: %d rank(s) x 2 buffers of it need %.1f MiB, more than the "
+            "%.1f MiB %s\n", o->max, lws, need / (1 << 20), avail / (1 << 20), what);
     return -1;
 }
 
@@ -166,6 +189,7 @@ int dt_bench_comm_check(int argc, char **argv, int local_world_size) {
     }
     /* The agent forks the ranks: count GPUs without initialising CUDA. */
     if (resolve_device(&o, dt_gpuinfo_count(), local_world_size) != 0) return DT_EXIT_USAGE;
+    if (check_host_memory(&o, local_world_size) != 0) return DT_EXIT_USAGE;
     return -1;
 }
 
@@ -184,6 +208,7 @@ static int launch_local(int argc, char **argv, const bench_opts_t *o) {
     }
     bench_opts_t checked = *o; /* the agent forks: count GPUs without initialising CUDA */
     if (resolve_device(&checked, dt_gpuinfo_count(), lws) != 0) return DT_EXIT_USAGE;
+    if (check_host_memory(&checked, lws) != 0) return DT_EXIT_USAGE;
     dt_launch_spec_t spec;
     if (dt_launch_spec_standalone(n, DT_LAUNCH_MODE_BENCH_COMM, environ, &spec) != DT_STATUS_OK) {
         fprintf(stderr, "dtrun bench comm: %s\n", dt_error_detail());

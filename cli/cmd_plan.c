@@ -225,13 +225,22 @@ static int parse_args(int argc, char **argv, plan_opts *o) {
         else if (!strcmp(flag, "--precision")) o->precision = val;
         else if (!strcmp(flag, "--comm-dtype")) o->comm_dtype = val;
         else if (!strcmp(flag, "--tokens")) {
-            if (dt_arg_count(val, -DBL_MAX, DBL_MAX, &o->tokens) || o->tokens <= 0)
-                return usage_error("--tokens: expected a token count > 0 like 1e10 or 10B, "
+            if (dt_arg_count(val, -DBL_MAX, 1e18, &o->tokens) || o->tokens <= 0)
+                return usage_error("--tokens: expected a token count in (0, 1e18] like 1e10 or 10B, "
                                    "found \"%s\"",
                                    val);
         } else {
             if (dt_arg_double(val, -DBL_MAX, DBL_MAX, &d))
                 return usage_error("%s: expected a number, found \"%s\"", flag, val);
+            /* Bounds that keep every estimate finite (issue 31: --tokens 1e300 or
+             * --gpu-tflops 1e-300 printed "inf one-GPU hours"). */
+            static const struct { const char *flag; double lo, hi; } range[] = {
+                {"--gpu-mem", 1e-3, 1e6},   {"--gpu-tflops", 1e-3, 1e6}, {"--link-gbps", 1e-3, 1e6},
+                {"--intra-link-gbps", 1e-3, 1e6}, {"--hours-1gpu", 1e-6, 1e12}, {"--price", 0, 1e6}};
+            for (size_t k = 0; k < sizeof range / sizeof *range; k++)
+                if (!strcmp(flag, range[k].flag) && !(d >= range[k].lo && d <= range[k].hi))
+                    return usage_error("%s: expected a number in [%g, %g], found \"%s\"", flag, range[k].lo,
+                                       range[k].hi, val);
             if (!strcmp(flag, "--gpu-mem")) bad = !((o->gpu_mem = d) > 0);
             else if (!strcmp(flag, "--gpu-tflops")) bad = !((o->gpu_tflops = d) > 0);
             else if (!strcmp(flag, "--link-gbps")) bad = !((o->link_gbps = d) > 0);

@@ -31,13 +31,30 @@ const char *dt_strerror(dt_status_t st) {
     return status_msgs[st];
 }
 
+/* Formats into a temporary first: an argument may be dt_error_detail() itself
+ * (the buffer being written), which vsnprintf straight into it would garble. */
 dt_status_t dt_verror(dt_status_t st, const char *fmt, va_list ap) {
-    /* Formatted aside first: callers prefix the detail to itself ("lora.init: %s",
-     * dt_error_detail()), and vsnprintf reading the buffer it writes is undefined (it
-     * printed "lora.init: lora.init: zz/tests/..."). */
-    char buf[sizeof error_detail];
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    memcpy(error_detail, buf, sizeof buf);
+    char tmp[sizeof error_detail];
+    vsnprintf(tmp, sizeof tmp, fmt, ap);
+    memcpy(error_detail, tmp, sizeof error_detail);
+    return st;
+}
+
+dt_status_t dt_error_prefix(dt_status_t st, const char *fmt, ...) {
+    char prefix[sizeof error_detail], tmp[sizeof error_detail];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    size_t n = strlen(prefix);
+    memcpy(tmp, prefix, n + 1);
+    if (error_detail[0] && n + 2 < sizeof tmp) { /* "PREFIX: DETAIL", cut to the buffer */
+        memcpy(tmp + n, ": ", 2);
+        size_t room = sizeof tmp - n - 3, d = strnlen(error_detail, room);
+        memcpy(tmp + n + 2, error_detail, d);
+        tmp[n + 2 + d] = '\0';
+    }
+    memcpy(error_detail, tmp, sizeof error_detail);
     return st;
 }
 

@@ -54,6 +54,11 @@ const char *dt_strerror(dt_status_t st);
 dt_status_t dt_error(dt_status_t st, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 dt_status_t dt_verror(dt_status_t st, const char *fmt, va_list ap);
+/* Puts "PREFIX: " before the detail already set (the reason of the call that just
+ * failed) and returns st: `return dt_error_prefix(st, "tokenizer %s", path);`.
+ * dt_error(st, "...: %s", dt_error_detail()) is safe too (dt_verror formats into
+ * a temporary), but this says it without the self-reference. */
+dt_status_t dt_error_prefix(dt_status_t st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The detail set by the last dt_error() on this thread ("" if none). */
 const char *dt_error_detail(void);
 void dt_error_clear(void);

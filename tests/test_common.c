@@ -44,6 +44,25 @@ Test(status, error_detail_can_prefix_itself) {
     dt_error(DT_STATUS_CONFIG, "/work/tests/fixtures/lora/adapter_config.json: r is %d", 8);
     dt_error(DT_STATUS_CONFIG, "lora.init: %s", dt_error_detail());
     cr_assert_str_eq(dt_error_detail(), "lora.init: /work/tests/fixtures/lora/adapter_config.json: r is 8");
+/* Issue 31: a message that quotes the detail it replaces came out garbled (the
+ * prefix overwrote the reason while vsnprintf was still reading it). */
+Test(status, error_that_quotes_the_detail_keeps_it) {
+    dt_error(DT_STATUS_IO, "cannot open /data/x.bin: No such file or directory");
+    dt_error(DT_STATUS_CONFIG, "lora.init: %s", dt_error_detail());
+    cr_assert_str_eq(dt_error_detail(), "lora.init: cannot open /data/x.bin: No such file or directory");
+    dt_error(DT_STATUS_IO, "short read");
+    cr_assert_eq(dt_error_prefix(DT_STATUS_FORMAT, "tokenizer %s", "/t/tokenizer.json"), DT_STATUS_FORMAT);
+    cr_assert_str_eq(dt_error_detail(), "tokenizer /t/tokenizer.json: short read");
+    dt_error_clear();
+    dt_error_prefix(DT_STATUS_IO, "alone");
+    cr_assert_str_eq(dt_error_detail(), "alone", "no \": \" without a detail");
+    char longest[2000];
+    memset(longest, 'x', sizeof longest - 1);
+    longest[sizeof longest - 1] = '\0';
+    dt_error(DT_STATUS_IO, "%s", longest);
+    dt_error_prefix(DT_STATUS_IO, "p");
+    cr_assert_eq(strlen(dt_error_detail()), 1023, "cut to the buffer");
+    cr_assert(!strncmp(dt_error_detail(), "p: xxx", 6));
 }
 
 Test(status, errno_translation) {

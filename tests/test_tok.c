@@ -166,6 +166,52 @@ Test(tok, mistral_cut_points_give_the_same_ids) { check_split("mistral", 1); }
 Test(tok, spm_ids_equal_tokenizers) { check_fixture("spm"); }
 Test(tok, spm_cut_points_give_the_same_ids) { check_split("spm", 1); }
 
+/* Text with neither newlines nor spaces (Cyrillic, Latin, some CJK, apostrophes,
+ * digits and punctuation): no "\n" cut exists, so pieces are cut between letters
+ * (tok_cut.c); the ids must be the whole text's, and cuts must be found. */
+static void check_letter_cuts(const char *name, unsigned seed) {
+    static const char *const alpha[] = {"\xd0\xb0", "\xd0\xb1", "\xd0\xb2", "\xd0\xb3", "\xd0\xb4", "\xd0\xb5",
+                                        "\xd0\xbe", "\xd0\xb8", "\xd0\xbd", "\xd1\x82", "\xd1\x8f", "\xd1\x91",
+                                        "\xd0\x96", "t", "h", "e", "a", "n", "T", "'", "s", "ll", "7", ",",
+                                        "\xe4\xb8\xad", "\xe6\x96\x87", "\xef\xbc\x8c", "\xe2\x96\x81"};
+    const size_t na = sizeof alpha / sizeof *alpha, n_want = 400u << 10;
+    dt_tok_t *t = load(name);
+    char *all = malloc(n_want + 8);
+    size_t n = 0;
+    srand(seed);
+    while (n < n_want) {
+        int r = rand() % 100;
+        const char *c = alpha[r < 60 ? r % 13 : r < 90 ? 13 + r % 6 : 19 + r % (int)(na - 19)];
+        memcpy(all + n, c, strlen(c));
+        n += strlen(c);
+    }
+    dt_tok_enc_t *e = dt_tok_enc_new(t);
+    dt_tok_ids whole = {0}, got = {0};
+    dt_tok_encode(e, all, n, 1, &whole);
+    size_t at = 0;
+    int cuts = 0;
+    while (at < n) {
+        size_t from = at + (size_t)rand() % 4000;
+        size_t p = from >= n ? n : dt_tok_split_point(t, all + at, n - at, from - at) + at;
+        cr_assert(p >= (from < n ? from : n) && p <= n);
+        if (p < n)
+            cuts++;
+        dt_tok_encode(e, all + at, p - at, at == 0, &got);
+        at = p;
+    }
+    ids_eq(&got, &whole, name, 0);
+    cr_assert_gt(cuts, 20, "%s: only %d cuts between letters", name, cuts);
+    free(whole.ids), free(got.ids), free(all);
+    dt_tok_enc_free(e);
+    dt_tok_free(t);
+}
+
+Test(tok, gpt2_letter_cuts_give_the_same_ids) { check_letter_cuts("gpt2", 1); }
+Test(tok, llama3_letter_cuts_give_the_same_ids) { check_letter_cuts("llama3", 2); }
+Test(tok, qwen2_letter_cuts_give_the_same_ids) { check_letter_cuts("qwen2", 3); }
+Test(tok, mistral_letter_cuts_give_the_same_ids) { check_letter_cuts("mistral", 4); }
+Test(tok, spm_letter_cuts_give_the_same_ids) { check_letter_cuts("spm", 5); }
+
 /* The text tokenizers' decode gives back under a Prepend normalizer: each segment
  * after a special token was prepended, so one space follows each special token
  * that has text after it. */
@@ -377,6 +423,37 @@ Test(tok, errors_name_file_and_key) {
     dt_tok_t *t;
     cr_assert_eq(dt_tok_load("/nonexistent/tokenizer.json", &t), DT_STATUS_NOT_FOUND);
     cr_assert_not_null(strstr(dt_error_detail(), "/nonexistent/tokenizer.json"));
+    /* The reason survives the prefix (it came out "...: le or directory"). */
+    cr_assert_not_null(strstr(dt_error_detail(), "tokenizer /nonexistent/tokenizer.json: cannot open "
+                                                 "/nonexistent/tokenizer.json: No such file or directory"),
+                       "%s", dt_error_detail());
+}
+
+/* Hostile tokenizer.json (issue 31): a huge id (in the vocabulary or the added
+ * tokens) would size the id table by it (24 GB for 2^31 - 1); an empty Metaspace
+ * replacement or Replace pattern would loop forever. Each is an error naming the
+ * file, the key and, for ids, the token and the id. */
+Test(tok, hostile_ids_and_empty_patterns_are_errors) {
+    expect_error("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 2147483647}, \"merges\": []}}",
+                 DT_STATUS_FORMAT, "model.vocab: the id 2147483647 of \"b\" is too large: ids must be below 131074");
+    expect_error("{\"model\": {\"type\": \"BPE\", " VOCAB ", \"merges\": []}, \"added_tokens\": [{\"id\": 2147483647, "
+                 "\"content\": \"<s>\"}]}",
+                 DT_STATUS_FORMAT, "added_tokens[0].id: the id 2147483647 of \"<s>\" is too large");
+    expect_error("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1e300}, \"merges\": []}}",
+                 DT_STATUS_FORMAT, "model.vocab: expected a non-negative integer id for \"b\"");
+    expect_error("{\"model\": {\"type\": \"BPE\", " VOCAB ", \"merges\": []}, \"pre_tokenizer\": {\"type\": "
+                 "\"Metaspace\", \"replacement\": \"\"}}",
+                 DT_STATUS_FORMAT, "pre_tokenizer.replacement: empty");
+    expect_error("{\"model\": {\"type\": \"BPE\", " VOCAB ", \"merges\": []}, \"decoder\": {\"type\": \"Sequence\", "
+                 "\"decoders\": [{\"type\": \"Metaspace\", \"replacement\": \"\"}]}}",
+                 DT_STATUS_FORMAT, "decoder.decoders[0].replacement: empty");
+    expect_error("{\"model\": {\"type\": \"BPE\", " VOCAB ", \"merges\": []}, \"decoder\": {\"type\": \"Replace\", "
+                 "\"pattern\": {\"String\": \"\"}, \"content\": \" \"}}",
+                 DT_STATUS_FORMAT, "decoder.pattern: empty");
+    /* Gaps within the slack are fine (ids 0, 1 and 1000 of three entries). */
+    char path[64];
+    cr_assert_eq(load_text("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"c\": 1000}, "
+                           "\"merges\": []}}", path, sizeof path), DT_STATUS_OK, "%s", dt_error_detail());
 }
 
 /* A whole-text BPE (Mistral-style normalizer, no pre-tokenizer) whose merges join

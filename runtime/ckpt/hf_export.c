@@ -48,7 +48,7 @@ static uint64_t tensor_bytes(const dt_model_layout *l, int i, int bf16) {
 static dt_status_t write_export(const dt_model_layout *l, const float *params, const char *dir,
                                 const dt_hf_export_opts *o, int *n_files, uint64_t *bytes) {
     char *cfg = dt_hf_config_json(l, o->bf16 ? "bfloat16" : "float32");
-    if (!cfg) return dt_error(DT_STATUS_UNSUPPORTED, "%s", dt_error_detail());
+    if (!cfg) return DT_STATUS_UNSUPPORTED; /* the detail is the config's */
     dt_status_t st = write_text(dir, "config.json", cfg);
     free(cfg);
     DT_CHECK(st);

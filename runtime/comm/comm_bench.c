@@ -388,8 +388,9 @@ dt_status_t dt_comm_bench_run(const dt_comm_bench_opts *o, dt_comm_config_t *cfg
                                     .busbw = algbw * busf, .wrong = (size_t)all_wrong};
             rep->line(rep->ctx, o, &l);
         }
-        size_t next = (size_t)((double)size * o->factor);
-        size = next > size ? next : size + 1;
+        double next = (double)size * o->factor; /* no cast past max: it ends the loop */
+        if (next > (double)o->max) break;
+        size = (size_t)next > size ? (size_t)next : size + 1;
     }
     goto out_free_comm;
 

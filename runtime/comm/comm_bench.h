@@ -27,6 +27,14 @@
 /* --device unset: cuda when a GPU is visible, else cpu */
 #define DT_COMM_BENCH_DEVICE_DEFAULT (-1)
 
+/* The flags' bounds (cli/cmd_bench_comm.c refuses more, exit 2, before any rank
+ * starts): sizes up to 64 GiB (two buffers of it per rank), chunks up to 1 GiB, a
+ * factor up to 1024, up to a million timed or warm-up iterations. */
+#define DT_COMM_BENCH_MAX_BYTES (64ull << 30)
+#define DT_COMM_BENCH_MAX_CHUNK (1ull << 30)
+#define DT_COMM_BENCH_MAX_FACTOR 1024.0
+#define DT_COMM_BENCH_MAX_ITERS 1000000
+
 typedef struct dt_comm_bench_opts {
     dt_comm_op_t op; /* DT_COMM_OP_SEND: p2p */
     size_t min, max; /* bytes of the full buffer */

@@ -202,8 +202,8 @@ long dt_lora_quantize_rows(const float *w, size_t rows, size_t cols, int8_t *q, 
 static dt_status_t alloc_state(dt_device_t *dev, size_t n, void **p, const char *what) {
     dt_status_t st = dev->ops->alloc(dev, DT_MEM_PARAMS, n ? n : 1, p);
     if (st != DT_STATUS_OK)
-        return dt_error(st, "lora: cannot allocate %.1f MiB for the frozen base's %s: %s", (double)n / (1 << 20), what,
-                        dt_error_detail());
+        return dt_error_prefix(st, "lora: cannot allocate %.1f MiB for the frozen base's %s", (double)n / (1 << 20),
+                               what);
     return DT_STATUS_OK;
 }
 

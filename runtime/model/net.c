@@ -64,9 +64,9 @@ static dt_status_t net_alloc(dt_net_t *net, dt_device_t *dev, const dt_model_lay
     if (st != DT_STATUS_OK) {
         free(net->off);
         net->off = NULL;
-        return dt_error(st, "cannot allocate %.1f MiB of activations for %s %d: %s",
-                        (double)net->arena_bytes / (1 << 20), decode ? "decoding, seq_len" : "micro-batch",
-                        decode ? layout->seq_len : B, dt_error_detail());
+        return dt_error_prefix(st, "cannot allocate %.1f MiB of activations for %s %d",
+                               (double)net->arena_bytes / (1 << 20), decode ? "decoding, seq_len" : "micro-batch",
+                               decode ? layout->seq_len : B);
     }
     net->arenas = dt_xcalloc(1, sizeof *net->arenas);
     net->arena_state = dt_xcalloc(1, sizeof *net->arena_state);
@@ -265,8 +265,8 @@ dt_status_t dt_net_arenas(dt_net_t *net, int n) {
         net->arena_state[i] = 0;
         dt_status_t st = net->dev->ops->alloc(net->dev, DT_MEM_ACTIVATIONS, net->arena_bytes, &net->arenas[i]);
         if (st != DT_STATUS_OK)
-            return dt_error(st, "cannot allocate activations for micro-batch %d in flight (%.1f MiB each): %s",
-                            i + 1, (double)net->arena_bytes / (1 << 20), dt_error_detail());
+            return dt_error_prefix(st, "cannot allocate activations for micro-batch %d in flight (%.1f MiB each)",
+                                   i + 1, (double)net->arena_bytes / (1 << 20));
         net->n_arenas = i + 1;
     }
     return DT_STATUS_OK;

@@ -29,8 +29,7 @@ dt_status_t dt_net_lora_attach(dt_net_t *net, struct dt_lora *lora) {
     size_t bytes = 2 * (size_t)net->n_rows * (size_t)lora->spec.r * net->elsize;
     dt_status_t st = o->alloc(net->dev, DT_MEM_ACTIVATIONS, bytes, &net->lora_scratch);
     if (st != DT_STATUS_OK)
-        return dt_error(st, "lora: cannot allocate %.1f MiB of adapter activations: %s", (double)bytes / (1 << 20),
-                        dt_error_detail());
+        return dt_error_prefix(st, "lora: cannot allocate %.1f MiB of adapter activations", (double)bytes / (1 << 20));
     net->lora = lora;
     return DT_STATUS_OK;
 }

@@ -120,7 +120,7 @@ static void pretok_and_bpe(dt_tok_enc_t *e, const char *s, size_t n, int first, 
         return;
     }
     const unsigned char *u = (const unsigned char *)s;
-    for (size_t i = 0; i < n;) {
+    for (size_t i = 0; i < n && !dt_tok_enc_stop(e);) {
         size_t l = dt_tok_pretok_next(t->split, u, n, i);
         dt_tok_bpe_word(e, s + i, l, out);
         i += l;
@@ -146,6 +146,8 @@ static void metaspace(dt_tok_enc_t *e, const char *s, size_t n, int first, dt_to
         size_t start = 0;
         for (size_t i = rn; i + rn <= b.n;) {
             if (!memcmp(b.p + i, t->meta_repl, rn)) {
+                if (dt_tok_enc_stop(e))
+                    break;
                 dt_tok_bpe_word(e, b.p + start, i - start, out);
                 start = i;
                 i += rn;
@@ -258,16 +260,26 @@ dt_status_t dt_tok_encode(dt_tok_enc_t *e, const char *text, size_t len, int doc
         if (t->nadded == 0 || !find_added(t, s, len, i, &a, &b, &tok))
             a = b = len;
         encode_segment(e, text + i, a - i, first ? doc_start : 1, first && doc_start, out);
-        if (!tok)
+        if (!tok || dt_tok_enc_stop(e))
             break;
         dt_tok_ids_push(out, tok->id);
         i = b;
         first = 0;
     }
+    if (e->canceled)
+        return dt_error(DT_STATUS_CANCELED, "stopped by a signal");
     return DT_STATUS_OK;
 }
 
+void dt_tok_enc_set_cancel(dt_tok_enc_t *e, volatile sig_atomic_t *flag) {
+    e->cancel = flag;
+    e->canceled = 0;
+}
+
 /* ---- cut points ---- */
+
+/* How far past `from` a "\n" cut may lie before cuts between letters are sought. */
+#define CUT_NL_REACH (64u << 10)
 
 /* Does an added token end exactly at s[p]? */
 static int added_ends_at(const dt_tok_t *t, const char *s, size_t p) {
@@ -293,7 +305,9 @@ static int added_ends_at(const dt_tok_t *t, const char *s, size_t p) {
  *   composes nothing with "\n" or onto an ASCII letter from before it).
  *   ignore_merges looks words up whole: no cuts.
  * Where a segment's start changes the ids (a prefix space, Prepend, Metaspace), a
- * cut right after an added token would start a new segment: not there. */
+ * cut right after an added token would start a new segment: not there.
+ * When no such cut lies within CUT_NL_REACH of `from`, the first cut between two
+ * letters no token joins (tok_cut.c) is taken instead. */
 size_t dt_tok_split_point(const dt_tok_t *t, const char *text, size_t len, size_t from) {
     int whole = t->split == DT_SPLIT_NONE;
     if (t->added_newline_or_lstrip || (whole && (t->byte_level || t->ignore_merges)) || (!whole && t->metaspace))
@@ -306,7 +320,7 @@ size_t dt_tok_split_point(const dt_tok_t *t, const char *text, size_t len, size_
         seg_effects |= nm->kind == DT_NORM_PREPEND;
     }
     const char *s = text;
-    size_t p = from < 2 ? 2 : from;
+    size_t p = from < 2 ? 2 : from, nl_cut = len;
     while (p < len) {
         const char *nl = memchr(s + p - 1, '\n', len - (p - 1));
         if (!nl)
@@ -317,11 +331,25 @@ size_t dt_tok_split_point(const dt_tok_t *t, const char *text, size_t len, size_
         unsigned char before = (unsigned char)s[p - 2], c = (unsigned char)s[p];
         int ok = (c | 0x20) >= 'a' && (c | 0x20) <= 'z' &&
                  (whole ? !t->nl_then[c] && t->ascii_id[c] >= 0 : before > ' ' && before < 0x7F);
-        if (ok && !(seg_effects && added_ends_at(t, s, p - 1)))
-            return p;
+        if (ok && !(seg_effects && added_ends_at(t, s, p - 1))) {
+            nl_cut = p;
+            break;
+        }
         p++;
     }
-    return len;
+    /* No "\n" cut within reach: one between two letters (tok_cut.c), so that text
+     * without newlines or spaces still comes in pieces. */
+    if (nl_cut - from <= CUT_NL_REACH)
+        return nl_cut;
+    for (size_t q = from; q < nl_cut;) {
+        q = dt_tok_letter_cut(t, s, len, q, nl_cut);
+        if (q >= nl_cut)
+            break;
+        if (!(seg_effects && added_ends_at(t, s, q)))
+            return q;
+        q++;
+    }
+    return nl_cut;
 }
 
 /* ---- decoding ---- */

@@ -16,6 +16,7 @@
 #ifndef DT_RUNTIME_TOKENIZE_TOK_H
 #define DT_RUNTIME_TOKENIZE_TOK_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -67,6 +68,10 @@ void dt_tok_enc_free(dt_tok_enc_t *e);
 dt_status_t dt_tok_encode(dt_tok_enc_t *e, const char *text, size_t len, int doc_start,
                           dt_tok_ids *out);
 dt_tok_stats dt_tok_enc_stats(const dt_tok_enc_t *e);
+/* A flag (set by a signal handler) the encoder polls in its long loops: once seen
+ * set, dt_tok_encode returns DT_STATUS_CANCELED promptly, its ids incomplete.
+ * NULL: never. */
+void dt_tok_enc_set_cancel(dt_tok_enc_t *e, volatile sig_atomic_t *flag);
 
 /* A cut position p in [from, len] such that encoding text[0..p) (with doc_start as
  * given) and then text[p..len) (doc_start 0) gives exactly the ids of encoding

@@ -274,11 +274,15 @@ static void merge_heap(dt_tok_enc_t *e, size_t *np) {
         next[i] = i + 1 < n ? (int32_t)i + 1 : -1;
     }
     for (size_t i = 0; i + 1 < n; i++) {
+        if ((i & 0xffff) == 0xffff && dt_tok_enc_stop(e))
+            return;
         uint32_t m, r = pair_rank(&t->merges, s[i], s[i + 1], &m);
         if (r != UINT32_MAX)
             heap_push(e, &hn, (uint64_t)r << 32 | i);
     }
-    while (hn) {
+    for (uint32_t polled = 0; hn; polled++) {
+        if ((polled & 0xffff) == 0xffff && dt_tok_enc_stop(e))
+            break;
         uint64_t top = heap_pop(e, &hn);
         uint32_t rank = (uint32_t)(top >> 32), pos = (uint32_t)top, m = 0;
         int32_t nx = next[pos];
@@ -397,6 +401,6 @@ void dt_tok_bpe_word(dt_tok_enc_t *e, const char *w, size_t n, dt_tok_ids *out) 
     }
     for (size_t i = 0; i < k; i++)
         dt_tok_ids_push(out, e->sym[i]);
-    if (cacheable)
+    if (cacheable && !e->canceled)
         cache_put(e, h, w, n, e->sym, k);
 }

@@ -113,6 +113,8 @@ void dt_tok_bpe_whole(dt_tok_enc_t *e, const char *w, size_t n, dt_tok_ids *out)
         size_t l = s[i] < 0x80 ? (cp = s[i], 1) : (size_t)dt_uni_next(s + i, n - i, &cp);
         int k = cp >= 0 && cp < 128 ? t->ascii_id[cp] >= 0 : known(t, cp);
         if (i > start && prev_known && k && !joined(t, prev, cp)) {
+            if (dt_tok_enc_stop(e))
+                return;
             dt_tok_bpe_word(e, w + start, i - start, out);
             start = i;
         }

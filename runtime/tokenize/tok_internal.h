@@ -5,10 +5,16 @@
 #ifndef DT_RUNTIME_TOKENIZE_TOK_INTERNAL_H
 #define DT_RUNTIME_TOKENIZE_TOK_INTERNAL_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "runtime/tokenize/tok.h"
+
+/* How far past the number of entries (vocab + added tokens) an id may lie: gaps
+ * are allowed, up to this many ids in all (a test tokenizer puts an id at 70000 to
+ * exercise uint32 shards); the id table stays a few MB past the entries. */
+#define DT_TOK_ID_SLACK (1u << 17)
 
 /* String -> id, open addressing over power-of-two slots. */
 typedef struct dt_tok_strmap {
@@ -51,6 +57,7 @@ struct dt_tok {
     char *path;
     /* model */
     uint32_t nvocab;    /* one past the largest id */
+    uint64_t id_limit;  /* ids are below it: entries + DT_TOK_ID_SLACK (tok_load.c) */
     char **tokens;      /* id -> token string (NULL for gaps) */
     uint32_t *tok_len;
     dt_tok_strmap vocab; /* the model's vocabulary */
@@ -89,6 +96,11 @@ struct dt_tok {
     uint64_t *pair_keys; /* (a << 32 | b) + 1, 0 = empty */
     size_t pair_mask;
     uint8_t *known_bmp;
+    /* Cut points between letters (tok_cut.c): hashes of the token prefixes a
+     * token over the cut would show, the longest such prefix and token (bytes). */
+    uint64_t *cut_keys; /* NULL: no letter cuts for this tokenizer */
+    size_t cut_mask, cut_npre, cut_maxpre, cut_maxtok;
+    int cut_nfc;
     dt_tok_dec *decs;
     int ndecs;
     int64_t doc_token;
@@ -99,6 +111,8 @@ struct dt_tok {
 struct dt_tok_enc {
     const dt_tok_t *t;
     dt_tok_stats stats;
+    volatile sig_atomic_t *cancel; /* dt_tok_enc_set_cancel; may be NULL */
+    int canceled;                  /* seen set: the encode being run gives up */
     /* scratch */
     char *buf, *buf2;
     size_t buf_cap, buf2_cap;
@@ -114,6 +128,14 @@ struct dt_tok_enc {
     char *c_keys;
     size_t c_keys_len, c_keys_cap, c_count, c_mask;
 };
+
+/* Polled by the long loops (every pre-token, chunk, and every 64K merges of one
+ * word): 1 once the encoder's cancel flag was seen set. */
+static inline int dt_tok_enc_stop(dt_tok_enc_t *e) {
+    if (e->cancel && *e->cancel)
+        e->canceled = 1;
+    return e->canceled;
+}
 
 uint64_t dt_tok_hash(const void *p, size_t n);
 void dt_tok_strmap_init(dt_tok_strmap *m, size_t n);
@@ -144,5 +166,12 @@ void dt_tok_bpe_word(dt_tok_enc_t *e, const char *w, size_t n, dt_tok_ids *out);
 void dt_tok_chunk_init(dt_tok_t *t);
 void dt_tok_chunk_free(dt_tok_t *t);
 void dt_tok_bpe_whole(dt_tok_enc_t *e, const char *w, size_t n, dt_tok_ids *out);
+
+/* tok_cut.c: builds the token-prefix set after load (none where letter cuts never
+ * apply), frees it, and finds the first cut between two letters in [from, to)
+ * (len when none; text[0] begins a piece or a document). */
+void dt_tok_cut_init(dt_tok_t *t);
+void dt_tok_cut_free(dt_tok_t *t);
+size_t dt_tok_letter_cut(const dt_tok_t *t, const char *text, size_t len, size_t from, size_t to);
 
 #endif /* DT_RUNTIME_TOKENIZE_TOK_INTERNAL_H */

@@ -116,6 +116,18 @@ static dt_status_t load_merge(dt_tok_t *t, const cJSON *m, int i, uint32_t rank)
     return st;
 }
 
+/* Ids are dense: each below the number of entries (vocab and added tokens) plus
+ * DT_TOK_ID_SLACK, so that a stray huge id is an error, not gigabytes of table. */
+static dt_status_t check_id(const dt_tok_t *t, double id, const char *key, const char *token) {
+    if (!(id >= 0 && id <= 0x7fffffff && id == (double)(uint32_t)id))
+        return dt_error(DT_STATUS_FORMAT, "%s: %s: expected a non-negative integer id for \"%s\"", t->path, key, token);
+    if ((uint64_t)id >= t->id_limit)
+        return dt_error(DT_STATUS_FORMAT, "%s: %s: the id %.0f of \"%s\" is too large: ids must be below %llu (the "
+                        "%llu vocab and added tokens + %u)", t->path, key, id, token, (unsigned long long)t->id_limit,
+                        (unsigned long long)(t->id_limit - DT_TOK_ID_SLACK), DT_TOK_ID_SLACK);
+    return DT_STATUS_OK;
+}
+
 static void set_token(dt_tok_t *t, uint32_t id, const char *s) {
     if (id >= t->nvocab) {
         uint32_t n = id + 1;
@@ -161,10 +173,10 @@ static dt_status_t load_model(dt_tok_t *t, const cJSON *model) {
     int nv = cJSON_GetArraySize(vocab);
     dt_tok_strmap_init(&t->vocab, (size_t)nv + 1024);
     for (const cJSON *v = vocab->child; v; v = v->next) {
-        if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 0x7fffffff ||
-            v->valuedouble != (double)(uint32_t)v->valuedouble)
+        if (!cJSON_IsNumber(v))
             return dt_error(DT_STATUS_FORMAT, "%s: model.vocab[\"%s\"]: expected a non-negative integer id", t->path,
                             v->string);
+        DT_CHECK(check_id(t, v->valuedouble, "model.vocab", v->string));
         uint32_t id = (uint32_t)v->valuedouble;
         set_token(t, id, v->string);
         dt_tok_strmap_put(&t->vocab, t->tokens, t->tok_len, id);
@@ -226,10 +238,13 @@ static dt_status_t load_added(dt_tok_t *t, const cJSON *arr) {
         const char *content;
         DT_CHECK(get_str(t, a, "content", at, 1, &content));
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(a, "id");
-        if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble > 0x7fffffff)
+        if (!cJSON_IsNumber(id))
             return dt_error(DT_STATUS_FORMAT, "%s: %s.id: expected a non-negative integer", t->path, at);
         if (!*content)
             return dt_error(DT_STATUS_FORMAT, "%s: %s.content: empty", t->path, at);
+        char idkey[64];
+        snprintf(idkey, sizeof idkey, "%s.id", at);
+        DT_CHECK(check_id(t, id->valuedouble, idkey, content));
         dt_tok_added *d = &t->added[t->nadded++];
         d->content = dt_xstrdup(content);
         d->len = strlen(content);
@@ -357,6 +372,8 @@ static dt_status_t load_pretok(dt_tok_t *t, const cJSON *o, const char *at) {
     if (!strcmp(type, "Metaspace")) {
         const char *repl, *scheme;
         DT_CHECK(get_str(t, o, "replacement", at, 1, &repl));
+        if (!*repl)
+            return dt_error(DT_STATUS_FORMAT, "%s: %s.replacement: empty", t->path, at);
         DT_CHECK(get_str(t, o, "prepend_scheme", at, 0, &scheme));
         DT_CHECK(get_bool(t, o, "split", at, 1, &t->meta_split));
         if (!scheme) {
@@ -409,6 +426,8 @@ static dt_status_t load_dec(dt_tok_t *t, const cJSON *o, const char *at) {
     } else if (!strcmp(type, "Metaspace")) {
         const char *repl, *scheme;
         DT_CHECK(get_str(t, o, "replacement", at, 1, &repl));
+        if (!*repl)
+            return dt_error(DT_STATUS_FORMAT, "%s: %s.replacement: empty", t->path, at);
         DT_CHECK(get_str(t, o, "prepend_scheme", at, 0, &scheme));
         int aps = 1;
         if (!scheme)
@@ -422,6 +441,8 @@ static dt_status_t load_dec(dt_tok_t *t, const cJSON *o, const char *at) {
         if (regex)
             return dt_error(DT_STATUS_UNSUPPORTED, "%s: %s.pattern: a Replace decoder on a regex is not supported",
                             t->path, at);
+        if (!*pat)
+            return dt_error(DT_STATUS_FORMAT, "%s: %s.pattern: empty", t->path, at);
         DT_CHECK(get_str(t, o, "content", at, 1, &content));
         d.kind = DT_DEC_REPLACE, d.a = dt_xstrdup(pat), d.b = dt_xstrdup(content);
     } else if (!strcmp(type, "Strip")) {
@@ -440,6 +461,12 @@ static dt_status_t load_dec(dt_tok_t *t, const cJSON *o, const char *at) {
 }
 
 /* ---- the document token ---- */
+
+/* The number of entries of o[name] (an object or array), 0 for anything else. */
+static int entries(const cJSON *o, const char *name) {
+    const cJSON *v = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, name) : NULL;
+    return cJSON_IsObject(v) || cJSON_IsArray(v) ? cJSON_GetArraySize(v) : 0;
+}
 
 static int64_t find_token(const dt_tok_t *t, const char *s) {
     return s ? dt_tok_token_id(t, s) : -1;
@@ -513,7 +540,7 @@ dt_status_t dt_tok_load(const char *path, dt_tok_t **out) {
     size_t len = 0;
     dt_status_t st = dt_fs_read_file(file, TOK_MAX_FILE, &text, &len);
     if (st != DT_STATUS_OK)
-        return dt_error(st, "tokenizer %s: %s", file, dt_error_detail());
+        return dt_error_prefix(st, "tokenizer %s", file);
     dt_tok_t *t = dt_xcalloc(1, sizeof *t);
     t->path = dt_xstrdup(file);
     t->unk_id = -1;
@@ -530,6 +557,8 @@ dt_status_t dt_tok_load(const char *path, dt_tok_t **out) {
         st = dt_error(DT_STATUS_FORMAT, "%s: expected a JSON object at the top", file);
         goto out_free_json;
     }
+    t->id_limit = DT_TOK_ID_SLACK + (uint64_t)entries(cJSON_GetObjectItemCaseSensitive(root, "model"), "vocab") +
+                  (uint64_t)entries(root, "added_tokens");
     if ((st = load_model(t, cJSON_GetObjectItemCaseSensitive(root, "model"))) != DT_STATUS_OK ||
         (st = load_added(t, cJSON_GetObjectItemCaseSensitive(root, "added_tokens"))) != DT_STATUS_OK ||
         (st = load_norm(t, cJSON_GetObjectItemCaseSensitive(root, "normalizer"), "normalizer")) != DT_STATUS_OK ||
@@ -545,6 +574,7 @@ dt_status_t dt_tok_load(const char *path, dt_tok_t **out) {
     pick_doc_token(t, root, dir);
     describe(t);
     dt_tok_chunk_init(t);
+    dt_tok_cut_init(t);
 out_free_json:
     cJSON_Delete(root);
 out_free_text:
@@ -575,6 +605,7 @@ void dt_tok_free(dt_tok_t *t) {
     free(t->added);
     free(t->added_idx);
     dt_tok_chunk_free(t);
+    dt_tok_cut_free(t);
     for (int i = 0; i < t->ndecs; i++)
         free(t->decs[i].a), free(t->decs[i].b);
     free(t->decs);

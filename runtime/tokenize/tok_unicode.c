@@ -188,6 +188,20 @@ static int32_t compose(int32_t a, int32_t b) {
     return -1;
 }
 
+int dt_uni_nfc_inert(int32_t cp) {
+    if (cp < 0x300)
+        return 1;
+    int32_t d[4];
+    if (ccc_of(cp) != 0 || decompose(cp, d) != 1 || d[0] != cp)
+        return 0;
+    if (cp >= HANGUL_L && cp < HANGUL_T + HANGUL_TN) /* conjoining jamo compose among themselves */
+        return 0;
+    for (size_t i = 0; i < dt_uni_comp_n; i++) /* a second of a composition (some vowel signs) */
+        if (dt_uni_comp[i][1] == (uint32_t)cp)
+            return 0;
+    return 1;
+}
+
 static void put_bytes(char **out, size_t *len, size_t *cap, const void *p, size_t n) {
     if (*len + n + 1 > *cap) {
         *cap = (*len + n + 1) * 2;

@@ -28,6 +28,11 @@ int dt_uni_class(int32_t cp);
  * bytes pass through unchanged and break composition. */
 void dt_uni_nfc(const char *s, size_t n, char **out, size_t *len, size_t *cap);
 
+/* 1 when NFC leaves cp alone whatever surrounds it: no decomposition, combining
+ * class 0, and never the second of a composition (so a cut beside it cannot be
+ * moved by NFC). Conservative: 0 for some characters that would be fine. */
+int dt_uni_nfc_inert(int32_t cp);
+
 /* Appends the UTF-8 of cp. Returns the bytes written (1-4); buf holds 4. */
 int dt_uni_put(uint32_t cp, char *buf);
 

@@ -183,7 +183,21 @@ static int produce_stdin(run *r, source *s, piece *p) {
             if (cut == s->carry_len) cut = 0; /* no cut point yet: it may be in what follows */
         }
         if (cut > 0) break;
+        if (s->carry_len >= DT_TOKENIZE_STDIN_STRETCH_MAX) { /* bounded memory: refuse, never hold it all */
+            if (s->jsonl)
+                r->prod_st = dt_error(DT_STATUS_INVALID, "stdin: line %llu is longer than %u MiB (a pipe is read in "
+                                      "bounded memory)", (unsigned long long)r->line,
+                                      DT_TOKENIZE_STDIN_STRETCH_MAX >> 20);
+            else
+                r->prod_st = dt_error(DT_STATUS_INVALID, "stdin: %u MiB from byte %llu on without a point where the "
+                                      "text can be cut without changing the ids (a pipe is read in bounded memory): "
+                                      "give it as a file, or as documents (--format jsonl)",
+                                      DT_TOKENIZE_STDIN_STRETCH_MAX >> 20, (unsigned long long)s->consumed);
+            snprintf(r->prod_err, sizeof r->prod_err, "%s", dt_error_detail());
+            return 0;
+        }
         want = s->carry_len * 2; /* a line or a stretch without a cut point longer than the buffer */
+        if (want > DT_TOKENIZE_STDIN_STRETCH_MAX) want = DT_TOKENIZE_STDIN_STRETCH_MAX;
     }
     /* A text document is a piece even when empty (counted as such); a jsonl
      * stream's end is not. */
@@ -430,6 +444,7 @@ static void encode_piece(run *r, dt_tok_enc_t *e, piece *p) {
 static void *worker_main(void *arg) {
     run *r = arg;
     dt_tok_enc_t *e = dt_tok_enc_new(r->o->tok);
+    dt_tok_enc_set_cancel(e, r->o->cancel);
     pthread_mutex_lock(&r->mu);
     for (;;) {
         if (r->stop || r->exhausted) break;

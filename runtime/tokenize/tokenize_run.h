@@ -25,6 +25,10 @@
 #include "common/status.h"
 #include "runtime/tokenize/tok.h"
 
+/* stdin is held in bounded memory: at most this much of it past the last cut (a
+ * jsonl line, or text with no exact cut point, longer than this is an error). */
+#define DT_TOKENIZE_STDIN_STRETCH_MAX (16u << 20)
+
 /* What the progress callback and the summary see. */
 typedef struct dt_tokenize_progress {
     uint64_t bytes_done, bytes_total; /* input bytes encoded; total 0 when unknown (stdin) */

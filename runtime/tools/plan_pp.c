@@ -162,7 +162,7 @@ dt_status_t dt_plan_model_set_pp_layout(dt_plan_model *m, const dt_model_spec *s
     int *bounds = dt_xcalloc((size_t)n + 1, sizeof *bounds);
     st = dt_model_pp_partition(&g, pp, V, (dt_pp_partition_t)partition, bounds);
     if (st != DT_STATUS_OK) {
-        st = dt_error(DT_STATUS_USAGE, "{pp} %d {virtual_stages} %d: %s", pp, V, dt_error_detail());
+        st = dt_error_prefix(DT_STATUS_USAGE, "{pp} %d {virtual_stages} %d", pp, V);
         goto out_free_bounds;
     }
     m->stages = dt_xcalloc((size_t)pp, sizeof *m->stages);
@@ -170,7 +170,7 @@ dt_status_t dt_plan_model_set_pp_layout(dt_plan_model *m, const dt_model_spec *s
         dt_model_layout l;
         st = dt_model_layout_init_stage(spec, tp, 0, sp, pp, s, V, bounds, &l);
         if (st != DT_STATUS_OK) {
-            st = dt_error(DT_STATUS_USAGE, "{pp} %d: stage %d: %s", pp, s, dt_error_detail());
+            st = dt_error_prefix(DT_STATUS_USAGE, "{pp} %d: stage %d", pp, s);
             goto out_free_bounds;
         }
         dt_plan_stage *ps = &m->stages[s];

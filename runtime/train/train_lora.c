@@ -73,7 +73,7 @@ dt_status_t dt_train_lora_check_(const dt_config_t *cfg) {
         adapter_file(cfg->lora.init, path, sizeof path);
         dt_st_file_t *f = NULL;
         st = dt_st_open(path, &f);
-        if (st != DT_STATUS_OK) st = dt_error(DT_STATUS_CONFIG, "lora.init: %s", dt_error_detail());
+        if (st != DT_STATUS_OK) st = dt_error_prefix(DT_STATUS_CONFIG, "lora.init");
         for (int i = 0; st == DT_STATUS_OK && i < adapters.n_tensors; i++) {
             char name[128];
             snprintf(name, sizeof name, "%s%s", dt_lora_peft_prefix(&adapters), adapters.tensors[i].name);
@@ -141,7 +141,7 @@ dt_status_t dt_train_lora_setup_(dt_train_lora *l, const dt_config_t *cfg, dt_de
         char path[4096];
         adapter_file(cfg->lora.init, path, sizeof path);
         dt_status_t st = dt_st_open(path, &l->init);
-        if (st != DT_STATUS_OK) return dt_error(DT_STATUS_CONFIG, "lora.init: %s", dt_error_detail());
+        if (st != DT_STATUS_OK) return dt_error_prefix(DT_STATUS_CONFIG, "lora.init");
     }
     if (rank == 0)
         DT_LOG_INFO("lora: r %d, alpha %g, %d adapter tensors, %zu trainable parameters; frozen base %zu parameters "

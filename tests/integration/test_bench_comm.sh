@@ -68,11 +68,24 @@ else fail "bad --device is a usage error" "rc $rc: $out"; fi
 # non-finite, out-of-range and trailing-garbage numbers (cli/args.c) are usage errors
 # naming the flag, before any rank starts (--max inf crashed the ranks, --factor inf
 # ran one size, --iters 5x ran 5 iterations)
-for bad in "--max inf" "--min nan" "--factor inf" "--chunk nan" "--max 1e30" "--iters 5x" "--conns 9"; do
+# Issue 31: every size and count has a documented bound (--max 8e18 passed the
+# parser and the ranks failed allocating; --factor 1e308 cast past SIZE_MAX).
+for bad in "--max inf" "--min nan" "--factor inf" "--chunk nan" "--max 1e30" "--iters 5x" "--conns 9" \
+           "--max 2e19" "--max -1" "--max 8e18" "--max 65G" "--min 0" "--chunk 2G" "--factor 1e308" \
+           "--iters 2000000" "--warmup -1" "--local-world-size 99999"; do
   out=$("$DTRUN" __bench_comm_rank --nproc 2 $bad 2>&1); rc=$?
   if [ $rc -eq 2 ] && printf '%s' "$out" | grep -q "bad value for ${bad% *}: \"${bad#* }\"" &&
      ! printf '%s' "$out" | grep -q '\[rank0\]'; then pass "bench comm $bad is a usage error"
   else fail "bench comm $bad is a usage error" "rc $rc: $out"; fi
+done
+
+# Two buffers of --max per rank that the host cannot hold: exit 2 before any rank
+# starts, in both forms of the launch.
+for form in "__bench_comm_rank --nproc 2" "--standalone --nproc_per_node 2 bench comm"; do
+  out=$(DTRUN_TEST_MEM_AVAILABLE=1000000 "$DTRUN" $form --device cpu --max 1M 2>&1); rc=$?
+  if [ $rc -eq 2 ] && printf '%s' "$out" | grep -q -- '--max 1048576 bytes: 2 rank(s) x 2 buffers of it need 4.0 MiB, more than the 1.0 MiB' &&
+     ! printf '%s' "$out" | grep -q '\[rank0\]'; then pass "dtrun $form --max past host memory: exit 2 before the ranks"
+  else fail "dtrun $form --max past host memory" "rc $rc: $out"; fi
 done
 
 # --local-world-size: four ranks on this machine grouped as two nodes of two, so

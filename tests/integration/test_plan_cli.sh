@@ -88,6 +88,11 @@ bad_flag "--tokens 1e305T (inf) exits 2" "--tokens" $SEVEN_B --tokens 1e305T
 bad_flag "--gpu-mem inf exits 2" "--gpu-mem" $SEVEN_B --gpu-mem inf
 bad_flag "--price nan exits 2" "--price" $SEVEN_B --price nan
 bad_flag "--layers 2000000000 exits 2" "--layers" $SEVEN_B --layers 2000000000
+# finite but absurd values printed "inf one-GPU hours" (issue 31): bounded now
+bad_flag "--tokens 1e300 exits 2 (at most 1e18)" "--tokens: expected a token count in (0, 1e18]" $SEVEN_B --tokens 1e300
+bad_flag "--gpu-tflops 1e-300 exits 2" "--gpu-tflops: expected a number in \[0.001, 1e+06\]" $SEVEN_B --gpu-tflops 1e-300
+bad_flag "--hours-1gpu 1e308 exits 2" "--hours-1gpu: expected a number in" $SEVEN_B --hours-1gpu 1e308
+bad_flag "--price 1e308 exits 2" "--price: expected a number in" $SEVEN_B --price 1e308
 
 # pipeline and 3D parallelism (--pp, --schedule, --virtual-stages)
 L70="--params 70B --layers 80 --hidden 8192 --heads 64 --kv-heads 8 --ffn 28672 --vocab 128256 --seq 4096 --micro-batch 1 --accum 32 --gpu h100 --tp auto --pp auto --sp"
