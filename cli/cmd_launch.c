@@ -97,6 +97,9 @@ static const char check_usage[] =
     "node (start it on each node as you would start the job), and prints a table per\n"
     "node: node, address, version, config digest, data, reachability, clock offset,\n"
     "CPU slots, memory, GPUs. No worker is started.\n"
+    "\n"    "  LAUNCH FLAGS: those of the job (dtrun --help lists them): --nnodes,\n"
+    "  --nproc_per_node, --rdzv_endpoint, --rdzv_id, --rdzv_conf, --local_addr,\n"
+    "  --node_rank, --master_addr, --master_port, --preflight_min_busbw, ...\n"
     "\n"
     "  across nodes: dtrun's version and build, the launch flags that must agree and\n"
     "  the resolved config without the per-node keys (README \"Preflight\"), the data\n"
@@ -140,6 +143,14 @@ int dt_cmd_launch(int argc, char **argv) {
     } else if (spec.mode == DT_LAUNCH_MODE_CHECK) { /* check without a config: the communicator only */
         char *dev[] = {"--device", "auto"};
         code = dt_cli_run_self(&spec, "__comm_check_rank", NULL, dev, 2);
+    } else if (!strcmp(spec.prog_argv[0], "-m")) { /* torchrun's -m MODULE: $PYTHON -m MODULE ... */
+        char **argv2 = dt_xcalloc((size_t)spec.prog_argc + 2, sizeof *argv2);
+        const char *py = getenv("PYTHON");
+        argv2[0] = (char *)(py && *py ? py : "python3");
+        for (int i = 0; i < spec.prog_argc; i++) argv2[i + 1] = spec.prog_argv[i];
+        code = spec.prog_argc < 2 ? (fprintf(stderr, "dtrun: error: --exec -m needs a MODULE\n"), DT_EXIT_USAGE)
+                                  : dt_agent_run(&spec, argv2, spec.prog_argc + 1);
+        free(argv2);
     } else {
         code = dt_agent_run(&spec, spec.prog_argv, spec.prog_argc);
     }

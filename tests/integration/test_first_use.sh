@@ -44,4 +44,40 @@ grep -qF "data.train: no file matches '$T/no/such/dir/*.bin'" "$T/missing_glob_d
   pass "a glob in a missing folder: no file matches, with the key" ||
   fail "a glob in a missing folder: no file matches, with the key" "$(cat "$T/missing_glob_dir.cfg.err")"
 
+# --- the command line: every subcommand's --help exits 0 and lists the README's flags
+python3 "$ROOT/tests/integration/readme_flags.py" "$DTRUN" "$ROOT/README.md" >"$T/flags.out" 2>&1
+while read -r verdict rest; do
+  case $verdict in ok:) pass "help: $rest" ;; *) fail "help: $rest" ;; esac
+done <"$T/flags.out"
+[ -s "$T/flags.out" ] || fail "readme_flags.py printed nothing"
+for c in plan sample export tokenize report trace config debug "debug dump" store "bench store" check; do
+  # shellcheck disable=SC2086
+  "$DTRUN" $c --help >"$T/help.out" 2>&1 && [ -s "$T/help.out" ] && pass "dtrun $c --help: exit 0" ||
+    fail "dtrun $c --help: exit 0" "$(head -3 "$T/help.out")"
+done
+
+# a mistyped subcommand is not looked for as a config file
+"$DTRUN" plna x.json >"$T/typo.out" 2>&1; rc=$?
+[ $rc -eq 2 ] && grep -qF "unknown command 'plna', did you mean 'plan'?" "$T/typo.out" &&
+  pass "dtrun plna: did you mean 'plan'? (exit 2)" || fail "dtrun plna" "exit $rc: $(cat "$T/typo.out")"
+echo '{}' >"$T/plna"
+"$DTRUN" plna >"$T/typo3.out" 2>&1
+! grep -q "unknown command" "$T/typo3.out" && pass "an existing file named like a typo is a config" ||
+  fail "an existing file named like a typo is a config" "$(cat "$T/typo3.out")"
+
+# torchrun's habits: `dtrun train.py` names the --exec command; --exec -m; --no-python
+"$DTRUN" --nproc_per_node 2 train.py --lr 0.1 >"$T/py.out" 2>&1; rc=$?
+[ $rc -eq 2 ] && grep -qF "dtrun --nproc_per_node 2 --exec python3 train.py --lr 0.1" "$T/py.out" &&
+  pass "dtrun train.py: exit 2 with the --exec command" || fail "dtrun train.py" "exit $rc: $(cat "$T/py.out")"
+printf 'import os, sys\nprint("module rank", os.environ["RANK"], sys.argv[1])\n' >"$T/dtmod.py"
+PYTHON=python3 timeout 60 "$DTRUN" --standalone --nproc_per_node 2 --exec -m dtmod hello >"$T/m.out" 2>&1; rc=$?
+[ $rc -eq 0 ] && grep -qF "[rank1]:module rank 1 hello" "$T/m.out" && pass "--exec -m MODULE runs \$PYTHON -m MODULE" ||
+  fail "--exec -m MODULE" "exit $rc: $(tail -5 "$T/m.out")"
+timeout 60 "$DTRUN" --standalone --no-python --exec echo hi >"$T/np.out" 2>&1; rc=$?
+[ $rc -eq 0 ] && grep -qF "[rank0]:hi" "$T/np.out" && ! grep -qi "warn" "$T/np.out" &&
+  pass "--no-python --exec: accepted, no warning" || fail "--no-python --exec" "exit $rc: $(cat "$T/np.out")"
+timeout 60 "$DTRUN" --standalone --no_python echo hi >"$T/np2.out" 2>&1; rc=$?
+[ $rc -eq 0 ] && grep -qF "[rank0]:hi" "$T/np2.out" && pass "--no_python PROGRAM runs it as torchrun does" ||
+  fail "--no_python PROGRAM" "exit $rc: $(cat "$T/np2.out")"
+
 finish
