@@ -80,4 +80,22 @@ timeout 60 "$DTRUN" --standalone --no_python echo hi >"$T/np2.out" 2>&1; rc=$?
 [ $rc -eq 0 ] && grep -qF "[rank0]:hi" "$T/np2.out" && pass "--no_python PROGRAM runs it as torchrun does" ||
   fail "--no_python PROGRAM" "exit $rc: $(cat "$T/np2.out")"
 
+# --- every `dtrun plan` line of the README runs from a clone (the presets it names
+# are shipped), exit 0
+mkdir -p "$T/clone" && ln -s "$ROOT/configs" "$T/clone/configs"
+mkdir -p "$T/bin" && ln -sf "$DTRUN" "$T/bin/dtrun"
+n=0
+while IFS= read -r line; do
+  n=$((n + 1))
+  (cd "$T/clone" && PATH="$T/bin:$PATH" bash -c "$line") >"$T/plan$n.out" 2>&1; rc=$?
+  [ $rc -eq 0 ] && pass "README: $line" || fail "README: $line" "exit $rc: $(tail -3 "$T/plan$n.out")"
+done < <(python3 "$ROOT/tests/integration/readme_lines.py" "$ROOT/README.md" plan)
+[ $n -ge 5 ] && pass "README: $n dtrun plan lines found" || fail "README: dtrun plan lines found" "only $n"
+# the Llama 3 presets have Hugging Face's shapes
+for spec in "llama3-8b 4096 32 32 8 14336 128256" "llama3-70b 8192 80 64 8 28672 128256"; do
+  set -- $spec
+  got=$(python3 -c 'import json,sys; m=json.load(open(sys.argv[1]))["model"]; print(m["hidden_size"], m["num_hidden_layers"], m["num_attention_heads"], m["num_key_value_heads"], m["intermediate_size"], m["vocab_size"], m["rope_theta"])' "$ROOT/configs/$1.json")
+  [ "$got" = "$2 $3 $4 $5 $6 $7 500000.0" ] && pass "configs/$1.json: Llama 3's shapes" || fail "configs/$1.json: Llama 3's shapes" "$got"
+done
+
 finish
