@@ -96,6 +96,29 @@ dt_status_t dt_data_detect_width(const char *pattern, dt_data_kind_t *kind, int 
     return st;
 }
 
+dt_status_t dt_data_header_vocab(const char *pattern, int *vocab, char *file, size_t file_len) {
+    glob_t g;
+    *vocab = 0;
+    if (file && file_len) file[0] = '\0';
+    DT_CHECK(expand_glob(NULL, pattern, &g));
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        int fd;
+        if (dt_fs_open_regular(g.gl_pathv[i], O_RDONLY, 0, &fd, NULL) != DT_STATUS_OK) {
+            dt_error_clear(); /* the loader's own check names it */
+            continue;
+        }
+        int32_t hdr[DT_SHARD_HEADER_VOCAB + 1] = {0};
+        ssize_t n = read(fd, hdr, sizeof hdr);
+        close(fd);
+        if (n == (ssize_t)sizeof hdr && dt_shard_is_magic(hdr[0]) && hdr[DT_SHARD_HEADER_VOCAB] > *vocab) {
+            *vocab = hdr[DT_SHARD_HEADER_VOCAB];
+            if (file && file_len) snprintf(file, file_len, "%s", g.gl_pathv[i]);
+        }
+    }
+    globfree(&g);
+    return DT_STATUS_OK;
+}
+
 dt_status_t dt_data_detect(const char *pattern, dt_data_kind_t *kind) {
     return dt_data_detect_width(pattern, kind, NULL);
 }

@@ -98,4 +98,26 @@ for spec in "llama3-8b 4096 32 32 8 14336 128256" "llama3-70b 8192 80 64 8 28672
   [ "$got" = "$2 $3 $4 $5 $6 $7 500000.0" ] && pass "configs/$1.json: Llama 3's shapes" || fail "configs/$1.json: Llama 3's shapes" "$got"
 done
 
+# --- the tokenize walkthrough: the vocabulary comes from the shards' header (the
+# tokenizer's 1000 ids), so what the model samples decodes; a smaller
+# model.vocab_size is refused before start naming both numbers and the file
+TOK=$ROOT/tests/fixtures/tok/gpt2/tokenizer.json
+make_text "$T/tok.txt" 5 300
+"$DTRUN" tokenize --tokenizer "$TOK" "$T/tok.txt" -o "$T/tk" --val-tokens 1K >"$T/tok.out" 2>&1 &&
+  grep -qF "(vocab 1000)" "$T/tok.out" && pass "tokenize with the shipped tokenizer" || fail "tokenize" "$(cat "$T/tok.out")"
+TINY=(model.n_layer=1 model.n_head=2 model.n_embd=32 model.seq_len=16 train_micro_batch_size_per_gpu=2
+      eval.every_steps=0 sample_tokens=0 train_steps=2 checkpoint.every_steps=2)
+timeout 120 "$DTRUN" --standalone --nproc_per_node 1 "$ROOT/configs/demo.json" "data.train=$T/tk_train_*.bin" \
+  "data.val=$T/tk_val_*.bin" checkpoint.dir="$T/tkck" log.dir="$T/tklog" "${TINY[@]}" >"$T/tktrain.out" 2>&1; rc=$?
+[ $rc -eq 0 ] && pass "demo.json trains on the shards without model.vocab_size" || fail "train on shards" "exit $rc: $(tail -5 "$T/tktrain.out")"
+v=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["model"]["vocab_size"])' "$T/tkck/step_00000002/meta.json" 2>&1)
+[ "$v" = 1000 ] && pass "the model's vocabulary is the shards' header's (1000)" || fail "vocab from the header" "$v"
+"$DTRUN" sample "$T/tkck" --tokenizer "$TOK" --prompt "Q: " --tokens 20 >"$T/tksample.out" 2>&1; rc=$?
+[ $rc -eq 0 ] && pass "dtrun sample decodes with the same tokenizer" || fail "dtrun sample" "exit $rc: $(tail -3 "$T/tksample.out")"
+agree vocab_mismatch 1 2 "$ROOT/configs/demo.json" "data.train=$T/tk_train_*.bin" model.vocab_size=256 "${TINY[@]}" \
+  checkpoint.dir="$T/tkck2"
+grep -qF "data.train: '$T/tk_train_000000.bin' was tokenized with a vocabulary of 1000 ids (its header) but model.vocab_size is 256" \
+  "$T/vocab_mismatch.cfg.err" && pass "a model.vocab_size under the header's: both numbers and the file" ||
+  fail "vocab mismatch message" "$(cat "$T/vocab_mismatch.cfg.err")"
+
 finish
