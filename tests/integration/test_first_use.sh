@@ -120,4 +120,23 @@ grep -qF "data.train: '$T/tk_train_000000.bin' was tokenized with a vocabulary o
   "$T/vocab_mismatch.cfg.err" && pass "a model.vocab_size under the header's: both numbers and the file" ||
   fail "vocab mismatch message" "$(cat "$T/vocab_mismatch.cfg.err")"
 
+# --- every path the README names in the repository exists in a clone, and neither
+# it nor the scripts name a placeholder (path/to/...) or a machine's own /opt/... venv
+python3 - "$ROOT" <<'PY' >"$T/paths.out" 2>&1 && pass "README: every repository path it names exists" || fail "README paths" "$(cat "$T/paths.out")"
+import os, re, sys
+root = sys.argv[1]
+bad = []
+for name in ["README.md"] + ["scripts/" + d + "/" + f for d in ("bench", "compat", "slurm")
+                             if os.path.isdir(os.path.join(root, "scripts", d))
+                             for f in sorted(os.listdir(os.path.join(root, "scripts", d)))]:
+    text = open(os.path.join(root, name), errors="replace").read()
+    for p in [] if name != "README.md" else re.findall(r"(?<![\w/.$-])((?:scripts|configs|tests|docs|runtime|cli|common|kernels|rendezvous)/[\w./-]*[\w])", text):
+        if not os.path.exists(os.path.join(root, p)):
+            bad.append(f"{name}: {p}")
+    for p in re.findall(r"(path/to/[\w./-]+|/opt/[\w./-]+|\.\./shared/[\w./-]+)", text):
+        bad.append(f"{name}: {p}")
+print("\n".join(bad))
+sys.exit(1 if bad else 0)
+PY
+
 finish
