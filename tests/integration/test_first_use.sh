@@ -139,4 +139,16 @@ print("\n".join(bad))
 sys.exit(1 if bad else 0)
 PY
 
+# --- make install: DESTDIR and PREFIX honoured; the installed binary runs
+nocuda=()
+[ -f "$(dirname "$DTRUN")/libdtrun_cuda.so" ] || nocuda=(NO_CUDA=1) # the build's own mode, never switched
+make -s -C "$ROOT" "${nocuda[@]}" install DESTDIR="$T/inst" PREFIX=/opt/dtrun-test >"$T/install.out" 2>&1; rc=$?
+v=$("$T/inst/opt/dtrun-test/bin/dtrun" --version 2>&1)
+[ $rc -eq 0 ] && [[ $v == "dtrun "* ]] && pass "make install DESTDIR=... PREFIX=...: the installed dtrun runs ($v)" ||
+  fail "make install" "exit $rc: $(tail -3 "$T/install.out") / $v"
+if [ ${#nocuda[@]} -eq 0 ]; then
+  [ -f "$T/inst/opt/dtrun-test/bin/libdtrun_cuda.so" ] && [[ $v == *"cuda: $T/inst/opt/dtrun-test/bin/libdtrun_cuda.so"* ]] &&
+    pass "make install: the CUDA library beside the binary, found there" || fail "make install: CUDA library" "$v"
+fi
+
 finish
