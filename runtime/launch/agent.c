@@ -502,9 +502,12 @@ int dt_agent_run(const dt_launch_spec_t *sp, char **argv, int argc) {
         }
         ag->run_dir = dt_xstrdup(d);
     } else {
-        char tmpl[] = "/tmp/dtrun-run-XXXXXX";
+        const char *tmp = getenv("TMPDIR"); /* as mktemp(1) */
+        if (!tmp || !*tmp) tmp = "/tmp";
+        char tmpl[PATH_MAX];
+        snprintf(tmpl, sizeof tmpl, "%s/dtrun-run-XXXXXX", tmp);
         if (!mkdtemp(tmpl)) {
-            fprintf(stderr, "dtrun: error: cannot create a run directory in /tmp: %s\n",
+            fprintf(stderr, "dtrun: error: cannot create a run directory in %s (TMPDIR): %s\n", tmp,
                     strerror(errno));
             code = DT_EXIT_FAILED;
             goto out_free_agent;

@@ -160,4 +160,9 @@ if [ $rc -eq 2 ] && [ "$(grep -c "^dtrun: error: rank 0 (.*) refused the job bef
    ! grep -q "Root Cause\|FAILED\|flight recorder" "$T/refuse.out"; then pass "a worker's exit 2: one line, no failure summary or flight dump"
 else fail "a worker's exit 2: one line" "exit $rc: $(cat "$T/refuse.out")"; fi
 
+# --- the run's folder without --log_dir honours TMPDIR
+mkdir -p "$T/tmpd"
+rd=$(TMPDIR="$T/tmpd" timeout 60 "$DTRUN" --standalone --nproc_per_node 1 --exec sh -c 'echo "$DTRUN_RUN_DIR"' 2>&1)
+[[ $rd == "[rank0]:$T/tmpd/dtrun-run-"* ]] && pass "the run folder is under \$TMPDIR" || fail "run folder under TMPDIR" "$rd"
+
 finish
