@@ -156,7 +156,7 @@ fi
 DTRUN_TEST_MEM_AVAILABLE=2000000 timeout 60 "$DTRUN" --standalone --nproc_per_node 2 "$MLP" \
   model.type=gpt model.n_layer=2 model.n_head=2 model.n_embd=32 model.seq_len=32 data.train="$T/corpus.txt" \
   train_micro_batch_size_per_gpu=8 log.dir="$T/memlog" >"$T/refuse.out" 2>&1; rc=$?
-if [ $rc -eq 2 ] && [ "$(grep -c "^dtrun: error: rank 0 (.*) refused the job before training (exit 2; not restarted): .*not enough memory" "$T/refuse.out")" = 1 ] &&
+if [ $rc -eq 2 ] && [ "$(grep -c "^dtrun: error: rank [01] (.*) refused the job before training (exit 2; not restarted): .*not enough memory" "$T/refuse.out")" = 1 ] &&
    ! grep -q "Root Cause\|FAILED\|flight recorder" "$T/refuse.out"; then pass "a worker's exit 2: one line, no failure summary or flight dump"
 else fail "a worker's exit 2: one line" "exit $rc: $(cat "$T/refuse.out")"; fi
 
