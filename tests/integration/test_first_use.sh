@@ -165,4 +165,11 @@ mkdir -p "$T/tmpd"
 rd=$(TMPDIR="$T/tmpd" timeout 60 "$DTRUN" --standalone --nproc_per_node 1 --exec sh -c 'echo "$DTRUN_RUN_DIR"' 2>&1)
 [[ $rd == "[rank0]:$T/tmpd/dtrun-run-"* ]] && pass "the run folder is under \$TMPDIR" || fail "run folder under TMPDIR" "$rd"
 
+# --- a config warning is printed once (by the agent, not again by rank 0), and one
+# from a KEY=VALUE override says it came from the command line
+timeout 60 "$DTRUN" --standalone --nproc_per_node 1 "$MLP" train_steps=1 fp16.enabled=true log.dir="$T/wlog" >"$T/warn.out" 2>&1; rc=$?
+n=$(grep -c "ignoring DeepSpeed keys that dtrun does not implement" "$T/warn.out")
+[ $rc -eq 0 ] && [ "$n" = 1 ] && grep -qF "fp16.enabled=true (from the command line): ignoring DeepSpeed keys" "$T/warn.out" &&
+  pass "a warning once, saying it came from the command line" || fail "a warning once" "exit $rc, $n times: $(cat "$T/warn.out")"
+
 finish
