@@ -124,7 +124,7 @@ FLAGS_STAMP := $(BUILD)/.flags
 # rebuilt when HEAD moves (it printed the revision of the last full build before).
 $(call flags_file,$(BUILD)/.git_rev,$(GIT_REV))
 
-.PHONY: all deps test run bench fuzz fuzz-server clean features gpu-tests gpu-tests-build test-gpu-script
+.PHONY: all deps test run bench fuzz fuzz-server clean features gpu-tests gpu-tests-build test-gpu-script install
 all: features dtrun$(if $(filter 1,$(SAN)),-san) $(CUDA_LIB_TARGET)
 
 $(BUILD)/cli/main.o: $(BUILD)/.git_rev  # after all: the first rule is the default goal
@@ -283,6 +283,16 @@ fuzz-server: | $(DEPS_STAMP)
 	    -luv -lpthread -o build-fuzz/fuzz_store_server
 	$(Q)build-fuzz/fuzz_store_server -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
 	    build-fuzz/corpus-server tests/fuzz/seeds_server tests/fuzz/seeds
+
+# make install [PREFIX=/usr/local] [DESTDIR=...]: dtrun into $(PREFIX)/bin and, when
+# built, its CUDA library beside it (where the binary looks first: common/cudalib.c).
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+install: features dtrun $(CUDA_LIB_TARGET)
+	install -d "$(DESTDIR)$(BINDIR)"
+	install -m 755 dtrun "$(DESTDIR)$(BINDIR)/dtrun"
+	$(if $(CUDA_LIB_TARGET),install -m 755 $(CUDA_LIB) "$(DESTDIR)$(BINDIR)/$(CUDA_LIB)")
+	@echo "installed $(DESTDIR)$(BINDIR)/dtrun$(if $(CUDA_LIB_TARGET), and $(CUDA_LIB) beside it)"
 
 clean:
 	rm -rf build build-san build-fuzz dtrun dtrun-san $(CUDA_LIB)

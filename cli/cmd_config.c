@@ -4,9 +4,11 @@
  *   dtrun config CONFIG.json [KEY=VALUE ...] [--world-size N] [--print-config]
  *   dtrun config --keys
  *
- * Loads the file, applies the overrides, resolves the batch sizes for the world
- * size (default 1) and prints the resolved config as JSON on stdout (exit 0), or
- * every error on stderr (exit 2). Warnings (ignored DeepSpeed keys, "auto")
+ * Runs the launcher's own checks (config_check.h) for one node of --world-size
+ * ranks (default 1): the config table, the data files, the folders, the checkpoint
+ * to resume, the device; prints the resolved config as JSON on stdout (exit 0)
+ * exactly when the launcher would start the workers, else the errors on stderr
+ * (exit 2). Warnings (ignored DeepSpeed keys, "auto")
  * go to stderr either way.
  */
 #include <stdio.h>
@@ -15,15 +17,21 @@
 
 #include "cli/args.h" /* defines: dt_arg_int */
 #include "cli/commands.h"
+#include "cli/config_check.h" /* defines: dt_cli_config_check: the launcher's checks */
 #include "common/mem.h" /* defines: dt_xcalloc */
 #include "runtime/config/config.h" /* defines: dt_config_load, dt_config_resolve, dt_config_dump_json */
-#include "runtime/train/trainer.h" /* defines: dt_trainer_check_pretrained */
 
 static const char config_usage[] =
     "usage: dtrun config CONFIG.json [KEY=VALUE ...] [--world-size N] [--print-config]\n"
     "       dtrun config --keys\n"
-    "Checks a config as the launcher does and prints it resolved, as JSON.\n"
-    "Exit 0 when valid, 2 with every error otherwise.\n";
+    "Checks a config as the launcher does for one node of N ranks (default 1): the\n"
+    "keys, the data files (data.train, data.val), log.dir and checkpoint.dir, a\n"
+    "checkpoint.resume PATH, model.pretrained, device cuda (a GPU visible); prints it\n"
+    "resolved, as JSON.\n"
+    "  --world-size N    resolve the batch for N ranks (the launcher's nnodes x nproc_per_node)\n"
+    "  --print-config    accepted (printing is what this command does)\n"
+    "  --keys            every key: type, default, help\n"
+    "Exit 0 when the launcher would start it, 2 with the errors otherwise.\n";
 
 int dt_cmd_config(int argc, char **argv) {
     const char *path = NULL;
@@ -70,14 +78,18 @@ int dt_cmd_config(int argc, char **argv) {
     }
 
     dt_config_t cfg;
-    dt_status_t st = dt_config_load(path, overrides, n_overrides, &cfg);
-    dt_status_t st2 = dt_config_resolve(&cfg, world_size);
-    if (st != DT_STATUS_OK || st2 != DT_STATUS_OK) {
-        fprintf(stderr, "dtrun config: %d error%s in %s:\n%s", cfg.n_errors,
-                cfg.n_errors == 1 ? "" : "s", path, dt_config_errors(&cfg));
-        rc = DT_EXIT_USAGE;
-    } else if (dt_trainer_check_pretrained(&cfg) != DT_STATUS_OK) {
-        fprintf(stderr, "dtrun config: model.pretrained: %s\n", dt_error_detail());
+    int64_t pick;
+    dt_cli_config_req req = {.path = path,
+                             .overrides = overrides,
+                             .n_overrides = n_overrides,
+                             .nnodes_min = 1,
+                             .nnodes_max = 1,
+                             .nproc_per_node = world_size,
+                             .who = "dtrun config"};
+    if (dt_cli_config_check(&req, &cfg, &pick) != DT_STATUS_OK) {
+        if (cfg.n_errors > 0)
+            fprintf(stderr, "dtrun config: %d error%s in %s:\n%s", cfg.n_errors, cfg.n_errors == 1 ? "" : "s",
+                    path, dt_config_errors(&cfg));
         rc = DT_EXIT_USAGE;
     } else {
         char *json = dt_config_dump_json(&cfg);

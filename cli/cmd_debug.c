@@ -28,6 +28,11 @@ static const char debug_usage[] =
     "  job goes on. RUN_DIR is node 0's <log_dir>/<rdzv_id>.\n";
 
 int dt_cmd_debug(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(debug_usage, stdout);
+            return DT_EXIT_OK;
+        }
     if (argc < 2 || strcmp(argv[1], "dump") != 0) {
         fputs(debug_usage, stderr);
         return DT_EXIT_USAGE;

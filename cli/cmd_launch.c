@@ -6,46 +6,23 @@
  * multi-node run (and `dtrun check`) it also hands the agent what every node must
  * agree on (dt_trainer_preflight_desc), which the agent's preflight compares.
  */
-#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/config_check.h" /* defines: dt_cli_config_check */
 #include "common/fs.h"
-#include "common/gpuinfo.h" /* defines: dt_gpuinfo_count */
 #include "common/log.h"
 #include "common/mem.h"
 #include "runtime/launch/agent.h"
 #include "runtime/config/config.h"
-#include "runtime/train/train_elastic.h" /* defines: dt_train_elastic_check */
-#include "runtime/train/trainer.h" /* defines: dt_trainer_check_pretrained, dt_trainer_check_data, dt_trainer_check_paths, dt_trainer_preflight_desc */
-#include "runtime/train/train_ckpt.h" /* defines: dt_train_ckpt_check_start */
+#include "runtime/train/trainer.h" /* defines: dt_trainer_preflight_desc */
 #include "runtime/launch/launch_args.h"
 
 extern char **environ;
-
-/* Whether a CUDA worker could load the CUDA library, asked of a short child
- * (`dtrun __cuda_probe`, fork + exec) so that the agent itself never maps CUDA.
- * The child prints the loader's message; returns its exit status (0: loadable). */
-static int cuda_probe(void) {
-    char self[PATH_MAX];
-    if (dt_fs_self_exe(self, sizeof self) != DT_STATUS_OK) return 0; /* the worker will say */
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0) return 0;
-    if (pid == 0) {
-        execl(self, self, "__cuda_probe", (char *)NULL);
-        _exit(127);
-    }
-    int ws;
-    while (waitpid(pid, &ws, 0) < 0)
-        if (errno != EINTR) return 0;
-    return WIFEXITED(ws) ? WEXITSTATUS(ws) : DT_EXIT_FAILED;
-}
 
 /* --nnodes MIN:MAX without a train_batch_size: the smallest one every size keeps
  * (dt_train_elastic_check), said and given to the workers as an override; without it
@@ -69,40 +46,17 @@ static void elastic_batch(dt_launch_spec_t *spec, int64_t pick) {
  * anything starts: its errors are exit 2, as the worker would find them. */
 static int check_config(dt_launch_spec_t *spec) {
     dt_config_t cfg;
-    dt_status_t st = dt_config_load(spec->config_path, (const char *const *)spec->extra_argv,
-                                    spec->extra_argc, &cfg);
-    if (st == DT_STATUS_OK && spec->nnodes_min == spec->nnodes_max)
-        st = dt_config_resolve(&cfg, spec->nnodes_max * spec->nproc_per_node);
-    if (st == DT_STATUS_OK) /* elastic or not: a TP group must fit in each node */
-        st = dt_config_check_nodes(&cfg, spec->nproc_per_node);
-    int64_t pick = 0; /* elastic: train_batch_size must be reachable at every size */
-    if (st == DT_STATUS_OK &&
-        dt_train_elastic_check(&cfg, spec->nnodes_min, spec->nnodes_max, spec->nproc_per_node, &pick) != DT_STATUS_OK) {
-        fprintf(stderr, "dtrun: error: %s\n", dt_error_detail());
-        st = DT_STATUS_CONFIG;
-    }
+    int64_t pick = 0;
+    dt_cli_config_req req = {.path = spec->config_path,
+                             .overrides = (const char *const *)spec->extra_argv,
+                             .n_overrides = spec->extra_argc,
+                             .nnodes_min = spec->nnodes_min,
+                             .nnodes_max = spec->nnodes_max,
+                             .nproc_per_node = spec->nproc_per_node,
+                             .who = "dtrun"};
+    dt_status_t st = dt_cli_config_check(&req, &cfg, &pick);
     if (st == DT_STATUS_OK && pick > 0) /* the workers get it as an override */
         elastic_batch(spec, pick);
-    if (st == DT_STATUS_OK && dt_trainer_check_pretrained(&cfg) != DT_STATUS_OK) {
-        fprintf(stderr, "dtrun: error: model.pretrained: %s\n", dt_error_detail());
-        st = DT_STATUS_CONFIG;
-    } else if (st == DT_STATUS_OK && dt_trainer_check_data(&cfg) != DT_STATUS_OK) {
-        fprintf(stderr, "dtrun: error: %s\n", dt_error_detail());
-        st = DT_STATUS_CONFIG;
-    } else if (st == DT_STATUS_OK && dt_trainer_check_paths(&cfg) != DT_STATUS_OK) {
-        fprintf(stderr, "dtrun: error: %s\n", dt_error_detail());
-        st = DT_STATUS_CONFIG;
-    } else if (st == DT_STATUS_OK && dt_train_ckpt_check_start(&cfg) != DT_STATUS_OK) {
-        fprintf(stderr, "dtrun: error: %s\n", dt_error_detail()); /* resume never onto another run's */
-        st = DT_STATUS_CONFIG;
-    } else if (st == DT_STATUS_OK && cfg.device == DT_CONFIG_DEVICE_CUDA && dt_gpuinfo_count() == 0) {
-        const char *vis = getenv("CUDA_VISIBLE_DEVICES");
-        fprintf(stderr, "dtrun: error: device cuda: no GPU is visible on this node%s%s%s\n",
-                vis ? " (CUDA_VISIBLE_DEVICES=" : "", vis ? vis : "", vis ? ")" : "");
-        st = DT_STATUS_CONFIG;
-    } else if (st == DT_STATUS_OK && dt_config_uses_cuda(&cfg) && cuda_probe() != 0) {
-        st = DT_STATUS_CONFIG; /* device cuda, or auto on a node with a GPU: the probe said why */
-    }
     if (st != DT_STATUS_OK) {
         fputs(dt_config_errors(&cfg), stderr);
         char shown[1024];
@@ -143,6 +97,9 @@ static const char check_usage[] =
     "node (start it on each node as you would start the job), and prints a table per\n"
     "node: node, address, version, config digest, data, reachability, clock offset,\n"
     "CPU slots, memory, GPUs. No worker is started.\n"
+    "\n"    "  LAUNCH FLAGS: those of the job (dtrun --help lists them): --nnodes,\n"
+    "  --nproc_per_node, --rdzv_endpoint, --rdzv_id, --rdzv_conf, --local_addr,\n"
+    "  --node_rank, --master_addr, --master_port, --preflight_min_busbw, ...\n"
     "\n"
     "  across nodes: dtrun's version and build, the launch flags that must agree and\n"
     "  the resolved config without the per-node keys (README \"Preflight\"), the data\n"
@@ -186,6 +143,14 @@ int dt_cmd_launch(int argc, char **argv) {
     } else if (spec.mode == DT_LAUNCH_MODE_CHECK) { /* check without a config: the communicator only */
         char *dev[] = {"--device", "auto"};
         code = dt_cli_run_self(&spec, "__comm_check_rank", NULL, dev, 2);
+    } else if (!strcmp(spec.prog_argv[0], "-m")) { /* torchrun's -m MODULE: $PYTHON -m MODULE ... */
+        char **argv2 = dt_xcalloc((size_t)spec.prog_argc + 2, sizeof *argv2);
+        const char *py = getenv("PYTHON");
+        argv2[0] = (char *)(py && *py ? py : "python3");
+        for (int i = 0; i < spec.prog_argc; i++) argv2[i + 1] = spec.prog_argv[i];
+        code = spec.prog_argc < 2 ? (fprintf(stderr, "dtrun: error: --exec -m needs a MODULE\n"), DT_EXIT_USAGE)
+                                  : dt_agent_run(&spec, argv2, spec.prog_argc + 1);
+        free(argv2);
     } else {
         code = dt_agent_run(&spec, spec.prog_argv, spec.prog_argc);
     }

@@ -38,6 +38,7 @@
 #include "common/gpuinfo.h" /* defines: dt_gpu_spec_* */
 #include "common/mem.h"
 #include "kernels/kernels.h"
+#include "runtime/train/data.h" /* defines: dt_data_header_vocab */
 #include "runtime/config/config.h"
 #include "runtime/train/metrics.h"
 #include "runtime/model/model.h"
@@ -308,13 +309,21 @@ static double host_mem_bytes(void) {
     return kb * 1024;
 }
 
-/* The config's vocabulary: given, else what the data implies (256 for text,
- * 50257 for GPT-2 token shards, as the trainer decides). */
+/* The config's vocabulary: given, else what the data implies (256 for text, the
+ * vocabulary the shards' headers record, else 50257 for token shards, as the
+ * trainer decides). */
 static int config_vocab(const dt_config_t *cfg, const char **why) {
     *why = "";
     if (cfg->model.vocab_size > 0) return (int)cfg->model.vocab_size;
     const char *t = cfg->data.train ? cfg->data.train : "";
     size_t n = strlen(t);
+    int recorded = 0;
+    if (n >= 4 && !strcmp(t + n - 4, ".bin") && dt_data_header_vocab(t, &recorded, NULL, 0) == DT_STATUS_OK &&
+        recorded > 0) {
+        *why = " (vocab from the token shards' header)";
+        return recorded;
+    }
+    dt_error_clear();
     if (n >= 4 && !strcmp(t + n - 4, ".bin")) {
         *why = " (vocab 50257 from the token shards)";
         return 50257;

@@ -330,13 +330,15 @@ int cmd_plan_measure(const plan_opts *o, const dt_plan_row *est) {
             return DT_EXIT_FAILED;
         }
     }
-    char dir[] = "/tmp/dtrun-plan-measure.XXXXXX";
+    const char *tmp = getenv("TMPDIR"); /* as mktemp(1) */
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/dtrun-plan-measure.XXXXXX", tmp && *tmp ? tmp : "/tmp");
     if (!mkdtemp(dir)) {
         fprintf(stderr, "dtrun plan: --measure: cannot create a temporary directory: %s\n",
                 strerror(errno));
         return DT_EXIT_FAILED;
     }
-    char nproc[16], steps[48], logdir[128];
+    char nproc[16], steps[48], logdir[1100];
     snprintf(nproc, sizeof nproc, "%d", est->n_gpus);
     snprintf(steps, sizeof steps, "train_steps=%d", o->measure_steps);
     snprintf(logdir, sizeof logdir, "log.dir=%s", dir);
@@ -391,7 +393,7 @@ int cmd_plan_measure(const plan_opts *o, const dt_plan_row *est) {
                 WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
         goto out_remove_dir;
     }
-    char path[256];
+    char path[1100];
     snprintf(path, sizeof path, "%s/summary.json", dir);
     char *text = read_text(path);
     cJSON *sum = text ? cJSON_Parse(text) : NULL;

@@ -32,6 +32,22 @@ static const char *opt_value(int argc, char **argv, int *i, const char *name) {
     return argv[++*i];
 }
 
+static const char store_usage[] =
+    "usage: dtrun store [--host HOST] [--port PORT] [--token-file FILE]\n"
+    "  A rendezvous store alone (the c10d TCPStore protocol) until Ctrl-C.\n"
+    "  --host HOST        default 127.0.0.1 (this machine only); 0.0.0.0 serves every interface\n"
+    "  --port PORT        default 29500; 0 picks a free one (printed)\n"
+    "  --token-file FILE  require the token of FILE (README \"Security\")\n";
+
+static const char bench_store_usage[] =
+    "usage: dtrun bench store [--conns 64,1024,4096] [--connect HOST:PORT] [--reps N] [--seconds S] [--timeout S]\n"
+    "  The store's barrier and SET/GET round trips at each connection count.\n"
+    "  --conns LIST        connection counts (default 64,1024,4096)\n"
+    "  --connect HOST:PORT benchmark that server (e.g. torch's TCPStore) instead of one in-process\n"
+    "  --reps N            repetitions, the median printed (1..100, default 3)\n"
+    "  --seconds S         each SET/GET measurement's length, (0, 60] (default 0.5)\n"
+    "  --timeout S         give up on a barrier after S seconds (default 60)\n";
+
 int dt_cmd_store(int argc, char **argv) {
     const char *host = "127.0.0.1";
     int port = DT_STORE_DEFAULT_PORT;
@@ -39,6 +55,10 @@ int dt_cmd_store(int argc, char **argv) {
     int have_token = 0;
     for (int i = 1; i < argc; i++) {
         const char *v;
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(store_usage, stdout);
+            return DT_EXIT_OK;
+        }
         if ((v = opt_value(argc, argv, &i, "--host"))) {
             if (!*v) goto usage;
             host = v;
@@ -80,9 +100,7 @@ int dt_cmd_store(int argc, char **argv) {
     return DT_EXIT_OK;
 
 usage:
-    fprintf(stderr, "usage: dtrun store [--host HOST] [--port PORT] [--token-file FILE]\n"
-                    "  HOST defaults to 127.0.0.1 (this machine only); 0.0.0.0 serves every "
-                    "interface\n");
+    fputs(store_usage, stderr);
     return DT_EXIT_USAGE;
 }
 
@@ -98,6 +116,10 @@ int dt_cmd_bench_store(int argc, char **argv) {
     int port = 0, external = 0;
     for (int i = 1; i < argc; i++) {
         const char *v;
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(bench_store_usage, stdout);
+            return DT_EXIT_OK;
+        }
         if ((v = opt_value(argc, argv, &i, "--conns"))) {
             nconns = dt_arg_int_list(v, 1, 16384, conns, 16);
             if (nconns < 0) {
@@ -137,9 +159,7 @@ int dt_cmd_bench_store(int argc, char **argv) {
                 return DT_EXIT_USAGE;
             }
         } else {
-            fprintf(stderr, "dtrun bench store: unknown argument '%s'\n"
-                            "usage: dtrun bench store [--conns 64,1024,4096] "
-                            "[--connect HOST:PORT] [--reps N] [--seconds S] [--timeout S]\n", argv[i]);
+            fprintf(stderr, "dtrun bench store: unknown argument '%s'\n%s", argv[i], bench_store_usage);
             return DT_EXIT_USAGE;
         }
     }

@@ -6,6 +6,7 @@
  * for any other failure.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/commands.h"
@@ -29,6 +30,7 @@ int dt_cmd_worker(int argc, char **argv) {
     snprintf(prefix, sizeof prefix, "dtrun rank %d", env.rank);
     dt_log_set_prefix(prefix);
     dt_config_t cfg;
+    if (getenv("DTRUN_AGENT_PID")) dt_config_log_warnings(0); /* the agent said them */
     if (dt_config_load(argv[1], (const char *const *)argv + 2, argc - 2, &cfg) != DT_STATUS_OK) {
         fprintf(stderr, "%s", dt_config_errors(&cfg));
         dt_config_free(&cfg);

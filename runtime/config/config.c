@@ -576,17 +576,23 @@ static void finish(dt_config_t *cfg, const char *src) {
 }
 
 static void flush_notes(parse_ctx_t *ctx) {
+    /* an override names itself as the user wrote it: "KEY=VALUE (from the command line)" */
+    int cli = ctx->origin == DT_CONFIG_ORIGIN_OVERRIDE && !strncmp(ctx->src, "override ", 9);
+    const char *src = cli ? ctx->src + 9 : ctx->src, *from = cli ? " (from the command line)" : "";
     if (ctx->ignored.len)
-        add_warning(ctx->cfg, "%s: ignoring DeepSpeed keys that dtrun does not implement: %s",
-                    ctx->src, ctx->ignored.s);
+        add_warning(ctx->cfg, "%s%s: ignoring DeepSpeed keys that dtrun does not implement: %s", src, from,
+                    ctx->ignored.s);
     if (ctx->autos.len)
-        add_warning(ctx->cfg, "%s: \"auto\" resolved to dtrun's default or derived value for: %s",
-                    ctx->src, ctx->autos.s);
+        add_warning(ctx->cfg, "%s%s: \"auto\" resolved to dtrun's default or derived value for: %s", src, from,
+                    ctx->autos.s);
     free(ctx->ignored.s);
     free(ctx->autos.s);
     ctx->ignored = (dt_config_text){0};
     ctx->autos = (dt_config_text){0};
 }
+
+static int log_warnings = 1;
+void dt_config_log_warnings(int on) { log_warnings = on; }
 
 /* Applies one "KEY=VALUE"; errors are recorded on cfg. */
 static void apply_override(dt_config_t *cfg, const char *kv) {
@@ -675,7 +681,7 @@ static dt_status_t load_text(const char *json, const char *name, const char *con
     }
     finish(cfg, name);
     dt_config_errors_keep_(cfg);
-    if (cfg->warnings_len) {
+    if (cfg->warnings_len && log_warnings) {
         /* the warnings once, line by line */
         char *copy = dt_xstrdup(cfg->warnings);
         for (char *save = NULL, *l = strtok_r(copy, "\n", &save); l;

@@ -285,12 +285,16 @@ typedef struct dt_config {
 /* Fills cfg with the defaults of every key (no file). Free with dt_config_free(). */
 void dt_config_init(dt_config_t *cfg);
 
+/* Whether dt_config_load logs the warnings (default 1). A worker the agent started
+ * turns it off: the agent logged the same warnings when it checked the config. */
+void dt_config_log_warnings(int on);
 /* Reads and validates the JSON file at path, then applies the overrides
  * ("KEY=VALUE": value parsed as JSON, else taken as a string). cfg is always
  * initialised: call dt_config_free() on success and on failure. Returns
  * DT_STATUS_CONFIG when any error was found (dt_config_errors() lists them all;
  * dt_error_detail() holds the first ones), DT_STATUS_OK otherwise. Batch sizes
- * wait for dt_config_resolve(). Logs the warnings once (DT_LOG_WARN). */
+ * wait for dt_config_resolve(). Logs the warnings once (DT_LOG_WARN) unless
+ * dt_config_log_warnings(0) was called. */
 dt_status_t dt_config_load(const char *path, const char *const *overrides, int n_overrides,
                            dt_config_t *cfg);
 /* The same from JSON text; name stands for the file in messages. */

@@ -67,8 +67,10 @@ static void begin_stop(agent_t *ag, int sig, outcome_t why, stop_kind_t kind) {
 static void local_failure(agent_t *ag, worker_t *w) {
     char why[160];
     snprintf(why, sizeof why, "rank %d on %s failed", w->rank, ag->host);
-    dt_agent_flight_collect(ag, why);
     failure_t f = dt_agent_worker_failure(ag, w);
+    /* a refused config (exit 2, before any step) leaves no collective to look for */
+    int refused = f.exitcode == DT_EXIT_USAGE && ag->spec->mode == DT_LAUNCH_MODE_CONFIG;
+    if (!refused) dt_agent_flight_collect(ag, why);
     if (ag->rz) {
         char *line = dt_agent_failure_json(&f);
         dt_status_t st = dt_rdzv_post_failures(ag->rz, line);
@@ -80,7 +82,7 @@ static void local_failure(agent_t *ag, worker_t *w) {
     }
     dt_agent_add_failure(ag, &f);
     if (ag->phase == PHASE_RUNNING || ag->phase == PHASE_BARRIER) {
-        DT_LOG_INFO("rank %d (pid %d) failed; stopping the group", w->rank, (int)w->pid);
+        if (!refused) DT_LOG_INFO("rank %d (pid %d) failed; stopping the group", w->rank, (int)w->pid);
         begin_stop(ag, SIGTERM, OUTCOME_FAILED, STOP_NO_SAVE);
     }
 }
@@ -500,9 +502,12 @@ int dt_agent_run(const dt_launch_spec_t *sp, char **argv, int argc) {
         }
         ag->run_dir = dt_xstrdup(d);
     } else {
-        char tmpl[] = "/tmp/dtrun-run-XXXXXX";
+        const char *tmp = getenv("TMPDIR"); /* as mktemp(1) */
+        if (!tmp || !*tmp) tmp = "/tmp";
+        char tmpl[PATH_MAX];
+        snprintf(tmpl, sizeof tmpl, "%s/dtrun-run-XXXXXX", tmp);
         if (!mkdtemp(tmpl)) {
-            fprintf(stderr, "dtrun: error: cannot create a run directory in /tmp: %s\n",
+            fprintf(stderr, "dtrun: error: cannot create a run directory in %s (TMPDIR): %s\n", tmp,
                     strerror(errno));
             code = DT_EXIT_FAILED;
             goto out_free_agent;
@@ -585,7 +590,8 @@ int dt_agent_run(const dt_launch_spec_t *sp, char **argv, int argc) {
         /* OUTCOME_FAILED */
         int first = sp->mode == DT_LAUNCH_MODE_CONFIG || sp->check_only ? dt_agent_failure_first_exit(ag) : -1;
         if (first == DT_EXIT_USAGE || first == DT_EXIT_PREFLIGHT) { /* no restart: exit 2, or 3 */
-            dt_agent_report_failures(ag);
+            if (first == DT_EXIT_USAGE) dt_agent_report_refusal(ag);
+            else dt_agent_report_failures(ag);
             code = first == DT_EXIT_USAGE ? DT_EXIT_USAGE : DT_EXIT_NETWORK;
             break;
         }

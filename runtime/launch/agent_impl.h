@@ -226,6 +226,10 @@ char *dt_agent_lost_node_failures(const dt_rdzv_node_t *nd, const char *reason);
 /* The job is over and failed: prints torchrun's summary of every node's failures
  * (from the store when there is one, else this node's), or the stop reason. */
 void dt_agent_report_failures(agent_t *ag);
+/* A worker's exit 2 (it refused the config: memory, a check only a rank can make):
+ * one line naming the rank and its reason, instead of the failure summary (its own
+ * message is above it in the log; nothing to restart, no collective to look for). */
+void dt_agent_report_refusal(agent_t *ag);
 /* The exit code of the round's first observed failure (every node's when there is a
  * store), -1 when none: 2 (the built-in trainer refused its config or input: the
  * memory check, a bad file) and DT_EXIT_PREFLIGHT (its communicator's health check

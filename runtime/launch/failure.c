@@ -318,6 +318,32 @@ void dt_agent_report_failures(agent_t *ag) {
     if (!printed && ag->stop_note[0]) fprintf(stderr, "dtrun: the group was stopped: %s\n", ag->stop_note);
 }
 
+void dt_agent_report_refusal(agent_t *ag) {
+    failure_t *fs = ag->fails, *remote = NULL;
+    int n = ag->nfails, nr = 0;
+    char *jsonl = NULL;
+    if (ag->rz && dt_rdzv_get_failures(ag->rz, &jsonl) == DT_STATUS_OK && jsonl && *jsonl &&
+        (nr = parse_failures(jsonl, &remote)) > 0) {
+        fs = remote; /* every node's: the refusal may be another node's */
+        n = nr;
+    }
+    free(jsonl);
+    int root = -1;
+    for (int i = 0; i < n; i++)
+        if (fs[i].exitcode == DT_EXIT_USAGE && (root < 0 || fs[i].time < fs[root].time)) root = i;
+    if (root >= 0) {
+        /* the rank's first line of its own words (past the "last lines of stderr:" header) */
+        const char *m = fs[root].message ? fs[root].message : "";
+        if (!strncmp(m, "last lines of stderr:\n", 22)) m += 22;
+        size_t len = strcspn(m, "\n");
+        fprintf(stderr, "dtrun: error: rank %d (%s) refused the job before training (exit 2; not restarted): %.*s\n",
+                fs[root].rank, fs[root].host, (int)(len > 600 ? 600 : len), m);
+    } else {
+        fprintf(stderr, "dtrun: error: a rank refused the job before training (exit 2; not restarted)\n");
+    }
+    dt_agent_failures_free(remote, nr);
+}
+
 /* The exit code of the first observed failure of fs[0..n) (-1: none). */
 static int first_exit(const failure_t *fs, int n) {
     int first = -1;

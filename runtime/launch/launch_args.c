@@ -314,9 +314,52 @@ static dt_status_t collect_env(char **envp, raw_args_t *raw) {
     return DT_STATUS_OK;
 }
 
+/* s ends with suffix. */
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+/* Appends a as one shell word to buf (single-quoted unless plain). */
+static void append_word(char *buf, size_t size, const char *a) {
+    size_t o = strlen(buf);
+    int plain = *a != '\0';
+    for (const char *c = a; *c; c++)
+        if (!isalnum((unsigned char)*c) && !strchr("_./:=,+@%-", *c)) plain = 0;
+    if (o && o + 1 < size) buf[o++] = ' ';
+    if (!plain && o + 1 < size) buf[o++] = '\'';
+    for (const char *c = a; *c && o + 5 < size; c++) {
+        if (*c == '\'' && !plain) {
+            memcpy(buf + o, "'\\''", 4);
+            o += 4;
+        } else {
+            buf[o++] = *c;
+        }
+    }
+    if (!plain && o + 1 < size) buf[o++] = '\'';
+    buf[o < size ? o : size - 1] = '\0';
+}
+
+/* torchrun's habit `torchrun train.py ...`: a Python program where dtrun takes a
+ * config. The error gives the exact command that runs it once per rank (--exec). */
+static dt_status_t program_not_config(int argc, char **argv, int at) {
+    char cmd[768] = "";
+    append_word(cmd, sizeof cmd, "dtrun");
+    for (int k = 1; k < at; k++)
+        if (strcmp(argv[k], "--no-python") && strcmp(argv[k], "--no_python")) append_word(cmd, sizeof cmd, argv[k]);
+    append_word(cmd, sizeof cmd, "--exec");
+    const char *py = getenv("PYTHON");
+    append_word(cmd, sizeof cmd, py && *py ? py : "python3");
+    for (int k = at; k < argc; k++) append_word(cmd, sizeof cmd, argv[k]);
+    return dt_error(DT_STATUS_USAGE,
+                    "%s is a program, not a config: dtrun runs a program once per rank with --exec, as in\n  %s",
+                    argv[at], cmd);
+}
+
 /* Launch flags up to the config path, --exec or "bench". */
 static dt_status_t collect_cli(int argc, char **argv, raw_args_t *raw, dt_launch_spec_t *spec) {
     int i = 1;
+    int no_python = 0; /* torchrun's --no-python: the program follows, run as given */
     for (; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--exec")) {
@@ -344,7 +387,10 @@ static dt_status_t collect_cli(int argc, char **argv, raw_args_t *raw, dt_launch
         int f = 0;
         while (f < F_COUNT_ && !flag_name_eq(name, nlen, flags[f].name)) f++;
         if (f == F_COUNT_) {
-            if (flag_name_eq(name, nlen, "no_python")) continue; /* torchrun's: --exec already */
+            if (flag_name_eq(name, nlen, "no_python") && !eq) { /* torchrun's: what --exec does */
+                no_python = 1;
+                continue;
+            }
             return dt_error(DT_STATUS_USAGE, "unknown flag '%.*s' (see dtrun --help)",
                             (int)nlen + 2, a);
         }
@@ -376,6 +422,13 @@ static dt_status_t collect_cli(int argc, char **argv, raw_args_t *raw, dt_launch
         spec->mode = DT_LAUNCH_MODE_BENCH_COMM;
         spec->extra_argv = argv + i + 2;
         spec->extra_argc = argc - i - 2;
+        return DT_STATUS_OK;
+    }
+    if (ends_with(argv[i], ".py")) return program_not_config(argc, argv, i);
+    if (no_python && !spec->check_only && !ends_with(argv[i], ".json")) { /* torchrun --no-python PROG ARGS */
+        spec->mode = DT_LAUNCH_MODE_EXEC;
+        spec->prog_argv = argv + i;
+        spec->prog_argc = argc - i;
         return DT_STATUS_OK;
     }
     spec->mode = DT_LAUNCH_MODE_CONFIG;

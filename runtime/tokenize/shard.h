@@ -3,7 +3,9 @@
  * loader and written by `dtrun tokenize`.
  *
  * A shard is a 1024-byte header of 256 little-endian int32 (magic, version, token
- * count, the rest zero) followed by the tokens:
+ * count, then dtrun's own: [3] the vocabulary size the ids come from, the
+ * tokenizer's, 0 when not recorded as llm.c writes it; the rest zero) followed by
+ * the tokens:
  *   magic 20240520 version 1: uint16 tokens (GPT-2-sized vocabularies)
  *   magic 20240801 version 7: uint32 tokens (llm.c's Llama 3 shards)
  */
@@ -20,6 +22,7 @@
 #define DT_SHARD_VERSION_U16 1
 #define DT_SHARD_MAGIC_U32 20240801
 #define DT_SHARD_VERSION_U32 7
+#define DT_SHARD_HEADER_VOCAB 3 /* header[3]: the vocabulary size (0: unknown) */
 
 /* 1 when the first 4 bytes are one of the two magics. */
 int dt_shard_is_magic(int32_t magic);

@@ -86,6 +86,7 @@ static dt_status_t close_shard(dt_shard_out *w) {
     dt_status_t st;
     DT_CHECK_GOTO(flush_buf(w), st, out_close);
     DT_CHECK_GOTO(dt_shard_header(w->token_bytes, w->in_shard, header), st, out_close);
+    header[DT_SHARD_HEADER_VOCAB] = (int32_t)w->vocab;
     DT_CHECK_GOTO(write_all(w->fd, path, header, sizeof header, 0), st, out_close);
     if (fsync(w->fd) != 0) st = dt_error(DT_STATUS_IO, "%s: fsync failed: %s", path, strerror(errno));
 out_close:

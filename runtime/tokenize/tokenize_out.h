@@ -15,6 +15,7 @@
 typedef struct dt_shard_out {
     char *prefix;
     int token_bytes;
+    uint32_t vocab; /* the tokenizer's vocabulary size, in each header (DT_SHARD_HEADER_VOCAB) */
     uint64_t shard_tokens, val_tokens;
     char **tmp, **final; /* every shard of this run, in order */
     int n, cap;

@@ -563,6 +563,7 @@ dt_status_t dt_tokenize_run(const dt_tokenize_opts *o, dt_tokenize_progress *sum
     dt_shard_out w;
     dt_shard_out_init(&w, o->out_prefix, dt_shard_token_bytes(dt_tok_vocab_size(o->tok)), o->shard_tokens,
                       o->val_tokens);
+    w.vocab = dt_tok_vocab_size(o->tok); /* recorded in each header: the trainer's vocabulary */
     pthread_t *th = dt_xcalloc((size_t)o->jobs, sizeof *th);
     int started = 0;
     dt_status_t st = DT_STATUS_OK;

@@ -30,16 +30,32 @@ int dt_data_default_vocab(dt_data_kind_t kind) {
     return kind == DT_DATA_TEXT ? 256 : DT_DATA_GPT2_VOCAB;
 }
 
+/* glob's error callback: a folder of the pattern that does not exist is no match
+ * (reported as such), any other error stops the expansion and is kept to be named. */
+static __thread char glob_err_path[256];
+static __thread int glob_err_errno;
+static int glob_error(const char *epath, int eerrno) {
+    if (eerrno == ENOENT || eerrno == ENOTDIR) return 0;
+    snprintf(glob_err_path, sizeof glob_err_path, "%s", epath);
+    glob_err_errno = eerrno;
+    return 1;
+}
+
 /* key: the config key for messages, or NULL (the caller names it). */
 static dt_status_t expand_glob(const char *key, const char *pattern_raw, glob_t *g) {
-    int rc = glob(pattern_raw, GLOB_ERR | GLOB_BRACE | GLOB_TILDE, NULL, g);
+    glob_err_errno = 0;
+    int rc = glob(pattern_raw, GLOB_BRACE | GLOB_TILDE, glob_error, g);
     char pattern[512];
     dt_fs_printable(pattern_raw, pattern, sizeof pattern);
     if (rc == GLOB_NOMATCH)
         return dt_error(DT_STATUS_NOT_FOUND, "%s%sno file matches '%s'", key ? key : "", key ? ": " : "", pattern);
-    if (rc != 0)
-        return dt_error(DT_STATUS_IO, "%s%scannot read the files of '%s' (%s)", key ? key : "", key ? ": " : "",
-                        pattern, rc == GLOB_NOSPACE ? "out of memory" : "read error");
+    if (rc != 0) {
+        char where[512];
+        dt_fs_printable(glob_err_path, where, sizeof where);
+        return dt_error(DT_STATUS_IO, "%s%scannot read the files of '%s' (%s%s%s)", key ? key : "", key ? ": " : "",
+                        pattern, rc == GLOB_NOSPACE ? "out of memory" : where, rc == GLOB_NOSPACE ? "" : ": ",
+                        rc == GLOB_NOSPACE ? "" : strerror(glob_err_errno ? glob_err_errno : EIO));
+    }
     return DT_STATUS_OK;
 }
 
@@ -78,6 +94,29 @@ dt_status_t dt_data_detect_width(const char *pattern, dt_data_kind_t *kind, int 
     globfree(&g);
     if (token_bytes) *token_bytes = tb;
     return st;
+}
+
+dt_status_t dt_data_header_vocab(const char *pattern, int *vocab, char *file, size_t file_len) {
+    glob_t g;
+    *vocab = 0;
+    if (file && file_len) file[0] = '\0';
+    DT_CHECK(expand_glob(NULL, pattern, &g));
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        int fd;
+        if (dt_fs_open_regular(g.gl_pathv[i], O_RDONLY, 0, &fd, NULL) != DT_STATUS_OK) {
+            dt_error_clear(); /* the loader's own check names it */
+            continue;
+        }
+        int32_t hdr[DT_SHARD_HEADER_VOCAB + 1] = {0};
+        ssize_t n = read(fd, hdr, sizeof hdr);
+        close(fd);
+        if (n == (ssize_t)sizeof hdr && dt_shard_is_magic(hdr[0]) && hdr[DT_SHARD_HEADER_VOCAB] > *vocab) {
+            *vocab = hdr[DT_SHARD_HEADER_VOCAB];
+            if (file && file_len) snprintf(file, file_len, "%s", g.gl_pathv[i]);
+        }
+    }
+    globfree(&g);
+    return DT_STATUS_OK;
 }
 
 dt_status_t dt_data_detect(const char *pattern, dt_data_kind_t *kind) {

@@ -107,6 +107,10 @@ dt_status_t dt_data_detect_width(const char *pattern, dt_data_kind_t *kind, int 
  * key and pattern; a negative val_fraction skips that check (data.val). */
 dt_status_t dt_data_check_files(const char *key, const char *pattern, int seq_len, int vocab_size,
                                 double val_fraction);
+/* The largest vocabulary size the headers of pattern's shards record
+ * (DT_SHARD_HEADER_VOCAB: `dtrun tokenize` writes its tokenizer's): *vocab 0 when
+ * none records one (llm.c's shards, text). file (may be NULL) gets that shard. */
+dt_status_t dt_data_header_vocab(const char *pattern, int *vocab, char *file, size_t file_len);
 /* The vocab a kind implies when the config leaves it at 0: 256 or 50257. */
 int dt_data_default_vocab(dt_data_kind_t kind);
 

@@ -29,6 +29,19 @@ static dt_status_t config_error(dt_status_t st) {
     return dt_error(DT_STATUS_CONFIG, "%s", why);
 }
 
+/* Shards whose header records a larger vocabulary (the tokenizer's) than the model's:
+ * refused before any id is read, naming both numbers and the file. */
+static dt_status_t check_header_vocab(const char *key, const char *pattern, int model_vocab) {
+    int recorded;
+    char file[1024], shown[1024];
+    if (dt_data_header_vocab(pattern, &recorded, file, sizeof file) != DT_STATUS_OK) return config_error(DT_STATUS_CONFIG);
+    if (recorded <= model_vocab) return DT_STATUS_OK;
+    return dt_error(DT_STATUS_CONFIG,
+                    "%s: '%s' was tokenized with a vocabulary of %d ids (its header) but model.vocab_size is %d: "
+                    "set model.vocab_size=%d, or 0 to take it from the data",
+                    key, dt_fs_printable(file, shown, sizeof shown), recorded, model_vocab, recorded);
+}
+
 dt_status_t dt_trainer_check_data(const dt_config_t *cfg) {
     DT_CHECK(dt_train_lora_check_(cfg));
     if (cfg->model.ops->data != DT_MODEL_DATA_TOKENS) return DT_STATUS_OK;
@@ -51,7 +64,9 @@ dt_status_t dt_trainer_check_data(const dt_config_t *cfg) {
             return dt_error(DT_STATUS_CONFIG, "data.train: the sources must be the same kind: '%s' is %s but '%s' is %s",
                             src[0].path, first == DT_DATA_TEXT ? "text" : "token shards", src[i].path,
                             kind == DT_DATA_TEXT ? "text" : "token shards");
-        if (width == 4 && cfg->model.vocab_size == 0 && !cfg->model_pretrained)
+        int recorded = 0;
+        if (width == 4 && cfg->model.vocab_size == 0 && !cfg->model_pretrained &&
+            dt_data_header_vocab(src[i].path, &recorded, NULL, 0) == DT_STATUS_OK && recorded == 0)
             return dt_error(DT_STATUS_CONFIG,
                             "%s: '%s' holds uint32 token shards (llm.c version 7): set model.vocab_size to the "
                             "tokenizer's vocabulary size (it cannot be guessed from the data)",
@@ -72,9 +87,11 @@ dt_status_t dt_trainer_check_data(const dt_config_t *cfg) {
             char key[48];
             if (cfg->data.n_sources) snprintf(key, sizeof key, "data.train[%d]", i);
             else snprintf(key, sizeof key, "data.train");
+            DT_CHECK(check_header_vocab(key, src[i].path, spec.vocab_size));
             double vf = cfg->data.val && *cfg->data.val ? 0 : cfg->data.val_fraction;
             DT_CHECK(config_error(dt_data_check_files(key, src[i].path, spec.seq_len, spec.vocab_size, vf)));
         }
+        if (cfg->data.val) DT_CHECK(check_header_vocab("data.val", cfg->data.val, spec.vocab_size));
         if (cfg->data.val)
             DT_CHECK(config_error(dt_data_check_files("data.val", cfg->data.val, spec.seq_len, spec.vocab_size, -1)));
     }

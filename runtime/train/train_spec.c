@@ -16,16 +16,24 @@ int dt_trainer_sources_(const dt_config_t *cfg, dt_data_source *out) {
     return cfg->data.n_sources;
 }
 
-/* uint32 shards have no default vocabulary: dt_data_open asks for model.vocab_size. */
+/* model.vocab_size 0: the largest vocabulary the shards' headers record (dtrun
+ * tokenize writes its tokenizer's), else the kind's default; uint32 shards without
+ * one have none: dt_data_open asks for model.vocab_size. */
 dt_status_t dt_trainer_spec_(const dt_config_t *cfg, dt_model_spec *spec) {
     dt_model_spec_copy(&cfg->model, spec);
     if (spec->ops->data == DT_MODEL_DATA_TOKENS && spec->vocab_size == 0) {
         dt_data_source src[DT_DATA_MAX_SOURCES] = {{0}};
-        dt_trainer_sources_(cfg, src);
+        int n = dt_trainer_sources_(cfg, src);
         dt_data_kind_t kind;
-        int width;
+        int width, recorded = 0;
         DT_CHECK(dt_data_detect_width(src[0].path, &kind, &width));
-        if (width != 4) spec->vocab_size = dt_data_default_vocab(kind);
+        for (int i = 0; i < n; i++) {
+            int v;
+            DT_CHECK(dt_data_header_vocab(src[i].path, &v, NULL, 0));
+            if (v > recorded) recorded = v;
+        }
+        if (recorded > 0) spec->vocab_size = recorded;
+        else if (width != 4) spec->vocab_size = dt_data_default_vocab(kind);
     }
     return DT_STATUS_OK;
 }

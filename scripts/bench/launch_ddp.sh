@@ -5,9 +5,10 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 DTRUN=${DTRUN:-./dtrun}
 NP=${NP:-2}
-echo "== dtrun --standalone --nproc_per_node $NP --exec python3 scripts/bench/ddp_gloo.py"
+PYTHON=${PYTHON:-python3} # a python with torch (pip install torch); torchrun from the same environment
+echo "== dtrun --standalone --nproc_per_node $NP --exec $PYTHON scripts/bench/ddp_gloo.py"
 s=$(date +%s%N)
-"$DTRUN" --standalone --nproc_per_node "$NP" --exec python3 scripts/bench/ddp_gloo.py 2>/dev/null | tee /tmp/ddp_dtrun.$$
+"$DTRUN" --standalone --nproc_per_node "$NP" --exec "$PYTHON" scripts/bench/ddp_gloo.py 2>/dev/null | tee /tmp/ddp_dtrun.$$
 echo "(wall $(( ($(date +%s%N) - s) / 1000000 )) ms)"
 echo "== torchrun --standalone --nproc_per_node $NP scripts/bench/ddp_gloo.py"
 s=$(date +%s%N)

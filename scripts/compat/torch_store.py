@@ -7,7 +7,7 @@ client setting and without), exercises every command torch's client has that
 our server implements, and checks every answer. One line per check; exits 1 on
 any failure. Needs torch; not part of `make test`.
 
-usage: scripts/compat/torch_store.py [path/to/dtrun]
+usage: scripts/compat/torch_store.py [DTRUN]   (default ./dtrun)
 """
 import datetime
 import os

@@ -20,22 +20,25 @@ has() { if grep -qF -- "$3" "$2"; then pass "$1"; else fail "$1" "no <$3> in: $(
 eq() { if [ "$2" = "$3" ]; then pass "$1"; else fail "$1" "got <$2>, expected <$3>"; fi; }
 json_get() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval("d"+sys.argv[2]))' "$@"; }
 
-# every preset is valid, and the output is JSON with the batch resolved
+# every preset is valid once its data is there (a clone has none; the CPU stands in
+# for a GPU), and the output is JSON with the batch resolved
+make_text "$T/corpus.txt" 7 3000
+DATA=(data.train="$T/corpus.txt" data.val="$T/corpus.txt" device=cpu)
 for f in configs/*.json; do
   n=$(basename "$f" .json)
-  run "preset_$n" 0 "$f" &&
+  run "preset_$n" 0 "$f" "${DATA[@]}" &&
     eq "preset $n: exit 0, resolved JSON" "$(json_get "$T/preset_$n.out" '["train_micro_batch_size_per_gpu"] >= 1')" True
 done
-run demo_ws2 0 configs/demo.json --world-size 2 --print-config &&
+run demo_ws2 0 configs/demo.json --world-size 2 --print-config "${DATA[@]}" &&
   eq "demo at world size 2: train_batch_size 32" "$(json_get "$T/demo_ws2.out" '["train_batch_size"]')" 32
 
 # the dump loads again and prints the same
-run dump1 0 configs/gpt2-124m.json --world-size 4 && cp "$T/dump1.out" "$T/dump.json" &&
+run dump1 0 configs/gpt2-124m.json --world-size 4 "${DATA[@]}" && cp "$T/dump1.out" "$T/dump.json" &&
   run dump2 0 "$T/dump.json" --world-size 4 &&
   { cmp -s "$T/dump1.out" "$T/dump2.out" && pass "dump reloads to the same config" || fail "dump reloads to the same config"; }
 
 # overrides
-run ov 0 configs/demo.json model.n_layer=2 optimizer.params.lr=3e-4 strategy=fsdp && {
+run ov 0 configs/demo.json "${DATA[@]}" model.n_layer=2 optimizer.params.lr=3e-4 strategy=fsdp && {
   eq "override model.n_layer" "$(json_get "$T/ov.out" '["model"]["n_layer"]')" 2
   eq "override optimizer.params.lr" "$(json_get "$T/ov.out" '["optimizer"]["params"]["lr"]')" 0.0003
   eq "override strategy sets the stage" "$(json_get "$T/ov.out" '["zero_optimization"]["stage"]')" 3

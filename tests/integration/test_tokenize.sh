@@ -12,7 +12,8 @@ DOCS=$FX/cli_docs
 INPUTS=("$DOCS/a.txt" "$DOCS/b.txt" "$DOCS/empty.txt" "$DOCS/c.jsonl" "$DOCS/big.txt")
 TK() { "$DTRUN" tokenize "$@"; }
 
-# shards FILE...: checks each llm.c header against the file size and prints
+# shards FILE...: checks each llm.c header against the file size (and dtrun's
+# vocabulary size in int32 number 3 against the ids) and prints
 # "MAGIC VERSION WIDTH COUNT" per file, then every id of all files on one line.
 shards() {
   python3 - "$@" <<'PY'
@@ -23,10 +24,14 @@ for p in sys.argv[1:]:
     magic, ver, n = struct.unpack("<3i", b[:12])
     w = {20240520: 2, 20240801: 4}[magic]
     assert (magic, ver) in ((20240520, 1), (20240801, 7)), (magic, ver)
-    assert b[12:1024] == bytes(1012), "header tail not zero"
+    vocab, = struct.unpack("<i", b[12:16])  # dtrun's: the tokenizer's vocabulary size
+    assert vocab > 0, "no vocabulary size in the header"
+    assert b[16:1024] == bytes(1008), "header tail not zero"
     assert len(b) == 1024 + w * n, (p, len(b), n)
     print(magic, ver, w, n)
-    ids += struct.unpack("<%d%s" % (n, "H" if w == 2 else "I"), b[1024:])
+    got = struct.unpack("<%d%s" % (n, "H" if w == 2 else "I"), b[1024:])
+    assert all(i < vocab for i in got), "an id past the header's vocabulary"
+    ids += got
 print(" ".join(map(str, ids)))
 PY
 }
