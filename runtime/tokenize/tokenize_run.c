@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/fs_safe.h" /* defines: dt_fs_open_regular */
 #include "common/mem.h"
 #include "runtime/tokenize/shard.h"
 #include "runtime/tokenize/tokenize_out.h"
@@ -122,13 +123,10 @@ static dt_status_t source_open(source *s) {
     if (s->is_stdin) {
         s->data = "";
     } else {
-        int fd = open(s->path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0) return dt_error(DT_STATUS_NOT_FOUND, "%s: cannot open: %s", s->path, strerror(errno));
+        /* a FIFO, device or directory is refused without blocking (stdin is "-") */
+        int fd;
         struct stat sb;
-        if (fstat(fd, &sb) != 0) {
-            close(fd);
-            return dt_error(DT_STATUS_IO, "%s: stat failed: %s", s->path, strerror(errno));
-        }
+        DT_CHECK(dt_fs_open_regular(s->path, O_RDONLY | O_CLOEXEC, 0, &fd, &sb));
         s->len = (size_t)sb.st_size;
         if (s->len > 0) {
             void *m = mmap(NULL, s->len, PROT_READ, MAP_PRIVATE, fd, 0);

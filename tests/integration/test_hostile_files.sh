@@ -72,6 +72,8 @@ mkdir -p "$T/rf" && mkfifo "$T/rf/metrics.jsonl"
 want "report: metrics.jsonl a FIFO: no hang" 2 "metrics.jsonl: not a regular file (a FIFO)" "$DTRUN" report "$T/rf"
 want "tokenize --decode a FIFO: exit 2, no hang" 2 "not a regular file (a FIFO)" \
   "$DTRUN" tokenize --tokenizer tests/fixtures/tok/gpt2 --decode "$T/cfg.fifo"
+want "tokenize: an input file that is a FIFO: exit 2, no hang" 2 "not a regular file (a FIFO)" \
+  "$DTRUN" tokenize --tokenizer tests/fixtures/tok/gpt2 "$T/cfg.fifo" -o "$T/tokfifo"
 
 # ---- a checkpoint that disagrees with its folder; NaN weights ----
 mkdir -p "$T/ck9" && cp -r "$CK" "$T/ck9/step_00000005"
