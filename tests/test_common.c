@@ -44,6 +44,8 @@ Test(status, error_detail_can_prefix_itself) {
     dt_error(DT_STATUS_CONFIG, "/work/tests/fixtures/lora/adapter_config.json: r is %d", 8);
     dt_error(DT_STATUS_CONFIG, "lora.init: %s", dt_error_detail());
     cr_assert_str_eq(dt_error_detail(), "lora.init: /work/tests/fixtures/lora/adapter_config.json: r is 8");
+}
+
 /* Issue 31: a message that quotes the detail it replaces came out garbled (the
  * prefix overwrote the reason while vsnprintf was still reading it). */
 Test(status, error_that_quotes_the_detail_keeps_it) {
