@@ -85,7 +85,7 @@ dt_status_t dt_ckpt_check_ranges_(ck_range *r, int n, uint64_t n_params, int nee
             return dt_error(DT_STATUS_FORMAT, "%s: range %s of %s lies outside the buffer's %llu elements", where,
                             range_str(a, x, sizeof x), file_of(shards, a), (unsigned long long)n_params);
     }
-    qsort(r, (size_t)n, sizeof *r, cmp_range);
+    if (n > 0) qsort(r, (size_t)n, sizeof *r, cmp_range); /* (r is NULL when n is 0) */
     for (int i = 0; i < n;) {
         int j = i;
         uint64_t total = 0;
