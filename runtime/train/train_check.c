@@ -16,7 +16,6 @@
 #include "common/fs.h" /* defines: dt_fs_printable, dt_fs_kind_name */
 #include "runtime/ckpt/checkpoint.h"
 #include "runtime/ckpt/hf_weights.h"
-#include "runtime/train/train_ckpt.h" /* defines: dt_train_ckpt_lock_probe */
 #include "runtime/train/train_lora.h" /* defines: dt_train_lora_check_, dt_train_lora_spec_ */
 #include "runtime/train/train_spec.h" /* defines: dt_trainer_sources_, dt_trainer_spec_ */
 #include "runtime/train/trainer.h"
@@ -190,7 +189,6 @@ dt_status_t dt_trainer_check_paths(const dt_config_t *cfg) {
      * folder found then costs the whole run */
     if (cfg->checkpoint.every_steps > 0 && cfg->checkpoint.dir && *cfg->checkpoint.dir)
         DT_CHECK(check_writable_dir("checkpoint.dir", cfg->checkpoint.dir));
-    DT_CHECK(dt_train_ckpt_lock_probe(cfg)); /* another run saves there now */
     const char *mode = cfg->checkpoint.resume;
     if (!mode || !strcmp(mode, "auto") || !strcmp(mode, "never")) return DT_STATUS_OK;
     /* a checkpoint named by path: the one the workers' reader will open, for this model */

@@ -544,24 +544,6 @@ dt_status_t dt_train_ckpt_lock(const dt_config_t *cfg, int rank) {
     return DT_STATUS_OK;
 }
 
-dt_status_t dt_train_ckpt_lock_probe(const dt_config_t *cfg) {
-    if (!dt_train_ckpt_enabled(cfg) || !cfg->checkpoint.dir || !*cfg->checkpoint.dir) return DT_STATUS_OK;
-    char path[4200];
-    struct stat sb;
-    snprintf(path, sizeof path, "%s/" LOCK_NAME, cfg->checkpoint.dir);
-    if (lstat(path, &sb) != 0) return DT_STATUS_OK; /* no run ever locked it */
-    int fd;
-    if (dt_fs_open_regular(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC, 0, &fd, NULL) != DT_STATUS_OK) {
-        dt_error_clear(); /* the worker's lock will say */
-        return DT_STATUS_OK;
-    }
-    struct flock q = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
-    dt_status_t st = DT_STATUS_OK;
-    if (fcntl(fd, F_GETLK, &q) == 0 && q.l_type != F_UNLCK) st = held(fd, path, q.l_pid);
-    close(fd);
-    return st;
-}
-
 dt_status_t dt_train_ckpt_check_start(const dt_config_t *cfg) {
     const char *mode = cfg->checkpoint.resume ? cfg->checkpoint.resume : "auto";
     if (!dt_train_ckpt_enabled(cfg) || strcmp(mode, "never") != 0 || cfg->checkpoint.overwrite) return DT_STATUS_OK;

@@ -101,11 +101,10 @@ dt_status_t dt_train_ckpt_check_start(const dt_config_t *cfg);
 /* One run per checkpoint folder: rank 0 takes a POSIX lock on
  * <checkpoint.dir>/.dtrun.lock (recording its pid, host and start) and holds it
  * until its process ends; a folder another run holds is DT_STATUS_CONFIG naming that
- * run. Restarts and resizes of one launch take it again (the old ranks are gone). */
+ * run. Restarts and resizes of one launch take it again (the old ranks are gone).
+ * Rank 0 takes it, not the launcher: a node that joins a running elastic job, or
+ * returns to it, starts while the job holds it. */
 dt_status_t dt_train_ckpt_lock(const dt_config_t *cfg, int rank);
-/* The launcher's look before workers start: the folder's lock held by another run
- * is DT_STATUS_CONFIG, as dt_train_ckpt_lock would find it. */
-dt_status_t dt_train_ckpt_lock_probe(const dt_config_t *cfg);
 
 /* Checkpoints are on: checkpoint.every_steps > 0 and a directory. */
 int dt_train_ckpt_enabled(const dt_config_t *cfg);

@@ -152,18 +152,19 @@ if [ $rc -eq 2 ] && grep -q "the run's train_batch_size (from the checkpoint a r
 else fail "elastic resume batch" "rc=$rc $(tail -2 "$DT_TMP/h0.out")"; fi
 
 # ---- 5: steps lost are counted from the last step done, not the last one logged: one
-# log line per 1000 steps, node 2 SIGKILLed after the step-20 checkpoint and more steps
-cfg "$DT_TMP/ckl" "$DT_TMP/logl" 400 | sed 's/"steps_per_print": 1,/"steps_per_print": 1000,/' > "$DT_TMP/l.json"
+# log line per 1000 steps, checkpoints every 100, node 2 SIGKILLed a few steps after
+# the step-100 checkpoint (the kill landing on a boundary would lose none: 1 in 100)
+cfg "$DT_TMP/ckl" "$DT_TMP/logl" 1000 | sed 's/"steps_per_print": 1,/"steps_per_print": 1000,/; s/"every_steps": 20,/"every_steps": 100,/' > "$DT_TMP/l.json"
 R=$(flags "$(port)")
 timeout 60 "$DTRUN" $R --local_addr 127.0.0.2 "$DT_TMP/l.json" > "$DT_TMP/l0.out" 2>&1 & a0=$!
 timeout 60 "$DTRUN" $R --local_addr 127.0.0.3 "$DT_TMP/l.json" > "$DT_TMP/l1.out" 2>&1 & a1=$!
 "$DTRUN" $R --local_addr 127.0.0.4 "$DT_TMP/l.json" > "$DT_TMP/l2.out" 2>&1 & a2=$!
 deadline=$((SECONDS + 30))
-while [ ! -e "$DT_TMP/ckl/step_00000020" ] && [ $SECONDS -lt $deadline ]; do sleep 0.02; done
-sleep 0.3; kill -9 $a2; wait $a2 2>/dev/null
+while [ ! -e "$DT_TMP/ckl/step_00000100" ] && [ $SECONDS -lt $deadline ]; do sleep 0.01; done
+sleep 0.05; kill -9 $a2; wait $a2 2>/dev/null
 wait $a0; rc0=$?; wait $a1
 lost=$(sed -n 's/.*resumed from the checkpoint of step \([0-9]*\), \([0-9]*\) step(s) lost.*/\1 \2/p' "$DT_TMP/l0.out" | head -1)
-if [ $rc0 -eq 0 ] && [ -n "$lost" ] && [ "${lost#* }" -gt 0 ] && [ "${lost#* }" -lt 400 ]; then
+if [ $rc0 -eq 0 ] && [ -n "$lost" ] && [ "${lost#* }" -gt 0 ] && [ "${lost#* }" -lt 1000 ]; then
   pass "steps lost counted from the last step done (resumed at ${lost% *}, ${lost#* } lost; none was logged)"
 else fail "steps lost" "rc=$rc0 lost='$lost' $(grep -E 'elastic resize' "$DT_TMP/l0.out")"; fi
 finish
