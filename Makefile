@@ -244,7 +244,7 @@ FUZZ_MODELS := $(addprefix runtime/model/,model.c registry.c gpt.c llama.c mlp.c
                recompute.c stage.c lora.c lora_config.c) kernels/backend.c $(wildcard kernels/cpu/*.c) common/cudalib.c \
                common/gpuinfo.c common/meminfo.c common/rng.c
 FUZZ_SRC_store_frame := rendezvous/proto.c
-FUZZ_SRC_tokenizer := $(addprefix runtime/tokenize/,tok.c tok_bpe.c tok_chunk.c tok_load.c tok_pretok.c \
+FUZZ_SRC_tokenizer := $(addprefix runtime/tokenize/,tok.c tok_bpe.c tok_chunk.c tok_cut.c tok_load.c tok_pretok.c \
                       tok_unicode.c tok_unicode_tables.c)
 FUZZ_SRC_safetensors := runtime/ckpt/st_read.c
 FUZZ_SRC_st_index := runtime/ckpt/st_read.c
