@@ -53,7 +53,9 @@ static inline void dt_cpu_split(size_t total, int n, int i, size_t *begin, size_
  * vectorise (no branches, no libm call). Underflows to 0 below -87.3, saturates
  * at e^88. */
 static inline float dt_cpu_expf(float x) {
-    float xc = x < -87.3f ? -87.3f : (x > 88.0f ? 88.0f : x);
+    /* NaN clamps to -87.3 (no NaN reaches the int conversion, which would be UB) and
+     * comes back out as NaN below: a poisoned logit stays visible. */
+    float xc = x > -87.3f ? (x < 88.0f ? x : 88.0f) : -87.3f;
     float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round */
     float r = xc - n * 0.693145751953125f;   /* ln2 split in a high part ... */
     r = r - n * 1.428606765330187e-06f;      /* ... and a low part */
@@ -69,7 +71,7 @@ static inline float dt_cpu_expf(float x) {
     float scale;
     memcpy(&scale, &bits, sizeof scale);
     float y = p * scale;
-    return x < -87.3f ? 0.0f : y;
+    return x < -87.3f ? 0.0f : (x == x ? y : x);
 }
 
 /* In place: row[0:n] = softmax(row[0:n]) with max subtraction. Vectorised. */
