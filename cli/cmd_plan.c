@@ -539,6 +539,7 @@ int dt_cmd_plan(int argc, char **argv) {
         rc = cmd_plan_sweep_error(&c, st);
         goto out_free;
     }
+    if ((rc = cmd_plan_setup_lora(&o, &c))) goto out_free;
     if (!o.ax.n_strategies)
         for (int s = 0; s < DT_STRATEGY_COUNT; s++) o.ax.strategies[o.ax.n_strategies++] = s;
     dt_plan_choice ch;
@@ -550,16 +551,10 @@ int dt_cmd_plan(int argc, char **argv) {
     cmd_plan_expand(ch.cheapest_reason, sizeof ch.cheapest_reason);
     cmd_plan_expand(ch.fastest_reason, sizeof ch.fastest_reason);
     cmd_plan_expand(ch.tp_reason, sizeof ch.tp_reason);
-    if (o.json && (o.lora_r || o.base_dtype || o.lora_targets)) { /* not silently dropped */
-        rc = usage_error("--lora-r/--base-dtype/--lora-targets: the LoRA section is not in --json's output yet; "
-                         "run without --json");
-        goto out_free;
-    }
     if (o.json) cmd_plan_print_json(&o, &c, rows, n_rows, &ch);
     else cmd_plan_print_text(&o, &c, rows, n_rows, &ch);
-    rc = o.json ? DT_EXIT_OK : cmd_plan_print_lora(&o, &c);
+    if (!o.json) cmd_plan_print_lora(&c);
     fflush(stdout);
-    if (rc) goto out_free;
     if (o.measure) {
         /* the config's strategy at the first GPU count, at its TP size */
         int want = o.highlight_strategy >= 0 ? o.highlight_strategy : DT_STRATEGY_DDP;
@@ -580,6 +575,7 @@ int dt_cmd_plan(int argc, char **argv) {
 out_free:
     free(rows);
     dt_plan_sweep_free(&c.sw);
+    if (c.have_lora) dt_plan_lora_free(&c.lora);
     if (c.have_cfg) dt_config_free(&c.cfg);
     return rc;
 }

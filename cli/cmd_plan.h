@@ -53,16 +53,22 @@ typedef struct plan_ctx {
     dt_model_spec spec; /* the config's model (have_spec) */
     int have_spec;
     char gpu_label[96], model_label[384], work_label[160];
+    dt_plan_lora lora; /* --lora-r or the config's lora section (have_lora); sw.lora points here */
+    int have_lora;
 } plan_ctx;
 
 /* cmd_plan_pp.c: --pp, --schedule, --virtual-stages, --partition (1: not one of
  * them, else 0 or an exit code). */
 int cmd_plan_parse_pp_flag(const char *flag, const char *val, plan_opts *o);
 /* cmd_plan_lora.c: --lora-r, --base-dtype, --lora-targets (1: not one of them, else 0
- * or an exit code); the LoRA model-state section when --lora-r or the config's
- * lora.r is set (0, or an exit code). */
+ * or an exit code); cmd_plan_setup_lora: the LoRA run's arithmetic when --lora-r or
+ * the config's lora.r is set, every row then the LoRA run's (0, or an exit code);
+ * cmd_plan_print_lora / _json: its section. */
 int cmd_plan_parse_lora_flag(const char *flag, const char *val, plan_opts *o);
-int cmd_plan_print_lora(const plan_opts *o, const plan_ctx *c);
+int cmd_plan_setup_lora(const plan_opts *o, plan_ctx *c); /* after the sweep's TP/PP setup */
+void cmd_plan_print_lora(const plan_ctx *c);
+struct cJSON;
+void cmd_plan_lora_json(const plan_ctx *c, struct cJSON *root);
 int cmd_plan_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* cmd_plan_usage.c: plan's messages ("{tp}", runtime/tools/plan.h) in `dtrun plan`'s
  * flags ("--tp"): this thread's dt_error_detail (a static buffer), and msg in place

@@ -117,7 +117,9 @@ void cmd_plan_print_text(const plan_opts *o, const plan_ctx *c, const dt_plan_ro
                                                                       : "  <- fastest")
                             : "");
     }
-    printf("\nRecommendation\n  cheapest: %s\n  fastest:  %s\n", ch->cheapest_reason,
+    if (c->have_lora) printf("\nRecommendation (LoRA r %d: the adapters trained, the base frozen)", c->lora.spec.r);
+    else printf("\nRecommendation");
+    printf("\n  cheapest: %s\n  fastest:  %s\n", ch->cheapest_reason,
            ch->fastest_reason);
     if (ch->tp_reason[0]) printf("  TP:       %s\n", ch->tp_reason);
     if (c->sw.n_stages) {
@@ -265,6 +267,7 @@ void cmd_plan_print_json(const plan_opts *o, const plan_ctx *c, const dt_plan_ro
     else cJSON_AddNullToObject(w, "tokens");
     if (in->price > 0) cJSON_AddNumberToObject(w, "price", in->price);
     else cJSON_AddNullToObject(w, "price");
+    cmd_plan_lora_json(c, root);
     cJSON *arr = cJSON_AddArrayToObject(root, "rows");
     for (int i = 0; i < n_rows; i++) cJSON_AddItemToArray(arr, row_json(&rows[i]));
     cJSON *r = cJSON_AddObjectToObject(root, "recommendation");

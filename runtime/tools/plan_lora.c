@@ -74,6 +74,8 @@ dt_status_t dt_plan_lora_row(const dt_plan_input *in, const dt_plan_lora *lora, 
     dt_plan_row a;
     DT_CHECK(dt_plan_row_compute(&ai, row->strategy, row->n_gpus, &a));
     double scratch = lora->scratch_per_row * (double)in->micro_batch * (double)in->model.seq_len;
+    /* the base row's compute without recomputation (efficiency = base / step) */
+    double base_s = row->efficiency * row->step_s;
     row->params = a.params + lora->base_bytes + lora->sink_bytes;
     row->grads = a.grads;
     row->optim = a.optim;
@@ -83,6 +85,34 @@ dt_status_t dt_plan_lora_row(const dt_plan_input *in, const dt_plan_lora *lora, 
     double states = row->params + row->grads + row->optim;
     row->total = states + row->acts + row->comm_buf;
     row->total_ckpt = states + row->acts_ckpt + row->comm_buf;
+    /* what fits now (the adapters' states are a fraction of the base row's): the
+     * cheaper recomputation policy again when it fits, as dt_plan_row_compute picks */
+    if (!in->model.feature_rows && row->ckpt_policy == DT_MODEL_RECOMPUTE_FULL) {
+        double sel = dt_plan_input_activation_bytes(in, &in->model, DT_MODEL_RECOMPUTE_SELECTIVE) + scratch;
+        if (states + sel + row->comm_buf <= row->usable) {
+            row->ckpt_policy = DT_MODEL_RECOMPUTE_SELECTIVE;
+            row->acts_ckpt = sel;
+            row->total_ckpt = states + sel + row->comm_buf;
+        }
+    }
+    row->fit = row->total <= row->usable ? DT_PLAN_FIT_YES
+               : row->total_ckpt <= row->usable ? DT_PLAN_FIT_CKPT
+                                                : DT_PLAN_FIT_NO;
+    if (base_s > 0)
+        row->compute_s = base_s * (row->fit == DT_PLAN_FIT_CKPT ? dt_plan_recompute_factor(&in->model, row->ckpt_policy) : 1.0);
+    /* the collectives move the adapters' gradients and states only (the base's
+     * compute stays: its activations' gradients are still computed) */
+    row->comm_s = a.comm_s - a.tp_comm_s + row->tp_comm_s;
+    row->exposed_s = a.exposed_s - a.tp_comm_s + row->tp_comm_s;
+    row->overlapped_s = row->comm_s - row->exposed_s;
+    row->n_collectives = a.n_collectives;
+    double tokens = row->step_s * row->tokens_per_s; /* the job's tokens per step */
+    row->step_s = row->compute_s + row->exposed_s; /* no pipeline: LoRA runs data-parallel */
+    if (row->step_s > 0) {
+        row->efficiency = base_s / row->step_s;
+        row->tokens_per_s = tokens / row->step_s;
+    }
+    dt_plan_cost(in->hours_1gpu, row->n_gpus, in->price, row->efficiency, &row->hours, &row->cost);
     return DT_STATUS_OK;
 }
 

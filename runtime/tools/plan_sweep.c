@@ -197,7 +197,7 @@ dt_status_t dt_plan_sweep_rows(dt_plan_sweep *sw, int strategy, int k, const dt_
     /* a strategy the trainer does not run with a model-parallel dim (the strategy table:
      * hsdp, whose shard group is a node's ranks, where TP groups and stages live): no row */
     if ((o->tps[k] > 1 && !dt_strategy_composes(strategy, DT_LAYOUT_TP)) ||
-        (pl->pp > 1 && !dt_strategy_composes(strategy, DT_LAYOUT_PP)))
+        (pl->pp > 1 && !dt_strategy_composes(strategy, DT_LAYOUT_PP)) || (sw->lora && (o->tps[k] > 1 || pl->pp > 1)))
         return DT_STATUS_OK;
     if (pl->pp > 1) {
         if (pp_model(sw, mm, pl, &pm) != DT_STATUS_OK) return o->pp_auto ? DT_STATUS_OK : DT_STATUS_USAGE;
@@ -215,7 +215,9 @@ dt_status_t dt_plan_sweep_rows(dt_plan_sweep *sw, int strategy, int k, const dt_
         dt_plan_input in = sw->in;
         in.model = *mm;
         in.pp_schedule = pl->schedule;
-        st = dt_plan_row_compute(&in, strategy, o->counts[i], &rows[(*r)++]);
+        st = dt_plan_row_compute(&in, strategy, o->counts[i], &rows[*r]);
+        if (st == DT_STATUS_OK && sw->lora) st = dt_plan_lora_row(&in, sw->lora, &rows[*r]);
+        (*r)++;
         if (st != DT_STATUS_OK) {
             st = DT_STATUS_USAGE; /* its message names the flag */
             break;
@@ -286,6 +288,7 @@ dt_status_t dt_plan_sweep_row(dt_plan_sweep *sw, int strategy, int tp, int n, dt
     dt_plan_input in = sw->in;
     in.model = sw->tp_models[k];
     if (dt_plan_row_compute(&in, strategy, n, out) != DT_STATUS_OK) return DT_STATUS_USAGE;
+    if (sw->lora && dt_plan_lora_row(&in, sw->lora, out) != DT_STATUS_OK) return DT_STATUS_USAGE;
     return DT_STATUS_OK;
 }
 

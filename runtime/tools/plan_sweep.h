@@ -64,6 +64,9 @@ typedef struct dt_plan_sweep {
     dt_plan_stage stages[DT_PLAN_MAX_CHUNKS];
     dt_plan_row stage_rows[DT_PLAN_MAX_CHUNKS];
     int n_stages;
+    /* a LoRA run (NULL: full training): every row is the adapters' (dt_plan_lora_row),
+     * and there are no TP or pipeline rows (LoRA runs with data parallelism only) */
+    const struct dt_plan_lora *lora;
 } dt_plan_sweep;
 
 /* The CPU's peak with `threads` threads, from the CPU device's own probe (0: none). */
@@ -127,8 +130,9 @@ dt_status_t dt_plan_lora_compute(const dt_model_spec *spec, const dt_lora_spec *
                                  dt_plan_lora *out);
 /* A row of the base model turned into the LoRA run's: the model states are the
  * adapters' under the row's strategy plus the frozen base, the communication
- * buffers the adapters', the activations the base's plus the adapters' scratch
- * (its totals; fit and usable stay the base row's). */
+ * buffers and collectives the adapters', the activations the base's plus the
+ * adapters' scratch; the totals, the fit (usable stays the row's), the step time,
+ * efficiency, tokens/s and cost follow. */
 dt_status_t dt_plan_lora_row(const dt_plan_input *in, const dt_plan_lora *lora, dt_plan_row *row);
 void dt_plan_lora_free(dt_plan_lora *l);
 

@@ -137,10 +137,31 @@ measured=$(python3 -c "import json,sys; s=json.load(open(sys.argv[1])); s=s.get(
   "$DT_TMP/int8/log/summary.json" 2>/dev/null)
 if [ -n "$planned" ] && [ "$planned" = "$measured" ]; then pass "plan --lora-r 4 --base-dtype int8: $planned model-state bytes, as the run"
 else fail "plan --lora-r --base-dtype int8" "plan '$planned', run '$measured'"; fi
-"$DTRUN" plan --json "$DT_TMP/int8/train.json" --lora-r 4 >"$DT_TMP/pj.out" 2>"$DT_TMP/pj.err"; rc=$?
-[ $rc = 2 ] && grep -q -- "--lora-r/--base-dtype/--lora-targets: the LoRA section is not in --json" "$DT_TMP/pj.err" &&
-  pass "plan --json --lora-r: exit 2 (the LoRA figures are not silently dropped)" ||
-  fail "plan --json --lora-r" "rc=$rc $(cat "$DT_TMP/pj.err")"
+# plan's tables and recommendation are the LoRA run's (issue 32): --json's rows hold
+# the adapters' states plus the frozen base, sharded by the strategy like parameters
+"$DTRUN" plan --json "$DT_TMP/int8/train.json" --lora-r 4 --base-dtype int8 --gpus 1,2 >"$DT_TMP/pj.out" 2>"$DT_TMP/pj.err"; rc=$?
+if [ $rc = 0 ] && why=$(python3 - "$DT_TMP/pj.out" "$measured" 2>&1 <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1])); measured = float(sys.argv[2])
+lo = j["lora"]
+assert lo["r"] == 4 and lo["base"] == "int8", lo
+assert lo["state_bytes_ddp"] == measured, f"state_bytes_ddp {lo['state_bytes_ddp']} vs the run's {measured}"
+A = lo["trainable_params"]
+rows = {(r["strategy"], r["gpus"]): r for r in j["rows"]}
+d1 = rows[("ddp", 1)]
+st = d1["memory_bytes"]["model_states"]
+assert abs(st - (measured + lo["sink_bytes"])) < 1, f"ddp 1-GPU row's states {st} vs the run's {measured} + sink {lo['sink_bytes']}"
+z2 = rows[("zero2", 2)]
+g = z2["memory_bytes"]["grads"]
+assert abs(g - 4 * A / 2) < 64, f"zero2 on 2 GPUs: grads {g}, the adapters' {4 * A} halved"
+assert all(r.get("tp", 1) == 1 for r in j["rows"]), "a TP row in a LoRA plan"
+assert j["recommendation"]["cheapest"] is not None
+PY
+); then pass "plan --json --lora-r: the rows are the LoRA run's (ddp = the run's model state + sink; zero2 halves the adapters' grads)"
+else fail "plan --json --lora-r" "rc=$rc $why $(tail -2 "$DT_TMP/pj.err")"; fi
+"$DTRUN" plan "$DT_TMP/int8/train.json" --lora-r 4 --tp 2 --gpus 2 >"$DT_TMP/pt.out" 2>"$DT_TMP/pt.err"; rc=$?
+[ $rc = 2 ] && grep -q -- "--lora-r: LoRA runs with data parallelism only; TP size 2" "$DT_TMP/pt.err" &&
+  pass "plan --lora-r with --tp 2: exit 2 naming both" || fail "plan --lora-r --tp 2" "rc=$rc $(cat "$DT_TMP/pt.err")"
 
 # the emulated CUDA device (bf16 compute; the LoRA gemm and int8 matmuls of
 # kernels/cuda/cuda_lora.cu): 3 steps within bf16 rounding of the CPU's
