@@ -16,11 +16,18 @@ blocks and JSON are skipped. Backslash continuations are joined; a block with a 
 runs as one command.
 
 Adaptations, each said in the row: a command that trains (a launch of a config)
-gets `train_steps=N` (--steps, default 20) so that the check takes minutes, not hours;
-`make run` gets the same through scripts/demo.sh's arguments (DEMO_ARGS). Nothing else
-is changed. Exit status: 0 when every row passes or is a clear refusal.
+gets `train_steps=N` (--steps, default 50) so that the check takes minutes, not hours;
+`make run` gets the same through scripts/demo.sh's arguments (DEMO_ARGS). A line that
+only sets a shell variable (TOK=...) is kept for the rest of its block. A server
+(`dtrun store`) passes when it is still running and listening after 3 s, and is then
+stopped. The test suites (`make test`, `make fuzz`) are SKIP rows unless --long; so is a
+command whose program is not installed here (sbatch, tensorboard), with its name.
+Nothing else is changed. Exit status: 0 when every row passes, is skipped, or is a
+clear refusal (a GPU-only command without a GPU; a download without a network, exit 3).
 """
 import argparse
+import signal
+import socket
 import os
 import re
 import shutil
@@ -80,6 +87,33 @@ def adapt(cmd, steps):
     return code, ""
 
 
+ASSIGN = re.compile(r"^([A-Z_][A-Z0-9_]*)=(\S+)\s*(#.*)?$")
+LONG = re.compile(r"^make (test|fuzz)\b")
+SERVER = re.compile(r"^dtrun store\b")
+
+
+def serve_check(run, cwd, env):
+    """(rc, out): a server command still running and listening after 3 s is rc 0."""
+    m = re.search(r"--port (\d+)", run)
+    port = int(m.group(1)) if m else 29500
+    p = subprocess.Popen(["bash", "-c", "exec " + run], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, start_new_session=True)
+    time.sleep(3)
+    alive = p.poll() is None
+    listening = False
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        listening = True
+    except OSError:
+        pass
+    if alive:
+        os.killpg(p.pid, signal.SIGTERM)
+    out = p.communicate(timeout=30)[0].decode(errors="replace")
+    if alive and listening:
+        return 0, out + f"\n(a server: running and listening on port {port} after 3 s, then stopped)"
+    return (p.returncode or 1), out + f"\n(a server: alive {alive}, listening on {port} {listening})"
+
+
 def gpu_refusal(out):
     return re.search(r"no GPU|device cuda|needs a GPU|CUDA library|no CUDA", out) is not None
 
@@ -88,7 +122,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--clone")
     ap.add_argument("--no-build", action="store_true")
-    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--only")
     ap.add_argument("--long", action="store_true", help="also the benchmark scripts (scripts/bench/*)")
@@ -109,26 +143,46 @@ def main():
     text = open(os.path.join(clone, "README.md")).read()
     rows, bad = [], 0
     for line, body in command_blocks(text):
+        block_vars = ""
         for cmd in commands(body):
+            m = ASSIGN.match(cmd)
+            if m:
+                block_vars += f"{m.group(1)}={m.group(2)}; "
+                continue
             run, note = adapt(cmd, a.steps)
             if a.only and not re.search(a.only, cmd):
                 continue
+            skip = None
+            prog = cmd.split()[0]
             if re.match(r"^scripts/bench/", cmd) and not a.long:
-                row = f"{'SKIP':<8} {line:>5}  {0:6.1f}s  {'':<6} {cmd[:90]}  [a benchmark: --long runs it]"
+                skip = "a benchmark: --long runs it"
+            elif LONG.match(cmd) and not a.long:
+                skip = "a test suite: --long runs it"
+            elif "/" not in prog and "=" not in prog and shutil.which(prog, path=env["PATH"]) is None:
+                skip = f"{prog} is not installed here"
+            if skip:
+                row = f"{'SKIP':<8} {line:>5}  {0:6.1f}s  {'':<6} {cmd.split(chr(10))[0][:90]}  [{skip}]"
                 print(row, flush=True)
                 rows.append(row)
                 continue
+            run = block_vars + run
             t0 = time.time()
-            try:
-                r = subprocess.run(["bash", "-c", run], cwd=clone, env=env, capture_output=True, timeout=a.timeout)
-                rc, out = r.returncode, (r.stdout + r.stderr).decode(errors="replace")
-            except subprocess.TimeoutExpired as e:
-                rc, out = 124, (e.stdout or b"").decode(errors="replace")
+            if SERVER.match(cmd):
+                rc, out = serve_check(run, clone, env)
+            else:
+                try:
+                    r = subprocess.run(["bash", "-c", run], cwd=clone, env=env, capture_output=True,
+                                       timeout=a.timeout)
+                    rc, out = r.returncode, (r.stdout + r.stderr).decode(errors="replace")
+                except subprocess.TimeoutExpired as e:
+                    rc, out = 124, (e.stdout or b"").decode(errors="replace")
             took = time.time() - t0
             last = next((l for l in reversed(out.strip().split("\n")) if l.strip()), "")[:150]
             if rc == 0:
                 res = "PASS"
             elif rc == 2 and gpu_refusal(out):
+                res = "REFUSED"
+            elif rc == 3 and re.search(r"cannot be reached|no network|offline", out):
                 res = "REFUSED"
             else:
                 res, bad = "FAIL", bad + 1
@@ -139,8 +193,8 @@ def main():
             print(row, flush=True)
             rows.append(row)
     print(f"\n{len(rows)} command(s): {sum(r.startswith('PASS') for r in rows)} pass, "
-          f"{sum(r.startswith('REFUSED') for r in rows)} refused (no GPU), "
-          f"{sum(r.startswith('SKIP') for r in rows)} skipped (benchmarks), {bad} fail; clone {clone}")
+          f"{sum(r.startswith('REFUSED') for r in rows)} refused (no GPU or no network), "
+          f"{sum(r.startswith('SKIP') for r in rows)} skipped, {bad} fail; clone {clone}")
     if not a.clone:
         shutil.rmtree(clone, ignore_errors=True)
     return 1 if bad else 0

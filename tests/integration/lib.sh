@@ -12,6 +12,18 @@ fail() { echo "FAIL: $1${2:+: $2}"; DT_FAILS=$((DT_FAILS + 1)); }
 skip() { echo "SKIP: $1: $2"; }
 # check NAME COMMAND...: passes when the command exits 0
 check() { local n=$1; shift; if "$@"; then pass "$n"; else fail "$n"; fi; }
+# want NAME RC TEXT CMD...: a refusal before start. CMD exits RC within WANT_TIMEOUT
+# seconds (default 60; killed past it, so a hang fails), no worker started (no
+# "[rank" line), and its stderr holds TEXT (when not empty). Its output stays in
+# $DT_TMP/want.out and want.err.
+want() {
+  local name=$1 rc=$2 text=$3 o="$DT_TMP/want.out" e="$DT_TMP/want.err"; shift 3
+  timeout -s KILL "${WANT_TIMEOUT:-60}" "$@" >"$o" 2>"$e"; local got=$?
+  if [ "$got" -ne "$rc" ]; then fail "$name" "exit $got, expected $rc: $(head -c 400 "$e")"; return; fi
+  if grep -q '^\[rank' "$o" "$e"; then fail "$name" "a worker started"; return; fi
+  if [ -n "$text" ] && ! grep -qF -- "$text" "$e"; then fail "$name" "no <$text> in: $(head -c 400 "$e")"; return; fi
+  pass "$name"
+}
 # A free TCP port on loopback (the kernel picks it).
 # losses RUN_LOG_DIR: "step loss" per metrics.jsonl row (loss exact: repr)
 losses() { python3 -c 'import json,sys; [print(json.loads(l)["step"], repr(json.loads(l)["loss"])) for l in open(sys.argv[1])]' "$1/metrics.jsonl"; }

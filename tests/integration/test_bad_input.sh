@@ -15,16 +15,7 @@ cat >"$T/c.json" <<JSON
  "checkpoint": {"dir": "$T/ck", "every_steps": 0, "resume": "never"}, "log": {"dir": "$T/log"}}
 JSON
 
-# want NAME RC TEXT CMD...: CMD exits RC within 60 s (a hang is killed: 124),
-# its stderr holds TEXT (fixed string) and no worker printed a line.
-want() {
-  local name=$1 rc=$2 text=$3; shift 3
-  timeout -s KILL 60 "$@" >"$T/$name.out" 2>"$T/$name.err"; local got=$?
-  if [ "$got" -ne "$rc" ]; then fail "$name" "exit $got, expected $rc: $(head -c 400 "$T/$name.err")"; return; fi
-  if grep -q '^\[rank' "$T/$name.out" "$T/$name.err"; then fail "$name" "a worker started"; return; fi
-  if [ -n "$text" ] && ! grep -qF -- "$text" "$T/$name.err"; then fail "$name" "no <$text> in: $(head -c 400 "$T/$name.err")"; return; fi
-  pass "$name"
-}
+# want NAME RC TEXT CMD... (lib.sh): a refusal before start
 
 # ---- the config's files, checked by the agent with the loader's own checks ----
 want "data.train missing: exit 2" 2 "data.train: no file matches" "$DTRUN" "$T/c.json" "data.train=$T/nope.txt"

@@ -20,16 +20,7 @@ cat >"$T/c.json" <<JSON
  "checkpoint": {"dir": "$T/ck", "every_steps": 2, "resume": "never"}, "log": {"dir": "$T/log"}}
 JSON
 
-# want NAME RC TEXT CMD...: CMD exits RC within 30 s (a hang is killed: 137), its
-# stderr holds TEXT (fixed string) and no worker printed a line.
-want() {
-  local name=$1 rc=$2 text=$3; shift 3
-  timeout -s KILL 30 "$@" >"$T/out" 2>"$T/err"; local got=$?
-  if [ "$got" -ne "$rc" ]; then fail "$name" "exit $got, expected $rc: $(head -c 400 "$T/err")"; return; fi
-  if grep -q '^\[rank' "$T/out" "$T/err"; then fail "$name" "a worker started"; return; fi
-  if [ -n "$text" ] && ! grep -qF -- "$text" "$T/err"; then fail "$name" "no <$text> in: $(head -c 400 "$T/err")"; return; fi
-  pass "$name"
-}
+WANT_TIMEOUT=30 # want (lib.sh): a refusal before start, a hang killed after 30 s
 
 # ---- checks before start ----
 want "checkpoint.dir /dev/null: exit 2 before start" 2 "checkpoint.dir: /dev/null cannot be created" \
