@@ -7,6 +7,7 @@
  * agree on (dt_trainer_preflight_desc), which the agent's preflight compares.
  */
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,7 @@
 #include "runtime/config/config.h"
 #include "runtime/train/trainer.h" /* defines: dt_trainer_preflight_desc */
 #include "runtime/launch/launch_args.h"
+#include "runtime/launch/rdzv.h" /* defines: dt_rdzv_post_abort */
 
 extern char **environ;
 
@@ -44,7 +46,7 @@ static void elastic_batch(dt_launch_spec_t *spec, int64_t pick) {
 
 /* The config is loaded and checked (for the world size when it is fixed) before
  * anything starts: its errors are exit 2, as the worker would find them. */
-static int check_config(dt_launch_spec_t *spec) {
+static int check_config(dt_launch_spec_t *spec, char *why, size_t why_len) {
     dt_config_t cfg;
     int64_t pick = 0;
     dt_cli_config_req req = {.path = spec->config_path,
@@ -58,10 +60,20 @@ static int check_config(dt_launch_spec_t *spec) {
     if (st == DT_STATUS_OK && pick > 0) /* the workers get it as an override */
         elastic_batch(spec, pick);
     if (st != DT_STATUS_OK) {
-        fputs(dt_config_errors(&cfg), stderr);
+        const char *errs = dt_config_errors(&cfg);
+        fputs(errs, stderr);
         char shown[1024];
         fprintf(stderr, "dtrun: error: config %s is not valid (nothing was started)\n",
                 dt_fs_printable(spec->config_path, shown, sizeof shown));
+        /* the first error, for the other nodes (tell_other_nodes) */
+        const char *first = errs;
+        while (*first == '\n') first++;
+        if (!*first) first = dt_error_detail();
+        if (!strncmp(first, "dtrun: error: ", 14)) first += 14;
+        const char *nl = strchr(first, '\n');
+        int wn = snprintf(why, why_len, "config %.200s is not valid: ", shown);
+        if (wn > 0 && (size_t)wn < why_len)
+            snprintf(why + wn, why_len - (size_t)wn, "%.*s", (int)(nl ? nl - first : (ptrdiff_t)strlen(first)), first);
     } else if (spec->print_config) { /* the config as the workers would see it */
         char *dump = dt_config_dump_json(&cfg);
         if (dump) printf("%s\n", dump);
@@ -87,6 +99,25 @@ static int check_config(dt_launch_spec_t *spec) {
     }
     dt_config_free(&cfg);
     return st == DT_STATUS_OK ? DT_EXIT_OK : DT_EXIT_USAGE;
+}
+
+/* A node of a fixed-size multi-node job that cannot start tells the others through
+ * the store (when one answers within 5 s), so that they exit 2 naming it rather than
+ * wait join_timeout for it. Not the store's own node (node rank 0: nobody could be
+ * connected yet; the others say they wait), not elastic jobs (a node that cannot
+ * join does not stop the running ones). */
+static void tell_other_nodes(const dt_launch_spec_t *spec, const char *why) {
+    if (spec->nnodes_max < 2 || spec->nnodes_min != spec->nnodes_max || spec->node_rank == 0 ||
+        spec->print_config || !spec->endpoint_host || spec->endpoint_port <= 0 || !why[0])
+        return;
+    char host[256], msg[1000];
+    if (spec->local_addr) snprintf(host, sizeof host, "%s", spec->local_addr);
+    else if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "?");
+    host[sizeof host - 1] = '\0';
+    if (spec->node_rank > 0) snprintf(msg, sizeof msg, "node_rank %d (%s): %s", spec->node_rank, host, why);
+    else snprintf(msg, sizeof msg, "the node on %s: %s", host, why);
+    dt_rdzv_post_abort(spec->endpoint_host, spec->endpoint_port, spec->have_token ? &spec->token : NULL,
+                       spec->rdzv_id, msg, 5.0);
 }
 
 static const char check_usage[] =
@@ -133,7 +164,9 @@ int dt_cmd_launch(int argc, char **argv) {
         code = dt_bench_comm_check(spec.extra_argc, spec.extra_argv, spec.nproc_per_node);
         if (code < 0) code = dt_cli_run_self(&spec, "__bench_comm_rank", NULL, spec.extra_argv, spec.extra_argc);
     } else if (spec.mode == DT_LAUNCH_MODE_CONFIG) {
-        code = check_config(&spec);
+        char why[700] = "";
+        code = check_config(&spec, why, sizeof why);
+        if (code == DT_EXIT_USAGE) tell_other_nodes(&spec, why);
         if (code == DT_EXIT_OK && spec.check_only) { /* the ranks check the communicator, train nothing */
             char *dev[] = {"--device", spec.preflight_cpu ? "cpu" : "cuda"};
             code = dt_cli_run_self(&spec, "__comm_check_rank", NULL, dev, 2);

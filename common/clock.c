@@ -4,6 +4,7 @@
 #include "common/clock.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <time.h>
 
@@ -33,4 +34,12 @@ void dt_sleep_ms(uint64_t ms) {
     struct timespec req = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
     while (nanosleep(&req, &req) != 0 && errno == EINTR) {
     }
+}
+
+double dt_wait_report_s(void) {
+    const char *v = getenv("DTRUN_WAIT_REPORT_S");
+    char *end;
+    double s = v && *v ? strtod(v, &end) : 30.0;
+    if (!v || !*v || *end || !(s >= 0.1) || s > 3600) s = 30.0;
+    return s;
 }

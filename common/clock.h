@@ -17,5 +17,8 @@ double dt_wall_s(void);
 char *dt_wall_str(double wall_s, char *buf, size_t len);
 /* Sleeps for ms milliseconds, restarting after signals. */
 void dt_sleep_ms(uint64_t ms);
+/* How often a long wait (for the store, for the other nodes) says it is still
+ * waiting: DTRUN_WAIT_REPORT_S seconds (0.1 to 3600), default 30. */
+double dt_wait_report_s(void);
 
 #endif /* DT_COMMON_CLOCK_H */

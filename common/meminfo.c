@@ -3,7 +3,11 @@
  * MemAvailable, or the room under its cgroup's memory limits (v2 memory.max, v1
  * memory.limit_in_bytes, ancestors included) when that is lower.
  */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "common/meminfo.h"
+
+#include <sched.h>
+#include <unistd.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -114,4 +118,11 @@ double dt_meminfo_host_available(const char **what) {
         avail = room;
     }
     return avail;
+}
+
+int dt_meminfo_cpus(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
 }

@@ -198,6 +198,7 @@ static int try_connect(const char *host, int port, double deadline, int *err) {
     int gr = getaddrinfo(host, ports, &hints, &ai);
     if (gr != 0) {
         *err = gr == EAI_SYSTEM ? errno : EHOSTUNREACH;
+        if (gr == EAI_NONAME || gr == EAI_AGAIN || gr == EAI_FAIL) *err = -1; /* the name does not resolve */
         return -1;
     }
     int fd = -1;
@@ -275,6 +276,7 @@ dt_status_t dt_store_connect_auth(const char *host, int port, double timeout_s,
     unsigned seed = (unsigned)(dt_now_ns() ^ (uint64_t)getpid() * 2654435761u);
     int attempts = 0, err = 0;
     const char *stage = "connect";
+    double report_every = dt_wait_report_s(), next_report = report_every < 2.0 ? report_every : 2.0;
     for (;;) {
         attempts++;
         st->fd = try_connect(host, port, deadline, &err);
@@ -310,6 +312,20 @@ dt_status_t dt_store_connect_auth(const char *host, int port, double timeout_s,
         }
         double now = dt_now_s();
         if (now >= deadline) break;
+        /* Not a word for a short race; then a line, and one every report interval
+         * (DTRUN_WAIT_REPORT_S, default 30 s), so that a wait for a node that never
+         * comes is never silent (a Kubernetes service name resolves only once its pod
+         * runs; a SLURM node may fail to start). */
+        if (now - start >= next_report) {
+            if (err == -1)
+                DT_LOG_WARN("store host '%s' does not resolve yet: retrying until the timeout (%.0f s of %.0f s; "
+                            "a Kubernetes headless service's name appears once its pod runs)",
+                            host, now - start, timeout_s);
+            else
+                DT_LOG_WARN("store at %s not reachable yet (%s error: %s): retrying until the timeout (%.0f s of %.0f s)",
+                            st->endpoint, stage, strerror(err), now - start, timeout_s);
+            next_report = next_report < 2.0 ? report_every : next_report + report_every;
+        }
         /* Full jitter around an exponentially growing delay, capped at 1 s. */
         double delay = backoff * (0.5 + (double)rand_r(&seed) / RAND_MAX);
         if (now + delay > deadline) delay = deadline - now;
@@ -323,7 +339,8 @@ dt_status_t dt_store_connect_auth(const char *host, int port, double timeout_s,
     dt_status_t s = dt_error(DT_STATUS_TIMEOUT,
                              "could not reach the store at %s within %.1f s (%d attempts, "
                              "last %s error: %s)",
-                             st->endpoint, dt_now_s() - start, attempts, stage, strerror(err));
+                             st->endpoint, dt_now_s() - start, attempts, stage,
+                             err == -1 ? "the host name does not resolve" : strerror(err));
     dt_store_buf_free(&st->buf);
     free(st);
     return s;

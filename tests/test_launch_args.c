@@ -99,10 +99,13 @@ Test(launch_args, pet_env_and_cli_wins) {
     dt_launch_spec_free(&s);
 }
 
+static void expect_usage(char **envp, const char *needle, int argc, char **argv);
+
 Test(launch_args, slurm) {
     dt_launch_spec_t s;
-    char *env[] = {"SLURM_JOB_ID=123456", "SLURM_NNODES=3", "SLURM_NODEID=2",
-                   "SLURM_JOB_NODELIST=gpu[007-009,12],cpu1", NULL};
+    /* a job step of srun: one task per node */
+    char *env[] = {"SLURM_JOB_ID=123456", "SLURM_NNODES=3", "SLURM_NODEID=2", "SLURM_STEP_NUM_NODES=3",
+                   "SLURM_STEP_NUM_TASKS=3", "SLURM_JOB_NODELIST=gpu[007-009,12],cpu1", NULL};
     cr_assert_eq(PARSE(env, &s, "--exec", "x"), DT_STATUS_OK);
     cr_assert_eq(s.nnodes_max, 3);
     cr_assert_eq(s.node_rank, 2);
@@ -117,6 +120,25 @@ Test(launch_args, slurm) {
     cr_assert_eq(s.nnodes_max, 1);
     cr_assert_eq(s.node_rank, 0);
     cr_assert_eq(s.endpoint_port, 0);
+    dt_launch_spec_free(&s);
+    /* salloc's shell or a batch script: the job's nodes, no step: the others would never join */
+    expect_usage((char *[]){"SLURM_JOB_ID=7", "SLURM_NNODES=2", "SLURM_JOB_NODELIST=n[1-2]", NULL},
+                 "not a job step", 3, (char *[]){"dtrun", "--exec", "x", NULL});
+    /* srun --ntasks-per-node=2 on one node: two separate trainings */
+    expect_usage((char *[]){"SLURM_JOB_ID=7", "SLURM_NNODES=1", "SLURM_STEP_NUM_NODES=1", "SLURM_STEP_NUM_TASKS=2",
+                            "SLURM_JOB_NODELIST=n1", NULL},
+                 "srun started 2 tasks on 1 node(s)", 3, (char *[]){"dtrun", "--exec", "x", NULL});
+    /* srun -N2 -r1 in a 3-node job: the store on the step's first host, not the job's */
+    char *env_r1[] = {"SLURM_JOB_ID=9", "SLURM_NNODES=3", "SLURM_NODEID=0", "SLURM_STEP_NUM_NODES=2",
+                      "SLURM_STEP_NUM_TASKS=2", "SLURM_JOB_NODELIST=n[1-3]", "SLURM_STEP_NODELIST=n[2-3]", NULL};
+    cr_assert_eq(PARSE(env_r1, &s, "--exec", "x"), DT_STATUS_OK, "%s", dt_error_detail());
+    cr_assert_eq(s.nnodes_max, 2);
+    cr_assert_str_eq(s.endpoint_host, "n2");
+    dt_launch_spec_free(&s);
+    /* one node, no step (salloc -N1, or a 1-node batch script): a one-node run */
+    char *env_1[] = {"SLURM_JOB_ID=9", "SLURM_NNODES=1", "SLURM_JOB_NODELIST=n1", NULL};
+    cr_assert_eq(PARSE(env_1, &s, "--exec", "x"), DT_STATUS_OK, "%s", dt_error_detail());
+    cr_assert_eq(s.nnodes_max, 1);
     dt_launch_spec_free(&s);
     char buf[64];
     cr_assert_eq(dt_launch_slurm_first_host("rack[1-2]-n[01-04]", buf, sizeof buf), DT_STATUS_OK);

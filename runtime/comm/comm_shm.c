@@ -66,6 +66,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/mem.h"
+#include "common/meminfo.h" /* defines: dt_meminfo_cpus */
 #include "runtime/comm/comm_impl.h"
 
 #define SHM_MAGIC 0x64747368u /* "dtsh" */
@@ -192,8 +193,8 @@ static dt_status_t shm_init(dt_comm_t *comm) {
     be->base = dt_xcalloc((size_t)be->n, sizeof(uint8_t *));
     if (be->n > 64)
         return dt_error(DT_STATUS_UNSUPPORTED, "shm: %d ranks on one node; at most 64 are supported", be->n);
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    be->oversub = ncpu > 0 && be->n > ncpu;
+    int ncpu = dt_meminfo_cpus(); /* the job's cpuset, not every CPU online */
+    be->oversub = be->n > ncpu;
     be->acc = dt_mem_alloc(DT_MEM_COMM, be->slot_bytes / 2 * sizeof(float));
     if (!be->acc) return DT_STATUS_NOMEM;
 

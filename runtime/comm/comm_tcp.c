@@ -56,6 +56,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/mem.h"
+#include "common/meminfo.h" /* defines: dt_meminfo_cpus */
 #include "runtime/comm/comm_impl.h"
 
 #define TCP_MAX_CONNS 8
@@ -194,8 +195,8 @@ static dt_status_t tcp_init(dt_comm_t *comm) {
     for (int k = 0; k < TCP_MAX_CONNS; k++) be->next[k] = be->prev[k] = -1;
     const char *spin = getenv("DTRUN_COMM_TCP_SPIN_US");
     be->spin_ns = (uint64_t)(spin && *spin ? atof(spin) : 200.0) * 1000u;
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    be->oversub = ncpu > 0 && comm->local_world_size > ncpu;
+    int ncpu = dt_meminfo_cpus(); /* the job's cpuset, not every CPU online */
+    be->oversub = comm->local_world_size > ncpu;
 
     char addr[NI_MAXHOST];
     if (comm->tcp_addr)

@@ -316,17 +316,42 @@ static dt_exit_t rendezvous_exit_code(dt_status_t st) {
     return code == DT_EXIT_FAILED ? DT_EXIT_NETWORK : code;
 }
 
-/* A store host the resolver says does not exist fails at once, with the resolver's
- * words, instead of being retried until join_timeout; a temporary failure
- * (EAI_AGAIN: DNS not answering yet) is left to the connect's retries. */
-static dt_status_t check_resolves(const char *host) {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
-    struct addrinfo *ai = NULL;
-    int gr = getaddrinfo(host, NULL, &hints, &ai);
-    if (ai) freeaddrinfo(ai);
-    if (gr == 0 || gr == EAI_AGAIN || (gr == EAI_SYSTEM && errno == EINTR)) return DT_STATUS_OK;
-    return dt_error(DT_STATUS_RENDEZVOUS, "cannot resolve the rendezvous host '%s': %s", host,
-                    gr == EAI_SYSTEM ? strerror(errno) : gai_strerror(gr));
+/* The store host's name must resolve. A name that does not resolve yet is waited
+ * for until join_timeout, with a line at once and every DTRUN_WAIT_REPORT_S: on
+ * Kubernetes a headless service's name (a JobSet's or a PyTorchJob's pod 0) appears
+ * only once that pod runs, and every pod starts at its own pace. Other resolver
+ * errors fail at once with the resolver's words. */
+static dt_status_t wait_resolves(const char *host, double timeout_s) {
+    double start = dt_now_s(), every = dt_wait_report_s(), next = 0;
+    for (;;) {
+        struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+        struct addrinfo *ai = NULL;
+        int gr = getaddrinfo(host, NULL, &hints, &ai);
+        if (ai) freeaddrinfo(ai);
+        if (gr == 0) {
+            if (next > 0) DT_LOG_INFO("rendezvous host '%s' resolves now (after %.1f s)", host, dt_now_s() - start);
+            return DT_STATUS_OK;
+        }
+        int later = gr == EAI_NONAME || gr == EAI_AGAIN || gr == EAI_FAIL || (gr == EAI_SYSTEM && errno == EINTR);
+#ifdef EAI_NODATA
+        later = later || gr == EAI_NODATA;
+#endif
+        const char *why = gr == EAI_SYSTEM ? strerror(errno) : gai_strerror(gr);
+        double waited = dt_now_s() - start;
+        if (!later)
+            return dt_error(DT_STATUS_RENDEZVOUS, "cannot resolve the rendezvous host '%s': %s", host, why);
+        if (waited >= timeout_s)
+            return dt_error(DT_STATUS_RENDEZVOUS,
+                            "cannot resolve the rendezvous host '%s' within %.0f s (join_timeout): %s", host,
+                            timeout_s, why);
+        if (waited >= next) {
+            DT_LOG_WARN("rendezvous host '%s' does not resolve yet (%s): retrying until join_timeout (%.0f s of "
+                        "%.0f s; a Kubernetes headless service's name appears once its pod runs)",
+                        host, why, waited, timeout_s);
+            next = waited + every;
+        }
+        dt_sleep_ms(200);
+    }
 }
 
 /* How long an agent whose --node_rank no round can take looks for the store, to
@@ -336,7 +361,7 @@ static dt_status_t check_resolves(const char *host) {
 static dt_status_t setup_store(agent_t *ag) {
     const dt_launch_spec_t *sp = ag->spec;
     const char *host = sp->endpoint_host ? sp->endpoint_host : "127.0.0.1";
-    DT_CHECK(check_resolves(host));
+    DT_CHECK(wait_resolves(host, sp->join_timeout_s));
     snprintf(ag->master_addr, sizeof ag->master_addr, "%s", host);
     int multi = sp->nnodes_max > 1;
     if (!multi || sp->node_rank == 0) ag->is_host = 1;

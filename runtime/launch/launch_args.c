@@ -25,6 +25,7 @@
 #include "common/rng.h" /* defines: dt_random_bytes */
 #include "common/gpuinfo.h" /* defines: dt_gpuinfo_count_visible */
 #include "common/mem.h"
+#include "common/meminfo.h" /* defines: dt_meminfo_cpus */
 
 typedef enum flag_id {
     F_NNODES,
@@ -450,6 +451,7 @@ static dt_status_t collect_cli(int argc, char **argv, raw_args_t *raw, dt_launch
 static dt_status_t interpret(const raw_args_t *raw, char **envp, dt_launch_spec_t *spec) {
     const char *v;
     int slurm = env_get(envp, "SLURM_JOB_ID") != NULL;
+    const char *step_nodes = slurm ? env_get(envp, "SLURM_STEP_NUM_NODES") : NULL;
 
     if ((v = raw->val[F_NNODES])) {
         const char *c = strchr(v, ':');
@@ -465,20 +467,43 @@ static dt_status_t interpret(const raw_args_t *raw, char **envp, dt_launch_spec_
             spec->nnodes_max = spec->nnodes_min;
         }
     } else if (slurm && !raw->val[F_STANDALONE]) {
-        const char *n = env_get(envp, "SLURM_NNODES");
-        if (!n) n = env_get(envp, "SLURM_JOB_NUM_NODES");
+        /* A job step (srun) has its own node count, node list and task count; the
+         * batch script and salloc's shell have only the job's. */
+        const char *n = step_nodes, *from = "SLURM_STEP_NUM_NODES";
+        if (!n) n = env_get(envp, (from = "SLURM_NNODES"));
+        if (!n) n = env_get(envp, (from = "SLURM_JOB_NUM_NODES"));
         if (n) {
             if (parse_int("nnodes", n, 1, 1 << 20, &spec->nnodes_min) != DT_STATUS_OK)
-                return dt_error(DT_STATUS_USAGE, "SLURM_NNODES='%s' is not a node count", n);
+                return dt_error(DT_STATUS_USAGE, "%s='%s' is not a node count", from, n);
             spec->nnodes_max = spec->nnodes_min;
-            add_note(spec, "nnodes %s taken from SLURM_NNODES%s", n, "");
+            if (!step_nodes && spec->nnodes_min > 1)
+                return dt_error(DT_STATUS_USAGE,
+                                "SLURM job %s has %d nodes but this is not a job step (no SLURM_STEP_NUM_NODES: "
+                                "salloc's shell or a batch script): the other nodes would never join. Start one "
+                                "dtrun per node with `srun --ntasks-per-node=1 dtrun ...` (scripts/slurm/train.sbatch "
+                                "does), or give --nnodes 1 to train on this node alone",
+                                env_get(envp, "SLURM_JOB_ID"), spec->nnodes_min);
+            add_note(spec, "nnodes %s taken from %s", n, from);
         }
+    }
+    /* srun --ntasks-per-node=N dtrun: N agents per node, each a separate training
+     * sharing the config's folders. dtrun is one agent per node; it starts the workers. */
+    if (step_nodes && !raw->val[F_NNODES]) {
+        const char *t = env_get(envp, "SLURM_STEP_NUM_TASKS");
+        int tasks = 0, nodes = 0;
+        if (t && parse_int("tasks", t, 1, 1 << 30, &tasks) == DT_STATUS_OK &&
+            parse_int("nodes", step_nodes, 1, 1 << 20, &nodes) == DT_STATUS_OK && tasks > nodes)
+            return dt_error(DT_STATUS_USAGE,
+                            "srun started %d tasks on %d node(s) (SLURM_STEP_NUM_TASKS): each would be a separate "
+                            "training. dtrun is one agent per node that starts the workers itself: use "
+                            "`srun --ntasks-per-node=1 dtrun --nproc_per_node N ...`",
+                            tasks, nodes);
     }
 
     v = raw->val[F_NPROC] ? raw->val[F_NPROC] : "1";
     if (!strcmp(v, "gpu") || !strcmp(v, "cpu") || !strcmp(v, "auto")) {
         int gpus = strcmp(v, "cpu") ? dt_launch_count_gpus(envp) : 0;
-        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        long cpus = dt_meminfo_cpus(); /* the allocation's cpuset (SLURM, containers) */
         if (!strcmp(v, "gpu") && gpus == 0)
             return dt_error(DT_STATUS_USAGE,
                             "--nproc_per_node gpu: no GPU found (CUDA_VISIBLE_DEVICES, NVML)");
@@ -558,8 +583,10 @@ static dt_status_t interpret(const raw_args_t *raw, char **envp, dt_launch_spec_
         spec->endpoint_given = 1;
     } else if (slurm && !spec->standalone && env_get(envp, "SLURM_JOB_NODELIST") &&
                spec->nnodes_max > 1) {
+        /* the step's first host: its node rank 0 (srun -N2 -r1 skips the job's first) */
         char host[256];
-        const char *list = env_get(envp, "SLURM_JOB_NODELIST");
+        const char *list = env_get(envp, "SLURM_STEP_NODELIST"), *lname = "SLURM_STEP_NODELIST";
+        if (!list) list = env_get(envp, (lname = "SLURM_JOB_NODELIST"));
         DT_CHECK(dt_launch_slurm_first_host(list, host, sizeof host));
         spec->endpoint_host = dt_xstrdup(host);
         /* A port from the job id: jobs sharing a node do not collide. */
@@ -567,8 +594,9 @@ static dt_status_t interpret(const raw_args_t *raw, char **envp, dt_launch_spec_
         spec->endpoint_given = 1;
         char port[16];
         snprintf(port, sizeof port, "%d", spec->endpoint_port);
-        add_note(spec, "store at %s:%s (first host of SLURM_JOB_NODELIST, port from "
-                 "SLURM_JOB_ID)", host, port);
+        char note[384];
+        snprintf(note, sizeof note, "store at %s:%s (first host of %s, port from SLURM_JOB_ID)", host, port, lname);
+        add_note(spec, "%s%s", note, "");
     } else if (spec->standalone || spec->nnodes_max == 1) {
         /* One node and no address given: loopback and a free port, never a fixed one. */
         spec->endpoint_host = dt_xstrdup("127.0.0.1");

@@ -100,12 +100,7 @@ static void pf_key(const agent_t *ag, char *buf, const char *what, int node) {
 }
 
 /* The CPUs this agent may run on (its affinity mask), the slots of a CPU run. */
-static int cpu_slots(void) {
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
-}
+static int cpu_slots(void) { return dt_meminfo_cpus(); }
 
 static const char *mode_name(const dt_launch_spec_t *sp) {
     switch (sp->mode) {

@@ -416,6 +416,41 @@ out_store:
     return lost_store(rz, st, "joining the rendezvous");
 }
 
+/* "rendezvous round 0: 1 of 2 node(s) joined after 30 s (node 0 n1); waiting up to
+ * join_timeout 600 s for the others" */
+static void report_waiting(dt_rdzv_t *rz, int round, double waited) {
+    char k[KEY_MAX], who[512] = "";
+    int64_t joined = 0;
+    key(rz, k, "joined");
+    if (dt_store_add(rz->store, k, 0, &joined) != DT_STATUS_OK) {
+        dt_error_clear();
+        return;
+    }
+    size_t o = 0;
+    for (int i = 0; i < rz->nnodes_max && i < 16 && o + 100 < sizeof who; i++) {
+        key(rz, k, "node/%d", i);
+        const char *keys[] = {k};
+        int ready = 0;
+        void *v = NULL;
+        size_t vn = 0;
+        if (dt_store_check(rz->store, keys, 1, &ready) != DT_STATUS_OK || !ready ||
+            dt_store_get(rz->store, k, &v, &vn) != DT_STATUS_OK) {
+            dt_error_clear();
+            continue;
+        }
+        char rec[200], shown[200];
+        snprintf(rec, sizeof rec, "%.*s", (int)vn, (const char *)v);
+        free(v);
+        const char *sp = strchr(rec, ' ');
+        o += (size_t)snprintf(who + o, sizeof who - o, "%snode %d %s", o ? ", " : " (", i,
+                              dt_fs_printable(sp ? sp + 1 : rec, shown, sizeof shown));
+    }
+    if (o) snprintf(who + o, sizeof who - o, ")");
+    DT_LOG_WARN("rendezvous round %d at %s: %lld of %d node(s) joined after %.0f s%s; waiting up to join_timeout "
+                "%.0f s for the others (a node that failed to start never comes: see its own output)",
+                round, rz->endpoint, (long long)joined, rz->nnodes_min, waited, who, rz->join_timeout_s);
+}
+
 /* Waits (join_timeout) for the round to close; *n is its node count. A round
  * that an agent refused, or that closed before this agent's slot, fails here. */
 static dt_status_t join_wait_closed(dt_rdzv_t *rz, int round, int slot, int *n) {
@@ -423,7 +458,35 @@ static dt_status_t join_wait_closed(dt_rdzv_t *rz, int round, int slot, int *n) 
     dt_status_t st;
     key(rz, kc, "complete");
     const char *wkeys[] = {kc};
-    st = dt_store_wait(rz->store, wkeys, 1, rz->join_timeout_s);
+    /* in slices of DTRUN_WAIT_REPORT_S, each followed by a line: a node that never
+     * comes (it failed to start) is never waited for in silence */
+    double start = dt_now_s(), every = dt_wait_report_s(), next = every;
+    double slice = every < 1.0 ? every : 1.0; /* between looks at the abort key */
+    for (;;) {
+        double left = rz->join_timeout_s - (dt_now_s() - start);
+        st = left > 0 ? dt_store_wait(rz->store, wkeys, 1, left < slice ? left : slice) : DT_STATUS_TIMEOUT;
+        if (st != DT_STATUS_TIMEOUT || dt_now_s() - start >= rz->join_timeout_s) break;
+        dt_error_clear();
+        char ka[KEY_MAX];
+        snprintf(ka, sizeof ka, "/dtrun/%s/abort", rz->run_id);
+        const char *akeys[] = {ka};
+        int aborted = 0;
+        if (dt_store_check(rz->store, akeys, 1, &aborted) == DT_STATUS_OK && aborted) {
+            void *v = NULL;
+            size_t vn = 0;
+            char raw[600] = "", shown[1200];
+            if (dt_store_get(rz->store, ka, &v, &vn) == DT_STATUS_OK)
+                snprintf(raw, sizeof raw, "%.*s", (int)vn, (const char *)v);
+            free(v);
+            return dt_error(DT_STATUS_USAGE, "rendezvous round %d at %s: a node cannot start: %s", round,
+                            rz->endpoint, dt_fs_printable(raw, shown, sizeof shown));
+        }
+        dt_error_clear();
+        if (dt_now_s() - start >= next) {
+            report_waiting(rz, round, dt_now_s() - start);
+            next += every;
+        }
+    }
     if (st == DT_STATUS_TIMEOUT) {
         int64_t joined = 0;
         key(rz, k, "joined");
@@ -738,4 +801,19 @@ dt_status_t dt_rdzv_declare_lost(dt_rdzv_t *rz, const char *reason, int *won) {
     key(rz, k, "lost");
     dt_status_t st = dt_store_add(rz->store, k, 1, &n);
     return st == DT_STATUS_OK ? st : lost_store(rz, st, "declaring a node lost");
+}
+
+void dt_rdzv_post_abort(const char *host, int port, const dt_store_token_t *token, const char *run_id,
+                        const char *why, double wait_s) {
+    dt_store_t *st = NULL;
+    if (!host || port <= 0 || !run_id || dt_store_connect_auth(host, port, wait_s, token, &st) != DT_STATUS_OK) {
+        dt_error_clear();
+        return;
+    }
+    char k[KEY_MAX];
+    snprintf(k, sizeof k, "/dtrun/%s/abort", run_id);
+    if (dt_store_set(st, k, why, strlen(why)) == DT_STATUS_OK)
+        DT_LOG_INFO("told the other nodes through the store at %s:%d that this node cannot start", host, port);
+    dt_error_clear();
+    dt_store_close(st);
 }

@@ -127,5 +127,11 @@ dt_status_t dt_rdzv_barrier_check(dt_rdzv_t *rz, int *all);
 /* Before the agent exits: non-hosts say they are leaving; the host (which stops the
  * store) waits up to timeout_s for them so they can read what they need first. */
 void dt_rdzv_leave(dt_rdzv_t *rz, int is_host, double timeout_s);
+/* A node that cannot start (its config refused, its program missing) tells the
+ * others, so that they exit 2 at once naming it instead of waiting join_timeout:
+ * it SETs "/dtrun/<run_id>/abort" to why, on the store at host:port when one
+ * answers within wait_s (nothing otherwise: the others' wait then says it waits). */
+void dt_rdzv_post_abort(const char *host, int port, const dt_store_token_t *token, const char *run_id,
+                        const char *why, double wait_s);
 
 #endif /* DT_RUNTIME_RDZV_H */
