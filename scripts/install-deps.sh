@@ -25,9 +25,10 @@ for p in "${PKGS[@]}"; do
 done
 
 # Python packages the integration tests' checkers import (numpy: test_dp.sh compares
-# parameter dumps), for whichever python3 is first on PATH (pyenv, venv or Debian's).
+# parameter dumps; yaml: test_k8s_env.sh reads scripts/k8s/*.yaml), for whichever
+# python3 is first on PATH (pyenv, venv or Debian's). MODULE:PIP_NAME.
 py_missing=()
-for m in numpy; do python3 -c "import $m" 2>/dev/null || py_missing+=("$m"); done
+for mp in numpy:numpy yaml:PyYAML; do python3 -c "import ${mp%%:*}" 2>/dev/null || py_missing+=("${mp#*:}"); done
 
 [ ${#missing[@]} -eq 0 ] && [ ${#py_missing[@]} -eq 0 ] && exit 0
 if [ "${1:-}" = "--check" ]; then

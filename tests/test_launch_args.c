@@ -135,6 +135,11 @@ Test(launch_args, slurm) {
     cr_assert_eq(s.nnodes_max, 2);
     cr_assert_str_eq(s.endpoint_host, "n2");
     dt_launch_spec_free(&s);
+    /* gpu: the allocation's GPUs on this node when SLURM left CUDA_VISIBLE_DEVICES wider */
+    char *env_g[] = {"CUDA_VISIBLE_DEVICES=0,1,2,3", "SLURM_GPUS_ON_NODE=2", NULL};
+    cr_assert_eq(dt_launch_count_gpus(env_g), 2);
+    char *env_g2[] = {"CUDA_VISIBLE_DEVICES=0,1", "SLURM_GPUS_ON_NODE=4", NULL};
+    cr_assert_eq(dt_launch_count_gpus(env_g2), 2);
     /* one node, no step (salloc -N1, or a 1-node batch script): a one-node run */
     char *env_1[] = {"SLURM_JOB_ID=9", "SLURM_NNODES=1", "SLURM_JOB_NODELIST=n1", NULL};
     cr_assert_eq(PARSE(env_1, &s, "--exec", "x"), DT_STATUS_OK, "%s", dt_error_detail());

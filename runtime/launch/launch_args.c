@@ -286,7 +286,14 @@ out_too_long:
 }
 
 int dt_launch_count_gpus(char **envp) {
-    return dt_gpuinfo_count_visible(env_get(envp, "CUDA_VISIBLE_DEVICES"));
+    int n = dt_gpuinfo_count_visible(env_get(envp, "CUDA_VISIBLE_DEVICES"));
+    /* a SLURM allocation's GPUs on this node, when SLURM did not narrow
+     * CUDA_VISIBLE_DEVICES itself (no GRES device constraint) */
+    const char *g = env_get(envp, "SLURM_GPUS_ON_NODE");
+    char *end;
+    long sg = g && *g ? strtol(g, &end, 10) : -1;
+    if (g && *g && !*end && sg >= 0 && sg < n) n = (int)sg;
+    return n;
 }
 
 static void random_id(char *buf, size_t len) {

@@ -292,3 +292,15 @@ void dt_train_elastic_summary(const char *log_dir, cJSON *summary) {
     free(line);
     fclose(f);
 }
+
+/* ---- preemption: what a stop by signal left, for the batch script ------------- */
+
+void dt_train_preempt_record(int64_t step, int saved) {
+    const char *d = getenv("DTRUN_RUN_DIR");
+    if (!d || !*d) return;
+    char path[4200], b[96];
+    snprintf(path, sizeof path, "%s/preempted", d);
+    int n = snprintf(b, sizeof b, "step %lld checkpoint %s\n", (long long)step, saved ? "saved" : "none");
+    if (dt_fs_write_atomic(path, b, (size_t)n, NULL, 0) != DT_STATUS_OK)
+        DT_LOG_WARN("cannot record the preemption in %s: %s", path, dt_error_detail());
+}

@@ -47,6 +47,10 @@ dt_status_t dt_train_elastic_batch(dt_config_t *cfg, int world_size);
  * (one pwrite), so that a resize counts the steps it lost from the last one done, not
  * the last one logged. */
 void dt_train_elastic_progress(int local_rank, int64_t step);
+/* Rank 0, stopped by a signal after step: "step N checkpoint saved|none" into the
+ * agent's run folder ($DTRUN_RUN_DIR/preempted), which scripts/slurm/train.sbatch
+ * reads before it says a checkpoint was saved and requeues. */
+void dt_train_preempt_record(int64_t step, int saved);
 
 /* The launcher's check before workers start (--nnodes MIN:MAX): when the config gives
  * train_batch_size (or the checkpoint a resume starts from holds the run's), every

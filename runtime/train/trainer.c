@@ -313,6 +313,7 @@ static dt_status_t after_step(dt_trainer_t *t, int64_t step, int *stop) {
         dt_train_ckpt_next_launch(t->cfg, on, next, sizeof next);
         printf("dtrun: preempted by signal %d: stopped after step %lld; %s\n", sig, (long long)step, next);
         fflush(stdout);
+        dt_train_preempt_record(step, on && t->resume.saved_step == step);
     }
     return DT_STATUS_OK;
 }

@@ -28,7 +28,8 @@ for item in re.findall(r"[^,\[]+(?:\[[^\]]*\][^,\[]*)*", sys.argv[1]):
         for n in range(int(a), int(b or a) + 1): print(f"{m.group(1)}{n:0{len(a)}d}{m.group(3)}")
 PY
         ;;
-  requeue) echo "requeue $2" >> "$FAKE_SLURM_DIR/requeued" ;;
+  requeue) if [ -n "${FAKE_REQUEUE_FAIL:-}" ]; then echo "scontrol: error: Requested operation is presently disabled for job $2" >&2; exit 1; fi
+           echo "requeue $2" >> "$FAKE_SLURM_DIR/requeued" ;;
   *) echo "fake scontrol: $*: not faked" >&2; exit 1 ;;
 esac
 SH
@@ -43,12 +44,18 @@ mapfile -t hosts < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
 pids=()
 for i in "${!hosts[@]}"; do
   SLURM_NODEID=$i SLURM_PROCID=$i SLURM_LOCALID=0 SLURM_STEPID=0 SLURM_STEP_ID=0 SLURMD_NODENAME=${hosts[$i]} \
-    SLURM_STEP_NODELIST=$SLURM_JOB_NODELIST SLURM_STEP_NUM_NODES=${#hosts[@]} SLURM_NTASKS=${#hosts[@]} "$@" &
+    SLURM_STEP_NODELIST=$SLURM_JOB_NODELIST SLURM_STEP_NUM_NODES=${#hosts[@]} SLURM_STEP_NUM_TASKS=${#hosts[@]} \
+    SLURM_NTASKS=${#hosts[@]} "$@" &
   pids+=($!)
   echo $! >> "$FAKE_SLURM_DIR/tasks"
 done
+# as srun does: USR1, USR2 and TERM go on to the tasks
+for s in USR1 USR2 TERM; do trap "kill -s $s ${pids[*]} 2>/dev/null" $s; done
 rc=0
-for p in "${pids[@]}"; do wait "$p"; r=$?; echo $r >> "$FAKE_SLURM_DIR/tasks_rc"; [ $r -gt $rc ] && rc=$r; done
+for p in "${pids[@]}"; do
+  while :; do wait "$p"; r=$?; kill -0 "$p" 2>/dev/null || break; done
+  echo $r >> "$FAKE_SLURM_DIR/tasks_rc"; [ $r -gt $rc ] && rc=$r
+done
 exit $rc
 SH
 chmod +x "$F/bin/scontrol" "$F/bin/srun"
@@ -67,7 +74,7 @@ job() {
     SLURM_NNODES=2 SLURM_JOB_NUM_NODES=2 SLURM_JOB_NODELIST="127.0.0.[2-3]" SLURM_NODELIST="127.0.0.[2-3]" \
     SLURM_NODEID=0 SLURM_PROCID=0 SLURM_LOCALID=0 SLURM_NTASKS=2 SLURM_TASKS_PER_NODE="1(x2)" \
     SLURM_SUBMIT_DIR="$PWD" SLURM_SUBMIT_HOST=localhost SLURMD_NODENAME=127.0.0.2 \
-    DTRUN="$DTRUN" DTRUN_NPROC=1 DTRUN_PORT=$(free_port) "$@"
+    DTRUN="$DTRUN" DTRUN_NPROC=1 DTRUN_PORT=$(free_port) DTRUN_LOG_DIR="$DT_TMP/dtrun-logs/job-$id" "$@"
 }
 
 # The job trains: two agents (one per fake node) through srun, 300 steps.
@@ -89,9 +96,10 @@ while [ "$(cat "$DT_TMP/log1/metrics.jsonl" 2>/dev/null | wc -l)" -lt 40 ] && [ 
 for p in $(cat "$F/tasks"); do kill -USR1 "$p"; done
 wait $jb; rc=$?
 stop=$(sed -n 's/.*checkpoint: step \([0-9]*\) (SIGUSR1) saved to.*/\1/p' "$DT_TMP/j1" | head -1)
-if [ $rc -eq 0 ] && [ -n "$stop" ] && [ "$stop" -lt 300 ] && [ "$(sort -n "$F/tasks_rc" | tail -1)" = 138 ] && [ "$(cat "$F/requeued" 2>/dev/null)" = "requeue 4202" ] &&
+if [ $rc -eq 75 ] && [ -n "$stop" ] && [ "$stop" -lt 300 ] && [ "$(sort -n "$F/tasks_rc" | tail -1)" = 138 ] && [ "$(cat "$F/requeued" 2>/dev/null)" = "requeue 4202" ] &&
    [ "$(cat "$DT_TMP/ck1/latest")" = "$(printf step_%08d "$stop")" ] &&
-   grep -q "train.sbatch: stopped before the time limit with a checkpoint saved; requeueing job 4202" "$DT_TMP/j1"; then
+   grep -q "train.sbatch: stopped before the time limit after step $stop with a checkpoint saved" "$DT_TMP/j1" &&
+   grep -q "train.sbatch: job 4202 requeued: the next segment resumes from the latest checkpoint (exit 75)" "$DT_TMP/j1"; then
   pass "SIGUSR1 to the tasks: checkpoint of step $stop saved, agents exit $(sort -n "$F/tasks_rc" | tr '\n' ' '), job requeued"
 else fail "SIGUSR1 before the time limit" "rc=$rc stop=$stop requeued=$(cat "$F/requeued" 2>/dev/null) task rc $(cat "$F/tasks_rc") $(grep -v 'step [0-9]*/' "$DT_TMP/j1" | tail -4)"; fi
 
@@ -99,10 +107,25 @@ else fail "SIGUSR1 before the time limit" "rc=$rc stop=$stop requeued=$(cat "$F/
 job 4202 SLURM_RESTART_COUNT=1 bash "$SB" "$DT_TMP/g.json" checkpoint.dir="$DT_TMP/ck1" log.dir="$DT_TMP/log1" \
   > "$DT_TMP/j2" 2>&1
 rc=$?
-if [ $rc -eq 0 ] && grep -q "restart count 1" "$DT_TMP/j2" && grep -q "resumed from .*$(printf step_%08d "${stop:-0}")" "$DT_TMP/j2" &&
+if [ $rc -eq 0 ] && grep -q "restart count 1" "$DT_TMP/j2" && grep -q "train.sbatch: training finished" "$DT_TMP/j2" && grep -q "resumed from .*$(printf step_%08d "${stop:-0}")" "$DT_TMP/j2" &&
    cmp -s <(losses "$DT_TMP/log0") <(losses "$DT_TMP/log1"); then
   pass "requeued job resumes from step $stop and ends with the uninterrupted run's losses"
 else fail "requeued job" "rc=$rc $(grep -i 'resum\|error' "$DT_TMP/j2" | head -3)"; fi
+
+# SIGUSR1 to the batch shell only (--signal=B:USR1@N, scancel -b): passed on to the
+# agents; the requeue refused (--no-requeue): exit 79 and "NOT finished", never 0.
+job 4404 FAKE_REQUEUE_FAIL=1 bash "$SB" "$DT_TMP/g.json" checkpoint.dir="$DT_TMP/ck4" log.dir="$DT_TMP/log4" \
+  > "$DT_TMP/j4" 2>&1 & jb=$!
+deadline=$((SECONDS + 60))
+while [ "$(cat "$DT_TMP/log4/metrics.jsonl" 2>/dev/null | wc -l)" -lt 40 ] && [ $SECONDS -lt $deadline ]; do sleep 0.05; done
+pkill -USR1 -f "^bash $SB $DT_TMP/g.json checkpoint.dir=$DT_TMP/ck4" # the batch shell, not timeout
+wait $jb; rc=$?
+if [ $rc -eq 79 ] && grep -q "train.sbatch: got SIGUSR1: passing it to the agents" "$DT_TMP/j4" &&
+   grep -q "train.sbatch: stopped before the time limit after step [0-9]* with a checkpoint saved" "$DT_TMP/j4" &&
+   grep -q "requeue of job 4404 refused: scontrol: error: Requested operation is presently disabled.*NOT finished" "$DT_TMP/j4" &&
+   [ -f "$DT_TMP/ck4/latest" ]; then
+  pass "SIGUSR1 to the batch shell: passed on, saved; the requeue refused: exit 79, 'NOT finished'"
+else fail "USR1 to the batch shell, requeue refused" "rc=$rc $(grep 'train.sbatch' "$DT_TMP/j4" | tail -3)"; fi
 
 # Outside SLURM and without a config: clear errors, nothing started.
 out=$(env -u SLURM_JOB_ID bash "$SB" "$DT_TMP/g.json" 2>&1); rc=$?
