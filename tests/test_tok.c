@@ -450,6 +450,19 @@ Test(tok, hostile_ids_and_empty_patterns_are_errors) {
     expect_error("{\"model\": {\"type\": \"BPE\", " VOCAB ", \"merges\": []}, \"decoder\": {\"type\": \"Replace\", "
                  "\"pattern\": {\"String\": \"\"}, \"content\": \" \"}}",
                  DT_STATUS_FORMAT, "decoder.pattern: empty");
+    /* A chain of Replace steps that grows text without bound (make fuzz: 40 bytes gave
+     * half a million tokens): 16x then 16x is 256x, refused at load naming the step */
+    expect_error("{\"model\": {\"type\": \"BPE\", " VOCAB ", \"merges\": []}, \"normalizer\": {\"type\": "
+                 "\"Sequence\", \"normalizers\": [{\"type\": \"Replace\", \"pattern\": {\"String\": \" \"}, "
+                 "\"content\": \"                \"}, {\"type\": \"Replace\", \"pattern\": {\"String\": \" \"}, "
+                 "\"content\": \"                \"}]}}",
+                 DT_STATUS_FORMAT, "normalizer: its Replace steps can grow a text 256x (step 2 of the normalizer");
+    /* Llama 2's and Mistral's: Prepend and Replace " " by the 3-byte U+2581 load */
+    char path0[64];
+    cr_assert_eq(load_text("{\"model\": {\"type\": \"BPE\", " VOCAB ", \"merges\": []}, \"normalizer\": {\"type\": "
+                           "\"Sequence\", \"normalizers\": [{\"type\": \"Prepend\", \"prepend\": \"\u2581\"}, "
+                           "{\"type\": \"Replace\", \"pattern\": {\"String\": \" \"}, \"content\": \"\u2581\"}]}}",
+                           path0, sizeof path0), DT_STATUS_OK, "%s", dt_error_detail());
     /* Gaps within the slack are fine (ids 0, 1 and 1000 of three entries). */
     char path[64];
     cr_assert_eq(load_text("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"c\": 1000}, "

@@ -316,6 +316,33 @@ static dt_status_t load_norm(dt_tok_t *t, const cJSON *o, const char *at) {
     return DT_STATUS_OK;
 }
 
+/* How much the normalizers can grow a text: each Replace turns every len(pattern)
+ * bytes into len(content) at worst, and a chain multiplies (a Replace of " " by a
+ * content holding 100 spaces, twice: 10^4 times the spaces). Real tokenizers grow
+ * text by at most 3x (" " -> "\u2581"); past DT_TOK_MAX_NORM_GROWTH the tokenizer
+ * is refused at load, naming the step, instead of exhausting memory on the first
+ * document (found by `make fuzz`: 40 bytes became half a million tokens). */
+#define DT_TOK_MAX_NORM_GROWTH 64.0
+
+static dt_status_t check_norm_growth(const dt_tok_t *t) {
+    double growth = 1.0;
+    for (int k = 0; k < t->nnorms; k++) {
+        const dt_tok_norm *nm = &t->norms[k];
+        if (nm->kind != DT_NORM_REPLACE) continue;
+        double r = (double)strlen(nm->b) / (double)strlen(nm->a);
+        if (r > 1.0) growth *= r;
+        if (growth > DT_TOK_MAX_NORM_GROWTH) {
+            char shown[96];
+            return dt_error(DT_STATUS_FORMAT,
+                            "%s: normalizer: its Replace steps can grow a text %.0fx (step %d of the normalizer replaces "
+                            "\"%s\" by %zu bytes); more than %.0fx is refused (real tokenizers grow text by at most 3x)",
+                            t->path, growth, k + 1, dt_fs_printable(nm->a, shown, sizeof shown), strlen(nm->b),
+                            DT_TOK_MAX_NORM_GROWTH);
+        }
+    }
+    return DT_STATUS_OK;
+}
+
 /* ---- pre-tokenizer ---- */
 
 static dt_status_t set_split(dt_tok_t *t, dt_tok_split_kind k, const char *at) {
@@ -566,6 +593,7 @@ dt_status_t dt_tok_load(const char *path, dt_tok_t **out) {
             DT_STATUS_OK ||
         (st = load_dec(t, cJSON_GetObjectItemCaseSensitive(root, "decoder"), "decoder")) != DT_STATUS_OK)
         goto out_free_json;
+    if ((st = check_norm_growth(t)) != DT_STATUS_OK) goto out_free_json;
     if (t->metaspace && (t->byte_level || t->split != DT_SPLIT_NONE)) {
         st = dt_error(DT_STATUS_UNSUPPORTED, "%s: pre_tokenizer: Metaspace together with ByteLevel or Split is not "
                       "supported", file);
