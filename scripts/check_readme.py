@@ -21,7 +21,8 @@ gets `train_steps=N` (--steps, default 50) so that the check takes minutes, not 
 only sets a shell variable (TOK=...) is kept for the rest of its block. A server
 (`dtrun store`) passes when it is still running and listening after 3 s, and is then
 stopped. The test suites (`make test`, `make fuzz`) are SKIP rows unless --long; so is a
-command whose program is not installed here (sbatch, tensorboard), with its name.
+command whose program is not installed here (sbatch, tensorboard), with its name, and
+so is a SLURM client without a cluster and a compat script without its PyPI peer (torch).
 Nothing else is changed. Exit status: 0 when every row passes, is skipped, or is a
 clear refusal (a GPU-only command without a GPU; a download without a network, exit 3).
 """
@@ -89,6 +90,7 @@ def adapt(cmd, steps):
 
 ASSIGN = re.compile(r"^([A-Z_][A-Z0-9_]*)=(\S+)\s*(#.*)?$")
 LONG = re.compile(r"^make (test|fuzz)\b")
+SHELL_WORDS = ("for", "while", "if", "cd", "export")
 SERVER = re.compile(r"^dtrun store\b")
 
 
@@ -112,6 +114,18 @@ def serve_check(run, cwd, env):
     if alive and listening:
         return 0, out + f"\n(a server: running and listening on port {port} after 3 s, then stopped)"
     return (p.returncode or 1), out + f"\n(a server: alive {alive}, listening on {port} {listening})"
+
+
+def absent_peer(cmd, out):
+    """Why a command that needs what this machine lacks could not run, or None: a
+    SLURM client without a cluster, a compat script without its PyPI peer."""
+    if re.match(r"^(sbatch|srun|salloc|squeue) ", cmd) and \
+            re.search(r"Could not establish a configuration source|Unable to contact slurm controller", out):
+        return "no SLURM cluster here: scripts/slurm/check.sh runs the script under one"
+    m = re.search(r"ModuleNotFoundError: No module named '([\w.]+)'", out)
+    if re.match(r"^python3 scripts/compat/", cmd) and m:
+        return f"needs {m.group(1)} from PyPI (pip install {m.group(1)})"
+    return None
 
 
 def gpu_refusal(out):
@@ -144,6 +158,7 @@ def main():
     rows, bad = [], 0
     for line, body in command_blocks(text):
         block_vars = ""
+        block_refused = False
         for cmd in commands(body):
             m = ASSIGN.match(cmd)
             if m:
@@ -158,7 +173,8 @@ def main():
                 skip = "a benchmark: --long runs it"
             elif LONG.match(cmd) and not a.long:
                 skip = "a test suite: --long runs it"
-            elif "/" not in prog and "=" not in prog and shutil.which(prog, path=env["PATH"]) is None:
+            elif "/" not in prog and "=" not in prog and prog not in SHELL_WORDS and \
+                    shutil.which(prog, path=env["PATH"]) is None:
                 skip = f"{prog} is not installed here"
             if skip:
                 row = f"{'SKIP':<8} {line:>5}  {0:6.1f}s  {'':<6} {cmd.split(chr(10))[0][:90]}  [{skip}]"
@@ -178,8 +194,15 @@ def main():
                     rc, out = 124, (e.stdout or b"").decode(errors="replace")
             took = time.time() - t0
             last = next((l for l in reversed(out.strip().split("\n")) if l.strip()), "")[:150]
+            skip_why = absent_peer(cmd, out) if rc != 0 else None
             if rc == 0:
                 res = "PASS"
+            elif skip_why:
+                res = "SKIP"
+                note = skip_why
+            elif rc == 2 and block_refused and re.search(r"no file matches", out):
+                res = "REFUSED"
+                note = "its data comes from the refused download above"
             elif rc == 2 and gpu_refusal(out):
                 res = "REFUSED"
             elif rc == 3 and re.search(r"cannot be reached|no network|offline", out):
@@ -188,7 +211,8 @@ def main():
                 res, bad = "FAIL", bad + 1
             shown = cmd.split("\n")[0][:90]
             row = f"{res:<8} {line:>5}  {took:6.1f}s  rc={rc:<3} {shown}" + (f"  [{note}]" if note else "")
-            if res != "PASS":
+            block_refused = block_refused or res == "REFUSED"
+            if res not in ("PASS", "SKIP"):
                 row += f"\n{'':>25}{last}"
             print(row, flush=True)
             rows.append(row)
