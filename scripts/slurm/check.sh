@@ -232,7 +232,8 @@ t0=$SECONDS
 j=$(DTRUN=$W/dtrun-n2-bad submit -N2 "$ROOT/scripts/slurm/train.sbatch" "$W/onebad.json")
 r=$(done_job "$j" 200)
 took=$((SECONDS - t0))
-if [ "${r%% *}" = FAILED ] && [ $took -lt 60 ] && grep -q "a node cannot start: node_rank 1 (n2): config .* is not valid" "$W/$j.out"; then
+if [ "${r%% *}" = FAILED ] && [ $took -lt 60 ] && grep -q "a node cannot start: node_rank 1 (n2): config .* is not valid" "$W/$j.out" &&
+   grep -q "train.sbatch: dtrun exited 2: the training failed" "$W/$j.out"; then
   pass "one node's config refused: FAILED in ${took} s, node 0 names n2" "job $j: $r"
 else fail "one node refused" "$r ${took}s $(grep -v 'step' "$W/$j.out" | tail -3)"; fi
 
