@@ -324,7 +324,7 @@ dt_status_t dt_store_connect_auth(const char *host, int port, double timeout_s,
             else
                 DT_LOG_WARN("store at %s not reachable yet (%s error: %s): retrying until the timeout (%.0f s of %.0f s)",
                             st->endpoint, stage, strerror(err), now - start, timeout_s);
-            next_report = next_report < 2.0 ? report_every : next_report + report_every;
+            next_report = now - start + report_every;
         }
         /* Full jitter around an exponentially growing delay, capped at 1 s. */
         double delay = backoff * (0.5 + (double)rand_r(&seed) / RAND_MAX);

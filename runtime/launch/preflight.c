@@ -28,7 +28,6 @@
 #include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,7 +39,7 @@
 #include "common/gpuinfo.h" /* defines: dt_gpuinfo_count */
 #include "common/log.h"
 #include "common/mem.h"
-#include "common/meminfo.h" /* defines: dt_meminfo_host_available */
+#include "common/meminfo.h" /* defines: dt_meminfo_host_available, dt_meminfo_cpus */
 #include "common/sha256.h"
 #include "runtime/launch/agent_impl.h"
 
@@ -99,9 +98,6 @@ static void pf_key(const agent_t *ag, char *buf, const char *what, int node) {
     snprintf(buf, KEY_MAX, "/dtrun/%s/r%d/pf/%s/%d", ag->rz->run_id, ag->rz->round, what, node);
 }
 
-/* The CPUs this agent may run on (its affinity mask), the slots of a CPU run. */
-static int cpu_slots(void) { return dt_meminfo_cpus(); }
-
 static const char *mode_name(const dt_launch_spec_t *sp) {
     switch (sp->mode) {
     case DT_LAUNCH_MODE_CONFIG: return "the built-in trainer (CONFIG.json)";
@@ -142,7 +138,7 @@ static char *own_record(agent_t *ag, const char *addr) {
                      "--max_restarts\t%d\n--rdzv_conf heartbeat_interval\t%g\n"
                      "--rdzv_conf last_call_timeout\t%g\n--rdzv_conf token_file (identity)\t%s\n"
                      "--preflight_min_busbw\t%g\n",
-                     ag->host, addr, cpu_slots(), mem, sp->preflight_mem_need, dt_gpuinfo_count(),
+                     ag->host, addr, dt_meminfo_cpus() /* the slots of a CPU run: its affinity mask */, mem, sp->preflight_mem_need, dt_gpuinfo_count(),
                      sp->nproc_per_node, sp->preflight_cpu, !strcmp(sp->nproc_source, "N"), DT_VERSION,
                      build && *build ? build : DT_GIT_REV, mode_name(sp), sp->check_only ? "yes" : "no",
                      sp->max_restarts, sp->heartbeat_s, sp->last_call_s, tok, sp->preflight_min_busbw);

@@ -185,30 +185,41 @@ dt_status_t dt_rdzv_latest_round(dt_rdzv_t *rz, int *round) {
 /* The previous round's nodes whose host has no record in this round, as
  * "; lost and not back: node 1 (127.0.0.3), node 2 (127.0.0.4)" ("" when none or
  * no previous round). */
-static void missing_nodes(dt_rdzv_t *rz, char *out, size_t len) {
-    out[0] = '\0';
-    if (!rz->prev_nodes || rz->prev_nnodes < 1) return;
-    char here[64][200];
-    int nh = 0;
-    for (int i = 0; i < rz->nnodes_max && i < 64; i++) {
+/* The hosts of this round's node records node/0.. (those written so far) into
+ * here[slot] ("" for a slot not written); returns how many slots it looked at. */
+static int round_hosts(dt_rdzv_t *rz, char here[][200], int max) {
+    int n = rz->nnodes_max < max ? rz->nnodes_max : max;
+    for (int i = 0; i < n; i++) {
         char k[KEY_MAX];
         key(rz, k, "node/%d", i);
         const char *keys[] = {k};
         int ready = 0;
-        if (dt_store_check(rz->store, keys, 1, &ready) != DT_STATUS_OK || !ready) continue;
         void *v = NULL;
         size_t vn = 0;
-        if (dt_store_get(rz->store, k, &v, &vn) != DT_STATUS_OK) continue;
+        here[i][0] = '\0';
+        if (dt_store_check(rz->store, keys, 1, &ready) != DT_STATUS_OK || !ready ||
+            dt_store_get(rz->store, k, &v, &vn) != DT_STATUS_OK) {
+            dt_error_clear();
+            continue;
+        }
         char rec[200];
         snprintf(rec, sizeof rec, "%.*s", (int)vn, (const char *)v);
         free(v);
         const char *sp = strchr(rec, ' ');
-        snprintf(here[nh++], sizeof here[0], "%s", sp ? sp + 1 : rec);
+        snprintf(here[i], 200, "%s", sp ? sp + 1 : rec);
     }
+    return n;
+}
+
+static void missing_nodes(dt_rdzv_t *rz, char *out, size_t len) {
+    out[0] = '\0';
+    if (!rz->prev_nodes || rz->prev_nnodes < 1) return;
+    char here[64][200];
+    int nh = round_hosts(rz, here, 64);
     size_t o = 0;
     for (int i = 0; i < rz->prev_nnodes; i++) {
         int back = 0;
-        for (int j = 0; j < nh; j++) back |= !strcmp(here[j], rz->prev_nodes[i].host);
+        for (int j = 0; j < nh; j++) back |= here[j][0] && !strcmp(here[j], rz->prev_nodes[i].host);
         if (back || o + 160 > len) continue;
         char shown[200];
         o += (size_t)snprintf(out + o, len - o, "%s node %d (%s)", o ? "," : "; lost and not back:", i,
@@ -416,10 +427,13 @@ out_store:
     return lost_store(rz, st, "joining the rendezvous");
 }
 
+/* A node that cannot start posts why here (dt_rdzv_post_abort): the run's, not a round's. */
+static void abort_key(const char *run_id, char *buf) { snprintf(buf, KEY_MAX, "/dtrun/%s/abort", run_id); }
+
 /* "rendezvous round 0: 1 of 2 node(s) joined after 30 s (node 0 n1); waiting up to
  * join_timeout 600 s for the others" */
 static void report_waiting(dt_rdzv_t *rz, int round, double waited) {
-    char k[KEY_MAX], who[512] = "";
+    char k[KEY_MAX], who[512] = "", here[16][200];
     int64_t joined = 0;
     key(rz, k, "joined");
     if (dt_store_add(rz->store, k, 0, &joined) != DT_STATUS_OK) {
@@ -427,23 +441,12 @@ static void report_waiting(dt_rdzv_t *rz, int round, double waited) {
         return;
     }
     size_t o = 0;
-    for (int i = 0; i < rz->nnodes_max && i < 16 && o + 100 < sizeof who; i++) {
-        key(rz, k, "node/%d", i);
-        const char *keys[] = {k};
-        int ready = 0;
-        void *v = NULL;
-        size_t vn = 0;
-        if (dt_store_check(rz->store, keys, 1, &ready) != DT_STATUS_OK || !ready ||
-            dt_store_get(rz->store, k, &v, &vn) != DT_STATUS_OK) {
-            dt_error_clear();
-            continue;
-        }
-        char rec[200], shown[200];
-        snprintf(rec, sizeof rec, "%.*s", (int)vn, (const char *)v);
-        free(v);
-        const char *sp = strchr(rec, ' ');
+    int nh = round_hosts(rz, here, 16);
+    for (int i = 0; i < nh && o + 100 < sizeof who; i++) {
+        if (!here[i][0]) continue;
+        char shown[200];
         o += (size_t)snprintf(who + o, sizeof who - o, "%snode %d %s", o ? ", " : " (", i,
-                              dt_fs_printable(sp ? sp + 1 : rec, shown, sizeof shown));
+                              dt_fs_printable(here[i], shown, sizeof shown));
     }
     if (o) snprintf(who + o, sizeof who - o, ")");
     DT_LOG_WARN("rendezvous round %d at %s: %lld of %d node(s) joined after %.0f s%s; waiting up to join_timeout "
@@ -468,7 +471,7 @@ static dt_status_t join_wait_closed(dt_rdzv_t *rz, int round, int slot, int *n) 
         if (st != DT_STATUS_TIMEOUT || dt_now_s() - start >= rz->join_timeout_s) break;
         dt_error_clear();
         char ka[KEY_MAX];
-        snprintf(ka, sizeof ka, "/dtrun/%s/abort", rz->run_id);
+        abort_key(rz->run_id, ka);
         const char *akeys[] = {ka};
         int aborted = 0;
         if (dt_store_check(rz->store, akeys, 1, &aborted) == DT_STATUS_OK && aborted) {
@@ -811,7 +814,7 @@ void dt_rdzv_post_abort(const char *host, int port, const dt_store_token_t *toke
         return;
     }
     char k[KEY_MAX];
-    snprintf(k, sizeof k, "/dtrun/%s/abort", run_id);
+    abort_key(run_id, k);
     if (dt_store_set(st, k, why, strlen(why)) == DT_STATUS_OK)
         DT_LOG_INFO("told the other nodes through the store at %s:%d that this node cannot start", host, port);
     dt_error_clear();
