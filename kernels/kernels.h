@@ -179,21 +179,30 @@ struct dt_ops {
      * physical memory). */
     dt_status_t (*mem_info)(dt_device_t *dev, size_t *free_bytes, size_t *total_bytes);
 
-    /* ---- embedding: out[b,t,:] = wte[inp[b,t],:] + wpe[t,:] ----------------
-     * wpe NULL: no position table (positions enter elsewhere, e.g. RoPE), out is
-     * the token's row of wte. An id < 0 has no row here (tensor parallelism: another
+    /* ---- embedding: out[b,t,:] = wte[inp[b,t],:] + wpe[p,:] ----------------
+     * p is the row's position: t, or pos[b,t] when pos is given (packed sequences,
+     * below). wpe NULL: no position table (positions enter elsewhere, e.g. RoPE), out
+     * is the token's row of wte. An id < 0 has no row here (tensor parallelism: another
      * rank holds the token's vocabulary row): its wte term is 0 forward and it adds
-     * nothing to dwte backward (the wpe terms stay). */
+     * nothing to dwte backward (the wpe terms stay).
+     *
+     * Packed sequences. The ops that see positions (encoder, attention, rope) take
+     * `const int *pos`, device memory (B, T): the position of each row inside its
+     * document, 0 where a document starts and the previous row's + 1 after (pos[b,0]
+     * is 0; the caller checks). NULL is one document per row: row t at position t,
+     * the plain causal attention, bitwise what the ops computed before pos existed. */
     void (*encoder_forward)(dt_device_t *dev, void *out,  // (B, T, C)
                             const int *inp,               // (B, T) token ids < V, or < 0
                             const void *wte,              // (V, C)
                             const void *wpe,              // (maxT, C), T <= maxT, or NULL
+                            const int *pos,               // (B, T) or NULL
                             int B, int T, int C);
-    /* dwpe may be NULL. */
+    /* dwpe may be NULL. dwpe[p] sums its rows in row order (b, then t). */
     void (*encoder_backward)(dt_device_t *dev, void *dwte, // (V, C) +=
                              void *dwpe,                   // (maxT, C) +=
                              const void *dout,             // (B, T, C)
                              const int *inp,               // (B, T)
+                             const int *pos,               // (B, T) or NULL
                              int B, int T, int C);
 
     /* ---- layernorm over the last dim, eps 1e-5, saving mean and rstd ------- */
@@ -234,6 +243,9 @@ struct dt_ops {
      * Each qkv row is q (NH*HS) | k (NKV*HS) | v (NKV*HS), that is C + 2*NKV*HS wide,
      * and query head h uses key/value head h / (NH / NKV), as transformers'
      * repeat_kv does. out = softmax(q k^T / sqrt(HS), causal) v, heads concatenated.
+     * With pos (packed sequences, see the embedding) the mask is block-causal: query
+     * (b, t) attends to exactly the keys j with t - pos[b,t] <= j <= t, its own
+     * document up to itself; NULL is the plain causal mask (j <= t).
      * `saved` is what the backward needs (CPU: the probabilities (B, NH, T, T));
      * `scratch` is workspace for the backward only. Their sizes in bytes come from
      * the two *_bytes slots and depend on dev->nthreads; in the CPU and CUDA
@@ -243,6 +255,7 @@ struct dt_ops {
     void (*attention_forward)(dt_device_t *dev, void *out, // (B, T, C)
                               void *saved,                 // attention_saved_bytes
                               const void *qkv,             // (B, T, C + 2*NKV*HS)
+                              const int *pos,              // (B, T) or NULL
                               int B, int T, int C, int NH, int NKV);
     /* The gradient of each key/value head sums over the NH / NKV query heads that
      * read it. */
@@ -251,6 +264,7 @@ struct dt_ops {
                                const void *dout,             // (B, T, C)
                                const void *qkv,              // (B, T, C + 2*NKV*HS)
                                const void *saved,            // from the forward
+                               const int *pos,               // (B, T), the forward's, or NULL
                                int B, int T, int C, int NH, int NKV);
     /* (optional) KV-cache decoding: B sequences, one new query each, at position
      * pos (it attends to positions 0..pos). q: (B, q_stride), q (NH*HS) at the start
@@ -283,15 +297,16 @@ struct dt_ops {
 
     /* ---- rotary position embedding (dt_rope_args_t), IN PLACE on the first n_heads
      * heads (HS wide, HS even and <= DT_ROPE_MAX_HS) of each row of x, which is
-     * (B, T, row_stride); row t sits at position pos0 + t. For Llama's qkv rows,
+     * (B, T, row_stride); row t sits at position pos0 + t, or, when pos (B, T) is
+     * given (packed sequences), row (b, t) at pos[b,t] (pos0 unused). For Llama's qkv rows,
      * n_heads = NH + NKV (the q heads, then the k heads) and row_stride =
      * (NH + 2*NKV) * HS. The backward maps, in place, the gradient w.r.t. the
      * rotated values into the gradient w.r.t. the unrotated ones (the transposed
      * rotation): it OVERWRITES dx, the one exception to the += convention. ---- */
     void (*rope_forward)(dt_device_t *dev, void *x, int B, int T, int row_stride, int n_heads,
-                         int HS, int pos0, const dt_rope_args_t *rope);
+                         int HS, int pos0, const int *pos, const dt_rope_args_t *rope);
     void (*rope_backward)(dt_device_t *dev, void *dx, int B, int T, int row_stride, int n_heads,
-                          int HS, int pos0, const dt_rope_args_t *rope);
+                          int HS, int pos0, const int *pos, const dt_rope_args_t *rope);
 
     /* ---- SwiGLU: each row of inp (N, 2*IC) holds gate then up, IC wide each (the
      * intermediate size; not `I`, which <complex.h> takes); out (N, IC) =

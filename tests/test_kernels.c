@@ -161,14 +161,14 @@ Test(encoder, forward_and_backward) {
     int tok[10] = {3, 1, 3, 6, 0, 3, 3, 2, 6, 1}; /* repeats: accumulation */
     float *wte = frand((size_t)V * C, 1), *wpe = frand((size_t)maxT * C, 1);
     float *out = ffill((size_t)B * T * C, 0), *R = frand((size_t)B * T * C, 1);
-    dev->ops->encoder_forward(dev, out, tok, wte, wpe, B, T, C);
+    dev->ops->encoder_forward(dev, out, tok, wte, wpe, NULL, B, T, C);
     enc_ctx c = {B, T, C, tok, todouble(wte, (size_t)V * C), todouble(wpe, (size_t)maxT * C), R};
     double *ref = malloc(sizeof(double) * B * T * C);
     enc_ref(&c, ref);
     check_close("out", out, 0, ref, (size_t)B * T * C, 1e-6, 1e-6);
 
     float *dwte = ffill((size_t)V * C, PRE), *dwpe = ffill((size_t)maxT * C, PRE);
-    dev->ops->encoder_backward(dev, dwte, dwpe, R, tok, B, T, C);
+    dev->ops->encoder_backward(dev, dwte, dwpe, R, tok, NULL, B, T, C);
     double *g = malloc(sizeof(double) * maxT * C);
     fd_grad(enc_loss, &c, c.wte, (size_t)V * C, g);
     check_close("dwte", dwte, PRE, g, (size_t)V * C, 1e-5, 1e-5);
@@ -410,7 +410,7 @@ static void attention_case(int B, int T, int C, int NH, int nthreads, size_t sam
     float *qkv = frand(nqkv, 1.5f), *R = frand(nout, 1), *out = ffill(nout, 9);
     float *saved = malloc(dev->ops->attention_saved_bytes(dev, B, T, C, NH, NH));
     float *scratch = malloc(dev->ops->attention_scratch_bytes(dev, B, T, C, NH, NH));
-    dev->ops->attention_forward(dev, out, saved, qkv, B, T, C, NH, NH);
+    dev->ops->attention_forward(dev, out, saved, qkv, NULL, B, T, C, NH, NH);
     att_ctx c = {B, T, C, NH, todouble(qkv, nqkv), R};
     double *ref = malloc(nout * sizeof *ref);
     att_ref(&c, ref);
@@ -427,7 +427,7 @@ static void attention_case(int B, int T, int C, int NH, int nthreads, size_t sam
             cr_assert_float_eq(s, 1.0, 1e-5);
         }
     float *dqkv = ffill(nqkv, PRE);
-    dev->ops->attention_backward(dev, dqkv, scratch, R, qkv, saved, B, T, C, NH, NH);
+    dev->ops->attention_backward(dev, dqkv, scratch, R, qkv, saved, NULL, B, T, C, NH, NH);
     fd_check_sampled("dqkv", att_loss, &c, c.qkv, nqkv, dqkv, PRE, samples, 2e-5, 1e-4);
     dt_device_free(dev);
 }

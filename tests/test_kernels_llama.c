@@ -215,7 +215,7 @@ Test(embedding, no_position_table_is_the_token_row) {
         float *wte = frand((size_t)V * C, 1), *out = ffill((size_t)B * T * C, 9);
         int *tok = malloc(sizeof(int) * (size_t)B * T);
         for (int i = 0; i < B * T; i++) tok[i] = (i * 7 + 3) % V;
-        dev->ops->encoder_forward(dev, out, tok, wte, NULL, B, T, C);
+        dev->ops->encoder_forward(dev, out, tok, wte, NULL, NULL, B, T, C);
         for (int i = 0; i < B * T; i++)
             cr_assert(memcmp(out + (size_t)i * C, wte + (size_t)tok[i] * C, sizeof(float) * (size_t)C) == 0,
                       "row %d (token %d), %d threads", i, tok[i], nt);
@@ -254,7 +254,7 @@ static void rope_case(int B, int T, int NH, int NKV, int HS, int pos0, const dt_
     int stride = (NH + 2 * NKV) * HS, nrot = NH + NKV;
     size_t n = (size_t)B * T * stride;
     float *x = frand(n, 1), *y = fcopy(x, n);
-    dev->ops->rope_forward(dev, y, B, T, stride, nrot, HS, pos0, a);
+    dev->ops->rope_forward(dev, y, B, T, stride, nrot, HS, pos0, NULL, a);
     double *xd = todouble(x, n), *ref = malloc(n * sizeof *ref);
     rope_ref(xd, ref, B, T, stride, nrot, HS, pos0, a);
     /* Angles up to ~pos: fp32 inv_freq and angles give ~pos * 1e-7 of error. */
@@ -265,7 +265,7 @@ static void rope_case(int B, int T, int NH, int NKV, int HS, int pos0, const dt_
                             sizeof(float) * NKV * HS), 0, "v of row %d changed", bt);
     /* backward is the transpose: <R x, g> == <x, R^T g> ... */
     float *g = frand(n, 1), *gt = fcopy(g, n);
-    dev->ops->rope_backward(dev, gt, B, T, stride, nrot, HS, pos0, a);
+    dev->ops->rope_backward(dev, gt, B, T, stride, nrot, HS, pos0, NULL, a);
     double lhs = 0, rhs = 0, norm = 0;
     for (size_t i = 0; i < n; i++) {
         lhs += (double)y[i] * g[i];
@@ -274,7 +274,7 @@ static void rope_case(int B, int T, int NH, int NKV, int HS, int pos0, const dt_
     }
     cr_assert(fabs(lhs - rhs) <= 1e-6 * norm, "<Rx,g> %.9g vs <x,R^T g> %.9g", lhs, rhs);
     /* ... and, the rotation being orthogonal, undoes the forward. */
-    dev->ops->rope_backward(dev, y, B, T, stride, nrot, HS, pos0, a);
+    dev->ops->rope_backward(dev, y, B, T, stride, nrot, HS, pos0, NULL, a);
     check_close("rope R^T R x", y, 0, xd, n, 1e-6, 1e-6);
     free(x), free(y), free(xd), free(ref), free(g), free(gt);
     dt_device_free(dev);
@@ -305,7 +305,7 @@ Test(rope, position_zero_is_identity) {
     rng_seed(5);
     dt_device_t *dev = open_cpu(1);
     float *x = frand(48, 1), *y = fcopy(x, 48);
-    dev->ops->rope_forward(dev, y, 1, 1, 48, 3, 16, 0, &ROPE_LLAMA3);
+    dev->ops->rope_forward(dev, y, 1, 1, 48, 3, 16, 0, NULL, &ROPE_LLAMA3);
     cr_assert_eq(memcmp(x, y, sizeof(float) * 48), 0);
     free(x), free(y);
     dt_device_free(dev);
@@ -405,8 +405,8 @@ static float *att_run(dt_device_t *dev, const float *qkv, const float *R, float 
     float *out = ffill((size_t)B * T * C, 9);
     float *saved = malloc(dev->ops->attention_saved_bytes(dev, B, T, C, NH, NKV));
     float *scratch = malloc(dev->ops->attention_scratch_bytes(dev, B, T, C, NH, NKV));
-    dev->ops->attention_forward(dev, out, saved, qkv, B, T, C, NH, NKV);
-    dev->ops->attention_backward(dev, dqkv, scratch, R, qkv, saved, B, T, C, NH, NKV);
+    dev->ops->attention_forward(dev, out, saved, qkv, NULL, B, T, C, NH, NKV);
+    dev->ops->attention_backward(dev, dqkv, scratch, R, qkv, saved, NULL, B, T, C, NH, NKV);
     free(saved), free(scratch);
     return out;
 }
@@ -488,7 +488,7 @@ static void decode_case(int B, int T, int C, int NH, int NKV, int max_T) {
     size_t nqkv = (size_t)B * T * C3, nout = (size_t)B * T * C;
     float *qkv = frand(nqkv, 1.5f), *full = ffill(nout, 9);
     float *saved = malloc(dev->ops->attention_saved_bytes(dev, B, T, C, NH, NKV));
-    dev->ops->attention_forward(dev, full, saved, qkv, B, T, C, NH, NKV);
+    dev->ops->attention_forward(dev, full, saved, qkv, NULL, B, T, C, NH, NKV);
     float *kv = ffill((size_t)B * max_T * 2 * KV, NAN), *out = ffill((size_t)B * C, 9);
     for (int pos = 0; pos < T; pos++) {
         for (int b = 0; b < B; b++)
@@ -532,8 +532,8 @@ Test(threads, every_op_bitwise_equal_across_thread_counts) {
         o->rmsnorm_forward(dev, r[0], r[1], x, w, N, C, 1e-6f);
         o->rmsnorm_backward(dev, r[2], r[3], R, x, w, r[1], N, C);
         r[4] = fcopy(qkv, nqkv), r[5] = fcopy(qkv, nqkv);
-        o->rope_forward(dev, r[4], B, T, C3, NH + NKV, HS, 5, &ROPE_LLAMA3);
-        o->rope_backward(dev, r[5], B, T, C3, NH + NKV, HS, 5, &ROPE_LLAMA3);
+        o->rope_forward(dev, r[4], B, T, C3, NH + NKV, HS, 5, NULL, &ROPE_LLAMA3);
+        o->rope_backward(dev, r[5], B, T, C3, NH + NKV, HS, 5, NULL, &ROPE_LLAMA3);
         r[6] = ffill(ng / 2, 0), r[7] = ffill(ng, PRE);
         o->swiglu_forward(dev, r[6], gu, N, IC);
         o->swiglu_backward(dev, r[7], gu, Rg, N, IC);

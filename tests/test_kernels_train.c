@@ -246,17 +246,17 @@ static float *pipeline_once(uint64_t seed, size_t *len) {
     float *saved = malloc(dev->ops->attention_saved_bytes(dev, B, T, C, NH, NH));
     float *scratch = malloc(dev->ops->attention_scratch_bytes(dev, B, T, C, NH, NH));
     const dt_ops_t *o = dev->ops;
-    o->encoder_forward(dev, x, tok, wte, wpe, B, T, C);
+    o->encoder_forward(dev, x, tok, wte, wpe, NULL, B, T, C);
     o->layernorm_forward(dev, ln, mean, rstd, x, lnw, lnb, N, C);
     o->matmul_forward(dev, qkv, ln, wqkv, bqkv, N, C, 3 * C);
-    o->attention_forward(dev, att, saved, qkv, B, T, C, NH, NH);
+    o->attention_forward(dev, att, saved, qkv, NULL, B, T, C, NH, NH);
     o->matmul_forward(dev, logits, att, wte, NULL, N, C, Vp);
     o->softmax_xent_backward(dev, logits, losses, logits, tok, 1.0f / N, N, V, Vp);
     o->matmul_backward(dev, datt, dwte, NULL, logits, att, wte, N, C, Vp);
-    o->attention_backward(dev, dqkv, scratch, datt, qkv, saved, B, T, C, NH, NH);
+    o->attention_backward(dev, dqkv, scratch, datt, qkv, saved, NULL, B, T, C, NH, NH);
     o->matmul_backward(dev, dln, dwqkv, dbqkv, dqkv, ln, wqkv, N, C, 3 * C);
     o->layernorm_backward(dev, dx, dlnw, dlnb, dln, x, lnw, mean, rstd, N, C);
-    o->encoder_backward(dev, dwte, NULL, dx, tok, B, T, C);
+    o->encoder_backward(dev, dwte, NULL, dx, tok, NULL, B, T, C);
     o->gelu_forward(dev, ln, x, (size_t)N * C);
 #undef TAKE
     *len = total;

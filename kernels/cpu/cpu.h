@@ -93,9 +93,9 @@ static inline void dt_cpu_softmax_row(float *row, int n) {
 
 /* ---- ops, defined in kernels/cpu/cpu_{layers,llama,attention,loss,optim}.c ---- */
 void dt_cpu_encoder_forward(dt_device_t *dev, void *out, const int *inp, const void *wte,
-                            const void *wpe, int B, int T, int C);
+                            const void *wpe, const int *pos, int B, int T, int C);
 void dt_cpu_encoder_backward(dt_device_t *dev, void *dwte, void *dwpe, const void *dout,
-                             const int *inp, int B, int T, int C);
+                             const int *inp, const int *pos, int B, int T, int C);
 void dt_cpu_layernorm_forward(dt_device_t *dev, void *out, float *mean, float *rstd,
                               const void *inp, const void *weight, const void *bias, int N,
                               int C);
@@ -116,11 +116,11 @@ void dt_cpu_matmul_backward(dt_device_t *dev, void *dinp, void *dweight, void *d
                             int C, int OC);
 size_t dt_cpu_attention_saved_bytes(const dt_device_t *dev, int B, int T, int C, int NH, int NKV);
 size_t dt_cpu_attention_scratch_bytes(const dt_device_t *dev, int B, int T, int C, int NH, int NKV);
-void dt_cpu_attention_forward(dt_device_t *dev, void *out, void *saved, const void *qkv, int B,
-                              int T, int C, int NH, int NKV);
+void dt_cpu_attention_forward(dt_device_t *dev, void *out, void *saved, const void *qkv,
+                              const int *pos, int B, int T, int C, int NH, int NKV);
 void dt_cpu_attention_backward(dt_device_t *dev, void *dqkv, void *scratch, const void *dout,
-                               const void *qkv, const void *saved, int B, int T, int C,
-                               int NH, int NKV);
+                               const void *qkv, const void *saved, const int *pos, int B, int T,
+                               int C, int NH, int NKV);
 void dt_cpu_attention_decode(dt_device_t *dev, void *out, const void *q, int q_stride,
                              const void *kv, int max_T, int pos, int B, int C, int NH, int NKV);
 void dt_cpu_rmsnorm_forward(dt_device_t *dev, void *out, float *rstd, const void *inp,
@@ -129,9 +129,9 @@ void dt_cpu_rmsnorm_backward(dt_device_t *dev, void *dinp, void *dweight, const 
                              const void *inp, const void *weight, const float *rstd, int N,
                              int C);
 void dt_cpu_rope_forward(dt_device_t *dev, void *x, int B, int T, int row_stride, int n_heads,
-                         int HS, int pos0, const dt_rope_args_t *rope);
+                         int HS, int pos0, const int *pos, const dt_rope_args_t *rope);
 void dt_cpu_rope_backward(dt_device_t *dev, void *dx, int B, int T, int row_stride, int n_heads,
-                          int HS, int pos0, const dt_rope_args_t *rope);
+                          int HS, int pos0, const int *pos, const dt_rope_args_t *rope);
 void dt_cpu_swiglu_forward(dt_device_t *dev, void *out, const void *inp, int N, int IC);
 void dt_cpu_swiglu_backward(dt_device_t *dev, void *dinp, const void *inp, const void *dout,
                             int N, int IC);

@@ -11,6 +11,12 @@
  * one BLK x T block of dS per thread as scratch. The backward splits the work over
  * (batch, key/value head) and walks the query heads of a group in order, so the
  * shared dK and dV are summed in a fixed order by one thread.
+ *
+ * Packed sequences (kernels.h: pos): row t attends to keys [t - pos[t], t], its
+ * document. That lower bound never decreases with t, so block [r0, r1) needs key
+ * columns [k0, r1) with k0 = r0 - pos[r0]: the products start at column k0 (the
+ * documents before the block's first are skipped), and each row's softmax covers
+ * its own [lo, t]. Without pos, k0 = lo = 0: the plain causal path.
  */
 #include <math.h>
 #include <omp.h>
@@ -28,18 +34,24 @@ size_t dt_cpu_attention_scratch_bytes(const dt_device_t *dev, int B, int T, int 
     return sizeof(float) * (size_t)(dev->nthreads > 0 ? dev->nthreads : 1) * rows * T;
 }
 
-/* Softmax of rows [r0, r1) of S (row stride T) over their causal part j <= t, in
- * place; entries right of the diagonal, up to column T, become 0. */
-static void causal_softmax_rows(float *S, int T, int r0, int r1) {
+/* The first key row t of a sequence attends to: its document's start with pos (the
+ * sequence's (T) positions), else 0. */
+static inline int key_lo(const int *pos, int t) { return pos ? t - pos[t] : 0; }
+
+/* Softmax of rows [r0, r1) of S (row stride T) over their part lo <= j <= t, in
+ * place; every other entry of the row, up to column T, becomes 0. */
+static void causal_softmax_rows(float *S, const int *pos, int T, int r0, int r1) {
     for (int t = r0; t < r1; t++) {
         float *row = S + (size_t)t * T;
-        dt_cpu_softmax_row(row, t + 1);
+        int lo = key_lo(pos, t);
+        dt_cpu_softmax_row(row + lo, t - lo + 1);
+        memset(row, 0, sizeof(float) * (size_t)lo);
         memset(row + t + 1, 0, sizeof(float) * (size_t)(T - t - 1));
     }
 }
 
 void dt_cpu_attention_forward(dt_device_t *dev, void *out_, void *saved, const void *qkv_,
-                              int B, int T, int C, int NH, int NKV) {
+                              const int *pos, int B, int T, int C, int NH, int NKV) {
     float *out = out_, *att = saved;
     const float *qkv = qkv_;
     int HS = C / NH, KV = NKV * HS, C3 = C + 2 * KV, rep = NH / NKV;
@@ -53,22 +65,25 @@ void dt_cpu_attention_forward(dt_device_t *dev, void *out_, void *saved, const v
         const float *v = k + KV;
         float *P = att + (size_t)bh * T * T;
         float *o = out + (size_t)b * T * C + h * HS;
+        const int *pb = pos ? pos + (size_t)b * T : NULL;
         for (int r0 = 0; r0 < T; r0 += BLK) {
-            int r1 = r0 + BLK < T ? r0 + BLK : T;
-            /* S[r0:r1, 0:r1] = scale * Q[r0:r1] K[0:r1]^T */
-            dt_cpu_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, HS, scale,
-                        q + (size_t)r0 * C3, C3, k, C3, 0.0f, P + (size_t)r0 * T, T);
-            causal_softmax_rows(P, T, r0, r1);
-            /* O[r0:r1] = P[r0:r1, 0:r1] V[0:r1] */
-            dt_cpu_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, HS, r1, 1.0f,
-                        P + (size_t)r0 * T, T, v, C3, 0.0f, o + (size_t)r0 * C, C);
+            int r1 = r0 + BLK < T ? r0 + BLK : T, k0 = key_lo(pb, r0);
+            /* S[r0:r1, k0:r1] = scale * Q[r0:r1] K[k0:r1]^T */
+            dt_cpu_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1 - k0, HS, scale,
+                        q + (size_t)r0 * C3, C3, k + (size_t)k0 * C3, C3, 0.0f,
+                        P + (size_t)r0 * T + k0, T);
+            causal_softmax_rows(P, pb, T, r0, r1);
+            /* O[r0:r1] = P[r0:r1, k0:r1] V[k0:r1] */
+            dt_cpu_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, HS, r1 - k0, 1.0f,
+                        P + (size_t)r0 * T + k0, T, v + (size_t)k0 * C3, C3, 0.0f,
+                        o + (size_t)r0 * C, C);
         }
     }
 }
 
 void dt_cpu_attention_backward(dt_device_t *dev, void *dqkv_, void *scratch, const void *dout_,
-                               const void *qkv_, const void *saved, int B, int T, int C,
-                               int NH, int NKV) {
+                               const void *qkv_, const void *saved, const int *pos, int B, int T,
+                               int C, int NH, int NKV) {
     float *dqkv = dqkv_;
     const float *dout = dout_, *qkv = qkv_, *att = saved;
     int HS = C / NH, KV = NKV * HS, C3 = C + 2 * KV, rep = NH / NKV;
@@ -85,6 +100,7 @@ void dt_cpu_attention_backward(dt_device_t *dev, void *dqkv_, void *scratch, con
             size_t row0 = (size_t)b * T * C3;
             const float *k = qkv + row0 + C + g * HS, *v = k + KV;
             float *dk = dqkv + row0 + C + g * HS, *dv = dk + KV;
+            const int *pb = pos ? pos + (size_t)b * T : NULL;
             for (int h = g * rep; h < (g + 1) * rep; h++) {
                 const float *q = qkv + row0 + h * HS;
                 float *dq = dqkv + row0 + h * HS;
@@ -92,30 +108,35 @@ void dt_cpu_attention_backward(dt_device_t *dev, void *dqkv_, void *scratch, con
                 const float *dO = dout + (size_t)b * T * C + h * HS;
                 for (int r0 = 0; r0 < T; r0 += BLK) {
                     int r1 = r0 + BLK < T ? r0 + BLK : T, m = r1 - r0;
-                    const float *Pb = P + (size_t)r0 * T;
-                    /* dV[0:r1] += P[r0:r1, 0:r1]^T dO[r0:r1] */
-                    dt_cpu_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, HS, m, 1.0f, Pb, T,
-                                dO + (size_t)r0 * C, C, 1.0f, dv, C3);
-                    /* dP[r0:r1, 0:r1] = dO[r0:r1] V[0:r1]^T, into dS (rows r0..r1, stride T) */
-                    dt_cpu_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, r1, HS, 1.0f,
-                                dO + (size_t)r0 * C, C, v, C3, 0.0f, dS, T);
-                    /* dS = P * (dP - sum_j P dP), row by row; 0 right of the diagonal. */
+                    int k0 = key_lo(pb, r0), n = r1 - k0; /* key columns [k0, r1) */
+                    const float *Pb = P + (size_t)r0 * T + k0;
+                    /* dV[k0:r1] += P[r0:r1, k0:r1]^T dO[r0:r1] */
+                    dt_cpu_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, HS, m, 1.0f, Pb, T,
+                                dO + (size_t)r0 * C, C, 1.0f, dv + (size_t)k0 * C3, C3);
+                    /* dP[r0:r1, k0:r1] = dO[r0:r1] V[k0:r1]^T, into dS (rows r0..r1, stride T;
+                     * column j - k0 for key j) */
+                    dt_cpu_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, HS, 1.0f,
+                                dO + (size_t)r0 * C, C, v + (size_t)k0 * C3, C3, 0.0f, dS, T);
+                    /* dS = P * (dP - sum_j P dP), row by row over the row's keys [lo, t];
+                     * 0 at the block's other columns. */
                     for (int t = r0; t < r1; t++) {
-                        const float *p = P + (size_t)t * T;
+                        const float *p = P + (size_t)t * T + k0; /* columns j - k0, as dS */
                         float *d = dS + (size_t)(t - r0) * T;
+                        int lo = key_lo(pb, t) - k0, hi = t - k0;
                         float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-                        for (int j = 0; j <= t; j++) dot += p[j] * d[j];
+                        for (int j = lo; j <= hi; j++) dot += p[j] * d[j];
 #pragma omp simd
-                        for (int j = 0; j <= t; j++) d[j] = p[j] * (d[j] - dot);
-                        for (int j = t + 1; j < r1; j++) d[j] = 0.0f;
+                        for (int j = lo; j <= hi; j++) d[j] = p[j] * (d[j] - dot);
+                        for (int j = 0; j < lo; j++) d[j] = 0.0f;
+                        for (int j = hi + 1; j < r1 - k0; j++) d[j] = 0.0f;
                     }
-                    /* dQ[r0:r1] += scale dS[r0:r1, 0:r1] K[0:r1] */
-                    dt_cpu_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, HS, r1, scale, dS, T,
-                                k, C3, 1.0f, dq + (size_t)r0 * C3, C3);
-                    /* dK[0:r1] += scale dS[r0:r1, 0:r1]^T Q[r0:r1] */
-                    dt_cpu_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, HS, m, scale, dS, T,
-                                q + (size_t)r0 * C3, C3, 1.0f, dk, C3);
+                    /* dQ[r0:r1] += scale dS[r0:r1, k0:r1] K[k0:r1] */
+                    dt_cpu_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, HS, n, scale, dS, T,
+                                k + (size_t)k0 * C3, C3, 1.0f, dq + (size_t)r0 * C3, C3);
+                    /* dK[k0:r1] += scale dS[r0:r1, k0:r1]^T Q[r0:r1] */
+                    dt_cpu_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, HS, m, scale, dS, T,
+                                q + (size_t)r0 * C3, C3, 1.0f, dk + (size_t)k0 * C3, C3);
                 }
             }
         }

@@ -24,14 +24,14 @@ static int threads_for(const dt_device_t *dev, size_t work, size_t min_work) {
 /* ---- encoder ------------------------------------------------------------- */
 
 void dt_cpu_encoder_forward(dt_device_t *dev, void *out_, const int *inp, const void *wte_,
-                            const void *wpe_, int B, int T, int C) {
+                            const void *wpe_, const int *pos, int B, int T, int C) {
     float *out = out_;
     const float *wte = wte_, *wpe = wpe_;
     int nt = threads_for(dev, (size_t)B * T * C, PAR_MIN_ELEMS);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int bt = 0; bt < B * T; bt++) {
         float *o = out + (size_t)bt * C;
-        const float *p = wpe ? wpe + (size_t)(bt % T) * C : NULL;
+        const float *p = wpe ? wpe + (size_t)(pos ? pos[bt] : bt % T) * C : NULL;
         if (inp[bt] < 0) { /* another rank's vocabulary row (tensor parallelism) */
             if (p) memcpy(o, p, sizeof(float) * (size_t)C);
             else memset(o, 0, sizeof(float) * (size_t)C);
@@ -48,7 +48,7 @@ void dt_cpu_encoder_forward(dt_device_t *dev, void *out_, const int *inp, const 
 }
 
 void dt_cpu_encoder_backward(dt_device_t *dev, void *dwte_, void *dwpe_, const void *dout_,
-                             const int *inp, int B, int T, int C) {
+                             const int *inp, const int *pos, int B, int T, int C) {
     float *dwte = dwte_, *dwpe = dwpe_;
     const float *dout = dout_;
     int nt = threads_for(dev, (size_t)B * T * C, PAR_MIN_ELEMS);
@@ -66,7 +66,7 @@ void dt_cpu_encoder_backward(dt_device_t *dev, void *dwte_, void *dwpe_, const v
                 for (size_t i = c0; i < c1; i++) e[i] += d[i];
             }
             if (dwpe) {
-                float *p = dwpe + (size_t)(bt % T) * C;
+                float *p = dwpe + (size_t)(pos ? pos[bt] : bt % T) * C;
 #pragma omp simd
                 for (size_t i = c0; i < c1; i++) p[i] += d[i];
             }

@@ -90,24 +90,27 @@ void dt_cpu_rmsnorm_backward(dt_device_t *dev, void *dinp_, void *dweight_, cons
 /* Turns each pair (x[i], x[i + HS/2]) of the first n_heads heads of every row by
  * +angle (dir 1, forward) or -angle (dir -1, the transpose for the backward). The
  * angle is pos * inv_freq[i] in fp32 as transformers forms it; its cosine and sine
- * are taken in double and rounded, once per position for all its rows and heads. */
+ * are taken in double and rounded, once per position for all its rows and heads
+ * (with pos, packed sequences: once per row, at the row's own position; the same
+ * arithmetic). */
 static void rope_apply(dt_device_t *dev, float *x, int B, int T, int row_stride, int n_heads,
-                       int HS, int pos0, const dt_rope_args_t *rope, float dir) {
+                       int HS, int pos0, const int *pos, const dt_rope_args_t *rope, float dir) {
     int half = HS / 2;
     float inv_freq[DT_ROPE_MAX_HS / 2];
     dt_rope_inv_freq(rope, HS, inv_freq);
     int nt = threads_for(dev, (size_t)B * T * n_heads * HS);
-    /* Over positions: a position's angles serve all B rows at it. */
+    /* Over positions: a position's angles serve all B rows at it; with pos, over rows. */
+    int outer = pos ? B * T : T, inner = pos ? 1 : B;
 #pragma omp parallel for num_threads(nt) schedule(static)
-    for (int t = 0; t < T; t++) {
+    for (int t = 0; t < outer; t++) {
         float cs[DT_ROPE_MAX_HS / 2], sn[DT_ROPE_MAX_HS / 2];
-        float p = (float)(pos0 + t);
+        float p = (float)(pos ? pos[t] : pos0 + t);
         for (int i = 0; i < half; i++) {
             double a = (double)(p * inv_freq[i]);
             cs[i] = (float)cos(a);
             sn[i] = dir * (float)sin(a);
         }
-        for (int b = 0; b < B; b++) {
+        for (int b = 0; b < inner; b++) {
             float *row = x + ((size_t)b * T + t) * row_stride;
             for (int h = 0; h < n_heads; h++) {
                 float *x1 = row + (size_t)h * HS, *x2 = x1 + half;
@@ -123,13 +126,13 @@ static void rope_apply(dt_device_t *dev, float *x, int B, int T, int row_stride,
 }
 
 void dt_cpu_rope_forward(dt_device_t *dev, void *x, int B, int T, int row_stride, int n_heads,
-                         int HS, int pos0, const dt_rope_args_t *rope) {
-    rope_apply(dev, x, B, T, row_stride, n_heads, HS, pos0, rope, 1.0f);
+                         int HS, int pos0, const int *pos, const dt_rope_args_t *rope) {
+    rope_apply(dev, x, B, T, row_stride, n_heads, HS, pos0, pos, rope, 1.0f);
 }
 
 void dt_cpu_rope_backward(dt_device_t *dev, void *dx, int B, int T, int row_stride, int n_heads,
-                          int HS, int pos0, const dt_rope_args_t *rope) {
-    rope_apply(dev, dx, B, T, row_stride, n_heads, HS, pos0, rope, -1.0f);
+                          int HS, int pos0, const int *pos, const dt_rope_args_t *rope) {
+    rope_apply(dev, dx, B, T, row_stride, n_heads, HS, pos0, pos, rope, -1.0f);
 }
 
 /* ---- SwiGLU -------------------------------------------------------------- */

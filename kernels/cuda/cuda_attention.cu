@@ -43,6 +43,10 @@
  * both needs a GPU; this version is the reference the fused one will be tested
  * against.
  *
+ * Packed sequences (kernels.h: pos): the GEMMs stay whole (T x T per head); the
+ * softmax kernels mask row t to its document, keys [t - pos[b,t], t], and write 0
+ * elsewhere, so the products that follow add nothing across documents.
+ *
  * With DTRUN_CUDA_ATTENTION=fused (dt_cuda_impl.attention) and HS <= 128 the four
  * slots below hand over to the fused kernel of cuda_attention_fused.cu.
  */
@@ -50,38 +54,46 @@
 
 #define SOFTMAX_ROWS_PER_BLOCK 4 /* one warp per row */
 
-/* Rows of `rows` T-long rows; row r is query t = r % T of its (b, h). In place:
- * each element is read and written by the same lane. */
-template <typename S> __global__ void causal_softmax_kernel(S *att, int rows, int T) {
-    int lane = threadIdx.x % DT_WARP;
-    int r = blockIdx.x * SOFTMAX_ROWS_PER_BLOCK + threadIdx.x / DT_WARP;
-    if (r >= rows) return;
+/* The first key of row r (query t = r % T of (b, h), r / (NH T) = b): its
+ * document's start with pos, else 0. */
+static __device__ __forceinline__ int row_key_lo(const int *pos, int r, int T, int NH) {
     int t = r % T;
-    S *x = att + (size_t)r * T;
-    float m = -INFINITY;
-    for (int j = lane; j <= t; j += DT_WARP) m = fmaxf(m, dt_ld(x[j]));
-    m = dt_warp_max(m);
-    float s = 0.0f;
-    for (int j = lane; j <= t; j += DT_WARP) s += expf(dt_ld(x[j]) - m);
-    float inv = 1.0f / dt_warp_sum(s);
-    for (int j = lane; j < T; j += DT_WARP)
-        x[j] = dt_st<S>(j <= t ? expf(dt_ld(x[j]) - m) * inv : 0.0f);
+    return pos ? t - pos[(size_t)(r / T / NH) * T + t] : 0;
 }
 
-/* dS = P * (dP - sum_j P dP) over j <= t, 0 right of the diagonal; in place on dP. */
-template <typename S>
-__global__ void causal_softmax_backward_kernel(S *dS, const S *att, int rows, int T) {
+/* Rows of `rows` T-long rows; row r is query t = r % T of its (b, h), over keys
+ * lo <= j <= t (row_key_lo). In place: each element is read and written by the same
+ * lane. */
+template <typename S> __global__ void causal_softmax_kernel(S *att, const int *pos, int rows, int T, int NH) {
     int lane = threadIdx.x % DT_WARP;
     int r = blockIdx.x * SOFTMAX_ROWS_PER_BLOCK + threadIdx.x / DT_WARP;
     if (r >= rows) return;
-    int t = r % T;
+    int t = r % T, lo = row_key_lo(pos, r, T, NH);
+    S *x = att + (size_t)r * T;
+    float m = -INFINITY;
+    for (int j = lo + lane; j <= t; j += DT_WARP) m = fmaxf(m, dt_ld(x[j]));
+    m = dt_warp_max(m);
+    float s = 0.0f;
+    for (int j = lo + lane; j <= t; j += DT_WARP) s += expf(dt_ld(x[j]) - m);
+    float inv = 1.0f / dt_warp_sum(s);
+    for (int j = lane; j < T; j += DT_WARP)
+        x[j] = dt_st<S>(j >= lo && j <= t ? expf(dt_ld(x[j]) - m) * inv : 0.0f);
+}
+
+/* dS = P * (dP - sum_j P dP) over lo <= j <= t, 0 elsewhere; in place on dP. */
+template <typename S>
+__global__ void causal_softmax_backward_kernel(S *dS, const S *att, const int *pos, int rows, int T, int NH) {
+    int lane = threadIdx.x % DT_WARP;
+    int r = blockIdx.x * SOFTMAX_ROWS_PER_BLOCK + threadIdx.x / DT_WARP;
+    if (r >= rows) return;
+    int t = r % T, lo = row_key_lo(pos, r, T, NH);
     S *d = dS + (size_t)r * T;
     const S *p = att + (size_t)r * T;
     float dot = 0.0f;
-    for (int j = lane; j <= t; j += DT_WARP) dot += dt_ld(p[j]) * dt_ld(d[j]);
+    for (int j = lo + lane; j <= t; j += DT_WARP) dot += dt_ld(p[j]) * dt_ld(d[j]);
     dot = dt_warp_sum(dot);
     for (int j = lane; j < T; j += DT_WARP)
-        d[j] = dt_st<S>(j <= t ? dt_ld(p[j]) * (dt_ld(d[j]) - dot) : 0.0f);
+        d[j] = dt_st<S>(j >= lo && j <= t ? dt_ld(p[j]) * (dt_ld(d[j]) - dot) : 0.0f);
 }
 
 template <typename S> static cudaDataType_t blas_type(void);
@@ -150,10 +162,10 @@ static size_t attention_scratch_bytes(const dt_device_t *dev, int B, int T, int 
 /* Grouped-query attention: query head h = g*rep + r (rep = NH/NKV) reads key/value
  * head g. Query-side products cover all B*NH heads in one call. */
 template <typename S>
-static void attention_forward(dt_device_t *dev, void *out_, void *saved, const void *qkv_, int B,
-                              int T, int C, int NH, int NKV) {
+static void attention_forward(dt_device_t *dev, void *out_, void *saved, const void *qkv_, const int *pos,
+                              int B, int T, int C, int NH, int NKV) {
     if (dt_cuda_attention_fused(dev, C, NH)) {
-        dt_cuda_fa_forward(dev, out_, saved, qkv_, B, T, C, NH, NKV);
+        dt_cuda_fa_forward(dev, out_, saved, qkv_, pos, B, T, C, NH, NKV);
         return;
     }
     S *out = (S *)out_, *att = (S *)saved;
@@ -171,7 +183,7 @@ static void attention_forward(dt_device_t *dev, void *out_, void *saved, const v
     int rows = B * NH * T;
     DT_LAUNCH(causal_softmax_kernel<S>, dt_blocks(rows, SOFTMAX_ROWS_PER_BLOCK),
               SOFTMAX_ROWS_PER_BLOCK * DT_WARP, 0, dt_cuda_stream(dev))
-    (att, rows, T);
+    (att, pos, rows, T, NH);
     DT_CUDA_LAUNCHED(dev);
     /* out[t][d] = sum_j att[t][j] v[j][d]: column-major (HS x T), ldc C, is v (HS x T,
      * lda C3) times att-as-stored (T x T, ldb T). */
@@ -186,9 +198,10 @@ static void attention_forward(dt_device_t *dev, void *out_, void *saved, const v
  * member r = 0, 1, ... in order, each adding into all B*NKV key/value heads. */
 template <typename S>
 static void attention_backward(dt_device_t *dev, void *dqkv_, void *scratch, const void *dout_,
-                               const void *qkv_, const void *saved, int B, int T, int C, int NH, int NKV) {
+                               const void *qkv_, const void *saved, const int *pos, int B, int T, int C, int NH,
+                               int NKV) {
     if (dt_cuda_attention_fused(dev, C, NH)) {
-        dt_cuda_fa_backward(dev, dqkv_, scratch, dout_, qkv_, saved, B, T, C, NH, NKV);
+        dt_cuda_fa_backward(dev, dqkv_, scratch, dout_, qkv_, saved, pos, B, T, C, NH, NKV);
         return;
     }
     S *dqkv = (S *)dqkv_, *dS = (S *)scratch;
@@ -211,7 +224,7 @@ static void attention_backward(dt_device_t *dev, void *dqkv_, void *scratch, con
     int rows = B * NH * T;
     DT_LAUNCH(causal_softmax_backward_kernel<S>, dt_blocks(rows, SOFTMAX_ROWS_PER_BLOCK),
               SOFTMAX_ROWS_PER_BLOCK * DT_WARP, 0, dt_cuda_stream(dev))
-    (dS, att, rows, T);
+    (dS, att, pos, rows, T, NH);
     DT_CUDA_LAUNCHED(dev);
     /* dq[t][d] += scale sum_j dS[t][j] k[j][d]: (HS x T) = k (HS x T) . dS-as-stored */
     at<S>(&p, 0, qkv + C, sq, HS, 0);

@@ -27,6 +27,15 @@
  *     dq += scale dS K. Every sum has a fixed order (no atomics),
  *     so results are bitwise identical run to run.
  *
+ * Packed sequences (kernels.h: pos): query t attends to keys lo(t) = t - pos[b,t]
+ * .. t. lo never decreases with t, so a query tile's smallest bound is its first
+ * row's: the forward and the dq pass start at the key tile holding it (the key
+ * tiles of earlier documents are skipped), the dk/dv pass stops at the first query
+ * tile whose first row starts after the key tile, and every score with j < lo(t)
+ * is masked like those right of the diagonal. A row may then meet a tile with no
+ * key of its own (m still -inf): the online softmax subtracts 0 there instead of m,
+ * so its weights stay 0 (without pos, key 0 comes first and m is always finite).
+ *
  * saved = lse (B, NH, T) fp32 followed by a copy of out (B, T, C) in the compute
  * dtype (the backward's D needs out, which the op table does not pass back);
  * scratch = D (B, NH, T) fp32. GPT-2 124M, B=16, T=1024, bf16: 25.9 MB saved per
@@ -71,6 +80,19 @@ static __device__ __forceinline__ void fa_load(float *dst, const S *src, int rs,
     }
 }
 
+/* The first key query t of a sequence attends to: its document's start when pb (the
+ * sequence's T positions) is given, else 0. */
+static __device__ __forceinline__ int fa_key_lo(const int *pb, int t) { return pb ? t - pb[t] : 0; }
+
+/* lo[r] = fa_key_lo of query rows q0 .. q0 + rows - 1 (0 past T). */
+static __device__ __forceinline__ void fa_load_lo(int *lo, const int *pb, int q0, int rows, int T) {
+    for (int r = threadIdx.x; r < rows; r += blockDim.x) lo[r] = q0 + r < T ? fa_key_lo(pb, q0 + r) : 0;
+}
+
+/* The max an online softmax subtracts: m, or 0 while the row has seen no key (m is
+ * -inf only with pos, before the row's document starts; exp then gives 0). */
+static __device__ __forceinline__ float fa_shift(float m) { return m == -INFINITY ? 0.0f : m; }
+
 /* Dot product of two HS-long rows in shared memory, in index order. */
 static __device__ __forceinline__ float fa_dot(const float *a, const float *b, int HS) {
     float s = 0.0f;
@@ -82,7 +104,8 @@ static __device__ __forceinline__ float fa_dot(const float *a, const float *b, i
 
 static size_t fa_forward_smem(int HS) {
     int hp = HS + 1;
-    return sizeof(float) * (3 * (size_t)FA_TILE * hp + (size_t)FA_TILE * FA_PS + 2 * FA_TILE);
+    return sizeof(float) * (3 * (size_t)FA_TILE * hp + (size_t)FA_TILE * FA_PS + 2 * FA_TILE) +
+           sizeof(int) * FA_TILE;
 }
 
 /* End of a forward tile: each warp's RPW row sums l (rows warp + FA_WARPS i) into
@@ -103,7 +126,8 @@ static __device__ __forceinline__ void store_row_sums(float *sl, float *lse_bh, 
 
 template <typename S>
 __global__ void __launch_bounds__(FA_THREADS)
-    fa_forward_kernel(S *out, float *lse, S *out_copy, const S *qkv, int T, int C, int NH, int NKV, float scale) {
+    fa_forward_kernel(S *out, float *lse, S *out_copy, const S *qkv, const int *pos, int T, int C, int NH, int NKV,
+                      float scale) {
     DT_DYN_SMEM(float, sm);
     int HS = C / NH, hp = HS + 1, C3 = C + 2 * NKV * HS;
     int qt = gridDim.x - 1 - blockIdx.x; /* the longest rows first */
@@ -111,10 +135,13 @@ __global__ void __launch_bounds__(FA_THREADS)
     int lane = threadIdx.x % DT_WARP, warp = threadIdx.x / DT_WARP;
     float *sq = sm, *sk = sq + FA_TILE * hp, *sv = sk + FA_TILE * hp;
     float *sp = sv + FA_TILE * hp, *salpha = sp + FA_TILE * FA_PS, *sl = salpha + FA_TILE;
+    int *slo = (int *)(sl + FA_TILE);
     const S *q = qkv + (size_t)b * T * C3 + h * HS;
     const S *k = qkv + (size_t)b * T * C3 + C + h / (NH / NKV) * HS, *v = k + NKV * HS;
+    const int *pb = pos ? pos + (size_t)b * T : NULL;
     int q0 = qt * FA_TILE;
     fa_load(sq, q, C3, q0, T, HS, hp);
+    fa_load_lo(slo, pb, q0, FA_TILE, T);
 
     float m[FA_ROWS_PER_WARP], l[FA_ROWS_PER_WARP]; /* rows warp + FA_WARPS i */
     for (int i = 0; i < FA_ROWS_PER_WARP; i++) {
@@ -125,19 +152,19 @@ __global__ void __launch_bounds__(FA_THREADS)
     #pragma unroll
     for (int i = 0; i < FA_DPT; i++) acc[i] = 0.0f;
 
-    for (int kt = 0; kt <= qt; kt++) {
+    /* from the key tile of the block's first document on (0 without pos) */
+    for (int kt = fa_key_lo(pb, q0) / FA_TILE; kt <= qt; kt++) {
         int k0 = kt * FA_TILE;
-        __syncthreads(); /* the previous tile's readers are done */
+        __syncthreads(); /* the previous tile's readers are done (and slo is loaded) */
         fa_load(sk, k, C3, k0, T, HS, hp);
         fa_load(sv, v, C3, k0, T, HS, hp);
         __syncthreads();
         for (int i = 0; i < FA_ROWS_PER_WARP; i++) {
             int r = warp + FA_WARPS * i, t = q0 + r, j = k0 + lane;
-            /* Key k0 <= t is always in range, so every row has a finite max. */
-            float s = j <= t && j < T ? scale * fa_dot(sq + r * hp, sk + lane * hp, HS) : -INFINITY;
-            float mn = fmaxf(m[i], dt_warp_max(s));
-            float p = expf(s - mn);
-            float a = expf(m[i] - mn); /* 0 on the first tile (m = -inf) */
+            float s = j >= slo[r] && j <= t && j < T ? scale * fa_dot(sq + r * hp, sk + lane * hp, HS) : -INFINITY;
+            float mn = fmaxf(m[i], dt_warp_max(s)), ms = fa_shift(mn);
+            float p = expf(s - ms);
+            float a = expf(m[i] - ms); /* 0 on the row's first tile (m = -inf) */
             l[i] = l[i] * a + dt_warp_sum(p);
             m[i] = mn;
             sp[r * FA_PS + lane] = p;
@@ -198,7 +225,7 @@ __global__ void __launch_bounds__(FA_THREADS)
 static size_t fa_forward_wmma_smem(int HS) {
     size_t hsp = HS + 8, hso = HS + 4, qr = FA_QROWS(HS);
     return qr * hsp * sizeof(dt_bf16) + 2 * FA_TILE * hsp * sizeof(dt_bf16) + qr * FA_S_LD * sizeof(float) +
-           qr * FA_P_LD * sizeof(dt_bf16) + qr * hso * sizeof(float) + 2 * qr * sizeof(float);
+           qr * FA_P_LD * sizeof(dt_bf16) + qr * hso * sizeof(float) + 2 * qr * sizeof(float) + qr * sizeof(int);
 }
 
 /* Rows r0 .. r0+rows-1 of a (T, HS) bf16 matrix with row stride rs into a (rows, ld)
@@ -230,8 +257,8 @@ static __device__ __forceinline__ void fa_load_bf16(dt_bf16 *dst, const dt_bf16 
 
 template <int QR>
 __global__ void __launch_bounds__(FA_THREADS)
-    fa_forward_wmma_kernel(dt_bf16 *out, float *lse, dt_bf16 *out_copy, const dt_bf16 *qkv, int T, int C, int NH,
-                           int NKV, float scale, int vec) {
+    fa_forward_wmma_kernel(dt_bf16 *out, float *lse, dt_bf16 *out_copy, const dt_bf16 *qkv, const int *pos, int T,
+                           int C, int NH, int NKV, float scale, int vec) {
     using namespace nvcuda;
     constexpr int RPW = QR / FA_WARPS;        /* softmax rows per warp */
     constexpr int SFW = (QR / FA_WM) * 2 / FA_WARPS; /* S fragments per warp */
@@ -244,10 +271,13 @@ __global__ void __launch_bounds__(FA_THREADS)
     float *ss = (float *)(sv + FA_TILE * hsp);
     dt_bf16 *sp = (dt_bf16 *)(ss + QR * FA_S_LD);
     float *so = (float *)(sp + QR * FA_P_LD), *salpha = so + QR * hso, *sl = salpha + QR;
+    int *slo = (int *)(sl + QR);
     const dt_bf16 *q = qkv + (size_t)b * T * C3 + h * HS;
     const dt_bf16 *k = qkv + (size_t)b * T * C3 + C + h / (NH / NKV) * HS, *v = k + NKV * HS;
+    const int *pb = pos ? pos + (size_t)b * T : NULL;
     int q0 = qt * QR;
     fa_load_bf16_rows(sq, q, C3, q0, QR, T, HS, hsp, vec);
+    fa_load_lo(slo, pb, q0, QR, T);
     for (int i = threadIdx.x; i < QR * hso; i += blockDim.x) so[i] = 0.0f;
 
     float m[RPW], l[RPW]; /* rows warp + FA_WARPS i */
@@ -257,10 +287,10 @@ __global__ void __launch_bounds__(FA_THREADS)
         l[i] = 0.0f;
     }
     int n_o = (QR / FA_WM) * (HS / FA_WM); /* O fragments */
-    /* Key tiles up to the block's last query row in range: key 0 comes first, so every
-     * row has a finite max before a tile that is all right of its diagonal. */
+    /* Key tiles from the block's first document's (0 without pos) up to the block's
+     * last query row in range. */
     int nkt = (min(q0 + QR, T) - 1) / FA_TILE + 1;
-    for (int kt = 0; kt < nkt; kt++) {
+    for (int kt = fa_key_lo(pb, q0) / FA_TILE; kt < nkt; kt++) {
         int k0 = kt * FA_TILE;
         __syncthreads(); /* the previous tile's readers are done */
         fa_load_bf16(sk, k, C3, k0, T, HS, hsp, vec);
@@ -284,13 +314,13 @@ __global__ void __launch_bounds__(FA_THREADS)
 #pragma unroll
         for (int i = 0; i < RPW; i++) {
             int r = warp + FA_WARPS * i, t = q0 + r, j = k0 + lane;
-            float s = j <= t && j < T ? scale * ss[r * FA_S_LD + lane] : -INFINITY;
-            float mn = fmaxf(m[i], dt_warp_max(s));
-            dt_bf16 pb = __float2bfloat16(expf(s - mn));
-            float a = expf(m[i] - mn);
-            l[i] = l[i] * a + dt_warp_sum(__bfloat162float(pb));
+            float s = j >= slo[r] && j <= t && j < T ? scale * ss[r * FA_S_LD + lane] : -INFINITY;
+            float mn = fmaxf(m[i], dt_warp_max(s)), ms = fa_shift(mn);
+            dt_bf16 pw = __float2bfloat16(expf(s - ms));
+            float a = expf(m[i] - ms);
+            l[i] = l[i] * a + dt_warp_sum(__bfloat162float(pw));
             m[i] = mn;
-            sp[r * FA_P_LD + lane] = pb;
+            sp[r * FA_P_LD + lane] = pw;
             if (lane == 0) salpha[r] = a;
         }
         __syncthreads();
@@ -354,21 +384,21 @@ template <typename K> static int fa_smem_ok(dt_device_t *dev, K kernel, size_t b
 
 /* The bf16 tensor-core forward with QR = FA_QROWS(HS) query rows per block. */
 template <int QR>
-static void fa_forward_wmma(dt_device_t *dev, void *out, float *lse, void *out_copy, const void *qkv, int B, int T,
-                            int C, int NH, int NKV) {
+static void fa_forward_wmma(dt_device_t *dev, void *out, float *lse, void *out_copy, const void *qkv, const int *pos,
+                            int B, int T, int C, int NH, int NKV) {
     int HS = C / NH;
     size_t smem = fa_forward_wmma_smem(HS);
     if (!fa_smem_ok(dev, fa_forward_wmma_kernel<QR>, smem, __func__)) return;
     dim3 grid((T + QR - 1) / QR, NH, B);
     DT_LAUNCH(fa_forward_wmma_kernel<QR>, grid, FA_THREADS, smem, dt_cuda_stream(dev))
-    ((dt_bf16 *)out, lse, (dt_bf16 *)out_copy, (const dt_bf16 *)qkv, T, C, NH, NKV, 1.0f / sqrtf((float)HS),
+    ((dt_bf16 *)out, lse, (dt_bf16 *)out_copy, (const dt_bf16 *)qkv, pos, T, C, NH, NKV, 1.0f / sqrtf((float)HS),
      dt_cuda_aligned16(qkv));
     DT_CUDA_LAUNCHED(dev);
 }
 
 template <typename S>
-static void fa_forward(dt_device_t *dev, void *out, void *saved, const void *qkv, int B, int T, int C,
-                       int NH, int NKV) {
+static void fa_forward(dt_device_t *dev, void *out, void *saved, const void *qkv, const int *pos, int B, int T,
+                       int C, int NH, int NKV) {
     int HS = C / NH;
     float *lse = (float *)saved;
     S *out_copy = (S *)((char *)saved + sizeof(float) * (size_t)B * NH * T);
@@ -376,23 +406,23 @@ static void fa_forward(dt_device_t *dev, void *out, void *saved, const void *qkv
     if constexpr (sizeof(S) == 2) {
         if (HS % FA_WM == 0) { /* tensor cores */
             if (FA_QROWS(HS) == 64)
-                fa_forward_wmma<64>(dev, out, lse, out_copy, qkv, B, T, C, NH, NKV);
+                fa_forward_wmma<64>(dev, out, lse, out_copy, qkv, pos, B, T, C, NH, NKV);
             else
-                fa_forward_wmma<32>(dev, out, lse, out_copy, qkv, B, T, C, NH, NKV);
+                fa_forward_wmma<32>(dev, out, lse, out_copy, qkv, pos, B, T, C, NH, NKV);
             return;
         }
     }
     size_t smem = fa_forward_smem(HS);
     if (!fa_smem_ok(dev, fa_forward_kernel<S>, smem, __func__)) return;
     DT_LAUNCH(fa_forward_kernel<S>, grid, FA_THREADS, smem, dt_cuda_stream(dev))
-    ((S *)out, lse, out_copy, (const S *)qkv, T, C, NH, NKV, 1.0f / sqrtf((float)HS));
+    ((S *)out, lse, out_copy, (const S *)qkv, pos, T, C, NH, NKV, 1.0f / sqrtf((float)HS));
     DT_CUDA_LAUNCHED(dev);
 }
 
 /* The bf16 tensor-core backward with NF = FA_NF(HS) accumulator fragments per warp. */
 template <int NF>
 static void fa_backward_wmma(dt_device_t *dev, void *dqkv, const void *dout, const void *qkv, const float *lse,
-                             const float *D, int B, int T, int C, int NH, int NKV) {
+                             const float *D, const int *pos, int B, int T, int C, int NH, int NKV) {
     int HS = C / NH, vec = dt_cuda_aligned16(qkv) && dt_cuda_aligned16(dout);
     float scale = 1.0f / sqrtf((float)HS);
     dim3 grid((T + FA_TILE - 1) / FA_TILE, NH, B), grid_kv((T + FA_TILE - 1) / FA_TILE, NKV, B);
@@ -401,16 +431,16 @@ static void fa_backward_wmma(dt_device_t *dev, void *dqkv, const void *dout, con
         !fa_smem_ok(dev, fa_dq_wmma_kernel<NF>, smem, __func__))
         return;
     DT_LAUNCH(fa_dkdv_wmma_kernel<NF>, grid_kv, FA_THREADS, smem, dt_cuda_stream(dev))
-    ((dt_bf16 *)dqkv, (const dt_bf16 *)dout, (const dt_bf16 *)qkv, lse, D, T, C, NH, NKV, scale, vec);
+    ((dt_bf16 *)dqkv, (const dt_bf16 *)dout, (const dt_bf16 *)qkv, lse, D, pos, T, C, NH, NKV, scale, vec);
     DT_CUDA_LAUNCHED(dev);
     DT_LAUNCH(fa_dq_wmma_kernel<NF>, grid, FA_THREADS, smem, dt_cuda_stream(dev))
-    ((dt_bf16 *)dqkv, (const dt_bf16 *)dout, (const dt_bf16 *)qkv, lse, D, T, C, NH, NKV, scale, vec);
+    ((dt_bf16 *)dqkv, (const dt_bf16 *)dout, (const dt_bf16 *)qkv, lse, D, pos, T, C, NH, NKV, scale, vec);
     DT_CUDA_LAUNCHED(dev);
 }
 
 template <typename S>
 static void fa_backward(dt_device_t *dev, void *dqkv, void *scratch, const void *dout, const void *qkv,
-                        const void *saved, int B, int T, int C, int NH, int NKV) {
+                        const void *saved, const int *pos, int B, int T, int C, int NH, int NKV) {
     int HS = C / NH;
     const float *lse = (const float *)saved;
     const S *out = (const S *)((const char *)saved + sizeof(float) * (size_t)B * NH * T);
@@ -424,10 +454,10 @@ static void fa_backward(dt_device_t *dev, void *dqkv, void *scratch, const void 
     if constexpr (sizeof(S) == 2) {
         if (HS % FA_WM == 0) { /* tensor cores */
             switch (FA_NF(HS)) {
-            case 1: fa_backward_wmma<1>(dev, dqkv, dout, qkv, lse, D, B, T, C, NH, NKV); return;
-            case 2: fa_backward_wmma<2>(dev, dqkv, dout, qkv, lse, D, B, T, C, NH, NKV); return;
-            case 3: fa_backward_wmma<3>(dev, dqkv, dout, qkv, lse, D, B, T, C, NH, NKV); return;
-            default: fa_backward_wmma<4>(dev, dqkv, dout, qkv, lse, D, B, T, C, NH, NKV); return;
+            case 1: fa_backward_wmma<1>(dev, dqkv, dout, qkv, lse, D, pos, B, T, C, NH, NKV); return;
+            case 2: fa_backward_wmma<2>(dev, dqkv, dout, qkv, lse, D, pos, B, T, C, NH, NKV); return;
+            case 3: fa_backward_wmma<3>(dev, dqkv, dout, qkv, lse, D, pos, B, T, C, NH, NKV); return;
+            default: fa_backward_wmma<4>(dev, dqkv, dout, qkv, lse, D, pos, B, T, C, NH, NKV); return;
             }
         }
     }
@@ -435,25 +465,25 @@ static void fa_backward(dt_device_t *dev, void *dqkv, void *scratch, const void 
     if (!fa_smem_ok(dev, fa_dkdv_kernel<S>, smem, __func__) || !fa_smem_ok(dev, fa_dq_kernel<S>, smem, __func__))
         return;
     DT_LAUNCH(fa_dkdv_kernel<S>, grid_kv, FA_THREADS, smem, dt_cuda_stream(dev))
-    ((S *)dqkv, (const S *)dout, (const S *)qkv, lse, D, T, C, NH, NKV, scale);
+    ((S *)dqkv, (const S *)dout, (const S *)qkv, lse, D, pos, T, C, NH, NKV, scale);
     DT_CUDA_LAUNCHED(dev);
     DT_LAUNCH(fa_dq_kernel<S>, grid, FA_THREADS, smem, dt_cuda_stream(dev))
-    ((S *)dqkv, (const S *)dout, (const S *)qkv, lse, D, T, C, NH, NKV, scale);
+    ((S *)dqkv, (const S *)dout, (const S *)qkv, lse, D, pos, T, C, NH, NKV, scale);
     DT_CUDA_LAUNCHED(dev);
 }
 
-void dt_cuda_fa_forward(dt_device_t *dev, void *out, void *saved, const void *qkv, int B, int T, int C,
-                        int NH, int NKV) {
+void dt_cuda_fa_forward(dt_device_t *dev, void *out, void *saved, const void *qkv, const int *pos, int B, int T,
+                        int C, int NH, int NKV) {
     if (dev->ops->dtype == DT_DTYPE_BF16)
-        fa_forward<dt_bf16>(dev, out, saved, qkv, B, T, C, NH, NKV);
+        fa_forward<dt_bf16>(dev, out, saved, qkv, pos, B, T, C, NH, NKV);
     else
-        fa_forward<float>(dev, out, saved, qkv, B, T, C, NH, NKV);
+        fa_forward<float>(dev, out, saved, qkv, pos, B, T, C, NH, NKV);
 }
 
 void dt_cuda_fa_backward(dt_device_t *dev, void *dqkv, void *scratch, const void *dout, const void *qkv,
-                         const void *saved, int B, int T, int C, int NH, int NKV) {
+                         const void *saved, const int *pos, int B, int T, int C, int NH, int NKV) {
     if (dev->ops->dtype == DT_DTYPE_BF16)
-        fa_backward<dt_bf16>(dev, dqkv, scratch, dout, qkv, saved, B, T, C, NH, NKV);
+        fa_backward<dt_bf16>(dev, dqkv, scratch, dout, qkv, saved, pos, B, T, C, NH, NKV);
     else
-        fa_backward<float>(dev, dqkv, scratch, dout, qkv, saved, B, T, C, NH, NKV);
+        fa_backward<float>(dev, dqkv, scratch, dout, qkv, saved, pos, B, T, C, NH, NKV);
 }

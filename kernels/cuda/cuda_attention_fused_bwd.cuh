@@ -26,14 +26,27 @@ __global__ void fa_rowdot_kernel(float *D, const S *dout, const S *out, int B, i
 }
 
 /* Shared memory of both backward kernels: Q, dO, K, V tiles (32, hp), the P and
- * dS tiles (32, 33), and lse, D of the query rows. */
+ * dS tiles (32, 33), and lse, D and the first key (fa_key_lo) of the query rows. */
 struct fa_bwd_smem {
     float *q, *dout, *k, *v, *p, *ds, *lse, *D;
+    int *lo;
 };
 
 static size_t fa_backward_smem(int HS) {
     int hp = HS + 1;
-    return sizeof(float) * (4 * (size_t)FA_TILE * hp + 2 * (size_t)FA_TILE * FA_PS + 2 * FA_TILE);
+    return sizeof(float) * (4 * (size_t)FA_TILE * hp + 2 * (size_t)FA_TILE * FA_PS + 2 * FA_TILE) +
+           sizeof(int) * FA_TILE;
+}
+
+/* The dk/dv pass of key tile kt: the query tiles kt, kt + 1, ... that hold a row
+ * attending to one of its keys, nqt - kt without pos; with pos up to the first
+ * query tile whose first row's document starts after the key tile (every later
+ * row's starts later still). At least 1: query k0 attends to key k0. */
+static __device__ __forceinline__ int fa_query_tiles(const int *pb, int kt, int nqt) {
+    if (!pb) return nqt - kt;
+    int n = 1, klast = kt * FA_TILE + FA_TILE - 1;
+    while (kt + n < nqt && fa_key_lo(pb, (kt + n) * FA_TILE) <= klast) n++;
+    return n;
 }
 
 static __device__ __forceinline__ fa_bwd_smem fa_bwd_carve(float *sm, int hp) {
@@ -46,14 +59,15 @@ static __device__ __forceinline__ fa_bwd_smem fa_bwd_carve(float *sm, int hp) {
     s.ds = s.p + FA_TILE * FA_PS;
     s.lse = s.ds + FA_TILE * FA_PS;
     s.D = s.lse + FA_TILE;
+    s.lo = (int *)(s.D + FA_TILE);
     return s;
 }
 
-/* Query rows q0.. of Q, dO, lse and D into shared memory (rows past T: zeros). */
+/* Query rows q0.. of Q, dO, lse, D and lo into shared memory (rows past T: zeros). */
 template <typename S>
 static __device__ __forceinline__ void fa_load_queries(fa_bwd_smem s, const S *q, const S *dout,
-                                                       const float *lse, const float *D, int q0, int T,
-                                                       int C, int C3, int HS) {
+                                                       const float *lse, const float *D, const int *pb, int q0,
+                                                       int T, int C, int C3, int HS) {
     int hp = HS + 1;
     fa_load(s.q, q, C3, q0, T, HS, hp);
     fa_load(s.dout, dout, C, q0, T, HS, hp);
@@ -61,17 +75,19 @@ static __device__ __forceinline__ void fa_load_queries(fa_bwd_smem s, const S *q
         s.lse[r] = q0 + r < T ? lse[q0 + r] : 0.0f;
         s.D[r] = q0 + r < T ? D[q0 + r] : 0.0f;
     }
+    fa_load_lo(s.lo, pb, q0, FA_TILE, T);
 }
 
 /* P and dS of the (q0, k0) tile from the tiles in shared memory; 0 where masked
- * (key after query) or past T. Caller syncs before and after. */
+ * (key after the query or before its document) or past T. Caller syncs before and
+ * after. */
 static __device__ __forceinline__ void fa_tile_p_ds(fa_bwd_smem s, int q0, int k0, int T, int HS,
                                                     float scale) {
     int hp = HS + 1, lane = threadIdx.x % DT_WARP, warp = threadIdx.x / DT_WARP;
     for (int i = 0; i < FA_ROWS_PER_WARP; i++) {
         int r = warp + FA_WARPS * i, t = q0 + r, j = k0 + lane;
         float p = 0.0f, ds = 0.0f;
-        if (j <= t && t < T) {
+        if (j >= s.lo[r] && j <= t && t < T) {
             p = expf(scale * fa_dot(s.q + r * hp, s.k + lane * hp, HS) - s.lse[r]);
             ds = p * (fa_dot(s.dout + r * hp, s.v + lane * hp, HS) - s.D[r]);
         }
@@ -81,12 +97,12 @@ static __device__ __forceinline__ void fa_tile_p_ds(fa_bwd_smem s, int q0, int k
 }
 
 /* Block (key tile, g, b): dk and dv of 32 keys of key/value head g over the query
- * tiles from the diagonal, for each query head h of its group in turn, summed in
- * registers. */
+ * tiles from the diagonal (fa_query_tiles of them), for each query head h of its
+ * group in turn, summed in registers. */
 template <typename S>
 __global__ void __launch_bounds__(FA_THREADS)
-    fa_dkdv_kernel(S *dqkv, const S *dout, const S *qkv, const float *lse, const float *D, int T, int C,
-                   int NH, int NKV, float scale) {
+    fa_dkdv_kernel(S *dqkv, const S *dout, const S *qkv, const float *lse, const float *D, const int *pos, int T,
+                   int C, int NH, int NKV, float scale) {
     DT_DYN_SMEM(float, sm);
     int HS = C / NH, hp = HS + 1, C3 = C + 2 * NKV * HS, rep = NH / NKV;
     int kt = blockIdx.x, g = blockIdx.y, b = blockIdx.z;
@@ -94,19 +110,20 @@ __global__ void __launch_bounds__(FA_THREADS)
     fa_bwd_smem s = fa_bwd_carve(sm, hp);
     size_t kbase = (size_t)b * T * C3 + C + g * HS;
     const S *k = qkv + kbase, *v = k + NKV * HS;
-    int k0 = kt * FA_TILE, nqt = (T + FA_TILE - 1) / FA_TILE;
+    const int *pb = pos ? pos + (size_t)b * T : NULL;
+    int k0 = kt * FA_TILE, nq = fa_query_tiles(pb, kt, (T + FA_TILE - 1) / FA_TILE);
     fa_load(s.k, k, C3, k0, T, HS, hp);
     fa_load(s.v, v, C3, k0, T, HS, hp);
     float dk[FA_DPT], dv[FA_DPT]; /* [key lane][dim warp + FA_WARPS i] */
     #pragma unroll
     for (int i = 0; i < FA_DPT; i++) dk[i] = dv[i] = 0.0f;
-    for (int qi = 0; qi < rep * (nqt - kt); qi++) { /* (query head of the group, query tile) */
-        int h = g * rep + qi / (nqt - kt), qt = kt + qi % (nqt - kt), q0 = qt * FA_TILE;
+    for (int qi = 0; qi < rep * nq; qi++) { /* (query head of the group, query tile) */
+        int h = g * rep + qi / nq, qt = kt + qi % nq, q0 = qt * FA_TILE;
         const S *q = qkv + (size_t)b * T * C3 + h * HS;
         const S *dO = dout + (size_t)b * T * C + h * HS;
         const float *lse_bh = lse + ((size_t)b * NH + h) * T, *D_bh = D + ((size_t)b * NH + h) * T;
         __syncthreads();
-        fa_load_queries(s, q, dO, lse_bh, D_bh, q0, T, C, C3, HS);
+        fa_load_queries(s, q, dO, lse_bh, D_bh, pb, q0, T, C, C3, HS);
         __syncthreads();
         fa_tile_p_ds(s, q0, k0, T, HS, scale);
         __syncthreads();
@@ -135,11 +152,12 @@ __global__ void __launch_bounds__(FA_THREADS)
     }
 }
 
-/* Block (query tile, h, b): dq of 32 query rows over the key tiles up to the diagonal. */
+/* Block (query tile, h, b): dq of 32 query rows over the key tiles from its first
+ * row's document's up to the diagonal. */
 template <typename S>
 __global__ void __launch_bounds__(FA_THREADS)
-    fa_dq_kernel(S *dqkv, const S *dout, const S *qkv, const float *lse, const float *D, int T, int C,
-                 int NH, int NKV, float scale) {
+    fa_dq_kernel(S *dqkv, const S *dout, const S *qkv, const float *lse, const float *D, const int *pos, int T,
+                 int C, int NH, int NKV, float scale) {
     DT_DYN_SMEM(float, sm);
     int HS = C / NH, hp = HS + 1, C3 = C + 2 * NKV * HS;
     int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
@@ -149,12 +167,13 @@ __global__ void __launch_bounds__(FA_THREADS)
     const S *q = qkv + base, *k = qkv + (size_t)b * T * C3 + C + h / (NH / NKV) * HS, *v = k + NKV * HS;
     const S *dO = dout + (size_t)b * T * C + h * HS;
     const float *lse_bh = lse + ((size_t)b * NH + h) * T, *D_bh = D + ((size_t)b * NH + h) * T;
+    const int *pb = pos ? pos + (size_t)b * T : NULL;
     int q0 = qt * FA_TILE;
-    fa_load_queries(s, q, dO, lse_bh, D_bh, q0, T, C, C3, HS);
+    fa_load_queries(s, q, dO, lse_bh, D_bh, pb, q0, T, C, C3, HS);
     float dq[FA_DPT]; /* [query lane][dim warp + FA_WARPS i] */
     #pragma unroll
     for (int i = 0; i < FA_DPT; i++) dq[i] = 0.0f;
-    for (int kt = 0; kt <= qt; kt++) {
+    for (int kt = fa_key_lo(pb, q0) / FA_TILE; kt <= qt; kt++) {
         int k0 = kt * FA_TILE;
         __syncthreads();
         fa_load(s.k, k, C3, k0, T, HS, hp);
@@ -206,12 +225,13 @@ struct fa_wbwd_smem {
     float *s, *dp;             /* (32, FA_S_LD) */
     dt_bf16 *p, *ds;           /* (32, FA_P_LD) */
     float *lse, *D;            /* (32) */
+    int *lo;                   /* (32) */
 };
 
 static size_t fa_backward_wmma_smem(int HS) {
     size_t hsp = HS + 8;
     return 4 * FA_TILE * hsp * sizeof(dt_bf16) + 2 * FA_TILE * FA_S_LD * sizeof(float) +
-           2 * FA_TILE * FA_P_LD * sizeof(dt_bf16) + 2 * FA_TILE * sizeof(float);
+           2 * FA_TILE * FA_P_LD * sizeof(dt_bf16) + 2 * FA_TILE * sizeof(float) + FA_TILE * sizeof(int);
 }
 
 static __device__ __forceinline__ fa_wbwd_smem fa_wbwd_carve(unsigned char *smb, int hsp) {
@@ -226,12 +246,13 @@ static __device__ __forceinline__ fa_wbwd_smem fa_wbwd_carve(unsigned char *smb,
     s.ds = s.p + FA_TILE * FA_P_LD;
     s.lse = (float *)(s.ds + FA_TILE * FA_P_LD);
     s.D = s.lse + FA_TILE;
+    s.lo = (int *)(s.D + FA_TILE);
     return s;
 }
 
 static __device__ __forceinline__ void fa_wload_queries(fa_wbwd_smem s, const dt_bf16 *q, const dt_bf16 *dout,
-                                                        const float *lse, const float *D, int q0, int T, int C,
-                                                        int C3, int HS, int vec) {
+                                                        const float *lse, const float *D, const int *pb, int q0,
+                                                        int T, int C, int C3, int HS, int vec) {
     int hsp = HS + 8;
     fa_load_bf16(s.q, q, C3, q0, T, HS, hsp, vec);
     fa_load_bf16(s.dout, dout, C, q0, T, HS, hsp, vec);
@@ -239,6 +260,7 @@ static __device__ __forceinline__ void fa_wload_queries(fa_wbwd_smem s, const dt
         s.lse[r] = q0 + r < T ? lse[q0 + r] : 0.0f;
         s.D[r] = q0 + r < T ? D[q0 + r] : 0.0f;
     }
+    fa_load_lo(s.lo, pb, q0, FA_TILE, T);
 }
 
 /* S and dP of the (q0, k0) tile on WMMA, then P and dS (bf16) elementwise. Caller
@@ -266,7 +288,7 @@ static __device__ __forceinline__ void fa_wtile_p_ds(fa_wbwd_smem s, int q0, int
     for (int i = 0; i < FA_ROWS_PER_WARP; i++) {
         int r = warp + FA_WARPS * i, t = q0 + r, j = k0 + lane;
         float p = 0.0f, ds = 0.0f;
-        if (j <= t && t < T) {
+        if (j >= s.lo[r] && j <= t && t < T) {
             p = expf(scale * s.s[r * FA_S_LD + lane] - s.lse[r]);
             ds = p * (s.dp[r * FA_S_LD + lane] - s.D[r]);
         }
@@ -291,7 +313,7 @@ static __device__ __forceinline__ void fa_add_rows(dt_bf16 *dst, const float *ac
 template <int NF>
 __global__ void __launch_bounds__(FA_THREADS, FA_WMMA_MIN_BLOCKS)
     fa_dkdv_wmma_kernel(dt_bf16 *dqkv, const dt_bf16 *dout, const dt_bf16 *qkv, const float *lse, const float *D,
-                        int T, int C, int NH, int NKV, float scale, int vec) {
+                        const int *pos, int T, int C, int NH, int NKV, float scale, int vec) {
     using namespace nvcuda;
     DT_DYN_SMEM(unsigned char, smb);
     int HS = C / NH, hsp = HS + 8, hso = HS + 4, C3 = C + 2 * NKV * HS, rep = NH / NKV;
@@ -299,7 +321,8 @@ __global__ void __launch_bounds__(FA_THREADS, FA_WMMA_MIN_BLOCKS)
     fa_wbwd_smem s = fa_wbwd_carve(smb, hsp);
     size_t kbase = (size_t)b * T * C3 + C + g * HS;
     const dt_bf16 *k = qkv + kbase, *v = k + NKV * HS;
-    int k0 = kt * FA_TILE, nqt = (T + FA_TILE - 1) / FA_TILE, n_o = 2 * (HS / FA_WM);
+    const int *pb = pos ? pos + (size_t)b * T : NULL;
+    int k0 = kt * FA_TILE, nq = fa_query_tiles(pb, kt, (T + FA_TILE - 1) / FA_TILE), n_o = 2 * (HS / FA_WM);
     fa_load_bf16(s.k, k, C3, k0, T, HS, hsp, vec);
     fa_load_bf16(s.v, v, C3, k0, T, HS, hsp, vec);
     dt_wfrag_acc fdk[NF], fdv[NF];
@@ -308,14 +331,14 @@ __global__ void __launch_bounds__(FA_THREADS, FA_WMMA_MIN_BLOCKS)
         wmma::fill_fragment(fdk[u], 0.0f);
         wmma::fill_fragment(fdv[u], 0.0f);
     }
-    for (int qi = 0; qi < rep * (nqt - kt); qi++) { /* (query head of the group, query tile) */
-        int h = g * rep + qi / (nqt - kt), qt = kt + qi % (nqt - kt);
+    for (int qi = 0; qi < rep * nq; qi++) { /* (query head of the group, query tile) */
+        int h = g * rep + qi / nq, qt = kt + qi % nq;
         const dt_bf16 *q = qkv + (size_t)b * T * C3 + h * HS;
         const dt_bf16 *dO = dout + (size_t)b * T * C + h * HS;
         const float *lse_bh = lse + ((size_t)b * NH + h) * T, *D_bh = D + ((size_t)b * NH + h) * T;
         int q0 = qt * FA_TILE;
         __syncthreads();
-        fa_wload_queries(s, q, dO, lse_bh, D_bh, q0, T, C, C3, HS, vec);
+        fa_wload_queries(s, q, dO, lse_bh, D_bh, pb, q0, T, C, C3, HS, vec);
         __syncthreads();
         fa_wtile_p_ds(s, q0, k0, T, HS, scale);
 #pragma unroll
@@ -353,7 +376,7 @@ __global__ void __launch_bounds__(FA_THREADS, FA_WMMA_MIN_BLOCKS)
 template <int NF>
 __global__ void __launch_bounds__(FA_THREADS, FA_WMMA_MIN_BLOCKS)
     fa_dq_wmma_kernel(dt_bf16 *dqkv, const dt_bf16 *dout, const dt_bf16 *qkv, const float *lse, const float *D,
-                      int T, int C, int NH, int NKV, float scale, int vec) {
+                      const int *pos, int T, int C, int NH, int NKV, float scale, int vec) {
     using namespace nvcuda;
     DT_DYN_SMEM(unsigned char, smb);
     int HS = C / NH, hsp = HS + 8, hso = HS + 4, C3 = C + 2 * NKV * HS;
@@ -364,12 +387,13 @@ __global__ void __launch_bounds__(FA_THREADS, FA_WMMA_MIN_BLOCKS)
     const dt_bf16 *k = qkv + (size_t)b * T * C3 + C + h / (NH / NKV) * HS, *v = k + NKV * HS;
     const dt_bf16 *dO = dout + (size_t)b * T * C + h * HS;
     const float *lse_bh = lse + ((size_t)b * NH + h) * T, *D_bh = D + ((size_t)b * NH + h) * T;
+    const int *pb = pos ? pos + (size_t)b * T : NULL;
     int q0 = qt * FA_TILE, n_o = 2 * (HS / FA_WM);
-    fa_wload_queries(s, q, dO, lse_bh, D_bh, q0, T, C, C3, HS, vec);
+    fa_wload_queries(s, q, dO, lse_bh, D_bh, pb, q0, T, C, C3, HS, vec);
     dt_wfrag_acc fdq[NF];
 #pragma unroll
     for (int u = 0; u < NF; u++) wmma::fill_fragment(fdq[u], 0.0f);
-    for (int kt = 0; kt <= qt; kt++) {
+    for (int kt = fa_key_lo(pb, q0) / FA_TILE; kt <= qt; kt++) {
         int k0 = kt * FA_TILE;
         __syncthreads();
         fa_load_bf16(s.k, k, C3, k0, T, HS, hsp, vec);

@@ -38,7 +38,12 @@
  * skips (one bucket of all of them would cost (B*T)^2 compares every backward).
  *
  * Backward, dwpe: dwpe[t, c] += sum over b of dout[b, t, c], b in order, one thread
- * per (t, c).
+ * per (t, c). With positions (kernels.h: pos, packed sequences) position p is row p
+ * of every document: one block lists the document starts (rows where pos is 0) in
+ * row order, then one thread per (p, c) walks that list and adds row s + p of each
+ * document long enough (pos[s + p] == p), in fp32, in row order, into dwpe once.
+ * A thread costs one step per document: documents of a few hundred rows make this
+ * cheap; B*T documents of one row (every pos 0) is the slow end, B*T steps each.
  */
 #include "kernels/cuda/cuda_layers.cuh"
 
@@ -50,12 +55,12 @@
 
 template <typename S, int N>
 __global__ void encoder_forward_kernel(S *out, const int *inp, const S *wte, const S *wpe,
-                                       int BT, int T, int C) {
+                                       const int *pos, int BT, int T, int C) {
     int per_row = C / N;
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)BT * per_row) return;
     int bt = (int)(i / per_row), c = (int)(i % per_row) * N;
-    int t = bt % T, tok = inp[bt];
+    int t = pos ? pos[bt] : bt % T, tok = inp[bt];
     dt_vec<S, N> e;
     if (tok >= 0) e = dt_vec_ld<S, N>(wte + (size_t)tok * C + c);
     else /* another rank's vocabulary row (tensor parallelism) */
@@ -72,15 +77,15 @@ __global__ void encoder_forward_kernel(S *out, const int *inp, const S *wte, con
 
 template <typename S>
 static void encoder_forward(dt_device_t *dev, void *out, const int *inp, const void *wte,
-                            const void *wpe, int B, int T, int C) {
+                            const void *wpe, const int *pos, int B, int T, int C) {
     constexpr int W = dt_vec_width<S>();
     int vec = C % W == 0 && dt_cuda_aligned16(out) && dt_cuda_aligned16(wte) &&
               dt_cuda_aligned16(wpe);
-    void (*kernel)(S *, const int *, const S *, const S *, int, int, int) =
+    void (*kernel)(S *, const int *, const S *, const S *, const int *, int, int, int) =
         vec ? encoder_forward_kernel<S, W> : encoder_forward_kernel<S, 1>;
     size_t items = (size_t)B * T * (vec ? C / W : C);
     DT_LAUNCH(kernel, dt_blocks(items, 256), 256, 0, dt_cuda_stream(dev))
-    ((S *)out, inp, (const S *)wte, (const S *)wpe, B * T, T, C);
+    ((S *)out, inp, (const S *)wte, (const S *)wpe, pos, B * T, T, C);
     DT_CUDA_LAUNCHED(dev);
 }
 
@@ -188,12 +193,62 @@ __global__ void encoder_dwpe_kernel(S *dwpe, const S *dout, int B, int T, int C)
     dwpe[i] = dt_st<S>(acc);
 }
 
+/* One block of SCAN_THREADS over the n rows' positions: starts[0] = the number of
+ * documents, starts[1 ..] their first rows in row order. Each thread takes a
+ * contiguous run of rows; the runs' counts are scanned in thread order. */
+__global__ void encoder_doc_starts_kernel(int *starts, const int *pos, int n) {
+    __shared__ int part[SCAN_THREADS];
+    int tid = threadIdx.x, per = (n + SCAN_THREADS - 1) / SCAN_THREADS;
+    int r0 = min(tid * per, n), r1 = min(r0 + per, n), cnt = 0;
+    for (int r = r0; r < r1; r++) cnt += pos[r] == 0;
+    part[tid] = cnt;
+    __syncthreads();
+    if (tid == 0) {
+        int run = 0;
+        for (int i = 0; i < SCAN_THREADS; i++) {
+            int c = part[i];
+            part[i] = run;
+            run += c;
+        }
+        starts[0] = run;
+    }
+    __syncthreads();
+    int k = part[tid];
+    for (int r = r0; r < r1; r++)
+        if (pos[r] == 0) starts[1 + k++] = r;
+}
+
+/* One thread per (p, c) of dwpe's first T rows: row s + p of every document s that
+ * reaches it, in document order. */
+template <typename S>
+__global__ void encoder_dwpe_pos_kernel(S *dwpe, const S *dout, const int *pos, const int *starts, int n, int T,
+                                        int C) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)T * C) return;
+    int p = (int)(i / C), c = (int)(i % C), nd = starts[0];
+    float acc = dt_ld(dwpe[i]);
+    for (int d = 0; d < nd; d++) {
+        int r = starts[1 + d] + p;
+        if (r < n && pos[r] == p) acc += dt_ld(dout[(size_t)r * C + c]);
+    }
+    dwpe[i] = dt_st<S>(acc);
+}
+
 template <typename S>
 static void encoder_backward(dt_device_t *dev, void *dwte, void *dwpe, const void *dout,
-                             const int *inp, int B, int T, int C) {
+                             const int *inp, const int *pos, int B, int T, int C) {
     cudaStream_t st = dt_cuda_stream(dev);
     int n = B * T;
-    if (dwpe) {
+    if (dwpe && pos && n > 0) {
+        int *starts = (int *)dt_cuda_layer_scratch(dev, sizeof(int) * ((size_t)n + 1), __func__);
+        if (!starts) return;
+        DT_LAUNCH(encoder_doc_starts_kernel, 1, SCAN_THREADS, 0, st)(starts, pos, n);
+        DT_CUDA_LAUNCHED(dev);
+        size_t TC = (size_t)T * C;
+        DT_LAUNCH(encoder_dwpe_pos_kernel<S>, dt_blocks(TC, 256), 256, 0, st)
+        ((S *)dwpe, (const S *)dout, pos, starts, n, T, C);
+        DT_CUDA_LAUNCHED(dev);
+    } else if (dwpe) {
         size_t TC = (size_t)T * C;
         DT_LAUNCH(encoder_dwpe_kernel<S>, dt_blocks(TC, 256), 256, 0, st)
         ((S *)dwpe, (const S *)dout, B, T, C);

@@ -164,10 +164,10 @@ void dt_cuda_fill_lora_ops(dt_ops_t *ops, dt_dtype_t dtype); /* cuda_lora.cu */
  * cuda_attention.cu calls these when dt_cuda_attention_fused says so. */
 size_t dt_cuda_fa_saved_bytes(int B, int T, int C, int NH, size_t elem);
 size_t dt_cuda_fa_scratch_bytes(int B, int T, int C, int NH);
-void dt_cuda_fa_forward(dt_device_t *dev, void *out, void *saved, const void *qkv, int B, int T, int C,
-                        int NH, int NKV);
+void dt_cuda_fa_forward(dt_device_t *dev, void *out, void *saved, const void *qkv, const int *pos, int B, int T,
+                        int C, int NH, int NKV);
 void dt_cuda_fa_backward(dt_device_t *dev, void *dqkv, void *scratch, const void *dout, const void *qkv,
-                         const void *saved, int B, int T, int C, int NH, int NKV);
+                         const void *saved, const int *pos, int B, int T, int C, int NH, int NKV);
 /* 1 when the device's attention is the fused kernel for this shape: asked for at
  * open (DTRUN_CUDA_ATTENTION=fused) and HS within DT_ATTENTION_FUSED_MAX_HS. */
 static inline int dt_cuda_attention_fused(const dt_device_t *dev, int C, int NH) {

@@ -10,7 +10,8 @@
  *    channel adds them in order), no atomics.
  *  - RoPE: one thread per rotated pair (x[i], x[i + HS/2]); inv_freq comes from
  *    dt_rope_inv_freq on the host, passed by value; cos and sin of the fp32 angle
- *    are taken in double and rounded, as on the CPU.
+ *    are taken in double and rounded, as on the CPU. A row's position is pos0 + t,
+ *    or pos[b, t] for packed sequences.
  *  - SwiGLU: elementwise, a grid-stride loop over 16-byte packs of the gate and up
  *    halves when IC and the pointers allow, else one element at a time.
  *  - decode: one block of 4 warps per (sequence, head); the warps take positions
@@ -153,8 +154,8 @@ struct rope_freqs {
 /* One thread per pair (row bt, head h, i < HS/2); dir = 1 rotates by +angle (forward),
  * -1 by -angle (the transpose, for the backward). */
 template <typename S>
-__global__ void rope_kernel(S *x, int B, int T, int row_stride, int n_heads, int HS, int pos0, rope_freqs fr,
-                            float dir) {
+__global__ void rope_kernel(S *x, int B, int T, int row_stride, int n_heads, int HS, int pos0, const int *pos,
+                            rope_freqs fr, float dir) {
     int half = HS / 2;
     size_t n = (size_t)B * T * n_heads * half;
     for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n;
@@ -163,7 +164,7 @@ __global__ void rope_kernel(S *x, int B, int T, int row_stride, int n_heads, int
         size_t rest = idx / half;
         int h = (int)(rest % n_heads);
         size_t bt = rest / n_heads;
-        float angle = (float)(pos0 + (int)(bt % T)) * fr.f[i];
+        float angle = (float)(pos ? pos[bt] : pos0 + (int)(bt % T)) * fr.f[i];
         float c = (float)cos((double)angle), s = dir * (float)sin((double)angle);
         S *p = x + bt * row_stride + (size_t)h * HS + i;
         float a = dt_ld(p[0]), b = dt_ld(p[half]);
@@ -174,26 +175,26 @@ __global__ void rope_kernel(S *x, int B, int T, int row_stride, int n_heads, int
 
 template <typename S>
 static void rope_launch(dt_device_t *dev, void *x, int B, int T, int row_stride, int n_heads, int HS, int pos0,
-                        const dt_rope_args_t *rope, float dir) {
+                        const int *pos, const dt_rope_args_t *rope, float dir) {
     size_t n = (size_t)B * T * n_heads * (HS / 2);
     if (!n) return;
     rope_freqs fr;
     dt_rope_inv_freq(rope, HS, fr.f);
     DT_LAUNCH(rope_kernel<S>, dt_cuda_grid(dev, n, EW_BLOCK), EW_BLOCK, 0, dt_cuda_stream(dev))
-    ((S *)x, B, T, row_stride, n_heads, HS, pos0, fr, dir);
+    ((S *)x, B, T, row_stride, n_heads, HS, pos0, pos, fr, dir);
     dt_cuda_note_launch(dev, dir > 0 ? "rope_forward" : "rope_backward");
 }
 
 template <typename S>
 static void rope_forward(dt_device_t *dev, void *x, int B, int T, int row_stride, int n_heads, int HS, int pos0,
-                         const dt_rope_args_t *rope) {
-    rope_launch<S>(dev, x, B, T, row_stride, n_heads, HS, pos0, rope, 1.0f);
+                         const int *pos, const dt_rope_args_t *rope) {
+    rope_launch<S>(dev, x, B, T, row_stride, n_heads, HS, pos0, pos, rope, 1.0f);
 }
 
 template <typename S>
 static void rope_backward(dt_device_t *dev, void *dx, int B, int T, int row_stride, int n_heads, int HS, int pos0,
-                          const dt_rope_args_t *rope) {
-    rope_launch<S>(dev, dx, B, T, row_stride, n_heads, HS, pos0, rope, -1.0f);
+                          const int *pos, const dt_rope_args_t *rope) {
+    rope_launch<S>(dev, dx, B, T, row_stride, n_heads, HS, pos0, pos, rope, -1.0f);
 }
 
 /* ---- SwiGLU ------------------------------------------------------------------ */

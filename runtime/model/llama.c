@@ -471,9 +471,9 @@ static void llama_block_forward(dt_net_t *net, int l, int j, void *residual, dt_
     if (gemm) {
         void *x = dt_net_tp_gather_in(net, BS(j, L_LN1), A(G_GATH), rc);
         dt_net_linear_forward(net, BS(j, L_QKV), x, TL(l, T_Q), QKV_BIAS(l), BT, C, d.QKVC);
-        o->rope_forward(dv, BS(j, L_QKV), B, T, d.QKVC, d.NH + d.NKV, d.HD, 0, &d.rope);
+        o->rope_forward(dv, BS(j, L_QKV), B, T, d.QKVC, d.NH + d.NKV, d.HD, 0, NULL, &d.rope);
     }
-    o->attention_forward(dv, BS(j, L_ATTY), BS(j, L_ATT_SAVED), BS(j, L_QKV), B, T, d.QC, d.NH, d.NKV);
+    o->attention_forward(dv, BS(j, L_ATTY), BS(j, L_ATT_SAVED), BS(j, L_QKV), NULL, B, T, d.QC, d.NH, d.NKV);
     if (gemm) {
         LINEAR_ROW_FORWARD(BS(j, L_ATTPROJ), BS(j, L_ATTY), TL(l, T_O), d.QC);
         o->residual_forward(dv, BS(j, L_RES2), residual, BS(j, L_ATTPROJ), rc);
@@ -516,10 +516,10 @@ static void llama_block_backward(dt_net_t *net, int l, int j, void *residual) {
     dt_net_zero(net, G_DTMP, (size_t)BT * d.QC);
     dt_net_linear_backward(net, A(G_DTMP), NULL, dout, BS(j, L_ATTY), TL(l, T_O), BT, d.QC, C);
     dt_net_zero(net, G_DQKV, (size_t)BT * d.QKVC);
-    o->attention_backward(dv, A(G_DQKV), A(G_ATT_SCRATCH), A(G_DTMP), BS(j, L_QKV), BS(j, L_ATT_SAVED), B, T, d.QC,
-                          d.NH, d.NKV);
+    o->attention_backward(dv, A(G_DQKV), A(G_ATT_SCRATCH), A(G_DTMP), BS(j, L_QKV), BS(j, L_ATT_SAVED), NULL, B, T,
+                          d.QC, d.NH, d.NKV);
     /* d(rotated q, k) -> d(q, k) as the matmul produced them */
-    o->rope_backward(dv, A(G_DQKV), B, T, d.QKVC, d.NH + d.NKV, d.HD, 0, &d.rope);
+    o->rope_backward(dv, A(G_DQKV), B, T, d.QKVC, d.NH + d.NKV, d.HD, 0, NULL, &d.rope);
     x = dt_net_tp_gather_in(net, BS(j, L_LN1), A(G_GATH), rc);
     dln = LINEAR_COLUMN_BACKWARD(TL(l, T_Q), DQKV_BIAS(l), A(G_DQKV), x, d.QKVC);
     o->rmsnorm_backward(dv, A(G_DRES), dt_net_tp_norm_grad(net, A(G_LNGRAD), 0, (size_t)C, GL(l, T_LN1)), dln,
@@ -534,14 +534,14 @@ static void llama_block_backward(dt_net_t *net, int l, int j, void *residual) {
 static void llama_embed_forward(dt_net_t *net) {
     dims d = dims_of(net->layout, net->B);
     void *part = d.sp ? A(G_PART) : A(G_ENCODED);
-    net->dev->ops->encoder_forward(net->dev, part, net->d_tokens, P(0), NULL, d.B, d.T, d.C);
+    net->dev->ops->encoder_forward(net->dev, part, net->d_tokens, P(0), NULL, NULL, d.B, d.T, d.C);
     dt_net_tp_reduce_out(net, part, A(G_ENCODED), (size_t)d.BT * d.C);
 }
 
 /* d(embed_tokens) += from dout; a LoRA net's embedding is frozen (no gradient). */
 static void llama_embed_backward(dt_net_t *net, const void *dout) {
     dims d = dims_of(net->layout, net->B);
-    if (G(0)) net->dev->ops->encoder_backward(net->dev, G(0), NULL, dout, net->d_tokens, d.B, d.T, d.C);
+    if (G(0)) net->dev->ops->encoder_backward(net->dev, G(0), NULL, dout, net->d_tokens, NULL, d.B, d.T, d.C);
 }
 
 /* model.norm: the final unit's first tensor, into G_NORM. */
@@ -601,7 +601,7 @@ static void llama_decode_sizes(const dt_device_t *dev, const dt_model_layout *la
 static void llama_decode_embed(dt_net_t *net, int pos) {
     (void)pos; /* positions enter through RoPE */
     dims d = dims_of(net->layout, 1);
-    net->dev->ops->encoder_forward(net->dev, A(D_X), net->d_tokens, P(0), NULL, 1, 1, d.C);
+    net->dev->ops->encoder_forward(net->dev, A(D_X), net->d_tokens, P(0), NULL, NULL, 1, 1, d.C);
 }
 
 static void llama_decode_block(dt_net_t *net, int l, int pos) {
@@ -615,7 +615,7 @@ static void llama_decode_block(dt_net_t *net, int l, int pos) {
     void *cache = A(DSLOT_CACHE(l));
     o->rmsnorm_forward(dv, A(D_LN), AF(D_RSTD), A(D_X), PL(l, T_LN1), 1, C, d.eps);
     dt_net_linear_forward(net, A(D_QKV), A(D_LN), TL(l, T_Q), QKV_BIAS(l), 1, C, d.QKVC);
-    o->rope_forward(dv, A(D_QKV), 1, 1, d.QKVC, d.NH + d.NKV, d.HD, pos, &d.rope);
+    o->rope_forward(dv, A(D_QKV), 1, 1, d.QKVC, d.NH + d.NKV, d.HD, pos, NULL, &d.rope);
     o->copy(dv, (char *)cache + (size_t)pos * kv * es, (char *)A(D_QKV) + (size_t)d.QC * es, kv * es,
             DT_COPY_DEVICE_TO_DEVICE);
     o->attention_decode(dv, A(D_ATTY), A(D_QKV), d.QKVC, cache, d.T, pos, 1, d.QC, d.NH, d.NKV);

@@ -112,4 +112,28 @@ static inline float *fcopy(const float *a, size_t n) {
     return h;
 }
 
+/* Positions of packed sequences (kernels.h: pos), (B, T): row b cut into documents
+ * of 13, 32, 1, 40, 7, 19, 64, 3 tokens in turn from the (b % 8)-th on, the last cut
+ * at T: documents inside a 32-row tile, across tiles, starting on a tile boundary,
+ * of one token. */
+static inline int *packed_positions(int B, int T) {
+    static const int lens[8] = {13, 32, 1, 40, 7, 19, 64, 3};
+    int *pos = malloc(sizeof(int) * ((size_t)B * T + 1));
+    for (int b = 0; b < B; b++)
+        for (int t = 0, k = b % 8, left = lens[k]; t < T; t++, left--) {
+            if (left == 0) k = (k + 1) % 8, left = lens[k];
+            pos[b * T + t] = left == lens[k] ? 0 : pos[b * T + t - 1] + 1;
+        }
+    return pos;
+}
+
+/* pos (B, T) on the GPU (int, device memory); NULL for NULL. */
+static inline int *gpu_positions(ctx_t *x, const int *pos, int B, int T) {
+    if (!pos) return NULL;
+    int *d = gpu_alloc(x, sizeof(int) * (size_t)B * T);
+    cr_assert_eq(x->g->copy(x->gpu, d, pos, sizeof(int) * (size_t)B * T, DT_COPY_HOST_TO_DEVICE), DT_STATUS_OK,
+                 "%s", dt_error_detail());
+    return d;
+}
+
 #endif /* DT_TESTS_GPU_FIXTURE_H */

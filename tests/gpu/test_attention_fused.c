@@ -34,6 +34,10 @@
  *    relative). 2^-8 relative plus 2^-8 rms plus 2^-6 absolute, the cuBLAS path's
  *    absolute bound (test_kernels_cuda_layers) for the same roundings (seen:
  *    0.0054 at rms 0.31, a third of the bound).
+ * Packed sequences (kernels.h: pos; gpu_fixture.h's positions: documents inside a
+ * tile, across tiles, on a tile boundary, of one token) with the same tolerances:
+ * the key tiles of earlier documents skipped in the forward and the dq pass, the
+ * dk/dv pass stopping early, rows meeting key tiles with none of their keys.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -75,8 +79,8 @@ static void check_same_bits(const char *what, const float *a, const float *b, si
 }
 
 /* Fused forward and backward against the CPU op for one shape: poisoned outputs,
- * += into pre-filled dqkv, two runs bitwise equal. */
-static void run_fused(dt_dtype_t dtype, int B, int T, int C, int NH, uint64_t seed) {
+ * += into pre-filled dqkv, two runs bitwise equal; packed: with positions. */
+static void run_fused_pos(dt_dtype_t dtype, int B, int T, int C, int NH, int packed, uint64_t seed) {
     ctx_t x;
     ctx_open_attention(&x, dtype, "fused");
     rng_seed(seed);
@@ -93,20 +97,22 @@ static void run_fused(dt_dtype_t dtype, int B, int T, int C, int NH, uint64_t se
     float *qkv = frand(n3, 1.0f, 0.0f), *dout = frand(n1, 1.0f, 0.0f), *dqkv0 = frand(n3, 0.5f, 0.0f);
     void *d_qkv = gpu_tensor(&x, qkv, n3), *d_dout = gpu_tensor(&x, dout, n1), *d_dqkv = gpu_tensor(&x, dqkv0, n3);
     void *d_out = gpu_alloc(&x, n1 * es), *d_saved = gpu_alloc(&x, saved_b), *d_scratch = gpu_alloc(&x, scratch_b);
+    int *pos = packed ? packed_positions(B, T) : NULL, *d_pos = gpu_positions(&x, pos, B, T);
 
     float *want = malloc(n1 * sizeof *want);
     float *att = malloc(x.c->attention_saved_bytes(x.cpu, B, T, C, NH, NH));
     float *cscratch = malloc(x.c->attention_scratch_bytes(x.cpu, B, T, C, NH, NH));
-    x.c->attention_forward(x.cpu, want, att, qkv, B, T, C, NH, NH);
+    x.c->attention_forward(x.cpu, want, att, qkv, pos, B, T, C, NH, NH);
     float *got[2];
     for (int run = 0; run < 2; run++) {
         poison(&x, d_out, n1 * es);
         poison(&x, d_saved, saved_b);
-        x.g->attention_forward(x.gpu, d_out, d_saved, d_qkv, B, T, C, NH, NH);
+        x.g->attention_forward(x.gpu, d_out, d_saved, d_qkv, d_pos, B, T, C, NH, NH);
         got[run] = fetch(&x, d_out, n1);
     }
     char what[96];
-    snprintf(what, sizeof what, "%s B%d T%d C%d NH%d forward out", dt_dtype_name(dtype), B, T, C, NH);
+    snprintf(what, sizeof what, "%s B%d T%d C%d NH%d%s forward out", dt_dtype_name(dtype), B, T, C, NH,
+             packed ? " packed" : "");
     if (x.bf16)
         check_tol(what, got[0], want, n1, BF_ULP, 1e-5, BF_ULP);
     else
@@ -114,15 +120,16 @@ static void run_fused(dt_dtype_t dtype, int B, int T, int C, int NH, uint64_t se
     check_same_bits(what, got[0], got[1], n1);
 
     float *want_d = fcopy(dqkv0, n3);
-    x.c->attention_backward(x.cpu, want_d, cscratch, dout, qkv, att, B, T, C, NH, NH);
+    x.c->attention_backward(x.cpu, want_d, cscratch, dout, qkv, att, pos, B, T, C, NH, NH);
     float *got_d[2];
     for (int run = 0; run < 2; run++) {
         upload(&x, d_dqkv, dqkv0, n3);
         poison(&x, d_scratch, scratch_b);
-        x.g->attention_backward(x.gpu, d_dqkv, d_scratch, d_dout, d_qkv, d_saved, B, T, C, NH, NH);
+        x.g->attention_backward(x.gpu, d_dqkv, d_scratch, d_dout, d_qkv, d_saved, d_pos, B, T, C, NH, NH);
         got_d[run] = fetch(&x, d_dqkv, n3);
     }
-    snprintf(what, sizeof what, "%s B%d T%d C%d NH%d backward dqkv", dt_dtype_name(dtype), B, T, C, NH);
+    snprintf(what, sizeof what, "%s B%d T%d C%d NH%d%s backward dqkv", dt_dtype_name(dtype), B, T, C, NH,
+             packed ? " packed" : "");
     if (x.bf16)
         check_tol(what, got_d[0], want_d, n3, BF_ULP, BF_ULP, 4 * BF_ULP);
     else
@@ -130,8 +137,12 @@ static void run_fused(dt_dtype_t dtype, int B, int T, int C, int NH, uint64_t se
     check_same_bits(what, got_d[0], got_d[1], n3);
 
     for (int run = 0; run < 2; run++) free(got[run]), free(got_d[run]);
-    free(want), free(att), free(cscratch), free(want_d), free(qkv), free(dout), free(dqkv0);
+    free(want), free(att), free(cscratch), free(want_d), free(qkv), free(dout), free(dqkv0), free(pos);
     ctx_close(&x);
+}
+
+static void run_fused(dt_dtype_t dtype, int B, int T, int C, int NH, uint64_t seed) {
+    run_fused_pos(dtype, B, T, C, NH, 0, seed);
 }
 
 /* (B, T, C, NH): the shapes of test_kernels_cuda_layers, then T not a multiple of
@@ -151,6 +162,17 @@ Test(cuda_attention_fused, matches_cpu_f32) {
 Test(cuda_attention_fused, matches_cpu_bf16) {
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
         run_fused(DT_DTYPE_BF16, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], 31 + i);
+}
+
+/* Packed: HS 64 (the 64-row tensor-core forward in bf16, 2 fragments a warp
+ * backward), 112 (32 rows, 4 fragments), 12 (scalar), over up to four tiles. */
+static const int packed_shapes[][4] = {{3, 100, 128, 2}, {2, 70, 224, 2}, {2, 45, 12, 1}};
+
+Test(cuda_attention_fused, packed_matches_cpu) {
+    for (size_t i = 0; i < sizeof packed_shapes / sizeof *packed_shapes; i++)
+        for (int bf = 0; bf < 2; bf++)
+            run_fused_pos(bf ? DT_DTYPE_BF16 : DT_DTYPE_F32, packed_shapes[i][0], packed_shapes[i][1],
+                          packed_shapes[i][2], packed_shapes[i][3], 1, 51 + i);
 }
 
 Test(cuda_attention_fused, head_size_over_128_falls_back_to_cublas) {
@@ -179,9 +201,9 @@ static void run_masked(dt_dtype_t dtype) {
             upload(&x, d_qkv, qkv, n3);
         }
         poison(&x, d_out, n1 * es);
-        x.g->attention_forward(x.gpu, d_out, d_saved, d_qkv, B, T, C, NH, NH);
+        x.g->attention_forward(x.gpu, d_out, d_saved, d_qkv, NULL, B, T, C, NH, NH);
         upload(&x, d_dqkv, zero, n3);
-        x.g->attention_backward(x.gpu, d_dqkv, d_scratch, d_dout, d_qkv, d_saved, B, T, C, NH, NH);
+        x.g->attention_backward(x.gpu, d_dqkv, d_scratch, d_dout, d_qkv, d_saved, NULL, B, T, C, NH, NH);
         out[run] = fetch(&x, d_out, n1);
         dq[run] = fetch(&x, d_dqkv, n3);
     }
@@ -255,8 +277,8 @@ Test(cuda_attention_fused, unaligned_inputs_same_bits_bf16) {
         upload(&x, d_dout, dout, n1);
         upload(&x, d_dqkv, zero, n3);
         poison(&x, d_out, n1 * 2);
-        x.g->attention_forward(x.gpu, d_out, d_saved, d_qkv, B, T, C, NH, NH);
-        x.g->attention_backward(x.gpu, d_dqkv, d_scratch, d_dout, d_qkv, d_saved, B, T, C, NH, NH);
+        x.g->attention_forward(x.gpu, d_out, d_saved, d_qkv, NULL, B, T, C, NH, NH);
+        x.g->attention_backward(x.gpu, d_dqkv, d_scratch, d_dout, d_qkv, d_saved, NULL, B, T, C, NH, NH);
         out[run] = fetch(&x, d_out, n1);
         dq[run] = fetch(&x, d_dqkv, n3);
     }

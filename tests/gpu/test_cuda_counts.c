@@ -149,9 +149,9 @@ static void attention_calls_case(dt_dtype_t dt, int NKV) {
     void *d_scratch = gpu_alloc(&x, x.g->attention_scratch_bytes(x.gpu, B, T, C, NH, NKV));
     ctx_sync(&x);
     unsigned long long c0 = counter("blas_call");
-    x.g->attention_forward(x.gpu, d_out, d_saved, d_qkv, B, T, C, NH, NKV);
+    x.g->attention_forward(x.gpu, d_out, d_saved, d_qkv, NULL, B, T, C, NH, NKV);
     unsigned long long c1 = counter("blas_call");
-    x.g->attention_backward(x.gpu, d_dqkv, d_scratch, d_dout, d_qkv, d_saved, B, T, C, NH, NKV);
+    x.g->attention_backward(x.gpu, d_dqkv, d_scratch, d_dout, d_qkv, d_saved, NULL, B, T, C, NH, NKV);
     unsigned long long c2 = counter("blas_call");
     float *got = fetch(&x, d_dqkv, (size_t)B * T * C3);
     for (size_t i = 0; i < (size_t)B * T * C3; i++) cr_assert(isfinite(got[i]), "dqkv[%zu] = %g", i, got[i]);

@@ -92,13 +92,15 @@ static void check_same_bits(const char *what, const float *a, const float *b, si
  * Backward: a sum over the (at most B*T) positions holding a token, in position
  * order on both sides but the GPU adds the prefill last: fp32 reassociation of
  * O(1) values over <= 128 terms, ~1e-6 of the rms (atol 1e-5); bf16 one rounding of
- * the result (rtol 2^-8) plus the same reassociation. */
+ * the result (rtol 2^-8) plus the same reassociation. Packed sequences (pos): the
+ * same sums, each row's wpe row its position. */
 
 typedef struct enc_shape {
     int B, T, C, V, maxT;
     int repeat; /* force the first half of the positions to one token */
     int collide; /* tokens only from {1, 1+2^16, 1+2^17, 2}: they share hash buckets */
     int foreign; /* tensor parallelism: 3 of 4 positions hold id -1 (another rank's row) */
+    int packed;  /* positions of packed sequences (gpu_fixture.h: packed_positions) */
 } enc_shape_t;
 
 static void run_encoder(dt_dtype_t dtype, enc_shape_t s, uint64_t seed) {
@@ -123,14 +125,15 @@ static void run_encoder(dt_dtype_t dtype, enc_shape_t s, uint64_t seed) {
     void *d_dwte = gpu_tensor(&x, dwte0, VC), *d_dwpe = gpu_tensor(&x, dwpe0, TC);
     int *d_inp = gpu_raw(&x, inp, BT * sizeof *inp);
     void *d_out = gpu_alloc(&x, BTC * dt_dtype_size(dtype));
+    int *pos = s.packed ? packed_positions(s.B, s.T) : NULL, *d_pos = gpu_positions(&x, pos, s.B, s.T);
 
     /* forward */
     float *want = malloc(BTC * sizeof *want);
-    x.c->encoder_forward(x.cpu, want, inp, wte, wpe, s.B, s.T, s.C);
+    x.c->encoder_forward(x.cpu, want, inp, wte, wpe, pos, s.B, s.T, s.C);
     float *got[2];
     for (int run = 0; run < 2; run++) {
         poison(&x, d_out, BTC * dt_dtype_size(dtype));
-        x.g->encoder_forward(x.gpu, d_out, d_inp, d_wte, d_wpe, s.B, s.T, s.C);
+        x.g->encoder_forward(x.gpu, d_out, d_inp, d_wte, d_wpe, d_pos, s.B, s.T, s.C);
         got[run] = fetch(&x, d_out, BTC);
     }
     check("encoder_forward out", got[0], want, BTC, x.bf16 ? BF_ULP : 1e-6, 0.0);
@@ -138,12 +141,12 @@ static void run_encoder(dt_dtype_t dtype, enc_shape_t s, uint64_t seed) {
 
     /* backward */
     float *want_dwte = fcopy(dwte0, VC), *want_dwpe = fcopy(dwpe0, TC);
-    x.c->encoder_backward(x.cpu, want_dwte, want_dwpe, dout, inp, s.B, s.T, s.C);
+    x.c->encoder_backward(x.cpu, want_dwte, want_dwpe, dout, inp, pos, s.B, s.T, s.C);
     float *got_dwte[2], *got_dwpe[2];
     for (int run = 0; run < 2; run++) {
         upload(&x, d_dwte, dwte0, VC);
         upload(&x, d_dwpe, dwpe0, TC);
-        x.g->encoder_backward(x.gpu, d_dwte, d_dwpe, d_dout, d_inp, s.B, s.T, s.C);
+        x.g->encoder_backward(x.gpu, d_dwte, d_dwpe, d_dout, d_inp, d_pos, s.B, s.T, s.C);
         got_dwte[run] = fetch(&x, d_dwte, VC);
         got_dwpe[run] = fetch(&x, d_dwpe, TC);
     }
@@ -154,20 +157,22 @@ static void run_encoder(dt_dtype_t dtype, enc_shape_t s, uint64_t seed) {
 
     /* dwpe may be NULL: dwte alone, the same result */
     upload(&x, d_dwte, dwte0, VC);
-    x.g->encoder_backward(x.gpu, d_dwte, NULL, d_dout, d_inp, s.B, s.T, s.C);
+    x.g->encoder_backward(x.gpu, d_dwte, NULL, d_dout, d_inp, d_pos, s.B, s.T, s.C);
     float *alone = fetch(&x, d_dwte, VC);
     check_same_bits("encoder_backward dwte (dwpe NULL)", alone, got_dwte[0], VC);
 
     for (int run = 0; run < 2; run++) free(got[run]), free(got_dwte[run]), free(got_dwpe[run]);
-    free(alone), free(want), free(want_dwte), free(want_dwpe), free(inp), free(wte), free(wpe);
+    free(alone), free(want), free(want_dwte), free(want_dwpe), free(inp), free(wte), free(wpe), free(pos);
     free(dout), free(dwte0), free(dwpe0);
     ctx_close(&x);
 }
 
-static const enc_shape_t enc_small = {2, 5, 12, 7, 8, 0, 0, 0};
-static const enc_shape_t enc_large = {2, 64, 160, 1000, 64, 1, 0, 0}; /* C > one block of 128 channels */
-static const enc_shape_t enc_collide = {2, 5, 12, 131080, 5, 0, 1, 0};
-static const enc_shape_t enc_foreign = {2, 64, 160, 65537, 64, 0, 0, 1}; /* and the real token 65535's bucket */
+static const enc_shape_t enc_small = {2, 5, 12, 7, 8, 0, 0, 0, 0};
+static const enc_shape_t enc_large = {2, 64, 160, 1000, 64, 1, 0, 0, 0}; /* C > one block of 128 channels */
+static const enc_shape_t enc_collide = {2, 5, 12, 131080, 5, 0, 1, 0, 0};
+static const enc_shape_t enc_foreign = {2, 64, 160, 65537, 64, 0, 0, 1, 0}; /* and the real token 65535's bucket */
+static const enc_shape_t enc_packed = {3, 70, 160, 1000, 80, 1, 0, 0, 1}; /* 3 rows of documents */
+static const enc_shape_t enc_packed_foreign = {2, 20, 12, 65537, 20, 0, 0, 1, 1};
 
 Test(cuda_layers, encoder_f32) {
     run_encoder(DT_DTYPE_F32, enc_small, 1);
@@ -180,6 +185,11 @@ Test(cuda_layers, encoder_bf16) {
     run_encoder(DT_DTYPE_BF16, enc_large, 2);
     run_encoder(DT_DTYPE_BF16, enc_collide, 3);
     run_encoder(DT_DTYPE_BF16, enc_foreign, 4);
+}
+Test(cuda_layers, encoder_packed) {
+    run_encoder(DT_DTYPE_F32, enc_packed, 5);
+    run_encoder(DT_DTYPE_F32, enc_packed_foreign, 6);
+    run_encoder(DT_DTYPE_BF16, enc_packed, 5);
 }
 
 /* ---- layernorm ----------------------------------------------------------------
@@ -294,9 +304,10 @@ Test(cuda_layers, layernorm_bf16) {
  * the error is absolute, up to ~2.5 2^-9 sum_j P_j |v_j| < 2^-7: forward 2^-7
  * absolute plus 2^-7 relative for y's own rounding (seen: 0.0035). The backward
  * adds the rounding of dP and dS and chains two more GEMMs: 2^-6 absolute plus
- * 2^-6 relative (seen: 0.0044). */
+ * 2^-6 relative (seen: 0.0044). Packed sequences (packed: gpu_fixture.h's
+ * positions): the same tolerances, the probabilities 0 outside each row's document. */
 
-static void run_attention(dt_dtype_t dtype, int B, int T, int C, int NH, uint64_t seed) {
+static void run_attention(dt_dtype_t dtype, int B, int T, int C, int NH, int packed, uint64_t seed) {
     ctx_t x;
     ctx_open(&x, dtype);
     rng_seed(seed);
@@ -310,23 +321,26 @@ static void run_attention(dt_dtype_t dtype, int B, int T, int C, int NH, uint64_
     size_t scratch_b = x.g->attention_scratch_bytes(x.gpu, B, T, C, NH, NH);
     cr_assert_geq(saved_b, natt * es, "the probabilities are saved");
     void *d_saved = gpu_alloc(&x, saved_b), *d_scratch = gpu_alloc(&x, scratch_b);
+    int *pos = packed ? packed_positions(B, T) : NULL, *d_pos = gpu_positions(&x, pos, B, T);
 
     float *want = malloc(n1 * sizeof *want);
     float *att = malloc(x.c->attention_saved_bytes(x.cpu, B, T, C, NH, NH));
     float *cscratch = malloc(x.c->attention_scratch_bytes(x.cpu, B, T, C, NH, NH));
-    x.c->attention_forward(x.cpu, want, att, qkv, B, T, C, NH, NH);
+    x.c->attention_forward(x.cpu, want, att, qkv, pos, B, T, C, NH, NH);
     float *got[2], *got_att = NULL;
     for (int run = 0; run < 2; run++) {
         poison(&x, d_out, n1 * es);
         poison(&x, d_saved, saved_b);
-        x.g->attention_forward(x.gpu, d_out, d_saved, d_qkv, B, T, C, NH, NH);
+        x.g->attention_forward(x.gpu, d_out, d_saved, d_qkv, d_pos, B, T, C, NH, NH);
         got[run] = fetch(&x, d_out, n1);
         if (run == 0) got_att = fetch(&x, d_saved, natt); /* saved starts with (B, NH, T, T) */
     }
     /* Masked entries are exactly 0 on both sides: rtol and atol cover the rest. */
     for (size_t i = 0; i < natt; i++) {
-        size_t t = (i / T) % T, j = i % T;
+        size_t t = (i / T) % T, j = i % T, b = i / ((size_t)NH * T * T);
         if (j > t) cr_assert(got_att[i] == 0.0f, "att[%zu] above the diagonal: %g", i, got_att[i]);
+        if (pos && j + pos[b * T + t] < t)
+            cr_assert(got_att[i] == 0.0f, "att[%zu] before its document: %g", i, got_att[i]);
     }
     check("attention_forward att", got_att, att, natt, x.bf16 ? 2 * BF_ULP : 1e-5, x.bf16 ? 1e-3 : 1e-6);
     if (x.bf16)
@@ -336,12 +350,12 @@ static void run_attention(dt_dtype_t dtype, int B, int T, int C, int NH, uint64_
     check_same_bits("attention_forward out", got[0], got[1], n1);
 
     float *want_d = fcopy(dqkv0, n3);
-    x.c->attention_backward(x.cpu, want_d, cscratch, dout, qkv, att, B, T, C, NH, NH);
+    x.c->attention_backward(x.cpu, want_d, cscratch, dout, qkv, att, pos, B, T, C, NH, NH);
     float *got_d[2];
     for (int run = 0; run < 2; run++) {
         upload(&x, d_dqkv, dqkv0, n3);
         poison(&x, d_scratch, scratch_b);
-        x.g->attention_backward(x.gpu, d_dqkv, d_scratch, d_dout, d_qkv, d_saved, B, T, C, NH, NH);
+        x.g->attention_backward(x.gpu, d_dqkv, d_scratch, d_dout, d_qkv, d_saved, d_pos, B, T, C, NH, NH);
         got_d[run] = fetch(&x, d_dqkv, n3);
     }
     if (x.bf16)
@@ -352,18 +366,24 @@ static void run_attention(dt_dtype_t dtype, int B, int T, int C, int NH, uint64_
 
     for (int run = 0; run < 2; run++) free(got[run]), free(got_d[run]);
     free(got_att), free(want), free(att), free(cscratch), free(want_d), free(qkv), free(dout), free(dqkv0);
+    free(pos);
     ctx_close(&x);
 }
 
 Test(cuda_layers, attention_f32) {
-    run_attention(DT_DTYPE_F32, 2, 5, 12, 3, 21);
-    run_attention(DT_DTYPE_F32, 2, 64, 128, 4, 22);
-    run_attention(DT_DTYPE_F32, 1, 33, 40, 2, 23);
+    run_attention(DT_DTYPE_F32, 2, 5, 12, 3, 0, 21);
+    run_attention(DT_DTYPE_F32, 2, 64, 128, 4, 0, 22);
+    run_attention(DT_DTYPE_F32, 1, 33, 40, 2, 0, 23);
 }
 Test(cuda_layers, attention_bf16) {
-    run_attention(DT_DTYPE_BF16, 2, 5, 12, 3, 21);
-    run_attention(DT_DTYPE_BF16, 2, 64, 128, 4, 22);
-    run_attention(DT_DTYPE_BF16, 1, 33, 40, 2, 23);
+    run_attention(DT_DTYPE_BF16, 2, 5, 12, 3, 0, 21);
+    run_attention(DT_DTYPE_BF16, 2, 64, 128, 4, 0, 22);
+    run_attention(DT_DTYPE_BF16, 1, 33, 40, 2, 0, 23);
+}
+Test(cuda_layers, attention_packed) {
+    run_attention(DT_DTYPE_F32, 3, 64, 128, 4, 1, 24);
+    run_attention(DT_DTYPE_BF16, 3, 64, 128, 4, 1, 24);
+    run_attention(DT_DTYPE_F32, 2, 50, 12, 3, 1, 25);
 }
 
 /* ---- softmax + cross-entropy --------------------------------------------------

@@ -132,10 +132,11 @@ Test(cuda_llama, rmsnorm_bf16) {
  * Both sides take inv_freq from dt_rope_inv_freq and cos/sin of the same fp32 angle
  * in double; what may differ is the contraction of a c - b s into an FMA: 1e-6
  * relative plus 1e-6 rms in fp32. bf16: one rounding of each result, 2^-8 relative
- * (plus 1e-3 rms near 0). The v heads (past n_heads) must keep their bits. */
+ * (plus 1e-3 rms near 0). The v heads (past n_heads) must keep their bits. pos
+ * (host, (B, T), or NULL): packed sequences, each row at its own position. */
 
-static void run_rope(dt_dtype_t dtype, int B, int T, int NH, int NKV, int HS, int pos0, const dt_rope_args_t *a,
-                     uint64_t seed) {
+static void run_rope(dt_dtype_t dtype, int B, int T, int NH, int NKV, int HS, int pos0, const int *pos,
+                     const dt_rope_args_t *a, uint64_t seed) {
     ctx_t x;
     ctx_open(&x, dtype);
     rng_seed(seed);
@@ -144,13 +145,18 @@ static void run_rope(dt_dtype_t dtype, int B, int T, int NH, int NKV, int HS, in
     double rtol = x.bf16 ? BF_ULP : 1e-6, atol = x.bf16 ? 1e-3 : 1e-6;
     float *x0 = frand(n, 1.0f, 0.0f);
     void *d_x = gpu_tensor(&x, x0, n);
+    int *d_pos = NULL;
+    if (pos) {
+        d_pos = gpu_alloc(&x, (size_t)B * T * sizeof(int));
+        cr_assert_eq(x.g->copy(x.gpu, d_pos, pos, (size_t)B * T * sizeof(int), DT_COPY_HOST_TO_DEVICE), DT_STATUS_OK);
+    }
     for (int dir = 0; dir < 2; dir++) {
         const char *what = dir ? "rope_backward" : "rope_forward";
         float *want = fcopy(x0, n), *got[2];
-        (dir ? x.c->rope_backward : x.c->rope_forward)(x.cpu, want, B, T, stride, nrot, HS, pos0, a);
+        (dir ? x.c->rope_backward : x.c->rope_forward)(x.cpu, want, B, T, stride, nrot, HS, pos0, pos, a);
         for (int run = 0; run < 2; run++) {
             upload(&x, d_x, x0, n);
-            (dir ? x.g->rope_backward : x.g->rope_forward)(x.gpu, d_x, B, T, stride, nrot, HS, pos0, a);
+            (dir ? x.g->rope_backward : x.g->rope_forward)(x.gpu, d_x, B, T, stride, nrot, HS, pos0, d_pos, a);
             got[run] = fetch(&x, d_x, n);
         }
         check_tol(what, got[0], want, n, rtol, atol, 0.0);
@@ -169,15 +175,20 @@ static const dt_rope_args_t rope_l31 = {
     .theta = 500000, .factor = 8, .low_freq_factor = 1, .high_freq_factor = 4, .original_max_pos = 8192};
 static const dt_rope_args_t rope_qwen = {.theta = 1e6};
 
+/* Packed (2, 5) rows: documents of 2 and 3, then 1, 3 and 1 (pos0 7 is ignored). */
+static const int rope_pos[] = {0, 1, 0, 1, 2, 0, 0, 1, 2, 0};
+
 Test(cuda_llama, rope_f32) {
-    run_rope(DT_DTYPE_F32, 2, 5, 4, 2, 16, 0, &rope_plain, 5);
-    run_rope(DT_DTYPE_F32, 1, 7, 2, 1, 64, 100, &rope_l31, 6);
-    run_rope(DT_DTYPE_F32, 2, 3, 3, 3, 128, 9000, &rope_qwen, 7);
+    run_rope(DT_DTYPE_F32, 2, 5, 4, 2, 16, 0, NULL, &rope_plain, 5);
+    run_rope(DT_DTYPE_F32, 1, 7, 2, 1, 64, 100, NULL, &rope_l31, 6);
+    run_rope(DT_DTYPE_F32, 2, 3, 3, 3, 128, 9000, NULL, &rope_qwen, 7);
+    run_rope(DT_DTYPE_F32, 2, 5, 4, 2, 16, 7, rope_pos, &rope_l31, 8);
 }
 Test(cuda_llama, rope_bf16) {
-    run_rope(DT_DTYPE_BF16, 2, 5, 4, 2, 16, 0, &rope_plain, 5);
-    run_rope(DT_DTYPE_BF16, 1, 7, 2, 1, 64, 100, &rope_l31, 6);
-    run_rope(DT_DTYPE_BF16, 2, 3, 3, 3, 128, 9000, &rope_qwen, 7);
+    run_rope(DT_DTYPE_BF16, 2, 5, 4, 2, 16, 0, NULL, &rope_plain, 5);
+    run_rope(DT_DTYPE_BF16, 1, 7, 2, 1, 64, 100, NULL, &rope_l31, 6);
+    run_rope(DT_DTYPE_BF16, 2, 3, 3, 3, 128, 9000, NULL, &rope_qwen, 7);
+    run_rope(DT_DTYPE_BF16, 2, 5, 4, 2, 16, 7, rope_pos, &rope_l31, 8);
 }
 
 /* ---- SwiGLU ------------------------------------------------------------------------
@@ -231,9 +242,10 @@ Test(cuda_llama, swiglu_bf16) {
  * for cuBLAS, test_attention_fused for fused), the backward's times NH/NKV for the
  * absolute parts: a key/value head's gradient sums that many query heads' terms,
  * each carrying the same rounding. The saved and scratch sizes do not depend on
- * NKV (neither path expands k or v). */
+ * NKV (neither path expands k or v). packed: with positions (gpu_fixture.h). */
 
-static void run_gqa(dt_dtype_t dtype, const char *kind, int B, int T, int C, int NH, int NKV, uint64_t seed) {
+static void run_gqa(dt_dtype_t dtype, const char *kind, int B, int T, int C, int NH, int NKV, int packed,
+                    uint64_t seed) {
     ctx_t x;
     ctx_open_attention(&x, dtype, kind);
     rng_seed(seed);
@@ -246,21 +258,22 @@ static void run_gqa(dt_dtype_t dtype, const char *kind, int B, int T, int C, int
     float *qkv = frand(n3, 1.0f, 0.0f), *dout = frand(n1, 1.0f, 0.0f), *dqkv0 = frand(n3, 0.5f, 0.0f);
     void *d_qkv = gpu_tensor(&x, qkv, n3), *d_dout = gpu_tensor(&x, dout, n1), *d_dqkv = gpu_tensor(&x, dqkv0, n3);
     void *d_out = gpu_alloc(&x, n1 * es), *d_saved = gpu_alloc(&x, saved_b), *d_scratch = gpu_alloc(&x, scratch_b);
+    int *pos = packed ? packed_positions(B, T) : NULL, *d_pos = gpu_positions(&x, pos, B, T);
 
     float *want = malloc(n1 * sizeof *want);
     float *att = malloc(x.c->attention_saved_bytes(x.cpu, B, T, C, NH, NKV));
     float *cscratch = malloc(x.c->attention_scratch_bytes(x.cpu, B, T, C, NH, NKV));
-    x.c->attention_forward(x.cpu, want, att, qkv, B, T, C, NH, NKV);
+    x.c->attention_forward(x.cpu, want, att, qkv, pos, B, T, C, NH, NKV);
     float *got[2], *got_d[2];
     for (int run = 0; run < 2; run++) {
         poison(&x, d_out, n1 * es);
         poison(&x, d_saved, saved_b);
-        x.g->attention_forward(x.gpu, d_out, d_saved, d_qkv, B, T, C, NH, NKV);
+        x.g->attention_forward(x.gpu, d_out, d_saved, d_qkv, d_pos, B, T, C, NH, NKV);
         got[run] = fetch(&x, d_out, n1);
     }
     char what[128];
-    snprintf(what, sizeof what, "%s %s B%d T%d C%d NH%d NKV%d forward", kind, dt_dtype_name(dtype), B, T, C, NH,
-             NKV);
+    snprintf(what, sizeof what, "%s %s B%d T%d C%d NH%d NKV%d%s forward", kind, dt_dtype_name(dtype), B, T, C, NH,
+             NKV, packed ? " packed" : "");
     if (!x.bf16)
         check_tol(what, got[0], want, n1, 1e-5, 1e-5, 0.0);
     else if (fused)
@@ -270,15 +283,15 @@ static void run_gqa(dt_dtype_t dtype, const char *kind, int B, int T, int C, int
     check_same_bits(what, got[0], got[1], n1);
 
     float *want_d = fcopy(dqkv0, n3);
-    x.c->attention_backward(x.cpu, want_d, cscratch, dout, qkv, att, B, T, C, NH, NKV);
+    x.c->attention_backward(x.cpu, want_d, cscratch, dout, qkv, att, pos, B, T, C, NH, NKV);
     for (int run = 0; run < 2; run++) {
         upload(&x, d_dqkv, dqkv0, n3);
         poison(&x, d_scratch, scratch_b);
-        x.g->attention_backward(x.gpu, d_dqkv, d_scratch, d_dout, d_qkv, d_saved, B, T, C, NH, NKV);
+        x.g->attention_backward(x.gpu, d_dqkv, d_scratch, d_dout, d_qkv, d_saved, d_pos, B, T, C, NH, NKV);
         got_d[run] = fetch(&x, d_dqkv, n3);
     }
-    snprintf(what, sizeof what, "%s %s B%d T%d C%d NH%d NKV%d backward", kind, dt_dtype_name(dtype), B, T, C, NH,
-             NKV);
+    snprintf(what, sizeof what, "%s %s B%d T%d C%d NH%d NKV%d%s backward", kind, dt_dtype_name(dtype), B, T, C, NH,
+             NKV, packed ? " packed" : "");
     if (!x.bf16)
         check_tol(what, got_d[0], want_d, n3, 1e-4, 1e-5 * rep, 0.0);
     else if (fused)
@@ -288,7 +301,7 @@ static void run_gqa(dt_dtype_t dtype, const char *kind, int B, int T, int C, int
     check_same_bits(what, got_d[0], got_d[1], n3);
 
     for (int run = 0; run < 2; run++) free(got[run]), free(got_d[run]);
-    free(want), free(att), free(cscratch), free(want_d), free(qkv), free(dout), free(dqkv0);
+    free(want), free(att), free(cscratch), free(want_d), free(qkv), free(dout), free(dqkv0), free(pos);
     ctx_close(&x);
 }
 
@@ -302,7 +315,7 @@ static const int gqa_shapes[][5] = {
 static void run_gqa_all(dt_dtype_t dtype, const char *kind) {
     for (size_t i = 0; i < sizeof gqa_shapes / sizeof gqa_shapes[0]; i++) {
         const int *s = gqa_shapes[i];
-        run_gqa(dtype, kind, s[0], s[1], s[2], s[3], s[4], 30 + i);
+        run_gqa(dtype, kind, s[0], s[1], s[2], s[3], s[4], 0, 30 + i);
     }
 }
 
@@ -310,6 +323,17 @@ Test(cuda_llama, gqa_cublas_f32) { run_gqa_all(DT_DTYPE_F32, "cublas"); }
 Test(cuda_llama, gqa_cublas_bf16) { run_gqa_all(DT_DTYPE_BF16, "cublas"); }
 Test(cuda_llama, gqa_fused_f32) { run_gqa_all(DT_DTYPE_F32, "fused"); }
 Test(cuda_llama, gqa_fused_bf16) { run_gqa_all(DT_DTYPE_BF16, "fused"); }
+
+/* Packed sequences, grouped query heads (3 per group; multi-query), both paths. */
+Test(cuda_llama, gqa_packed) {
+    const char *kinds[] = {"cublas", "fused"};
+    for (int k = 0; k < 2; k++)
+        for (int bf = 0; bf < 2; bf++) {
+            dt_dtype_t dt = bf ? DT_DTYPE_BF16 : DT_DTYPE_F32;
+            run_gqa(dt, kinds[k], 2, 70, 96, 6, 2, 1, 61);
+            run_gqa(dt, kinds[k], 2, 45, 128, 4, 1, 1, 62);
+        }
+}
 
 /* ---- KV-cache decode -------------------------------------------------------------------
  * GPU decode against CPU decode on the same q and cache; cache rows past pos are

@@ -88,9 +88,9 @@ static void bench_attention(const char *label, int B, int T, int C, int NH, int 
     double gemm = 2.0 * B * NH * (double)T * T * (C / NH);
     char name[64];
     snprintf(name, sizeof name, "%sattention_forward", label);
-    TIME(name, 0, 2 * gemm, op->attention_forward(dev, y, saved, qkv, B, T, C, NH, NKV));
+    TIME(name, 0, 2 * gemm, op->attention_forward(dev, y, saved, qkv, NULL, B, T, C, NH, NKV));
     snprintf(name, sizeof name, "%sattention_backward", label);
-    TIME(name, 0, 4 * gemm, op->attention_backward(dev, dqkv, scratch, y, qkv, saved, B, T, C, NH, NKV));
+    TIME(name, 0, 4 * gemm, op->attention_backward(dev, dqkv, scratch, y, qkv, saved, NULL, B, T, C, NH, NKV));
     snprintf(name, sizeof name, "%sattention memory", label);
     printf("%-25s %9.1f MB saved per layer, %.1f MB scratch\n", name, saved_b / 1e6, scratch_b / 1e6);
     op->free(dev, saved);
@@ -156,8 +156,8 @@ int main(int argc, char **argv) {
     void *wte = dbuf((size_t)Vp * C * es), *wpe = dbuf((size_t)T * C * es), *x = dbuf(NC * es);
     void *dwte = dbuf((size_t)Vp * C * es), *dwpe = dbuf((size_t)T * C * es), *dx = dbuf(NC * es);
     int *ids = dids(N, V, 1), *tg = dids(N, V, 2);
-    TIME("encoder_forward", 3 * NC * es, 0, op->encoder_forward(dev, x, ids, wte, wpe, B, T, C));
-    TIME("encoder_backward", 3 * NC * es, 0, op->encoder_backward(dev, dwte, dwpe, dx, ids, B, T, C));
+    TIME("encoder_forward", 3 * NC * es, 0, op->encoder_forward(dev, x, ids, wte, wpe, NULL, B, T, C));
+    TIME("encoder_backward", 3 * NC * es, 0, op->encoder_backward(dev, dwte, dwpe, dx, ids, NULL, B, T, C));
 
     /* layernorm */
     void *ln = dbuf(NC * es), *w = dbuf(C * es), *b = dbuf(C * es), *dw = dbuf(C * es), *db = dbuf(C * es);
@@ -185,8 +185,8 @@ int main(int argc, char **argv) {
                                .original_max_pos = 8192};
         void *qkv = dbuf((size_t)N * C3 * es);
         double moved = 2.0 * N * (NH + NKV) * HS * es;
-        TIME("rope_forward", moved, 0, op->rope_forward(dev, qkv, B, T, C3, NH + NKV, HS, 0, &rope));
-        TIME("rope_backward", moved, 0, op->rope_backward(dev, qkv, B, T, C3, NH + NKV, HS, 0, &rope));
+        TIME("rope_forward", moved, 0, op->rope_forward(dev, qkv, B, T, C3, NH + NKV, HS, 0, NULL, &rope));
+        TIME("rope_backward", moved, 0, op->rope_backward(dev, qkv, B, T, C3, NH + NKV, HS, 0, NULL, &rope));
         void *kv = dbuf((size_t)B * T * 2 * NKV * HS * es), *o1 = dbuf((size_t)B * C * es);
         TIME("attention_decode", (double)B * T * 2 * NKV * HS * es, 0,
              op->attention_decode(dev, o1, qkv, C3, kv, T, T - 1, B, C, NH, NKV));

@@ -114,7 +114,7 @@ static void block_forward(block *k, dt_device_t *dev, int B, int T, int C, int N
     OP("layernorm fwd",
        o->layernorm_forward(dev, k->ln1, k->ln1_mean, k->ln1_rstd, k->x, k->ln1w, k->ln1b, N, C));
     OP("matmul fwd", o->matmul_forward(dev, k->qkv, k->ln1, k->qkvw, k->qkvb, N, C, 3 * C));
-    OP("attention fwd", o->attention_forward(dev, k->atty, k->att, k->qkv, B, T, C, NH, NH));
+    OP("attention fwd", o->attention_forward(dev, k->atty, k->att, k->qkv, NULL, B, T, C, NH, NH));
     OP("matmul fwd",
        o->matmul_forward(dev, k->attproj, k->atty, k->attprojw, k->attprojb, N, C, C));
     OP("residual fwd", o->residual_forward(dev, k->res2, k->x, k->attproj, (size_t)N * C));
@@ -151,7 +151,7 @@ static void block_backward(block *k, dt_device_t *dev, int B, int T, int C, int 
     /* dln1 now holds d(atty); reuse datty as its buffer for the attention input. */
     OP("set", o->set(dev, k->datty, 0, NC * sizeof(float)));
     OP("attention bwd",
-       o->attention_backward(dev, k->dqkv, k->scratch, k->dln1, k->qkv, k->att, B, T, C, NH, NH));
+       o->attention_backward(dev, k->dqkv, k->scratch, k->dln1, k->qkv, k->att, NULL, B, T, C, NH, NH));
     OP("set", o->set(dev, k->dln1, 0, NC * sizeof(float)));
     OP("matmul bwd",
        o->matmul_backward(dev, k->dln1, k->g[2], k->g[3], k->dqkv, k->ln1, k->qkvw, N, C, 3 * C));
@@ -261,7 +261,7 @@ int main(int argc, char **argv) {
         double t1 = dt_now_s();
         block_backward(&k, dev, B, T, C, NH);
         double t2 = dt_now_s();
-        o->encoder_forward(dev, enc, tok, wte, wpe, B, T, C);
+        o->encoder_forward(dev, enc, tok, wte, wpe, NULL, B, T, C);
         o->layernorm_forward(dev, lnf, lnf_mean, lnf_rstd, enc, lnfw, lnfb, N, C);
         o->matmul_forward(dev, logits, lnf, wte, NULL, N, C, Vp);
         o->softmax_xent_backward(dev, logits, losses, logits, tok, 1.0f / N, N, V, Vp);
@@ -269,7 +269,7 @@ int main(int argc, char **argv) {
         o->set(dev, dres, 0, sizeof(float) * N * C);
         o->matmul_backward(dev, dlnf, dwte, NULL, logits, lnf, wte, N, C, Vp);
         o->layernorm_backward(dev, dres, dlnfw, dlnfb, dlnf, enc, lnfw, lnf_mean, lnf_rstd, N, C);
-        o->encoder_backward(dev, dwte, dwpe, dres, tok, B, T, C);
+        o->encoder_backward(dev, dwte, dwpe, dres, tok, NULL, B, T, C);
         double t3 = dt_now_s();
         double norm = o->grad_sq_norm(dev, g, nparam);
         o->adamw(dev, p, NULL, g, m, v, nparam, &a, 1);
