@@ -114,33 +114,33 @@ Test(plan_tp, activations_by_hand) {
      * without sequence parallelism (rows 16):
      *   layer: 6 x BTC 6144, atty 512, 4 LayerNorm stats 256, qkv 1536, fch +
      *          fch_gelu 4096, attention 4*2*1*8*8 = 512                    -> 13056
-     *   once:  tokens + targets 128, encoded + lnf 2048, lnf stats 128, losses 64,
+     *   once:  tokens + targets + positions 192, encoded + lnf 2048, lnf stats 128, losses 64,
      *          logits 16*32*4 = 2048, dres 1024, dtmp 16*max(16, 8)*4 = 1024,
      *          dqkv 1536, dfch x2 4096, attention scratch 256, the loss's max,
-     *          sum and target logit 3*16*4 = 192                           -> 12544 */
+     *          sum and target logit 3*16*4 = 192                           -> 12608 */
     tp_model(&small_gpt, 2, 0, &l, &m);
-    cr_assert_eq(dt_plan_activation_bytes(&m, 2, 4, 1, 0), 2 * 13056 + 12544);
+    cr_assert_eq(dt_plan_activation_bytes(&m, 2, 4, 1, 0), 2 * 13056 + 12608);
     dt_plan_model_free(&m);
     dt_model_layout_free(&l);
     /* with sequence parallelism the slots outside the TP regions have 8 rows:
      *   layer: 6 x 512, atty 512, stats 4 x slot(32) = 256, qkv 1536, 4096, 512 -> 9984
-     *   once:  128, encoded + lnf 1024, lnf stats 128, losses 64, logits 2048,
+     *   once:  192, encoded + lnf 1024, lnf stats 128, losses 64, logits 2048,
      *          dres 512, dtmp 1024, dqkv 1536, dfch x2 4096, scratch 256, the
      *          gathered norm output, the partial sums (the gathered gradient in
      *          the backward) 2 x 16*16*4 = 2048, the reduced rows 8*16*4 = 512, a
      *          layer's partial norm gradients 4*16*4 = 256, the loss's stats 192
-     *                                                                      -> 13824
+     *                                                                      -> 13888
      * full recomputation: two layer outputs of 512, one layer's set less them (the
      * scratch), the once-part */
     tp_model(&small_gpt, 2, 1, &l, &m);
-    cr_assert_eq(dt_plan_activation_bytes(&m, 2, 4, 1, 0), 2 * 9984 + 13824);
-    cr_assert_eq(dt_plan_activation_bytes(&m, 2, 4, 1, DT_MODEL_RECOMPUTE_FULL), 2 * 512 + (9984 - 512) + 13824);
+    cr_assert_eq(dt_plan_activation_bytes(&m, 2, 4, 1, 0), 2 * 9984 + 13888);
+    cr_assert_eq(dt_plan_activation_bytes(&m, 2, 4, 1, DT_MODEL_RECOMPUTE_FULL), 2 * 512 + (9984 - 512) + 13888);
     dt_plan_model_free(&m);
     dt_model_layout_free(&l);
     /* TP 1 is today's formula (test_plan.c holds it to the arena) */
     tp_model(&small_gpt, 1, 1, &l, &m);
     cr_assert_eq(m.sequence_parallel, 0);
-    cr_assert_eq(dt_plan_activation_bytes(&m, 2, 4, 1, 0), 2 * 19712 + 20032);
+    cr_assert_eq(dt_plan_activation_bytes(&m, 2, 4, 1, 0), 2 * 19712 + 20096);
     dt_plan_model_free(&m);
     dt_model_layout_free(&l);
 }

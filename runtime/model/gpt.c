@@ -165,7 +165,7 @@ static int gpt_export_shape(const dt_model_layout *l, int i, int64_t shape[2], i
 
 /* ---- activation arena ------------------------------------------------------ */
 
-/* Slots of the whole model (the first four are net.h's) ... Tensor parallelism
+/* Slots of the whole model (the first five are net.h's) ... Tensor parallelism
  * adds: G_GATH (sequence parallelism: a norm output gathered from every rank, the
  * input of a column-parallel matmul; it holds the gathered final norm from the
  * forward to the head's backward), G_PART (sequence parallelism: a row-parallel
@@ -176,7 +176,8 @@ static int gpt_export_shape(const dt_model_layout *l, int i, int64_t shape[2], i
  * gradients). Sized 0 when unused. */
 enum {
     G_TOKENS = DT_NET_SLOT_TOKENS, G_TARGETS = DT_NET_SLOT_TARGETS, G_FEATURES = DT_NET_SLOT_FEATURES,
-    G_LOSSES = DT_NET_SLOT_LOSSES, G_ENCODED = DT_NET_SLOT_FIRST, G_LNF, G_LNF_MEAN, G_LNF_RSTD,
+    G_LOSSES = DT_NET_SLOT_LOSSES, G_POSITIONS = DT_NET_SLOT_POSITIONS, G_ENCODED = DT_NET_SLOT_FIRST, G_LNF,
+    G_LNF_MEAN, G_LNF_RSTD,
     G_LOGITS, G_DRES, G_DTMP, G_DQKV, G_DFCH, G_DFCH_GELU, G_ATT_SCRATCH, G_GATH, G_PART, G_DRED,
     G_XSTATS, G_LNGRAD, G_COUNT
 };
@@ -233,6 +234,7 @@ static void gpt_arena_sizes(const dt_device_t *dev, const dt_model_layout *lay, 
     gdims d = gdims_of(lay, B);
     size_t BT = (size_t)d.BT, R = (size_t)d.R, C = (size_t)d.C, Cl = (size_t)d.Cl, Fl = (size_t)d.Fl;
     if (d.first) sizes[G_TOKENS] = BT * sizeof(int);
+    sizes[G_POSITIONS] = BT * sizeof(int); /* every chunk: the embedding's and attention's */
     sizes[G_ENCODED] = R * C * es;
     if (d.last) { /* the head and the loss */
         sizes[G_TARGETS] = BT * sizeof(int);
@@ -325,7 +327,8 @@ static void gpt_block_forward(dt_net_t *net, int l, int j, void *residual, dt_mo
         void *x = dt_net_tp_gather_in(net, BS(j, L_LN1), A(G_GATH), rc);
         dt_net_linear_forward(net, BS(j, L_QKV), x, t0 + T_QKVW, PB(T_QKVB), BT, C, 3 * d.Cl);
     }
-    o->attention_forward(dv, BS(j, L_ATTY), BS(j, L_ATT_SAVED), BS(j, L_QKV), NULL, d.B, d.T, d.Cl, d.NHl, d.NHl);
+    o->attention_forward(dv, BS(j, L_ATTY), BS(j, L_ATT_SAVED), BS(j, L_QKV), net->d_positions, d.B, d.T, d.Cl, d.NHl,
+                         d.NHl);
     if (gemm) {
         LINEAR_ROW_FORWARD(BS(j, L_ATTPROJ), BS(j, L_ATTY), T_ATTPROJW, d.Cl);
         o->residual_forward(dv, BS(j, L_RES2), residual, BS(j, L_ATTPROJ), rc);
@@ -373,8 +376,8 @@ static void gpt_block_backward(dt_net_t *net, int l, int j, void *residual) {
     dt_net_zero(net, G_DTMP, (size_t)BT * d.Cl);
     dt_net_linear_backward(net, A(G_DTMP), GB(T_ATTPROJB), dout, BS(j, L_ATTY), t0 + T_ATTPROJW, BT, d.Cl, C);
     dt_net_zero(net, G_DQKV, (size_t)BT * 3 * d.Cl);
-    o->attention_backward(dv, A(G_DQKV), A(G_ATT_SCRATCH), A(G_DTMP), BS(j, L_QKV), BS(j, L_ATT_SAVED), NULL, B, T,
-                          d.Cl, d.NHl, d.NHl);
+    o->attention_backward(dv, A(G_DQKV), A(G_ATT_SCRATCH), A(G_DTMP), BS(j, L_QKV), BS(j, L_ATT_SAVED),
+                          net->d_positions, B, T, d.Cl, d.NHl, d.NHl);
     x = dt_net_tp_gather_in(net, BS(j, L_LN1), A(G_GATH), rc);
     dln = LINEAR_COLUMN_BACKWARD(T_QKVW, A(G_DQKV), x, 3 * d.Cl);
     o->layernorm_backward(dv, A(G_DRES), LNG(T_LN1W), LNG(T_LN1B), dln, residual, PB(T_LN1W), BSF(j, L_LN1_MEAN),
@@ -391,10 +394,11 @@ static void gpt_embed_forward(dt_net_t *net) {
     const dt_model_layout *lay = net->layout;
     gdims d = gdims_of(lay, net->B);
     if (d.tp == 1) {
-        o->encoder_forward(dv, A(G_ENCODED), net->d_tokens, P(0), P(1), NULL, d.B, d.T, d.C);
+        o->encoder_forward(dv, A(G_ENCODED), net->d_tokens, P(0), P(1), net->d_positions, d.B, d.T, d.C);
     } else {
         void *part = d.sp ? A(G_PART) : A(G_ENCODED);
-        o->encoder_forward(dv, part, net->d_tokens, P(0), lay->tp_rank == 0 ? P(1) : NULL, NULL, d.B, d.T, d.C);
+        o->encoder_forward(dv, part, net->d_tokens, P(0), lay->tp_rank == 0 ? P(1) : NULL, net->d_positions, d.B,
+                           d.T, d.C);
         dt_net_tp_reduce_out(net, part, A(G_ENCODED), (size_t)d.BT * d.C);
     }
 }
@@ -402,7 +406,8 @@ static void gpt_embed_forward(dt_net_t *net) {
 /* dwte, dwpe += from dout; a LoRA net's embedding is frozen (no gradient). */
 static void gpt_embed_backward(dt_net_t *net, const void *dout) {
     gdims d = gdims_of(net->layout, net->B);
-    if (G(0)) net->dev->ops->encoder_backward(net->dev, G(0), G(1), dout, net->d_tokens, NULL, d.B, d.T, d.C);
+    if (G(0))
+        net->dev->ops->encoder_backward(net->dev, G(0), G(1), dout, net->d_tokens, net->d_positions, d.B, d.T, d.C);
 }
 
 /* ln_f (the final unit's tensors) into G_LNF. */

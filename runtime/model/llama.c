@@ -323,7 +323,7 @@ static dims dims_of(const dt_model_layout *l, int B) {
     return d;
 }
 
-/* Slots of the whole model (the first four are net.h's). There is no position
+/* Slots of the whole model (the first five are net.h's). There is no position
  * table: the embedding is the device's encoder_forward without one (wpe and dwpe
  * NULL), a token's row of embed_tokens; positions enter through RoPE. G_DTMP is
  * max(C, QC) wide: it holds d(norm output) (C, before any reduction over the TP
@@ -339,7 +339,8 @@ static dims dims_of(const dt_model_layout *l, int B) {
  * rank's rows, or model.norm's). */
 enum {
     G_TOKENS = DT_NET_SLOT_TOKENS, G_TARGETS = DT_NET_SLOT_TARGETS, G_FEATURES = DT_NET_SLOT_FEATURES,
-    G_LOSSES = DT_NET_SLOT_LOSSES, G_ENCODED = DT_NET_SLOT_FIRST, G_NORM, G_NORM_RSTD, G_LOGITS,
+    G_LOSSES = DT_NET_SLOT_LOSSES, G_POSITIONS = DT_NET_SLOT_POSITIONS, G_ENCODED = DT_NET_SLOT_FIRST, G_NORM,
+    G_NORM_RSTD, G_LOGITS,
     G_DRES, G_DTMP, G_DQKV, G_DFCH, G_DSWI, G_ATT_SCRATCH, G_GATH, G_PART, G_DRED, G_XSTATS, G_LNGRAD,
     G_COUNT
 };
@@ -374,6 +375,7 @@ static void llama_arena_sizes(const dt_device_t *dev, const dt_model_layout *lay
     size_t wide = d.QC > d.C ? (size_t)d.QC : C;
     int first = dt_model_has_first(lay), last = dt_model_has_last(lay);
     if (first) sizes[G_TOKENS] = BT * sizeof(int);
+    sizes[G_POSITIONS] = BT * sizeof(int); /* every chunk: RoPE's and attention's */
     sizes[G_ENCODED] = R * C * es;
     if (last) { /* the head and the loss */
         sizes[G_TARGETS] = BT * sizeof(int);
@@ -471,9 +473,10 @@ static void llama_block_forward(dt_net_t *net, int l, int j, void *residual, dt_
     if (gemm) {
         void *x = dt_net_tp_gather_in(net, BS(j, L_LN1), A(G_GATH), rc);
         dt_net_linear_forward(net, BS(j, L_QKV), x, TL(l, T_Q), QKV_BIAS(l), BT, C, d.QKVC);
-        o->rope_forward(dv, BS(j, L_QKV), B, T, d.QKVC, d.NH + d.NKV, d.HD, 0, NULL, &d.rope);
+        o->rope_forward(dv, BS(j, L_QKV), B, T, d.QKVC, d.NH + d.NKV, d.HD, 0, net->d_positions, &d.rope);
     }
-    o->attention_forward(dv, BS(j, L_ATTY), BS(j, L_ATT_SAVED), BS(j, L_QKV), NULL, B, T, d.QC, d.NH, d.NKV);
+    o->attention_forward(dv, BS(j, L_ATTY), BS(j, L_ATT_SAVED), BS(j, L_QKV), net->d_positions, B, T, d.QC, d.NH,
+                         d.NKV);
     if (gemm) {
         LINEAR_ROW_FORWARD(BS(j, L_ATTPROJ), BS(j, L_ATTY), TL(l, T_O), d.QC);
         o->residual_forward(dv, BS(j, L_RES2), residual, BS(j, L_ATTPROJ), rc);
@@ -516,10 +519,10 @@ static void llama_block_backward(dt_net_t *net, int l, int j, void *residual) {
     dt_net_zero(net, G_DTMP, (size_t)BT * d.QC);
     dt_net_linear_backward(net, A(G_DTMP), NULL, dout, BS(j, L_ATTY), TL(l, T_O), BT, d.QC, C);
     dt_net_zero(net, G_DQKV, (size_t)BT * d.QKVC);
-    o->attention_backward(dv, A(G_DQKV), A(G_ATT_SCRATCH), A(G_DTMP), BS(j, L_QKV), BS(j, L_ATT_SAVED), NULL, B, T,
-                          d.QC, d.NH, d.NKV);
+    o->attention_backward(dv, A(G_DQKV), A(G_ATT_SCRATCH), A(G_DTMP), BS(j, L_QKV), BS(j, L_ATT_SAVED),
+                          net->d_positions, B, T, d.QC, d.NH, d.NKV);
     /* d(rotated q, k) -> d(q, k) as the matmul produced them */
-    o->rope_backward(dv, A(G_DQKV), B, T, d.QKVC, d.NH + d.NKV, d.HD, 0, NULL, &d.rope);
+    o->rope_backward(dv, A(G_DQKV), B, T, d.QKVC, d.NH + d.NKV, d.HD, 0, net->d_positions, &d.rope);
     x = dt_net_tp_gather_in(net, BS(j, L_LN1), A(G_GATH), rc);
     dln = LINEAR_COLUMN_BACKWARD(TL(l, T_Q), DQKV_BIAS(l), A(G_DQKV), x, d.QKVC);
     o->rmsnorm_backward(dv, A(G_DRES), dt_net_tp_norm_grad(net, A(G_LNGRAD), 0, (size_t)C, GL(l, T_LN1)), dln,

@@ -275,8 +275,9 @@ struct dt_model_ops {
      * forward/backward run the layout's chunk net->chunk (net.h). 0: whole model only. */
     int pipeline;
 
-    /* compute (net.h): slots 0-3 of the arena are DT_NET_SLOT_TOKENS, _TARGETS,
-     * _FEATURES and _LOSSES; sizes[] comes zeroed */
+    /* compute (net.h): slots 0-4 of the arena are DT_NET_SLOT_TOKENS, _TARGETS,
+     * _FEATURES, _LOSSES and _POSITIONS (a token model sizes it in every chunk, B*T
+     * ints, for packed batches); sizes[] comes zeroed */
     int (*arena_slots)(const dt_model_layout *l);
     void (*arena_sizes)(const dt_device_t *dev, const dt_model_layout *l, int B, size_t *sizes);
     dt_status_t (*net_check)(const dt_model_layout *l); /* (optional) at dt_net_init */
@@ -300,7 +301,7 @@ struct dt_model_ops {
      * cache in the decode arena, so generating n tokens computes n positions instead
      * of n full forwards. decode_slots/decode_sizes size that arena as
      * arena_slots/arena_sizes do the training one, for B = 1 and T = 1 plus the cache
-     * of seq_len positions (net.h's four slots first; only the tokens slot is used).
+     * of seq_len positions (net.h's five slots first; only the tokens slot is used).
      * decode runs position pos (0 <= pos < seq_len) of the token in the tokens
      * slot, positions 0..pos-1 having been decoded before: it writes the cache rows of
      * pos and the logits (vocab_padded) into decode_logits_slot. NULL decode:

@@ -36,11 +36,12 @@ size_t dt_net_arena_bytes(const dt_device_t *dev, const dt_model_layout *layout,
     return plan_arena(dev, layout, B, 0, NULL);
 }
 
-/* The batch slots of the current arena. */
+/* The batch slots of the current arena; the positions only when its batch had them. */
 static void point_batch(dt_net_t *net) {
     net->d_tokens = dt_net_slot(net, DT_NET_SLOT_TOKENS);
     net->d_targets = dt_net_slot(net, DT_NET_SLOT_TARGETS);
     net->d_features = dt_net_slot(net, DT_NET_SLOT_FEATURES);
+    net->d_positions = net->have_positions ? dt_net_slot(net, DT_NET_SLOT_POSITIONS) : NULL;
 }
 
 /* A layout of a pipeline stage (not the whole model). */
@@ -135,6 +136,40 @@ static dt_status_t upload(dt_net_t *net, void *dst, const void *src, size_t byte
     return net->dev->ops->copy(net->dev, dst, src, bytes, DT_COPY_HOST_TO_DEVICE);
 }
 
+dt_status_t dt_net_check_positions(const int32_t *positions, int B, int T) {
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            int32_t p = positions[(size_t)b * T + t];
+            if (t == 0 ? p == 0 : p == 0 || p == positions[(size_t)b * T + t - 1] + 1) continue;
+            if (t == 0)
+                return dt_error(DT_STATUS_INVALID, "positions[%d][0] = %d: a row starts a document (0)", b, (int)p);
+            return dt_error(DT_STATUS_INVALID,
+                            "positions[%d][%d] = %d: a position is 0 (a document starts) or the previous one + 1 "
+                            "(%d)",
+                            b, t, (int)p, (int)positions[(size_t)b * T + t - 1] + 1);
+        }
+    return DT_STATUS_OK;
+}
+
+/* The batch's positions into the current arena (every chunk: attention and RoPE
+ * read them in every stage), or none: the ops then get NULL. Checked first: a
+ * refused batch leaves the arena as it was. */
+static dt_status_t upload_positions(dt_net_t *net, const int32_t *positions) {
+    if (positions) {
+        const dt_model_layout *l = net->layout;
+        size_t bytes = (size_t)net->n_rows * sizeof(int), k = DT_NET_SLOT_POSITIONS;
+        size_t end = (int)k + 1 < net->n_slots ? net->off[k + 1] : net->arena_bytes; /* the slot's end */
+        if (l->spec.ops->data != DT_MODEL_DATA_TOKENS || end - net->off[k] < bytes)
+            return dt_error(DT_STATUS_INVALID, "model %s takes no positions (packed sequences are for token models)",
+                            l->spec.ops->name);
+        DT_CHECK(dt_net_check_positions(positions, net->B, net->T));
+        DT_CHECK(upload(net, dt_net_slot(net, DT_NET_SLOT_POSITIONS), positions, bytes));
+    }
+    net->have_positions = positions != NULL;
+    point_batch(net);
+    return DT_STATUS_OK;
+}
+
 dt_status_t dt_net_forward(dt_net_t *net, const dt_batch *batch, double *mean_loss) {
     const dt_model_layout *l = net->layout;
     if (net->decode) return dt_error(DT_STATUS_INVALID, "a decode net has no training forward");
@@ -144,6 +179,7 @@ dt_status_t dt_net_forward(dt_net_t *net, const dt_batch *batch, double *mean_lo
     if (c->last && l->has_tied_copy && !net->head_w)
         return dt_error(DT_STATUS_INVALID, "the last stage's tied head needs its weight (net->head_w) set");
     size_t rows = (size_t)net->n_rows;
+    DT_CHECK(upload_positions(net, batch->positions));
     if (!c->first) {
         /* the IN buffer holds the previous chunk's output */
     } else if (l->spec.ops->data == DT_MODEL_DATA_TOKENS && l->tp_size > 1) {
@@ -207,6 +243,7 @@ dt_status_t dt_net_logits_rows(dt_net_t *net, const int32_t *tokens, int b, int 
         return dt_error(DT_STATUS_INVALID, "logits rows [%d, %d) of sequence %d outside (%d, %d)", t0, t0 + n, b,
                         net->B, net->T);
     size_t rows = (size_t)net->n_rows;
+    DT_CHECK(upload_positions(net, NULL));
     DT_CHECK(upload(net, net->d_tokens, tokens, rows * sizeof(int)));
     ops->forward(net, 0);
     net->rows_run += rows;
@@ -275,11 +312,13 @@ dt_status_t dt_net_arenas(dt_net_t *net, int n) {
 dt_status_t dt_net_use(dt_net_t *net, int i) {
     if (i < 0 || i >= net->n_arenas)
         return dt_error(DT_STATUS_INVALID, "arena %d: only %d exist (dt_net_arenas)", i, net->n_arenas);
-    net->arena_state[net->cur_arena] = (net->have_forward ? 1 : 0) | net->fwd_chunk << 1;
+    net->arena_state[net->cur_arena] =
+        (net->have_forward ? 1 : 0) | (net->have_positions ? 2 : 0) | net->fwd_chunk << 2;
     net->cur_arena = i;
     net->arena = net->arenas[i];
     net->have_forward = net->arena_state[i] & 1;
-    net->fwd_chunk = net->arena_state[i] >> 1;
+    net->have_positions = (net->arena_state[i] >> 1) & 1;
+    net->fwd_chunk = net->arena_state[i] >> 2;
     point_batch(net);
     return DT_STATUS_OK;
 }

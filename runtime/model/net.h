@@ -33,6 +33,12 @@
  * cross chunk boundaries through the stage buffers (dt_net_stage_buf). Several
  * micro-batches are in flight at once, each in its own arena (dt_net_arenas,
  * dt_net_use). Hooks get the layout's (local) unit numbers.
+ *
+ * Packed sequences: a token batch may carry positions (dt_batch.positions), several
+ * documents in one row, each attending only to itself with positions restarting at
+ * 0. Every chunk's forward uploads them into its arena (attention and RoPE need them
+ * in every pipeline stage), and the model hands them to the ops that see positions
+ * (kernels.h: the embedding, attention, RoPE), in the recomputed forward too.
  */
 #ifndef DT_RUNTIME_NET_H
 #define DT_RUNTIME_NET_H
@@ -57,17 +63,23 @@ enum {
     DT_NET_SLOT_TARGETS = 1,  /* (B, T) int */
     DT_NET_SLOT_FEATURES = 2, /* (B, in_features) compute dtype */
     DT_NET_SLOT_LOSSES = 3,   /* (B*T) fp32 */
-    DT_NET_SLOT_FIRST = 4,
+    DT_NET_SLOT_POSITIONS = 4, /* (B, T) int: the batch's positions; token models size it */
+    DT_NET_SLOT_FIRST = 5,
 };
 
 typedef void (*dt_net_hook_fn)(void *ctx, int unit, dt_net_phase_t phase);
 
-/* One micro-batch. Token models: tokens (B, T) and targets (B, T). Feature models:
- * features (B, in_features) and targets (B) class ids. Host memory. */
+/* One micro-batch. Token models: tokens (B, T) and targets (B, T, -1: not trained),
+ * and optionally positions (B, T): each token's position inside its document, 0 at
+ * a document's start and the previous token's + 1 after, so pos[b][0] is 0 (packed
+ * sequences: a token attends to its own document only); NULL: one document per row,
+ * token t at position t. Feature models: features (B, in_features) and targets (B)
+ * class ids. Host memory. */
 typedef struct dt_batch {
     const int32_t *tokens;
     const float *features;
     const int32_t *targets;
+    const int32_t *positions;
 } dt_batch;
 
 /* Tensor parallelism (model.h: a TP layout): the collectives a model's forward and
@@ -109,6 +121,9 @@ typedef struct dt_net {
     int n_slots;
     int *d_tokens, *d_targets; /* device copies of the batch */
     void *d_features;
+    int *d_positions; /* the current arena's copy of its batch's positions, NULL when
+                         that batch had none: what the ops get (kernels.h: pos) */
+    int have_positions; /* of the current arena: its forward's batch had positions */
     float *h_losses; /* host copy of per-row losses */
     int *h_tokens;   /* TP layouts: the batch's tokens as this rank's vocabulary rows
                         (token - tp_rank * Vp/T, or -1 when another rank holds the row),
@@ -123,7 +138,8 @@ typedef struct dt_net {
                                their gradient, accumulated (+=) by backward; no hook is
                                called for them */
     void **arenas;        /* (n_arenas) arena i's memory; arena = arenas[cur_arena] */
-    int *arena_state;     /* per arena: have_forward | fwd_chunk << 1 while not current */
+    int *arena_state;     /* per arena: have_forward | have_positions << 1 | fwd_chunk << 2
+                             while not current */
     int n_arenas, cur_arena;
     int decode;          /* a decode net (dt_net_decode_init): B = T = 1 plus a KV cache */
     uint64_t rows_run;   /* positions computed so far: B*T per forward, 1 per decode */
@@ -149,8 +165,15 @@ size_t dt_net_arena_bytes(const dt_device_t *dev, const dt_model_layout *layout,
 
 /* Forward with loss; *mean_loss gets the mean over the B*T (or B) rows. A stage's
  * chunk (net->chunk) that is not last computes no loss (*mean_loss = NAN; targets
- * are not read); one that is not first reads no tokens but the IN buffer. */
+ * are not read); one that is not first reads no tokens but the IN buffer. Every
+ * chunk reads the positions when the batch has them: DT_STATUS_INVALID naming the
+ * row and column where they break the rule of dt_batch (dt_net_check_positions),
+ * or for a model without tokens. */
 dt_status_t dt_net_forward(dt_net_t *net, const dt_batch *batch, double *mean_loss);
+/* OK when positions (B, T) follow dt_batch's rule: pos[b][0] == 0 and each later
+ * one 0 or the previous + 1; else DT_STATUS_INVALID naming the first bad row and
+ * column and its value. */
+dt_status_t dt_net_check_positions(const int32_t *positions, int B, int T);
 /* Backward of the current arena's forward (of the same chunk): gradients += d(dscale
  * * sum of row losses), or, for a chunk that is not last, of the gradient the DOUT
  * buffer holds (dscale unused). */

@@ -283,7 +283,7 @@ double dt_plan_activation_bytes(const dt_plan_model *m, int micro_batch, int com
     /* a pipeline stage without the first chunk has no tokens (pp_no_first), one
      * without the last no targets, final norm, logits or losses (pp_no_head) */
     int head = !m->pp_no_head;
-    double once = (m->pp_no_first ? 0 : bt4) /* tokens */ + rc /* encoded */ +
+    double once = (m->pp_no_first ? 0 : bt4) /* tokens */ + bt4 /* positions */ + rc /* encoded */ +
                   (head ? bt4 /* targets */ + rc + m->norm_stats * r4 /* final norm, statistics */ +
                               bt4 /* losses */ + slot(BT * Vp * d) /* logits */
                         : 0) +
