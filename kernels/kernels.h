@@ -298,8 +298,8 @@ struct dt_ops {
     /* ---- rotary position embedding (dt_rope_args_t), IN PLACE on the first n_heads
      * heads (HS wide, HS even and <= DT_ROPE_MAX_HS) of each row of x, which is
      * (B, T, row_stride); row t sits at position pos0 + t, or, when pos (B, T) is
-     * given (packed sequences), row (b, t) at pos[b,t] (pos0 unused). For Llama's qkv rows,
-     * n_heads = NH + NKV (the q heads, then the k heads) and row_stride =
+     * given (packed sequences), row (b, t) at pos[b,t] (pos0 unused). For Llama's
+     * qkv rows, n_heads = NH + NKV (the q heads, then the k heads) and row_stride =
      * (NH + 2*NKV) * HS. The backward maps, in place, the gradient w.r.t. the
      * rotated values into the gradient w.r.t. the unrotated ones (the transposed
      * rotation): it OVERWRITES dx, the one exception to the += convention. ---- */
