@@ -300,7 +300,7 @@ def check(names, regenerate):
             print(f"{name}: helper failed ({res.returncode}): {res.stderr.strip()}")
             bad += 1
             continue
-        got = [json.loads(line) for line in res.stdout.splitlines() if line.strip()]
+        got = [json.loads(line) for line in res.stdout.split("\n") if line.strip()]
         if len(got) != len(cases):
             print(f"{name}: helper answered {len(got)} cases for {len(cases)}")
             bad += 1
