@@ -19,6 +19,7 @@
 #define DEFAULT_MAX_MEMORY ((size_t)256 << 20)
 #define DEFAULT_MAX_STEPS 10000000ull
 #define DEFAULT_MAX_DEPTH 64
+#define MAX_NEST 1500 /* nested evaluations and blocks: ~1 MB of C stack at most */
 
 static dt_status_t exec(jj_render *r, jj_frame *f, const jj_nlist *body);
 
@@ -52,6 +53,13 @@ static dt_status_t frame_set(jj_render *r, jj_frame *f, const char *name, size_t
         f->cap = cap;
     }
     f->vars[f->n++] = (jj_var){name, n, v};
+    return DT_STATUS_OK;
+}
+
+/* Binds the names a scope starts undefined (jinja_scope.c). */
+static dt_status_t bind_missing(jj_render *r, jj_frame *f, const jj_nlist *miss) {
+    for (uint32_t i = 0; i < miss->n; i++)
+        DT_CHECK(frame_set(r, f, miss->v[i]->s, miss->v[i]->sn, jv_undef_name(miss->v[i]->s, miss->v[i]->sn)));
     return DT_STATUS_OK;
 }
 
@@ -126,6 +134,7 @@ static dt_status_t repeat(jj_render *r, jv seq, int64_t times, uint32_t line, jv
         if (!p) return jj_oom(r);
         for (int64_t i = 0; i < times; i++) memcpy(p + (size_t)i * seq.u.s.n, seq.u.s.p, seq.u.s.n);
         *out = jv_str(p, total);
+        out->sub = seq.sub;
         return DT_STATUS_OK;
     }
     if (times && seq.u.l->n > (r->lim.max_memory / sizeof(jv)) / (uint64_t)times) return jj_oom(r);
@@ -141,6 +150,7 @@ static const char *OPNAME[] = {[JO_ADD] = "+", [JO_SUB] = "-", [JO_MUL] = "*", [
                                [JO_FLOORDIV] = "//", [JO_MOD] = "%", [JO_POW] = "**"};
 
 static dt_status_t binop(jj_render *r, int op, jv a, jv b, uint32_t line, jv *out) {
+    if (op == JO_MOD && a.kind == JV_STR) return jj_str_percent(r, a, b, line, out);
     if (a.kind == JV_UNDEF) return jj_undef_fail(r, a, line);
     if (b.kind == JV_UNDEF) return jj_undef_fail(r, b, line);
     if (num(a) && num(b)) {
@@ -243,7 +253,6 @@ static dt_status_t binop(jj_render *r, int op, jv a, jv b, uint32_t line, jv *ou
         if (seq_a && (b.kind == JV_INT || b.kind == JV_BOOL)) return repeat(r, a, b.u.i, line, out);
         if (seq_b && (a.kind == JV_INT || a.kind == JV_BOOL)) return repeat(r, b, a.u.i, line, out);
     }
-    if (op == JO_MOD && a.kind == JV_STR) return jj_str_percent(r, a, b, line, out);
     if (op == JO_ADD && a.kind == JV_STR)
         return jj_fail(r, line, DT_STATUS_INVALID, "can only concatenate str (not \"%s\") to str", jj_type_name(b));
     if (op == JO_ADD && a.kind == JV_LIST && a.sub == JL_LIST)
@@ -263,6 +272,8 @@ static dt_status_t contains(jj_render *r, jv seq, jv x, uint32_t line, int *out)
         return DT_STATUS_OK;
     }
     if (seq.kind == JV_DICT) {
+        if (x.kind == JV_DICT || x.kind == JV_NS || (x.kind == JV_LIST && x.sub != JL_TUPLE && x.sub != JL_RANGE))
+            return jj_fail(r, line, DT_STATUS_INVALID, "unhashable type: '%s'", jj_type_name(x));
         *out = jj_dict_get(seq.u.d, x) != NULL;
         return DT_STATUS_OK;
     }
@@ -309,16 +320,16 @@ static dt_status_t getslice(jj_render *r, jv obj, const jj_node *sl, jj_frame *f
     for (int i = 0; i < 3; i++)
         if (pn[i]) DT_CHECK(jj_eval(r, f, pn[i], &parts[i]));
     if (obj.kind == JV_UNDEF) return jj_undef_fail(r, obj, sl->line);
+    /* a slice is Python's own obj[a:b:c] (jinja2 compiles it without getitem): errors raise */
+    int is_seq = obj.kind == JV_STR ||
+                 (obj.kind == JV_LIST && (obj.sub == JL_LIST || obj.sub == JL_TUPLE || obj.sub == JL_RANGE));
+    if (!is_seq)
+        return jj_fail(r, sl->line, DT_STATUS_INVALID, obj.kind == JV_DICT ? "unhashable type: 'slice'"
+                       : "'%s' object is not subscriptable", jj_type_name(obj));
     for (int i = 0; i < 3; i++)
-        if (parts[i].kind != JV_NONE && parts[i].kind != JV_INT && parts[i].kind != JV_BOOL) {
-            *out = (jv){.kind = JV_UNDEF, .sub = JU_MSG, .u.s = {"slice indices must be integers or None", 38}};
-            return DT_STATUS_OK;
-        }
-    int is_seq = obj.kind == JV_STR || (obj.kind == JV_LIST && (obj.sub == JL_LIST || obj.sub == JL_TUPLE));
-    if (!is_seq) {
-        *out = (jv){.kind = JV_UNDEF, .sub = JU_MSG, .u.s = {"object is not subscriptable", 27}};
-        return DT_STATUS_OK;
-    }
+        if (parts[i].kind != JV_NONE && parts[i].kind != JV_INT && parts[i].kind != JV_BOOL)
+            return jj_fail(r, sl->line, DT_STATUS_INVALID, "slice indices must be integers or None or have an "
+                           "__index__ method");
     int64_t step = 1, start, stop;
     if (slice_index(parts[2], &step) && step == 0)
         return jj_fail(r, sl->line, DT_STATUS_INVALID, "slice step cannot be zero");
@@ -347,6 +358,7 @@ static dt_status_t getslice(jj_render *r, jv obj, const jj_node *sl, jj_frame *f
     if (obj.kind == JV_STR) {
         if (step == 1) {
             *out = jv_str(obj.u.s.p + offs[start], start < stop ? offs[stop] - offs[start] : 0);
+            out->sub = obj.sub;
             return DT_STATUS_OK;
         }
         jj_buf b;
@@ -356,11 +368,17 @@ static dt_status_t getslice(jj_render *r, jv obj, const jj_node *sl, jj_frame *f
             st = jj_buf_put(r, &b, obj.u.s.p + offs[i], offs[i + 1] - offs[i]);
         if (st == DT_STATUS_OK) st = jj_buf_take(r, &b, out);
         free(b.p);
+        out->sub = obj.sub;
         return st;
     }
     jj_list *l = jj_list_new(r, 0);
     if (!l) return jj_oom(r);
     for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) DT_CHECK(jj_list_push(r, l, obj.u.l->v[i]));
+    if (obj.sub == JL_RANGE) { /* range(a, b, c)[i:j:k] is range(a + i*c, a + j*c, c*k) */
+        l->start = obj.u.l->start + start * obj.u.l->step;
+        l->stop = obj.u.l->start + stop * obj.u.l->step;
+        l->step = obj.u.l->step * step;
+    }
     *out = (jv){.kind = JV_LIST, .sub = obj.sub, .u.l = l};
     return DT_STATUS_OK;
 }
@@ -393,15 +411,28 @@ static dt_status_t eval_args(jj_render *r, jj_frame *f, const jj_node *x, int ex
     return DT_STATUS_OK;
 }
 
+static dt_status_t call_macro_in(jj_render *r, const jj_macro *m, const jv *args, size_t nargs,
+                                 const char *const *kwn, const size_t *kwl, const jv *kwv, size_t nkw, uint32_t line,
+                                 jv *out);
+
 static dt_status_t call_macro(jj_render *r, const jj_macro *m, const jv *args, size_t nargs,
                               const char *const *kwn, const size_t *kwl, const jv *kwv, size_t nkw, uint32_t line,
                               jv *out) {
-    const jj_node *def = m->def;
-    int mname_n = def->type == JN_MACRO ? (int)def->sn : 6;
-    const char *mname = def->type == JN_MACRO ? def->s : "caller";
     if (r->depth >= r->lim.max_depth)
         return jj_fail(r, line, DT_STATUS_LIMIT, "macros nested more than %d calls deep", r->lim.max_depth);
     DT_CHECK(jj_step(r, line));
+    r->depth++;
+    dt_status_t st = call_macro_in(r, m, args, nargs, kwn, kwl, kwv, nkw, line, out);
+    r->depth--;
+    return st;
+}
+
+static dt_status_t call_macro_in(jj_render *r, const jj_macro *m, const jv *args, size_t nargs,
+                                 const char *const *kwn, const size_t *kwl, const jv *kwv, size_t nkw, uint32_t line,
+                                 jv *out) {
+    const jj_node *def = m->def;
+    int mname_n = def->type == JN_MACRO ? (int)def->sn : 6;
+    const char *mname = def->type == JN_MACRO ? def->s : "caller";
     jj_frame *f = frame_new(r, m->closure);
     if (!f) return jj_oom(r);
     uint32_t np = def->l1.n;
@@ -452,11 +483,10 @@ static dt_status_t call_macro(jj_render *r, const jj_macro *m, const jv *args, s
         if (caller.kind == JV_UNDEF) caller = (jv){.kind = JV_UNDEF, .sub = JU_MSG, .u.s = {"No caller defined", 17}};
         DT_CHECK(frame_set(r, f, "caller", 6, caller));
     }
+    DT_CHECK(bind_missing(r, f, &def->miss));
     jj_buf b, *saved;
     capture_begin(r, &b, &saved);
-    r->depth++;
     dt_status_t st = exec(r, f, &def->l2);
-    r->depth--;
     return capture_end(r, &b, saved, st, out);
 }
 
@@ -485,7 +515,22 @@ static dt_status_t eval_filter(jj_render *r, jj_frame *f, const jj_node *x, jv *
     return jj_filter(r, x->id, in, a.args, a.nargs, a.kwn, a.kwl, a.kwv, a.nkw, x->line, out);
 }
 
+static dt_status_t eval_node(jj_render *r, jj_frame *f, const jj_node *x, jv *out);
+
+/* Every evaluation and statement passes here: the C stack stays bounded whatever
+ * the template nests (macros calling macros through their arguments, say). */
 dt_status_t jj_eval(jj_render *r, jj_frame *f, const jj_node *x, jv *out) {
+    if (++r->nest > MAX_NEST) {
+        r->nest--;
+        return jj_fail(r, x->line, DT_STATUS_LIMIT, "the template nests expressions and calls more than %d deep",
+                       MAX_NEST);
+    }
+    dt_status_t st = eval_node(r, f, x, out);
+    r->nest--;
+    return st;
+}
+
+static dt_status_t eval_node(jj_render *r, jj_frame *f, const jj_node *x, jv *out) {
     jv a, b;
     switch (x->type) {
     case JN_CONST: *out = x->val; return DT_STATUS_OK;
@@ -630,26 +675,30 @@ static dt_status_t exec_for(jj_render *r, jj_frame *f, const jj_node *x) {
         items = kept;
         n = k;
     }
-    if (n == 0) {
-        it->n = 0;
-        return exec(r, it, &x->l2);
-    }
     jj_loop *loop = jj_alloc(&r->arena, sizeof *loop);
     if (!loop) return jj_oom(r);
     loop->items = items;
     loop->n = n;
+    /* jinja2 clears its "no iteration" flag at the end of the body: the else block
+     * runs unless some iteration got there (not cut by break or continue) */
+    int completed = 0;
     for (size_t i = 0; i < n; i++) {
         DT_CHECK(jj_step(r, x->line));
         loop->i = i;
         it->n = 0;
         DT_CHECK(frame_set(r, it, "loop", 4, (jv){.kind = JV_LOOP, .u.loop = loop}));
         DT_CHECK(assign(r, it, x->a, items[i]));
+        DT_CHECK(bind_missing(r, it, &x->miss));
         DT_CHECK(exec(r, it, &x->l1));
         int ctl = r->ctl;
         r->ctl = JJ_CTL_NONE;
         if (ctl == JJ_CTL_BREAK) break;
+        if (ctl == JJ_CTL_NONE) completed = 1;
     }
-    return DT_STATUS_OK;
+    if (completed || !x->l2.n) return DT_STATUS_OK;
+    it->n = 0;
+    DT_CHECK(bind_missing(r, it, &x->miss2));
+    return exec(r, it, &x->l2);
 }
 
 /* Applies a filter chain (FILTER nodes whose innermost input is the captured text). */
@@ -681,9 +730,13 @@ static dt_status_t exec_node(jj_render *r, jj_frame *f, const jj_node *x) {
         DT_CHECK(jj_eval(r, f, x->b, &v));
         return assign(r, f, x->a, v);
     case JN_SETBLOCK: case JN_FILTERBLOCK: {
+        jj_frame *inner = frame_new(r, f); /* the body is a scope of its own */
+        if (!inner) return jj_oom(r);
+        DT_CHECK(bind_missing(r, inner, &x->miss));
         capture_begin(r, &b, &saved);
-        dt_status_t st = exec(r, f, &x->l1);
+        dt_status_t st = exec(r, inner, &x->l1);
         DT_CHECK(capture_end(r, &b, saved, st, &v));
+        if (r->ctl != JJ_CTL_NONE) return DT_STATUS_OK; /* a break inside: jinja2 never gets to the end */
         DT_CHECK(apply_filters(r, f, x->c, v, &v));
         if (x->type == JN_SETBLOCK) return assign(r, f, x->a, v);
         return jj_str_into(r, r->out, v, x->line);
@@ -717,14 +770,18 @@ static dt_status_t exec_node(jj_render *r, jj_frame *f, const jj_node *x) {
             DT_CHECK(jj_eval(r, f, x->l3.v[i], &v));
             DT_CHECK(assign(r, w, x->l1.v[i], v));
         }
+        DT_CHECK(bind_missing(r, w, &x->miss));
         return exec(r, w, &x->l2);
     }
     case JN_BREAK: r->ctl = JJ_CTL_BREAK; return DT_STATUS_OK;
     case JN_CONTINUE: r->ctl = JJ_CTL_CONTINUE; return DT_STATUS_OK;
-    case JN_GENERATION: {
+    case JN_GENERATION: { /* transformers' AssistantTracker: a call block, so a scope of its own */
         size_t start = r->out->n;
         int track = r->capture == 0;
-        DT_CHECK(exec(r, f, &x->l1));
+        jj_frame *inner = frame_new(r, f);
+        if (!inner) return jj_oom(r);
+        DT_CHECK(bind_missing(r, inner, &x->miss));
+        DT_CHECK(exec(r, inner, &x->l1));
         if (track) {
             if (r->nspans == r->capspans) {
                 r->capspans = r->capspans ? 2 * r->capspans : 8;
@@ -740,11 +797,18 @@ static dt_status_t exec_node(jj_render *r, jj_frame *f, const jj_node *x) {
 }
 
 static dt_status_t exec(jj_render *r, jj_frame *f, const jj_nlist *body) {
-    for (uint32_t i = 0; i < body->n; i++) {
-        DT_CHECK(exec_node(r, f, body->v[i]));
-        if (r->ctl != JJ_CTL_NONE) return DT_STATUS_OK;
+    if (++r->nest > MAX_NEST) {
+        r->nest--;
+        return jj_fail(r, body->n ? body->v[0]->line : 0, DT_STATUS_LIMIT, "the template nests blocks and calls more "
+                       "than %d deep", MAX_NEST);
     }
-    return DT_STATUS_OK;
+    dt_status_t st = DT_STATUS_OK;
+    for (uint32_t i = 0; i < body->n && st == DT_STATUS_OK; i++) {
+        st = exec_node(r, f, body->v[i]);
+        if (r->ctl != JJ_CTL_NONE) break;
+    }
+    r->nest--;
+    return st;
 }
 
 /* ---- the render ---- */
@@ -771,6 +835,7 @@ dt_status_t dt_jinja_render(const dt_jinja_t *t, const cJSON *vars, const dt_jin
         st = jj_from_json(&r, e, &v);
         if (st == DT_STATUS_OK) st = frame_set(&r, top, e->string, strlen(e->string), v);
     }
+    if (st == DT_STATUS_OK) st = bind_missing(&r, top, &t->miss);
     if (st == DT_STATUS_OK) st = exec(&r, top, &t->body);
     jj_arena_free(&r.arena);
     if (st != DT_STATUS_OK) {

@@ -377,6 +377,12 @@ static dt_status_t undefined_input(jj_render *r, jv in, uint32_t line) {
 static dt_status_t select_like(jj_render *r, jv in, const jv *args, size_t nargs, int attr, int keep, uint32_t line,
                                jv *out) {
     getter g;
+    if (!jj_truthy(in)) { /* jinja2: `if value:` before anything else */
+        jj_list *l = jj_list_new(r, 0);
+        if (!l) return jj_oom(r);
+        *out = gen_of(l);
+        return DT_STATUS_OK;
+    }
     size_t off = 0;
     if (attr) {
         if (!nargs) return jj_fail(r, line, DT_STATUS_INVALID, "Missing parameter for attribute name");
@@ -387,9 +393,9 @@ static dt_status_t select_like(jj_render *r, jv in, const jv *args, size_t nargs
     }
     jv *items;
     size_t n;
-    DT_CHECK(jj_iter(r, in, line, &items, &n));
     jj_list *l = jj_list_new(r, 0);
     if (!l) return jj_oom(r);
+    DT_CHECK(jj_iter(r, in, line, &items, &n));
     for (size_t i = 0; i < n; i++) {
         jv v;
         int ok;
@@ -636,6 +642,7 @@ dt_status_t jj_filter(jj_render *r, int id, jv in, const jv *args, size_t nargs,
             out->u.s.n = strlen(out->u.s.p);
         } else {
             *out = items[id == F_FIRST ? 0 : n - 1];
+            if (id == F_LAST && in.kind == JV_STR) out->sub = in.sub; /* reversed() reads Markup.__getitem__ */
         }
         return DT_STATUS_OK;
     case F_FLOAT: {
@@ -736,6 +743,12 @@ dt_status_t jj_filter(jj_render *r, int id, jv in, const jv *args, size_t nargs,
     }
     case F_MAP: {
         getter g;
+        if (!jj_truthy(in)) { /* jinja2: `if value:` before anything else */
+            jj_list *l = jj_list_new(r, 0);
+            if (!l) return jj_oom(r);
+            *out = gen_of(l);
+            return DT_STATUS_OK;
+        }
         int by_attr = 0;
         jv attr = jv_none(), dflt = jv_none();
         if (!nargs) {
@@ -866,6 +879,8 @@ dt_status_t jj_filter(jj_render *r, int id, jv in, const jv *args, size_t nargs,
         for (size_t i = 0; i < n; i++) {
             jv k;
             DT_CHECK(getter_apply(r, &g, items[i], line, &k));
+            if (k.kind == JV_DICT || k.kind == JV_NS || (k.kind == JV_LIST && k.sub != JL_TUPLE && k.sub != JL_RANGE))
+                return jj_fail(r, line, DT_STATUS_INVALID, "unhashable type: '%s'", jj_type_name(k));
             int dup = 0;
             for (size_t j = 0; j < seen->n && !dup; j++) dup = jj_eq(seen->v[j], k);
             if (dup) continue;

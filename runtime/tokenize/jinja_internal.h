@@ -108,6 +108,7 @@ struct jj_list {
     jv *v;
     size_t n, cap;
     int consumed; /* JL_GEN: iterated once already (a Python generator is then empty) */
+    int64_t start, stop, step; /* JL_RANGE: what it prints as */
 };
 struct jj_dict {
     jv *k, *v;
@@ -155,6 +156,7 @@ struct jj_node {
     int id;             /* FILTER/TEST: jj_filter_id/jj_test_id (-1: unknown, fails when run) */
     uint8_t *ops;       /* CMP: one jj_op per operand of l1 */
     jv val;             /* CONST */
+    jj_nlist miss, miss2; /* names a scope starts as undefined (jinja_scope.c): FOR body, else */
 };
 /*
  * Fields by type:
@@ -168,6 +170,8 @@ struct jj_node {
  *   MACRO s, l1 parameters (NAME), l3 defaults (NULL where none), l2 body, flag;
  *   CALLBLOCK a (CALL), l1, l3, l2 as MACRO's; FILTERBLOCK c filters, l1 body;
  *   WITH l1 targets, l3 values, l2 body; GENERATION l1 body.
+ *   Scopes (FOR body and else, MACRO, CALLBLOCK, WITH, SETBLOCK, FILTERBLOCK,
+ *   GENERATION) list in miss (FOR's else: miss2) the names they start undefined.
  */
 
 struct dt_jinja {
@@ -175,6 +179,7 @@ struct dt_jinja {
     char *src;       /* the source, newlines normalized */
     jj_arena pool;   /* nodes and literal strings */
     jj_nlist body;
+    jj_nlist miss;   /* names the template's own scope starts as undefined */
     int has_generation;
 };
 
@@ -212,8 +217,11 @@ typedef struct jj_render {
     size_t nspans, capspans;
     dt_jinja_limits lim;
     uint64_t steps;
-    int depth;
+    int depth;       /* macro calls */
+    int nest;        /* evaluations and blocks (C stack) */
     int ctl;         /* JJ_CTL_* after break / continue */
+    const void *repr_stack[1024]; /* containers being printed (Python's repr of a cycle: {...}) */
+    int repr_depth;
     jv filter_input; /* what a filter node with no input filters */
     int has_filter_input;
 } jj_render;
@@ -222,6 +230,9 @@ enum { JJ_CTL_NONE, JJ_CTL_BREAK, JJ_CTL_CONTINUE };
 /* jinja_lex.c: the whole template as tokens (in t->pool; the source normalized
  * into t->src first). */
 dt_status_t jj_lex(dt_jinja_t *t, const char *src, size_t len, jj_tok **toks, size_t *ntoks);
+
+/* jinja_scope.c: fills the miss lists of the scopes (after parsing). */
+dt_status_t jj_scope_analyze(dt_jinja_t *t);
 
 /* jinja_value.c */
 jv jv_undef_name(const char *name, size_t n);

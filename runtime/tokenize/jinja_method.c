@@ -432,6 +432,7 @@ static dt_status_t percent_one(jj_render *r, const char *spec, size_t sn, char c
 }
 
 dt_status_t jj_str_percent(jj_render *r, jv fmt, jv args, uint32_t line, jv *out) {
+    if (fmt.sub == JS_MARKUP) return jj_fail(r, line, DT_STATUS_UNSUPPORTED, "Markup %% (it escapes its arguments)");
     const jv *items = &args;
     size_t nitems = 1, next = 0;
     const jj_dict *map = NULL;
@@ -441,6 +442,9 @@ dt_status_t jj_str_percent(jj_render *r, jv fmt, jv args, uint32_t line, jv *out
     } else if (args.kind == JV_DICT) {
         map = args.u.d;
     }
+    /* Python takes any non-tuple with __getitem__ as a mapping: no "not all converted" */
+    int mapping_like = args.kind == JV_DICT || args.kind == JV_UNDEF ||
+                       (args.kind == JV_LIST && args.sub != JL_TUPLE && args.sub != JL_GEN);
     jj_buf b;
     jj_buf_init(&b);
     dt_status_t st = DT_STATUS_OK;
@@ -495,7 +499,7 @@ dt_status_t jj_str_percent(jj_render *r, jv fmt, jv args, uint32_t line, jv *out
         i = j + 1;
     }
     if (st == DT_STATUS_OK) st = jj_buf_put(r, &b, p + n - run, run);
-    if (st == DT_STATUS_OK && !map && next < nitems)
+    if (st == DT_STATUS_OK && !mapping_like && next < nitems)
         st = jj_fail(r, line, DT_STATUS_INVALID, "not all arguments converted during string formatting");
     if (st == DT_STATUS_OK) st = jj_buf_take(r, &b, out);
     free(b.p);
@@ -554,7 +558,7 @@ int jj_method_lookup(jj_render *r, jv self, const char *name, size_t n, jv *out)
     int id = -1;
     if (self.kind == JV_STR) id = find_m(name, n, STR_M, sizeof STR_M / sizeof STR_M[0]);
     else if (self.kind == JV_DICT) id = find_m(name, n, DICT_M, sizeof DICT_M / sizeof DICT_M[0]);
-    else if (self.kind == JV_LIST && (self.sub == JL_LIST || self.sub == JL_TUPLE))
+    else if (self.kind == JV_LIST && (self.sub == JL_LIST || self.sub == JL_TUPLE || self.sub == JL_RANGE))
         id = find_m(name, n, LIST_M, sizeof LIST_M / sizeof LIST_M[0]);
     else if (self.kind == JV_LOOP && n == 5 && memcmp(name, "cycle", 5) == 0) id = M_CYCLE;
     else if (self.kind == JV_LOOP && n == 7 && memcmp(name, "changed", 7) == 0) id = M_UNSUPPORTED;
@@ -688,12 +692,15 @@ dt_status_t jj_method_call(jj_render *r, const jj_method *m, const jv *args, siz
     case M_SPLIT: case M_RSPLIT: {
         ARGS("sep", "maxsplit");
         if (h[1]) DT_CHECK(need_int(r, a[1], "maxsplit", line));
-        return str_split(r, s, h[0] ? a[0] : jv_none(), h[1] ? a[1].u.i : -1, m->id == M_RSPLIT, line, out);
+        DT_CHECK(str_split(r, s, h[0] ? a[0] : jv_none(), h[1] ? a[1].u.i : -1, m->id == M_RSPLIT, line, out));
+        for (size_t i = 0; i < out->u.l->n; i++) out->u.l->v[i].sub = s.sub; /* Markup splits into Markup */
+        return DT_STATUS_OK;
     }
     case M_SPLITLINES: {
         ARGS("keepends");
         jj_list *l;
         DT_CHECK(jj_str_splitlines(r, s.u.s.p, s.u.s.n, h[0] && jj_truthy(a[0]), &l));
+        for (size_t i = 0; i < l->n; i++) l->v[i].sub = s.sub;
         *out = (jv){.kind = JV_LIST, .sub = JL_LIST, .u.l = l};
         return DT_STATUS_OK;
     }
@@ -722,6 +729,8 @@ dt_status_t jj_method_call(jj_render *r, const jj_method *m, const jv *args, siz
     }
     case M_JOIN: {
         ARGS("iterable");
+        if (s.sub == JS_MARKUP)
+            return jj_fail(r, line, DT_STATUS_UNSUPPORTED, "Markup.join (it escapes what it joins)");
         if (!h[0]) return jj_fail(r, line, DT_STATUS_INVALID, "join() takes exactly one argument (0 given)");
         jv *items;
         size_t n;
@@ -743,6 +752,8 @@ dt_status_t jj_method_call(jj_render *r, const jj_method *m, const jv *args, siz
         return st;
     }
     case M_FORMAT: {
+        if (s.sub == JS_MARKUP)
+            return jj_fail(r, line, DT_STATUS_UNSUPPORTED, "Markup.format (it escapes its arguments)");
         jj_dict *kw = jj_dict_new(r, nkw);
         if (!kw) return jj_oom(r);
         for (size_t k = 0; k < nkw; k++) DT_CHECK(jj_dict_set(r, kw, jv_str(kwn[k], kwl[k]), kwv[k]));
@@ -896,6 +907,9 @@ dt_status_t jj_global_call(jj_render *r, int id, const jv *args, size_t nargs, c
         jj_list *l = jj_list_new(r, count > 0 ? (size_t)count : 0);
         if (!l) return jj_oom(r);
         for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) DT_CHECK(jj_list_push(r, l, jv_int(i)));
+        l->start = start;
+        l->stop = stop;
+        l->step = step;
         *out = (jv){.kind = JV_LIST, .sub = JL_RANGE, .u.l = l};
         return DT_STATUS_OK;
     }

@@ -700,12 +700,14 @@ static const char *const END_SET[] = {"endset", NULL};
 static const char *const END_WITH[] = {"endwith", NULL};
 static const char *const END_GEN[] = {"endgeneration", NULL};
 
-/* A body parsed as a new scope (for, macro, call, with): not soft, its own loops. */
+/* A body parsed as a new scope (for, macro, call, with): not soft. loop: 1 a for
+ * loop's body (break and continue allowed), 0 a function's body (macro, call,
+ * generation: they are not), 2 as around it (a for's else, with). */
 static dt_status_t scoped_body(parser *P, const char *const *ends, int drop, const char *tag, uint32_t line,
                                int loop, jj_nlist *body) {
     int soft = P->soft, loops = P->loops;
     P->soft = 0;
-    P->loops = loop ? loops + 1 : 0;
+    P->loops = loop == 1 ? loops + 1 : loop == 2 ? loops : 0;
     dt_status_t st = parse_statements(P, ends, drop, tag, line, body);
     P->soft = soft;
     P->loops = loops;
@@ -754,7 +756,7 @@ static dt_status_t parse_statement(parser *P, jj_nlist *body) {
         if (is_name(cur(P), "recursive"))
             return fail(P, DT_STATUS_UNSUPPORTED, cur(P)->line, "recursive for loops are not supported");
         DT_CHECK(scoped_body(P, END_FOR, 0, "for", line, 1, &x->l1));
-        if (is_name(next(P), "else")) DT_CHECK(scoped_body(P, END_FOR_ELSE, 1, "for", line, 0, &x->l2));
+        if (is_name(next(P), "else")) DT_CHECK(scoped_body(P, END_FOR_ELSE, 1, "for", line, 2, &x->l2));
         return push(P, body, x);
     }
     if (is_name(t, "set")) {
@@ -817,7 +819,7 @@ static dt_status_t parse_statement(parser *P, jj_nlist *body) {
             DT_CHECK(push(P, &x->l1, target));
             DT_CHECK(push(P, &x->l3, value));
         }
-        DT_CHECK(scoped_body(P, END_WITH, 1, "with", line, 0, &x->l2));
+        DT_CHECK(scoped_body(P, END_WITH, 1, "with", line, 2, &x->l2));
         return push(P, body, x);
     }
     if (is_name(t, "print")) {
@@ -834,7 +836,7 @@ static dt_status_t parse_statement(parser *P, jj_nlist *body) {
         next(P);
         DT_CHECK(node(P, JN_GENERATION, line, &x));
         P->t->has_generation = 1;
-        DT_CHECK(parse_statements(P, END_GEN, 1, "generation", line, &x->l1));
+        DT_CHECK(scoped_body(P, END_GEN, 1, "generation", line, 0, &x->l1));
         return push(P, body, x);
     }
     if (is_name(t, "break") || is_name(t, "continue")) {
@@ -908,6 +910,7 @@ dt_status_t dt_jinja_parse(const char *src, size_t len, const char *name, dt_jin
             st = fail(&P, DT_STATUS_FORMAT, cur(&P)->line, "Encountered unknown tag '%s'.",
                       describe(cur(&P), buf, sizeof buf));
         }
+        if (st == DT_STATUS_OK) st = jj_scope_analyze(t);
     }
     free(toks);
     if (st != DT_STATUS_OK) {

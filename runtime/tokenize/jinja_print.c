@@ -171,8 +171,27 @@ static dt_status_t cannot_print(jj_render *r, jv v, uint32_t line) {
                    "not supported", jj_type_name(v));
 }
 
+static dt_status_t repr_value(jj_render *r, jj_buf *b, jv v, uint32_t line);
+
+/* Python's Py_ReprEnter: a container met again while printing itself is "{...}". */
 dt_status_t jj_repr_into(jj_render *r, jj_buf *b, jv v, uint32_t line) {
-    char num[64];
+    const void *box = v.kind == JV_LIST ? (const void *)v.u.l : v.kind == JV_DICT || v.kind == JV_NS ? (const void *)v.u.d
+                                                                                                      : NULL;
+    if (!box) return repr_value(r, b, v, line);
+    for (int i = 0; i < r->repr_depth; i++)
+        if (r->repr_stack[i] == box)
+            return put_s(r, b, v.kind == JV_NS ? "<Namespace {...}>" : v.kind == JV_DICT ? "{...}"
+                               : v.sub == JL_TUPLE ? "(...)" : "[...]");
+    if (r->repr_depth == (int)(sizeof r->repr_stack / sizeof r->repr_stack[0]))
+        return jj_fail(r, line, DT_STATUS_LIMIT, "a value nested too deeply to print");
+    r->repr_stack[r->repr_depth++] = box;
+    dt_status_t st = repr_value(r, b, v, line);
+    r->repr_depth--;
+    return st;
+}
+
+static dt_status_t repr_value(jj_render *r, jj_buf *b, jv v, uint32_t line) {
+    char num[96];
     switch (v.kind) {
     case JV_UNDEF: return put_s(r, b, "Undefined");
     case JV_NONE: return put_s(r, b, "None");
@@ -193,16 +212,28 @@ dt_status_t jj_repr_into(jj_render *r, jj_buf *b, jv v, uint32_t line) {
         case JL_ITEMS: return repr_seq(r, b, v.u.l->v, v.u.l->n, "dict_items([", "])", 0, line);
         case JL_KEYS: return repr_seq(r, b, v.u.l->v, v.u.l->n, "dict_keys([", "])", 0, line);
         case JL_VALUES: return repr_seq(r, b, v.u.l->v, v.u.l->n, "dict_values([", "])", 0, line);
+        case JL_RANGE:
+            if (v.u.l->step == 1)
+                snprintf(num, sizeof num, "range(%lld, %lld)", (long long)v.u.l->start, (long long)v.u.l->stop);
+            else
+                snprintf(num, sizeof num, "range(%lld, %lld, %lld)", (long long)v.u.l->start, (long long)v.u.l->stop,
+                         (long long)v.u.l->step);
+            return put_s(r, b, num);
         default: return cannot_print(r, v, line);
         }
     case JV_DICT: return repr_dict(r, b, v.u.d, line);
-    case JV_NS:
+    case JV_NS: /* jinja2: f"<Namespace {self.__attrs!r}>" */
         DT_CHECK(put_s(r, b, "<Namespace "));
         DT_CHECK(repr_dict(r, b, v.u.d, line));
         return put_s(r, b, ">");
     case JV_LOOP:
         snprintf(num, sizeof num, "<LoopContext %zu/%zu>", v.u.loop->i + 1, v.u.loop->n);
         return put_s(r, b, num);
+    case JV_MACRO: /* jinja2: <Macro 'name'>, a call block's <Macro anonymous> */
+        if (v.u.m->def->type != JN_MACRO) return put_s(r, b, "<Macro anonymous>");
+        DT_CHECK(put_s(r, b, "<Macro "));
+        DT_CHECK(repr_str(r, b, v.u.m->def->s, v.u.m->def->sn));
+        return put_s(r, b, ">");
     default: return cannot_print(r, v, line);
     }
 }
@@ -301,7 +332,7 @@ static dt_status_t json_key(jj_render *r, jj_buf *b, jv k, int ensure_ascii, uin
 dt_status_t jj_json_into(jj_render *r, jj_buf *b, jv v, int ensure_ascii, const char *indent, size_t indent_n,
                          const char *item_sep, const char *key_sep, int sort_keys, int level, uint32_t line) {
     char num[64];
-    if (level > 200) return jj_fail(r, line, DT_STATUS_LIMIT, "tojson: value nested more than 200 deep");
+    if (level > 1000) return jj_fail(r, line, DT_STATUS_LIMIT, "tojson: value nested more than 1000 deep");
     switch (v.kind) {
     case JV_NONE: return put_s(r, b, "null");
     case JV_BOOL: return put_s(r, b, v.u.i ? "true" : "false");

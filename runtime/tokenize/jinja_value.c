@@ -172,8 +172,11 @@ dt_status_t jj_from_json(jj_render *r, const cJSON *j, jv *out) {
     } else if (cJSON_IsBool(j)) {
         *out = jv_bool(cJSON_IsTrue(j));
     } else if (cJSON_IsNumber(j)) {
+        /* JSON does not say int or float once cJSON has read it: a whole number is an
+         * int up to 2^53 (where doubles stop holding every integer: beyond, the text
+         * was a float, or an int cJSON could not keep exactly anyway). */
         double d = j->valuedouble;
-        if (d == floor(d) && fabs(d) < 9.2e18)
+        if (d == floor(d) && fabs(d) <= 9007199254740992.0)
             *out = jv_int((int64_t)d);
         else
             *out = jv_float(d);
@@ -511,6 +514,7 @@ dt_status_t jj_getitem(jj_render *r, jv obj, jv key, uint32_t line, jv *out) {
             size_t a = jj_utf8_offset(obj.u.s.p, obj.u.s.n, (size_t)i);
             size_t b = jj_utf8_offset(obj.u.s.p, obj.u.s.n, (size_t)i + 1);
             *out = jv_str(obj.u.s.p + a, b - a);
+            out->sub = obj.sub;
             return DT_STATUS_OK;
         }
     }

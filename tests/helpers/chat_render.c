@@ -8,6 +8,8 @@
  *                                   {"error": ..., "status": ...}
  *   chat_render --jinja FILE [VARS.json]   renders a bare template with the
  *                                   variables of VARS.json; the text to stdout
+ *   chat_render --jinja-cases CASES.jsonl  each line {"template", "vars"} -> one
+ *                                   line {"text": ...} or {"error": ..., "status": ...}
  */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -52,8 +54,52 @@ static int bare(const char *file, const char *vars_file) {
     return st == DT_STATUS_OK ? 0 : 1;
 }
 
+/* One rendered case as a JSON line. */
+static void answer(dt_status_t st, const char *text) {
+    cJSON *o = cJSON_CreateObject();
+    if (st == DT_STATUS_OK) {
+        cJSON_AddStringToObject(o, "text", text);
+    } else {
+        cJSON_AddStringToObject(o, "error", dt_error_detail());
+        cJSON_AddStringToObject(o, "status", dt_status_name(st));
+    }
+    char *s = cJSON_PrintUnformatted(o);
+    puts(s);
+    free(s);
+    cJSON_Delete(o);
+}
+
+static int bare_cases(const char *file) {
+    char *text;
+    size_t len;
+    if (dt_fs_read_file(file, (size_t)1 << 30, &text, &len) != DT_STATUS_OK) {
+        fprintf(stderr, "chat_render: %s\n", dt_error_detail());
+        return 2;
+    }
+    for (char *line = text, *nl; line < text + len; line = nl + 1) {
+        nl = memchr(line, '\n', (size_t)(text + len - line));
+        if (!nl) nl = text + len;
+        *nl = 0;
+        if (line == nl) continue;
+        cJSON *cs = cJSON_Parse(line);
+        const cJSON *tpl = cJSON_GetObjectItemCaseSensitive(cs, "template");
+        dt_jinja_t *t = NULL;
+        dt_jinja_result res = {0};
+        dt_status_t st = cJSON_IsString(tpl) ? dt_jinja_parse(tpl->valuestring, strlen(tpl->valuestring), "t", &t)
+                                             : dt_error(DT_STATUS_FORMAT, "a case without a template");
+        if (st == DT_STATUS_OK) st = dt_jinja_render(t, cJSON_GetObjectItemCaseSensitive(cs, "vars"), NULL, &res);
+        answer(st, res.text);
+        dt_jinja_result_free(&res);
+        dt_jinja_free(t);
+        cJSON_Delete(cs);
+    }
+    free(text);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc >= 3 && strcmp(argv[1], "--jinja") == 0) return bare(argv[2], argc > 3 ? argv[3] : NULL);
+    if (argc == 3 && strcmp(argv[1], "--jinja-cases") == 0) return bare_cases(argv[2]);
     if (argc != 3) {
         fprintf(stderr, "usage: chat_render PATH CASES.jsonl | chat_render --jinja FILE [VARS.json]\n");
         return 2;
@@ -75,26 +121,17 @@ int main(int argc, char **argv) {
         if (!nl) nl = text + len;
         *nl = 0;
         if (line == nl) continue;
-        cJSON *cs = cJSON_Parse(line), *o = cJSON_CreateObject();
+        cJSON *cs = cJSON_Parse(line);
         const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(cs, "messages");
         const cJSON *agp = cJSON_GetObjectItemCaseSensitive(cs, "add_generation_prompt");
         const cJSON *extra = cJSON_GetObjectItemCaseSensitive(cs, "extra");
-        char *out;
+        char *out = NULL;
         size_t olen;
         dt_status_t st = cs ? dt_chat_render(c, msgs, cJSON_IsTrue(agp), cJSON_IsObject(extra) ? extra : NULL, &out,
                                              &olen)
                             : dt_error(DT_STATUS_FORMAT, "a case is not JSON");
-        if (st == DT_STATUS_OK) {
-            cJSON_AddStringToObject(o, "text", out);
-            free(out);
-        } else {
-            cJSON_AddStringToObject(o, "error", dt_error_detail());
-            cJSON_AddStringToObject(o, "status", dt_status_name(st));
-        }
-        char *s = cJSON_PrintUnformatted(o);
-        puts(s);
-        free(s);
-        cJSON_Delete(o);
+        answer(st, out);
+        free(out);
         cJSON_Delete(cs);
     }
     free(text);
