@@ -1,8 +1,11 @@
 /*
  * jinja_internal.h - what the pieces of the Jinja renderer share: tokens
- * (jinja_lex.c), the syntax tree (jinja_parse.c), Python-like values and their
- * arena (jinja_value.c), the evaluator (jinja_eval.c), filters and tests
- * (jinja_filter.c), methods and globals (jinja_method.c). Not a contract.
+ * (jinja_lex.c), the syntax tree (jinja_parse.c expressions, jinja_stmt.c tags,
+ * jinja_scope.c jinja2's static scoping), Python-like values and their arena
+ * (jinja_value.c, printed by jinja_print.c), the evaluator (jinja_eval.c
+ * expressions, jinja_exec.c statements and limits), filters (jinja_filter.c),
+ * tests (jinja_test.c), methods and globals (jinja_method.c), str operations
+ * (jinja_str.c). Not a contract.
  *
  * Supported (everything else jinja2 has is DT_STATUS_UNSUPPORTED naming it):
  *   tags        if/elif/else, for (else, `if` filter, unpacking, loop.*), break,
@@ -293,14 +296,34 @@ size_t jj_utf8_count(const char *p, size_t n);
 /* Byte offset of code point index i (clamped to n). */
 size_t jj_utf8_offset(const char *p, size_t n, size_t i);
 
+#define JJ_MAX_NEST 1500 /* nested evaluations and blocks: ~1 MB of C stack at most */
+
 /* jinja_eval.c */
+jj_frame *jj_frame_new(jj_render *r, jj_frame *parent);
+/* A name's value in f or the scopes around it; NULL when none has it. */
+jv *jj_frame_find(jj_frame *f, const char *name, size_t n);
+dt_status_t jj_frame_set(jj_render *r, jj_frame *f, const char *name, size_t n, jv v);
+typedef struct jj_callargs {
+    jv *args;
+    size_t nargs;
+    const char **kwn;
+    size_t *kwl;
+    jv *kwv;
+    size_t nkw;
+} jj_callargs;
+/* x's arguments (l1) and keyword arguments (l2), with room for extra_kw more keywords. */
+dt_status_t jj_eval_args(jj_render *r, jj_frame *f, const jj_node *x, int extra_kw, jj_callargs *a);
 dt_status_t jj_eval(jj_render *r, jj_frame *f, const jj_node *n, jv *out);
 /* Calls a macro, function or method with evaluated arguments. */
 dt_status_t jj_call(jj_render *r, jv fn, const jv *args, size_t nargs, const char *const *kwn, const size_t *kwl,
                     const jv *kwv, size_t nkw, uint32_t line, jv *out);
 dt_status_t jj_step(jj_render *r, uint32_t line);
 
-/* jinja_filter.c: ids of the names jinja2 knows (-1: jinja2 has none so named;
+/* jinja_exec.c */
+/* Binds the names a scope starts undefined (jinja_scope.c). */
+dt_status_t jj_bind_missing(jj_render *r, jj_frame *f, const jj_nlist *miss);
+
+/* jinja_filter.c, jinja_test.c: ids of the names jinja2 knows (-1: jinja2 has none so named;
  * -2: jinja2 has it, this renderer does not). */
 int jj_filter_id(const char *name, size_t n);
 int jj_test_id(const char *name, size_t n);
@@ -327,7 +350,17 @@ enum { JJ_FN_RANGE, JJ_FN_NAMESPACE, JJ_FN_DICT, JJ_FN_RAISE, JJ_FN_STRFTIME, JJ
 int jj_global_lookup(const char *name, size_t n, jv *out);
 dt_status_t jj_global_call(jj_render *r, int id, const jv *args, size_t nargs, const char *const *kwn,
                            const size_t *kwl, const jv *kwv, size_t nkw, uint32_t line, jv *out);
-/* String helpers the filters share. */
+
+/* jinja_str.c: Python's str operations. */
+dt_status_t jj_need_str(jj_render *r, jv v, const char *what, uint32_t line);
+dt_status_t jj_need_int(jj_render *r, jv v, const char *what, uint32_t line);
+/* 1 when Python maps cp to another case and this file cannot (no Unicode case tables). */
+int jj_case_unknown(int32_t cp);
+dt_status_t jj_str_split(jj_render *r, jv s, jv sep, int64_t maxsplit, int from_right, uint32_t line, jv *out);
+/* how: 0 center, 1 ljust, 2 rjust */
+dt_status_t jj_str_pad(jj_render *r, jv s, jv width, jv fill, int how, uint32_t line, jv *out);
+dt_status_t jj_str_format(jj_render *r, jv s, const jv *args, size_t nargs, const jj_dict *kw, uint32_t line,
+                          jv *out);
 dt_status_t jj_str_strip(jj_render *r, jv s, const jv *chars, int left, int right, uint32_t line, jv *out);
 dt_status_t jj_str_replace(jj_render *r, jv s, jv old, jv new_, int64_t count, uint32_t line, jv *out);
 /* Case mapping: 0 lower, 1 upper, 2 capitalize, 3 title (jinja's filter), 4 title (str.title). */
@@ -335,7 +368,7 @@ dt_status_t jj_str_case(jj_render *r, jv s, int how, uint32_t line, jv *out);
 dt_status_t jj_str_splitlines(jj_render *r, const char *p, size_t n, int keepends, jj_list **out);
 /* printf-style formatting: "%s" % args. */
 dt_status_t jj_str_percent(jj_render *r, jv fmt, jv args, uint32_t line, jv *out);
-/* HTML escaping (markupsafe.escape). */
+/* HTML escaping (markupsafe.escape; jinja_print.c). */
 dt_status_t jj_escape(jj_render *r, jv v, uint32_t line, jv *out);
 
 #endif /* DT_RUNTIME_TOKENIZE_JINJA_INTERNAL_H */
