@@ -23,8 +23,9 @@
  *               rindex count join format isdigit isalpha isalnum isspace islower
  *               isupper center ljust rjust zfill; dict: get items keys values copy;
  *               list/tuple: index count; loop: cycle
- * Case mapping is exact for ASCII; a non-ASCII cased letter through upper, lower,
- * title or capitalize is DT_STATUS_UNSUPPORTED (no Unicode case tables here).
+ * Case mapping is Python's (full mappings, final sigma; tables generated from the
+ * running Python by scripts/gen_case_tables.py); only islower()/isupper() of a
+ * non-ASCII cased letter is DT_STATUS_UNSUPPORTED.
  */
 #ifndef DT_RUNTIME_TOKENIZE_JINJA_INTERNAL_H
 #define DT_RUNTIME_TOKENIZE_JINJA_INTERNAL_H
@@ -351,10 +352,30 @@ int jj_global_lookup(const char *name, size_t n, jv *out);
 dt_status_t jj_global_call(jj_render *r, int id, const jv *args, size_t nargs, const char *const *kwn,
                            const size_t *kwl, const jv *kwv, size_t nkw, uint32_t line, jv *out);
 
+/* jinja_unicode_tables.c (scripts/gen_case_tables.py): Python's case mappings as
+ * runs (first..last every stride maps to cp + delta) and full mappings to several
+ * characters; the Cased and Case_Ignorable properties; what isprintable() rejects. */
+typedef struct jj_case_run {
+    uint32_t first, last;
+    int32_t stride, delta;
+} jj_case_run;
+typedef struct jj_case_full {
+    uint32_t cp;
+    const char *s; /* UTF-8 */
+} jj_case_full;
+extern const jj_case_run jj_uni_upper[], jj_uni_lower[], jj_uni_title[];
+extern const size_t jj_uni_upper_n, jj_uni_lower_n, jj_uni_title_n;
+extern const jj_case_full jj_uni_upper_full[], jj_uni_lower_full[], jj_uni_title_full[];
+extern const size_t jj_uni_upper_full_n, jj_uni_lower_full_n, jj_uni_title_full_n;
+extern const uint32_t jj_uni_cased[][2], jj_uni_case_ignorable[][2], jj_uni_unprintable[][2];
+extern const size_t jj_uni_cased_n, jj_uni_case_ignorable_n, jj_uni_unprintable_n;
+/* cp in one of n sorted ranges. */
+int jj_uni_in(const uint32_t (*ranges)[2], size_t n, uint32_t cp);
+
 /* jinja_str.c: Python's str operations. */
 dt_status_t jj_need_str(jj_render *r, jv v, const char *what, uint32_t line);
 dt_status_t jj_need_int(jj_render *r, jv v, const char *what, uint32_t line);
-/* 1 when Python maps cp to another case and this file cannot (no Unicode case tables). */
+/* 1 for a cased letter outside ASCII (islower/isupper refuse them). */
 int jj_case_unknown(int32_t cp);
 dt_status_t jj_str_split(jj_render *r, jv s, jv sep, int64_t maxsplit, int from_right, uint32_t line, jv *out);
 /* how: 0 center, 1 ljust, 2 rjust */

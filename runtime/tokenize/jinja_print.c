@@ -92,23 +92,8 @@ void jj_float_repr(double f, char *buf, size_t len) {
 
 /* ---- repr ---- */
 
-/* Whether Python's str.isprintable() holds for a non-ASCII code point: not a
- * separator (Zs but ' ', Zl, Zp), format (Cf), control, private use or surrogate.
- * Unassigned code points (Cn) are taken as printable (no tables here). */
-static int py_printable(int32_t cp) {
-    static const int32_t cf[][2] = {
-        {0xAD, 0xAD}, {0x600, 0x605}, {0x61C, 0x61C}, {0x6DD, 0x6DD}, {0x70F, 0x70F}, {0x890, 0x891},
-        {0x8E2, 0x8E2}, {0x180E, 0x180E}, {0x200B, 0x200F}, {0x202A, 0x202E}, {0x2060, 0x2064},
-        {0x2066, 0x206F}, {0xFEFF, 0xFEFF}, {0xFFF9, 0xFFFB}, {0x110BD, 0x110BD}, {0x110CD, 0x110CD},
-        {0x13430, 0x1343F}, {0x1BCA0, 0x1BCA3}, {0x1D173, 0x1D17A}, {0xE0001, 0xE0001}, {0xE0020, 0xE007F},
-    };
-    if (cp < 0xA0 || (dt_uni_class(cp) & DT_UNI_SPACE)) return 0;
-    if ((cp >= 0xE000 && cp <= 0xF8FF) || cp >= 0xF0000 || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-    if ((cp & 0xFFFE) == 0xFFFE) return 0;
-    for (size_t i = 0; i < sizeof cf / sizeof cf[0]; i++)
-        if (cp >= cf[i][0] && cp <= cf[i][1]) return 0;
-    return 1;
-}
+/* Whether Python's str.isprintable() holds for a non-ASCII code point. */
+static int py_printable(int32_t cp) { return !jj_uni_in(jj_uni_unprintable, jj_uni_unprintable_n, (uint32_t)cp); }
 
 static dt_status_t repr_str(jj_render *r, jj_buf *b, const char *s, size_t n) {
     int has_sq = memchr(s, '\'', n) != NULL, has_dq = memchr(s, '"', n) != NULL;

@@ -1,8 +1,8 @@
 /*
  * jinja_str.c - Python's str operations as templates call them: strip with or
  * without characters, replace, split and rsplit (whitespace runs or a separator,
- * maxsplit), splitlines, case mapping (exact for ASCII; other cased letters are
- * refused rather than guessed), padding, str.format and printf-style `%`.
+ * maxsplit), splitlines, case mapping (Python's full mappings and final sigma, from
+ * jinja_unicode_tables.c), padding, str.format and printf-style `%`.
  * Indexes count code points, as Python's do.
  */
 #define _GNU_SOURCE /* memmem */
@@ -101,60 +101,155 @@ dt_status_t jj_str_replace(jj_render *r, jv s, jv old, jv new_, int64_t count, u
     return st;
 }
 
-/* Letters that Python maps to another case and this file cannot (no Unicode case
- * tables): every non-ASCII letter outside the scripts that have no case, and the
- * few cased symbols. */
-int jj_case_unknown(int32_t cp) {
-    static const int32_t uncased[][2] = {
-        {0x0590, 0x08FF}, {0x0900, 0x0DFF}, {0x0E00, 0x0FFF}, {0x1100, 0x11FF}, {0x3040, 0x31FF},
-        {0x3400, 0x4DBF}, {0x4E00, 0x9FFF}, {0xA000, 0xA4CF}, {0xAC00, 0xD7AF}, {0xF900, 0xFAFF},
-        {0x20000, 0x3FFFF},
-    };
-    if (cp < 0x80) return 0;
-    if (cp == 0x345 || (cp >= 0x2160 && cp <= 0x217F) || (cp >= 0x24B6 && cp <= 0x24E9)) return 1;
-    if (!(dt_uni_class(cp) & DT_UNI_LETTER)) return 0;
-    for (size_t i = 0; i < sizeof uncased / sizeof uncased[0]; i++)
-        if (cp >= uncased[i][0] && cp <= uncased[i][1]) return 0;
+/* ---- case mapping (jinja_unicode_tables.c) ---- */
+
+int jj_uni_in(const uint32_t (*r)[2], size_t n, uint32_t cp) {
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (cp < r[mid][0]) hi = mid;
+        else if (cp > r[mid][1]) lo = mid + 1;
+        else return 1;
+    }
+    return 0;
+}
+
+enum { TO_LOWER, TO_UPPER, TO_TITLE };
+
+/* The UTF-8 of cp's mapping into buf (it holds 16); its length. */
+static int map_case(int32_t cp, int to, char *buf) {
+    static const jj_case_run *const runs[] = {jj_uni_lower, jj_uni_upper, jj_uni_title};
+    static const jj_case_full *const fulls[] = {jj_uni_lower_full, jj_uni_upper_full, jj_uni_title_full};
+    const size_t *nruns[] = {&jj_uni_lower_n, &jj_uni_upper_n, &jj_uni_title_n};
+    const size_t *nfulls[] = {&jj_uni_lower_full_n, &jj_uni_upper_full_n, &jj_uni_title_full_n};
+    if (cp < 0) return 0;
+    uint32_t c = (uint32_t)cp;
+    if (c < 0x80) {
+        int up = to != TO_LOWER, letter = (c | 0x20) >= 'a' && (c | 0x20) <= 'z';
+        buf[0] = (char)(letter ? (up ? (c & ~0x20u) : (c | 0x20u)) : c);
+        return 1;
+    }
+    const jj_case_full *f = fulls[to];
+    size_t lo = 0, hi = *nfulls[to];
+    while (lo < hi) { /* sorted by code point */
+        size_t mid = (lo + hi) / 2;
+        if (c < f[mid].cp) hi = mid;
+        else if (c > f[mid].cp) lo = mid + 1;
+        else {
+            size_t n = strlen(f[mid].s);
+            memcpy(buf, f[mid].s, n);
+            return (int)n;
+        }
+    }
+    const jj_case_run *r = runs[to];
+    lo = 0;
+    hi = *nruns[to];
+    while (lo < hi) { /* the last run starting at or before c */
+        size_t mid = (lo + hi) / 2;
+        if (r[mid].first <= c) lo = mid + 1;
+        else hi = mid;
+    }
+    if (lo && c <= r[lo - 1].last && (c - r[lo - 1].first) % (uint32_t)r[lo - 1].stride == 0)
+        c = (uint32_t)((int64_t)c + r[lo - 1].delta);
+    return dt_uni_put(c, buf);
+}
+
+static int cased(int32_t cp) { return cp >= 0 && jj_uni_in(jj_uni_cased, jj_uni_cased_n, (uint32_t)cp); }
+
+static int case_ignorable(int32_t cp) {
+    return cp >= 0 && jj_uni_in(jj_uni_case_ignorable, jj_uni_case_ignorable_n, (uint32_t)cp);
+}
+
+/* The code point before byte offset i of p[a..); -1 at a. Sets *start. */
+static int32_t cp_before(const char *p, size_t a, size_t i, size_t *start) {
+    if (i <= a) return -1;
+    size_t st = i - 1;
+    while (st > a && ((unsigned char)p[st] & 0xC0) == 0x80) st--;
+    int32_t cp;
+    dt_uni_next((const unsigned char *)p + st, i - st, &cp);
+    *start = st;
+    return cp;
+}
+
+/* CPython's final-sigma rule for the capital sigma at p[i] within p[a..b):
+ * preceded by a cased letter and not followed by one, case-ignorables between. */
+static int final_sigma(const char *p, size_t a, size_t b, size_t i) {
+    size_t j = i, st;
+    int32_t cp;
+    while ((cp = cp_before(p, a, j, &st)) >= 0 && case_ignorable(cp)) j = st;
+    if (cp < 0 || !cased(cp)) return 0;
+    for (j = i + 2; j < b;) { /* sigma is two bytes */
+        int k = dt_uni_next((const unsigned char *)p + j, b - j, &cp);
+        if (!case_ignorable(cp)) return !cased(cp);
+        j += (size_t)k;
+    }
     return 1;
 }
 
-static int is_ascii_letter(int c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
-
 /* jinja's title filter splits words at these. */
-static int title_sep(int32_t cp) { return cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<' || jj_py_isspace(cp); }
+static int title_sep(int32_t cp) {
+    return cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<' || jj_py_isspace(cp);
+}
 
 dt_status_t jj_str_case(jj_render *r, jv s, int how, uint32_t line, jv *out) {
     static const char *const names[] = {"lower", "upper", "capitalize", "title", "title"};
     DT_CHECK(jj_need_str(r, s, names[how], line));
-    char *o = jj_alloc(&r->arena, s.u.s.n + 1);
+    const char *p = s.u.s.p;
+    size_t n = s.u.s.n;
+    if (n > r->lim.max_output / 3)
+        return jj_fail(r, line, DT_STATUS_LIMIT, "%s() of a string longer than %zu MiB", names[how], r->lim.max_output >> 20);
+    char *o = jj_alloc(&r->arena, 3 * n + 1); /* a mapping is at most 3x the bytes (e.g. U+0390) */
     if (!o) return jj_oom(r);
+    size_t k = 0, rest = 0; /* jinja's title filter: where the current item's lower() part starts */
     int start = 1, prev_cased = 0;
-    for (size_t i = 0; i < s.u.s.n;) {
+    for (size_t i = 0; i < n;) {
         int32_t cp;
-        int k = dt_uni_next((const unsigned char *)s.u.s.p + i, s.u.s.n - i, &cp);
-        if (jj_case_unknown(cp))
-            return jj_fail(r, line, DT_STATUS_UNSUPPORTED, "%s() of the non-ASCII letter '%.*s' (no Unicode case "
-                           "tables here)", names[how], k, s.u.s.p + i);
-        memcpy(o + i, s.u.s.p + i, (size_t)k);
-        if (k == 1) {
-            int c = (unsigned char)o[i], up;
-            switch (how) {
-            case 0: up = 0; break;
-            case 1: up = 1; break;
-            case 2: up = i == 0; break;
-            case 3: up = start; start = title_sep(cp); break;
-            default: up = !prev_cased; prev_cased = is_ascii_letter(c); break;
+        int len = dt_uni_next((const unsigned char *)p + i, n - i, &cp), to;
+        size_t ctx = 0; /* final sigma looks within p[ctx..n) */
+        switch (how) {
+        case 0: to = TO_LOWER; break;
+        case 1: to = TO_UPPER; break;
+        case 2: to = i == 0 ? TO_TITLE : TO_LOWER; break;
+        case 3: /* jinja: item[0].upper() + item[1:].lower() for each item of the split */
+            if (title_sep(cp)) {
+                start = 1;
+                to = TO_LOWER;
+            } else {
+                if (start) rest = i + (size_t)len;
+                to = start ? TO_UPPER : TO_LOWER;
+                ctx = rest;
+                start = 0;
             }
-            if (is_ascii_letter(c)) o[i] = (char)(up ? (c & ~0x20) : (c | 0x20));
-        } else {
-            start = how == 3 ? title_sep(cp) : 0;
-            prev_cased = 0;
+            break;
+        default: /* str.title */
+            to = prev_cased ? TO_LOWER : TO_TITLE;
+            prev_cased = cased(cp);
+            break;
         }
-        i += (size_t)k;
+        if (cp < 0) { /* an invalid byte passes through */
+            o[k++] = p[i];
+        } else if (to == TO_LOWER && cp == 0x3A3) {
+            size_t end = n;
+            if (how == 3) /* the item ends at the next separator */
+                for (end = i + 2; end < n;) {
+                    int32_t c2;
+                    int l2 = dt_uni_next((const unsigned char *)p + end, n - end, &c2);
+                    if (title_sep(c2)) break;
+                    end += (size_t)l2;
+                }
+            k += (size_t)dt_uni_put(final_sigma(p, ctx, end, i) ? 0x3C2 : 0x3C3, o + k);
+        } else {
+            k += (size_t)map_case(cp, to, o + k);
+        }
+        i += (size_t)len;
     }
-    *out = mkstr(s, o, s.u.s.n);
+    o[k] = 0;
+    *out = mkstr(s, o, k);
     return DT_STATUS_OK;
 }
+
+/* 1 for a cased letter outside ASCII (str.islower/isupper need more tables). */
+int jj_case_unknown(int32_t cp) { return cp >= 0x80 && cased(cp); }
 
 static int line_break(int32_t cp) {
     return cp == '\n' || cp == '\r' || cp == 0x0b || cp == 0x0c || cp == 0x1c || cp == 0x1d || cp == 0x1e ||
