@@ -66,7 +66,7 @@ static dt_status_t overflow(jj_render *r, uint32_t line) {
 }
 
 static dt_status_t repeat(jj_render *r, jv seq, int64_t times, uint32_t line, jv *out) {
-    if (times < 0) times = 0;
+    if (times < 0 || (seq.kind == JV_STR ? seq.u.s.n : seq.u.l->n) == 0) times = 0; /* "" * 10**16: no loop */
     if (seq.kind == JV_STR) {
         if (times && seq.u.s.n > r->lim.max_output / (uint64_t)times)
             return jj_fail(r, line, DT_STATUS_LIMIT, "a string repeated %lld times is longer than %zu MiB",
