@@ -201,10 +201,12 @@ Test(chat, hostile_templates_stop_with_errors) {
     cr_expect_eq(render_with("{% set ns = namespace(s='ab') %}{% for i in range(60) %}{% set ns.s = ns.s ~ ns.s %}"
                              "{% endfor %}", &small, NULL), DT_STATUS_LIMIT);
     cr_expect_eq(render_with("{{ 'x' * 10 ** 15 }}", NULL, NULL), DT_STATUS_LIMIT);
+    cr_expect_eq(render_with("{{ '' * 10 ** 16 }}{{ () * 10 ** 16 }}", NULL, NULL), DT_STATUS_OK); /* at once */
     cr_expect_eq(render_with("{{ 2 ** 64 }}", NULL, NULL), DT_STATUS_UNSUPPORTED); /* Python ints are unbounded */
     /* jinja2's sandbox refuses big ranges too */
     cr_expect_eq(render_with("{{ range(10 ** 9) | length }}", NULL, NULL), DT_STATUS_INVALID);
     cr_expect(strstr(dt_error_detail(), "MAX_RANGE"), "%s", dt_error_detail());
+    char *text = NULL;
     /* nesting: the parser and the evaluator bound the C stack */
     char deep[4000] = "{{ ";
     for (int i = 0; i < 300; i++) strcat(deep, "-");
@@ -217,8 +219,14 @@ Test(chat, hostile_templates_stop_with_errors) {
     char brackets[1000] = "{{ ";
     for (int i = 0; i < 600; i++) strcat(brackets, "(");
     cr_expect_eq(render_with(brackets, NULL, NULL), DT_STATUS_FORMAT);
+    /* invalid UTF-8 (a .jinja file can hold any bytes): each bad byte is one character */
+    cr_assert_eq(render_with("{% set s = '\x87\x87" "a\xc3\xa9\xff' %}{{ s | list | length }} {{ s | length }} "
+                             "{{ s[::-1] | length }} {{ s[1:3] | length }} {{ s.strip('\x87') | length }} "
+                             "{{ s.rfind('a') }} {{ s | upper | length }} {{ [s] | length }}", NULL, &text),
+                 DT_STATUS_OK, "%s", dt_error_detail());
+    cr_expect_str_eq(text, "5 5 5 2 3 2 5 1");
+    free(text);
     /* a namespace holding itself prints as Python prints a cycle */
-    char *text = NULL;
     cr_assert_eq(render_with("{% set ns = namespace(a=1) %}{% set ns.me = ns %}{{ ns }}", NULL, &text), DT_STATUS_OK);
     cr_expect_str_eq(text, "<Namespace {'a': 1, 'me': <Namespace {...}>}>");
     free(text);

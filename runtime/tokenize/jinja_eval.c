@@ -282,8 +282,7 @@ static dt_status_t getslice(jj_render *r, jv obj, const jj_node *sl, jj_frame *f
         offs = jj_alloc(&r->arena, ((size_t)len + 1) * sizeof *offs);
         if (!offs) return jj_oom(r);
         size_t k = 0;
-        for (size_t b = 0; b < obj.u.s.n; b++)
-            if (((unsigned char)obj.u.s.p[b] & 0xC0) != 0x80) offs[k++] = b;
+        for (size_t b = 0; b < obj.u.s.n; b += jj_utf8_next(obj.u.s.p + b, obj.u.s.n - b)) offs[k++] = b;
         offs[k] = obj.u.s.n;
     } else {
         len = (int64_t)obj.u.l->n;

@@ -674,8 +674,7 @@ dt_status_t jj_filter(jj_render *r, int id, jv in, const jv *args, size_t nargs,
             char *p = jj_alloc(&r->arena, in.u.s.n + 1);
             if (!p) return jj_oom(r);
             for (size_t i = 0; i < in.u.s.n;) {
-                size_t j = i + 1;
-                while (j < in.u.s.n && ((unsigned char)in.u.s.p[j] & 0xC0) == 0x80) j++;
+                size_t j = i + jj_utf8_next(in.u.s.p + i, in.u.s.n - i);
                 memcpy(p + in.u.s.n - j, in.u.s.p + i, j - i);
                 i = j;
             }

@@ -293,6 +293,10 @@ void jj_float_repr(double f, char *buf, size_t len);
 
 /* Unicode helpers over UTF-8. */
 int jj_py_isspace(int32_t cp);
+/* Bytes of the character at p (n > 0; an invalid byte is one); the start of the
+ * character before i (i > a) within p[a..). */
+size_t jj_utf8_next(const char *p, size_t n);
+size_t jj_utf8_prev(const char *p, size_t a, size_t i);
 size_t jj_utf8_count(const char *p, size_t n);
 /* Byte offset of code point index i (clamped to n). */
 size_t jj_utf8_offset(const char *p, size_t n, size_t i);

@@ -171,12 +171,11 @@ static dt_status_t str_search(jj_render *r, jv s, jv sub, int id, uint32_t line,
         const char *hit = memmem(s.u.s.p, s.u.s.n, sub.u.s.p, sub.u.s.n);
         if (hit || !sub.u.s.n) at = hit ? (int64_t)jj_utf8_count(s.u.s.p, (size_t)(hit - s.u.s.p)) : 0;
     } else {
-        for (size_t j = s.u.s.n + 1; j-- > 0;)
-            if (j + sub.u.s.n <= s.u.s.n && memcmp(s.u.s.p + j, sub.u.s.p, sub.u.s.n) == 0 &&
-                (j == s.u.s.n || ((unsigned char)s.u.s.p[j] & 0xC0) != 0x80)) {
-                at = (int64_t)jj_utf8_count(s.u.s.p, j);
-                break;
-            }
+        int64_t k = 0; /* the last match starting at a character */
+        for (size_t j = 0;; j += jj_utf8_next(s.u.s.p + j, s.u.s.n - j), k++) {
+            if (j + sub.u.s.n <= s.u.s.n && memcmp(s.u.s.p + j, sub.u.s.p, sub.u.s.n) == 0) at = k;
+            if (j >= s.u.s.n) break;
+        }
     }
     if (at < 0 && (id == M_INDEX || id == M_RINDEX))
         return jj_fail(r, line, DT_STATUS_INVALID, "substring not found");

@@ -36,9 +36,10 @@ static jv mkstr(jv like, const char *p, size_t n) {
 
 /* Whether the code point at p (len k) is one of chars' code points. */
 static int in_chars(const char *p, int k, jv chars) {
-    for (size_t i = 0; i + (size_t)k <= chars.u.s.n; i++)
-        if (memcmp(chars.u.s.p + i, p, (size_t)k) == 0 && (i == 0 || ((unsigned char)chars.u.s.p[i] & 0xC0) != 0x80))
-            return 1;
+    for (size_t i = 0, c; i < chars.u.s.n; i += c) {
+        c = jj_utf8_next(chars.u.s.p + i, chars.u.s.n - i);
+        if (c == (size_t)k && memcmp(chars.u.s.p + i, p, c) == 0) return 1;
+    }
     return 0;
 }
 
@@ -56,8 +57,7 @@ dt_status_t jj_str_strip(jj_render *r, jv s, const jv *chars, int left, int righ
     int k;
     while (left && a < b && strip_here(s.u.s.p + a, b - a, chars, &k)) a += (size_t)k;
     while (right && b > a) {
-        size_t st = b - 1;
-        while (st > a && ((unsigned char)s.u.s.p[st] & 0xC0) == 0x80) st--;
+        size_t st = jj_utf8_prev(s.u.s.p, a, b);
         if (!strip_here(s.u.s.p + st, b - st, chars, &k)) break;
         b = st;
     }
@@ -78,8 +78,7 @@ dt_status_t jj_str_replace(jj_render *r, jv s, jv old, jv new_, int64_t count, u
             st = jj_buf_put(r, &b, new_.u.s.p, new_.u.s.n);
             done++;
             if (i >= s.u.s.n) break;
-            size_t j = i + 1;
-            while (j < s.u.s.n && ((unsigned char)s.u.s.p[j] & 0xC0) == 0x80) j++;
+            size_t j = i + jj_utf8_next(s.u.s.p + i, s.u.s.n - i);
             if (st == DT_STATUS_OK) st = jj_buf_put(r, &b, s.u.s.p + i, j - i);
             i = j;
         }
@@ -163,8 +162,7 @@ static int case_ignorable(int32_t cp) {
 /* The code point before byte offset i of p[a..); -1 at a. Sets *start. */
 static int32_t cp_before(const char *p, size_t a, size_t i, size_t *start) {
     if (i <= a) return -1;
-    size_t st = i - 1;
-    while (st > a && ((unsigned char)p[st] & 0xC0) == 0x80) st--;
+    size_t st = jj_utf8_prev(p, a, i);
     int32_t cp;
     dt_uni_next((const unsigned char *)p + st, i - st, &cp);
     *start = st;
@@ -305,8 +303,7 @@ dt_status_t jj_str_split(jj_render *r, jv s, jv sep, int64_t maxsplit, int from_
             } else {
                 size_t i = b;
                 while (i > a) {
-                    size_t st = i - 1;
-                    while (st > 0 && ((unsigned char)rest.u.s.p[st] & 0xC0) == 0x80) st--;
+                    size_t st = jj_utf8_prev(rest.u.s.p, 0, i);
                     if (strip_here(rest.u.s.p + st, i - st, NULL, &k)) break;
                     i = st;
                 }

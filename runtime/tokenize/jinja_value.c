@@ -212,21 +212,30 @@ int jj_py_isspace(int32_t cp) {
     return (cp >= 0x1c && cp <= 0x1f) || (cp >= 0 && (dt_uni_class(cp) & DT_UNI_SPACE));
 }
 
+/* Characters are what dt_uni_next steps over (an invalid byte is one): every
+ * count, offset and split of a string agrees, whatever bytes it holds. */
+size_t jj_utf8_next(const char *p, size_t n) {
+    int32_t cp;
+    return n ? (size_t)dt_uni_next((const unsigned char *)p, n, &cp) : 0;
+}
+
+size_t jj_utf8_prev(const char *p, size_t a, size_t i) {
+    for (size_t st = i - 1;; st--) { /* a lead byte whose character ends at i, else one byte */
+        if (((unsigned char)p[st] & 0xC0) != 0x80) return jj_utf8_next(p + st, i - st) == i - st ? st : i - 1;
+        if (st == a || i - st == 4) return i - 1;
+    }
+}
+
 size_t jj_utf8_count(const char *p, size_t n) {
     size_t c = 0;
-    for (size_t i = 0; i < n; i++) c += ((unsigned char)p[i] & 0xC0) != 0x80;
+    for (size_t i = 0; i < n; i += jj_utf8_next(p + i, n - i)) c++;
     return c;
 }
 
 size_t jj_utf8_offset(const char *p, size_t n, size_t i) {
-    size_t k = 0;
-    for (size_t b = 0; b < n; b++) {
-        if (((unsigned char)p[b] & 0xC0) != 0x80) {
-            if (k == i) return b;
-            k++;
-        }
-    }
-    return n;
+    size_t b = 0;
+    for (size_t k = 0; k < i && b < n; k++) b += jj_utf8_next(p + b, n - b);
+    return b;
 }
 
 /* ---- truth, equality, order ---- */
@@ -373,8 +382,7 @@ dt_status_t jj_iter(jj_render *r, jv v, uint32_t line, jv **items, size_t *n) {
         if (!out) return jj_oom(r);
         size_t k = 0;
         for (size_t i = 0; i < v.u.s.n;) {
-            size_t j = i + 1;
-            while (j < v.u.s.n && ((unsigned char)v.u.s.p[j] & 0xC0) == 0x80) j++;
+            size_t j = i + jj_utf8_next(v.u.s.p + i, v.u.s.n - i);
             out[k++] = jv_str(v.u.s.p + i, j - i);
             i = j;
         }
