@@ -233,7 +233,8 @@ bench: features dtrun $(CUDA_LIB_TARGET)
 # FUZZ_TARGETS="tokenizer shard" runs some. A crash, a sanitizer report, an input
 # over 10 s or over 2 GiB is a finding (its input in build-fuzz/artifacts/NAME/).
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS ?= store_frame tokenizer safetensors st_index hf_config adapter_config ckpt_meta report shard
+FUZZ_TARGETS ?= store_frame tokenizer safetensors st_index hf_config adapter_config ckpt_meta report shard \
+                chat_template
 FUZZ_CFLAGS := -std=gnu11 -g -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined \
                -fopenmp -pthread -I.
 FUZZ_LDFLAGS := -fsanitize=fuzzer,address,undefined -fopenmp -pthread
@@ -246,6 +247,8 @@ FUZZ_MODELS := $(addprefix runtime/model/,model.c registry.c gpt.c llama.c mlp.c
 FUZZ_SRC_store_frame := rendezvous/proto.c
 FUZZ_SRC_tokenizer := $(addprefix runtime/tokenize/,tok.c tok_bpe.c tok_chunk.c tok_cut.c tok_load.c tok_pretok.c \
                       tok_unicode.c tok_unicode_tables.c)
+FUZZ_SRC_chat_template := $(wildcard runtime/tokenize/jinja_*.c) runtime/tokenize/tok_unicode.c \
+                          runtime/tokenize/tok_unicode_tables.c
 FUZZ_SRC_safetensors := runtime/ckpt/st_read.c
 FUZZ_SRC_st_index := runtime/ckpt/st_read.c
 FUZZ_SRC_hf_config := runtime/model/hf_config.c $(FUZZ_MODELS)

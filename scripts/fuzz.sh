@@ -16,7 +16,7 @@ secs=${FUZZ_SECONDS:-60}
 # The longest input worth trying, per target (a shard has a 1 KiB header).
 max_len() {
   case $1 in
-    tokenizer) echo 16384 ;;
+    tokenizer|chat_template) echo 16384 ;;
     shard) echo 8192 ;;
     *) echo 4096 ;;
   esac
