@@ -18,6 +18,7 @@
 #include "cli/commands.h"
 #include "common/fs_safe.h" /* defines: dt_fs_open_regular */
 #include "common/mem.h"
+#include "runtime/tokenize/chat.h"         /* defines: dt_chat_load */
 #include "runtime/tokenize/shard.h"        /* defines: dt_shard_parse */
 #include "runtime/tokenize/tok.h"          /* defines: dt_tok_load, dt_tok_decode */
 #include "runtime/tokenize/tokenize_run.h" /* defines: dt_tokenize_run */
@@ -25,6 +26,8 @@
 static const char tokenize_usage[] =
     "usage: dtrun tokenize --tokenizer PATH INPUT... -o PREFIX [--shard-tokens N] [--val-tokens N]\n"
     "                      [--jobs J] [--doc-token ID|STRING] [--field NAME] [--format F] [--force]\n"
+    "       dtrun tokenize --chat --tokenizer PATH INPUT.jsonl... -o PREFIX [--template PATH]\n"
+    "                      [--mask assistant|last|all] [other flags as above]\n"
     "       dtrun tokenize --decode SHARD --tokenizer PATH [--count N]\n"
     "  PATH: a Hugging Face tokenizer.json, or a folder holding one (byte-level BPE as GPT-2,\n"
     "  Llama 3 and Qwen2 use, or byte-fallback BPE as Mistral-style tokenizers use).\n"
@@ -41,6 +44,13 @@ static const char tokenize_usage[] =
     "  succeeded; existing shards of PREFIX are replaced only with --force.\n"
     "  --jobs: encoding threads (default: the online cores); the shards are the same bytes for\n"
     "  every job count. Numbers take K, M, G suffixes (1000s).\n"
+    "  --chat: fine-tuning data. Each jsonl line is a conversation {\"messages\": [{\"role\", \"content\"},\n"
+    "  ...]} rendered with the chat template (--template: a tokenizer_config.json, a folder\n"
+    "  holding one, or a .jinja file; default: tokenizer_config.json beside the tokenizer), or\n"
+    "  {\"prompt\", \"completion\"} strings, or a --field text. Beside each shard SHARD.mask says\n"
+    "  which tokens are trained on: --mask assistant (default: every assistant turn, its\n"
+    "  end-of-turn token included), last (the last assistant turn), all (every token); the\n"
+    "  completion of a prompt/completion line; all of a text. Shards hold whole documents.\n"
     "  --decode SHARD: print the text of its first --count tokens (default: all).\n"
     "  Exit codes: 0 ok, 1 failed while writing, 2 bad usage or input (nothing written),\n"
     "  128+N ended by signal N (nothing written).\n";
@@ -178,7 +188,10 @@ int dt_cmd_tokenize(int argc, char **argv) {
     const char *tok_path = NULL, *out = NULL, *doc_arg = NULL, *field = "text", *decode = NULL;
     dt_tokenize_format format = DT_TOKENIZE_AUTO;
     uint64_t shard_tokens = 100000000, val_tokens = 0, count = 0, jobs = 0, piece = 0;
-    int force = 0, n_inputs = 0, stats = 0;
+    int force = 0, n_inputs = 0, stats = 0, chat = 0;
+    const char *template_path = NULL;
+    dt_tokenize_mask_mode mask_mode = DT_TOKENIZE_MASK_ASSISTANT;
+    dt_chat_t *chat_t = NULL;
     const char **inputs = dt_xcalloc((size_t)argc, sizeof *inputs);
     int rc = DT_EXIT_USAGE;
 #define BAD(...)                     \
@@ -206,6 +219,16 @@ int dt_cmd_tokenize(int argc, char **argv) {
         }
         else if (!strcmp(a, "--decode") && has) decode = argv[++i];
         else if (!strcmp(a, "--force")) force = 1;
+        else if (!strcmp(a, "--chat")) chat = 1;
+        else if (!strcmp(a, "--template") && has) template_path = argv[++i];
+        else if (!strcmp(a, "--mask") && has) {
+            const char *m = argv[++i];
+            if (!strcmp(m, "assistant")) mask_mode = DT_TOKENIZE_MASK_ASSISTANT;
+            else if (!strcmp(m, "last")) mask_mode = DT_TOKENIZE_MASK_LAST;
+            else if (!strcmp(m, "all")) mask_mode = DT_TOKENIZE_MASK_ALL;
+            else BAD("--mask wants assistant, last or all, got '%s'", m);
+            chat |= 2;
+        }
         else if (!strcmp(a, "--stats")) stats = 1; /* for benchmarks: the serial part's time */
         else if ((!strcmp(a, "--shard-tokens") || !strcmp(a, "--shard_tokens")) && has) {
             if (dt_arg_u64(argv[++i], 1, INT32_MAX, &shard_tokens))
@@ -228,6 +251,9 @@ int dt_cmd_tokenize(int argc, char **argv) {
     if (!decode && n_inputs == 0) BAD("%s", "no INPUT given (text files, .jsonl files, or - for stdin)");
     if (!decode && count) BAD("%s", "--count goes with --decode");
     if (decode && (val_tokens || jobs || doc_arg || force)) BAD("%s", "--decode takes only --tokenizer and --count");
+    if ((template_path || chat & 2) && !(chat & 1)) BAD("%s", "--template and --mask go with --chat");
+    if (chat && format == DT_TOKENIZE_TEXT) BAD("%s", "--chat reads jsonl (--format text does not go with it)");
+    if (chat && decode) BAD("%s", "--chat does not go with --decode");
 
     dt_tok_t *tok = NULL;
     if (dt_tok_load(tok_path, &tok) != DT_STATUS_OK) {
@@ -258,6 +284,28 @@ int dt_cmd_tokenize(int argc, char **argv) {
     }
     o.jobs = (int)jobs;
     if (!resolve_doc_token(tok, doc_arg, &o.doc_token)) goto out_free_tok;
+    if (chat) {
+        o.chat_mode = 1;
+        o.mask_mode = mask_mode;
+        o.eos_token = -1;
+        const char *tp = template_path ? template_path : tok_path;
+        /* the tokenizer's own folder: tokenizer_config.json beside tokenizer.json */
+        char dir[4096];
+        struct stat sb;
+        if (!template_path && stat(tok_path, &sb) == 0 && !S_ISDIR(sb.st_mode)) {
+            const char *slash = strrchr(tok_path, '/');
+            snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - tok_path) : 1, slash ? tok_path : ".");
+            tp = dir;
+        }
+        dt_status_t cs = dt_chat_load(tp, &chat_t);
+        if (cs != DT_STATUS_OK && (template_path || cs != DT_STATUS_NOT_FOUND)) {
+            fprintf(stderr, "dtrun tokenize: --template %s: %s\n", tp, dt_error_detail());
+            goto out_free_tok;
+        }
+        o.chat = chat_t; /* NULL: no template; conversations are refused line by line */
+        const char *eos = chat_t ? dt_chat_token(chat_t, "eos_token") : NULL;
+        if (eos && *eos) o.eos_token = dt_tok_token_id(tok, eos);
+    }
     int existing = 0;
     if (dt_tokenize_check(&o, &existing) != DT_STATUS_OK) {
         fprintf(stderr, "dtrun tokenize: %s%s\n", dt_error_detail(), existing ? FORCE_HINT : "");
@@ -323,6 +371,7 @@ int dt_cmd_tokenize(int argc, char **argv) {
                (unsigned long long)sum.pieces, sum.serial_s, sum.seconds);
     rc = DT_EXIT_OK;
 out_free_tok:
+    dt_chat_free(chat_t);
     dt_tok_free(tok);
 out_free_inputs:
     free(inputs);

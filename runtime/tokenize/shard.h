@@ -24,6 +24,23 @@
 #define DT_SHARD_VERSION_U32 7
 #define DT_SHARD_HEADER_VOCAB 3 /* header[3]: the vocabulary size (0: unknown) */
 
+/* The loss mask beside a shard (`dtrun tokenize --chat`): SHARD.mask, a 1024-byte
+ * header of 256 int32 (magic, version, token count: the shard's) and then one byte
+ * per token of the shard: bit 0 (DT_MASK_TRAIN) the token is trained on as a
+ * target (its loss counts), bit 1 (DT_MASK_DOC) the token begins a document. The
+ * data loader packs such documents into sequences (runtime/train/data.h). */
+#define DT_MASK_MAGIC 20261205
+#define DT_MASK_VERSION 1
+#define DT_MASK_TRAIN 1
+#define DT_MASK_DOC 2
+#define DT_MASK_SUFFIX ".mask"
+
+/* Checks a mapped mask (path for errors) against its shard's ntok: header, magic,
+ * version, count equal to ntok, size header + ntok, no bit above DT_MASK_DOC set. */
+dt_status_t dt_mask_parse(const char *path, const void *map, size_t len, uint64_t ntok);
+/* Fills a mask header for ntok tokens (DT_STATUS_LIMIT past INT32_MAX). */
+dt_status_t dt_mask_header(uint64_t ntok, int32_t header[256]);
+
 /* 1 when the first 4 bytes are one of the two magics. */
 int dt_shard_is_magic(int32_t magic);
 

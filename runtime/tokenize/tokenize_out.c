@@ -26,6 +26,7 @@ void dt_shard_out_init(dt_shard_out *w, const char *prefix, int token_bytes, uin
     w->shard_tokens = shard_tokens;
     w->val_tokens = val_tokens;
     w->fd = -1;
+    w->mfd = -1;
     w->buf_cap = OUT_BUF_BYTES;
     w->buf = dt_xmalloc(w->buf_cap);
 }
@@ -43,10 +44,20 @@ static dt_status_t write_all(int fd, const char *path, const void *p, size_t n, 
     return DT_STATUS_OK;
 }
 
+/* The temporary of the open shard's mask: TMP of the shard with ".mask" before ".tmp.PID". */
+static void mask_tmp_name(const dt_shard_out *w, char *out, size_t len) {
+    snprintf(out, len, "%s%s.tmp.%ld", w->final[w->n - 1], DT_MASK_SUFFIX, (long)getpid());
+}
+
 static dt_status_t flush_buf(dt_shard_out *w) {
-    if (w->buf_len == 0) return DT_STATUS_OK;
-    DT_CHECK(write_all(w->fd, w->tmp[w->n - 1], w->buf, w->buf_len, -1));
+    if (w->buf_len) DT_CHECK(write_all(w->fd, w->tmp[w->n - 1], w->buf, w->buf_len, -1));
     w->buf_len = 0;
+    if (w->mbuf_len) {
+        char mt[4300];
+        mask_tmp_name(w, mt, sizeof mt);
+        DT_CHECK(write_all(w->mfd, mt, w->mbuf, w->mbuf_len, -1));
+    }
+    w->mbuf_len = 0;
     return DT_STATUS_OK;
 }
 
@@ -75,7 +86,13 @@ static dt_status_t open_shard(dt_shard_out *w, int is_val) {
     w->fd_is_val = is_val;
     w->in_shard = 0;
     static const char zeros[DT_SHARD_HEADER_BYTES];
-    return write_all(fd, tmp, zeros, sizeof zeros, -1);
+    DT_CHECK(write_all(fd, tmp, zeros, sizeof zeros, -1));
+    if (!w->masked) return DT_STATUS_OK;
+    char mt[4300];
+    mask_tmp_name(w, mt, sizeof mt);
+    w->mfd = open(mt, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (w->mfd < 0) return dt_error(DT_STATUS_IO, "%s: cannot create: %s", mt, strerror(errno));
+    return write_all(w->mfd, mt, zeros, sizeof zeros, -1);
 }
 
 /* Writes the real header, fsyncs and closes the open shard. */
@@ -89,14 +106,68 @@ static dt_status_t close_shard(dt_shard_out *w) {
     header[DT_SHARD_HEADER_VOCAB] = (int32_t)w->vocab;
     DT_CHECK_GOTO(write_all(w->fd, path, header, sizeof header, 0), st, out_close);
     if (fsync(w->fd) != 0) st = dt_error(DT_STATUS_IO, "%s: fsync failed: %s", path, strerror(errno));
+    if (st == DT_STATUS_OK && w->mfd >= 0) {
+        char mt[4300];
+        mask_tmp_name(w, mt, sizeof mt);
+        DT_CHECK_GOTO(dt_mask_header(w->in_shard, header), st, out_close);
+        DT_CHECK_GOTO(write_all(w->mfd, mt, header, sizeof header, 0), st, out_close);
+        if (fsync(w->mfd) != 0) st = dt_error(DT_STATUS_IO, "%s: fsync failed: %s", mt, strerror(errno));
+    }
 out_close:
     if (close(w->fd) != 0 && st == DT_STATUS_OK)
         st = dt_error(DT_STATUS_IO, "%s: close failed: %s", path, strerror(errno));
     w->fd = -1;
+    if (w->mfd >= 0) close(w->mfd);
+    w->mfd = -1;
     return st;
 }
 
+/* Appends k ids (and their mask bytes when mask) to the open shard's buffers. */
+static dt_status_t append(dt_shard_out *w, const uint32_t *ids, const uint8_t *mask, size_t k) {
+    for (size_t i = 0; i < k; i++) {
+        if (w->buf_len + 4 > w->buf_cap || (mask && w->mbuf_len + 1 > w->buf_cap)) DT_CHECK(flush_buf(w));
+        if (w->token_bytes == 2) {
+            uint16_t v = (uint16_t)ids[i];
+            memcpy(w->buf + w->buf_len, &v, 2);
+        } else {
+            memcpy(w->buf + w->buf_len, &ids[i], 4);
+        }
+        w->buf_len += (size_t)w->token_bytes;
+        if (mask) w->mbuf[w->mbuf_len++] = mask[i];
+    }
+    w->in_shard += k;
+    w->total += k;
+    return DT_STATUS_OK;
+}
+
+dt_status_t dt_shard_out_write_masked(dt_shard_out *w, const uint32_t *ids, const uint8_t *mask, size_t n) {
+    if (n == 0) return DT_STATUS_OK;
+    if (!w->masked && w->total > 0)
+        return dt_error(DT_STATUS_INVALID, "a tokenize run writes masked and unmasked documents");
+    if (!w->masked) {
+        w->masked = 1;
+        w->mbuf = dt_xmalloc(w->buf_cap);
+    }
+    if (!(mask[0] & DT_MASK_DOC)) return dt_error(DT_STATUS_INVALID, "masked ids must begin with a document start");
+    size_t a = 0;
+    while (a < n) {
+        size_t b = a + 1;
+        while (b < n && !(mask[b] & DT_MASK_DOC)) b++;
+        uint64_t len = b - a;
+        int want_val = w->val_written < w->val_tokens;
+        uint64_t cap = want_val ? w->val_tokens : w->shard_tokens;
+        if (w->fd >= 0 && (w->fd_is_val != want_val || (!want_val && w->in_shard > 0 && w->in_shard + len > cap)))
+            DT_CHECK(close_shard(w));
+        if (w->fd < 0) DT_CHECK(open_shard(w, want_val));
+        DT_CHECK(append(w, ids + a, mask + a, (size_t)len));
+        if (want_val) w->val_written += len;
+        a = b;
+    }
+    return DT_STATUS_OK;
+}
+
 dt_status_t dt_shard_out_write(dt_shard_out *w, const uint32_t *ids, size_t n) {
+    if (w->masked && n) return dt_error(DT_STATUS_INVALID, "a tokenize run writes masked and unmasked documents");
     while (n > 0) {
         int want_val = w->val_written < w->val_tokens;
         uint64_t cap = want_val ? w->val_tokens : w->shard_tokens;
@@ -104,18 +175,7 @@ dt_status_t dt_shard_out_write(dt_shard_out *w, const uint32_t *ids, size_t n) {
         if (w->fd < 0) DT_CHECK(open_shard(w, want_val));
         size_t k = n;
         if ((uint64_t)k > cap - w->in_shard) k = (size_t)(cap - w->in_shard);
-        for (size_t i = 0; i < k; i++) {
-            if (w->buf_len + 4 > w->buf_cap) DT_CHECK(flush_buf(w));
-            if (w->token_bytes == 2) {
-                uint16_t v = (uint16_t)ids[i];
-                memcpy(w->buf + w->buf_len, &v, 2);
-            } else {
-                memcpy(w->buf + w->buf_len, &ids[i], 4);
-            }
-            w->buf_len += (size_t)w->token_bytes;
-        }
-        w->in_shard += k;
-        w->total += k;
+        DT_CHECK(append(w, ids, NULL, k));
         if (want_val) w->val_written += k;
         ids += k;
         n -= k;
@@ -136,10 +196,20 @@ static void free_lists(dt_shard_out *w) {
 
 void dt_shard_out_abort(dt_shard_out *w) {
     if (w->fd >= 0) close(w->fd);
-    w->fd = -1;
+    if (w->mfd >= 0) close(w->mfd);
+    w->fd = w->mfd = -1;
     for (int i = 0; i < w->n; i++)
-        if (w->tmp[i]) unlink(w->tmp[i]);
+        if (w->tmp[i]) {
+            unlink(w->tmp[i]);
+            if (w->masked) {
+                char mt[4300];
+                snprintf(mt, sizeof mt, "%s%s.tmp.%ld", w->final[i], DT_MASK_SUFFIX, (long)getpid());
+                unlink(mt);
+            }
+        }
     free_lists(w);
+    free(w->mbuf);
+    w->mbuf = NULL;
     free(w->buf);
     free(w->prefix);
     w->buf = NULL;
@@ -191,6 +261,7 @@ int dt_shard_out_clean_stale(const char *prefix) {
     struct dirent *e;
     while ((e = readdir(d))) {
         const char *end = shard_name_end(e->d_name, base);
+        if (end && !strncmp(end, DT_MASK_SUFFIX, strlen(DT_MASK_SUFFIX))) end += strlen(DT_MASK_SUFFIX);
         if (!end || strncmp(end, ".tmp.", 5) != 0) continue;
         char *stop;
         long pid = strtol(end + 5, &stop, 10);
@@ -257,10 +328,21 @@ dt_status_t dt_shard_out_commit(dt_shard_out *w, int force) {
     int n_old = 0;
     if (force) DT_CHECK(dt_shard_out_existing(w->prefix, &old, &n_old));
     for (int i = 0; i < w->n; i++) {
-        if (rename(w->tmp[i], w->final[i]) != 0) {
-            st = dt_error(DT_STATUS_IO, "rename %s -> %s: %s", w->tmp[i], w->final[i], strerror(errno));
+        char mt[4300], mf[4200];
+        snprintf(mt, sizeof mt, "%s%s.tmp.%ld", w->final[i], DT_MASK_SUFFIX, (long)getpid());
+        snprintf(mf, sizeof mf, "%s%s", w->final[i], DT_MASK_SUFFIX);
+        /* the mask first: a shard under its final name always has its own mask (or,
+         * unmasked, none: an older run's is removed) */
+        int mrc = w->masked ? rename(mt, mf) : (unlink(mf) != 0 && errno != ENOENT ? -1 : 0);
+        if (mrc != 0 || rename(w->tmp[i], w->final[i]) != 0) {
+            st = dt_error(DT_STATUS_IO, "rename %s -> %s: %s", mrc ? mt : w->tmp[i], mrc ? mf : w->final[i],
+                          strerror(errno));
             /* Take back the shards already renamed: no partial set under final names. */
-            for (int j = 0; j < i; j++) unlink(w->final[j]);
+            for (int j = 0; j < i; j++) {
+                unlink(w->final[j]);
+                snprintf(mf, sizeof mf, "%s%s", w->final[j], DT_MASK_SUFFIX);
+                if (w->masked) unlink(mf);
+            }
             goto out_free_old;
         }
         free(w->tmp[i]);
@@ -272,6 +354,9 @@ dt_status_t dt_shard_out_commit(dt_shard_out *w, int force) {
         for (int j = 0; j < w->n && !ours; j++) ours = !strcmp(base_name(w->final[j]), base_name(old[i]));
         if (!ours && unlink(old[i]) != 0 && errno != ENOENT)
             st = dt_error(DT_STATUS_IO, "cannot remove the older shard %s: %s", old[i], strerror(errno));
+        char mf[8300];
+        snprintf(mf, sizeof mf, "%s%s", old[i], DT_MASK_SUFFIX);
+        if (!ours) unlink(mf);
     }
     sync_dir(w->prefix);
 out_free_old:

@@ -26,6 +26,12 @@ typedef struct dt_shard_out {
     unsigned char *buf;  /* tokens not yet written to fd */
     size_t buf_len, buf_cap;
     int no_train;        /* commit refused: no token past the val_tokens */
+    /* masked runs (dt_shard_out_write_masked): each shard's loss mask beside it
+     * (SHARD.mask, shard.h), written alongside; shards then hold whole documents */
+    int masked;
+    int mfd;
+    unsigned char *mbuf;
+    size_t mbuf_len;
 } dt_shard_out;
 
 /* Starts a run; nothing is created until the first token. */
@@ -33,8 +39,15 @@ void dt_shard_out_init(dt_shard_out *w, const char *prefix, int token_bytes, uin
                        uint64_t val_tokens);
 /* Appends n ids (each must fit token_bytes). */
 dt_status_t dt_shard_out_write(dt_shard_out *w, const uint32_t *ids, size_t n);
+/* A masked run: appends n ids and their mask bytes (shard.h: DT_MASK_*; mask[0]
+ * must start a document). Documents are never cut between shards: one that does not
+ * fit the open shard's room starts the next (a document longer than a shard makes
+ * that shard longer), and the validation shard takes whole documents until it holds
+ * val_tokens or more. Every write of a run must be masked or none. */
+dt_status_t dt_shard_out_write_masked(dt_shard_out *w, const uint32_t *ids, const uint8_t *mask, size_t n);
 /* Closes the last shard and renames every temporary to its final name (after
  * fsync), then with force removes the prefix's other shards (from an older run).
+ * A shard of an unmasked run loses any mask an older run left beside its name.
  * A run without a single train token is DT_STATUS_INVALID (and aborted; no_train). */
 dt_status_t dt_shard_out_commit(dt_shard_out *w, int force);
 /* Closes and removes every temporary; frees. Safe after commit (then only frees). */

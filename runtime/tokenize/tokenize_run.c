@@ -64,6 +64,7 @@ typedef struct piece {
     uint64_t line;    /* jsonl: line number of its first line (1-based) */
     int doc_start;    /* text: the piece begins the document */
     dt_tok_ids ids;
+    dt_tok_mask mask; /* --chat: a byte per id */
     uint64_t docs, empty_docs;
     uint64_t invalid;
     char first_invalid[512];
@@ -370,6 +371,16 @@ static void encode_jsonl_line(run *r, dt_tok_enc_t *e, piece *p, const char *pat
             cJSON_Delete(j);
             return;
         }
+    if (r->o->chat_mode) {
+        size_t n0 = p->ids.n;
+        dt_status_t st = cJSON_IsObject(j) ? dt_tokenize_chat_doc(r->o, e, j, &p->ids, &p->mask)
+                                           : dt_error(DT_STATUS_FORMAT, "not a JSON object");
+        if (st != DT_STATUS_OK) piece_fail(p, st, "%s:%llu: %s", path, (unsigned long long)lineno, dt_error_detail());
+        else if (p->ids.n > n0) p->docs++;
+        else p->empty_docs++;
+        cJSON_Delete(j);
+        return;
+    }
     const cJSON *f = cJSON_IsObject(j) ? cJSON_GetObjectItemCaseSensitive(j, r->o->field) : NULL;
     if (!cJSON_IsString(f)) {
         piece_fail(p, DT_STATUS_FORMAT,
@@ -541,7 +552,7 @@ dt_status_t dt_tokenize_run(const dt_tokenize_opts *o, dt_tokenize_progress *sum
         source *s = &r.srcs[i];
         s->path = o->inputs[i];
         s->is_stdin = !strcmp(s->path, "-");
-        s->jsonl = o->format ? o->format == DT_TOKENIZE_JSONL : ends_with(s->path, ".jsonl");
+        s->jsonl = o->chat_mode || (o->format ? o->format == DT_TOKENIZE_JSONL : ends_with(s->path, ".jsonl"));
         struct stat sb;
         if (!s->is_stdin && stat(s->path, &sb) == 0) sum->bytes_total += (uint64_t)sb.st_size;
     }
@@ -594,7 +605,8 @@ dt_status_t dt_tokenize_run(const dt_tokenize_opts *o, dt_tokenize_progress *sum
                 st = dt_error(p->st, "%s", p->err);
             } else {
                 double tw = dt_now_s();
-                st = dt_shard_out_write(&w, p->ids.ids, p->ids.n);
+                st = r.o->chat_mode ? dt_shard_out_write_masked(&w, p->ids.ids, p->mask.bytes, p->ids.n)
+                                    : dt_shard_out_write(&w, p->ids.ids, p->ids.n);
                 write_s += dt_now_s() - tw;
                 sum->documents += p->docs;
                 sum->empty_documents += p->empty_docs;
@@ -605,6 +617,8 @@ dt_status_t dt_tokenize_run(const dt_tokenize_opts *o, dt_tokenize_progress *sum
             }
             free(p->ids.ids);
             p->ids = (dt_tok_ids){0};
+            free(p->mask.bytes);
+            p->mask = (dt_tok_mask){0};
             free(p->buf);
             p->buf = NULL;
             pthread_mutex_lock(&r.mu);
@@ -643,7 +657,7 @@ dt_status_t dt_tokenize_run(const dt_tokenize_opts *o, dt_tokenize_progress *sum
     sum->pieces = r.written;
     dt_shard_out_abort(&w); /* after a commit this only frees */
 
-    for (int i = 0; i < r.window; i++) free(r.slots[i].ids.ids), free(r.slots[i].buf);
+    for (int i = 0; i < r.window; i++) free(r.slots[i].ids.ids), free(r.slots[i].mask.bytes), free(r.slots[i].buf);
     free(r.slots);
     for (int i = 0; i < o->n_inputs; i++) source_close(&r.srcs[i]);
     free(r.srcs);

@@ -48,6 +48,21 @@ typedef struct dt_tokenize_progress {
     int no_train;                     /* refused: tokens (all of them) <= val_tokens */
 } dt_tokenize_progress;
 
+/* A document's loss mask, a byte per id (shard.h: DT_MASK_*); the caller owns bytes. */
+typedef struct dt_tok_mask {
+    uint8_t *bytes;
+    size_t n, cap;
+} dt_tok_mask;
+
+/* Which tokens of a conversation --chat trains on. */
+typedef enum {
+    DT_TOKENIZE_MASK_ASSISTANT = 0, /* every assistant turn */
+    DT_TOKENIZE_MASK_LAST = 1,      /* the last assistant turn */
+    DT_TOKENIZE_MASK_ALL = 2,       /* every token */
+} dt_tokenize_mask_mode;
+
+struct dt_chat;
+
 /* How inputs are read: by name (*.jsonl are jsonl, the rest and stdin text), or all
  * as one format. */
 typedef enum { DT_TOKENIZE_AUTO = 0, DT_TOKENIZE_TEXT, DT_TOKENIZE_JSONL } dt_tokenize_format;
@@ -75,6 +90,13 @@ typedef struct dt_tokenize_opts {
     void (*progress)(void *ctx, const dt_tokenize_progress *p);
     void *progress_ctx;
     int progress_ms;
+    /* --chat: jsonl documents (conversations, prompt/completion, text) with their
+     * loss masks beside the shards (tokenize_chat.c); chat is the template (NULL:
+     * conversations are refused), eos_token appended to completions (-1: none) */
+    int chat_mode;
+    const struct dt_chat *chat;
+    dt_tokenize_mask_mode mask_mode;
+    int64_t eos_token;
 } dt_tokenize_opts;
 
 /* Checks what can be checked before any work: every input exists and is readable
@@ -89,5 +111,12 @@ dt_status_t dt_tokenize_check(const dt_tokenize_opts *o, int *existing);
  * not JSON or lacks the field is DT_STATUS_FORMAT naming file:line; input
  * without a single token of text is DT_STATUS_INVALID. */
 dt_status_t dt_tokenize_run(const dt_tokenize_opts *o, dt_tokenize_progress *sum);
+
+/* One jsonl document (the parsed line) of a --chat run: its ids appended to ids and
+ * a mask byte per id to mask (tokenize_chat.c). Errors say what is wrong with the
+ * line (the caller adds file:line). */
+struct cJSON;
+dt_status_t dt_tokenize_chat_doc(const dt_tokenize_opts *o, dt_tok_enc_t *e, const struct cJSON *j, dt_tok_ids *ids,
+                                 dt_tok_mask *mask);
 
 #endif /* DT_RUNTIME_TOKENIZE_TOKENIZE_RUN_H */
