@@ -11,6 +11,8 @@
  * vocabularies read and print token ids, said so on stderr. --ids prints ids (comma-separated) for any model; --logits (for checks)
  * prints the logits of every prompt position first, one line each.
  */
+#include <cjson/cJSON.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +26,7 @@
 #include "runtime/ckpt/hf_load.h" /* defines: dt_hf_load_params, dt_hf_is_dir */
 #include "runtime/model/net.h"
 #include "runtime/model/sample.h"
+#include "runtime/tokenize/chat.h" /* defines: dt_chat_load, dt_chat_render */
 #include "runtime/tokenize/tok.h"
 
 static const char sample_usage[] =
@@ -41,7 +44,13 @@ static const char sample_usage[] =
     "  --prompt-ids: the prompt as token ids. --ids: print the generated ids, comma-separated,\n"
     "  instead of text. For checks: --logits prints the logits of every prompt position (one\n"
     "  line each, vocab_size numbers) before the output; --no-cache runs a full forward per\n"
-    "  token instead of the KV cache.\n";
+    "  token instead of the KV cache.\n"
+    "  --chat: --prompt is a user's message (or --messages FILE: a JSON array of messages, or a\n"
+    "  jsonl line holding \"messages\"), --system TEXT a system message before it; the\n"
+    "  conversation is rendered with the chat template (--template: a tokenizer_config.json, a\n"
+    "  folder holding one, or a .jinja file; default: tokenizer_config.json beside the\n"
+    "  tokenizer) and its generation prompt, and the assistant's reply is printed, up to the\n"
+    "  template's end-of-sequence token.\n";
 
 static int bad(const char *fmt, const char *a) {
     fprintf(stderr, "dtrun sample: ");
@@ -66,9 +75,98 @@ static int parse_ids(const char *s, int32_t **ids, int *n) {
     return 1;
 }
 
+/* The conversation of --chat: --messages FILE's array (or a jsonl line's
+ * "messages"), else [--system, the user's --prompt]. NULL with a message printed. */
+static cJSON *chat_messages(const char *messages_path, const char *system, const char *prompt) {
+    if (messages_path) {
+        FILE *f = fopen(messages_path, "rb");
+        if (!f) {
+            fprintf(stderr, "dtrun sample: --messages %s: cannot open it\n", messages_path);
+            return NULL;
+        }
+        char *buf = dt_xmalloc(1 << 20);
+        size_t n = fread(buf, 1, (1 << 20) - 1, f);
+        int more = fgetc(f) != EOF;
+        fclose(f);
+        buf[n] = 0;
+        cJSON *j = more ? NULL : cJSON_Parse(buf);
+        free(buf);
+        cJSON *m = cJSON_IsArray(j) ? j : NULL;
+        if (!m && cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(j, "messages"))) {
+            m = cJSON_DetachItemFromObjectCaseSensitive(j, "messages");
+            cJSON_Delete(j);
+        } else if (!m) {
+            cJSON_Delete(j);
+        }
+        if (!m) fprintf(stderr, "dtrun sample: --messages %s: %s\n", messages_path,
+                        more ? "larger than 1 MiB" : "not a JSON array of messages nor an object with \"messages\"");
+        return m;
+    }
+    cJSON *m = cJSON_CreateArray();
+    if (system) {
+        cJSON *sm = cJSON_CreateObject();
+        cJSON_AddStringToObject(sm, "role", "system");
+        cJSON_AddStringToObject(sm, "content", system);
+        cJSON_AddItemToArray(m, sm);
+    }
+    cJSON *um = cJSON_CreateObject();
+    cJSON_AddStringToObject(um, "role", "user");
+    cJSON_AddStringToObject(um, "content", prompt ? prompt : "");
+    cJSON_AddItemToArray(m, um);
+    return m;
+}
+
+/* --chat: the rendered conversation's ids into *ids, and the stop ids (the
+ * template's eos_token) into stop[0..*n_stop). 0 with a message printed. */
+static int chat_prompt(const char *template_path, const char *tok_path, const dt_tok_t *tok, cJSON *msgs,
+                       int32_t **ids, int *n_ids, int32_t *stop, int *n_stop) {
+    char dir[4096];
+    const char *tp = template_path;
+    struct stat sb;
+    if (!tp && stat(tok_path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        tp = tok_path;
+    } else if (!tp) { /* the tokenizer.json's folder */
+        const char *slash = strrchr(tok_path, '/');
+        snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - tok_path) : 1, slash ? tok_path : ".");
+        tp = dir;
+    }
+    dt_chat_t *c = NULL;
+    char *text = NULL;
+    size_t len = 0;
+    int ok = 0;
+    if (dt_chat_load(tp, &c) != DT_STATUS_OK || dt_chat_render(c, msgs, 1, NULL, &text, &len) != DT_STATUS_OK) {
+        fprintf(stderr, "dtrun sample: --chat: %s\n", dt_error_detail());
+        goto out;
+    }
+    dt_tok_ids enc = {0};
+    dt_tok_enc_t *e = dt_tok_enc_new(tok);
+    dt_status_t st = dt_tok_encode(e, text, len, 1, &enc);
+    dt_tok_enc_free(e);
+    if (st != DT_STATUS_OK || enc.n == 0) {
+        fprintf(stderr, "dtrun sample: --chat: %s\n", st != DT_STATUS_OK ? dt_error_detail() : "the rendered prompt is empty");
+        free(enc.ids);
+        goto out;
+    }
+    *n_ids = (int)enc.n;
+    *ids = dt_xcalloc(enc.n, sizeof **ids);
+    for (size_t i = 0; i < enc.n; i++) (*ids)[i] = (int32_t)enc.ids[i];
+    free(enc.ids);
+    *n_stop = 0;
+    const char *eos = dt_chat_token(c, "eos_token");
+    int64_t id = eos && *eos ? dt_tok_token_id(tok, eos) : -1;
+    if (id >= 0) stop[(*n_stop)++] = (int32_t)id;
+    ok = 1;
+out:
+    free(text);
+    dt_chat_free(c);
+    return ok;
+}
+
 int dt_cmd_sample(int argc, char **argv) {
     const char *path = NULL, *prompt = NULL, *prompt_ids = NULL, *device = "auto", *tok_path = NULL;
-    int print_ids = 0, print_logits = 0, seq_len = 0, threads = 0;
+    const char *template_path = NULL, *system = NULL, *messages_path = NULL;
+    int print_ids = 0, print_logits = 0, seq_len = 0, threads = 0, chat = 0, n_stop = 0;
+    int32_t stop[1];
     dt_sample_opts o = {.tokens = 200, .temperature = 0.8, .top_k = 0, .seed = 1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -82,6 +180,10 @@ int dt_cmd_sample(int argc, char **argv) {
         else if (!strcmp(a, "--ids")) print_ids = 1;
         else if (!strcmp(a, "--tokenizer") && has) tok_path = argv[++i];
         else if (!strcmp(a, "--logits")) print_logits = 1;
+        else if (!strcmp(a, "--chat")) chat = 1;
+        else if (!strcmp(a, "--template") && has) template_path = argv[++i];
+        else if (!strcmp(a, "--system") && has) system = argv[++i];
+        else if (!strcmp(a, "--messages") && has) messages_path = argv[++i];
         else if (!strcmp(a, "--no-cache") || !strcmp(a, "--no_cache")) o.no_cache = 1;
         else if (!strcmp(a, "--device") && has) device = argv[++i];
         else if (!strcmp(a, "--threads") && has) {
@@ -109,6 +211,9 @@ int dt_cmd_sample(int argc, char **argv) {
     }
     if (!path) return bad("%s", "no SOURCE given");
     if (prompt && prompt_ids) return bad("%s", "--prompt and --prompt-ids both given: pick one");
+    if ((template_path || system || messages_path) && !chat) return bad("%s", "--template, --system and --messages go with --chat");
+    if (chat && prompt_ids) return bad("%s", "--chat takes --prompt or --messages, not --prompt-ids");
+    if (chat && messages_path && (prompt || system)) return bad("%s", "--messages holds the whole conversation: no --prompt or --system beside it");
     dt_device_kind_t kind;
     if (!strcmp(device, "cpu")) kind = DT_DEVICE_CPU;
     else if (!strcmp(device, "cuda")) kind = DT_DEVICE_CUDA;
@@ -160,7 +265,23 @@ int dt_cmd_sample(int argc, char **argv) {
         }
         if (tok) text = 0;
     }
-    if (prompt_ids) {
+    if (chat) {
+        if (!tok) {
+            fprintf(stderr, "dtrun sample: --chat needs a tokenizer (--tokenizer PATH, or a Hugging Face SOURCE with "
+                            "tokenizer.json)\n");
+            rc = DT_EXIT_USAGE;
+            goto out_free;
+        }
+        cJSON *msgs = chat_messages(messages_path, system, prompt);
+        int ok = msgs && chat_prompt(template_path, tok_path, tok, msgs, &ids, &n_ids, stop, &n_stop);
+        cJSON_Delete(msgs);
+        if (!ok) {
+            rc = DT_EXIT_USAGE;
+            goto out_free;
+        }
+        o.stop = stop;
+        o.n_stop = n_stop;
+    } else if (prompt_ids) {
         if (!parse_ids(prompt_ids, &ids, &n_ids) || n_ids == 0) {
             fprintf(stderr, "dtrun sample: --prompt-ids '%s' is not a list of token ids (3,17,42)\n", prompt_ids);
             rc = DT_EXIT_USAGE;
@@ -242,14 +363,17 @@ int dt_cmd_sample(int argc, char **argv) {
             putchar('\n');
         }
     }
+    int got = 0; /* generated, up to a stop id (which a chat reply does not print) */
+    while (got < o.tokens && out[got] >= 0) got++;
     if (print_ids) {
-        for (int i = 0; i < o.tokens; i++) printf("%s%d", i ? "," : "", out[i]);
+        for (int i = 0; i < got; i++) printf("%s%d", i ? "," : "", out[i]);
         putchar('\n');
     } else if (o.tokens == 0) {
         /* nothing generated */
     } else if (tok) {
-        if (prompt) fputs(prompt, stdout);
-        if (dt_tok_decode(tok, (const uint32_t *)out, (size_t)o.tokens, &textbuf, &text_len, &text_cap) !=
+        if (prompt && !chat) fputs(prompt, stdout);
+        if (chat && got > 0 && n_stop && out[got - 1] == stop[0]) got--;
+        if (dt_tok_decode(tok, (const uint32_t *)out, (size_t)got, &textbuf, &text_len, &text_cap) !=
             DT_STATUS_OK)
             goto out_error;
         fwrite(textbuf, 1, text_len, stdout);

@@ -195,6 +195,7 @@ typedef struct dt_config {
         char *val;           /* path or glob; NULL = held-out tail of train */
         double val_fraction; /* the tail's share when val is NULL */
         int64_t prefetch;    /* micro-batches read ahead on a thread; 0 = synchronous */
+        bool packing;        /* masked data: documents packed into sequences (else padded) */
     } data;
     int64_t train_steps;
     int64_t seed;

@@ -155,6 +155,9 @@ static const config_key_t tail_keys[] = {
      "share of train (of each source) held out for validation when data.val is null"},
     {"data.prefetch", KT_INT, OFF(data.prefetch), 0, 64, 0, NULL, "2",
      "micro-batches read ahead on a background thread (0 = read when the step needs them)"},
+    {"data.packing", KT_BOOL, OFF(data.packing), 0, 0, 0, NULL, "true",
+     "masked data (`dtrun tokenize --chat`): pack several documents into each sequence, each "
+     "attending only to itself (false = one document per sequence, padded)"},
     {"train_steps", KT_INT, OFF(train_steps), 1, BIG, 0, NULL, "1000", "optimizer steps"},
     {"seed", KT_INT, OFF(seed), 0, BIG, 0, NULL, "1337", "seed of init and data order"},
     {"device", KT_ENUM, OFF(device), 0, 0, 0, device_names, "\"auto\"",

@@ -131,6 +131,12 @@ static dt_status_t generate(dt_sample_net *s, dt_net_t *full, const dt_model_lay
             }
         int32_t tok = pick(logits, V, opts, &rng, scratch);
         out[i] = tok;
+        int stop = 0;
+        for (int k = 0; k < opts->n_stop; k++) stop |= tok == opts->stop[k];
+        if (stop) {
+            for (int j = i + 1; j < opts->tokens; j++) out[j] = -1;
+            break;
+        }
         if (i + 1 == opts->tokens) break; /* its logits would go unused */
         if (len < T) {
             ctx[len] = tok;

@@ -23,6 +23,9 @@ typedef struct dt_sample_opts {
                          * model can decode with a KV cache (the reference path) */
     float *prompt_logits; /* (optional) gets the logits (vocab_size floats a row) of
                            * every prompt position kept: min(n_prompt, seq_len) rows */
+    const int32_t *stop;  /* (optional) n_stop ids that end the generation: the one
+                           * picked is kept in out, the rest of out is -1 */
+    int n_stop;
 } dt_sample_opts;
 
 /* What sampling runs on: a device copy of the parameters, a decode net (KV cache,

@@ -125,6 +125,7 @@ dt_status_t dt_data_detect(const char *pattern, dt_data_kind_t *kind) {
 
 static void file_unmap(data_file *f) {
     if (f->map && f->map_len) munmap(f->map, f->map_len);
+    if (f->mask_map && f->mask_len) munmap(f->mask_map, f->mask_len);
     free(f->path);
     memset(f, 0, sizeof *f);
 }
@@ -149,6 +150,28 @@ static int max_over_vocab(const data_file *f, int vocab, uint64_t *at, uint32_t 
     *at = i;
     *id = max;
     return 1;
+}
+
+/* The loss mask beside a shard (PATH.mask), when there is one: mapped and checked
+ * against the shard. */
+static dt_status_t mask_map(data_file *f) {
+    char mpath[4096];
+    if (snprintf(mpath, sizeof mpath, "%s%s", f->path, DT_MASK_SUFFIX) >= (int)sizeof mpath) return DT_STATUS_OK;
+    if (access(mpath, F_OK) != 0) return DT_STATUS_OK;
+    int fd;
+    struct stat sb;
+    DT_CHECK(dt_fs_open_regular(mpath, O_RDONLY, 0, &fd, &sb));
+    f->mask_len = (size_t)sb.st_size;
+    f->mask_map = f->mask_len ? mmap(NULL, f->mask_len, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
+    close(fd);
+    if (f->mask_map == MAP_FAILED) {
+        f->mask_map = NULL;
+        f->mask_len = 0;
+        return dt_error(DT_STATUS_IO, "%s: cannot map it: %s", mpath, strerror(errno));
+    }
+    DT_CHECK(dt_mask_parse(mpath, f->mask_map, f->mask_len, f->ntok));
+    f->mask = (const uint8_t *)f->mask_map + DT_SHARD_HEADER_BYTES;
+    return DT_STATUS_OK;
 }
 
 static dt_status_t file_map(data_file *f, const char *path, dt_data_kind_t kind, int seq_len,
@@ -186,6 +209,7 @@ static dt_status_t file_map(data_file *f, const char *path, dt_data_kind_t kind,
         DT_CHECK_GOTO(dt_shard_parse(path, f->map, f->map_len, &f->token_bytes, &f->ntok), st,
                       out_close_fd);
         f->tokens = (const uint8_t *)f->map + DT_SHARD_HEADER_BYTES;
+        DT_CHECK_GOTO(mask_map(f), st, out_close_fd);
     }
     f->nsamples = f->ntok > (uint64_t)seq_len ? (f->ntok - 1) / (uint64_t)seq_len : 0;
 out_close_fd:
@@ -223,6 +247,8 @@ static dt_status_t set_check(data_set *s, int vocab) {
 static void set_free(data_set *s) {
     for (int i = 0; i < s->nfiles; i++) file_unmap(&s->files[i]);
     free(s->files);
+    free(s->seq);
+    free(s->segs);
     memset(s, 0, sizeof *s);
 }
 
@@ -237,6 +263,9 @@ static dt_status_t set_open(data_set *s, const char *key, const char *pattern,
     for (size_t i = 0; i < g.gl_pathc; i++) {
         dt_data_kind_t kind;
         int tb;
+        size_t plen = strlen(g.gl_pathv[i]), slen = strlen(DT_MASK_SUFFIX);
+        if (plen > slen && strcmp(g.gl_pathv[i] + plen - slen, DT_MASK_SUFFIX) == 0)
+            continue; /* a shard's loss mask, read with its shard */
         DT_CHECK_GOTO(sniff_kind(g.gl_pathv[i], &kind, &tb), st, out_free_glob);
         if (i == 0) {
             s->kind = kind;
@@ -257,7 +286,22 @@ static dt_status_t set_open(data_set *s, const char *key, const char *pattern,
         f->first_sample = s->nsamples;
         s->nsamples += f->nsamples;
         s->ntokens += f->ntok;
+        if (s->nfiles > 1 && !f->mask != !s->files[0].mask) {
+            const data_file *with = f->mask ? f : &s->files[0], *without = f->mask ? &s->files[0] : f;
+            st = dt_error(DT_STATUS_FORMAT,
+                          "%s: '%s' mixes shards with a loss mask and without: %s has %s%s but %s has none (masked "
+                          "data needs every shard's mask: tokenize them all with --chat)",
+                          key, pattern, with->path, with->path, DT_MASK_SUFFIX, without->path);
+            goto out_free_glob;
+        }
     }
+    if (s->nfiles == 0) {
+        st = dt_error(DT_STATUS_NOT_FOUND, "%s: '%s' matches only loss masks (%s), no shard", key, pattern,
+                      DT_MASK_SUFFIX);
+        goto out_free_glob;
+    }
+    s->masked = s->files[0].mask != NULL;
+    if (s->masked) DT_CHECK_GOTO(dt_data_pack_build_(s, o->seq_len, !o->no_packing), st, out_free_glob);
     DT_CHECK_GOTO(set_check(s, o->vocab_size), st, out_free_glob);
 out_free_glob:
     globfree(&g);
@@ -413,20 +457,39 @@ uint64_t dt_data_train_tokens(const dt_data_t *d) {
 }
 
 /* Validation sample j: of data.val, or of the sources' tails one after another. */
-static dt_status_t val_sample(const dt_data_t *d, uint64_t j, int T, int32_t *inp, int32_t *tgt) {
-    if (d->val.nfiles) return dt_data_set_sample_(&d->val, j, T, inp, tgt);
+static dt_status_t val_sample(const dt_data_t *d, uint64_t j, int T, int32_t *inp, int32_t *tgt, int32_t *pos) {
+    if (d->val.nfiles) return dt_data_set_sample_(&d->val, j, T, inp, tgt, pos);
     for (int i = 0; i < d->n_src; i++) {
-        if (j < d->src[i].held) return dt_data_set_sample_(&d->src[i].set, d->src[i].train_n + j, T, inp, tgt);
+        if (j < d->src[i].held)
+            return dt_data_set_sample_(&d->src[i].set, d->src[i].train_n + j, T, inp, tgt, pos);
         j -= d->src[i].held;
     }
     return dt_error(DT_STATUS_INVALID, "validation sample %llu is out of range", (unsigned long long)j);
 }
 
-dt_status_t dt_data_val_batch(dt_data_t *d, uint64_t index, int32_t *inputs, int32_t *targets) {
+dt_status_t dt_data_val_batch_pos(dt_data_t *d, uint64_t index, int32_t *inputs, int32_t *targets,
+                                  int32_t *positions) {
     if (d->val_n == 0) return dt_error(DT_STATUS_NOT_FOUND, "no validation samples");
     int B = d->o.micro_batch, T = d->o.seq_len;
     uint64_t first = (index * (uint64_t)d->o.world_size + (uint64_t)d->o.rank) * (uint64_t)B;
     for (int b = 0; b < B; b++)
-        DT_CHECK(val_sample(d, (first + (uint64_t)b) % d->val_n, T, inputs + (size_t)b * T, targets + (size_t)b * T));
+        DT_CHECK(val_sample(d, (first + (uint64_t)b) % d->val_n, T, inputs + (size_t)b * T, targets + (size_t)b * T,
+                            positions ? positions + (size_t)b * T : NULL));
     return DT_STATUS_OK;
+}
+
+dt_status_t dt_data_val_batch(dt_data_t *d, uint64_t index, int32_t *inputs, int32_t *targets) {
+    return dt_data_val_batch_pos(d, index, inputs, targets, NULL);
+}
+
+int dt_data_masked(const dt_data_t *d, dt_data_pack_info *info) {
+    if (info) {
+        memset(info, 0, sizeof *info);
+        for (int i = 0; i < d->n_src; i++) {
+            const dt_data_pack_info *p = &d->src[i].set.pack;
+            info->documents += p->documents, info->skipped += p->skipped, info->truncated += p->truncated;
+            info->sequences += p->sequences, info->positions += p->positions, info->trained += p->trained;
+        }
+    }
+    return d->src[0].set.masked;
 }

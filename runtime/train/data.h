@@ -8,7 +8,14 @@
  * vocab) and every problem names the file. All sources of a job are the same kind.
  *
  * Samples: each file is cut into windows of seq_len+1 tokens at stride seq_len
- * (inputs are the first seq_len, targets the last seq_len). Each source visits its
+ * (inputs are the first seq_len, targets the last seq_len). Shards with a loss mask
+ * beside them (shard.h: SHARD.mask, written by `dtrun tokenize --chat`) are masked
+ * data instead: their documents (a mask bit marks each start) are packed whole into
+ * sequences (data_pack.c; first-fit over a few open sequences, in document order;
+ * a document longer than seq_len + 1 tokens is cut there), each with positions
+ * restarting at 0 per document so that attention stays inside it, and targets -1
+ * where the mask does not train (prompts) and on padding. With no_packing each
+ * document has a sequence of its own. Every shard of a masked job needs its mask. Each source visits its
  * training samples in a permutation drawn from (seed, source, epoch) and keeps its
  * own (epoch, cursor).
  *
@@ -75,7 +82,19 @@ typedef struct dt_data_opts {
     int world_size;
     int micro_batch; /* B, samples per rank per micro-step */
     int prefetch;    /* micro-batches read ahead on a thread; 0 = read in dt_data_next */
+    int no_packing;  /* masked data: one document per sequence, padded (data.packing false) */
 } dt_data_opts;
+
+/* Masked data (shards with their loss masks, `dtrun tokenize --chat`): how its
+ * documents became sequences. */
+typedef struct dt_data_pack_info {
+    uint64_t documents;  /* documents of >= 2 tokens, placed */
+    uint64_t skipped;    /* documents of one token (nothing to predict) */
+    uint64_t truncated;  /* documents longer than seq_len + 1 tokens, cut there */
+    uint64_t sequences;
+    uint64_t positions;  /* real (non-padding) positions over all sequences */
+    uint64_t trained;    /* positions whose target is trained on */
+} dt_data_pack_info;
 
 /* Where one source is in its own sample order. */
 typedef struct dt_data_src_pos {
@@ -127,9 +146,19 @@ const char *dt_data_source_path(const dt_data_t *d, int i);
 
 /* This rank's next micro-batch: inputs and targets, each (B, T) int32. */
 dt_status_t dt_data_next(dt_data_t *d, int32_t *inputs, int32_t *targets);
+/* The same with positions (B, T): masked data's position of each token in its
+ * document (0 at each start; padding is a document of its own), targets -1 where
+ * the target is not trained on or is padding. positions may be NULL. */
+dt_status_t dt_data_next_pos(dt_data_t *d, int32_t *inputs, int32_t *targets, int32_t *positions);
+/* 1 when the data is masked (every sample comes with positions and may hold
+ * untrained targets); info (may be NULL) gets how the training sources' documents
+ * were packed, summed over them. */
+int dt_data_masked(const dt_data_t *d, dt_data_pack_info *info);
 /* Validation batch `index` of this rank, (B, T) each; wraps around. 0 samples of
  * validation -> DT_STATUS_NOT_FOUND. */
 dt_status_t dt_data_val_batch(dt_data_t *d, uint64_t index, int32_t *inputs, int32_t *targets);
+dt_status_t dt_data_val_batch_pos(dt_data_t *d, uint64_t index, int32_t *inputs, int32_t *targets,
+                                  int32_t *positions);
 
 dt_data_pos dt_data_get_pos(const dt_data_t *d);
 /* Restores a position (stopping the read-ahead, which restarts from it). A

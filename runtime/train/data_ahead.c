@@ -28,6 +28,7 @@ dt_status_t dt_data_ahead_init_(dt_data_t *d, dt_data_produce_fn produce) {
     for (int i = 0; i < a->depth; i++) {
         a->slots[i].inputs = dt_xcalloc(n, sizeof(int32_t));
         a->slots[i].targets = dt_xcalloc(n, sizeof(int32_t));
+        if (d->src[0].set.masked) a->slots[i].positions = dt_xcalloc(n, sizeof(int32_t));
     }
     pthread_mutex_init(&a->mu, NULL);
     pthread_cond_init(&a->cv, NULL);
@@ -47,7 +48,7 @@ static void *ahead_main(void *arg) {
         if (a->stop) break;
         ahead_slot *s = &a->slots[a->head % (uint64_t)a->depth];
         pthread_mutex_unlock(&a->mu);
-        s->st = a->produce(d, &a->next, s->inputs, s->targets); /* slot head is the producer's alone */
+        s->st = a->produce(d, &a->next, s->inputs, s->targets, s->positions); /* slot head is the producer's alone */
         if (s->st != DT_STATUS_OK) snprintf(s->err, sizeof s->err, "%s", dt_error_detail());
         s->after = a->next;
         pthread_mutex_lock(&a->mu);
@@ -58,7 +59,7 @@ static void *ahead_main(void *arg) {
     return NULL;
 }
 
-dt_status_t dt_data_ahead_take_(dt_data_t *d, int32_t *inputs, int32_t *targets) {
+dt_status_t dt_data_ahead_take_(dt_data_t *d, int32_t *inputs, int32_t *targets, int32_t *positions) {
     data_ahead *a = &d->ahead;
     size_t n = (size_t)d->o.micro_batch * (size_t)d->o.seq_len;
     if (!a->running) { /* starts from the consumed position (after any resume) */
@@ -68,7 +69,7 @@ dt_status_t dt_data_ahead_take_(dt_data_t *d, int32_t *inputs, int32_t *targets)
         if (pthread_create(&a->thread, NULL, ahead_main, d) != 0) {
             DT_LOG_WARN("data.prefetch: cannot start the read-ahead thread; reading synchronously");
             d->o.prefetch = 0;
-            return a->produce(d, &d->pos, inputs, targets);
+            return a->produce(d, &d->pos, inputs, targets, positions);
         }
         a->running = 1;
     }
@@ -80,6 +81,11 @@ dt_status_t dt_data_ahead_take_(dt_data_t *d, int32_t *inputs, int32_t *targets)
         return dt_error(s->st, "%s", s->err);
     memcpy(inputs, s->inputs, n * sizeof(int32_t)); /* the producer does not touch slot tail */
     memcpy(targets, s->targets, n * sizeof(int32_t));
+    if (positions) {
+        if (s->positions) memcpy(positions, s->positions, n * sizeof(int32_t));
+        else
+            for (size_t i = 0; i < n; i++) positions[i] = (int32_t)(i % (size_t)d->o.seq_len);
+    }
     pthread_mutex_lock(&a->mu);
     d->pos = s->after;
     a->tail++;
@@ -106,6 +112,7 @@ void dt_data_ahead_free_(dt_data_t *d) {
     for (int i = 0; i < a->depth; i++) {
         free(a->slots[i].inputs);
         free(a->slots[i].targets);
+        free(a->slots[i].positions);
     }
     free(a->slots);
     a->slots = NULL;

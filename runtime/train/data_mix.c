@@ -73,7 +73,7 @@ static void slow_reader(const dt_data_t *d) {
 /* Advances *pos over the job's micro-step, noting this rank's samples; then starts
  * their reads together (lazy sets) and copies them. On a bad sample *pos is left
  * where it was. */
-dt_status_t dt_data_produce_(dt_data_t *d, dt_data_pos *pos, int32_t *inputs, int32_t *targets) {
+dt_status_t dt_data_produce_(dt_data_t *d, dt_data_pos *pos, int32_t *inputs, int32_t *targets, int32_t *positions) {
     uint64_t B = (uint64_t)d->o.micro_batch, W = (uint64_t)d->o.world_size, T = (uint64_t)d->o.seq_len;
     uint64_t first = (uint64_t)d->o.rank * B;
     dt_data_pos next = *pos;
@@ -89,7 +89,7 @@ dt_status_t dt_data_produce_(dt_data_t *d, dt_data_pos *pos, int32_t *inputs, in
     for (uint64_t b = 0; b < B; b++) {
         slow_reader(d);
         DT_CHECK(dt_data_set_sample_(&d->src[d->mine[b].src].set, d->mine[b].id, (int)T, inputs + b * T,
-                                     targets + b * T));
+                                     targets + b * T, positions ? positions + b * T : NULL));
     }
     next.samples += W * B;
     next.epoch = next.src[0].epoch;
@@ -98,9 +98,13 @@ dt_status_t dt_data_produce_(dt_data_t *d, dt_data_pos *pos, int32_t *inputs, in
     return DT_STATUS_OK;
 }
 
+dt_status_t dt_data_next_pos(dt_data_t *d, int32_t *inputs, int32_t *targets, int32_t *positions) {
+    if (d->o.prefetch > 0) return dt_data_ahead_take_(d, inputs, targets, positions);
+    return dt_data_produce_(d, &d->pos, inputs, targets, positions);
+}
+
 dt_status_t dt_data_next(dt_data_t *d, int32_t *inputs, int32_t *targets) {
-    if (d->o.prefetch > 0) return dt_data_ahead_take_(d, inputs, targets);
-    return dt_data_produce_(d, &d->pos, inputs, targets);
+    return dt_data_next_pos(d, inputs, targets, NULL);
 }
 
 dt_data_pos dt_data_get_pos(const dt_data_t *d) { return d->pos; }

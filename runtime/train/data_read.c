@@ -24,7 +24,7 @@ static const data_file *sample_file(const data_set *s, uint64_t id) {
 }
 
 void dt_data_set_advise_(const data_set *s, uint64_t id, int T) {
-    if (!s->lazy) return;
+    if (!s->lazy || s->masked) return;
     const data_file *f = sample_file(s, id);
     size_t page = 4096, w = (size_t)f->token_bytes;
     size_t a = (size_t)((const uint8_t *)f->tokens - (const uint8_t *)f->map) + (size_t)(id - f->first_sample) * T * w;
@@ -58,8 +58,9 @@ static void bus_install(void) {
     sigaction(SIGBUS, &sa, NULL);
 }
 
-dt_status_t dt_data_set_sample_(const data_set *s, uint64_t id, int T, int32_t *inp, int32_t *tgt) {
-    const data_file *f = sample_file(s, id);
+dt_status_t dt_data_set_sample_(const data_set *s, uint64_t id, int T, int32_t *inp, int32_t *tgt, int32_t *pos) {
+    /* volatile: read again after the longjmp */
+    const data_file *volatile f = s->masked ? &s->files[s->segs[s->seq[id]].file] : sample_file(s, id);
     uint64_t off = (id - f->first_sample) * (uint64_t)T;
     pthread_once(&bus_once, bus_install);
     sigjmp_buf jump;
@@ -71,6 +72,13 @@ dt_status_t dt_data_set_sample_(const data_set *s, uint64_t id, int T, int32_t *
                         f->path, (unsigned long long)off, f->map_len);
     }
     bus_jump = &jump;
+    if (s->masked) {
+        dt_status_t st = dt_data_pack_sample_(s, id, T, inp, tgt, pos);
+        bus_jump = NULL;
+        return st;
+    }
+    if (pos)
+        for (int t = 0; t < T; t++) pos[t] = t;
     if (f->token_bytes == 1) {
         const uint8_t *p = f->bytes + off;
         for (int t = 0; t < T; t++) inp[t] = p[t], tgt[t] = p[t + 1];

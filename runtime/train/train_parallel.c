@@ -96,6 +96,10 @@ dt_status_t dt_train_pp_step_(dt_train_pp *pp, dt_data_t *data, int n_rows, doub
     return dt_pp_step(pp->engine, pp->mb_batches, 1.0f / ((float)n_rows * (float)pp->micro_batches), loss_sum);
 }
 
+dt_status_t dt_train_pp_step_batches_(dt_train_pp *pp, const dt_batch *batches, float dscale, double *loss_sum) {
+    return dt_pp_step(pp->engine, batches, dscale, loss_sum);
+}
+
 dt_status_t dt_train_pp_figures_(dt_train_pp *pp, dt_dp_t *dp, double out[4]) {
     dt_pp_stats ps;
     dt_pp_get_stats(pp->engine, &ps);

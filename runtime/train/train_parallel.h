@@ -59,6 +59,9 @@ dt_status_t dt_train_pp_start_(dt_train_pp *pp, dt_device_t *dev, dt_net_t *net,
  * net's rows of a micro-batch): *loss_sum is the sum of their mean losses on the last
  * stage (NAN elsewhere); *data_s += the read time. */
 dt_status_t dt_train_pp_step_(dt_train_pp *pp, dt_data_t *data, int n_rows, double *loss_sum, double *data_s);
+/* The same over micro-batches already read (masked data: train_mask.h), each row's
+ * loss gradient scaled by dscale. */
+dt_status_t dt_train_pp_step_batches_(dt_train_pp *pp, const dt_batch *batches, float dscale, double *loss_sum);
 /* After a step (collective over all ranks of dp): out gets the stages' mean bubble
  * (the share of the pipeline's span, its longest stage's passes, a stage did not
  * compute), the schedule's ideal, the mean ms a stage did not compute and the bytes

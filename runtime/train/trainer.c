@@ -340,7 +340,7 @@ static dt_status_t setup(dt_trainer_t *t) {
                           .vocab_size = spec.vocab_size, .seed = (uint64_t)cfg->seed,
                           /* the ranks of a TP group read the same batch */
                           .rank = t->place.dp_rank, .world_size = t->place.dp_size, .micro_batch = t->B,
-                          .prefetch = (int)cfg->data.prefetch};
+                          .prefetch = (int)cfg->data.prefetch, .no_packing = !cfg->data.packing};
         if (!cfg->data.n_sources) o.sources = NULL, o.train = cfg->data.train; /* errors say data.train */
         DT_CHECK(dt_data_open(&o, &t->data));
     }
@@ -429,6 +429,7 @@ static dt_status_t setup(dt_trainer_t *t) {
     size_t rows = (size_t)t->B * (size_t)t->T;
     t->tokens = dt_xcalloc(rows, sizeof(int32_t));
     t->targets = dt_xcalloc(rows, sizeof(int32_t));
+    dt_train_mask_init_(&t->mask, t->data, t->accum, rows, t->place.dp_size);
     if (t->layout.in_features > 0)
         t->features = dt_xcalloc((size_t)t->B * (size_t)t->layout.in_features, sizeof(float));
     t->peak_flops = t->dev->ops->peak_flops ? t->dev->ops->peak_flops(t->dev) : 0;
@@ -454,6 +455,7 @@ static void teardown(dt_trainer_t *t) {
     dt_train_trace_stop();
     dt_train_async_free(t->async); /* waits for a background write (not committed) */
     dt_train_pp_free_(&t->pp);
+    dt_train_mask_free_(&t->mask);
     dt_stragglers_free(t->stragglers);
     dt_dp_free(t->dp);
     dt_hf_weights_close(t->hf);
@@ -508,18 +510,21 @@ static dt_status_t evaluate(dt_trainer_t *t, double *val_loss) {
     *val_loss = NAN;
     if (!t->data || dt_data_val_samples(t->data) == 0) return DT_STATUS_OK;
     int nb = t->cfg->eval.batches > 0 ? (int)t->cfg->eval.batches : 1;
-    double sum = 0;
+    double sum = 0, trained = 0, rows = (double)t->B * t->T;
     for (int i = 0; i < nb; i++) {
         DT_CHECK(dt_dp_check(t->dp));
-    DT_CHECK(dt_data_val_batch(t->data, (uint64_t)i, t->tokens, t->targets));
-        dt_batch b = {.tokens = t->tokens, .targets = t->targets};
+        int32_t *pos = t->mask.on ? t->mask.pos : NULL; /* masked data: its documents' positions */
+        DT_CHECK(dt_data_val_batch_pos(t->data, (uint64_t)i, t->tokens, t->targets, pos));
+        dt_batch b = {.tokens = t->tokens, .targets = t->targets, .positions = pos};
         double l;
         if (dt_train_pp_on_(&t->pp)) DT_CHECK(dt_pp_forward_only(t->pp.engine, &b, &l)); /* NAN but on the last stage */
         else DT_CHECK(dt_net_forward(&t->net, &b, &l));
-        sum += l;
+        sum += t->mask.on ? l * rows : l;
+        for (size_t k = 0; t->mask.on && k < (size_t)rows; k++) trained += t->targets[k] >= 0;
     }
     t->net.have_forward = 0;
-    *val_loss = sum / nb;
+    /* masked data: the mean over this rank's trained targets */
+    *val_loss = t->mask.on ? (trained > 0 ? sum / trained : 0.0) : sum / nb;
     return dt_dp_check(t->dp);
 }
 
@@ -587,6 +592,11 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env) {
                (t.layout.global ? t.layout.global->n_params : n) * 4.0 / 1e6,
                t.layout.global ? ", this rank's piece of it" : "", dt_device_kind_name(t.dev->kind),
                t.dev->nthreads, env->world_size, par, t.B, t.accum, (long long)steps);
+        if (t.mask.on) {
+            char line[512];
+            dt_train_mask_describe_(t.data, t.T, line, sizeof line);
+            printf("dtrun: %s\n", line);
+        }
         fflush(stdout);
     }
     double t_start = dt_now_s(), final_loss = NAN, final_val = NAN;
@@ -600,12 +610,20 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env) {
         dt_tp_take_comm_ms(t.tp);
         DT_CHECK_GOTO(dt_dp_step_begin(t.dp), st, out_teardown);
         dt_stragglers_test_delay(t.stragglers);
-        if (dt_train_pp_on_(&t.pp)) {
+        if (t.mask.on) { /* the step's micro-batches first: their trained targets scale every backward */
+            double d0 = dt_now_s();
+            DT_CHECK_GOTO(dt_train_mask_step_(&t.mask, t.data, t.dp), st, out_teardown);
+            data_s += dt_now_s() - d0;
+        }
+        if (dt_train_pp_on_(&t.pp) && t.mask.on) {
+            DT_CHECK_GOTO(dt_train_pp_step_batches_(&t.pp, t.mask.batches, t.mask.dscale, &loss_sum), st, out_teardown);
+        } else if (dt_train_pp_on_(&t.pp)) {
             DT_CHECK_GOTO(dt_train_pp_step_(&t.pp, t.data, t.net.n_rows, &loss_sum, &data_s), st, out_teardown);
         } else {
             for (int a = 0; a < t.accum; a++) {
                 double d0 = dt_now_s();
-                DT_CHECK_GOTO(next_batch(&t, &batch), st, out_teardown);
+                if (t.mask.on) batch = t.mask.batches[a];
+                else DT_CHECK_GOTO(next_batch(&t, &batch), st, out_teardown);
                 double d1 = dt_now_s(), l;
                 data_s += d1 - d0;
                 dt_trace_span(DT_TRACE_DATA, "data", d0, d1);
@@ -614,14 +632,16 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env) {
                 double f1 = dt_trace_now();
                 dt_trace_span(DT_TRACE_COMPUTE, "forward", d1, f1);
                 loss_sum += l;
-                DT_CHECK_GOTO(dt_net_backward(&t.net, 1.0f / ((float)t.net.n_rows * (float)t.accum)), st,
-                              out_teardown);
+                DT_CHECK_GOTO(dt_net_backward(&t.net, t.mask.on ? t.mask.dscale
+                                                                : 1.0f / ((float)t.net.n_rows * (float)t.accum)),
+                              st, out_teardown);
                 dt_trace_end(DT_TRACE_COMPUTE, "backward", f1);
                 DT_CHECK_GOTO(dt_dp_micro_end(t.dp), st, out_teardown);
                 DT_CHECK_GOTO(dt_tp_check(t.tp), st, out_teardown);
             }
         }
-        double loss = loss_sum / t.accum, norm = 0, r0 = dt_trace_now();
+        double loss = t.mask.on ? dt_train_mask_loss_(&t.mask, loss_sum) : loss_sum / t.accum, norm = 0,
+               r0 = dt_trace_now();
         DT_CHECK_GOTO(dt_dp_reduce_finish(t.dp), st, out_teardown);
         DT_CHECK_GOTO(dt_dp_grad_norm(t.dp, &norm), st, out_teardown);
         DT_CHECK_GOTO(dt_train_pp_on_(&t.pp) ? dt_train_mean_loss_(&t.pp, t.dp, &loss) : mean_over_ranks(&t, &loss), st,

@@ -42,6 +42,7 @@
 #include "runtime/train/train_async.h"    /* defines: dt_train_async */
 #include "runtime/train/train_ckpt.h"     /* defines: dt_train_resume */
 #include "runtime/train/train_lora.h"     /* defines: dt_train_lora */
+#include "runtime/train/train_mask.h"
 #include "runtime/train/train_parallel.h" /* defines: dt_train_pp */
 
 typedef struct dt_trainer {
@@ -62,6 +63,7 @@ typedef struct dt_trainer {
     dt_tp_place place;
     dt_comm_t *tp_comm, *pp_comm, *dp_comm;
     dt_tp_t *tp;
+    dt_train_mask mask; /* masked data (train_mask.h): the loss over the global batch's trained targets */
     dt_train_pp pp;  /* pipeline parallelism (train_parallel.h): no engine at pipeline.stages 1 */
     dt_dp_t *dp;     /* owns parameters, gradients and optimizer state */
     int B, T, accum;

@@ -1,0 +1,78 @@
+/*
+ * train_mask.c - the loss over the trained targets of the global batch
+ * (train_mask.h).
+ */
+#include "runtime/train/train_mask.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/mem.h"
+
+void dt_train_mask_init_(dt_train_mask *m, dt_data_t *data, int accum, size_t rows, int dp_size) {
+    *m = (dt_train_mask){0};
+    if (!data || !dt_data_masked(data, NULL)) return;
+    m->on = 1;
+    m->accum = accum;
+    m->rows = rows;
+    m->dp_size = dp_size;
+    m->tok = dt_xcalloc((size_t)accum * rows, sizeof *m->tok);
+    m->tgt = dt_xcalloc((size_t)accum * rows, sizeof *m->tgt);
+    m->pos = dt_xcalloc((size_t)accum * rows, sizeof *m->pos);
+    m->batches = dt_xcalloc((size_t)accum, sizeof *m->batches);
+}
+
+void dt_train_mask_free_(dt_train_mask *m) {
+    free(m->tok);
+    free(m->tgt);
+    free(m->pos);
+    free(m->batches);
+    *m = (dt_train_mask){0};
+}
+
+dt_status_t dt_train_mask_step_(dt_train_mask *m, dt_data_t *data, dt_dp_t *dp) {
+    double mine = 0;
+    for (int a = 0; a < m->accum; a++) {
+        size_t o = (size_t)a * m->rows;
+        DT_CHECK(dt_data_next_pos(data, m->tok + o, m->tgt + o, m->pos + o));
+        m->batches[a] = (dt_batch){.tokens = m->tok + o, .targets = m->tgt + o, .positions = m->pos + o};
+        for (size_t i = 0; i < m->rows; i++) mine += m->tgt[o + i] >= 0;
+    }
+    /* Every rank of a replica (its TP and pipeline ranks) read the same batches:
+     * the sum over the ranks counts each replica world / dp_size times. */
+    int world = dp ? dt_dp_world_size(dp) : 1;
+    double sum = mine;
+    if (world > 1) {
+        double *all = dt_xcalloc((size_t)world, sizeof *all);
+        dt_status_t st = dt_dp_all_gather_f64(dp, &mine, 1, all);
+        sum = 0;
+        for (int r = 0; r < world; r++) sum += all[r];
+        free(all);
+        DT_CHECK(st);
+    }
+    m->trained = sum * m->dp_size / world;
+    m->dscale = m->trained > 0 ? (float)((double)m->dp_size / m->trained) : 0.0f;
+    return DT_STATUS_OK;
+}
+
+double dt_train_mask_loss_(const dt_train_mask *m, double sum_of_means) {
+    if (!(m->trained > 0)) return 0.0;
+    return sum_of_means * (double)m->rows * m->dp_size / m->trained;
+}
+
+void dt_train_mask_describe_(dt_data_t *data, int seq_len, char *buf, size_t len) {
+    dt_data_pack_info p;
+    dt_data_masked(data, &p);
+    double cap = (double)p.sequences * seq_len;
+    snprintf(buf, len,
+             "data: %llu documents in %llu sequences of %d positions: %.1f%% real tokens (packing efficiency), "
+             "%.1f%% trained on",
+             (unsigned long long)p.documents, (unsigned long long)p.sequences, seq_len,
+             cap > 0 ? 100.0 * (double)p.positions / cap : 0.0, cap > 0 ? 100.0 * (double)p.trained / cap : 0.0);
+    if (p.truncated || p.skipped) {
+        size_t n = strlen(buf);
+        snprintf(buf + n, len - n, "; %llu longer than seq_len + 1 tokens cut, %llu of one token skipped",
+                 (unsigned long long)p.truncated, (unsigned long long)p.skipped);
+    }
+}
