@@ -366,6 +366,8 @@ int dt_cmd_tokenize(int argc, char **argv) {
            dt_shard_token_bytes(dt_tok_vocab_size(tok)) == 2 ? "uint16" : "uint32", dt_tok_vocab_size(tok), out, rate,
            sum.seconds,
            sum.jobs);
+    if (chat) printf("tokenize: each shard's loss mask beside it (SHARD%s: --mask %s)\n", DT_MASK_SUFFIX,
+                     mask_mode == DT_TOKENIZE_MASK_LAST ? "last" : mask_mode == DT_TOKENIZE_MASK_ALL ? "all" : "assistant");
     if (stats)
         printf("tokenize: %llu pieces; serial part (cutting pieces, writing and renaming shards) %.3f s of %.3f s\n",
                (unsigned long long)sum.pieces, sum.serial_s, sum.seconds);

@@ -64,7 +64,7 @@ static dt_status_t render_prefix(const dt_tokenize_opts *o, const cJSON *msgs, i
 /* The byte spans of the trained assistant turns of a conversation rendered as text. */
 static dt_status_t assistant_spans(const dt_tokenize_opts *o, const cJSON *msgs, const char *text, size_t len,
                                    span *sp, int *nsp) {
-    int n = cJSON_GetArraySize(msgs), last = -1, i = 0;
+    int last = -1, i = 0;
     *nsp = 0;
     for (const cJSON *m = msgs->child; m; m = m->next, i++) {
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
@@ -91,7 +91,6 @@ static dt_status_t assistant_spans(const dt_tokenize_opts *o, const cJSON *msgs,
         if (*nsp == MAX_SPANS) return dt_error(DT_STATUS_LIMIT, "more than %d assistant turns", MAX_SPANS);
         sp[(*nsp)++] = (span){pl, fl};
     }
-    (void)n;
     return DT_STATUS_OK;
 }
 
