@@ -61,6 +61,18 @@ double dt_train_mask_loss_(const dt_train_mask *m, double sum_of_means) {
     return sum_of_means * (double)m->rows * m->dp_size / m->trained;
 }
 
+dt_status_t dt_train_mask_val_loss_(dt_dp_t *dp, int holds, double sum, double trained, double *val_loss) {
+    int n = dt_dp_world_size(dp);
+    double mine[2] = {holds ? sum : 0, holds ? trained : 0}, *all = dt_xcalloc((size_t)n * 2, sizeof *all);
+    dt_status_t st = DT_STATUS_OK;
+    if (n > 1) st = dt_dp_all_gather_f64(dp, mine, 2, all);
+    else memcpy(all, mine, sizeof mine);
+    for (int r = 1; r < n; r++) all[0] += all[2 * r], all[1] += all[2 * r + 1];
+    if (st == DT_STATUS_OK) *val_loss = all[1] > 0 ? all[0] / all[1] : 0.0;
+    free(all);
+    return st;
+}
+
 void dt_train_mask_describe_(dt_data_t *data, int seq_len, char *buf, size_t len) {
     dt_data_pack_info p;
     dt_data_masked(data, &p);
@@ -75,4 +87,6 @@ void dt_train_mask_describe_(dt_data_t *data, int seq_len, char *buf, size_t len
         snprintf(buf + n, len - n, "; %llu longer than seq_len + 1 tokens cut, %llu of one token skipped",
                  (unsigned long long)p.truncated, (unsigned long long)p.skipped);
     }
+    size_t n = strlen(buf);
+    snprintf(buf + n, len - n, "; validation: %llu sequences", (unsigned long long)dt_data_val_samples(data));
 }

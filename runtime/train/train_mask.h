@@ -44,6 +44,11 @@ dt_status_t dt_train_mask_step_(dt_train_mask *m, dt_data_t *data, dt_dp_t *dp);
  * micro-batches' mean row losses (rows each): sum of token losses x dp_size / N, whose
  * mean over the ranks (each replica counted equally often) is the step's loss. */
 double dt_train_mask_loss_(const dt_train_mask *m, double sum_of_means);
+/* The validation loss of masked data: the sum of the trained targets' losses over
+ * the trained targets of every rank's batches (sum and trained: this rank's; only
+ * the ranks that hold the loss, holds, count: the last pipeline stage's). One
+ * all-gather over dp. */
+dt_status_t dt_train_mask_val_loss_(dt_dp_t *dp, int holds, double sum, double trained, double *val_loss);
 /* One line for people: how the documents were packed. */
 void dt_train_mask_describe_(dt_data_t *data, int seq_len, char *buf, size_t len);
 

@@ -523,9 +523,13 @@ static dt_status_t evaluate(dt_trainer_t *t, double *val_loss) {
         for (size_t k = 0; t->mask.on && k < (size_t)rows; k++) trained += t->targets[k] >= 0;
     }
     t->net.have_forward = 0;
-    /* masked data: the mean over this rank's trained targets */
-    *val_loss = t->mask.on ? (trained > 0 ? sum / trained : 0.0) : sum / nb;
-    return dt_dp_check(t->dp);
+    DT_CHECK(dt_dp_check(t->dp));
+    if (!t->mask.on) {
+        *val_loss = sum / nb;
+        return dt_train_pp_on_(&t->pp) ? dt_train_mean_loss_(&t->pp, t->dp, val_loss) : mean_over_ranks(t, val_loss);
+    }
+    int holds = !dt_train_pp_on_(&t->pp) || t->pp.place.pp_rank == t->pp.place.pp_size - 1;
+    return dt_train_mask_val_loss_(t->dp, holds, sum, trained, val_loss);
 }
 
 static int wants_sample(const dt_trainer_t *t) {
@@ -674,8 +678,6 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env) {
         double val = NAN;
         if (cfg->eval.every_steps > 0 && (step % cfg->eval.every_steps == 0 || step == steps)) {
             DT_CHECK_GOTO(evaluate(&t, &val), st, out_teardown);
-            DT_CHECK_GOTO(dt_train_pp_on_(&t.pp) ? dt_train_mean_loss_(&t.pp, t.dp, &val) : mean_over_ranks(&t, &val), st,
-                          out_teardown);
             dt_dp_take_comm_ms(t.dp); /* evaluation's gathers are not the step's */
             dt_tp_take_comm_ms(t.tp);
             DT_CHECK_GOTO(dt_tp_check(t.tp), st, out_teardown);

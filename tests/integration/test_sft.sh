@@ -47,7 +47,7 @@ cat > "$DT_TMP/llama.json" <<JSON
  "data": {"train": "$DT_TMP/chat_train_*.bin", "val": "$DT_TMP/chat_val_*.bin"},
  "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, "train_steps": 8, "steps_per_print": 1,
  "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.1}},
- "gradient_clipping": 1.0, "eval": {"every_steps": 0}, "threads": 1, "seed": 5,
+ "gradient_clipping": 1.0, "eval": {"every_steps": 4, "batches": 2}, "threads": 1, "seed": 5,
  "checkpoint": {"every_steps": 0, "resume": "never"}}
 JSON
 run() {
@@ -59,22 +59,30 @@ same() {
   python3 - "$DT_TMP/$1" "$DT_TMP/$2" "$3" <<'PY'
 import json, sys, numpy as np
 a, b, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-la = [json.loads(l)["loss"] for l in open(a + "/metrics.jsonl")]
-lb = [json.loads(l)["loss"] for l in open(b + "/metrics.jsonl")]
+ra = [json.loads(l) for l in open(a + "/metrics.jsonl")]
+rb = [json.loads(l) for l in open(b + "/metrics.jsonl")]
+la, lb = [r["loss"] for r in ra], [r["loss"] for r in rb]
 assert len(la) == len(lb) == n, (len(la), len(lb))
+va = [r["val_loss"] for r in ra if r.get("val_loss") is not None]
+vb = [r["val_loss"] for r in rb if r.get("val_loss") is not None]
+assert len(va) == len(vb), ("validations", va, vb)
+dv = max([abs(x - y) / abs(y) for x, y in zip(va, vb)] + [0.0])
+assert dv < 1e-5, ("val loss", va, vb)
 assert la[-1] < la[0], ("it learns", la)
 dl = max(abs(x - y) / abs(y) for x, y in zip(la, lb))
 pa, pb = np.fromfile(a + ".bin", np.float32), np.fromfile(b + ".bin", np.float32)
 dp = float(np.linalg.norm(pa - pb) / np.linalg.norm(pb))
-print(f"  loss {la[0]:.4f} -> {la[-1]:.4f}, max relative loss difference {dl:.2e}, parameters {dp:.2e}")
+print(f"  loss {la[0]:.4f} -> {la[-1]:.4f}, max relative loss difference {dl:.2e}, parameters {dp:.2e}"
+      + (f", {len(va)} validations {dv:.2e}" if va else ""))
 assert dl < 1e-5 and dp < 1e-5, ("loss", dl, "params", dp)
 PY
 }
 if run ref 1 "$DT_TMP/llama.json" && grep -q "documents in .* sequences of 128 positions: .* real tokens (packing efficiency)" "$DT_TMP/ref.out"
 then pass "1 rank trains on masked packed data and prints the packing efficiency"
 else fail "1 rank on masked data" "$(tail -3 "$DT_TMP/ref.out")"; fi
-for c in "dp 2 gradient_accumulation_steps=1" "tp 2 tensor_parallel.size=2" "pp 2 pipeline.stages=2" \
-         "fsdp 2 strategy=fsdp gradient_accumulation_steps=1" "recompute 1 activation_checkpointing.policy=full"; do
+# (validation: 2 batches of 2 at 1 rank, 1 batch of 2 per replica at DP 2: the same 4 sequences)
+for c in "dp 2 gradient_accumulation_steps=1 eval.batches=1" "tp 2 tensor_parallel.size=2" "pp 2 pipeline.stages=2" \
+         "fsdp 2 strategy=fsdp gradient_accumulation_steps=1 eval.batches=1" "recompute 1 activation_checkpointing.policy=full"; do
   set -- $c; name=$1; np=$2; shift 2
   if run "$name" "$np" "$DT_TMP/llama.json" "$@" && same "$name" ref 8; then pass "masked $name ($np ranks: $*) == 1 rank"
   else fail "masked $name == 1 rank" "$(tail -3 "$DT_TMP/$name.out")"; fi
