@@ -8,7 +8,9 @@
 # the global batch's trained tokens); packed (3 documents in 1 sequence) equals padded
 # (1 document per sequence, 3 sequences) step by step; the masked batch's loss and
 # gradient norm equal transformers' with labels -100 on the tiny random Llama 3 and
-# Qwen2 (scripts/compat/sft_hf.py's committed expectations); bad masks are refused
+# Qwen2 (scripts/compat/sft_hf.py's committed expectations); LoRA adapters trained on
+# the conversations give PEFT's validation loss (scripts/compat/sft_lora_peft.py), fsdp
+# 2 ranks equal to 1; bad masks are refused
 # naming the file; `dtrun sample --chat` answers.
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
@@ -109,6 +111,13 @@ else fail "packed == padded" "$(tail -3 "$DT_TMP/packed.out" "$DT_TMP/padded.out
 if out=$(python3 scripts/compat/sft_hf.py --check "$DTRUN" --no-torch "$DT_TMP/hf" 2>&1) && ! grep -q FAIL <<<"$out"
 then pass "masked batch == transformers with labels -100 (llama3, qwen2): $(grep -o 'relative [^)]*' <<<"$out" | tr '\n' ' ')"
 else fail "masked batch == transformers" "$out"; fi
+
+# LoRA on the conversations: PEFT's loss at the adapters dtrun trains (committed by
+# scripts/compat/sft_lora_peft.py --write, which loads dtrun's PEFT export), fsdp 2 == 1
+if out=$(timeout -k 2 120 python3 scripts/compat/sft_lora_peft.py --check "$DTRUN" --no-torch "$DT_TMP/lora" 2>&1) &&
+   [ "$(grep -c '^PASS' <<<"$out")" = 3 ] && ! grep -q FAIL <<<"$out"
+then pass "lora sft on packed conversations == PEFT's loss, fsdp 2 == 1 rank: $(grep -o '^  (.*' <<<"$out" | tr -d '\n')"
+else fail "lora sft" "$(tail -4 <<<"$out")"; fi
 
 # bad masks: refused before start, naming the file
 cp "$DT_TMP/three_train_000000.bin" "$DT_TMP/bad_train_000000.bin"
