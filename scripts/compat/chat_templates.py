@@ -96,7 +96,7 @@ FEATURES = {
 
 def long_text(rng):
     words = ["alpha", "beta", "γάμμα", "δέλτα", "epsilon", "ζ", "eta\n", "θ", "iota,", "kappa."]
-    return " ".join(rng.choice(words) for _ in range(rng.randint(150, 300)))
+    return " ".join(rng.choice(words) for _ in range(rng.randint(40, 90)))
 
 
 def text(rng):
