@@ -242,7 +242,7 @@ FUZZ_LDLIBS := -luv -lcjson -lm -ldl
 FUZZ_BASE := common/status.c common/mem.c common/log.c common/clock.c common/fs.c common/fs_safe.c
 # What dt_model_lookup brings in: every model, and the CPU kernels their ops name.
 FUZZ_MODELS := $(addprefix runtime/model/,model.c registry.c gpt.c llama.c mlp.c net.c net_linear.c \
-               recompute.c stage.c lora.c lora_config.c) kernels/backend.c $(wildcard kernels/cpu/*.c) common/cudalib.c \
+               recompute.c stage.c lora.c lora_config.c net_cp.c) kernels/backend.c $(wildcard kernels/cpu/*.c) common/cudalib.c \
                common/gpuinfo.c common/meminfo.c common/rng.c
 FUZZ_SRC_store_frame := rendezvous/proto.c
 FUZZ_SRC_tokenizer := $(addprefix runtime/tokenize/,tok.c tok_bpe.c tok_chunk.c tok_cut.c tok_load.c tok_pretok.c \

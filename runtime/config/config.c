@@ -524,6 +524,28 @@ static void check_pp(dt_config_t *cfg, const char *src) {
                   (long long)cfg->pp.stages, cfg->model.ops->name);
 }
 
+/* context_parallel.* against the model, the sequence and the strategy (the world:
+ * dt_config_resolve). */
+static void check_cp(dt_config_t *cfg, const char *src) {
+    long long C = (long long)cfg->cp.size;
+    if (C <= 1) return;
+    if (cfg->model.ops->data != DT_MODEL_DATA_TOKENS || !cfg->model.ops->pipeline)
+        add_error(cfg, src, "context_parallel.size %lld: model.type \"%s\" has no context parallelism (gpt and "
+                            "llama have)", C, cfg->model.ops->name);
+    else if (cfg->model.seq_len % (2 * C) != 0)
+        add_error(cfg, src,
+                  "context_parallel.size %lld: model.seq_len %d is not a multiple of 2 x %lld = %lld (each rank "
+                  "holds 2 of the sequence's 2 x context_parallel.size equal chunks)",
+                  C, cfg->model.seq_len, C, 2 * C);
+    if (!dt_strategy_composes(cfg->strategy, DT_LAYOUT_CP))
+        add_error(cfg, src,
+                  "context_parallel.size %lld with strategy \"hsdp\": expected context_parallel.size 1 (hsdp's "
+                  "shard group is a node's ranks; use fsdp, zero1, zero2 or ddp with it)", C);
+    if (cfg->lora.r > 0)
+        add_error(cfg, src, "context_parallel.size %lld with lora.r %lld: LoRA runs with data parallelism only "
+                            "(context_parallel.size 1)", C, (long long)cfg->lora.r);
+}
+
 /* Rules across keys, once the file and the overrides are in. */
 static void finish(dt_config_t *cfg, const char *src) {
     int rs = dt_config_key_find_("strategy"), rz = dt_config_key_find_("zero_optimization.stage");
@@ -559,6 +581,7 @@ static void finish(dt_config_t *cfg, const char *src) {
         add_error(cfg, src, "%s", msg);
     check_tp(cfg, src);
     check_pp(cfg, src);
+    check_cp(cfg, src);
     dt_config_recompute_finish_(cfg, src);
     if (cfg->model.ops->data == DT_MODEL_DATA_TOKENS) {
         if (!cfg->data.train && cfg->data.n_sources == 0)

@@ -236,6 +236,12 @@ typedef struct dt_config {
         int64_t size;           /* >= 1; 1 = off */
         bool sequence_parallel; /* activations between TP regions cut along the sequence */
     } tp;
+    /* context_parallel.*: context parallelism (ring attention). size ranks hold 1/size
+     * of every sequence each (chunks r and 2 size - 1 - r of 2 size); attention passes
+     * key/value blocks around them; world = tp.size x size x stages x DP size. */
+    struct {
+        int64_t size; /* >= 1; 1 = off */
+    } cp;
     /* pipeline.*: pipeline parallelism. stages ranks (TP groups) hold consecutive blocks
      * of the model, the embedding on the first and the head on the last; micro-batches
      * per step = gradient_accumulation_steps; world = tp.size x stages x DP size. */

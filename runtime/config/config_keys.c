@@ -171,6 +171,11 @@ static const config_key_t tail_keys[] = {
     {"tensor_parallel.sequence_parallel", KT_BOOL, OFF(tp.sequence_parallel), 0, 0, 0, NULL, "false",
      "cut the activations between tensor-parallel regions along the sequence (all-gather and "
      "reduce-scatter instead of all-reduce); no effect when tensor_parallel.size is 1"},
+    {"context_parallel.size", KT_INT, OFF(cp.size), 1, 4096, 0, NULL, "1",
+     "context-parallel ranks per sequence (1 = off): each holds 1/size of every sequence's tokens "
+     "through the whole model (the chunks r and 2 size - 1 - r of 2 size: equal causal work), and "
+     "attention passes key/value blocks around them (ring attention); model.seq_len must be a multiple "
+     "of 2 x size; world = tensor_parallel.size x size x pipeline.stages x data-parallel ranks"},
     {"pipeline.stages", KT_INT, OFF(pp.stages), 1, I32, 0, NULL, "1",
      "pipeline-parallel stages (1 = off): each holds consecutive blocks (the embedding on the first, the "
      "head on the last); world = tensor_parallel.size x stages x data-parallel ranks"},

@@ -35,7 +35,7 @@ dt_status_t dt_config_resolve(dt_config_t *cfg, int world_size) {
 
     /* world = tensor_parallel.size x pipeline.stages x data-parallel ranks; the batch is
      * over DP ranks */
-    dt_layout_dims dims = dt_layout_dims_tp_pp(cfg->tp.size, cfg->pp.stages);
+    dt_layout_dims dims = dt_layout_dims_of(cfg->tp.size, cfg->cp.size, cfg->pp.stages);
     dt_layout lay;
     dt_status_t lst = dt_layout_of(&dims, world_size, 0, &lay);
     if (world_size >= 1) cfg->world_size = world_size; /* a world the sizes do not divide is still this one */
@@ -50,13 +50,16 @@ dt_status_t dt_config_resolve(dt_config_t *cfg, int world_size) {
      * "world size 4 / tensor_parallel.size 2 = 2 data-parallel ranks" */
     char dp_how[200];
     const char *dp_name = replica > 1 ? "data-parallel size" : "world size";
-    if (tp > 1 && pp > 1)
+    int64_t cp = dt_layout_cp_size(&lay);
+    if ((tp > 1) + (pp > 1) + (cp > 1) > 1)
         snprintf(dp_how, sizeof dp_how,
-                 "world size %d / (tensor_parallel.size %lld x pipeline.stages %lld) = %d data-parallel ranks",
-                 world_size, (long long)tp, (long long)pp, cfg->dp_size);
+                 "world size %d / (tensor_parallel.size %lld x context_parallel.size %lld x pipeline.stages %lld) "
+                 "= %d data-parallel ranks",
+                 world_size, (long long)tp, (long long)cp, (long long)pp, cfg->dp_size);
     else if (replica > 1)
         snprintf(dp_how, sizeof dp_how, "world size %d / %s %lld = %d data-parallel ranks", world_size,
-                 tp > 1 ? "tensor_parallel.size" : "pipeline.stages", (long long)replica, cfg->dp_size);
+                 tp > 1 ? "tensor_parallel.size" : cp > 1 ? "context_parallel.size" : "pipeline.stages",
+                 (long long)replica, cfg->dp_size);
     else
         snprintf(dp_how, sizeof dp_how, "world size %d", world_size);
     bool g_tb = dt_config_given(cfg, "train_batch_size");
@@ -140,12 +143,13 @@ dt_status_t dt_config_resolve(dt_config_t *cfg, int world_size) {
     /* sequence parallelism cuts a micro-batch's B*T token rows in tp.size parts */
     if (cfg->tp.size > 1 && cfg->tp.sequence_parallel && cfg->model.ops &&
         cfg->model.ops->data == DT_MODEL_DATA_TOKENS && cfg->model.seq_len > 0 &&
-        (mb * cfg->model.seq_len) % cfg->tp.size != 0) {
+        (mb * (cfg->model.seq_len / cp)) % cfg->tp.size != 0) {
         char msg[400];
         snprintf(msg, sizeof msg,
-                 "tensor_parallel.sequence_parallel: the micro-batch's train_micro_batch_size_per_gpu x model.seq_len "
+                 "tensor_parallel.sequence_parallel: the micro-batch's train_micro_batch_size_per_gpu x model.seq_len%s "
                  "= %lld x %d = %lld token rows must divide among tensor_parallel.size %lld ranks",
-                 (long long)mb, cfg->model.seq_len, (long long)(mb * cfg->model.seq_len), (long long)cfg->tp.size);
+                 cp > 1 ? " / context_parallel.size" : "", (long long)mb, (int)(cfg->model.seq_len / cp),
+                 (long long)(mb * (cfg->model.seq_len / cp)), (long long)cfg->tp.size);
         dt_config_add_error_(cfg, src, msg);
     }
     /* ZeRO-Offload moves the optimizer's shard: DDP has none (DeepSpeed refuses stage 0 too) */

@@ -11,6 +11,7 @@
 /* Each dimension's config key, in dt_layout_dim_t order. */
 static const char *const dim_keys[DT_LAYOUT_N_DIMS] = {
     [DT_LAYOUT_TP] = "tensor_parallel.size",
+    [DT_LAYOUT_CP] = "context_parallel.size",
     [DT_LAYOUT_PP] = "pipeline.stages",
     [DT_LAYOUT_DP] = NULL,
 };
@@ -23,6 +24,12 @@ dt_layout_dims dt_layout_dims_tp_pp(int64_t tp_size, int64_t pp_size) {
     dt_layout_dims d = {{0}};
     d.size[DT_LAYOUT_TP] = tp_size;
     d.size[DT_LAYOUT_PP] = pp_size;
+    return d;
+}
+
+dt_layout_dims dt_layout_dims_of(int64_t tp_size, int64_t cp_size, int64_t pp_size) {
+    dt_layout_dims d = dt_layout_dims_tp_pp(tp_size, pp_size);
+    d.size[DT_LAYOUT_CP] = cp_size;
     return d;
 }
 
@@ -67,7 +74,7 @@ dt_status_t dt_layout_of(const dt_layout_dims *dims, int world_size, int rank, d
         /* a product past the world cannot divide it (and stays far from overflow) */
         prod = prod > world_size ? prod : prod * size[d];
     }
-    size[DT_LAYOUT_DP] = world_size / prod; /* the one place DP = world / (TP x PP) is computed */
+    size[DT_LAYOUT_DP] = world_size / prod; /* the one place DP = world / (TP x CP x PP) is computed */
     int64_t stride = 1;
     for (int d = 0; d < DT_LAYOUT_N_DIMS; d++) {
         out->size[d] = (int)size[d];
@@ -97,4 +104,12 @@ int dt_layout_group_index(const dt_layout *l, dt_layout_dim_t dim) {
         scale *= l->size[d];
     }
     return index;
+}
+
+int dt_layout_group_index_dp_cp(const dt_layout *l) {
+    return l->coord[DT_LAYOUT_TP] + l->size[DT_LAYOUT_TP] * l->coord[DT_LAYOUT_PP];
+}
+
+int dt_layout_rank_dp_cp(const dt_layout *l) {
+    return l->coord[DT_LAYOUT_DP] * l->size[DT_LAYOUT_CP] + l->coord[DT_LAYOUT_CP];
 }

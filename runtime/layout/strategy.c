@@ -8,7 +8,7 @@
 #include <strings.h>
 
 #define ALL_STATES (DT_STRATEGY_SHARDS_OPTIM | DT_STRATEGY_SHARDS_GRADS | DT_STRATEGY_SHARDS_PARAMS)
-#define WITH_TP_PP ((1u << DT_LAYOUT_TP) | (1u << DT_LAYOUT_PP))
+#define WITH_TP_PP ((1u << DT_LAYOUT_TP) | (1u << DT_LAYOUT_CP) | (1u << DT_LAYOUT_PP))
 
 /* the config's spellings, each written once: the rows and dt_strategy_names point at them */
 static const char ddp[] = "ddp", zero1[] = "zero1", zero2[] = "zero2", fsdp[] = "fsdp", hsdp[] = "hsdp";

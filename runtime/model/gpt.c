@@ -214,7 +214,7 @@ typedef struct gdims {
 static gdims gdims_of(const dt_model_layout *lay, int B) {
     const dt_model_spec *s = &lay->spec;
     int tp = lay->tp_size > 1 ? lay->tp_size : 1;
-    gdims d = {.tp = tp, .sp = lay->sequence_parallel, .B = B, .T = s->seq_len, .C = s->n_embd, .NH = s->n_head,
+    gdims d = {.tp = tp, .sp = lay->sequence_parallel, .B = B, .T = dt_model_rows(lay), .C = s->n_embd, .NH = s->n_head,
                .L = s->n_layer, .V = s->vocab_size, .Vp = lay->vocab_padded};
     d.BT = B * d.T;
     d.R = d.sp ? d.BT / tp : d.BT;
@@ -247,7 +247,7 @@ static void gpt_arena_sizes(const dt_device_t *dev, const dt_model_layout *lay, 
     sizes[G_DTMP] = BT * C * es;
     sizes[G_DQKV] = BT * 3 * Cl * es;
     sizes[G_DFCH] = sizes[G_DFCH_GELU] = BT * Fl * es;
-    sizes[G_ATT_SCRATCH] = dev->ops->attention_scratch_bytes(dev, B, d.T, d.Cl, d.NHl, d.NHl);
+    sizes[G_ATT_SCRATCH] = dt_net_attention_scratch_bytes(dev, lay, B, d.T, d.Cl, d.NHl, d.NHl);
     if (d.sp) sizes[G_GATH] = sizes[G_PART] = BT * C * es;
     if (d.sp) sizes[G_DRED] = R * C * es;
     if (d.tp > 1 && d.last) sizes[G_XSTATS] = 3 * BT * sizeof(float);
@@ -257,7 +257,7 @@ static void gpt_arena_sizes(const dt_device_t *dev, const dt_model_layout *lay, 
     s[L_ATTY] = BT * Cl * es;
     s[L_LN1_MEAN] = s[L_LN1_RSTD] = s[L_LN2_MEAN] = s[L_LN2_RSTD] = R * sizeof(float);
     s[L_QKV] = BT * 3 * Cl * es;
-    s[L_ATT_SAVED] = dev->ops->attention_saved_bytes(dev, B, d.T, d.Cl, d.NHl, d.NHl);
+    s[L_ATT_SAVED] = dt_net_attention_saved_bytes(dev, lay, B, d.T, d.Cl, d.NHl, d.NHl);
     s[L_FCH] = s[L_FCH_GELU] = BT * Fl * es;
     dt_model_block_sizes(lay, &gpt_blocks, s, sizes); /* each block what it keeps, and the scratch set */
 }
@@ -327,8 +327,8 @@ static void gpt_block_forward(dt_net_t *net, int l, int j, void *residual, dt_mo
         void *x = dt_net_tp_gather_in(net, BS(j, L_LN1), A(G_GATH), rc);
         dt_net_linear_forward(net, BS(j, L_QKV), x, t0 + T_QKVW, PB(T_QKVB), BT, C, 3 * d.Cl);
     }
-    o->attention_forward(dv, BS(j, L_ATTY), BS(j, L_ATT_SAVED), BS(j, L_QKV), net->d_positions, d.B, d.T, d.Cl, d.NHl,
-                         d.NHl);
+    dt_net_attention_forward(net, BS(j, L_ATTY), BS(j, L_ATT_SAVED), A(G_ATT_SCRATCH), BS(j, L_QKV), d.B, d.T, d.Cl,
+                             d.NHl, d.NHl);
     if (gemm) {
         LINEAR_ROW_FORWARD(BS(j, L_ATTPROJ), BS(j, L_ATTY), T_ATTPROJW, d.Cl);
         o->residual_forward(dv, BS(j, L_RES2), residual, BS(j, L_ATTPROJ), rc);
@@ -376,8 +376,8 @@ static void gpt_block_backward(dt_net_t *net, int l, int j, void *residual) {
     dt_net_zero(net, G_DTMP, (size_t)BT * d.Cl);
     dt_net_linear_backward(net, A(G_DTMP), GB(T_ATTPROJB), dout, BS(j, L_ATTY), t0 + T_ATTPROJW, BT, d.Cl, C);
     dt_net_zero(net, G_DQKV, (size_t)BT * 3 * d.Cl);
-    o->attention_backward(dv, A(G_DQKV), A(G_ATT_SCRATCH), A(G_DTMP), BS(j, L_QKV), BS(j, L_ATT_SAVED),
-                          net->d_positions, B, T, d.Cl, d.NHl, d.NHl);
+    dt_net_attention_backward(net, A(G_DQKV), A(G_ATT_SCRATCH), A(G_DTMP), BS(j, L_QKV), BS(j, L_ATT_SAVED),
+                              BS(j, L_ATTY), B, T, d.Cl, d.NHl, d.NHl);
     x = dt_net_tp_gather_in(net, BS(j, L_LN1), A(G_GATH), rc);
     dln = LINEAR_COLUMN_BACKWARD(T_QKVW, A(G_DQKV), x, 3 * d.Cl);
     o->layernorm_backward(dv, A(G_DRES), LNG(T_LN1W), LNG(T_LN1B), dln, residual, PB(T_LN1W), BSF(j, L_LN1_MEAN),

@@ -306,7 +306,7 @@ typedef struct dims {
 static dims dims_of(const dt_model_layout *l, int B) {
     const llama_sizes *z = DT_MODEL_PRIV(&l->spec, const llama_sizes);
     int tp = l->tp_size > 1 ? l->tp_size : 1;
-    dims d = {.tp = tp, .sp = tp > 1 && l->sequence_parallel, .B = B, .T = l->seq_len, .C = z->hidden_size,
+    dims d = {.tp = tp, .sp = tp > 1 && l->sequence_parallel, .B = B, .T = dt_model_rows(l), .C = z->hidden_size,
               .NH = z->num_attention_heads / tp, .NKV = z->num_key_value_heads / tp, .HD = z->head_dim,
               .IC = z->intermediate_size / tp, .L = z->num_hidden_layers, .V = l->spec.vocab_size,
               .Vp = l->vocab_padded, .eps = (float)z->rms_norm_eps};
@@ -389,7 +389,7 @@ static void llama_arena_sizes(const dt_device_t *dev, const dt_model_layout *lay
     sizes[G_DQKV] = BT * (size_t)d.QKVC * es;
     sizes[G_DFCH] = BT * 2 * (size_t)d.IC * es;
     sizes[G_DSWI] = BT * (size_t)d.IC * es;
-    sizes[G_ATT_SCRATCH] = dev->ops->attention_scratch_bytes(dev, B, d.T, d.QC, d.NH, d.NKV);
+    sizes[G_ATT_SCRATCH] = dt_net_attention_scratch_bytes(dev, lay, B, d.T, d.QC, d.NH, d.NKV);
     if (d.sp) sizes[G_GATH] = sizes[G_PART] = BT * C * es;
     if (d.sp) sizes[G_DRED] = R * C * es;
     if (d.tp > 1 && last) sizes[G_XSTATS] = 3 * BT * sizeof(float);
@@ -399,7 +399,7 @@ static void llama_arena_sizes(const dt_device_t *dev, const dt_model_layout *lay
     s[L_LN1_RSTD] = s[L_LN2_RSTD] = R * sizeof(float);
     s[L_QKV] = BT * (size_t)d.QKVC * es;
     s[L_ATTY] = BT * (size_t)d.QC * es;
-    s[L_ATT_SAVED] = dev->ops->attention_saved_bytes(dev, B, d.T, d.QC, d.NH, d.NKV);
+    s[L_ATT_SAVED] = dt_net_attention_saved_bytes(dev, lay, B, d.T, d.QC, d.NH, d.NKV);
     s[L_FCH] = BT * 2 * (size_t)d.IC * es;
     s[L_SWI] = BT * (size_t)d.IC * es;
     dt_model_block_sizes(lay, &llama_blocks, s, sizes); /* each block what it keeps, and the scratch set */
@@ -475,8 +475,8 @@ static void llama_block_forward(dt_net_t *net, int l, int j, void *residual, dt_
         dt_net_linear_forward(net, BS(j, L_QKV), x, TL(l, T_Q), QKV_BIAS(l), BT, C, d.QKVC);
         o->rope_forward(dv, BS(j, L_QKV), B, T, d.QKVC, d.NH + d.NKV, d.HD, 0, net->d_positions, &d.rope);
     }
-    o->attention_forward(dv, BS(j, L_ATTY), BS(j, L_ATT_SAVED), BS(j, L_QKV), net->d_positions, B, T, d.QC, d.NH,
-                         d.NKV);
+    dt_net_attention_forward(net, BS(j, L_ATTY), BS(j, L_ATT_SAVED), A(G_ATT_SCRATCH), BS(j, L_QKV), B, T, d.QC,
+                             d.NH, d.NKV);
     if (gemm) {
         LINEAR_ROW_FORWARD(BS(j, L_ATTPROJ), BS(j, L_ATTY), TL(l, T_O), d.QC);
         o->residual_forward(dv, BS(j, L_RES2), residual, BS(j, L_ATTPROJ), rc);
@@ -519,8 +519,8 @@ static void llama_block_backward(dt_net_t *net, int l, int j, void *residual) {
     dt_net_zero(net, G_DTMP, (size_t)BT * d.QC);
     dt_net_linear_backward(net, A(G_DTMP), NULL, dout, BS(j, L_ATTY), TL(l, T_O), BT, d.QC, C);
     dt_net_zero(net, G_DQKV, (size_t)BT * d.QKVC);
-    o->attention_backward(dv, A(G_DQKV), A(G_ATT_SCRATCH), A(G_DTMP), BS(j, L_QKV), BS(j, L_ATT_SAVED),
-                          net->d_positions, B, T, d.QC, d.NH, d.NKV);
+    dt_net_attention_backward(net, A(G_DQKV), A(G_ATT_SCRATCH), A(G_DTMP), BS(j, L_QKV), BS(j, L_ATT_SAVED),
+                              BS(j, L_ATTY), B, T, d.QC, d.NH, d.NKV);
     /* d(rotated q, k) -> d(q, k) as the matmul produced them */
     o->rope_backward(dv, A(G_DQKV), B, T, d.QKVC, d.NH + d.NKV, d.HD, 0, net->d_positions, &d.rope);
     x = dt_net_tp_gather_in(net, BS(j, L_LN1), A(G_GATH), rc);

@@ -164,7 +164,33 @@ typedef struct dt_model_layout {
      * of its chunk (the whole model: block l) is checkpointed when j % K == 0. The
      * arena sizes from it and forward/backward follow it (dt_model_block_recompute). */
     int recompute, recompute_every;
+    /* Context parallelism (dt_model_layout_set_cp; 0 or 1 = off): this rank computes
+     * seq_len / cp_size positions of every sequence, the chunks cp_rank and
+     * 2 cp_size - 1 - cp_rank of 2 cp_size (dt_model_cp_row); the arena, the stage buffers and the loss rows are that many
+     * per sequence (dt_model_rows), and the attention passes key/value blocks around
+     * the CP group (net.h: dt_net_cp_ops). */
+    int cp_size, cp_rank;
 } dt_model_layout;
+
+/* Context parallelism's load balance: a sequence of T positions is cut into 2C chunks
+ * of T / 2C and CP rank r holds chunks r and 2C - 1 - r (the causal attention's work
+ * is then equal on every rank). The global position of local row t (0 <= t < T / C)
+ * of rank r; T % 2C == 0 (C 1: t). */
+static inline int dt_model_cp_row(int T, int cp_size, int cp_rank, int t) {
+    if (cp_size <= 1) return t;
+    int L = T / (2 * cp_size);
+    return t < L ? cp_rank * L + t : (2 * cp_size - 1 - cp_rank) * L + (t - L);
+}
+
+/* The positions per sequence this rank computes: seq_len, or seq_len / cp_size. */
+static inline int dt_model_rows(const dt_model_layout *l) {
+    return l->cp_size > 1 ? l->seq_len / l->cp_size : l->seq_len;
+}
+/* Makes layout l a context-parallel rank's (before the net is made). */
+static inline void dt_model_layout_set_cp(dt_model_layout *l, int cp_size, int cp_rank) {
+    l->cp_size = cp_size > 1 ? cp_size : 0;
+    l->cp_rank = cp_size > 1 ? cp_rank : 0;
+}
 
 /* Activation recomputation policies (config activation_checkpointing.policy).
  * none: a block keeps every activation its backward reads. selective: it keeps its

@@ -24,6 +24,7 @@ static size_t plan_arena(const dt_device_t *dev, const dt_model_layout *lay, int
     size_t *sizes = dt_xcalloc((size_t)n, sizeof *sizes), pos = 0;
     if (decode) ops->decode_sizes(dev, lay, sizes);
     else ops->arena_sizes(dev, lay, B, sizes);
+    if (!decode && lay->cp_size > 1) sizes[DT_NET_SLOT_POSITIONS] = dt_net_cp_positions_bytes(lay, B);
     for (int i = 0; i < n; i++) {
         if (off) off[i] = pos;
         pos += (sizes[i] + 63) & ~(size_t)63;
@@ -84,7 +85,7 @@ dt_status_t dt_net_init(dt_net_t *net, dt_device_t *dev, const dt_model_layout *
     memset(net, 0, sizeof *net);
     if (B <= 0) return dt_error(DT_STATUS_INVALID, "micro-batch must be > 0, found %d", B);
     if (layout->spec.ops->net_check) DT_CHECK(layout->spec.ops->net_check(layout));
-    return net_alloc(net, dev, layout, B, layout->seq_len, 0);
+    return net_alloc(net, dev, layout, B, dt_model_rows(layout), 0);
 }
 
 int dt_net_can_decode(const dt_device_t *dev, const dt_model_layout *layout) {
@@ -119,6 +120,7 @@ void dt_net_free(dt_net_t *net) {
     free(net->off);
     free(net->h_losses);
     free(net->h_tokens);
+    free(net->h_cp);
     free(net->unit_params);
     free(net->unit_grads);
     memset(net, 0, sizeof *net);
@@ -162,7 +164,12 @@ static dt_status_t upload_positions(dt_net_t *net, const int32_t *positions) {
         if (l->spec.ops->data != DT_MODEL_DATA_TOKENS || end - net->off[k] < bytes)
             return dt_error(DT_STATUS_INVALID, "model %s takes no positions (packed sequences are for token models)",
                             l->spec.ops->name);
-        DT_CHECK(dt_net_check_positions(positions, net->B, net->T));
+        if (l->cp_size > 1) { /* this rank's rows (checked whole), then the attention's indices */
+            bytes = dt_net_cp_positions_bytes(l, net->B);
+            positions = dt_net_cp_index_rows(net);
+        } else {
+            DT_CHECK(dt_net_check_positions(positions, net->B, net->T));
+        }
         DT_CHECK(upload(net, dt_net_slot(net, DT_NET_SLOT_POSITIONS), positions, bytes));
     }
     net->have_positions = positions != NULL;
@@ -179,6 +186,11 @@ dt_status_t dt_net_forward(dt_net_t *net, const dt_batch *batch, double *mean_lo
     if (c->last && l->has_tied_copy && !net->head_w)
         return dt_error(DT_STATUS_INVALID, "the last stage's tied head needs its weight (net->head_w) set");
     size_t rows = (size_t)net->n_rows;
+    dt_batch local;
+    if (l->cp_size > 1) { /* whole sequences in, this rank's rows of them on */
+        DT_CHECK(dt_net_cp_take_rows(net, batch, &local));
+        batch = &local;
+    }
     DT_CHECK(upload_positions(net, batch->positions));
     if (!c->first) {
         /* the IN buffer holds the previous chunk's output */

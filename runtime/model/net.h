@@ -103,6 +103,16 @@ typedef struct dt_net_tp_ops {
     void (*wait)(void *ctx, void *handle);
 } dt_net_tp_ops;
 
+/* Context parallelism (model.h: a layout with cp_size > 1): the ring of the CP group,
+ * on device buffers. runtime/parallel/cp.c fills it; NULL at CP size 1. ring_start
+ * sends `send` (bytes) to the next rank of the group and receives `recv` (bytes) from
+ * the previous one; ring_wait finishes both. One exchange in flight at a time. A
+ * failure is recorded by the filler and reported after the micro-step, as TP's. */
+typedef struct dt_net_cp_ops {
+    void *(*ring_start)(void *ctx, const void *send, void *recv, size_t bytes);
+    void (*ring_wait)(void *ctx, void *handle);
+} dt_net_cp_ops;
+
 typedef struct dt_net {
     dt_device_t *dev;
     const dt_model_layout *layout;
@@ -114,6 +124,10 @@ typedef struct dt_net {
     void *hook_ctx;
     const dt_net_tp_ops *tp; /* NULL at TP size 1 */
     void *tp_ctx;
+    const dt_net_cp_ops *cp; /* NULL at CP size 1 */
+    void *cp_ctx;
+    int32_t *h_cp; /* context parallelism: this rank's rows of a batch (tokens, targets,
+                      positions, then the attention's indices: net_cp.c) */
     /* arena */
     void *arena;
     size_t arena_bytes;
@@ -163,7 +177,10 @@ dt_status_t dt_net_lora_attach(dt_net_t *net, struct dt_lora *lora);
 /* Activation arena bytes for a layout, micro-batch and device (for plans). */
 size_t dt_net_arena_bytes(const dt_device_t *dev, const dt_model_layout *layout, int B);
 
-/* Forward with loss; *mean_loss gets the mean over the B*T (or B) rows. A stage's
+/* Forward with loss; *mean_loss gets the mean over the B*T (or B) rows.
+ * Context parallelism (layout cp_size > 1): the batch is the whole sequences (B,
+ * seq_len), the net takes this rank's rows of them (T = seq_len / cp_size: its two
+ * chunks, runtime/layout/layout.h) and the mean is over those B*T rows. A stage's
  * chunk (net->chunk) that is not last computes no loss (*mean_loss = NAN; targets
  * are not read); one that is not first reads no tokens but the IN buffer. Every
  * chunk reads the positions when the batch has them: DT_STATUS_INVALID naming the

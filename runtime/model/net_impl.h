@@ -40,6 +40,29 @@ void dt_net_linear_forward(dt_net_t *net, void *out, const void *x, int t, const
 void dt_net_linear_backward(dt_net_t *net, void *dinp, void *db, const void *dout, const void *x, int t, int N,
                             int C, int OC);
 
+/* ---- attention (net_cp.c): the device's attention_forward/backward, or under
+ * context parallelism the ring over the CP group's key/value blocks (the device's
+ * attention_block_* ops). The layer slots a model sizes with these: saved (kept from
+ * forward to backward: CP, the log-sum-exp (B, NH, T) fp32) and scratch (one per
+ * arena, used by the forward too under CP); out is the forward's output, which the
+ * CP backward reads again. T is the net's (this rank's rows). ---- */
+size_t dt_net_attention_saved_bytes(const dt_device_t *dev, const dt_model_layout *l, int B, int T, int C, int NH,
+                                    int NKV);
+size_t dt_net_attention_scratch_bytes(const dt_device_t *dev, const dt_model_layout *l, int B, int T, int C,
+                                      int NH, int NKV);
+void dt_net_attention_forward(dt_net_t *net, void *out, void *saved, void *scratch, const void *qkv, int B, int T,
+                              int C, int NH, int NKV);
+void dt_net_attention_backward(dt_net_t *net, void *dqkv, void *scratch, const void *dout, const void *qkv,
+                               const void *saved, const void *out, int B, int T, int C, int NH, int NKV);
+
+/* Context parallelism (net_cp.c, for net.c): the positions slot's bytes (the
+ * positions, then the attention's indices); this rank's rows of a batch of whole
+ * sequences into net->h_cp (local points into it; the positions are checked on the
+ * whole sequences); the host block the positions slot gets (positions + indices). */
+size_t dt_net_cp_positions_bytes(const dt_model_layout *l, int B);
+dt_status_t dt_net_cp_take_rows(dt_net_t *net, const dt_batch *whole, dt_batch *local);
+const int32_t *dt_net_cp_index_rows(const dt_net_t *net);
+
 /* ---- the chunk driver of a decoder stack (net.c) ----
  * A model whose units are [embedding = unit 0][block l = unit 1 + l][final = unit
  * L + 1: the final norm, and the head when untied] (model.h: ops->pipeline) fills a

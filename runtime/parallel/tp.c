@@ -26,13 +26,14 @@ struct dt_tp {
     int req_live;
 };
 
-dt_tp_place dt_tp_place_of(int rank, int world_size, int tp_size, int pp_size) {
-    dt_layout_dims dims = dt_layout_dims_tp_pp(tp_size, pp_size);
+dt_tp_place dt_tp_place_of(int rank, int world_size, int tp_size, int cp_size, int pp_size) {
+    dt_layout_dims dims = dt_layout_dims_of(tp_size, cp_size, pp_size);
     dt_layout l;
     (void)dt_layout_of(&dims, world_size, rank, &l); /* the config checked that the sizes divide the world */
     return (dt_tp_place){.tp_size = dt_layout_tp_size(&l), .tp_rank = dt_layout_tp_rank(&l),
                          .pp_size = dt_layout_pp_size(&l), .pp_rank = dt_layout_pp_rank(&l),
-                         .dp_size = dt_layout_dp_size(&l), .dp_rank = dt_layout_dp_rank(&l)};
+                         .dp_size = dt_layout_dp_size(&l), .dp_rank = dt_layout_dp_rank(&l),
+                         .cp_size = dt_layout_cp_size(&l), .cp_rank = dt_layout_cp_rank(&l)};
 }
 
 /* A group of one rank is none. */
@@ -43,36 +44,44 @@ static void drop_single(dt_comm_t **c) {
     }
 }
 
-dt_status_t dt_tp_split(dt_comm_t *world, int tp_size, int pp_size, dt_comm_t **tp_comm, dt_comm_t **pp_comm,
-                        dt_comm_t **dp_comm) {
+dt_status_t dt_tp_split(dt_comm_t *world, int tp_size, int cp_size, int pp_size, dt_comm_t **tp_comm,
+                        dt_comm_t **cp_comm, dt_comm_t **pp_comm, dt_comm_t **dp_comm) {
     *tp_comm = *dp_comm = NULL;
     if (pp_comm) *pp_comm = NULL;
+    if (cp_comm) *cp_comm = NULL;
     int rank = dt_comm_rank(world), size = dt_comm_size(world);
-    dt_layout_dims dims = dt_layout_dims_tp_pp(tp_size, pp_size);
+    dt_layout_dims dims = dt_layout_dims_of(tp_size, cp_size, pp_size);
     dt_layout l;
-    if (tp_size < 1 || pp_size < 1 || dt_layout_of(&dims, size, rank, &l) != DT_STATUS_OK)
-        return dt_error(DT_STATUS_CONFIG, "tensor_parallel.size %d x pipeline.stages %d does not divide the world size %d",
-                        tp_size, pp_size, size);
+    if (tp_size < 1 || cp_size < 1 || pp_size < 1 || dt_layout_of(&dims, size, rank, &l) != DT_STATUS_OK)
+        return dt_error(DT_STATUS_CONFIG,
+                        "tensor_parallel.size %d x context_parallel.size %d x pipeline.stages %d does not divide the "
+                        "world size %d", tp_size, cp_size, pp_size, size);
     /* each group: the ranks of the same other coordinates (its index the colour), by
-     * their coordinate along it */
-    dt_comm_t *pp = NULL;
+     * their coordinate along it; the gradients' group by (DP rank, CP rank) */
+    dt_comm_t *pp = NULL, *cp = NULL;
     dt_status_t st = dt_comm_split(world, dt_layout_group_index(&l, DT_LAYOUT_TP), dt_layout_tp_rank(&l), tp_comm);
+    if (st == DT_STATUS_OK)
+        st = dt_comm_split(world, dt_layout_group_index(&l, DT_LAYOUT_CP), dt_layout_cp_rank(&l), &cp);
     if (st == DT_STATUS_OK)
         st = dt_comm_split(world, dt_layout_group_index(&l, DT_LAYOUT_PP), dt_layout_pp_rank(&l), &pp);
     if (st == DT_STATUS_OK)
-        st = dt_comm_split(world, dt_layout_group_index(&l, DT_LAYOUT_DP), dt_layout_dp_rank(&l), dp_comm);
+        st = dt_comm_split(world, dt_layout_group_index_dp_cp(&l), dt_layout_rank_dp_cp(&l), dp_comm);
     if (st != DT_STATUS_OK) {
         dt_comm_free(*tp_comm);
+        dt_comm_free(cp);
         dt_comm_free(pp);
         dt_comm_free(*dp_comm);
         *tp_comm = *dp_comm = NULL;
         return st;
     }
     drop_single(tp_comm);
+    drop_single(&cp);
     drop_single(&pp);
     drop_single(dp_comm);
     if (pp_comm) *pp_comm = pp;
     else dt_comm_free(pp);
+    if (cp_comm) *cp_comm = cp;
+    else dt_comm_free(cp);
     return DT_STATUS_OK;
 }
 

@@ -29,15 +29,18 @@ typedef struct dt_tp dt_tp_t;
  * sizes that do not divide the world give DP 0. */
 typedef struct dt_tp_place {
     int tp_size, tp_rank, pp_size, pp_rank, dp_size, dp_rank;
+    int cp_size, cp_rank; /* context parallelism (1, 0: off) */
 } dt_tp_place;
-dt_tp_place dt_tp_place_of(int rank, int world_size, int tp_size, int pp_size);
+dt_tp_place dt_tp_place_of(int rank, int world_size, int tp_size, int cp_size, int pp_size);
 
-/* Splits world into this rank's TP group (same DP and PP coordinates, ordered by TP
- * rank), PP group (same DP and TP, ordered by stage) and DP group (same TP and PP,
- * ordered by DP rank); collective over world. A group of one rank comes back NULL;
- * pp_comm may be NULL when pp_size is 1. */
-dt_status_t dt_tp_split(dt_comm_t *world, int tp_size, int pp_size, dt_comm_t **tp_comm, dt_comm_t **pp_comm,
-                        dt_comm_t **dp_comm);
+/* Splits world into this rank's TP group (same DP, CP and PP coordinates, ordered by
+ * TP rank), CP group (same DP, TP and PP, ordered by CP rank), PP group (same DP, CP
+ * and TP, ordered by stage) and the group that reduces its gradients, dp_comm (same
+ * TP and PP: the DP x CP ranks, ordered by DP rank then CP rank; CP 1: the DP group);
+ * collective over world. A group of one rank comes back NULL; pp_comm and cp_comm
+ * may be NULL when their size is 1. */
+dt_status_t dt_tp_split(dt_comm_t *world, int tp_size, int cp_size, int pp_size, dt_comm_t **tp_comm,
+                        dt_comm_t **cp_comm, dt_comm_t **pp_comm, dt_comm_t **dp_comm);
 
 /* Binds net's TP seam to comm (the TP group; not owned). */
 dt_status_t dt_tp_init(dt_tp_t **out, dt_comm_t *comm, dt_device_t *dev, dt_net_t *net);

@@ -53,7 +53,7 @@ static dt_ckpt_t *resume_source(const dt_config_t *cfg) {
 
 /* The layout's DP size for world_size; 0 when the sizes do not divide it. */
 static int64_t dp_of(const dt_config_t *cfg, int world_size) {
-    dt_layout_dims dims = dt_layout_dims_tp_pp(cfg->tp.size, cfg->pp.stages);
+    dt_layout_dims dims = dt_layout_dims_of(cfg->tp.size, cfg->cp.size, cfg->pp.stages);
     dt_layout l;
     return dt_layout_of(&dims, world_size, 0, &l) == DT_STATUS_OK ? dt_layout_dp_size(&l) : 0;
 }

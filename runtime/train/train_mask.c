@@ -10,13 +10,17 @@
 
 #include "common/mem.h"
 
-void dt_train_mask_init_(dt_train_mask *m, dt_data_t *data, int accum, size_t rows, int dp_size) {
+void dt_train_mask_init_(dt_train_mask *m, dt_data_t *data, int accum, int B, int seq_len, int dp_size, int cp_size,
+                         int cp_rank) {
     *m = (dt_train_mask){0};
     if (!data || !dt_data_masked(data, NULL)) return;
+    size_t rows = (size_t)B * (size_t)seq_len;
     m->on = 1;
     m->accum = accum;
     m->rows = rows;
     m->dp_size = dp_size;
+    m->B = B, m->seq_len = seq_len, m->cp_size = cp_size > 1 ? cp_size : 1, m->cp_rank = cp_size > 1 ? cp_rank : 0;
+    m->loss_rows = rows / (size_t)m->cp_size;
     m->tok = dt_xcalloc((size_t)accum * rows, sizeof *m->tok);
     m->tgt = dt_xcalloc((size_t)accum * rows, sizeof *m->tgt);
     m->pos = dt_xcalloc((size_t)accum * rows, sizeof *m->pos);
@@ -31,16 +35,25 @@ void dt_train_mask_free_(dt_train_mask *m) {
     *m = (dt_train_mask){0};
 }
 
+double dt_train_mask_count_(const dt_train_mask *m, const int32_t *tgt) {
+    double n = 0;
+    int T = m->seq_len / m->cp_size;
+    for (int b = 0; b < m->B; b++)
+        for (int t = 0; t < T; t++) n += tgt[(size_t)b * m->seq_len + dt_model_cp_row(m->seq_len, m->cp_size, m->cp_rank, t)] >= 0;
+    return n;
+}
+
 dt_status_t dt_train_mask_step_(dt_train_mask *m, dt_data_t *data, dt_dp_t *dp) {
     double mine = 0;
     for (int a = 0; a < m->accum; a++) {
         size_t o = (size_t)a * m->rows;
         DT_CHECK(dt_data_next_pos(data, m->tok + o, m->tgt + o, m->pos + o));
         m->batches[a] = (dt_batch){.tokens = m->tok + o, .targets = m->tgt + o, .positions = m->pos + o};
-        for (size_t i = 0; i < m->rows; i++) mine += m->tgt[o + i] >= 0;
+        mine += dt_train_mask_count_(m, m->tgt + o);
     }
-    /* Every rank of a replica (its TP and pipeline ranks) read the same batches:
-     * the sum over the ranks counts each replica world / dp_size times. */
+    /* Every rank of a replica (its TP and pipeline ranks) read the same batches and
+     * count the same rows (a CP rank its own): the sum over the ranks counts each
+     * replica's world / dp_size times. */
     int world = dp ? dt_dp_world_size(dp) : 1;
     double sum = mine;
     if (world > 1) {
@@ -58,7 +71,7 @@ dt_status_t dt_train_mask_step_(dt_train_mask *m, dt_data_t *data, dt_dp_t *dp) 
 
 double dt_train_mask_loss_(const dt_train_mask *m, double sum_of_means) {
     if (!(m->trained > 0)) return 0.0;
-    return sum_of_means * (double)m->rows * m->dp_size / m->trained;
+    return sum_of_means * (double)m->loss_rows * m->dp_size / m->trained;
 }
 
 dt_status_t dt_train_mask_val_loss_(dt_dp_t *dp, int holds, double sum, double trained, double *val_loss) {

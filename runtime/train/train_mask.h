@@ -27,15 +27,25 @@ typedef struct dt_train_mask {
     int on;          /* the data is masked */
     int accum;       /* micro-batches per step */
     size_t rows;     /* B x T */
-    int dp_size;     /* data replicas */
+    int dp_size;     /* data replicas: ranks the gradient reduction averages over (DP x CP) */
+    /* context parallelism: each rank's loss rows are its own cp_rank's of every
+     * sequence (B x seq_len / cp_size of them, loss_rows), counted as such */
+    int B, seq_len, cp_size, cp_rank;
+    size_t loss_rows;
     int32_t *tok, *tgt, *pos; /* (accum, rows) each: one step's micro-batches */
     dt_batch *batches;        /* (accum) */
     double trained;  /* N: trained targets of the step over every replica */
     float dscale;    /* dp_size / N (0 when N is 0) */
 } dt_train_mask;
 
-/* Off (nothing allocated) unless data is masked. */
-void dt_train_mask_init_(dt_train_mask *m, dt_data_t *data, int accum, size_t rows, int dp_size);
+/* Off (nothing allocated) unless data is masked. rows = B x seq_len (whole sequences);
+ * cp_size > 1: the rank computes its cp_rank's rows of them (model.h:
+ * dt_model_cp_row), and dp_size counts DP x CP. */
+void dt_train_mask_init_(dt_train_mask *m, dt_data_t *data, int accum, int B, int seq_len, int dp_size, int cp_size,
+                         int cp_rank);
+/* The trained targets among this rank's rows of a batch of whole sequences (tgt:
+ * B x seq_len). */
+double dt_train_mask_count_(const dt_train_mask *m, const int32_t *tgt);
 void dt_train_mask_free_(dt_train_mask *m);
 /* Reads the step's micro-batches into m->batches and sets N and dscale (one
  * all-gather over dp). */

@@ -173,10 +173,12 @@ dt_status_t dt_train_gather_params_(const dt_train_pp *pp, const dt_model_layout
         else dt_mem_free(piece);
         return st;
     }
-    /* the model-parallel group: the TP x PP ranks of this DP rank, ordered stage-major */
+    /* the model-parallel group: the TP x PP ranks of this DP rank (and CP rank: CP
+     * replicates the parameters), ordered stage-major */
     int T = pp->place.tp_size, P = pp->place.pp_size, M = T * P;
     dt_comm_t *mp = NULL;
-    st = dt_comm_split(all, pp->place.dp_rank, pp->place.pp_rank * T + pp->place.tp_rank, &mp);
+    st = dt_comm_split(all, pp->place.dp_rank * (pp->place.cp_size > 0 ? pp->place.cp_size : 1) + pp->place.cp_rank,
+                       pp->place.pp_rank * T + pp->place.tp_rank, &mp);
     /* pieces differ in size (stages): each is sent padded to the largest */
     size_t most = n;
     if (st == DT_STATUS_OK) {

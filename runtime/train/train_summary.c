@@ -67,6 +67,7 @@ dt_status_t dt_train_write_summary_(dt_trainer_t *t, double final_loss, double f
     cJSON *lay = cJSON_AddObjectToObject(o, "parallel");
     cJSON_AddNumberToObject(lay, "tensor_parallel", t->place.tp_size);
     cJSON_AddBoolToObject(lay, "sequence_parallel", t->layout.sequence_parallel);
+    cJSON_AddNumberToObject(lay, "context_parallel", t->place.cp_size);
     cJSON_AddNumberToObject(lay, "pipeline_parallel", t->place.pp_size);
     dt_train_pp_write_summary_(&t->pp, lay); /* schedule, micro-batches, bubble, bounds */
     cJSON_AddNumberToObject(lay, "data_parallel", t->place.dp_size);

@@ -323,9 +323,11 @@ static dt_status_t setup(dt_trainer_t *t) {
     dt_model_spec spec;
     DT_CHECK(open_device(cfg, t->env, &t->dev));
     DT_CHECK(dt_trainer_spec_(cfg, &spec));
-    t->place = dt_tp_place_of(t->env->rank, t->env->world_size, (int)cfg->tp.size, (int)cfg->pp.stages);
+    t->place = dt_tp_place_of(t->env->rank, t->env->world_size, (int)cfg->tp.size, (int)cfg->cp.size,
+                              (int)cfg->pp.stages);
     dt_train_pp_init_(&t->pp, cfg, t->place);
     DT_CHECK(dt_train_layout_(&t->pp, &spec, t->env->rank == 0, &t->layout));
+    dt_model_layout_set_cp(&t->layout, t->place.cp_size, t->place.cp_rank); /* before the net: its rows */
     /* before the net and the strategy: the arena and FSDP's use sequence follow it */
     dt_model_layout_set_recompute(&t->layout, (dt_model_recompute_t)cfg->recompute.policy, (int)cfg->recompute.every);
     t->B = (int)cfg->train_micro_batch_size_per_gpu;
@@ -369,10 +371,12 @@ static dt_status_t setup(dt_trainer_t *t) {
         DT_CHECK(dt_comm_init(&cc, &t->comm));
         DT_CHECK(dt_trainer_comm_health_(t->comm, t->dev->kind == DT_DEVICE_CUDA ? t->dev : NULL,
                                          t->env->local_world_size, t->env->rank));
-        if (t->place.tp_size > 1 || t->place.pp_size > 1)
-            DT_CHECK(dt_tp_split(t->comm, t->place.tp_size, t->place.pp_size, &t->tp_comm, &t->pp_comm, &t->dp_comm));
+        if (t->place.tp_size > 1 || t->place.pp_size > 1 || t->place.cp_size > 1)
+            DT_CHECK(dt_tp_split(t->comm, t->place.tp_size, t->place.cp_size, t->place.pp_size, &t->tp_comm,
+                                 &t->cp_comm, &t->pp_comm, &t->dp_comm));
         if (t->place.tp_size > 1) /* dt_config_resolve checked that sequence parallelism's rows divide */
             DT_CHECK(dt_tp_init(&t->tp, t->tp_comm, t->dev, &t->net));
+        if (t->place.cp_size > 1) DT_CHECK(dt_cp_init(&t->cp, t->cp_comm, t->dev, &t->net));
     }
     dt_dtype_t reduce = cfg->communication_data_type == DT_CONFIG_DTYPE_BF16 ? DT_DTYPE_BF16 : DT_DTYPE_F32;
     int sharded_grads = dt_strategy_shards(cfg->strategy, DT_STRATEGY_SHARDS_GRADS);
@@ -429,7 +433,8 @@ static dt_status_t setup(dt_trainer_t *t) {
     size_t rows = (size_t)t->B * (size_t)t->T;
     t->tokens = dt_xcalloc(rows, sizeof(int32_t));
     t->targets = dt_xcalloc(rows, sizeof(int32_t));
-    dt_train_mask_init_(&t->mask, t->data, t->accum, rows, t->place.dp_size);
+    dt_train_mask_init_(&t->mask, t->data, t->accum, t->B, t->T, t->place.dp_size * t->place.cp_size,
+                        t->place.cp_size, t->place.cp_rank);
     if (t->layout.in_features > 0)
         t->features = dt_xcalloc((size_t)t->B * (size_t)t->layout.in_features, sizeof(float));
     t->peak_flops = t->dev->ops->peak_flops ? t->dev->ops->peak_flops(t->dev) : 0;
@@ -462,7 +467,9 @@ static void teardown(dt_trainer_t *t) {
     if (t->dev) dt_net_free(&t->net);
     dt_train_lora_free_(&t->lora);
     dt_tp_free(t->tp);
+    dt_cp_free(t->cp);
     dt_comm_free(t->tp_comm);
+    dt_comm_free(t->cp_comm);
     dt_comm_free(t->pp_comm);
     dt_comm_free(t->dp_comm);
     dt_comm_free(t->comm);
@@ -510,7 +517,7 @@ static dt_status_t evaluate(dt_trainer_t *t, double *val_loss) {
     *val_loss = NAN;
     if (!t->data || dt_data_val_samples(t->data) == 0) return DT_STATUS_OK;
     int nb = t->cfg->eval.batches > 0 ? (int)t->cfg->eval.batches : 1;
-    double sum = 0, trained = 0, rows = (double)t->B * t->T;
+    double sum = 0, trained = 0, rows = (double)t->net.n_rows; /* this rank's (CP: of every sequence) */
     for (int i = 0; i < nb; i++) {
         DT_CHECK(dt_dp_check(t->dp));
         int32_t *pos = t->mask.on ? t->mask.pos : NULL; /* masked data: its documents' positions */
@@ -520,7 +527,7 @@ static dt_status_t evaluate(dt_trainer_t *t, double *val_loss) {
         if (dt_train_pp_on_(&t->pp)) DT_CHECK(dt_pp_forward_only(t->pp.engine, &b, &l)); /* NAN but on the last stage */
         else DT_CHECK(dt_net_forward(&t->net, &b, &l));
         sum += t->mask.on ? l * rows : l;
-        for (size_t k = 0; t->mask.on && k < (size_t)rows; k++) trained += t->targets[k] >= 0;
+        if (t->mask.on) trained += dt_train_mask_count_(&t->mask, t->targets);
     }
     t->net.have_forward = 0;
     DT_CHECK(dt_dp_check(t->dp));
@@ -586,10 +593,12 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env) {
         char *dump = dt_config_dump_json(cfg);
         if (dump) dt_metrics_write_file(t.log_dir, "config.json", dump);
         free(dump);
-        char par[96] = "";
-        if (t.place.tp_size > 1 || t.place.pp_size > 1)
-            snprintf(par, sizeof par, " (tensor parallel %d%s x pipeline %d x data parallel %d)", t.place.tp_size,
-                     t.layout.sequence_parallel ? " with sequence parallelism" : "", t.place.pp_size, t.place.dp_size);
+        char par[160] = "", cpar[48] = "";
+        if (t.place.cp_size > 1) snprintf(cpar, sizeof cpar, " x context parallel %d", t.place.cp_size);
+        if (t.place.tp_size > 1 || t.place.pp_size > 1 || t.place.cp_size > 1)
+            snprintf(par, sizeof par, " (tensor parallel %d%s%s x pipeline %d x data parallel %d)", t.place.tp_size,
+                     t.layout.sequence_parallel ? " with sequence parallelism" : "", cpar, t.place.pp_size,
+                     t.place.dp_size);
         printf("dtrun: %s model, %zu parameters (%.2f MB of fp32)%s, %s x%d thread(s), world %d%s, "
                "micro-batch %d x accumulation %d, %lld steps\n",
                t.layout.spec.ops->name, t.layout.global ? t.layout.global->n_params : n,
@@ -612,6 +621,7 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env) {
         double t0 = dt_now_s(), data_s = 0, loss_sum = 0;
         dt_dp_take_comm_ms(t.dp); /* communication between steps is not the step's */
         dt_tp_take_comm_ms(t.tp);
+        dt_cp_take_comm_ms(t.cp);
         DT_CHECK_GOTO(dt_dp_step_begin(t.dp), st, out_teardown);
         dt_stragglers_test_delay(t.stragglers);
         if (t.mask.on) { /* the step's micro-batches first: their trained targets scale every backward */
@@ -642,6 +652,7 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env) {
                 dt_trace_end(DT_TRACE_COMPUTE, "backward", f1);
                 DT_CHECK_GOTO(dt_dp_micro_end(t.dp), st, out_teardown);
                 DT_CHECK_GOTO(dt_tp_check(t.tp), st, out_teardown);
+                DT_CHECK_GOTO(dt_cp_check(t.cp), st, out_teardown);
             }
         }
         double loss = t.mask.on ? dt_train_mask_loss_(&t.mask, loss_sum) : loss_sum / t.accum, norm = 0,
@@ -671,7 +682,8 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env) {
         DT_CHECK_GOTO(dt_dp_optimizer_step(t.dp, &args), st, out_teardown);
         DT_CHECK_GOTO(dt_pp_sync_tied(t.pp.engine), st, out_teardown);
         DT_CHECK_GOTO(o->synchronize(t.dev), st, out_teardown);
-        double t1 = dt_now_s(), tp_ms = dt_tp_take_comm_ms(t.tp), comm_ms = dt_dp_take_comm_ms(t.dp) + tp_ms;
+        double t1 = dt_now_s(), tp_ms = dt_tp_take_comm_ms(t.tp),
+               comm_ms = dt_dp_take_comm_ms(t.dp) + tp_ms + dt_cp_take_comm_ms(t.cp);
         dt_trace_span(DT_TRACE_COMPUTE, "optimizer", o0, t1);
         dt_trace_span(DT_TRACE_STEP, "step", t0, t1);
         warn_data_wait(&t, step, data_s, t1 - t0, &last_data_warn);
@@ -680,7 +692,9 @@ dt_status_t dt_trainer_run(const dt_config_t *cfg, const dt_torchenv_t *env) {
             DT_CHECK_GOTO(evaluate(&t, &val), st, out_teardown);
             dt_dp_take_comm_ms(t.dp); /* evaluation's gathers are not the step's */
             dt_tp_take_comm_ms(t.tp);
+            dt_cp_take_comm_ms(t.cp);
             DT_CHECK_GOTO(dt_tp_check(t.tp), st, out_teardown);
+            DT_CHECK_GOTO(dt_cp_check(t.cp), st, out_teardown);
         }
         final_loss = loss;
         if (!isnan(val)) final_val = val;

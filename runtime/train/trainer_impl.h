@@ -35,6 +35,7 @@
 #include "runtime/model/model.h"          /* defines: dt_model_layout */
 #include "runtime/model/net.h"            /* defines: dt_net_t */
 #include "runtime/parallel/dp.h"          /* defines: dt_dp_t */
+#include "runtime/parallel/cp.h"          /* defines: dt_cp_t */
 #include "runtime/parallel/tp.h"          /* defines: dt_tp_t, dt_tp_place */
 #include "runtime/train/data.h"           /* defines: dt_data_t */
 #include "runtime/train/metrics.h"        /* defines: dt_metrics_t */
@@ -61,8 +62,9 @@ typedef struct dt_trainer {
     /* Tensor parallelism (runtime/parallel/tp.h): this rank's place, the TP and DP
      * groups (NULL when of one rank) and the net's TP collectives. */
     dt_tp_place place;
-    dt_comm_t *tp_comm, *pp_comm, *dp_comm;
+    dt_comm_t *tp_comm, *pp_comm, *dp_comm, *cp_comm;
     dt_tp_t *tp;
+    dt_cp_t *cp; /* context parallelism's ring (NULL at CP 1) */
     dt_train_mask mask; /* masked data (train_mask.h): the loss over the global batch's trained targets */
     dt_train_pp pp;  /* pipeline parallelism (train_parallel.h): no engine at pipeline.stages 1 */
     dt_dp_t *dp;     /* owns parameters, gradients and optimizer state */
