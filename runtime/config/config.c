@@ -541,6 +541,17 @@ static void check_cp(dt_config_t *cfg, const char *src) {
         add_error(cfg, src,
                   "context_parallel.size %lld with strategy \"hsdp\": expected context_parallel.size 1 (hsdp's "
                   "shard group is a node's ranks; use fsdp, zero1, zero2 or ddp with it)", C);
+    const dt_model_ops *mo = cfg->model.ops;
+    if (cfg->cp.mode == DT_CONFIG_CP_ULYSSES && mo && mo->heads) {
+        int nh = 0, nkv = 0;
+        mo->heads(&cfg->model, &nh, &nkv);
+        long long tp = cfg->tp.size > 1 ? (long long)cfg->tp.size : 1;
+        if (nh % (tp * C) || nkv % (tp * C))
+            add_error(cfg, src,
+                      "context_parallel.mode \"ulysses\" at context_parallel.size %lld: the model's %d query and %d "
+                      "key/value heads must divide by tensor_parallel.size x context_parallel.size = %lld (use "
+                      "context_parallel.mode \"ring\")", C, nh, nkv, tp * C);
+    }
     if (cfg->lora.r > 0)
         add_error(cfg, src, "context_parallel.size %lld with lora.r %lld: LoRA runs with data parallelism only "
                             "(context_parallel.size 1)", C, (long long)cfg->lora.r);

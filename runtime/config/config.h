@@ -67,6 +67,9 @@ enum {
 #undef X
 };
 
+/* context_parallel.mode: how attention crosses the CP group. */
+enum { DT_CONFIG_CP_RING = 0, DT_CONFIG_CP_ULYSSES = 1 };
+
 typedef enum dt_optim_type {
 #define X(n, s) DT_OPTIM_##n,
     DT_OPTIM_TYPE_MAP(X)
@@ -241,6 +244,7 @@ typedef struct dt_config {
      * key/value blocks around them; world = tp.size x size x stages x DP size. */
     struct {
         int64_t size; /* >= 1; 1 = off */
+        int mode;     /* DT_CONFIG_CP_RING or DT_CONFIG_CP_ULYSSES */
     } cp;
     /* pipeline.*: pipeline parallelism. stages ranks (TP groups) hold consecutive blocks
      * of the model, the embedding on the first and the head on the last; micro-batches

@@ -31,6 +31,7 @@ static const char *const backend_names[] = {DT_COMM_BACKEND_MAP(NAME_) NULL};
  * the strategy table's dt_strategy_names) */
 static const char *const pp_schedule_names[] = {DT_PP_SCHEDULE_MAP(NAME_) NULL};
 static const char *const pp_partition_names[] = {DT_PP_PARTITION_MAP(NAME_) NULL};
+static const char *const cp_mode_names[] = {"ring", "ulysses", NULL};
 static const char *const recompute_names[] = {DT_MODEL_RECOMPUTE_MAP(NAME_) NULL};
 static const char *const lora_base_names[] = {DT_CONFIG_LORA_BASE_MAP(NAME_) NULL};
 #undef NAME_
@@ -176,6 +177,10 @@ static const config_key_t tail_keys[] = {
      "through the whole model (the chunks r and 2 size - 1 - r of 2 size: equal causal work), and "
      "attention passes key/value blocks around them (ring attention); model.seq_len must be a multiple "
      "of 2 x size; world = tensor_parallel.size x size x pipeline.stages x data-parallel ranks"},
+    {"context_parallel.mode", KT_ENUM, OFF(cp.mode), 0, 0, 0, cp_mode_names, "\"ring\"",
+     "ring (key/value blocks passed around the ranks while each computes; any head count) or ulysses "
+     "(all-to-all: each rank attends over whole sequences for heads / size of the heads; the query and "
+     "key/value heads per tensor-parallel rank must divide by size)"},
     {"pipeline.stages", KT_INT, OFF(pp.stages), 1, I32, 0, NULL, "1",
      "pipeline-parallel stages (1 = off): each holds consecutive blocks (the embedding on the first, the "
      "head on the last); world = tensor_parallel.size x stages x data-parallel ranks"},

@@ -49,6 +49,8 @@ static dt_status_t check_positive(const char *name, int v) {
 }
 
 /* Megatron's cut: the heads (and so n_embd) divide among the tp ranks. */
+static void gpt_heads(const dt_model_spec *s, int *nh, int *nkv) { *nh = *nkv = s->n_head; }
+
 static int gpt_tp_check(const dt_model_spec *s, int tp, char *msg, size_t len) {
     if (s->n_head % tp != 0) {
         snprintf(msg, len, "tensor_parallel.size: %d does not divide model.n_head (%d): each rank must hold whole heads",
@@ -513,6 +515,7 @@ const dt_model_ops dt_model_gpt = {
     .n_keys = (int)(sizeof gpt_keys / sizeof gpt_keys[0]),
     .config_check = gpt_config_check,
     .tp_check = gpt_tp_check,
+    .heads = gpt_heads,
     .validate = gpt_validate,
     .build = gpt_build,
     .init_params = gpt_init_params,

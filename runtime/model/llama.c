@@ -135,6 +135,11 @@ static int llama_config_check(const dt_model_spec *s, char *msg, size_t len) { r
 /* Megatron's cut: query heads, key/value heads (GQA: each rank holds its query
  * heads' groups, so num_key_value_heads must divide too; replicating key/value heads
  * across ranks is not supported) and the MLP width divide among the tp ranks. */
+static void llama_heads(const dt_model_spec *s, int *nh, int *nkv) {
+    llama_sizes z = resolve(s);
+    *nh = z.num_attention_heads, *nkv = z.num_key_value_heads;
+}
+
 static int llama_tp_check(const dt_model_spec *s, int tp, char *msg, size_t len) {
     llama_sizes z = resolve(s);
     const struct {
@@ -671,6 +676,7 @@ const dt_model_ops dt_model_llama = {
     .n_keys = (int)(sizeof llama_keys / sizeof llama_keys[0]),
     .config_check = llama_config_check,
     .tp_check = llama_tp_check,
+    .heads = llama_heads,
     .validate = llama_validate,
     .build = llama_build,
     .init_params = llama_init_params,

@@ -170,6 +170,7 @@ typedef struct dt_model_layout {
      * per sequence (dt_model_rows), and the attention passes key/value blocks around
      * the CP group (net.h: dt_net_cp_ops). */
     int cp_size, cp_rank;
+    int cp_ulysses; /* the attention exchanges heads (all-to-all), not key/value blocks */
 } dt_model_layout;
 
 /* Context parallelism's load balance: a sequence of T positions is cut into 2C chunks
@@ -186,10 +187,12 @@ static inline int dt_model_cp_row(int T, int cp_size, int cp_rank, int t) {
 static inline int dt_model_rows(const dt_model_layout *l) {
     return l->cp_size > 1 ? l->seq_len / l->cp_size : l->seq_len;
 }
-/* Makes layout l a context-parallel rank's (before the net is made). */
-static inline void dt_model_layout_set_cp(dt_model_layout *l, int cp_size, int cp_rank) {
+/* Makes layout l a context-parallel rank's (before the net is made); ulysses: the
+ * all-to-all over heads instead of the ring. */
+static inline void dt_model_layout_set_cp(dt_model_layout *l, int cp_size, int cp_rank, int ulysses) {
     l->cp_size = cp_size > 1 ? cp_size : 0;
     l->cp_rank = cp_size > 1 ? cp_rank : 0;
+    l->cp_ulysses = cp_size > 1 && ulysses;
 }
 
 /* Activation recomputation policies (config activation_checkpointing.policy).
@@ -295,6 +298,9 @@ struct dt_model_ops {
      * for a TP size (heads, widths divisible by tp): 0, or 1 with the message naming
      * the model key. dt_model_tp_check adds the generic ones. */
     int (*tp_check)(const dt_model_spec *s, int tp, char *msg, size_t len);
+    /* (optional) the attention's query and key/value heads (context parallelism's
+     * Ulysses mode cuts them) */
+    void (*heads)(const dt_model_spec *s, int *n_head, int *n_kv_head);
     /* 1 when the model can be cut into pipeline stages: its units are [embedding =
      * unit 0][block l = unit 1 + l, l < L][final = unit L + 1: the final norm, and the
      * head when untied], tensor 0 is the (Vp, C) embedding a tied head uses, and

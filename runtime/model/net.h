@@ -111,6 +111,9 @@ typedef struct dt_net_tp_ops {
 typedef struct dt_net_cp_ops {
     void *(*ring_start)(void *ctx, const void *send, void *recv, size_t bytes);
     void (*ring_wait)(void *ctx, void *handle);
+    /* recv's block j (bytes) = rank j's send block of this rank (send: one block of
+     * bytes per rank, in rank order); returns when both are done (Ulysses) */
+    void (*all_to_all)(void *ctx, const void *send, void *recv, size_t bytes);
 } dt_net_cp_ops;
 
 typedef struct dt_net {

@@ -13,6 +13,8 @@
 struct dt_cp {
     dt_comm_t *comm;
     dt_net_t *net;
+    dt_device_t *dev;
+    dt_comm_req_t *reqs; /* all-to-all: 2 per peer */
     int next, prev;
     dt_status_t st; /* first failure since dt_cp_check */
     char detail[1024];
@@ -55,20 +57,45 @@ static void ring_wait(void *ctx, void *handle) {
     note(cp, a != DT_STATUS_OK ? a : b, "ring exchange", t0);
 }
 
-static const dt_net_cp_ops cp_ops = {.ring_start = ring_start, .ring_wait = ring_wait};
+/* Every peer's block at once (point-to-point channels never wait on each other). */
+static void all_to_all(void *ctx, const void *send, void *recv, size_t bytes) {
+    dt_cp_t *cp = ctx;
+    double t0 = dt_now_s();
+    int n = dt_comm_size(cp->comm), r = dt_comm_rank(cp->comm), k = 0;
+    size_t words = bytes / 4;
+    dt_status_t st = cp->dev->ops->copy(cp->dev, (char *)recv + (size_t)r * bytes, (const char *)send + (size_t)r * bytes,
+                                        bytes, DT_COPY_DEVICE_TO_DEVICE);
+    for (int i = 1; i < n && st == DT_STATUS_OK; i++) {
+        int from = (r + n - i) % n, to = (r + i) % n;
+        st = dt_comm_recv_async(cp->comm, (char *)recv + (size_t)from * bytes, words, DT_COMM_F32, from, &cp->reqs[k]);
+        if (st != DT_STATUS_OK) break;
+        k++;
+        st = dt_comm_send_async(cp->comm, (const char *)send + (size_t)to * bytes, words, DT_COMM_F32, to, &cp->reqs[k]);
+        if (st == DT_STATUS_OK) k++;
+    }
+    for (int i = 0; i < k; i++) {
+        dt_status_t w = dt_comm_wait(&cp->reqs[i]);
+        if (st == DT_STATUS_OK) st = w;
+    }
+    note(cp, st, "all-to-all", t0);
+}
+
+static const dt_net_cp_ops cp_ops = {.ring_start = ring_start, .ring_wait = ring_wait, .all_to_all = all_to_all};
 
 dt_status_t dt_cp_init(dt_cp_t **out, dt_comm_t *comm, dt_device_t *dev, dt_net_t *net) {
     *out = NULL;
     if (!comm) return dt_error(DT_STATUS_INVALID, "context parallelism needs the CP group's communicator");
     const dt_ops_t *o = dev->ops;
-    if (!o->attention_block_forward || !o->attention_block_backward || !o->attention_kv_pack ||
-        !o->attention_block_finish || !o->attention_block_delta || !o->attention_kv_grad_add)
+    if (!net->layout->cp_ulysses && (!o->attention_block_forward || !o->attention_block_backward || !o->attention_kv_pack ||
+        !o->attention_block_finish || !o->attention_block_delta || !o->attention_kv_grad_add))
         return dt_error(DT_STATUS_UNSUPPORTED, "context_parallel.size %d: the %s device has no ring attention ops",
                         dt_comm_size(comm), dt_device_kind_name(dev->kind));
     dt_cp_t *cp = dt_xcalloc(1, sizeof *cp);
     int n = dt_comm_size(comm), r = dt_comm_rank(comm);
     cp->comm = comm;
     cp->net = net;
+    cp->dev = dev;
+    cp->reqs = dt_xcalloc((size_t)2 * n, sizeof *cp->reqs);
     cp->next = (r + 1) % n;
     cp->prev = (r + n - 1) % n;
     net->cp = &cp_ops;
@@ -81,6 +108,7 @@ void dt_cp_free(dt_cp_t *cp) {
     if (!cp) return;
     if (cp->live) ring_wait(cp, NULL);
     if (cp->net && cp->net->cp_ctx == cp) cp->net->cp = NULL, cp->net->cp_ctx = NULL;
+    free(cp->reqs);
     free(cp);
 }
 

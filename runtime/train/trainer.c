@@ -327,7 +327,7 @@ static dt_status_t setup(dt_trainer_t *t) {
                               (int)cfg->pp.stages);
     dt_train_pp_init_(&t->pp, cfg, t->place);
     DT_CHECK(dt_train_layout_(&t->pp, &spec, t->env->rank == 0, &t->layout));
-    dt_model_layout_set_cp(&t->layout, t->place.cp_size, t->place.cp_rank); /* before the net: its rows */
+    dt_model_layout_set_cp(&t->layout, t->place.cp_size, t->place.cp_rank, cfg->cp.mode == DT_CONFIG_CP_ULYSSES);
     /* before the net and the strategy: the arena and FSDP's use sequence follow it */
     dt_model_layout_set_recompute(&t->layout, (dt_model_recompute_t)cfg->recompute.policy, (int)cfg->recompute.every);
     t->B = (int)cfg->train_micro_batch_size_per_gpu;

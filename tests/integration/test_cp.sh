@@ -2,7 +2,9 @@
 # test_cp.sh - context parallelism (context_parallel.size: ring attention) through real
 # dtrun processes: a tiny gpt and a tiny llama (GQA) trained at CP 2 and CP 4, and CP 2
 # with DP 2, TP 2 (with sequence parallelism), PP 2, FSDP and activation recomputation
-# (full and selective), each against 1 rank with the same global batch: losses and
+# (full and selective), and Ulysses (context_parallel.mode ulysses: all-to-all over
+# heads) alone, with DP 2, TP 2, PP 2 and full recomputation, each against 1 rank
+# with the same global batch: losses and
 # final parameters within 1e-5 (relative); masked packed conversations at CP 2 (the
 # documents' boundaries cross the chunks); a CP 2 checkpoint resumed at CP 1 equals the
 # uninterrupted run; bad layouts refused before start naming the key.
@@ -71,12 +73,25 @@ for m in gpt llama; do
            "cp2_pp2 4 context_parallel.size=2 pipeline.stages=2" \
            "cp2_fsdp 2 context_parallel.size=2 strategy=fsdp" \
            "cp2_full 2 context_parallel.size=2 activation_checkpointing.policy=full" \
-           "cp2_sel 2 context_parallel.size=2 activation_checkpointing.policy=selective"; do
+           "cp2_sel 2 context_parallel.size=2 activation_checkpointing.policy=selective" \
+           "u2 2 context_parallel.size=2 context_parallel.mode=ulysses" \
+           "u2_dp2 4 context_parallel.size=2 context_parallel.mode=ulysses gradient_accumulation_steps=1 eval.batches=1" \
+           "u2_full 2 context_parallel.size=2 context_parallel.mode=ulysses activation_checkpointing.policy=full" \
+           "u2_pp2 4 context_parallel.size=2 context_parallel.mode=ulysses pipeline.stages=2"; do
     set -- $c; name=${m}_$1; np=$2; shift 2
     if run "$name" "$np" "$cfg" "$@" && out=$(same "$name" "${m}_ref"); then
       pass "$m $name ($np ranks: $*) == 1 rank$(tr -d '\n' <<<"$out")"
     else fail "$m $name == 1 rank" "$(tail -3 "$DT_TMP/$name.out"; echo "${out:-}")"; fi
   done
+done
+
+# Ulysses where the heads divide by TP x CP: gpt's 4 heads at CP 4 and at TP 2 x CP 2
+for c in "u4 4 context_parallel.size=4 context_parallel.mode=ulysses" \
+         "u2_tp2 4 context_parallel.size=2 context_parallel.mode=ulysses tensor_parallel.size=2"; do
+  set -- $c; name=gpt_$1; np=$2; shift 2
+  if run "$name" "$np" "$DT_TMP/gpt.json" "$@" && out=$(same "$name" gpt_ref); then
+    pass "gpt $name ($np ranks: $*) == 1 rank$(tr -d '\n' <<<"$out")"
+  else fail "gpt $name == 1 rank" "$(tail -3 "$DT_TMP/$name.out"; echo "${out:-}")"; fi
 done
 
 # the start line names the layout
@@ -92,8 +107,10 @@ if $T "$DTRUN" tokenize --chat --tokenizer $TOK --template tests/fixtures/chat/q
       -e 's/"vocab_size": 256/"vocab_size": 1000/' "$DT_TMP/llama.json" > "$DT_TMP/chat.json"
   if run chat_ref 1 "$DT_TMP/chat.json" && run chat_cp2 2 "$DT_TMP/chat.json" context_parallel.size=2 &&
      out=$(same chat_cp2 chat_ref) && run chat_cp2dp2 4 "$DT_TMP/chat.json" context_parallel.size=2 \
-       gradient_accumulation_steps=1 eval.batches=1 && out2=$(same chat_cp2dp2 chat_ref)
-  then pass "masked packed conversations: CP 2 and CP 2 x DP 2 == 1 rank$(tr -d '\n' <<<"$out$out2")"
+       gradient_accumulation_steps=1 eval.batches=1 && out2=$(same chat_cp2dp2 chat_ref) &&
+     run chat_u2 2 "$DT_TMP/chat.json" context_parallel.size=2 context_parallel.mode=ulysses &&
+     out3=$(same chat_u2 chat_ref)
+  then pass "masked packed conversations: CP 2, CP 2 x DP 2 and Ulysses CP 2 == 1 rank$(tr -d '\n' <<<"$out$out2$out3")"
   else fail "masked packed conversations at CP 2" "$(tail -3 "$DT_TMP/chat_cp2.out" "$DT_TMP/chat_cp2dp2.out" 2>/dev/null; echo "${out:-}")"; fi
 else fail "tokenize --chat" "$(tail -3 "$DT_TMP/tok.out")"; fi
 
@@ -120,6 +137,8 @@ want "a seq_len CP does not cut in 2C chunks is refused" 2 "context_parallel.siz
   "$DTRUN" --standalone --nproc_per_node 3 "$DT_TMP/llama.json" context_parallel.size=3
 want "CP that does not divide the world is refused" 2 "context_parallel.size" \
   "$DTRUN" --standalone --nproc_per_node 3 "$DT_TMP/llama.json" context_parallel.size=2
+want "Ulysses with key/value heads CP does not divide is refused" 2 "context_parallel.mode \"ulysses\" at context_parallel.size 4" \
+  "$DTRUN" --standalone --nproc_per_node 4 "$DT_TMP/llama.json" context_parallel.size=4 context_parallel.mode=ulysses
 want "CP with hsdp is refused" 2 "context_parallel.size 2 with strategy \"hsdp\"" \
   "$DTRUN" --standalone --nproc_per_node 2 "$DT_TMP/llama.json" context_parallel.size=2 strategy=hsdp
 finish
