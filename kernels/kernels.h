@@ -279,6 +279,77 @@ struct dt_ops {
                              const void *kv, int max_T,   // (B, max_T, 2*NKV*HS)
                              int pos, int B, int C, int NH, int NKV);
 
+    /* ---- (optional) attention one key/value block at a time: context parallelism
+     * (ring attention). Each rank of a context-parallel group holds Tq "local" query
+     * rows of every sequence with their GLOBAL token indices, and the key/value
+     * blocks of the group's ranks pass around a ring; these ops attend the local
+     * queries to one block, flash-style, merging into a running (output,
+     * log-sum-exp). NULL where a device lacks context parallelism (all or none).
+     * Heads and scale as attention_forward: KV = NKV*HS, a qkv row is C + 2*KV wide
+     * (q read from its first C), query head h uses key/value head h / (NH / NKV). A
+     * kv block row is k (KV) | v (KV), 2*KV wide, in the compute dtype.
+     * Masking is by global index: query row (b, q), at global index qidx[b,q] with
+     * lowest visible key qlo[b,q], attends to key row (b, k) of the block exactly
+     * when qlo[b,q] <= kidx[b,k] <= qidx[b,q] (one document per row: qlo 0; packed
+     * sequences: the global index of the row's document's start). qidx, qlo (B, Tq)
+     * and kidx (B, Tk) are device memory. Sums have a fixed order for any thread
+     * count; `scratch` is workspace of attention_block_scratch_bytes (both block
+     * ops; it may depend on dev->nthreads). A forward over every block, in any
+     * order, then attention_block_finish gives attention_forward's out; the
+     * backward over every block gives attention_backward's dqkv (dkv added into
+     * the owner's rows with attention_kv_grad_add). */
+    size_t (*attention_block_scratch_bytes)(const dt_device_t *dev, int B, int Tq, int Tk, int C, int NH,
+                                            int NKV);
+    /* kv (B, T, 2*KV) = the k|v part of each qkv row: qkv[:, :, C : C + 2*KV]. */
+    void (*attention_kv_pack)(dt_device_t *dev, void *kv, // (B, T, 2*KV) =
+                              const void *qkv,            // (B, T, C + 2*KV)
+                              int B, int T, int C, int NH, int NKV);
+    /* o and lse are the running normalised output and log-sum-exp of the scaled
+     * scores q.k / sqrt(HS) over the keys seen so far, fp32. first = 1 starts them
+     * (o = 0, lse = -INFINITY) and then merges this block; a query row that sees no
+     * key of the block keeps its o and lse bitwise. The merge of a block's own
+     * (o_blk, lse_blk): m = logaddexp(lse, lse_blk), o = o exp(lse - m) +
+     * o_blk exp(lse_blk - m), lse = m. */
+    void (*attention_block_forward)(dt_device_t *dev, float *o, // (B, Tq, C) fp32, updated
+                                    float *lse,                 // (B, NH, Tq) fp32, updated
+                                    void *scratch,              // attention_block_scratch_bytes
+                                    const void *qkv,            // (B, Tq, C + 2*KV): q read
+                                    const void *kv,             // (B, Tk, 2*KV)
+                                    const int *qidx, const int *qlo, // (B, Tq), (B, Tq)
+                                    const int *kidx,                 // (B, Tk)
+                                    int first, int B, int Tq, int Tk, int C, int NH, int NKV);
+    /* out (compute dtype) = o after the last block; a row that saw no key is 0. */
+    void (*attention_block_finish)(dt_device_t *dev, void *out, // (B, Tq, C) =
+                                   const float *o,              // (B, Tq, C) fp32
+                                   int B, int Tq, int C);
+    /* delta[b,h,q] = sum over head h's HS columns of dout * out, out being the
+     * forward's output (the row term of the softmax backward). */
+    void (*attention_block_delta)(dt_device_t *dev, float *delta, // (B, NH, Tq) fp32 =
+                                  const void *dout,               // (B, Tq, C)
+                                  const void *out,                // (B, Tq, C)
+                                  int B, int Tq, int C, int NH);
+    /* The gradient from one block, given the FINAL lse of the forward and delta:
+     * the probabilities are recomputed in fp32 (P = exp(S scale - lse), dP = dO V^T,
+     * dS = P (dP - delta)); the q part of dqkv += dS K scale (its k and v parts are
+     * not touched) and dkv += dS^T Q scale | P^T dO, each key/value head summed over
+     * the NH / NKV query heads that read it. */
+    void (*attention_block_backward)(dt_device_t *dev, void *dqkv, // (B, Tq, C + 2*KV) +=, q part
+                                     float *dkv,                   // (B, Tk, 2*KV) fp32 +=
+                                     void *scratch,                // attention_block_scratch_bytes
+                                     const void *dout,             // (B, Tq, C)
+                                     const void *qkv,              // (B, Tq, C + 2*KV)
+                                     const void *kv,               // (B, Tk, 2*KV)
+                                     const float *lse,             // (B, NH, Tq), final
+                                     const float *delta,           // (B, NH, Tq)
+                                     const int *qidx, const int *qlo, // (B, Tq), (B, Tq)
+                                     const int *kidx,                 // (B, Tk)
+                                     int B, int Tq, int Tk, int C, int NH, int NKV);
+    /* dqkv[:, :, C : C + 2*KV] += dkv, fp32 into the compute dtype: a block's
+     * gradient back into the rows that own it. */
+    void (*attention_kv_grad_add)(dt_device_t *dev, void *dqkv, // (B, T, C + 2*KV) +=
+                                  const float *dkv,             // (B, T, 2*KV) fp32
+                                  int B, int T, int C, int NH, int NKV);
+
     /* ---- RMSNorm over the last dim (Llama): out = inp * rstd * weight with
      * rstd = 1 / sqrt(mean(inp^2) + eps), computed in fp32; rstd is saved. ------ */
     void (*rmsnorm_forward)(dt_device_t *dev, void *out, // (N, C)

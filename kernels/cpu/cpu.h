@@ -123,6 +123,23 @@ void dt_cpu_attention_backward(dt_device_t *dev, void *dqkv, void *scratch, cons
                                int C, int NH, int NKV);
 void dt_cpu_attention_decode(dt_device_t *dev, void *out, const void *q, int q_stride,
                              const void *kv, int max_T, int pos, int B, int C, int NH, int NKV);
+/* cpu_attention_block.c: context parallelism (kernels.h, attention_block_*) */
+size_t dt_cpu_attention_block_scratch_bytes(const dt_device_t *dev, int B, int Tq, int Tk, int C, int NH,
+                                            int NKV);
+void dt_cpu_attention_kv_pack(dt_device_t *dev, void *kv, const void *qkv, int B, int T, int C, int NH,
+                              int NKV);
+void dt_cpu_attention_block_forward(dt_device_t *dev, float *o, float *lse, void *scratch, const void *qkv,
+                                    const void *kv, const int *qidx, const int *qlo, const int *kidx,
+                                    int first, int B, int Tq, int Tk, int C, int NH, int NKV);
+void dt_cpu_attention_block_finish(dt_device_t *dev, void *out, const float *o, int B, int Tq, int C);
+void dt_cpu_attention_block_delta(dt_device_t *dev, float *delta, const void *dout, const void *out, int B,
+                                  int Tq, int C, int NH);
+void dt_cpu_attention_block_backward(dt_device_t *dev, void *dqkv, float *dkv, void *scratch, const void *dout,
+                                     const void *qkv, const void *kv, const float *lse, const float *delta,
+                                     const int *qidx, const int *qlo, const int *kidx, int B, int Tq, int Tk,
+                                     int C, int NH, int NKV);
+void dt_cpu_attention_kv_grad_add(dt_device_t *dev, void *dqkv, const float *dkv, int B, int T, int C, int NH,
+                                  int NKV);
 void dt_cpu_rmsnorm_forward(dt_device_t *dev, void *out, float *rstd, const void *inp,
                             const void *weight, int N, int C, float eps);
 void dt_cpu_rmsnorm_backward(dt_device_t *dev, void *dinp, void *dweight, const void *dout,
