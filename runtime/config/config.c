@@ -552,9 +552,6 @@ static void check_cp(dt_config_t *cfg, const char *src) {
                       "key/value heads must divide by tensor_parallel.size x context_parallel.size = %lld (use "
                       "context_parallel.mode \"ring\")", C, nh, nkv, tp * C);
     }
-    if (cfg->lora.r > 0)
-        add_error(cfg, src, "context_parallel.size %lld with lora.r %lld: LoRA runs with data parallelism only "
-                            "(context_parallel.size 1)", C, (long long)cfg->lora.r);
 }
 
 /* Rules across keys, once the file and the overrides are in. */
