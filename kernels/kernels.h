@@ -294,7 +294,8 @@ struct dt_ops {
      * sequences: the global index of the row's document's start). qidx, qlo (B, Tq)
      * and kidx (B, Tk) are device memory. Sums have a fixed order for any thread
      * count; `scratch` is workspace of attention_block_scratch_bytes (both block
-     * ops; it may depend on dev->nthreads). A forward over every block, in any
+     * ops; on the CPU it depends on dev->nthreads, the CUDA backend needs none: 0,
+     * and then any pointer will do). A forward over every block, in any
      * order, then attention_block_finish gives attention_forward's out; the
      * backward over every block gives attention_backward's dqkv (dkv added into
      * the owner's rows with attention_kv_grad_add). */

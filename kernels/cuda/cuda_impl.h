@@ -16,6 +16,7 @@
  *   cuda_loss.cu    encoder, layernorm, attention,          } dt_cuda_fill_layer_ops
  *                   softmax_xent, xent_vp_*, mse            }
  *   cuda_llama.cu   rmsnorm, rope, swiglu, attention_decode }
+ *   cuda_attention_block.cu  attention_block_*, attention_kv_* } (context parallelism)
  *   cuda_attention_fused.cu  the fused attention cuda_attention.cu dispatches to
  *
  * Errors: compute ops return void (kernels.h). Each launch is followed by

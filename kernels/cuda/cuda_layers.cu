@@ -12,6 +12,7 @@ extern "C" void dt_cuda_fill_layer_ops(dt_ops_t *ops, dt_dtype_t dtype) {
     dt_cuda_fill_loss_ops(ops, dtype);
     dt_cuda_fill_llama_ops(ops, dtype);
     dt_cuda_fill_lora_ops(ops, dtype);
+    dt_cuda_fill_attention_block_ops(ops, dtype);
 }
 
 void *dt_cuda_layer_scratch(dt_device_t *dev, size_t bytes, const char *op) {

@@ -159,6 +159,7 @@ void dt_cuda_fill_attention_ops(dt_ops_t *ops, dt_dtype_t dtype);
 void dt_cuda_fill_loss_ops(dt_ops_t *ops, dt_dtype_t dtype);
 void dt_cuda_fill_llama_ops(dt_ops_t *ops, dt_dtype_t dtype);
 void dt_cuda_fill_lora_ops(dt_ops_t *ops, dt_dtype_t dtype); /* cuda_lora.cu */
+void dt_cuda_fill_attention_block_ops(dt_ops_t *ops, dt_dtype_t dtype); /* cuda_attention_block.cu */
 
 /* The fused attention (cuda_attention_fused.cu), for the device's compute dtype;
  * cuda_attention.cu calls these when dt_cuda_attention_fused says so. */
