@@ -64,21 +64,31 @@ assert dl < 1e-5 and dv < 1e-5 and dp < 1e-5, ("loss", dl, "val", dv, "params", 
 PY
 }
 
+# every layout on llama (GQA); gpt (a position table, no GQA) on the ring's and
+# Ulysses' main layouts
+L_CASES=("cp2 2 context_parallel.size=2" "cp4 4 context_parallel.size=4"
+  "cp2_dp2 4 context_parallel.size=2 gradient_accumulation_steps=1 eval.batches=1"
+  "cp2_tp2 4 context_parallel.size=2 tensor_parallel.size=2 tensor_parallel.sequence_parallel=true"
+  "cp2_pp2 4 context_parallel.size=2 pipeline.stages=2"
+  "cp2_fsdp 2 context_parallel.size=2 strategy=fsdp"
+  "cp2_full 2 context_parallel.size=2 activation_checkpointing.policy=full"
+  "cp2_sel 2 context_parallel.size=2 activation_checkpointing.policy=selective"
+  "u2 2 context_parallel.size=2 context_parallel.mode=ulysses"
+  "u2_dp2 4 context_parallel.size=2 context_parallel.mode=ulysses gradient_accumulation_steps=1 eval.batches=1"
+  "u2_full 2 context_parallel.size=2 context_parallel.mode=ulysses activation_checkpointing.policy=full"
+  "u2_pp2 4 context_parallel.size=2 context_parallel.mode=ulysses pipeline.stages=2")
+# (gpt's 4 heads: Ulysses at CP 4 and at TP 2 x CP 2)
+G_CASES=("cp2 2 context_parallel.size=2" "cp4 4 context_parallel.size=4"
+  "cp2_tp2 4 context_parallel.size=2 tensor_parallel.size=2 tensor_parallel.sequence_parallel=true"
+  "cp2_pp2 4 context_parallel.size=2 pipeline.stages=2" "cp2_fsdp 2 context_parallel.size=2 strategy=fsdp"
+  "u4 4 context_parallel.size=4 context_parallel.mode=ulysses"
+  "u2_tp2 4 context_parallel.size=2 context_parallel.mode=ulysses tensor_parallel.size=2")
+# (validation: 2 batches of 2 at DP 1, 1 batch per replica at DP 2: the same 4 sequences)
 for m in gpt llama; do
   cfg="$DT_TMP/$m.json"
   if ! run "${m}_ref" 1 "$cfg"; then fail "$m: 1 rank" "$(tail -3 "$DT_TMP/${m}_ref.out")"; continue; fi
-  # (validation: 2 batches of 2 at DP 1, 1 batch per replica at DP 2: the same 4 sequences)
-  for c in "cp2 2 context_parallel.size=2" "cp4 4 context_parallel.size=4" \
-           "cp2_dp2 4 context_parallel.size=2 gradient_accumulation_steps=1 eval.batches=1" \
-           "cp2_tp2 4 context_parallel.size=2 tensor_parallel.size=2 tensor_parallel.sequence_parallel=true" \
-           "cp2_pp2 4 context_parallel.size=2 pipeline.stages=2" \
-           "cp2_fsdp 2 context_parallel.size=2 strategy=fsdp" \
-           "cp2_full 2 context_parallel.size=2 activation_checkpointing.policy=full" \
-           "cp2_sel 2 context_parallel.size=2 activation_checkpointing.policy=selective" \
-           "u2 2 context_parallel.size=2 context_parallel.mode=ulysses" \
-           "u2_dp2 4 context_parallel.size=2 context_parallel.mode=ulysses gradient_accumulation_steps=1 eval.batches=1" \
-           "u2_full 2 context_parallel.size=2 context_parallel.mode=ulysses activation_checkpointing.policy=full" \
-           "u2_pp2 4 context_parallel.size=2 context_parallel.mode=ulysses pipeline.stages=2"; do
+  if [ $m = gpt ]; then cases=("${G_CASES[@]}"); else cases=("${L_CASES[@]}"); fi
+  for c in "${cases[@]}"; do
     set -- $c; name=${m}_$1; np=$2; shift 2
     if run "$name" "$np" "$cfg" "$@" && out=$(same "$name" "${m}_ref"); then
       pass "$m $name ($np ranks: $*) == 1 rank$(tr -d '\n' <<<"$out")"
@@ -86,14 +96,31 @@ for m in gpt llama; do
   done
 done
 
-# Ulysses where the heads divide by TP x CP: gpt's 4 heads at CP 4 and at TP 2 x CP 2
-for c in "u4 4 context_parallel.size=4 context_parallel.mode=ulysses" \
-         "u2_tp2 4 context_parallel.size=2 context_parallel.mode=ulysses tensor_parallel.size=2"; do
-  set -- $c; name=gpt_$1; np=$2; shift 2
-  if run "$name" "$np" "$DT_TMP/gpt.json" "$@" && out=$(same "$name" gpt_ref); then
-    pass "gpt $name ($np ranks: $*) == 1 rank$(tr -d '\n' <<<"$out")"
-  else fail "gpt $name == 1 rank" "$(tail -3 "$DT_TMP/$name.out"; echo "${out:-}")"; fi
-done
+# the CUDA device on the emulator (dtrun-emu: kernels/cuda on the CPU): the ring's CUDA
+# block kernels and Ulysses over the device's attention, fp32 equal to the emulated 1
+# rank, bf16 within its rounding
+EMU=${DTRUN_EMU:-$PWD/dtrun-emu}
+if [ -x "$EMU" ]; then
+  erun() { local name=$1 np=$2; shift 2
+    DTRUN_DUMP_PARAMS="$DT_TMP/$name.bin" $T "$EMU" --standalone --nproc_per_node "$np" "$DT_TMP/llama.json" \
+      device=cuda "$@" log.dir="$DT_TMP/$name" >"$DT_TMP/$name.out" 2>&1; }
+  if erun emu_ref 1 bf16.enabled=false && erun emu_cp2 2 bf16.enabled=false context_parallel.size=2 &&
+     out=$(same emu_cp2 emu_ref) && erun emu_u2 2 bf16.enabled=false context_parallel.size=2 \
+       context_parallel.mode=ulysses && out2=$(same emu_u2 emu_ref)
+  then pass "emulated CUDA, fp32: CP 2 ring and Ulysses == 1 rank$(tr -d '\n' <<<"$out$out2")"
+  else fail "emulated CUDA CP 2" "$(tail -3 "$DT_TMP/emu_cp2.out" "$DT_TMP/emu_u2.out" 2>/dev/null; echo "${out:-}")"; fi
+  if erun emub_ref 1 bf16.enabled=true && erun emub_cp2 2 bf16.enabled=true context_parallel.size=2 &&
+     python3 - "$DT_TMP/emub_cp2" "$DT_TMP/emub_ref" <<'PY'
+import json, sys
+a = [json.loads(l)["loss"] for l in open(sys.argv[1] + "/metrics.jsonl")]
+b = [json.loads(l)["loss"] for l in open(sys.argv[2] + "/metrics.jsonl")]
+d = max(abs(x - y) / y for x, y in zip(a, b))
+assert len(a) == len(b) == 6 and d < 2e-3 and a[-1] < a[0], (d, a, b)
+print(f"  max relative loss difference {d:.1e}")
+PY
+  then pass "emulated CUDA, bf16: CP 2 within bf16 rounding of 1 rank"
+  else fail "emulated CUDA bf16 CP 2" "$(tail -3 "$DT_TMP/emub_cp2.out")"; fi
+else skip "CP on the emulated CUDA device" "no $EMU (the emulator build is not part of SAN runs)"; fi
 
 # the start line names the layout
 if grep -q "context parallel 4" "$DT_TMP/llama_cp4.out"; then pass "the start line says context parallel 4"
