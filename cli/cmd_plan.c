@@ -11,15 +11,18 @@
  *   gpu {name, mem_bytes, mem_shared, peak_flops, mfu, reserve}
  *   links {intra {name, bytes_per_s, alpha_s}, inter {...}, gpus_per_node}
  *   work {hours_1gpu, tokens, price}
- *   rows [{strategy, gpus, nodes, shard, tp, dp, micro_batch, accum,
+ *   rows [{strategy, gpus, nodes, shard, tp, cp, dp, micro_batch, accum,
  *          memory_bytes {params, grads, optim, model_states, activations,
  *                        activations_ckpt, comm_buffers, total, total_ckpt, usable},
  *          fits ("yes" | "ckpt" | "no"),
  *          step_s {compute, comm, overlapped, exposed, tp_comm, total} (comm and
- *          exposed include tp_comm), collectives, efficiency, tokens_per_s, hours, cost}]
- *   recommendation {cheapest {strategy, gpus, tp, row, reason}, fastest {...},
- *                   tp (why the TP size; "" when every row is TP 1)}
- *   model also has tp_sizes [..] and sequence_parallel
+ *          exposed include tp_comm), collectives, efficiency, tokens_per_s, hours, cost,
+ *          ring {bytes, s, exposed_s, inter_node} (context parallelism's ring per
+ *          step: bytes a rank sends, their time, the exposed part; zeros at cp 1)}]
+ *   recommendation {cheapest {strategy, gpus, tp, cp, row, reason}, fastest {...},
+ *                   tp (why the TP size; "" when every row is TP 1),
+ *                   cp (why the CP size; "" when every row is CP 1)}
+ *   model also has tp_sizes [..], cp_sizes [..] and sequence_parallel
  */
 #include <cjson/cJSON.h>
 #include <float.h>
@@ -60,7 +63,7 @@ static const char *const value_flags[] = {
     "--accum", "--gpus", "--gpu", "--gpu-mem", "--gpu-tflops", "--mfu", "--reserve",
     "--nodes", "--gpus-per-node", "--link", "--link-gbps", "--intra-link",
     "--intra-link-gbps", "--tokens", "--hours-1gpu", "--price", "--strategy",
-    "--precision", "--comm-dtype", "--measure-steps", "--tp", "--pp", "--schedule", "--virtual-stages",
+    "--precision", "--comm-dtype", "--measure-steps", "--tp", "--cp", "--pp", "--schedule", "--virtual-stages",
     "--partition", "--kv-heads", "--ffn", "--lora-r", "--base-dtype", "--lora-targets", NULL};
 
 /* --tp 1,2,4,8 or --tp auto */
@@ -80,6 +83,23 @@ static int parse_list_tp(const char *s, plan_opts *o) {
         o->ax.tps[o->ax.n_tps++] = v;
     }
     if (!o->ax.n_tps) return usage_error("--tp: expected a list of TP sizes like 1,2,4,8 (or auto)");
+    return 0;
+}
+
+/* --cp 1,2,4 */
+static int parse_list_cp(const char *s, plan_opts *o) {
+    o->ax.n_cps = 0;
+    char buf[256];
+    if (strlen(s) >= sizeof buf) return usage_error("--cp: the list is too long");
+    snprintf(buf, sizeof buf, "%s", s);
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        int v;
+        if (dt_arg_int(t, 1, 4096, &v)) return usage_error("--cp: expected CP sizes >= 1 like 1,2,4, found \"%s\"", s);
+        if (o->ax.n_cps == DT_PLAN_SWEEP_MAX_CP) return usage_error("--cp: at most %d sizes", DT_PLAN_SWEEP_MAX_CP);
+        o->ax.cps[o->ax.n_cps++] = v;
+    }
+    if (!o->ax.n_cps) return usage_error("--cp: expected a list of CP sizes like 1,2,4");
     return 0;
 }
 
@@ -210,6 +230,9 @@ static int parse_args(int argc, char **argv, plan_opts *o) {
             if (rc) return rc;
         } else if (!strcmp(flag, "--tp")) {
             int rc = parse_list_tp(val, o);
+            if (rc) return rc;
+        } else if (!strcmp(flag, "--cp")) {
+            int rc = parse_list_cp(val, o);
             if (rc) return rc;
         } else if (!strcmp(flag, "--nodes")) {
             char tail;
@@ -359,6 +382,7 @@ static int load_config(plan_opts *o, plan_ctx *c, int *is_cpu_default) {
     c->sw.in.bucket_elems = (double)cfg->zero.reduce_bucket_size;
     c->sw.cfg_threads = (int)cfg->threads;
     c->cfg_tp = cfg->tp.size > 1 ? (int)cfg->tp.size : 1;
+    c->cfg_cp = cfg->cp.size > 1 ? (int)cfg->cp.size : 1;
     o->highlight_strategy = (int)cfg->strategy;
     *is_cpu_default = cfg->device == DT_CONFIG_DEVICE_CPU;
     return 0;
@@ -551,6 +575,7 @@ int dt_cmd_plan(int argc, char **argv) {
     cmd_plan_expand(ch.cheapest_reason, sizeof ch.cheapest_reason);
     cmd_plan_expand(ch.fastest_reason, sizeof ch.fastest_reason);
     cmd_plan_expand(ch.tp_reason, sizeof ch.tp_reason);
+    cmd_plan_expand(ch.cp_reason, sizeof ch.cp_reason);
     if (o.json) cmd_plan_print_json(&o, &c, rows, n_rows, &ch);
     else cmd_plan_print_text(&o, &c, rows, n_rows, &ch);
     if (!o.json) cmd_plan_print_lora(&c);
@@ -565,7 +590,7 @@ int dt_cmd_plan(int argc, char **argv) {
             goto out_free;
         }
         dt_plan_row est;
-        st = dt_plan_sweep_row(&c.sw, want, tp, o.ax.counts[0], &est);
+        st = dt_plan_sweep_row(&c.sw, want, tp, c.have_cfg ? c.cfg_cp : 1, o.ax.counts[0], &est);
         if (st != DT_STATUS_OK) {
             rc = cmd_plan_sweep_error(&c, st);
             goto out_free;

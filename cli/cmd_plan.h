@@ -35,7 +35,7 @@ typedef struct plan_opts {
     const char *base_dtype, *lora_targets;   /* --base-dtype, --lora-targets */
     int kv_heads, ffn;            /* sized Llama-shaped models */
     /* what the plan sweeps: --gpus, --strategy, --tp (none given: the config's, else
-     * 1; auto), --sp, --pp (none: 1; auto), --schedule, --virtual-stages, --partition
+     * 1; auto), --sp, --cp (none given: the config's, else 1), --pp (none: 1; auto), --schedule, --virtual-stages, --partition
      * (cmd_plan_pp.c); the TP sizes and layouts the sweep fills in */
     dt_plan_sweep_axes ax;
 } plan_opts;
@@ -49,6 +49,7 @@ typedef struct plan_ctx {
     int cfg_bf16;       /* the config's bf16.enabled (1 without a config) */
     int cfg_comm_bytes; /* the config's communication_data_type, 0 = the precision's */
     int cfg_tp;         /* the config's tensor_parallel.size (1 without a config) */
+    int cfg_cp;         /* the config's context_parallel.size (1 without a config) */
     const dt_gpu_spec *gpu;
     dt_model_spec spec; /* the config's model (have_spec) */
     int have_spec;

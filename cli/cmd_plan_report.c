@@ -64,8 +64,19 @@ void cmd_plan_print_text(const plan_opts *o, const plan_ctx *c, const dt_plan_ro
                "collectives on the %s link (tp-comm, all exposed); data parallelism over GPUs/TP\n",
                sizes, o->ax.tp_auto ? " (auto)" : "", o->ax.sp ? "on" : "off", in->intra.name);
     }
-    int have_pp = 0;
-    for (int i = 0; i < n_rows; i++) have_pp |= rows[i].pp > 1;
+    int have_pp = 0, have_cp = 0;
+    for (int i = 0; i < n_rows; i++) have_pp |= rows[i].pp > 1, have_cp |= rows[i].cp > 1;
+    if (have_cp) {
+        char sizes[128] = "";
+        size_t off = 0;
+        for (int k = 0; k < o->ax.n_cps && off < sizeof sizes; k++)
+            off += (size_t)snprintf(sizes + off, sizeof sizes - off, "%s%d", k ? "," : "", o->ax.cps[k]);
+        printf("cp:     context-parallel sizes %s: each rank holds seq/CP positions of every sequence (acts per "
+               "rank), ring attention passes key/value blocks around the CP group (TP apart); ring-MB: what a rank "
+               "sends per step, ring-exp: its exposed ms (the forward's blocks overlap compute, the backward's "
+               "gradients do not); world = TP x CP x PP x DP\n",
+               sizes);
+    }
     if (have_pp)
         printf("pp:     pipeline layouts TP x PP x DP (TP innermost in a node, then PP, then DP); %d micro-batches per "
                "step in the first row; memory is the worst stage's (stg), time the slowest stage's with the "
@@ -87,12 +98,15 @@ void cmd_plan_print_text(const plan_opts *o, const plan_ctx *c, const dt_plan_ro
             printf("\n%s%s\n", dt_strategy_label(r->strategy),
                    cur == o->highlight_strategy ? "  <- the config's strategy" : "");
             if (have_pp) printf("%3s %3s %-11s %3s ", "PP", "V", "schedule", "stg");
-            printf("%5s %3s %5s %5s | %8s %8s %8s %8s %8s %7s | %8s %8s %4s | %9s %9s %8s %9s %9s | %6s | "
+            printf("%5s %3s ", "GPUs", "TP");
+            if (have_cp) printf("%3s ", "CP");
+            printf("%5s %5s | %8s %8s %8s %8s %8s %7s | %8s %8s %4s | %9s %9s %8s %9s %9s | %6s | "
                    "%10s %9s %10s",
-                   "GPUs", "TP", "nodes", "accum", "params", "grads", "optim", "acts", "acts-ck", "comm",
+                   "nodes", "accum", "params", "grads", "optim", "acts", "acts-ck", "comm",
                    "total", "total-ck", "fits", "compute", "comm", "tp-comm", "exposed", "step", "eff",
                    "tokens/s", "hours", "cost");
             if (have_pp) printf(" | %9s %7s %9s %9s", "bubble", "ideal", "p2p-MB", "p2p-exp");
+            if (have_cp) printf(" | %9s %9s", "ring-MB", "ring-exp");
             printf("\n");
         }
         char hours[32] = "-", cost[32] = "-";
@@ -102,9 +116,11 @@ void cmd_plan_print_text(const plan_opts *o, const plan_ctx *c, const dt_plan_ro
         if (have_pp)
             printf("%3d %3d %-11s %3d ", r->pp, r->virtual_stages,
                    r->pp > 1 ? dt_pp_schedule_name((dt_pp_schedule_t)r->schedule) : "-", r->worst_stage);
-        printf("%5d %3d %5d %5d | %8.2f %8.2f %8.2f %8.2f %8.2f %7.3f | %8.2f %8.2f %4s | %9.2f %9.2f "
+        printf("%5d %3d ", r->n_gpus, r->tp);
+        if (have_cp) printf("%3d ", r->cp > 1 ? r->cp : 1);
+        printf("%5d %5d | %8.2f %8.2f %8.2f %8.2f %8.2f %7.3f | %8.2f %8.2f %4s | %9.2f %9.2f "
                "%8.2f %9.2f %9.2f | %5.1f%% | %10.0f %9s %10s%s",
-               r->n_gpus, r->tp, r->n_nodes, r->accum, r->params / unit, r->grads / unit,
+               r->n_nodes, r->accum, r->params / unit, r->grads / unit,
                r->optim / unit, r->acts / unit, r->acts_ckpt / unit, r->comm_buf / unit,
                r->total / unit, r->total_ckpt / unit, fit_name(r->fit), 1e3 * r->compute_s, 1e3 * r->comm_s,
                1e3 * r->tp_comm_s, 1e3 * r->exposed_s, 1e3 * r->step_s, 100 * r->efficiency, r->tokens_per_s, hours,
@@ -112,6 +128,7 @@ void cmd_plan_print_text(const plan_opts *o, const plan_ctx *c, const dt_plan_ro
         if (have_pp)
             printf(" | %9.2f %6.1f%% %9.1f %9.3f", 1e3 * r->bubble_s, 100 * r->bubble_ideal, r->p2p_bytes / 1e6,
                    1e3 * r->p2p_exposed_s);
+        if (have_cp) printf(" | %9.1f %9.3f", r->cp_bytes / 1e6, 1e3 * r->cp_exposed_s);
         printf("%s\n", mark ? (ch->cheapest == i && ch->fastest == i ? "  <- cheapest, fastest"
                                : ch->cheapest == i                    ? "  <- cheapest"
                                                                       : "  <- fastest")
@@ -122,6 +139,7 @@ void cmd_plan_print_text(const plan_opts *o, const plan_ctx *c, const dt_plan_ro
     printf("\n  cheapest: %s\n  fastest:  %s\n", ch->cheapest_reason,
            ch->fastest_reason);
     if (ch->tp_reason[0]) printf("  TP:       %s\n", ch->tp_reason);
+    if (ch->cp_reason[0]) printf("  CP:       %s\n", ch->cp_reason);
     if (c->sw.n_stages) {
         const dt_plan_row *b = &rows[ch->cheapest];
         printf("\nStages of the cheapest plan (%s, %d micro-batches per step, partition %s; ideal bubble %.1f%%, "
@@ -159,9 +177,15 @@ static cJSON *row_json(const dt_plan_row *r) {
     cJSON_AddNumberToObject(j, "nodes", r->n_nodes);
     cJSON_AddNumberToObject(j, "shard", r->shard);
     cJSON_AddNumberToObject(j, "tp", r->tp);
+    cJSON_AddNumberToObject(j, "cp", r->cp > 1 ? r->cp : 1);
     cJSON_AddNumberToObject(j, "dp", r->dp);
     cJSON_AddNumberToObject(j, "pp", r->pp);
     cJSON_AddNumberToObject(j, "virtual_stages", r->virtual_stages);
+    cJSON *ring = cJSON_AddObjectToObject(j, "ring");
+    cJSON_AddNumberToObject(ring, "bytes", r->cp_bytes);
+    cJSON_AddNumberToObject(ring, "s", r->cp_s);
+    cJSON_AddNumberToObject(ring, "exposed_s", r->cp_exposed_s);
+    cJSON_AddBoolToObject(ring, "inter_node", r->cp_inter);
     cJSON_AddStringToObject(j, "schedule", r->pp > 1 ? dt_pp_schedule_name((dt_pp_schedule_t)r->schedule) : "none");
     cJSON_AddNumberToObject(j, "worst_stage", r->worst_stage);
     cJSON_AddNumberToObject(j, "slowest_stage", r->slowest_stage);
@@ -210,6 +234,7 @@ static cJSON *choice_json(const dt_plan_row *rows, int idx, const char *reason) 
         cJSON_AddStringToObject(j, "strategy", dt_strategy_label(rows[idx].strategy));
         cJSON_AddNumberToObject(j, "gpus", rows[idx].n_gpus);
         cJSON_AddNumberToObject(j, "tp", rows[idx].tp);
+        cJSON_AddNumberToObject(j, "cp", rows[idx].cp > 1 ? rows[idx].cp : 1);
         cJSON_AddNumberToObject(j, "pp", rows[idx].pp);
         cJSON_AddNumberToObject(j, "dp", rows[idx].dp);
         cJSON_AddNumberToObject(j, "row", idx);
@@ -217,6 +242,7 @@ static cJSON *choice_json(const dt_plan_row *rows, int idx, const char *reason) 
         cJSON_AddNullToObject(j, "strategy");
         cJSON_AddNullToObject(j, "gpus");
         cJSON_AddNullToObject(j, "tp");
+        cJSON_AddNullToObject(j, "cp");
         cJSON_AddNullToObject(j, "row");
     }
     cJSON_AddStringToObject(j, "reason", reason);
@@ -242,6 +268,8 @@ void cmd_plan_print_json(const plan_opts *o, const plan_ctx *c, const dt_plan_ro
         cJSON_AddStringToObject(m, "strategy", dt_strategy_label(o->highlight_strategy));
     cJSON *tps = cJSON_AddArrayToObject(m, "tp_sizes");
     for (int k = 0; k < o->ax.n_tps; k++) cJSON_AddItemToArray(tps, cJSON_CreateNumber(o->ax.tps[k]));
+    cJSON *cps = cJSON_AddArrayToObject(m, "cp_sizes");
+    for (int k = 0; k < o->ax.n_cps; k++) cJSON_AddItemToArray(cps, cJSON_CreateNumber(o->ax.cps[k]));
     cJSON_AddBoolToObject(m, "sequence_parallel", o->ax.sp);
     cJSON *g = cJSON_AddObjectToObject(root, "gpu");
     cJSON_AddStringToObject(g, "name", c->gpu_label);
@@ -298,6 +326,7 @@ void cmd_plan_print_json(const plan_opts *o, const plan_ctx *c, const dt_plan_ro
         cJSON_AddItemToArray(stages, x);
     }
     cJSON_AddStringToObject(r, "tp", ch->tp_reason);
+    cJSON_AddStringToObject(r, "cp", ch->cp_reason);
     char *text = cJSON_Print(root);
     if (text) puts(text);
     free(text);

@@ -32,6 +32,7 @@ static const char *const plan_flags[DT_PLAN_INPUT_COUNT] = {
     [DT_PLAN_INPUT_gpus_per_node] = "--gpus-per-node",
     [DT_PLAN_INPUT_nodes] = "--nodes",
     [DT_PLAN_INPUT_base_dtype] = "--base-dtype",
+    [DT_PLAN_INPUT_cp] = "--cp",
 };
 
 const char *cmd_plan_detail(void) {

@@ -214,6 +214,91 @@ Test(plan, activations_match_the_trainers_arena_under_tp) {
     dt_device_free(dev);
 }
 
+/* Under context parallelism: CP 2 and 4, gpt and llama (GQA; MHA with head_dim 12),
+ * each recomputation policy, alone and with TP 2 (with sequence parallelism): the
+ * plan's bytes equal the arena net.c allocates for a CP rank (T/C rows, the ring's
+ * attention slots, the positions slot with the attention's indices). 3 threads: the
+ * block kernel's scratch is per thread. */
+Test(plan, activations_match_the_trainers_arena_under_cp) {
+    dt_device_t *dev;
+    cr_assert_eq(dt_device_init(&dev, DT_DEVICE_CPU, 3), DT_STATUS_OK, "%s", dt_error_detail());
+    dt_model_spec specs[] = {
+        {.ops = &dt_model_gpt, .n_layer = 2, .n_head = 4, .n_embd = 64, .seq_len = 96,
+         .vocab_size = 256, .vocab_pad_multiple = 64},
+        {.ops = &dt_model_gpt, .n_layer = 3, .n_head = 3, .n_embd = 12, .seq_len = 200,
+         .vocab_size = 50, .vocab_pad_multiple = 1},
+        llama(0, 0, 0, 2),  /* GQA, untied */
+        llama(1, 1, 12, 4), /* MHA, head_dim 12 */
+    };
+    specs[2].seq_len = specs[3].seq_len = 16;
+    int checked = 0;
+    for (size_t i = 0; i < sizeof specs / sizeof *specs; i++)
+        for (int cp = 2; cp <= 4; cp *= 2)
+            for (int tp = 1; tp <= 2; tp++)
+                for (int p = DT_MODEL_RECOMPUTE_NONE; p <= DT_MODEL_RECOMPUTE_FULL; p++) {
+                    char msg[256];
+                    if (tp > 1 && dt_model_tp_check(&specs[i], tp, msg, sizeof msg)) continue;
+                    int B = 1 + (p & 1) * 2, every = 1 + p % 2;
+                    dt_model_layout l;
+                    cr_assert_eq(tp > 1 ? dt_model_layout_init_tp(&specs[i], tp, 1, 1, &l)
+                                        : dt_model_layout_init(&specs[i], &l),
+                                 DT_STATUS_OK, "%s", dt_error_detail());
+                    dt_model_layout_set_cp(&l, cp, cp - 1);
+                    dt_model_layout_set_recompute(&l, (dt_model_recompute_t)p, every);
+                    dt_plan_model m;
+                    cr_assert_eq(dt_plan_model_from_layout(&l, &m), DT_STATUS_OK);
+                    cr_assert_eq(m.cp_size, cp);
+                    cr_assert_eq(dt_plan_model_rows(&m), specs[i].seq_len / cp);
+                    m.recompute_every = every;
+                    double want = (double)dt_net_arena_bytes(dev, &l, B);
+                    double got = dt_plan_activation_bytes(&m, B, 4, 3, p);
+                    cr_assert_eq(got, want, "spec %zu, CP %d, TP %d, policy %d, B %d: plan %.0f, net.c %.0f", i, cp,
+                                 tp, p, B, got, want);
+                    dt_plan_model_free(&m);
+                    dt_model_layout_free(&l);
+                    checked++;
+                }
+    cr_assert_geq(checked, 36, "only %d CP layouts checked", checked);
+    dt_device_free(dev);
+}
+
+/* A CP rank's activations on a long sequence: the T² probabilities are gone, so CP
+ * C holds well under 1/C of CP 1's arena; set_cp refuses what the trainer refuses. */
+Test(plan, cp_activations_and_checks) {
+    dt_plan_model m;
+    cr_assert_eq(dt_plan_model_from_shape(8e9, 32, 4096, 32, 8, 14336, 32768, 128256, &m), DT_STATUS_OK);
+    double one = dt_plan_activation_bytes(&m, 1, 2, 1, 0);
+    cr_assert_eq(dt_plan_model_set_cp(&m, 4), DT_STATUS_OK);
+    double four = dt_plan_activation_bytes(&m, 1, 2, 1, 0);
+    cr_assert(four < one / 4, "CP 4 %.4g, CP 1 %.4g", four, one);
+    cr_assert_eq(dt_plan_model_set_cp(&m, 3), DT_STATUS_USAGE); /* 32768 % 6 */
+    cr_assert(strstr(cmd_plan_detail(), "--cp 3"), "%s", cmd_plan_detail());
+    dt_plan_model_free(&m);
+}
+
+/* The ring by hand: CP 4, one layer, B 1, T/C = 256 rows of 2 key/value heads of 64,
+ * bf16, on a 100 GB/s link with no latency. A block K = 256·256·2 = 131072 bytes, a
+ * gradient block 262144; forward 3 K, backward 3 K + 4 gradient blocks. */
+Test(plan, cp_ring_by_hand) {
+    dt_plan_model m;
+    cr_assert_eq(dt_plan_model_from_shape(1e9, 1, 512, 8, 2, 1024, 1024, 1000, &m), DT_STATUS_OK);
+    cr_assert_eq(dt_plan_model_set_cp(&m, 4), DT_STATUS_OK);
+    dt_plan_link ln = {"x", 100, 0, ""};
+    double K = 256.0 * 256 * 2, G = 256.0 * 256 * 4;
+    /* compute so slow the forward's transfers hide: exposed only the gradients */
+    dt_plan_cp_ring r = dt_plan_cp_ring_time(&m, 1, 2, 1e6, &ln);
+    assert_near(r.fwd_bytes, 3 * K, 0);
+    assert_near(r.bwd_bytes, 3 * K + 4 * G, 0);
+    assert_near(r.fwd_s, 3 * K / 1e11, 1e-15);
+    assert_near(r.fwd_exposed_s, 0, 0);
+    assert_near(r.bwd_exposed_s, 4 * G / 1e11, 1e-15);
+    /* infinitely fast compute: everything exposed */
+    r = dt_plan_cp_ring_time(&m, 1, 2, 1e30, &ln);
+    assert_near(r.fwd_exposed_s, r.fwd_s, 1e-15);
+    assert_near(r.bwd_exposed_s, r.bwd_s, 1e-15);
+    dt_plan_model_free(&m);
+}
+
 Test(plan, ring_collectives_by_hand) {
     /* 1 GB over 4 ranks at 1 GB/s: all-reduce 2*3/4 = 1.5 s, RS/AG 0.75 s */
     assert_near(dt_plan_all_reduce_s(1e9, 4, 1e9, 0), 1.5, 1e-12);

@@ -40,7 +40,8 @@ static void fmt_bytes(double b, char *buf, size_t len) {
 }
 
 /* plan's input for the config: the model at its TP size (rank 0's piece) cut into
- * its pipeline (the sweep's dt_plan_sweep_model, as `dtrun plan CONFIG` cuts it),
+ * its pipeline (the sweep's dt_plan_sweep_model, as `dtrun plan CONFIG` cuts it), at
+ * its CP size,
  * its batch, precision and buckets, this node's ranks. */
 static dt_status_t plan_input(const dt_mem_check_in *in, int bf16, dt_plan_input *pi) {
     const dt_config_t *cfg = in->cfg;
@@ -51,6 +52,12 @@ static dt_status_t plan_input(const dt_mem_check_in *in, int bf16, dt_plan_input
     dt_plan_pp_layout pl = {pp, (int)cfg->pp.virtual_stages, cfg->pp.schedule};
     DT_CHECK(dt_plan_sweep_model(&sw, tp, &pl, &pi->model));
     pi->model.recompute_every = (int)cfg->recompute.every;
+    /* context parallelism: a rank's rows of every sequence, its ring (plan.h) */
+    dt_status_t st = dt_plan_model_set_cp(&pi->model, cfg->cp.size > 1 ? (int)cfg->cp.size : 1);
+    if (st != DT_STATUS_OK) {
+        dt_plan_model_free(&pi->model);
+        return st;
+    }
     pi->pp_schedule = cfg->pp.schedule;
     pi->micro_batch = (int)cfg->train_micro_batch_size_per_gpu;
     pi->accum = (int)cfg->gradient_accumulation_steps;
@@ -175,6 +182,7 @@ dt_status_t dt_mem_check(const dt_mem_check_in *in, dt_mem_check_out *out) {
             /* a strategy the layout's dims allow (the strategy table); one sharding
              * over a node's ranks is the config's choice of shape, never a suggestion */
             if ((cfg->tp.size > 1 && !dt_strategy_composes(s, DT_LAYOUT_TP)) ||
+                (cfg->cp.size > 1 && !dt_strategy_composes(s, DT_LAYOUT_CP)) ||
                 (cfg->pp.stages > 1 && !dt_strategy_composes(s, DT_LAYOUT_PP)))
                 continue;
             if (dt_strategy_get(s)->over == DT_STRATEGY_OVER_NODE && mine.strategy != s) continue;

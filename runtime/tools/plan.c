@@ -93,6 +93,7 @@ dt_status_t dt_plan_model_from_layout(const dt_model_layout *l, dt_plan_model *o
         out->norm_stats = d.norm_stats;
     }
     out->seq_len = l->seq_len;
+    out->cp_size = l->cp_size > 1 ? l->cp_size : 1;
     out->vocab_padded = l->vocab_padded;
     out->in_dim = s->in_dim;
     out->hidden_dim = s->hidden_dim;
@@ -127,6 +128,7 @@ dt_status_t dt_plan_model_from_sizes(double params, int layers, int hidden, int 
     if (vocab <= 0) return dt_error(DT_STATUS_USAGE, "{vocab}: expected an integer > 0");
     out->n_params = out->n_params_unpadded = out->n_params_global = params;
     out->tp_size = 1;
+    out->cp_size = 1;
     out->n_layer = layers;
     out->n_embd = hidden;
     out->n_head = out->n_kv_head = heads;
@@ -200,6 +202,22 @@ dt_status_t dt_plan_model_set_tp(dt_plan_model *m, int tp, int sp) {
     return DT_STATUS_OK;
 }
 
+dt_status_t dt_plan_model_set_cp(dt_plan_model *m, int cp) {
+    if (cp < 1) return dt_error(DT_STATUS_USAGE, "{cp}: expected sizes >= 1, found %d", cp);
+    if (cp > 1 && (m->feature_rows || m->n_layer <= 0))
+        return dt_error(DT_STATUS_USAGE, "{cp} %d: the %s model has no context parallelism (gpt and llama have)", cp,
+                        m->type);
+    if (cp > 1 && m->seq_len % (2 * cp))
+        return dt_error(DT_STATUS_USAGE,
+                        "{cp} %d: {seq} %d is not a multiple of 2 x %d = %d (each rank holds 2 of the sequence's "
+                        "2 x CP equal chunks)",
+                        cp, m->seq_len, cp, 2 * cp);
+    m->cp_size = cp;
+    return DT_STATUS_OK;
+}
+
+int dt_plan_model_rows(const dt_plan_model *m) { return m->cp_size > 1 ? m->seq_len / m->cp_size : m->seq_len; }
+
 /* ---- memory ----------------------------------------------------------------- */
 
 static double shard(double numel, int n) { return ceil(numel / n); }
@@ -248,7 +266,8 @@ double dt_plan_activation_bytes(const dt_plan_model *m, int micro_batch, int com
                         2 * slot(B * m->n_classes * d);
         return g + layers;
     }
-    double T = m->seq_len, C = m->n_embd, L = m->n_layer, BT = B * T;
+    double T = dt_plan_model_rows(m), C = m->n_embd, L = m->n_layer, BT = B * T; /* T: a CP rank's rows */
+    int cp = m->cp_size > 1 ? m->cp_size : 1;
     /* TP: the cut widths are local (heads NH/tp, widths /tp); R is the row count of
      * the slots outside the TP regions (B·T/tp with sequence parallelism) */
     double tp = m->tp_size > 1 ? m->tp_size : 1;
@@ -275,6 +294,21 @@ double dt_plan_activation_bytes(const dt_plan_model *m, int micro_batch, int com
         saved = d * B * NH * T * T;
         scratch = d * B * NH * T * T;
     }
+    if (cp > 1) {
+        /* ring attention (runtime/model/net_cp.c): the log-sum-exp saved; the scratch slot
+         * holds the block kernel's scratch, two key/value blocks (compute dtype), their fp32
+         * gradients, the fp32 running output and delta, each part rounded to 64 bytes.
+         * The block kernel's scratch is the CPU's (kernels/cpu/cpu_attention_block.c: per
+         * thread two min(T, 64) x T score tiles, a min(T, 64) x HS output tile and two row
+         * statistics, fp32). The CUDA backend's block ops are being written: until their
+         * attention_block_scratch_bytes is known here, its kinds are priced as the CPU
+         * kernel with 1 thread (tests/gpu/test_plan_cuda.c holds the CUDA arena to it). */
+        double HS = m->head_dim, KV2 = 2.0 * (m->n_kv_head / tp) * HS, th = attention > 0 ? attention : 1;
+        double blk = 4.0 * th * fmin(T, 64) * (2 * T + HS + 2);
+        saved = 4 * B * NH * T;
+        scratch = slot(blk) + 2 * slot(BT * KV2 * d) + 2 * slot(BT * KV2 * 4) + slot(BT * A * 4) +
+                  slot(4 * B * NH * T);
+    }
     double rc = slot(R * C * d), r4 = slot(R * 4), bt4 = slot(BT * 4);
     /* ln1, attproj, res2, ln2, fcproj, res3; atty; the norms' statistics; qkv; the
      * MLP's two activations (gpt fch, fch_gelu; llama gate|up, swiglu) */
@@ -283,7 +317,10 @@ double dt_plan_activation_bytes(const dt_plan_model *m, int micro_batch, int com
     /* a pipeline stage without the first chunk has no tokens (pp_no_first), one
      * without the last no targets, final norm, logits or losses (pp_no_head) */
     int head = !m->pp_no_head;
-    double once = (m->pp_no_first ? 0 : bt4) /* tokens */ + bt4 /* positions */ + rc /* encoded */ +
+    /* the positions slot: under CP each row's global index and first visible key, and
+     * every rank's key indices, follow the positions (net_cp.c) */
+    double positions = cp > 1 ? slot(4 * BT * (3 + cp)) : bt4;
+    double once = (m->pp_no_first ? 0 : bt4) /* tokens */ + positions + rc /* encoded */ +
                   (head ? bt4 /* targets */ + rc + m->norm_stats * r4 /* final norm, statistics */ +
                               bt4 /* losses */ + slot(BT * Vp * d) /* logits */
                         : 0) +
@@ -344,8 +381,8 @@ dt_plan_tp_comm dt_plan_tp_comm_time(const dt_plan_model *m, int micro_batch, in
     int tp = m->tp_size;
     if (tp <= 1 || m->feature_rows) return r;
     double bw = intra->gbps * 1e9, a = intra->alpha_us * 1e-6;
-    double BT = (double)micro_batch * m->seq_len, L = m->pp_blocks > 0 ? m->pp_blocks : m->n_layer, C = m->n_embd;
-    double S = BT * C * compute_bytes;
+    double BT = (double)micro_batch * dt_plan_model_rows(m), L = m->pp_blocks > 0 ? m->pp_blocks : m->n_layer;
+    double C = m->n_embd, S = BT * C * compute_bytes;
     double ar = dt_plan_all_reduce_s(S, tp, bw, a), ag = dt_plan_all_gather_s(S, tp, bw, a),
            rs = dt_plan_reduce_scatter_s(S, tp, bw, a);
     /* the loss: the rows' max, then their sums of exponentials and target logits */
@@ -371,6 +408,28 @@ dt_plan_tp_comm dt_plan_tp_comm_time(const dt_plan_model *m, int micro_batch, in
     r.bwd_s = L * (4 * ag + 2 * rs + dt_plan_all_reduce_s(2 * norm, tp, bw, a)) + rs +
               dt_plan_all_reduce_s(norm, tp, bw, a) + ag;
     r.bwd_coll = 7 * L + 3;
+    return r;
+}
+
+dt_plan_cp_ring dt_plan_cp_ring_time(const dt_plan_model *m, int micro_batch, int compute_bytes, double rate,
+                                     const dt_plan_link *link) {
+    dt_plan_cp_ring r = {0};
+    int cp = m->cp_size, tp = m->tp_size > 1 ? m->tp_size : 1;
+    if (cp <= 1 || m->feature_rows) return r;
+    double bw = link->gbps * 1e9, a = link->alpha_us * 1e-6;
+    double T = dt_plan_model_rows(m), BT = (double)micro_batch * T, L = m->pp_blocks > 0 ? m->pp_blocks : m->n_layer;
+    double KV2 = 2.0 * (m->n_kv_head / tp) * m->head_dim, A = (double)m->n_head / tp * m->head_dim;
+    double kv = BT * KV2 * compute_bytes, grad = BT * KV2 * 4;
+    double t_kv = kv / bw + a, t_grad = grad / bw + a;
+    /* one block's attention: the local queries against T keys, causal on average half
+     * of the 4·A FLOPs per query and key; the backward twice the forward */
+    double blk_f = rate > 0 ? 2.0 * A * BT * T / rate : 0, blk_b = 2 * blk_f;
+    r.fwd_bytes = L * (cp - 1) * kv;
+    r.bwd_bytes = L * ((cp - 1) * kv + cp * grad);
+    r.fwd_s = L * (cp - 1) * t_kv;
+    r.bwd_s = L * ((cp - 1) * t_kv + cp * t_grad);
+    r.fwd_exposed_s = L * (cp - 1) * fmax(0, t_kv - blk_f);
+    r.bwd_exposed_s = L * ((cp - 1) * fmax(0, t_kv - blk_b) + cp * t_grad);
     return r;
 }
 
@@ -424,15 +483,21 @@ dt_status_t dt_plan_row_stage(const dt_plan_input *in, const dt_plan_model *m, d
                         "{tp} %d: does not divide the %d GPUs per node (a TP group is consecutive GPUs of one "
                         "node)",
                         tp, in->gpus_per_node);
-    dt_layout_dims dims = dt_layout_dims_tp_pp(tp, pp);
+    int cp = m->cp_size > 1 ? m->cp_size : 1;
+    dt_layout_dims dims = dt_layout_dims_of(tp, cp, pp);
     dt_layout lay;
     if (dt_layout_of(&dims, n_gpus, 0, &lay) != DT_STATUS_OK) {
+        if (cp > 1)
+            return dt_error(DT_STATUS_USAGE,
+                            "{cp} %d: TP %d x CP %d x PP %d does not divide {gpus} %d (world = TP x CP x PP x DP)",
+                            cp, tp, cp, pp, n_gpus);
         if (pp == 1)
             return dt_error(DT_STATUS_USAGE, "{tp} %d: does not divide {gpus} %d (world = TP x DP)", tp, n_gpus);
         return dt_error(DT_STATUS_USAGE, "{pp} %d: TP %d x PP %d does not divide {gpus} %d (world = TP x PP x DP)",
                         pp, tp, pp, n_gpus);
     }
-    int dp = dt_layout_dp_size(&lay), replica = dt_layout_replica_size(&lay);
+    /* the gradients are reduced (and the states sharded) over the DP x CP ranks */
+    int dp = dt_layout_dp_size(&lay), replica = dt_layout_replica_size(&lay) / cp, red = dp * cp;
     int g = in->gpus_per_node > 0 ? in->gpus_per_node : n_gpus;
     int nodes = 1;
     if (n_gpus > g) {
@@ -444,7 +509,7 @@ dt_status_t dt_plan_row_stage(const dt_plan_input *in, const dt_plan_model *m, d
         nodes = n_gpus / g;
     }
     int local = nodes > 1 ? g : n_gpus;                     /* ranks on one node */
-    int dp_local = local > replica ? local / replica : 1; /* ranks of a DP group on one node */
+    int dp_local = local > replica ? local / replica : 1; /* ranks of a DP x CP group on one node */
     const dt_strategy_info *si = dt_strategy_get(s);
     unsigned sharded = si ? si->shards : 0;
     dt_strategy_group_t over = si ? si->over : DT_STRATEGY_OVER_NONE;
@@ -453,17 +518,18 @@ dt_status_t dt_plan_row_stage(const dt_plan_input *in, const dt_plan_model *m, d
     out->n_nodes = nodes;
     out->tp = tp;
     out->dp = dp;
+    out->cp = cp;
     out->pp = pp;
     out->virtual_stages = 1;
     out->schedule = in->pp_schedule;
     out->partition = m->pp_partition;
     out->micro_batch = in->micro_batch;
     out->accum = in->accum;
-    out->shard = over == DT_STRATEGY_OVER_NONE ? 1 : (over == DT_STRATEGY_OVER_NODE ? dp_local : dp);
+    out->shard = over == DT_STRATEGY_OVER_NONE ? 1 : (over == DT_STRATEGY_OVER_NODE ? dp_local : red);
 
-    /* memory: the TP piece's states, divided by the strategy over the DP group */
+    /* memory: the TP piece's states, divided by the strategy over the DP x CP group */
     int cb = in->precision == DT_PLAN_PRECISION_BF16 ? 2 : 4; /* compute dtype */
-    dt_plan_mem ms = dt_plan_model_states(m, in->precision, s, dp, dp_local);
+    dt_plan_mem ms = dt_plan_model_states(m, in->precision, s, red, dp_local);
     out->params = ms.params;
     out->grads = ms.grads;
     out->optim = ms.optim;
@@ -471,7 +537,7 @@ dt_status_t dt_plan_row_stage(const dt_plan_input *in, const dt_plan_model *m, d
     /* recomputation: the cheaper policy that fits (selective), else full */
     out->ckpt_policy = DT_MODEL_RECOMPUTE_SELECTIVE;
     out->acts_ckpt = m->feature_rows ? out->acts : dt_plan_input_activation_bytes(in, m, DT_MODEL_RECOMPUTE_SELECTIVE);
-    if (dp > 1) {
+    if (red > 1) {
         if (sharded & DT_STRATEGY_SHARDS_PARAMS)
             out->comm_buf = m->largest_unit * (2.0 * cb + in->comm_bytes);
         else if (!(sharded & DT_STRATEGY_SHARDS_GRADS) && in->comm_bytes != cb)
@@ -494,7 +560,7 @@ dt_status_t dt_plan_row_stage(const dt_plan_input *in, const dt_plan_model *m, d
                                                 : DT_PLAN_FIT_NO;
 
     /* compute */
-    double tokens_mb = (double)in->micro_batch * (m->feature_rows ? 1 : m->seq_len);
+    double tokens_mb = (double)in->micro_batch * (m->feature_rows ? 1 : dt_plan_model_rows(m)); /* this rank's */
     double tokens_gpu = tokens_mb * in->accum;
     double rate = in->peak_flops * in->mfu;
     double base = m->flops_per_token * tokens_gpu / tp / rate; /* the TP group's tokens, 1/tp each */
@@ -517,24 +583,24 @@ dt_status_t dt_plan_row_stage(const dt_plan_input *in, const dt_plan_model *m, d
      * gradients), the optimizer states (ZeRO-1/2: reduce-scatter, once a step or every
      * micro-batch when the gradients are sharded too, then all-gather the parameters),
      * or the parameters too (FSDP/HSDP: per unit, over the DP group or a node's part) */
-    if (dp > 1 && si) {
+    if (red > 1 && si) {
         if (!(sharded & DT_STRATEGY_SHARDS_OPTIM)) {
-            double ar = coll_split(dt_plan_all_reduce_s, grad_b, n_buckets, dp, ring);
-            double tail = coll_split(dt_plan_all_reduce_s, bucket_b, 1, dp, ring);
+            double ar = coll_split(dt_plan_all_reduce_s, grad_b, n_buckets, red, ring);
+            double tail = coll_split(dt_plan_all_reduce_s, bucket_b, 1, red, ring);
             comm = ar;
             exposed = fmax(ar - bwd_mb, tail);
             ncoll = n_buckets;
         } else if (!(sharded & DT_STRATEGY_SHARDS_PARAMS)) {
             double times = sharded & DT_STRATEGY_SHARDS_GRADS ? in->accum : 1;
-            double rs = coll_split(dt_plan_reduce_scatter_s, grad_b, n_buckets, dp, ring);
-            double tail = coll_split(dt_plan_reduce_scatter_s, bucket_b, 1, dp, ring);
-            double ag = coll_split(dt_plan_all_gather_s, param_b, n_buckets, dp, ring);
+            double rs = coll_split(dt_plan_reduce_scatter_s, grad_b, n_buckets, red, ring);
+            double tail = coll_split(dt_plan_reduce_scatter_s, bucket_b, 1, red, ring);
+            double ag = coll_split(dt_plan_all_gather_s, param_b, n_buckets, red, ring);
             comm = times * rs + ag;
             exposed = times * fmax(rs - bwd_mb, tail) + ag;
             ncoll = times * n_buckets + n_buckets;
         } else {
             int by_node = over == DT_STRATEGY_OVER_NODE;
-            int k = by_node ? dp_local : dp;
+            int k = by_node ? dp_local : red;
             const dt_plan_link *ln = by_node ? &in->intra : ring;
             double nu = m->n_units > 0 ? m->n_units : 1;
             double ag = coll_split(dt_plan_all_gather_s, param_b, nu, k, ln);
@@ -560,13 +626,26 @@ dt_status_t dt_plan_row_stage(const dt_plan_input *in, const dt_plan_model *m, d
     comm += out->tp_comm_s;
     exposed += out->tp_comm_s;
     ncoll += in->accum * (tc.fwd_coll * (recompute > 1 ? 2 : 1) + tc.bwd_coll);
+    /* CP: the ring of every micro-batch (a recomputed block's forward ring again); its
+     * group is TP apart, on one node when TP x CP GPUs fit in one */
+    if (cp > 1 && !m->feature_rows) {
+        out->cp_inter = nodes > 1 && tp * cp > g;
+        dt_plan_cp_ring cr = dt_plan_cp_ring_time(m, in->micro_batch, cb, rate, out->cp_inter ? &in->inter : &in->intra);
+        double L = m->n_layer, every = m->recompute_every > 0 ? m->recompute_every : 1;
+        double again = recompute > 1 ? ceil(L / every) / L : 0; /* the checkpointed blocks' share */
+        out->cp_bytes = in->accum * (cr.fwd_bytes * (1 + again) + cr.bwd_bytes);
+        out->cp_s = in->accum * (cr.fwd_s * (1 + again) + cr.bwd_s);
+        out->cp_exposed_s = in->accum * (cr.fwd_exposed_s * (1 + again) + cr.bwd_exposed_s);
+        comm += out->cp_s;
+        exposed += out->cp_exposed_s;
+    }
     out->comm_s = comm;
     out->exposed_s = exposed;
     out->overlapped_s = comm - exposed;
     out->n_collectives = ncoll;
     out->step_s = out->compute_s + exposed;
     out->efficiency = out->step_s > 0 ? base / out->step_s : 0;
-    out->tokens_per_s = out->step_s > 0 ? dp * tokens_gpu / out->step_s : 0;
+    out->tokens_per_s = out->step_s > 0 ? red * tokens_gpu / out->step_s : 0; /* a CP rank's tokens are its own */
     dt_plan_cost(in->hours_1gpu, n_gpus, in->price, out->efficiency, &out->hours, &out->cost);
     return DT_STATUS_OK;
 }
@@ -578,20 +657,76 @@ static const char *gb(double bytes, char *buf, size_t len) {
     return buf;
 }
 
-/* "fsdp on 8 GPUs", "fsdp on 8 GPUs at TP 2 x DP 4", or with a pipeline "zero1 on 16
- * GPUs at TP 8 x PP 2 x DP 1 (1f1b)" */
+/* "fsdp on 8 GPUs", "fsdp on 8 GPUs at TP 2 x DP 4", "ddp on 4 GPUs at TP 1 x CP 4 x
+ * DP 1", or with a pipeline "zero1 on 16 GPUs at TP 8 x PP 2 x DP 1 (1f1b)" */
 static const char *plan_name(const dt_plan_row *r, char *buf, size_t len) {
     int n = snprintf(buf, len, "%s on %d GPU%s", dt_strategy_label(r->strategy), r->n_gpus,
                      r->n_gpus > 1 ? "s" : "");
+    char cp[32] = "";
+    if (r->cp > 1) snprintf(cp, sizeof cp, " x CP %d", r->cp);
     if (r->pp > 1 && n > 0 && (size_t)n < len) {
         char v[32] = "";
         if (r->virtual_stages > 1) snprintf(v, sizeof v, ", %d chunks per rank", r->virtual_stages);
-        snprintf(buf + n, len - (size_t)n, " at TP %d x PP %d x DP %d (%s%s)", r->tp, r->pp, r->dp,
+        snprintf(buf + n, len - (size_t)n, " at TP %d%s x PP %d x DP %d (%s%s)", r->tp, cp, r->pp, r->dp,
                  dt_pp_schedule_name((dt_pp_schedule_t)r->schedule), v);
-    } else if (r->tp > 1 && n > 0 && (size_t)n < len) {
-        snprintf(buf + n, len - (size_t)n, " at TP %d x DP %d", r->tp, r->dp);
+    } else if ((r->tp > 1 || r->cp > 1) && n > 0 && (size_t)n < len) {
+        snprintf(buf + n, len - (size_t)n, " at TP %d%s x DP %d", r->tp, cp, r->dp);
     }
     return buf;
+}
+
+static int cp_of(const dt_plan_row *r) { return r->cp > 1 ? r->cp : 1; }
+
+/* Why the cheapest plan has its CP size (plan.h: dt_plan_choice.cp_reason). */
+static void cp_reason(const dt_plan_row *rows, int n_rows, dt_plan_choice *out) {
+    int max_cp = 1, best1 = -1, bestc = -1;
+    double need1 = INFINITY, acts1 = INFINITY;
+    for (int i = 0; i < n_rows; i++) {
+        const dt_plan_row *r = &rows[i];
+        if (cp_of(r) > max_cp) max_cp = cp_of(r);
+        int fits = r->fit != DT_PLAN_FIT_NO;
+        if (cp_of(r) == 1) {
+            if (r->total_ckpt < need1) need1 = r->total_ckpt, acts1 = r->acts_ckpt;
+            if (fits && (best1 < 0 || r->efficiency > rows[best1].efficiency * 1.001)) best1 = i;
+        } else if (fits && (bestc < 0 || r->efficiency > rows[bestc].efficiency * 1.001)) {
+            bestc = i;
+        }
+    }
+    if (max_cp <= 1) return;
+    char *buf = out->cp_reason, n1[128], a[32], b[32];
+    size_t len = sizeof out->cp_reason;
+    if (out->cheapest < 0) {
+        snprintf(buf, len, "no plan fits at any CP size up to %d", max_cp);
+        return;
+    }
+    const dt_plan_row *c = &rows[out->cheapest];
+    if (cp_of(c) > 1 && best1 < 0) {
+        int min_cp = max_cp;
+        for (int i = 0; i < n_rows; i++)
+            if (rows[i].fit != DT_PLAN_FIT_NO && cp_of(&rows[i]) < min_cp) min_cp = cp_of(&rows[i]);
+        if (isfinite(need1))
+            snprintf(buf, len,
+                     "fits only with CP>=%d: at CP 1 the smallest plan needs %s per GPU (activations %s, with "
+                     "activation checkpointing), %s usable; CP %d holds 1/%d of every sequence per rank, at %.1f ms "
+                     "of exposed ring traffic per step",
+                     min_cp, gb(need1, a, sizeof a), gb(acts1, n1, sizeof n1), gb(c->usable, b, sizeof b), c->cp,
+                     c->cp, 1e3 * c->cp_exposed_s);
+        else
+            snprintf(buf, len, "CP %d: the smallest CP size that fits of those given ({cp} without 1)", min_cp);
+    } else if (cp_of(c) > 1) {
+        snprintf(buf, len,
+                 "CP %d preferred over the best CP 1 plan (%s, efficiency %.1f%%): its %.1f ms of exposed ring "
+                 "traffic per step costs less than what CP 1 needs to fit",
+                 c->cp, plan_name(&rows[best1], n1, sizeof n1), 100 * rows[best1].efficiency, 1e3 * c->cp_exposed_s);
+    } else if (bestc >= 0) {
+        const dt_plan_row *o = &rows[bestc];
+        snprintf(buf, len,
+                 "CP 1 preferred: %s also fits (efficiency %.1f%%) but its ring adds %.1f ms of exposed "
+                 "communication per step; CP pays off when a sequence's activations do not fit one GPU",
+                 plan_name(o, n1, sizeof n1), 100 * o->efficiency, 1e3 * o->cp_exposed_s);
+    } else {
+        snprintf(buf, len, "CP 1: no plan with CP>1 fits");
+    }
 }
 
 /* The best-efficiency row that fits among those whose TP size is 1 (want_tp1) or
@@ -673,13 +808,13 @@ void dt_plan_recommend(const dt_plan_input *in, const dt_plan_row *rows, int n_r
         else {
             const dt_plan_row *c = &rows[out->cheapest];
             /* efficiencies within 0.1% are a tie: then fewer GPUs, then the shorter
-             * step, then the smaller TP x PP, then table order */
+             * step, then the smaller TP x CP x PP, then table order */
             int tie = r->efficiency >= c->efficiency * 0.999;
             int same_n = tie && r->n_gpus == c->n_gpus;
             int step_tie = same_n && fabs(r->step_s - c->step_s) <= 1e-3 * c->step_s;
             if (r->efficiency > c->efficiency * 1.001 || (tie && r->n_gpus < c->n_gpus) ||
                 (same_n && !step_tie && r->step_s < c->step_s) ||
-                (step_tie && r->tp * r->pp < c->tp * c->pp))
+                (step_tie && r->tp * cp_of(r) * r->pp < c->tp * cp_of(c) * c->pp))
                 out->cheapest = i;
         }
         if (out->fastest < 0 || r->tokens_per_s > rows[out->fastest].tokens_per_s * 1.001)
@@ -687,13 +822,14 @@ void dt_plan_recommend(const dt_plan_input *in, const dt_plan_row *rows, int n_r
     }
     char a[32], b[32], name[96];
     tp_reason(in, rows, n_rows, out);
+    cp_reason(rows, n_rows, out);
     if (out->cheapest < 0) {
         double best = INFINITY;
         for (int i = 0; i < n_rows; i++) best = fmin(best, rows[i].total_ckpt);
         snprintf(out->cheapest_reason, sizeof out->cheapest_reason,
                  "nothing fits: the smallest plan needs %s per GPU with activation "
-                 "checkpointing, %s usable; try more GPUs, FSDP, tensor parallelism ({tp}), a smaller "
-                 "micro-batch or a larger GPU",
+                 "checkpointing, %s usable; try more GPUs, FSDP, tensor parallelism ({tp}), context "
+                 "parallelism for long sequences ({cp}), a smaller micro-batch or a larger GPU",
                  gb(best, a, sizeof a), n_rows ? gb(rows[0].usable, b, sizeof b) : "0 GB");
         snprintf(out->fastest_reason, sizeof out->fastest_reason, "%s", out->cheapest_reason);
         return;

@@ -142,7 +142,29 @@
  *   exposed of the stages. step = compute + bubble + exposed (TP + P2P + DP);
  *   efficiency = the whole model's FLOPs over the TP x P GPUs of a replica / step.
  *   Recommendation ties (efficiency within 0.1%): fewer GPUs, the shorter step,
- *   then the smaller TP x PP.
+ *   then the smaller TP x CP x PP.
+ * Context parallelism (CP size C, ring attention; world N = TP x CP x PP x DP, a CP
+ * group's ranks TP apart; runtime/model/net_cp.c):
+ *   activations: a CP rank's arena is the formulas above at T/C rows (T = seq_len),
+ *   except the attention's slots: saved per layer the log-sum-exp only, 4·B·NH·T/C
+ *   (every attention kind); the scratch slot holds the block kernel's scratch (CPU:
+ *   4·threads·min(T/C, 64)·(2·T/C + HS + 2)), two key/value blocks in the compute
+ *   dtype (B·T/C·2·KV·d each, KV = NKV·HS), their two fp32 gradients (·4 each), the
+ *   fp32 running output (B·T/C·A·4) and delta (B·NH·T/C·4), each rounded to 64
+ *   bytes; the positions slot is 4·B·T/C·(3 + C) (positions, each row's global
+ *   index and first visible key, every rank's key indices).
+ *   model states: replicated over CP as over DP; the gradients are reduced over the
+ *   DP x CP ranks, so ZeRO/FSDP shard over DP·C ranks and the DP collectives run
+ *   over them.
+ *   compute: each rank runs B·T/C tokens per micro-batch, flops_per_token each.
+ *   the ring, per micro-batch and layer, blocks of K = B·T/C·2·KV·d bytes: forward
+ *   (C−1) blocks sent, each overlapping one block's attention (causal: on average
+ *   2·A·B·(T/C)² FLOPs forward, twice that backward), exposed (C−1)·max(0, t(K) −
+ *   t_block); backward (C−1) blocks overlapped the same way plus C fp32 gradient
+ *   blocks (B·T/C·2·KV·4 bytes) sent after each block, all exposed. t(x) = x/bw +
+ *   α on the intra-node link when TP x CP <= GPUs per node, else the inter-node
+ *   one. A recomputed checkpointed block runs its forward ring again. The ring's
+ *   exposed time is part of exposed_s (cp_exposed_s), its bytes per step cp_bytes.
  * Scaling efficiency e = ideal / planned = compute without recompute / step.
  * Work: H one-GPU hours (given, or tokens · flops_per_token / (peak · mfu));
  * time at N GPUs H/(N·e), cost N · price · H/(N·e).
@@ -171,12 +193,12 @@
  * as long as its flag ("{tp}" and "--tp" are both 4 bytes), so a message cut to a
  * buffer's size is cut at the same place once `dtrun plan` expands it.
  *   params hidden layers heads kv_heads seq vocab ffn  the model's sizes
- *   tp pp virtual_stages schedule accum                 the layout and the schedule
+ *   tp pp virtual_stages schedule accum cp              the layout and the schedule
  *   gpus gpus_per_node nodes                            the GPU counts and the node shape
  *   base_dtype                                          LoRA's frozen base */
 #define DT_PLAN_INPUT_MAP(X)                                                                       \
     X(params) X(hidden) X(layers) X(heads) X(kv_heads) X(seq) X(vocab) X(ffn) X(tp) X(pp)          \
-    X(virtual_stages) X(schedule) X(accum) X(gpus) X(gpus_per_node) X(nodes) X(base_dtype)
+    X(virtual_stages) X(schedule) X(accum) X(gpus) X(gpus_per_node) X(nodes) X(base_dtype) X(cp)
 
 typedef enum {
 #define DT_PLAN_INPUT_ENUM_(name) DT_PLAN_INPUT_##name,
@@ -247,6 +269,9 @@ typedef struct dt_plan_model {
     int pp_blocks, pp_no_first, pp_no_head;
     /* activation recomputation: every K-th block of a chunk checkpointed (0 = 1) */
     int recompute_every;
+    /* context parallelism (dt_plan_model_set_cp; 0 or 1 = off): each rank holds
+     * seq_len / cp_size positions of every sequence (dt_plan_model_rows) */
+    int cp_size;
 } dt_plan_model;
 
 /* From the exact tensor table (dtrun's own models). Free with dt_plan_model_free. */
@@ -269,6 +294,12 @@ void dt_plan_model_free(dt_plan_model *m);
  * from a layout gets its TP piece from dt_model_layout_init_tp instead.
  * DT_STATUS_USAGE naming --tp when tp does not divide the heads or the vocabulary. */
 dt_status_t dt_plan_model_set_tp(dt_plan_model *m, int tp, int sp);
+/* Makes m a context-parallel rank's at CP size cp (1: off). DT_STATUS_USAGE naming
+ * --cp when the model has no context parallelism (only token models with a
+ * pipeline: gpt, llama) or 2 x cp does not divide the sequence. */
+dt_status_t dt_plan_model_set_cp(dt_plan_model *m, int cp);
+/* The positions per sequence a rank computes: seq_len, or seq_len / cp_size. */
+int dt_plan_model_rows(const dt_plan_model *m);
 
 /* ---- inputs and results --------------------------------------------------- */
 
@@ -344,6 +375,12 @@ typedef struct dt_plan_row {
     int worst_stage, slowest_stage, arenas;
     double bubble_s, bubble_ideal, p2p_bytes, p2p_s, p2p_exposed_s;
     int p2p_inter;
+    /* context parallelism (cp 1 without): the ring's bytes a rank sends per step,
+     * their time, the part counted exposed (in comm_s / exposed_s), cp_inter 1 when
+     * a CP group spans nodes */
+    int cp;
+    double cp_bytes, cp_s, cp_exposed_s;
+    int cp_inter;
 } dt_plan_row;
 
 /* Model-state bytes per GPU for a strategy at n ranks (g GPUs per node). */
@@ -357,10 +394,11 @@ dt_plan_mem dt_plan_model_states(const dt_plan_model *m, dt_plan_precision_t p,
 /* Compute time x this with recomputation policy `recompute` (full: 1 + n/(3L); selective:
  * 1 + n·4·A·T / flops_per_token; none: 1). */
 double dt_plan_recompute_factor(const dt_plan_model *m, int recompute);
-/* Activation bytes per GPU for one micro-batch of B sequences. attention:
- * DT_PLAN_ATTENTION_CUBLAS or _FUSED for the CUDA backend's attention (fused falls
- * back to cuBLAS's sizes above head size 128, as the backend does), else the CPU
- * threads whose scratch rows the CPU attention uses. */
+/* Activation bytes per GPU for one micro-batch of B sequences (a CP rank's: its
+ * seq_len / cp_size rows of each). attention: DT_PLAN_ATTENTION_CUBLAS or _FUSED for
+ * the CUDA backend's attention (fused falls back to cuBLAS's sizes above head size
+ * 128, as the backend does), else the CPU threads whose scratch rows the CPU
+ * attention (and under CP the CPU block kernel) uses. */
 double dt_plan_activation_bytes(const dt_plan_model *m, int micro_batch, int compute_bytes,
                                 int attention, int recompute);
 /* The same for in's device, precision and micro-batch (one arena). */
@@ -382,13 +420,23 @@ typedef struct dt_plan_tp_comm {
 dt_plan_tp_comm dt_plan_tp_comm_time(const dt_plan_model *m, int micro_batch, int compute_bytes,
                                      const dt_plan_link *intra);
 
+/* The ring of context parallelism (the CP formulas above) of a model with cp_size >
+ * 1, on link: one micro-batch's forward and backward over its blocks (pp_blocks, else
+ * n_layer), bytes a rank sends, seconds of transfer and the part exposed. rate: the
+ * FLOP/s a rank computes at (peak x mfu). All zero at cp_size 1. */
+typedef struct dt_plan_cp_ring {
+    double fwd_bytes, bwd_bytes, fwd_s, bwd_s, fwd_exposed_s, bwd_exposed_s;
+} dt_plan_cp_ring;
+dt_plan_cp_ring dt_plan_cp_ring_time(const dt_plan_model *m, int micro_batch, int compute_bytes, double rate,
+                                     const dt_plan_link *link);
+
 /* Time H/(N·e) and cost N·p·H/(N·e) of H one-GPU hours on n GPUs. */
 void dt_plan_cost(double hours_1gpu, int n, double price, double efficiency, double *hours,
                   double *cost);
 
-/* One row, at the model's TP size. DT_STATUS_USAGE (naming --gpus) when n_gpus
- * spans nodes and is not a multiple of gpus_per_node, (naming --tp) when the TP
- * size does not divide n_gpus or the GPUs per node. */
+/* One row, at the model's TP and CP sizes. DT_STATUS_USAGE (naming --gpus) when
+ * n_gpus spans nodes and is not a multiple of gpus_per_node, (naming --tp or --cp)
+ * when TP (x CP x PP) does not divide n_gpus or TP the GPUs per node. */
 dt_status_t dt_plan_row_compute(const dt_plan_input *in, dt_strategy_t s, int n_gpus,
                                 dt_plan_row *out);
 
@@ -453,10 +501,13 @@ typedef struct dt_plan_choice {
     /* "" when every row is TP 1; else why the cheapest plan's TP size (fits only
      * with TP >= k, or TP 1 preferred because TP's collectives are exposed) */
     char tp_reason[512];
+    /* "" when every row is CP 1; else why the cheapest plan's CP size (fits only
+     * with CP >= k: long sequences, or CP 1 preferred: the ring's exposed time) */
+    char cp_reason[512];
 } dt_plan_choice;
 
 /* Cheapest that fits: the highest efficiency (cost = p·H/e), then fewer GPUs, then
- * the smaller TP size, then the simpler strategy; fastest that fits: the highest
+ * the shorter step, then the smaller TP x CP x PP, then the simpler strategy; fastest that fits: the highest
  * tokens/s. */
 void dt_plan_recommend(const dt_plan_input *in, const dt_plan_row *rows, int n_rows,
                        dt_plan_choice *out);

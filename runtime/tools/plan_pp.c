@@ -283,8 +283,9 @@ dt_status_t dt_plan_row_compute_pp(const dt_plan_input *in, dt_strategy_t strat,
     /* time: each stage's per-micro-batch compute and TP collectives at the job's
      * recompute; its DP collectives as its own row prices them */
     double rate = in->peak_flops * in->mfu;
-    double tokens_mb = (double)in->micro_batch * m->seq_len;
+    double tokens_mb = (double)in->micro_batch * dt_plan_model_rows(m); /* a CP rank's rows */
     double t_max = 0, c_max = 0, tp_max = 0, chunk_max = 0, dp_exposed = 0, dp_comm = 0, dp_coll = 0;
+    dt_plan_row ring = {0}; /* the slowest stage's CP ring */
     int worst = 0, slowest = 0;
     for (int k = 0; k < P; k++) {
         dt_plan_model view;
@@ -297,12 +298,13 @@ dt_status_t dt_plan_row_compute_pp(const dt_plan_input *in, dt_strategy_t strat,
         all.n_layer = m->stages[k].blocks;
         double rec = ckpt ? dt_plan_recompute_factor(&all, rows[k].ckpt_policy) : 1.0;
         double c = m->stages[k].flops_per_token * tokens_mb / tp / rate * rec;
-        double tpc = t.tp_comm_s / M;
+        /* its TP collectives and CP ring's exposed part, both per micro-batch on its path */
+        double tpc = (t.tp_comm_s + t.cp_exposed_s) / M;
         double chunk = m->stages[k].chunk_flops_max * tokens_mb / tp / rate * rec + tpc / m->stages[k].n_chunks;
-        if (c + tpc > t_max) t_max = c + tpc, c_max = c, tp_max = tpc, slowest = k;
+        if (c + tpc > t_max) t_max = c + tpc, c_max = c, tp_max = t.tp_comm_s / M, slowest = k, ring = t;
         chunk_max = fmax(chunk_max, chunk);
-        dp_exposed = fmax(dp_exposed, t.exposed_s - t.tp_comm_s);
-        dp_comm = fmax(dp_comm, t.comm_s - t.tp_comm_s);
+        dp_exposed = fmax(dp_exposed, t.exposed_s - t.tp_comm_s - t.cp_exposed_s);
+        dp_comm = fmax(dp_comm, t.comm_s - t.tp_comm_s - t.cp_s);
         dp_coll = fmax(dp_coll, t.n_collectives);
         rows[k].compute_s = M * c;
         rows[k].tp_comm_s = t.tp_comm_s;
@@ -329,6 +331,11 @@ dt_status_t dt_plan_row_compute_pp(const dt_plan_input *in, dt_strategy_t strat,
     out->slowest_stage = slowest;
     out->compute_s = M * c_max;
     out->tp_comm_s = M * tp_max;
+    out->cp = ring.cp > 1 ? ring.cp : 1;
+    out->cp_bytes = ring.cp_bytes;
+    out->cp_s = ring.cp_s;
+    out->cp_exposed_s = ring.cp_exposed_s;
+    out->cp_inter = ring.cp_inter;
     out->bubble_s = fmax(0, pipe - M * t_max);
     out->bubble_ideal = dt_pp_bubble_ideal(kind, P, V, M);
 
@@ -336,7 +343,7 @@ dt_status_t dt_plan_row_compute_pp(const dt_plan_input *in, dt_strategy_t strat,
      * forward and its gradient back, B·T·C (/ TP with sequence parallelism) each */
     double S = tokens_mb * m->n_embd * cb / (m->sequence_parallel ? tp : 1);
     int g = in->gpus_per_node, nodes = rows[0].n_nodes;
-    dt_layout_dims dims = dt_layout_dims_tp_pp(tp, P);
+    dt_layout_dims dims = dt_layout_dims_of(tp, m->cp_size > 1 ? m->cp_size : 1, P);
     dt_layout lay;
     (void)dt_layout_of(&dims, n_gpus, 0, &lay); /* the stages' rows checked that it divides */
     double exposed_p2p = 0, most_bytes = 0, most_s = 0;
@@ -368,8 +375,8 @@ dt_status_t dt_plan_row_compute_pp(const dt_plan_input *in, dt_strategy_t strat,
     out->p2p_s = most_s;
     out->p2p_exposed_s = fmin(exposed_p2p, most_s);
 
-    out->comm_s = dp_comm + out->tp_comm_s + out->p2p_s;
-    out->exposed_s = dp_exposed + out->tp_comm_s + out->p2p_exposed_s;
+    out->comm_s = dp_comm + out->tp_comm_s + out->cp_s + out->p2p_s;
+    out->exposed_s = dp_exposed + out->tp_comm_s + out->cp_exposed_s + out->p2p_exposed_s;
     out->overlapped_s = out->comm_s - out->exposed_s;
     out->n_collectives = dp_coll; /* the busiest stage's DP and TP collectives */
     out->step_s = out->compute_s + out->bubble_s + out->exposed_s;
@@ -379,7 +386,7 @@ dt_status_t dt_plan_row_compute_pp(const dt_plan_input *in, dt_strategy_t strat,
     for (int k = 0; k < P; k++) fpt += m->stages[k].flops_per_token;
     double ideal = fpt * tokens_gpu / (tp * P) / rate;
     out->efficiency = out->step_s > 0 ? ideal / out->step_s : 0;
-    out->tokens_per_s = out->step_s > 0 ? out->dp * tokens_gpu / out->step_s : 0;
+    out->tokens_per_s = out->step_s > 0 ? out->dp * out->cp * tokens_gpu / out->step_s : 0;
     dt_plan_cost(in->hours_1gpu, n_gpus, in->price, out->efficiency, &out->hours, &out->cost);
     if (stage_rows) memcpy(stage_rows, rows, (size_t)P * sizeof *rows);
 out_free_rows:

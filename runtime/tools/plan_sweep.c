@@ -162,32 +162,42 @@ dt_status_t dt_plan_sweep_setup_pp(dt_plan_sweep *sw) {
         }
     }
     if (!o->n_layouts) add_layout(o, 1, 1, DT_PP_1F1B);
+    /* the CP sizes: given, else the config's context_parallel section, else 1 */
+    if (!o->n_cps) o->cps[o->n_cps++] = sw->cfg && sw->cfg->cp.size > 1 ? (int)sw->cfg->cp.size : 1;
+    for (int k = 0; k < o->n_cps; k++) {
+        for (int j = 0; j < k; j++)
+            if (o->cps[j] == o->cps[k]) return dt_error(DT_STATUS_USAGE, "{cp}: %d is listed twice", o->cps[k]);
+        dt_plan_model cm = *m;
+        DT_CHECK(dt_plan_model_set_cp(&cm, o->cps[k]));
+    }
     return DT_STATUS_OK;
 }
 
-dt_status_t dt_plan_sweep_row_input(dt_plan_sweep *sw, int n, int tp, int pp) {
+dt_status_t dt_plan_sweep_row_input(dt_plan_sweep *sw, int n, int tp, int cp, int pp) {
     if (sw->in.mem_shared) { /* CPU ranks: threads and their measured peak */
         sw->in.cpu_threads = dt_plan_sweep_cpu_threads(sw, n);
         if (!sw->peak_given) sw->in.peak_flops = dt_plan_cpu_peak_flops(sw->in.cpu_threads);
     }
     if (sw->cfg) {
-        /* this row's TP size and pipeline: the batch divides over DP = n / (tp x pp);
-         * the plan checks the row's schedule itself, so the config resolves as one
-         * stage of n / pp ranks */
+        /* this row's TP, CP sizes and pipeline: the batch divides over DP = n / (tp x cp
+         * x pp); the plan checks the row's schedule itself, so the config resolves as
+         * one stage of n / pp ranks */
         dt_config_t *cfg = sw->cfg;
         cfg->tp.size = tp;
+        cfg->cp.size = cp > 1 ? cp : 1;
         cfg->pp.stages = 1;
         int w = n / pp;
         if (dt_config_resolve(cfg, w) != DT_STATUS_OK)
             return dt_error(DT_STATUS_CONFIG, "{gpus} %d: the config's batch sizes do not fit %d GPUs (%lld "
-                            "data-parallel):", w, w, (long long)(w / (cfg->tp.size > 0 ? cfg->tp.size : 1)));
+                            "data-parallel):", w, w, (long long)(w / (cfg->tp.size > 0 ? cfg->tp.size : 1) /
+                                                                 cfg->cp.size));
         sw->in.accum = (int)cfg->gradient_accumulation_steps;
         sw->in.micro_batch = (int)cfg->train_micro_batch_size_per_gpu;
     }
     return DT_STATUS_OK;
 }
 
-dt_status_t dt_plan_sweep_rows(dt_plan_sweep *sw, int strategy, int k, const dt_plan_pp_layout *pl,
+dt_status_t dt_plan_sweep_rows(dt_plan_sweep *sw, int strategy, int k, int cp, const dt_plan_pp_layout *pl,
                                dt_plan_row *rows, int *r) {
     const dt_plan_sweep_axes *o = sw->ax;
     dt_plan_model pm;
@@ -197,23 +207,25 @@ dt_status_t dt_plan_sweep_rows(dt_plan_sweep *sw, int strategy, int k, const dt_
     /* a strategy the trainer does not run with a model-parallel dim (the strategy table:
      * hsdp, whose shard group is a node's ranks, where TP groups and stages live): no row */
     if ((o->tps[k] > 1 && !dt_strategy_composes(strategy, DT_LAYOUT_TP)) ||
-        (pl->pp > 1 && !dt_strategy_composes(strategy, DT_LAYOUT_PP)) || (sw->lora && (o->tps[k] > 1 || pl->pp > 1)))
+        (pl->pp > 1 && !dt_strategy_composes(strategy, DT_LAYOUT_PP)) ||
+        (cp > 1 && !dt_strategy_composes(strategy, DT_LAYOUT_CP)) || (sw->lora && (o->tps[k] > 1 || cp > 1 || pl->pp > 1)))
         return DT_STATUS_OK;
     if (pl->pp > 1) {
         if (pp_model(sw, mm, pl, &pm) != DT_STATUS_OK) return o->pp_auto ? DT_STATUS_OK : DT_STATUS_USAGE;
         mm = &pm;
     }
     for (int i = 0; i < o->n_counts; i++) {
-        dt_layout_dims dims = dt_layout_dims_tp_pp(o->tps[k], pl->pp);
+        dt_layout_dims dims = dt_layout_dims_of(o->tps[k], cp, pl->pp);
         dt_layout lay;
-        if (dt_layout_of(&dims, o->counts[i], 0, &lay) != DT_STATUS_OK) continue; /* TP x PP does not divide it */
-        st = dt_plan_sweep_row_input(sw, o->counts[i], o->tps[k], pl->pp);
+        if (dt_layout_of(&dims, o->counts[i], 0, &lay) != DT_STATUS_OK) continue; /* TP x CP x PP does not divide it */
+        st = dt_plan_sweep_row_input(sw, o->counts[i], o->tps[k], cp, pl->pp);
         if (st != DT_STATUS_OK) break;
         if (pl->pp > 1 && o->pp_auto &&
             dt_pp_schedule_check(pl->schedule, pl->pp, pl->virtual_stages, sw->in.accum, msg, sizeof msg))
             continue; /* auto leaves out what the schedule cannot run */
         dt_plan_input in = sw->in;
         in.model = *mm;
+        in.model.cp_size = cp; /* checked by setup_pp */
         in.pp_schedule = pl->schedule;
         st = dt_plan_row_compute(&in, strategy, o->counts[i], &rows[*r]);
         if (st == DT_STATUS_OK && sw->lora) st = dt_plan_lora_row(&in, sw->lora, &rows[*r]);
@@ -235,7 +247,8 @@ static dt_status_t cheapest_stages(dt_plan_sweep *sw, const dt_plan_row *row) {
     dt_plan_pp_layout pl = {row->pp, row->virtual_stages, row->schedule};
     dt_plan_model pm;
     if (k == o->n_tps || pp_model(sw, &sw->tp_models[k], &pl, &pm) != DT_STATUS_OK) return DT_STATUS_OK;
-    dt_status_t st = dt_plan_sweep_row_input(sw, row->n_gpus, row->tp, row->pp);
+    pm.cp_size = row->cp;
+    dt_status_t st = dt_plan_sweep_row_input(sw, row->n_gpus, row->tp, row->cp, row->pp);
     if (st == DT_STATUS_OK) {
         dt_plan_input in = sw->in;
         in.model = pm;
@@ -255,9 +268,9 @@ static dt_status_t cheapest_stages(dt_plan_sweep *sw, const dt_plan_row *row) {
 
 dt_status_t dt_plan_sweep_all(dt_plan_sweep *sw, dt_plan_row **rows_out, int *n_out, dt_plan_choice *ch) {
     const dt_plan_sweep_axes *o = sw->ax;
-    /* a row per (strategy, TP size, pipeline layout, GPU count) where TP x PP divides
-     * the count (and, under --pp auto, the schedule can run) */
-    int n_rows = o->n_strategies * o->n_tps * o->n_layouts * o->n_counts;
+    /* a row per (strategy, TP size, CP size, pipeline layout, GPU count) where TP x CP
+     * x PP divides the count (and, under --pp auto, the schedule can run) */
+    int n_rows = o->n_strategies * o->n_tps * o->n_cps * o->n_layouts * o->n_counts;
     dt_plan_row *rows = dt_xcalloc((size_t)n_rows, sizeof *rows);
     int r = 0;
     dt_status_t st = DT_STATUS_OK;
@@ -265,28 +278,30 @@ dt_status_t dt_plan_sweep_all(dt_plan_sweep *sw, dt_plan_row **rows_out, int *n_
     *n_out = 0;
     for (int s = 0; s < o->n_strategies; s++)
         for (int k = 0; k < o->n_tps; k++)
-            for (int j = 0; j < o->n_layouts; j++) {
-                st = dt_plan_sweep_rows(sw, o->strategies[s], k, &o->layouts[j], rows, &r);
-                if (st != DT_STATUS_OK) return st;
-            }
+            for (int c = 0; c < o->n_cps; c++)
+                for (int j = 0; j < o->n_layouts; j++) {
+                    st = dt_plan_sweep_rows(sw, o->strategies[s], k, o->cps[c], &o->layouts[j], rows, &r);
+                    if (st != DT_STATUS_OK) return st;
+                }
     *n_out = n_rows = r;
     if (!n_rows)
-        return dt_error(DT_STATUS_USAGE, "{tp}/{pp}: no GPU count of {gpus} is a multiple of a TP x PP size given "
-                        "(world = TP x PP x DP)");
+        return dt_error(DT_STATUS_USAGE, "{tp}/{cp}/{pp}: no GPU count of {gpus} is a multiple of a TP x CP x PP "
+                        "size given (world = TP x CP x PP x DP)");
     /* the header shows the first row's batch */
-    DT_CHECK(dt_plan_sweep_row_input(sw, rows[0].n_gpus, rows[0].tp, rows[0].pp));
+    DT_CHECK(dt_plan_sweep_row_input(sw, rows[0].n_gpus, rows[0].tp, rows[0].cp, rows[0].pp));
     dt_plan_recommend(&sw->in, rows, n_rows, ch);
     if (ch->cheapest >= 0 && rows[ch->cheapest].pp > 1) st = cheapest_stages(sw, &rows[ch->cheapest]);
     return st;
 }
 
-dt_status_t dt_plan_sweep_row(dt_plan_sweep *sw, int strategy, int tp, int n, dt_plan_row *out) {
+dt_status_t dt_plan_sweep_row(dt_plan_sweep *sw, int strategy, int tp, int cp, int n, dt_plan_row *out) {
     int k = 0;
     while (k < sw->ax->n_tps && sw->ax->tps[k] != tp) k++;
     if (k == sw->ax->n_tps) return dt_error(DT_STATUS_USAGE, "TP size %d is not one of the plan's", tp);
-    DT_CHECK(dt_plan_sweep_row_input(sw, n, tp, 1));
+    DT_CHECK(dt_plan_sweep_row_input(sw, n, tp, cp, 1));
     dt_plan_input in = sw->in;
     in.model = sw->tp_models[k];
+    if (dt_plan_model_set_cp(&in.model, cp) != DT_STATUS_OK) return DT_STATUS_USAGE;
     if (dt_plan_row_compute(&in, strategy, n, out) != DT_STATUS_OK) return DT_STATUS_USAGE;
     if (sw->lora && dt_plan_lora_row(&in, sw->lora, out) != DT_STATUS_OK) return DT_STATUS_USAGE;
     return DT_STATUS_OK;

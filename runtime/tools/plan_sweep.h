@@ -26,6 +26,7 @@
 #define DT_PLAN_SWEEP_MAX_COUNTS 32
 #define DT_PLAN_SWEEP_MAX_TP 16
 #define DT_PLAN_SWEEP_MAX_LAYOUTS 32
+#define DT_PLAN_SWEEP_MAX_CP 16
 
 /* One pipeline layout a row is planned at: P ranks of V chunks under a schedule
  * (P 1: no pipeline). */
@@ -33,15 +34,17 @@ typedef struct dt_plan_pp_layout {
     int pp, virtual_stages, schedule;
 } dt_plan_pp_layout;
 
-/* What to sweep (`dtrun plan`'s --gpus, --strategy, --tp, --sp, --pp, --schedule,
+/* What to sweep (`dtrun plan`'s --gpus, --strategy, --tp, --sp, --cp, --pp, --schedule,
  * --virtual-stages, --partition); dt_plan_sweep_setup_tp and _setup_pp fill in the
- * TP sizes and the layouts. */
+ * TP sizes, the CP sizes and the layouts. */
 typedef struct dt_plan_sweep_axes {
     int counts[DT_PLAN_SWEEP_MAX_COUNTS], n_counts;
     int strategies[DT_STRATEGY_COUNT], n_strategies;
     int tps[DT_PLAN_SWEEP_MAX_TP], n_tps; /* none given: the config's, else 1 */
     int tp_auto; /* every size dividing the node and the model */
     int sp;      /* sequence parallelism */
+    /* context parallelism: sizes (none given: the config's, else 1) */
+    int cps[DT_PLAN_SWEEP_MAX_CP], n_cps;
     /* pipeline: sizes (none: 1) or auto, schedule (-1: 1f1b, with auto 1f1b and
      * interleaved), virtual stages (0: 2 for interleaved), partition (-1: uniform) */
     int pps[DT_PLAN_SWEEP_MAX_LAYOUTS], n_pps, pp_auto;
@@ -86,20 +89,23 @@ dt_status_t dt_plan_sweep_model(const dt_plan_sweep *sw, int tp, const dt_plan_p
  * and the model), or the config's tensor_parallel section, else 1. */
 dt_status_t dt_plan_sweep_setup_tp(dt_plan_sweep *sw);
 /* The pipeline layouts to plan (after setup_tp): the config's pipeline section as
- * the defaults, --pp auto's powers of two dividing the layers. */
+ * the defaults, --pp auto's powers of two dividing the layers. The CP sizes: ax->cps
+ * (each checked against the model: dt_plan_model_set_cp), else the config's
+ * context_parallel.size, else 1. */
 dt_status_t dt_plan_sweep_setup_pp(dt_plan_sweep *sw);
 /* Sets sw->in's micro-batch and accumulation (and the CPU's threads and peak) for
- * n GPUs at TP tp x PP pp: a config keeps its global batch (dt_config_resolve). */
-dt_status_t dt_plan_sweep_row_input(dt_plan_sweep *sw, int n, int tp, int pp);
-/* The rows of one (strategy, TP size ax->tps[k], layout) at every GPU count TP x PP
- * divides, appended at rows[*r]. */
-dt_status_t dt_plan_sweep_rows(dt_plan_sweep *sw, int strategy, int k, const dt_plan_pp_layout *pl,
+ * n GPUs at TP tp x CP cp x PP pp: a config keeps its global batch (dt_config_resolve). */
+dt_status_t dt_plan_sweep_row_input(dt_plan_sweep *sw, int n, int tp, int cp, int pp);
+/* The rows of one (strategy, TP size ax->tps[k], CP size cp, layout) at every GPU
+ * count TP x CP x PP divides, appended at rows[*r]. */
+dt_status_t dt_plan_sweep_rows(dt_plan_sweep *sw, int strategy, int k, int cp, const dt_plan_pp_layout *pl,
                                dt_plan_row *rows, int *r);
 /* Every row (free *rows), sw->in left at the first row's batch, the recommendation
  * and, when the cheapest is a pipeline, its stages in sw->stages / stage_rows. */
 dt_status_t dt_plan_sweep_all(dt_plan_sweep *sw, dt_plan_row **rows, int *n_rows, dt_plan_choice *ch);
-/* One row without a pipeline: strategy at n GPUs at TP size tp (one of ax->tps). */
-dt_status_t dt_plan_sweep_row(dt_plan_sweep *sw, int strategy, int tp, int n, dt_plan_row *out);
+/* One row without a pipeline: strategy at n GPUs at TP size tp (one of ax->tps) and
+ * CP size cp. */
+dt_status_t dt_plan_sweep_row(dt_plan_sweep *sw, int strategy, int tp, int cp, int n, dt_plan_row *out);
 void dt_plan_sweep_free(dt_plan_sweep *sw);
 
 /* ---- LoRA (plan_lora.c) ------------------------------------------------------ */

@@ -44,6 +44,7 @@ static const char *const config_words[DT_PLAN_INPUT_COUNT] = {
     [DT_PLAN_INPUT_gpus_per_node] = "LOCAL_WORLD_SIZE",
     [DT_PLAN_INPUT_nodes] = "the node count",
     [DT_PLAN_INPUT_base_dtype] = "lora.base_dtype",
+    [DT_PLAN_INPUT_cp] = "context_parallel.size",
 };
 
 /* The host's memory for this node's ranks: the agent's sample taken before it

@@ -3,7 +3,8 @@
 # rank compares `dtrun plan`'s bytes with what it can get and refuses with exit 2
 # naming the shortfall, the biggest consumer and the cheapest change that fits; the
 # change it suggests really fits (the config run with it passes the same limit);
-# DTRUN_SKIP_MEMORY_CHECK=1 skips it; a config that fits is not refused; a LoRA run
+# DTRUN_SKIP_MEMORY_CHECK=1 skips it; a config that fits is not refused; a long sequence
+# refused at CP 1 is accepted at CP 4 (priced at its context_parallel.size); a LoRA run
 # (the tiny Llama of tests/fixtures/lora) is priced too: the frozen base, the adapters'
 # state and the base's arena, refused when too big, trained when it fits. On the CPU
 # with a lowered limit (DTRUN_TEST_MEM_AVAILABLE, and a real cgroup memory limit when
@@ -96,6 +97,35 @@ if [ -n "$sug" ] && DTRUN_TEST_MEM_AVAILABLE=42000000 timeout 120 "$DTRUN" --sta
      "$DT_TMP/state.json" log.dir="$DT_TMP/s1" $sug >"$DT_TMP/s1.out" 2>&1; then
   pass "2 ranks: the suggestion ($sug) fits under the same limit and trains"
 else fail "2 ranks: the suggestion fits" "'$sug': $(tail -3 "$DT_TMP/s1.out")"; fi
+
+# ---- context parallelism: a long sequence priced at its CP size ----
+# seq 1024 on the CPU: CP 1's T² attention probabilities (4·B·NH·T² per layer, 42.7 MB in
+# all) do not fit 30 MB; at CP 4 each of the 4 ranks sharing it (6.75 MB usable) holds a
+# quarter of each sequence and the log-sum-exp only (4.0 MB): accepted, and trained. Priced
+# as CP 1 it would be refused.
+cat > "$DT_TMP/long.json" <<JSON
+{"model": {"type": "gpt", "n_layer": 2, "n_head": 4, "n_embd": 32, "seq_len": 1024, "vocab_size": 256},
+ "data": {"train": "$DT_TMP/text.txt"}, "train_micro_batch_size_per_gpu": 1, "train_steps": 2,
+ "steps_per_print": 1, "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}}, "threads": 1, "seed": 5,
+ "checkpoint": {"every_steps": 0, "resume": "never"}}
+JSON
+DTRUN_TEST_MEM_AVAILABLE=30000000 timeout 120 "$DTRUN" --standalone --nproc_per_node 1 "$DT_TMP/long.json" \
+  log.dir="$DT_TMP/cp1" >"$DT_TMP/cp1.out" 2>&1; rc=$?
+if [ $rc -eq 2 ] && grep -q "not enough memory: the run needs 42.67 MB per rank" "$DT_TMP/cp1.out" &&
+   grep -q "the biggest consumer is the activations" "$DT_TMP/cp1.out"; then
+  pass "seq 1024 at CP 1 in 30 MB: refused (42.67 MB, the activations)"
+else fail "seq 1024 at CP 1 refused" "rc=$rc $(tail -4 "$DT_TMP/cp1.out")"; fi
+if DTRUN_TEST_MEM_AVAILABLE=30000000 timeout 120 "$DTRUN" --standalone --nproc_per_node 4 "$DT_TMP/long.json" \
+     context_parallel.size=4 log.dir="$DT_TMP/cp4" >"$DT_TMP/cp4.out" 2>&1 && grep -q "step 2/2" "$DT_TMP/cp4.out" &&
+   python3 - "$DT_TMP/cp4/summary.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))["ranks"]
+# (comm_buffer_bytes left out: the CPU communicators' own buffers, which plan does not price)
+need = max(x["model_state_bytes"]["total"] + x["activation_bytes"] for x in r)
+assert len(r) == 4 and need <= 30e6 * 0.9 / 4, need
+PY
+then pass "the same at CP 4 on 4 ranks sharing 30 MB: accepted (a rank's T/4 rows, no T² probabilities) and trained"
+else fail "seq 1024 at CP 4 accepted" "$(tail -4 "$DT_TMP/cp4.out")"; fi
 
 # ---- LoRA: the adapters trained, the frozen base replicated, the base's arena ----
 python3 - "$DT_TMP/lora.bin" <<'PY'

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_plan_cli.sh - `dtrun plan` from the command line: the standard figures in
 # --json, the cost formula, the tables and recommendation, and bad or
-# contradictory flags exiting 2 with a message that names the flag.
+# contradictory flags exiting 2 with a message that names the flag; --cp's activation
+# bytes per rank equal a real CP run's summary.json.
 source "$(dirname "$0")/lib.sh"
 
 SEVEN_B="--params 7e9 --layers 32 --hidden 4096 --seq 2048"
@@ -303,4 +304,45 @@ elif [ $rc -eq 1 ] && grep -Eq "not built yet|needs the communicator" "$DT_TMP/e
 else
   fail "--measure on two ranks" "rc=$rc: $(tail -5 "$DT_TMP/err")"
 fi
+# ---- context parallelism: the plan's activation bytes per rank are a real run's ----
+# a tiny llama (GQA) on the CPU, 1 thread: `dtrun plan CONFIG --cp C` prints, byte for
+# byte, the ranks' activation_bytes in the summary.json of a CP C run (C 1, 2, 4)
+python3 - "$DT_TMP/cp.bin" <<'PY'
+import struct, sys, random
+rng = random.Random(7)
+with open(sys.argv[1], "wb") as f:  # an llm.c token shard: 256 int32 of header, uint16 ids
+    f.write(struct.pack("<256i", 20240520, 1, 4000, *([0] * 253)))
+    f.write(struct.pack("<4000H", *(rng.randrange(256) for _ in range(4000))))
+PY
+cat > "$DT_TMP/cp.json" <<JSON
+{"model": {"type": "llama", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "intermediate_size": 64, "max_position_embeddings": 64, "seq_len": 64,
+           "vocab_size": 256},
+ "data": {"train": "$DT_TMP/cp.bin"}, "device": "cpu", "threads": 1, "seed": 5,
+ "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, "train_steps": 1, "steps_per_print": 1,
+ "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}}, "checkpoint": {"every_steps": 0, "resume": "never"}}
+JSON
+for c in 1 2 4; do
+  if timeout 120 "$DTRUN" --standalone --nproc_per_node $c "$DT_TMP/cp.json" context_parallel.size=$c \
+       log.dir="$DT_TMP/cp$c" >"$DT_TMP/cp$c.out" 2>&1 &&
+     "$DTRUN" plan "$DT_TMP/cp.json" --cp $c --gpus $c --strategy ddp --json >"$DT_TMP/cp$c.json" 2>"$DT_TMP/err" &&
+     got=$(python3 - "$DT_TMP/cp$c.json" "$DT_TMP/cp$c/summary.json" $c <<'PY'
+import json, sys
+row = json.load(open(sys.argv[1]))["rows"][0]
+ranks = json.load(open(sys.argv[2]))["ranks"]
+c = int(sys.argv[3])
+plan, run = row["memory_bytes"]["activations"], [r["activation_bytes"] for r in ranks]
+assert row["cp"] == c and len(run) == c and all(x == plan for x in run), (row["cp"], plan, run)
+assert (row["ring"]["bytes"] > 0 and row["ring"]["exposed_s"] > 0) == (c > 1), row["ring"]
+print(f"{plan:.0f} bytes, ring {row['ring']['bytes']:.0f} bytes per step")
+PY
+); then pass "plan --cp $c: a rank's activations = the CP $c run's summary.json ($got)"
+  else fail "plan --cp $c = the run's activation_bytes" "$(tail -3 "$DT_TMP/cp$c.out" "$DT_TMP/err")"; fi
+done
+# the table's CP column and ring columns, the recommendation's CP line; 2 x CP must cut the sequence
+if out=$("$DTRUN" plan "$DT_TMP/cp.json" --cp 1,2 --gpus 2 2>&1) && grep -q " CP .*ring-MB" <<<"$out" &&
+   grep -q "^  CP: " <<<"$out"; then pass "plan --cp 1,2: CP and ring columns, the recommendation's CP line"
+else fail "plan --cp 1,2 table" "$out"; fi
+want "plan --cp 3 on seq 64: exit 2 naming --cp" 2 "--cp 3: --seq 64 is not a multiple of 2 x 3" \
+  "$DTRUN" plan "$DT_TMP/cp.json" --cp 3
 finish
