@@ -551,8 +551,9 @@ static int wants_sample(const dt_trainer_t *t) {
 static dt_status_t print_sample(dt_trainer_t *t, int n, const float *host_params) {
     if (n <= 0 || !wants_sample(t)) return DT_STATUS_OK;
     dt_sample_net sn;
-    DT_CHECK(dt_sample_net_init(&sn, t->dev, t->layout.global ? t->layout.global : &t->layout, host_params,
-                                DT_MEM_OTHER));
+    dt_model_layout whole = t->layout.global ? *t->layout.global : t->layout; /* (a view: nothing freed) */
+    dt_model_layout_set_cp(&whole, 1, 0, 0); /* the whole model on one rank: every position */
+    DT_CHECK(dt_sample_net_init(&sn, t->dev, &whole, host_params, DT_MEM_OTHER));
     int32_t prompt = '\n', *ids = dt_xcalloc((size_t)n, sizeof *ids);
     char *text = dt_xcalloc((size_t)n + 1, 1);
     dt_sample_opts o = {.tokens = n, .temperature = 0.8, .top_k = 0, .seed = (uint64_t)t->cfg->seed};

@@ -175,6 +175,15 @@ PY
 then pass "a CP 2 checkpoint resumed at CP 1 continues as the uninterrupted run (steps 4-6, parameters)"
 else fail "CP 2 checkpoint -> CP 1" "$(tail -3 "$DT_TMP/ck_a.out" "$DT_TMP/ck_b.out")"; fi
 
+# text data at CP 2: the end-of-run sample runs the whole model on rank 0
+python3 -c "
+import random; random.seed(1); w = 'the cat sat on a mat and then ran far away from home'.split()
+open('$DT_TMP/t.txt', 'w').write('\n'.join(' '.join(random.choice(w) for _ in range(12)) for _ in range(400)))"
+if run text_cp2 2 "$DT_TMP/gpt.json" context_parallel.size=2 data.train="$DT_TMP/t.txt" train_steps=2 \
+     sample_tokens=24 && grep -q -- "---- sample (24 characters)" "$DT_TMP/text_cp2.out"
+then pass "text data at CP 2: trains and prints its end-of-run sample"
+else fail "sample at CP 2" "$(tail -4 "$DT_TMP/text_cp2.out")"; fi
+
 # refused before start, naming the key
 want "a seq_len CP does not cut in 2C chunks is refused" 2 "context_parallel.size 3: model.seq_len 64 is not a multiple" \
   "$DTRUN" --standalone --nproc_per_node 3 "$DT_TMP/llama.json" context_parallel.size=3
