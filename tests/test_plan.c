@@ -231,19 +231,23 @@ Test(plan, activations_match_the_trainers_arena_under_cp) {
         llama(1, 1, 12, 4), /* MHA, head_dim 12 */
     };
     specs[2].seq_len = specs[3].seq_len = 16;
-    int checked = 0;
+    int checked = 0, uchecked = 0;
     for (size_t i = 0; i < sizeof specs / sizeof *specs; i++)
         for (int cp = 2; cp <= 4; cp *= 2)
             for (int tp = 1; tp <= 2; tp++)
-                for (int p = DT_MODEL_RECOMPUTE_NONE; p <= DT_MODEL_RECOMPUTE_FULL; p++) {
+                for (int k = 0; k < 2 * (DT_MODEL_RECOMPUTE_FULL + 1); k++) {
                     char msg[256];
+                    /* each policy p with the ring (u 0), then with Ulysses where the heads divide */
+                    int u = k > DT_MODEL_RECOMPUTE_FULL, p = k % (DT_MODEL_RECOMPUTE_FULL + 1), nh, nkv;
+                    specs[i].ops->heads(&specs[i], &nh, &nkv);
+                    if (u && (nh % (tp * cp) || nkv % (tp * cp))) continue;
                     if (tp > 1 && dt_model_tp_check(&specs[i], tp, msg, sizeof msg)) continue;
                     int B = 1 + (p & 1) * 2, every = 1 + p % 2;
                     dt_model_layout l;
                     cr_assert_eq(tp > 1 ? dt_model_layout_init_tp(&specs[i], tp, 1, 1, &l)
                                         : dt_model_layout_init(&specs[i], &l),
                                  DT_STATUS_OK, "%s", dt_error_detail());
-                    dt_model_layout_set_cp(&l, cp, cp - 1);
+                    dt_model_layout_set_cp(&l, cp, cp - 1, u);
                     dt_model_layout_set_recompute(&l, (dt_model_recompute_t)p, every);
                     dt_plan_model m;
                     cr_assert_eq(dt_plan_model_from_layout(&l, &m), DT_STATUS_OK);
@@ -252,13 +256,15 @@ Test(plan, activations_match_the_trainers_arena_under_cp) {
                     m.recompute_every = every;
                     double want = (double)dt_net_arena_bytes(dev, &l, B);
                     double got = dt_plan_activation_bytes(&m, B, 4, 3, p);
-                    cr_assert_eq(got, want, "spec %zu, CP %d, TP %d, policy %d, B %d: plan %.0f, net.c %.0f", i, cp,
-                                 tp, p, B, got, want);
+                    cr_assert_eq(got, want, "spec %zu, CP %d%s, TP %d, policy %d, B %d: plan %.0f, net.c %.0f", i,
+                                 cp, u ? " Ulysses" : "", tp, p, B, got, want);
                     dt_plan_model_free(&m);
                     dt_model_layout_free(&l);
                     checked++;
+                    uchecked += u;
                 }
     cr_assert_geq(checked, 36, "only %d CP layouts checked", checked);
+    cr_assert_geq(uchecked, 9, "only %d Ulysses layouts checked", uchecked);
     dt_device_free(dev);
 }
 

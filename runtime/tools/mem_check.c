@@ -54,6 +54,7 @@ static dt_status_t plan_input(const dt_mem_check_in *in, int bf16, dt_plan_input
     pi->model.recompute_every = (int)cfg->recompute.every;
     /* context parallelism: a rank's rows of every sequence, its ring (plan.h) */
     dt_status_t st = dt_plan_model_set_cp(&pi->model, cfg->cp.size > 1 ? (int)cfg->cp.size : 1);
+    pi->model.cp_ulysses = cfg->cp.mode == DT_CONFIG_CP_ULYSSES;
     if (st != DT_STATUS_OK) {
         dt_plan_model_free(&pi->model);
         return st;

@@ -94,6 +94,7 @@ dt_status_t dt_plan_model_from_layout(const dt_model_layout *l, dt_plan_model *o
     }
     out->seq_len = l->seq_len;
     out->cp_size = l->cp_size > 1 ? l->cp_size : 1;
+    out->cp_ulysses = l->cp_ulysses;
     out->vocab_padded = l->vocab_padded;
     out->in_dim = s->in_dim;
     out->hidden_dim = s->hidden_dim;
@@ -303,11 +304,33 @@ double dt_plan_activation_bytes(const dt_plan_model *m, int micro_batch, int com
          * statistics, fp32). The CUDA backend's block ops are being written: until their
          * attention_block_scratch_bytes is known here, its kinds are priced as the CPU
          * kernel with 1 thread (tests/gpu/test_plan_cuda.c holds the CUDA arena to it). */
-        double HS = m->head_dim, KV2 = 2.0 * (m->n_kv_head / tp) * HS, th = attention > 0 ? attention : 1;
-        double blk = 4.0 * th * fmin(T, 64) * (2 * T + HS + 2);
+        double HS = m->head_dim, KV2 = 2.0 * (m->n_kv_head / tp) * HS;
+        /* the CUDA block ops need no scratch (kernels/cuda/cuda_attention_block.cu) */
+        double blk = attention > 0 ? 4.0 * attention * fmin(T, 64) * (2 * T + HS + 2) : 0;
         saved = 4 * B * NH * T;
         scratch = slot(blk) + 2 * slot(BT * KV2 * d) + 2 * slot(BT * KV2 * 4) + slot(BT * A * 4) +
                   slot(4 * B * NH * T);
+    }
+    if (cp > 1 && m->cp_ulysses) {
+        /* Ulysses (net_cp.c): the device attention over the whole S positions of h = NH/C
+         * query heads (hk key/value heads); saved: its saved state and the exchanged
+         * q|k|v (B, S, W3); scratch: its scratch, out and dqkv of those heads, and the
+         * exchange's send and receive rooms (C blocks of B x T x max(W3, A) each) */
+        double S = m->seq_len, h = NH / cp, hk = (double)m->n_kv_head / tp / cp, HS = m->head_dim;
+        double W = h * HS, W3 = (h + 2 * hk) * HS, BS = B * S, a_saved, a_scratch;
+        if (attention > 0) {
+            a_saved = 4 * B * h * S * S;
+            a_scratch = 4.0 * attention * fmin(S, 64) * S;
+        } else if (attention == DT_PLAN_ATTENTION_FUSED && dt_attention_uses_fused(DT_ATTENTION_FUSED, m->head_dim)) {
+            a_saved = 4 * B * h * S + d * BS * W;
+            a_scratch = 4 * B * h * S;
+        } else {
+            a_saved = d * B * h * S * S;
+            a_scratch = d * B * h * S * S;
+        }
+        double rooms = slot(cp * BT * fmax(W3, A) * d);
+        saved = slot(a_saved) + slot(BS * W3 * d);
+        scratch = slot(a_scratch) + slot(BS * W * d) + slot(BS * W3 * d) + 2 * rooms;
     }
     double rc = slot(R * C * d), r4 = slot(R * 4), bt4 = slot(BT * 4);
     /* ln1, attproj, res2, ln2, fcproj, res3; atty; the norms' statistics; qkv; the
@@ -319,7 +342,7 @@ double dt_plan_activation_bytes(const dt_plan_model *m, int micro_batch, int com
     int head = !m->pp_no_head;
     /* the positions slot: under CP each row's global index and first visible key, and
      * every rank's key indices, follow the positions (net_cp.c) */
-    double positions = cp > 1 ? slot(4 * BT * (3 + cp)) : bt4;
+    double positions = cp > 1 ? slot(4 * (BT * (3 + cp) + (m->cp_ulysses ? B * m->seq_len : 0))) : bt4;
     double once = (m->pp_no_first ? 0 : bt4) /* tokens */ + positions + rc /* encoded */ +
                   (head ? bt4 /* targets */ + rc + m->norm_stats * r4 /* final norm, statistics */ +
                               bt4 /* losses */ + slot(BT * Vp * d) /* logits */
@@ -424,6 +447,16 @@ dt_plan_cp_ring dt_plan_cp_ring_time(const dt_plan_model *m, int micro_batch, in
     /* one block's attention: the local queries against T keys, causal on average half
      * of the 4·A FLOPs per query and key; the backward twice the forward */
     double blk_f = rate > 0 ? 2.0 * A * BT * T / rate : 0, blk_b = 2 * blk_f;
+    if (m->cp_ulysses) {
+        /* Ulysses: per layer two all-to-alls forward (q|k|v, out) and two backward (dout,
+         * dq|dk|dv), each rank sending (C - 1)/C of its rows' share; none overlapped */
+        double Q = (double)(m->n_head + 2 * m->n_kv_head) / tp * m->head_dim;
+        double qkv = BT * Q * compute_bytes * (cp - 1) / cp, out = BT * A * compute_bytes * (cp - 1) / cp;
+        double t = (qkv + out) / bw + 2 * (cp - 1) * a;
+        r.fwd_bytes = r.bwd_bytes = L * (qkv + out);
+        r.fwd_s = r.fwd_exposed_s = r.bwd_s = r.bwd_exposed_s = L * t;
+        return r;
+    }
     r.fwd_bytes = L * (cp - 1) * kv;
     r.bwd_bytes = L * ((cp - 1) * kv + cp * grad);
     r.fwd_s = L * (cp - 1) * t_kv;

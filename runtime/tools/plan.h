@@ -272,6 +272,7 @@ typedef struct dt_plan_model {
     /* context parallelism (dt_plan_model_set_cp; 0 or 1 = off): each rank holds
      * seq_len / cp_size positions of every sequence (dt_plan_model_rows) */
     int cp_size;
+    int cp_ulysses; /* context_parallel.mode ulysses: all-to-all over heads, not the ring */
 } dt_plan_model;
 
 /* From the exact tensor table (dtrun's own models). Free with dt_plan_model_free. */

@@ -43,6 +43,8 @@ static dt_status_t tp_model(const dt_plan_sweep *sw, int tp, dt_plan_model *out)
         DT_CHECK(dt_model_layout_init_tp(sw->spec, tp, 0, sw->ax->sp, &l));
         dt_status_t st = dt_plan_model_from_layout(&l, out);
         dt_model_layout_free(&l);
+        /* the config's context_parallel.mode prices every CP row */
+        out->cp_ulysses = sw->cfg && sw->cfg->cp.mode == DT_CONFIG_CP_ULYSSES;
         return st;
     }
     *out = sw->in.model;

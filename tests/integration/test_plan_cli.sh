@@ -339,6 +339,22 @@ PY
 ); then pass "plan --cp $c: a rank's activations = the CP $c run's summary.json ($got)"
   else fail "plan --cp $c = the run's activation_bytes" "$(tail -3 "$DT_TMP/cp$c.out" "$DT_TMP/err")"; fi
 done
+# Ulysses (the config's context_parallel.mode): the exchanged whole-sequence heads priced too
+sed 's/"seed": 5,/"seed": 5, "context_parallel": {"mode": "ulysses"},/' "$DT_TMP/cp.json" > "$DT_TMP/cpu.json"
+if timeout 120 "$DTRUN" --standalone --nproc_per_node 2 "$DT_TMP/cpu.json" context_parallel.size=2 \
+     log.dir="$DT_TMP/cpu2" >"$DT_TMP/cpu2.out" 2>&1 &&
+   "$DTRUN" plan "$DT_TMP/cpu.json" --cp 2 --gpus 2 --strategy ddp --json >"$DT_TMP/cpu2.json" 2>"$DT_TMP/err" &&
+   got=$(python3 - "$DT_TMP/cpu2.json" "$DT_TMP/cpu2/summary.json" "$DT_TMP/cp2/summary.json" <<'PY'
+import json, sys
+row = json.load(open(sys.argv[1]))["rows"][0]
+run = [r["activation_bytes"] for r in json.load(open(sys.argv[2]))["ranks"]]
+ring = json.load(open(sys.argv[3]))["ranks"][0]["activation_bytes"]
+plan = row["memory_bytes"]["activations"]
+assert row["cp"] == 2 and len(run) == 2 and all(x == plan for x in run) and plan != ring, (plan, run, ring)
+print(f"{plan:.0f} bytes (the ring's {ring:.0f}), all-to-all {row['ring']['bytes']:.0f} bytes per step")
+PY
+); then pass "plan --cp 2, Ulysses: a rank's activations = the run's summary.json ($got)"
+else fail "plan --cp 2 Ulysses = the run's activation_bytes" "$(tail -3 "$DT_TMP/cpu2.out" "$DT_TMP/err")"; fi
 # the table's CP column and ring columns, the recommendation's CP line; 2 x CP must cut the sequence
 if out=$("$DTRUN" plan "$DT_TMP/cp.json" --cp 1,2 --gpus 2 2>&1) && grep -q " CP .*ring-MB" <<<"$out" &&
    grep -q "^  CP: " <<<"$out"; then pass "plan --cp 1,2: CP and ring columns, the recommendation's CP line"
