@@ -29,7 +29,7 @@
  * Where things live: the attention indices of a batch (each local row's global
  * position qidx, the first position it may see qlo: its document's start, and the
  * global positions of every rank's rows kidx) follow the positions in the positions
- * slot (sized here: plan_cp_slot), uploaded with the batch; the blocks, their
+ * slot (sized here: dt_net_cp_positions_bytes), uploaded with the batch; the blocks, their
  * gradients, the running output and delta are in the attention scratch slot.
  */
 #include <math.h>
@@ -221,7 +221,7 @@ static void uly_exchange(dt_net_t *net, int to_whole, void *local, int lw, void 
                          const uly_dims *u, int C, int NKV, uly_scratch *s) {
     dt_device_t *dv = net->dev;
     size_t es = net->elsize;
-    int B = net->B, T = net->T, L = T / 2, r = net->layout->cp_rank;
+    int B = net->B, T = net->T, L = T / 2;
     size_t block = (size_t)B * T * (size_t)uw * es; /* one rank's block */
     /* the local rows a block row k (of B x T) holds: row k itself; block rows are
      * packed (B, T, uw); whole rows: the rank's chunks at dt_model_cp_row */
@@ -256,7 +256,6 @@ static void uly_exchange(dt_net_t *net, int to_whole, void *local, int lw, void 
                     }
                 }
         }
-        (void)r;
     }
 }
 
