@@ -66,10 +66,10 @@ Test(config, defaults_are_valid_and_documented) {
     int colons = 0;
     for (char *p = dump; (p = strstr(p, "\":\t")); p++) colons++;
     cr_assert_gt(keys_listed, 50);
-    /* the dump holds every key plus its 16 sections (optimizer, optimizer.params, ...,
-     * model.rope_scaling, tensor_parallel, pipeline, activation_checkpointing,
-     * zero_optimization.offload_optimizer, lora, tensorboard) */
-    cr_assert_eq(colons, keys_listed + 19, "dump %d entries, keys %d", colons, keys_listed);
+    /* the dump holds every key plus its sections (optimizer, optimizer.params, ...,
+     * model.rope_scaling, tensor_parallel, context_parallel, pipeline,
+     * activation_checkpointing, zero_optimization.offload_optimizer, lora, tensorboard) */
+    cr_assert_eq(colons, keys_listed + 20, "dump %d entries, keys %d", colons, keys_listed);
     free(dump);
     free(buf);
     dt_config_free(&cfg);

@@ -66,7 +66,7 @@ layout() {
   python3 - "$DT_TMP/$1/summary.json" "$2" "$3" "$4" <<'PY'
 import json, sys
 p = json.load(open(sys.argv[1]))["parallel"]
-want = {"tensor_parallel": int(sys.argv[2]), "sequence_parallel": sys.argv[3] == "1", "pipeline_parallel": 1, "data_parallel": int(sys.argv[4])}
+want = {"tensor_parallel": int(sys.argv[2]), "sequence_parallel": sys.argv[3] == "1", "context_parallel": 1, "pipeline_parallel": 1, "data_parallel": int(sys.argv[4])}
 assert p == want, (p, want)
 PY
 }
