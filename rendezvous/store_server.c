@@ -166,6 +166,7 @@ void dt_store_server_stop(dt_store_server_t *srv) {
     int r = uv_loop_close(&srv->loop);
     if (r < 0) DT_LOG_WARN("store: loop did not close cleanly: %s", uv_strerror(r));
     dt_store_map_free_(srv);
+    dt_store_peers_free_(srv);
     dt_store_auth_free(srv->auth);
     free(srv);
 }

@@ -93,6 +93,7 @@ const char *dt_store_conn_addr_(client_t *c) {
 void dt_store_conn_close_(client_t *c, const char *reason) {
     if (c->closing) return;
     c->closing = 1;
+    dt_store_conn_release_(c);
     if (reason)
         DT_LOG_WARN("store: closing connection from %s: %s", dt_store_conn_addr_(c), reason);
     while (c->reqs) dt_store_req_cancel_(c->srv, c->reqs);
@@ -311,22 +312,21 @@ void dt_store_on_connection_(uv_stream_t *listener, int status) {
     if (r < 0) dt_store_conn_close_(c, uv_strerror(r));
 }
 
-/* Closes connections that did not send VALIDATE in time; one log line per sweep. */
+/* Closes connections that did not send VALIDATE in time; one log line per sweep.
+ * The unvalidated list is oldest first: the walk stops at the first one in time. */
 void dt_store_on_sweep_(uv_timer_t *t) {
     dt_store_server_t *srv = t->data;
     uint64_t now = uv_now(&srv->loop);
     size_t n = 0;
-    client_t *last = NULL;
-    for (client_t *c = srv->clients; c; c = c->next) {
-        if (c->validated || c->closing ||
-            now - c->accepted_ms < (uint64_t)DT_STORE_VALIDATE_TIMEOUT_S * 1000)
-            continue;
-        if (!last) dt_store_conn_addr_(c);
-        last = last ? last : c;
+    char one[64] = "";
+    client_t *c;
+    while ((c = srv->unval_head) != NULL &&
+           now - c->accepted_ms >= (uint64_t)DT_STORE_VALIDATE_TIMEOUT_S * 1000) {
+        if (!n) snprintf(one, sizeof one, "%s", dt_store_conn_addr_(c));
         n++;
-        dt_store_conn_close_(c, NULL);
+        dt_store_conn_close_(c, NULL); /* leaves the list */
     }
     if (n)
         DT_LOG_WARN("store: closed %zu connection(s) that sent no VALIDATE within %d s "
-                    "(one from %s)", n, DT_STORE_VALIDATE_TIMEOUT_S, last->addr);
+                    "(one from %s)", n, DT_STORE_VALIDATE_TIMEOUT_S, one);
 }
