@@ -10,6 +10,8 @@
  * until its keys exist, then the connection resumes where it stopped.
  */
 #include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -256,6 +258,7 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     client_t *c = (client_t *)s;
     dt_store_server_t *srv = c->srv;
+    srv->inputs++;
     if (nread < 0) {
         if (nread == UV_EOF || nread == UV_ECONNRESET) {
             if (dt_log_get_level() <= DT_LOG_DEBUG)
@@ -286,6 +289,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
 
 void dt_store_on_connection_(uv_stream_t *listener, int status) {
     dt_store_server_t *srv = listener->data;
+    srv->inputs++;
     if (status < 0) {
         DT_LOG_WARN("store: cannot accept a connection: %s (file descriptor limit %ld)",
                     uv_strerror(status), srv->fd_limit);
@@ -307,7 +311,15 @@ void dt_store_on_connection_(uv_stream_t *listener, int status) {
     if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&c->peer, &sl) != 0)
         c->peer.ss_family = 0;
     if (!dt_store_admit_conn_(c)) return;
-    uv_tcp_nodelay(&c->tcp, 1);
+    if (!srv->nodelay_known) {
+        uv_os_fd_t fd;
+        int v = 0;
+        socklen_t vl = sizeof v;
+        srv->nodelay_inherited = uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0 &&
+                                 getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &v, &vl) == 0 && v;
+        srv->nodelay_known = 1;
+    }
+    if (!srv->nodelay_inherited) uv_tcp_nodelay(&c->tcp, 1);
     int r = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
     if (r < 0) dt_store_conn_close_(c, uv_strerror(r));
 }

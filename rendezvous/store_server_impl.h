@@ -118,6 +118,8 @@ struct dt_store_server {
      * connection limits weigh, kept as connections come and go. */
     client_t *unval_head, *unval_tail;
     size_t open; /* admitted connections not closing */
+    uint64_t inputs; /* reads and accepts so far (the loop's spin looks for more) */
+    int nodelay_known, nodelay_inherited; /* accepted sockets get TCP_NODELAY from the listener */
     peer_t **peers;
     size_t npeer_buckets, npeers;
     atomic_size_t num_keys, num_clients;
