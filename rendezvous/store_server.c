@@ -38,6 +38,7 @@ static void on_stop(uv_async_t *a) {
     dt_store_server_t *srv = a->data;
     for (client_t *c = srv->clients; c; c = c->next) dt_store_conn_close_(c, NULL);
     uv_close((uv_handle_t *)&srv->sweep, NULL);
+    uv_close((uv_handle_t *)&srv->drain, NULL);
     uv_close((uv_handle_t *)&srv->listener, NULL);
     uv_close((uv_handle_t *)&srv->stop_async, NULL);
 }
@@ -130,6 +131,9 @@ dt_status_t dt_store_server_start_auth(const char *host, int port, const dt_stor
     uv_timer_init(&srv->loop, &srv->sweep);
     srv->sweep.data = srv;
     uv_timer_start(&srv->sweep, dt_store_on_sweep_, SWEEP_INTERVAL_MS, SWEEP_INTERVAL_MS);
+    uv_check_init(&srv->loop, &srv->drain);
+    srv->drain.data = srv;
+    uv_check_start(&srv->drain, dt_store_on_drain_);
     r = uv_tcp_bind(&srv->listener, (const struct sockaddr *)&addr, 0);
     /* Accepted sockets inherit it on Linux (checked on the first one), which saves a
      * system call per connection. */
@@ -157,6 +161,7 @@ dt_status_t dt_store_server_start_auth(const char *host, int port, const dt_stor
 
 out_close_loop:
     uv_close((uv_handle_t *)&srv->sweep, NULL);
+    uv_close((uv_handle_t *)&srv->drain, NULL);
     uv_close((uv_handle_t *)&srv->listener, NULL);
     uv_close((uv_handle_t *)&srv->stop_async, NULL);
     uv_run(&srv->loop, UV_RUN_DEFAULT);

@@ -229,7 +229,10 @@ static int client_buffer(client_t *c, const uint8_t *p, size_t n) {
     return 1;
 }
 
-/* Runs after every loop callback that may have produced replies or wake-ups. */
+/* Serves the connections that wake-ups resumed and writes every connection's
+ * gathered replies: once per loop iteration, after all the input that one epoll
+ * wait returned was served, so that the replies leave in one burst (a client
+ * process with many connections is woken once for them, not once per reply). */
 static void server_drain(dt_store_server_t *srv) {
     for (;;) {
         while (srv->resume) {
@@ -269,7 +272,6 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
             snprintf(why, sizeof why, "read failed: %s", uv_strerror((int)nread));
             dt_store_conn_close_(c, why);
         }
-        server_drain(srv);
         return;
     }
     if (nread == 0 || c->closing) return;
@@ -283,8 +285,9 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
         client_serve_buffered(c);
     }
     if (!c->closing && c->in.len == 0 && c->in.cap > (1u << 20)) dt_store_buf_free(&c->in);
-    server_drain(srv);
 }
+
+void dt_store_on_drain_(uv_check_t *h) { server_drain(h->data); }
 
 
 void dt_store_on_connection_(uv_stream_t *listener, int status) {

@@ -124,6 +124,7 @@ struct dt_store_server {
     size_t npeer_buckets, npeers;
     atomic_size_t num_keys, num_clients;
     uv_timer_t sweep;            /* closes connections past the VALIDATE deadline */
+    uv_check_t drain;            /* after each poll: resumed input, then replies written */
     size_t buffered;             /* bytes of incomplete input, all connections */
     size_t stored;               /* bytes of keys, values and waiters held */
     size_t unsent;               /* reply bytes queued in libuv, all connections */
@@ -175,6 +176,8 @@ void dt_store_conn_flush_(client_t *c);
 void dt_store_on_connection_(uv_stream_t *listener, int status);
 /* Closes connections that did not send VALIDATE in time. */
 void dt_store_on_sweep_(uv_timer_t *t);
+/* After each poll: serves resumed connections and writes the gathered replies. */
+void dt_store_on_drain_(uv_check_t *h);
 
 /* ---- commands (store_server_cmd.c) ------------------------------------------ */
 
