@@ -221,7 +221,7 @@ int dt_cmd_bench_store(int argc, char **argv) {
         if (rc != DT_EXIT_OK || timed_out) continue;
         qsort(rel, (size_t)done, sizeof rel[0], cmp_double);
         qsort(con, (size_t)done, sizeof con[0], cmp_double);
-        printf("%-8s %6d %12.4f  s released (connect %.4f s)\n", "barrier", conns[k],
+        printf("%-8s %6d %12.6f  s released (connect %.4f s)\n", "barrier", conns[k],
                rel[done / 2], con[done / 2]);
         fflush(stdout);
     }

@@ -14,7 +14,9 @@ typedef struct dt_store_bench_barrier {
 } dt_store_bench_barrier_t;
 
 /* n connections each send VALIDATE, ADD(counter, 1) and WAIT(go); the one whose
- * ADD returns n SETs go. Raises RLIMIT_NOFILE as needed. */
+ * ADD returns n SETs go. Raises RLIMIT_NOFILE as needed. Against IPv4 loopback,
+ * more than DT_STORE_MAX_CONNS_PER_PEER / 2 connections come from several source
+ * addresses (127.0.0.1, .2, ...), as clients on several hosts would. */
 dt_status_t dt_store_bench_barrier(const char *host, int port, int n, double timeout_s,
                                    dt_store_bench_barrier_t *out);
 

@@ -38,6 +38,8 @@ struct dt_store {
     int broken;
     char endpoint[300];
     dt_store_buf_t buf;
+    uint8_t rx[4096]; /* received, not yet consumed: rx[rx_pos..rx_len) */
+    size_t rx_pos, rx_len;
 };
 
 /* ---- sockets with deadlines -------------------------------------------------- */
@@ -90,14 +92,47 @@ static dt_status_t send_all(dt_store_t *st, const void *p, size_t n, double dead
     return DT_STATUS_OK;
 }
 
-/* Receives exactly n bytes; a timeout leaves the stream out of step (broken). */
-static dt_status_t recv_all(dt_store_t *st, void *p, size_t n, double deadline) {
+/* Receives exactly n bytes, first from what an earlier recv left in st->rx; a
+ * timeout leaves the stream out of step (broken). ready says fd was just found
+ * readable; otherwise it waits before its first recv (the reply to a request just
+ * sent is rarely there yet: a poll and a recv, not a recv that fails, a poll and a
+ * recv). Small replies land in st->rx, so a value's length and bytes, or several
+ * replies, take one recv. */
+static dt_status_t recv_ready(dt_store_t *st, void *p, size_t n, double deadline, int ready) {
     uint8_t *b = p;
+    size_t have = st->rx_len - st->rx_pos;
+    if (have) {
+        size_t k = have < n ? have : n;
+        memcpy(b, st->rx + st->rx_pos, k);
+        st->rx_pos += k;
+        b += k;
+        n -= k;
+    }
     while (n > 0) {
-        ssize_t r = recv(st->fd, b, n, 0);
+        if (!ready) {
+            int w = wait_fd(st->fd, POLLIN, deadline);
+            if (w == 0) {
+                st->broken = 1;
+                return dt_error(DT_STATUS_TIMEOUT, "store %s: no reply within %.1f s",
+                                st->endpoint, st->timeout_s);
+            }
+            if (w < 0) break;
+        }
+        /* Large reads go straight to the caller's memory; small ones through st->rx. */
+        int direct = n >= sizeof st->rx;
+        size_t want = direct ? n : sizeof st->rx;
+        ssize_t r = recv(st->fd, direct ? b : st->rx, want, 0);
         if (r > 0) {
-            b += r;
-            n -= (size_t)r;
+            size_t k = (size_t)r;
+            if (!direct) {
+                st->rx_pos = k < n ? k : n;
+                st->rx_len = k;
+                memcpy(b, st->rx, st->rx_pos);
+                k = st->rx_pos;
+            }
+            b += k;
+            n -= k;
+            ready = (size_t)r == want; /* a full read: more may be waiting */
             continue;
         }
         if (r == 0) {
@@ -105,21 +140,21 @@ static dt_status_t recv_all(dt_store_t *st, void *p, size_t n, double deadline) 
             return dt_error(DT_STATUS_CLOSED, "store %s: the server closed the connection",
                             st->endpoint);
         }
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) {
-            int w = wait_fd(st->fd, POLLIN, deadline);
-            if (w > 0) continue;
-            if (w == 0) {
-                st->broken = 1;
-                return dt_error(DT_STATUS_TIMEOUT, "store %s: no reply within %.1f s",
-                                st->endpoint, st->timeout_s);
-            }
+        if (errno == EINTR) {
+            ready = 1;
+            continue;
         }
-        st->broken = 1;
-        return dt_error(dt_status_from_errno(errno), "store %s: receive failed: %s",
-                        st->endpoint, strerror(errno));
+        ready = 0;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) break;
     }
-    return DT_STATUS_OK;
+    if (n == 0) return DT_STATUS_OK;
+    st->broken = 1;
+    return dt_error(dt_status_from_errno(errno), "store %s: receive failed: %s", st->endpoint,
+                    strerror(errno));
+}
+
+static dt_status_t recv_all(dt_store_t *st, void *p, size_t n, double deadline) {
+    return recv_ready(st, p, n, deadline, 0);
 }
 
 static double deadline_of(const dt_store_t *st) { return dt_now_s() + st->timeout_s; }
@@ -280,6 +315,7 @@ dt_status_t dt_store_connect_auth(const char *host, int port, double timeout_s,
     for (;;) {
         attempts++;
         st->fd = try_connect(host, port, deadline, &err);
+        st->rx_pos = st->rx_len = 0;
         if (st->fd >= 0) {
             int one = 1;
             setsockopt(st->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -405,10 +441,10 @@ dt_status_t dt_store_wait(dt_store_t *st, const char *const *keys, size_t n, dou
     dt_store_encode_keys(&st->buf, DT_STORE_CMD_WAIT, keys, n);
     DT_CHECK(flush(st, deadline_of(st)));
     double wait_deadline = dt_now_s() + timeout_s;
-    int r = wait_fd(st->fd, POLLIN, wait_deadline);
+    int r = st->rx_pos < st->rx_len ? 1 : wait_fd(st->fd, POLLIN, wait_deadline);
     uint8_t resp;
     if (r != 0) {
-        DT_CHECK(recv_all(st, &resp, 1, deadline_of(st)));
+        DT_CHECK(recv_ready(st, &resp, 1, deadline_of(st), r > 0));
         if (resp != DT_STORE_WAIT_STOP_WAITING) {
             st->broken = 1;
             return dt_error(DT_STATUS_PROTOCOL, "store %s: WAIT got reply %u", st->endpoint,

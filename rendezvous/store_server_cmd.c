@@ -87,6 +87,7 @@ int dt_store_handle_frame_(client_t *c, const dt_store_frame_t *f) {
             dt_store_conn_close_(c, why);
             return CLOSED;
         }
+        if (!c->validated) dt_store_conn_validated_(c);
         c->validated = 1;
         return HANDLED;
     }

@@ -10,6 +10,8 @@
  * until its keys exist, then the connection resumes where it stopped.
  */
 #include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,6 +95,7 @@ const char *dt_store_conn_addr_(client_t *c) {
 void dt_store_conn_close_(client_t *c, const char *reason) {
     if (c->closing) return;
     c->closing = 1;
+    dt_store_conn_release_(c);
     if (reason)
         DT_LOG_WARN("store: closing connection from %s: %s", dt_store_conn_addr_(c), reason);
     while (c->reqs) dt_store_req_cancel_(c->srv, c->reqs);
@@ -226,7 +229,10 @@ static int client_buffer(client_t *c, const uint8_t *p, size_t n) {
     return 1;
 }
 
-/* Runs after every loop callback that may have produced replies or wake-ups. */
+/* Serves the connections that wake-ups resumed and writes every connection's
+ * gathered replies: once per loop iteration, after all the input that one epoll
+ * wait returned was served, so that the replies leave in one burst (a client
+ * process with many connections is woken once for them, not once per reply). */
 static void server_drain(dt_store_server_t *srv) {
     for (;;) {
         while (srv->resume) {
@@ -255,6 +261,7 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     client_t *c = (client_t *)s;
     dt_store_server_t *srv = c->srv;
+    srv->inputs++;
     if (nread < 0) {
         if (nread == UV_EOF || nread == UV_ECONNRESET) {
             if (dt_log_get_level() <= DT_LOG_DEBUG)
@@ -265,7 +272,6 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
             snprintf(why, sizeof why, "read failed: %s", uv_strerror((int)nread));
             dt_store_conn_close_(c, why);
         }
-        server_drain(srv);
         return;
     }
     if (nread == 0 || c->closing) return;
@@ -279,12 +285,14 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
         client_serve_buffered(c);
     }
     if (!c->closing && c->in.len == 0 && c->in.cap > (1u << 20)) dt_store_buf_free(&c->in);
-    server_drain(srv);
 }
+
+void dt_store_on_drain_(uv_check_t *h) { server_drain(h->data); }
 
 
 void dt_store_on_connection_(uv_stream_t *listener, int status) {
     dt_store_server_t *srv = listener->data;
+    srv->inputs++;
     if (status < 0) {
         DT_LOG_WARN("store: cannot accept a connection: %s (file descriptor limit %ld)",
                     uv_strerror(status), srv->fd_limit);
@@ -306,27 +314,34 @@ void dt_store_on_connection_(uv_stream_t *listener, int status) {
     if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&c->peer, &sl) != 0)
         c->peer.ss_family = 0;
     if (!dt_store_admit_conn_(c)) return;
-    uv_tcp_nodelay(&c->tcp, 1);
+    if (!srv->nodelay_known) {
+        uv_os_fd_t fd;
+        int v = 0;
+        socklen_t vl = sizeof v;
+        srv->nodelay_inherited = uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0 &&
+                                 getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &v, &vl) == 0 && v;
+        srv->nodelay_known = 1;
+    }
+    if (!srv->nodelay_inherited) uv_tcp_nodelay(&c->tcp, 1);
     int r = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
     if (r < 0) dt_store_conn_close_(c, uv_strerror(r));
 }
 
-/* Closes connections that did not send VALIDATE in time; one log line per sweep. */
+/* Closes connections that did not send VALIDATE in time; one log line per sweep.
+ * The unvalidated list is oldest first: the walk stops at the first one in time. */
 void dt_store_on_sweep_(uv_timer_t *t) {
     dt_store_server_t *srv = t->data;
     uint64_t now = uv_now(&srv->loop);
     size_t n = 0;
-    client_t *last = NULL;
-    for (client_t *c = srv->clients; c; c = c->next) {
-        if (c->validated || c->closing ||
-            now - c->accepted_ms < (uint64_t)DT_STORE_VALIDATE_TIMEOUT_S * 1000)
-            continue;
-        if (!last) dt_store_conn_addr_(c);
-        last = last ? last : c;
+    char one[64] = "";
+    client_t *c;
+    while ((c = srv->unval_head) != NULL &&
+           now - c->accepted_ms >= (uint64_t)DT_STORE_VALIDATE_TIMEOUT_S * 1000) {
+        if (!n) snprintf(one, sizeof one, "%s", dt_store_conn_addr_(c));
         n++;
-        dt_store_conn_close_(c, NULL);
+        dt_store_conn_close_(c, NULL); /* leaves the list */
     }
     if (n)
         DT_LOG_WARN("store: closed %zu connection(s) that sent no VALIDATE within %d s "
-                    "(one from %s)", n, DT_STORE_VALIDATE_TIMEOUT_S, last->addr);
+                    "(one from %s)", n, DT_STORE_VALIDATE_TIMEOUT_S, one);
 }

@@ -31,6 +31,7 @@
 typedef struct client client_t;
 typedef struct entry entry_t;
 typedef struct wait_req wait_req_t;
+typedef struct peer peer_t;
 
 /* One key a request waits for, linked into that key's FIFO of waiters. */
 typedef struct wait_link {
@@ -64,10 +65,23 @@ struct entry {
     uint8_t key[];
 };
 
+/* One peer address and how many admitted connections come from it (the per-peer
+ * cap), in the server's peer table; freed when its last connection closes. */
+struct peer {
+    peer_t *chain;
+    uint64_t hash;
+    size_t conns;
+    int family;     /* AF_INET or AF_INET6 */
+    uint8_t ip[16]; /* the address, 4 or 16 bytes */
+};
+
 struct client {
     uv_tcp_t tcp; /* first: the handle pointer is the client pointer */
     dt_store_server_t *srv;
     client_t *prev, *next;
+    client_t *unval_prev, *unval_next; /* in the server's list of unvalidated ones */
+    int in_unval, counted;             /* counted: in srv->open (admitted, not closing) */
+    peer_t *peer_entry;                /* its address's count; NULL if not counted */
     dt_store_buf_t in;
     size_t need;
     dt_store_buf_t out;
@@ -99,8 +113,18 @@ struct dt_store_server {
     size_t nbuckets, nentries;
     client_t *clients;
     client_t *dirty, *resume;
+    /* Admitted connections that have not sent VALIDATE, oldest first (the sweep and
+     * the room made at the fd limit start from the head), and the counts the
+     * connection limits weigh, kept as connections come and go. */
+    client_t *unval_head, *unval_tail;
+    size_t open; /* admitted connections not closing */
+    uint64_t inputs; /* reads and accepts so far (the loop's spin looks for more) */
+    int nodelay_known, nodelay_inherited; /* accepted sockets get TCP_NODELAY from the listener */
+    peer_t **peers;
+    size_t npeer_buckets, npeers;
     atomic_size_t num_keys, num_clients;
     uv_timer_t sweep;            /* closes connections past the VALIDATE deadline */
+    uv_check_t drain;            /* after each poll: resumed input, then replies written */
     size_t buffered;             /* bytes of incomplete input, all connections */
     size_t stored;               /* bytes of keys, values and waiters held */
     size_t unsent;               /* reply bytes queued in libuv, all connections */
@@ -152,6 +176,8 @@ void dt_store_conn_flush_(client_t *c);
 void dt_store_on_connection_(uv_stream_t *listener, int status);
 /* Closes connections that did not send VALIDATE in time. */
 void dt_store_on_sweep_(uv_timer_t *t);
+/* After each poll: serves resumed connections and writes the gathered replies. */
+void dt_store_on_drain_(uv_check_t *h);
 
 /* ---- commands (store_server_cmd.c) ------------------------------------------ */
 
@@ -168,7 +194,14 @@ int dt_store_auth_gate_(client_t *c);
 int dt_store_admit_(client_t *c, size_t new_keys, size_t bytes);
 int dt_store_admit_set_(client_t *c, const dt_store_bytes_t *key, size_t vlen);
 int dt_store_admit_list_(client_t *c, const dt_store_frame_t *f);
-/* 1 when c may stay under the connection limits; else c is refused. */
+/* 1 when c may stay under the connection limits (it is then counted and joins the
+ * unvalidated list); else c is refused. */
 int dt_store_admit_conn_(client_t *c);
+/* c sent VALIDATE: it leaves the unvalidated list. */
+void dt_store_conn_validated_(client_t *c);
+/* c is closing: it leaves the counts and the unvalidated list. */
+void dt_store_conn_release_(client_t *c);
+/* Frees the peer table (the server is stopping). */
+void dt_store_peers_free_(dt_store_server_t *srv);
 
 #endif

@@ -11,10 +11,12 @@
  */
 #include <arpa/inet.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <uv.h>
 
 #include "common/log.h"
+#include "common/mem.h"
 #include "rendezvous/proto.h"
 #include "rendezvous/store.h"
 #include "rendezvous/store_auth.h"
@@ -98,16 +100,116 @@ int dt_store_admit_list_(client_t *c, const dt_store_frame_t *f) {
     return dt_store_admit_(c, (size_t)f->n, f->size + f->n * ENTRY_COST(0) + WAIT_COST(f->n));
 }
 
-/* 1 when a and b are the same IP address (ports aside). */
-static int same_peer(const struct sockaddr_storage *a, const struct sockaddr_storage *b) {
-    if (a->ss_family != b->ss_family) return 0;
-    if (a->ss_family == AF_INET)
-        return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
-               ((const struct sockaddr_in *)b)->sin_addr.s_addr;
-    if (a->ss_family == AF_INET6)
-        return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
-                       &((const struct sockaddr_in6 *)b)->sin6_addr, sizeof(struct in6_addr));
+/* ---- the peer table: connections per address ------------------------------- */
+
+/* The address bytes of ss (4 or 16), 0 when it has no IP address. */
+static size_t peer_ip(const struct sockaddr_storage *ss, const uint8_t **ip) {
+    if (ss->ss_family == AF_INET) {
+        *ip = (const uint8_t *)&((const struct sockaddr_in *)ss)->sin_addr;
+        return 4;
+    }
+    if (ss->ss_family == AF_INET6) {
+        *ip = (const uint8_t *)&((const struct sockaddr_in6 *)ss)->sin6_addr;
+        return 16;
+    }
     return 0;
+}
+
+static uint64_t peer_hash(int family, const uint8_t *ip, size_t n) {
+    uint64_t h = 1469598103934665603ull ^ (uint64_t)family;
+    for (size_t i = 0; i < n; i++) h = (h ^ ip[i]) * 1099511628211ull;
+    return h ^ (h >> 29);
+}
+
+static void peers_grow(dt_store_server_t *srv) {
+    size_t nb = srv->npeer_buckets ? srv->npeer_buckets * 2 : 256;
+    peer_t **b = dt_xcalloc(nb, sizeof *b);
+    for (size_t i = 0; i < srv->npeer_buckets; i++) {
+        peer_t *p = srv->peers[i];
+        while (p) {
+            peer_t *next = p->chain;
+            p->chain = b[p->hash & (nb - 1)];
+            b[p->hash & (nb - 1)] = p;
+            p = next;
+        }
+    }
+    free(srv->peers);
+    srv->peers = b;
+    srv->npeer_buckets = nb;
+}
+
+/* The entry of ss's address (NULL when none is counted yet); *h gets the hash,
+ * *ip and *n the address bytes (n 0: no IP address, not capped per peer). */
+static peer_t *peer_find(dt_store_server_t *srv, const struct sockaddr_storage *ss,
+                         uint64_t *h, const uint8_t **ip, size_t *n) {
+    *n = peer_ip(ss, ip);
+    if (!*n) return NULL;
+    *h = peer_hash(ss->ss_family, *ip, *n);
+    if (!srv->npeer_buckets) return NULL;
+    for (peer_t *p = srv->peers[*h & (srv->npeer_buckets - 1)]; p; p = p->chain)
+        if (p->hash == *h && p->family == ss->ss_family && !memcmp(p->ip, *ip, *n)) return p;
+    return NULL;
+}
+
+static peer_t *peer_new(dt_store_server_t *srv, int family, uint64_t h, const uint8_t *ip,
+                        size_t n) {
+    if (srv->npeers + 1 > srv->npeer_buckets) peers_grow(srv);
+    peer_t *p = dt_xcalloc(1, sizeof *p);
+    p->hash = h;
+    p->family = family;
+    memcpy(p->ip, ip, n);
+    peer_t **head = &srv->peers[h & (srv->npeer_buckets - 1)];
+    p->chain = *head;
+    *head = p;
+    srv->npeers++;
+    return p;
+}
+
+static void peer_put(dt_store_server_t *srv, peer_t *p) {
+    if (--p->conns > 0) return;
+    peer_t **pp = &srv->peers[p->hash & (srv->npeer_buckets - 1)];
+    while (*pp != p) pp = &(*pp)->chain;
+    *pp = p->chain;
+    srv->npeers--;
+    free(p);
+}
+
+void dt_store_peers_free_(dt_store_server_t *srv) {
+    for (size_t i = 0; i < srv->npeer_buckets; i++) {
+        peer_t *p = srv->peers[i];
+        while (p) {
+            peer_t *next = p->chain;
+            free(p);
+            p = next;
+        }
+    }
+    free(srv->peers);
+    srv->peers = NULL;
+    srv->npeer_buckets = srv->npeers = 0;
+}
+
+/* ---- connection limits ------------------------------------------------------- */
+
+static void unval_remove(client_t *c) {
+    dt_store_server_t *srv = c->srv;
+    if (!c->in_unval) return;
+    if (c->unval_prev) c->unval_prev->unval_next = c->unval_next;
+    else srv->unval_head = c->unval_next;
+    if (c->unval_next) c->unval_next->unval_prev = c->unval_prev;
+    else srv->unval_tail = c->unval_prev;
+    c->unval_prev = c->unval_next = NULL;
+    c->in_unval = 0;
+}
+
+void dt_store_conn_validated_(client_t *c) { unval_remove(c); }
+
+void dt_store_conn_release_(client_t *c) {
+    unval_remove(c);
+    if (!c->counted) return;
+    c->counted = 0;
+    c->srv->open--;
+    if (c->peer_entry) peer_put(c->srv, c->peer_entry);
+    c->peer_entry = NULL;
 }
 
 /* Closes a connection the server cannot take; logs at most one line a second. */
@@ -126,32 +228,42 @@ static void refuse(client_t *c, const char *why) {
 }
 
 /* Admits c under the connection limits: at the file descriptor limit the oldest
- * connection that has not sent VALIDATE makes room, else c is refused. */
+ * connection that has not sent VALIDATE makes room, else c is refused. The counts
+ * are kept as connections come and go, so admitting one costs no walk over the
+ * others. */
 int dt_store_admit_conn_(client_t *c) {
     dt_store_server_t *srv = c->srv;
     char why[160];
-    size_t open = 0, same = 0;
-    client_t *oldest = NULL;
-    for (client_t *o = srv->clients; o; o = o->next) {
-        if (o == c || o->closing) continue;
-        open++;
-        if (same_peer(&o->peer, &c->peer)) same++;
-        if (!o->validated) oldest = o; /* the list is newest first */
-    }
-    if (same >= DT_STORE_MAX_CONNS_PER_PEER) {
-        snprintf(why, sizeof why, "%zu connections from this address already (limit %d)", same,
-                 DT_STORE_MAX_CONNS_PER_PEER);
+    uint64_t h = 0;
+    const uint8_t *ip = NULL;
+    size_t iplen;
+    peer_t *p = peer_find(srv, &c->peer, &h, &ip, &iplen);
+    if (p && p->conns >= DT_STORE_MAX_CONNS_PER_PEER) {
+        snprintf(why, sizeof why, "%zu connections from this address already (limit %d)",
+                 p->conns, DT_STORE_MAX_CONNS_PER_PEER);
         refuse(c, why);
         return 0;
     }
-    if (open >= srv->max_conns) {
+    if (srv->open >= srv->max_conns) {
         snprintf(why, sizeof why, "%zu connections open, at the file descriptor limit (%ld)",
-                 open, srv->fd_limit);
-        if (!oldest) {
+                 srv->open, srv->fd_limit);
+        if (!srv->unval_head) {
             refuse(c, why);
             return 0;
         }
-        refuse(oldest, why);
+        refuse(srv->unval_head, why);
+        /* The one refused may have been p's last connection (p is freed). */
+        p = peer_find(srv, &c->peer, &h, &ip, &iplen);
     }
+    if (!p && iplen) p = peer_new(srv, c->peer.ss_family, h, ip, iplen);
+    c->counted = 1;
+    srv->open++;
+    c->peer_entry = p;
+    if (p) p->conns++;
+    c->in_unval = 1;
+    c->unval_prev = srv->unval_tail;
+    if (srv->unval_tail) srv->unval_tail->unval_next = c;
+    else srv->unval_head = c;
+    srv->unval_tail = c;
     return 1;
 }
