@@ -22,9 +22,9 @@
 /* The library and the binary agree on this number (the layout of dt_device_t,
  * dt_ops_t and the communicator's backend table); bump it when those change,
  * the arguments of an op included (the sizes DT_KERNELS_LAYOUT checks do not show
- * those; 2: the positions of packed sequences). The library exports it as
- * `const int dt_cudalib_abi`. */
-#define DT_CUDALIB_ABI 2
+ * those; 2: the positions of packed sequences; 3: copy_2d in the op table). The
+ * library exports it as `const int dt_cudalib_abi`. */
+#define DT_CUDALIB_ABI 3
 
 /* The file name of the library this binary loads ("libdtrun_cuda.so"; the CPU
  * emulator's build has its own). */

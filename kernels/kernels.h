@@ -146,6 +146,14 @@ struct dt_ops {
      * when it returns (upload_f32 too). Overlapping ranges are fine on CPU. */
     dt_status_t (*copy)(dt_device_t *dev, void *dst, const void *src, size_t bytes,
                         dt_copy_kind_t kind);
+    /* (optional) Device-to-device strided copy of `height` rows of width_bytes
+     * each: row i from src + i * src_pitch to dst + i * dst_pitch (pitches in bytes,
+     * each >= width_bytes), ordered like copy. One call where a loop of copy would
+     * issue one per row (CUDA: cudaMemcpy2DAsync; CPU: a memcpy per row). The two
+     * ranges must not overlap. INVALID for a pitch below the width or a NULL
+     * pointer with bytes to copy; nothing to do when width_bytes or height is 0. */
+    dt_status_t (*copy_2d)(dt_device_t *dev, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
+                           size_t width_bytes, size_t height);
     dt_status_t (*set)(dt_device_t *dev, void *ptr, int byte, size_t bytes);
     /* Waits for all queued work; reports errors of asynchronous ops. */
     dt_status_t (*synchronize)(dt_device_t *dev);

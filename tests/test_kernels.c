@@ -97,6 +97,27 @@ Test(device, alloc_is_accounted_copy_and_set) {
     dt_device_free(dev);
 }
 
+/* copy_2d: rows at their pitches, the bytes between rows untouched; bad pitches
+ * and NULLs are INVALID; nothing to copy is OK. */
+Test(device, copy_2d_copies_rows_between_pitches) {
+    dt_device_t *dev = open_cpu(1);
+    enum { W = 13, H = 7, SP = 20, DP = 17 };
+    unsigned char src[SP * H], dst[DP * H], want[DP * H];
+    for (int i = 0; i < SP * H; i++) src[i] = (unsigned char)(i * 37 + 1);
+    memset(dst, 0xee, sizeof dst);
+    memcpy(want, dst, sizeof want);
+    for (int r = 0; r < H; r++) memcpy(want + r * DP, src + r * SP, W);
+    cr_assert_eq(dev->ops->copy_2d(dev, dst, DP, src, SP, W, H), DT_STATUS_OK);
+    cr_assert_eq(memcmp(dst, want, sizeof dst), 0);
+    cr_assert_eq(dev->ops->copy_2d(dev, dst, W - 1, src, SP, W, H), DT_STATUS_INVALID);
+    cr_assert(strstr(dt_error_detail(), "pitch"), "%s", dt_error_detail());
+    cr_assert_eq(dev->ops->copy_2d(dev, NULL, DP, src, SP, W, H), DT_STATUS_INVALID);
+    cr_assert_eq(dev->ops->copy_2d(dev, NULL, 0, NULL, 0, 0, H), DT_STATUS_OK);
+    cr_assert_eq(dev->ops->copy_2d(dev, dst, DP, src, SP, W, 0), DT_STATUS_OK);
+    cr_assert_eq(memcmp(dst, want, sizeof dst), 0);
+    dt_device_free(dev);
+}
+
 Test(device, openblas_uses_vector_kernels_when_cpu_has_them) {
     dt_device_t *dev = open_cpu(1);
     __builtin_cpu_init();

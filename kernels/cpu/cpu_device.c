@@ -53,6 +53,20 @@ static dt_status_t cpu_copy(dt_device_t *dev, void *dst, const void *src, size_t
     return DT_STATUS_OK;
 }
 
+static dt_status_t cpu_copy_2d(dt_device_t *dev, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
+                               size_t width, size_t height) {
+    if (!width || !height) return DT_STATUS_OK;
+    if (dst_pitch < width || src_pitch < width)
+        return dt_error(DT_STATUS_INVALID, "copy_2d: %s pitch %zu below the width %zu bytes",
+                        dst_pitch < width ? "destination" : "source", dst_pitch < width ? dst_pitch : src_pitch,
+                        width);
+    if (!dst || !src)
+        return dt_error(DT_STATUS_INVALID, "copy_2d: NULL %s for %zu rows of %zu bytes",
+                        dst ? "source" : "destination", height, width);
+    for (size_t i = 0; i < height; i++) memcpy((char *)dst + i * dst_pitch, (const char *)src + i * src_pitch, width);
+    return DT_STATUS_OK;
+}
+
 static dt_status_t cpu_set(dt_device_t *dev, void *ptr, int byte, size_t bytes) {
     if (bytes && !ptr) return dt_error(DT_STATUS_INVALID, "set: NULL pointer for %zu bytes", bytes);
     /* Large buffers (the backward zeroes its gradient buffers) in a slice per thread:
@@ -200,6 +214,7 @@ static const dt_ops_t cpu_ops = {
     .alloc = cpu_alloc,
     .free = cpu_free,
     .copy = cpu_copy,
+    .copy_2d = cpu_copy_2d,
     .set = cpu_set,
     .synchronize = cpu_synchronize,
     .host_alloc = cpu_alloc,

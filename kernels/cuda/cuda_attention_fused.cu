@@ -9,7 +9,8 @@
  * (NKV heads each) side by side; out (B, T, C). Query head h reads key/value head
  * h / (NH/NKV) (grouped-query attention; NKV == NH is multi-head). Tiles of 32
  * query rows by 32 keys (64 query rows in the bf16 tensor-core forward for HS <= 64),
- * 128 threads (4 warps) per block, fp32 math on float or bf16 storage, scale
+ * 128 threads (4 warps) per block (cuda_attention_tiles.cuh, which context
+ * parallelism's tiled block kernels in cuda_attention_block.cu share), fp32 math on float or bf16 storage, scale
  * 1/sqrt(HS):
  *
  *   forward, block (query tile, h, b): Q tile in shared memory; for each key tile
@@ -59,26 +60,8 @@
  * twice.
  */
 #include "kernels/cuda/cuda_layers.cuh"
+#include "kernels/cuda/cuda_attention_tiles.cuh"
 #include "kernels/cuda/cuda_wmma.cuh"
-
-#define FA_TILE 32                          /* query rows and keys per tile */
-#define FA_THREADS 128                      /* 4 warps */
-#define FA_WARPS (FA_THREADS / DT_WARP)
-#define FA_ROWS_PER_WARP (FA_TILE / FA_WARPS) /* 8 */
-#define FA_DPT (DT_ATTENTION_FUSED_MAX_HS / FA_WARPS) /* head dims per thread, at most 32 */
-#define FA_PS (FA_TILE + 1)                 /* row stride of the 32 x 32 tiles */
-#define FA_STATIC_SMEM_MAX (48 * 1024)
-
-/* Rows r0 .. r0+31 of a (T, HS) matrix with row stride rs into a (32, hp) fp32
- * tile; rows past T are zero. */
-template <typename S>
-static __device__ __forceinline__ void fa_load(float *dst, const S *src, int rs, int r0, int T, int HS,
-                                               int hp) {
-    for (int i = threadIdx.x; i < FA_TILE * HS; i += blockDim.x) {
-        int r = i / HS, d = i % HS;
-        dst[r * hp + d] = r0 + r < T ? dt_ld(src[(size_t)(r0 + r) * rs + d]) : 0.0f;
-    }
-}
 
 /* The first key query t of a sequence attends to: its document's start when pb (the
  * sequence's T positions) is given, else 0. */
@@ -87,17 +70,6 @@ static __device__ __forceinline__ int fa_key_lo(const int *pb, int t) { return p
 /* lo[r] = fa_key_lo of query rows q0 .. q0 + rows - 1 (0 past T). */
 static __device__ __forceinline__ void fa_load_lo(int *lo, const int *pb, int q0, int rows, int T) {
     for (int r = threadIdx.x; r < rows; r += blockDim.x) lo[r] = q0 + r < T ? fa_key_lo(pb, q0 + r) : 0;
-}
-
-/* The max an online softmax subtracts: m, or 0 while the row has seen no key (m is
- * -inf only with pos, before the row's document starts; exp then gives 0). */
-static __device__ __forceinline__ float fa_shift(float m) { return m == -INFINITY ? 0.0f : m; }
-
-/* Dot product of two HS-long rows in shared memory, in index order. */
-static __device__ __forceinline__ float fa_dot(const float *a, const float *b, int HS) {
-    float s = 0.0f;
-    for (int d = 0; d < HS; d++) s = fmaf(a[d], b[d], s);
-    return s;
 }
 
 /* ---- forward ------------------------------------------------------------------- */
@@ -368,18 +340,6 @@ size_t dt_cuda_fa_saved_bytes(int B, int T, int C, int NH, size_t elem) {
 size_t dt_cuda_fa_scratch_bytes(int B, int T, int C, int NH) {
     (void)C;
     return sizeof(float) * (size_t)B * NH * T;
-}
-
-/* Raises a kernel's dynamic shared memory limit when it needs more than the
- * default 48 KiB (HS > 95 in the backward); records a failure as op's error. */
-template <typename K> static int fa_smem_ok(dt_device_t *dev, K kernel, size_t bytes, const char *op) {
-    if (bytes <= FA_STATIC_SMEM_MAX) return 1;
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
-    if (e != cudaSuccess) {
-        dt_cuda_note_error(dev, op, e);
-        return 0;
-    }
-    return 1;
 }
 
 /* The bf16 tensor-core forward with QR = FA_QROWS(HS) query rows per block. */

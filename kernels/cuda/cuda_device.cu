@@ -385,6 +385,24 @@ static dt_status_t cuda_copy(dt_device_t *dev, void *dst, const void *src, size_
     return DT_STATUS_OK;
 }
 
+static dt_status_t cuda_copy_2d(dt_device_t *dev, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
+                                size_t width, size_t height) {
+    dt_cuda_impl *c = dt_cuda(dev);
+    if (!width || !height) return DT_STATUS_OK;
+    if (dst_pitch < width || src_pitch < width)
+        return dt_error(DT_STATUS_INVALID, "copy_2d: %s pitch %zu below the width %zu bytes",
+                        dst_pitch < width ? "destination" : "source", dst_pitch < width ? dst_pitch : src_pitch,
+                        width);
+    if (!dst || !src)
+        return dt_error(DT_STATUS_INVALID, "copy_2d: NULL %s for %zu rows of %zu bytes",
+                        dst ? "source" : "destination", height, width);
+    char what[96];
+    snprintf(what, sizeof what, "copy_2d of %zu rows of %zu bytes", height, width);
+    DT_CHECK(bind(dev));
+    return dt_cuda_status(
+        cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, height, cudaMemcpyDeviceToDevice, c->stream), what);
+}
+
 /* ---- asynchronous copies on a second stream --------------------------------------
  * The copy stream waits for an event recorded on the compute stream, so a copy
  * starts after the ops issued before it and the compute stream runs on meanwhile
@@ -566,6 +584,7 @@ static void fill_table(dt_ops_t *o, dt_dtype_t dtype) {
     o->alloc = cuda_alloc;
     o->free = cuda_free;
     o->copy = cuda_copy;
+    o->copy_2d = cuda_copy_2d;
     o->set = cuda_set;
     o->synchronize = cuda_synchronize;
     o->host_alloc = cuda_host_alloc;

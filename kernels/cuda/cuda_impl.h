@@ -6,7 +6,7 @@
  * Files and what each fills in the op table (kernels.h), for both compute dtypes
  * (DT_DTYPE_BF16: bf16 parameters, activations and gradients with fp32 master
  * weights and fp32 accumulation; DT_DTYPE_F32: fp32 throughout, no TF32):
- *   cuda_device.cu  device open/close, alloc/free/copy/set/synchronize,
+ *   cuda_device.cu  device open/close, alloc/free/copy/copy_2d/set/synchronize,
  *                   upload_f32/download_f32, peak_flops, error translation;
  *                   builds the table by calling the fill functions below.
  *   cuda_matmul.cu  matmul_forward/backward (cuBLASLt)      } dt_cuda_fill_core_ops
@@ -18,6 +18,7 @@
  *   cuda_llama.cu   rmsnorm, rope, swiglu, attention_decode }
  *   cuda_attention_block.cu  attention_block_*, attention_kv_* } (context parallelism)
  *   cuda_attention_fused.cu  the fused attention cuda_attention.cu dispatches to
+ *   cuda_attention_tiles.cuh the tiles and helpers the last two share
  *
  * Errors: compute ops return void (kernels.h). Each launch is followed by
  * DT_CUDA_LAUNCHED(dev), which checks cudaGetLastError and keeps the first

@@ -187,9 +187,16 @@ static void *ring_start(dt_net_t *net, const void *send, void *recv, size_t byte
 
 /* ---- Ulysses ---- */
 
-/* n rows of w bytes, strided, device to device. */
+/* n rows of w bytes, strided, device to device: one copy_2d (on a GPU one
+ * cudaMemcpy2DAsync where a copy per row would issue thousands a layer); the row
+ * loop only on a device without the op. */
 static void copy_rows(dt_device_t *dv, void *dst, size_t dst_stride, const void *src, size_t src_stride, size_t w,
                       int n) {
+    if (n <= 0 || w == 0) return;
+    if (dv->ops->copy_2d) {
+        dv->ops->copy_2d(dv, dst, dst_stride, src, src_stride, w, (size_t)n);
+        return;
+    }
     for (int i = 0; i < n; i++)
         dv->ops->copy(dv, (char *)dst + (size_t)i * dst_stride, (const char *)src + (size_t)i * src_stride, w,
                       DT_COPY_DEVICE_TO_DEVICE);

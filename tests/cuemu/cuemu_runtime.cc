@@ -515,6 +515,52 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaM
     return copy("cudaMemcpyAsync", dst, src, count, kind, stream);
 }
 
+/* Rows of width bytes, pitches apart: both whole spans must be memory of the kind
+ * asked for (as copy checks them), and a pitch below the width is an error, as on
+ * a GPU. */
+static cudaError_t copy_2d(const char *fn, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                           size_t height, enum cudaMemcpyKind kind, cudaStream_t stream) {
+    device_access access;
+    cudaError_t e;
+    if (!check_device(&e)) return fail(e);
+    if ((int)kind < 0 || (int)kind > 4) return fail(cudaErrorInvalidMemcpyDirection);
+    if (!stream_valid(stream)) return fail(cudaErrorInvalidResourceHandle);
+    if (width == 0 || height == 0) return cudaSuccess;
+    if (dpitch < width || spitch < width) {
+        fprintf(stderr, "cuemu: %s: %s pitch %zu below the width %zu\n", fn, dpitch < width ? "destination" : "source",
+                dpitch < width ? dpitch : spitch, width);
+        return fail(cudaErrorInvalidPitchValue);
+    }
+    if (!dst || !src) {
+        fprintf(stderr, "cuemu: %s: null %s pointer\n", fn, dst ? "source" : "destination");
+        return fail(cudaErrorInvalidValue);
+    }
+    size_t dspan = (height - 1) * dpitch + width, sspan = (height - 1) * spitch + width;
+    bool din, sin;
+    char dwhy[256] = "", swhy[256] = "";
+    mem_kind dk = mem_classify(dst, dspan, &din, dwhy, sizeof dwhy);
+    mem_kind sk = mem_classify(src, sspan, &sin, swhy, sizeof swhy);
+    if (!din || !sin) {
+        fprintf(stderr, "cuemu: %s(%zu rows of %zu bytes): %s %s\n", fn, height, width, din ? "source" : "destination",
+                din ? swhy : dwhy);
+        return fail(cudaErrorInvalidValue);
+    }
+    bool want_dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+    bool want_src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+    if (kind != cudaMemcpyDefault && ((dk == MEM_DEVICE) != want_dst_dev || (sk == MEM_DEVICE) != want_src_dev)) {
+        fprintf(stderr, "cuemu: %s(%s): the destination is %s memory and the source is %s memory\n", fn,
+                kind_name(kind), dk == MEM_DEVICE ? "device" : "host", sk == MEM_DEVICE ? "device" : "host");
+        return fail(cudaErrorInvalidValue);
+    }
+    for (size_t i = 0; i < height; i++) memmove((char *)dst + i * dpitch, (const char *)src + i * spitch, width);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
+                              enum cudaMemcpyKind kind, cudaStream_t stream) {
+    return copy_2d("cudaMemcpy2DAsync", dst, dpitch, src, spitch, width, height, kind, stream);
+}
+
 static cudaError_t set(const char *fn, void *p, int value, size_t count, cudaStream_t stream) {
     device_access access;
     cudaError_t e;

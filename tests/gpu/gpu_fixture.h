@@ -18,7 +18,7 @@
 #include "kernels/kernels.h"
 
 #define BF_ULP (1.0 / 256.0)
-#define MAX_BUFS 64
+#define MAX_BUFS 256
 
 typedef struct ctx {
     dt_device_t *gpu, *cpu;

@@ -209,6 +209,40 @@ Test(cuda_device, bad_ordinal_is_unsupported_and_named) {
               dt_error_detail());
 }
 
+/* copy_2d on the device: rows of odd width between odd pitches at odd offsets land
+ * as the CPU's memcpy loop puts them, the bytes between rows untouched; a pitch
+ * below the width is INVALID. */
+Test(cuda_device, copy_2d_matches_a_row_loop) {
+    NEED_CUDA();
+    ctx x;
+    ctx_open(&x, DT_DTYPE_BF16);
+    const dt_ops_t *o = x.g->ops;
+    enum { W = 301, H = 37, SP = 333, DP = 310 };
+    size_t sb = (size_t)SP * H + 8, db = (size_t)DP * H + 8;
+    unsigned char *src = malloc(sb), *want = malloc(db), *back = malloc(db);
+    for (size_t i = 0; i < sb; i++) src[i] = (unsigned char)(i * 131 + 7);
+    memset(want, 0x77, db);
+    for (int r = 0; r < H; r++) memcpy(want + 5 + (size_t)r * DP, src + 3 + (size_t)r * SP, W);
+    void *a = NULL, *b = NULL;
+    cr_assert_eq(o->alloc(x.g, DT_MEM_OTHER, sb, &a), DT_STATUS_OK);
+    cr_assert_eq(o->alloc(x.g, DT_MEM_OTHER, db, &b), DT_STATUS_OK);
+    cr_assert_eq(o->copy(x.g, a, src, sb, DT_COPY_HOST_TO_DEVICE), DT_STATUS_OK);
+    cr_assert_eq(o->set(x.g, b, 0x77, db), DT_STATUS_OK);
+    cr_assert_eq(o->copy_2d(x.g, (char *)b + 5, DP, (char *)a + 3, SP, W, H), DT_STATUS_OK);
+    cr_assert_eq(o->copy(x.g, back, b, db, DT_COPY_DEVICE_TO_HOST), DT_STATUS_OK);
+    cr_assert_eq(memcmp(back, want, db), 0);
+    cr_assert_eq(o->copy_2d(x.g, b, DP, a, W - 1, W, H), DT_STATUS_INVALID);
+    cr_assert(strstr(dt_error_detail(), "pitch"), "%s", dt_error_detail());
+    cr_assert_eq(o->copy_2d(x.g, b, DP, a, SP, W, 0), DT_STATUS_OK);
+    cr_assert_eq(o->synchronize(x.g), DT_STATUS_OK);
+    o->free(x.g, a);
+    o->free(x.g, b);
+    free(src);
+    free(want);
+    free(back);
+    ctx_close(&x);
+}
+
 Test(cuda_device, copy_all_four_kinds_round_trip) {
     NEED_CUDA();
     ctx x;
