@@ -69,9 +69,9 @@ run "CP 2 ring, 1 thread each" 2 1 context_parallel.size=2
 run "CP 2 Ulysses, 1 thread each" 2 1 context_parallel.size=2 context_parallel.mode=ulysses
 
 echo
-echo "## 2. seq_len $LONG: CP 1 against the memory check, then CP 4 (llama 64 wide x 2 layers, 16 heads)"
+echo "## 2. seq_len $LONG: CP 1 against the memory check, then CP 4 (llama 64 wide x 2 layers, 4 heads)"
 echo
-cfg "$LONG" 16 2 64 > "$TMP/long.json"
+cfg "$LONG" 4 2 64 > "$TMP/long.json"
 if "$DTRUN" --standalone --nproc_per_node 1 "$TMP/long.json" train_steps=1 threads=2 log.dir="$TMP/l1" \
      >"$TMP/l1.out" 2>&1; then
   echo "CP 1 at $LONG tokens trained (it fits here: raise LONG)"
