@@ -124,7 +124,7 @@ FLAGS_STAMP := $(BUILD)/.flags
 # rebuilt when HEAD moves (it printed the revision of the last full build before).
 $(call flags_file,$(BUILD)/.git_rev,$(GIT_REV))
 
-.PHONY: all deps test run bench fuzz fuzz-server clean features gpu-tests gpu-tests-build test-gpu-script install
+.PHONY: all deps test test-long run bench fuzz fuzz-server clean features gpu-tests gpu-tests-build test-gpu-script install
 all: features dtrun$(if $(filter 1,$(SAN)),-san) $(CUDA_LIB_TARGET)
 
 $(BUILD)/cli/main.o: $(BUILD)/.git_rev  # after all: the first rule is the default goal
@@ -205,6 +205,11 @@ DTRUN_BIN := $(if $(filter 1,$(SAN)),dtrun-san,dtrun)
 
 test: features $(DTRUN_BIN) $(CUDA_LIB_TARGET) $(TEST_BIN) $(HELPER_BIN)
 	$(Q)DTRUN=$(CURDIR)/$(DTRUN_BIN) BUILD=$(BUILD) SAN=$(SAN) scripts/run_tests.sh
+
+# The long scenarios (tests/long/), a tier of their own so `make test` stays short;
+# CI (.ci/run) runs them after it.
+test-long: features $(DTRUN_BIN) $(CUDA_LIB_TARGET) $(HELPER_BIN) $(if $(filter 1,$(SAN)),,emu)
+	$(Q)DTRUN=$(CURDIR)/$(DTRUN_BIN) BUILD=$(BUILD) SAN=$(SAN) TIER=long scripts/run_tests.sh
 
 gpu-tests-build: $(DTRUN_BIN) $(CUDA_LIB_TARGET) $(GPU_TEST_BIN)
 

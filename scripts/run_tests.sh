@@ -6,7 +6,9 @@
 # "SKIP: name: reason" (tests/integration/lib.sh). A test binary or script that
 # fails is shown and run once more: failing twice fails the run, passing the
 # second time is reported as FLAKY by name (a bug to fix, not a pass to forget).
-# Environment: DTRUN (binary under test), BUILD (build folder), ONLY (regex on names).
+# Environment: DTRUN (binary under test), BUILD (build folder), ONLY (regex on names),
+# TIER (long: only the long scenarios, tests/long/test_*.sh, which `make test-long`
+# and CI run; `make test` runs everything else).
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -20,7 +22,11 @@ passed=0; failed=0; skipped=0; failed_names=(); flaky_names=()
 # The CUDA emulator's test binaries (build-emu/, tests/cuemu/cuemu.mk), not under SAN.
 emu_tests=()
 [ "${SAN:-0}" = 1 ] || mapfile -t emu_tests < <(find build-emu/tests -type f -name 'test_*' -perm -u+x 2>/dev/null | sort)
-for t in "$BUILD"/tests/test_* "${emu_tests[@]}"; do
+TIER=${TIER:-main}
+units=("$BUILD"/tests/test_* "${emu_tests[@]}")
+scripts=(tests/integration/test_*.sh)
+[ "$TIER" = long ] && units=() && scripts=(tests/long/test_*.sh)
+for t in "${units[@]}"; do
   [ -x "$t" ] || continue
   name=$(basename "$t"); case "$t" in build-emu/*) name="emu/$name" ;; esac
   echo "$name" | grep -Eq "$ONLY" || continue
@@ -47,7 +53,7 @@ for t in "$BUILD"/tests/test_* "${emu_tests[@]}"; do
   printf '%-28s %s\n' "$name" "${syn#*Synthesis: }"
 done
 
-for s in tests/integration/test_*.sh; do
+for s in "${scripts[@]}"; do
   [ -f "$s" ] || continue
   name=$(basename "$s" .sh)
   echo "$name" | grep -Eq "$ONLY" || continue

@@ -10,7 +10,7 @@
 # it and the reverse, on the uninterrupted run's losses (fp32, 1e-6: m and v travel);
 # pin_memory false trains the same; ddp with offload is a config error naming the key
 # (exit 2), and on the CPU device offload is a warning with no effect (bitwise the same).
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../integration/lib.sh"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 EMU=${DTRUN_EMU:-$ROOT/dtrun-emu}
 if [ ! -x "$EMU" ]; then
