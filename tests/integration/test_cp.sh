@@ -3,11 +3,12 @@
 # dtrun processes: a tiny gpt and a tiny llama (GQA) trained at CP 2 and CP 4, and CP 2
 # with DP 2, TP 2 (with sequence parallelism), PP 2, FSDP and activation recomputation
 # (full and selective), and Ulysses (context_parallel.mode ulysses: all-to-all over
-# heads) alone, with DP 2, TP 2, PP 2 and full recomputation, each against 1 rank
-# with the same global batch: losses and
-# final parameters within 1e-5 (relative); masked packed conversations at CP 2 (the
-# documents' boundaries cross the chunks); LoRA at CP 2 and CP 2 x DP 2; a CP 2 checkpoint resumed at CP 1 equals the
-# uninterrupted run; bad layouts refused before start naming the key.
+# heads) alone, with DP 2, TP 2, PP 2 and full recomputation, each against 1 rank with
+# the same global batch: losses, validation losses and final parameters within 1e-5
+# (relative); the emulated CUDA device (ring and Ulysses); masked packed conversations
+# at CP 2 (the documents' boundaries cross the chunks); LoRA at CP 2 and CP 2 x DP 2;
+# text data's end-of-run sample; a CP 2 checkpoint resumed at CP 1 and at CP 4 equals
+# the uninterrupted run; bad layouts refused before start naming the key.
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
 T="timeout -k 2 120"
@@ -81,6 +82,8 @@ L_CASES=("cp2 2 context_parallel.size=2" "cp4 4 context_parallel.size=4"
 G_CASES=("cp2 2 context_parallel.size=2" "cp4 4 context_parallel.size=4"
   "cp2_tp2 4 context_parallel.size=2 tensor_parallel.size=2 tensor_parallel.sequence_parallel=true"
   "cp2_pp2 4 context_parallel.size=2 pipeline.stages=2" "cp2_fsdp 2 context_parallel.size=2 strategy=fsdp"
+  "cp2_dp2 4 context_parallel.size=2 gradient_accumulation_steps=1 eval.batches=1"
+  "cp2_full 2 context_parallel.size=2 activation_checkpointing.policy=full"
   "u4 4 context_parallel.size=4 context_parallel.mode=ulysses"
   "u2_tp2 4 context_parallel.size=2 context_parallel.mode=ulysses tensor_parallel.size=2")
 # (validation: 2 batches of 2 at DP 1, 1 batch per replica at DP 2: the same 4 sequences)
@@ -174,6 +177,20 @@ assert d < 1e-5 and dp < 1e-5, (d, dp)
 PY
 then pass "a CP 2 checkpoint resumed at CP 1 continues as the uninterrupted run (steps 4-6, parameters)"
 else fail "CP 2 checkpoint -> CP 1" "$(tail -3 "$DT_TMP/ck_a.out" "$DT_TMP/ck_b.out")"; fi
+# ... and at CP 4 (the same checkpoint: resume reads step 3 again into a new log)
+if run ck_c 4 "$DT_TMP/llama.json" context_parallel.size=4 "$ck" checkpoint.resume="$DT_TMP/ck/step_00000003" &&
+   python3 - "$DT_TMP/ck_c" "$DT_TMP/llama_ref" "$DT_TMP/ck_c.bin" "$DT_TMP/llama_ref.bin" <<'PY'
+import json, sys, numpy as np
+b = {json.loads(l)["step"]: json.loads(l)["loss"] for l in open(sys.argv[1] + "/metrics.jsonl")}
+r = {json.loads(l)["step"]: json.loads(l)["loss"] for l in open(sys.argv[2] + "/metrics.jsonl")}
+assert sorted(b) == [4, 5, 6], sorted(b)
+d = max(abs(b[s] - r[s]) / r[s] for s in b)
+pa, pb = np.fromfile(sys.argv[3], np.float32), np.fromfile(sys.argv[4], np.float32)
+dp = float(np.linalg.norm(pa.astype(np.float64) - pb) / np.linalg.norm(pb))
+assert d < 1e-5 and dp < 1e-5, (d, dp)
+PY
+then pass "the CP 2 checkpoint resumed at CP 4 continues as the uninterrupted run"
+else fail "CP 2 checkpoint -> CP 4" "$(tail -3 "$DT_TMP/ck_c.out")"; fi
 
 # text data at CP 2: the end-of-run sample runs the whole model on rank 0
 python3 -c "
