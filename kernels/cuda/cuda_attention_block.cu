@@ -428,28 +428,8 @@ __global__ void __launch_bounds__(FA_THREADS)
         fa_load(sk, k, KV2, k0, Tk, HS, hp);
         fa_load(sv, v, KV2, k0, Tk, HS, hp);
         __syncthreads();
-#pragma unroll
-        for (int i = 0; i < FA_ROWS_PER_WARP; i++) {
-            int r = warp + FA_WARPS * i;
-            float s = sees(slo[r], shi[r], skidx[lane]) ? scale * fa_dot(sq + r * hp, sk + lane * hp, HS) : -INFINITY;
-            float mn = fmaxf(m[i], dt_warp_max(s)), ms = fa_shift(mn);
-            float p = expf(s - ms), a = expf(m[i] - ms); /* a: 0 until the row has seen a key */
-            l[i] = l[i] * a + dt_warp_sum(p);
-            m[i] = mn;
-            sp[r * FA_PS + lane] = p;
-            if (lane == 0) salpha[r] = a;
-        }
-        __syncthreads();
-        float a = salpha[lane];
-        const float *pr = sp + lane * FA_PS;
-#pragma unroll
-        for (int i = 0; i < FA_DPT; i++) {
-            int d = warp + FA_WARPS * i;
-            if (d >= HS) continue; /* constant indices: acc stays in registers */
-            float x = acc[i] * a;
-            for (int j = 0; j < FA_TILE; j++) x = fmaf(pr[j], sv[j * hp + d], x);
-            acc[i] = x;
-        }
+        fa_tile_step(m, l, acc, sq, sk, sv, sp, salpha, HS, hp, scale, warp, lane,
+                     [&](int r, int j) { return sees(slo[r], shi[r], skidx[j]); });
     }
     /* The block's (m, l) per row, and the running lse, where every thread of a row
      * reads them (before warp 0 writes the new lse). */

@@ -131,28 +131,10 @@ __global__ void __launch_bounds__(FA_THREADS)
         fa_load(sk, k, C3, k0, T, HS, hp);
         fa_load(sv, v, C3, k0, T, HS, hp);
         __syncthreads();
-        for (int i = 0; i < FA_ROWS_PER_WARP; i++) {
-            int r = warp + FA_WARPS * i, t = q0 + r, j = k0 + lane;
-            float s = j >= slo[r] && j <= t && j < T ? scale * fa_dot(sq + r * hp, sk + lane * hp, HS) : -INFINITY;
-            float mn = fmaxf(m[i], dt_warp_max(s)), ms = fa_shift(mn);
-            float p = expf(s - ms);
-            float a = expf(m[i] - ms); /* 0 on the row's first tile (m = -inf) */
-            l[i] = l[i] * a + dt_warp_sum(p);
-            m[i] = mn;
-            sp[r * FA_PS + lane] = p;
-            if (lane == 0) salpha[r] = a;
-        }
-        __syncthreads();
-        float a = salpha[lane];
-        const float *pr = sp + lane * FA_PS;
-        #pragma unroll
-        for (int i = 0; i < FA_DPT; i++) {
-            int d = warp + FA_WARPS * i;
-            if (d >= HS) continue; /* constant indices: acc stays in registers */
-            float x = acc[i] * a;
-            for (int j = 0; j < FA_TILE; j++) x = fmaf(pr[j], sv[j * hp + d], x);
-            acc[i] = x;
-        }
+        fa_tile_step(m, l, acc, sq, sk, sv, sp, salpha, HS, hp, scale, warp, lane, [&](int r, int c) {
+            int t = q0 + r, j = k0 + c; /* key c of the tile */
+            return j >= slo[r] && j <= t && j < T;
+        });
     }
     store_row_sums<FA_ROWS_PER_WARP>(sl, lse + ((size_t)b * NH + h) * T, m, l, q0, T, warp, lane);
     __syncthreads();

@@ -41,6 +41,42 @@ static __device__ __forceinline__ float fa_dot(const float *a, const float *b, i
     return s;
 }
 
+/* One key tile of the forward's online softmax, the same in both kernels (they differ
+ * only in which keys a row sees): for each row r = warp + FA_WARPS i of this warp, the
+ * score of key `lane` (scale q_r . k_lane where visible(r, lane), else -inf) updates
+ * the row's max m[i] and sum l[i]; the probabilities go to sp and each row's rescale
+ * to salpha; then this thread's output columns acc (O[lane][warp + FA_WARPS i]) =
+ * acc x alpha + P V. K and V are in sk and sv: the caller syncs before, and before the
+ * next tile overwrites them. */
+template <typename Visible>
+static __device__ __forceinline__ void fa_tile_step(float *m, float *l, float *acc, const float *sq,
+                                                    const float *sk, const float *sv, float *sp, float *salpha,
+                                                    int HS, int hp, float scale, int warp, int lane,
+                                                    Visible visible) {
+#pragma unroll
+    for (int i = 0; i < FA_ROWS_PER_WARP; i++) {
+        int r = warp + FA_WARPS * i;
+        float s = visible(r, lane) ? scale * fa_dot(sq + r * hp, sk + lane * hp, HS) : -INFINITY;
+        float mn = fmaxf(m[i], dt_warp_max(s)), ms = fa_shift(mn);
+        float p = expf(s - ms), a = expf(m[i] - ms); /* a: 0 until the row has seen a key */
+        l[i] = l[i] * a + dt_warp_sum(p);
+        m[i] = mn;
+        sp[r * FA_PS + lane] = p;
+        if (lane == 0) salpha[r] = a;
+    }
+    __syncthreads();
+    float a = salpha[lane];
+    const float *pr = sp + lane * FA_PS;
+#pragma unroll
+    for (int i = 0; i < FA_DPT; i++) {
+        int d = warp + FA_WARPS * i;
+        if (d >= HS) continue; /* constant indices: acc stays in registers */
+        float x = acc[i] * a;
+        for (int j = 0; j < FA_TILE; j++) x = fmaf(pr[j], sv[j * hp + d], x);
+        acc[i] = x;
+    }
+}
+
 /* Raises a kernel's dynamic shared memory limit when it needs more than the
  * default 48 KiB (HS > 95 in the backward); records a failure as op's error. */
 template <typename K> static int fa_smem_ok(dt_device_t *dev, K kernel, size_t bytes, const char *op) {

@@ -181,8 +181,18 @@ const int32_t *dt_net_cp_index_rows(const dt_net_t *net) { return net->h_cp + 2 
 
 /* ---- the ring ---- */
 
-static void *ring_start(dt_net_t *net, const void *send, void *recv, size_t bytes) {
-    return net->cp->ring_start(net->cp_ctx, send, recv, bytes);
+/* The rank whose block this rank holds at step `step` of the ring. */
+static int ring_owner(const dt_model_layout *l, int step) {
+    int R = l->cp_size;
+    return ((l->cp_rank - step) % R + R) % R;
+}
+
+/* Starts passing the block held (bytes) to the next rank while the previous one's
+ * arrives in `next`; NULL at the last step (nothing more to pass). */
+static void *ring_pass(dt_net_t *net, int step, const void *held, void *next, size_t bytes) {
+    if (step + 1 >= net->layout->cp_size) return NULL;
+    net->dev->ops->synchronize(net->dev); /* the block is in place */
+    return net->cp->ring_start(net->cp_ctx, held, next, bytes);
 }
 
 /* ---- Ulysses ---- */
@@ -319,19 +329,13 @@ void dt_net_attention_forward(dt_net_t *net, void *out, void *saved, void *scrat
     }
     cp_scratch s;
     cp_scratch_layout(dv, B, T, C, NH, NKV, scratch, &s);
-    int R = l->cp_size, r = l->cp_rank;
     size_t bytes = (size_t)B * T * 2 * NKV * (C / NH) * net->elsize;
     o->attention_kv_pack(dv, s.kv[0], qkv, B, T, C, NH, NKV);
     int cur = 0;
-    for (int step = 0; step < R; step++) {
-        int owner = ((r - step) % R + R) % R;
-        void *h = NULL;
-        if (step + 1 < R) { /* the next block comes while this one is computed */
-            o->synchronize(dv);
-            h = ring_start(net, s.kv[cur], s.kv[cur ^ 1], bytes);
-        }
+    for (int step = 0; step < l->cp_size; step++) {
+        void *h = ring_pass(net, step, s.kv[cur], s.kv[cur ^ 1], bytes); /* the next comes while this computes */
         o->attention_block_forward(dv, s.o, saved, s.blk, qkv, s.kv[cur], qidx_of(net), qlo_of(net),
-                                   kidx_of(net, owner), step == 0, B, T, T, C, NH, NKV);
+                                   kidx_of(net, ring_owner(l, step)), step == 0, B, T, T, C, NH, NKV);
         if (h) {
             net->cp->ring_wait(net->cp_ctx, h);
             cur ^= 1;
@@ -355,25 +359,20 @@ void dt_net_attention_backward(dt_net_t *net, void *dqkv, void *scratch, const v
     }
     cp_scratch s;
     cp_scratch_layout(dv, B, T, C, NH, NKV, scratch, &s);
-    int R = l->cp_size, r = l->cp_rank;
     size_t n = (size_t)B * T * 2 * NKV * (C / NH), bytes = n * net->elsize;
     o->attention_block_delta(dv, s.delta, dout, out, B, T, C, NH);
     o->attention_kv_pack(dv, s.kv[0], qkv, B, T, C, NH, NKV);
     o->set(dv, s.dkv[0], 0, n * sizeof(float));
     int cur = 0;
-    for (int step = 0; step < R; step++) {
-        int owner = ((r - step) % R + R) % R;
-        void *h = NULL;
-        if (step + 1 < R) { /* the next block comes while this one is computed */
-            o->synchronize(dv);
-            h = ring_start(net, s.kv[cur], s.kv[cur ^ 1], bytes);
-        }
+    for (int step = 0; step < l->cp_size; step++) {
+        void *h = ring_pass(net, step, s.kv[cur], s.kv[cur ^ 1], bytes); /* the next comes while this computes */
         o->attention_block_backward(dv, dqkv, s.dkv[cur], s.blk, dout, qkv, s.kv[cur], saved, s.delta, qidx_of(net),
-                                    qlo_of(net), kidx_of(net, owner), B, T, T, C, NH, NKV);
+                                    qlo_of(net), kidx_of(net, ring_owner(l, step)), B, T, T, C, NH, NKV);
         if (h) net->cp->ring_wait(net->cp_ctx, h);
         /* the block's gradient goes on with it (after the last step: home) */
         o->synchronize(dv);
-        net->cp->ring_wait(net->cp_ctx, ring_start(net, s.dkv[cur], s.dkv[cur ^ 1], n * sizeof(float)));
+        void *g = net->cp->ring_start(net->cp_ctx, s.dkv[cur], s.dkv[cur ^ 1], n * sizeof(float));
+        net->cp->ring_wait(net->cp_ctx, g);
         cur ^= 1;
     }
     o->attention_kv_grad_add(dv, dqkv, s.dkv[cur], B, T, C, NH, NKV);

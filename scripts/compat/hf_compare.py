@@ -95,17 +95,14 @@ def hf_to_export_name(name):
     return name[len("transformer."):] if name.startswith("transformer.") else name
 
 
-def train_step(dtrun, fixture, work, exp):
-    tokens = exp["batch_tokens"]
-    B = 2
-    T = (len(tokens) - 1) // B
-    shard = os.path.join(work, "batch.bin")
-    write_shard(shard, tokens)
+def one_step(dtrun, pretrained, shard, T, B, work, lr=1e-3):
+    """One AdamW step of dtrun from the HF directory `pretrained` on a token shard (its
+    checkpoint in work/ckpt, its log in work/log); returns the step's metrics row."""
     cfg = {
-        "model": {"pretrained": os.path.abspath(fixture), "seq_len": T},
-        "data": {"train": shard, "val": shard},
+        "model": {"pretrained": os.path.abspath(pretrained), "seq_len": T},
+        "data": {"train": shard, "val": shard, "prefetch": 0},
         "train_micro_batch_size_per_gpu": B, "gradient_accumulation_steps": 1, "train_steps": 1,
-        "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "betas": [0.9, 0.95], "eps": 1e-8,
+        "optimizer": {"type": "AdamW", "params": {"lr": lr, "betas": [0.9, 0.95], "eps": 1e-8,
                                                    "weight_decay": 0.0}},
         "scheduler": {"type": "none"}, "gradient_clipping": 0.0, "steps_per_print": 1,
         "eval": {"every_steps": 0}, "threads": 1, "seed": 1, "device": "cpu",
@@ -116,8 +113,16 @@ def train_step(dtrun, fixture, work, exp):
     with open(path, "w") as f:
         json.dump(cfg, f, indent=1)
     run([dtrun, "--nproc_per_node", "1", path])
-    rows = [json.loads(line) for line in open(os.path.join(work, "log", "metrics.jsonl"))]
-    loss = rows[-1]["loss"]
+    return [json.loads(line) for line in open(os.path.join(work, "log", "metrics.jsonl"))][-1]
+
+
+def train_step(dtrun, fixture, work, exp):
+    tokens = exp["batch_tokens"]
+    B = 2
+    T = (len(tokens) - 1) // B
+    shard = os.path.join(work, "batch.bin")
+    write_shard(shard, tokens)
+    loss = one_step(dtrun, fixture, shard, T, B, work)["loss"]
     export = os.path.join(work, "step1.safetensors")
     run([dtrun, "export", os.path.join(work, "ckpt"), "-o", export])
     return loss, read_safetensors(export)

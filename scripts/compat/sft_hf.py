@@ -30,7 +30,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
 sys.path.insert(0, HERE)
-from hf_compare import hf_to_export_name, read_safetensors, report, run, write_shard  # noqa: E402
+from hf_compare import hf_to_export_name, one_step, read_safetensors, report, run, write_shard  # noqa: E402
 
 MODELS = ["llama3", "qwen2"]
 T = 16
@@ -88,22 +88,7 @@ def dtrun_step(dtrun, name, exp, work, lr):
     shard = os.path.join(work, "batch.bin")
     write_shard(shard, exp["tokens"])
     write_mask(shard + ".mask", exp["mask"])
-    cfg = {
-        "model": {"pretrained": os.path.abspath(os.path.join(ROOT, "tests/fixtures/hf", name)), "seq_len": T},
-        "data": {"train": shard, "val": shard, "prefetch": 0},
-        "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1, "train_steps": 1,
-        "optimizer": {"type": "AdamW", "params": {"lr": lr, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.0}},
-        "scheduler": {"type": "none"}, "gradient_clipping": 0.0, "steps_per_print": 1,
-        "eval": {"every_steps": 0}, "threads": 1, "seed": 1, "device": "cpu",
-        "checkpoint": {"dir": os.path.join(work, "ckpt"), "every_steps": 1, "resume": "never"},
-        "log": {"dir": os.path.join(work, "log")},
-    }
-    path = os.path.join(work, "train.json")
-    with open(path, "w") as f:
-        json.dump(cfg, f, indent=1)
-    run([dtrun, "--nproc_per_node", "1", path])
-    row = [json.loads(line) for line in open(os.path.join(work, "log", "metrics.jsonl"))][-1]
-    return row
+    return one_step(dtrun, os.path.join(ROOT, "tests/fixtures/hf", name), shard, T, 2, work, lr)
 
 
 def check(dtrun, name, work):

@@ -160,35 +160,28 @@ JSON
   else fail "LoRA at CP 2" "$(tail -3 "$DT_TMP/lora_cp2.out" "$DT_TMP/lora_cp2dp2.out" 2>/dev/null; echo "${out:-}")"; fi
 else fail "tokenize --chat" "$(tail -3 "$DT_TMP/tok.out")"; fi
 
-# a checkpoint of CP 2 resumed at CP 1 == the uninterrupted run
+# a checkpoint of CP 2 resumed at CP 1 and at CP 4 == the uninterrupted run
+resumed_same() { # RUN: steps 4-6 and the final parameters as llama_ref's (1e-5)
+  python3 - "$DT_TMP/$1" "$DT_TMP/llama_ref" "$DT_TMP/$1.bin" "$DT_TMP/llama_ref.bin" <<'PY'
+import json, sys, numpy as np
+b = {json.loads(l)["step"]: json.loads(l)["loss"] for l in open(sys.argv[1] + "/metrics.jsonl")}
+r = {json.loads(l)["step"]: json.loads(l)["loss"] for l in open(sys.argv[2] + "/metrics.jsonl")}
+assert sorted(b) == [4, 5, 6], sorted(b)
+d = max(abs(b[s] - r[s]) / r[s] for s in b)
+pa, pb = np.fromfile(sys.argv[3], np.float32), np.fromfile(sys.argv[4], np.float32)
+dp = float(np.linalg.norm(pa.astype(np.float64) - pb) / np.linalg.norm(pb))
+assert d < 1e-5 and dp < 1e-5, (d, dp)
+PY
+}
 ck="checkpoint.dir=$DT_TMP/ck"
 if run ck_a 2 "$DT_TMP/llama.json" context_parallel.size=2 "$ck" checkpoint.every_steps=3 train_steps=3 &&
-   run ck_b 1 "$DT_TMP/llama.json" "$ck" checkpoint.resume=auto &&
-   grep -q "resum" "$DT_TMP/ck_b.out" &&
-   python3 - "$DT_TMP/ck_b" "$DT_TMP/llama_ref" "$DT_TMP/ck_b.bin" "$DT_TMP/llama_ref.bin" <<'PY'
-import json, sys, numpy as np
-b = {json.loads(l)["step"]: json.loads(l)["loss"] for l in open(sys.argv[1] + "/metrics.jsonl")}
-r = {json.loads(l)["step"]: json.loads(l)["loss"] for l in open(sys.argv[2] + "/metrics.jsonl")}
-assert sorted(b) == [4, 5, 6], sorted(b)
-d = max(abs(b[s] - r[s]) / r[s] for s in b)
-pa, pb = np.fromfile(sys.argv[3], np.float32), np.fromfile(sys.argv[4], np.float32)
-dp = float(np.linalg.norm(pa.astype(np.float64) - pb) / np.linalg.norm(pb))
-assert d < 1e-5 and dp < 1e-5, (d, dp)
-PY
+   run ck_b 1 "$DT_TMP/llama.json" "$ck" checkpoint.resume=auto && grep -q "resum" "$DT_TMP/ck_b.out" &&
+   resumed_same ck_b
 then pass "a CP 2 checkpoint resumed at CP 1 continues as the uninterrupted run (steps 4-6, parameters)"
 else fail "CP 2 checkpoint -> CP 1" "$(tail -3 "$DT_TMP/ck_a.out" "$DT_TMP/ck_b.out")"; fi
-# ... and at CP 4 (the same checkpoint: resume reads step 3 again into a new log)
+# (the same checkpoint: resume reads step 3 again into a new log)
 if run ck_c 4 "$DT_TMP/llama.json" context_parallel.size=4 "$ck" checkpoint.resume="$DT_TMP/ck/step_00000003" &&
-   python3 - "$DT_TMP/ck_c" "$DT_TMP/llama_ref" "$DT_TMP/ck_c.bin" "$DT_TMP/llama_ref.bin" <<'PY'
-import json, sys, numpy as np
-b = {json.loads(l)["step"]: json.loads(l)["loss"] for l in open(sys.argv[1] + "/metrics.jsonl")}
-r = {json.loads(l)["step"]: json.loads(l)["loss"] for l in open(sys.argv[2] + "/metrics.jsonl")}
-assert sorted(b) == [4, 5, 6], sorted(b)
-d = max(abs(b[s] - r[s]) / r[s] for s in b)
-pa, pb = np.fromfile(sys.argv[3], np.float32), np.fromfile(sys.argv[4], np.float32)
-dp = float(np.linalg.norm(pa.astype(np.float64) - pb) / np.linalg.norm(pb))
-assert d < 1e-5 and dp < 1e-5, (d, dp)
-PY
+   resumed_same ck_c
 then pass "the CP 2 checkpoint resumed at CP 4 continues as the uninterrupted run"
 else fail "CP 2 checkpoint -> CP 4" "$(tail -3 "$DT_TMP/ck_c.out")"; fi
 
